@@ -1,0 +1,42 @@
+"""All tables, one module per area; importing this package registers them on ``Base.metadata``."""
+
+from mewdex.db.models.base import GLOBAL_LANE_RESOURCE_KEY, Base, ScopeContext, utcnow
+from mewdex.db.models.library import (
+    DerivedImageThumbnail,
+    InstallationState,
+    Meme,
+    MemeCollection,
+    MemeCollectionItem,
+    Scope,
+    StorageOperation,
+)
+from mewdex.db.models.pipeline import (
+    STAGES,
+    AgentCallbackRequest,
+    ImageNamingPool,
+    ImageProcessingAttempt,
+    ImageProcessingJob,
+    ImageProcessingStage,
+    OperationGrant,
+    ReverseImageUsageEvent,
+)
+from mewdex.db.models.queue import (
+    IMAGE_STAGE_TASK_TYPES,
+    Task,
+    TaskBatch,
+    TaskBatchItem,
+    TaskLaneFairness,
+    TaskLaneResourceSlot,
+    TaskLaneSlot,
+)
+from mewdex.db.models.search import (
+    MemeEmbedding,
+    MemeSearchDocument,
+    MemeTextEmbedding,
+    MemeVisualEmbedding,
+    SearchGeneration,
+    SearchHead,
+    SearchMigrationState,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]

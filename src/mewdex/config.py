@@ -1,0 +1,48 @@
+"""Settings: ``MEWDEX_*`` environment variables and an optional ``.env`` file.
+
+Every setting is documented in the README's configuration table; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Process-wide configuration, read once per process (see :func:`get_settings`)."""
+
+    model_config = SettingsConfigDict(env_prefix="MEWDEX_", env_file=".env", extra="ignore")
+
+    data_dir: Path = Field(default=Path(".mewdex"), description="Blobs and the embedded database live here.")
+    database_url: str | None = Field(default=None, description="External PostgreSQL ≥ 15 with pgvector; unset = embedded.")
+    host: str = "127.0.0.1"
+    port: int = 8275
+    default_scope: str = "local"
+    max_pixels: int = Field(default=50_000_000, ge=1)
+    workers: int = Field(default=2, ge=0, le=32, description="Worker threads inside `mewdex serve`.")
+    worker_lease_seconds: int = Field(default=120, ge=5)
+    worker_heartbeat_seconds: int = Field(default=30, ge=1)
+    worker_poll_seconds: float = Field(default=1.0, gt=0)
+    task_max_attempts: int = Field(default=3, ge=1)
+    retry_base_seconds: float = Field(default=2.0, ge=0)
+    retry_max_seconds: float = Field(default=300.0, ge=0)
+    ocr_threads: int = Field(default=1, ge=1)
+    log_level: str = "INFO"
+
+    @property
+    def blob_root(self) -> Path:
+        return self.data_dir.resolve() / "blobs"
+
+    @property
+    def pgdata(self) -> Path:
+        return self.data_dir.resolve() / "pgdata"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The settings of this process; tests call ``get_settings.cache_clear()`` after changing env."""
+    return Settings()

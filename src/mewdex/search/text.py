@@ -1,0 +1,194 @@
+"""Text normalisation and tokenisation for the keyword leg of search (Chinese + English).
+
+The same functions run on documents (OCR text, names, labels) at index time and on queries
+at search time, so both sides produce comparable tokens. PostgreSQL then stores the tokens
+space-joined in a ``tsvector`` built with the ``simple`` configuration (which does no further
+stemming), and the exact-phrase boost compares ``fold(query)`` against ``fold(document)``.
+
+* :func:`fold` — NFKC, casefold, strip accents from Latin letters, collapse whitespace.
+* :func:`tokenize` — folded tokens: Chinese (Han) runs segmented with jieba in search mode
+  (words plus the shorter words inside them), other scripts split into words; punctuation
+  dropped; compound ASCII words split (``snake_case``, ``camelCase``, ``kebab-case``,
+  letter/digit boundaries, and glued words such as ``grumpycat`` via ``wordninja``'s English
+  unigram model) while the joined compound is kept as a token too.
+
+Dependencies: ``jieba`` (dictionary bundled in the wheel; initialised once, quietly, under a
+lock) and ``wordninja==2.0.0`` (word list bundled; optional — without it glued words are not
+split, everything else still works).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import unicodedata
+from functools import lru_cache
+
+__all__ = ["fold", "tokenize", "split_compound", "is_han", "has_han", "has_latin"]
+
+_WS = re.compile(r"\s+")
+
+# Han ideographs (CJK Unified + Ext A + compatibility), used to route runs to jieba.
+_HAN_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_HAN_RUN = re.compile(f"[{_HAN_CLASS}]+")
+# A "word" outside Han: letters/digits/marks of any script, plus in-word joiners we split later.
+_RUN = re.compile(f"[{_HAN_CLASS}]+|[^\\W_]+(?:['’_\\-.][^\\W_]+)*", re.UNICODE)
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_A-Za-z]+", re.UNICODE)
+_ASCII_ALPHA = re.compile(r"^[a-z]+$")
+
+# Two-letter words wordninja may legitimately produce inside a glued compound.
+_SHORT_OK = frozenset("me my to of in on is it no go do be we up so at or he us ok oh hi".split())
+# Below this length a glued ASCII word is not split (``ams``, ``doge``, ``elmo`` are names).
+_MIN_GLUED_LEN = 6
+
+
+def _strip_latin_accents(text: str) -> str:
+    # Only marks on Latin letters are removed, so Japanese dakuten (が) and Hangul stay intact.
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFD", text):
+        if unicodedata.category(ch) == "Mn" and out:
+            base = out[-1]
+            if base.isascii() or "\u00c0" <= base <= "\u024f" or "\u1e00" <= base <= "\u1eff":
+                continue
+        out.append(ch)
+    return unicodedata.normalize("NFC", "".join(out))
+
+
+def fold(text: str) -> str:
+    """Return ``text`` normalised for comparison: NFKC, casefold, Latin accents stripped,
+    runs of whitespace collapsed to one space, stripped. ``Café``/``café``/``cafe`` -> ``cafe``;
+    full-width ``ＡＢＣ`` -> ``abc``. Never raises for a ``str``; ``None`` -> ``""``.
+    """
+    if not text:
+        return ""
+    t = unicodedata.normalize("NFKC", text).casefold()
+    t = _strip_latin_accents(t)
+    return _WS.sub(" ", t).strip()
+
+
+def is_han(ch: str) -> bool:
+    return bool(_HAN_RUN.fullmatch(ch))
+
+
+def has_han(text: str) -> bool:
+    return bool(_HAN_RUN.search(text or ""))
+
+
+def has_latin(text: str) -> bool:
+    return bool(re.search(r"[A-Za-z]", unicodedata.normalize("NFKC", text or "")))
+
+
+# ----------------------------------------------------------------------------- jieba
+
+_jieba_lock = threading.Lock()
+_jieba = None
+
+
+def _get_jieba():
+    """Initialise jieba once (quietly, thread-safe) and return the module."""
+    global _jieba
+    if _jieba is None:
+        with _jieba_lock:
+            if _jieba is None:
+                import jieba
+
+                jieba.setLogLevel(logging.WARNING)
+                logging.getLogger("jieba").setLevel(logging.WARNING)
+                jieba.initialize()
+                _jieba = jieba
+    return _jieba
+
+
+@lru_cache(maxsize=4096)
+def _segment_han(run: str) -> tuple[str, ...]:
+    jb = _get_jieba()
+    toks = [t for t in jb.lcut_for_search(run, HMM=True) if t.strip()]
+    return tuple(dict.fromkeys(toks))
+
+
+# ----------------------------------------------------------------------------- compounds
+
+_ninja_lock = threading.Lock()
+_ninja = None
+_ninja_failed = False
+
+
+def _get_ninja():
+    global _ninja, _ninja_failed
+    if _ninja is None and not _ninja_failed:
+        with _ninja_lock:
+            if _ninja is None and not _ninja_failed:
+                try:
+                    import wordninja
+
+                    _ninja = wordninja
+                except Exception:  # optional dependency
+                    _ninja_failed = True
+    return _ninja
+
+
+@lru_cache(maxsize=8192)
+def _split_glued(word: str) -> tuple[str, ...]:
+    """Split a glued lower-case ASCII word (``grumpycat``) if every part looks like a word."""
+    if len(word) < _MIN_GLUED_LEN or not _ASCII_ALPHA.match(word):
+        return (word,)
+    ninja = _get_ninja()
+    if ninja is None:
+        return (word,)
+    parts = [p for p in ninja.split(word) if p]
+    if len(parts) < 2 or "".join(parts) != word:
+        return (word,)
+    if any(len(p) < 2 or (len(p) == 2 and p not in _SHORT_OK) for p in parts):
+        return (word,)
+    return tuple(parts)
+
+
+def split_compound(word: str) -> list[str]:
+    """Split one non-Han word into folded parts: ``snake_case``, ``kebab-case``, ``camelCase``,
+    ``HTTPServer``, ``abc123`` and glued ``grumpycat`` -> ``['grumpy', 'cat']``. Returns
+    ``[fold(word)]`` when there is nothing to split. Does not add the compound itself.
+    """
+    word = unicodedata.normalize("NFKC", word)
+    pieces: list[str] = []
+    for chunk in re.split(r"['’_\-.]+", word):
+        if not chunk:
+            continue
+        for m in _CAMEL.finditer(chunk):
+            pieces.append(m.group(0))
+        if not any(True for _ in _CAMEL.finditer(chunk)):
+            pieces.append(chunk)
+    out: list[str] = []
+    for p in pieces:
+        f = fold(p)
+        if not f:
+            continue
+        out.extend(_split_glued(f))
+    return out
+
+
+def tokenize(text: str) -> list[str]:
+    """Folded tokens of ``text`` in order of appearance, duplicates removed.
+
+    * Han runs -> jieba search-mode words (``老板又让我周末加班`` -> 老板, 又, 让, 我, 周末, 加班).
+    * Other runs -> words; compound words contribute their parts *and* the joined compound
+      (``grumpycat`` -> grumpycat, grumpy, cat; ``SmirkBoy00004`` -> smirkboy00004, smirk,
+      boy, 00004).
+    * Punctuation, symbols and whitespace never become tokens.
+    Returns ``[]`` for empty input. Pure function, thread-safe.
+    """
+    if not text:
+        return []
+    t = unicodedata.normalize("NFKC", text)
+    out: list[str] = []
+    for m in _RUN.finditer(t):
+        run = m.group(0)
+        if _HAN_RUN.fullmatch(run):
+            out.extend(fold(x) for x in _segment_han(run))
+            continue
+        parts = split_compound(run)
+        joined = fold(re.sub(r"['’_\-.]+", "", run))
+        if joined and (len(parts) != 1 or parts[0] != joined):
+            out.append(joined)
+        out.extend(parts)
+    return [x for x in dict.fromkeys(out) if x]
