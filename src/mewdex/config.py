@@ -23,6 +23,7 @@ class Settings(BaseSettings):
     port: int = 8275
     default_scope: str = "local"
     max_pixels: int = Field(default=50_000_000, ge=1)
+    max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
     workers: int = Field(default=2, ge=0, le=32, description="Worker threads inside `mewdex serve`.")
     worker_lease_seconds: int = Field(default=120, ge=5)
     worker_heartbeat_seconds: int = Field(default=30, ge=1)

@@ -49,12 +49,17 @@ def _register_vector(dbapi_connection, _record) -> None:
         dbapi_connection.rollback()
 
 
+def get_sessionmaker() -> sessionmaker[Session]:
+    """The process-wide session factory (``with sessions.begin() as session:``)."""
+    get_engine()
+    assert _sessions is not None
+    return _sessions
+
+
 @contextmanager
 def session_scope() -> Iterator[Session]:
     """A session in a transaction: commits on success, rolls back on error."""
-    get_engine()
-    assert _sessions is not None
-    with _sessions() as session, session.begin():
+    with get_sessionmaker().begin() as session:
         yield session
 
 

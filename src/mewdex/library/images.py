@@ -196,11 +196,12 @@ def select_frame_indices(n_frames: int, indices: FrameSelection) -> list[int]:
     Raises:
         ValueError: unknown selection name.
     """
-    last = max(n_frames, 1) - 1
+    n_frames = max(n_frames, 1)
+    last = n_frames - 1
     if indices == "first":
         return [0]
     if indices == "first_middle":
-        return sorted({0, (last + 1) // 2})
+        return sorted({0, n_frames // 2})
     if indices == "spread4":
         return sorted({round(i * last / 3) for i in range(4)})
     raise ValueError(f"unknown frame selection: {indices}")

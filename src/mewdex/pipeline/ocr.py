@@ -131,6 +131,7 @@ class OcrEngine:
             if getattr(img, "mode", "RGB") != "RGB":
                 img = img.convert("RGB")
             w, h = img.size
+            scale = 1.0
             if self.max_side_len and max(w, h) > self.max_side_len:
                 scale = self.max_side_len / float(max(w, h))
                 img = img.resize((max(1, round(w * scale)), max(1, round(h * scale))), _lanczos())
@@ -150,7 +151,8 @@ class OcrEngine:
                     continue
                 box = None
                 if boxes is not None and j < len(boxes):
-                    box = [[int(round(float(x))), int(round(float(y)))] for x, y in boxes[j]]
+                    # back to the input frame's pixel coordinates
+                    box = [[int(round(float(x) / scale)), int(round(float(y) / scale))] for x, y in boxes[j]]
                 prev = merged.get(key)
                 if prev is None:
                     merged[key] = OcrLine(text=t, score=float(s), box=box, frame=idx)

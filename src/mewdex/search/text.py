@@ -149,9 +149,9 @@ def split_compound(word: str) -> list[str]:
     ``HTTPServer``, ``abc123`` and glued ``grumpycat`` -> ``['grumpy', 'cat']``. Returns
     ``[fold(word)]`` when there is nothing to split. Does not add the compound itself.
     """
-    word = unicodedata.normalize("NFKC", word)
+    word = re.sub(r"['’]", "", unicodedata.normalize("NFKC", word))  # don't -> dont
     pieces: list[str] = []
-    for chunk in re.split(r"['’_\-.]+", word):
+    for chunk in re.split(r"[_\-.]+", word):
         if not chunk:
             continue
         for m in _CAMEL.finditer(chunk):

@@ -32,6 +32,7 @@ from mewdex.db.models.queue import (
 from mewdex.db.models.search import (
     MemeEmbedding,
     MemeSearchDocument,
+    MemeSearchTerm,
     MemeTextEmbedding,
     MemeVisualEmbedding,
     SearchGeneration,

@@ -7,7 +7,8 @@ Deliberate changes from seed 000:
   needs a column change.
 - ``meme_embeddings`` holds one row per semantic *field* of a meme (name, OCR text, labels…):
   search takes the best field per meme, which measured better than one concatenated document.
-- ``meme_search_documents`` is new: the keyword leg's pre-tokenised ``tsvector`` and folded text.
+- ``meme_search_documents`` and ``meme_search_terms`` are new: the keyword leg's BM25 inverted
+  index (jieba / word terms, folded) and folded text for exact phrases.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKeyConstraint,
     Index,
     Integer,
@@ -30,7 +32,6 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
 from mewdex.db.models.base import Base, created_at, updated_at
@@ -198,27 +199,44 @@ class SearchMigrationState(Base):
 
 
 class MemeSearchDocument(Base):
-    """The keyword leg's view of a meme: pre-tokenised terms (jieba / words, folded) and folded text.
+    """The keyword leg's view of a meme: folded text for exact-phrase matches and its length in terms.
 
-    ``terms`` is a ``simple``-config tsvector whose weights mark the field (A name, B OCR text,
-    C other context); ``folded_text`` serves exact-phrase matches.
+    Its terms live in ``meme_search_terms``; together they form a BM25 inverted index per scope.
     """
 
     __tablename__ = "meme_search_documents"
     scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     meme_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
     metadata_hash: Mapped[str] = mapped_column(String(64), nullable=False)
-    terms = mapped_column(TSVECTOR, nullable=False)
     folded_text: Mapped[str] = mapped_column(Text, nullable=False)
+    term_count: Mapped[float] = mapped_column(Float, nullable=False)
     updated_at: Mapped[datetime] = updated_at()
 
     __table_args__ = (
         ForeignKeyConstraint(["scope_id", "meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE"),
-        Index("ix_meme_search_documents_terms", "terms", postgresql_using="gin"),
         Index(
             "ix_meme_search_documents_folded_trgm",
             "folded_text",
             postgresql_using="gin",
             postgresql_ops={"folded_text": "gin_trgm_ops"},
         ),
+    )
+
+
+class MemeSearchTerm(Base):
+    """One keyword term of a meme with its field-weighted term frequency (inverted-index posting)."""
+
+    __tablename__ = "meme_search_terms"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    term: Mapped[str] = mapped_column(String(255), primary_key=True)
+    meme_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
+    tf: Mapped[float] = mapped_column(Float, nullable=False)
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["scope_id", "meme_id"], ["meme_search_documents.scope_id", "meme_search_documents.meme_id"],
+            ondelete="CASCADE",
+        ),
+        CheckConstraint("tf > 0", name="ck_meme_search_terms_tf"),
+        Index("ix_meme_search_terms_meme", "scope_id", "meme_id"),
     )

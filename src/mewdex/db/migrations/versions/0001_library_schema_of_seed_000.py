@@ -5,7 +5,7 @@ mewdex.search.vector_index. pg_trgm serves exact-phrase keyword matches.
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-11-29 23:52:13.510472
+Create Date: 2026-11-29 23:58:04.010103
 """
 
 from alembic import op
@@ -245,14 +245,13 @@ def upgrade() -> None:
     sa.Column('scope_id', sa.String(length=128), nullable=False),
     sa.Column('meme_id', sa.Uuid(), nullable=False),
     sa.Column('metadata_hash', sa.String(length=64), nullable=False),
-    sa.Column('terms', postgresql.TSVECTOR(), nullable=False),
     sa.Column('folded_text', sa.Text(), nullable=False),
+    sa.Column('term_count', sa.Float(), nullable=False),
     sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['scope_id', 'meme_id'], ['memes.scope_id', 'memes.id'], name=op.f('fk_meme_search_documents_scope_id_memes'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('scope_id', 'meme_id', name=op.f('pk_meme_search_documents'))
     )
     op.create_index('ix_meme_search_documents_folded_trgm', 'meme_search_documents', ['folded_text'], unique=False, postgresql_using='gin', postgresql_ops={'folded_text': 'gin_trgm_ops'})
-    op.create_index('ix_meme_search_documents_terms', 'meme_search_documents', ['terms'], unique=False, postgresql_using='gin')
     op.create_table('meme_text_embeddings',
     sa.Column('scope_id', sa.String(length=128), nullable=False),
     sa.Column('meme_id', sa.Uuid(), nullable=False),
@@ -336,6 +335,16 @@ def upgrade() -> None:
     )
     op.create_index('ix_storage_operations_recovery', 'storage_operations', ['scope_id', 'status', 'updated_at'], unique=False)
     op.create_index('uq_storage_operation_active', 'storage_operations', ['scope_id', 'meme_id'], unique=True, postgresql_where=sa.text("status IN ('prepared','file_applied') AND meme_id IS NOT NULL"))
+    op.create_table('meme_search_terms',
+    sa.Column('scope_id', sa.String(length=128), nullable=False),
+    sa.Column('term', sa.String(length=255), nullable=False),
+    sa.Column('meme_id', sa.Uuid(), nullable=False),
+    sa.Column('tf', sa.Float(), nullable=False),
+    sa.CheckConstraint('tf > 0', name='ck_meme_search_terms_tf'),
+    sa.ForeignKeyConstraint(['scope_id', 'meme_id'], ['meme_search_documents.scope_id', 'meme_search_documents.meme_id'], name=op.f('fk_meme_search_terms_scope_id_meme_search_documents'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('scope_id', 'term', 'meme_id', name=op.f('pk_meme_search_terms'))
+    )
+    op.create_index('ix_meme_search_terms_meme', 'meme_search_terms', ['scope_id', 'meme_id'], unique=False)
     op.create_table('tasks',
     sa.Column('id', sa.String(length=255), nullable=False),
     sa.Column('scope_id', sa.String(length=128), nullable=False),
@@ -634,6 +643,8 @@ def downgrade() -> None:
     op.drop_index('ix_tasks_claimable', table_name='tasks')
     op.drop_index('ix_tasks_active_dedupe', table_name='tasks', postgresql_where=sa.text("status IN ('queued','running') AND dedupe_key IS NOT NULL"))
     op.drop_table('tasks')
+    op.drop_index('ix_meme_search_terms_meme', table_name='meme_search_terms')
+    op.drop_table('meme_search_terms')
     op.drop_index('uq_storage_operation_active', table_name='storage_operations', postgresql_where=sa.text("status IN ('prepared','file_applied') AND meme_id IS NOT NULL"))
     op.drop_index('ix_storage_operations_recovery', table_name='storage_operations')
     op.drop_table('storage_operations')
@@ -642,7 +653,6 @@ def downgrade() -> None:
     op.drop_table('meme_visual_embeddings')
     op.drop_index('ix_meme_text_embeddings_current', table_name='meme_text_embeddings')
     op.drop_table('meme_text_embeddings')
-    op.drop_index('ix_meme_search_documents_terms', table_name='meme_search_documents', postgresql_using='gin')
     op.drop_index('ix_meme_search_documents_folded_trgm', table_name='meme_search_documents', postgresql_using='gin', postgresql_ops={'folded_text': 'gin_trgm_ops'})
     op.drop_table('meme_search_documents')
     op.drop_index('ix_embeddings_generation_status', table_name='meme_embeddings')

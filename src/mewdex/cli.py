@@ -1,0 +1,241 @@
+"""The ``mewdex`` command line (typer): serve, worker, migrate, import, search, status, db."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from mewdex.config import get_settings
+
+app = typer.Typer(help="mewdex — a self-hosted meme library searched in natural language.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+db_app = typer.Typer(help="The embedded database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+console = Console()
+err = Console(stderr=True)
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=get_settings().log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def _prepare():
+    from mewdex.db.embedded import EmbeddedDatabaseError
+    from mewdex.web.app import prepare_database
+
+    try:
+        prepare_database()
+    except EmbeddedDatabaseError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (default MEWDEX_HOST, 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default MEWDEX_PORT, 8275).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Worker threads (default MEWDEX_WORKERS).")] = None,
+) -> None:
+    """Serve the web UI and the API, with worker threads processing the queue."""
+    import uvicorn
+
+    from mewdex.web.app import create_app
+
+    _setup_logging()
+    settings = get_settings()
+    _prepare()
+    console.print(f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})")
+    uvicorn.run(create_app(workers=workers), host=host or settings.host, port=port or settings.port, log_level="warning")
+
+
+@app.command()
+def worker(threads: Annotated[int, typer.Option(help="Worker threads in this process.")] = 2) -> None:
+    """Run queue workers only (scale out with more of these against the same database)."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.queue.worker import WorkerPool
+
+    _setup_logging()
+    _prepare()
+    pool = WorkerPool(get_sessionmaker(), threads)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    pool.start()
+    console.print(f"mewdex worker: {threads} threads; Ctrl-C stops after the current tasks")
+    stop.wait()
+    pool.stop()
+
+
+@app.command()
+def migrate() -> None:
+    """Upgrade the database schema to the newest revision."""
+    from mewdex.db.engine import get_engine
+    from mewdex.db.migrate import upgrade
+
+    console.print(f"schema at revision {upgrade(get_engine())}")
+
+
+@app.command("import")
+def import_(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders to import.")],
+    collection: Annotated[str | None, typer.Option(help="Also add every imported meme to this collection.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Process the queue here and wait until all is done.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON result per file.")] = False,
+) -> None:
+    """Import image files and folders (each folder name becomes a collection)."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.importer import collect, import_paths
+    from mewdex.library.scopes import default_scope
+    from mewdex.storage import blob_store
+
+    _prepare()
+    try:
+        items = collect(paths)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    scope = default_scope()
+    sessions = get_sessionmaker()
+    if as_json:
+        def emit(item, result):
+            print(json.dumps({"path": str(item.path), "status": result.status, "meme_id": result.meme_id,
+                              "error": result.error}, ensure_ascii=False), flush=True)
+
+        summary = import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=emit)
+    else:
+        with _progress() as progress:
+            bar = progress.add_task("importing", total=len(items))
+            skipped: list[tuple[Path, str, str]] = []
+
+            def advance(item, result):
+                if result.status == "skipped":
+                    skipped.append((item.path, result.error, result.message or ""))
+                progress.advance(bar)
+
+            summary = import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=advance)
+        console.print(
+            f"[green]{summary.created} created[/green] · {summary.duplicates} duplicates · "
+            f"[yellow]{summary.skipped} skipped[/yellow]"
+        )
+        for path, code, message in skipped:
+            console.print(f"  skipped {path}: [yellow]{code}[/yellow] {message}")
+    if wait:
+        _wait_for_processing(as_json)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TimeRemainingColumn(), console=err, transient=False,
+    )
+
+
+def _wait_for_processing(quiet: bool) -> None:
+    """Run worker threads in this process until no stage is queued or running, showing progress."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.pipeline.status import pending, status
+    from mewdex.queue.worker import WorkerPool
+
+    sessions = get_sessionmaker()
+    scope = default_scope()
+    pool = WorkerPool(sessions, get_settings().workers or 1)
+    pool.start()
+    try:
+        with _progress() as progress:
+            with sessions.begin() as session:
+                counts = status(session, scope)
+            total = sum(sum(c.values()) for c in counts["stages"].values())
+            bar = progress.add_task("processing", total=total)
+            while True:
+                with sessions.begin() as session:
+                    counts = status(session, scope)
+                left = pending(counts)
+                progress.update(bar, completed=total - left)
+                if left == 0:
+                    break
+                time.sleep(1.0)
+    finally:
+        pool.stop()
+    failed = {s: c.get("failed", 0) for s, c in counts["stages"].items() if c.get("failed")}
+    if not quiet:
+        console.print("processing done" + (f"; [red]failed: {failed}[/red]" if failed else ""))
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="Natural-language query (Chinese or English).")],
+    n: Annotated[int, typer.Option("-n", help="Number of results (1–50).")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response.")] = False,
+) -> None:
+    """Search the library."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.search import service
+
+    query = query.strip()
+    if not query or len(query) > service.MAX_QUERY_CHARS or not 1 <= n <= 50:
+        err.print(f"[red]error:[/red] the query must be 1–{service.MAX_QUERY_CHARS} characters and -n 1–50")
+        raise typer.Exit(2)
+    _prepare()
+    with get_sessionmaker().begin() as session:
+        response = service.search(session, default_scope(), query, n)
+    if as_json:
+        print(json.dumps(response.as_dict(), ensure_ascii=False, indent=2))
+        return
+    table = Table(title=f"{len(response.results)} results · {response.took_ms:.0f} ms")
+    for column in ("#", "name", "score", "id"):
+        table.add_column(column)
+    for i, r in enumerate(response.results, 1):
+        table.add_row(str(i), r.display_name, f"{r.score:.4f}", str(r.id))
+    console.print(table)
+
+
+@app.command("status")
+def status_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Counts of memes and of each processing stage by status."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.pipeline.status import status
+
+    _prepare()
+    with get_sessionmaker().begin() as session:
+        counts = status(session, default_scope())
+    if as_json:
+        print(json.dumps(counts))
+        return
+    table = Table(title=f"{counts['memes']} memes")
+    keys = sorted({k for c in counts["stages"].values() for k in c}, key=lambda k: (k not in
+                  ("queued", "running", "succeeded", "failed"), k))
+    table.add_column("stage")
+    for key in keys:
+        table.add_column(key, justify="right")
+    for stage, c in counts["stages"].items():
+        table.add_row(stage, *(str(c.get(k, 0)) for k in keys))
+    console.print(table)
+
+
+@db_app.command("stop")
+def db_stop() -> None:
+    """Stop the embedded PostgreSQL server of this data dir."""
+    from mewdex.db.embedded import stop
+
+    stopped = stop(get_settings().pgdata)
+    console.print("stopped" if stopped else "not running")
+
+
+if __name__ == "__main__":
+    sys.exit(app())

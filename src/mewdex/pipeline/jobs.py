@@ -1,0 +1,185 @@
+"""Image processing jobs: one per meme revision, its planned/skipped stages, and the hand-off
+from one stage's success to the next stage's task.
+
+Stage order is fixed (visual → agent → auto_rename → text_embedding); a stage's task is created
+only when the previous planned stage has succeeded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mewdex.config import get_settings
+from mewdex.db.models import (
+    IMAGE_STAGE_TASK_TYPES,
+    STAGES,
+    ImageProcessingJob,
+    ImageProcessingStage,
+    Meme,
+    Task,
+    utcnow,
+)
+from mewdex.queue import tasks as queue
+
+# Stages this build runs; the others are planned as skipped ("disabled").
+IMPLEMENTED_STAGES = ("agent", "text_embedding")
+STAGE_LANES = {"visual": "visual", "agent": "agent", "auto_rename": "default", "text_embedding": "embedding"}
+
+
+def processing_config(auto_name: bool = False) -> dict[str, Any]:
+    """The configuration frozen into a job at creation (stages and the models they use)."""
+    from mewdex.pipeline.stages import STAGE_VERSIONS
+
+    enabled = [s for s in IMPLEMENTED_STAGES if s != "auto_rename" or auto_name]
+    return {"stages": enabled, "versions": {s: STAGE_VERSIONS[s] for s in enabled}}
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def create_job(session: Session, meme: Meme, *, auto_name: bool = False, mode: str = "normal") -> ImageProcessingJob:
+    """Create the job for the meme's current revision with its stage rows, and queue its first stage."""
+    config = processing_config(auto_name)
+    job = ImageProcessingJob(
+        scope_id=meme.scope_id,
+        meme_id=meme.id,
+        revision=_next_revision(session, meme),
+        image_sha256=meme.sha256,
+        metadata_hash=meme.search_metadata_hash,
+        processing_config=config,
+        processing_config_hash=config_hash(config),
+        auto_name=auto_name,
+        processing_mode=mode,
+        status="queued",
+    )
+    session.add(job)
+    session.flush()
+    for stage in STAGES:
+        planned = stage in config["stages"]
+        session.add(
+            ImageProcessingStage(
+                scope_id=job.scope_id,
+                job_id=job.id,
+                stage=stage,
+                planned=planned,
+                skip_reason=None if planned else "disabled",
+                status="queued" if planned else "skipped",
+            )
+        )
+    session.flush()
+    _queue_stage(session, job, _next_planned(session, job, after=None))
+    return job
+
+
+def _next_revision(session: Session, meme: Meme) -> int:
+    latest = session.execute(
+        select(ImageProcessingJob.revision)
+        .where(
+            ImageProcessingJob.scope_id == meme.scope_id,
+            ImageProcessingJob.meme_id == meme.id,
+            ImageProcessingJob.image_sha256 == meme.sha256,
+        )
+        .order_by(ImageProcessingJob.revision.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    return (latest or 0) + 1
+
+
+def _stages(session: Session, job: ImageProcessingJob) -> dict[str, ImageProcessingStage]:
+    rows = session.execute(
+        select(ImageProcessingStage).where(
+            ImageProcessingStage.scope_id == job.scope_id, ImageProcessingStage.job_id == job.id
+        )
+    ).scalars()
+    return {row.stage: row for row in rows}
+
+
+def _next_planned(session: Session, job: ImageProcessingJob, after: str | None) -> ImageProcessingStage | None:
+    stages = _stages(session, job)
+    start = 0 if after is None else STAGES.index(after) + 1
+    for name in STAGES[start:]:
+        if stages[name].planned:
+            return stages[name]
+    return None
+
+
+def _queue_stage(session: Session, job: ImageProcessingJob, stage: ImageProcessingStage | None) -> None:
+    if stage is None:
+        job.status = "succeeded"
+        job.current_stage = None
+        job.completed_at = utcnow()
+        return
+    task = queue.enqueue(
+        session,
+        scope_id=job.scope_id,
+        task_type=IMAGE_STAGE_TASK_TYPES[stage.stage],
+        lane=STAGE_LANES[stage.stage],
+        dedupe_key=f"{job.id}:{stage.stage}",
+        max_attempts=get_settings().task_max_attempts,
+        submission_mode="pipeline",
+        image_stage=stage.stage,
+        processing_job_id=job.id,
+        target_meme_id=job.meme_id,
+        target_image_sha256=job.image_sha256,
+    )
+    stage.task_id = task.id
+    stage.status = "queued"
+    job.current_stage = stage.stage
+
+
+def load_job(session: Session, scope_id: str, job_id) -> ImageProcessingJob:
+    return session.execute(
+        select(ImageProcessingJob)
+        .where(ImageProcessingJob.scope_id == scope_id, ImageProcessingJob.id == job_id)
+        .with_for_update()
+    ).scalar_one()
+
+
+def stage_started(session: Session, task: Task) -> None:
+    """Mark the task's job and stage running (inside the claim's transaction)."""
+    job = load_job(session, task.scope_id, task.processing_job_id)
+    stage = _stages(session, job)[task.image_stage]
+    stage.status = "running"
+    stage.attempt_count = task.attempt_count
+    job.status = "running"
+    job.current_stage = stage.stage
+
+
+def stage_succeeded(session: Session, task: Task) -> None:
+    """Record a stage's success and hand off to the next planned stage (never rejected)."""
+    job = load_job(session, task.scope_id, task.processing_job_id)
+    stage = _stages(session, job)[task.image_stage]
+    stage.status = "succeeded"
+    stage.error = None
+    _queue_stage(session, job, _next_planned(session, job, after=stage.stage))
+
+
+def stage_retrying(session: Session, task: Task) -> None:
+    """A stage attempt failed and will be retried at ``task.available_at``."""
+    job = load_job(session, task.scope_id, task.processing_job_id)
+    stage = _stages(session, job)[task.image_stage]
+    stage.status = "queued"
+    stage.error = task.error
+    stage.retry_at = task.available_at
+    job.retry_at = task.available_at
+
+
+def stage_failed(session: Session, task: Task) -> None:
+    """A stage failed for good: the job fails and the later planned stages are blocked."""
+    job = load_job(session, task.scope_id, task.processing_job_id)
+    stages = _stages(session, job)
+    stage = stages[task.image_stage]
+    stage.status = "failed"
+    stage.error = task.error
+    for name in STAGES[STAGES.index(stage.stage) + 1 :]:
+        if stages[name].planned:
+            stages[name].status = "blocked"
+    job.status = "failed"
+    job.error = {"stage": stage.stage, **(task.error or {})}
+    job.completed_at = utcnow()

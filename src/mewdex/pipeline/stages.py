@@ -1,0 +1,180 @@
+"""Stage handlers. Each has a slow, side-effect-free ``run`` (no transaction held, may take
+seconds) and an ``apply`` that writes its output inside the fenced write-back transaction.
+
+Errors are :class:`StageError` with a stable code; anything else a handler raises is recorded
+as ``stage_crashed`` and retried like any other failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from mewdex.config import get_settings
+from mewdex.db.models import Meme, MemeEmbedding
+from mewdex.library.images import ImageError, load_frames
+from mewdex.pipeline import models
+from mewdex.pipeline.context import build_meme_context, keyword_document, semantic_fields
+from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.search.generations import active_generation
+from mewdex.search import keyword
+
+STAGE_VERSIONS = {
+    "visual": "visual-1",
+    "agent": "local-ocr-1",
+    "auto_rename": "title-1",
+    "text_embedding": "e5-fields+usem3-doc-1",
+}
+
+
+@dataclass
+class StageError(Exception):
+    """A stage failure with a stable code; ``retryable`` failures are retried with backoff."""
+
+    code: str
+    message: str
+    retryable: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+@dataclass(frozen=True)
+class MemeSnapshot:
+    """What a stage reads of a meme, taken when its task was claimed."""
+
+    scope_id: str
+    id: Any
+    sha256: str
+    display_name: str
+    provenance: dict[str, Any]
+    meme_context: dict[str, Any]
+    read_bytes: Any  # () -> bytes
+
+
+class Stage(Protocol):
+    name: str
+
+    def run(self, meme: MemeSnapshot) -> Any: ...
+
+    def apply(self, session: Session, meme: Meme, output: Any) -> None: ...
+
+
+def context_hash(context: dict[str, Any]) -> str:
+    """sha256 hex of a meme context's canonical JSON (the seed's ``search_metadata_hash``)."""
+    return hashlib.sha256(json.dumps(context, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+class AgentStage:
+    """Local analyzer: OCR on the first (and, when animated, middle) frame composited onto white,
+    plus name tokens from the stored path → ``meme_context``; also refreshes the keyword document."""
+
+    name = "agent"
+
+    def run(self, meme: MemeSnapshot) -> dict[str, Any]:
+        try:
+            frames = load_frames(meme.read_bytes(), indices="first_middle", max_pixels=get_settings().max_pixels)
+        except ImageError as exc:
+            raise StageError(exc.code, str(exc)) from exc
+        except FileNotFoundError as exc:
+            raise StageError("blob_missing", "the image file is missing from the blob store") from exc
+        try:
+            lines = models.ocr_engine().read(frames)
+        except BackendUnavailable as exc:
+            raise StageError("backend_unavailable", str(exc)) from exc
+        return build_meme_context(
+            relative_path=meme.provenance.get("relative_path") or meme.display_name,
+            display_name=meme.display_name,
+            ocr_lines=lines,
+            labels=meme.meme_context.get("labels"),
+        )
+
+    def apply(self, session: Session, meme: Meme, output: dict[str, Any]) -> None:
+        meme.meme_context = output
+        meme.context_status = "ready"
+        meme.text_input_status = "eligible"
+        meme.search_metadata_hash = context_hash(output)
+        write_keyword_document(session, meme)
+
+
+def write_keyword_document(session: Session, meme: Meme) -> None:
+    """Re-index the meme in the keyword leg from its display name and context."""
+    keyword.index_document(
+        session,
+        meme.scope_id,
+        meme.id,
+        meme.search_metadata_hash or context_hash(meme.meme_context),
+        keyword_document(meme.meme_context),
+    )
+
+
+class TextEmbeddingStage:
+    """Embeds the meme context: each semantic field with the ``fields`` model (search takes the best
+    field), the whole document with the ``document`` model; rows go to the active generation."""
+
+    name = "text_embedding"
+
+    def run(self, meme: MemeSnapshot) -> dict[str, Any]:
+        if not meme.meme_context:
+            raise StageError("context_missing", "the meme has no context yet", retryable=False)
+        fields = semantic_fields(meme.meme_context)
+        try:
+            embedders = models.text_embedders()
+            out = {}
+            for role, embedder in embedders.items():
+                texts = fields if role == "fields" else {"document": "\n".join(fields.values())}
+                texts = {k: v for k, v in texts.items() if v.strip()}
+                vectors = embedder.embed_passages(list(texts.values())) if texts else []
+                out[role] = {
+                    "model": embedder.model,
+                    "dimensions": embedder.dimensions,
+                    "items": [(k, texts[k], vectors[i]) for i, k in enumerate(texts)],
+                }
+        except BackendUnavailable as exc:
+            raise StageError("backend_unavailable", str(exc)) from exc
+        return out
+
+    def apply(self, session: Session, meme: Meme, output: dict[str, Any]) -> None:
+        metadata_hash = meme.search_metadata_hash or context_hash(meme.meme_context)
+        for role in output.values():
+            generation = active_generation(session, meme.scope_id, role["model"], role["dimensions"])
+            session.execute(
+                delete(MemeEmbedding).where(
+                    MemeEmbedding.scope_id == meme.scope_id,
+                    MemeEmbedding.generation_id == generation.id,
+                    MemeEmbedding.meme_id == meme.id,
+                )
+            )
+            for field, document, vector in role["items"]:
+                session.add(
+                    MemeEmbedding(
+                        scope_id=meme.scope_id,
+                        generation_id=generation.id,
+                        meme_id=meme.id,
+                        field=field,
+                        model=role["model"],
+                        dimensions=role["dimensions"],
+                        embedding=vector,
+                        semantic_document=document[:6000],
+                        semantic_document_hash=hashlib.sha256(document.encode()).hexdigest(),
+                        metadata_hash=metadata_hash,
+                        image_sha256=meme.sha256,
+                        meme_revision=meme.revision,
+                        item_status="ready",
+                    )
+                )
+
+
+HANDLERS: dict[str, Stage] = {stage.name: stage for stage in (AgentStage(), TextEmbeddingStage())}
+
+
+def load_meme(session: Session, scope_id: str, meme_id) -> Meme | None:
+    return session.execute(
+        select(Meme).where(Meme.scope_id == scope_id, Meme.id == meme_id).with_for_update()
+    ).scalar_one_or_none()

@@ -1,0 +1,38 @@
+"""Processing status: counts of memes and of each planned stage's state, over each meme's latest job."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
+
+from mewdex.db.models import Meme, ScopeContext
+
+STATUS_KEYS = ("queued", "running", "succeeded", "failed")
+
+_STAGE_COUNTS = text(
+    """
+    WITH latest AS (
+        SELECT DISTINCT ON (meme_id) id FROM image_processing_jobs
+        WHERE scope_id = :scope ORDER BY meme_id, created_at DESC
+    )
+    SELECT s.stage, s.status, count(*) FROM image_processing_stages s
+    JOIN latest ON latest.id = s.job_id
+    WHERE s.scope_id = :scope AND s.planned
+    GROUP BY s.stage, s.status
+    """
+)
+
+
+def status(session: Session, scope: ScopeContext, meme_ids: list[str] | None = None) -> dict:
+    """``{"memes": N, "stages": {stage: {"queued", "running", "succeeded", "failed"[, other states]}}}``."""
+    memes = session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id)).scalar_one()
+    stages: dict[str, dict[str, int]] = {}
+    for stage, state, count in session.execute(_STAGE_COUNTS, {"scope": scope.scope_id}):
+        counts = stages.setdefault(stage, dict.fromkeys(STATUS_KEYS, 0))
+        counts[state] = counts.get(state, 0) + count
+    return {"memes": memes, "stages": stages}
+
+
+def pending(counts: dict) -> int:
+    """Stages still to run (queued or running) in a :func:`status` result."""
+    return sum(c.get("queued", 0) + c.get("running", 0) for c in counts["stages"].values())

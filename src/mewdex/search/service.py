@@ -1,0 +1,110 @@
+"""Hybrid search: keyword leg + vector legs fused by reciprocal rank; exact phrases first."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mewdex.db.models import Meme, ScopeContext
+from mewdex.pipeline import models
+from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.search import keyword, vector
+from mewdex.search.fusion import rrf
+
+LEGS = ("keyword", "fields", "document")
+CANDIDATES = 100
+RRF_K = 60.0
+LEG_WEIGHTS = {"keyword": 1.0, "fields": 1.0, "document": 1.0}
+MAX_QUERY_CHARS = 500
+
+
+@dataclass
+class SearchResult:
+    id: UUID
+    display_name: str
+    sha256: str
+    score: float
+    media_url: str
+    snippet: str
+
+    def as_dict(self) -> dict:
+        return {
+            "id": str(self.id),
+            "display_name": self.display_name,
+            "sha256": self.sha256,
+            "score": round(self.score, 6),
+            "media_url": self.media_url,
+            "snippet": self.snippet,
+        }
+
+
+@dataclass
+class SearchResponse:
+    results: list[SearchResult]
+    took_ms: float
+    legs: dict[str, int] = field(default_factory=dict)
+    degraded: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"results": [r.as_dict() for r in self.results], "took_ms": round(self.took_ms, 1)}
+
+
+def search(session: Session, scope: ScopeContext, query: str, n_results: int = 10,
+           legs: tuple[str, ...] = LEGS) -> SearchResponse:
+    """Search the scope for ``query`` (1–500 chars); ``legs`` picks the legs (default all, fused).
+
+    A leg whose embedding backend is unavailable is skipped (listed in ``degraded``); keyword
+    search keeps working.
+    """
+    started = time.perf_counter()
+    rankings: dict[str, list[UUID]] = {}
+    degraded: list[str] = []
+    phrase: list[UUID] = []
+    if "keyword" in legs:
+        hits = keyword.search(session, scope.scope_id, query, CANDIDATES)
+        rankings["keyword"] = [h.meme_id for h in hits]
+        phrase = [h.meme_id for h in hits if h.phrase]
+    try:
+        embedders = models.text_embedders() if any(leg in legs for leg in ("fields", "document")) else {}
+        for role, embedder in embedders.items():
+            if role in legs:
+                q = embedder.embed_query(query)
+                rankings[role] = [h.meme_id for h in vector.search(session, scope.scope_id, embedder.model, q, CANDIDATES)]
+    except BackendUnavailable:
+        degraded.append("vector")
+    scores = rrf(rankings, k=RRF_K, weights=LEG_WEIGHTS)
+    # Exact phrase matches rank first; among them, and among the rest, by fused score.
+    top = set(phrase)
+    ordered = sorted(scores, key=lambda m: (m not in top, -scores[m]))[:n_results]
+    results = _hydrate(session, scope, ordered, scores)
+    return SearchResponse(
+        results=results,
+        took_ms=(time.perf_counter() - started) * 1000,
+        legs={k: len(v) for k, v in rankings.items()},
+        degraded=degraded,
+    )
+
+
+def _hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dict) -> list[SearchResult]:
+    if not ids:
+        return []
+    memes = {
+        m.id: m
+        for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()
+    }
+    return [
+        SearchResult(
+            id=m.id,
+            display_name=m.display_name,
+            sha256=m.sha256,
+            score=scores[m.id],
+            media_url=f"/media/{m.id}",
+            snippet=(m.meme_context.get("ocr_text") or "")[:200],
+        )
+        for m in (memes.get(i) for i in ids)
+        if m is not None
+    ]

@@ -1,0 +1,203 @@
+"""Content-addressed blob store on the local file system.
+
+Layout: ``root/<namespace>/<sha[0:2]>/<sha256><ext>``, where ``namespace`` is a
+scope's immutable ``storage_namespace`` UUID and the key is the SHA-256 of the
+bytes plus the normalized extension. Writes go to ``root/.staging/`` first, are
+flushed and fsynced, then renamed into place with ``os.replace`` (atomic on one
+file system) and the directory is fsynced, so a reader never sees a partial blob.
+
+Paths are only ever built from a validated key and a canonical UUID; any other
+string is rejected with ``ValueError`` before it touches the file system.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+KEY_PATTERN = re.compile(r"[0-9a-f]{64}\.(png|jpg|gif|webp)")
+STAGING_DIR = ".staging"
+CHUNK_SIZE = 1024 * 1024
+
+
+class LocalBlobStore:
+    """Blobs under ``root``; see the module docstring for layout and guarantees."""
+
+    def __init__(self, root: Path | str) -> None:
+        """Use (and create if missing) ``root`` and its ``.staging`` folder."""
+        self.root = Path(root)
+        self._staging = self.root / STAGING_DIR
+        _make_dirs(self._staging)
+
+    def path(self, namespace: str | uuid.UUID, key: str) -> Path:
+        """Return where ``key`` lives (it may not exist).
+
+        Raises:
+            ValueError: ``namespace`` is not a UUID, or ``key`` is not
+                ``<64 lower-case hex><.png|.jpg|.gif|.webp>``.
+        """
+        key = _check_key(key)
+        return self.root / _check_namespace(namespace) / key[:2] / key
+
+    def put(self, namespace: str | uuid.UUID, key: str, data: bytes | bytearray | memoryview | BinaryIO) -> Path:
+        """Store bytes (or a binary file-like object, read in 1 MiB chunks) under ``key``.
+
+        The SHA-256 of the data must equal the key's hash. Idempotent: when the
+        blob already exists with that content nothing is rewritten.
+
+        Returns:
+            the blob's path.
+        Raises:
+            ValueError: invalid namespace/key, or ``blob_digest_mismatch`` when
+                the data does not hash to the key (nothing is stored).
+            OSError: the file system failed (the staging file is removed).
+        """
+        target = self.path(namespace, key)
+        staged = self._staging / f"{secrets.token_hex(16)}.tmp"
+        try:
+            digest = _write_synced(staged, data)
+            if digest != key[:64]:
+                raise ValueError("blob_digest_mismatch")
+            if target.is_file() and _sha256_file(target) == digest:
+                return target
+            _make_dirs(target.parent)
+            os.replace(staged, target)
+            _fsync_dir(target.parent)
+            return target
+        finally:
+            staged.unlink(missing_ok=True)
+
+    def open(self, namespace: str | uuid.UUID, key: str) -> BinaryIO:
+        """Open a blob for binary reading; the caller closes it.
+
+        Raises:
+            ValueError: invalid namespace/key. FileNotFoundError: no such blob.
+        """
+        return self.path(namespace, key).open("rb")
+
+    def exists(self, namespace: str | uuid.UUID, key: str) -> bool:
+        """True if the blob is stored. Raises ValueError for an invalid namespace/key."""
+        return self.path(namespace, key).is_file()
+
+    def delete(self, namespace: str | uuid.UUID, key: str) -> bool:
+        """Remove a blob; a missing one is fine.
+
+        Returns:
+            True if a file was removed, False if there was none.
+        Raises:
+            ValueError: invalid namespace/key.
+        """
+        target = self.path(namespace, key)
+        try:
+            target.unlink()
+        except FileNotFoundError:
+            return False
+        _fsync_dir(target.parent)
+        return True
+
+    def iter_keys(self, namespace: str | uuid.UUID) -> Iterator[str]:
+        """Yield every valid key stored in ``namespace``, sorted; stray files are skipped.
+
+        Raises:
+            ValueError: ``namespace`` is not a UUID.
+        """
+        base = self.root / _check_namespace(namespace)
+        if not base.is_dir():
+            return
+        for shard in sorted(base.iterdir()):
+            if not shard.is_dir():
+                continue
+            for entry in sorted(shard.iterdir()):
+                if KEY_PATTERN.fullmatch(entry.name) and entry.name[:2] == shard.name and entry.is_file():
+                    yield entry.name
+
+    def clean_staging(self, older_than_seconds: float) -> int:
+        """Delete staging files last modified more than ``older_than_seconds`` ago.
+
+        Returns:
+            how many files were removed.
+        """
+        cutoff = time.time() - older_than_seconds
+        removed = 0
+        for entry in self._staging.iterdir():
+            try:
+                if entry.is_file() and entry.stat().st_mtime < cutoff:
+                    entry.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                continue  # finished or cleaned concurrently
+        return removed
+
+
+def _check_key(key: object) -> str:
+    if not isinstance(key, str) or KEY_PATTERN.fullmatch(key) is None:
+        raise ValueError("blob_key_invalid")
+    return key
+
+
+def _check_namespace(namespace: object) -> str:
+    """Return the canonical UUID string (``xxxxxxxx-xxxx-...``, lower case)."""
+    if isinstance(namespace, uuid.UUID):
+        return str(namespace)
+    if isinstance(namespace, str) and re.fullmatch(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}", namespace):
+        return str(uuid.UUID(namespace))
+    raise ValueError("storage_namespace_invalid")
+
+
+def _write_synced(path: Path, data: bytes | bytearray | memoryview | BinaryIO) -> str:
+    """Write ``data`` to a new file, fsync it, and return the SHA-256 hex digest."""
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "wb") as out:
+        for chunk in _chunks(data):
+            digest.update(chunk)
+            out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    return digest.hexdigest()
+
+
+def _chunks(data: bytes | bytearray | memoryview | BinaryIO) -> Iterator[bytes]:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        yield bytes(data)
+        return
+    while chunk := data.read(CHUNK_SIZE):
+        yield chunk
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK_SIZE):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _make_dirs(path: Path) -> None:
+    """Create ``path`` and missing parents, fsyncing each parent that gained an entry."""
+    missing = []
+    current = path
+    while not current.is_dir():
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue  # created concurrently
+        _fsync_dir(directory.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

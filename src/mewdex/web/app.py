@@ -1,0 +1,65 @@
+"""The FastAPI application: API, media, pages; runs migrations and worker threads on start."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from mewdex.config import get_settings
+from mewdex.db.engine import get_engine, get_sessionmaker
+from mewdex.db.migrate import upgrade
+from mewdex.library.scopes import default_scope, ensure_scope
+from mewdex.queue.worker import WorkerPool
+from mewdex.storage import blob_store, journal
+from mewdex.web import errors
+from mewdex.web.routers import health, memes, pages, search
+
+log = logging.getLogger(__name__)
+RECOVERY_INTERVAL_SECONDS = 300
+
+
+def prepare_database() -> None:
+    """Migrate to head and make sure the default scope exists."""
+    upgrade(get_engine())
+    with get_sessionmaker().begin() as session:
+        ensure_scope(session, default_scope())
+
+
+def _recovery_loop(stop: threading.Event) -> None:
+    while True:
+        try:
+            with get_sessionmaker().begin() as session:
+                journal.recover(session, blob_store())
+        except Exception:
+            log.exception("storage recovery failed")
+        if stop.wait(RECOVERY_INTERVAL_SECONDS):
+            return
+
+
+def create_app(*, workers: int | None = None) -> FastAPI:
+    """The app; ``workers`` worker threads (default ``MEWDEX_WORKERS``) run while it is up."""
+    count = get_settings().workers if workers is None else workers
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        prepare_database()
+        stop = threading.Event()
+        recovery = threading.Thread(target=_recovery_loop, args=(stop,), name="storage-recovery", daemon=True)
+        recovery.start()
+        pool = WorkerPool(get_sessionmaker(), count)
+        pool.start()
+        yield
+        stop.set()
+        pool.stop()
+
+    app = FastAPI(title="mewdex", version="0.1.0", lifespan=lifespan)
+    errors.install(app)
+    for module in (health, search, memes, pages):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
+    return app
