@@ -11,6 +11,15 @@ RRF fusions, plus known-item search (vvquest file stem -> that image first).
     MEWDEX_CORPUS=/path/to/memes ... to use another copy of the corpus
 
 Outputs the tables on stdout and a JSON summary in /tmp/mewdex_lab/results.json.
+Add ``--sweep`` to also compare OCR score thresholds and watermark rules.
+
+Recommended default recipe (the "RRF k=10 kwOR*0.5+e5+use lang-w +phrase" row):
+  * e5 leg: max cosine over the e5 fields name / ocr / labels (context.FIELDS_BY_EMBEDDER);
+  * USE leg: max cosine over name / name_ocr / labels;
+  * keyword leg: BM25-like rank over tokens (name weight 2, ocr 1, labels 0.5), OR semantics;
+  * weighted RRF, k=10, depth 100 per leg: keyword 0.5; (e5, USE) = (1, 2) for Chinese
+    queries, (2, 1) for English ones, (1, 1) mixed (LANG_WEIGHTS);
+  * then exact-phrase boost: items whose folded name/OCR contains the folded query go first.
 """
 
 from __future__ import annotations
@@ -33,7 +42,8 @@ SOURCES = ("memegen", "vvquest", "chinesebqb")
 CACHE_DIR = Path(os.environ.get("MEWDEX_LAB_CACHE", "/tmp/mewdex_lab"))
 OCR_MIN_SCORE = 0.3  # raw floor kept in the cache; the context threshold is applied later
 OCR_MAX_SIDE = 1280
-OCR_CACHE = CACHE_DIR / f"ocr_s{OCR_MIN_SCORE}_m{OCR_MAX_SIDE}.json"
+OCR_DET = (960, "max")  # detection input size (OcrEngine defaults)
+OCR_CACHE = CACHE_DIR / f"ocr_s{OCR_MIN_SCORE}_m{OCR_MAX_SIDE}_det{OCR_DET[1]}{OCR_DET[0]}.json"
 IMG_EXT = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp"}
 
 
@@ -76,7 +86,8 @@ def _ocr_one(rel: str) -> tuple[str, dict]:
     from mewdex.pipeline.ocr import OcrEngine
 
     if _ENGINE is None:
-        _ENGINE = OcrEngine(intra_op_threads=1, min_score=OCR_MIN_SCORE, max_side_len=OCR_MAX_SIDE)
+        _ENGINE = OcrEngine(intra_op_threads=1, min_score=OCR_MIN_SCORE, max_side_len=OCR_MAX_SIDE,
+                            det_limit_side_len=OCR_DET[0], det_limit_type=OCR_DET[1])
         _ENGINE.load()
     p = CORPUS / rel
     data = p.read_bytes()
@@ -357,7 +368,7 @@ def main():
     ocr_s = [v["ocr_s"] for v in ocr.values()]
     print(f"\nOCR: {len(ocr)} images, mean {np.mean(ocr_s):.3f} s/image (median {np.median(ocr_s):.3f}, "
           f"p95 {np.percentile(ocr_s, 95):.3f}) on 1 onnxruntime thread, max side {OCR_MAX_SIDE}px, "
-          f"up to 3 frames for animations")
+          f"det {OCR_DET[1]}-side {OCR_DET[0]}, up to 3 frames for animations; 2 processes in parallel)")
 
     queries = [json.loads(l) for l in (CORPUS / "queries_dev.jsonl").read_text().splitlines() if l.strip()]
     e5 = EmbCache(E5Embedder(threads=2), "e5")

@@ -96,6 +96,7 @@ def import_(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON result per file.")] = False,
 ) -> None:
     """Import image files and folders (each folder name becomes a collection)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.importer import collect, import_paths
     from mewdex.library.scopes import default_scope
@@ -218,8 +219,8 @@ def status_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
         print(json.dumps(counts))
         return
     table = Table(title=f"{counts['memes']} memes")
-    keys = sorted({k for c in counts["stages"].values() for k in c}, key=lambda k: (k not in
-                  ("queued", "running", "succeeded", "failed"), k))
+    standard = ["queued", "running", "succeeded", "failed"]
+    keys = standard + sorted({k for c in counts["stages"].values() for k in c} - set(standard))
     table.add_column("stage")
     for key in keys:
         table.add_column(key, justify="right")

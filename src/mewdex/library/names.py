@@ -14,18 +14,16 @@ and ``.webp`` as in ``mewdex.db.models.library``):
   cluster boundary so emoji ZWJ sequences, flags and combining marks stay whole;
 * not empty and not ``.``, ``..``, ``.staging``, ``.quarantine``.
 
-Grapheme clusters are found with an approximation of Unicode UAX #29 built on
-:mod:`unicodedata` (the ``regex`` module is not a dependency): combining marks,
-variation selectors, emoji modifiers and tags, ZWJ emoji sequences, regional
-indicator pairs, Hangul jamo, prepended marks and the common Indic virama
-conjuncts are kept together.
+Grapheme clusters are Unicode UAX #29 extended clusters from the ``regex``
+module's ``\\X``.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
+
+import regex
 
 ALLOWED_EXTENSIONS = (".png", ".jpg", ".gif", ".webp")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
@@ -41,9 +39,7 @@ _BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u20
 _WHITESPACE_RUN = re.compile(r"\s+")
 _FILE_SUFFIX = re.compile(r"\.(?=[A-Za-z0-9]{0,4}[A-Za-z])[A-Za-z0-9]{1,5}\Z")
 
-_ZWJ = 0x200D
-_VIRAMAS = frozenset({0x094D, 0x09CD, 0x0ACD, 0x0B4D, 0x0C4D, 0x0D4D})
-_PREPEND = frozenset({*range(0x0600, 0x0606), 0x06DD, 0x070F, 0x0890, 0x0891, 0x08E2, 0x0D4E, 0x110BD, 0x110CD})
+_GRAPHEME = regex.compile(r"\X")
 
 
 def normalize_extension(value: object) -> str:
@@ -206,70 +202,6 @@ def _truncate_code_points(name: str) -> str:
     return out
 
 
-def _graphemes(text: str) -> Iterator[str]:
-    """Split ``text`` into (approximate UAX #29 extended) grapheme clusters."""
-    start = 0
-    for index in range(1, len(text) + 1):
-        if index == len(text) or not _joins(text, start, index):
-            yield text[start:index]
-            start = index
-
-
-def _joins(text: str, start: int, index: int) -> bool:
-    """True when ``text[index]`` continues the cluster ``text[start:index]``."""
-    prev, cur = ord(text[index - 1]), ord(text[index])
-    if _is_extend(cur) or cur == _ZWJ or prev in _PREPEND:
-        return True
-    if _hangul_joins(prev, cur):
-        return True
-    if prev == _ZWJ and _is_pictographic(cur):
-        return any(_is_pictographic(ord(char)) for char in text[start:index])
-    if _is_regional(prev) and _is_regional(cur):
-        return sum(1 for char in text[start:index] if _is_regional(ord(char))) % 2 == 1
-    return prev in _VIRAMAS and unicodedata.category(chr(cur)) == "Lo" and (prev >> 7) == (cur >> 7)
-
-
-def _is_extend(cp: int) -> bool:
-    """Grapheme_Extend, SpacingMark, ZWNJ, variation selectors, emoji modifiers and tags."""
-    return (
-        unicodedata.category(chr(cp)) in ("Mn", "Me", "Mc")
-        or cp == 0x200C
-        or 0xFE00 <= cp <= 0xFE0F
-        or 0x1F3FB <= cp <= 0x1F3FF
-        or 0xE0020 <= cp <= 0xE007F
-        or 0xE0100 <= cp <= 0xE01EF
-        or 0xFF9E <= cp <= 0xFF9F
-    )
-
-
-def _is_pictographic(cp: int) -> bool:
-    """Approximate Extended_Pictographic: emoji planes and symbol characters."""
-    return 0x1F000 <= cp <= 0x1FAFF or (cp >= 0x2000 and unicodedata.category(chr(cp)) == "So")
-
-
-def _is_regional(cp: int) -> bool:
-    return 0x1F1E6 <= cp <= 0x1F1FF
-
-
-def _hangul_joins(prev: int, cur: int) -> bool:
-    """UAX #29 rules GB6-GB8 for conjoining jamo and precomposed syllables."""
-    kind_prev, kind_cur = _hangul_kind(prev), _hangul_kind(cur)
-    if kind_prev == "L":
-        return kind_cur in ("L", "V", "LV", "LVT")
-    if kind_prev in ("LV", "V"):
-        return kind_cur in ("V", "T")
-    if kind_prev in ("LVT", "T"):
-        return kind_cur == "T"
-    return False
-
-
-def _hangul_kind(cp: int) -> str | None:
-    if 0x1100 <= cp <= 0x115F or 0xA960 <= cp <= 0xA97C:
-        return "L"
-    if 0x1160 <= cp <= 0x11A7 or 0xD7B0 <= cp <= 0xD7C6:
-        return "V"
-    if 0x11A8 <= cp <= 0x11FF or 0xD7CB <= cp <= 0xD7FB:
-        return "T"
-    if 0xAC00 <= cp <= 0xD7A3:
-        return "LV" if (cp - 0xAC00) % 28 == 0 else "LVT"
-    return None
+def _graphemes(text: str) -> list[str]:
+    """Extended grapheme clusters (UAX #29) of ``text``, via the ``regex`` module's ``\\X``."""
+    return _GRAPHEME.findall(text)

@@ -33,7 +33,9 @@ _WS = re.compile(r"\s+")
 _HAN_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HAN_RUN = re.compile(f"[{_HAN_CLASS}]+")
 # A "word" outside Han: letters/digits/marks of any script, plus in-word joiners we split later.
-_RUN = re.compile(f"[{_HAN_CLASS}]+|[^\\W_]+(?:['’_\\-.][^\\W_]+)*", re.UNICODE)
+_RUN = re.compile(
+    f"[{_HAN_CLASS}]+|[^\\W_{_HAN_CLASS}]+(?:['’_\\-.][^\\W_{_HAN_CLASS}]+)*", re.UNICODE
+)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_A-Za-z]+", re.UNICODE)
 _ASCII_ALPHA = re.compile(r"^[a-z]+$")
 
@@ -149,7 +151,8 @@ def split_compound(word: str) -> list[str]:
     ``HTTPServer``, ``abc123`` and glued ``grumpycat`` -> ``['grumpy', 'cat']``. Returns
     ``[fold(word)]`` when there is nothing to split. Does not add the compound itself.
     """
-    word = re.sub(r"['’]", "", unicodedata.normalize("NFKC", word))  # don't -> dont
+    # accents off first (keeping case) so ``Café`` stays one camel-case piece; don't -> dont
+    word = re.sub(r"['’]", "", _strip_latin_accents(unicodedata.normalize("NFKC", word)))
     pieces: list[str] = []
     for chunk in re.split(r"[_\-.]+", word):
         if not chunk:

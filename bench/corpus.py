@@ -1,0 +1,102 @@
+"""Shared bench set-up: a data dir with the real corpus imported and processed, timed.
+
+Used by quality.py, ingest.py and search_latency.py. The index sees only image bytes and paths;
+``metadata.jsonl`` and the queries are read only to score results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("MEWDEX_CORPUS", REPO.parent / "shared" / "data" / "memes"))
+SOURCES = ("memegen", "vvquest", "chinesebqb")
+
+
+def use_data_dir(path: str | None) -> Path:
+    """Point this process's settings at ``path`` (or a fresh temp dir); returns it."""
+    data_dir = Path(path) if path else Path(tempfile.mkdtemp(prefix="mewdex-bench-"))
+    os.environ["MEWDEX_DATA_DIR"] = str(data_dir)
+    from mewdex.config import get_settings
+
+    get_settings.cache_clear()
+    return data_dir
+
+
+def corpus_roots() -> list[Path]:
+    if not CORPUS.is_dir():
+        sys.exit(f"corpus not found at {CORPUS} (set MEWDEX_CORPUS)")
+    return [CORPUS / s for s in SOURCES]
+
+
+def prepare(*, workers: int = 2, log=print) -> dict:
+    """Import the corpus into the current data dir and process it; returns timings and counts."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.importer import collect, import_paths
+    from mewdex.library.scopes import default_scope
+    from mewdex.pipeline.status import pending, status
+    from mewdex.queue.worker import WorkerPool
+    from mewdex.storage import blob_store
+    from mewdex.web.app import prepare_database
+
+    prepare_database()
+    sessions, scope = get_sessionmaker(), default_scope()
+    items = collect([CORPUS])
+    started = time.perf_counter()
+    summary = import_paths(sessions, blob_store(), scope, items)
+    imported = time.perf_counter()
+    log(f"imported {len(items)} files in {imported - started:.1f}s: {summary.created} created, "
+        f"{summary.duplicates} duplicates, {summary.skipped} skipped {dict(summary.reasons)}")
+    pool = WorkerPool(sessions, workers)
+    pool.start()
+    last = 0.0
+    while True:
+        with sessions.begin() as session:
+            counts = status(session, scope)
+        if pending(counts) == 0:
+            break
+        if time.perf_counter() - last > 15:
+            last = time.perf_counter()
+            log(f"  processing… {counts['stages']}")
+        time.sleep(0.5)
+    done = time.perf_counter()
+    pool.stop()
+    return {
+        "files": len(items),
+        "created": summary.created,
+        "duplicates": summary.duplicates,
+        "skipped": summary.skipped,
+        "import_seconds": imported - started,
+        "process_seconds": done - imported,
+        "total_seconds": done - started,
+        "status": counts,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def path_to_meme_ids() -> dict[str, str]:
+    """Corpus-relative path → meme id (through the file's sha256; byte-identical files share a meme)."""
+    from sqlalchemy import select
+
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.db.models import Meme
+    from mewdex.library.scopes import default_scope
+
+    with get_sessionmaker().begin() as session:
+        by_sha = dict(
+            session.execute(select(Meme.sha256, Meme.id).where(Meme.scope_id == default_scope().scope_id)).all()
+        )
+    mapping = {}
+    for root in corpus_roots():
+        for path in (root / "images").rglob("*"):
+            if path.is_file():
+                sha = hashlib.sha256(path.read_bytes()).hexdigest()
+                if sha in by_sha:
+                    mapping[path.relative_to(CORPUS).as_posix()] = str(by_sha[sha])
+    return mapping

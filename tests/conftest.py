@@ -1,0 +1,280 @@
+"""Shared fixtures: one embedded PostgreSQL per test session, a fresh scope per test, a queue drainer,
+and a small corpus sample imported and processed once per session.
+
+Nothing here mocks mewdex code: the database is the real embedded PostgreSQL 18 + pgvector, the
+blob store is the real local one, the models are the real offline ones.
+
+Environment:
+    MEWDEX_CORPUS   the meme corpus (default ``<repo>/../shared/data/memes``); corpus tests skip without it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CASES = REPO / "tests" / "cases"
+SHARED_CASES = REPO.parent / "shared" / "cases"
+CORPUS = Path(os.environ.get("MEWDEX_CORPUS") or REPO.parent / "shared" / "data" / "memes")
+MEWDEX_BIN = Path(sys.executable).parent / "mewdex"
+
+# The session's defaults for every process started by the tests (CLI subprocesses inherit them).
+TEST_ENV = {
+    "MEWDEX_RETRY_BASE_SECONDS": "0",
+    "MEWDEX_RETRY_MAX_SECONDS": "0",
+    "MEWDEX_WORKER_POLL_SECONDS": "0.2",
+    "MEWDEX_LOG_LEVEL": "WARNING",
+}
+
+# Corpus files of the shared sample (paths below each source's ``images/``), ≤ 30 with the cases.
+SAMPLE = {
+    "vvquest": [
+        "一个字我都不信.png",
+        "不屑.png",
+        "仅供大家参考.png",
+        "中国人民从此站起来了.png",
+        "他什么都敢说.png",
+        "I don't care 我们不在乎.png",
+        "一定要迎头痛击.png",
+        "不值得同情的.png",
+    ],
+    "memegen": [
+        "cmm/default.png",
+        "crow/default.jpg",
+        "dragon/default.png",
+        "drake/yes.jpg",
+        "drake/no.jpg",
+        "grumpycat/default.jpg",
+        "aag/default.jpg",
+        "ackbar/default.jpg",
+    ],
+    "chinesebqb": [
+        "009_KumamotoBear/KumamotoBear00001.gif",
+        "009_KumamotoBear/KumamotoBear00004.gif",
+        "004_SmirkBoy/SmirkBoy00001.jpg",
+        "nanian_natu/那年那兔那些事-不约.jpg",
+        "nanian_natu/那年那兔那些事-瞧不起.png",
+    ],
+}
+# Case files added to the sample (relative to the cases folder; placed under ``cases/`` in the import).
+SAMPLE_CASES = ["img05_ocr_hello_transparent.png", "img06_animated_3frames.webp"]
+# FN-01: ``Café.png`` twice (NFC and NFD names, different pixels), extracted from the case ZIP into ``cases/fn01/``.
+FN01_ZIP = "fn01_nfc_nfd.zip"
+
+
+def _reset_process_state() -> None:
+    """Forget cached settings, the engine and the blob store (after an env change)."""
+    from mewdex.config import get_settings
+    from mewdex.db.engine import reset_engine
+    from mewdex.storage import blob_store
+
+    reset_engine()
+    get_settings.cache_clear()
+    blob_store.cache_clear()
+
+
+@dataclass
+class MewdexEnv:
+    data_dir: Path
+    env: dict[str, str]
+
+    def cli(self, *args: str, scope: str | None = None, timeout: float = 300, check: bool = False,
+            **kw) -> subprocess.CompletedProcess:
+        """Run the real ``mewdex`` CLI on this session's data dir (and ``scope`` as its default scope)."""
+        env = {**os.environ, **self.env, "COLUMNS": "200", "NO_COLOR": "1"}
+        if scope is not None:
+            env["MEWDEX_DEFAULT_SCOPE"] = scope
+        proc = subprocess.run([str(MEWDEX_BIN), *args], env=env, capture_output=True, text=True, timeout=timeout, **kw)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"mewdex {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+
+@pytest.fixture(scope="session")
+def mewdex_env() -> MewdexEnv:
+    """A temp data dir with its own embedded PostgreSQL, migrated; stopped and removed at session end."""
+    from mewdex.db.embedded import stop
+    from mewdex.db.engine import get_engine
+    from mewdex.db.migrate import upgrade
+
+    data_dir = Path(tempfile.mkdtemp(prefix="mewdex-test-"))
+    env = {"MEWDEX_DATA_DIR": str(data_dir), **TEST_ENV}
+    saved = {k: os.environ.get(k) for k in [*env, "MEWDEX_DATABASE_URL", "MEWDEX_DEFAULT_SCOPE"]}
+    os.environ.update(env)
+    os.environ.pop("MEWDEX_DATABASE_URL", None)  # always the embedded server of this data dir
+    os.environ.pop("MEWDEX_DEFAULT_SCOPE", None)
+    _reset_process_state()
+    try:
+        upgrade(get_engine())
+        yield MewdexEnv(data_dir, env)
+    finally:
+        _reset_process_state()
+        try:
+            stop(data_dir.resolve() / "pgdata")
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            _reset_process_state()
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def sessions(mewdex_env):
+    from mewdex.db.engine import get_sessionmaker
+
+    return get_sessionmaker()
+
+
+@pytest.fixture(scope="session")
+def store(mewdex_env):
+    from mewdex.storage import blob_store
+
+    return blob_store()
+
+
+def new_scope(sessions, prefix: str = "t"):
+    from mewdex.db.models import ScopeContext
+    from mewdex.library.scopes import ensure_scope
+
+    scope = ScopeContext(f"{prefix}-{uuid.uuid4().hex[:16]}")
+    with sessions.begin() as session:
+        ensure_scope(session, scope)
+    return scope
+
+
+def drop_scope(sessions, scope) -> None:
+    """Delete a test scope's rows (everything cascades from ``scopes``) so no other test's drain works on them."""
+    from sqlalchemy import text
+
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": scope.scope_id})
+
+
+@pytest.fixture
+def scope(sessions):
+    """A fresh scope of this test (removed afterwards)."""
+    s = new_scope(sessions)
+    yield s
+    drop_scope(sessions, s)
+
+
+def pending_tasks(sessions, scopes=None) -> int:
+    from sqlalchemy import func, select
+
+    from mewdex.db.models import Task
+    from mewdex.queue.worker import LANES
+
+    with sessions.begin() as session:
+        query = select(func.count()).select_from(Task).where(Task.status.in_(("queued", "running")),
+                                                             Task.lane.in_(LANES))
+        if scopes is not None:
+            query = query.where(Task.scope_id.in_([s.scope_id for s in scopes]))
+        return session.execute(query).scalar_one()
+
+
+def drain_queue(sessions, *scopes, timeout: float = 240.0) -> int:
+    """Run a real :class:`Worker` in this thread until no image-stage task of ``scopes`` (default: any) is
+    queued or running; returns how many tasks it processed."""
+    from mewdex.queue.worker import Worker
+
+    worker = Worker(sessions, name=f"pytest-{os.getpid()}")
+    deadline = time.monotonic() + timeout
+    done = 0
+    while True:
+        if worker.run_once():
+            done += 1
+            continue
+        if pending_tasks(sessions, scopes or None) == 0:
+            return done
+        if time.monotonic() > deadline:
+            raise AssertionError(f"queue not drained after {timeout}s")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def drain(sessions):
+    """``drain(*scopes)``: process the queue to completion with a real worker."""
+    return lambda *scopes, timeout=240.0: drain_queue(sessions, *scopes, timeout=timeout)
+
+
+def corpus_available() -> bool:
+    return all((CORPUS / src / "images" / rel).is_file() for src, rels in SAMPLE.items() for rel in rels)
+
+
+@dataclass
+class Sample:
+    scope: object
+    root: Path
+    summary: object
+    ids: dict[str, str] = field(default_factory=dict)  # "<source>/<relative path>" -> meme id
+
+
+@pytest.fixture(scope="session")
+def sample(sessions, store, tmp_path_factory) -> Sample:
+    """≤ 30 corpus images + a few case files imported (folder import, real files) into one scope and
+    processed once for the whole session; shared by the search tests (read-only)."""
+    if not corpus_available():
+        pytest.skip(f"corpus not found at {CORPUS} (set MEWDEX_CORPUS)")
+    from mewdex.library.importer import collect, import_paths
+
+    root = tmp_path_factory.mktemp("sample")
+    for source, rels in SAMPLE.items():
+        for rel in rels:
+            target = root / source / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(CORPUS / source / "images" / rel, target)
+    for rel in SAMPLE_CASES:
+        src = CASES / rel if (CASES / rel).exists() else SHARED_CASES / rel
+        target = root / "cases" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, target)
+    extract_flat(case_file(FN01_ZIP), root / "cases" / "fn01")
+    scope = new_scope(sessions, "t-sample")
+    roots = [root / source for source in [*SAMPLE, "cases"]]
+    items = collect(roots)
+    ids: dict[str, str] = {}
+
+    def record(item, result):
+        ids[f"{item.root.name}/{item.relative_path}"] = result.meme_id
+
+    summary = import_paths(sessions, store, scope, items, on_result=record)
+    drain_queue(sessions, scope, timeout=600)
+    return Sample(scope, root, summary, ids)
+
+
+def extract_flat(zip_path: Path, target: Path) -> list[Path]:
+    """Write each ZIP entry's bytes to ``target/<entry name>`` (the names are trusted case names)."""
+    import zipfile
+
+    target.mkdir(parents=True, exist_ok=True)
+    out = []
+    with zipfile.ZipFile(zip_path) as archive:
+        for info in archive.infolist():
+            path = target / info.filename
+            path.write_bytes(archive.read(info))
+            out.append(path)
+    return out
+
+
+def case_file(name: str) -> Path:
+    """A case file from tests/cases (or the shared cases folder when not copied)."""
+    path = CASES / name
+    if path.exists():
+        return path
+    shared = SHARED_CASES / name
+    if shared.exists():
+        return shared
+    pytest.skip(f"case file {name} not found")
