@@ -48,13 +48,13 @@ def prepare(*, workers: int = 2, log=print) -> dict:
     prepare_database()
     sessions, scope = get_sessionmaker(), default_scope()
     items = collect([CORPUS])
+    pool = WorkerPool(sessions, workers)
     started = time.perf_counter()
+    pool.start()  # workers process while the import goes on, as with `mewdex import --wait`
     summary = import_paths(sessions, blob_store(), scope, items)
     imported = time.perf_counter()
     log(f"imported {len(items)} files in {imported - started:.1f}s: {summary.created} created, "
         f"{summary.duplicates} duplicates, {summary.skipped} skipped {dict(summary.reasons)}")
-    pool = WorkerPool(sessions, workers)
-    pool.start()
     last = 0.0
     while True:
         with sessions.begin() as session:

@@ -42,7 +42,8 @@ def main() -> None:
     result = corpus.prepare(workers=args.workers)
     memes = result["status"]["memes"]
     print(json.dumps(result["status"]))
-    print(f"import:      {result['files'] / result['import_seconds']:.1f} files/s ({result['import_seconds']:.1f}s)")
+    print(f"import:      {result['files'] / result['import_seconds']:.1f} files/s ({result['import_seconds']:.1f}s, "
+          "workers running meanwhile)")
     for stage, figures in stage_rates().items():
         print(f"{stage:14s} {figures}")
     print(f"end to end:  {memes / result['total_seconds']:.2f} images/s "

@@ -13,12 +13,12 @@ RRF fusions, plus known-item search (vvquest file stem -> that image first).
 Outputs the tables on stdout and a JSON summary in /tmp/mewdex_lab/results.json.
 Add ``--sweep`` to also compare OCR score thresholds and watermark rules.
 
-Recommended default recipe (the "RRF k=10 kwOR*0.5+e5+use lang-w +phrase" row):
+Recommended default recipe (the "DEFAULT RRF k=5 kwOR*0.5+e5+use*2 +phrase" row):
   * e5 leg: max cosine over the e5 fields name / ocr / labels (context.FIELDS_BY_EMBEDDER);
   * USE leg: max cosine over name / name_ocr / labels;
   * keyword leg: BM25-like rank over tokens (name weight 2, ocr 1, labels 0.5), OR semantics;
-  * weighted RRF, k=10, depth 100 per leg: keyword 0.5; (e5, USE) = (1, 2) for Chinese
-    queries, (2, 1) for English ones, (1, 1) mixed (LANG_WEIGHTS);
+  * weighted RRF, k=5, depth 100 per leg: keyword 0.5, e5 1, USE 2 (DEFAULT_K, DEFAULT_W);
+    language-switched e5/USE weights (LANG_WEIGHTS) are measured as a variant;
   * then exact-phrase boost: items whose folded name/OCR contains the folded query go first.
 """
 
@@ -409,7 +409,9 @@ def main():
     print(f"\nwrote {CACHE_DIR / 'results.json'}")
 
 
-LANG_WEIGHTS = {"zh": (1.0, 2.0), "en": (2.0, 1.0), "mixed": (1.0, 1.0)}  # (e5, USE) RRF weights
+LANG_WEIGHTS = {"zh": (1.0, 2.0), "en": (2.0, 1.0), "mixed": (1.0, 1.0)}  # (e5, USE) RRF weights (variant)
+DEFAULT_K = 5
+DEFAULT_W = {"kw": 0.5, "e5": 1.0, "use": 2.0}  # recommended default fusion weights
 
 
 def query_lang(q: str) -> str:
@@ -483,8 +485,13 @@ def evaluate(ocr, queries, e5, use, thr, corpus_stat, corner=True, full=True):
         fusions[f"RRF k={k} kwOR+e5+use lang-w"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: [1, *lw[j]], k)
         fusions[f"RRF k={k} kwOR*0.5+e5+use lang-w"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: [0.5, *lw[j]], k)
         fusions[f"RRF k={k} kwAND+e5+use"] = (lambda j: [kw_and[j], e5r[j], user[j]], lambda j: [1, 1, 1], k)
+    dw = [DEFAULT_W["kw"], DEFAULT_W["e5"], DEFAULT_W["use"]]
+    fusions[f"DEFAULT RRF k={DEFAULT_K} kwOR*0.5+e5+use*2"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: dw, DEFAULT_K)
+    fusions[f"RRF k={DEFAULT_K} e5+use*2"] = (lambda j: [e5r[j], user[j]], lambda j: [1, 2], DEFAULT_K)
+    fusions[f"RRF k={DEFAULT_K} kwOR*0.5+e5+use lang-w"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: [0.5, *lw[j]], DEFAULT_K)
     if full:
-        fusions["RRF k=10 kwAND+e5+use*2"] = (lambda j: [kw_and[j], e5r[j], user[j]], lambda j: [1, 1, 2], 10)
+        fusions["RRF k=10 kwOR*0.5+e5+use*2"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: dw, 10)
+        fusions["RRF k=60 kwOR*0.5+e5+use*2"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: dw, 60)
     for fname, (legs, ws, k) in fusions.items():
         fr = [rrf(legs(j), ws(j), k) for j in range(len(queries))]
         R[fname] = fr
@@ -520,8 +527,7 @@ def evaluate(ocr, queries, e5, use, thr, corpus_stat, corner=True, full=True):
             s = bm.scores(qt)
             r_kw = ranking(s, mask=s > 0)
             h = phrase_hits(st, items)
-            w = LANG_WEIGHTS[query_lang(st)]
-            fused = rrf([r_kw, r_e5, r_use], [0.5, *w], 10)  # the recommended default
+            fused = rrf([r_kw, r_e5, r_use], [DEFAULT_W["kw"], DEFAULT_W["e5"], DEFAULT_W["use"]], DEFAULT_K)
             ki["default fused (no phrase boost)"] += fused[0] == i
             top = apply_phrase(fused, h)[0]
             ki["default fused +phrase"] += top == i

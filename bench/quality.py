@@ -17,7 +17,7 @@ from pathlib import Path
 
 import corpus
 
-VARIANTS = {"default": None, "keyword": ("keyword",), "fields": ("fields",), "document": ("document",)}
+VARIANTS = {"default": None, "keyword": ("keyword",), "e5": ("e5",), "use": ("use",)}
 KS = (1, 5, 10)
 
 

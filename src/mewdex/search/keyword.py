@@ -13,10 +13,11 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import MemeSearchDocument, MemeSearchTerm, utcnow
-from mewdex.search.text import fold, tokenize
+from mewdex.search.text import fold, has_han, tokenize
 
-# Term frequency multipliers per context field; other fields count 1.
-FIELD_WEIGHTS = {"name": 2.0, "ocr": 1.5}
+# Term frequency multipliers per context field (measured by bench/lab_text_recipe.py).
+FIELD_WEIGHTS = {"name": 2.0, "ocr": 1.0, "labels": 0.5}
+PHRASE_FIELD = "phrase"
 BM25_K1 = 1.2
 BM25_B = 0.75
 MAX_TERM_LENGTH = 255
@@ -30,18 +31,25 @@ class KeywordHit:
 
 
 def index_document(session: Session, scope_id: str, meme_id: UUID, metadata_hash: str, fields: dict[str, str]) -> None:
-    """Replace the meme's keyword document and postings with those of ``fields`` (field → text)."""
+    """Replace the meme's keyword document and postings.
+
+    ``fields`` is :func:`mewdex.pipeline.context.keyword_document`'s output: space-joined folded
+    tokens per field (``name``, ``ocr``, ``labels``) and ``phrase``, the folded text that exact
+    phrases are matched in.
+    """
     tf: Counter[str] = Counter()
     for field, value in fields.items():
+        if field == PHRASE_FIELD:
+            continue
         weight = FIELD_WEIGHTS.get(field, 1.0)
-        for term in tokenize(value):
+        for term in value.split():
             if len(term) <= MAX_TERM_LENGTH:
                 tf[term] += weight
     document = dict(
         scope_id=scope_id,
         meme_id=meme_id,
         metadata_hash=metadata_hash,
-        folded_text=fold(" \n ".join(v for v in fields.values() if v)),
+        folded_text=fields.get(PHRASE_FIELD, ""),
         term_count=float(sum(tf.values())),
         updated_at=utcnow(),
     )
@@ -86,6 +94,12 @@ _BM25_SQL = text(
     """
 )
 
+def phrase_worthy(folded: str) -> bool:
+    """Long enough to be a phrase a user remembers: ≥ 2 Han characters or ≥ 4 other characters."""
+    han = sum(1 for ch in folded if has_han(ch))
+    return han >= 2 or len(folded) - han >= 4
+
+
 _PHRASE_SQL = text(
     """
     SELECT meme_id FROM meme_search_documents
@@ -105,7 +119,7 @@ def search(session: Session, scope_id: str, query: str, limit: int) -> list[Keyw
         scores = {row[0]: float(row[1]) for row in session.execute(_BM25_SQL, params)}
     phrase = fold(query).strip()
     phrase_ids: list[UUID] = []
-    if len(phrase) >= 2:
+    if phrase_worthy(phrase):
         pattern = "%" + phrase.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         phrase_ids = list(session.execute(_PHRASE_SQL, {"scope": scope_id, "pattern": pattern, "limit": limit}).scalars())
     phrase_set = set(phrase_ids)

@@ -15,10 +15,11 @@ from mewdex.pipeline.errors import BackendUnavailable
 from mewdex.search import keyword, vector
 from mewdex.search.fusion import rrf
 
-LEGS = ("keyword", "fields", "document")
+LEGS = ("keyword", "e5", "use")
 CANDIDATES = 100
-RRF_K = 60.0
-LEG_WEIGHTS = {"keyword": 1.0, "fields": 1.0, "document": 1.0}
+# Measured on the dev queries (bench/lab_text_recipe.py): a small k and USE weighted up fuse best.
+RRF_K = 5.0
+LEG_WEIGHTS = {"keyword": 0.5, "e5": 1.0, "use": 2.0}
 MAX_QUERY_CHARS = 500
 
 
@@ -69,11 +70,11 @@ def search(session: Session, scope: ScopeContext, query: str, n_results: int = 1
         rankings["keyword"] = [h.meme_id for h in hits]
         phrase = [h.meme_id for h in hits if h.phrase]
     try:
-        embedders = models.text_embedders() if any(leg in legs for leg in ("fields", "document")) else {}
-        for role, embedder in embedders.items():
-            if role in legs:
+        embedders = models.text_embedders() if any(leg != "keyword" for leg in legs) else {}
+        for leg, embedder in embedders.items():
+            if leg in legs:
                 q = embedder.embed_query(query)
-                rankings[role] = [h.meme_id for h in vector.search(session, scope.scope_id, embedder.model, q, CANDIDATES)]
+                rankings[leg] = [h.meme_id for h in vector.search(session, scope.scope_id, embedder.model, q, CANDIDATES)]
     except BackendUnavailable:
         degraded.append("vector")
     scores = rrf(rankings, k=RRF_K, weights=LEG_WEIGHTS)

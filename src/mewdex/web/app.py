@@ -14,6 +14,7 @@ from mewdex.config import get_settings
 from mewdex.db.engine import get_engine, get_sessionmaker
 from mewdex.db.migrate import upgrade
 from mewdex.library.scopes import default_scope, ensure_scope
+from mewdex.pipeline import models
 from mewdex.queue.worker import WorkerPool
 from mewdex.storage import blob_store, journal
 from mewdex.web import errors
@@ -41,6 +42,15 @@ def _recovery_loop(stop: threading.Event) -> None:
             return
 
 
+def _warm_models() -> None:
+    """Load the query embedders now so the first search does not pay for it."""
+    try:
+        for embedder in models.text_embedders().values():
+            embedder.embed_query("warm-up")
+    except Exception:
+        log.exception("could not load the text embedders; vector search is unavailable")
+
+
 def create_app(*, workers: int | None = None) -> FastAPI:
     """The app; ``workers`` worker threads (default ``MEWDEX_WORKERS``) run while it is up."""
     count = get_settings().workers if workers is None else workers
@@ -48,6 +58,7 @@ def create_app(*, workers: int | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         prepare_database()
+        threading.Thread(target=_warm_models, name="warm-models", daemon=True).start()
         stop = threading.Event()
         recovery = threading.Thread(target=_recovery_loop, args=(stop,), name="storage-recovery", daemon=True)
         recovery.start()

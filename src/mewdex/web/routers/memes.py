@@ -74,7 +74,7 @@ def read_meme(meme_id: str, session: Session = Depends(db_session), scope: Scope
     return meme_dict(session, get_meme(session, scope, meme_id))
 
 
-@router.get("/media/{meme_id}")
+@router.api_route("/media/{meme_id}", methods=["GET", "HEAD"])
 def media(meme_id: str, request: Request, session: Session = Depends(db_session),
           scope: ScopeContext = Depends(current_scope)):
     """Original bytes with their real ``Content-Type``, ``ETag`` (sha256) and a year-long immutable cache."""

@@ -43,6 +43,17 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_scopes')),
     sa.UniqueConstraint('storage_namespace')
     )
+    # A scope's blob namespace is part of every blob path: it never changes once set.
+    op.execute(
+        "CREATE FUNCTION scopes_storage_namespace_immutable() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN IF NEW.storage_namespace IS DISTINCT FROM OLD.storage_namespace THEN "
+        "RAISE EXCEPTION 'storage_namespace is immutable' USING ERRCODE = 'check_violation'; END IF; "
+        "RETURN NEW; END $$"
+    )
+    op.execute(
+        "CREATE TRIGGER scopes_storage_namespace_immutable BEFORE UPDATE ON scopes "
+        "FOR EACH ROW EXECUTE FUNCTION scopes_storage_namespace_immutable()"
+    )
     op.create_table('meme_collections',
     sa.Column('id', sa.Uuid(), nullable=False),
     sa.Column('scope_id', sa.String(length=128), nullable=False),
@@ -675,5 +686,6 @@ def downgrade() -> None:
     op.drop_table('memes')
     op.drop_table('meme_collections')
     op.drop_table('scopes')
+    op.execute("DROP FUNCTION scopes_storage_namespace_immutable()")
     op.drop_table('installation_state')
     op.drop_table('image_naming_pools')
