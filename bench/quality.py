@@ -5,6 +5,9 @@ already holds it), then reports Recall@1/5/10 and MRR@10 overall, per ``lang`` a
 for the default (fused) search and for each leg alone, in the same run; and known-item search:
 each vvquest caption (its file stem) as the query, the share found first.
 
+R@k is the share of a query's relevant memes in the top k; Rcap@10 divides by min(|relevant|, 10)
+instead; S@10 is the share of queries with any relevant meme in the top 10.
+
 Run: .venv/bin/python bench/quality.py [--data-dir DIR]
 """
 
@@ -19,6 +22,7 @@ import corpus
 
 VARIANTS = {"default": None, "keyword": ("keyword",), "e5": ("e5",), "use": ("use",)}
 KS = (1, 5, 10)
+METRICS = ("R@1", "R@5", "R@10", "Rcap@10", "S@10", "MRR@10")
 
 
 def evaluate(run, queries, mapping) -> dict:
@@ -29,6 +33,9 @@ def evaluate(run, queries, mapping) -> dict:
         ranked = run(q["query"])
         hit_ranks = [i for i, m in enumerate(ranked[:10], 1) if m in relevant]
         figures = {f"R@{k}": len(relevant & set(ranked[:k])) / len(relevant) for k in KS}
+        # Capped recall: a query with 20 relevant memes can score 1.0 at 10 (BEIR's R_cap@k).
+        figures["Rcap@10"] = len(relevant & set(ranked[:10])) / min(len(relevant), 10)
+        figures["S@10"] = 1.0 if hit_ranks else 0.0
         figures["MRR@10"] = 1 / hit_ranks[0] if hit_ranks else 0.0
         for group in ("all", f"lang={q['lang']}", f"type={q['type']}"):
             groups[group].append(figures)
@@ -81,10 +88,10 @@ def main() -> None:
     groups = list(results["default"])
     for group in groups:
         print(f"\n[{group}] n={results['default'][group]['n']}")
-        print(f"  {'variant':10s} " + " ".join(f"{m:>7s}" for m in ("R@1", "R@5", "R@10", "MRR@10")))
+        print(f"  {'variant':10s} " + " ".join(f"{m:>7s}" for m in METRICS))
         for name in VARIANTS:
             row = results[name][group]
-            print(f"  {name:10s} " + " ".join(f"{row[m]:7.3f}" for m in ("R@1", "R@5", "R@10", "MRR@10")))
+            print(f"  {name:10s} " + " ".join(f"{row[m]:7.3f}" for m in METRICS))
     best_leg = max(results[v]["all"]["MRR@10"] for v in VARIANTS if v != "default")
     print(f"\ndefault MRR@10 {results['default']['all']['MRR@10']:.3f} vs best single leg {best_leg:.3f} "
           f"(gap {results['default']['all']['MRR@10'] - best_leg:+.3f})")
