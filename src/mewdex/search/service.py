@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from uuid import UUID
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Meme, ScopeContext
 from mewdex.pipeline import models
 from mewdex.pipeline.errors import BackendUnavailable
@@ -58,29 +60,25 @@ def search(session: Session, scope: ScopeContext, query: str, n_results: int = 1
            legs: tuple[str, ...] = LEGS) -> SearchResponse:
     """Search the scope for ``query`` (1–500 chars); ``legs`` picks the legs (default all, fused).
 
-    A leg whose embedding backend is unavailable is skipped (listed in ``degraded``); keyword
-    search keeps working.
+    The legs run concurrently, each on its own connection. A vector leg whose embedding backend
+    is unavailable is skipped (listed in ``degraded``); keyword search keeps working.
     """
     started = time.perf_counter()
+    futures = {leg: _LEG_POOL.submit(_run_leg, leg, scope.scope_id, query) for leg in legs}
     rankings: dict[str, list[UUID]] = {}
     degraded: list[str] = []
-    phrase: list[UUID] = []
-    if "keyword" in legs:
-        hits = keyword.search(session, scope.scope_id, query, CANDIDATES)
-        rankings["keyword"] = [h.meme_id for h in hits]
-        phrase = [h.meme_id for h in hits if h.phrase]
-    try:
-        embedders = models.text_embedders() if any(leg != "keyword" for leg in legs) else {}
-        for leg, embedder in embedders.items():
-            if leg in legs:
-                q = embedder.embed_query(query)
-                rankings[leg] = [h.meme_id for h in vector.search(session, scope.scope_id, embedder.model, q, CANDIDATES)]
-    except BackendUnavailable:
-        degraded.append("vector")
+    phrase: set[UUID] = set()
+    for leg, future in futures.items():
+        try:
+            ranked, leg_phrase = future.result()
+        except BackendUnavailable:
+            degraded.append(leg)
+            continue
+        rankings[leg] = ranked
+        phrase |= leg_phrase
     scores = rrf(rankings, k=RRF_K, weights=LEG_WEIGHTS)
     # Exact phrase matches rank first; among them, and among the rest, by fused score.
-    top = set(phrase)
-    ordered = sorted(scores, key=lambda m: (m not in top, -scores[m]))[:n_results]
+    ordered = sorted(scores, key=lambda m: (m not in phrase, -scores[m]))[:n_results]
     results = _hydrate(session, scope, ordered, scores)
     return SearchResponse(
         results=results,
@@ -88,6 +86,20 @@ def search(session: Session, scope: ScopeContext, query: str, n_results: int = 1
         legs={k: len(v) for k, v in rankings.items()},
         degraded=degraded,
     )
+
+
+_LEG_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search-leg")
+
+
+def _run_leg(leg: str, scope_id: str, query: str) -> tuple[list[UUID], set[UUID]]:
+    """One leg's ranked meme ids and, for the keyword leg, the exact-phrase matches."""
+    with get_sessionmaker().begin() as session:
+        if leg == "keyword":
+            hits = keyword.search(session, scope_id, query, CANDIDATES)
+            return [h.meme_id for h in hits], {h.meme_id for h in hits if h.phrase}
+        embedder = models.text_embedders()[leg]
+        q = embedder.embed_query(query)
+        return [h.meme_id for h in vector.search(session, scope_id, embedder.model, q, CANDIDATES)], set()
 
 
 def _hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dict) -> list[SearchResult]:

@@ -15,6 +15,7 @@ from mewdex.db.engine import get_engine, get_sessionmaker
 from mewdex.db.migrate import upgrade
 from mewdex.library.scopes import default_scope, ensure_scope
 from mewdex.pipeline import models
+from mewdex.search.text import tokenize
 from mewdex.queue.worker import WorkerPool
 from mewdex.storage import blob_store, journal
 from mewdex.web import errors
@@ -45,6 +46,7 @@ def _recovery_loop(stop: threading.Event) -> None:
 def _warm_models() -> None:
     """Load the query embedders now so the first search does not pay for it."""
     try:
+        tokenize("预热 warm-up")
         for embedder in models.text_embedders().values():
             embedder.embed_query("warm-up")
     except Exception:
