@@ -278,3 +278,25 @@ def case_file(name: str) -> Path:
     if shared.exists():
         return shared
     pytest.skip(f"case file {name} not found")
+
+
+@pytest.fixture
+def settings_env(mewdex_env):
+    """``settings_env(MEWDEX_X="1", ...)``: change settings for the rest of this test (restored after)."""
+    from mewdex.config import get_settings
+
+    saved: dict[str, str | None] = {}
+
+    def apply(**env: str) -> None:
+        for key, value in env.items():
+            saved.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+        get_settings.cache_clear()
+
+    yield apply
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    get_settings.cache_clear()

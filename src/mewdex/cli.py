@@ -100,9 +100,16 @@ def import_(
     """Import image files and folders (each folder name becomes a collection)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.collections import normalize_collection_name
     from mewdex.library.importer import collect
     from mewdex.library.scopes import default_scope
 
+    if collection is not None:
+        try:
+            collection = normalize_collection_name(collection)
+        except ValueError:
+            err.print("[red]error:[/red] --collection needs a name with visible characters (≤ 100)")
+            raise typer.Exit(2) from None
     _prepare()
     try:
         items = collect(paths)

@@ -28,7 +28,7 @@ class Settings(BaseSettings):
     worker_lease_seconds: int = Field(default=120, ge=5)
     worker_heartbeat_seconds: int = Field(default=30, ge=1)
     worker_poll_seconds: float = Field(default=1.0, gt=0)
-    task_max_attempts: int = Field(default=3, ge=1)
+    task_max_attempts: int = Field(default=3, ge=1, le=100)
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_max_seconds: float = Field(default=300.0, ge=0)
     ocr_threads: int = Field(default=1, ge=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext
+from mewdex.library.collections import normalize_collection_name
 from mewdex.library.memes import AddResult, add_image
 
 
@@ -78,12 +80,15 @@ def import_item(sessions: sessionmaker[Session], store, scope: ScopeContext, ite
     """Import one file; I/O errors and oversized files come back as ``skipped`` results."""
     limit = get_settings().max_upload_bytes
     try:
-        if item.path.stat().st_size > limit:
+        info = item.path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or device would block or never end
+            return AddResult("skipped", error="unsupported_media_type", message="not a regular file")
+        if info.st_size > limit:
             return AddResult("skipped", error="image_too_large", message=f"file is over {limit} bytes")
         data = item.path.read_bytes()
     except OSError as exc:
         return AddResult("skipped", error="unreadable", message=str(exc))
-    names = [n for n in (item.folder, collection) if n]
+    names = [n for n in (_folder_collection(item), collection) if n]
     return add_image(
         sessions,
         store,
@@ -93,6 +98,16 @@ def import_item(sessions: sessionmaker[Session], store, scope: ScopeContext, ite
         provenance={"source": "folder_import", "root": str(item.root), "relative_path": item.relative_path},
         collection_names=names,
     )
+
+
+def _folder_collection(item: ImportItem) -> str | None:
+    """The collection the item's folder becomes; None when the folder name cannot be one."""
+    if item.folder is None:
+        return None
+    try:
+        return normalize_collection_name(item.folder)
+    except ValueError:
+        return None
 
 
 def import_paths(sessions: sessionmaker[Session], store, scope: ScopeContext, items: list[ImportItem], *,

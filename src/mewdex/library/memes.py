@@ -89,11 +89,24 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
         # Another writer added the same bytes meanwhile: theirs is the meme; ours never existed.
         with sessions.begin() as session:
             existing = find_by_sha256(session, scope, sha256)
-            journal.compensate(session, op_id)
-            if existing is None:
-                raise
-            _add_to_collections(session, scope, existing, collection_names)
-            return AddResult("duplicate", meme_id=str(existing.id), info=info)
+            if existing is not None:
+                journal.compensate(session, op_id)
+                _add_to_collections(session, scope, existing, collection_names)
+                return AddResult("duplicate", meme_id=str(existing.id), info=info)
+        _undo_upload(sessions, store, scope, namespace, key, op_id)
+        raise
+    except Exception:
+        _undo_upload(sessions, store, scope, namespace, key, op_id)
+        raise
+
+
+def _undo_upload(sessions: sessionmaker[Session], store, scope: ScopeContext, namespace: str, key: str,
+                 op_id) -> None:
+    """Compensate an upload whose meme row was never created: remove its blob unless a meme uses it."""
+    with sessions.begin() as session:
+        if not journal.blob_in_use(session, scope.scope_id, key):
+            store.delete(namespace, key)
+        journal.compensate(session, op_id)
 
 
 def _add_to_collections(session: Session, scope: ScopeContext, meme: Meme, names) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from typing import Any, Iterable, Sequence
 
 from mewdex.search.text import fold, has_han, split_compound, tokenize
@@ -146,10 +147,10 @@ def _line_dict(line: Any) -> dict[str, Any]:
             "box": getattr(line, "box", None)}
 
 
-def _is_corner_mark(box: Any, image_size: tuple[int, int] | None) -> bool:
-    """A small text block in a corner of the frame (TV-station logo, channel watermark)."""
+def _corner(box: Any, image_size: tuple[int, int] | None) -> tuple[bool, bool] | None:
+    """The corner (left?, top?) a small text block sits in, or None when it is not in one."""
     if not box or not image_size:
-        return False
+        return None
     try:
         xs = [float(p[0]) for p in box]
         ys = [float(p[1]) for p in box]
@@ -162,11 +163,21 @@ def _is_corner_mark(box: Any, image_size: tuple[int, int] | None) -> bool:
     small = (x1 - x0) < 0.4 and (y1 - y0) < 0.12
     side = x1 < 0.4 or x0 > 0.6
     edge = y1 < CORNER_BAND or y0 > 1 - CORNER_BAND
-    return small and side and edge
+    return (x1 < 0.4, y1 < CORNER_BAND) if small and side and edge else None
 
 
 #: Height band (fraction of the image) at the top/bottom edge where small side text is a logo.
 CORNER_BAND = 0.18
+#: A corner holding this many lines or more is a caption (a speech bubble), not a logo.
+CORNER_CAPTION_LINES = 3
+
+
+def _corner_marks(lines: list[dict[str, Any]], image_size: tuple[int, int] | None) -> set[int]:
+    """Indexes of lines that are logos: small text in a corner with fewer than
+    CORNER_CAPTION_LINES lines in that corner (TV-station logos are one or two lines)."""
+    corners = [_corner(d.get("box"), image_size) for d in lines]
+    counts = Counter(c for c in corners if c is not None)
+    return {i for i, c in enumerate(corners) if c is not None and counts[c] < CORNER_CAPTION_LINES}
 
 
 def clean_ocr_lines(ocr_lines: Iterable[Any], min_score: float = OCR_MIN_SCORE,
@@ -178,14 +189,15 @@ def clean_ocr_lines(ocr_lines: Iterable[Any], min_score: float = OCR_MIN_SCORE,
     folded duplicates removed."""
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for raw in ocr_lines or []:
-        d = _line_dict(raw)
+    lines = [_line_dict(raw) for raw in ocr_lines or []]
+    marks = _corner_marks(lines, image_size)
+    for index, d in enumerate(lines):
         text = re.sub(r"\s+", " ", unicodedata.normalize("NFKC", d["text"])).strip()
         if not text or d["score"] < min_score:
             continue
         if _WATERMARK.search(text):
             continue
-        if _is_corner_mark(d.get("box"), image_size):
+        if index in marks:
             continue
         letters = [c for c in text if c.isalpha()]
         if not letters:

@@ -6,6 +6,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, ScopeContext
+from mewdex.pipeline.jobs import IMPLEMENTED_STAGES
 
 STATUS_KEYS = ("queued", "running", "succeeded", "failed")
 
@@ -23,10 +24,10 @@ _STAGE_COUNTS = text(
 )
 
 
-def status(session: Session, scope: ScopeContext, meme_ids: list[str] | None = None) -> dict:
+def status(session: Session, scope: ScopeContext) -> dict:
     """``{"memes": N, "stages": {stage: {"queued", "running", "succeeded", "failed"[, other states]}}}``."""
     memes = session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id)).scalar_one()
-    stages: dict[str, dict[str, int]] = {}
+    stages = {stage: dict.fromkeys(STATUS_KEYS, 0) for stage in IMPLEMENTED_STAGES}
     for stage, state, count in session.execute(_STAGE_COUNTS, {"scope": scope.scope_id}):
         counts = stages.setdefault(stage, dict.fromkeys(STATUS_KEYS, 0))
         counts[state] = counts.get(state, 0) + count

@@ -12,6 +12,7 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select, text
@@ -192,7 +193,8 @@ def succeed(task: Task, result: Any = None, message: str | None = None) -> None:
 
 def backoff_seconds(attempt: int, base: float, cap: float) -> float:
     """Capped exponential backoff with full jitter: uniform(0.5, 1.0) × min(cap, base × 2^(attempt-1))."""
-    return min(cap, base * 2 ** max(0, attempt - 1)) * random.uniform(0.5, 1.0)
+    exponent = min(max(0, attempt - 1), 62)  # 2**62 × base is past any cap; avoids float overflow
+    return min(cap, base * 2**exponent) * random.uniform(0.5, 1.0)
 
 
 def fail(task: Task, code: str, message: str, *, retryable: bool, base: float, cap: float) -> bool:
@@ -233,3 +235,20 @@ def reap_exhausted(session: Session) -> list[tuple[str, str]]:
         )
     ).all()
     return [(r[0], r[1]) for r in rows]
+
+
+def expire_orphaned_leases(session: Session, hostname: str, alive: Callable[[int], bool]) -> int:
+    """Expire now the leases held by dead worker processes of this host, so their tasks are
+    re-claimed at once instead of after the lease time. Lease owners are ``host:pid:suffix``."""
+    rows = session.execute(
+        select(Task.scope_id, Task.id, Task.lease_owner).where(
+            Task.status == "running", Task.lease_owner.like(f"{hostname}:%")
+        )
+    ).all()
+    dead = [(s, i) for s, i, owner in rows if not alive(int(owner.split(":")[1]))]
+    for scope_id, task_id in dead:
+        session.execute(
+            text("UPDATE tasks SET lease_expires_at = now() WHERE scope_id = :s AND id = :i AND status = 'running'"),
+            {"s": scope_id, "i": task_id},
+        )
+    return len(dead)

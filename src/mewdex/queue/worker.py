@@ -169,10 +169,17 @@ class WorkerPool:
     """N worker threads sharing one process's models; ``stop`` waits for the current tasks to finish."""
 
     def __init__(self, sessions: sessionmaker[Session], count: int):
+        self.sessions = sessions
         self.workers = [Worker(sessions, name=None) for _ in range(count)]
         self.threads = [threading.Thread(target=w.run, name=f"worker-{i}", daemon=True) for i, w in enumerate(self.workers)]
 
     def start(self) -> None:
+        if not self.workers:
+            return
+        with self.sessions.begin() as session:
+            expired = queue.expire_orphaned_leases(session, socket.gethostname(), _pid_alive)
+        if expired:
+            log.info("re-queued %d tasks of dead worker processes on this host", expired)
         for t in self.threads:
             t.start()
 
@@ -181,3 +188,13 @@ class WorkerPool:
             w.stop_event.set()
         for t in self.threads:
             t.join(timeout)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

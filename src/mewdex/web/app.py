@@ -23,24 +23,35 @@ from mewdex.web.routers import health, memes, pages, search
 
 log = logging.getLogger(__name__)
 RECOVERY_INTERVAL_SECONDS = 300
+# A staging file older than this belongs to a write that died (writes take milliseconds).
+STAGING_MAX_AGE_SECONDS = 3600
 
 
 def prepare_database() -> None:
-    """Migrate to head and make sure the default scope exists."""
+    """Migrate to head, make sure the default scope exists, and recover interrupted storage work.
+
+    Every entry point (serve, worker, CLI commands) calls this, so a killed import is finished
+    or undone by whatever mewdex command runs next.
+    """
     upgrade(get_engine())
     with get_sessionmaker().begin() as session:
         ensure_scope(session, default_scope())
+    recover_storage()
+
+
+def recover_storage() -> None:
+    """Complete or compensate interrupted uploads and remove stale staging files."""
+    with get_sessionmaker().begin() as session:
+        journal.recover(session, blob_store())
+    blob_store().clean_staging(older_than_seconds=STAGING_MAX_AGE_SECONDS)
 
 
 def _recovery_loop(stop: threading.Event) -> None:
-    while True:
+    while not stop.wait(RECOVERY_INTERVAL_SECONDS):
         try:
-            with get_sessionmaker().begin() as session:
-                journal.recover(session, blob_store())
+            recover_storage()
         except Exception:
             log.exception("storage recovery failed")
-        if stop.wait(RECOVERY_INTERVAL_SECONDS):
-            return
 
 
 def _warm_models() -> None:

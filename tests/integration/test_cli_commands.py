@@ -1,0 +1,208 @@
+"""The real ``mewdex`` CLI in subprocesses on the session's data dir (each test in its own scope)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from conftest import MEWDEX_BIN, case_file
+from it_helpers import counts
+from sqlalchemy import text
+
+STATUS_KEYS = {"queued", "running", "succeeded", "failed"}
+
+
+def json_lines(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def make_folder(root: Path) -> Path:
+    (root / "reactions").mkdir(parents=True)
+    shutil.copyfile(case_file("img04_palette_trns.png"), root / "reactions" / "palette.png")
+    shutil.copyfile(case_file("img04_palette_trns.png"), root / "palette_copy.png")
+    shutil.copyfile(case_file("img01_cmyk_exif6.jpg"), root / "reactions" / "cmyk.png")  # a JPEG named .png
+    shutil.copyfile(case_file("img09_truncated.jpg"), root / "truncated.jpg")
+    shutil.copyfile(case_file("job02_poison_text.png"), root / "poison.png")
+    return root
+
+
+def test_import_json_lines(mewdex_env, scope, sessions, tmp_path):
+    folder = make_folder(tmp_path / "in")
+    proc = mewdex_env.cli("import", str(folder), "--json", scope=scope.scope_id)
+    assert proc.returncode == 0, proc.stderr
+    lines = json_lines(proc.stdout)
+    assert all(set(line) == {"path", "status", "meme_id", "error"} for line in lines)
+    by_name = {Path(line["path"]).name: line for line in lines}
+    assert set(by_name) == {"palette.png", "palette_copy.png", "cmyk.png", "truncated.jpg", "poison.png"}
+    assert by_name["truncated.jpg"] | {"path": None} == {"path": None, "status": "skipped", "meme_id": None,
+                                                          "error": "image_corrupt"}
+    assert by_name["poison.png"]["status"] == "skipped" and by_name["poison.png"]["error"] == "unsupported_media_type"
+    statuses = sorted(line["status"] for line in lines)
+    assert statuses == ["created", "created", "duplicate", "skipped", "skipped"]
+    copies = [by_name["palette.png"], by_name["palette_copy.png"]]
+    assert copies[0]["meme_id"] == copies[1]["meme_id"]
+    assert counts(sessions, scope) == {"memes": 2, "jobs": 2, "tasks": 2, "open_ops": 0, "blobs": 2}
+
+
+def test_import_human_output_lists_skipped_files(mewdex_env, scope, tmp_path):
+    folder = make_folder(tmp_path / "in")
+    proc = mewdex_env.cli("import", str(folder), scope=scope.scope_id)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 created" in proc.stdout and "1 duplicates" in proc.stdout and "2 skipped" in proc.stdout
+    assert "image_corrupt" in proc.stdout and "unsupported_media_type" in proc.stdout
+
+
+def test_status_json_shape(mewdex_env, scope, tmp_path):
+    folder = make_folder(tmp_path / "in")
+    mewdex_env.cli("import", str(folder), "--json", scope=scope.scope_id, check=True)
+    proc = mewdex_env.cli("status", "--json", scope=scope.scope_id, check=True)
+    body = json.loads(proc.stdout)
+    assert body["memes"] == 2
+    assert set(body["stages"]) == {"agent", "text_embedding"}
+    for stage in body["stages"].values():
+        assert STATUS_KEYS <= set(stage) and all(isinstance(v, int) for v in stage.values())
+    assert body["stages"]["agent"]["queued"] == 2 and body["stages"]["agent"]["succeeded"] == 0
+
+
+def test_status_json_shape_of_an_empty_library(mewdex_env, scope):
+    body = json.loads(mewdex_env.cli("status", "--json", scope=scope.scope_id, check=True).stdout)
+    assert body["memes"] == 0
+    assert {"agent", "text_embedding"} <= set(body["stages"])
+
+
+def test_search_in_an_empty_library(mewdex_env, scope):
+    proc = mewdex_env.cli("search", "老板又让我周末加班", "--json", scope=scope.scope_id)
+    assert proc.returncode == 0, proc.stderr
+    body = json.loads(proc.stdout)
+    assert body["results"] == [] and isinstance(body["took_ms"], (int, float))
+
+
+@pytest.mark.parametrize("args", [["search", "   "], ["search", "x" * 501], ["search", "x", "-n", "51"]])
+def test_search_rejects_bad_arguments(mewdex_env, scope, args):
+    proc = mewdex_env.cli(*args, scope=scope.scope_id)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+
+
+def test_import_of_a_missing_path(mewdex_env, scope, tmp_path):
+    proc = mewdex_env.cli("import", str(tmp_path / "nope"), scope=scope.scope_id)
+    assert proc.returncode == 2 and "no such file or folder" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_concurrent_imports_of_one_folder(mewdex_env, scope, sessions, tmp_path):
+    """Two processes import the same folder at once: each file becomes exactly one meme, nothing is left half-done."""
+    folder = tmp_path / "in"
+    names = ["img01_cmyk_exif6.jpg", "img02_gray16_ramp.png", "img03_exif6.jpg", "img03_exif6.png",
+             "img04_palette_trns.png", "img05_ocr_hello_transparent.png", "img06_animated_3frames.webp",
+             "img09_full_reference.jpg"]
+    for sub in ("a", "b"):
+        (folder / sub).mkdir(parents=True)
+        for name in names:
+            shutil.copyfile(case_file(name), folder / sub / name)
+    env = {**os.environ, **mewdex_env.env, "MEWDEX_DEFAULT_SCOPE": scope.scope_id}
+    procs = [subprocess.Popen([str(MEWDEX_BIN), "import", str(folder), "--json"], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    runs = [json_lines(o[0]) for o in outs]
+    ids_by_file = {}
+    for lines in runs:
+        assert len(lines) == 2 * len(names)
+        for line in lines:
+            assert line["status"] in ("created", "duplicate"), line
+            ids_by_file.setdefault(Path(line["path"]).name, set()).add(line["meme_id"])
+    assert all(len(ids) == 1 for ids in ids_by_file.values()), ids_by_file  # a/x and b/x: the same meme
+    created = sum(line["status"] == "created" for lines in runs for line in lines)
+    assert created == len(names)
+    assert counts(sessions, scope) == {"memes": len(names), "jobs": len(names), "tasks": len(names), "open_ops": 0,
+                                       "blobs": len(names)}
+
+
+def test_import_wait_processes_everything(mewdex_env, scope, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copyfile(case_file("img05_ocr_hello_transparent.png"), folder / "hello.png")
+    proc = mewdex_env.cli("import", str(folder), "--wait", "--json", scope=scope.scope_id, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    body = json.loads(mewdex_env.cli("status", "--json", scope=scope.scope_id, check=True).stdout)
+    assert body["stages"]["agent"] == {"queued": 0, "running": 0, "succeeded": 1, "failed": 0}
+    assert body["stages"]["text_embedding"]["succeeded"] == 1
+    found = json.loads(mewdex_env.cli("search", "hello", "--json", scope=scope.scope_id, check=True).stdout)
+    assert [r["display_name"] for r in found["results"]] == ["hello"]
+
+
+# --- crash recovery of interrupted uploads -----------------------------------------------------
+
+
+def interrupted_upload(sessions, store, scope, data: bytes):
+    """What a `mewdex import` killed between writing the blob and committing its meme row leaves behind."""
+    import hashlib
+
+    from mewdex.db.models import Scope
+    from mewdex.storage import journal
+
+    sha = hashlib.sha256(data).hexdigest()
+    key = sha + ".png"
+    with sessions.begin() as session:
+        namespace = session.get(Scope, scope.scope_id).storage_namespace
+        op = journal.prepare_upload(session, scope.scope_id, key, sha, len(data))
+    store.put(namespace, key, data)
+    with sessions.begin() as session:  # the crash happened minutes ago
+        session.execute(text("UPDATE storage_operations SET updated_at = now() - interval '10 minutes' WHERE id = :i"),
+                        {"i": op.id})
+    return op.id, namespace, key
+
+
+def op_status(sessions, op_id) -> str:
+    with sessions.begin() as session:
+        return session.execute(text("SELECT status FROM storage_operations WHERE id = :i"), {"i": op_id}).scalar_one()
+
+
+def test_serve_startup_recovers_an_interrupted_upload(sessions, store, scope):
+    from fastapi.testclient import TestClient
+
+    from mewdex.web.app import create_app
+
+    op_id, namespace, key = interrupted_upload(sessions, store, scope, case_file("img04_palette_trns.png").read_bytes())
+    assert store.exists(namespace, key)
+    with TestClient(create_app(workers=0)) as client:
+        deadline = time.monotonic() + 20
+        while op_status(sessions, op_id) == "prepared" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert client.get("/health").status_code == 200
+    assert op_status(sessions, op_id) == "compensated"
+    assert not store.exists(namespace, key)  # the orphan blob is gone
+
+
+def test_cli_import_recovers_an_interrupted_upload(mewdex_env, sessions, store, scope, tmp_path):
+    op_id, namespace, key = interrupted_upload(sessions, store, scope, case_file("img04_palette_trns.png").read_bytes())
+    (tmp_path / "in").mkdir()
+    shutil.copyfile(case_file("img01_cmyk_exif6.jpg"), tmp_path / "in" / "other.jpg")
+    mewdex_env.cli("import", str(tmp_path / "in"), "--json", scope=scope.scope_id, check=True)
+    assert op_status(sessions, op_id) != "prepared"
+    assert not store.exists(namespace, key)
+
+
+def test_serve_startup_cleans_stale_staging_files(store):
+    from fastapi.testclient import TestClient
+
+    from mewdex.web.app import create_app
+
+    stale = store.root / ".staging" / "0123456789abcdef0123456789abcdef.tmp"
+    stale.write_bytes(b"half a blob")
+    old = time.time() - timedelta(hours=2).total_seconds()
+    os.utime(stale, (old, old))
+    try:
+        with TestClient(create_app(workers=0)) as client:
+            client.get("/health")
+            time.sleep(0.5)
+        assert not stale.exists()
+    finally:
+        stale.unlink(missing_ok=True)

@@ -1,0 +1,100 @@
+"""Search over the shared, processed sample (real models, real index)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mewdex.search import service
+
+
+def ranked(sessions, sample, query, n=10, legs=service.LEGS) -> list[str]:
+    """Sample keys (``<source>/<relative path>``) of the results, best first."""
+    by_id = {v: k for k, v in sample.ids.items()}
+    with sessions.begin() as session:
+        response = service.search(session, sample.scope, query, n, legs=legs)
+    return [by_id.get(str(r.id), f"?{r.id}") for r in response.results]
+
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("一个字我都不信", "vvquest/一个字我都不信.png"),  # the caption, exactly
+        ("change my mind", "memegen/cmm/default.png"),  # English text only the OCR knows
+        ("CHANGE MY MIND", "memegen/cmm/default.png"),
+        ("get better material", "memegen/crow/default.jpg"),
+        ("hello", "cases/img05_ocr_hello_transparent.png"),  # IMG-05
+        ("不屑", "vvquest/不屑.png"),  # a file stem
+        ("grumpycat", "memegen/grumpycat/default.jpg"),  # the folder name of a default.jpg
+        ("grumpy cat", "memegen/grumpycat/default.jpg"),  # the compound split
+        ("KumamotoBear", "chinesebqb/009_KumamotoBear/KumamotoBear00001.gif"),
+    ],
+)
+def test_query_ranks_its_meme_first(sample, sessions, query, expected):
+    results = ranked(sessions, sample, query)
+    assert expected in sample.ids
+    if expected.startswith("chinesebqb/009_KumamotoBear"):
+        assert results[0].startswith("chinesebqb/009_KumamotoBear"), results
+    else:
+        assert results[0] == expected, results
+
+
+def test_chinese_caption_found_from_a_part_of_it(sample, sessions):
+    assert ranked(sessions, sample, "字我都不信")[0] == "vvquest/一个字我都不信.png"
+
+
+def test_paraphrase_finds_the_caption_by_meaning(sample, sessions):
+    # No shared words with "他这里边一个字我都不信": only the vector legs can find it.
+    assert "vvquest/一个字我都不信.png" in ranked(sessions, sample, "I don't believe a single word he says", n=3)
+
+
+@pytest.mark.parametrize("query", ["cafe", "café", "Café", "CAFE", "Cafe\u0301"])
+def test_fn01_accent_and_case_folding_find_both(sample, sessions, query):
+    both = {k for k in sample.ids if k.startswith("cases/fn01/")}
+    assert len(both) == 2
+    assert set(ranked(sessions, sample, query)[:2]) == both
+
+
+@pytest.mark.parametrize("leg", service.LEGS)
+def test_each_leg_alone_finds_the_caption(sample, sessions, leg):
+    expected = "vvquest/一个字我都不信.png"
+    results = ranked(sessions, sample, "一个字我都不信", n=3, legs=(leg,))
+    assert expected == results[0] if leg == "keyword" else expected in results, results
+
+
+def test_n_results_and_result_shape(sample, sessions):
+    with sessions.begin() as session:
+        response = service.search(session, sample.scope, "meme", 3)
+    assert len(response.results) == 3
+    body = response.as_dict()
+    assert set(body) == {"results", "took_ms"}
+    for r in body["results"]:
+        assert set(r) == {"id", "display_name", "sha256", "score", "media_url", "snippet"}
+        assert r["media_url"] == f"/media/{r['id']}"
+    scores = [r["score"] for r in body["results"]]
+    assert all(isinstance(s, float) for s in scores)
+
+
+def test_results_are_unique(sample, sessions):
+    results = ranked(sessions, sample, "中国", n=50)
+    assert len(results) == len(set(results))
+    assert len(results) <= len(sample.ids)
+
+
+def test_other_scopes_never_see_the_sample(sample, sessions, scope):
+    with sessions.begin() as session:
+        assert service.search(session, scope, "一个字我都不信", 10).results == []
+        assert service.search(session, scope, "hello", 50).results == []
+
+
+@pytest.mark.parametrize("query", ["%", "_", "\\", "%%%_", "'; DROP TABLE memes; --", "a" * 500, "😀" * 500,
+                                   "NOT AND OR", "*", "()", "\u200b", "   x   "])
+def test_odd_queries_do_not_fail(sample, sessions, query):
+    with sessions.begin() as session:
+        service.search(session, sample.scope, query, 10)
+
+
+def test_like_wildcards_are_literal(sample, sessions):
+    # "%" must not phrase-match every meme (it is escaped in the LIKE pattern).
+    with sessions.begin() as session:
+        response = service.search(session, sample.scope, "%%", 50, legs=("keyword",))
+    assert response.results == []
