@@ -211,15 +211,76 @@ def search(
     _prepare()
     with get_sessionmaker().begin() as session:
         response = service.search(session, default_scope(), query, n)
+    _print_results(response.as_dict(), as_json)
+
+
+def _print_results(response: dict, as_json: bool) -> None:
+    """A search response (``{"results", "took_ms"}``) as JSON or as a table."""
     if as_json:
-        print(json.dumps(response.as_dict(), ensure_ascii=False, indent=2))
+        print(json.dumps(response, ensure_ascii=False, indent=2))
         return
-    table = Table(title=f"{len(response.results)} results · {response.took_ms:.0f} ms")
+    table = Table(title=f"{len(response['results'])} results · {response['took_ms']:.0f} ms")
     for column in ("#", "name", "score", "id"):
         table.add_column(column)
-    for i, r in enumerate(response.results, 1):
-        table.add_row(str(i), r.display_name, f"{r.score:.4f}", str(r.id))
+    for i, r in enumerate(response["results"], 1):
+        table.add_row(str(i), r["display_name"], f"{r['score']:.4f}", r["id"])
     console.print(table)
+
+
+@app.command()
+def similar(
+    target: Annotated[str, typer.Argument(help="An image file (search by image) or a meme id (more like it).")],
+    n: Annotated[int, typer.Option("-n", help="Number of results (1–50).")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response.")] = False,
+) -> None:
+    """Memes that look like an image file or like a meme of the library."""
+    from mewdex.library.images import ImageError
+    from mewdex.pipeline.errors import BackendUnavailable
+    from mewdex.search.image_search import MemeNotEmbedded, similar_cli
+
+    if not 1 <= n <= 50:
+        err.print("[red]error:[/red] -n must be 1–50")
+        raise typer.Exit(2)
+    _prepare()
+    try:
+        response = similar_cli(target, n)
+    except (ValueError, ImageError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    except MemeNotEmbedded as exc:
+        err.print(f"[red]error:[/red] {exc} (its visual stage has not run yet: `mewdex status`)")
+        raise typer.Exit(1) from None
+    except BackendUnavailable as exc:
+        err.print(f"[red]error:[/red] the image model is unavailable: {exc}")
+        raise typer.Exit(3) from None
+    _print_results(response, as_json)
+
+
+thumbnails_app = typer.Typer(help="Thumbnails.", no_args_is_help=True)
+app.add_typer(thumbnails_app, name="thumbnails")
+
+
+@thumbnails_app.command("reconcile")
+def thumbnails_reconcile(
+    force: Annotated[bool, typer.Option("--force", help="Rebuild every thumbnail, not only missing or stale ones.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Rebuild missing, stale or failed thumbnails."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.library.thumbnails import reconcile
+    from mewdex.storage import blob_store
+
+    _prepare()
+    scope_id = default_scope().scope_id
+    with _progress() as progress:
+        bar = progress.add_task("thumbnails", total=None)
+        report = reconcile(get_sessionmaker(), blob_store(), scope_id, max_pixels=get_settings().max_pixels,
+                           force=force, progress=lambda _meme, _outcome: progress.advance(bar))
+    if as_json:
+        print(json.dumps(report.as_dict()))
+    else:
+        console.print(f"{report.checked} checked · {report.rebuilt} rebuilt · {report.failed} failed")
 
 
 @app.command("status")

@@ -234,9 +234,13 @@ def detect_language(texts: Sequence[str]) -> str:
     return "mixed"
 
 
-def _label_texts(labels: Sequence[dict] | None) -> list[str]:
+def _label_texts(labels: Sequence[dict | str] | None) -> list[str]:
     out: list[str] = []
     for lab in labels or []:
+        if isinstance(lab, str):
+            if lab.strip():
+                out.append(lab.strip())
+            continue
         if not isinstance(lab, dict):
             continue
         score = lab.get("score", lab.get("confidence", 1.0))

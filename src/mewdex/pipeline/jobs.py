@@ -27,7 +27,7 @@ from mewdex.db.models import (
 from mewdex.queue import tasks as queue
 
 # Stages this build runs; the others are planned as skipped ("disabled").
-IMPLEMENTED_STAGES = ("agent", "text_embedding")
+IMPLEMENTED_STAGES = ("visual", "agent", "text_embedding")
 STAGE_LANES = {"visual": "visual", "agent": "agent", "auto_rename": "default", "text_embedding": "embedding"}
 
 

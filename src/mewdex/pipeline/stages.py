@@ -22,6 +22,7 @@ from mewdex.library.images import ImageError, load_frames
 from mewdex.pipeline import models
 from mewdex.pipeline.context import build_meme_context, keyword_document, semantic_fields
 from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.pipeline.visual import VisualStage
 from mewdex.search.generations import active_generation
 from mewdex.search import keyword
 
@@ -169,7 +170,7 @@ class TextEmbeddingStage:
                 )
 
 
-HANDLERS: dict[str, Stage] = {stage.name: stage for stage in (AgentStage(), TextEmbeddingStage())}
+HANDLERS: dict[str, Stage] = {stage.name: stage for stage in (VisualStage(), AgentStage(), TextEmbeddingStage())}
 
 
 def load_meme(session: Session, scope_id: str, meme_id) -> Meme | None:

@@ -15,11 +15,12 @@ from mewdex.db.engine import get_engine, get_sessionmaker
 from mewdex.db.migrate import upgrade
 from mewdex.library.scopes import default_scope, ensure_scope
 from mewdex.pipeline import models
+from mewdex.pipeline.visual import visual_model
 from mewdex.search.text import tokenize
 from mewdex.queue.worker import WorkerPool
 from mewdex.storage import blob_store, journal
 from mewdex.web import errors
-from mewdex.web.routers import health, memes, pages, search
+from mewdex.web.routers import health, memes, pages, search, visual
 
 log = logging.getLogger(__name__)
 RECOVERY_INTERVAL_SECONDS = 300
@@ -60,8 +61,9 @@ def _warm_models() -> None:
         tokenize("预热 warm-up")
         for embedder in models.text_embedders().values():
             embedder.embed_query("warm-up")
+        visual_model().load()
     except Exception:
-        log.exception("could not load the text embedders; vector search is unavailable")
+        log.exception("could not load a model; its search leg is unavailable until it loads")
 
 
 def create_app(*, workers: int | None = None) -> FastAPI:
@@ -83,7 +85,7 @@ def create_app(*, workers: int | None = None) -> FastAPI:
 
     app = FastAPI(title="mewdex", version="0.1.0", lifespan=lifespan)
     errors.install(app)
-    for module in (health, search, memes, pages):
+    for module in (health, search, memes, visual, pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     return app

@@ -7,6 +7,7 @@ from mewdex.db.models.library import (
     Meme,
     MemeCollection,
     MemeCollectionItem,
+    MemeNearDuplicate,
     Scope,
     StorageOperation,
 )

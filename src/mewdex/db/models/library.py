@@ -15,6 +15,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     ForeignKeyConstraint,
     Index,
@@ -244,4 +245,38 @@ class StorageOperation(Base):
             unique=True,
             postgresql_where=text("status IN ('prepared','file_applied') AND meme_id IS NOT NULL"),
         ),
+    )
+
+
+class MemeNearDuplicate(Base):
+    """A meme recorded as a near-duplicate of an older meme of its scope (same picture, other bytes).
+
+    New table (not in seed 000): the pair, the perceptual-hash Hamming distance and the cosine of
+    their image embeddings under ``model``.
+    """
+
+    __tablename__ = "meme_near_duplicates"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    meme_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
+    duplicate_of: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
+    phash_distance: Mapped[int | None] = mapped_column(Integer)
+    cosine: Mapped[float | None] = mapped_column(Float)
+    model: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["scope_id", "meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE",
+            name="fk_meme_near_duplicates_scope_id_memes",
+        ),
+        ForeignKeyConstraint(
+            ["scope_id", "duplicate_of"], ["memes.scope_id", "memes.id"], ondelete="CASCADE",
+            name="fk_meme_near_duplicates_duplicate_of_memes",
+        ),
+        CheckConstraint("meme_id <> duplicate_of", name="ck_meme_near_duplicates_distinct"),
+        CheckConstraint(
+            "phash_distance IS NULL OR phash_distance BETWEEN 0 AND 64", name="ck_meme_near_duplicates_phash"
+        ),
+        CheckConstraint("cosine IS NULL OR cosine BETWEEN -1.0001 AND 1.0001", name="ck_meme_near_duplicates_cosine"),
+        Index("ix_meme_near_duplicates_of", "scope_id", "duplicate_of"),
     )

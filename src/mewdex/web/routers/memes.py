@@ -9,6 +9,8 @@ from sqlalchemy.orm import Session
 
 from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, Scope, ScopeContext
 from mewdex.library.images import EXTENSIONS, MEDIA_TYPES
+from mewdex.library.thumbnails import thumbnail_status
+from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id
 from mewdex.web.errors import ApiError
@@ -57,6 +59,10 @@ def meme_dict(session: Session, meme: Meme) -> dict:
         "media_type": MEDIA_TYPES_BY_EXTENSION[meme.extension],
         **{k: image.get(k) for k in ("width", "height", "frames", "duration_ms", "animated")},
         "media_url": f"/media/{meme.id}",
+        "thumbnail_url": f"/media/{meme.id}/thumbnail",
+        "animated_preview_url": f"/media/{meme.id}/thumbnail?animated=1" if image.get("animated") else None,
+        "thumbnails": thumbnail_status(session, meme),
+        "near_duplicates": near_duplicates_of(session, meme.scope_id, meme.id),
         "context_status": meme.context_status,
         "meme_context": meme.meme_context,
         "provenance": meme.provenance,

@@ -1,0 +1,175 @@
+"""Search by image, similar memes and near-duplicate clusters (visual embeddings, pgvector HNSW).
+
+Results use the text search's shape (:class:`mewdex.search.service.SearchResponse`):
+``{"results": [{"id", "display_name", "sha256", "score", "media_url", "snippet"}], "took_ms"}``
+with ``score`` = cosine similarity of the image embeddings.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from mewdex.db.models import Meme, MemeVisualEmbedding, ScopeContext
+from mewdex.pipeline import visual
+from mewdex.search.service import SearchResponse, _hydrate
+
+
+class MemeNotEmbedded(Exception):
+    """The meme has no visual embedding yet (its ``visual`` stage has not run)."""
+
+
+def _response(session: Session, scope: ScopeContext, hits: list[tuple[UUID, float]], started: float) -> SearchResponse:
+    scores = {m: c for m, c in hits}
+    return SearchResponse(results=_hydrate(session, scope, [m for m, _ in hits], scores),
+                          took_ms=(time.perf_counter() - started) * 1000, legs={"visual": len(hits)})
+
+
+def search_by_vector(session: Session, scope: ScopeContext, vector: np.ndarray, n_results: int = 10,
+                     *, exclude=None, started: float | None = None) -> SearchResponse:
+    started = time.perf_counter() if started is None else started
+    hits = visual.nearest_visual(session, scope.scope_id, vector, n_results, exclude=exclude)
+    return _response(session, scope, hits, started)
+
+
+def search_by_image(session: Session, scope: ScopeContext, data: bytes, n_results: int = 10,
+                    *, max_pixels: int | None = None, model: visual.VisualModel | None = None) -> SearchResponse:
+    """Memes of the scope that look most like the image ``data``.
+
+    Raises:
+        ImageError: the bytes are not a usable image (415/422/413).
+        BackendUnavailable: the visual model cannot be loaded (503).
+    """
+    started = time.perf_counter()
+    vector = (model or visual.visual_model()).embed_bytes(data, max_pixels=max_pixels).vector
+    return search_by_vector(session, scope, vector, n_results, started=started)
+
+
+def meme_vector(session: Session, scope_id: str, meme_id) -> np.ndarray | None:
+    row = session.execute(
+        select(MemeVisualEmbedding.embedding).where(
+            MemeVisualEmbedding.scope_id == scope_id,
+            MemeVisualEmbedding.meme_id == meme_id,
+            MemeVisualEmbedding.model == visual.MODEL_ID,
+            MemeVisualEmbedding.preprocess_version == visual.PREPROCESS_VERSION,
+        )
+    ).scalar_one_or_none()
+    return None if row is None else np.asarray(row, dtype=np.float32)
+
+
+def similar(session: Session, scope: ScopeContext, meme_id, n_results: int = 10) -> SearchResponse:
+    """Memes that look like meme ``meme_id`` (itself excluded). Raises :class:`MemeNotEmbedded`."""
+    started = time.perf_counter()
+    vector = meme_vector(session, scope.scope_id, meme_id)
+    if vector is None:
+        raise MemeNotEmbedded(str(meme_id))
+    return search_by_vector(session, scope, vector, n_results, exclude=meme_id, started=started)
+
+
+def similar_cli(target: str, n_results: int = 10, *, scope: ScopeContext | None = None) -> dict[str, Any]:
+    """``mewdex similar PATH|ID``: a file path → search by that image; otherwise a meme id → similar memes.
+
+    Returns the response dict (``{"results": [...], "took_ms"}``). Raises ``ValueError`` when the
+    target is neither an existing file nor a meme id of the scope, ImageError / BackendUnavailable /
+    MemeNotEmbedded as the functions above.
+    """
+    from pathlib import Path
+
+    from mewdex.config import get_settings
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+
+    scope = scope or default_scope()
+    path = Path(target)
+    with get_sessionmaker().begin() as session:
+        if path.is_file():
+            return search_by_image(session, scope, path.read_bytes(), n_results,
+                                   max_pixels=get_settings().max_pixels).as_dict()
+        try:
+            meme_id = UUID(target)
+        except ValueError:
+            raise ValueError(f"{target!r} is neither a file nor a meme id") from None
+        if session.get(Meme, meme_id) is None:
+            raise ValueError(f"no meme {target}")
+        return similar(session, scope, meme_id, n_results).as_dict()
+
+
+# ------------------------------------------------------------------ near-duplicates
+
+
+def _meme_brief(m: Meme) -> dict[str, Any]:
+    return {"id": str(m.id), "display_name": m.display_name, "sha256": m.sha256, "media_url": f"/media/{m.id}",
+            "thumbnail_url": f"/media/{m.id}/thumbnail", "created_at": m.created_at.isoformat()}
+
+
+def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[str, Any]]:
+    """The meme's near-duplicate pairs (either side): ``[{"id", "display_name", "relation", "phash_distance", "cosine"}]``
+    where ``relation`` is ``duplicate_of`` (this meme duplicates that older one) or ``duplicated_by``."""
+    if not visual.near_duplicate_table_present(session):
+        return []
+    meme_id = meme_id if isinstance(meme_id, UUID) else UUID(str(meme_id))
+    t = visual.near_duplicates
+    rows = session.execute(
+        select(t).where(t.c.scope_id == scope_id, or_(t.c.meme_id == meme_id, t.c.duplicate_of == meme_id))
+    ).mappings().all()
+    others = {r["duplicate_of"] if r["meme_id"] == meme_id else r["meme_id"]: r for r in rows}
+    memes = {m.id: m for m in session.execute(
+        select(Meme).where(Meme.scope_id == scope_id, Meme.id.in_(list(others)))).scalars()} if others else {}
+    out = []
+    for other, r in others.items():
+        m = memes.get(other)
+        if m is None:
+            continue
+        out.append({**_meme_brief(m), "relation": "duplicate_of" if r["meme_id"] == meme_id else "duplicated_by",
+                    "phash_distance": r["phash_distance"], "cosine": r["cosine"]})
+    out.sort(key=lambda d: (d["relation"] != "duplicate_of", -(d["cosine"] or 0)))
+    return out
+
+
+def duplicate_clusters(session: Session, scope: ScopeContext, *, limit: int = 100, offset: int = 0) -> dict[str, Any]:
+    """Connected groups of near-duplicate memes, the oldest first in each group (its ``original``).
+
+    ``{"clusters": [{"original": id, "size": n, "memes": [...], "pairs": [...]}], "total": n}``,
+    biggest clusters first.
+    """
+    if not visual.near_duplicate_table_present(session):
+        return {"clusters": [], "total": 0}
+    t = visual.near_duplicates
+    rows = session.execute(select(t).where(t.c.scope_id == scope.scope_id)).mappings().all()
+    parent: dict[UUID, UUID] = {}
+
+    def find(x):
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for r in rows:
+        a, b = find(r["meme_id"]), find(r["duplicate_of"])
+        if a != b:
+            parent[a] = b
+    groups: dict[UUID, list[UUID]] = {}
+    for x in list(parent):
+        groups.setdefault(find(x), []).append(x)
+    ids = [i for g in groups.values() for i in g]
+    memes = {m.id: m for m in session.execute(
+        select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()} if ids else {}
+    clusters = []
+    for members in groups.values():
+        ms = sorted((memes[i] for i in members if i in memes), key=lambda m: (m.created_at, str(m.id)))
+        if len(ms) < 2:
+            continue
+        member_set = {m.id for m in ms}
+        pairs = [{"meme_id": str(r["meme_id"]), "duplicate_of": str(r["duplicate_of"]),
+                  "phash_distance": r["phash_distance"], "cosine": r["cosine"]}
+                 for r in rows if r["meme_id"] in member_set]
+        clusters.append({"original": str(ms[0].id), "size": len(ms), "memes": [_meme_brief(m) for m in ms],
+                         "pairs": pairs})
+    clusters.sort(key=lambda c: (-c["size"], c["memes"][0]["created_at"]))
+    return {"clusters": clusters[offset:offset + limit], "total": len(clusters)}
