@@ -10,7 +10,7 @@ function card(r) {
   a.href = r.media_url;
   a.target = "_blank";
   const img = document.createElement("img");
-  img.src = r.media_url;
+  img.src = `/media/${r.id}/thumbnail`;
   img.alt = r.display_name;
   img.loading = "lazy";
   const p = document.createElement("p");
