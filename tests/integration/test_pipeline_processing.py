@@ -17,6 +17,9 @@ from mewdex.queue import tasks as queue
 from mewdex.queue.worker import LANES, Worker
 
 CONTEXT_KEYS = {"title", "ocr_text", "ocr_lines", "language", "source_name_tokens"}
+ALL_SUCCEEDED = {"visual": "succeeded", "agent": "succeeded", "text_embedding": "succeeded"}
+# a failed stage blocks the later ones
+VISUAL_FAILED = {"visual": "failed", "agent": "blocked", "text_embedding": "blocked"}
 
 
 def latest_job(sessions, scope, meme_id) -> ImageProcessingJob:
@@ -48,10 +51,10 @@ def add_case(sessions, store, scope, name, filename=None):
 # --- the shared, processed sample -------------------------------------------------------------
 
 
-def test_every_sample_meme_has_both_stages_succeeded(sample, sessions):
+def test_every_sample_meme_has_all_stages_succeeded(sample, sessions):
     assert sample.summary.skipped == 0 and len(sample.ids) >= 20
     for rel, meme_id in sample.ids.items():
-        assert stage_states(sessions, sample.scope, meme_id) == {"agent": "succeeded", "text_embedding": "succeeded"}, rel
+        assert stage_states(sessions, sample.scope, meme_id) == ALL_SUCCEEDED, rel
         job = latest_job(sessions, sample.scope, meme_id)
         assert job.status == "succeeded" and job.completed_at is not None and job.error is None, rel
 
@@ -99,6 +102,7 @@ def test_status_counts_of_the_sample(sample, sessions):
     n = len(set(sample.ids.values()))
     assert counts["memes"] == n
     assert counts["stages"] == {
+        "visual": {"queued": 0, "running": 0, "succeeded": n, "failed": 0},
         "agent": {"queued": 0, "running": 0, "succeeded": n, "failed": 0},
         "text_embedding": {"queued": 0, "running": 0, "succeeded": n, "failed": 0},
     }
@@ -122,32 +126,48 @@ def insert_raw_meme(sessions, store, scope, data: bytes, name: str) -> str:
         return row.id
 
 
-def test_job02_poison_fails_after_its_attempts_and_others_complete(sessions, store, scope, drain, settings_env):
+def test_job02_poison_fails_in_the_visual_stage_and_others_complete(sessions, store, scope, drain, settings_env):
     settings_env(MEWDEX_TASK_MAX_ATTEMPTS="3", MEWDEX_RETRY_BASE_SECONDS="0")
     poison = insert_raw_meme(sessions, store, scope, case_file("job02_poison_text.png").read_bytes(), "poison")
     good = add_case(sessions, store, scope, "img04_palette_trns.png")
     drain(scope)
 
-    assert stage_states(sessions, scope, good) == {"agent": "succeeded", "text_embedding": "succeeded"}
-    assert stage_states(sessions, scope, poison) == {"agent": "failed", "text_embedding": "blocked"}
-    task = stage_task(sessions, scope, poison, "agent")
+    assert stage_states(sessions, scope, good) == ALL_SUCCEEDED
+    assert stage_states(sessions, scope, poison) == VISUAL_FAILED
+    task = stage_task(sessions, scope, poison, "visual")
     assert task.status == "failed"
-    assert 1 <= task.attempt_count <= 3
+    # An image error in the visual stage is not retryable: it fails on its first attempt.
+    assert task.attempt_count == 1
     assert task.error["code"] == "unsupported_media_type"
     assert len(task.error_history) == task.attempt_count
     job = latest_job(sessions, scope, poison)
-    assert job.status == "failed" and job.error["stage"] == "agent"
+    assert job.status == "failed" and job.error["stage"] == "visual"
     assert job.error["code"] == "unsupported_media_type"
-    # No text_embedding task was ever queued for the failed job.
+    # No later stage's task was ever queued for the failed job.
     with sessions.begin() as session:
         assert session.execute(
             select(func.count()).select_from(Task).where(Task.scope_id == scope.scope_id,
                                                          Task.target_meme_id == poison,
-                                                         Task.image_stage == "text_embedding")
+                                                         Task.image_stage.in_(("agent", "text_embedding")))
         ).scalar_one() == 0
     with sessions.begin() as session:
         counts = status(session, scope)
-    assert counts["stages"]["agent"]["failed"] == 1 and counts["stages"]["agent"]["succeeded"] == 1
+    assert counts["stages"]["visual"]["failed"] == 1 and counts["stages"]["visual"]["succeeded"] == 1
+    assert counts["stages"]["agent"]["succeeded"] == 1 and counts["stages"]["agent"]["failed"] == 0
+    assert counts["stages"]["agent"].get("blocked") == 1
+    assert counts["stages"]["text_embedding"].get("blocked") == 1
+
+
+def test_corrupt_image_fails_in_the_visual_stage_at_once(sessions, store, scope, drain, settings_env):
+    settings_env(MEWDEX_TASK_MAX_ATTEMPTS="3", MEWDEX_RETRY_BASE_SECONDS="0")
+    corrupt = insert_raw_meme(sessions, store, scope, case_file("img09_truncated.jpg").read_bytes(), "truncated")
+    drain(scope)
+    assert stage_states(sessions, scope, corrupt) == VISUAL_FAILED
+    task = stage_task(sessions, scope, corrupt, "visual")
+    assert task.status == "failed" and task.attempt_count == 1
+    assert task.error["code"] == "image_corrupt"
+    job = latest_job(sessions, scope, corrupt)
+    assert job.status == "failed" and job.error["stage"] == "visual" and job.error["code"] == "image_corrupt"
 
 
 def test_missing_blob_fails_with_blob_missing(sessions, store, scope, drain, settings_env):
@@ -158,8 +178,12 @@ def test_missing_blob_fails_with_blob_missing(sessions, store, scope, drain, set
         namespace = session.get(Scope, scope.scope_id).storage_namespace
     store.delete(namespace, row.storage_key)
     drain(scope)
-    task = stage_task(sessions, scope, meme_id, "agent")
+    assert stage_states(sessions, scope, meme_id) == VISUAL_FAILED
+    task = stage_task(sessions, scope, meme_id, "visual")
     assert task.status == "failed" and task.error["code"] == "blob_missing"
+    assert task.attempt_count == 2  # a missing blob is retryable: it used all its attempts
+    job = latest_job(sessions, scope, meme_id)
+    assert job.status == "failed" and job.error["stage"] == "visual" and job.error["code"] == "blob_missing"
 
 
 def claim_for(sessions, scope, owner):
@@ -183,17 +207,20 @@ def test_stale_worker_result_is_discarded(sessions, store, scope, drain):
     expire(sessions, dead.task_id)
     drain(scope)  # a live worker re-claims the task and finishes the whole job
     before = meme(sessions, scope, meme_id)
-    assert stage_states(sessions, scope, meme_id) == {"agent": "succeeded", "text_embedding": "succeeded"}
+    assert stage_states(sessions, scope, meme_id) == ALL_SUCCEEDED
 
-    # The dead worker wakes up and writes back a different result: it must be discarded.
+    # The dead worker (it held the first stage, visual) wakes up and writes back a result computed
+    # from other pixels: it must be discarded.
     snapshot = MemeSnapshot(scope_id=scope.scope_id, id=meme_id, sha256=before.sha256, display_name="IMPOSTOR",
                             provenance={"relative_path": "IMPOSTOR.png"}, meme_context={},
-                            read_bytes=lambda: case_file("img04_palette_trns.png").read_bytes())
+                            read_bytes=lambda: case_file("img06_animated_3frames.webp").read_bytes())
+    assert dead.image_stage == "visual"
     Worker(sessions, name="dead-worker")._execute(dead, snapshot)
     after = meme(sessions, scope, meme_id)
     assert after.meme_context == before.meme_context
+    assert after.extensions == before.extensions  # phash, labels and frames_used of the live worker's run
     assert "impostor" not in str(after.meme_context).lower()
-    task = stage_task(sessions, scope, meme_id, "agent")
+    task = stage_task(sessions, scope, meme_id, "visual")
     assert task.status == "succeeded" and task.claim_generation == dead.claim_generation + 1
 
 
@@ -203,11 +230,11 @@ def test_dead_workers_last_attempt_is_reaped_and_the_job_fails(sessions, store, 
     dead = claim_for(sessions, scope, "dead-worker")
     expire(sessions, dead.task_id)
     drain(scope)
-    assert stage_states(sessions, scope, meme_id) == {"agent": "failed", "text_embedding": "blocked"}
-    task = stage_task(sessions, scope, meme_id, "agent")
+    assert stage_states(sessions, scope, meme_id) == VISUAL_FAILED
+    task = stage_task(sessions, scope, meme_id, "visual")  # the first stage is the one the dead worker held
     assert task.status == "failed" and task.error["code"] == "lease_expired"
     job = latest_job(sessions, scope, meme_id)
-    assert job.status == "failed" and job.error["code"] == "lease_expired"
+    assert job.status == "failed" and job.error["stage"] == "visual" and job.error["code"] == "lease_expired"
 
 
 def test_expired_lease_with_attempts_left_is_retried_to_success(sessions, store, scope, drain, settings_env):
@@ -216,8 +243,9 @@ def test_expired_lease_with_attempts_left_is_retried_to_success(sessions, store,
     dead = claim_for(sessions, scope, "dead-worker")
     expire(sessions, dead.task_id)
     drain(scope)
-    assert stage_states(sessions, scope, meme_id) == {"agent": "succeeded", "text_embedding": "succeeded"}
-    assert stage_task(sessions, scope, meme_id, "agent").attempt_count == 2
+    assert stage_states(sessions, scope, meme_id) == ALL_SUCCEEDED
+    assert stage_task(sessions, scope, meme_id, "visual").attempt_count == 2  # the stage the dead worker held
+    assert stage_task(sessions, scope, meme_id, "agent").attempt_count == 1
 
 
 @pytest.mark.parametrize("case", ["img01_cmyk_exif6.jpg", "img02_gray16_ramp.png", "img03_exif_invalid9.jpg",
@@ -225,4 +253,4 @@ def test_expired_lease_with_attempts_left_is_retried_to_success(sessions, store,
 def test_hard_images_process_without_error(sessions, store, scope, drain, case):
     meme_id = add_case(sessions, store, scope, case)
     drain(scope)
-    assert stage_states(sessions, scope, meme_id) == {"agent": "succeeded", "text_embedding": "succeeded"}
+    assert stage_states(sessions, scope, meme_id) == ALL_SUCCEEDED

@@ -114,10 +114,12 @@ def test_meme_detail(client, sample):
         body["width"], body["height"], 3, 600, True)
     assert body["width"] > 0 and body["height"] > 0
     assert body["media_type"] == "image/webp" and body["extension"] == ".webp"
+    assert body["stages"]["visual"]["status"] == "succeeded"
     assert body["stages"]["agent"]["status"] == "succeeded"
     assert body["stages"]["text_embedding"]["status"] == "succeeded"
     assert body["job"]["status"] == "succeeded"
     assert body["provenance"]["relative_path"] == "img06_animated_3frames.webp"
+    assert isinstance(body["near_duplicates"], list)
 
 
 @pytest.mark.parametrize("bad", [str(uuid.uuid4()), "not-a-uuid", "1", "x" * 300, "00000000-0000-0000-0000-00000000000g",

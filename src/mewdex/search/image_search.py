@@ -110,8 +110,6 @@ def _meme_brief(m: Meme) -> dict[str, Any]:
 def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[str, Any]]:
     """The meme's near-duplicate pairs (either side): ``[{"id", "display_name", "relation", "phash_distance", "cosine"}]``
     where ``relation`` is ``duplicate_of`` (this meme duplicates that older one) or ``duplicated_by``."""
-    if not visual.near_duplicate_table_present(session):
-        return []
     meme_id = meme_id if isinstance(meme_id, UUID) else UUID(str(meme_id))
     t = visual.near_duplicates
     rows = session.execute(
@@ -137,8 +135,6 @@ def duplicate_clusters(session: Session, scope: ScopeContext, *, limit: int = 10
     ``{"clusters": [{"original": id, "size": n, "memes": [...], "pairs": [...]}], "total": n}``,
     biggest clusters first.
     """
-    if not visual.near_duplicate_table_present(session):
-        return {"clusters": [], "total": 0}
     t = visual.near_duplicates
     rows = session.execute(select(t).where(t.c.scope_id == scope.scope_id)).mappings().all()
     parent: dict[UUID, UUID] = {}
