@@ -9,7 +9,6 @@ import socket
 import threading
 import uuid
 
-from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
@@ -47,7 +46,6 @@ class Worker:
     def run_once(self) -> bool:
         """Claim and process one task; False when there was nothing to do."""
         with self.sessions.begin() as session:
-            _relaxed_commit(session)
             for scope_id, task_id in queue.reap_exhausted(session):
                 task = session.get(Task, (task_id,))
                 if task is not None and task.processing_job_id is not None:
@@ -98,7 +96,6 @@ class Worker:
             beat.stop()
         try:
             with self.sessions.begin() as session:
-                _relaxed_commit(session)
                 task = queue.fenced(session, claim)
                 attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
                 if error is None:
@@ -117,16 +114,6 @@ class Worker:
                     attempt.error = task.error
         except queue.StaleClaim as exc:
             log.warning("discarding result of a stale claim: %s", exc)
-
-
-def _relaxed_commit(session: Session) -> None:
-    """Let this transaction commit without waiting for its WAL flush.
-
-    Claims and stage write-backs are re-doable: if a database crash loses the last few commits,
-    those tasks are simply claimed and run again (their results are idempotent and fenced).
-    Uploads, renames and deletes keep fully synchronous commits.
-    """
-    session.execute(text("SET LOCAL synchronous_commit TO off"))
 
 
 def _snapshot(session: Session, meme) -> MemeSnapshot | None:
