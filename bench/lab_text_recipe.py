@@ -285,7 +285,6 @@ def phrase_hits(query: str, items) -> dict[int, int]:
     name/title, 1 = substring of OCR text. Query must fold to >= 2 Han characters or >= 4
     other characters."""
     from mewdex.search.text import fold, has_han
-    from mewdex.pipeline.context import keyword_document
 
     q = fold(query)
     qn = "".join(c for c in q if c.isalnum())
@@ -355,9 +354,8 @@ def mean(ms: list[dict]) -> dict[str, float]:
 
 def main():
     import numpy as np
-    from mewdex.pipeline.context import keyword_document, semantic_fields
+    from mewdex.pipeline.context import semantic_fields
     from mewdex.pipeline.embedders import E5Embedder, UseEmbedder
-    from mewdex.search.text import tokenize
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--ocr-min-score", type=float, default=None)
@@ -422,7 +420,6 @@ def query_lang(q: str) -> str:
 
 
 def evaluate(ocr, queries, e5, use, thr, corpus_stat, corner=True, full=True):
-    import numpy as np
     from mewdex.pipeline.context import keyword_document, semantic_fields
     from mewdex.search.text import tokenize
 

@@ -17,7 +17,7 @@ from sqlalchemy import select, text
 from mewdex.db.models import DerivedImageThumbnail, Meme, MemeVisualEmbedding, Scope
 from mewdex.library import thumbnails as th
 from mewdex.library.memes import add_image
-from mewdex.pipeline import jobs, stages, visual
+from mewdex.pipeline import stages, visual
 from mewdex.pipeline.stages import MemeSnapshot, StageError
 from mewdex.search import image_search
 from mewdex.web import errors

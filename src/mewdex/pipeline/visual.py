@@ -33,7 +33,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
