@@ -364,11 +364,12 @@ def reconcile(sessions, store, scope_id: str, *, max_pixels: int = images.DEFAUL
     One short transaction per meme; the slow encode happens outside it. ``force`` rebuilds all.
     ``progress(meme_id, outcome)`` is called per meme with ``ok|rebuilt|failed``.
     """
-    from mewdex.db.models import Meme, Scope
+    from mewdex.db.models import Meme
+    from mewdex.library.scopes import storage_namespace
 
     report = ReconcileReport()
     with sessions.begin() as session:
-        namespace = str(session.get(Scope, scope_id).storage_namespace)
+        namespace = storage_namespace(session, scope_id)
         ids = session.execute(select(Meme.id).where(Meme.scope_id == scope_id).order_by(Meme.id)).scalars().all()
     for meme_id in ids:
         report.checked += 1

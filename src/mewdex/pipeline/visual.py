@@ -317,10 +317,11 @@ class VisualStage:
         )
 
     def apply(self, session: Session, meme, output: VisualOutput) -> None:
-        from mewdex.db.models import MemeVisualEmbedding, Scope
+        from mewdex.db.models import MemeVisualEmbedding
+        from mewdex.library.scopes import storage_namespace
         from mewdex.storage import blob_store
 
-        namespace = str(session.get(Scope, meme.scope_id).storage_namespace)
+        namespace = storage_namespace(session, meme.scope_id)
         thumbs.store_thumbnails(session, blob_store(), namespace, meme, output.thumbnails,
                                 failure=output.thumbnail_error)
         ensure_visual_index(session, output.model, len(output.vector))

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
 from mewdex.db.models import ImageProcessingAttempt, Task
+from mewdex.library.scopes import storage_namespace
 from mewdex.pipeline import jobs
 from mewdex.pipeline.stages import HANDLERS, MemeSnapshot, StageError, load_meme
 from mewdex.queue import tasks as queue
@@ -119,7 +120,7 @@ class Worker:
 def _snapshot(session: Session, meme) -> MemeSnapshot | None:
     if meme is None:
         return None
-    namespace = str(meme_scope_namespace(session, meme.scope_id))
+    namespace = storage_namespace(session, meme.scope_id)
     key = meme.storage_key
     store = blob_store()
     return MemeSnapshot(
@@ -131,12 +132,6 @@ def _snapshot(session: Session, meme) -> MemeSnapshot | None:
         meme_context=dict(meme.meme_context),
         read_bytes=lambda: store.path(namespace, key).read_bytes(),
     )
-
-
-def meme_scope_namespace(session: Session, scope_id: str):
-    from mewdex.db.models import Scope
-
-    return session.get(Scope, scope_id).storage_namespace
 
 
 class _Heartbeat:

@@ -7,8 +7,9 @@ from fastapi.responses import FileResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, Scope, ScopeContext
+from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, ScopeContext
 from mewdex.library.images import EXTENSIONS, MEDIA_TYPES
+from mewdex.library.scopes import storage_namespace
 from mewdex.library.thumbnails import thumbnail_status
 from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
@@ -89,7 +90,7 @@ def media(meme_id: str, request: Request, session: Session = Depends(db_session)
     headers = {"ETag": etag, "Cache-Control": "private, max-age=31536000, immutable"}
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers=headers)
-    namespace = str(session.get(Scope, scope.scope_id).storage_namespace)
+    namespace = storage_namespace(session, scope.scope_id)
     path = blob_store().path(namespace, meme.storage_key)
     if not path.is_file():
         raise ApiError(404, "blob_missing", "the image file is missing from the blob store")

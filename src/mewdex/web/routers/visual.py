@@ -17,9 +17,10 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from mewdex.config import get_settings
-from mewdex.db.models import Scope, ScopeContext
+from mewdex.db.models import ScopeContext
 from mewdex.library import thumbnails as thumbs
 from mewdex.library.images import ImageError
+from mewdex.library.scopes import storage_namespace
 from mewdex.pipeline.errors import BackendUnavailable
 from mewdex.search import image_search
 from mewdex.storage import blob_store
@@ -47,7 +48,7 @@ def thumbnail(meme_id: str, request: Request, animated: bool = False, session: S
     even the original is gone, 422 with the image error code when it cannot be decoded.
     """
     meme = get_meme(session, scope, meme_id)
-    namespace = str(session.get(Scope, scope.scope_id).storage_namespace)
+    namespace = storage_namespace(session, scope.scope_id)
     store = blob_store()
     profiles = ([thumbs.ANIMATED_PROFILE] if animated else []) + [thumbs.STILL_PROFILE]
     for profile in profiles:
