@@ -102,8 +102,10 @@ def add_items(session: Session, scope: ScopeContext, collection_id: UUID, meme_i
          "added_at": start + timedelta(microseconds=i)}
         for i, m in enumerate(unique)
     ]
-    result = session.execute(insert(MemeCollectionItem).values(rows).on_conflict_do_nothing())
-    return result.rowcount
+    inserted = session.execute(
+        insert(MemeCollectionItem).values(rows).on_conflict_do_nothing().returning(MemeCollectionItem.meme_id)
+    ).all()
+    return len(inserted)
 
 
 def find(session: Session, scope: ScopeContext, collection_id: UUID, *, lock: bool = False) -> MemeCollection:
