@@ -222,3 +222,34 @@ def test_fn02_long_names_are_accepted_and_cut_on_graphemes(api, sessions, scope)
         assert [i["meme"]["display_name"] for i in body["items"]] == [i["meme"]["display_name"] for i in items]
     finally:
         drop_scope(sessions, target)
+
+
+def test_cli_export_then_import_zip(mewdex_env, sessions, store, tmp_path):
+    from mewdex.db.models import ScopeContext
+
+    source, target = f"t-cli-src-{tmp_path.name[-8:]}", f"t-cli-dst-{tmp_path.name[-8:]}"
+    scope = new_scope(sessions, source)
+    dest = ScopeContext(f"{target}-x")
+    try:
+        ids = [add(sessions, store, scope, png((i, 9, 9)), f"cli {i}.png") for i in range(3)]
+        with client_for(scope) as api:
+            cid = api.post("/api/v1/collections", json={"name": "cli pack"}).json()["id"]
+            api.post(f"/api/v1/collections/{cid}/items", json={"meme_ids": ids[::-1]})
+        out = tmp_path / "pack.zip"
+        mewdex_env.cli("export", "cli pack", str(out), scope=scope.scope_id, check=True)
+        manifest = json.loads(zipfile.ZipFile(out).read("manifest.json"))
+        assert [i["display_name"] for i in manifest["items"]] == ["cli 2", "cli 1", "cli 0"]
+        assert mewdex_env.cli("export", "no such", str(tmp_path / "x.zip"), scope=scope.scope_id).returncode == 1
+
+        proc = mewdex_env.cli("import", str(out), scope=dest.scope_id, check=True)
+        assert "3 created" in proc.stdout and "cli pack" in proc.stdout
+        proc = mewdex_env.cli("import", str(case_file("zip01_zip_slip.zip")), scope=dest.scope_id)
+        assert proc.returncode == 1 and "unsafe_path" in proc.stderr
+        with client_for(dest) as api:
+            listed = api.get("/api/v1/collections").json()["collections"]
+            assert [(c["name"], c["item_count"]) for c in listed] == [("cli pack", 3)]
+            items = api.get(f"/api/v1/collections/{listed[0]['id']}").json()["items"]
+            assert [m["display_name"] for m in items] == ["cli 2", "cli 1", "cli 0"]
+    finally:
+        drop_scope(sessions, scope)
+        drop_scope(sessions, dest)

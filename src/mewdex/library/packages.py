@@ -546,7 +546,7 @@ def _read_manifest(fileobj: BinaryIO, info: zipfile.ZipInfo, budget: _Budget) ->
 
 def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, fileobj: BinaryIO, *,
                    source_name: str = "", name: str | None = None, process: bool = True,
-                   limits: Limits | None = None,
+                   limits: Limits | None = None, on_plan: Callable[[Plan], None] | None = None,
                    on_item: Callable[[ItemResult], None] | None = None) -> ImportResult:
     """Preflight the archive, then create the collection and import each item in order.
 
@@ -554,6 +554,7 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
         fileobj: the ZIP, seekable. source_name: its file name (provenance; default collection name).
         name: the collection's name (default: the manifest's, else the file name's stem).
         process: queue the processing job of each new meme (False: store only).
+        on_plan: called once the preflight passed; on_item: after each item.
     Returns:
         :class:`ImportResult`; items are ``created`` (new meme), ``duplicate`` (the scope's existing
         meme with the same bytes, added to the collection) or ``rejected`` (with ``error``).
@@ -563,6 +564,8 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
     limits = limits or Limits.from_settings()
     archive = open_archive(fileobj)
     plan = preflight(fileobj, archive, limits=limits, name=name, source_name=source_name)
+    if on_plan is not None:
+        on_plan(plan)
     with sessions.begin() as session:
         collection = collections.create_unique(session, scope, plan.collection_name)
         collection_id, collection_name = collection.id, collection.name
