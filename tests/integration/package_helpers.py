@@ -39,3 +39,12 @@ def error_code(response) -> str:
     body = response.json()
     assert set(body) == {"error"} and {"code", "message", "details"} <= set(body["error"]), body
     return body["error"]["code"]
+
+
+def corpus_images(corpus, n: int) -> list:
+    """The first ``n`` image files of the corpus (sorted per source, sources in a fixed order)."""
+    files = []
+    for source in ("vvquest", "memegen", "chinesebqb"):
+        root = corpus / source / "images"
+        files += sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+    return files[: n * 2]  # a margin for corpus files that are duplicates of others
