@@ -397,6 +397,62 @@ def status_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
     console.print(table)
 
 
+@app.command()
+def reindex(
+    model: Annotated[str | None, typer.Option(
+        help="Rebuild only the leg using this model (leg name, registered name or model id).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Process the build here and wait until it is active.")] = False,
+) -> None:
+    """Build new search generations from the current meme contexts with the configured text models
+    (MEWDEX_TEXT_MODELS); search keeps serving the active ones until each new one is complete."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.search import generations
+
+    _prepare()
+    scope = default_scope()
+    sessions = get_sessionmaker()
+    try:
+        with sessions.begin() as session:
+            built = [(g.id, g.model, g.dimensions) for g in generations.start_reindex(session, scope.scope_id,
+                                                                                        model=model)]
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    for gid, name, dims in built:
+        console.print(f"building generation {gid} with {name} ({dims}-d)")
+    if not wait:
+        console.print("the build runs in `mewdex serve` or `mewdex worker`; progress: GET /api/v1/search/status")
+        return
+    from mewdex.queue.worker import WorkerPool
+
+    pool = WorkerPool(sessions, 1)
+    pool.start()
+    try:
+        with _progress() as progress:
+            bar = progress.add_task("reindexing", total=None)
+            while True:
+                with sessions.begin() as session:
+                    state = generations.status(session, scope.scope_id)
+                building = [leg["building"] for leg in state["legs"].values() if leg["building"]]
+                ours = [b for b in building if b["id"] in {str(g[0]) for g in built}]
+                if not ours:
+                    break
+                if any(b["task"] and b["task"]["status"] == "failed" for b in ours):
+                    break
+                progress.update(bar, total=sum(b["memes_total"] for b in ours),
+                                completed=sum(b["memes_done"] for b in ours))
+                time.sleep(0.5)
+    finally:
+        pool.stop()
+    with sessions.begin() as session:
+        state = generations.status(session, scope.scope_id)
+    for leg, entry in state["legs"].items():
+        active = entry["active"]
+        console.print(f"{leg}: active {active['model'] if active else '-'} ({active['memes'] if active else 0} memes)"
+                      + ("" if entry["building"] is None else f"; [red]still building: {entry['building']['task']}[/red]"))
+
+
 @db_app.command("stop")
 def db_stop() -> None:
     """Stop the embedded PostgreSQL server of this data dir."""

@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     zip_max_items: int = Field(default=500, ge=1)
     zip_max_total_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     zip_max_ratio: float = Field(default=100.0, gt=1)
+    # Search generations: the registered text embedder of each vector leg (JSON object).
+    text_models: dict[str, str] = Field(default_factory=lambda: {"e5": "e5", "use": "use"})
 
     @property
     def blob_root(self) -> Path:
