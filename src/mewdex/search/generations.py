@@ -158,7 +158,7 @@ def write_vectors(session: Session, generation: SearchGeneration, meme: Any, met
         ))
 
 
-def configured_mismatches(session: Session, embedders: dict) -> list[dict]:
+def configured_mismatches(session: Session, embedders: dict, scope_ids: list[str] | None = None) -> list[dict]:
     """Heads whose active generation's model or dimensions differ from the configured embedder of
     their leg: ``[{"scope_id", "leg", "active_model", "active_dimensions", "model", "dimensions",
     "old_model_available"}]``."""
@@ -168,7 +168,8 @@ def configured_mismatches(session: Session, embedders: dict) -> list[dict]:
         select(SearchHead.scope_id, SearchHead.model, SearchGeneration.model, SearchGeneration.dimensions)
         .join(SearchGeneration, (SearchGeneration.scope_id == SearchHead.scope_id)
               & (SearchGeneration.id == SearchHead.active_generation_id))
-        .where(SearchHead.model.in_(list(embedders)))
+        .where(SearchHead.model.in_(list(embedders)),
+               *([] if scope_ids is None else [SearchHead.scope_id.in_(scope_ids)]))
     ).all()
     out = []
     for scope_id, leg, active_model, active_dims in rows:
@@ -182,9 +183,10 @@ def configured_mismatches(session: Session, embedders: dict) -> list[dict]:
     return out
 
 
-def check_text_models(sessions: sessionmaker[Session]) -> list[str]:
-    """Start-up check: for every head whose active generation does not match the configured model
-    of its leg, log why and start building a new generation. Returns the messages logged."""
+def check_text_models(sessions: sessionmaker[Session], scope_ids: list[str] | None = None) -> list[str]:
+    """Start-up check: for every head (of ``scope_ids``, default all scopes) whose active generation
+    does not match the configured model of its leg, log why and start building a new generation.
+    Returns the messages logged."""
     from mewdex.pipeline import models
 
     try:
@@ -194,7 +196,7 @@ def check_text_models(sessions: sessionmaker[Session]) -> list[str]:
         return [str(exc)]
     messages = []
     with sessions.begin() as session:
-        for m in configured_mismatches(session, embedders):
+        for m in configured_mismatches(session, embedders, scope_ids):
             building = start_build(session, m["scope_id"], m["leg"], m["model"], m["dimensions"],
                                    reason="model_changed")
             what = ("dimension changed" if m["active_dimensions"] != m["dimensions"] else "model changed")
