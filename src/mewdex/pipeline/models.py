@@ -1,7 +1,15 @@
-"""Process-wide model instances, loaded lazily on first use and shared by all worker threads."""
+"""Process-wide model instances, loaded lazily on first use and shared by all worker threads.
+
+Text embedders come from a registry of named factories (``e5``, ``use`` built in;
+:func:`register_text_embedder` adds more, e.g. an optional local model). ``MEWDEX_TEXT_MODELS``
+maps each vector leg of search (``e5``, ``use``) to a registered name; changing it (or a model's
+version) makes the next start-up build new search generations (``mewdex.search.generations``).
+"""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from functools import lru_cache
 
 from mewdex.config import get_settings
@@ -15,10 +23,63 @@ def ocr_engine():
     return OcrEngine(intra_op_threads=get_settings().ocr_threads)
 
 
-@lru_cache(maxsize=1)
-def text_embedders() -> dict:
-    """The text embedders by vector leg (``e5``, ``use``); each embeds its own fields of the context
-    (``mewdex.pipeline.context.FIELDS_BY_EMBEDDER``) and search takes each meme's best field."""
-    from mewdex.pipeline.embedders import E5Embedder, UseEmbedder
+def _e5():
+    from mewdex.pipeline.embedders import E5Embedder
 
-    return {"e5": E5Embedder(), "use": UseEmbedder()}
+    return E5Embedder()
+
+
+def _use():
+    from mewdex.pipeline.embedders import UseEmbedder
+
+    return UseEmbedder()
+
+
+_FACTORIES: dict[str, Callable[[], object]] = {"e5": _e5, "use": _use}
+_INSTANCES: dict[str, object] = {}
+_LOCK = threading.Lock()
+
+
+def register_text_embedder(name: str, factory: Callable[[], object]) -> None:
+    """Make ``factory()`` (a :class:`~mewdex.pipeline.embedders.TextEmbedder`) available as ``name``
+    for ``MEWDEX_TEXT_MODELS``; re-registering a name replaces its instance."""
+    with _LOCK:
+        _FACTORIES[name] = factory
+        _INSTANCES.pop(name, None)
+
+
+def text_embedder(name: str):
+    """The shared instance of the registered embedder ``name``; KeyError when not registered.
+    Constructing is cheap: weights load on first use."""
+    with _LOCK:
+        if name not in _INSTANCES:
+            _INSTANCES[name] = _FACTORIES[name]()
+        return _INSTANCES[name]
+
+
+def text_embedders() -> dict:
+    """The configured text embedder of each vector leg (``{"e5": ..., "use": ...}``); each embeds its
+    own fields of the context (``mewdex.pipeline.context.FIELDS_BY_EMBEDDER``) and search takes each
+    meme's best field. ValueError when ``MEWDEX_TEXT_MODELS`` names an unregistered embedder."""
+    from mewdex.pipeline.context import FIELDS_BY_EMBEDDER
+
+    configured = get_settings().text_models
+    if not configured or set(configured) - set(FIELDS_BY_EMBEDDER):
+        raise ValueError(f"MEWDEX_TEXT_MODELS must map legs among {sorted(FIELDS_BY_EMBEDDER)} to embedder names")
+    unknown = sorted(set(configured.values()) - set(_FACTORIES))
+    if unknown:
+        raise ValueError(f"MEWDEX_TEXT_MODELS names unknown text embedders {unknown}; known: {sorted(_FACTORIES)}")
+    return {leg: text_embedder(name) for leg, name in configured.items()}
+
+
+def embedder_for_model(model: str):
+    """The registered embedder whose ``model`` id is ``model`` (to embed queries for a generation
+    built with it), or None when no registered embedder has that id any more."""
+    for name in list(_FACTORIES):
+        try:
+            embedder = text_embedder(name)
+        except Exception:  # a factory that cannot even construct is simply not that model
+            continue
+        if embedder.model == model:
+            return embedder
+    return None

@@ -12,18 +12,18 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
-from mewdex.db.models import Meme, MemeEmbedding
+from mewdex.db.models import Meme
 from mewdex.library.images import ImageError, load_frames
 from mewdex.pipeline import models
 from mewdex.pipeline.auto_rename import AutoRenameStage
 from mewdex.pipeline.context import build_meme_context, keyword_document, semantic_fields
 from mewdex.pipeline.errors import BackendUnavailable
 from mewdex.pipeline.visual import VisualStage
-from mewdex.search.generations import active_generation
+from mewdex.search.generations import write_targets, write_vectors
 from mewdex.search import keyword
 
 STAGE_VERSIONS = {
@@ -118,7 +118,8 @@ def write_keyword_document(session: Session, meme: Meme) -> None:
 
 class TextEmbeddingStage:
     """Embeds each leg's semantic fields of the meme context (one vector per field; search takes the
-    best field); rows go to the scope's active generation of each model."""
+    best field) with the leg's configured model; rows go to the leg's active generation when it uses
+    that model and to the generation being built for it (see :mod:`mewdex.search.generations`)."""
 
     name = "text_embedding"
 
@@ -141,33 +142,9 @@ class TextEmbeddingStage:
 
     def apply(self, session: Session, meme: Meme, output: dict[str, Any]) -> None:
         metadata_hash = meme.search_metadata_hash or context_hash(meme.meme_context)
-        for role in output.values():
-            generation = active_generation(session, meme.scope_id, role["model"], role["dimensions"])
-            session.execute(
-                delete(MemeEmbedding).where(
-                    MemeEmbedding.scope_id == meme.scope_id,
-                    MemeEmbedding.generation_id == generation.id,
-                    MemeEmbedding.meme_id == meme.id,
-                )
-            )
-            for field, document, vector in role["items"]:
-                session.add(
-                    MemeEmbedding(
-                        scope_id=meme.scope_id,
-                        generation_id=generation.id,
-                        meme_id=meme.id,
-                        field=field,
-                        model=role["model"],
-                        dimensions=role["dimensions"],
-                        embedding=vector,
-                        semantic_document=document[:6000],
-                        semantic_document_hash=hashlib.sha256(document.encode()).hexdigest(),
-                        metadata_hash=metadata_hash,
-                        image_sha256=meme.sha256,
-                        meme_revision=meme.revision,
-                        item_status="ready",
-                    )
-                )
+        for leg, role in output.items():
+            for generation in write_targets(session, meme.scope_id, leg, role["model"], role["dimensions"]):
+                write_vectors(session, generation, meme, metadata_hash, role["items"])
 
 
 HANDLERS: dict[str, Stage] = {

@@ -17,10 +17,14 @@ from mewdex.library.scopes import storage_namespace
 from mewdex.pipeline import jobs
 from mewdex.pipeline.stages import HANDLERS, MemeSnapshot, StageError, load_meme
 from mewdex.queue import tasks as queue
+from mewdex.search.generations import REINDEX_TASK, ReindexError
 from mewdex.storage import blob_store
 
 log = logging.getLogger(__name__)
 LANES = ["visual", "agent", "default", "embedding"]
+# Task types that are not image stages: handler objects with ``run(sessions, claim)`` (writes back
+# under fencing itself) and ``failed(session, claim)`` (called when the task fails for good).
+TASK_HANDLERS = {REINDEX_TASK.task_type: REINDEX_TASK}
 
 
 class Worker:
@@ -78,6 +82,9 @@ class Worker:
         return True
 
     def _execute(self, claim: queue.Claim, snapshot: MemeSnapshot | None) -> None:
+        if claim.task_type in TASK_HANDLERS:
+            self._execute_task(claim)
+            return
         beat = _Heartbeat(self.sessions, claim, self.settings)
         beat.start()
         try:
@@ -113,6 +120,42 @@ class Worker:
                     (jobs.stage_failed if final else jobs.stage_retrying)(session, task)
                     attempt.state = "failed"
                     attempt.error = task.error
+        except queue.StaleClaim as exc:
+            log.warning("discarding result of a stale claim: %s", exc)
+
+
+    def _execute_task(self, claim: queue.Claim) -> None:
+        """Run a non-image task's handler with a heartbeat; record a failure with retry/backoff."""
+        handler = TASK_HANDLERS[claim.task_type]
+        beat = _Heartbeat(self.sessions, claim, self.settings)
+        beat.start()
+        try:
+            handler.run(self.sessions, claim)
+            error = None
+        except queue.StaleClaim as exc:
+            log.warning("discarding result of a stale claim: %s", exc)
+            return
+        except ReindexError as exc:
+            error = StageError(exc.code, exc.message, exc.retryable)
+        except Exception as exc:
+            log.exception("task %s (%s) crashed", claim.task_id, claim.task_type)
+            error = StageError("task_crashed", f"{type(exc).__name__}: {exc}")
+        finally:
+            beat.stop()
+        try:
+            with self.sessions.begin() as session:
+                attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
+                if error is None:
+                    if attempt is not None:
+                        attempt.state = "completed"
+                    return
+                task = queue.fenced(session, claim)
+                final = queue.fail(task, error.code, error.message, retryable=error.retryable,
+                                   base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds)
+                if final:
+                    handler.failed(session, claim)
+                if attempt is not None:
+                    attempt.state, attempt.error = "failed", task.error
         except queue.StaleClaim as exc:
             log.warning("discarding result of a stale claim: %s", exc)
 

@@ -1,58 +1,48 @@
-"""Search generations: the vector rows a scope's searches read, one active generation per model."""
+"""Search generations: the vector rows a scope's searches read.
+
+Each vector leg of search (``e5``, ``use``; ``search_heads.model`` holds the leg name) has one
+*active* generation per scope, built with one embedding model (``search_generations.model`` is
+the model id with its version, ``active_generation_model`` the same id). Searches read only the
+active generation, embedding the query with that generation's model.
+
+When the configured model of a leg changes (another registered embedder, a new version, other
+dimensions), a *building* generation is started for the new model and filled in the background
+by a durable queue task (``search_reindex``) from the memes' current contexts; memes processed
+meanwhile are written into it too. Once every meme with a context has its vectors there, one
+transaction points the head at it (status ``active``) and retires the old generation (its
+vector rows are deleted). Until then search keeps serving the old generation (its vector leg is
+skipped only if the old model cannot be loaded any more; keyword search always works).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+from typing import Any
+from uuid import UUID
 
-from sqlalchemy import select, text
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.db.models import SearchGeneration, SearchHead, utcnow
+from mewdex.config import get_settings
+from mewdex.db.models import Meme, MemeEmbedding, SearchGeneration, SearchHead, Task, utcnow
 from mewdex.search.vector_index import ensure_index
 
-
-def active_generation(session: Session, scope_id: str, model: str, dimensions: int) -> SearchGeneration:
-    """The scope's active generation for ``model``, created (with its HNSW index) on first use.
-
-    When the active generation has other dimensions than ``dimensions`` (the model was changed
-    under the same name), a new generation is started and becomes active; the old one is retired.
-    """
-    generation = current_generation(session, scope_id, model)
-    if generation is not None and generation.dimensions == dimensions:
-        return generation
-    key = int.from_bytes(hashlib.sha256(f"{scope_id}\0{model}".encode()).digest()[:8], "big", signed=True)
-    session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
-    generation = current_generation(session, scope_id, model)
-    if generation is not None and generation.dimensions == dimensions:
-        return generation
-    if generation is not None:
-        generation.status = "retired"
-    ensure_index(session, "meme_embeddings", model, dimensions)
-    new = SearchGeneration(
-        scope_id=scope_id,
-        model=model,
-        dimensions=dimensions,
-        status="active",
-        source_snapshot_hash=hashlib.sha256(b"incremental").hexdigest(),
-        activated_at=utcnow(),
-    )
-    session.add(new)
-    session.flush()
-    stmt = insert(SearchHead).values(
-        scope_id=scope_id, model=model, active_generation_id=new.id, active_generation_model=model
-    )
-    session.execute(
-        stmt.on_conflict_do_update(
-            index_elements=["scope_id", "model"],
-            set_={"active_generation_id": new.id, "active_generation_model": model},
-        )
-    )
-    return new
+log = logging.getLogger(__name__)
+REINDEX_TASK_TYPE = "search_reindex"
+REINDEX_LANE = "embedding"
+REINDEX_BATCH = 32
 
 
-def current_generation(session: Session, scope_id: str, model: str) -> SearchGeneration | None:
-    """The generation the scope's head points at for ``model``, or None."""
+def _lock(session: Session, scope_id: str, key: str) -> None:
+    k = int.from_bytes(hashlib.sha256(f"{scope_id}\0{key}".encode()).digest()[:8], "big", signed=True)
+    session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": k})
+
+
+def current_generation(session: Session, scope_id: str, leg: str) -> SearchGeneration | None:
+    """The generation the scope's head for ``leg`` points at (the one searches read), or None."""
     return session.execute(
         select(SearchGeneration)
         .join(
@@ -60,5 +50,365 @@ def current_generation(session: Session, scope_id: str, model: str) -> SearchGen
             (SearchHead.scope_id == SearchGeneration.scope_id)
             & (SearchHead.active_generation_id == SearchGeneration.id),
         )
-        .where(SearchHead.scope_id == scope_id, SearchHead.model == model)
+        .where(SearchHead.scope_id == scope_id, SearchHead.model == leg)
     ).scalar_one_or_none()
+
+
+def building_generation(session: Session, scope_id: str, model: str) -> SearchGeneration | None:
+    """The scope's generation being built for model id ``model``, or None (at most one exists)."""
+    return session.execute(
+        select(SearchGeneration).where(
+            SearchGeneration.scope_id == scope_id, SearchGeneration.model == model,
+            SearchGeneration.status == "building",
+        )
+    ).scalar_one_or_none()
+
+
+def active_generation(session: Session, scope_id: str, leg: str, dimensions: int,
+                      model: str | None = None) -> SearchGeneration:
+    """The scope's active generation for ``leg``, created empty (with its HNSW index) on first use
+    for ``model`` (default: the leg name itself)."""
+    generation = current_generation(session, scope_id, leg)
+    if generation is not None:
+        return generation
+    _lock(session, scope_id, f"head:{leg}")
+    generation = current_generation(session, scope_id, leg)
+    if generation is not None:
+        return generation
+    model = model or leg
+    ensure_index(session, "meme_embeddings", model, dimensions)
+    new = SearchGeneration(scope_id=scope_id, model=model, dimensions=dimensions, status="active",
+                           source_snapshot_hash=_snapshot_hash(leg, model, dimensions, "incremental"),
+                           activated_at=utcnow())
+    session.add(new)
+    session.flush()
+    _point_head(session, scope_id, leg, new)
+    return new
+
+
+def _point_head(session: Session, scope_id: str, leg: str, generation: SearchGeneration) -> None:
+    stmt = insert(SearchHead).values(scope_id=scope_id, model=leg, active_generation_id=generation.id,
+                                     active_generation_model=generation.model)
+    session.execute(stmt.on_conflict_do_update(
+        index_elements=["scope_id", "model"],
+        set_={"active_generation_id": generation.id, "active_generation_model": generation.model},
+    ))
+
+
+def _snapshot_hash(leg: str, model: str, dimensions: int, reason: str) -> str:
+    from mewdex.pipeline.context import CONTEXT_VERSION
+
+    payload = {"leg": leg, "model": model, "dimensions": dimensions, "context": CONTEXT_VERSION,
+               "reason": reason, "at": utcnow().isoformat()}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def write_targets(session: Session, scope_id: str, leg: str, model: str, dimensions: int) -> list[SearchGeneration]:
+    """The generations a meme's freshly embedded ``leg`` vectors (from ``model``) belong in: the
+    active one when it uses that model, and the one being built for it. When the active one uses
+    another model and nothing is being built, a build is started (the model changed)."""
+    active = current_generation(session, scope_id, leg)
+    if active is None:
+        return [active_generation(session, scope_id, leg, dimensions, model)]
+    targets = [active] if (active.model, active.dimensions) == (model, dimensions) else []
+    building = building_generation(session, scope_id, model)
+    if building is None and not targets:
+        building = start_build(session, scope_id, leg, model, dimensions, reason="model_changed")
+    if building is not None and building.dimensions == dimensions:
+        targets.append(building)
+    return targets
+
+
+def start_build(session: Session, scope_id: str, leg: str, model: str, dimensions: int, *,
+                reason: str) -> SearchGeneration:
+    """Start (or join) building a new generation of ``leg`` with ``model``: the generation row
+    (status ``building``) and its ``search_reindex`` task, in the caller's transaction."""
+    from mewdex.queue import tasks as queue
+
+    _lock(session, scope_id, f"build:{model}")
+    generation = building_generation(session, scope_id, model)
+    if generation is None:
+        ensure_index(session, "meme_embeddings", model, dimensions)
+        generation = SearchGeneration(scope_id=scope_id, model=model, dimensions=dimensions, status="building",
+                                      source_snapshot_hash=_snapshot_hash(leg, model, dimensions, reason))
+        session.add(generation)
+        session.flush()
+    # Deduplicated on the generation: joins its queued/running task, or resumes a build whose
+    # task died (the build skips memes that already have vectors).
+    queue.enqueue(session, scope_id=scope_id, task_type=REINDEX_TASK_TYPE, lane=REINDEX_LANE,
+                  dedupe_key=str(generation.id), max_attempts=get_settings().task_max_attempts,
+                  payload={"generation_id": str(generation.id), "leg": leg, "reason": reason})
+    return generation
+
+
+def write_vectors(session: Session, generation: SearchGeneration, meme: Any, metadata_hash: str,
+                  items: list[tuple[str, str, Any]]) -> None:
+    """Replace the meme's rows in ``generation`` by ``items`` = [(field, document, vector)].
+    ``meme`` needs ``scope_id``, ``id``, ``sha256``, ``revision``."""
+    session.execute(delete(MemeEmbedding).where(
+        MemeEmbedding.scope_id == meme.scope_id, MemeEmbedding.generation_id == generation.id,
+        MemeEmbedding.meme_id == meme.id,
+    ))
+    for field, document, vector in items:
+        session.add(MemeEmbedding(
+            scope_id=meme.scope_id, generation_id=generation.id, meme_id=meme.id, field=field,
+            model=generation.model, dimensions=generation.dimensions, embedding=vector,
+            semantic_document=document[:6000], semantic_document_hash=hashlib.sha256(document.encode()).hexdigest(),
+            metadata_hash=metadata_hash, image_sha256=meme.sha256, meme_revision=meme.revision, item_status="ready",
+        ))
+
+
+def configured_mismatches(session: Session, embedders: dict, scope_ids: list[str] | None = None) -> list[dict]:
+    """Heads whose active generation's model or dimensions differ from the configured embedder of
+    their leg: ``[{"scope_id", "leg", "active_model", "active_dimensions", "model", "dimensions",
+    "old_model_available"}]``."""
+    from mewdex.pipeline import models
+
+    rows = session.execute(
+        select(SearchHead.scope_id, SearchHead.model, SearchGeneration.model, SearchGeneration.dimensions)
+        .join(SearchGeneration, (SearchGeneration.scope_id == SearchHead.scope_id)
+              & (SearchGeneration.id == SearchHead.active_generation_id))
+        .where(SearchHead.model.in_(list(embedders)),
+               *([] if scope_ids is None else [SearchHead.scope_id.in_(scope_ids)]))
+    ).all()
+    out = []
+    for scope_id, leg, active_model, active_dims in rows:
+        embedder = embedders[leg]
+        if (active_model, active_dims) != (embedder.model, embedder.dimensions):
+            old = models.embedder_for_model(active_model)
+            out.append({"scope_id": scope_id, "leg": leg, "active_model": active_model,
+                        "active_dimensions": active_dims, "model": embedder.model,
+                        "dimensions": embedder.dimensions,
+                        "old_model_available": old is not None and old.dimensions == active_dims})
+    return out
+
+
+def check_text_models(sessions: sessionmaker[Session], scope_ids: list[str] | None = None) -> list[str]:
+    """Start-up check: for every head (of ``scope_ids``, default all scopes) whose active generation
+    does not match the configured model of its leg, log why and start building a new generation.
+    Returns the messages logged."""
+    from mewdex.pipeline import models
+
+    try:
+        embedders = models.text_embedders()
+    except ValueError as exc:
+        log.error("search: %s", exc)
+        return [str(exc)]
+    messages = []
+    with sessions.begin() as session:
+        for m in configured_mismatches(session, embedders, scope_ids):
+            building = start_build(session, m["scope_id"], m["leg"], m["model"], m["dimensions"],
+                                   reason="model_changed")
+            what = ("dimension changed" if m["active_dimensions"] != m["dimensions"] else "model changed")
+            serving = ("search keeps serving the old generation until the new one is complete"
+                       if m["old_model_available"] else
+                       f"the old model is not available, so the {m['leg']} vector leg is off until the switch; "
+                       "keyword search and the other legs keep working")
+            message = (f"search: embedding {what} for leg {m['leg']!r} of scope {m['scope_id']!r}: the active "
+                       f"generation has {m['active_model']} ({m['active_dimensions']}-d), the configured model is "
+                       f"{m['model']} ({m['dimensions']}-d); building generation {building.id} in the background "
+                       f"(task type {REINDEX_TASK_TYPE}); {serving}")
+            log.warning(message)
+            messages.append(message)
+    return messages
+
+
+def start_reindex(session: Session, scope_id: str, *, model: str | None = None) -> list[SearchGeneration]:
+    """``mewdex reindex``: build a fresh generation of each leg (or only the legs whose leg name,
+    registered name or model id is ``model``) with its configured model, from current contexts.
+    ValueError when ``model`` matches no configured leg."""
+    from mewdex.pipeline import models
+
+    configured = get_settings().text_models
+    legs = [(leg, e) for leg, e in models.text_embedders().items()
+            if model is None or model in (leg, configured[leg], e.model)]
+    if not legs:
+        raise ValueError(f"no configured leg uses {model!r} (MEWDEX_TEXT_MODELS = {configured})")
+    return [start_build(session, scope_id, leg, e.model, e.dimensions, reason="requested") for leg, e in legs]
+
+
+# --------------------------------------------------------------------------- the build task
+
+
+class ReindexError(Exception):
+    def __init__(self, code: str, message: str, retryable: bool = True):
+        super().__init__(message)
+        self.code, self.message, self.retryable = code, message, retryable
+
+
+def _eligible(scope_id: str):
+    return (Meme.scope_id == scope_id, Meme.context_status == "ready")
+
+
+def _missing_batch(session: Session, generation: SearchGeneration, after: UUID | None,
+                   exclude: set[UUID] = frozenset()) -> list[Meme]:
+    has_rows = (
+        select(MemeEmbedding.meme_id)
+        .where(MemeEmbedding.scope_id == generation.scope_id, MemeEmbedding.generation_id == generation.id,
+               MemeEmbedding.meme_id == Meme.id)
+        .exists()
+    )
+    query = select(Meme).where(*_eligible(generation.scope_id), ~has_rows)
+    if after is not None:
+        query = query.where(Meme.id > after)
+    if exclude:
+        query = query.where(Meme.id.not_in(list(exclude)))
+    return list(session.execute(query.order_by(Meme.id).limit(REINDEX_BATCH)).scalars())
+
+
+def progress(session: Session, generation: SearchGeneration) -> tuple[int, int]:
+    """(memes with vectors in the generation, memes with a context in the scope)."""
+    done = session.execute(
+        select(func.count(func.distinct(MemeEmbedding.meme_id))).where(
+            MemeEmbedding.scope_id == generation.scope_id, MemeEmbedding.generation_id == generation.id)
+    ).scalar_one()
+    total = session.execute(select(func.count()).select_from(Meme).where(*_eligible(generation.scope_id))).scalar_one()
+    return done, total
+
+
+class ReindexTask:
+    """Queue handler of ``search_reindex`` tasks (run by the worker with a heartbeat).
+
+    Resumable: memes that already have rows in the generation are skipped, so a retried or
+    re-claimed task continues where the last one stopped. Every write goes through the claim's
+    fencing, so a worker that lost its lease writes nothing.
+    """
+
+    task_type = REINDEX_TASK_TYPE
+
+    def run(self, sessions: sessionmaker[Session], claim) -> None:
+        from mewdex.pipeline import models
+        from mewdex.pipeline.context import semantic_fields
+        from mewdex.pipeline.errors import BackendUnavailable
+        from mewdex.queue import tasks as queue
+
+        generation_id = UUID(claim.payload["generation_id"])
+        leg = claim.payload["leg"]
+        with sessions.begin() as session:
+            generation = session.get(SearchGeneration, generation_id)
+            if generation is None or generation.status != "building":
+                task = queue.fenced(session, claim)
+                queue.succeed(task, {"generation_id": str(generation_id), "skipped": "not building"})
+                return
+            session.expunge(generation)
+        embedder = models.embedder_for_model(generation.model)
+        if embedder is None or embedder.dimensions != generation.dimensions:
+            raise ReindexError("model_unavailable", f"no registered text embedder is {generation.model} "
+                               f"({generation.dimensions}-d)", retryable=False)
+        without_fields: set[UUID] = set()  # memes whose context has nothing to embed for this leg
+        while True:
+            after = None
+            while True:
+                with sessions.begin() as session:
+                    batch = _missing_batch(session, generation, after, without_fields)
+                    for meme in batch:
+                        session.expunge(meme)
+                if not batch:
+                    break
+                after = batch[-1].id
+                vectors = []
+                try:
+                    for meme in batch:
+                        texts = semantic_fields(meme.meme_context, embedder=leg)
+                        embedded = embedder.embed_passages(list(texts.values())) if texts else []
+                        vectors.append([(k, texts[k], embedded[i]) for i, k in enumerate(texts)])
+                        if not texts:
+                            without_fields.add(meme.id)
+                except BackendUnavailable as exc:
+                    raise ReindexError("backend_unavailable", str(exc)) from exc
+                with sessions.begin() as session:
+                    task = queue.fenced(session, claim)
+                    for meme, items in zip(batch, vectors):
+                        current = session.execute(
+                            select(Meme).where(Meme.scope_id == meme.scope_id, Meme.id == meme.id)
+                        ).scalar_one_or_none()
+                        if current is None or current.search_metadata_hash != meme.search_metadata_hash:
+                            continue  # deleted, or re-analysed meanwhile: its stage writes the new vectors
+                        write_vectors(session, generation, current, current.search_metadata_hash or "", items)
+                    session.flush()
+                    done, total = progress(session, generation)
+                    task.progress = done / total if total else 1.0
+                    task.message = f"{done}/{total} memes"
+            with sessions.begin() as session:
+                task = queue.fenced(session, claim)
+                if self._switch(session, generation, leg, without_fields):
+                    done, total = progress(session, generation)
+                    queue.succeed(task, {"generation_id": str(generation.id), "memes": done},
+                                  message=f"active: {done} memes")
+                    return
+
+    def _switch(self, session: Session, generation: SearchGeneration, leg: str, without_fields: set[UUID]) -> bool:
+        """Point the head at the generation and retire the old one, if every meme with a context
+        has vectors there (False: some came meanwhile, build them first)."""
+        _lock(session, generation.scope_id, f"head:{leg}")
+        if _missing_batch(session, generation, None, without_fields):
+            return False
+        fresh = session.get(SearchGeneration, generation.id, with_for_update=True)
+        old = current_generation(session, generation.scope_id, leg)
+        fresh.status, fresh.activated_at = "active", utcnow()
+        _point_head(session, generation.scope_id, leg, fresh)
+        if old is not None and old.id != fresh.id:
+            old.status = "retired"
+            session.execute(delete(MemeEmbedding).where(MemeEmbedding.scope_id == old.scope_id,
+                                                        MemeEmbedding.generation_id == old.id))
+        log.info("search: generation %s (%s) is now active for leg %s of scope %s", fresh.id, fresh.model, leg,
+                 fresh.scope_id)
+        return True
+
+    def failed(self, session: Session, claim) -> None:
+        """The task failed for good: the building generation fails (search keeps the active one)."""
+        generation = session.get(SearchGeneration, UUID(claim.payload["generation_id"]), with_for_update=True)
+        if generation is not None and generation.status == "building":
+            generation.status = "failed"
+
+
+REINDEX_TASK = ReindexTask()
+
+
+def status(session: Session, scope_id: str) -> dict:
+    """``GET /api/v1/search/status``: per leg the active generation, the one being built (with
+    progress) and the configured model; plus meme counts. Shapes:
+    ``{"memes", "memes_with_context", "legs": {leg: {"configured": {"model", "dimensions"} | null,
+    "active": {"id", "model", "dimensions", "activated_at", "memes"} | null,
+    "building": {"id", "model", "dimensions", "created_at", "memes_done", "memes_total", "progress",
+    "task": {"id", "status", "attempts", "error"} | null} | null, "in_sync": bool}}}``."""
+    from mewdex.pipeline import models
+
+    try:
+        embedders = models.text_embedders()
+    except ValueError:
+        embedders = {}
+    memes = session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == scope_id)).scalar_one()
+    with_context = session.execute(select(func.count()).select_from(Meme).where(*_eligible(scope_id))).scalar_one()
+    heads = session.execute(select(SearchHead.model).where(SearchHead.scope_id == scope_id)).scalars().all()
+    legs = {}
+    for leg in sorted(set(embedders) | set(heads)):
+        embedder = embedders.get(leg)
+        active = current_generation(session, scope_id, leg)
+        building = building_generation(session, scope_id, embedder.model) if embedder is not None else None
+        entry: dict[str, Any] = {
+            "configured": None if embedder is None else {"model": embedder.model, "dimensions": embedder.dimensions},
+            "active": None,
+            "building": None,
+        }
+        if active is not None:
+            entry["active"] = {"id": str(active.id), "model": active.model, "dimensions": active.dimensions,
+                               "activated_at": active.activated_at.isoformat() if active.activated_at else None,
+                               "memes": progress(session, active)[0]}
+        if building is not None:
+            done, total = progress(session, building)
+            task = session.execute(
+                select(Task).where(Task.scope_id == scope_id, Task.task_type == REINDEX_TASK_TYPE,
+                                   Task.dedupe_key == str(building.id)).order_by(Task.created_at.desc()).limit(1)
+            ).scalar_one_or_none()
+            entry["building"] = {
+                "id": str(building.id), "model": building.model, "dimensions": building.dimensions,
+                "created_at": building.created_at.isoformat(), "memes_done": done, "memes_total": total,
+                "progress": round(done / total, 4) if total else 1.0,
+                "task": None if task is None else {"id": task.id, "status": task.status,
+                                                   "attempts": task.attempt_count, "error": task.error},
+            }
+        entry["in_sync"] = (embedder is not None and active is not None and building is None
+                            and (active.model, active.dimensions) == (embedder.model, embedder.dimensions))
+        legs[leg] = entry
+    return {"memes": memes, "memes_with_context": with_context, "legs": legs}

@@ -14,7 +14,7 @@ from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Meme, ScopeContext
 from mewdex.pipeline import models
 from mewdex.pipeline.errors import BackendUnavailable
-from mewdex.search import keyword, vector
+from mewdex.search import generations, keyword, vector
 from mewdex.search.fusion import rrf
 
 LEGS = ("keyword", "e5", "use")
@@ -97,9 +97,17 @@ def _run_leg(leg: str, scope_id: str, query: str) -> tuple[list[UUID], set[UUID]
         if leg == "keyword":
             hits = keyword.search(session, scope_id, query, CANDIDATES)
             return [h.meme_id for h in hits], {h.meme_id for h in hits if h.phrase}
-        embedder = models.text_embedders()[leg]
+        # The active generation's own model embeds the query (while a new model's generation is
+        # being built, the old one keeps serving).
+        generation = generations.current_generation(session, scope_id, leg)
+        if generation is None:
+            return [], set()
+        embedder = models.embedder_for_model(generation.model)
+        if embedder is None or embedder.dimensions != generation.dimensions:
+            raise BackendUnavailable(f"the model of the active {leg} generation ({generation.model}) is not available",
+                                     backend=leg)
         q = embedder.embed_query(query)
-        return [h.meme_id for h in vector.search(session, scope_id, embedder.model, q, CANDIDATES)], set()
+        return [h.meme_id for h in vector.search(session, scope_id, leg, q, CANDIDATES)], set()
 
 
 def _hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dict) -> list[SearchResult]:

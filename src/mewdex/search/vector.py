@@ -1,4 +1,4 @@
-"""Vector leg: nearest memes by cosine similarity in the scope's active generation of a model,
+"""Vector leg: nearest memes by cosine similarity in the scope's active generation of a leg,
 taking each meme's best field (pgvector HNSW with iterative scans, so a small scope next to a
 large one still gets its own k best)."""
 
@@ -22,12 +22,13 @@ class VectorHit:
     field: str
 
 
-def search(session: Session, scope_id: str, model: str, query: np.ndarray, limit: int) -> list[VectorHit]:
-    """The ``limit`` memes nearest to ``query`` ((d,) float32, L2-normalised), best field per meme.
+def search(session: Session, scope_id: str, leg: str, query: np.ndarray, limit: int) -> list[VectorHit]:
+    """The ``limit`` memes nearest to ``query`` ((d,) float32, L2-normalised, embedded with the
+    active generation's model), best field per meme.
 
-    Returns [] when the scope has no generation for ``model`` or its dimensions differ from the query's.
+    Returns [] when the scope has no generation for ``leg`` or its dimensions differ from the query's.
     """
-    generation = current_generation(session, scope_id, model)
+    generation = current_generation(session, scope_id, leg)
     if generation is None or generation.dimensions != query.shape[0]:
         return []
     session.execute(
@@ -51,7 +52,7 @@ def search(session: Session, scope_id: str, model: str, query: np.ndarray, limit
         ),
         {
             "query": query.astype(np.float32),
-            "model": model,
+            "model": generation.model,
             "dims": generation.dimensions,
             "scope": scope_id,
             "generation": generation.id,

@@ -16,11 +16,12 @@ from mewdex.db.migrate import upgrade
 from mewdex.library.scopes import default_scope, ensure_scope
 from mewdex.pipeline import models
 from mewdex.pipeline.visual import visual_model
+from mewdex.search import generations
 from mewdex.search.text import tokenize
 from mewdex.queue.worker import WorkerPool
 from mewdex.storage import blob_store, journal
 from mewdex.web import errors
-from mewdex.web.routers import health, memes, pages, search, visual
+from mewdex.web.routers import collections, health, memes, pages, search, visual
 
 log = logging.getLogger(__name__)
 RECOVERY_INTERVAL_SECONDS = 300
@@ -32,12 +33,14 @@ def prepare_database() -> None:
     """Migrate to head, make sure the default scope exists, and recover interrupted storage work.
 
     Every entry point (serve, worker, CLI commands) calls this, so a killed import is finished
-    or undone by whatever mewdex command runs next.
+    or undone by whatever mewdex command runs next. It also checks the configured text models
+    against the active search generations and starts a rebuild where they differ (VEC-03).
     """
     upgrade(get_engine())
     with get_sessionmaker().begin() as session:
         ensure_scope(session, default_scope())
     recover_storage()
+    generations.check_text_models(get_sessionmaker())
 
 
 def recover_storage() -> None:
@@ -85,7 +88,7 @@ def create_app(*, workers: int | None = None) -> FastAPI:
 
     app = FastAPI(title="mewdex", version="0.1.0", lifespan=lifespan)
     errors.install(app)
-    for module in (health, search, memes, visual, pages):
+    for module in (health, search, memes, visual, collections, pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     return app

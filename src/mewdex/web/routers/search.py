@@ -7,7 +7,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import ScopeContext
-from mewdex.search import service
+from mewdex.search import generations, service
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
 
@@ -36,3 +36,10 @@ def search(request: SearchRequest, session: Session = Depends(db_session),
     """``{"results": [{"id", "display_name", "sha256", "score", "media_url", "snippet"}], "took_ms"}``."""
     query = validate(request)
     return service.search(session, scope, query, request.n_results).as_dict()
+
+
+@router.get("/search/status")
+def search_status(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)) -> dict:
+    """Per vector leg: the active generation, the one being built (progress, task) and the
+    configured model; plus meme counts (shape: :func:`mewdex.search.generations.status`)."""
+    return generations.status(session, scope.scope_id)
