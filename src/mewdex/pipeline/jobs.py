@@ -170,6 +170,17 @@ def stage_retrying(session: Session, task: Task) -> None:
     job.retry_at = task.available_at
 
 
+def stage_unknown(session: Session, task: Task) -> None:
+    """The stage's worker died after an external call started: stage and job are ``unknown_execution``
+    (never replayed automatically; a retry on request resumes it)."""
+    job = load_job(session, task.scope_id, task.processing_job_id)
+    stage = _stages(session, job)[task.image_stage]
+    stage.status = "unknown_execution"
+    stage.error = task.error
+    job.status = "unknown_execution"
+    job.error = {"stage": stage.stage, **(task.error or {})}
+
+
 def stage_failed(session: Session, task: Task) -> None:
     """A stage failed for good: the job fails and the later planned stages are blocked."""
     job = load_job(session, task.scope_id, task.processing_job_id)
