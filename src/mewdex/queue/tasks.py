@@ -147,7 +147,7 @@ _CLAIM_SQL = text(
                       WHERE s.lane = c.lane AND s.slot_number < c.cap AND s.task_id IS NULL)
     ),
     cand AS MATERIALIZED (
-        SELECT t.scope_id, t.id, f.lane, f.resource_key, f.cap, f.rcap
+        SELECT t.scope_id, t.id, t.resume_available, f.lane, f.resource_key, f.cap, f.rcap
         FROM (
             SELECT f.lane, f.resource_key, f.scope_id, k.cap, k.rcap
             FROM task_lane_fairness f
@@ -162,7 +162,7 @@ _CLAIM_SQL = text(
             ORDER BY f.last_dispatch_sequence, f.scope_id
         ) f
         CROSS JOIN LATERAL (
-            SELECT t.scope_id, t.id FROM tasks t
+            SELECT t.scope_id, t.id, t.resume_available FROM tasks t
             WHERE t.scope_id = f.scope_id AND t.lane = f.lane AND t.lane_resource_key = f.resource_key
               AND t.status = 'queued' AND t.available_at <= now()
             ORDER BY t.available_at, t.created_at
@@ -192,6 +192,7 @@ _CLAIM_SQL = text(
             lease_owner = :owner,
             lease_expires_at = now() + make_interval(secs => :lease),
             started_at = coalesce(t.started_at, now()),
+            resume_available = false,
             updated_at = now()
         FROM cand, lslot, rslot
         WHERE t.scope_id = cand.scope_id AND t.id = cand.id
@@ -222,15 +223,17 @@ _CLAIM_SQL = text(
     att AS (
         INSERT INTO image_processing_attempts (
             scope_id, task_id, attempt, attempt_id, stage, state, input_digest, target_sha256, claim_generation,
-            processing_config_hash, analysis_policy, created_at, updated_at)
+            processing_config_hash, analysis_policy, resume_of_attempt_id, created_at, updated_at)
         SELECT upd.scope_id, upd.id, upd.attempt_count, upd.id || ':' || upd.attempt_count,
                left(coalesce(upd.image_stage, upd.task_type), 64), 'prepared',
                encode(sha256(convert_to(upd.task_type || '|' || coalesce(upd.target_image_sha256, '') || '|'
                                         || coalesce(j.processing_config_hash, '') || '|' || upd.payload::text,
                                         'UTF8')), 'hex'),
                coalesce(upd.target_image_sha256, repeat('0', 64)), upd.claim_generation,
-               j.processing_config_hash, upd.analysis_policy, now(), now()
+               j.processing_config_hash, upd.analysis_policy,
+               CASE WHEN cand.resume_available THEN upd.id || ':' || (upd.attempt_count - 1) END, now(), now()
         FROM upd
+        JOIN cand ON cand.scope_id = upd.scope_id AND cand.id = upd.id
         LEFT JOIN image_processing_jobs j ON j.scope_id = upd.scope_id AND j.id = upd.processing_job_id
     )
     SELECT (SELECT count(*) FROM cand) AS candidates, upd.*,
