@@ -113,8 +113,9 @@ def register(task_type: str) -> Callable[[Handler], Handler]:
 @register("noop")
 def noop(ctx: TaskContext) -> dict[str, Any]:
     """A task that does nothing (queue tests and ``bench/queue.py``). Payload, all optional:
-    ``sleep`` seconds (with ``progress`` reports), ``fail`` an error code to raise on every attempt
-    (``retryable`` default true), ``external`` mark an external call as started first, ``cost`` to observe."""
+    ``sleep`` seconds (only on attempts ≤ ``sleep_attempts`` when given; ``progress`` reports it),
+    ``fail`` an error code to raise on every attempt (``retryable`` default true), ``external`` mark an
+    external call as started first, ``cost`` to observe."""
     import time
 
     p = ctx.payload
@@ -123,6 +124,8 @@ def noop(ctx: TaskContext) -> dict[str, Any]:
     if p.get("cost") is not None:
         ctx.observe_cost(p["cost"])
     sleep = float(p.get("sleep") or 0)
+    if p.get("sleep_attempts") is not None and ctx.claim.attempt_count > int(p["sleep_attempts"]):
+        sleep = 0.0
     if sleep:
         steps = max(1, int(sleep / 0.5))
         for i in range(steps):
