@@ -28,6 +28,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, MemeEmbedding, SearchGeneration, SearchHead, Task, utcnow
+from mewdex.queue import registry
+from mewdex.queue.registry import TaskContext, TaskError
 from mewdex.search.vector_index import ensure_index
 
 log = logging.getLogger(__name__)
@@ -230,10 +232,8 @@ def start_reindex(session: Session, scope_id: str, *, model: str | None = None) 
 # --------------------------------------------------------------------------- the build task
 
 
-class ReindexError(Exception):
-    def __init__(self, code: str, message: str, retryable: bool = True):
-        super().__init__(message)
-        self.code, self.message, self.retryable = code, message, retryable
+class ReindexError(TaskError):
+    """A reindex failure with a stable code (``model_unavailable``, ``backend_unavailable``)."""
 
 
 def _eligible(scope_id: str):
@@ -276,20 +276,20 @@ class ReindexTask:
 
     task_type = REINDEX_TASK_TYPE
 
-    def run(self, sessions: sessionmaker[Session], claim) -> None:
+    def run(self, ctx: TaskContext) -> dict:
+        """Build the generation named by the task's payload and switch the head to it; returns the result."""
         from mewdex.pipeline import models
         from mewdex.pipeline.context import semantic_fields
         from mewdex.pipeline.errors import BackendUnavailable
         from mewdex.queue import tasks as queue
 
+        sessions, claim = ctx.sessions, ctx.claim
         generation_id = UUID(claim.payload["generation_id"])
         leg = claim.payload["leg"]
         with sessions.begin() as session:
             generation = session.get(SearchGeneration, generation_id)
             if generation is None or generation.status != "building":
-                task = queue.fenced(session, claim)
-                queue.succeed(task, {"generation_id": str(generation_id), "skipped": "not building"})
-                return
+                return {"generation_id": str(generation_id), "skipped": "not building"}
             session.expunge(generation)
         embedder = models.embedder_for_model(generation.model)
         if embedder is None or embedder.dimensions != generation.dimensions:
@@ -333,9 +333,8 @@ class ReindexTask:
                 task = queue.fenced(session, claim)
                 if self._switch(session, generation, leg, without_fields):
                     done, total = progress(session, generation)
-                    queue.succeed(task, {"generation_id": str(generation.id), "memes": done},
-                                  message=f"active: {done} memes")
-                    return
+                    task.message = f"active: {done} memes"
+                    return {"generation_id": str(generation.id), "memes": done}
 
     def _switch(self, session: Session, generation: SearchGeneration, leg: str, without_fields: set[UUID]) -> bool:
         """Point the head at the generation and retire the old one, if every meme with a context
@@ -363,6 +362,7 @@ class ReindexTask:
 
 
 REINDEX_TASK = ReindexTask()
+registry.register(REINDEX_TASK_TYPE, on_failure=REINDEX_TASK.failed)(REINDEX_TASK.run)
 
 
 def status(session: Session, scope_id: str) -> dict:
