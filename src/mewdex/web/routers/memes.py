@@ -86,9 +86,13 @@ def meme_dict(session: Session, meme: Meme) -> dict:
 
 
 @router.get("/api/v1/memes/{meme_id}")
-def read_meme(meme_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
-    """The meme with its image facts, context and stage statuses; 404 ``not_found``."""
-    return meme_dict(session, get_meme(session, scope, meme_id))
+def read_meme(meme_id: str, response: Response, session: Session = Depends(db_session),
+              scope: ScopeContext = Depends(current_scope)):
+    """The meme with its image facts, context and stage statuses (``ETag``: its revision, for
+    ``If-Match`` on PATCH/DELETE); 404 ``not_found``."""
+    meme = get_meme(session, scope, meme_id)
+    response.headers["ETag"] = f'"{meme.revision}"'
+    return meme_dict(session, meme)
 
 
 @router.api_route("/media/{meme_id}", methods=["GET", "HEAD"])
