@@ -212,6 +212,7 @@ def created_id(client, seed: int, name: str = "x.png") -> str:
 
 def test_rename_with_if_match_and_conflict(client, sessions, scope):
     meme_id = created_id(client, 400, "old name.png")
+    assert client.get(f"/api/v1/memes/{meme_id}").headers["etag"] == '"1"'
     r = client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "  new name.PNG "}, headers={"If-Match": '"1"'})
     assert r.status_code == 200, r.text
     assert r.json()["display_name"] == "new name" and r.json()["revision"] == 2 and r.headers["etag"] == '"2"'
@@ -329,3 +330,59 @@ def test_delete_keeps_a_thumbnail_another_meme_shares(client, sessions, store, s
     assert client.delete(f"/api/v1/memes/{ids[1]}").status_code == 204
     assert set(store.iter_keys(th.thumbnail_namespace(ns))) == set()
     check_storage_invariants(sessions, store, scope)
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_up01_a_real_server_answers_413_without_reading_the_whole_body(app, settings_env, chunked):
+    """Through uvicorn on a socket: the client never gets to send most of a 64 MiB body."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    settings_env(MEWDEX_MAX_UPLOAD_BYTES=str(2 * MiB))
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            threading.Event().wait(0.05)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        boundary = "b0undary"
+        head = (f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="big.png"\r\n'
+                f"Content-Type: image/png\r\n\r\n").encode()
+        total = 64 * MiB
+        framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total + len(head)}"
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(f"POST /api/v1/memes HTTP/1.1\r\nHost: x\r\n{framing}\r\n"
+                     f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n".encode())
+        sent = {"bytes": 0}
+
+        def pump():
+            piece = b"\x89PNG" + b"\0" * (64 * 1024 - 4)
+            try:
+                first = head
+                while sent["bytes"] < total:
+                    data = first + piece
+                    first = b""
+                    sock.sendall(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+                    sent["bytes"] += len(piece)
+            except OSError:
+                pass  # the server closed the connection: what we want
+
+        writer = threading.Thread(target=pump, daemon=True)
+        writer.start()
+        response = b""
+        while b"\r\n\r\n" not in response:
+            data = sock.recv(65536)
+            if not data:
+                break
+            response += data
+        assert response.startswith(b"HTTP/1.1 413"), response[:200]
+        sock.close()
+        writer.join(timeout=30)
+        assert sent["bytes"] < total / 2, sent
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
-from mewdex.db.models import Meme, ScopeContext, StorageOperation, utcnow
+from mewdex.db.models import Meme, Scope, ScopeContext, StorageOperation, utcnow
 from mewdex.library import collections
 from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.names import display_name_from_filename
@@ -63,7 +63,8 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
     key = sha256 + info.extension
 
     with sessions.begin() as session:
-        namespace = str(ensure_scope(session, scope).storage_namespace)
+        scope_row = session.get(Scope, scope.scope_id) or ensure_scope(session, scope)  # no write when it exists
+        namespace = str(scope_row.storage_namespace)
         existing = find_by_sha256(session, scope, sha256)
         if existing is not None:
             _add_to_collections(session, scope, existing, collection_names, collection_ids)

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -84,9 +86,13 @@ def meme_dict(session: Session, meme: Meme) -> dict:
 
 
 @router.get("/api/v1/memes/{meme_id}")
-def read_meme(meme_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
-    """The meme with its image facts, context and stage statuses; 404 ``not_found``."""
-    return meme_dict(session, get_meme(session, scope, meme_id))
+def read_meme(meme_id: str, response: Response, session: Session = Depends(db_session),
+              scope: ScopeContext = Depends(current_scope)):
+    """The meme with its image facts, context and stage statuses (``ETag``: its revision, for
+    ``If-Match`` on PATCH/DELETE); 404 ``not_found``."""
+    meme = get_meme(session, scope, meme_id)
+    response.headers["ETag"] = f'"{meme.revision}"'
+    return meme_dict(session, meme)
 
 
 @router.api_route("/media/{meme_id}", methods=["GET", "HEAD"])
@@ -109,6 +115,7 @@ def media(meme_id: str, request: Request, session: Session = Depends(db_session)
 
 MAX_FILES_PER_REQUEST = 20
 MAX_REQUEST_BYTES = 200 * 1024 * 1024
+UPLOAD_THREADS = 4
 REJECTION_STATUS = {"unsupported_media_type": 415, "image_too_large": 422, "image_corrupt": 422}
 MEME_ERROR_STATUS = {"not_found": 404, "revision_conflict": 409, "display_name_invalid": 422,
                      "cursor_invalid": 422}
@@ -130,13 +137,14 @@ def _collection_id(session: Session, scope: ScopeContext, value: str):
 
 
 def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value: str | None) -> list[dict]:
+    """Add each file (a few at a time: the work is mostly database round trips); results in request order."""
     sessions, store = get_sessionmaker(), blob_store()
     collection_ids = []
     if collection_value:
         with sessions.begin() as session:
             collection_ids = [_collection_id(session, scope, collection_value)]
-    results = []
-    for part in files:
+
+    def add(part) -> dict:
         name = part.filename.replace("\\", "/").rsplit("/", 1)[-1]
         result = library.add_image(
             sessions, store, scope, part.read(), filename=name,
@@ -151,7 +159,20 @@ def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value:
         else:
             with sessions.begin() as session:
                 entry["meme"] = meme_dict(session, get_meme(session, scope, result.meme_id))
-        results.append(entry)
+        return entry
+
+    # Repeats of the same bytes wait for the first, so the first in request order is the one created.
+    seen, first, repeats = set(), [], []
+    for index, part in enumerate(files):
+        digest = hashlib.sha256(part.read()).digest()
+        (repeats if digest in seen else first).append(index)
+        seen.add(digest)
+    results: list[dict | None] = [None] * len(files)
+    with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(first)), thread_name_prefix="upload") as pool:
+        for index, entry in zip(first, pool.map(add, [files[i] for i in first])):
+            results[index] = entry
+    for index in repeats:
+        results[index] = add(files[index])
     return results
 
 
