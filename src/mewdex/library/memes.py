@@ -42,15 +42,18 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
 
 
 def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data: bytes, *, filename: str,
-              provenance: dict[str, Any], collection_names: list[str] = (), process: bool = True) -> AddResult:
+              provenance: dict[str, Any], collection_names: list[str] = (), process: bool = True,
+              probed: ImageInfo | None = None) -> AddResult:
     """Add one image: ``skipped`` with a stable error code for bad bytes, ``duplicate`` (the existing
     meme, added to the collections too) for bytes already in the scope, else ``created``.
+
+    ``probed``: what :func:`probe` already said about exactly these bytes (skips decoding them again).
 
     Crash-safe: the upload is journaled before the blob is written and completed in the same
     transaction that creates the meme row, its collection memberships and its processing job.
     """
     try:
-        info = probe(data, max_pixels=get_settings().max_pixels)
+        info = probed or probe(data, max_pixels=get_settings().max_pixels)
     except ImageError as exc:
         return AddResult("skipped", error=exc.code, message=str(exc))
     sha256 = hashlib.sha256(data).hexdigest()
