@@ -253,3 +253,10 @@ def test_cli_export_then_import_zip(mewdex_env, sessions, store, tmp_path):
     finally:
         drop_scope(sessions, scope)
         drop_scope(sessions, dest)
+
+
+def test_an_upload_over_the_package_limit_is_cut_off(api, sessions, scope, settings_env):
+    settings_env(MEWDEX_ZIP_MAX_TOTAL_BYTES="1")  # the upload may be 1 MiB + 1 byte at most
+    r = _import(api, _zip([("a.png", png((1, 1, 1)))]) + b"\0" * (2 << 20))
+    assert r.status_code == 413 and error_code(r) == "package_too_large"
+    _nothing_written(sessions, scope, api)

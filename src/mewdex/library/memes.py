@@ -44,19 +44,20 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
 
 def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data: bytes, *, filename: str,
               provenance: dict[str, Any], collection_names: list[str] = (), collection_ids: list = (),
-              process: bool = True, auto_name: bool = False) -> AddResult:
+              process: bool = True, auto_name: bool = False, probed: ImageInfo | None = None) -> AddResult:
     """Add one image: ``skipped`` with a stable error code for bad bytes, ``duplicate`` (the existing
     meme, added to the collections too) for bytes already in the scope, else ``created``.
 
     ``collection_names`` are created when missing; ``collection_ids`` must be collections of the
     scope (the caller checks). ``auto_name``: the job's ``auto_rename`` stage names the meme from
-    its context title.
+    its context title. ``probed``: what :func:`probe` already said about exactly these bytes (skips
+    decoding them again).
 
     Crash-safe: the upload is journaled before the blob is written and completed in the same
     transaction that creates the meme row, its collection memberships and its processing job.
     """
     try:
-        info = probe(data, max_pixels=get_settings().max_pixels)
+        info = probed or probe(data, max_pixels=get_settings().max_pixels)
     except ImageError as exc:
         return AddResult("skipped", error=exc.code, message=str(exc))
     sha256 = hashlib.sha256(data).hexdigest()

@@ -61,7 +61,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, ScopeContext
 from mewdex.library import collections
-from mewdex.library.images import ImageError, probe
+from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.memes import add_image
 from mewdex.library.names import display_name_from_filename, normalize_display_name
 from mewdex.library.scopes import storage_namespace
@@ -272,6 +272,7 @@ class PlannedItem:
     expected_sha256: str | None = None
     sha256: str | None = None
     size: int | None = None
+    probed: ImageInfo | None = None
     error: dict | None = None
 
 
@@ -498,7 +499,7 @@ def preflight(fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, na
             item.error = {"code": "checksum_mismatch", "message": "the bytes differ from the manifest's sha256"}
             continue
         try:
-            probe(data, max_pixels=max_pixels)
+            item.probed = probe(data, max_pixels=max_pixels)
         except ImageError as exc:
             item.error = {"code": exc.code, "message": str(exc)}
     if not any(i.error is None for i in items):
@@ -575,7 +576,8 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
         if item.error is not None:
             outcome = ItemResult(item.name, item.display_name, "rejected", error=item.error)
         else:
-            outcome = _import_item(sessions, store, scope, fileobj, item, budget, collection_id, source_name,
+            # The membership is written with the meme (same transaction), by the collection's unique name.
+            outcome = _import_item(sessions, store, scope, fileobj, item, budget, collection_name, source_name,
                                    process)
         result.items.append(outcome)
         if on_item is not None:
@@ -589,28 +591,24 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
     return result
 
 
-def _import_item(sessions, store, scope, fileobj, item: PlannedItem, budget: _Budget, collection_id: UUID,
+def _import_item(sessions, store, scope, fileobj, item: PlannedItem, budget: _Budget, collection_name: str,
                  source_name: str, process: bool) -> ItemResult:
     data = inflate(fileobj, item.info, item.name, budget)
+    if hashlib.sha256(data).hexdigest() != item.sha256:  # the archive changed since the preflight
+        return ItemResult(item.name, item.display_name, "rejected",
+                          error={"code": "zip_corrupt", "message": "the entry changed during the import"})
     added = add_image(
         sessions, store, scope, data,
-        filename=item.display_name + _extension_of(data),
+        filename=item.display_name + item.probed.extension,
         provenance={"source": "zip_import", "package": source_name, "entry": item.name},
-        process=process,
+        collection_names=[collection_name], process=process, probed=item.probed,
     )
     if added.meme_id is None:
         return ItemResult(item.name, item.display_name, "rejected",
                           error={"code": added.error, "message": added.message})
     with sessions.begin() as session:
-        collections.add_items(session, scope, collection_id, [UUID(added.meme_id)])
         meme = session.execute(
             select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == UUID(added.meme_id))
         ).scalar_one()
         summary = collections.meme_summary(meme)
     return ItemResult(item.name, item.display_name, added.status, meme=summary)
-
-
-def _extension_of(data: bytes) -> str:
-    from mewdex.library.images import EXTENSIONS, sniff_format
-
-    return EXTENSIONS.get(sniff_format(data[:16]) or "", ".png")
