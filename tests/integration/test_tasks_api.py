@@ -189,3 +189,17 @@ def test_batch_feeds_parked_tasks_as_the_agent_lane_drains(sessions, scope, sett
     with sessions.begin() as session:
         batches.feed(session)
     assert released() == 5
+
+
+def test_tasks_cli_list_show_cancel_retry(mewdex_env, sessions, scope):
+    import json
+
+    [task_id] = enqueue_noops(sessions, scope, 1, lane="t-cli")
+    listed = json.loads(mewdex_env.cli("tasks", "list", "--json", scope=scope.scope_id, check=True).stdout)
+    assert [t["id"] for t in listed["items"]] == [task_id]
+    assert mewdex_env.cli("tasks", "cancel", task_id, scope=scope.scope_id, check=True).returncode == 0
+    shown = json.loads(mewdex_env.cli("tasks", "show", task_id, "--json", scope=scope.scope_id, check=True).stdout)
+    assert shown["status"] == "failed" and shown["termination_reason"] == "cancelled"
+    assert mewdex_env.cli("tasks", "cancel", task_id, scope=scope.scope_id).returncode == 3  # already ended
+    assert mewdex_env.cli("tasks", "retry", task_id, scope=scope.scope_id, check=True).returncode == 0
+    assert mewdex_env.cli("tasks", "show", "missing", scope=scope.scope_id).returncode == 4
