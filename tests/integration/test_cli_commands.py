@@ -64,7 +64,7 @@ def test_status_json_shape(mewdex_env, scope, tmp_path):
     proc = mewdex_env.cli("status", "--json", scope=scope.scope_id, check=True)
     body = json.loads(proc.stdout)
     assert body["memes"] == 2
-    assert set(body["stages"]) == {"visual", "agent", "auto_rename", "text_embedding"}
+    assert set(body["stages"]) == {"visual", "agent", "text_embedding"}
     for stage in body["stages"].values():
         assert STATUS_KEYS <= set(stage) and all(isinstance(v, int) for v in stage.values())
     assert body["stages"]["agent"]["queued"] == 2 and body["stages"]["agent"]["succeeded"] == 0
