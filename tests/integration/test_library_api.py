@@ -155,6 +155,13 @@ def test_up01_request_limit_holds_over_many_small_files(app, monkeypatch, scope)
         assert r["received"] <= 256 * 1024 + 16 * 1024
 
 
+def test_a_true_content_length_over_the_request_limit_is_refused_before_reading(app):
+    body, ctype = multipart([("a.png", png(250))])
+    r = asgi_post(app, "/api/v1/memes", body, {"content-type": ctype, "content-length": str(300 * MiB)})
+    assert r["status"] == 413 and r["json"]["error"]["details"]["limit"] == "request"
+    assert r["received"] == 0
+
+
 def test_up01_a_19_mib_image_still_works(app, sessions, store, scope):
     data = noise_png(19 * MiB)
     assert 19 * MiB <= len(data) <= 20 * MiB
