@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 
 from mewdex.db.models import ImageProcessingJob, Meme, Scope, StorageOperation
 from mewdex.library import collections
@@ -153,6 +153,13 @@ def test_up01_request_limit_holds_over_many_small_files(app, monkeypatch, scope)
         r = asgi_post(app, "/api/v1/memes", body, headers, chunk=16 * 1024)
         assert r["status"] == 413 and r["json"]["error"]["details"]["limit"] == "request"
         assert r["received"] <= 256 * 1024 + 16 * 1024
+
+
+def test_a_true_content_length_over_the_request_limit_is_refused_before_reading(app):
+    body, ctype = multipart([("a.png", png(250))])
+    r = asgi_post(app, "/api/v1/memes", body, {"content-type": ctype, "content-length": str(300 * MiB)})
+    assert r["status"] == 413 and r["json"]["error"]["details"]["limit"] == "request"
+    assert r["received"] == 0
 
 
 def test_up01_a_19_mib_image_still_works(app, sessions, store, scope):
@@ -386,3 +393,17 @@ def test_up01_a_real_server_answers_413_without_reading_the_whole_body(app, sett
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_delete_while_a_worker_runs_the_memes_task(client, sessions, store, scope):
+    """The worker's late write-back is fenced off (its task went with the meme), nothing is left behind."""
+    from mewdex.queue import tasks as queue
+
+    meme_id = created_id(client, 540)
+    with sessions.begin() as session:
+        claim = queue.claim(session, owner="pytest-delete", lanes=["visual"], lease_seconds=60)
+    assert claim is not None and claim.scope_id == scope.scope_id and str(claim.target_meme_id) == meme_id
+    assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204
+    with pytest.raises(queue.StaleClaim), sessions.begin() as session:
+        queue.fenced(session, claim)
+    check_storage_invariants(sessions, store, scope)

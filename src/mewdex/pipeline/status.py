@@ -27,7 +27,8 @@ _STAGE_COUNTS = text(
 def status(session: Session, scope: ScopeContext) -> dict:
     """``{"memes": N, "stages": {stage: {"queued", "running", "succeeded", "failed"[, other states]}}}``."""
     memes = session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id)).scalar_one()
-    stages = {stage: dict.fromkeys(STATUS_KEYS, 0) for stage in IMPLEMENTED_STAGES}
+    # auto_rename is optional (jobs with auto_name only): listed when some job planned it.
+    stages = {stage: dict.fromkeys(STATUS_KEYS, 0) for stage in IMPLEMENTED_STAGES if stage != "auto_rename"}
     for stage, state, count in session.execute(_STAGE_COUNTS, {"scope": scope.scope_id}):
         counts = stages.setdefault(stage, dict.fromkeys(STATUS_KEYS, 0))
         counts[state] = counts.get(state, 0) + count

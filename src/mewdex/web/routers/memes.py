@@ -186,7 +186,8 @@ async def upload(request: Request, scope: ScopeContext = Depends(current_scope))
     in request order; ``meme`` is the meme as ``GET /api/v1/memes/{id}`` shows it (stages pending
     for a new one), ``error`` ``{"code", "message", "status"}`` for a rejection. HTTP 201 when any
     was created, 200 when none was but one was a duplicate, else the rejection's status (413/415/422)
-    with an ``error`` beside the results. Errors: 413 ``upload_too_large``, 415
+    with an ``error`` beside the results. A file over the limit stops the whole request at once
+    (nothing of it is added). Errors: 413 ``upload_too_large``, 415
     ``unsupported_media_type`` (not multipart), 422 ``no_files`` / ``too_many_files`` /
     ``invalid_request``, 404 ``not_found`` (collection).
     """
