@@ -188,6 +188,13 @@ def test_plain_zip_with_a_bad_image_reports_it_rejected(api, sessions, scope):
     assert counts(sessions, scope)["memes"] == 2
     only_bad = _import(api, _zip([("a.txt", b"text")]))
     assert only_bad.status_code == 422 and error_code(only_bad) == "no_images"
+    assert error_code(_import(api, _zip([("readme.txt", b"")]))) == "no_images"
+
+
+def test_an_empty_collection_round_trips(api):
+    cid = api.post("/api/v1/collections", json={"name": "empty"}).json()["id"]
+    r = _import(api, api.get(f"/api/v1/collections/{cid}/export").content)
+    assert r.status_code == 201 and r.json()["collection"]["name"] == "empty (2)" and r.json()["items"] == []
 
 
 def test_fn01_nfc_nfd_names_become_two_memes_exported_uniquely(api, sessions, scope):

@@ -29,7 +29,8 @@ upload or a file) and writes nothing until a preflight has checked the whole arc
   a manifest that is not v1 → 422 ``manifest_invalid``;
 * images: each is decoded (``library.images.probe``); an undecodable one, or one whose bytes
   differ from the manifest's sha256, is reported ``rejected`` and not imported; when no image is
-  importable the archive is refused (422 ``no_images``).
+  importable the archive is refused (422 ``no_images``), except a package whose manifest lists
+  no members (an empty collection).
 
 Names without the ZIP UTF-8 flag are decoded from the Info-ZIP Unicode path field when present,
 else tried as UTF-8, then GBK, then Shift-JIS, else CP437. The collection is created with the
@@ -502,7 +503,7 @@ def preflight(fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, na
             item.probed = probe(data, max_pixels=max_pixels)
         except ImageError as exc:
             item.error = {"code": exc.code, "message": str(exc)}
-    if not any(i.error is None for i in items):
+    if (items or manifest is None) and not any(i.error is None for i in items):  # an empty package is fine
         raise PackageError(422, "no_images", "the archive has no image that can be imported",
                            {"items": [{"name": i.name, "error": i.error} for i in items]})
 
