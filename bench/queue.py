@@ -20,14 +20,14 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.modules.pop("queue", None)
 
-import argparse  # noqa: E402
+import argparse
 import os
 import shutil
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))

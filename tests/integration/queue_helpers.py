@@ -10,9 +10,8 @@ import subprocess
 import time
 import uuid
 
-from sqlalchemy import text
-
 from conftest import MEWDEX_BIN
+from sqlalchemy import text
 
 
 def enqueue_noops(sessions, scope, n: int, *, lane: str = "default", payload: dict | None = None,

@@ -13,12 +13,18 @@ import time
 import uuid
 
 import pytest
+from queue_helpers import (
+    enqueue_noops,
+    start_workers,
+    status_counts,
+    stop_workers,
+    wait_until,
+)
 from sqlalchemy import text
 
 from mewdex.db.models import ImageProcessingAttempt, Task
 from mewdex.queue import registry
 from mewdex.queue import tasks as queue
-from queue_helpers import enqueue_noops, start_workers, status_counts, stop_workers, wait_until
 
 FAST = {"MEWDEX_WORKER_POLL_SECONDS": "0.05"}
 
@@ -100,6 +106,12 @@ def test_sigkilled_worker_task_is_completed_by_another_after_lease_expiry(sessio
         assert (t.attempt_count, t.claim_generation) == (2, 2)
         assert [e["code"] for e in t.error_history] == ["lease_expired"]
     assert attempts_of(sessions, scope)[task_id] == [(1, "failed"), (2, "completed")]
+    with sessions.begin() as session:  # the dead worker's slots were freed by the reaper, the survivor's on success
+        held = session.execute(
+            text("SELECT count(*) FROM task_lane_slots WHERE task_id = :i UNION ALL "
+                 "SELECT count(*) FROM task_lane_resource_slots WHERE task_id = :i"), {"i": task_id}
+        ).scalars().all()
+    assert held == [0, 0]
     # The killed worker's late write-back (simulated with its claim) is rejected by fencing.
     with pytest.raises(queue.StaleClaim):
         with sessions.begin() as session:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from queue_helpers import enqueue_noops
 from sqlalchemy import text
 
 from mewdex.web.app import create_app
 from mewdex.web.deps import current_scope
-from queue_helpers import enqueue_noops
 
 
 @pytest.fixture
@@ -120,6 +120,7 @@ def test_health_reports_queues_and_workers(client, sessions, scope):
 
 def test_processing_resubmit_modes_plan_stages(client, sessions, store, scope, drain):
     from conftest import case_file
+
     from mewdex.library.memes import add_image
 
     result = add_image(sessions, store, scope, case_file("img04_palette_trns.png").read_bytes(), filename="p.png",

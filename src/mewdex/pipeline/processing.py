@@ -13,7 +13,13 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, ScopeContext, Task
+from mewdex.db.models import (
+    ImageProcessingJob,
+    ImageProcessingStage,
+    Meme,
+    ScopeContext,
+    Task,
+)
 from mewdex.pipeline import jobs
 from mewdex.queue import backpressure, batches
 from mewdex.queue.service import BadCursor, TaskNotFound, task_dict

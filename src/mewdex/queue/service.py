@@ -13,7 +13,14 @@ from sqlalchemy import and_, or_, select, text
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
-from mewdex.db.models import ImageProcessingAttempt, ScopeContext, Task, TaskBatch, TaskBatchItem, utcnow
+from mewdex.db.models import (
+    ImageProcessingAttempt,
+    ScopeContext,
+    Task,
+    TaskBatch,
+    TaskBatchItem,
+    utcnow,
+)
 from mewdex.queue import backpressure, batches
 from mewdex.queue import tasks as queue
 

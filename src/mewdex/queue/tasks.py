@@ -29,7 +29,12 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, object_session
 
 from mewdex.config import get_settings
-from mewdex.db.models import GLOBAL_LANE_RESOURCE_KEY, ImageProcessingAttempt, Task, utcnow
+from mewdex.db.models import (
+    GLOBAL_LANE_RESOURCE_KEY,
+    ImageProcessingAttempt,
+    Task,
+    utcnow,
+)
 
 log = logging.getLogger(__name__)
 
