@@ -407,3 +407,17 @@ def test_delete_while_a_worker_runs_the_memes_task(client, sessions, store, scop
     with pytest.raises(queue.StaleClaim), sessions.begin() as session:
         queue.fenced(session, claim)
     check_storage_invariants(sessions, store, scope)
+
+
+def test_upload_429_queue_full_at_the_agent_limit_then_accepted(client, sessions, scope, settings_env, drain):
+    from queue_helpers import enqueue_noops
+
+    settings_env(MEWDEX_AGENT_BACKPRESSURE="2")
+    enqueue_noops(sessions, scope, 2, lane="agent")  # the limit
+    r = upload(client, [("one.png", png(41))])
+    assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full", r.text
+    assert int(r.headers["Retry-After"]) >= 1
+    with sessions.begin() as session:
+        assert session.execute(select(Meme).where(Meme.scope_id == scope.scope_id)).first() is None
+    drain(scope)
+    assert upload(client, [("one.png", png(41))]).status_code == 201

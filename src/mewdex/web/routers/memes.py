@@ -20,6 +20,7 @@ from mewdex.library import memes as library
 from mewdex.library.images import EXTENSIONS, MEDIA_TYPES
 from mewdex.library.scopes import storage_namespace
 from mewdex.library.thumbnails import thumbnail_status
+from mewdex.queue import backpressure
 from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id
@@ -176,6 +177,12 @@ def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value:
     return results
 
 
+def _check_backpressure(scope: ScopeContext, files: int) -> None:
+    """429 ``queue_full`` (raised as QueueFull) before anything is stored when the scope's agent lane is full."""
+    with get_sessionmaker().begin() as session:
+        backpressure.check(session, scope, "agent", adding=files)
+
+
 @router.post("/api/v1/memes", status_code=201)
 async def upload(request: Request, scope: ScopeContext = Depends(current_scope)):
     """Upload 1–20 images as multipart field ``files`` (each ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, the
@@ -189,7 +196,8 @@ async def upload(request: Request, scope: ScopeContext = Depends(current_scope))
     with an ``error`` beside the results. A file over the limit stops the whole request at once
     (nothing of it is added). Errors: 413 ``upload_too_large``, 415
     ``unsupported_media_type`` (not multipart), 422 ``no_files`` / ``too_many_files`` /
-    ``invalid_request``, 404 ``not_found`` (collection).
+    ``invalid_request``, 404 ``not_found`` (collection), 429 ``queue_full`` (with ``Retry-After``) when the
+    scope's agent queue is at ``MEWDEX_AGENT_BACKPRESSURE``.
     """
     settings = get_settings()
     form = await read_upload(request, max_file_bytes=settings.max_upload_bytes,
@@ -200,6 +208,7 @@ async def upload(request: Request, scope: ScopeContext = Depends(current_scope))
         flag = form.fields.get("auto_name", "").strip().lower()
         if flag not in _TRUE | _FALSE:
             raise ApiError(422, "invalid_request", "auto_name must be true or false")
+        await run_in_threadpool(_check_backpressure, scope, len(form.files))
         results = await run_in_threadpool(_upload_files, scope, form.files, flag in _TRUE,
                                           form.fields.get("collection_id") or None)
     finally:
