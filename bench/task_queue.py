@@ -8,26 +8,21 @@ Runs on a temporary embedded PostgreSQL (or ``MEWDEX_DATABASE_URL``). For each w
   work until the task is claimed and ready to start) ``--probes`` times;
 - with ``--explain``: ``EXPLAIN (ANALYZE, BUFFERS)`` of one claim over a full backlog.
 
-    python bench/queue.py [--tasks 2000] [--threads 2] [--workers 1,2,4] [--explain]
+    python bench/task_queue.py [--tasks 2000] [--threads 2] [--workers 1,2,4] [--explain]
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# This file is named like the stdlib ``queue`` module: keep its folder off the import path.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.modules.pop("queue", None)
 
 import argparse
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
