@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     retry_max_seconds: float = Field(default=300.0, ge=0)
     ocr_threads: int = Field(default=1, ge=1)
     log_level: str = "INFO"
+    # Collection ZIP import (library.packages): limits on what an archive may inflate to.
+    zip_max_items: int = Field(default=500, ge=1)
+    zip_max_total_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
+    zip_max_ratio: float = Field(default=100.0, gt=1)
 
     @property
     def blob_root(self) -> Path:

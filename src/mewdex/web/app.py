@@ -20,7 +20,7 @@ from mewdex.search.text import tokenize
 from mewdex.queue.worker import WorkerPool
 from mewdex.storage import blob_store, journal
 from mewdex.web import errors
-from mewdex.web.routers import health, memes, pages, search, visual
+from mewdex.web.routers import collections, health, memes, pages, search, visual
 
 log = logging.getLogger(__name__)
 RECOVERY_INTERVAL_SECONDS = 300
@@ -85,7 +85,7 @@ def create_app(*, workers: int | None = None) -> FastAPI:
 
     app = FastAPI(title="mewdex", version="0.1.0", lifespan=lifespan)
     errors.install(app)
-    for module in (health, search, memes, visual, pages):
+    for module in (health, search, memes, visual, collections, pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     return app
