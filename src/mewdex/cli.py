@@ -64,21 +64,40 @@ def serve(
 
 
 @app.command()
-def worker(threads: Annotated[int, typer.Option(help="Worker threads in this process.")] = 2) -> None:
-    """Run queue workers only (scale out with more of these against the same database)."""
+def worker(
+    concurrency: Annotated[int, typer.Option("--concurrency", "--threads", "-c", min=1, max=64,
+                                             help="Worker threads in this process.")] = 2,
+    lanes: Annotated[str | None, typer.Option(help="Comma-separated lanes to serve (default: all: "
+                                                   "default,visual,agent,embedding).")] = None,
+    grace: Annotated[float | None, typer.Option(help="Seconds SIGTERM waits for running tasks before releasing "
+                                                     "them (default MEWDEX_WORKER_GRACE_SECONDS).")] = None,
+) -> None:
+    """Run queue workers only (scale out with more of these against the same database).
+
+    SIGTERM/SIGINT: stop claiming, let running tasks finish within the grace period, release the rest."""
+    import os
+    import socket
+
     from mewdex.db.engine import get_sessionmaker
     from mewdex.queue.worker import WorkerPool
+    from mewdex.web.routers.health import WORKER_APPLICATION_PREFIX
 
+    lane_list = [lane.strip() for lane in lanes.split(",") if lane.strip()] if lanes else None
+    # /health counts live worker processes by their connections' application_name.
+    os.environ["PGAPPNAME"] = f"{WORKER_APPLICATION_PREFIX}:{socket.gethostname()}:{os.getpid()}"[:63]
     _setup_logging()
     _prepare()
-    pool = WorkerPool(get_sessionmaker(), threads)
+    pool = WorkerPool(get_sessionmaker(), concurrency, lanes=lane_list)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     pool.start()
-    console.print(f"mewdex worker: {threads} threads; Ctrl-C stops after the current tasks")
+    console.print(f"mewdex worker: {concurrency} threads, lanes {','.join(pool.workers[0].lanes)}; "
+                  "SIGTERM stops after the current tasks")
     stop.wait()
-    pool.stop()
+    released = pool.stop(grace)
+    if released:
+        err.print(f"released {released} running tasks back to the queue")
 
 
 @app.command()
@@ -404,6 +423,104 @@ def db_stop() -> None:
 
     stopped = stop(get_settings().pgdata)
     console.print("stopped" if stopped else "not running")
+
+
+tasks_app = typer.Typer(help="Queue tasks: list, show, retry, cancel.", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
+
+
+def _task_call(fn, *args, **kwargs):
+    """Run a task service in a transaction on the default scope; errors exit 1 (not found 4, conflict 3, full 5)."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.queue import service
+    from mewdex.queue.backpressure import QueueFull
+
+    _prepare()
+    try:
+        with get_sessionmaker().begin() as session:
+            return fn(session, default_scope(), *args, **kwargs)
+    except service.TaskNotFound as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(4) from None
+    except service.TaskConflict as exc:
+        err.print(f"[red]error:[/red] {exc.code}: {exc}")
+        raise typer.Exit(3) from None
+    except QueueFull as exc:
+        err.print(f"[red]error:[/red] queue_full: {exc} (retry after {exc.retry_after} s)")
+        raise typer.Exit(5) from None
+    except service.BadCursor as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+@tasks_app.command("list")
+def tasks_list(
+    status: Annotated[str | None, typer.Option(help="queued, running, succeeded or failed.")] = None,
+    task_type: Annotated[str | None, typer.Option("--type", help="Task type, e.g. meme_context_generation.")] = None,
+    stage: Annotated[str | None, typer.Option(help="Image stage: visual, agent, auto_rename, text_embedding.")] = None,
+    batch: Annotated[str | None, typer.Option(help="Only the tasks of this batch.")] = None,
+    limit: Annotated[int, typer.Option("-n", min=1, max=200, help="Page size.")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON.")] = False,
+) -> None:
+    """Tasks of the library, newest first."""
+    from mewdex.queue import service
+
+    page = _task_call(service.list_tasks, status=status, task_type=task_type, stage=stage, batch_id=batch,
+                      cursor=cursor, limit=limit)
+    if as_json:
+        print(json.dumps(page, ensure_ascii=False))
+        return
+    table = Table(title=f"{len(page['items'])} tasks")
+    for column in ("id", "type", "status", "lane", "attempts", "error", "created"):
+        table.add_column(column)
+    for t in page["items"]:
+        table.add_row(t["id"], t["type"], t["status"], t["lane"], f"{t['attempts']}/{t['max_attempts']}",
+                      (t["error"] or {}).get("code", ""), t["created_at"][:19])
+    console.print(table)
+    if page["next_cursor"]:
+        console.print(f"more: --cursor {page['next_cursor']}")
+
+
+@tasks_app.command("show")
+def tasks_show(task_id: str, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """One task with its attempts and error history."""
+    from mewdex.queue import service
+
+    detail = _task_call(service.task_detail, task_id)
+    if as_json:
+        print(json.dumps(detail, ensure_ascii=False, indent=2))
+        return
+    console.print(f"[bold]{detail['id']}[/bold] {detail['type']} · {detail['status']} · lane {detail['lane']} · "
+                  f"attempts {detail['attempts']}/{detail['max_attempts']}")
+    if detail["error"]:
+        console.print(f"error: {detail['error'].get('code')}: {detail['error'].get('message')}")
+    table = Table(title="attempts")
+    for column in ("#", "state", "generation", "termination", "error"):
+        table.add_column(column)
+    for a in detail["attempt_history"]:
+        table.add_row(str(a["attempt"]), a["state"], str(a["claim_generation"]), a["termination_reason"] or "",
+                      (a["error"] or {}).get("code", ""))
+    console.print(table)
+
+
+@tasks_app.command("retry")
+def tasks_retry(task_id: str) -> None:
+    """Queue a failed task again (resumes an unknown_execution one)."""
+    from mewdex.queue import service
+
+    task = _task_call(service.retry, task_id)
+    console.print(f"{task.id} queued (attempts {task.attempt_count}/{task.max_attempts})")
+
+
+@tasks_app.command("cancel")
+def tasks_cancel(task_id: str) -> None:
+    """Cancel a queued or running task."""
+    from mewdex.queue import service
+
+    task = _task_call(service.cancel, task_id)
+    console.print(f"{task.id} cancelled")
 
 
 if __name__ == "__main__":

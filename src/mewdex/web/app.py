@@ -20,7 +20,7 @@ from mewdex.search.text import tokenize
 from mewdex.queue.worker import WorkerPool
 from mewdex.storage import blob_store, journal
 from mewdex.web import errors
-from mewdex.web.routers import collections, health, memes, pages, search, visual
+from mewdex.web.routers import collections, health, memes, pages, search, tasks, visual
 
 log = logging.getLogger(__name__)
 RECOVERY_INTERVAL_SECONDS = 300
@@ -79,13 +79,14 @@ def create_app(*, workers: int | None = None) -> FastAPI:
         recovery.start()
         pool = WorkerPool(get_sessionmaker(), count)
         pool.start()
+        _app.state.worker_pool = pool
         yield
         stop.set()
         pool.stop()
 
     app = FastAPI(title="mewdex", version="0.1.0", lifespan=lifespan)
     errors.install(app)
-    for module in (health, search, memes, visual, collections, pages):
+    for module in (health, search, memes, visual, collections, tasks, pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     return app
