@@ -170,6 +170,9 @@ def test_collection_create_add_export_delete_reimport(page, work_server, session
     page.goto(work_server.url + "/collections")
     page.fill("#create-collection input[name=name]", "反应图 reactions")
     page.click("#create-collection button[type=submit]")
+    page.wait_for_function("""() => document.querySelector(".collection-row[data-name='反应图 reactions']")
+                                  || document.querySelector("#create-collection .form-error").textContent""")
+    assert page.locator("#create-collection .form-error").inner_text() == ""
     page.wait_for_selector(".collection-row[data-name='反应图 reactions']")
 
     page.goto(work_server.url + "/library")
