@@ -67,9 +67,9 @@ class MemeCard:
         return "ready"
 
 
-def cards(session: Session, scope: ScopeContext, memes: list[Meme]) -> list[MemeCard]:
-    """Cards of ``memes`` (in order) with the stage statuses of each one's latest job."""
-    stages = stage_statuses(session, scope, [m.id for m in memes])
+def cards(session: Session, scope: ScopeContext, memes: list[Meme], *, with_stages: bool = True) -> list[MemeCard]:
+    """Cards of ``memes`` (in order), with the stage statuses of each one's latest job when asked."""
+    stages = stage_statuses(session, scope, [m.id for m in memes]) if with_stages else {}
     out = []
     for m in memes:
         image = m.extensions.get("image", {})

@@ -122,7 +122,7 @@ def _search_context(session: Session, scope: ScopeContext, q: str, collection: s
 def _results_context(session, scope, context, ids, snippets, collection, animated, started) -> dict:
     ids = views.filter_search_hits(session, scope, ids, collection=collection, animated=animated)[:SEARCH_RESULTS]
     memes = views.memes_by_id(session, scope, ids)
-    cards = views.cards(session, scope, [memes[i] for i in ids if i in memes])
+    cards = views.cards(session, scope, [memes[i] for i in ids if i in memes], with_stages=False)
     return {**context, "state": "results" if cards else "empty", "results": cards, "snippets":
             {str(k): v for k, v in snippets.items()}, "took_ms": round((time.perf_counter() - started) * 1000)}
 
