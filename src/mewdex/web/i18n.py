@@ -34,6 +34,8 @@ def translate(locale: str, key: str, /, **values: object) -> str:
     A missing message falls back to English, then to the key's last segment (a dynamic key such as
     ``task_type.<new type>`` still shows the raw value rather than nothing).
     """
+    if values.get("n") == 1:  # singular form when the catalogue has one ("<key>.one")
+        key = key + ".one" if (key + ".one") in catalogue(DEFAULT_LOCALE) else key
     message = catalogue(locale).get(key) or catalogue(DEFAULT_LOCALE).get(key)
     if message is None:
         return key.rsplit(".", 1)[-1]
