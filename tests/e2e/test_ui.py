@@ -207,6 +207,7 @@ def test_collection_create_add_export_delete_reimport(page, work_server, session
     report = page.locator("#import-report")
     assert report.locator("li").count() == 2
     assert report.locator("li.st-duplicate").count() == 2  # the memes were still in the library
+    page.wait_for_selector(".collection-row[data-name='反应图 reactions']")  # the list refreshed
     page.shot("collections-import")
     report.locator("a").first.click()
     assert page.locator("h1.meme-name").inner_text() == "反应图 reactions"

@@ -204,8 +204,14 @@ function importRow(item) {
   name.textContent = item.name || item.filename || "";
   const result = document.createElement("span");
   result.className = "file-result";
-  result.textContent = item.status === "rejected"
-    ? `${t("status.rejected")}: ${errorText({error: item.error})}` : t(`status.${item.status}`);
+  if (item.status === "rejected") {
+    result.textContent = `${t("status.rejected")}: ${errorText({error: item.error})}`;
+  } else {
+    const link = document.createElement("a");
+    link.href = `/memes/${item.meme.id}`;
+    link.textContent = `${t(`status.${item.status}`)}: ${item.meme.display_name}`;
+    result.append(link);
+  }
   li.append(name, result);
   return li;
 }
@@ -235,6 +241,7 @@ async function importCollection(form) {
   list.append(...items.map(importRow));
   report.replaceChildren(head, list);
   form.reset();
+  if (window.htmx) htmx.ajax("GET", "/collections", {target: "#collection-list", select: "#collection-list", swap: "outerHTML"});
 }
 
 async function addToCollection(form) {
@@ -484,7 +491,7 @@ function uploadPage() {
     li.className = "upload-item st-queued";
     li.innerHTML = '<span class="file-name"></span><span class="file-size"></span><progress max="100" value="0"></progress><span class="file-result"></span>';
     $(".file-name", li).textContent = file.name;
-    $(".file-size", li).textContent = `${(file.size / 1024).toFixed(0)} KB`;
+    $(".file-size", li).textContent = file.size < 1024 ? `${file.size} B` : `${(file.size / 1024).toFixed(0)} KB`;
     $(".file-result", li).textContent = t("status.queued");
     list.append(li);
     return li;
