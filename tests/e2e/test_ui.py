@@ -256,7 +256,7 @@ def test_tasks_page_shows_a_failed_task_and_its_retry_succeeds(page, work_server
 PAGES = ["/", "/?q=drake", "/library", "/library?view=list", "/upload", "/collections", "/tasks"]
 
 
-@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280", "390"])
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE, {"width": 360, "height": 740}], ids=["1280", "390", "360"])
 def test_every_page_renders_without_horizontal_scroll(browser, work_server, sessions, store, viewport):
     ids = seed(sessions, store, work_server.scope, "memegen/drake/yes.jpg", "chinesebqb/009_KumamotoBear/KumamotoBear00004.gif")
     pages = [*PAGES, f"/memes/{next(iter(ids.values()))}"]
