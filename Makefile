@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install bench clean-data
+.PHONY: run test install bench clean-data browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +17,15 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/mewdex serve
 
-test: $(STAMP)
+# The e2e tests drive Debian's chromium (never a downloaded browser); installed once when missing.
+browser:
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium fonts-noto-cjk)
+
+test: $(STAMP) browser
 	$(BIN)/pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python bench/quality.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search_latency.py
+	$(BIN)/python bench/ui.py

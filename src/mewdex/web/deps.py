@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from uuid import UUID
 
+from fastapi import Depends
 from sqlalchemy.orm import Session
 
 from mewdex.db.engine import get_sessionmaker
@@ -13,9 +14,16 @@ from mewdex.library.scopes import default_scope
 from mewdex.web.errors import ApiError
 
 
-def db_session() -> Iterator[Session]:
+def _transaction() -> Iterator[Session]:
     with get_sessionmaker().begin() as session:
         yield session
+
+
+def db_session(session: Session = Depends(_transaction, scope="function")) -> Session:
+    """The request's session; its transaction commits when the route returns, BEFORE the response is
+    sent (FastAPI's default for ``yield`` dependencies is after it: a client that got its 2xx could
+    read the old state, and a failed commit would go unreported)."""
+    return session
 
 
 def current_scope() -> ScopeContext:
