@@ -1,7 +1,7 @@
 """End-to-end fixtures (test modules import them from here): a real ``mewdex serve`` subprocess on the session's embedded PostgreSQL and a
 real headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright; never a downloaded browser).
 
-* ``browser``       one Chromium for the session.
+* ``browser``       one Chromium per test module (a live Playwright loop would break asyncio.run in later tests).
 * ``search_server`` ``mewdex serve`` on the shared corpus sample's scope (read-only, no workers).
 * ``work_server``   ``mewdex serve`` on a fresh scope of its own (no workers: tests drain the queue
                     themselves with ``drain`` so they decide when processing happens).
@@ -84,7 +84,7 @@ def start_server(mewdex_env, scope, log: Path, *, workers: int = 0, timeout: flo
     raise AssertionError(f"mewdex serve did not come up:\n{log.read_text()}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     if not CHROMIUM.exists():
@@ -96,7 +96,7 @@ def browser():
         b.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def search_server(mewdex_env, sample, tmp_path_factory):
     server = start_server(mewdex_env, sample.scope, tmp_path_factory.mktemp("serve") / "search.log")
     yield server
