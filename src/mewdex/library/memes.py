@@ -19,6 +19,8 @@ from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.names import display_name_from_filename
 from mewdex.library.scopes import ensure_scope
 from mewdex.pipeline.jobs import create_job
+from mewdex.platform import quotas
+from mewdex.platform.errors import PlatformError
 from mewdex.storage import journal
 
 log = logging.getLogger(__name__)
@@ -43,7 +45,8 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
 
 def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data: bytes, *, filename: str,
               provenance: dict[str, Any], collection_names: list[str] = (), process: bool = True) -> AddResult:
-    """Add one image: ``skipped`` with a stable error code for bad bytes, ``duplicate`` (the existing
+    """Add one image: ``skipped`` with a stable error code for bad bytes or ``quota_exceeded`` (the
+    owner's storage/meme limit; nothing written), ``duplicate`` (the existing
     meme, added to the collections too) for bytes already in the scope, else ``created``.
 
     Crash-safe: the upload is journaled before the blob is written and completed in the same
@@ -62,6 +65,10 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
         if existing is not None:
             _add_to_collections(session, scope, existing, collection_names)
             return AddResult("duplicate", meme_id=str(existing.id), info=info)
+        try:  # before anything is written; an exact duplicate (above) adds nothing
+            quotas.check_upload(session, scope, len(data))
+        except PlatformError as exc:
+            return AddResult("skipped", error=exc.code, message=exc.message)
         op_id = journal.prepare_upload(session, scope.scope_id, key, sha256, len(data)).id
 
     store.put(namespace, key, data)

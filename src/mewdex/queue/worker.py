@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.config import get_settings
 from mewdex.db.models import ImageProcessingAttempt, Task
 from mewdex.library.scopes import storage_namespace
+from mewdex.platform import metering
 from mewdex.pipeline import jobs
 from mewdex.pipeline.stages import HANDLERS, MemeSnapshot, StageError, load_meme
 from mewdex.queue import tasks as queue
@@ -102,6 +103,7 @@ class Worker:
                 if error is None:
                     meme = load_meme(session, claim.scope_id, claim.target_meme_id)
                     handler.apply(session, meme, output)
+                    metering.meter_stage(session, claim, output)
                     queue.succeed(task)
                     jobs.stage_succeeded(session, task)
                     attempt.state = "completed"

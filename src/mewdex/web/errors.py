@@ -7,7 +7,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mewdex.platform.errors import PlatformError
 
 
 class ApiError(Exception):
@@ -20,7 +23,29 @@ def error_body(code: str, message: str, details: Any = None) -> dict:
     return {"error": {"code": code, "message": message, "details": details}}
 
 
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorBody(BaseModel):
+    """The body of every error response."""
+
+    error: ErrorDetail
+
+
+def error_responses(*statuses: int) -> dict:
+    """OpenAPI ``responses`` entries documenting the JSON error body for ``statuses``."""
+    return {status: {"model": ErrorBody} for status in statuses}
+
+
 def install(app: FastAPI) -> None:
+    @app.exception_handler(PlatformError)
+    async def _platform_error(_request: Request, exc: PlatformError):
+        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status,
+                            headers=exc.headers)
+
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError):
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
