@@ -76,6 +76,14 @@ def auth_app(settings_env, sessions):
     clients: list[TestClient] = []
     accounts = Accounts()
     accounts.client()  # runs the lifespan (migrations) once
+    from mewdex.platform.users import any_users, create_user
+
+    with sessions.begin() as session:
+        if not any_users(session):
+            # The installation's first account: admin, and owner of the default (single-user) scope.
+            first = create_user(session, f"first-{uuid.uuid4().hex[:8]}@example.com", PASSWORD)
+            assert first.role == "admin" and first.scope_id == "local"
+            made.append(str(first.user_id))
     try:
         yield accounts
     finally:
