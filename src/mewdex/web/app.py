@@ -98,7 +98,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
 
     # Every route may answer these errors (auth, scope 404s, validation, quotas, rate limits).
     app = FastAPI(title="mewdex", version="0.1.0", lifespan=lifespan,
-                  responses=errors.error_responses(401, 403, 404, 409, 413, 422, 429, 503))
+                  responses=errors.error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503))
     app.state.bind_host = host or get_settings().host
     errors.install(app)
     for module in (health, search, memes, visual, pages, auth, usage, admin):
