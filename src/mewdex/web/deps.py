@@ -31,7 +31,7 @@ def db_session() -> Iterator[Session]:
         yield session
 
 
-def _bind_host(request: Request) -> str:
+def bind_host(request: Request) -> str:
     return getattr(request.app.state, "bind_host", None) or get_settings().host
 
 
@@ -65,7 +65,7 @@ def current_principal(request: Request, session: Session = Depends(db_session)) 
                     user_session.csrf_token, request.headers.get(sessions.CSRF_HEADER)):
                 raise ApiError(403, "csrf_failed", f"missing or wrong {sessions.CSRF_HEADER} header")
             return _user_principal(user, "session", cookie)
-    if auth_mode(session, _bind_host(request)) == "none":
+    if auth_mode(session, bind_host(request)) == "none":
         return Principal(default_scope(), None, "none")
     raise ApiError(401, "auth_required", "sign in or send an API token")
 

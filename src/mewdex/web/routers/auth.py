@@ -23,14 +23,7 @@ from mewdex.config import get_settings
 from mewdex.db.models import Meme, ScopeContext, User
 from mewdex.platform import media_urls, quotas, sessions, tokens, usage, users
 from mewdex.platform.auth import Principal, auth_mode
-from mewdex.web.deps import (
-    _bind_host,
-    current_principal,
-    current_scope,
-    current_user,
-    db_session,
-    parse_id,
-)
+from mewdex.web.deps import bind_host, current_principal, current_scope, current_user, db_session, parse_id
 from mewdex.web.errors import ApiError, error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["auth"], responses=error_responses(401, 403, 409, 422, 429))
@@ -116,7 +109,7 @@ def me(request: Request, principal: Principal = Depends(current_principal),
     """The caller: ``{"user": {...} | null, "auth": {"mode", "via"}, "scope_id", "quota", "disk",
     "analysis_cost_this_month"}`` (``user`` null in single-user mode)."""
     out = {
-        "user": None, "auth": {"mode": auth_mode(session, _bind_host(request)), "via": principal.via},
+        "user": None, "auth": {"mode": auth_mode(session, bind_host(request)), "via": principal.via},
         "scope_id": principal.scope.scope_id, "quota": None, "disk": None,
         "analysis_cost_this_month": float(usage.month_cost(session, principal.scope.scope_id)),
     }
