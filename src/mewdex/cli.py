@@ -1,4 +1,4 @@
-"""The ``mewdex`` command line (typer): serve, worker, migrate, import, search, status, db."""
+"""The ``mewdex`` command line (typer): serve, worker, migrate, import, search, rename, delete, status, db."""
 
 from __future__ import annotations
 
@@ -267,6 +267,52 @@ def similar(
         err.print(f"[red]error:[/red] the image model is unavailable: {exc}")
         raise typer.Exit(3) from None
     _print_results(response, as_json)
+
+
+def _meme_uuid(meme_id: str):
+    from uuid import UUID
+
+    try:
+        return UUID(meme_id)
+    except ValueError:
+        err.print(f"[red]error:[/red] no meme {meme_id!r}")
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def rename(
+    meme_id: Annotated[str, typer.Argument(help="The meme's id.")],
+    name: Annotated[str, typer.Argument(help="The new display name (normalized under the name rules).")],
+) -> None:
+    """Rename a meme (a manual name: auto-naming never overwrites it)."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library import memes
+    from mewdex.library.scopes import default_scope
+
+    _prepare()
+    try:
+        revision = memes.rename(get_sessionmaker(), default_scope(), _meme_uuid(meme_id), name)
+    except memes.MemeError as exc:
+        err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
+        raise typer.Exit(1) from None
+    console.print(f"renamed (revision {revision})")
+
+
+@app.command()
+def delete(meme_id: Annotated[str, typer.Argument(help="The meme's id.")]) -> None:
+    """Delete a meme with its thumbnails, embeddings and memberships (its file too, unless shared)."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library import memes
+    from mewdex.library.scopes import default_scope
+    from mewdex.storage import blob_store
+
+    _prepare()
+    try:
+        memes.delete(get_sessionmaker(), blob_store(), default_scope(), _meme_uuid(meme_id))
+    except memes.MemeError as exc:
+        err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
+        raise typer.Exit(1) from None
+    console.print("deleted")
 
 
 thumbnails_app = typer.Typer(help="Thumbnails.", no_args_is_help=True)

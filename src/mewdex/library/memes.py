@@ -1,4 +1,5 @@
-"""Adding memes to a scope: validate, content-address, journal, store, create the row and its job."""
+"""Memes of a scope: add (validate, content-address, journal, store, create the row and its job),
+list with cursor paging, rename and delete — each change journaled in ``storage_operations``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
-from mewdex.db.models import Meme, ScopeContext
+from mewdex.db.models import Meme, Scope, ScopeContext, StorageOperation, utcnow
 from mewdex.library import collections
 from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.names import display_name_from_filename
@@ -21,7 +22,7 @@ from mewdex.library.scopes import ensure_scope
 from mewdex.pipeline.jobs import create_job
 from mewdex.platform import quotas
 from mewdex.platform.errors import PlatformError
-from mewdex.storage import journal
+from mewdex.storage import failpoints, journal
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,15 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
 
 
 def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data: bytes, *, filename: str,
-              provenance: dict[str, Any], collection_names: list[str] = (), process: bool = True) -> AddResult:
+              provenance: dict[str, Any], collection_names: list[str] = (), collection_ids: list = (),
+              process: bool = True, auto_name: bool = False) -> AddResult:
     """Add one image: ``skipped`` with a stable error code for bad bytes or ``quota_exceeded`` (the
     owner's storage/meme limit; nothing written), ``duplicate`` (the existing
     meme, added to the collections too) for bytes already in the scope, else ``created``.
+
+    ``collection_names`` are created when missing; ``collection_ids`` must be collections of the
+    scope (the caller checks). ``auto_name``: the job's ``auto_rename`` stage names the meme from
+    its context title.
 
     Crash-safe: the upload is journaled before the blob is written and completed in the same
     transaction that creates the meme row, its collection memberships and its processing job.
@@ -60,18 +66,21 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
     key = sha256 + info.extension
 
     with sessions.begin() as session:
-        namespace = str(ensure_scope(session, scope).storage_namespace)
+        scope_row = session.get(Scope, scope.scope_id) or ensure_scope(session, scope)  # no write when it exists
+        namespace = str(scope_row.storage_namespace)
         existing = find_by_sha256(session, scope, sha256)
         if existing is not None:
-            _add_to_collections(session, scope, existing, collection_names)
+            _add_to_collections(session, scope, existing, collection_names, collection_ids)
             return AddResult("duplicate", meme_id=str(existing.id), info=info)
         try:  # before anything is written; an exact duplicate (above) adds nothing
             quotas.check_upload(session, scope, len(data))
         except PlatformError as exc:
             return AddResult("skipped", error=exc.code, message=exc.message)
         op_id = journal.prepare_upload(session, scope.scope_id, key, sha256, len(data)).id
+    failpoints.hit("upload.after_prepare")
 
     store.put(namespace, key, data)
+    failpoints.hit("upload.after_blob_write")
     try:
         with sessions.begin() as session:
             meme = Meme(
@@ -87,18 +96,20 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
             )
             session.add(meme)
             session.flush()
-            _add_to_collections(session, scope, meme, collection_names)
+            _add_to_collections(session, scope, meme, collection_names, collection_ids)
             if process:
-                create_job(session, meme)
+                create_job(session, meme, auto_name=auto_name)
             journal.complete(session, op_id, meme.id)
-            return AddResult("created", meme_id=str(meme.id), info=info)
+            meme_id = str(meme.id)
+        failpoints.hit("upload.after_commit")
+        return AddResult("created", meme_id=meme_id, info=info)
     except IntegrityError:
         # Another writer added the same bytes meanwhile: theirs is the meme; ours never existed.
         with sessions.begin() as session:
             existing = find_by_sha256(session, scope, sha256)
             if existing is not None:
                 journal.compensate(session, op_id)
-                _add_to_collections(session, scope, existing, collection_names)
+                _add_to_collections(session, scope, existing, collection_names, collection_ids)
                 return AddResult("duplicate", meme_id=str(existing.id), info=info)
         _undo_upload(sessions, store, scope, namespace, key, op_id)
         raise
@@ -111,12 +122,239 @@ def _undo_upload(sessions: sessionmaker[Session], store, scope: ScopeContext, na
                  op_id) -> None:
     """Compensate an upload whose meme row was never created: remove its blob unless a meme uses it."""
     with sessions.begin() as session:
-        if not journal.blob_in_use(session, scope.scope_id, key):
-            store.delete(namespace, key)
+        journal.remove_blob_if_unused(session, store, scope.scope_id, namespace, key, except_op=op_id)
         journal.compensate(session, op_id)
 
 
-def _add_to_collections(session: Session, scope: ScopeContext, meme: Meme, names) -> None:
+def _add_to_collections(session: Session, scope: ScopeContext, meme: Meme, names, ids=()) -> None:
     for name in names:
         collection = collections.get_or_create(session, scope, name)
         collections.add_items(session, scope, collection.id, [meme.id])
+    for collection_id in ids:
+        collections.add_items(session, scope, collection_id, [meme.id])
+
+
+# ---------------------------------------------------------------- changes
+
+
+class MemeError(Exception):
+    """A meme change refused with a stable code: ``not_found``, ``revision_conflict``,
+    ``display_name_invalid``, ``cursor_invalid``."""
+
+    def __init__(self, code: str, message: str, details: Any = None):
+        super().__init__(message)
+        self.code, self.message, self.details = code, message, details
+
+
+def _locked_meme(session: Session, scope: ScopeContext, meme_id) -> Meme:
+    meme = session.execute(
+        select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id).with_for_update()
+    ).scalar_one_or_none()
+    if meme is None:
+        raise MemeError("not_found", "meme not found")
+    return meme
+
+
+def _check_revision(meme: Meme, expected_revision: int | None) -> None:
+    if expected_revision is not None and meme.revision != expected_revision:
+        raise MemeError("revision_conflict", "the meme was changed since that revision",
+                        {"expected_revision": expected_revision, "current_revision": meme.revision})
+
+
+def rename(sessions: sessionmaker[Session], scope: ScopeContext, meme_id, name: str, *,
+           expected_revision: int | None = None) -> int:
+    """Set a meme's display name by hand (``name_source = manual``); returns the new revision.
+
+    ``name`` is normalized under the name rules (:func:`mewdex.library.names.normalize_display_name`).
+    With ``expected_revision`` the rename applies only if the meme is still at that revision.
+    Journaled: a ``rename`` operation is ``prepared`` first and ``completed`` in the transaction
+    that changes the name (``compensated`` when refused or interrupted).
+
+    Raises:
+        MemeError: ``display_name_invalid`` (nothing usable is left), ``not_found``,
+            ``revision_conflict`` (details: expected and current revision).
+    """
+    from mewdex.library.names import normalize_display_name
+
+    try:
+        new_name = normalize_display_name(name)
+    except ValueError:
+        raise MemeError("display_name_invalid", "the name is empty or not allowed") from None
+    with sessions.begin() as session:
+        meme = _locked_meme(session, scope, meme_id)
+        _check_revision(meme, expected_revision)
+        op_id = journal.prepare_rename(session, meme, new_name, meme.revision).id
+    failpoints.hit("rename.after_prepare")
+    try:
+        with sessions.begin() as session:
+            meme = _locked_meme(session, scope, meme_id)
+            op = session.get(StorageOperation, op_id)
+            _check_revision(meme, op.expected_revision)
+            meme.display_name = new_name
+            meme.name_source = "manual"
+            meme.revision += 1
+            meme.updated_at = utcnow()
+            op.after_sha256 = meme.sha256
+            op.status = "completed"
+            revision = meme.revision
+            failpoints.hit("rename.before_commit")
+    except MemeError as exc:
+        with sessions.begin() as session:
+            if session.get(StorageOperation, op_id) is not None:  # gone with the meme if it was deleted
+                journal.compensate(session, op_id, {"code": exc.code, "message": exc.message})
+        raise
+    failpoints.hit("rename.after_commit")
+    return revision
+
+
+def delete(sessions: sessionmaker[Session], store, scope: ScopeContext, meme_id, *,
+           expected_revision: int | None = None) -> None:
+    """Delete a meme: its row and everything hanging off it (jobs, stages, tasks, embeddings,
+    thumbnails, search documents and terms, collection memberships, near-duplicate pairs), then its
+    blob and thumbnail files unless another meme (or an upload in flight) still uses them.
+
+    Journaled: the rows go in the transaction that records a ``delete`` operation with the file
+    keys; the files are removed after it commits and the operation completed — recovery finishes
+    the file removals if the process dies in between.
+
+    Raises:
+        MemeError: ``not_found``, ``revision_conflict``.
+    """
+    from sqlalchemy import text
+
+    from mewdex.db.models import DerivedImageThumbnail, Task
+    from mewdex.library.scopes import storage_namespace
+
+    with sessions.begin() as session:
+        # Same lock order as a worker (task rows, then the meme) so the two never deadlock.
+        task_ids = session.execute(
+            select(Task.id).where(Task.scope_id == scope.scope_id, Task.target_meme_id == meme_id)
+            .order_by(Task.id).with_for_update()
+        ).scalars().all()
+        meme = _locked_meme(session, scope, meme_id)
+        _check_revision(meme, expected_revision)
+        namespace = storage_namespace(session, scope.scope_id)
+        thumbnail_keys = session.execute(
+            select(DerivedImageThumbnail.output_key).where(
+                DerivedImageThumbnail.scope_id == scope.scope_id, DerivedImageThumbnail.meme_id == meme.id,
+                DerivedImageThumbnail.output_key.is_not(None),
+            )
+        ).scalars().all()
+        if task_ids:  # lane slots reference tasks without a cascade: free the ones the meme's tasks hold
+            for table in ("task_lane_slots", "task_lane_resource_slots"):
+                session.execute(
+                    text(f"UPDATE {table} SET task_scope_id = NULL, task_id = NULL, lease_owner = NULL, "
+                         "claim_generation = NULL, lease_expires_at = NULL "
+                         "WHERE task_scope_id = :s AND task_id = ANY(:ids)"),
+                    {"s": scope.scope_id, "ids": list(task_ids)},
+                )
+        op = journal.record_delete(session, meme, thumbnail_keys)
+        op_id, key = op.id, meme.storage_key
+        session.delete(meme)
+        session.flush()
+        failpoints.hit("delete.before_rows_commit")
+    failpoints.hit("delete.after_rows_deleted")
+    with sessions.begin() as session:
+        op = session.get(StorageOperation, op_id, with_for_update=True)
+        journal.remove_blob_if_unused(session, store, scope.scope_id, namespace, key)
+        failpoints.hit("delete.after_blob_delete")
+        journal.remove_thumbnails_if_unused(session, store, scope.scope_id, namespace, op.thumbnail_keys)
+        op.status = "completed"
+    failpoints.hit("delete.after_complete")
+
+
+# ---------------------------------------------------------------- listing
+
+SORTS = ("created", "updated", "name")
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "blocked", "unknown_execution")
+
+
+@dataclass
+class MemePage:
+    memes: list[Meme]
+    next_cursor: str | None
+
+
+def list_memes(session: Session, scope: ScopeContext, *, name: str | None = None, collection_id=None,
+               status: str | None = None, animated: bool | None = None, sort: str = "created",
+               limit: int = 50, cursor: str | None = None) -> MemePage:
+    """One page of the scope's memes.
+
+    Args:
+        name: case-insensitive substring of the display name.
+        collection_id: only members of this collection (a UUID of the scope).
+        status: the latest processing job's status (one of :data:`JOB_STATUSES`), or ``pending``
+            (queued or running) or ``none`` (no job).
+        animated: only animated (True) or still (False) images.
+        sort: ``created`` / ``updated`` (newest first) or ``name`` (A→Z, case-insensitive); ties by id.
+        limit: page size, 1..200.
+        cursor: ``next_cursor`` of the previous page (opaque; only valid with the same sort).
+    Returns:
+        the memes of the page and the cursor of the next one (None on the last page).
+    Raises:
+        MemeError("cursor_invalid"): a cursor that is not one of ours or of another sort.
+    """
+    import base64
+    import json
+    import uuid as uuid_mod
+    from datetime import datetime
+
+    from sqlalchemy import func, tuple_
+
+    from mewdex.db.models import ImageProcessingJob, MemeCollectionItem
+
+    query = select(Meme).where(Meme.scope_id == scope.scope_id)
+    if name:
+        pattern = "%" + name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        query = query.where(Meme.display_name.ilike(pattern, escape="\\"))
+    if collection_id is not None:
+        query = query.where(
+            select(MemeCollectionItem.meme_id).where(
+                MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id,
+                MemeCollectionItem.meme_id == Meme.id,
+            ).exists()
+        )
+    if status is not None:
+        latest = (
+            select(ImageProcessingJob.status)
+            .where(ImageProcessingJob.scope_id == Meme.scope_id, ImageProcessingJob.meme_id == Meme.id)
+            .order_by(ImageProcessingJob.created_at.desc()).limit(1).correlate(Meme).scalar_subquery()
+        )
+        if status == "none":
+            query = query.where(latest.is_(None))
+        elif status == "pending":
+            query = query.where(latest.in_(("queued", "running")))
+        else:
+            query = query.where(latest == status)
+    if animated is not None:
+        flag = Meme.extensions["image"]["animated"].as_boolean()
+        query = query.where(flag.is_(True) if animated else func.coalesce(flag, False).is_(False))
+
+    if sort == "name":
+        keys = (func.lower(Meme.display_name), Meme.id)
+        order = [keys[0].asc(), Meme.id.asc()]
+    else:
+        column = Meme.created_at if sort == "created" else Meme.updated_at
+        keys = (column, Meme.id)
+        order = [column.desc(), Meme.id.desc()]
+    if cursor:
+        try:
+            raw = json.loads(base64.urlsafe_b64decode(cursor.encode() + b"=" * (-len(cursor) % 4)))
+            cursor_sort, value, last_id = raw
+            if cursor_sort != sort:
+                raise ValueError("sort")
+            last_id = uuid_mod.UUID(last_id)
+            value = value if sort == "name" else datetime.fromisoformat(value)
+        except (ValueError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
+            raise MemeError("cursor_invalid", "the cursor is not valid for this listing") from None
+        after = tuple_(*keys) > tuple_(value, last_id) if sort == "name" else tuple_(*keys) < tuple_(value, last_id)
+        query = query.where(after)
+    rows = session.execute(query.add_columns(keys[0]).order_by(*order).limit(limit + 1)).all()
+    memes, more = [row[0] for row in rows[:limit]], len(rows) > limit
+    next_cursor = None
+    if more:
+        last, value = rows[limit - 1]
+        value = value if sort == "name" else value.isoformat()
+        next_cursor = base64.urlsafe_b64encode(
+            json.dumps([sort, value, str(last.id)], ensure_ascii=False).encode()).decode().rstrip("=")
+    return MemePage(memes, next_cursor)

@@ -26,8 +26,9 @@ from mewdex.db.models import (
 )
 from mewdex.queue import tasks as queue
 
-# Stages this build runs; the others are planned as skipped ("disabled").
-IMPLEMENTED_STAGES = ("visual", "agent", "text_embedding")
+# Stages this build runs; the others are planned as skipped ("disabled"). auto_rename runs only for
+# jobs with auto_name (see processing_config).
+IMPLEMENTED_STAGES = ("visual", "agent", "auto_rename", "text_embedding")
 STAGE_LANES = {"visual": "visual", "agent": "agent", "auto_rename": "default", "text_embedding": "embedding"}
 
 

@@ -19,6 +19,7 @@ from mewdex.config import get_settings
 from mewdex.db.models import Meme, MemeEmbedding
 from mewdex.library.images import ImageError, load_frames
 from mewdex.pipeline import models
+from mewdex.pipeline.auto_rename import AutoRenameStage
 from mewdex.pipeline.context import build_meme_context, keyword_document, semantic_fields
 from mewdex.pipeline.errors import BackendUnavailable
 from mewdex.pipeline.visual import VisualStage
@@ -169,7 +170,9 @@ class TextEmbeddingStage:
                 )
 
 
-HANDLERS: dict[str, Stage] = {stage.name: stage for stage in (VisualStage(), AgentStage(), TextEmbeddingStage())}
+HANDLERS: dict[str, Stage] = {
+    stage.name: stage for stage in (VisualStage(), AgentStage(), AutoRenameStage(), TextEmbeddingStage())
+}
 
 
 def load_meme(session: Session, scope_id: str, meme_id) -> Meme | None:

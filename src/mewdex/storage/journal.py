@@ -1,23 +1,48 @@
-"""The storage-operation journal: an upload is recorded ``prepared`` before its file is written and
-``completed`` in the transaction that creates its meme row; recovery finishes or undoes any
-operation a crash interrupted, so no blob is left without a row and no row without its blob.
+"""The storage-operation journal: every change that touches both the database and the blob store
+is recorded in ``storage_operations`` so that a crash at any moment loses no file and leaves no
+orphan. Statuses: ``prepared`` → (``file_applied``) → ``completed`` | ``compensated`` | ``blocked``.
+
+The three operations and what recovery does with an interrupted one:
+
+* **upload** — ``prepared`` (committed) before the blob is written; ``completed`` in the
+  transaction that creates the meme row. Recovery: the row exists → ``completed``; otherwise the
+  blob is removed unless something else uses it → ``compensated``.
+* **rename** — ``prepared`` (with the expected revision and the new name's fingerprint) before the
+  transaction that changes the name and marks it ``completed``. A rename touches no file (blobs are
+  content-addressed), so an interrupted one never applied: recovery → ``compensated``.
+* **delete** — the meme's rows are deleted in the transaction that records the operation
+  ``prepared`` with the blob key and thumbnail keys (the operation is unlinked from the meme, whose
+  row is gone); then the files are removed and the operation ``completed``. Recovery redoes the file
+  removals (idempotent) → ``completed``. The user never sees a meme without its file.
+
+A blob is "in use" while a meme row references it or another open upload is about to. Checks and
+removals of one key run under a transaction-scoped advisory lock on ``(scope, key)`` that uploads
+also take when they prepare, so a delete never removes a blob an upload has just written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from datetime import timedelta
 
-from sqlalchemy import exists, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import Meme, Scope, StorageOperation, utcnow
+from mewdex.db.models import DerivedImageThumbnail, Meme, Scope, StorageOperation, utcnow
 
 log = logging.getLogger(__name__)
+OPEN = ("prepared", "file_applied")
+
+
+def lock_key(session: Session, scope_id: str, key: str) -> None:
+    """Take the transaction-scoped advisory lock of blob ``key`` in the scope (released at commit)."""
+    session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(f"{scope_id}/{key}", 0))))
 
 
 def prepare_upload(session: Session, scope_id: str, key: str, sha256: str, size: int) -> StorageOperation:
     """Journal an upload about to write blob ``key``; commit before writing the file."""
+    lock_key(session, scope_id, key)
     op = StorageOperation(
         scope_id=scope_id, operation_type="upload", target_key=key, after_sha256=sha256, after_size=size,
         status="prepared",
@@ -27,40 +52,26 @@ def prepare_upload(session: Session, scope_id: str, key: str, sha256: str, size:
     return op
 
 
-def blob_in_use(session: Session, scope_id: str, key: str) -> bool:
+def blob_in_use(session: Session, scope_id: str, key: str, *, except_op=None) -> bool:
+    """True while a meme of the scope references blob ``key`` or another open upload targets it."""
+    if session.execute(select(exists().where(Meme.scope_id == scope_id, Meme.storage_key == key))).scalar_one():
+        return True
+    pending = select(StorageOperation.id).where(
+        StorageOperation.scope_id == scope_id,
+        StorageOperation.operation_type == "upload",
+        StorageOperation.target_key == key,
+        StorageOperation.status.in_(OPEN),
+    )
+    if except_op is not None:
+        pending = pending.where(StorageOperation.id != except_op)
+    return session.execute(select(exists(pending))).scalar_one()
+
+
+def thumbnail_in_use(session: Session, scope_id: str, key: str) -> bool:
+    """True while a thumbnail row of the scope points at thumbnail blob ``key``."""
     return session.execute(
-        select(exists().where(Meme.scope_id == scope_id, Meme.storage_key == key))
+        select(exists().where(DerivedImageThumbnail.scope_id == scope_id, DerivedImageThumbnail.output_key == key))
     ).scalar_one()
-
-
-def recover(session: Session, store, *, older_than_seconds: float = 60.0) -> dict[str, int]:
-    """Complete or compensate interrupted uploads older than the grace period.
-
-    An upload whose meme row exists is completed; otherwise its blob is removed (when no meme of
-    the scope uses it) and the operation compensated. Returns counts by outcome.
-    """
-    cutoff = utcnow() - timedelta(seconds=older_than_seconds)
-    ops = session.execute(
-        select(StorageOperation, Scope.storage_namespace)
-        .join(Scope, Scope.id == StorageOperation.scope_id)
-        .where(
-            StorageOperation.status.in_(("prepared", "file_applied")),
-            StorageOperation.operation_type == "upload",
-            StorageOperation.updated_at < cutoff,
-        )
-        .with_for_update(of=StorageOperation, skip_locked=True)
-    ).all()
-    counts = {"completed": 0, "compensated": 0}
-    for op, namespace in ops:
-        if blob_in_use(session, op.scope_id, op.target_key):
-            op.status = "completed"
-        else:
-            store.delete(str(namespace), op.target_key)
-            op.status = "compensated"
-        counts[op.status] += 1
-    if ops:
-        log.info("storage recovery: %s", counts)
-    return counts
 
 
 def complete(session: Session, op_id, meme_id) -> None:
@@ -70,6 +81,109 @@ def complete(session: Session, op_id, meme_id) -> None:
     op.status = "completed"
 
 
-def compensate(session: Session, op_id) -> None:
-    """Mark an upload compensated: its meme was never created (the blob is shared or removed)."""
-    session.get(StorageOperation, op_id).status = "compensated"
+def compensate(session: Session, op_id, error: dict | None = None) -> None:
+    """Mark an operation compensated: it never took effect (for an upload: the blob is shared or removed)."""
+    op = session.get(StorageOperation, op_id)
+    op.status = "compensated"
+    if error is not None:
+        op.error = error
+
+
+def name_fingerprint(name: str) -> str:
+    """sha256 hex of a display name (``storage_operations.expected_title_fingerprint``)."""
+    return hashlib.sha256(name.encode("utf-8")).hexdigest()
+
+
+def prepare_rename(session: Session, meme: Meme, new_name: str, expected_revision: int) -> StorageOperation:
+    """Journal a rename of ``meme`` to ``new_name`` at ``expected_revision``; commit before applying it."""
+    op = StorageOperation(
+        scope_id=meme.scope_id, meme_id=meme.id, operation_type="rename", source_key=meme.storage_key,
+        target_key=meme.storage_key, expected_revision=expected_revision,
+        expected_title_fingerprint=name_fingerprint(new_name), status="prepared",
+    )
+    session.add(op)
+    session.flush()
+    return op
+
+
+def record_delete(session: Session, meme: Meme, thumbnail_keys: list[str]) -> StorageOperation:
+    """Journal the removal of ``meme``'s files, in the transaction that deletes its rows.
+
+    The operation is not linked to the meme (its row is going); it keeps the blob key and the
+    thumbnail keys so recovery can finish the file removals.
+    """
+    op = StorageOperation(
+        scope_id=meme.scope_id, meme_id=None, operation_type="delete", source_key=meme.storage_key,
+        thumbnail_keys=sorted(set(thumbnail_keys)), before_sha256=meme.sha256, before_size=meme.size_bytes,
+        expected_revision=meme.revision, status="prepared",
+    )
+    session.add(op)
+    session.flush()
+    return op
+
+
+def remove_blob_if_unused(session: Session, store, scope_id: str, namespace: str, key: str, *,
+                          except_op=None) -> bool:
+    """Remove blob ``key`` unless it is in use (under the key's advisory lock); True if it was removed."""
+    lock_key(session, scope_id, key)
+    if blob_in_use(session, scope_id, key, except_op=except_op):
+        return False
+    return store.delete(namespace, key)
+
+
+def remove_thumbnails_if_unused(session: Session, store, scope_id: str, namespace: str, keys) -> None:
+    """Remove each thumbnail blob in ``keys`` that no thumbnail row of the scope still points at."""
+    from mewdex.library.thumbnails import thumbnail_namespace
+
+    for key in keys:
+        if not thumbnail_in_use(session, scope_id, key):
+            store.delete(thumbnail_namespace(namespace), key)
+
+
+def recover(session: Session, store, *, older_than_seconds: float = 60.0) -> dict[str, int]:
+    """Complete or compensate interrupted operations last touched before the grace period.
+
+    See the module docstring for what happens to each kind. Rows locked by a live writer are
+    skipped. Returns counts by outcome (``completed``, ``compensated``, ``blocked``).
+    """
+    cutoff = utcnow() - timedelta(seconds=older_than_seconds)
+    ops = session.execute(
+        select(StorageOperation, Scope.storage_namespace)
+        .join(Scope, Scope.id == StorageOperation.scope_id)
+        .where(StorageOperation.status.in_(OPEN), StorageOperation.updated_at < cutoff)
+        .order_by(StorageOperation.created_at)
+        .with_for_update(of=StorageOperation, skip_locked=True)
+    ).all()
+    counts = {"completed": 0, "compensated": 0, "blocked": 0}
+    for op, namespace in ops:
+        try:
+            with session.begin_nested():
+                _recover_one(session, store, op, str(namespace))
+        except Exception as exc:  # a broken file system must not stop the other recoveries
+            log.exception("storage recovery of operation %s failed", op.id)
+            op.status = "blocked"
+            op.error = {"code": "recovery_failed", "message": f"{type(exc).__name__}: {exc}"}
+        counts[op.status] += 1
+    if ops:
+        log.info("storage recovery: %s", counts)
+    return counts
+
+
+def _recover_one(session: Session, store, op: StorageOperation, namespace: str) -> None:
+    if op.operation_type == "upload":
+        lock_key(session, op.scope_id, op.target_key)
+        if session.execute(
+            select(exists().where(Meme.scope_id == op.scope_id, Meme.storage_key == op.target_key))
+        ).scalar_one():
+            op.status = "completed"
+        else:
+            remove_blob_if_unused(session, store, op.scope_id, namespace, op.target_key, except_op=op.id)
+            op.status = "compensated"
+            op.error = {"code": "interrupted", "message": "the upload was interrupted before its meme was created"}
+    elif op.operation_type == "rename":
+        op.status = "compensated"
+        op.error = {"code": "interrupted", "message": "the rename was interrupted before it applied"}
+    else:  # delete: its rows are gone (same transaction as the journal entry); finish the files
+        remove_blob_if_unused(session, store, op.scope_id, namespace, op.source_key)
+        remove_thumbnails_if_unused(session, store, op.scope_id, namespace, op.thumbnail_keys)
+        op.status = "completed"

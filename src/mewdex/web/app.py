@@ -41,7 +41,7 @@ def prepare_database() -> None:
 
 
 def recover_storage() -> None:
-    """Complete or compensate interrupted uploads and remove stale staging files."""
+    """Complete or compensate interrupted uploads, renames and deletes; remove stale staging files."""
     with get_sessionmaker().begin() as session:
         journal.recover(session, blob_store())
     blob_store().clean_staging(older_than_seconds=STAGING_MAX_AGE_SECONDS)

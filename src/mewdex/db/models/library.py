@@ -82,6 +82,7 @@ class Meme(Base):
         Index("ix_memes_scope_display_name", "scope_id", "display_name", "id"),
         Index("ix_memes_scope_name_lower", "scope_id", func.lower(text("display_name")), "id"),
         Index("ix_memes_scope_updated", "scope_id", text("updated_at DESC"), text("id DESC")),
+        Index("ix_memes_scope_created", "scope_id", text("created_at DESC"), text("id DESC")),
         CheckConstraint("size_bytes >= 0", name="ck_memes_size_nonnegative"),
         CheckConstraint("name_source IN ('uploaded','manual','automatic','unknown')", name="ck_memes_name_source"),
         CheckConstraint(
@@ -151,6 +152,7 @@ class DerivedImageThumbnail(Base):
         CheckConstraint("width IS NULL OR width > 0", name="ck_thumbnail_width"),
         CheckConstraint("height IS NULL OR height > 0", name="ck_thumbnail_height"),
         Index("ix_thumbnail_current", "scope_id", "meme_id", "profile", "status", "updated_at"),
+        Index("ix_thumbnails_output_key", "scope_id", "output_key"),
     )
 
 
@@ -238,6 +240,8 @@ class StorageOperation(Base):
             name="ck_storage_operation_title_fingerprint",
         ),
         Index("ix_storage_operations_recovery", "scope_id", "status", "updated_at"),
+        Index("ix_storage_operations_open_key", "scope_id", "target_key",
+              postgresql_where=text("status IN ('prepared', 'file_applied')")),
         Index(
             "uq_storage_operation_active",
             "scope_id",

@@ -1,20 +1,30 @@
-"""``GET /api/v1/memes/{id}`` and ``GET /media/{id}`` (original bytes)."""
+"""Memes: upload (``POST /api/v1/memes``), list, read, rename (``PATCH``), delete, and
+``GET /media/{id}`` (original bytes)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import FileResponse, Response
+import hashlib
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+from fastapi import APIRouter, Body, Depends, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, ScopeContext
+from mewdex.config import get_settings
+from mewdex.db.engine import get_sessionmaker
+from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, MemeCollection, ScopeContext
+from mewdex.library import memes as library
 from mewdex.library.images import EXTENSIONS, MEDIA_TYPES
 from mewdex.library.scopes import storage_namespace
 from mewdex.library.thumbnails import thumbnail_status
 from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id
-from mewdex.web.errors import ApiError
+from mewdex.web.errors import ApiError, error_body
+from mewdex.web.uploads import read_upload
 
 router = APIRouter(tags=["memes"])
 MEDIA_TYPES_BY_EXTENSION = {EXTENSIONS[f]: MEDIA_TYPES[f] for f in EXTENSIONS}
@@ -76,9 +86,13 @@ def meme_dict(session: Session, meme: Meme) -> dict:
 
 
 @router.get("/api/v1/memes/{meme_id}")
-def read_meme(meme_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
-    """The meme with its image facts, context and stage statuses; 404 ``not_found``."""
-    return meme_dict(session, get_meme(session, scope, meme_id))
+def read_meme(meme_id: str, response: Response, session: Session = Depends(db_session),
+              scope: ScopeContext = Depends(current_scope)):
+    """The meme with its image facts, context and stage statuses (``ETag``: its revision, for
+    ``If-Match`` on PATCH/DELETE); 404 ``not_found``."""
+    meme = get_meme(session, scope, meme_id)
+    response.headers["ETag"] = f'"{meme.revision}"'
+    return meme_dict(session, meme)
 
 
 @router.api_route("/media/{meme_id}", methods=["GET", "HEAD"])
@@ -95,3 +109,181 @@ def media(meme_id: str, request: Request, session: Session = Depends(db_session)
     if not path.is_file():
         raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
     return FileResponse(path, media_type=MEDIA_TYPES_BY_EXTENSION[meme.extension], headers=headers)
+
+
+# ---------------------------------------------------------------- upload, list, rename, delete
+
+MAX_FILES_PER_REQUEST = 20
+MAX_REQUEST_BYTES = 200 * 1024 * 1024
+UPLOAD_THREADS = 4
+REJECTION_STATUS = {"unsupported_media_type": 415, "image_too_large": 422, "image_corrupt": 422,
+                    "quota_exceeded": 413}
+MEME_ERROR_STATUS = {"not_found": 404, "revision_conflict": 409, "display_name_invalid": 422,
+                     "cursor_invalid": 422}
+_TRUE, _FALSE = {"1", "true", "on", "yes"}, {"", "0", "false", "off", "no"}
+
+
+def _api_error(exc: library.MemeError) -> ApiError:
+    return ApiError(MEME_ERROR_STATUS[exc.code], exc.code, exc.message, exc.details)
+
+
+def _collection_id(session: Session, scope: ScopeContext, value: str):
+    collection_id = parse_id(value, "collection")
+    found = session.execute(
+        select(MemeCollection.id).where(MemeCollection.scope_id == scope.scope_id, MemeCollection.id == collection_id)
+    ).scalar_one_or_none()
+    if found is None:
+        raise ApiError(404, "not_found", "collection not found")
+    return collection_id
+
+
+def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value: str | None) -> list[dict]:
+    """Add each file (a few at a time: the work is mostly database round trips); results in request order."""
+    sessions, store = get_sessionmaker(), blob_store()
+    collection_ids = []
+    if collection_value:
+        with sessions.begin() as session:
+            collection_ids = [_collection_id(session, scope, collection_value)]
+
+    def add(part) -> dict:
+        name = part.filename.replace("\\", "/").rsplit("/", 1)[-1]
+        result = library.add_image(
+            sessions, store, scope, part.read(), filename=name,
+            provenance={"source": "upload", "relative_path": name},
+            collection_ids=collection_ids, auto_name=auto_name,
+        )
+        entry = {"filename": part.filename, "status": result.status, "meme": None, "error": None}
+        if result.status == "skipped":
+            entry["status"] = "rejected"
+            entry["error"] = {"code": result.error, "message": result.message,
+                              "status": REJECTION_STATUS.get(result.error, 422)}
+        else:
+            with sessions.begin() as session:
+                entry["meme"] = meme_dict(session, get_meme(session, scope, result.meme_id))
+        return entry
+
+    # Repeats of the same bytes wait for the first, so the first in request order is the one created.
+    seen, first, repeats = set(), [], []
+    for index, part in enumerate(files):
+        digest = hashlib.sha256(part.read()).digest()
+        (repeats if digest in seen else first).append(index)
+        seen.add(digest)
+    results: list[dict | None] = [None] * len(files)
+    with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(first)), thread_name_prefix="upload") as pool:
+        for index, entry in zip(first, pool.map(add, [files[i] for i in first])):
+            results[index] = entry
+    for index in repeats:
+        results[index] = add(files[index])
+    return results
+
+
+@router.post("/api/v1/memes", status_code=201)
+async def upload(request: Request, scope: ScopeContext = Depends(current_scope)):
+    """Upload 1–20 images as multipart field ``files`` (each ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, the
+    request ≤ 200 MiB, enforced while streaming). Form options: ``auto_name`` (bool: name each new
+    meme from its context title once analysed) and ``collection_id`` (add the memes to it).
+
+    Response ``{"results": [{"filename", "status": "created"|"duplicate"|"rejected", "meme", "error"}]}``
+    in request order; ``meme`` is the meme as ``GET /api/v1/memes/{id}`` shows it (stages pending
+    for a new one), ``error`` ``{"code", "message", "status"}`` for a rejection. HTTP 201 when any
+    was created, 200 when none was but one was a duplicate, else the rejection's status (413/415/422)
+    with an ``error`` beside the results. Errors: 413 ``upload_too_large``, 415
+    ``unsupported_media_type`` (not multipart), 422 ``no_files`` / ``too_many_files`` /
+    ``invalid_request``, 404 ``not_found`` (collection).
+    """
+    settings = get_settings()
+    form = await read_upload(request, max_file_bytes=settings.max_upload_bytes,
+                             max_request_bytes=MAX_REQUEST_BYTES, max_files=MAX_FILES_PER_REQUEST)
+    try:
+        if not form.files:
+            raise ApiError(422, "no_files", "send 1 to 20 images in the form field 'files'")
+        flag = form.fields.get("auto_name", "").strip().lower()
+        if flag not in _TRUE | _FALSE:
+            raise ApiError(422, "invalid_request", "auto_name must be true or false")
+        results = await run_in_threadpool(_upload_files, scope, form.files, flag in _TRUE,
+                                          form.fields.get("collection_id") or None)
+    finally:
+        form.close()
+    statuses = {r["status"] for r in results}
+    if "created" in statuses:
+        return JSONResponse({"results": results}, status_code=201)
+    if "duplicate" in statuses:
+        return JSONResponse({"results": results}, status_code=200)
+    codes = {r["error"]["status"] for r in results}
+    status = codes.pop() if len(codes) == 1 else 422
+    first = results[0]["error"]
+    body = {"results": results, **error_body(first["code"] if len(results) == 1 else "all_rejected",
+                                             first["message"] if len(results) == 1 else "every file was rejected")}
+    return JSONResponse(body, status_code=status)
+
+
+@router.get("/api/v1/memes")
+def list_memes(
+    name: str | None = Query(None, max_length=255, description="Case-insensitive substring of the display name."),
+    collection_id: str | None = Query(None),
+    status: str | None = Query(None, description="Latest job status, or pending / none."),
+    animated: bool | None = Query(None),
+    sort: str = Query("created", description="created | updated (newest first) | name (A→Z)"),
+    limit: int = Query(50, ge=1, le=200),
+    cursor: str | None = Query(None, max_length=2048),
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
+    """``{"items": [meme...], "next_cursor": str | null}`` — pass ``next_cursor`` back as ``cursor``
+    for the next page. 422 ``invalid_request`` for an unknown sort/status, ``cursor_invalid``."""
+    if sort not in library.SORTS:
+        raise ApiError(422, "invalid_request", f"sort must be one of {', '.join(library.SORTS)}")
+    if status is not None and status not in (*library.JOB_STATUSES, "pending", "none"):
+        raise ApiError(422, "invalid_request", "unknown processing status")
+    if name is not None and "\x00" in name:
+        raise ApiError(422, "invalid_request", "the name filter contains a NUL character")
+    collection = _collection_id(session, scope, collection_id) if collection_id else None
+    try:
+        page = library.list_memes(session, scope, name=name or None, collection_id=collection, status=status,
+                                  animated=animated, sort=sort, limit=limit, cursor=cursor)
+    except library.MemeError as exc:
+        raise _api_error(exc) from None
+    return {"items": [meme_dict(session, m) for m in page.memes], "next_cursor": page.next_cursor}
+
+
+def _if_match(value: str | None) -> int | None:
+    """``If-Match: 3`` / ``"3"`` / ``W/"3"`` → 3; ``*`` or absent → None."""
+    if value is None or value.strip() == "*":
+        return None
+    match = re.fullmatch(r'\s*(?:W/)?"?(\d{1,18})"?\s*', value)
+    if match is None:
+        raise ApiError(422, "invalid_request", "If-Match must be the meme's revision number")
+    return int(match.group(1))
+
+
+@router.patch("/api/v1/memes/{meme_id}")
+def rename_meme(meme_id: str, body: dict = Body(...), if_match: str | None = Header(None),
+                scope: ScopeContext = Depends(current_scope)):
+    """Rename: body ``{"display_name": str}`` (normalized under the name rules; ``name_source``
+    becomes ``manual``). ``If-Match: <revision>`` makes it conditional. Returns the meme (new
+    revision, ``ETag``). Errors: 404 ``not_found``, 409 ``revision_conflict``, 422
+    ``display_name_invalid`` / ``invalid_request``."""
+    name = body.get("display_name")
+    if set(body) - {"display_name"} or not isinstance(name, str):
+        raise ApiError(422, "invalid_request", "send {\"display_name\": \"...\"}")
+    expected = _if_match(if_match)
+    uid = parse_id(meme_id)
+    try:
+        library.rename(get_sessionmaker(), scope, uid, name, expected_revision=expected)
+    except library.MemeError as exc:
+        raise _api_error(exc) from None
+    with get_sessionmaker().begin() as session:
+        meme = get_meme(session, scope, meme_id)
+        return JSONResponse(meme_dict(session, meme), headers={"ETag": f'"{meme.revision}"'})
+
+
+@router.delete("/api/v1/memes/{meme_id}", status_code=204)
+def delete_meme(meme_id: str, if_match: str | None = Header(None), scope: ScopeContext = Depends(current_scope)):
+    """Delete the meme, its derived rows and files (the blob stays while another meme uses it).
+    ``If-Match: <revision>`` makes it conditional. 204; 404 ``not_found``; 409 ``revision_conflict``."""
+    expected = _if_match(if_match)
+    try:
+        library.delete(get_sessionmaker(), blob_store(), scope, parse_id(meme_id), expected_revision=expected)
+    except library.MemeError as exc:
+        raise _api_error(exc) from None
+    return Response(status_code=204)

@@ -1,0 +1,185 @@
+"""Streaming ``multipart/form-data`` reader with hard limits that do not trust ``Content-Length``.
+
+The body is read chunk by chunk from the ASGI receive channel and fed to python-multipart's
+streaming parser. The bytes actually received are counted, whatever the header says (true, false
+or absent): as soon as a file part passes the per-file limit or the body passes the request limit,
+reading stops and :class:`ApiError` 413 ``upload_too_large`` is raised — at most the limit plus one
+chunk is ever read. A true ``Content-Length`` above the request limit is refused before reading.
+
+File parts are spooled (memory up to 1 MiB, then an anonymous temporary file that the OS removes
+when it is closed or the process dies), so no temporary file outlives the request.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from fastapi import Request
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from mewdex.web.errors import ApiError
+
+SPOOL_BYTES = 1024 * 1024
+MAX_FIELD_BYTES = 4096
+MAX_FIELDS = 32
+
+
+@dataclass
+class UploadedFile:
+    """One ``files`` part: the client's file name, its declared type, size and spooled bytes."""
+
+    filename: str
+    content_type: str | None
+    size: int
+    file: BinaryIO
+
+    def read(self) -> bytes:
+        self.file.seek(0)
+        return self.file.read()
+
+
+@dataclass
+class UploadForm:
+    """The parsed form: file parts (of field ``files_field``) in order, and small text fields."""
+
+    files: list[UploadedFile] = field(default_factory=list)
+    fields: dict[str, str] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.file.close()
+
+
+def _too_large(what: str, limit: int, filename: str | None = None) -> ApiError:
+    details = {"limit_bytes": limit, "limit": what}
+    if filename is not None:
+        details["filename"] = filename
+    return ApiError(413, "upload_too_large", f"the {what} is larger than {limit} bytes", details)
+
+
+class _Collector:
+    """python-multipart callbacks building an :class:`UploadForm` under the limits."""
+
+    def __init__(self, form: UploadForm, *, files_field: str, max_file_bytes: int, max_files: int):
+        self.form, self.files_field = form, files_field
+        self.max_file_bytes, self.max_files = max_file_bytes, max_files
+        self.header_field = bytearray()
+        self.header_value = bytearray()
+        self.headers: dict[str, bytes] = {}
+        self.current: UploadedFile | None = None
+        self.field_name: str | None = None
+        self.field_value = bytearray()
+        self.ended = False
+
+    def callbacks(self) -> dict:
+        return {
+            "on_part_begin": self.part_begin,
+            "on_header_field": lambda d, s, e: self.header_field.extend(d[s:e]),
+            "on_header_value": lambda d, s, e: self.header_value.extend(d[s:e]),
+            "on_header_end": self.header_end,
+            "on_headers_finished": self.headers_finished,
+            "on_part_data": self.part_data,
+            "on_part_end": self.part_end,
+            "on_end": self.end,
+        }
+
+    def part_begin(self) -> None:
+        self.headers = {}
+        self.current, self.field_name = None, None
+        self.field_value = bytearray()
+
+    def header_end(self) -> None:
+        self.headers[bytes(self.header_field).decode("latin-1").lower()] = bytes(self.header_value)
+        self.header_field.clear()
+        self.header_value.clear()
+
+    def headers_finished(self) -> None:
+        _, options = parse_options_header(self.headers.get("content-disposition", b""))
+        name = options.get(b"name", b"").decode("utf-8", "replace")
+        filename = options.get(b"filename")
+        if filename is not None or name == self.files_field:
+            if name != self.files_field:
+                raise ApiError(422, "invalid_request", f"files must be sent in the field {self.files_field!r}")
+            if len(self.form.files) >= self.max_files:
+                raise ApiError(422, "too_many_files", f"at most {self.max_files} files per request",
+                               {"max_files": self.max_files})
+            content_type = self.headers.get("content-type")
+            self.current = UploadedFile(
+                filename=(filename or b"").decode("utf-8", "replace"),
+                content_type=content_type.decode("latin-1") if content_type else None,
+                size=0,
+                file=tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES),
+            )
+            self.form.files.append(self.current)
+        else:
+            if len(self.form.fields) >= MAX_FIELDS:
+                raise ApiError(422, "invalid_request", "too many form fields")
+            self.field_name = name
+
+    def part_data(self, data: bytes, start: int, end: int) -> None:
+        if self.current is not None:
+            self.current.size += end - start
+            if self.current.size > self.max_file_bytes:
+                raise _too_large("file", self.max_file_bytes, self.current.filename)
+            self.current.file.write(data[start:end])
+        elif self.field_name is not None:
+            self.field_value.extend(data[start:end])
+            if len(self.field_value) > MAX_FIELD_BYTES:
+                raise ApiError(422, "invalid_request", f"the form field {self.field_name!r} is too long")
+
+    def part_end(self) -> None:
+        if self.field_name is not None:
+            self.form.fields[self.field_name] = self.field_value.decode("utf-8", "replace")
+        self.current, self.field_name = None, None
+
+    def end(self) -> None:
+        self.ended = True
+
+
+async def read_upload(request: Request, *, max_file_bytes: int, max_request_bytes: int, max_files: int,
+                      files_field: str = "files") -> UploadForm:
+    """Read a ``multipart/form-data`` request body under the limits (see the module docstring).
+
+    Returns:
+        the form; the caller must ``close()`` it.
+    Raises:
+        ApiError: 413 ``upload_too_large`` (details: ``limit``, ``limit_bytes``, ``filename``);
+            415 ``unsupported_media_type`` (not multipart/form-data); 422 ``invalid_request``
+            (malformed or truncated body, a file in another field), ``too_many_files``.
+    """
+    content_type, options = parse_options_header(request.headers.get("content-type", ""))
+    boundary = options.get(b"boundary")
+    if content_type != b"multipart/form-data":
+        raise ApiError(415, "unsupported_media_type", "send the files as multipart/form-data")
+    if not boundary:
+        raise ApiError(422, "invalid_request", "the multipart boundary is missing")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_request_bytes:
+        raise _too_large("request", max_request_bytes)
+
+    form = UploadForm()
+    collector = _Collector(form, files_field=files_field, max_file_bytes=max_file_bytes, max_files=max_files)
+    parser = MultipartParser(boundary, collector.callbacks())
+    received = 0
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > max_request_bytes:
+                raise _too_large("request", max_request_bytes)
+            if chunk:
+                parser.write(chunk)
+            if collector.ended:
+                break
+        parser.finalize()
+        if not collector.ended:
+            raise ApiError(422, "invalid_request", "the multipart body is incomplete")
+    except MultipartParseError as exc:
+        form.close()
+        raise ApiError(422, "invalid_request", f"the multipart body is malformed: {exc}") from None
+    except BaseException:
+        form.close()
+        raise
+    return form

@@ -1,0 +1,388 @@
+"""Library management over HTTP against the real app, database and blob store: uploads (UP-01
+streaming limits included), listing with cursor paging and filters, rename with optimistic
+concurrency, delete (rows, files, shared blobs)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select, text
+
+from mewdex.db.models import ImageProcessingJob, Meme, Scope, StorageOperation
+from mewdex.library import collections
+from mewdex.web.app import create_app
+from mewdex.web.deps import current_scope
+
+from library_helpers import asgi_post, check_storage_invariants, multipart, noise_png, png
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def app(scope):
+    app = create_app(workers=0)
+    app.dependency_overrides[current_scope] = lambda: scope
+    return app
+
+
+@pytest.fixture
+def client(app):
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+def upload(client, files, **fields):
+    return client.post("/api/v1/memes", files=[("files", (name, data, "image/png")) for name, data in files],
+                       data=fields)
+
+
+def namespace(sessions, scope) -> str:
+    with sessions.begin() as session:
+        return str(session.get(Scope, scope.scope_id).storage_namespace)
+
+
+# ---------------------------------------------------------------- upload
+
+
+def test_upload_reports_each_file_and_starts_processing(client, sessions, store, scope):
+    r = upload(client, [("one.png", png(1)), ("bad.png", b"\x89PNG\r\n\x1a\nnot really"), ("two.png", png(2)),
+                        ("again.png", png(1)), ("notes.txt", b"hello, this is text")])
+    assert r.status_code == 201, r.text
+    results = r.json()["results"]
+    assert [(x["filename"], x["status"]) for x in results] == [
+        ("one.png", "created"), ("bad.png", "rejected"), ("two.png", "created"), ("again.png", "duplicate"),
+        ("notes.txt", "rejected")]
+    assert results[1]["error"]["code"] == "image_corrupt" and results[1]["error"]["status"] == 422
+    assert results[4]["error"] == {"code": "unsupported_media_type", "message": results[4]["error"]["message"],
+                                   "status": 415}
+    created = results[0]["meme"]
+    assert created["display_name"] == "one" and created["sha256"] == hashlib.sha256(png(1)).hexdigest()
+    assert created["job"]["status"] == "queued"
+    assert created["stages"]["visual"]["status"] == "queued"
+    assert {s["status"] for s in created["stages"].values()} <= {"queued", "skipped"}
+    assert results[3]["meme"]["id"] == created["id"]
+    assert client.get(f"/media/{created['id']}").content == png(1)
+    check_storage_invariants(sessions, store, scope)
+
+
+def test_all_duplicates_answer_200(client):
+    assert upload(client, [("a.png", png(3))]).status_code == 201
+    r = upload(client, [("b.png", png(3)), ("c.png", png(3))])
+    assert r.status_code == 200 and [x["status"] for x in r.json()["results"]] == ["duplicate", "duplicate"]
+
+
+@pytest.mark.parametrize("data,status,code", [
+    (b"plain text, no image", 415, "unsupported_media_type"),
+    (b"GIF89a\x01\x00garbage", 422, "image_corrupt"),
+])
+def test_the_only_file_rejected_answers_its_own_status(client, sessions, store, scope, data, status, code):
+    r = upload(client, [("x.png", data)])
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["error"]["code"] == code and body["results"][0]["status"] == "rejected"
+    check_storage_invariants(sessions, store, scope)
+
+
+def test_upload_request_errors(client):
+    r = client.post("/api/v1/memes", json={"files": []})
+    assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
+    r = client.post("/api/v1/memes", data={"auto_name": "true"}, files=[("other", ("x.png", png(4), "image/png"))])
+    assert r.status_code == 422
+    body, ctype = multipart([], {"auto_name": "1"})
+    r = client.post("/api/v1/memes", content=body, headers={"Content-Type": ctype})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "no_files"
+    r = upload(client, [(f"{i}.png", png(100 + i)) for i in range(21)])
+    assert r.status_code == 422 and r.json()["error"]["code"] == "too_many_files"
+    r = upload(client, [("a.png", png(5))], auto_name="maybe")
+    assert r.status_code == 422
+    truncated, ctype = multipart([("a.png", png(6))])
+    r = client.post("/api/v1/memes", content=truncated[:-30], headers={"Content-Type": ctype})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
+
+
+def test_upload_options_auto_name_and_collection(client, sessions, scope):
+    with sessions.begin() as session:
+        collection_id = collections.get_or_create(session, scope, "favourites").id
+    r = upload(client, [("x.png", png(7))], auto_name="true", collection_id=str(collection_id))
+    assert r.status_code == 201, r.text
+    meme = r.json()["results"][0]["meme"]
+    assert meme["stages"]["auto_rename"]["planned"] is True
+    with sessions.begin() as session:
+        assert session.execute(select(ImageProcessingJob.auto_name)).scalars().first() is not None
+        job = session.execute(select(ImageProcessingJob).where(ImageProcessingJob.scope_id == scope.scope_id)).scalar_one()
+        assert job.auto_name is True
+    listed = client.get("/api/v1/memes", params={"collection_id": str(collection_id)}).json()["items"]
+    assert [m["id"] for m in listed] == [meme["id"]]
+    r = upload(client, [("y.png", png(8))], collection_id="00000000-0000-0000-0000-000000000000")
+    assert r.status_code == 404
+
+
+# ---------------------------------------------------------------- UP-01: streaming limits
+
+
+@pytest.mark.parametrize("mode", ["true_length", "no_length", "false_small_length"])
+def test_up01_oversize_upload_is_413_after_reading_at_most_limit_plus_a_chunk(app, settings_env, scope, sessions,
+                                                                               store, mode):
+    settings_env(MEWDEX_MAX_UPLOAD_BYTES=str(2 * MiB))
+    body, ctype = multipart([("big.png", noise_png(3 * MiB))])
+    headers = {"content-type": ctype}
+    if mode == "true_length":
+        headers["content-length"] = str(len(body))
+    elif mode == "false_small_length":
+        headers["content-length"] = "1000"
+    before = set(os.listdir(tempfile.gettempdir()))
+    chunk = 64 * 1024
+    r = asgi_post(app, "/api/v1/memes", body, headers, chunk=chunk)
+    assert r["status"] == 413 and r["json"]["error"]["code"] == "upload_too_large", r
+    assert r["received"] <= 2 * MiB + 2 * chunk + 1024  # the limit, the multipart head, one chunk
+    assert set(os.listdir(tempfile.gettempdir())) - before == set()
+    check_storage_invariants(sessions, store, scope)
+
+
+def test_up01_request_limit_holds_over_many_small_files(app, monkeypatch, scope):
+    from mewdex.web.routers import memes as router
+
+    monkeypatch.setattr(router, "MAX_REQUEST_BYTES", 256 * 1024)
+    body, ctype = multipart([(f"{i}.png", png(200 + i, size=(120, 120))) for i in range(12)])
+    assert len(body) > 300 * 1024
+    for headers in ({"content-type": ctype}, {"content-type": ctype, "content-length": str(len(body))}):
+        r = asgi_post(app, "/api/v1/memes", body, headers, chunk=16 * 1024)
+        assert r["status"] == 413 and r["json"]["error"]["details"]["limit"] == "request"
+        assert r["received"] <= 256 * 1024 + 16 * 1024
+
+
+def test_up01_a_19_mib_image_still_works(app, sessions, store, scope):
+    data = noise_png(19 * MiB)
+    assert 19 * MiB <= len(data) <= 20 * MiB
+    body, ctype = multipart([("big.png", data)])
+    r = asgi_post(app, "/api/v1/memes", body, {"content-type": ctype}, chunk=1024 * 1024)
+    assert r["status"] == 201, r
+    assert r["json"]["results"][0]["meme"]["size_bytes"] == len(data)
+    check_storage_invariants(sessions, store, scope)
+
+
+# ---------------------------------------------------------------- listing
+
+
+def test_listing_pages_through_every_sort_without_gaps(client, sessions, scope):
+    names = ["delta", "Alpha", "charlie", "bravo", "echo"]
+    r = upload(client, [(f"{n}.png", png(300 + i)) for i, n in enumerate(names)])
+    assert r.status_code == 201
+    ids = {x["meme"]["display_name"]: x["meme"]["id"] for x in r.json()["results"]}
+    for sort, expected in [("name", ["Alpha", "bravo", "charlie", "delta", "echo"]),
+                           ("created", None), ("updated", None)]:
+        seen, cursor = [], None
+        while True:
+            params = {"sort": sort, "limit": 2, **({"cursor": cursor} if cursor else {})}
+            page = client.get("/api/v1/memes", params=params)
+            assert page.status_code == 200, page.text
+            seen += [m["display_name"] for m in page.json()["items"]]
+            cursor = page.json()["next_cursor"]
+            if cursor is None:
+                break
+        assert sorted(seen) == sorted(names) and len(seen) == 5
+        if expected:
+            assert seen == expected
+    assert [m["id"] for m in client.get("/api/v1/memes", params={"name": "RAV"}).json()["items"]] == [ids["bravo"]]
+    assert client.get("/api/v1/memes", params={"name": "%"}).json()["items"] == []
+    assert len(client.get("/api/v1/memes", params={"status": "pending"}).json()["items"]) == 5
+    assert client.get("/api/v1/memes", params={"status": "succeeded"}).json()["items"] == []
+    assert client.get("/api/v1/memes", params={"animated": "true"}).json()["items"] == []
+    assert len(client.get("/api/v1/memes", params={"animated": "false"}).json()["items"]) == 5
+    for bad in ({"cursor": "garbage"}, {"sort": "size"}, {"status": "sleeping"}, {"limit": 0}, {"limit": 201}):
+        r = client.get("/api/v1/memes", params=bad)
+        assert r.status_code == 422, (bad, r.text)
+    name_cursor = client.get("/api/v1/memes", params={"sort": "name", "limit": 1}).json()["next_cursor"]
+    assert client.get("/api/v1/memes", params={"sort": "created", "cursor": name_cursor}).status_code == 422
+    assert client.get("/api/v1/memes", params={"collection_id": "nope"}).status_code == 404
+
+
+# ---------------------------------------------------------------- rename
+
+
+def created_id(client, seed: int, name: str = "x.png") -> str:
+    r = upload(client, [(name, png(seed))])
+    assert r.status_code == 201, r.text
+    return r.json()["results"][0]["meme"]["id"]
+
+
+def test_rename_with_if_match_and_conflict(client, sessions, scope):
+    meme_id = created_id(client, 400, "old name.png")
+    assert client.get(f"/api/v1/memes/{meme_id}").headers["etag"] == '"1"'
+    r = client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "  new name.PNG "}, headers={"If-Match": '"1"'})
+    assert r.status_code == 200, r.text
+    assert r.json()["display_name"] == "new name" and r.json()["revision"] == 2 and r.headers["etag"] == '"2"'
+    stale = client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "other"}, headers={"If-Match": "1"})
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "revision_conflict"
+    assert stale.json()["error"]["details"] == {"expected_revision": 1, "current_revision": 2}
+    assert client.get(f"/api/v1/memes/{meme_id}").json()["display_name"] == "new name"
+    assert client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "third"}).json()["revision"] == 3
+    with sessions.begin() as session:
+        meme = session.get(Meme, meme_id)
+        assert meme.name_source == "manual"
+        ops = session.execute(
+            select(StorageOperation.status).where(StorageOperation.meme_id == meme.id,
+                                                  StorageOperation.operation_type == "rename")
+            .order_by(StorageOperation.created_at)).scalars().all()
+        assert ops == ["completed", "completed"]  # a stale If-Match is refused before journaling
+
+
+@pytest.mark.parametrize("body", [{"display_name": " .. "}, {"display_name": ".png"}, {"display_name": ""},
+                                  {"display_name": 5}, {"name": "x"}, {"display_name": "x", "extra": 1}])
+def test_rename_rejects_bad_names(client, body):
+    meme_id = created_id(client, 410)
+    r = client.patch(f"/api/v1/memes/{meme_id}", json=body)
+    assert r.status_code == 422, r.text
+    assert client.get(f"/api/v1/memes/{meme_id}").json()["revision"] == 1
+
+
+def test_rename_and_delete_of_unknown_or_foreign_memes_are_404(client, sessions):
+    from conftest import drop_scope, new_scope
+
+    other = new_scope(sessions)
+    try:
+        app = create_app(workers=0)
+        app.dependency_overrides[current_scope] = lambda: other
+        with TestClient(app) as foreign:
+            foreign_id = created_id(foreign, 420)
+        for meme_id in (foreign_id, "00000000-0000-0000-0000-000000000000", "not-an-id"):
+            assert client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "x"}).status_code == 404
+            assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 404
+    finally:
+        drop_scope(sessions, other)
+    assert client.patch("/api/v1/memes/" + created_id(client, 421), json={"display_name": "x"},
+                        headers={"If-Match": "abc"}).status_code == 422
+
+
+# ---------------------------------------------------------------- delete
+
+
+def test_delete_removes_rows_and_files(client, sessions, store, scope):
+    with sessions.begin() as session:
+        collection_id = collections.get_or_create(session, scope, "c").id
+    meme_id = created_id(client, 500)
+    keep_id = created_id(client, 501)
+    with sessions.begin() as session:
+        collections.add_items(session, scope, collection_id, [meme_id, keep_id])
+    assert client.delete(f"/api/v1/memes/{meme_id}", headers={"If-Match": "7"}).status_code == 409
+    assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204
+    assert client.get(f"/api/v1/memes/{meme_id}").status_code == 404
+    assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 404
+    with sessions.begin() as session:
+        for table in ("memes", "image_processing_jobs", "tasks", "meme_collection_items"):
+            column = "id" if table == "memes" else ("target_meme_id" if table == "tasks" else "meme_id")
+            assert session.execute(text(f"SELECT count(*) FROM {table} WHERE {column} = :m"),
+                                   {"m": meme_id}).scalar_one() == 0, table
+        op = session.execute(select(StorageOperation).where(StorageOperation.scope_id == scope.scope_id,
+                                                            StorageOperation.operation_type == "delete")).scalar_one()
+        assert op.status == "completed" and op.before_sha256 == hashlib.sha256(png(500)).hexdigest()
+    assert [m["id"] for m in client.get("/api/v1/memes", params={"collection_id": str(collection_id)}).json()["items"]] \
+        == [keep_id]
+    check_storage_invariants(sessions, store, scope)
+
+
+def test_delete_keeps_a_blob_an_upload_in_flight_uses(client, sessions, store, scope):
+    from mewdex.storage import journal
+
+    data = png(510)
+    meme_id = created_id(client, 510)
+    key = hashlib.sha256(data).hexdigest() + ".png"
+    with sessions.begin() as session:  # another request is uploading the same bytes right now
+        op_id = journal.prepare_upload(session, scope.scope_id, key, key[:64], len(data)).id
+    assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204
+    assert store.exists(namespace(sessions, scope), key)
+    with sessions.begin() as session:  # that upload died; recovery removes the blob nobody uses now
+        journal.recover(session, store, older_than_seconds=0)
+        assert session.get(StorageOperation, op_id).status == "compensated"
+    assert not store.exists(namespace(sessions, scope), key)
+    check_storage_invariants(sessions, store, scope)
+
+
+def test_delete_keeps_a_thumbnail_another_meme_shares(client, sessions, store, scope):
+    """DUP-01-like: same pixels, different bytes → two memes with byte-identical thumbnails."""
+    import io
+
+    from PIL import Image
+
+    from mewdex.library import thumbnails as th
+
+    image = Image.open(io.BytesIO(png(520, size=(200, 150))))
+    other = io.BytesIO()
+    image.save(other, "PNG", compress_level=1)
+    a, b = png(520, size=(200, 150)), other.getvalue()
+    assert a != b
+    r = client.post("/api/v1/memes", files=[("files", ("a.png", a, "image/png")), ("files", ("b.png", b, "image/png"))])
+    ids = [x["meme"]["id"] for x in r.json()["results"]]
+    ns = namespace(sessions, scope)
+    with sessions.begin() as session:
+        for meme_id in ids:
+            meme = session.get(Meme, meme_id)
+            th.store_thumbnails(session, store, ns, meme, th.make_thumbnails(store.path(ns, meme.storage_key).read_bytes()))
+    shared = set(store.iter_keys(th.thumbnail_namespace(ns)))
+    assert shared
+    assert client.delete(f"/api/v1/memes/{ids[0]}").status_code == 204
+    assert set(store.iter_keys(th.thumbnail_namespace(ns))) == shared
+    check_storage_invariants(sessions, store, scope)
+    assert client.delete(f"/api/v1/memes/{ids[1]}").status_code == 204
+    assert set(store.iter_keys(th.thumbnail_namespace(ns))) == set()
+    check_storage_invariants(sessions, store, scope)
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_up01_a_real_server_answers_413_without_reading_the_whole_body(app, settings_env, chunked):
+    """Through uvicorn on a socket: the client never gets to send most of a 64 MiB body."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    settings_env(MEWDEX_MAX_UPLOAD_BYTES=str(2 * MiB))
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            threading.Event().wait(0.05)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        boundary = "b0undary"
+        head = (f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="big.png"\r\n'
+                f"Content-Type: image/png\r\n\r\n").encode()
+        total = 64 * MiB
+        framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total + len(head)}"
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(f"POST /api/v1/memes HTTP/1.1\r\nHost: x\r\n{framing}\r\n"
+                     f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n".encode())
+        sent = {"bytes": 0}
+
+        def pump():
+            piece = b"\x89PNG" + b"\0" * (64 * 1024 - 4)
+            try:
+                first = head
+                while sent["bytes"] < total:
+                    data = first + piece
+                    first = b""
+                    sock.sendall(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+                    sent["bytes"] += len(piece)
+            except OSError:
+                pass  # the server closed the connection: what we want
+
+        writer = threading.Thread(target=pump, daemon=True)
+        writer.start()
+        response = b""
+        while b"\r\n\r\n" not in response:
+            data = sock.recv(65536)
+            if not data:
+                break
+            response += data
+        assert response.startswith(b"HTTP/1.1 413"), response[:200]
+        sock.close()
+        writer.join(timeout=30)
+        assert sent["bytes"] < total / 2, sent
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
