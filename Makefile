@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install bench clean-data fuzz
+.PHONY: run test install bench clean-data browser fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,11 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/mewdex serve
 
-test: $(STAMP)
+# The e2e tests drive Debian's chromium (never a downloaded browser); installed once when missing.
+browser:
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium fonts-noto-cjk)
+
+test: $(STAMP) browser
 	$(BIN)/pytest -q
 
 # Schemathesis over the OpenAPI schema as a signed-in user, 200 examples per operation
@@ -29,3 +33,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/quality.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search_latency.py
+	$(BIN)/python bench/ui.py

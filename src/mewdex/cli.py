@@ -69,21 +69,40 @@ def serve(
 
 
 @app.command()
-def worker(threads: Annotated[int, typer.Option(help="Worker threads in this process.")] = 2) -> None:
-    """Run queue workers only (scale out with more of these against the same database)."""
+def worker(
+    concurrency: Annotated[int, typer.Option("--concurrency", "--threads", "-c", min=1, max=64,
+                                             help="Worker threads in this process.")] = 2,
+    lanes: Annotated[str | None, typer.Option(help="Comma-separated lanes to serve (default: all: "
+                                                   "default,visual,agent,embedding).")] = None,
+    grace: Annotated[float | None, typer.Option(help="Seconds SIGTERM waits for running tasks before releasing "
+                                                     "them (default MEWDEX_WORKER_GRACE_SECONDS).")] = None,
+) -> None:
+    """Run queue workers only (scale out with more of these against the same database).
+
+    SIGTERM/SIGINT: stop claiming, let running tasks finish within the grace period, release the rest."""
+    import os
+    import socket
+
     from mewdex.db.engine import get_sessionmaker
     from mewdex.queue.worker import WorkerPool
+    from mewdex.web.routers.health import WORKER_APPLICATION_PREFIX
 
+    lane_list = [lane.strip() for lane in lanes.split(",") if lane.strip()] if lanes else None
+    # /health counts live worker processes by their connections' application_name.
+    os.environ["PGAPPNAME"] = f"{WORKER_APPLICATION_PREFIX}:{socket.gethostname()}:{os.getpid()}"[:63]
     _setup_logging()
     _prepare()
-    pool = WorkerPool(get_sessionmaker(), threads)
+    pool = WorkerPool(get_sessionmaker(), concurrency, lanes=lane_list)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     pool.start()
-    console.print(f"mewdex worker: {threads} threads; Ctrl-C stops after the current tasks")
+    console.print(f"mewdex worker: {concurrency} threads, lanes {','.join(pool.workers[0].lanes)}; "
+                  "SIGTERM stops after the current tasks")
     stop.wait()
-    pool.stop()
+    released = pool.stop(grace)
+    if released:
+        err.print(f"released {released} running tasks back to the queue")
 
 
 @app.command()
@@ -97,12 +116,14 @@ def migrate() -> None:
 
 @app.command("import")
 def import_(
-    paths: Annotated[list[Path], typer.Argument(help="Files or folders to import.")],
-    collection: Annotated[str | None, typer.Option(help="Also add every imported meme to this collection.")] = None,
+    paths: Annotated[list[Path], typer.Argument(help="Files, folders or collection ZIPs (.zip) to import.")],
+    collection: Annotated[str | None, typer.Option(
+        help="Also add every imported meme to this collection (for a .zip: the new collection's name).")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Process the queue here and wait until all is done.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON result per file.")] = False,
 ) -> None:
-    """Import image files and folders (each folder name becomes a collection)."""
+    """Import image files and folders (each folder name becomes a collection) and collection ZIPs
+    (each becomes a new collection; see `mewdex export`)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.collections import normalize_collection_name
@@ -116,6 +137,8 @@ def import_(
             err.print("[red]error:[/red] --collection needs a name with visible characters (≤ 100)")
             raise typer.Exit(2) from None
     _prepare()
+    packages = [p for p in paths if p.suffix.lower() == ".zip" and p.is_file()]
+    paths = [p for p in paths if p not in packages]
     try:
         items = collect(paths)
     except FileNotFoundError as exc:
@@ -130,12 +153,98 @@ def import_(
         pool = WorkerPool(sessions, get_settings().workers or 1)
         pool.start()
     try:
-        _import_items(sessions, scope, items, collection, as_json)
+        failed = any([_import_package(sessions, scope, p, collection, as_json) for p in packages])
+        if items or not packages:
+            _import_items(sessions, scope, items, collection, as_json)
         if pool is not None:
             _wait_for_processing(as_json)
     finally:
         if pool is not None:
             pool.stop()
+    if failed:
+        raise typer.Exit(1)
+
+
+def _import_package(sessions, scope, path: Path, name: str | None, as_json: bool) -> bool:
+    """Import one collection ZIP with progress and a summary; True when the archive was refused."""
+    from mewdex.library.packages import PackageError, import_package
+    from mewdex.storage import blob_store
+
+    rejected: list = []
+    with _progress() as progress, path.open("rb") as fileobj:
+        bar = progress.add_task(f"checking {path.name}", total=None)
+
+        def planned(plan):
+            progress.update(bar, description=f"importing {path.name}", total=len(plan.items), completed=0)
+
+        def advance(item):
+            if as_json:
+                print(json.dumps({"path": str(path), **item.as_dict()}, ensure_ascii=False), flush=True)
+            if item.status == "rejected":
+                rejected.append(item)
+            progress.advance(bar)
+
+        try:
+            result = import_package(sessions, blob_store(), scope, fileobj, source_name=path.name, name=name,
+                                    on_plan=planned, on_item=advance)
+        except PackageError as exc:
+            progress.stop()
+            err.print(f"[red]error:[/red] {path}: {exc.code}: {exc.message}")
+            if exc.details:
+                err.print(json.dumps(exc.details, ensure_ascii=False)[:2000])
+            return True
+    if not as_json:
+        console.print(
+            f"{path.name} → collection [bold]{result.collection['name']}[/bold]: "
+            f"[green]{result.count('created')} created[/green] · {result.count('duplicate')} duplicates · "
+            f"[yellow]{result.count('rejected')} rejected[/yellow]"
+        )
+        for item in rejected:
+            console.print(f"  rejected {item.name}: [yellow]{item.error['code']}[/yellow] {item.error.get('message') or ''}")
+    return False
+
+
+@app.command("export")
+def export_(
+    collection: Annotated[str, typer.Argument(help="The collection's name or id.")],
+    out: Annotated[Path, typer.Argument(help="The ZIP file to write (mewdex-collection v1).")],
+) -> None:
+    """Write a collection as a ZIP package (manifest + images) that `mewdex import` restores."""
+    import os
+
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.collections import CollectionError, find_by_name_or_id
+    from mewdex.library.packages import PackageError, plan_export, stream_zip
+    from mewdex.library.scopes import default_scope
+    from mewdex.storage import blob_store
+
+    _prepare()
+    scope = default_scope()
+    try:
+        with get_sessionmaker().begin() as session:
+            found = find_by_name_or_id(session, scope, collection)
+            plan = plan_export(session, blob_store(), scope, found.id)
+    except (CollectionError, PackageError) as exc:
+        err.print(f"[red]error:[/red] {exc.message}")
+        raise typer.Exit(1) from None
+    out = out.expanduser()
+    partial = out.with_name(out.name + ".partial")
+    total = len(plan.manifest) + sum(e.size for e in plan.entries)
+    try:
+        with _progress() as progress, partial.open("wb") as target:
+            bar = progress.add_task(f"exporting {plan.collection_name}", total=total)
+            for chunk in stream_zip(plan):
+                target.write(chunk)
+                progress.advance(bar, len(chunk))
+            target.flush()
+            os.fsync(target.fileno())
+        partial.replace(out)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        err.print(f"[red]error:[/red] cannot write {out}: {exc}")
+        raise typer.Exit(1) from None
+    console.print(f"{len(plan.entries)} memes of [bold]{plan.collection_name}[/bold] → {out} "
+                  f"({out.stat().st_size / 1e6:.1f} MB)")
 
 
 def _import_items(sessions, scope, items, collection: str | None, as_json: bool) -> None:
@@ -518,6 +627,104 @@ def db_stop() -> None:
 
     stopped = stop(get_settings().pgdata)
     console.print("stopped" if stopped else "not running")
+
+
+tasks_app = typer.Typer(help="Queue tasks: list, show, retry, cancel.", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
+
+
+def _task_call(fn, *args, **kwargs):
+    """Run a task service in a transaction on the default scope; errors exit 1 (not found 4, conflict 3, full 5)."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.queue import service
+    from mewdex.queue.backpressure import QueueFull
+
+    _prepare()
+    try:
+        with get_sessionmaker().begin() as session:
+            return fn(session, default_scope(), *args, **kwargs)
+    except service.TaskNotFound as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(4) from None
+    except service.TaskConflict as exc:
+        err.print(f"[red]error:[/red] {exc.code}: {exc}")
+        raise typer.Exit(3) from None
+    except QueueFull as exc:
+        err.print(f"[red]error:[/red] queue_full: {exc} (retry after {exc.retry_after} s)")
+        raise typer.Exit(5) from None
+    except service.BadCursor as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+@tasks_app.command("list")
+def tasks_list(
+    status: Annotated[str | None, typer.Option(help="queued, running, succeeded or failed.")] = None,
+    task_type: Annotated[str | None, typer.Option("--type", help="Task type, e.g. meme_context_generation.")] = None,
+    stage: Annotated[str | None, typer.Option(help="Image stage: visual, agent, auto_rename, text_embedding.")] = None,
+    batch: Annotated[str | None, typer.Option(help="Only the tasks of this batch.")] = None,
+    limit: Annotated[int, typer.Option("-n", min=1, max=200, help="Page size.")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON.")] = False,
+) -> None:
+    """Tasks of the library, newest first."""
+    from mewdex.queue import service
+
+    page = _task_call(service.list_tasks, status=status, task_type=task_type, stage=stage, batch_id=batch,
+                      cursor=cursor, limit=limit)
+    if as_json:
+        print(json.dumps(page, ensure_ascii=False))
+        return
+    table = Table(title=f"{len(page['items'])} tasks")
+    for column in ("id", "type", "status", "lane", "attempts", "error", "created"):
+        table.add_column(column)
+    for t in page["items"]:
+        table.add_row(t["id"], t["type"], t["status"], t["lane"], f"{t['attempts']}/{t['max_attempts']}",
+                      (t["error"] or {}).get("code", ""), t["created_at"][:19])
+    console.print(table)
+    if page["next_cursor"]:
+        console.print(f"more: --cursor {page['next_cursor']}")
+
+
+@tasks_app.command("show")
+def tasks_show(task_id: str, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """One task with its attempts and error history."""
+    from mewdex.queue import service
+
+    detail = _task_call(service.task_detail, task_id)
+    if as_json:
+        print(json.dumps(detail, ensure_ascii=False, indent=2))
+        return
+    console.print(f"[bold]{detail['id']}[/bold] {detail['type']} · {detail['status']} · lane {detail['lane']} · "
+                  f"attempts {detail['attempts']}/{detail['max_attempts']}")
+    if detail["error"]:
+        console.print(f"error: {detail['error'].get('code')}: {detail['error'].get('message')}")
+    table = Table(title="attempts")
+    for column in ("#", "state", "generation", "termination", "error"):
+        table.add_column(column)
+    for a in detail["attempt_history"]:
+        table.add_row(str(a["attempt"]), a["state"], str(a["claim_generation"]), a["termination_reason"] or "",
+                      (a["error"] or {}).get("code", ""))
+    console.print(table)
+
+
+@tasks_app.command("retry")
+def tasks_retry(task_id: str) -> None:
+    """Queue a failed task again (resumes an unknown_execution one)."""
+    from mewdex.queue import service
+
+    task = _task_call(service.retry, task_id)
+    console.print(f"{task.id} queued (attempts {task.attempt_count}/{task.max_attempts})")
+
+
+@tasks_app.command("cancel")
+def tasks_cancel(task_id: str) -> None:
+    """Cancel a queued or running task."""
+    from mewdex.queue import service
+
+    task = _task_call(service.cancel, task_id)
+    console.print(f"{task.id} cancelled")
 
 
 if __name__ == "__main__":

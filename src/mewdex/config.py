@@ -34,6 +34,27 @@ class Settings(BaseSettings):
     retry_max_seconds: float = Field(default=300.0, ge=0)
     ocr_threads: int = Field(default=1, ge=1)
     log_level: str = "INFO"
+    # Collection ZIP import (library.packages): limits on what an archive may inflate to.
+    zip_max_items: int = Field(default=500, ge=1)
+    zip_max_total_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
+    zip_max_ratio: float = Field(default=100.0, gt=1)
+
+    # Processing control plane (queue lanes, back-pressure, analysis cost; issue 7).
+    lane_concurrency_default: int = Field(default=8, ge=1, le=8, description="Running tasks at once in lane `default`, all processes.")
+    lane_concurrency_visual: int = Field(default=8, ge=1, le=8)
+    lane_concurrency_agent: int = Field(default=4, ge=1, le=8)
+    lane_concurrency_embedding: int = Field(default=8, ge=1, le=8)
+    resource_concurrency: dict[str, int] = Field(
+        default_factory=dict, description='JSON {"lane/resource_key": n}: slots of one resource key (default: the lane\'s).'
+    )
+    agent_backpressure: int = Field(default=32, ge=1, description="Queued agent tasks per scope before interactive submissions get 429 queue_full.")
+    worker_grace_seconds: float = Field(default=30.0, ge=0, description="SIGTERM: time to finish running tasks before they are released.")
+    analysis_max_cost_per_image: float | None = Field(default=None, ge=0, description="Frozen into each job's analysis_policy.")
+    analysis_max_cost_per_scope_day: float | None = Field(default=None, ge=0)
+
+    def lane_concurrency(self, lane: str) -> int:
+        """Concurrency of ``lane`` (1..8); lanes without a setting (tests, extensions) get 8."""
+        return getattr(self, f"lane_concurrency_{lane}", 8)
 
     # Accounts, quotas and metering (platform).
     auth: Literal["auto", "none", "required"] = Field(

@@ -104,6 +104,9 @@ def test_expired_lease_is_reclaimed_and_the_old_claim_is_fenced(sessions, scope,
     task_id = enqueue(sessions, scope, lane)
     old = claim(sessions, lane, owner="dead")
     expire_lease(sessions, task_id)
+    assert claim(sessions, lane, owner="alive") is None  # the reaper requeues it first
+    with sessions.begin() as session:
+        assert [(r.task.id, r.outcome) for r in queue.reap_expired(session)] == [(task_id, "requeued")]
     new = claim(sessions, lane, owner="alive")
     assert new.task_id == task_id
     assert new.claim_generation == old.claim_generation + 1
@@ -188,16 +191,16 @@ def test_backoff_is_capped(sessions, scope, lane):
     assert (task(sessions, task_id).available_at - utcnow()).total_seconds() <= 30.5
 
 
-def test_reap_exhausted_fails_a_dead_workers_last_attempt(sessions, scope, lane):
+def test_reap_fails_a_dead_workers_last_attempt(sessions, scope, lane):
     last = enqueue(sessions, scope, lane, max_attempts=1)
     c = claim(sessions, lane, owner="dead")
     assert c.task_id == last
     with sessions.begin() as session:
-        assert (scope.scope_id, last) not in queue.reap_exhausted(session)  # lease still live
+        assert last not in [r.task.id for r in queue.reap_expired(session)]  # lease still live
     expire_lease(sessions, last)
     with sessions.begin() as session:
-        reaped = queue.reap_exhausted(session)
-    assert (scope.scope_id, last) in reaped
+        reaped = [(r.task.id, r.outcome) for r in queue.reap_expired(session)]
+    assert (last, "failed") in reaped
     row = task(sessions, last)
     assert row.status == "failed" and row.error["code"] == "lease_expired" and row.lease_owner is None
     assert row.error_history[-1]["code"] == "lease_expired"
@@ -207,12 +210,12 @@ def test_reap_exhausted_fails_a_dead_workers_last_attempt(sessions, scope, lane)
     assert claim(sessions, lane) is None
 
 
-def test_expired_lease_with_attempts_left_is_not_reaped(sessions, scope, lane):
+def test_expired_lease_with_attempts_left_is_requeued(sessions, scope, lane):
     task_id = enqueue(sessions, scope, lane, max_attempts=2)
     claim(sessions, lane, owner="dead")
     expire_lease(sessions, task_id)
     with sessions.begin() as session:
-        assert (scope.scope_id, task_id) not in queue.reap_exhausted(session)
+        assert (task_id, "requeued") in [(r.task.id, r.outcome) for r in queue.reap_expired(session)]
     assert claim(sessions, lane, owner="next").attempt_count == 2
 
 

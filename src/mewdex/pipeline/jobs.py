@@ -3,6 +3,13 @@ from one stage's success to the next stage's task.
 
 Stage order is fixed (visual → agent → auto_rename → text_embedding); a stage's task is created
 only when the previous planned stage has succeeded.
+
+Modes (``processing_mode``), over the stages this build enables (the others are skipped ``disabled``):
+
+- ``normal``: stages before the first one whose output is not current are skipped ``already_ready``;
+  that stage and every later one are planned (their inputs change);
+- ``repair``: only the stages whose output is not current are planned, the ready ones skipped;
+- ``full_retry``: every enabled stage is planned and runs again.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ import hashlib
 import json
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
@@ -21,10 +28,16 @@ from mewdex.db.models import (
     ImageProcessingJob,
     ImageProcessingStage,
     Meme,
+    MemeEmbedding,
+    MemeVisualEmbedding,
     Task,
     utcnow,
 )
+from mewdex.queue import batches
 from mewdex.queue import tasks as queue
+
+MODES = ("normal", "full_retry", "repair")
+ACTIVE_JOB_STATUSES = ("queued", "running")
 
 # Stages this build runs; the others are planned as skipped ("disabled"). auto_rename runs only for
 # jobs with auto_name (see processing_config).
@@ -33,20 +46,79 @@ STAGE_LANES = {"visual": "visual", "agent": "agent", "auto_rename": "default", "
 
 
 def processing_config(auto_name: bool = False) -> dict[str, Any]:
-    """The configuration frozen into a job at creation (stages and the models they use)."""
+    """The configuration frozen into a job at creation: stages, the models they use, and the
+    ``analysis_policy`` (``max_cost_per_image``, ``max_cost_per_scope_day``; None = no limit)."""
     from mewdex.pipeline.stages import STAGE_VERSIONS
 
+    settings = get_settings()
     enabled = [s for s in IMPLEMENTED_STAGES if s != "auto_rename" or auto_name]
-    return {"stages": enabled, "versions": {s: STAGE_VERSIONS[s] for s in enabled}}
+    return {
+        "stages": enabled,
+        "versions": {s: STAGE_VERSIONS[s] for s in enabled},
+        "analysis_policy": {
+            "max_cost_per_image": settings.analysis_max_cost_per_image,
+            "max_cost_per_scope_day": settings.analysis_max_cost_per_scope_day,
+        },
+    }
+
+
+def ready_stages(session: Session, meme: Meme) -> set[str]:
+    """Stages whose output is current for the meme's image and context."""
+    ready = set()
+    if session.execute(
+        select(exists().where(MemeVisualEmbedding.scope_id == meme.scope_id, MemeVisualEmbedding.meme_id == meme.id,
+                              MemeVisualEmbedding.image_sha256 == meme.sha256))
+    ).scalar():
+        ready.add("visual")
+    if meme.context_status == "ready":
+        ready.add("agent")
+    if meme.search_metadata_hash and session.execute(
+        select(exists().where(MemeEmbedding.scope_id == meme.scope_id, MemeEmbedding.meme_id == meme.id,
+                              MemeEmbedding.metadata_hash == meme.search_metadata_hash,
+                              MemeEmbedding.item_status == "ready"))
+    ).scalar():
+        ready.add("text_embedding")
+    return ready
+
+
+def plan(enabled: list[str], ready: set[str], mode: str) -> dict[str, str | None]:
+    """Stage -> None (planned) or its skip reason (``disabled``, ``already_ready``) for ``mode``."""
+    if mode not in MODES:
+        raise ValueError(f"unknown processing mode {mode!r}")
+    out: dict[str, str | None] = {}
+    behind = False  # normal: an earlier stage runs, so every later one must too
+    for stage in STAGES:
+        if stage not in enabled:
+            out[stage] = "disabled"
+        elif mode == "full_retry" or stage not in ready or (mode == "normal" and behind):
+            out[stage] = None
+            behind = True
+        else:
+            out[stage] = "already_ready"
+    return out
+
+
+def active_job(session: Session, meme: Meme) -> ImageProcessingJob | None:
+    """The meme's queued or running job, if any."""
+    return session.execute(
+        select(ImageProcessingJob).where(
+            ImageProcessingJob.scope_id == meme.scope_id, ImageProcessingJob.meme_id == meme.id,
+            ImageProcessingJob.status.in_(ACTIVE_JOB_STATUSES),
+        ).limit(1)
+    ).scalar_one_or_none()
 
 
 def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def create_job(session: Session, meme: Meme, *, auto_name: bool = False, mode: str = "normal") -> ImageProcessingJob:
-    """Create the job for the meme's current revision with its stage rows, and queue its first stage."""
+def create_job(session: Session, meme: Meme, *, auto_name: bool = False, mode: str = "normal",
+               batch_id: str | None = None) -> ImageProcessingJob:
+    """Create the job for the meme's current revision with its planned/skipped stage rows, and queue its
+    first planned stage (a job with nothing to do succeeds at once). With ``batch_id`` the first task
+    joins that batch parked, to be fed as the lane drains; later stages' tasks join it unparked."""
     config = processing_config(auto_name)
+    stages_plan = plan(config["stages"], set() if mode == "full_retry" else ready_stages(session, meme), mode)
     job = ImageProcessingJob(
         scope_id=meme.scope_id,
         meme_id=meme.id,
@@ -62,19 +134,21 @@ def create_job(session: Session, meme: Meme, *, auto_name: bool = False, mode: s
     session.add(job)
     session.flush()
     for stage in STAGES:
-        planned = stage in config["stages"]
+        skip = stages_plan[stage]
         session.add(
             ImageProcessingStage(
                 scope_id=job.scope_id,
                 job_id=job.id,
                 stage=stage,
-                planned=planned,
-                skip_reason=None if planned else "disabled",
-                status="queued" if planned else "skipped",
+                planned=skip is None,
+                skip_reason=skip,
+                status="queued" if skip is None else "skipped",
             )
         )
     session.flush()
-    _queue_stage(session, job, _next_planned(session, job, after=None))
+    task = _queue_stage(session, job, _next_planned(session, job, after=None), batch_id)
+    if task is not None and batch_id is not None:
+        batches.park(session, task.scope_id, task.id)
     return job
 
 
@@ -110,12 +184,13 @@ def _next_planned(session: Session, job: ImageProcessingJob, after: str | None) 
     return None
 
 
-def _queue_stage(session: Session, job: ImageProcessingJob, stage: ImageProcessingStage | None) -> None:
+def _queue_stage(session: Session, job: ImageProcessingJob, stage: ImageProcessingStage | None,
+                 batch_id: str | None = None) -> Task | None:
     if stage is None:
         job.status = "succeeded"
         job.current_stage = None
         job.completed_at = utcnow()
-        return
+        return None
     task = queue.enqueue(
         session,
         scope_id=job.scope_id,
@@ -128,10 +203,14 @@ def _queue_stage(session: Session, job: ImageProcessingJob, stage: ImageProcessi
         processing_job_id=job.id,
         target_meme_id=job.meme_id,
         target_image_sha256=job.image_sha256,
+        analysis_policy=job.processing_config.get("analysis_policy") if stage.stage == "agent" else None,
     )
     stage.task_id = task.id
     stage.status = "queued"
     job.current_stage = stage.stage
+    if batch_id is not None:
+        batches.add(session, job.scope_id, batch_id, task.id)
+    return task
 
 
 def load_job(session: Session, scope_id: str, job_id) -> ImageProcessingJob:
@@ -158,7 +237,8 @@ def stage_succeeded(session: Session, task: Task) -> None:
     stage = _stages(session, job)[task.image_stage]
     stage.status = "succeeded"
     stage.error = None
-    _queue_stage(session, job, _next_planned(session, job, after=stage.stage))
+    _queue_stage(session, job, _next_planned(session, job, after=stage.stage),
+                 batches.batch_of(session, task.scope_id, task.id))
 
 
 def stage_retrying(session: Session, task: Task) -> None:
@@ -169,6 +249,17 @@ def stage_retrying(session: Session, task: Task) -> None:
     stage.error = task.error
     stage.retry_at = task.available_at
     job.retry_at = task.available_at
+
+
+def stage_unknown(session: Session, task: Task) -> None:
+    """The stage's worker died after an external call started: stage and job are ``unknown_execution``
+    (never replayed automatically; a retry on request resumes it)."""
+    job = load_job(session, task.scope_id, task.processing_job_id)
+    stage = _stages(session, job)[task.image_stage]
+    stage.status = "unknown_execution"
+    stage.error = task.error
+    job.status = "unknown_execution"
+    job.error = {"stage": stage.stage, **(task.error or {})}
 
 
 def stage_failed(session: Session, task: Task) -> None:
@@ -184,3 +275,20 @@ def stage_failed(session: Session, task: Task) -> None:
     job.status = "failed"
     job.error = {"stage": stage.stage, **(task.error or {})}
     job.completed_at = utcnow()
+
+
+def stage_requeued(session: Session, task: Task) -> None:
+    """A failed or unknown stage task is queued again on request: the stage, the job and the later
+    planned stages it had blocked are active again."""
+    job = load_job(session, task.scope_id, task.processing_job_id)
+    stages = _stages(session, job)
+    stage = stages[task.image_stage]
+    stage.status = "queued"
+    stage.error = None
+    for name in STAGES[STAGES.index(stage.stage) + 1 :]:
+        if stages[name].planned and stages[name].status == "blocked":
+            stages[name].status = "queued"
+    job.status = "queued"
+    job.error = None
+    job.completed_at = None
+    job.current_stage = stage.stage

@@ -1,27 +1,43 @@
-"""The durable task queue: enqueue with dedupe, claim with ``FOR UPDATE SKIP LOCKED``, leases,
-heartbeats, ``claim_generation`` fencing, retries with capped exponential backoff and jitter.
+"""The durable task queue: enqueue with dedupe, claim with ``FOR UPDATE SKIP LOCKED`` (lane slot, resource
+slot, fairness and attempt row in the same statement), leases, heartbeats, ``claim_generation`` fencing,
+retries with capped exponential backoff and jitter, and the reaping of expired leases.
 
-Every write-back of a claimed task goes through :func:`fenced` so a worker that lost its lease
-(another worker re-claimed the task with a higher generation) can never apply its result.
+Every write-back of a claimed task goes through :func:`fenced` or :func:`complete` so a worker that lost
+its lease (another worker re-claimed the task with a higher generation) can never apply its result.
+
+Lanes: every task has a ``lane`` and a ``lane_resource_key``. A claim holds one of the lane's global
+slots (``task_lane_slots``, slot numbers below the lane's concurrency) and one of the resource key's
+slots (``task_lane_resource_slots``) until the task ends, is requeued, or its lease is reaped, so the
+per-lane concurrency holds across every worker process. Among scopes with runnable work in a lane the
+claim goes to the one whose ``task_lane_fairness.last_dispatch_sequence`` is lowest (least recently
+served): round-robin across scopes, whatever their backlog.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import uuid
-from dataclasses import dataclass
-from datetime import timedelta
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
-from mewdex.db.models import Task, utcnow
+from mewdex.config import get_settings
+from mewdex.db.models import GLOBAL_LANE_RESOURCE_KEY, ImageProcessingAttempt, Task, utcnow
 
 log = logging.getLogger(__name__)
+
+LANES = ("default", "visual", "agent", "embedding")
+MAX_LANE_SLOTS = 8
+# ``available_at`` of a task a batch holds back until its lane drains (see queue.batches.feed).
+PARKED_AT = datetime(9999, 1, 1, tzinfo=UTC)
+ACTIVE = ("queued", "running")
 
 
 @dataclass(frozen=True)
@@ -39,6 +55,9 @@ class Claim:
     claim_generation: int
     attempt_count: int
     max_attempts: int
+    lane_resource_key: str = GLOBAL_LANE_RESOURCE_KEY
+    owner: str = ""
+    in_batch: bool = False
 
 
 class StaleClaim(Exception):
@@ -49,21 +68,54 @@ def new_task_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
+_ENSURE_LANE_SQL = text(
+    """
+    WITH l AS (
+        INSERT INTO task_lane_slots (lane, slot_number)
+        SELECT CAST(:lane AS varchar), n FROM generate_series(0, :slots - 1) n
+        ON CONFLICT DO NOTHING
+    ), r AS (
+        INSERT INTO task_lane_resource_slots (lane, resource_key, slot_number)
+        SELECT CAST(:lane AS varchar), CAST(:key AS varchar), n FROM generate_series(0, :slots - 1) n
+        ON CONFLICT DO NOTHING
+    )
+    INSERT INTO task_lane_fairness (lane, resource_key, scope_id, last_dispatch_sequence, created_at, updated_at)
+    SELECT CAST(:lane AS varchar), CAST(:key AS varchar), CAST(:scope AS varchar), 0, now(), now()
+    WHERE CAST(:scope AS varchar) IS NOT NULL
+    ON CONFLICT DO NOTHING
+    """
+)
+
+
+def ensure_lane(session: Session, lane: str, resource_key: str = GLOBAL_LANE_RESOURCE_KEY,
+                scope_id: str | None = None) -> None:
+    """Make sure the lane's slot rows, the resource key's slot rows and (with ``scope_id``) the scope's
+    fairness row exist. Idempotent; slot rows are never deleted except with the scope holding them."""
+    session.execute(_ENSURE_LANE_SQL, {"lane": lane, "key": resource_key, "scope": scope_id, "slots": MAX_LANE_SLOTS})
+
+
 def enqueue(session: Session, *, scope_id: str, task_type: str, lane: str = "default", dedupe_key: str | None = None,
-            payload: dict[str, Any] | None = None, max_attempts: int = 3, **fields: Any) -> Task:
-    """Insert a queued task, or return the active (queued/running) one with the same dedupe key."""
+            payload: dict[str, Any] | None = None, max_attempts: int = 3,
+            lane_resource_key: str = GLOBAL_LANE_RESOURCE_KEY, **fields: Any) -> Task:
+    """Insert a queued task, or return the active (queued/running) one with the same dedupe key.
+
+    Stage hand-offs and batches call this directly: only interactive submissions are subject to
+    back-pressure (:func:`mewdex.queue.backpressure.check`).
+    """
+    ensure_lane(session, lane, lane_resource_key, scope_id)
     values = dict(
         id=new_task_id(task_type),
         scope_id=scope_id,
         task_type=task_type,
         lane=lane,
+        lane_resource_key=lane_resource_key,
         dedupe_key=dedupe_key,
         payload=payload or {},
         max_attempts=max_attempts,
         status="queued",
         available_at=utcnow(),
-        **fields,
     )
+    values.update(fields)
     stmt = insert(Task).values(**values)
     if dedupe_key is not None:
         stmt = stmt.on_conflict_do_nothing(
@@ -77,65 +129,145 @@ def enqueue(session: Session, *, scope_id: str, task_type: str, lane: str = "def
                 Task.scope_id == scope_id,
                 Task.task_type == task_type,
                 Task.dedupe_key == dedupe_key,
-                Task.status.in_(("queued", "running")),
+                Task.status.in_(ACTIVE),
             )
         ).scalar_one()
     return session.get(Task, inserted)
 
 
+# One statement per claim: pick the least recently served scope of an open lane, lock its oldest due
+# task, a free lane slot and a free resource slot (all SKIP LOCKED), then mark the task running, take
+# both slots, advance the scope's dispatch sequence and write the attempt row. Any missing piece
+# (e.g. a slot taken by a concurrent claimer) leaves everything untouched.
 _CLAIM_SQL = text(
     """
-    WITH candidate AS (
-        SELECT t.scope_id, t.id
-        FROM tasks t
-        LEFT JOIN task_lane_fairness f
-          ON f.lane = t.lane AND f.resource_key = t.lane_resource_key AND f.scope_id = t.scope_id
-        WHERE t.lane = ANY(:lanes)
-          AND ((t.status = 'queued' AND t.available_at <= now())
-               OR (t.status = 'running' AND t.lease_expires_at < now()))
-        ORDER BY coalesce(f.last_dispatch_sequence, 0), t.available_at, t.created_at
+    WITH caps AS MATERIALIZED (
+        SELECT c.lane, c.cap FROM unnest(CAST(:lanes AS varchar[]), CAST(:caps AS int[])) AS c(lane, cap)
+        WHERE EXISTS (SELECT 1 FROM task_lane_slots s
+                      WHERE s.lane = c.lane AND s.slot_number < c.cap AND s.task_id IS NULL)
+    ),
+    cand AS MATERIALIZED (
+        SELECT t.scope_id, t.id, t.resume_available, f.lane, f.resource_key, f.cap, f.rcap
+        FROM (
+            SELECT f.lane, f.resource_key, f.scope_id, k.cap, k.rcap
+            FROM task_lane_fairness f
+            JOIN caps ON caps.lane = f.lane
+            CROSS JOIN LATERAL (
+                SELECT caps.cap, coalesce(CAST(CAST(:rcaps AS jsonb) ->> (f.lane || '/' || f.resource_key) AS int),
+                                          caps.cap) AS rcap
+            ) k
+            WHERE EXISTS (SELECT 1 FROM task_lane_resource_slots r
+                          WHERE r.lane = f.lane AND r.resource_key = f.resource_key
+                            AND r.slot_number < k.rcap AND r.task_id IS NULL)
+            ORDER BY f.last_dispatch_sequence, f.scope_id
+        ) f
+        CROSS JOIN LATERAL (
+            SELECT t.scope_id, t.id, t.resume_available FROM tasks t
+            WHERE t.scope_id = f.scope_id AND t.lane = f.lane AND t.lane_resource_key = f.resource_key
+              AND t.status = 'queued' AND t.available_at <= now()
+            ORDER BY t.available_at, t.created_at
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED
+        ) t
         LIMIT 1
-        FOR UPDATE OF t SKIP LOCKED
+    ),
+    lslot AS MATERIALIZED (
+        SELECT s.lane, s.slot_number FROM task_lane_slots s JOIN cand ON s.lane = cand.lane
+        WHERE s.slot_number < cand.cap AND s.task_id IS NULL
+        ORDER BY s.slot_number LIMIT 1
+        FOR UPDATE OF s SKIP LOCKED
+    ),
+    rslot AS MATERIALIZED (
+        SELECT r.lane, r.resource_key, r.slot_number FROM task_lane_resource_slots r
+        JOIN cand ON r.lane = cand.lane AND r.resource_key = cand.resource_key
+        WHERE r.slot_number < cand.rcap AND r.task_id IS NULL
+        ORDER BY r.slot_number LIMIT 1
+        FOR UPDATE OF r SKIP LOCKED
+    ),
+    upd AS (
+        UPDATE tasks t
+        SET status = 'running',
+            claim_generation = t.claim_generation + 1,
+            attempt_count = t.attempt_count + 1,
+            lease_owner = :owner,
+            lease_expires_at = now() + make_interval(secs => :lease),
+            started_at = coalesce(t.started_at, now()),
+            resume_available = false,
+            updated_at = now()
+        FROM cand, lslot, rslot
+        WHERE t.scope_id = cand.scope_id AND t.id = cand.id
+        RETURNING t.scope_id, t.id, t.task_type, t.lane, t.lane_resource_key, t.payload, t.processing_job_id,
+                  t.image_stage, t.target_meme_id, t.target_image_sha256, t.analysis_policy, t.claim_generation,
+                  t.attempt_count, t.max_attempts, t.lease_expires_at
+    ),
+    ls AS (
+        UPDATE task_lane_slots s
+        SET task_scope_id = upd.scope_id, task_id = upd.id, lease_owner = :owner,
+            claim_generation = upd.claim_generation, lease_expires_at = upd.lease_expires_at
+        FROM upd, lslot
+        WHERE s.lane = lslot.lane AND s.slot_number = lslot.slot_number
+    ),
+    rs AS (
+        UPDATE task_lane_resource_slots r
+        SET task_scope_id = upd.scope_id, task_id = upd.id, lease_owner = :owner,
+            claim_generation = upd.claim_generation, lease_expires_at = upd.lease_expires_at
+        FROM upd, rslot
+        WHERE r.lane = rslot.lane AND r.resource_key = rslot.resource_key AND r.slot_number = rslot.slot_number
+    ),
+    fair AS (
+        UPDATE task_lane_fairness f
+        SET last_dispatch_sequence = nextval('task_dispatch_sequence'), updated_at = now()
+        FROM upd
+        WHERE f.lane = upd.lane AND f.resource_key = upd.lane_resource_key AND f.scope_id = upd.scope_id
+    ),
+    att AS (
+        INSERT INTO image_processing_attempts (
+            scope_id, task_id, attempt, attempt_id, stage, state, input_digest, target_sha256, claim_generation,
+            processing_config_hash, analysis_policy, resume_of_attempt_id, created_at, updated_at)
+        SELECT upd.scope_id, upd.id, upd.attempt_count, upd.id || ':' || upd.attempt_count,
+               left(coalesce(upd.image_stage, upd.task_type), 64), 'prepared',
+               encode(sha256(convert_to(upd.task_type || '|' || coalesce(upd.target_image_sha256, '') || '|'
+                                        || coalesce(j.processing_config_hash, '') || '|' || upd.payload::text,
+                                        'UTF8')), 'hex'),
+               coalesce(upd.target_image_sha256, repeat('0', 64)), upd.claim_generation,
+               j.processing_config_hash, upd.analysis_policy,
+               CASE WHEN cand.resume_available THEN upd.id || ':' || (upd.attempt_count - 1) END, now(), now()
+        FROM upd
+        JOIN cand ON cand.scope_id = upd.scope_id AND cand.id = upd.id
+        LEFT JOIN image_processing_jobs j ON j.scope_id = upd.scope_id AND j.id = upd.processing_job_id
     )
-    UPDATE tasks t
-    SET status = 'running',
-        claim_generation = t.claim_generation + 1,
-        attempt_count = t.attempt_count + 1,
-        lease_owner = :owner,
-        lease_expires_at = now() + make_interval(secs => :lease),
-        started_at = coalesce(t.started_at, now()),
-        updated_at = now()
-    FROM candidate c
-    WHERE t.scope_id = c.scope_id AND t.id = c.id
-    RETURNING t.scope_id, t.id, t.task_type, t.lane, t.lane_resource_key, t.payload, t.processing_job_id,
-              t.image_stage, t.target_meme_id, t.claim_generation, t.attempt_count, t.max_attempts
-    """
-)
-
-_FAIRNESS_SQL = text(
-    """
-    INSERT INTO task_lane_fairness (lane, resource_key, scope_id, last_dispatch_sequence, created_at, updated_at)
-    VALUES (CAST(:lane AS varchar), CAST(:resource_key AS varchar), :scope_id,
-            (SELECT coalesce(max(last_dispatch_sequence), 0) + 1 FROM task_lane_fairness
-             WHERE lane = CAST(:lane AS varchar) AND resource_key = CAST(:resource_key AS varchar)), now(), now())
-    ON CONFLICT (lane, resource_key, scope_id)
-    DO UPDATE SET last_dispatch_sequence = EXCLUDED.last_dispatch_sequence, updated_at = now()
+    SELECT (SELECT count(*) FROM cand) AS candidates, upd.*,
+           EXISTS (SELECT 1 FROM task_batch_items i WHERE i.scope_id = upd.scope_id AND i.task_id = upd.id) AS in_batch
+    FROM (VALUES (1)) AS one(x) LEFT JOIN upd ON true
     """
 )
 
 
-def claim(session: Session, *, owner: str, lanes: list[str], lease_seconds: int) -> Claim | None:
-    """Claim the next runnable task in ``lanes`` (queued and due, or running with an expired lease).
+def lane_caps(lanes: list[str]) -> tuple[list[int], dict[str, int]]:
+    """Concurrency of each lane (settings ``MEWDEX_LANE_CONCURRENCY_<LANE>``) and the resource-key overrides."""
+    settings = get_settings()
+    return [settings.lane_concurrency(lane) for lane in lanes], dict(settings.resource_concurrency)
+
+
+def claim(session: Session, *, owner: str, lanes: list[str], lease_seconds: int,
+          contended: list[bool] | None = None) -> Claim | None:
+    """Claim the next runnable task in ``lanes`` (queued and due) with a lane slot and a resource slot.
 
     Scopes take turns (round-robin on ``task_lane_fairness.last_dispatch_sequence``). Returns None
-    when nothing is runnable. Commit the session to make the claim visible.
+    when nothing is runnable; when a task was runnable but its slot went to a concurrent claimer,
+    ``contended`` (if given) gets ``True`` appended so the caller can try again at once. The attempt
+    row (state ``prepared``) is written in the same statement. Commit the session to make the claim
+    visible.
     """
-    row = session.execute(_CLAIM_SQL, {"lanes": lanes, "owner": owner, "lease": lease_seconds}).mappings().first()
-    if row is None:
+    caps, rcaps = lane_caps(lanes)
+    row = session.execute(
+        _CLAIM_SQL,
+        {"lanes": list(lanes), "caps": caps, "rcaps": json.dumps(rcaps), "owner": owner, "lease": lease_seconds},
+    ).mappings().one()
+    if row["id"] is None:
+        if contended is not None and row["candidates"]:
+            contended.append(True)
         return None
-    session.execute(
-        _FAIRNESS_SQL, {"lane": row["lane"], "resource_key": row["lane_resource_key"], "scope_id": row["scope_id"]}
-    )
     return Claim(
         scope_id=row["scope_id"],
         task_id=row["id"],
@@ -148,19 +280,35 @@ def claim(session: Session, *, owner: str, lanes: list[str], lease_seconds: int)
         claim_generation=row["claim_generation"],
         attempt_count=row["attempt_count"],
         max_attempts=row["max_attempts"],
+        lane_resource_key=row["lane_resource_key"],
+        owner=owner,
+        in_batch=row["in_batch"],
     )
+
+
+_HEARTBEAT_SQL = text(
+    """
+    WITH t AS (
+        UPDATE tasks SET lease_expires_at = now() + make_interval(secs => :lease), updated_at = now()
+        WHERE scope_id = :s AND id = :i AND claim_generation = :g AND status = 'running'
+        RETURNING scope_id, id, lease_expires_at
+    ), l AS (
+        UPDATE task_lane_slots s SET lease_expires_at = t.lease_expires_at FROM t
+        WHERE s.task_scope_id = t.scope_id AND s.task_id = t.id
+    ), r AS (
+        UPDATE task_lane_resource_slots s SET lease_expires_at = t.lease_expires_at FROM t
+        WHERE s.task_scope_id = t.scope_id AND s.task_id = t.id
+    )
+    SELECT count(*) FROM t
+    """
+)
 
 
 def heartbeat(session: Session, c: Claim, lease_seconds: int) -> bool:
-    """Extend the lease; False when the claim is stale (another worker owns the task now)."""
-    result = session.execute(
-        text(
-            "UPDATE tasks SET lease_expires_at = now() + make_interval(secs => :lease), updated_at = now() "
-            "WHERE scope_id = :s AND id = :i AND claim_generation = :g AND status = 'running'"
-        ),
-        {"lease": lease_seconds, "s": c.scope_id, "i": c.task_id, "g": c.claim_generation},
-    )
-    return result.rowcount == 1
+    """Extend the lease (task and its slots); False when the claim is stale (another worker owns the task now)."""
+    return session.execute(
+        _HEARTBEAT_SQL, {"lease": lease_seconds, "s": c.scope_id, "i": c.task_id, "g": c.claim_generation}
+    ).scalar_one() == 1
 
 
 def fenced(session: Session, c: Claim) -> Task:
@@ -179,8 +327,34 @@ def fenced(session: Session, c: Claim) -> Task:
     return task
 
 
+_RELEASE_SQL = text(
+    """
+    WITH l AS (
+        UPDATE task_lane_slots
+        SET task_scope_id = NULL, task_id = NULL, lease_owner = NULL, claim_generation = NULL, lease_expires_at = NULL
+        WHERE task_scope_id = :s AND task_id = :i
+    )
+    UPDATE task_lane_resource_slots
+    SET task_scope_id = NULL, task_id = NULL, lease_owner = NULL, claim_generation = NULL, lease_expires_at = NULL
+    WHERE task_scope_id = :s AND task_id = :i
+    """
+)
+
+
+def release_slots(session: Session, scope_id: str, task_id: str) -> None:
+    """Free the lane slot and the resource slot the task holds (no-op when it holds none)."""
+    session.execute(_RELEASE_SQL, {"s": scope_id, "i": task_id})
+
+
+def _release(task: Task) -> None:
+    session = object_session(task)
+    if session is not None:
+        session.flush()
+        release_slots(session, task.scope_id, task.id)
+
+
 def succeed(task: Task, result: Any = None, message: str | None = None) -> None:
-    """Mark a fenced task succeeded."""
+    """Mark a fenced task succeeded and free its slots."""
     task.status = "succeeded"
     task.result = result
     task.progress = 1.0
@@ -189,6 +363,43 @@ def succeed(task: Task, result: Any = None, message: str | None = None) -> None:
     task.completed_at = utcnow()
     task.lease_owner = None
     task.lease_expires_at = None
+    _release(task)
+
+
+_COMPLETE_SQL = text(
+    """
+    WITH t AS (
+        UPDATE tasks
+        SET status = 'succeeded', result = CAST(:result AS jsonb), progress = 1.0, message = :message, error = NULL,
+            completed_at = now(), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+        WHERE scope_id = :s AND id = :i AND claim_generation = :g AND status = 'running'
+        RETURNING scope_id, id, attempt_count
+    ), a AS (
+        UPDATE image_processing_attempts a SET state = 'completed', updated_at = now() FROM t
+        WHERE a.scope_id = t.scope_id AND a.task_id = t.id AND a.attempt = t.attempt_count
+    ), l AS (
+        UPDATE task_lane_slots s
+        SET task_scope_id = NULL, task_id = NULL, lease_owner = NULL, claim_generation = NULL, lease_expires_at = NULL
+        FROM t WHERE s.task_scope_id = t.scope_id AND s.task_id = t.id
+    ), r AS (
+        UPDATE task_lane_resource_slots s
+        SET task_scope_id = NULL, task_id = NULL, lease_owner = NULL, claim_generation = NULL, lease_expires_at = NULL
+        FROM t WHERE s.task_scope_id = t.scope_id AND s.task_id = t.id
+    )
+    SELECT count(*) FROM t
+    """
+)
+
+
+def complete(session: Session, c: Claim, result: Any = None, message: str | None = None) -> None:
+    """Fenced success in one statement (task, attempt ``completed``, both slots freed) for tasks without a
+    processing job. Raises StaleClaim (and changes nothing) when ``c`` is no longer the current claim."""
+    done = session.execute(
+        _COMPLETE_SQL,
+        {"result": json.dumps(result), "message": message, "s": c.scope_id, "i": c.task_id, "g": c.claim_generation},
+    ).scalar_one()
+    if done != 1:
+        raise StaleClaim(f"task {c.task_id} generation {c.claim_generation} is stale")
 
 
 def backoff_seconds(attempt: int, base: float, cap: float) -> float:
@@ -197,44 +408,118 @@ def backoff_seconds(attempt: int, base: float, cap: float) -> float:
     return min(cap, base * 2**exponent) * random.uniform(0.5, 1.0)
 
 
-def fail(task: Task, code: str, message: str, *, retryable: bool, base: float, cap: float) -> bool:
-    """Record an error on a fenced task; requeue it with backoff while attempts remain.
+def error_record(code: str, message: str, attempt: int) -> dict[str, Any]:
+    """One entry of ``tasks.error`` / ``error_history``: ``{"code", "message", "attempt", "at"}``."""
+    return {"code": code, "message": message[:500], "attempt": attempt, "at": utcnow().isoformat()}
 
-    Returns True when the task failed for good (no attempts left or not retryable).
-    """
-    error = {"code": code, "message": message[:500], "attempt": task.attempt_count, "at": utcnow().isoformat()}
+
+def _record_error(task: Task, error: dict[str, Any]) -> None:
     task.error = error
     task.first_error = task.first_error or error
     task.error_history = [*task.error_history, error][-20:]
+
+
+def fail(task: Task, code: str, message: str, *, retryable: bool, base: float, cap: float,
+         termination_reason: str | None = None) -> bool:
+    """Record an error on a fenced task, free its slots, and requeue it with backoff while attempts remain.
+
+    Returns True when the task failed for good (no attempts left or not retryable).
+    """
+    _record_error(task, error_record(code, message, task.attempt_count))
     task.lease_owner = None
     task.lease_expires_at = None
+    _release(task)
     if retryable and task.attempt_count < task.max_attempts:
         task.status = "queued"
         task.available_at = utcnow() + timedelta(seconds=backoff_seconds(task.attempt_count, base, cap))
         task.message = f"retrying after {code}"
         return False
     task.status = "failed"
+    task.termination_reason = termination_reason
     task.completed_at = utcnow()
     task.message = message[:500]
     return True
 
 
-def reap_exhausted(session: Session) -> list[tuple[str, str]]:
-    """Fail running tasks whose lease expired after their last allowed attempt (worker died).
+def release(task: Task, reason: str = "worker stopping") -> None:
+    """Give a fenced task back to the queue at once (a worker shutting down); the attempt does not use
+    up a retry (``max_attempts`` grows by one, attempt numbers stay unique)."""
+    task.status = "queued"
+    task.max_attempts += 1
+    task.lease_owner = None
+    task.lease_expires_at = None
+    task.available_at = utcnow()
+    task.message = reason
+    _release(task)
 
-    Returns the (scope_id, task_id) pairs failed, for their jobs to be updated.
+
+@dataclass(frozen=True)
+class Reaped:
+    """A running task whose lease expired: ``outcome`` is ``requeued``, ``failed`` or ``unknown_execution``."""
+
+    task: Task
+    outcome: str
+
+
+def reap_expired(session: Session, limit: int = 100) -> list[Reaped]:
+    """Handle running tasks whose lease expired (their worker died or hung), freeing their slots.
+
+    - the attempt had started an external call (``external_started``): the attempt becomes
+      ``unknown_execution`` with ``resume_available``; the task fails with termination reason
+      ``unknown_execution`` and is never replayed automatically (retry on request resumes it);
+    - otherwise the attempt fails with ``lease_expired`` and the task is requeued at once while
+      attempts remain, else fails with ``lease_expired``.
+
+    A re-claim then runs with ``claim_generation + 1``, so the old worker's late writes are fenced.
     """
-    rows = session.execute(
-        text(
-            "UPDATE tasks SET status = 'failed', completed_at = now(), updated_at = now(), lease_owner = NULL, "
-            "error = jsonb_build_object('code', 'lease_expired', 'message', 'the worker stopped responding', "
-            "'attempt', attempt_count), error_history = error_history || jsonb_build_array(jsonb_build_object("
-            "'code', 'lease_expired', 'attempt', attempt_count)) "
-            "WHERE status = 'running' AND lease_expires_at < now() AND attempt_count >= max_attempts "
-            "RETURNING scope_id, id"
-        )
-    ).all()
-    return [(r[0], r[1]) for r in rows]
+    tasks = session.execute(
+        select(Task)
+        .where(Task.status == "running", Task.lease_expires_at < utcnow())
+        .order_by(Task.lease_expires_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    ).scalars().all()
+    out = []
+    for task in tasks:
+        attempt = session.get(ImageProcessingAttempt, (task.scope_id, task.id, task.attempt_count))
+        task.lease_owner = None
+        task.lease_expires_at = None
+        if attempt is not None and attempt.state == "external_started":
+            error = error_record("unknown_execution", "the worker died after its external call started; "
+                                 "the result is unknown (retry to resume)", task.attempt_count)
+            attempt.state = "unknown_execution"
+            attempt.termination_reason = "unknown_execution"
+            attempt.resume_available = True
+            attempt.resume_reason = "unknown_execution"
+            attempt.error = error
+            _record_error(task, error)
+            task.status = "failed"
+            task.termination_reason = "unknown_execution"
+            task.resume_available = True
+            task.resume_reason = "unknown_execution"
+            task.completed_at = utcnow()
+            task.message = error["message"]
+            outcome = "unknown_execution"
+        else:
+            error = error_record("lease_expired", "the worker stopped responding", task.attempt_count)
+            if attempt is not None:
+                attempt.state = "failed"
+                attempt.error = error
+            _record_error(task, error)
+            if task.attempt_count < task.max_attempts:
+                task.status = "queued"
+                task.available_at = utcnow()
+                task.message = "requeued after lease_expired"
+                outcome = "requeued"
+            else:
+                task.status = "failed"
+                task.completed_at = utcnow()
+                task.message = error["message"]
+                outcome = "failed"
+        session.flush()
+        release_slots(session, task.scope_id, task.id)
+        out.append(Reaped(task, outcome))
+    return out
 
 
 def expire_orphaned_leases(session: Session, hostname: str, alive: Callable[[int], bool]) -> int:
@@ -245,10 +530,18 @@ def expire_orphaned_leases(session: Session, hostname: str, alive: Callable[[int
             Task.status == "running", Task.lease_owner.like(f"{hostname}:%")
         )
     ).all()
-    dead = [(s, i) for s, i, owner in rows if not alive(int(owner.split(":")[1]))]
+    dead = []
+    for s, i, owner in rows:
+        try:
+            pid = int(owner.split(":")[1])
+        except (IndexError, ValueError):
+            continue
+        if not alive(pid):
+            dead.append((s, i))
     for scope_id, task_id in dead:
         session.execute(
-            text("UPDATE tasks SET lease_expires_at = now() WHERE scope_id = :s AND id = :i AND status = 'running'"),
+            text("UPDATE tasks SET lease_expires_at = now() - interval '1 microsecond' "
+                 "WHERE scope_id = :s AND id = :i AND status = 'running'"),
             {"s": scope_id, "i": task_id},
         )
     return len(dead)

@@ -1,5 +1,10 @@
-"""Worker runtime: threads (inside ``mewdex serve``) or a process (``mewdex worker``) that claim
-image-stage tasks, run their handler with a heartbeat, and write back under fencing."""
+"""Worker runtime: threads (inside ``mewdex serve``) or a process (``mewdex worker``) that claim tasks,
+run their handler with a heartbeat, and write back under fencing.
+
+Image-stage tasks run ``pipeline.stages.HANDLERS`` and hand off to the next stage of their job;
+standalone tasks run ``queue.registry.HANDLERS`` (e.g. ``noop``). A maintenance pass (once a second
+per pool) reaps expired leases, re-creates lane slot rows and feeds parked batch tasks.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,26 +23,51 @@ from mewdex.library.scopes import storage_namespace
 from mewdex.platform import metering
 from mewdex.pipeline import jobs
 from mewdex.pipeline.stages import HANDLERS, MemeSnapshot, StageError, load_meme
+from mewdex.queue import batches, registry
 from mewdex.queue import tasks as queue
 from mewdex.storage import blob_store
 
 log = logging.getLogger(__name__)
-LANES = ["visual", "agent", "default", "embedding"]
+LANES = list(queue.LANES)
+MAINTENANCE_SECONDS = 1.0
+
+
+def maintain(session: Session) -> dict[str, int]:
+    """One maintenance pass: lane slot rows, expired leases (jobs and batches updated), batch feeding.
+    Returns ``{"reaped": n, "fed": n}``."""
+    for lane in LANES:
+        queue.ensure_lane(session, lane)
+    reaped = queue.reap_expired(session)
+    for r in reaped:
+        task = r.task
+        if task.processing_job_id is not None:
+            {"requeued": jobs.stage_retrying, "failed": jobs.stage_failed,
+             "unknown_execution": jobs.stage_unknown}[r.outcome](session, task)
+        if r.outcome != "requeued":
+            batches.task_ended(session, task.scope_id, task.id)
+        log.warning("lease of task %s expired: %s", task.id, r.outcome)
+    return {"reaped": len(reaped), "fed": batches.feed(session)}
 
 
 class Worker:
     """One claim-run-write-back loop. ``run_once`` processes at most one task; ``run`` loops until stopped."""
 
-    def __init__(self, sessions: sessionmaker[Session], *, name: str | None = None, lanes: list[str] = LANES):
+    def __init__(self, sessions: sessionmaker[Session], *, name: str | None = None, lanes: list[str] | None = None,
+                 maintenance: bool = True):
         self.sessions = sessions
         self.settings = get_settings()
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.lanes = lanes
+        self.lanes = list(lanes or LANES)
+        self.maintenance = maintenance
         self.stop_event = threading.Event()
+        self.current: queue.Claim | None = None
+        self.last_beat = time.monotonic()
+        self._next_maintenance = 0.0
 
     def run(self) -> None:
         log.info("worker %s started (lanes %s)", self.owner, ",".join(self.lanes))
         while not self.stop_event.is_set():
+            self.last_beat = time.monotonic()
             try:
                 worked = self.run_once()
             except Exception:  # a database hiccup must not kill the thread
@@ -47,76 +78,140 @@ class Worker:
 
     def run_once(self) -> bool:
         """Claim and process one task; False when there was nothing to do."""
-        with self.sessions.begin() as session:
-            for scope_id, task_id in queue.reap_exhausted(session):
-                task = session.get(Task, (task_id,))
-                if task is not None and task.processing_job_id is not None:
-                    jobs.stage_failed(session, task)
-            claim = queue.claim(
-                session, owner=self.owner, lanes=self.lanes, lease_seconds=self.settings.worker_lease_seconds
-            )
-            if claim is None:
-                return False
-            task = session.get(Task, (claim.task_id,))
-            meme = load_meme(session, claim.scope_id, claim.target_meme_id)
-            snapshot = _snapshot(session, meme)
-            if claim.processing_job_id is not None:
-                jobs.stage_started(session, task)
-            session.add(
-                ImageProcessingAttempt(
-                    scope_id=claim.scope_id,
-                    task_id=claim.task_id,
-                    attempt=claim.attempt_count,
-                    attempt_id=f"{claim.task_id}:{claim.attempt_count}",
-                    stage=claim.image_stage or claim.task_type,
-                    state="prepared",
-                    input_digest=(meme.search_metadata_hash or meme.sha256) if meme else "0" * 64,
-                    target_sha256=meme.sha256 if meme else "0" * 64,
-                    claim_generation=claim.claim_generation,
-                )
-            )
-        self._execute(claim, snapshot)
+        if self.maintenance and time.monotonic() >= self._next_maintenance:
+            self._next_maintenance = time.monotonic() + MAINTENANCE_SECONDS
+            with self.sessions.begin() as session:
+                maintain(session)
+        for _ in range(5):  # a slot raced away to another claimer: try again at once
+            contended: list[bool] = []
+            with self.sessions.begin() as session:
+                claim = queue.claim(session, owner=self.owner, lanes=self.lanes,
+                                    lease_seconds=self.settings.worker_lease_seconds, contended=contended)
+                snapshot = self._prepare(session, claim) if claim is not None else None
+            if claim is not None or not contended:
+                break
+        if claim is None:
+            return False
+        self.current = claim
+        try:
+            if claim.image_stage is not None:
+                self._execute_stage(claim, snapshot)
+            else:
+                self._execute_standalone(claim)
+        finally:
+            self.current = None
         return True
 
-    def _execute(self, claim: queue.Claim, snapshot: MemeSnapshot | None) -> None:
-        beat = _Heartbeat(self.sessions, claim, self.settings)
-        beat.start()
+    def _prepare(self, session: Session, claim: queue.Claim) -> MemeSnapshot | None:
+        if claim.image_stage is None:
+            return None
+        task = session.get(Task, (claim.task_id,))
+        meme = load_meme(session, claim.scope_id, claim.target_meme_id)
+        if claim.processing_job_id is not None:
+            jobs.stage_started(session, task)
+        return _snapshot(session, meme)
+
+    # -- standalone tasks -------------------------------------------------------------------------------
+
+    def _execute_standalone(self, claim: queue.Claim) -> None:
+        handler = registry.HANDLERS.get(claim.task_type)
+        error: registry.TaskError | None = None
+        result = None
+        with _Heartbeat(self.sessions, claim, self.settings):
+            try:
+                if handler is None:
+                    raise registry.TaskError("unknown_task_type", f"no handler for {claim.task_type!r}", retryable=False)
+                result = handler(registry.TaskContext(self.sessions, claim))
+            except registry.TaskError as exc:
+                error = exc
+            except queue.StaleClaim as exc:
+                log.warning("task %s lost its claim while running: %s", claim.task_id, exc)
+                return
+            except Exception as exc:  # a handler bug: recorded and retried, never fatal to the worker
+                log.exception("task %s (%s) crashed", claim.task_id, claim.task_type)
+                error = registry.TaskError("task_crashed", f"{type(exc).__name__}: {exc}")
         try:
-            handler = HANDLERS.get(claim.image_stage or "")
-            if handler is None:
-                raise StageError("unknown_stage", f"no handler for {claim.image_stage!r}", retryable=False)
-            if snapshot is None:
-                raise StageError("meme_missing", "the meme no longer exists", retryable=False)
-            output = handler.run(snapshot)
-            error = None
-        except StageError as exc:
-            output, error = None, exc
-        except Exception as exc:  # a handler bug: recorded and retried, never fatal to the worker
-            log.exception("stage %s crashed on task %s", claim.image_stage, claim.task_id)
-            output, error = None, StageError("stage_crashed", f"{type(exc).__name__}: {exc}")
-        finally:
-            beat.stop()
+            with self.sessions.begin() as session:
+                if error is None:
+                    queue.complete(session, claim, result)
+                    if claim.in_batch:
+                        batches.task_ended(session, claim.scope_id, claim.task_id)
+                else:
+                    self._fail(session, claim, error.code, error.message, error.retryable, error.termination_reason)
+        except queue.StaleClaim as exc:
+            log.warning("discarding result of a stale claim: %s", exc)
+
+    def _fail(self, session: Session, claim: queue.Claim, code: str, message: str, retryable: bool,
+              termination_reason: str | None = None) -> None:
+        task = queue.fenced(session, claim)
+        final = queue.fail(task, code, message, retryable=retryable, base=self.settings.retry_base_seconds,
+                           cap=self.settings.retry_max_seconds, termination_reason=termination_reason)
+        attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
+        if attempt is not None:
+            attempt.state = "failed"
+            attempt.error = task.error
+            attempt.termination_reason = termination_reason
+        if task.processing_job_id is not None:
+            (jobs.stage_failed if final else jobs.stage_retrying)(session, task)
+        if final:
+            batches.task_ended(session, claim.scope_id, claim.task_id)
+
+    # -- image-stage tasks ------------------------------------------------------------------------------
+
+    def _execute_stage(self, claim: queue.Claim, snapshot: MemeSnapshot | None) -> None:
+        handler = HANDLERS.get(claim.image_stage or "")
+        with _Heartbeat(self.sessions, claim, self.settings):
+            try:
+                if handler is None:
+                    raise StageError("unknown_stage", f"no handler for {claim.image_stage!r}", retryable=False)
+                if snapshot is None:
+                    raise StageError("meme_missing", "the meme no longer exists", retryable=False)
+                output = handler.run(snapshot)
+                error = None
+            except StageError as exc:
+                output, error = None, exc
+            except Exception as exc:  # a handler bug: recorded and retried, never fatal to the worker
+                log.exception("stage %s crashed on task %s", claim.image_stage, claim.task_id)
+                output, error = None, StageError("stage_crashed", f"{type(exc).__name__}: {exc}")
+        try:
+            with self.sessions.begin() as session:
+                if error is not None:
+                    self._fail(session, claim, error.code, error.message, error.retryable)
+                    return
+                task = queue.fenced(session, claim)
+                meme = load_meme(session, claim.scope_id, claim.target_meme_id)
+                handler.apply(session, meme, output)
+                metering.meter_stage(session, claim, output)
+                queue.succeed(task)
+                attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
+                if attempt is not None:
+                    attempt.state = "completed"
+                if task.processing_job_id is not None:
+                    jobs.stage_succeeded(session, task)
+                batches.task_ended(session, claim.scope_id, claim.task_id)
+        except queue.StaleClaim as exc:
+            log.warning("discarding result of a stale claim: %s", exc)
+
+    def release_current(self, signal_name: str = "SIGTERM") -> bool:
+        """Give the running task back to the queue (shutdown past the grace period); True if one was released."""
+        claim = self.current
+        if claim is None:
+            return False
         try:
             with self.sessions.begin() as session:
                 task = queue.fenced(session, claim)
+                queue.release(task, f"released by a stopping worker ({signal_name})")
                 attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
-                if error is None:
-                    meme = load_meme(session, claim.scope_id, claim.target_meme_id)
-                    handler.apply(session, meme, output)
-                    metering.meter_stage(session, claim, output)
-                    queue.succeed(task)
-                    jobs.stage_succeeded(session, task)
-                    attempt.state = "completed"
-                else:
-                    final = queue.fail(
-                        task, error.code, error.message, retryable=error.retryable,
-                        base=self.settings.retry_base_seconds, cap=self.settings.retry_max_seconds,
-                    )
-                    (jobs.stage_failed if final else jobs.stage_retrying)(session, task)
-                    attempt.state = "failed"
-                    attempt.error = task.error
-        except queue.StaleClaim as exc:
-            log.warning("discarding result of a stale claim: %s", exc)
+                if attempt is not None:
+                    attempt.state = "unknown_execution" if attempt.state == "external_started" else "failed"
+                    attempt.termination_signal = signal_name
+                    attempt.error = queue.error_record("worker_stopped", "the worker stopped before the task ended",
+                                                       claim.attempt_count)
+                if task.processing_job_id is not None:
+                    jobs.stage_retrying(session, task)
+        except queue.StaleClaim:
+            return False
+        return True
 
 
 def _snapshot(session: Session, meme) -> MemeSnapshot | None:
@@ -137,17 +232,18 @@ def _snapshot(session: Session, meme) -> MemeSnapshot | None:
 
 
 class _Heartbeat:
-    """Extends the claim's lease every ``worker_heartbeat_seconds`` while its handler runs."""
+    """Extends the claim's lease every ``worker_heartbeat_seconds`` while its handler runs (a context manager)."""
 
     def __init__(self, sessions, claim, settings):
         self.sessions, self.claim, self.settings = sessions, claim, settings
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._loop, name=f"heartbeat-{claim.task_id}", daemon=True)
 
-    def start(self) -> None:
+    def __enter__(self):
         self.thread.start()
+        return self
 
-    def stop(self) -> None:
+    def __exit__(self, *exc):
         self.done.set()
         self.thread.join()
 
@@ -163,12 +259,18 @@ class _Heartbeat:
 
 
 class WorkerPool:
-    """N worker threads sharing one process's models; ``stop`` waits for the current tasks to finish."""
+    """N worker threads sharing one process's models, plus one maintenance thread.
 
-    def __init__(self, sessions: sessionmaker[Session], count: int):
+    ``stop(grace)`` stops claiming, waits up to ``grace`` seconds for running tasks to finish, then
+    releases the ones still running back to the queue (their late results are fenced)."""
+
+    def __init__(self, sessions: sessionmaker[Session], count: int, lanes: list[str] | None = None):
         self.sessions = sessions
-        self.workers = [Worker(sessions, name=None) for _ in range(count)]
+        self.workers = [Worker(sessions, lanes=lanes, maintenance=False) for _ in range(count)]
         self.threads = [threading.Thread(target=w.run, name=f"worker-{i}", daemon=True) for i, w in enumerate(self.workers)]
+        self.stop_event = threading.Event()
+        self.maintenance_thread = threading.Thread(target=self._maintain, name="queue-maintenance", daemon=True)
+        self.started_at: float | None = None
 
     def start(self) -> None:
         if not self.workers:
@@ -176,15 +278,41 @@ class WorkerPool:
         with self.sessions.begin() as session:
             expired = queue.expire_orphaned_leases(session, socket.gethostname(), _pid_alive)
         if expired:
-            log.info("re-queued %d tasks of dead worker processes on this host", expired)
+            log.info("expired %d leases of dead worker processes on this host", expired)
+        self.started_at = time.time()
+        self.maintenance_thread.start()
         for t in self.threads:
             t.start()
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def _maintain(self) -> None:
+        while not self.stop_event.wait(MAINTENANCE_SECONDS):
+            try:
+                with self.sessions.begin() as session:
+                    maintain(session)
+            except Exception:
+                log.exception("queue maintenance failed")
+
+    def status(self) -> dict:
+        """``{"threads", "alive", "busy", "lanes"}`` of this process's workers (for ``/health``)."""
+        alive = sum(t.is_alive() for t in self.threads)
+        busy = sum(w.current is not None for w in self.workers)
+        lanes = self.workers[0].lanes if self.workers else []
+        return {"threads": len(self.threads), "alive": alive, "busy": busy, "lanes": lanes}
+
+    def stop(self, grace: float | None = None) -> int:
+        """Stop; returns how many running tasks had to be released after the grace period."""
+        grace = get_settings().worker_grace_seconds if grace is None else grace
+        self.stop_event.set()
         for w in self.workers:
             w.stop_event.set()
+        deadline = time.monotonic() + grace
         for t in self.threads:
-            t.join(timeout)
+            if t.ident is not None:
+                t.join(max(0.0, deadline - time.monotonic()))
+        released = sum(w.release_current() for w in self.workers if w.current is not None)
+        if released:
+            log.warning("released %d running tasks back to the queue", released)
+        return released
 
 
 def _pid_alive(pid: int) -> bool:

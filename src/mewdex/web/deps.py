@@ -26,9 +26,16 @@ from mewdex.web.errors import ApiError
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
 
 
-def db_session() -> Iterator[Session]:
+def _transaction() -> Iterator[Session]:
     with get_sessionmaker().begin() as session:
         yield session
+
+
+def db_session(session: Session = Depends(_transaction, scope="function")) -> Session:
+    """The request's session; its transaction commits when the route returns, BEFORE the response is
+    sent (FastAPI's default for ``yield`` dependencies is after it: a client that got its 2xx could
+    read the old state, and a failed commit would go unreported)."""
+    return session
 
 
 def bind_host(request: Request) -> str:

@@ -50,6 +50,13 @@ def install(app: FastAPI) -> None:
     async def _api_error(_request: Request, exc: ApiError):
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
 
+    from mewdex.queue.backpressure import QueueFull
+
+    @app.exception_handler(QueueFull)
+    async def _queue_full(_request: Request, exc: QueueFull):
+        return JSONResponse(error_body(exc.code, str(exc), exc.details), status_code=429,
+                            headers={"Retry-After": str(exc.retry_after)})
+
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError):
         details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in exc.errors()]

@@ -162,6 +162,9 @@ class Task(Base):
         ),
         Index("ix_tasks_claimable", "scope_id", "status", "available_at", "lease_expires_at"),
         Index("ix_tasks_lane_queue", "lane", "status", "available_at"),
+        Index("ix_tasks_lane_claim", "scope_id", "lane", "lane_resource_key", "available_at", "created_at",
+              postgresql_where=text("status = 'queued'")),
+        Index("ix_tasks_running_lease", "lease_expires_at", postgresql_where=text("status = 'running'")),
     )
 
 
@@ -196,6 +199,7 @@ class TaskBatchItem(Base):
             ["scope_id", "batch_id"], ["task_batches.scope_id", "task_batches.batch_id"], ondelete="CASCADE"
         ),
         ForeignKeyConstraint(["scope_id", "task_id"], ["tasks.scope_id", "tasks.id"], ondelete="CASCADE"),
+        Index("ix_task_batch_items_task", "scope_id", "task_id"),
     )
 
 

@@ -1,21 +1,41 @@
-"""``GET /health``: liveness and database reachability."""
+"""``GET /health``: liveness, database reachability, worker liveness and queue depth per lane."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from mewdex.db.engine import get_engine
+from mewdex.db.engine import get_engine, get_sessionmaker
 
 router = APIRouter(tags=["health"])
+# ``mewdex worker`` processes connect with this application_name prefix (cli.worker sets PGAPPNAME).
+WORKER_APPLICATION_PREFIX = "mewdex-worker"
 
 
 @router.get("/health")
-def health():
+def health(request: Request):
+    """``{"status", "database", "workers": {"in_process": {...} | None, "processes": n}, "queues": {lane: {...}}}``.
+
+    ``workers.processes`` counts live ``mewdex worker`` processes connected to the database;
+    ``queues`` has per lane the tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch)."""
+    from mewdex.queue.service import queue_depth
+
     try:
         with get_engine().connect() as connection:
             connection.execute(text("SELECT 1"))
     except Exception as exc:
         return JSONResponse({"status": "unavailable", "database": str(exc)[:200]}, status_code=503)
-    return {"status": "ok", "database": "ok"}
+    with get_sessionmaker().begin() as session:
+        processes = session.execute(
+            text("SELECT count(DISTINCT application_name) FROM pg_stat_activity WHERE application_name LIKE :p"),
+            {"p": f"{WORKER_APPLICATION_PREFIX}:%"},
+        ).scalar_one()
+        depth = queue_depth(session)
+    pool = getattr(request.app.state, "worker_pool", None)
+    return {
+        "status": "ok",
+        "database": "ok",
+        "workers": {"in_process": pool.status() if pool is not None else None, "processes": processes},
+        "queues": depth,
+    }

@@ -1,16 +1,313 @@
-"""``/``: the search page (a minimal one; the full web UI grows on it)."""
+"""The web UI: server-rendered pages and the HTML fragments HTMX swaps into them.
+
+Full pages: ``/`` (search), ``/memes/{id}``, ``/library``, ``/upload``, ``/collections``,
+``/collections/{id}``, ``/tasks``, ``/tasks/{id}``; ``/lang/{en|zh}`` sets the language cookie.
+Fragments (under ``/ui/``): search results (text and image), library items, task rows, the meme
+detail (``/memes/{id}?fragment=1``). Reads come from :mod:`mewdex.web.views`; every change is
+made by the page scripts through the JSON API.
+"""
 
 from __future__ import annotations
 
+import time
+from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
+from urllib.parse import urlsplit
+from uuid import UUID
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi.responses import RedirectResponse
 from fastapi.templating import Jinja2Templates
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from mewdex.config import get_settings
+from mewdex.db.models import STAGES, ScopeContext
+from mewdex.library.images import ImageError
+from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.search import image_search, service
+from mewdex.web import i18n, views
+from mewdex.web.deps import current_scope, db_session
+from mewdex.web.errors import ApiError
+from mewdex.web.routers.memes import get_meme, meme_dict
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent.parent / "templates")
+SEARCH_RESULTS = 30
+# With a filter on, search looks further down the ranking so the filtered page is not empty.
+FILTERED_CANDIDATES = 200
+SIMILAR_RESULTS = 12
+
+
+def _filesize(n: int | None) -> str:
+    if n is None:
+        return ""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def _when(value: datetime | str | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+templates.env.filters["filesize"] = _filesize
+templates.env.filters["when"] = _when
+
+
+def render(request: Request, name: str, context: dict | None = None, status_code: int = 200):
+    """Render ``name`` in the request's language (``_`` translates, ``messages`` feeds the scripts)."""
+    locale = i18n.request_locale(request)
+    base = {
+        "_": partial(i18n.translate, locale),
+        "error_text": partial(i18n.error_text, locale),
+        "lang": locale,
+        "html_lang": i18n.HTML_LANG[locale],
+        "messages": i18n.client_messages(locale),
+        "path": request.url.path,
+        "query_string": request.url.query,
+    }
+    return templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
+
+
+def _not_found(request: Request):
+    return render(request, "not_found.html", {"page": "none"}, status_code=404)
+
+
+def _uuid(value: str) -> UUID | None:
+    try:
+        return UUID(value)
+    except ValueError:
+        return None
+
+
+# ------------------------------------------------------------------ language
+
+
+@router.get("/lang/{code}")
+def set_language(code: str, next: str = "/"):
+    """Set the language cookie and go back to ``next`` (a path on this site)."""
+    target = next if next.startswith("/") and not next.startswith("//") and not urlsplit(next).netloc else "/"
+    response = RedirectResponse(target, status_code=303)
+    if code in i18n.LOCALES:
+        response.set_cookie(i18n.COOKIE, code, max_age=365 * 24 * 3600, samesite="lax")
+    return response
+
+
+# ------------------------------------------------------------------ search
+
+
+def _search_context(session: Session, scope: ScopeContext, q: str, collection: str, animated: bool) -> dict:
+    query = q.strip()
+    context = {"q": q, "state": "idle", "results": [], "took_ms": None, "error": None}
+    if not query:
+        context["library_empty"] = views.meme_count(session, scope) == 0
+        return context
+    if len(query) > service.MAX_QUERY_CHARS:
+        return {**context, "state": "error", "error": "error.query_too_long"}
+    filtered = bool(collection) or animated
+    started = time.perf_counter()
+    response = service.search(session, scope, query, FILTERED_CANDIDATES if filtered else SEARCH_RESULTS)
+    return _results_context(session, scope, context, [r.id for r in response.results],
+                            {r.id: r.snippet for r in response.results}, collection, animated, started)
+
+
+def _results_context(session, scope, context, ids, snippets, collection, animated, started) -> dict:
+    ids = views.filter_search_hits(session, scope, ids, collection=collection, animated=animated)[:SEARCH_RESULTS]
+    memes = views.memes_by_id(session, scope, ids)
+    cards = views.cards(session, scope, [memes[i] for i in ids if i in memes], with_stages=False)
+    return {**context, "state": "results" if cards else "empty", "results": cards, "snippets":
+            {str(k): v for k, v in snippets.items()}, "took_ms": round((time.perf_counter() - started) * 1000)}
 
 
 @router.get("/")
-def index(request: Request):
-    return templates.TemplateResponse(request, "index.html", {})
+def index(request: Request, q: str = "", collection: str = "", animated: bool = False,
+          session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    context = _search_context(session, scope, q, collection, animated)
+    return render(request, "search.html", {
+        "page": "search", **context, "collection": collection, "animated": animated,
+        "collections": views.collections(session, scope),
+    })
+
+
+@router.get("/ui/search")
+def search_fragment(request: Request, q: str = "", collection: str = "", animated: bool = False,
+                    session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    return render(request, "partials/search_results.html", _search_context(session, scope, q, collection, animated))
+
+
+@router.post("/ui/search/image")
+async def image_search_fragment(request: Request, file: UploadFile = File(...), collection: str = Form(""),
+                                animated: bool = Form(False), session: Session = Depends(db_session),
+                                scope: ScopeContext = Depends(current_scope)):
+    """Results of a search by the dropped or pasted image (the same fragment as text search)."""
+    settings = get_settings()
+    context = {"q": "", "state": "error", "results": [], "took_ms": None, "by_image": True,
+               "image_name": file.filename or ""}
+    data = await file.read(settings.max_upload_bytes + 1)
+    if len(data) > settings.max_upload_bytes:
+        return render(request, "partials/search_results.html", {**context, "error": "error.image_too_large"})
+    if not data:
+        return render(request, "partials/search_results.html", {**context, "error": "error.image_corrupt"})
+    started = time.perf_counter()
+    n = FILTERED_CANDIDATES if (collection or animated) else SEARCH_RESULTS
+    try:
+        response = await run_in_threadpool(image_search.search_by_image, session, scope, data, n,
+                                           max_pixels=settings.max_pixels)
+    except ImageError as exc:
+        return render(request, "partials/search_results.html", {**context, "error": f"error.{exc.code}"})
+    except BackendUnavailable:
+        return render(request, "partials/search_results.html", {**context, "error": "error.backend_unavailable"})
+    return render(request, "partials/search_results.html", _results_context(
+        session, scope, context, [r.id for r in response.results], {}, collection, animated, started))
+
+
+# ------------------------------------------------------------------ meme detail
+
+
+def _detail_context(session: Session, scope: ScopeContext, meme_id: str) -> dict:
+    meme = get_meme(session, scope, meme_id)
+    data = meme_dict(session, meme)
+    try:
+        similar = image_search.similar(session, scope, meme.id, SIMILAR_RESULTS)
+        similar_cards = views.cards(session, scope, [
+            m for m in (views.memes_by_id(session, scope, [r.id for r in similar.results]).get(r.id)
+                        for r in similar.results) if m is not None])
+    except image_search.MemeNotEmbedded:
+        similar_cards = None
+    stages = [
+        {"stage": s, **data["stages"][s], "task_id": None} for s in STAGES
+        if s in data["stages"] and data["stages"][s]["planned"]
+    ]
+    task_ids = views.stage_statuses(session, scope, [meme.id]).get(meme.id, {})
+    for stage in stages:
+        stage["task_id"] = task_ids.get(stage["stage"], {}).get("task_id")
+    context = meme.meme_context or {}
+    return {
+        "meme": data,
+        "stages": stages,
+        "ocr_text": context.get("ocr_text") or "",
+        "context": context,
+        "similar": similar_cards,
+        "duplicates": data["near_duplicates"],
+        "in_collections": views.collections_of_meme(session, scope, meme.id),
+        "collections": views.collections(session, scope),
+    }
+
+
+@router.get("/memes/{meme_id}")
+def meme_page(request: Request, meme_id: str, fragment: bool = False, session: Session = Depends(db_session),
+              scope: ScopeContext = Depends(current_scope)):
+    try:
+        context = _detail_context(session, scope, meme_id)
+    except ApiError:
+        return _not_found(request)
+    if fragment:
+        return render(request, "partials/meme_detail.html", context)
+    return render(request, "meme.html", {"page": "meme", **context})
+
+
+# ------------------------------------------------------------------ library
+
+
+def _library_context(session: Session, scope: ScopeContext, name: str, state: str, collection: str,
+                     animated: bool, sort: str, view: str, page: int) -> dict:
+    result = views.library_page(session, scope, name=name, state=state, collection=collection, animated=animated,
+                                sort=sort, page=page)
+    return {"lib": result, "view": "list" if view == "list" else "grid",
+            "filters": {"name": name, "state": state, "collection": collection, "animated": animated,
+                        "sort": sort if sort in views.SORTS else "newest"}}
+
+
+@router.get("/library")
+def library(request: Request, name: str = "", state: str = "", collection: str = "", animated: bool = False,
+            sort: str = "newest", view: str = "grid", page: int = 1, session: Session = Depends(db_session),
+            scope: ScopeContext = Depends(current_scope)):
+    return render(request, "library.html", {
+        "page": "library", **_library_context(session, scope, name, state, collection, animated, sort, view, page),
+        "collections": views.collections(session, scope), "sorts": list(views.SORTS), "states": views.MEME_STATES,
+    })
+
+
+@router.get("/ui/library")
+def library_fragment(request: Request, name: str = "", state: str = "", collection: str = "",
+                     animated: bool = False, sort: str = "newest", view: str = "grid", page: int = 1,
+                     session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    return render(request, "partials/library_items.html",
+                  _library_context(session, scope, name, state, collection, animated, sort, view, page))
+
+
+# ------------------------------------------------------------------ upload
+
+
+@router.get("/upload")
+def upload(request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    return render(request, "upload.html", {
+        "page": "upload", "collections": views.collections(session, scope),
+        "max_upload_bytes": get_settings().max_upload_bytes,
+    })
+
+
+# ------------------------------------------------------------------ collections
+
+
+@router.get("/collections")
+def collections_page(request: Request, session: Session = Depends(db_session),
+                     scope: ScopeContext = Depends(current_scope)):
+    return render(request, "collections.html", {"page": "collections",
+                                                "collections": views.collections(session, scope)})
+
+
+@router.get("/collections/{collection_id}")
+def collection_page(request: Request, collection_id: str, session: Session = Depends(db_session),
+                    scope: ScopeContext = Depends(current_scope)):
+    cid = _uuid(collection_id)
+    row = views.collection(session, scope, cid) if cid else None
+    if row is None:
+        return _not_found(request)
+    return render(request, "collection.html", {
+        "page": "collections", "collection": row, "members": views.collection_members(session, scope, row.id),
+    })
+
+
+# ------------------------------------------------------------------ tasks
+
+
+def _tasks_context(session: Session, scope: ScopeContext, status: str, task_type: str, stage: str) -> dict:
+    return {
+        "tasks": views.tasks(session, scope, status=status, task_type=task_type, stage=stage),
+        "depths": views.lane_depths(session, scope),
+        "filters": {"status": status, "type": task_type, "stage": stage},
+    }
+
+
+@router.get("/tasks")
+def tasks_page(request: Request, status: str = "", type: str = "", stage: str = "",
+               session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    return render(request, "tasks.html", {
+        "page": "tasks", **_tasks_context(session, scope, status, type, stage),
+        "statuses": views.TASK_STATUSES, "types": views.task_types(session, scope), "stages": STAGES,
+    })
+
+
+@router.get("/ui/tasks")
+def tasks_fragment(request: Request, status: str = "", type: str = "", stage: str = "",
+                   session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    return render(request, "partials/task_rows.html", _tasks_context(session, scope, status, type, stage))
+
+
+@router.get("/tasks/{task_id}")
+def task_page(request: Request, task_id: str, session: Session = Depends(db_session),
+              scope: ScopeContext = Depends(current_scope)):
+    found = views.task(session, scope, task_id)
+    if found is None:
+        return _not_found(request)
+    task, meme, attempts = found
+    return render(request, "task.html", {"page": "tasks", "task": task, "meme": meme, "attempts": attempts})

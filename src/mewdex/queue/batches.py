@@ -1,0 +1,144 @@
+"""Task batches: a bulk submission (import, retry-all, re-submit of many memes) is one ``task_batch``.
+
+Its tasks are parked (``available_at = PARKED_AT``) and :func:`feed` releases them while the scope's
+agent lane is under its back-pressure limit, so a 100,000-image import is accepted at once and drains
+without filling the lane. When the batch is sealed and its last task ends, :func:`task_ended`
+writes the summary ``{"tasks", "succeeded", "failed", "failed_by_code"}`` exactly once (the batch row
+is locked, and the update only applies while ``finalizer_state <> 'complete'``).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from mewdex.config import get_settings
+from mewdex.db.models import TaskBatch, TaskBatchItem, utcnow
+from mewdex.queue.tasks import PARKED_AT
+
+
+def create(session: Session, scope_id: str) -> TaskBatch:
+    """A new, unsealed batch of the scope."""
+    batch = TaskBatch(scope_id=scope_id, batch_id=f"batch-{uuid.uuid4().hex}", finalizer_state="pending", sealed=False)
+    session.add(batch)
+    session.flush()
+    return batch
+
+
+def add(session: Session, scope_id: str, batch_id: str, task_id: str) -> None:
+    """Make the task a member of the batch (idempotent)."""
+    session.execute(
+        text("INSERT INTO task_batch_items (scope_id, batch_id, task_id) VALUES (:s, :b, :t) ON CONFLICT DO NOTHING"),
+        {"s": scope_id, "b": batch_id, "t": task_id},
+    )
+
+
+def park(session: Session, scope_id: str, task_id: str) -> None:
+    """Hold a queued batch task back until :func:`feed` releases it."""
+    session.execute(
+        text("UPDATE tasks SET available_at = :parked WHERE scope_id = :s AND id = :t AND status = 'queued'"),
+        {"parked": PARKED_AT, "s": scope_id, "t": task_id},
+    )
+
+
+def batch_of(session: Session, scope_id: str, task_id: str) -> str | None:
+    return session.execute(
+        select(TaskBatchItem.batch_id).where(TaskBatchItem.scope_id == scope_id, TaskBatchItem.task_id == task_id)
+    ).scalars().first()
+
+
+def seal(session: Session, scope_id: str, batch_id: str) -> None:
+    """No more members will be added; the batch finalises when its last task ends (now, if none is active)."""
+    session.execute(
+        text("UPDATE task_batches SET sealed = true, finalizer_state = 'submitted' "
+             "WHERE scope_id = :s AND batch_id = :b AND finalizer_state = 'pending'"),
+        {"s": scope_id, "b": batch_id},
+    )
+    _finalize_if_done(session, scope_id, batch_id)
+
+
+def task_ended(session: Session, scope_id: str, task_id: str) -> None:
+    """Call in the transaction that ends a task for good (succeeded or failed)."""
+    batch_id = batch_of(session, scope_id, task_id)
+    if batch_id is not None:
+        _finalize_if_done(session, scope_id, batch_id)
+
+
+_SUMMARY_SQL = text(
+    """
+    SELECT count(*) AS tasks,
+           count(*) FILTER (WHERE t.status IN ('queued', 'running')) AS active,
+           count(*) FILTER (WHERE t.status = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE t.status = 'failed') AS failed
+    FROM task_batch_items i JOIN tasks t ON t.scope_id = i.scope_id AND t.id = i.task_id
+    WHERE i.scope_id = :s AND i.batch_id = :b
+    """
+)
+_FAILED_BY_CODE_SQL = text(
+    """
+    SELECT coalesce(t.error ->> 'code', 'unknown') AS code, count(*) FROM task_batch_items i
+    JOIN tasks t ON t.scope_id = i.scope_id AND t.id = i.task_id
+    WHERE i.scope_id = :s AND i.batch_id = :b AND t.status = 'failed'
+    GROUP BY 1
+    """
+)
+
+
+def summary(session: Session, scope_id: str, batch_id: str) -> dict:
+    """``{"tasks", "active", "succeeded", "failed", "failed_by_code": {code: n}}`` from the members now."""
+    row = session.execute(_SUMMARY_SQL, {"s": scope_id, "b": batch_id}).mappings().one()
+    by_code = {code: n for code, n in session.execute(_FAILED_BY_CODE_SQL, {"s": scope_id, "b": batch_id})}
+    return {"tasks": row["tasks"], "active": row["active"], "succeeded": row["succeeded"], "failed": row["failed"],
+            "failed_by_code": by_code}
+
+
+def _finalize_if_done(session: Session, scope_id: str, batch_id: str) -> None:
+    batch = session.execute(
+        select(TaskBatch).where(TaskBatch.scope_id == scope_id, TaskBatch.batch_id == batch_id).with_for_update()
+    ).scalar_one_or_none()
+    if batch is None or not batch.sealed or batch.finalizer_state == "complete":
+        return
+    session.flush()
+    counts = summary(session, scope_id, batch_id)
+    if counts["active"]:
+        return
+    counts.pop("active")
+    batch.summary = counts
+    batch.finalizer_state = "complete"
+    batch.finalized_at = utcnow()
+    session.flush()
+
+
+_FEED_SQL = text(
+    """
+    WITH scopes AS (
+        SELECT DISTINCT b.scope_id FROM task_batches b WHERE b.finalizer_state <> 'complete'
+    ), room AS (
+        SELECT s.scope_id,
+               :limit - (SELECT count(*) FROM tasks t WHERE t.scope_id = s.scope_id AND t.lane = 'agent'
+                         AND t.status = 'queued' AND t.available_at < :parked)
+                      - (SELECT count(*) FROM tasks t WHERE t.scope_id = s.scope_id AND t.lane <> 'agent'
+                         AND t.status IN ('queued', 'running') AND t.available_at < :parked
+                         AND t.processing_job_id IS NOT NULL) AS n
+        FROM scopes s
+    ), pick AS (
+        SELECT t.scope_id, t.id FROM room
+        CROSS JOIN LATERAL (
+            SELECT t.scope_id, t.id FROM tasks t
+            WHERE t.scope_id = room.scope_id AND t.status = 'queued' AND t.available_at = :parked
+            ORDER BY t.created_at LIMIT greatest(room.n, 0)
+            FOR UPDATE SKIP LOCKED
+        ) t
+    )
+    UPDATE tasks t SET available_at = now(), updated_at = now() FROM pick
+    WHERE t.scope_id = pick.scope_id AND t.id = pick.id
+    """
+)
+
+
+def feed(session: Session) -> int:
+    """Release parked batch tasks of every scope while its pipeline is under the agent back-pressure
+    limit (agent tasks queued + earlier-stage tasks in flight). Returns how many were released."""
+    return session.execute(_FEED_SQL, {"limit": get_settings().agent_backpressure, "parked": PARKED_AT}).rowcount

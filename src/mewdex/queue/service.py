@@ -1,0 +1,279 @@
+"""Task services for the API and the CLI: list (filters, cursor paging), detail with attempts and error
+history, retry (resume of an ``unknown_execution`` attempt included) and cancel. Every function takes
+the caller's :class:`ScopeContext`; another scope's task is :class:`TaskNotFound` like a missing one."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, or_, select, text
+from sqlalchemy.orm import Session
+
+from mewdex.config import get_settings
+from mewdex.db.models import ImageProcessingAttempt, ScopeContext, Task, TaskBatch, TaskBatchItem, utcnow
+from mewdex.queue import backpressure, batches
+from mewdex.queue import tasks as queue
+
+TASK_STATUSES = ("queued", "running", "succeeded", "failed")
+MAX_PAGE = 200
+
+
+class TaskNotFound(Exception):
+    code = "not_found"
+
+
+class TaskConflict(Exception):
+    """The task is not in a state that allows the operation; ``code`` says which."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class BadCursor(Exception):
+    code = "invalid_cursor"
+
+
+def task_dict(task: Task, *, batch_id: str | None = None) -> dict[str, Any]:
+    """The public shape of a task (no ``analysis_policy``, no payload internals beyond the payload itself)."""
+    parked = task.status == "queued" and task.available_at >= queue.PARKED_AT
+    return {
+        "id": task.id,
+        "type": task.task_type,
+        "status": task.status,
+        "lane": task.lane,
+        "resource_key": task.lane_resource_key,
+        "stage": task.image_stage,
+        "submission_mode": task.submission_mode,
+        "job_id": str(task.processing_job_id) if task.processing_job_id else None,
+        "meme_id": str(task.target_meme_id) if task.target_meme_id else None,
+        "batch_id": batch_id,
+        "progress": task.progress,
+        "message": task.message,
+        "error": task.error,
+        "attempts": task.attempt_count,
+        "max_attempts": task.max_attempts,
+        "termination_reason": task.termination_reason,
+        "resume_available": task.resume_available,
+        "observed_cost": float(task.observed_cost) if task.observed_cost is not None else None,
+        "parked": parked,
+        "available_at": None if parked else task.available_at.isoformat(),
+        "lease_expires_at": task.lease_expires_at.isoformat() if task.lease_expires_at else None,
+        "created_at": task.created_at.isoformat(),
+        "started_at": task.started_at.isoformat() if task.started_at else None,
+        "completed_at": task.completed_at.isoformat() if task.completed_at else None,
+    }
+
+
+def attempt_dict(a: ImageProcessingAttempt) -> dict[str, Any]:
+    return {
+        "attempt": a.attempt,
+        "attempt_id": a.attempt_id,
+        "stage": a.stage,
+        "state": a.state,
+        "claim_generation": a.claim_generation,
+        "input_digest": a.input_digest,
+        "target_sha256": a.target_sha256,
+        "processing_config_hash": a.processing_config_hash,
+        "executor_attempt_id": a.executor_attempt_id,
+        "resume_of_attempt_id": a.resume_of_attempt_id,
+        "resume_available": a.resume_available,
+        "termination_reason": a.termination_reason,
+        "termination_signal": a.termination_signal,
+        "observed_cost": float(a.observed_cost) if a.observed_cost is not None else None,
+        "error": a.error,
+        "created_at": a.created_at.isoformat(),
+        "updated_at": a.updated_at.isoformat(),
+    }
+
+
+def _encode_cursor(task: Task) -> str:
+    raw = json.dumps([task.created_at.isoformat(), task.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        created, task_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return datetime.fromisoformat(created), str(task_id)
+    except Exception:
+        raise BadCursor("the cursor is not valid") from None
+
+
+def list_tasks(session: Session, scope: ScopeContext, *, status: str | None = None, task_type: str | None = None,
+               stage: str | None = None, batch_id: str | None = None, lane: str | None = None,
+               cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+    """``{"items": [task], "next_cursor": str | None}``, newest first. Raises :class:`BadCursor`."""
+    limit = max(1, min(MAX_PAGE, limit))
+    query = select(Task).where(Task.scope_id == scope.scope_id)
+    if status:
+        query = query.where(Task.status == status)
+    if task_type:
+        query = query.where(Task.task_type == task_type)
+    if stage:
+        query = query.where(Task.image_stage == stage)
+    if lane:
+        query = query.where(Task.lane == lane)
+    if batch_id:
+        query = query.join(
+            TaskBatchItem, and_(TaskBatchItem.scope_id == Task.scope_id, TaskBatchItem.task_id == Task.id)
+        ).where(TaskBatchItem.batch_id == batch_id)
+    if cursor:
+        created, task_id = _decode_cursor(cursor)
+        query = query.where(or_(Task.created_at < created, and_(Task.created_at == created, Task.id < task_id)))
+    rows = session.execute(query.order_by(Task.created_at.desc(), Task.id.desc()).limit(limit + 1)).scalars().all()
+    items = rows[:limit]
+    return {
+        "items": [task_dict(t) for t in items],
+        "next_cursor": _encode_cursor(items[-1]) if len(rows) > limit else None,
+    }
+
+
+def get_task(session: Session, scope: ScopeContext, task_id: str, *, lock: bool = False) -> Task:
+    query = select(Task).where(Task.scope_id == scope.scope_id, Task.id == task_id)
+    task = session.execute(query.with_for_update() if lock else query).scalar_one_or_none()
+    if task is None:
+        raise TaskNotFound(f"task {task_id} not found")
+    return task
+
+
+def task_detail(session: Session, scope: ScopeContext, task_id: str) -> dict[str, Any]:
+    """The task with ``attempts`` (oldest first), ``error_history`` and ``first_error``."""
+    task = get_task(session, scope, task_id)
+    attempts = session.execute(
+        select(ImageProcessingAttempt)
+        .where(ImageProcessingAttempt.scope_id == scope.scope_id, ImageProcessingAttempt.task_id == task_id)
+        .order_by(ImageProcessingAttempt.attempt)
+    ).scalars()
+    return {
+        **task_dict(task, batch_id=batches.batch_of(session, scope.scope_id, task_id)),
+        "payload": task.payload,
+        "result": task.result,
+        "first_error": task.first_error,
+        "error_history": task.error_history,
+        "attempt_history": [attempt_dict(a) for a in attempts],
+    }
+
+
+def retry(session: Session, scope: ScopeContext, task_id: str, *, check_backpressure: bool = True) -> Task:
+    """Queue a failed task again now with a fresh set of attempts (``MEWDEX_TASK_MAX_ATTEMPTS`` more).
+
+    A task that ended ``unknown_execution`` is resumed: its next attempt records ``resume_of_attempt_id``.
+    Raises :class:`TaskNotFound`, :class:`TaskConflict` (``task_not_retryable`` unless failed;
+    ``task_active`` when an active task with the same dedupe key exists), or
+    :class:`backpressure.QueueFull` for the agent lane.
+    """
+    task = get_task(session, scope, task_id, lock=True)
+    if task.status != "failed":
+        raise TaskConflict("task_not_retryable", f"only failed tasks can be retried (this one is {task.status})")
+    if task.dedupe_key is not None and session.execute(
+        select(Task.id).where(Task.scope_id == scope.scope_id, Task.task_type == task.task_type,
+                              Task.dedupe_key == task.dedupe_key, Task.status.in_(queue.ACTIVE))
+    ).first():
+        raise TaskConflict("task_active", "another task for the same work is already active")
+    if check_backpressure:
+        backpressure.check(session, scope, task.lane)
+    queue.ensure_lane(session, task.lane, task.lane_resource_key, task.scope_id)
+    if task.resume_available:
+        task.resume_attempt_count += 1
+        task.resume_started_at = utcnow()
+        task.resume_reason = "requested"
+    task.status = "queued"
+    task.available_at = utcnow()
+    task.max_attempts = task.attempt_count + get_settings().task_max_attempts
+    task.termination_reason = None
+    task.completed_at = None
+    task.progress = 0.0
+    task.message = "retry requested"
+    if task.processing_job_id is not None:
+        from mewdex.pipeline import jobs
+
+        jobs.stage_requeued(session, task)
+    _reopen_batch(session, task)
+    session.flush()
+    return task
+
+
+def _reopen_batch(session: Session, task: Task) -> None:
+    """A retried member of a finalised batch: the batch is not complete any more (its summary is re-finalised
+    when the task ends)."""
+    batch_id = batches.batch_of(session, task.scope_id, task.id)
+    if batch_id is not None:
+        session.execute(
+            text("UPDATE task_batches SET finalizer_state = 'submitted', summary = NULL, finalized_at = NULL "
+                 "WHERE scope_id = :s AND batch_id = :b AND finalizer_state = 'complete'"),
+            {"s": task.scope_id, "b": batch_id},
+        )
+
+
+def cancel(session: Session, scope: ScopeContext, task_id: str) -> Task:
+    """Cancel a queued or running task: it fails with ``cancelled`` (termination reason ``cancelled``), its
+    slots are freed, and a running worker's late result is fenced out (the generation moves on).
+    Raises :class:`TaskNotFound` or :class:`TaskConflict` ``task_not_cancellable`` when it already ended."""
+    task = get_task(session, scope, task_id, lock=True)
+    if task.status not in queue.ACTIVE:
+        raise TaskConflict("task_not_cancellable", f"the task already ended ({task.status})")
+    was_running = task.status == "running"
+    error = queue.error_record("cancelled", "cancelled on request", task.attempt_count)
+    task.error = error
+    task.first_error = task.first_error or error
+    task.error_history = [*task.error_history, error][-20:]
+    task.status = "failed"
+    task.termination_reason = "cancelled"
+    task.claim_generation += 1
+    task.lease_owner = None
+    task.lease_expires_at = None
+    task.completed_at = utcnow()
+    task.message = "cancelled"
+    session.flush()
+    queue.release_slots(session, task.scope_id, task.id)
+    if was_running:
+        attempt = session.get(ImageProcessingAttempt, (task.scope_id, task.id, task.attempt_count))
+        if attempt is not None:
+            attempt.state = "unknown_execution" if attempt.state == "external_started" else "failed"
+            attempt.termination_reason = "cancelled"
+            attempt.error = error
+    if task.processing_job_id is not None:
+        from mewdex.pipeline import jobs
+
+        jobs.stage_failed(session, task)
+    batches.task_ended(session, task.scope_id, task.id)
+    return task
+
+
+def batch_detail(session: Session, scope: ScopeContext, batch_id: str) -> dict[str, Any]:
+    """``{"id", "state", "sealed", "created_at", "finalized_at", "summary", "progress"}``; ``summary`` is the
+    one written at finalisation (None before), ``progress`` the live counts."""
+    batch = session.execute(
+        select(TaskBatch).where(TaskBatch.scope_id == scope.scope_id, TaskBatch.batch_id == batch_id)
+    ).scalar_one_or_none()
+    if batch is None:
+        raise TaskNotFound(f"batch {batch_id} not found")
+    return {
+        "id": batch.batch_id,
+        "state": batch.finalizer_state,
+        "sealed": batch.sealed,
+        "created_at": batch.created_at.isoformat(),
+        "finalized_at": batch.finalized_at.isoformat() if batch.finalized_at else None,
+        "summary": batch.summary,
+        "progress": batches.summary(session, scope.scope_id, batch_id),
+    }
+
+
+def queue_depth(session: Session) -> dict[str, dict[str, int]]:
+    """Per lane: ``{"queued", "running", "parked"}`` across all scopes (for ``/health``)."""
+    rows = session.execute(
+        text(
+            "SELECT lane, count(*) FILTER (WHERE status = 'queued' AND available_at < :p), "
+            "count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'queued' AND available_at >= :p) "
+            "FROM tasks WHERE status IN ('queued', 'running') GROUP BY lane"
+        ),
+        {"p": queue.PARKED_AT},
+    ).all()
+    depth = {lane: {"queued": 0, "running": 0, "parked": 0} for lane in queue.LANES}
+    for lane, queued, running, parked in rows:
+        depth[lane] = {"queued": queued, "running": running, "parked": parked}
+    return depth

@@ -1,0 +1,568 @@
+// mewdex web UI: small vanilla scripts over server-rendered pages.
+// Reads are rendered on the server (HTMX swaps fragments); every change goes through the JSON API.
+// Strings come from the page's message catalogue (#i18n), never from this file.
+"use strict";
+
+const M = JSON.parse(document.getElementById("i18n").textContent);
+
+function t(key, vars = {}) {
+  const msg = M[key] ?? key;
+  return msg.replace(/\{(\w+)\}/g, (_, k) => (k in vars ? String(vars[k]) : `{${k}}`));
+}
+
+function errorText(body, status) {
+  const err = body && body.error;
+  if (err && err.code && M[`error.${err.code}`]) return M[`error.${err.code}`];
+  if (err && err.message) return err.message;
+  if (status === 0) return t("js.offline");
+  return t("js.failed_status", {status});
+}
+
+async function api(method, url, body, headers = {}) {
+  const init = {method, headers: {...headers}};
+  if (body instanceof FormData) init.body = body;
+  else if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers["Content-Type"] = "application/json";
+  }
+  let resp;
+  try {
+    resp = await fetch(url, init);
+  } catch (e) {
+    return {ok: false, status: 0, body: null};
+  }
+  let data = null;
+  try { data = await resp.json(); } catch (e) { /* an empty or non-JSON body (204) */ }
+  return {ok: resp.ok, status: resp.status, body: data};
+}
+
+let toastTimer = null;
+function toast(message, kind = "ok") {
+  const box = document.getElementById("toast");
+  box.textContent = message;
+  box.className = `show ${kind}`;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => { box.className = ""; }, 3500);
+}
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
+const memeOf = (el) => el.closest("[data-id]");
+
+// ------------------------------------------------------------------ clipboard and media
+
+async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch (e) {
+    const area = document.createElement("textarea");
+    area.value = text;
+    document.body.append(area);
+    area.select();
+    const ok = document.execCommand("copy");
+    area.remove();
+    return ok;
+  }
+}
+
+async function asPng(blob) {
+  if (blob.type === "image/png") return blob;
+  const bitmap = await createImageBitmap(blob);  // first frame of an animation
+  const canvas = document.createElement("canvas");
+  canvas.width = bitmap.width;
+  canvas.height = bitmap.height;
+  canvas.getContext("2d").drawImage(bitmap, 0, 0);
+  return await new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
+}
+
+async function copyImage(id) {
+  try {
+    const resp = await fetch(`/media/${id}`);
+    if (!resp.ok) throw new Error(String(resp.status));
+    const png = await asPng(await resp.blob());
+    await navigator.clipboard.write([new ClipboardItem({"image/png": png})]);
+    toast(t("js.copied_image"));
+  } catch (e) {
+    toast(t("js.copy_image_failed"), "error");
+  }
+}
+
+function mediaLink(id) { return `${location.origin}/media/${id}`; }
+
+// Animated preview on hover/focus: swap the still thumbnail for the animated one.
+function setPreview(target, on) {
+  const img = target && target.querySelector ? target.querySelector("img[data-animated-src]") : null;
+  if (!img) return;
+  if (on && !img.dataset.stillSrc) {
+    img.dataset.stillSrc = img.src;
+    img.src = img.dataset.animatedSrc;
+  } else if (!on && img.dataset.stillSrc) {
+    img.src = img.dataset.stillSrc;
+    delete img.dataset.stillSrc;
+  }
+}
+document.addEventListener("mouseover", (e) => { const c = e.target.closest(".card"); if (c && !c.contains(e.relatedTarget)) setPreview(c, true); });
+document.addEventListener("mouseout", (e) => { const c = e.target.closest(".card"); if (c && !c.contains(e.relatedTarget)) setPreview(c, false); });
+document.addEventListener("focusin", (e) => { if (e.target.matches(".card-open")) setPreview(e.target.closest(".card"), true); });
+document.addEventListener("focusout", (e) => { if (e.target.matches(".card-open")) setPreview(e.target.closest(".card"), false); });
+
+// ------------------------------------------------------------------ detail dialog
+
+const dialog = document.getElementById("detail-dialog");
+let lastOpener = null;
+
+async function openDetail(href, opener) {
+  const resp = await fetch(`${href}?fragment=1`);
+  if (!resp.ok) { toast(t("js.load_failed"), "error"); return; }
+  $("#detail-body").innerHTML = await resp.text();
+  $("#detail-full").href = href;
+  lastOpener = opener || lastOpener;
+  if (!dialog.open) dialog.showModal();
+  const heading = $("#detail-body .meme-name");
+  if (heading) { heading.tabIndex = -1; heading.focus(); }
+}
+
+function reloadDetail() {
+  const detail = $("#detail-body .detail");
+  if (dialog.open && detail) openDetail(`/memes/${detail.dataset.id}`);
+  else location.reload();
+}
+
+dialog.addEventListener("close", () => {
+  $("#detail-body").replaceChildren();
+  if (lastOpener && document.contains(lastOpener)) lastOpener.focus();
+});
+dialog.addEventListener("click", (e) => { if (e.target === dialog) dialog.close(); });
+
+// ------------------------------------------------------------------ keyboard
+
+document.addEventListener("keydown", (e) => {
+  const typing = e.target.closest("input, textarea, select, [contenteditable]");
+  if (e.key === "/" && !typing && !e.ctrlKey && !e.metaKey && !e.altKey) {
+    const q = $("#q");
+    e.preventDefault();
+    if (q) { q.focus(); q.select(); } else location.href = "/";
+  } else if (e.key === "Escape" && !dialog.open) {
+    const form = e.target.closest(".rename-form");
+    if (form) { e.preventDefault(); toggleRename(form.closest("[data-component=rename]"), false); }
+  }
+});
+
+// ------------------------------------------------------------------ inline forms
+
+function toggleRename(box, on) {
+  const form = $(".rename-form", box);
+  form.hidden = !on;
+  $(".meme-name", box).hidden = on;
+  $("[data-action=rename-start]", box).hidden = on;
+  $(".form-error", form).textContent = "";
+  if (on) { const input = $("input", form); input.focus(); input.select(); }
+  else $("[data-action=rename-start]", box).focus();
+}
+
+function toggleConfirm(box, on) {
+  $("[data-action=confirm-start]", box).hidden = on;
+  $(".confirm-ask", box).hidden = !on;
+  (on ? $(".confirm-ask button", box) : $("[data-action=confirm-start]", box)).focus();
+}
+
+async function renameMeme(form) {
+  const article = form.closest(".detail");
+  const name = form.display_name.value.trim();
+  const r = await api("PATCH", `/api/v1/memes/${article.dataset.id}`, {display_name: name},
+                      {"If-Match": article.dataset.revision});
+  if (!r.ok) { $(".form-error", form).textContent = errorText(r.body, r.status); return; }
+  const meme = r.body.meme || r.body;
+  const shown = meme.display_name || name;
+  article.dataset.revision = meme.revision ?? article.dataset.revision;
+  article.dataset.name = shown;
+  $(".meme-name", article).textContent = shown;
+  $$(`.card[data-id="${article.dataset.id}"] .name`).forEach((el) => { el.textContent = shown; });
+  toggleRename(form.closest("[data-component=rename]"), false);
+  toast(t("js.renamed"));
+}
+
+async function renameCollection(form) {
+  const head = form.closest("[data-collection]");
+  const r = await api("PATCH", `/api/v1/collections/${head.dataset.collection}`, {name: form.name.value.trim()});
+  if (!r.ok) { $(".form-error", form).textContent = errorText(r.body, r.status); return; }
+  location.reload();
+}
+
+async function createCollection(form) {
+  const r = await api("POST", "/api/v1/collections", {name: form.name.value.trim()});
+  if (!r.ok) { $(".form-error", form).textContent = errorText(r.body, r.status); return; }
+  location.reload();
+}
+
+function importRow(item) {
+  const li = document.createElement("li");
+  li.className = `upload-item st-${item.status}`;
+  const name = document.createElement("span");
+  name.className = "file-name";
+  name.textContent = item.name || item.filename || "";
+  const result = document.createElement("span");
+  result.className = "file-result";
+  result.textContent = item.status === "rejected"
+    ? `${t("status.rejected")}: ${errorText({error: item.error})}` : t(`status.${item.status}`);
+  li.append(name, result);
+  return li;
+}
+
+async function importCollection(form) {
+  const data = new FormData();
+  data.append("file", form.file.files[0]);
+  const button = $("button[type=submit]", form);
+  button.disabled = true;
+  $(".form-error", form).textContent = t("js.importing");
+  const r = await api("POST", "/api/v1/collections/import", data);
+  button.disabled = false;
+  $(".form-error", form).textContent = "";
+  if (!r.ok) { $(".form-error", form).textContent = errorText(r.body, r.status); return; }
+  const report = $("#import-report");
+  const items = r.body.items || [];
+  const counts = {created: 0, duplicate: 0, rejected: 0};
+  items.forEach((i) => { counts[i.status] = (counts[i.status] || 0) + 1; });
+  const head = document.createElement("p");
+  head.className = "result-meta";
+  const link = document.createElement("a");
+  link.href = `/collections/${r.body.collection.id}`;
+  link.textContent = r.body.collection.name;
+  head.append(t("js.imported_into"), " ", link, " — ", t("js.import_counts", counts));
+  const list = document.createElement("ul");
+  list.className = "upload-list";
+  list.append(...items.map(importRow));
+  report.replaceChildren(head, list);
+  form.reset();
+}
+
+async function addToCollection(form) {
+  const article = form.closest(".detail");
+  const r = await api("POST", `/api/v1/collections/${form.collection_id.value}/items`, {meme_ids: [article.dataset.id]});
+  if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
+  toast(t("js.added_to_collection"));
+  reloadDetail();
+}
+
+document.addEventListener("submit", (e) => {
+  const form = e.target.closest("[data-action-form]");
+  if (!form) return;
+  e.preventDefault();
+  const handlers = {
+    "rename": renameMeme, "rename-collection": renameCollection, "create-collection": createCollection,
+    "import-collection": importCollection, "add-to-collection": addToCollection,
+  };
+  handlers[form.dataset.actionForm](form);
+});
+
+// ------------------------------------------------------------------ actions
+
+async function retryTask(button) {
+  button.disabled = true;
+  const r = await api("POST", `/api/v1/tasks/${button.dataset.task}/retry`);
+  if (!r.ok) { button.disabled = false; toast(errorText(r.body, r.status), "error"); return; }
+  toast(t("js.retry_queued"));
+  afterTaskChange(button);
+}
+
+async function cancelTask(button) {
+  button.disabled = true;
+  const r = await api("POST", `/api/v1/tasks/${button.dataset.task}/cancel`);
+  if (!r.ok) { button.disabled = false; toast(errorText(r.body, r.status), "error"); return; }
+  toast(t("js.cancelled"));
+  afterTaskChange(button);
+}
+
+function afterTaskChange(button) {
+  if (button.dataset.reload) location.reload();
+  else if (button.closest("#task-live") && window.htmx) htmx.trigger("#tasks-form", "submit");
+  else if (button.closest(".detail")) reloadDetail();
+}
+
+async function deleteMeme(button) {
+  const article = button.closest(".detail");
+  const r = await api("DELETE", `/api/v1/memes/${article.dataset.id}`);
+  if (!r.ok && r.status !== 404) { toast(errorText(r.body, r.status), "error"); return; }
+  toast(t("js.deleted"));
+  if (dialog.open) {
+    $$(`.card[data-id="${article.dataset.id}"]`).forEach((el) => el.remove());
+    lastOpener = null;
+    dialog.close();
+  } else {
+    location.href = "/library";
+  }
+}
+
+async function deleteCollection() {
+  const head = $("[data-collection]");
+  const r = await api("DELETE", `/api/v1/collections/${head.dataset.collection}`);
+  if (!r.ok && r.status !== 404) { toast(errorText(r.body, r.status), "error"); return; }
+  location.href = "/collections";
+}
+
+async function removeMember(button) {
+  const card = memeOf(button);
+  const r = await api("DELETE", `/api/v1/collections/${button.dataset.collection}/items/${card.dataset.id}`);
+  if (!r.ok && r.status !== 404) { toast(errorText(r.body, r.status), "error"); return; }
+  card.remove();
+  toast(t("js.removed_from_collection"));
+}
+
+document.addEventListener("click", (e) => {
+  const el = e.target.closest("[data-action]");
+  if (!el) return;
+  const action = el.dataset.action;
+  if (action === "open-detail") {
+    if (e.ctrlKey || e.metaKey || e.shiftKey || e.button !== 0) return;
+    e.preventDefault();
+    openDetail(el.getAttribute("href"), el);
+    return;
+  }
+  const holder = memeOf(el);
+  const id = holder && holder.dataset.id;
+  switch (action) {
+    case "copy-image": copyImage(id); break;
+    case "copy-link": copyText(mediaLink(id)).then((ok) => toast(ok ? t("js.copied_link") : t("js.copy_failed"), ok ? "ok" : "error")); break;
+    case "close-dialog": dialog.close(); break;
+    case "rename-start": toggleRename(el.closest("[data-component=rename]"), true); break;
+    case "rename-cancel": toggleRename(el.closest("[data-component=rename]"), false); break;
+    case "confirm-start": toggleConfirm(el.closest("[data-component=confirm]"), true); break;
+    case "confirm-cancel": toggleConfirm(el.closest("[data-component=confirm]"), false); break;
+    case "delete-meme": deleteMeme(el); break;
+    case "delete-collection": deleteCollection(); break;
+    case "remove-member": removeMember(el); break;
+    case "retry-task": retryTask(el); break;
+    case "cancel-task": cancelTask(el); break;
+    case "pick-image": $("#image-file").click(); break;
+    case "select-all": selectAll(); break;
+    case "bulk-retry": bulkRetry(); break;
+    case "bulk-add": bulkAdd(); break;
+    case "bulk-delete": bulkDelete(); break;
+    default: break;
+  }
+});
+
+// ------------------------------------------------------------------ search page
+
+function searchPage() {
+  const q = $("#q");
+  const results = $("#results");
+  const form = $("#search-form");
+  document.body.addEventListener("htmx:afterSwap", (e) => {
+    if (e.detail.target !== results) return;
+    const params = new URLSearchParams(new FormData(form));
+    for (const [k, v] of [...params]) if (!v) params.delete(k);
+    history.replaceState(null, "", params.toString() ? `/?${params}` : "/");
+  });
+  document.body.addEventListener("htmx:sendError", () => toast(t("js.offline"), "error"));
+  document.body.addEventListener("htmx:responseError", () => toast(t("js.search_failed"), "error"));
+
+  async function searchByImage(file) {
+    if (!file || !file.type.startsWith("image/")) { toast(t("js.not_an_image"), "error"); return; }
+    const data = new FormData();
+    data.append("file", file);
+    if (form.collection.value) data.append("collection", form.collection.value);
+    if (form.animated.checked) data.append("animated", "true");
+    results.setAttribute("aria-busy", "true");
+    try {
+      const resp = await fetch("/ui/search/image", {method: "POST", body: data});
+      results.innerHTML = await resp.text();
+      if (window.htmx) htmx.process(results);
+    } catch (e) {
+      toast(t("js.offline"), "error");
+    } finally {
+      results.removeAttribute("aria-busy");
+    }
+    q.value = "";
+  }
+
+  $("#image-file").addEventListener("change", (e) => searchByImage(e.target.files[0]));
+  const overlay = $(".drop-overlay");
+  let depth = 0;
+  document.addEventListener("dragenter", (e) => { if (e.dataTransfer.types.includes("Files")) { depth++; overlay.hidden = false; } });
+  document.addEventListener("dragleave", () => { depth = Math.max(0, depth - 1); if (!depth) overlay.hidden = true; });
+  document.addEventListener("dragover", (e) => e.preventDefault());
+  document.addEventListener("drop", (e) => {
+    e.preventDefault();
+    depth = 0;
+    overlay.hidden = true;
+    if (e.dataTransfer.files.length) searchByImage(e.dataTransfer.files[0]);
+  });
+  document.addEventListener("paste", (e) => {
+    const file = [...(e.clipboardData?.files || [])].find((f) => f.type.startsWith("image/"));
+    if (file) { e.preventDefault(); searchByImage(file); }
+  });
+  if (q && !q.value) q.focus();
+}
+
+// ------------------------------------------------------------------ library page
+
+const selected = new Set();
+
+function syncSelection() {
+  $$("input[data-action=select]").forEach((box) => {
+    box.checked = selected.has(box.value);
+    box.closest(".card").classList.toggle("is-selected", box.checked);
+  });
+  $("#selection-count").textContent = t("js.selected", {n: selected.size});
+  $$("[data-action=bulk-retry], [data-action=bulk-add], #selection-bar [data-action=confirm-start]")
+    .forEach((b) => { b.disabled = selected.size === 0; });
+}
+
+function selectAll() {
+  const boxes = $$("input[data-action=select]");
+  const all = boxes.every((b) => selected.has(b.value));
+  boxes.forEach((b) => (all ? selected.delete(b.value) : selected.add(b.value)));
+  syncSelection();
+}
+
+function refreshLibrary() { if (window.htmx) htmx.trigger("#library-form", "submit"); }
+
+async function bulkRetry() {
+  const r = await api("POST", "/api/v1/processing", {meme_ids: [...selected], mode: "normal"});
+  if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
+  toast(t("js.bulk_retry_done", {n: selected.size}));
+  refreshLibrary();
+}
+
+async function bulkAdd() {
+  const collection = $("#bulk-collection").value;
+  const r = await api("POST", `/api/v1/collections/${collection}/items`, {meme_ids: [...selected]});
+  if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
+  toast(t("js.bulk_add_done", {n: selected.size}));
+}
+
+async function bulkDelete() {
+  let failed = 0;
+  for (const id of [...selected]) {
+    const r = await api("DELETE", `/api/v1/memes/${id}`);
+    if (r.ok || r.status === 404) selected.delete(id); else failed++;
+  }
+  toggleConfirm($("#selection-bar [data-component=confirm]"), false);
+  toast(failed ? t("js.bulk_delete_failed", {n: failed}) : t("js.deleted"), failed ? "error" : "ok");
+  syncSelection();
+  refreshLibrary();
+}
+
+function libraryPage() {
+  document.addEventListener("change", (e) => {
+    if (!e.target.matches("input[data-action=select]")) return;
+    if (e.target.checked) selected.add(e.target.value); else selected.delete(e.target.value);
+    syncSelection();
+  });
+  document.body.addEventListener("htmx:afterSwap", (e) => {
+    if (e.detail.target.id !== "library-items") return;
+    const params = new URLSearchParams(new FormData($("#library-form")));
+    const page = new URL(e.detail.requestConfig?.path || "", location.origin).searchParams.get("page");
+    if (page) params.set("page", page);
+    for (const [k, v] of [...params]) if (!v) params.delete(k);
+    history.replaceState(null, "", `/library?${params}`);
+    syncSelection();
+  });
+  syncSelection();
+}
+
+// ------------------------------------------------------------------ upload page
+
+const UPLOAD_CONCURRENCY = 2;
+
+function uploadPage() {
+  const form = $("#upload-form");
+  const input = $("#upload-files");
+  const drop = $("#upload-drop");
+  const list = $("#upload-list");
+  const maxBytes = Number(form.dataset.maxBytes);
+  const queue = [];
+  const totals = {created: 0, duplicate: 0, rejected: 0};
+  let active = 0;
+
+  function summary() { $("#upload-summary").textContent = t("js.upload_summary", totals); }
+
+  function row(file) {
+    const li = document.createElement("li");
+    li.className = "upload-item st-queued";
+    li.innerHTML = '<span class="file-name"></span><span class="file-size"></span><progress max="100" value="0"></progress><span class="file-result"></span>';
+    $(".file-name", li).textContent = file.name;
+    $(".file-size", li).textContent = `${(file.size / 1024).toFixed(0)} KB`;
+    $(".file-result", li).textContent = t("status.queued");
+    list.append(li);
+    return li;
+  }
+
+  function finish(li, item) {
+    li.className = `upload-item st-${item.status}`;
+    li.dataset.status = item.status;
+    $("progress", li).value = 100;
+    const result = $(".file-result", li);
+    result.replaceChildren();
+    if (item.status === "rejected") {
+      result.textContent = `${t("status.rejected")}: ${errorText({error: item.error})}`;
+    } else {
+      const link = document.createElement("a");
+      const meme = item.meme || {};
+      link.href = `/memes/${meme.id}`;
+      link.textContent = `${t(`status.${item.status}`)}: ${meme.display_name || ""}`;
+      result.append(link);
+    }
+    totals[item.status] = (totals[item.status] || 0) + 1;
+    summary();
+  }
+
+  function send(file, li) {
+    active++;
+    const data = new FormData();
+    data.append("files", file, file.name);
+    if (form.auto_name.checked) data.append("auto_name", "true");
+    if (form.collection_id.value) data.append("collection_id", form.collection_id.value);
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", "/api/v1/memes");
+    li.className = "upload-item st-running";
+    $(".file-result", li).textContent = t("js.uploading");
+    xhr.upload.onprogress = (e) => { if (e.lengthComputable) $("progress", li).value = Math.round((e.loaded / e.total) * 100); };
+    xhr.onload = () => {
+      let body = null;
+      try { body = JSON.parse(xhr.responseText); } catch (e) { /* not JSON */ }
+      const items = body && (body.results || body.items || (Array.isArray(body) ? body : null));
+      if (items && items.length) finish(li, items[0]);
+      else finish(li, {status: "rejected", error: body && body.error ? body.error : {message: t("js.failed_status", {status: xhr.status})}});
+      next();
+    };
+    xhr.onerror = () => { finish(li, {status: "rejected", error: {message: t("js.offline")}}); next(); };
+    xhr.send(data);
+  }
+
+  function next() {
+    active = Math.max(0, active - 1);
+    pump();
+  }
+
+  function pump() {
+    while (active < UPLOAD_CONCURRENCY && queue.length) {
+      const [file, li] = queue.shift();
+      send(file, li);
+    }
+  }
+
+  function add(files) {
+    for (const file of files) {
+      const li = row(file);
+      if (file.size > maxBytes) finish(li, {status: "rejected", error: {code: "image_too_large"}});
+      else queue.push([file, li]);
+    }
+    // Each file is one request so each gets its own progress and result; a few run at once.
+    pump();
+  }
+
+  input.addEventListener("change", () => { add([...input.files]); input.value = ""; });
+  drop.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); input.click(); } });
+  ["dragenter", "dragover"].forEach((ev) => drop.addEventListener(ev, (e) => { e.preventDefault(); drop.classList.add("over"); }));
+  ["dragleave", "drop"].forEach((ev) => drop.addEventListener(ev, () => drop.classList.remove("over")));
+  drop.addEventListener("drop", (e) => { e.preventDefault(); add([...e.dataTransfer.files]); });
+  document.addEventListener("paste", (e) => { if (e.clipboardData?.files.length) add([...e.clipboardData.files]); });
+}
+
+// ------------------------------------------------------------------ start
+
+const pages = {search: searchPage, library: libraryPage, upload: uploadPage};
+(pages[document.body.dataset.page] || (() => {}))();

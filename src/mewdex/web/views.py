@@ -1,0 +1,309 @@
+"""Read models of the web UI pages: what each page shows, read straight from the database.
+
+Pages render these on the server; every change (upload, rename, delete, retry, collections)
+goes through the JSON API from the page scripts. All reads are confined to the caller's scope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Select, and_, exists, func, select, text
+from sqlalchemy.orm import Session
+
+from mewdex.db.models import (
+    ImageProcessingAttempt,
+    ImageProcessingJob,
+    ImageProcessingStage,
+    Meme,
+    MemeCollection,
+    MemeCollectionItem,
+    ScopeContext,
+    Task,
+)
+from mewdex.queue.worker import LANES
+
+BADGE_STAGES = ("visual", "agent", "text_embedding")
+MEME_STATES = ("ready", "processing", "failed")
+SORTS = {
+    "newest": (Meme.created_at.desc(), Meme.id.desc()),
+    "oldest": (Meme.created_at.asc(), Meme.id.asc()),
+    "name": (func.lower(Meme.display_name).asc(), Meme.id.asc()),
+    "updated": (Meme.updated_at.desc(), Meme.id.desc()),
+}
+TASK_STATUSES = ("queued", "running", "succeeded", "failed")
+TASK_PAGE = 100
+
+_LATEST_JOB = text(
+    "SELECT DISTINCT ON (meme_id) meme_id, id FROM image_processing_jobs "
+    "WHERE scope_id = :scope AND meme_id = ANY(:ids) ORDER BY meme_id, created_at DESC"
+)
+
+
+@dataclass
+class MemeCard:
+    """A meme as a grid card or list row: name, media facts and its stage statuses."""
+
+    id: str
+    display_name: str
+    extension: str
+    animated: bool
+    size_bytes: int
+    width: int | None
+    height: int | None
+    created_at: Any
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        """``failed`` when a stage failed, ``processing`` while any is queued/running, else ``ready``."""
+        statuses = {s["status"] for s in self.stages.values()}
+        if statuses & {"failed", "blocked", "unknown_execution"}:
+            return "failed"
+        if statuses & {"queued", "running"}:
+            return "processing"
+        return "ready"
+
+
+def cards(session: Session, scope: ScopeContext, memes: list[Meme], *, with_stages: bool = True) -> list[MemeCard]:
+    """Cards of ``memes`` (in order), with the stage statuses of each one's latest job when asked."""
+    stages = stage_statuses(session, scope, [m.id for m in memes]) if with_stages else {}
+    out = []
+    for m in memes:
+        image = m.extensions.get("image", {})
+        out.append(MemeCard(
+            id=str(m.id), display_name=m.display_name, extension=m.extension,
+            animated=bool(image.get("animated")), size_bytes=m.size_bytes, width=image.get("width"),
+            height=image.get("height"), created_at=m.created_at, stages=stages.get(m.id, {}),
+        ))
+    return out
+
+
+def stage_statuses(session: Session, scope: ScopeContext, meme_ids: list[UUID]) -> dict[UUID, dict[str, dict]]:
+    """``{meme_id: {stage: {"status", "attempts", "error", "task_id"}}}`` of each meme's latest job (planned stages)."""
+    if not meme_ids:
+        return {}
+    latest = dict(session.execute(_LATEST_JOB, {"scope": scope.scope_id, "ids": list(meme_ids)}).all())
+    if not latest:
+        return {}
+    by_job = {job: meme for meme, job in latest.items()}
+    rows = session.execute(
+        select(ImageProcessingStage).where(
+            ImageProcessingStage.scope_id == scope.scope_id,
+            ImageProcessingStage.job_id.in_(list(by_job)),
+            ImageProcessingStage.planned,
+        )
+    ).scalars()
+    out: dict[UUID, dict[str, dict]] = {}
+    for stage in rows:
+        out.setdefault(by_job[stage.job_id], {})[stage.stage] = {
+            "status": stage.status, "attempts": stage.attempt_count, "error": stage.error, "task_id": stage.task_id,
+        }
+    return out
+
+
+def _latest_stage_filter(scope: ScopeContext, statuses: tuple[str, ...]):
+    """Memes whose latest job has a planned stage in one of ``statuses``."""
+    latest = (
+        select(ImageProcessingJob.id)
+        .where(ImageProcessingJob.scope_id == scope.scope_id, ImageProcessingJob.meme_id == Meme.id)
+        .order_by(ImageProcessingJob.created_at.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    return exists().where(
+        ImageProcessingStage.scope_id == scope.scope_id,
+        ImageProcessingStage.job_id == latest,
+        ImageProcessingStage.planned,
+        ImageProcessingStage.status.in_(statuses),
+    )
+
+
+@dataclass
+class LibraryPage:
+    cards: list[MemeCard]
+    total: int
+    page: int
+    pages: int
+    per_page: int
+
+
+def library_page(session: Session, scope: ScopeContext, *, name: str = "", state: str = "", collection: str = "",
+                 animated: bool = False, sort: str = "newest", page: int = 1, per_page: int = 48) -> LibraryPage:
+    """One page of the scope's memes, filtered by name substring (case-insensitive), processing state
+    (``ready`` | ``processing`` | ``failed``), collection id and animated; sorted by ``SORTS``."""
+    query: Select = select(Meme).where(Meme.scope_id == scope.scope_id)
+    if name.strip():
+        escaped = name.strip().lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = query.where(func.lower(Meme.display_name).like(f"%{escaped}%", escape="\\"))
+    if state == "failed":
+        query = query.where(_latest_stage_filter(scope, ("failed", "blocked", "unknown_execution")))
+    elif state == "processing":
+        query = query.where(_latest_stage_filter(scope, ("queued", "running")))
+    elif state == "ready":
+        query = query.where(~_latest_stage_filter(scope, ("failed", "blocked", "unknown_execution", "queued", "running")))
+    collection_id = _uuid(collection)
+    if collection_id is not None:
+        query = query.where(exists().where(
+            MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id,
+            MemeCollectionItem.meme_id == Meme.id,
+        ))
+    if animated:
+        query = query.where(Meme.extensions["image"]["animated"].as_boolean())
+    total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+    pages = max(1, -(-total // per_page))
+    page = min(max(page, 1), pages)
+    memes = list(session.execute(
+        query.order_by(*SORTS.get(sort, SORTS["newest"])).offset((page - 1) * per_page).limit(per_page)
+    ).scalars())
+    return LibraryPage(cards(session, scope, memes), total, page, pages, per_page)
+
+
+def meme_count(session: Session, scope: ScopeContext) -> int:
+    return session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id)).scalar_one()
+
+
+def memes_by_id(session: Session, scope: ScopeContext, ids: list[UUID]) -> dict[UUID, Meme]:
+    if not ids:
+        return {}
+    return {m.id: m for m in session.execute(
+        select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()}
+
+
+def filter_search_hits(session: Session, scope: ScopeContext, ids: list[UUID], *, collection: str = "",
+                       animated: bool = False) -> list[UUID]:
+    """``ids`` (in order) that are in the collection and/or animated."""
+    collection_id = _uuid(collection)
+    if not ids or (collection_id is None and not animated):
+        return ids
+    query = select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))
+    if collection_id is not None:
+        query = query.where(exists().where(
+            MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id,
+            MemeCollectionItem.meme_id == Meme.id,
+        ))
+    if animated:
+        query = query.where(Meme.extensions["image"]["animated"].as_boolean())
+    keep = set(session.execute(query).scalars())
+    return [i for i in ids if i in keep]
+
+
+# ------------------------------------------------------------------ collections
+
+
+@dataclass
+class CollectionRow:
+    id: str
+    name: str
+    count: int
+    cover: str | None
+    updated_at: Any
+
+
+def collections(session: Session, scope: ScopeContext) -> list[CollectionRow]:
+    """The scope's collections by name, with member counts and the first member as cover."""
+    count = (
+        select(func.count()).where(MemeCollectionItem.scope_id == scope.scope_id,
+                                   MemeCollectionItem.collection_id == MemeCollection.id)
+        .scalar_subquery()
+    )
+    cover = (
+        select(MemeCollectionItem.meme_id)
+        .where(MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == MemeCollection.id)
+        .order_by(MemeCollectionItem.added_at, MemeCollectionItem.meme_id).limit(1).scalar_subquery()
+    )
+    rows = session.execute(
+        select(MemeCollection, count, cover).where(MemeCollection.scope_id == scope.scope_id)
+        .order_by(func.lower(MemeCollection.name))
+    ).all()
+    return [CollectionRow(str(c.id), c.name, n, str(cv) if cv else None, c.updated_at) for c, n, cv in rows]
+
+
+def collection(session: Session, scope: ScopeContext, collection_id: UUID) -> MemeCollection | None:
+    return session.execute(select(MemeCollection).where(
+        MemeCollection.scope_id == scope.scope_id, MemeCollection.id == collection_id)).scalar_one_or_none()
+
+
+def collection_members(session: Session, scope: ScopeContext, collection_id: UUID) -> list[MemeCard]:
+    """Members in the order they were added."""
+    memes = list(session.execute(
+        select(Meme).join(MemeCollectionItem, and_(MemeCollectionItem.scope_id == Meme.scope_id,
+                                                   MemeCollectionItem.meme_id == Meme.id))
+        .where(Meme.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id)
+        .order_by(MemeCollectionItem.added_at, Meme.id)
+    ).scalars())
+    return cards(session, scope, memes)
+
+
+def collections_of_meme(session: Session, scope: ScopeContext, meme_id: UUID) -> list[MemeCollection]:
+    return list(session.execute(
+        select(MemeCollection).join(MemeCollectionItem, and_(
+            MemeCollectionItem.scope_id == MemeCollection.scope_id,
+            MemeCollectionItem.collection_id == MemeCollection.id))
+        .where(MemeCollection.scope_id == scope.scope_id, MemeCollectionItem.meme_id == meme_id)
+        .order_by(func.lower(MemeCollection.name))
+    ).scalars())
+
+
+# ------------------------------------------------------------------ tasks
+
+
+def lane_depths(session: Session, scope: ScopeContext) -> list[dict[str, Any]]:
+    """``[{"lane", "queued", "running"}]`` for every lane of the scope (zeros included)."""
+    counts = {lane: {"lane": lane, "queued": 0, "running": 0} for lane in LANES}
+    for lane, status, n in session.execute(
+        select(Task.lane, Task.status, func.count())
+        .where(Task.scope_id == scope.scope_id, Task.status.in_(("queued", "running")))
+        .group_by(Task.lane, Task.status)
+    ):
+        counts.setdefault(lane, {"lane": lane, "queued": 0, "running": 0})[status] = n
+    return list(counts.values())
+
+
+def task_types(session: Session, scope: ScopeContext) -> list[str]:
+    return list(session.execute(
+        select(Task.task_type).where(Task.scope_id == scope.scope_id).distinct().order_by(Task.task_type)).scalars())
+
+
+def tasks(session: Session, scope: ScopeContext, *, status: str = "", task_type: str = "", stage: str = "",
+          limit: int = TASK_PAGE) -> list[tuple[Task, str | None]]:
+    """The newest tasks (by last update) with the target meme's display name, filtered."""
+    query = (
+        select(Task, Meme.display_name)
+        .outerjoin(Meme, and_(Meme.scope_id == Task.scope_id, Meme.id == Task.target_meme_id))
+        .where(Task.scope_id == scope.scope_id)
+    )
+    if status in TASK_STATUSES:
+        query = query.where(Task.status == status)
+    if task_type:
+        query = query.where(Task.task_type == task_type)
+    if stage:
+        query = query.where(Task.image_stage == stage)
+    return [tuple(r) for r in session.execute(query.order_by(Task.updated_at.desc(), Task.id).limit(limit)).all()]
+
+
+def task(session: Session, scope: ScopeContext, task_id: str) -> tuple[Task, Meme | None, list] | None:
+    """A task, its target meme and its attempts (oldest first); None when not in the scope."""
+    row = session.execute(select(Task).where(Task.scope_id == scope.scope_id, Task.id == task_id)).scalar_one_or_none()
+    if row is None:
+        return None
+    meme = None
+    if row.target_meme_id is not None:
+        meme = session.execute(select(Meme).where(
+            Meme.scope_id == scope.scope_id, Meme.id == row.target_meme_id)).scalar_one_or_none()
+    attempts = list(session.execute(
+        select(ImageProcessingAttempt)
+        .where(ImageProcessingAttempt.scope_id == scope.scope_id, ImageProcessingAttempt.task_id == task_id)
+        .order_by(ImageProcessingAttempt.attempt)
+    ).scalars())
+    return row, meme, attempts
+
+
+def _uuid(value: str) -> UUID | None:
+    try:
+        return UUID(value) if value else None
+    except ValueError:
+        return None
+

@@ -1,0 +1,274 @@
+"""The web UI in a real browser (Debian chromium via Playwright) against a real ``mewdex serve``.
+
+Search runs on the session's processed corpus sample; everything that changes data runs on a
+server of its own scope (``work_server``), seeded through the real library service.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import zipfile
+
+import pytest
+from PIL import Image
+from ui_helpers import DESKTOP, PHONE, SCREENSHOTS, browser, page, search_server, work_server  # noqa: F401
+
+from conftest import CORPUS
+
+pytestmark = pytest.mark.corpus
+
+
+def first_card_id(pg) -> str | None:
+    return pg.evaluate("() => document.querySelector('#results .card')?.dataset.id ?? null")
+
+
+def seed(sessions, store, scope, *names: str) -> dict[str, str]:
+    """Add corpus files (paths below the corpus) to ``scope`` through the library service: ``{name: meme id}``."""
+    from mewdex.library.memes import add_image
+
+    out = {}
+    for name in names:
+        source, rel = name.split("/", 1)
+        data = (CORPUS / source / "images" / rel).read_bytes()
+        result = add_image(sessions, store, scope, data, filename=rel.rsplit("/", 1)[-1], provenance={"test": "e2e"})
+        assert result.status in ("created", "duplicate"), result
+        out[name] = result.meme_id
+    return out
+
+
+def png_bytes(color, size=(64, 48)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, "PNG")
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------ search
+
+
+@pytest.mark.parametrize("query,expected", [
+    ("一个字我都不信", "vvquest/一个字我都不信.png"),
+    ("change my mind", "memegen/cmm/default.png"),
+], ids=["zh", "en"])
+def test_search_as_you_type_shows_the_right_meme_first(page, search_server, sample, query, expected):
+    page.goto(search_server.url + "/")
+    assert page.evaluate("document.activeElement.id") == "q"  # focus on load
+    page.keyboard.type(query, delay=20)
+    want = sample.ids[expected]
+    page.wait_for_function("id => document.querySelector('#results .card')?.dataset.id === id", arg=want)
+    assert first_card_id(page) == want
+    assert page.locator("#results .card img").first.get_attribute("alt") == page.locator(
+        "#results .card").first.get_attribute("data-name")
+    assert "q=" in page.url  # the address keeps the query
+    page.shot(f"search-{'zh' if query[0] > 'z' else 'en'}")
+
+
+def test_keyboard_slash_enter_escape_and_detail_dialog(page, search_server, sample):
+    page.goto(search_server.url + "/library")
+    page.keyboard.press("/")  # no search box here: goes to search
+    page.wait_for_url(re.compile(r"/$"))
+    page.locator("body").click()
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "q"
+    page.keyboard.type("grumpy cat")
+    want = sample.ids["memegen/grumpycat/default.jpg"]
+    page.wait_for_function("id => document.querySelector('#results .card')?.dataset.id === id", arg=want)
+    page.locator("#results .card-open").first.focus()
+    page.keyboard.press("Enter")
+    dialog = page.locator("#detail-dialog")
+    dialog.locator(".detail").wait_for()
+    assert dialog.evaluate("d => d.open")
+    assert dialog.locator(".detail").get_attribute("data-id") == want
+    page.shot("detail-dialog")
+    page.keyboard.press("Escape")
+    page.wait_for_function("() => !document.getElementById('detail-dialog').open")
+    assert page.evaluate("document.activeElement.classList.contains('card-open')")  # focus returns to the card
+
+
+def test_animated_filter_and_hover_preview(page, search_server, sample):
+    page.goto(search_server.url + "/")
+    page.check("input[name=animated]")
+    page.fill("#q", "KumamotoBear")
+    page.wait_for_selector("#results .card")
+    cards = page.locator("#results .card")
+    assert cards.count() >= 1
+    assert cards.locator(".tag-anim").count() == cards.count()  # only animated memes
+    img = cards.first.locator("img")
+    still = img.get_attribute("src")
+    cards.first.hover()
+    page.wait_for_function("s => document.querySelector('#results .card img').getAttribute('src') !== s", arg=still)
+    assert "animated=1" in img.get_attribute("src")
+
+
+def test_search_by_dropped_image(page, search_server, sample):
+    page.goto(search_server.url + "/")
+    data = (sample.root / "memegen/drake/yes.jpg").read_bytes()
+    page.evaluate("""async ([bytes]) => {
+        const file = new File([new Uint8Array(bytes)], "yes.jpg", {type: "image/jpeg"});
+        const dt = new DataTransfer(); dt.items.add(file);
+        document.dispatchEvent(new DragEvent("drop", {dataTransfer: dt, bubbles: true, cancelable: true}));
+    }""", [list(data)])
+    want = sample.ids["memegen/drake/yes.jpg"]
+    page.wait_for_function("id => document.querySelector('#results .card')?.dataset.id === id", arg=want)
+    page.shot("search-by-image")
+
+
+def test_language_follows_accept_language_and_the_switch(browser, search_server, sample):
+    context = browser.new_context(viewport=DESKTOP, locale="zh-CN")
+    pg = context.new_page()
+    pg.goto(search_server.url + "/")
+    assert pg.locator("nav a[aria-current=page]").inner_text() == "搜索"
+    assert pg.locator("html").get_attribute("lang") == "zh-CN"
+    pg.click(".lang a[lang=en]")
+    pg.wait_for_selector("html[lang=en]")
+    assert pg.locator("nav a[aria-current=page]").inner_text() == "Search"
+    pg.goto(search_server.url + "/library")  # the cookie keeps it
+    assert pg.locator("h1").inner_text() == "Library"
+    context.close()
+
+
+# ------------------------------------------------------------------ changes (library, collections, tasks APIs)
+
+
+def test_upload_three_files_one_corrupt(page, work_server, tmp_path):
+    files = [tmp_path / "red square.png", tmp_path / "blue square.png", tmp_path / "broken.png"]
+    files[0].write_bytes(png_bytes((220, 30, 30)))
+    files[1].write_bytes(png_bytes((30, 30, 220)))
+    files[2].write_bytes(b"\x89PNG\r\n\x1a\n" + b"this is not really an image" * 20)
+    page.goto(work_server.url + "/upload")
+    page.set_input_files("#upload-files", [str(f) for f in files])
+    page.wait_for_function("() => document.querySelectorAll('#upload-list [data-status]').length === 3")
+    page.shot("upload")
+    created = page.locator("#upload-list [data-status=created]")
+    rejected = page.locator("#upload-list [data-status=rejected]")
+    assert created.count() == 2
+    assert rejected.count() == 1
+    assert rejected.locator(".file-name").inner_text() == "broken.png"
+    reason = rejected.locator(".file-result").inner_text()
+    assert "Rejected:" in reason and len(reason) > len("Rejected: ") + 10  # the reason in words
+    assert "2 added" in page.locator("#upload-summary").inner_text()
+    # the created ones link to their memes, named from their file names
+    assert sorted(created.locator("a").all_inner_texts()) == ["Added: blue square", "Added: red square"]
+
+
+def test_rename_persists_after_reload(page, work_server, sessions, store):
+    meme_id = seed(sessions, store, work_server.scope, "memegen/drake/no.jpg")["memegen/drake/no.jpg"]
+    page.goto(f"{work_server.url}/memes/{meme_id}")
+    page.click("[data-action=rename-start]")
+    page.fill(".rename-form input", "拒绝 drake")
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => document.querySelector('.meme-name').textContent === '拒绝 drake'")
+    page.reload()
+    assert page.locator(".detail .meme-name").inner_text() == "拒绝 drake"
+    assert page.locator(".detail-media img").get_attribute("alt") == "拒绝 drake"
+    page.shot("meme-detail")
+
+
+def test_collection_create_add_export_delete_reimport(page, work_server, sessions, store, tmp_path):
+    ids = seed(sessions, store, work_server.scope, "memegen/aag/default.jpg", "memegen/ackbar/default.jpg")
+    page.goto(work_server.url + "/collections")
+    page.fill("#create-collection input[name=name]", "反应图 reactions")
+    page.click("#create-collection button[type=submit]")
+    page.wait_for_function("""() => document.querySelector(".collection-row[data-name='反应图 reactions']")
+                                  || document.querySelector("#create-collection .form-error").textContent""")
+    assert page.locator("#create-collection .form-error").inner_text() == ""
+    page.wait_for_selector(".collection-row[data-name='反应图 reactions']")
+
+    page.goto(work_server.url + "/library")
+    for meme_id in ids.values():
+        page.check(f".card[data-id='{meme_id}'] input[data-action=select]")
+    assert page.locator("#selection-count").inner_text().startswith("2")
+    page.select_option("#bulk-collection", label="反应图 reactions")
+    page.click("[data-action=bulk-add]")
+    page.wait_for_selector("#toast.show")
+    page.shot("library-selected")
+
+    page.goto(work_server.url + "/collections")
+    page.click(".collection-row[data-name='反应图 reactions'] .collection-name")
+    assert page.locator(".grid .card").count() == 2
+    page.shot("collection")
+    with page.expect_download() as download:
+        page.click(".collection-head a[href$='/export']")
+    archive = tmp_path / "reactions.zip"
+    download.value.save_as(archive)
+    with zipfile.ZipFile(archive) as z:
+        assert "manifest.json" in z.namelist()
+        assert sum(1 for n in z.namelist() if n.startswith("images/")) == 2
+
+    page.click(".collection-head [data-action=confirm-start]")
+    page.click("[data-action=delete-collection]")
+    page.wait_for_url(re.compile(r"/collections$"))
+    assert page.locator(".collection-row[data-name='反应图 reactions']").count() == 0
+
+    page.set_input_files("#import-collection input[type=file]", str(archive))
+    page.click("#import-collection button[type=submit]")
+    page.wait_for_selector("#import-report .upload-list li")
+    report = page.locator("#import-report")
+    assert report.locator("li").count() == 2
+    assert report.locator("li.st-duplicate").count() == 2  # the memes were still in the library
+    page.shot("collections-import")
+    report.locator("a").first.click()
+    assert page.locator("h1.meme-name").inner_text() == "反应图 reactions"
+    assert sorted(page.locator(".grid .card").evaluate_all("cs => cs.map(c => c.dataset.id)")) == sorted(ids.values())
+
+
+def test_tasks_page_shows_a_failed_task_and_its_retry_succeeds(page, work_server, sessions, store, drain, tmp_path):
+    from mewdex.library.scopes import storage_namespace
+
+    scope = work_server.scope
+    drain(scope)  # earlier tests' memes out of the way
+    meme_id = seed(sessions, store, scope, "memegen/aag/default.jpg", "memegen/dragon/default.png")[
+        "memegen/dragon/default.png"]
+    from mewdex.db.models import Meme
+
+    with sessions.begin() as session:
+        key = session.get(Meme, meme_id).storage_key
+        blob = store.path(storage_namespace(session, scope.scope_id), key)
+    saved = tmp_path / "blob"
+    shutil.move(blob, saved)  # the file goes missing: the visual stage fails for good
+    drain(scope)
+    page.goto(work_server.url + "/tasks?status=failed")
+    row = page.locator(f"tr[data-status=failed]:has(a[href='/memes/{meme_id}'])")
+    row.wait_for()
+    assert "missing" in row.locator(".err").inner_text()
+    page.shot("tasks-failed")
+    row.locator("a[href^='/tasks/']").click()
+    page.locator("h1 .badge.st-failed").wait_for()
+    assert page.locator("table.list tbody tr").count() >= 1  # its attempts
+    page.shot("task-detail")
+
+    shutil.move(saved, blob)
+    page.goto(work_server.url + "/tasks")
+    row = page.locator(f"tr[data-status=failed]:has(a[href='/memes/{meme_id}'])")
+    row.locator("[data-action=retry-task]").click()
+    page.wait_for_selector("#toast.show")
+    drain(scope)
+    page.wait_for_selector(f"tr[data-status=succeeded]:has(a[href='/memes/{meme_id}']) >> nth=0", timeout=20_000)
+    assert page.locator(f"tr[data-status=failed]:has(a[href='/memes/{meme_id}'])").count() == 0
+    page.shot("tasks-after-retry")
+
+
+# ------------------------------------------------------------------ every page at desktop and phone width
+
+
+PAGES = ["/", "/?q=drake", "/library", "/library?view=list", "/upload", "/collections", "/tasks"]
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280", "390"])
+def test_every_page_renders_without_horizontal_scroll(browser, work_server, sessions, store, viewport):
+    ids = seed(sessions, store, work_server.scope, "memegen/drake/yes.jpg", "chinesebqb/009_KumamotoBear/KumamotoBear00004.gif")
+    pages = [*PAGES, f"/memes/{next(iter(ids.values()))}"]
+    context = browser.new_context(viewport=viewport, locale="zh-CN")
+    pg = context.new_page()
+    errors = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    for path in pages:
+        pg.goto(work_server.url + path)
+        pg.wait_for_load_state("networkidle")
+        name = path.strip("/").replace("?", "-").replace("=", "-").replace("/", "-") or "home"
+        pg.screenshot(path=str(SCREENSHOTS / f"page-{name[:40]}-{viewport['width']}.png"), full_page=True)
+        overflow = pg.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1, f"{path} scrolls sideways by {overflow}px at {viewport['width']}px"
+    context.close()
+    assert not errors

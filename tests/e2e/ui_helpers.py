@@ -1,0 +1,142 @@
+"""End-to-end fixtures (test modules import them from here): a real ``mewdex serve`` subprocess on the session's embedded PostgreSQL and a
+real headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright; never a downloaded browser).
+
+* ``browser``       one Chromium for the session.
+* ``search_server`` ``mewdex serve`` on the shared corpus sample's scope (read-only, no workers).
+* ``work_server``   ``mewdex serve`` on a fresh scope of its own (no workers: tests drain the queue
+                    themselves with ``drain`` so they decide when processing happens).
+* ``page``          a fresh 1280×900 page, Chinese clipboard permissions granted, with ``shot(name)``.
+
+Screenshots go to ``tests/e2e/screenshots/`` (git-ignored) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import MEWDEX_BIN, drop_scope, new_scope
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOTS = Path(__file__).parent / "screenshots"
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class UiServer:
+    url: str
+    scope: object
+    process: subprocess.Popen
+    log: Path
+
+    def get(self, path: str, **kw) -> httpx.Response:
+        return httpx.get(self.url + path, timeout=30, **kw)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_server(mewdex_env, scope, log: Path, *, workers: int = 0, timeout: float = 120) -> UiServer:
+    """Start ``mewdex serve`` on a free port for ``scope``; wait until ``/health`` answers ok."""
+    port = free_port()
+    env = {**os.environ, **mewdex_env.env, "MEWDEX_DEFAULT_SCOPE": scope.scope_id, "NO_COLOR": "1"}
+    out = log.open("w")
+    process = subprocess.Popen(
+        [str(MEWDEX_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],
+        env=env, stdout=out, stderr=subprocess.STDOUT,
+    )
+    server = UiServer(f"http://127.0.0.1:{port}", scope, process, log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"mewdex serve exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            if server.get("/health").status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    server.stop()
+    raise AssertionError(f"mewdex serve did not come up:\n{log.read_text()}")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium is not installed (make browser)")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def search_server(mewdex_env, sample, tmp_path_factory):
+    server = start_server(mewdex_env, sample.scope, tmp_path_factory.mktemp("serve") / "search.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def work_server(mewdex_env, sessions, tmp_path_factory):
+    scope = new_scope(sessions, "t-ui")
+    server = start_server(mewdex_env, scope, tmp_path_factory.mktemp("serve") / "work.log")
+    yield server
+    server.stop()
+    drop_scope(sessions, scope)
+
+
+@pytest.fixture
+def page(browser, request):
+    context = browser.new_context(viewport=DESKTOP, locale="en-US", accept_downloads=True)
+    context.set_default_timeout(15_000)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def shot(name: str, *, full_page: bool = True) -> Path:
+        path = SCREENSHOTS / f"{name}.png"
+        pg.screenshot(path=str(path), full_page=full_page)
+        return path
+
+    pg.shot = shot
+    yield pg
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def corpus_file(sample, key: str) -> Path:
+    """The sample's copy of a corpus file (``"<source>/<relative path>"``)."""
+    return sample.root / key
+
+
+def copy_to(tmp_path: Path, src: Path, name: str) -> Path:
+    target = tmp_path / name
+    shutil.copyfile(src, target)
+    return target
