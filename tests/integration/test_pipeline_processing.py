@@ -215,7 +215,7 @@ def test_stale_worker_result_is_discarded(sessions, store, scope, drain):
                             provenance={"relative_path": "IMPOSTOR.png"}, meme_context={},
                             read_bytes=lambda: case_file("img06_animated_3frames.webp").read_bytes())
     assert dead.image_stage == "visual"
-    Worker(sessions, name="dead-worker")._execute(dead, snapshot)
+    Worker(sessions, name="dead-worker")._execute_stage(dead, snapshot)
     after = meme(sessions, scope, meme_id)
     assert after.meme_context == before.meme_context
     assert after.extensions == before.extensions  # phash, labels and frames_used of the live worker's run

@@ -116,3 +116,90 @@ def test_health_reports_queues_and_workers(client, sessions, scope):
     assert body["workers"]["in_process"] == {"threads": 0, "alive": 0, "busy": 0, "lanes": []}
     with sessions.begin() as session:
         session.execute(text("DELETE FROM tasks WHERE scope_id = :s"), {"s": scope.scope_id})
+
+
+def test_processing_resubmit_modes_plan_stages(client, sessions, store, scope, drain):
+    from conftest import case_file
+    from mewdex.library.memes import add_image
+
+    result = add_image(sessions, store, scope, case_file("img04_palette_trns.png").read_bytes(), filename="p.png",
+                       provenance={"source": "test", "relative_path": "p.png"})
+    drain(scope)
+    meme_id = result.meme_id
+    jobs = client.get("/api/v1/processing/jobs", params={"meme": meme_id}).json()["items"]
+    assert [j["status"] for j in jobs] == ["succeeded"]
+
+    def submit(mode):
+        r = client.post("/api/v1/processing", json={"meme_ids": [meme_id], "mode": mode})
+        assert r.status_code == 202, r.text
+        [job_id] = r.json()["jobs"]
+        return client.get(f"/api/v1/processing/jobs/{job_id}").json()
+
+    # Everything is current: normal and repair skip every stage as already_ready; the job ends at once.
+    for mode in ("normal", "repair"):
+        job = submit(mode)
+        assert job["mode"] == mode and job["status"] == "succeeded" and job["tasks"] == []
+        assert {s["stage"]: s["skip_reason"] for s in job["stages"]} == {
+            "visual": "already_ready", "agent": "already_ready", "auto_rename": "disabled",
+            "text_embedding": "already_ready"}
+    job = submit("full_retry")
+    assert [s["stage"] for s in job["stages"] if s["planned"]] == ["visual", "agent", "text_embedding"]
+    assert [t["stage"] for t in job["tasks"]] == ["visual"]  # the next stage's task comes with the hand-off
+    again = client.post("/api/v1/processing", json={"meme_ids": [meme_id], "mode": "normal"}).json()
+    assert again["jobs"] == [] and again["skipped"] == [{"meme_id": meme_id, "reason": "job_active"}]
+    drain(scope)
+    job = client.get(f"/api/v1/processing/jobs/{job['id']}").json()
+    assert job["status"] == "succeeded" and [t["stage"] for t in job["tasks"]] == ["visual", "agent", "text_embedding"]
+    # The agent task carried the job's frozen analysis policy; the public task shape does not show it.
+    assert "analysis_policy" not in job["tasks"][1]
+    bulk = client.post("/api/v1/processing", json={"all_not_ready": True}).json()
+    assert bulk["jobs"] == [] and bulk["batch_id"]
+    assert client.get(f"/api/v1/batches/{bulk['batch_id']}").json()["state"] == "complete"
+    assert client.post("/api/v1/processing", json={"meme_ids": [str(__import__("uuid").uuid4())]}).status_code == 404
+    assert client.post("/api/v1/processing", json={}).status_code == 422
+    assert client.post("/api/v1/processing", json={"meme_ids": [meme_id], "mode": "bogus"}).status_code == 422
+
+
+def test_batch_feeds_parked_tasks_as_the_agent_lane_drains(sessions, scope, settings_env):
+    from mewdex.queue import batches
+
+    settings_env(MEWDEX_AGENT_BACKPRESSURE="3")
+    with sessions.begin() as session:
+        batch_id = batches.create(session, scope.scope_id).batch_id
+    ids = enqueue_noops(sessions, scope, 5, lane="t-feed", batch_id=batch_id)
+    with sessions.begin() as session:
+        for i in ids:
+            batches.park(session, scope.scope_id, i)
+    full = enqueue_noops(sessions, scope, 3, lane="agent")
+
+    def released() -> int:
+        with sessions.begin() as session:
+            return session.execute(
+                text("SELECT count(*) FROM tasks WHERE scope_id = :s AND lane = 't-feed' AND available_at < :p"),
+                {"s": scope.scope_id, "p": batches.PARKED_AT},
+            ).scalar_one()
+
+    with sessions.begin() as session:
+        batches.feed(session)
+    assert released() == 0  # the agent lane is at its limit: the batch waits
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM tasks WHERE id = ANY(:ids)"), {"ids": full})
+        batches.feed(session)
+    assert released() == 3  # up to the limit
+    with sessions.begin() as session:
+        batches.feed(session)
+    assert released() == 5
+
+
+def test_tasks_cli_list_show_cancel_retry(mewdex_env, sessions, scope):
+    import json
+
+    [task_id] = enqueue_noops(sessions, scope, 1, lane="t-cli")
+    listed = json.loads(mewdex_env.cli("tasks", "list", "--json", scope=scope.scope_id, check=True).stdout)
+    assert [t["id"] for t in listed["items"]] == [task_id]
+    assert mewdex_env.cli("tasks", "cancel", task_id, scope=scope.scope_id, check=True).returncode == 0
+    shown = json.loads(mewdex_env.cli("tasks", "show", task_id, "--json", scope=scope.scope_id, check=True).stdout)
+    assert shown["status"] == "failed" and shown["termination_reason"] == "cancelled"
+    assert mewdex_env.cli("tasks", "cancel", task_id, scope=scope.scope_id).returncode == 3  # already ended
+    assert mewdex_env.cli("tasks", "retry", task_id, scope=scope.scope_id, check=True).returncode == 0
+    assert mewdex_env.cli("tasks", "show", "missing", scope=scope.scope_id).returncode == 4

@@ -40,6 +40,7 @@ class ImportSummary:
     skipped: int = 0
     reasons: Counter = field(default_factory=Counter)
     meme_ids: list[str] = field(default_factory=list)
+    batch_id: str | None = None  # the task batch the imported memes' processing runs in
 
     def count(self, result: AddResult) -> None:
         if result.status == "created":
@@ -113,11 +114,26 @@ def _folder_collection(item: ImportItem) -> str | None:
 def import_paths(sessions: sessionmaker[Session], store, scope: ScopeContext, items: list[ImportItem], *,
                  collection: str | None = None,
                  on_result: Callable[[ImportItem, AddResult], None] | None = None) -> ImportSummary:
-    """Import ``items`` in order, calling ``on_result`` after each; returns the summary."""
+    """Import ``items`` in order, calling ``on_result`` after each; returns the summary.
+
+    The processing of the created memes is one task batch (``summary.batch_id``): their first tasks are
+    parked and fed to the lanes as they drain (queue.batches), so a bulk import never fills the queue.
+    """
+    from mewdex.queue import batches
+
     summary = ImportSummary()
-    for item in items:
-        result = import_item(sessions, store, scope, item, collection)
-        summary.count(result)
-        if on_result is not None:
-            on_result(item, result)
+    with sessions.begin() as session:
+        summary.batch_id = batches.create(session, scope.scope_id).batch_id
+    try:
+        for item in items:
+            result = import_item(sessions, store, scope, item, collection)
+            summary.count(result)
+            if result.status == "created":
+                with sessions.begin() as session:
+                    batches.adopt_meme_tasks(session, scope.scope_id, result.meme_id, summary.batch_id)
+            if on_result is not None:
+                on_result(item, result)
+    finally:
+        with sessions.begin() as session:
+            batches.seal(session, scope.scope_id, summary.batch_id)
     return summary

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, or_, select
+from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, ScopeContext, Task
@@ -101,7 +102,7 @@ def not_ready_memes(session: Session, scope: ScopeContext) -> list[Meme]:
     latest = (
         select(ImageProcessingJob.meme_id, ImageProcessingJob.status)
         .where(ImageProcessingJob.scope_id == scope.scope_id)
-        .distinct(ImageProcessingJob.meme_id)
+        .ext(distinct_on(ImageProcessingJob.meme_id))
         .order_by(ImageProcessingJob.meme_id, ImageProcessingJob.created_at.desc())
         .subquery()
     )

@@ -149,7 +149,7 @@ _CLAIM_SQL = text(
     cand AS MATERIALIZED (
         SELECT t.scope_id, t.id, t.resume_available, f.lane, f.resource_key, f.cap, f.rcap
         FROM (
-            SELECT f.lane, f.resource_key, f.scope_id, k.cap, k.rcap
+            SELECT f.lane, f.resource_key, f.scope_id, f.created_at, k.cap, k.rcap
             FROM task_lane_fairness f
             JOIN caps ON caps.lane = f.lane
             CROSS JOIN LATERAL (
@@ -159,7 +159,7 @@ _CLAIM_SQL = text(
             WHERE EXISTS (SELECT 1 FROM task_lane_resource_slots r
                           WHERE r.lane = f.lane AND r.resource_key = f.resource_key
                             AND r.slot_number < k.rcap AND r.task_id IS NULL)
-            ORDER BY f.last_dispatch_sequence, f.scope_id
+            ORDER BY f.last_dispatch_sequence, f.created_at, f.scope_id
         ) f
         CROSS JOIN LATERAL (
             SELECT t.scope_id, t.id, t.resume_available FROM tasks t
@@ -391,14 +391,18 @@ _COMPLETE_SQL = text(
 )
 
 
-def complete(session: Session, c: Claim, result: Any = None, message: str | None = None) -> None:
+def try_complete(session: Session, c: Claim, result: Any = None, message: str | None = None) -> bool:
     """Fenced success in one statement (task, attempt ``completed``, both slots freed) for tasks without a
-    processing job. Raises StaleClaim (and changes nothing) when ``c`` is no longer the current claim."""
-    done = session.execute(
+    processing job. False (and nothing changed) when ``c`` is no longer the current claim."""
+    return session.execute(
         _COMPLETE_SQL,
         {"result": json.dumps(result), "message": message, "s": c.scope_id, "i": c.task_id, "g": c.claim_generation},
-    ).scalar_one()
-    if done != 1:
+    ).scalar_one() == 1
+
+
+def complete(session: Session, c: Claim, result: Any = None, message: str | None = None) -> None:
+    """:func:`try_complete` that raises StaleClaim when the claim is stale."""
+    if not try_complete(session, c, result, message):
         raise StaleClaim(f"task {c.task_id} generation {c.claim_generation} is stale")
 
 

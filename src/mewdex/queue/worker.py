@@ -63,6 +63,9 @@ class Worker:
         self.current: queue.Claim | None = None
         self.last_beat = time.monotonic()
         self._next_maintenance = 0.0
+        # A standalone task's success, written in the same transaction as the next claim (one commit
+        # per task instead of two; both are fenced, so committing them together is safe).
+        self._pending: tuple[queue.Claim, object] | None = None
 
     def run(self) -> None:
         log.info("worker %s started (lanes %s)", self.owner, ",".join(self.lanes))
@@ -75,6 +78,22 @@ class Worker:
                 worked = False
             if not worked:
                 self.stop_event.wait(self.settings.worker_poll_seconds)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write back a completed task still waiting for the next claim's transaction."""
+        if self._pending is not None:
+            with self.sessions.begin() as session:
+                self._write_pending(session)
+
+    def _write_pending(self, session: Session) -> None:
+        claim, result = self._pending
+        self._pending = None
+        if not queue.try_complete(session, claim, result):
+            log.warning("discarding result of a stale claim: task %s generation %s", claim.task_id,
+                        claim.claim_generation)
+        elif claim.in_batch:
+            batches.task_ended(session, claim.scope_id, claim.task_id)
 
     def run_once(self) -> bool:
         """Claim and process one task; False when there was nothing to do."""
@@ -85,6 +104,8 @@ class Worker:
         for _ in range(5):  # a slot raced away to another claimer: try again at once
             contended: list[bool] = []
             with self.sessions.begin() as session:
+                if self._pending is not None:
+                    self._write_pending(session)
                 claim = queue.claim(session, owner=self.owner, lanes=self.lanes,
                                     lease_seconds=self.settings.worker_lease_seconds, contended=contended)
                 snapshot = self._prepare(session, claim) if claim is not None else None
@@ -130,14 +151,14 @@ class Worker:
             except Exception as exc:  # a handler bug: recorded and retried, never fatal to the worker
                 log.exception("task %s (%s) crashed", claim.task_id, claim.task_type)
                 error = registry.TaskError("task_crashed", f"{type(exc).__name__}: {exc}")
+        if error is None:
+            self._pending = (claim, result)
+            if self.stop_event.is_set():
+                self.flush()
+            return
         try:
             with self.sessions.begin() as session:
-                if error is None:
-                    queue.complete(session, claim, result)
-                    if claim.in_batch:
-                        batches.task_ended(session, claim.scope_id, claim.task_id)
-                else:
-                    self._fail(session, claim, error.code, error.message, error.retryable, error.termination_reason)
+                self._fail(session, claim, error.code, error.message, error.retryable, error.termination_reason)
         except queue.StaleClaim as exc:
             log.warning("discarding result of a stale claim: %s", exc)
 

@@ -1,0 +1,170 @@
+"""Queue benchmark: no-op throughput and claim latency with 1, 2 and 4 ``mewdex worker`` processes.
+
+Runs on a temporary embedded PostgreSQL (or ``MEWDEX_DATABASE_URL``). For each worker count it enqueues
+``--tasks`` no-op tasks in a lane of its own, starts the worker processes (``--threads`` each), and reports:
+
+- throughput: tasks / (last completion − first start), from the task rows (process start-up excluded);
+- claim latency p50/p95: while the workers drain, this process times ``claim`` + commit (asking for
+  work until the task is claimed and ready to start) ``--probes`` times;
+- with ``--explain``: ``EXPLAIN (ANALYZE, BUFFERS)`` of one claim over a full backlog.
+
+    python bench/queue.py [--tasks 2000] [--threads 2] [--workers 1,2,4] [--explain]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# This file is named like the stdlib ``queue`` module: keep its folder off the import path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.modules.pop("queue", None)
+
+import argparse  # noqa: E402
+import os
+import shutil
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=int, default=2000)
+    ap.add_argument("--threads", type=int, default=2, help="worker threads per process")
+    ap.add_argument("--workers", default="1,2,4", help="worker process counts to measure")
+    ap.add_argument("--probes", type=int, default=200)
+    ap.add_argument("--explain", action="store_true")
+    args = ap.parse_args()
+
+    data_dir = Path(tempfile.mkdtemp(prefix="mewdex-bench-queue-"))
+    os.environ.setdefault("MEWDEX_DATA_DIR", str(data_dir))
+    os.environ.setdefault("MEWDEX_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("MEWDEX_WORKER_POLL_SECONDS", "0.05")
+    from mewdex.db.embedded import stop
+    from mewdex.db.engine import get_engine, get_sessionmaker
+    from mewdex.db.migrate import upgrade
+    from mewdex.db.models import ScopeContext
+    from mewdex.library.scopes import ensure_scope
+
+    try:
+        upgrade(get_engine())
+        sessions = get_sessionmaker()
+        if args.explain:
+            explain(sessions, args.tasks)
+        print(f"{'workers':>7} {'threads':>7} {'tasks':>6} {'tasks/s':>8} {'claim p50 ms':>12} {'claim p95 ms':>12}")
+        for count in [int(x) for x in args.workers.split(",")]:
+            scope = ScopeContext(f"bench-{uuid.uuid4().hex[:8]}")
+            with sessions.begin() as session:
+                ensure_scope(session, scope)
+            rate, p50, p95 = run(sessions, scope, count, args)
+            print(f"{count:>7} {args.threads:>7} {args.tasks:>6} {rate:>8.0f} {p50:>12.1f} {p95:>12.1f}", flush=True)
+    finally:
+        from mewdex.db.engine import reset_engine
+
+        reset_engine()
+        if not os.environ.get("MEWDEX_DATABASE_URL"):
+            stop(data_dir.resolve() / "pgdata")
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def enqueue(sessions, scope, lane: str, n: int) -> None:
+    from sqlalchemy import text
+
+    from mewdex.queue import tasks as queue
+
+    with sessions.begin() as session:
+        queue.ensure_lane(session, lane, scope_id=scope.scope_id)
+        session.execute(
+            text(
+                "INSERT INTO tasks (id, scope_id, task_type, lane, payload, status, max_attempts, available_at, "
+                "created_at, updated_at, claim_generation, attempt_count, error_history) "
+                "SELECT 'noop-' || md5(random()::text || g), :s, 'noop', :lane, '{}', 'queued', 3, now(), now(), now(), "
+                "0, 0, '[]' FROM generate_series(1, :n) g"
+            ),
+            {"s": scope.scope_id, "lane": lane, "n": n},
+        )
+        session.execute(text("ANALYZE tasks"))
+
+
+def run(sessions, scope, count: int, args) -> tuple[float, float, float]:
+    from sqlalchemy import text
+
+    from mewdex.queue import tasks as queue
+
+    lane = f"bench-{uuid.uuid4().hex[:6]}"
+    enqueue(sessions, scope, lane, args.tasks)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    mewdex = Path(sys.executable).parent / "mewdex"
+    procs = [subprocess.Popen([str(mewdex), "worker", "--concurrency", str(args.threads), "--lanes", lane],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(count)]
+    latencies = []
+    try:
+        def left() -> int:
+            with sessions.begin() as session:
+                return session.execute(
+                    text("SELECT count(*) FROM tasks WHERE scope_id = :s AND status <> 'succeeded'"),
+                    {"s": scope.scope_id},
+                ).scalar_one()
+
+        while left() == args.tasks:  # wait for the workers to start
+            time.sleep(0.05)
+        # Probe claims while the workers drain (each probe claims one task and completes it at once).
+        while len(latencies) < args.probes and left() > args.tasks // 10:
+            t0 = time.perf_counter()
+            with sessions.begin() as session:
+                c = queue.claim(session, owner=f"bench:{os.getpid()}:probe", lanes=[lane], lease_seconds=60)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            if c is None:
+                break
+            with sessions.begin() as session:
+                queue.complete(session, c)
+            time.sleep(0.01)
+        while left():
+            time.sleep(0.1)
+        with sessions.begin() as session:
+            first, last = session.execute(
+                text("SELECT min(started_at), max(completed_at) FROM tasks WHERE scope_id = :s"), {"s": scope.scope_id}
+            ).one()
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+    rate = args.tasks / max(1e-6, (last - first).total_seconds())
+    latencies.sort()
+    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))] if latencies else float("nan")
+    return rate, statistics.median(latencies) if latencies else float("nan"), p95
+
+
+def explain(sessions, n: int) -> None:
+    import json
+
+    from sqlalchemy import text
+
+    from mewdex.db.models import ScopeContext
+    from mewdex.library.scopes import ensure_scope
+    from mewdex.queue import tasks as queue
+
+    scope = ScopeContext(f"bench-explain-{uuid.uuid4().hex[:6]}")
+    with sessions.begin() as session:
+        ensure_scope(session, scope)
+    lane = "bench-explain"
+    enqueue(sessions, scope, lane, n)
+    caps, rcaps = queue.lane_caps([lane])
+    sql = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + queue._CLAIM_SQL.text
+    with sessions() as session:
+        plan = session.execute(text(sql), {"lanes": [lane], "caps": caps, "rcaps": json.dumps(rcaps),
+                                           "owner": "explain", "lease": 60}).scalars().all()
+        session.rollback()
+    print("\n".join(plan))
+    print()
+
+
+if __name__ == "__main__":
+    main()
