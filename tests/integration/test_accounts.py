@@ -326,3 +326,16 @@ def test_single_user_mode_and_startup_guard(settings_env, mewdex_env):
     settings_env(MEWDEX_AUTH="none")
     r = mewdex_env.cli("serve", "--host", "0.0.0.0", timeout=60)
     assert r.returncode == 2 and "mewdex user create" in r.stderr
+
+
+def test_browser_pages_send_you_to_sign_in_and_back(auth_app):
+    c = auth_app.client()
+    r = c.get("/library", headers={"accept": "text/html"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/login?next=/library"
+    page = c.get("/login?next=/library")
+    assert page.status_code == 200 and 'id="login-form"' in page.text
+    assert c.get("/login?next=//evil.example").text.count("//evil.example") == 0
+    assert "X-CSRF-Token" in c.get("/static/auth.js").text
+    assert c.get("/api/v1/me", headers={"accept": "text/html"}).status_code == 401  # the API never redirects
+    u = auth_app.new("page")
+    assert u.client.get("/login").text.count(u.email) == 1

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -47,7 +48,11 @@ def install(app: FastAPI) -> None:
                             headers=exc.headers)
 
     @app.exception_handler(ApiError)
-    async def _api_error(_request: Request, exc: ApiError):
+    async def _api_error(request: Request, exc: ApiError):
+        if (exc.code == "auth_required" and request.method == "GET"
+                and "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/api/")):
+            # A browser opening a page without a session: the sign-in page, then back here.
+            return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
 
     from mewdex.queue.backpressure import QueueFull
