@@ -58,9 +58,14 @@ def serve(
 
     _setup_logging()
     settings = get_settings()
+    from mewdex.platform.auth import startup_problem
+
+    if problem := startup_problem(host or settings.host):
+        err.print(f"[red]error:[/red] {problem}")
+        raise typer.Exit(2)
     _prepare()  # fails early with a clear message when the database cannot start
     console.print(f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})")
-    uvicorn.run(create_app(workers=workers), host=host or settings.host, port=port or settings.port, log_level="warning")
+    uvicorn.run(create_app(workers=workers, host=host or settings.host), host=host or settings.host, port=port or settings.port, log_level="warning")
 
 
 @app.command()
@@ -307,8 +312,12 @@ def search(
     query: Annotated[str, typer.Argument(help="Natural-language query (Chinese or English).")],
     n: Annotated[int, typer.Option("-n", help="Number of results (1–50).")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response.")] = False,
+    server: Annotated[str | None, typer.Option("--server", envvar="MEWDEX_SERVER",
+                                               help="Search a mewdex server (URL) instead of the local database.")] = None,
+    token: Annotated[str | None, typer.Option("--token", envvar="MEWDEX_TOKEN",
+                                              help="API token (mdx_…) for --server.")] = None,
 ) -> None:
-    """Search the library."""
+    """Search the library (the local database as its admin, or a server with --server URL --token)."""
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.scopes import default_scope
     from mewdex.search import service
@@ -317,6 +326,10 @@ def search(
     if not query or len(query) > service.MAX_QUERY_CHARS or not 1 <= n <= 50:
         err.print(f"[red]error:[/red] the query must be 1–{service.MAX_QUERY_CHARS} characters and -n 1–50")
         raise typer.Exit(2)
+    if server:
+        _print_results(_remote(server, token, "POST", "/api/v1/search", json={"query": query, "n_results": n}),
+                       as_json)
+        return
     _prepare()
     with get_sessionmaker().begin() as session:
         response = service.search(session, default_scope(), query, n)
@@ -516,6 +529,150 @@ def reindex(
         active = entry["active"]
         console.print(f"{leg}: active {active['model'] if active else '-'} ({active['memes'] if active else 0} memes)"
                       + ("" if entry["building"] is None else f"; [red]still building: {entry['building']['task']}[/red]"))
+
+def _remote(server: str, token: str | None, method: str, path: str, **kw) -> dict:
+    """One API call to a mewdex server; exits 1 with the server's error code on failure."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.request(method, server.rstrip("/") + path, headers=headers, timeout=60, **kw)
+    except httpx.HTTPError as exc:
+        err.print(f"[red]error:[/red] cannot reach {server}: {exc}")
+        raise typer.Exit(1) from None
+    if response.status_code >= 400:
+        try:
+            error = response.json()["error"]
+            err.print(f"[red]error:[/red] {error['code']}: {error['message']}")
+        except Exception:
+            err.print(f"[red]error:[/red] HTTP {response.status_code}")
+        raise typer.Exit(1)
+    return response.json()
+
+
+user_app = typer.Typer(help="Accounts (acts on the local database as its admin).", no_args_is_help=True)
+app.add_typer(user_app, name="user")
+
+
+def _read_password(from_stdin: bool) -> str:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    return typer.prompt("password", hide_input=True, confirmation_prompt=True)
+
+
+def _user_or_exit(session, email: str):
+    from mewdex.platform.users import find_by_email
+
+    user = find_by_email(session, email)
+    if user is None:
+        err.print(f"[red]error:[/red] no account {email}")
+        raise typer.Exit(1)
+    return user
+
+
+def _platform_call(fn) -> None:
+    """Run ``fn(session)`` in one transaction; a PlatformError exits 1 with its code."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.platform.errors import PlatformError
+
+    _prepare()
+    try:
+        with get_sessionmaker().begin() as session:
+            fn(session)
+    except PlatformError as exc:
+        err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
+        raise typer.Exit(1) from None
+
+
+@user_app.command("create")
+def user_create(
+    email: str,
+    name: Annotated[str | None, typer.Option(help="Display name.")] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="Make the account an admin.")] = False,
+    password_stdin: Annotated[bool, typer.Option("--password-stdin", help="Read the password from stdin.")] = False,
+) -> None:
+    """Create an account (the first one is an admin anyway)."""
+    from mewdex.platform.users import create_user
+
+    password = _read_password(password_stdin)
+
+    def run(session):
+        user = create_user(session, email, password, name=name, role="admin" if admin else None)
+        console.print(f"created {user.email} ({user.role}, scope {user.scope_id})")
+
+    _platform_call(run)
+
+
+@user_app.command("promote")
+def user_promote(
+    email: str,
+    role: Annotated[str, typer.Option(help="admin or user.")] = "admin",
+) -> None:
+    """Give an account the admin role (or, with --role user, take it away)."""
+    from mewdex.platform.users import set_role
+
+    def run(session):
+        user = _user_or_exit(session, email)
+        set_role(session, user, role)
+        console.print(f"{user.email} is now {role}")
+
+    _platform_call(run)
+
+
+@user_app.command("disable")
+def user_disable(
+    email: str,
+    enable: Annotated[bool, typer.Option("--enable", help="Enable the account again.")] = False,
+) -> None:
+    """Disable an account: its sessions end and its tokens stop working at once."""
+    from mewdex.platform.users import set_disabled
+
+    def run(session):
+        user = _user_or_exit(session, email)
+        set_disabled(session, user, not enable)
+        console.print(f"{user.email} is {'enabled' if enable else 'disabled'}")
+
+    _platform_call(run)
+
+
+@user_app.command("reset-password")
+def user_reset_password(
+    email: str,
+    password_stdin: Annotated[bool, typer.Option("--password-stdin", help="Read the password from stdin.")] = False,
+) -> None:
+    """Set a new password for an account and sign it out everywhere."""
+    from mewdex.platform.sessions import end_all_sessions
+    from mewdex.platform.users import set_password
+
+    password = _read_password(password_stdin)
+
+    def run(session):
+        user = _user_or_exit(session, email)
+        set_password(session, user, password)
+        end_all_sessions(session, user)
+        console.print(f"password of {user.email} reset")
+
+    _platform_call(run)
+
+
+@user_app.command("list")
+def user_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Every account with its role and state."""
+    from mewdex.platform.users import list_users, user_dict
+
+    def run(session):
+        rows = [user_dict(u) for u in list_users(session)]
+        if as_json:
+            print(json.dumps(rows))
+            return
+        table = Table(title=f"{len(rows)} accounts")
+        for column in ("email", "role", "disabled", "scope", "created"):
+            table.add_column(column)
+        for r in rows:
+            table.add_row(r["email"], r["role"], "yes" if r["disabled"] else "", r["scope_id"], r["created_at"])
+        console.print(table)
+
+    _platform_call(run)
 
 
 @db_app.command("stop")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,6 +57,23 @@ class Settings(BaseSettings):
     def lane_concurrency(self, lane: str) -> int:
         """Concurrency of ``lane`` (1..8); lanes without a setting (tests, extensions) get 8."""
         return getattr(self, f"lane_concurrency_{lane}", 8)
+
+    # Accounts, quotas and metering (platform).
+    auth: Literal["auto", "none", "required"] = Field(
+        default="auto", description="none = single-user, no login; auto = none on loopback with no users yet.")
+    bcrypt_rounds: int = Field(default=12, ge=4, le=16)
+    session_days: int = Field(default=30, ge=1, le=365)
+    session_cookie_secure: bool = Field(default=False, description="Set behind HTTPS: cookies only over TLS.")
+    login_max_failures_per_account: int = Field(default=5, ge=1)
+    login_max_failures_per_ip: int = Field(default=30, ge=1)
+    login_failure_window_seconds: int = Field(default=900, ge=1)
+    quota_storage_bytes: int | None = Field(default=None, ge=0, description="Per-user default; unset = unlimited.")
+    quota_memes: int | None = Field(default=None, ge=0)
+    quota_analysis_cost_per_month: float | None = Field(default=None, ge=0)
+    prices: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.')
+    media_url_ttl_seconds: int = Field(default=3600, ge=1, le=30 * 86400)
+    disk_rescan_seconds: int = Field(default=900, ge=10)
 
     @property
     def blob_root(self) -> Path:

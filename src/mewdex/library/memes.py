@@ -20,6 +20,8 @@ from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.names import display_name_from_filename
 from mewdex.library.scopes import ensure_scope
 from mewdex.pipeline.jobs import create_job
+from mewdex.platform import quotas
+from mewdex.platform.errors import PlatformError
 from mewdex.storage import failpoints, journal
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,8 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
 def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data: bytes, *, filename: str,
               provenance: dict[str, Any], collection_names: list[str] = (), collection_ids: list = (),
               process: bool = True, auto_name: bool = False, probed: ImageInfo | None = None) -> AddResult:
-    """Add one image: ``skipped`` with a stable error code for bad bytes, ``duplicate`` (the existing
+    """Add one image: ``skipped`` with a stable error code for bad bytes or ``quota_exceeded`` (the
+    owner's storage/meme limit; nothing written), ``duplicate`` (the existing
     meme, added to the collections too) for bytes already in the scope, else ``created``.
 
     ``collection_names`` are created when missing; ``collection_ids`` must be collections of the
@@ -70,6 +73,10 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
         if existing is not None:
             _add_to_collections(session, scope, existing, collection_names, collection_ids)
             return AddResult("duplicate", meme_id=str(existing.id), info=info)
+        try:  # before anything is written; an exact duplicate (above) adds nothing
+            quotas.check_upload(session, scope, len(data))
+        except PlatformError as exc:
+            return AddResult("skipped", error=exc.code, message=exc.message)
         op_id = journal.prepare_upload(session, scope.scope_id, key, sha256, len(data)).id
     failpoints.hit("upload.after_prepare")
 

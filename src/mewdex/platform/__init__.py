@@ -1,0 +1,1 @@
+"""The platform around the library: users, sessions and API tokens, quotas, usage metering, grants."""

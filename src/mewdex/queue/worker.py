@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.config import get_settings
 from mewdex.db.models import ImageProcessingAttempt, Task
 from mewdex.library.scopes import storage_namespace
+from mewdex.platform import metering
 from mewdex.pipeline import jobs
 from mewdex.pipeline.stages import HANDLERS, MemeSnapshot, StageError, load_meme
 from mewdex.queue import batches, registry
@@ -204,6 +205,7 @@ class Worker:
                 task = queue.fenced(session, claim)
                 meme = load_meme(session, claim.scope_id, claim.target_meme_id)
                 handler.apply(session, meme, output)
+                metering.meter_stage(session, claim, output)
                 queue.succeed(task)
                 attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
                 if attempt is not None:

@@ -21,7 +21,7 @@ from mewdex.search.text import tokenize
 from mewdex.queue.worker import WorkerPool
 from mewdex.storage import blob_store, journal
 from mewdex.web import errors
-from mewdex.web.routers import collections, health, memes, pages, search, tasks, visual
+from mewdex.web.routers import account_pages, admin, auth, collections, health, memes, pages, search, tasks, usage, visual
 
 log = logging.getLogger(__name__)
 RECOVERY_INTERVAL_SECONDS = 300
@@ -69,8 +69,20 @@ def _warm_models() -> None:
         log.exception("could not load a model; its search leg is unavailable until it loads")
 
 
-def create_app(*, workers: int | None = None) -> FastAPI:
-    """The app; ``workers`` worker threads (default ``MEWDEX_WORKERS``) run while it is up."""
+def _disk_rescan_loop(stop: threading.Event) -> None:
+    from mewdex.platform.quotas import rescan
+
+    while not stop.wait(get_settings().disk_rescan_seconds):
+        try:
+            if fixed := rescan(get_sessionmaker()):
+                log.warning("disk usage drift corrected: %s", fixed)
+        except Exception:
+            log.exception("disk usage rescan failed")
+
+
+def create_app(*, workers: int | None = None, host: str | None = None) -> FastAPI:
+    """The app; ``workers`` worker threads (default ``MEWDEX_WORKERS``) run while it is up; ``host``
+    is the bind address (default ``MEWDEX_HOST``), which decides the automatic auth mode."""
     count = get_settings().workers if workers is None else workers
 
     @asynccontextmanager
@@ -80,6 +92,7 @@ def create_app(*, workers: int | None = None) -> FastAPI:
         stop = threading.Event()
         recovery = threading.Thread(target=_recovery_loop, args=(stop,), name="storage-recovery", daemon=True)
         recovery.start()
+        threading.Thread(target=_disk_rescan_loop, args=(stop,), name="disk-rescan", daemon=True).start()
         pool = WorkerPool(get_sessionmaker(), count)
         pool.start()
         _app.state.worker_pool = pool
@@ -87,9 +100,12 @@ def create_app(*, workers: int | None = None) -> FastAPI:
         stop.set()
         pool.stop()
 
-    app = FastAPI(title="mewdex", version="0.1.0", lifespan=lifespan)
+    # Every route may answer these errors (auth, scope 404s, validation, quotas, rate limits).
+    app = FastAPI(title="mewdex", version="0.1.0", lifespan=lifespan,
+                  responses=errors.error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503))
+    app.state.bind_host = host or get_settings().host
     errors.install(app)
-    for module in (health, search, memes, visual, collections, tasks, pages):
+    for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     return app

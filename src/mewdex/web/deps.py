@@ -1,17 +1,29 @@
-"""Request dependencies: a database session and the caller's scope."""
+"""Request dependencies: a database session, the authenticated principal and its scope.
+
+The scope comes ONLY from the principal (session cookie, ``Authorization: Bearer mdx_…`` token,
+a signed media URL, or — in single-user mode — the default local scope); never from a body or
+query. Cookie-authenticated state-changing requests must echo the session's CSRF token in
+``X-CSRF-Token`` (bearer-token requests are exempt: browsers never send them on their own).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from uuid import UUID
 
-from fastapi import Depends
+from fastapi import Depends, Request
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import ScopeContext
+from mewdex.db.models import Meme, ScopeContext, User
 from mewdex.library.scopes import default_scope
+from mewdex.platform import media_urls, sessions, tokens
+from mewdex.platform.auth import Principal, auth_mode
 from mewdex.web.errors import ApiError
+
+STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
 
 
 def _transaction() -> Iterator[Session]:
@@ -26,9 +38,68 @@ def db_session(session: Session = Depends(_transaction, scope="function")) -> Se
     return session
 
 
-def current_scope() -> ScopeContext:
-    """The request's scope; single-user mode: the default local scope."""
-    return default_scope()
+def bind_host(request: Request) -> str:
+    return getattr(request.app.state, "bind_host", None) or get_settings().host
+
+
+def current_principal(request: Request, session: Session = Depends(db_session)) -> Principal:
+    """The caller; 401 ``auth_required`` / ``invalid_token`` / ``signature_invalid``, 403 ``csrf_failed``."""
+    params = request.query_params
+    if request.url.path.startswith("/media/") and ("sig" in params or "exp" in params):
+        meme_id = request.path_params.get("meme_id", "")
+        if not media_urls.verify(session, request.url.path, params.get("exp"), params.get("sig")):
+            raise ApiError(401, "signature_invalid", "the media link is invalid or has expired")
+        try:
+            scope_id = session.execute(select(Meme.scope_id).where(Meme.id == UUID(meme_id))).scalar_one_or_none()
+        except ValueError:
+            scope_id = None
+        if scope_id is None:
+            raise ApiError(404, "not_found", "meme not found")
+        return Principal(ScopeContext(scope_id), None, "signed_url")
+    authorization = request.headers.get("authorization")
+    if authorization is not None:
+        scheme, _, value = authorization.partition(" ")
+        found = tokens.resolve_token(session, value.strip()) if scheme.lower() == "bearer" else None
+        if found is None:
+            raise ApiError(401, "invalid_token", "the API token is invalid or revoked")
+        return _user_principal(found[1], "token")
+    cookie = request.cookies.get(sessions.COOKIE_NAME)
+    if cookie:
+        found = sessions.resolve_session(session, cookie)
+        if found is not None:
+            user_session, user = found
+            if request.method in STATE_CHANGING and not sessions.csrf_ok(
+                    user_session.csrf_token, request.headers.get(sessions.CSRF_HEADER)):
+                raise ApiError(403, "csrf_failed", f"missing or wrong {sessions.CSRF_HEADER} header")
+            return _user_principal(user, "session", cookie)
+    if auth_mode(session, bind_host(request)) == "none":
+        return Principal(default_scope(), None, "none")
+    raise ApiError(401, "auth_required", "sign in or send an API token")
+
+
+def _user_principal(user: User, via: str, session_value: str | None = None) -> Principal:
+    return Principal(ScopeContext(user.scope_id), user, via, session_value)
+
+
+def current_scope(principal: Principal = Depends(current_principal)) -> ScopeContext:
+    """The request's scope: the authenticated principal's (single-user mode: the local scope)."""
+    return principal.scope
+
+
+def current_user(principal: Principal = Depends(current_principal)) -> User:
+    """The signed-in user; 409 ``no_accounts`` in single-user mode (no account to act as)."""
+    if principal.user is None:
+        if principal.via == "none":
+            raise ApiError(409, "no_accounts", "single-user mode has no accounts; create one to use this")
+        raise ApiError(401, "auth_required", "sign in or send an API token")
+    return principal.user
+
+
+def require_admin(principal: Principal = Depends(current_principal)) -> Principal:
+    """An admin (or the local admin of single-user mode); everyone else gets 404 like a missing route."""
+    if not principal.is_admin:
+        raise ApiError(404, "not_found", "Not Found")
+    return principal
 
 
 def parse_id(value: str, what: str = "meme") -> UUID:

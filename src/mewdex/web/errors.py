@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mewdex.platform.errors import PlatformError
 
 
 class ApiError(Exception):
@@ -20,9 +24,35 @@ def error_body(code: str, message: str, details: Any = None) -> dict:
     return {"error": {"code": code, "message": message, "details": details}}
 
 
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorBody(BaseModel):
+    """The body of every error response."""
+
+    error: ErrorDetail
+
+
+def error_responses(*statuses: int) -> dict:
+    """OpenAPI ``responses`` entries documenting the JSON error body for ``statuses``."""
+    return {status: {"model": ErrorBody} for status in statuses}
+
+
 def install(app: FastAPI) -> None:
+    @app.exception_handler(PlatformError)
+    async def _platform_error(_request: Request, exc: PlatformError):
+        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status,
+                            headers=exc.headers)
+
     @app.exception_handler(ApiError)
-    async def _api_error(_request: Request, exc: ApiError):
+    async def _api_error(request: Request, exc: ApiError):
+        if (exc.code == "auth_required" and request.method == "GET"
+                and "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/api/")):
+            # A browser opening a page without a session: the sign-in page, then back here.
+            return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
 
     from mewdex.queue.backpressure import QueueFull
@@ -39,5 +69,5 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)

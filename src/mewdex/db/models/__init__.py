@@ -21,6 +21,14 @@ from mewdex.db.models.pipeline import (
     OperationGrant,
     ReverseImageUsageEvent,
 )
+from mewdex.db.models.platform import (
+    ApiToken,
+    PlatformSetting,
+    UsageEvent,
+    User,
+    UserDiskUsage,
+    UserSession,
+)
 from mewdex.db.models.queue import (
     IMAGE_STAGE_TASK_TYPES,
     Task,

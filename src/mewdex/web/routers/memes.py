@@ -117,7 +117,8 @@ def media(meme_id: str, request: Request, session: Session = Depends(db_session)
 MAX_FILES_PER_REQUEST = 20
 MAX_REQUEST_BYTES = 200 * 1024 * 1024
 UPLOAD_THREADS = 4
-REJECTION_STATUS = {"unsupported_media_type": 415, "image_too_large": 422, "image_corrupt": 422}
+REJECTION_STATUS = {"unsupported_media_type": 415, "image_too_large": 422, "image_corrupt": 422,
+                    "quota_exceeded": 413}
 MEME_ERROR_STATUS = {"not_found": 404, "revision_conflict": 409, "display_name_invalid": 422,
                      "cursor_invalid": 422}
 _TRUE, _FALSE = {"1", "true", "on", "yes"}, {"", "0", "false", "off", "no"}

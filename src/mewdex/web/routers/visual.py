@@ -22,6 +22,8 @@ from mewdex.library import thumbnails as thumbs
 from mewdex.library.images import ImageError
 from mewdex.library.scopes import storage_namespace
 from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.pipeline.visual import MODEL_ID as visual_model_id
+from mewdex.platform import metering
 from mewdex.search import image_search
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session
@@ -94,6 +96,7 @@ async def search_image(file: UploadFile = File(...), n_results: int = Form(10),
     try:
         response = await run_in_threadpool(image_search.search_by_image, session, scope, data, n_results,
                                            max_pixels=settings.max_pixels)  # decode + model off the event loop
+        metering.meter_image_search(session, scope, visual_model_id)
         return response.as_dict()
     except ImageError as exc:
         raise ApiError(exc.http_status, exc.code, exc.message) from exc

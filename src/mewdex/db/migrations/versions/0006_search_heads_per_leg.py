@@ -5,13 +5,13 @@ generation it points at, so a leg can switch models (mewdex.search.generations).
 by earlier builds (keyed by the model id) are renamed to their leg. Data only; no DDL.
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 """
 
 from alembic import op
 
 revision = "0006"
-down_revision = "0004"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,60 @@
+"""Who is calling: the authentication mode and the principal a request acts as.
+
+``MEWDEX_AUTH``: ``none`` (single-user: every request acts as the local admin in the default
+scope), ``required`` (a session cookie, an API token or a signed media URL is needed), ``auto``
+(the default: ``none`` while serving on a loopback address with no user yet, else ``required``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from mewdex.config import get_settings
+from mewdex.db.models import ScopeContext, User
+from mewdex.platform import users
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: its scope, its user (None for the local admin of single-user mode and for a
+    signed media URL) and how it authenticated (``none``/``session``/``token``/``signed_url``)."""
+
+    scope: ScopeContext
+    user: User | None
+    via: str
+    session_value: str | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.via == "none" or (self.user is not None and self.user.role == "admin")
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def auth_mode(session: Session, bind_host: str) -> str:
+    """``none`` or ``required`` for a server bound to ``bind_host`` (see the module doc)."""
+    configured = get_settings().auth
+    if configured != "auto":
+        return configured
+    if not is_loopback(bind_host):
+        return "required"
+    return "required" if users.any_users(session) else "none"
+
+
+def startup_problem(bind_host: str) -> str | None:
+    """Why ``mewdex serve`` must not start on ``bind_host``, or None."""
+    if get_settings().auth == "none" and not is_loopback(bind_host):
+        return (f"MEWDEX_AUTH=none would open the library to anyone who can reach {bind_host}. "
+                "Create the admin account first:\n  mewdex user create you@example.com --admin\n"
+                "then serve with MEWDEX_AUTH=required (or unset), or bind to 127.0.0.1.")
+    return None

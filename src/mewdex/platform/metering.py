@@ -1,0 +1,42 @@
+"""What the pipeline meters: each stage that runs a model writes one usage event per queue task.
+
+* ``agent`` → an ``analysis.agent`` operation grant (idempotency key = the task id) committed with
+  a ``kind="analysis"`` event; the local analyzer is reserved and committed in the stage's fenced
+  write-back (it calls nothing outside the machine). A remote analyzer must reserve before its
+  call (``grants.reserve`` checks the monthly analysis budget) and commit or release after.
+* ``text_embedding`` → ``kind="embedding"``, units ``{"passages": n}`` per model.
+Retries of a task never meter twice (keyed by the task id).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from mewdex.db.models import ScopeContext
+from mewdex.platform import grants, usage
+
+
+def meter_stage(session: Session, claim, output: Any) -> None:
+    """Write the usage of one applied stage (``claim``: the queue claim; ``output``: the stage's)."""
+    from mewdex.pipeline.stages import STAGE_VERSIONS
+
+    stage = claim.image_stage
+    if stage == "agent":
+        grant = grants.reserve(session, ScopeContext(claim.scope_id), "analysis.agent", f"task:{claim.task_id}",
+                               task_id=claim.task_id, resource_id=str(claim.target_meme_id), check_budget=False)
+        lines = (output or {}).get("ocr_lines") or []
+        grants.commit(session, grant, kind="analysis", model_profile=STAGE_VERSIONS["agent"],
+                      units={"images": 1, "ocr_lines": len(lines) if isinstance(lines, list) else 0})
+    elif stage == "text_embedding":
+        for role in (output or {}).values():
+            usage.record(session, scope_id=claim.scope_id, kind="embedding", model_profile=role["model"],
+                         units={"passages": len(role["items"])}, task_id=claim.task_id,
+                         idempotency_key=f"task:{claim.task_id}:{role['model']}")
+
+
+def meter_image_search(session: Session, scope: ScopeContext, model_profile: str) -> None:
+    """One search by image (the local visual model embeds the query image)."""
+    usage.record(session, scope_id=scope.scope_id, kind="image_search", model_profile=model_profile,
+                 units={"images": 1})

@@ -1,0 +1,138 @@
+"""Sign-in: generic constant-time failures, rate limits per account and per IP, browser sessions.
+
+A session is a random cookie value; only its sha256 is stored (``user_sessions``), with the CSRF
+token the browser must echo in ``X-CSRF-Token`` on state-changing requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+from collections import deque
+from datetime import timedelta
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from mewdex.config import get_settings
+from mewdex.db.models import User, UserSession, utcnow
+from mewdex.platform import users
+from mewdex.platform.errors import PlatformError
+
+COOKIE_NAME = "mewdex_session"
+CSRF_COOKIE_NAME = "mewdex_csrf"
+CSRF_HEADER = "X-CSRF-Token"
+
+
+class FailureLimiter:
+    """Sliding-window failure counts per key, in this process (see the README: one API process per
+    database, or put the limit in a proxy, when scaling out)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failures: dict[str, deque[float]] = {}
+
+    def _window(self, key: str, now: float, window: float) -> deque[float]:
+        q = self._failures.setdefault(key, deque())
+        while q and q[0] <= now - window:
+            q.popleft()
+        return q
+
+    def retry_after(self, key: str, limit: int, window: float) -> float:
+        """Seconds until ``key`` may try again (0 = now)."""
+        now = time.monotonic()
+        with self._lock:
+            q = self._window(key, now, window)
+            return 0.0 if len(q) < limit else max(q[len(q) - limit] + window - now, 1.0)
+
+    def fail(self, key: str, window: float) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._window(key, now, window).append(now)
+            if len(self._failures) > 100_000:  # bound memory under a spray of random keys
+                self._failures = {k: v for k, v in self._failures.items() if v and v[-1] > now - window}
+
+    def clear(self, key: str) -> None:
+        with self._lock:
+            self._failures.pop(key, None)
+
+
+limiter = FailureLimiter()
+
+INVALID = PlatformError(401, "invalid_credentials", "the email or password is wrong")
+
+
+def authenticate(session: Session, email: str, password: str, client_ip: str) -> User:
+    """The user for ``email``/``password``.
+
+    Raises 401 ``invalid_credentials`` for every kind of failure (unknown email, wrong password,
+    disabled account, malformed input) after the same bcrypt work, and 429 ``rate_limited`` (with
+    ``Retry-After``) after too many failures for the account or from the IP within the window.
+    """
+    settings = get_settings()
+    window = settings.login_failure_window_seconds
+    account_key, ip_key = f"account:{email.strip().lower()[:320]}", f"ip:{client_ip}"
+    wait = max(limiter.retry_after(account_key, settings.login_max_failures_per_account, window),
+               limiter.retry_after(ip_key, settings.login_max_failures_per_ip, window))
+    if wait:
+        raise PlatformError(429, "rate_limited", "too many failed sign-ins; try again later",
+                            {"retry_after_seconds": int(wait)}, headers={"Retry-After": str(int(wait))})
+    try:
+        candidate = users.password_bytes(password)
+    except PlatformError:
+        candidate = password.encode("utf-8", "replace")[:72] or b"-"
+        candidate = candidate.replace(b"\x00", b"-")
+        user = None
+    else:
+        user = users.find_by_email(session, email) if "\x00" not in email else None
+    ok = users.check_password(user.password_hash if user else None, candidate)
+    if not ok or user is None or user.disabled:
+        limiter.fail(account_key, window)
+        limiter.fail(ip_key, window)
+        raise INVALID
+    limiter.clear(account_key)
+    return user
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def start_session(session: Session, user: User) -> tuple[str, str]:
+    """A new session for ``user``: ``(cookie value, csrf token)``; expired sessions are purged."""
+    value, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
+    now = utcnow()
+    session.execute(delete(UserSession).where(UserSession.user_id == user.user_id, UserSession.expires_at < now))
+    session.add(UserSession(session_hash=_digest(value), user_id=user.user_id, csrf_token=csrf,
+                            expires_at=now + timedelta(days=get_settings().session_days)))
+    return value, csrf
+
+
+def resolve_session(session: Session, value: str) -> tuple[UserSession, User] | None:
+    """The live session and its enabled user for a cookie value, else None."""
+    if not value or len(value) > 256:
+        return None
+    row = session.execute(
+        select(UserSession, User).join(User, User.user_id == UserSession.user_id).where(
+            UserSession.session_hash == _digest(value), UserSession.expires_at > utcnow(), User.disabled.is_(False))
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
+def end_session(session: Session, value: str) -> None:
+    if value:
+        session.execute(delete(UserSession).where(UserSession.session_hash == _digest(value)))
+
+
+def end_all_sessions(session: Session, user: User, *, keep: str | None = None) -> None:
+    """Sign the user out everywhere (but the session ``keep``), e.g. after a password change."""
+    stmt = delete(UserSession).where(UserSession.user_id == user.user_id)
+    if keep:
+        stmt = stmt.where(UserSession.session_hash != _digest(keep))
+    session.execute(stmt)
+
+
+def csrf_ok(stored: str, presented: str | None) -> bool:
+    return bool(presented) and secrets.compare_digest(stored.encode(), presented.encode("utf-8", "replace"))

@@ -1,0 +1,76 @@
+"""Personal API tokens ``mdx_<43 url-safe chars>``: shown once at creation, stored as sha256, named,
+with last-used time; a revoked token stops working on the next request."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from uuid import UUID
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mewdex.db.models import ApiToken, User, utcnow
+from mewdex.platform.errors import PlatformError, clean_text
+
+PREFIX = "mdx_"
+MAX_TOKENS_PER_USER = 100
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
+
+
+def create_token(session: Session, user: User, name: str) -> tuple[ApiToken, str]:
+    """``(row, plaintext token)``; 422 ``name_required``/``name_too_long``; 409 ``too_many_tokens``."""
+    name = clean_text(name, "name", max_chars=100)
+    if not name:
+        raise PlatformError(422, "name_required", "a token needs a name")
+    live = session.execute(
+        select(ApiToken.token_id).where(ApiToken.user_id == user.user_id, ApiToken.revoked_at.is_(None))
+    ).all()
+    if len(live) >= MAX_TOKENS_PER_USER:
+        raise PlatformError(409, "too_many_tokens", f"at most {MAX_TOKENS_PER_USER} live tokens per user")
+    plain = PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken(user_id=user.user_id, name=name, token_hash=_digest(plain), prefix=plain[:8])
+    session.add(row)
+    session.flush()
+    return row, plain
+
+
+def list_tokens(session: Session, user: User) -> list[ApiToken]:
+    return list(session.execute(
+        select(ApiToken).where(ApiToken.user_id == user.user_id).order_by(ApiToken.created_at, ApiToken.token_id)
+    ).scalars())
+
+
+def revoke_token(session: Session, user: User, token_id: UUID) -> None:
+    """Revoke the user's token; 404 ``not_found`` for anyone else's or a missing id."""
+    row = session.execute(
+        select(ApiToken).where(ApiToken.user_id == user.user_id, ApiToken.token_id == token_id)
+    ).scalar_one_or_none()
+    if row is None:
+        raise PlatformError(404, "not_found", "token not found")
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+
+
+def resolve_token(session: Session, token: str) -> tuple[ApiToken, User] | None:
+    """The live token and its enabled user, stamping ``last_used_at``; None otherwise."""
+    if not token.startswith(PREFIX) or len(token) > 200:
+        return None
+    row = session.execute(
+        select(ApiToken, User).join(User, User.user_id == ApiToken.user_id).where(
+            ApiToken.token_hash == _digest(token), ApiToken.revoked_at.is_(None), User.disabled.is_(False))
+    ).first()
+    if row is None:
+        return None
+    row[0].last_used_at = utcnow()
+    return row[0], row[1]
+
+
+def token_dict(row: ApiToken) -> dict:
+    """``{"id", "name", "prefix", "created_at", "last_used_at", "revoked_at"}`` (never the token)."""
+    iso = lambda t: t.isoformat() if t else None  # noqa: E731
+    return {"id": str(row.token_id), "name": row.name, "prefix": row.prefix, "created_at": iso(row.created_at),
+            "last_used_at": iso(row.last_used_at), "revoked_at": iso(row.revoked_at)}

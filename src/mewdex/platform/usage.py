@@ -1,0 +1,77 @@
+"""Metering: one ``usage_events`` row per metered call, priced from the config's price table.
+
+Kinds written today: ``analysis`` (the agent stage), ``embedding`` (the text-embedding stage),
+``image_search`` (search by image). Local model profiles cost 0 unless the price table says
+otherwise (``MEWDEX_PRICES='{"profile": {"unit": CNY per unit}}'``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Date, String, cast, func, literal, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from mewdex.config import get_settings
+from mewdex.db.models import UsageEvent, User, utcnow
+
+GROUPS = ("day", "kind", "model_profile", "user")
+
+
+def price(model_profile: str, units: dict[str, Any]) -> Decimal:
+    """Cost in CNY: Σ units[k] × price[model_profile][k] over numeric units with a price."""
+    table = get_settings().prices.get(model_profile, {})
+    total = Decimal(0)
+    for unit, per in table.items():
+        amount = units.get(unit)
+        if isinstance(amount, (int, float)) and not isinstance(amount, bool):
+            total += Decimal(str(amount)) * Decimal(str(per))
+    return total.quantize(Decimal("0.000001"))
+
+
+def record(session: Session, *, scope_id: str, kind: str, model_profile: str, units: dict[str, Any],
+           task_id: str | None = None, idempotency_key: str | None = None, cost: Decimal | None = None) -> None:
+    """Write one usage event for the scope's owner (``user_id`` NULL in single-user mode); a second
+    write with the same ``idempotency_key`` is a no-op."""
+    user_id = session.execute(select(User.user_id).where(User.scope_id == scope_id)).scalar_one_or_none()
+    stmt = insert(UsageEvent).values(
+        user_id=user_id, scope_id=scope_id, task_id=task_id, kind=kind, model_profile=model_profile, units=units,
+        cost_cny=price(model_profile, units) if cost is None else cost, idempotency_key=idempotency_key,
+        created_at=utcnow(),
+    )
+    session.execute(stmt.on_conflict_do_nothing(index_elements=["idempotency_key"]) if idempotency_key else stmt)
+
+
+def month_cost(session: Session, scope_id: str, kinds: tuple[str, ...] = ("analysis",)) -> Decimal:
+    """The scope's cost of ``kinds`` in the current calendar month (UTC)."""
+    start = utcnow().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return session.execute(
+        select(func.coalesce(func.sum(UsageEvent.cost_cny), 0)).where(
+            UsageEvent.scope_id == scope_id, UsageEvent.kind.in_(kinds), UsageEvent.created_at >= start)
+    ).scalar_one()
+
+
+def summary(session: Session, *, start: datetime, end: datetime, group_by: str,
+            scope_id: str | None = None) -> dict:
+    """Events in ``[start, end)`` grouped by ``day`` | ``kind`` | ``model_profile`` | ``user``, for one
+    scope or (``scope_id`` None, admin) all: ``{"from", "to", "group_by", "groups": [{"key", "events",
+    "cost"}], "total": {"events", "cost"}}``; cost in CNY."""
+    key = {
+        "day": cast(func.timezone("UTC", UsageEvent.created_at), Date),
+        "kind": UsageEvent.kind,
+        "model_profile": UsageEvent.model_profile,
+        "user": func.coalesce(cast(UsageEvent.user_id, String), literal("scope:") + UsageEvent.scope_id),
+    }[group_by]
+    query = select(key.label("key"), func.count().label("events"), func.sum(UsageEvent.cost_cny).label("cost")).where(
+        UsageEvent.created_at >= start, UsageEvent.created_at < end)
+    if scope_id is not None:
+        query = query.where(UsageEvent.scope_id == scope_id)
+    rows = session.execute(query.group_by(key).order_by(key)).all()
+    groups = [{"key": str(r.key), "events": r.events, "cost": float(r.cost or 0)} for r in rows]
+    return {
+        "from": start.isoformat(), "to": end.isoformat(), "group_by": group_by, "groups": groups,
+        "total": {"events": sum(g["events"] for g in groups), "cost": round(sum(g["cost"] for g in groups), 6)},
+    }

@@ -1,0 +1,186 @@
+"""Users: sign-up, passwords (bcrypt, 8–72 UTF-8 bytes), roles, the personal scope, disabling.
+
+The first account of an installation becomes admin and owns the default scope (so a personal
+install that turns multi-user keeps its library with its admin); every later account gets a new
+personal scope ``u-<32 hex>`` — a stable id, never the email.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import bcrypt
+from sqlalchemy import exists, func, select
+from sqlalchemy.orm import Session
+
+from mewdex.config import get_settings
+from mewdex.db.models import ScopeContext, User
+from mewdex.library.scopes import default_scope, ensure_scope
+from mewdex.platform.errors import PlatformError, clean_text
+from mewdex.platform.instance import get_setting
+
+MIN_PASSWORD_BYTES = 8
+MAX_PASSWORD_BYTES = 72  # bcrypt reads at most 72 bytes; longer would be silently truncated
+MAX_EMAIL_CHARS = 254
+MAX_NAME_CHARS = 100
+EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+def password_bytes(password: str) -> bytes:
+    """The password as UTF-8, checked: 422 ``password_too_short`` (< 8 bytes), ``password_too_long``
+    (> 72 bytes, counted in UTF-8 bytes), ``password_invalid`` (NUL or a lone surrogate)."""
+    if "\x00" in password:
+        raise PlatformError(422, "password_invalid", "the password holds a NUL character")
+    try:
+        data = password.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PlatformError(422, "password_invalid", "the password is not valid Unicode") from None
+    if len(data) > MAX_PASSWORD_BYTES:
+        raise PlatformError(422, "password_too_long", f"the password is over {MAX_PASSWORD_BYTES} bytes (UTF-8)",
+                            {"max_bytes": MAX_PASSWORD_BYTES, "bytes": len(data)})
+    if len(data) < MIN_PASSWORD_BYTES:
+        raise PlatformError(422, "password_too_short", f"the password is under {MIN_PASSWORD_BYTES} bytes",
+                            {"min_bytes": MIN_PASSWORD_BYTES})
+    return data
+
+
+def hash_password(password: str) -> str:
+    return bcrypt.hashpw(password_bytes(password), bcrypt.gensalt(get_settings().bcrypt_rounds)).decode()
+
+
+def check_password(stored_hash: str | None, candidate: bytes) -> bool:
+    """bcrypt comparison; a missing hash still costs one bcrypt round trip (constant time)."""
+    if not stored_hash:
+        bcrypt.checkpw(candidate, _dummy_hash())
+        return False
+    return bcrypt.checkpw(candidate, stored_hash.encode())
+
+
+_DUMMY: dict[int, bytes] = {}
+
+
+def _dummy_hash() -> bytes:
+    rounds = get_settings().bcrypt_rounds
+    if rounds not in _DUMMY:
+        _DUMMY[rounds] = bcrypt.hashpw(b"mewdex-dummy-password", bcrypt.gensalt(rounds))
+    return _DUMMY[rounds]
+
+
+def normalize_email(email: str) -> str:
+    """Stripped email; 422 ``email_invalid`` unless it looks like ``local@domain.tld``."""
+    email = clean_text(email, "email", max_chars=MAX_EMAIL_CHARS)
+    if not EMAIL_RE.match(email):
+        raise PlatformError(422, "email_invalid", "the email address is not valid")
+    return email
+
+
+def find_by_email(session: Session, email: str) -> User | None:
+    return session.execute(select(User).where(func.lower(User.email) == email.strip().lower())).scalar_one_or_none()
+
+
+def get_user(session: Session, user_id) -> User | None:
+    return session.get(User, user_id)
+
+
+def any_users(session: Session) -> bool:
+    return session.execute(select(exists().where(User.user_id.isnot(None)))).scalar_one()
+
+
+def user_for_scope(session: Session, scope_id: str) -> User | None:
+    return session.execute(select(User).where(User.scope_id == scope_id)).scalar_one_or_none()
+
+
+def create_user(session: Session, email: str, password: str, *, name: str | None = None,
+                role: str | None = None, check_signup: bool = False) -> User:
+    """A new account with its personal scope.
+
+    ``role`` None: admin for the installation's first account, else user. ``check_signup``: refuse
+    with 403 ``signup_disabled`` when the admin turned sign-up off. Errors: 422 (email/password/name),
+    409 ``email_taken``.
+    """
+    email = normalize_email(email)
+    pw_hash = hash_password(password)
+    name = clean_text(name, "name", max_chars=MAX_NAME_CHARS) or None if name is not None else None
+    # Serialise account creation so "first account = admin" and "first owns the default scope" hold.
+    session.execute(select(func.pg_advisory_xact_lock(0x6D657764_0001)))
+    if check_signup and not get_setting(session, "signup_enabled", True):
+        raise PlatformError(403, "signup_disabled", "sign-up is turned off on this server; ask the admin")
+    if find_by_email(session, email) is not None:
+        raise PlatformError(409, "email_taken", "an account with this email exists")
+    first = not any_users(session)
+    scope = default_scope() if first and user_for_scope(session, default_scope().scope_id) is None else (
+        ScopeContext(f"u-{uuid.uuid4().hex}"))
+    ensure_scope(session, scope)
+    user = User(email=email, password_hash=pw_hash, name=name, role=role or ("admin" if first else "user"),
+                scope_id=scope.scope_id)
+    session.add(user)
+    session.flush()
+    from mewdex.platform.quotas import rescan_user  # the default scope may already hold memes
+
+    rescan_user(session, user)
+    return user
+
+
+def change_password(session: Session, user: User, current: str, new: str) -> None:
+    """401 ``invalid_credentials`` when ``current`` is wrong; the new password's 422 rules; ends the
+    user's other sessions is left to the caller."""
+    try:
+        candidate = password_bytes(current)
+    except PlatformError:
+        candidate = b""
+    if not candidate or not check_password(user.password_hash, candidate):
+        raise PlatformError(401, "invalid_credentials", "the current password is wrong")
+    user.password_hash = hash_password(new)
+
+
+def set_password(session: Session, user: User, new: str) -> None:
+    user.password_hash = hash_password(new)
+
+
+def set_role(session: Session, user: User, role: str) -> None:
+    """422 ``role_invalid``; 409 ``last_admin`` when this would leave no enabled admin."""
+    if role not in ("user", "admin"):
+        raise PlatformError(422, "role_invalid", "role must be user or admin")
+    if user.role == "admin" and role != "admin":
+        _keep_an_admin(session, user)
+    user.role = role
+
+
+def set_disabled(session: Session, user: User, disabled: bool) -> None:
+    """Disabling ends the user's sessions at once (tokens stop working too: they check the user)."""
+    from mewdex.db.models import UserSession
+
+    if disabled and user.role == "admin":
+        _keep_an_admin(session, user)
+    user.disabled = disabled
+    if disabled:
+        session.execute(UserSession.__table__.delete().where(UserSession.user_id == user.user_id))
+
+
+def _keep_an_admin(session: Session, user: User) -> None:
+    others = session.execute(
+        select(func.count()).select_from(User).where(
+            User.role == "admin", User.disabled.is_(False), User.user_id != user.user_id)
+    ).scalar_one()
+    if others == 0:
+        raise PlatformError(409, "last_admin", "this is the last enabled admin")
+
+
+def user_dict(user: User) -> dict:
+    """``{"id", "email", "name", "role", "disabled", "scope_id", "created_at"}``."""
+    return {
+        "id": str(user.user_id),
+        "email": user.email,
+        "name": user.name,
+        "role": user.role,
+        "disabled": user.disabled,
+        "scope_id": user.scope_id,
+        "created_at": user.created_at.isoformat() if user.created_at else None,
+    }
+
+
+def list_users(session: Session) -> list[User]:
+    return list(session.execute(select(User).order_by(User.created_at, User.user_id)).scalars())
+
+

@@ -1,0 +1,109 @@
+"""Admin endpoints (404 for non-admins, like a missing route):
+
+* ``GET /api/v1/admin/users`` → ``{"users": [{…user, "quota", "disk", "analysis_cost_this_month"}]}``
+* ``PATCH /api/v1/admin/users/{id}`` ``{role?, disabled?, quota?: {storage_bytes?, memes?,
+  analysis_cost_per_month?}}`` (a quota field set to null returns to the configured default)
+* ``GET /api/v1/admin/usage?from=&to=&group_by=day|kind|model_profile|user`` (all users)
+* ``GET|PATCH /api/v1/admin/settings`` ``{signup_enabled}``
+* ``POST /api/v1/admin/disk-usage/rescan`` → ``{"corrected": {user_id: {"bytes", "files"}}}``
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+
+from mewdex.db.engine import get_sessionmaker
+from mewdex.db.models import User
+from mewdex.platform import quotas, usage, users
+from mewdex.platform.auth import Principal
+from mewdex.platform.instance import get_setting, set_setting
+from mewdex.web.deps import db_session, parse_id, require_admin
+from mewdex.web.errors import ApiError, error_responses
+from mewdex.web.routers.usage import time_range
+
+router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)],
+                   responses=error_responses(401, 403, 404, 409, 422))
+
+
+class QuotaPatch(BaseModel):
+    storage_bytes: int | None = Field(None, ge=0, le=2**62)
+    memes: int | None = Field(None, ge=0, le=2**31 - 1)
+    analysis_cost_per_month: float | None = Field(None, ge=0, le=1e6)
+
+
+class UserPatch(BaseModel):
+    role: str | None = None
+    disabled: bool | None = None
+    quota: QuotaPatch | None = None
+
+
+class SettingsPatch(BaseModel):
+    signup_enabled: bool | None = None
+
+
+def admin_user_dict(session: Session, user: User) -> dict:
+    return {
+        **users.user_dict(user),
+        "quota": quotas.limits_for(user).as_dict(),
+        "disk": quotas.disk_usage(session, user),
+        "analysis_cost_this_month": float(usage.month_cost(session, user.scope_id)),
+    }
+
+
+@router.get("/users")
+def list_users(session: Session = Depends(db_session)) -> dict:
+    return {"users": [admin_user_dict(session, u) for u in users.list_users(session)]}
+
+
+@router.patch("/users/{user_id}")
+def patch_user(user_id: str, body: UserPatch, session: Session = Depends(db_session)) -> dict:
+    """409 ``last_admin`` when the change would leave no enabled admin; 422 ``role_invalid``."""
+    user = users.get_user(session, parse_id(user_id, "user"))
+    if user is None:
+        raise ApiError(404, "not_found", "user not found")
+    if body.role is not None:
+        users.set_role(session, user, body.role)
+    if body.disabled is not None:
+        users.set_disabled(session, user, body.disabled)
+    if body.quota is not None:
+        fields = body.quota.model_fields_set
+        if "storage_bytes" in fields:
+            user.quota_storage_bytes = body.quota.storage_bytes
+        if "memes" in fields:
+            user.quota_memes = body.quota.memes
+        if "analysis_cost_per_month" in fields:
+            cost = body.quota.analysis_cost_per_month
+            user.quota_analysis_cost_per_month = None if cost is None else Decimal(str(cost))
+    session.flush()
+    return admin_user_dict(session, user)
+
+
+@router.get("/usage")
+def all_usage(start: datetime | None = Query(None, alias="from"), end: datetime | None = Query(None, alias="to"),
+              group_by: str = Query("day", pattern="^(day|kind|model_profile|user)$"),
+              session: Session = Depends(db_session)) -> dict:
+    """Every user's usage: the ``/api/v1/usage`` shape, ``group_by=user`` keys by user id."""
+    start, end = time_range(start, end)
+    return usage.summary(session, start=start, end=end, group_by=group_by)
+
+
+@router.get("/settings")
+def read_settings(session: Session = Depends(db_session)) -> dict:
+    return {"signup_enabled": bool(get_setting(session, "signup_enabled", True))}
+
+
+@router.patch("/settings")
+def patch_settings(body: SettingsPatch, session: Session = Depends(db_session)) -> dict:
+    if body.signup_enabled is not None:
+        set_setting(session, "signup_enabled", body.signup_enabled)
+    return {"signup_enabled": bool(get_setting(session, "signup_enabled", True))}
+
+
+@router.post("/disk-usage/rescan")
+def rescan(_principal: Principal = Depends(require_admin)) -> dict:
+    return {"corrected": quotas.rescan(get_sessionmaker())}

@@ -1,0 +1,156 @@
+"""Accounts over HTTP: sign-up, sign-in/out, password change, ``/me``, API tokens, signed media URLs.
+
+* ``POST /api/v1/auth/signup`` ``{email, password, name?}`` → 201 ``{"user", "csrf_token"}`` (signed in)
+* ``POST /api/v1/auth/login`` ``{email, password}`` → 200 ``{"user", "csrf_token"}`` + session cookie
+* ``POST /api/v1/auth/logout`` → 204
+* ``POST /api/v1/auth/password`` ``{current_password, new_password}`` → 204 (other sessions end)
+* ``GET /api/v1/me`` → ``{"user", "auth", "quota", "disk", "analysis_cost_this_month"}``
+* ``POST /api/v1/tokens`` ``{name}`` → 201 ``{"id", "name", "token", …}`` (the token is shown once)
+* ``GET /api/v1/tokens``, ``DELETE /api/v1/tokens/{id}``
+* ``GET /api/v1/memes/{id}/signed-url?ttl_seconds=&thumbnail=`` → ``{"url", "expires_at"}``
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BaseModel
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mewdex.config import get_settings
+from mewdex.db.models import Meme, ScopeContext, User
+from mewdex.platform import media_urls, quotas, sessions, tokens, usage, users
+from mewdex.platform.auth import Principal, auth_mode
+from mewdex.web.deps import bind_host, current_principal, current_scope, current_user, db_session, parse_id
+from mewdex.web.errors import ApiError, error_responses
+
+router = APIRouter(prefix="/api/v1", tags=["auth"], responses=error_responses(401, 403, 409, 422, 429))
+
+
+class SignupRequest(BaseModel):
+    email: str
+    password: str
+    name: str | None = None
+
+
+class LoginRequest(BaseModel):
+    email: str
+    password: str
+
+
+class PasswordRequest(BaseModel):
+    current_password: str
+    new_password: str
+
+
+class TokenRequest(BaseModel):
+    name: str
+
+
+def _client_ip(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _sign_in(response: Response, session: Session, user: User) -> str:
+    value, csrf = sessions.start_session(session, user)
+    max_age = get_settings().session_days * 86400
+    secure = get_settings().session_cookie_secure
+    response.set_cookie(sessions.COOKIE_NAME, value, max_age=max_age, httponly=True, samesite="lax", secure=secure,
+                        path="/")
+    response.set_cookie(sessions.CSRF_COOKIE_NAME, csrf, max_age=max_age, httponly=False, samesite="lax",
+                        secure=secure, path="/")
+    return csrf
+
+
+@router.post("/auth/signup", status_code=201)
+def signup(body: SignupRequest, response: Response, session: Session = Depends(db_session)) -> dict:
+    """Create an account (the installation's first becomes admin) and sign it in. 403
+    ``signup_disabled``; 409 ``email_taken``; 422 ``email_invalid``, ``password_too_short``,
+    ``password_too_long`` (over 72 UTF-8 bytes), ``password_invalid``, ``name_too_long``."""
+    user = users.create_user(session, body.email, body.password, name=body.name, check_signup=True)
+    csrf = _sign_in(response, session, user)
+    return {"user": users.user_dict(user), "csrf_token": csrf}
+
+
+@router.post("/auth/login")
+def login(body: LoginRequest, request: Request, response: Response, session: Session = Depends(db_session)) -> dict:
+    """Sign in: the ``mewdex_session`` cookie (HttpOnly, SameSite=Lax) and the ``mewdex_csrf``
+    cookie whose value state-changing requests echo in ``X-CSRF-Token``. 401
+    ``invalid_credentials`` for any failure; 429 ``rate_limited`` with ``Retry-After``."""
+    user = sessions.authenticate(session, body.email, body.password, _client_ip(request))
+    csrf = _sign_in(response, session, user)
+    return {"user": users.user_dict(user), "csrf_token": csrf}
+
+
+@router.post("/auth/logout", status_code=204)
+def logout(request: Request, session: Session = Depends(db_session)) -> Response:
+    """End this browser session (a no-op without one)."""
+    sessions.end_session(session, request.cookies.get(sessions.COOKIE_NAME, ""))
+    response = Response(status_code=204)
+    response.delete_cookie(sessions.COOKIE_NAME, path="/")
+    response.delete_cookie(sessions.CSRF_COOKIE_NAME, path="/")
+    return response
+
+
+@router.post("/auth/password", status_code=204)
+def change_password(body: PasswordRequest, principal: Principal = Depends(current_principal),
+                    user: User = Depends(current_user), session: Session = Depends(db_session)) -> Response:
+    """Change the password; every other session of the user ends. 401 ``invalid_credentials``."""
+    users.change_password(session, user, body.current_password, body.new_password)
+    sessions.end_all_sessions(session, user, keep=principal.session_value)
+    return Response(status_code=204)
+
+
+@router.get("/me")
+def me(request: Request, principal: Principal = Depends(current_principal),
+       session: Session = Depends(db_session)) -> dict:
+    """The caller: ``{"user": {...} | null, "auth": {"mode", "via"}, "scope_id", "quota", "disk",
+    "analysis_cost_this_month"}`` (``user`` null in single-user mode)."""
+    out = {
+        "user": None, "auth": {"mode": auth_mode(session, bind_host(request)), "via": principal.via},
+        "scope_id": principal.scope.scope_id, "quota": None, "disk": None,
+        "analysis_cost_this_month": float(usage.month_cost(session, principal.scope.scope_id)),
+    }
+    if principal.user is not None:
+        out["user"] = users.user_dict(principal.user)
+        out["quota"] = quotas.limits_for(principal.user).as_dict()
+        out["disk"] = quotas.disk_usage(session, principal.user)
+    return out
+
+
+@router.post("/tokens", status_code=201)
+def create_token(body: TokenRequest, user: User = Depends(current_user), session: Session = Depends(db_session)) -> dict:
+    """A new API token: ``{"id", "name", "prefix", "created_at", "last_used_at", "revoked_at", "token"}``;
+    ``token`` (``mdx_…``) is shown only here. 422 ``name_required``/``name_too_long``."""
+    row, plain = tokens.create_token(session, user, body.name)
+    return {**tokens.token_dict(row), "token": plain}
+
+
+@router.get("/tokens")
+def list_tokens(user: User = Depends(current_user), session: Session = Depends(db_session)) -> dict:
+    """``{"tokens": [{"id", "name", "prefix", "created_at", "last_used_at", "revoked_at"}]}``."""
+    return {"tokens": [tokens.token_dict(t) for t in tokens.list_tokens(session, user)]}
+
+
+@router.delete("/tokens/{token_id}", status_code=204, responses=error_responses(404))
+def revoke_token(token_id: str, user: User = Depends(current_user), session: Session = Depends(db_session)) -> Response:
+    """Revoke a token: requests with it fail from now on. 404 for another user's or a missing id."""
+    tokens.revoke_token(session, user, parse_id(token_id, "token"))
+    return Response(status_code=204)
+
+
+@router.get("/memes/{meme_id}/signed-url", responses=error_responses(404))
+def signed_url(meme_id: str, ttl_seconds: int | None = Query(None, ge=1, le=30 * 86400), thumbnail: bool = False,
+               scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)) -> dict:
+    """A link to the meme's bytes (or thumbnail) that works without signing in until it expires:
+    ``{"url": "/media/{id}?exp=…&sig=…", "expires_at"}``; default lifetime ``MEWDEX_MEDIA_URL_TTL_SECONDS``."""
+    found = session.execute(
+        select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id == parse_id(meme_id))
+    ).scalar_one_or_none()
+    if found is None:
+        raise ApiError(404, "not_found", "meme not found")
+    path = f"/media/{found}" + ("/thumbnail" if thumbnail else "")
+    url, exp = media_urls.sign(session, path, ttl_seconds or get_settings().media_url_ttl_seconds)
+    return {"url": url, "expires_at": datetime.fromtimestamp(exp, UTC).isoformat()}

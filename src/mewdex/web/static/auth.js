@@ -1,0 +1,22 @@
+// Signed-in browsers: every state-changing request (fetch or HTMX) carries the session's CSRF token
+// from the readable `mewdex_csrf` cookie in `X-CSRF-Token`; the API refuses it otherwise (403).
+"use strict";
+(() => {
+  const csrf = () => (document.cookie.match(/(?:^|;\s*)mewdex_csrf=([^;]+)/) || [])[1] || "";
+  const unsafe = (method) => !["GET", "HEAD", "OPTIONS"].includes((method || "GET").toUpperCase());
+  const plainFetch = window.fetch.bind(window);
+  window.fetch = (input, init = {}) => {
+    const method = init.method || (input instanceof Request ? input.method : "GET");
+    const token = csrf();
+    if (token && unsafe(method)) {
+      const headers = new Headers(init.headers || (input instanceof Request ? input.headers : undefined));
+      headers.set("X-CSRF-Token", decodeURIComponent(token));
+      init = {...init, headers};
+    }
+    return plainFetch(input, init);
+  };
+  document.addEventListener("htmx:configRequest", (event) => {
+    const token = csrf();
+    if (token && unsafe(event.detail.verb)) event.detail.headers["X-CSRF-Token"] = decodeURIComponent(token);
+  });
+})();
