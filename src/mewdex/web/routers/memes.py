@@ -96,7 +96,8 @@ def read_meme(meme_id: str, response: Response, session: Session = Depends(db_se
     return meme_dict(session, meme)
 
 
-@router.api_route("/media/{meme_id}", methods=["GET", "HEAD"])
+@router.get("/media/{meme_id}")
+@router.head("/media/{meme_id}", include_in_schema=False)
 def media(meme_id: str, request: Request, session: Session = Depends(db_session),
           scope: ScopeContext = Depends(current_scope)):
     """Original bytes with their real ``Content-Type``, ``ETag`` (sha256) and a year-long immutable cache."""

@@ -40,7 +40,8 @@ def _n_results(n: int) -> int:
     return n
 
 
-@router.api_route("/media/{meme_id}/thumbnail", methods=["GET", "HEAD"])
+@router.get("/media/{meme_id}/thumbnail")
+@router.head("/media/{meme_id}/thumbnail", include_in_schema=False)
 def thumbnail(meme_id: str, request: Request, animated: bool = False, session: Session = Depends(db_session),
               scope: ScopeContext = Depends(current_scope)):
     """The still WEBP thumbnail (or, with ``animated=1``, the animated preview when the meme has one).
