@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from sqlalchemy import text
 
 from accounts_helpers import PASSWORD, add_meme, auth_app, bearer, png  # noqa: F401
@@ -345,3 +347,23 @@ def test_browser_pages_send_you_to_sign_in_and_back(auth_app):
                        headers={"X-CSRF-Token": admin.csrf})
     page = admin.client.get("/admin")
     assert page.status_code == 200 and u.email in page.text and "<meter" in page.text
+
+
+def test_the_first_account_of_a_public_server_cannot_come_from_a_sign_up(sessions):
+    """On a non-loopback bind with no account yet, sign-up would hand the library to a stranger."""
+    from sqlalchemy import delete
+
+    from mewdex.db.models import User
+    from mewdex.platform.errors import PlatformError
+    from mewdex.platform.users import create_user
+
+    session = sessions()
+    try:
+        session.execute(delete(User))  # as on a fresh install; rolled back below
+        with pytest.raises(PlatformError) as refused:
+            create_user(session, "first@example.com", PASSWORD, check_signup=True, first_may_sign_up=False)
+        assert refused.value.code == "admin_required"
+        assert create_user(session, "first@example.com", PASSWORD, check_signup=True).role == "admin"
+    finally:
+        session.rollback()
+        session.close()

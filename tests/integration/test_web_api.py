@@ -167,3 +167,20 @@ def test_health_and_index(client):
 def test_unknown_route_is_a_json_404(client):
     r = client.get("/api/v1/nope")
     assert r.status_code == 404 and error_code(r) == "not_found"
+
+
+def test_nul_characters_never_reach_the_database(client):
+    r = client.post("/api/v1/search", json={"query": "abcd\u0000efgh"})
+    assert r.status_code == 200, r.text
+    for url in ("/api/v1/memes?name=ab%00cd", "/api/v1/tasks?type=x%00y", "/api/v1/tasks/ab%00cd", "/?q=abcd%00"):
+        r = client.get(url)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", (url, r.text)
+
+
+def test_cross_site_browser_writes_are_refused(client):
+    r = client.post("/api/v1/collections", json={"name": "x"}, headers={"Origin": "https://evil.example"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "cross_site_request"
+    r = client.post("/api/v1/collections", json={"name": "x"}, headers={"Sec-Fetch-Site": "cross-site"})
+    assert r.status_code == 403
+    r = client.post("/api/v1/search", json={"query": "x"}, headers={"Origin": "http://testserver"})
+    assert r.status_code == 200

@@ -92,12 +92,14 @@ def user_for_scope(session: Session, scope_id: str) -> User | None:
 
 
 def create_user(session: Session, email: str, password: str, *, name: str | None = None,
-                role: str | None = None, check_signup: bool = False) -> User:
+                role: str | None = None, check_signup: bool = False, first_may_sign_up: bool = True) -> User:
     """A new account with its personal scope.
 
     ``role`` None: admin for the installation's first account, else user. ``check_signup``: refuse
-    with 403 ``signup_disabled`` when the admin turned sign-up off. Errors: 422 (email/password/name),
-    409 ``email_taken``.
+    with 403 ``signup_disabled`` when the admin turned sign-up off. ``first_may_sign_up`` False: the
+    first account (the admin) cannot come from a sign-up (403 ``admin_required``; a server on a
+    public address must not hand its library to whoever signs up first). Errors: 422
+    (email/password/name), 409 ``email_taken``.
     """
     email = normalize_email(email)
     pw_hash = hash_password(password)
@@ -106,6 +108,9 @@ def create_user(session: Session, email: str, password: str, *, name: str | None
     session.execute(select(func.pg_advisory_xact_lock(0x6D657764_0001)))
     if check_signup and not get_setting(session, "signup_enabled", True):
         raise PlatformError(403, "signup_disabled", "sign-up is turned off on this server; ask the admin")
+    if check_signup and not first_may_sign_up and not any_users(session):
+        raise PlatformError(403, "admin_required", "this server has no admin yet: create it on the server with "
+                                                   "`mewdex user create EMAIL --admin`")
     if find_by_email(session, email) is not None:
         raise PlatformError(409, "email_taken", "an account with this email exists")
     first = not any_users(session)

@@ -112,16 +112,28 @@ def summary(session: Session, scope_id: str, batch_id: str) -> dict:
             "failed_by_code": by_code}
 
 
+_ACTIVE_SQL = text(
+    """
+    SELECT EXISTS (SELECT 1 FROM task_batch_items i JOIN tasks t ON t.scope_id = i.scope_id AND t.id = i.task_id
+                   WHERE i.scope_id = :s AND i.batch_id = :b AND t.status IN ('queued', 'running'))
+    """
+)
+
+
 def _finalize_if_done(session: Session, scope_id: str, batch_id: str) -> None:
+    # FOR NO KEY UPDATE: the ending transaction may already hold KEY SHARE on the batch row (the FK
+    # check of a hand-off task it added to the batch); FOR UPDATE would deadlock two such enders.
+    # The lock orders concurrent enders, so the last one sees all the others committed.
     batch = session.execute(
-        select(TaskBatch).where(TaskBatch.scope_id == scope_id, TaskBatch.batch_id == batch_id).with_for_update()
+        select(TaskBatch).where(TaskBatch.scope_id == scope_id, TaskBatch.batch_id == batch_id)
+        .with_for_update(key_share=True)
     ).scalar_one_or_none()
     if batch is None or not batch.sealed or batch.finalizer_state == "complete":
         return
     session.flush()
-    counts = summary(session, scope_id, batch_id)
-    if counts["active"]:
+    if session.execute(_ACTIVE_SQL, {"s": scope_id, "b": batch_id}).scalar_one():
         return
+    counts = summary(session, scope_id, batch_id)
     counts.pop("active")
     batch.summary = counts
     batch.finalizer_state = "complete"

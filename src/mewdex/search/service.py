@@ -64,6 +64,7 @@ def search(session: Session, scope: ScopeContext, query: str, n_results: int = 1
     is unavailable is skipped (listed in ``degraded``); keyword search keeps working.
     """
     started = time.perf_counter()
+    query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
     futures = {leg: _LEG_POOL.submit(_run_leg, leg, scope.scope_id, query) for leg in legs}
     rankings: dict[str, list[UUID]] = {}
     degraded: list[str] = []

@@ -21,6 +21,7 @@ from mewdex.search.text import tokenize
 from mewdex.queue.worker import WorkerPool
 from mewdex.storage import blob_store, journal
 from mewdex.web import errors
+from mewdex.web.guards import RequestGuards
 from mewdex.web.routers import account_pages, admin, auth, collections, health, memes, pages, search, tasks, usage, visual
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
                   responses=errors.error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503))
     app.state.bind_host = host or get_settings().host
     errors.install(app)
+    app.add_middleware(RequestGuards)
     for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")

@@ -16,10 +16,16 @@ from mewdex.web.routers.pages import render
 router = APIRouter(include_in_schema=False)
 
 
+def _same_site_path(target: str) -> bool:
+    """A path on this site: starts with one ``/``; browsers read ``\\`` as ``/``, so ``/\\evil`` is not one."""
+    target = target.replace("\\", "/")
+    return target.startswith("/") and not target.startswith("//") and not any(ord(c) < 32 for c in target)
+
+
 @router.get("/login")
 def login_page(request: Request, next: str = "/", session: Session = Depends(db_session)):
-    if not next.startswith("/") or next.startswith("//"):
-        next = "/"  # only same-site paths: no open redirect
+    if not _same_site_path(next):
+        next = "/"  # no open redirect
     found = sessions.resolve_session(session, request.cookies.get(sessions.COOKIE_NAME, ""))
     return render(request, "login.html", {
         "page": "login", "user": found[1] if found else None, "next": next,

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, ScopeContext, User
 from mewdex.platform import media_urls, quotas, sessions, tokens, usage, users
-from mewdex.platform.auth import Principal, auth_mode
+from mewdex.platform.auth import Principal, auth_mode, is_loopback
 from mewdex.web.deps import bind_host, current_principal, current_scope, current_user, db_session, parse_id
 from mewdex.web.errors import ApiError, error_responses
 
@@ -65,11 +65,14 @@ def _sign_in(response: Response, session: Session, user: User) -> str:
 
 
 @router.post("/auth/signup", status_code=201)
-def signup(body: SignupRequest, response: Response, session: Session = Depends(db_session)) -> dict:
+def signup(body: SignupRequest, request: Request, response: Response, session: Session = Depends(db_session)) -> dict:
     """Create an account (the installation's first becomes admin) and sign it in. 403
-    ``signup_disabled``; 409 ``email_taken``; 422 ``email_invalid``, ``password_too_short``,
-    ``password_too_long`` (over 72 UTF-8 bytes), ``password_invalid``, ``name_too_long``."""
-    user = users.create_user(session, body.email, body.password, name=body.name, check_signup=True)
+    ``signup_disabled``, ``admin_required`` (serving on a non-loopback address with no account yet:
+    the admin is created with ``mewdex user create --admin``); 409 ``email_taken``; 422
+    ``email_invalid``, ``password_too_short``, ``password_too_long`` (over 72 UTF-8 bytes),
+    ``password_invalid``, ``name_too_long``."""
+    user = users.create_user(session, body.email, body.password, name=body.name, check_signup=True,
+                             first_may_sign_up=is_loopback(bind_host(request)))
     csrf = _sign_in(response, session, user)
     return {"user": users.user_dict(user), "csrf_token": csrf}
 

@@ -524,10 +524,19 @@ function uploadPage() {
     if (form.collection_id.value) data.append("collection_id", form.collection_id.value);
     const xhr = new XMLHttpRequest();
     xhr.open("POST", "/api/v1/memes");
+    const token = window.mewdexCsrfToken ? window.mewdexCsrfToken() : "";
+    if (token) xhr.setRequestHeader("X-CSRF-Token", token);
     li.className = "upload-item st-running";
     $(".file-result", li).textContent = t("js.uploading");
     xhr.upload.onprogress = (e) => { if (e.lengthComputable) $("progress", li).value = Math.round((e.loaded / e.total) * 100); };
     xhr.onload = () => {
+      if (xhr.status === 429) {  // the processing queue is full: wait as told, then send this file again
+        const seconds = parseInt(xhr.getResponseHeader("Retry-After"), 10) || 5;
+        $(".file-result", li).textContent = t("js.queue_full_retry", {seconds});
+        active = Math.max(0, active - 1);
+        setTimeout(() => send(file, li), seconds * 1000);
+        return;
+      }
       let body = null;
       try { body = JSON.parse(xhr.responseText); } catch (e) { /* not JSON */ }
       const items = body && (body.results || body.items || (Array.isArray(body) ? body : null));

@@ -1,9 +1,11 @@
-// Signed-in browsers: every state-changing request (fetch or HTMX) carries the session's CSRF token
+// Signed-in browsers: every state-changing request (fetch, HTMX, or XHR via mewdexCsrfToken) carries the session's CSRF token
 // from the readable `mewdex_csrf` cookie in `X-CSRF-Token`; the API refuses it otherwise (403).
 "use strict";
 (() => {
   const csrf = () => (document.cookie.match(/(?:^|;\s*)mewdex_csrf=([^;]+)/) || [])[1] || "";
   const unsafe = (method) => !["GET", "HEAD", "OPTIONS"].includes((method || "GET").toUpperCase());
+  // For XMLHttpRequest senders (uploads with progress): the header value, or "" when not signed in.
+  window.mewdexCsrfToken = () => decodeURIComponent(csrf());
   const plainFetch = window.fetch.bind(window);
   window.fetch = (input, init = {}) => {
     const method = init.method || (input instanceof Request ? input.method : "GET");
