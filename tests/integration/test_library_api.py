@@ -421,3 +421,35 @@ def test_upload_429_queue_full_at_the_agent_limit_then_accepted(client, sessions
         assert session.execute(select(Meme).where(Meme.scope_id == scope.scope_id)).first() is None
     drain(scope)
     assert upload(client, [("one.png", png(41))]).status_code == 201
+
+
+def test_rename_while_another_is_open_is_409_and_a_forged_cursor_is_422(client, sessions):
+    import base64
+    import json as json_mod
+
+    from mewdex.storage import journal
+
+    meme_id = created_id(client, 410, "busy.png")
+    with sessions.begin() as session:  # a rename another request has journaled but not applied yet
+        journal.prepare_rename(session, session.get(Meme, meme_id), "elsewhere", 1)
+    r = client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "mine"})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "operation_in_progress", r.text
+    for value in (5, {"a": 1}, ["x"]):
+        cursor = base64.urlsafe_b64encode(json_mod.dumps(["name", value, meme_id]).encode()).decode()
+        r = client.get("/api/v1/memes", params={"sort": "name", "cursor": cursor})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "cursor_invalid", r.text
+
+
+def test_deleting_the_last_pending_meme_of_an_import_completes_its_batch(client, sessions, store, scope, tmp_path):
+    from mewdex.db.models import TaskBatch
+    from mewdex.library.importer import collect, import_paths
+
+    (tmp_path / "a.png").write_bytes(png(420))
+    summary = import_paths(sessions, store, scope, collect([tmp_path]))
+    with sessions.begin() as session:
+        meme_id = session.execute(select(Meme.id).where(Meme.scope_id == scope.scope_id)).scalar_one()
+        assert session.get(TaskBatch, (scope.scope_id, summary.batch_id)).finalizer_state != "complete"
+    assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204
+    with sessions.begin() as session:
+        batch = session.get(TaskBatch, (scope.scope_id, summary.batch_id))
+        assert batch.finalizer_state == "complete" and batch.summary["tasks"] == 0

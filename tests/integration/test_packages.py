@@ -165,6 +165,13 @@ def test_not_a_zip_and_bad_manifest(api, sessions, scope):
     _nothing_written(sessions, scope, api)
 
 
+def test_a_manifest_collection_name_that_is_not_text_falls_back_to_the_file_name(api):
+    manifest = {"format": "mewdex-collection", "version": 1, "collection": {"name": 42}, "items": []}
+    r = _import(api, _zip([("manifest.json", json.dumps(manifest).encode())]), "fallback.zip")
+    assert r.status_code == 201, r.text
+    assert r.json()["collection"]["name"] == "fallback"
+
+
 def test_plain_zip_with_a_bad_image_reports_it_rejected(api, sessions, scope):
     gbk_name = "表情/猫.png"
     out = io.BytesIO()

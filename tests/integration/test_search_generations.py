@@ -182,3 +182,23 @@ def test_cli_reindex_starts_a_build_that_the_queue_completes(mewdex_env, session
     with sessions.begin() as session:
         use = generations.status(session, scope.scope_id)["legs"]["use"]
     assert use["in_sync"] is True and use["active"]["memes"] == 0
+
+
+def test_a_cancelled_reindex_fails_its_generation_and_search_keeps_the_active_one(hash_models, sessions, store,
+                                                                                   scope, drain):
+    from mewdex.db.models import Task
+    from mewdex.queue import service as queue_service
+
+    ids = [_add_with_context(sessions, store, scope, i, n) for i, n in enumerate(NAMES[:2])]
+    drain(scope)
+    with sessions.begin() as session:
+        active = generations.current_generation(session, scope.scope_id, "e5").id
+        [building] = generations.start_reindex(session, scope.scope_id, model="e5")
+        task_id = session.execute(select(Task.id).where(Task.scope_id == scope.scope_id,
+                                                        Task.task_type == generations.REINDEX_TASK_TYPE,
+                                                        Task.status == "queued")).scalar_one()
+        queue_service.cancel(session, scope, task_id)
+    with sessions.begin() as session:
+        assert session.get(SearchGeneration, building.id).status == "failed"
+        assert generations.current_generation(session, scope.scope_id, "e5").id == active
+    assert _top(sessions, scope, "drake yes")[0][0] == ids[1]

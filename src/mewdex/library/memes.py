@@ -140,7 +140,7 @@ def _add_to_collections(session: Session, scope: ScopeContext, meme: Meme, names
 
 class MemeError(Exception):
     """A meme change refused with a stable code: ``not_found``, ``revision_conflict``,
-    ``display_name_invalid``, ``cursor_invalid``."""
+    ``operation_in_progress``, ``display_name_invalid``, ``cursor_invalid``."""
 
     def __init__(self, code: str, message: str, details: Any = None):
         super().__init__(message)
@@ -184,6 +184,8 @@ def rename(sessions: sessionmaker[Session], scope: ScopeContext, meme_id, name: 
     with sessions.begin() as session:
         meme = _locked_meme(session, scope, meme_id)
         _check_revision(meme, expected_revision)
+        if journal.open_operation(session, meme) is not None:  # a concurrent rename, or one a crash left open
+            raise MemeError("operation_in_progress", "the meme is being changed right now; try again in a moment")
         op_id = journal.prepare_rename(session, meme, new_name, meme.revision).id
     failpoints.hit("rename.after_prepare")
     try:
@@ -225,6 +227,7 @@ def delete(sessions: sessionmaker[Session], store, scope: ScopeContext, meme_id,
 
     from mewdex.db.models import DerivedImageThumbnail, Task
     from mewdex.library.scopes import storage_namespace
+    from mewdex.queue import batches
 
     with sessions.begin() as session:
         # Same lock order as a worker (task rows, then the meme) so the two never deadlock.
@@ -249,10 +252,13 @@ def delete(sessions: sessionmaker[Session], store, scope: ScopeContext, meme_id,
                          "WHERE task_scope_id = :s AND task_id = ANY(:ids)"),
                     {"s": scope.scope_id, "ids": list(task_ids)},
                 )
+        batch_ids = batches.batches_of(session, scope.scope_id, list(task_ids)) if task_ids else set()
         op = journal.record_delete(session, meme, thumbnail_keys)
         op_id, key = op.id, meme.storage_key
         session.delete(meme)
         session.flush()
+        for batch_id in batch_ids:  # the meme's tasks left their batches: one may be complete now
+            batches.finalize_if_done(session, scope.scope_id, batch_id)
         failpoints.hit("delete.before_rows_commit")
     failpoints.hit("delete.after_rows_deleted")
     with sessions.begin() as session:
@@ -345,6 +351,8 @@ def list_memes(session: Session, scope: ScopeContext, *, name: str | None = None
             if cursor_sort != sort:
                 raise ValueError("sort")
             last_id = uuid_mod.UUID(last_id)
+            if not isinstance(value, str):
+                raise TypeError("cursor value")
             value = value if sort == "name" else datetime.fromisoformat(value)
         except (ValueError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
             raise MemeError("cursor_invalid", "the cursor is not valid for this listing") from None

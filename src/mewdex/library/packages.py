@@ -507,7 +507,9 @@ def preflight(fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, na
         raise PackageError(422, "no_images", "the archive has no image that can be imported",
                            {"items": [{"name": i.name, "error": i.error} for i in items]})
 
-    collection_name = name or (manifest or {}).get("collection", {}).get("name") or Path(source_name).stem or "Imported"
+    collection = (manifest or {}).get("collection")
+    named = collection.get("name") if isinstance(collection, dict) else None
+    collection_name = name or (named if isinstance(named, str) else None) or Path(source_name).stem or "Imported"
     try:
         collection_name = collections.normalize_collection_name(collection_name)
     except ValueError:

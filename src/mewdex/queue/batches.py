@@ -61,6 +61,13 @@ def adopt_meme_tasks(session: Session, scope_id: str, meme_id, batch_id: str) ->
             park(session, scope_id, task_id)
 
 
+def batches_of(session: Session, scope_id: str, task_ids: list[str]) -> set[str]:
+    """The batches any of these tasks belong to."""
+    return set(session.execute(
+        select(TaskBatchItem.batch_id).where(TaskBatchItem.scope_id == scope_id, TaskBatchItem.task_id.in_(task_ids))
+    ).scalars())
+
+
 def batch_of(session: Session, scope_id: str, task_id: str) -> str | None:
     return session.execute(
         select(TaskBatchItem.batch_id).where(TaskBatchItem.scope_id == scope_id, TaskBatchItem.task_id == task_id)
@@ -74,14 +81,14 @@ def seal(session: Session, scope_id: str, batch_id: str) -> None:
              "WHERE scope_id = :s AND batch_id = :b AND finalizer_state = 'pending'"),
         {"s": scope_id, "b": batch_id},
     )
-    _finalize_if_done(session, scope_id, batch_id)
+    finalize_if_done(session, scope_id, batch_id)
 
 
 def task_ended(session: Session, scope_id: str, task_id: str) -> None:
     """Call in the transaction that ends a task for good (succeeded or failed)."""
     batch_id = batch_of(session, scope_id, task_id)
     if batch_id is not None:
-        _finalize_if_done(session, scope_id, batch_id)
+        finalize_if_done(session, scope_id, batch_id)
 
 
 _SUMMARY_SQL = text(
@@ -120,7 +127,8 @@ _ACTIVE_SQL = text(
 )
 
 
-def _finalize_if_done(session: Session, scope_id: str, batch_id: str) -> None:
+def finalize_if_done(session: Session, scope_id: str, batch_id: str) -> None:
+    """Write the batch's summary once, when it is sealed and none of its tasks is queued or running."""
     # FOR NO KEY UPDATE: the ending transaction may already hold KEY SHARE on the batch row (the FK
     # check of a hand-off task it added to the batch); FOR UPDATE would deadlock two such enders.
     # The lock orders concurrent enders, so the last one sees all the others committed.

@@ -97,14 +97,15 @@ class TaskContext:
 
 
 Handler = Callable[[TaskContext], Any]
-FailureHook = Callable[[Session, queue.Claim], None]
+FailureHook = Callable[[Session, Any], None]  # (session, the Claim or Task: has task_type and payload)
 HANDLERS: dict[str, Handler] = {}
 FAILURE_HOOKS: dict[str, FailureHook] = {}
 
 
 def register(task_type: str, *, on_failure: FailureHook | None = None) -> Callable[[Handler], Handler]:
     """Decorator: ``@register("noop")`` makes the function the handler of that task type;
-    ``on_failure(session, claim)`` runs in the transaction that fails the task for good."""
+    ``on_failure(session, claim_or_task)`` runs in the transaction that fails the task for good
+    (last attempt failed, lease expired with no attempt left, or cancelled)."""
 
     def wrap(fn: Handler) -> Handler:
         HANDLERS[task_type] = fn
@@ -113,6 +114,13 @@ def register(task_type: str, *, on_failure: FailureHook | None = None) -> Callab
         return fn
 
     return wrap
+
+
+def failed_for_good(session: Session, task) -> None:
+    """Run the task type's failure hook, if it has one (``task``: a Claim or a Task)."""
+    hook = FAILURE_HOOKS.get(task.task_type)
+    if hook is not None:
+        hook(session, task)
 
 
 @register("noop")

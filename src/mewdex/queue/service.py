@@ -21,7 +21,7 @@ from mewdex.db.models import (
     TaskBatchItem,
     utcnow,
 )
-from mewdex.queue import backpressure, batches
+from mewdex.queue import backpressure, batches, registry
 from mewdex.queue import tasks as queue
 
 TASK_STATUSES = ("queued", "running", "succeeded", "failed")
@@ -248,6 +248,7 @@ def cancel(session: Session, scope: ScopeContext, task_id: str) -> Task:
 
         jobs.stage_failed(session, task)
     batches.task_ended(session, task.scope_id, task.id)
+    registry.failed_for_good(session, task)
     return task
 
 

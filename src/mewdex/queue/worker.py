@@ -45,6 +45,8 @@ def maintain(session: Session) -> dict[str, int]:
              "unknown_execution": jobs.stage_unknown}[r.outcome](session, task)
         if r.outcome != "requeued":
             batches.task_ended(session, task.scope_id, task.id)
+        if r.outcome == "failed":
+            registry.failed_for_good(session, task)
         log.warning("lease of task %s expired: %s", task.id, r.outcome)
     return {"reaped": len(reaped), "fed": batches.feed(session)}
 
@@ -176,9 +178,7 @@ class Worker:
             (jobs.stage_failed if final else jobs.stage_retrying)(session, task)
         if final:
             batches.task_ended(session, claim.scope_id, claim.task_id)
-            hook = registry.FAILURE_HOOKS.get(claim.task_type)
-            if hook is not None:
-                hook(session, claim)
+            registry.failed_for_good(session, claim)
 
     # -- image-stage tasks ------------------------------------------------------------------------------
 

@@ -94,6 +94,14 @@ def name_fingerprint(name: str) -> str:
     return hashlib.sha256(name.encode("utf-8")).hexdigest()
 
 
+def open_operation(session: Session, meme: Meme) -> StorageOperation | None:
+    """The meme's journaled operation that is not finished yet (``prepared`` or ``file_applied``), if any."""
+    return session.execute(
+        select(StorageOperation).where(StorageOperation.scope_id == meme.scope_id, StorageOperation.meme_id == meme.id,
+                                       StorageOperation.status.in_(("prepared", "file_applied"))).limit(1)
+    ).scalar_one_or_none()
+
+
 def prepare_rename(session: Session, meme: Meme, new_name: str, expected_revision: int) -> StorageOperation:
     """Journal a rename of ``meme`` to ``new_name`` at ``expected_revision``; commit before applying it."""
     op = StorageOperation(

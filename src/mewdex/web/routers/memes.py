@@ -120,8 +120,8 @@ MAX_REQUEST_BYTES = 200 * 1024 * 1024
 UPLOAD_THREADS = 4
 REJECTION_STATUS = {"unsupported_media_type": 415, "image_too_large": 422, "image_corrupt": 422,
                     "quota_exceeded": 413}
-MEME_ERROR_STATUS = {"not_found": 404, "revision_conflict": 409, "display_name_invalid": 422,
-                     "cursor_invalid": 422}
+MEME_ERROR_STATUS = {"not_found": 404, "revision_conflict": 409, "operation_in_progress": 409,
+                     "display_name_invalid": 422, "cursor_invalid": 422}
 _TRUE, _FALSE = {"1", "true", "on", "yes"}, {"", "0", "false", "off", "no"}
 
 

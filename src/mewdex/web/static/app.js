@@ -88,7 +88,16 @@ async function copyImage(id) {
   }
 }
 
-function mediaLink(id) { return `${location.origin}/media/${id}`; }
+// Signed in (login required): a signed, expiring link that works in chats without a session.
+async function mediaLink(id) {
+  if (window.mewdexCsrfToken && window.mewdexCsrfToken()) {
+    try {
+      const resp = await fetch(`/api/v1/memes/${id}/signed-url`);
+      if (resp.ok) return location.origin + (await resp.json()).url;
+    } catch (e) { /* fall back to the plain link */ }
+  }
+  return `${location.origin}/media/${id}`;
+}
 
 // Animated preview on hover/focus: swap the still thumbnail for the animated one.
 function setPreview(target, on) {
@@ -330,7 +339,7 @@ document.addEventListener("click", (e) => {
   const id = holder && holder.dataset.id;
   switch (action) {
     case "copy-image": copyImage(id); break;
-    case "copy-link": copyText(mediaLink(id)).then((ok) => toast(ok ? t("js.copied_link") : t("js.copy_failed"), ok ? "ok" : "error")); break;
+    case "copy-link": mediaLink(id).then(copyText).then((ok) => toast(ok ? t("js.copied_link") : t("js.copy_failed"), ok ? "ok" : "error")); break;
     case "close-dialog": dialog.close(); break;
     case "rename-start": toggleRename(el.closest("[data-component=rename]"), true); break;
     case "rename-cancel": toggleRename(el.closest("[data-component=rename]"), false); break;
