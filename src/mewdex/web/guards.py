@@ -1,7 +1,7 @@
 """Request guards that run before any route (one pure ASGI middleware).
 
-* No NUL in the URL: a path or query string carrying ``%00`` gets 422 ``invalid_request``
-  (PostgreSQL text cannot hold NUL, so such a value could only fail deeper down).
+* No NUL in the URL (PostgreSQL text cannot hold it, so it could only fail deeper down): a path
+  with ``%00`` is 404 ``not_found`` like any unknown id, a query string with it 422 ``invalid_request``.
 * Same origin for changes: a browser that submits a form or script request from another site to this server says so in
 ``Sec-Fetch-Site: cross-site`` or in an ``Origin`` that is not this server's. Such POST, PUT,
 PATCH or DELETE requests get 403 ``cross_site_request`` before any route runs. This is what
@@ -35,10 +35,8 @@ def cross_site(headers: dict[str, str]) -> bool:
     return urlsplit(origin).netloc.lower() not in ours
 
 
-def has_nul(scope) -> bool:
-    """True when the request's path or query string holds a NUL character (raw or ``%00``)."""
-    path = scope.get("raw_path") or scope.get("path", "").encode()
-    return b"\x00" in unquote_to_bytes(path) or b"\x00" in unquote_to_bytes(scope.get("query_string", b""))
+def _nul(raw: bytes) -> bool:
+    return b"\x00" in unquote_to_bytes(raw)
 
 
 async def _refuse(send, status: int, code: str, message: str) -> None:
@@ -54,8 +52,10 @@ class RequestGuards:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
-            if has_nul(scope):
-                return await _refuse(send, 422, "invalid_request", "the URL contains a NUL character")
+            if _nul(scope.get("raw_path") or scope.get("path", "").encode()):  # no id or page has one
+                return await _refuse(send, 404, "not_found", "not found")
+            if _nul(scope.get("query_string", b"")):
+                return await _refuse(send, 422, "invalid_request", "the query string contains a NUL character")
             if scope["method"] in STATE_CHANGING:
                 headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
                 if cross_site(headers):
