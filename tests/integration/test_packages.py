@@ -274,3 +274,21 @@ def test_an_upload_over_the_package_limit_is_cut_off(api, sessions, scope, setti
     r = _import(api, _zip([("a.png", png((1, 1, 1)))]) + b"\0" * (2 << 20))
     assert r.status_code == 413 and error_code(r) == "package_too_large"
     _nothing_written(sessions, scope, api)
+
+
+def test_a_zip_import_processes_as_one_batch_fed_to_the_lanes(api, sessions, scope, drain):
+    from sqlalchemy import select
+
+    from mewdex.db.models import TaskBatch, TaskBatchItem
+
+    r = _import(api, _zip([("a.png", png((9, 1, 1))), ("b.png", png((9, 2, 2)))]))
+    assert r.status_code == 201, r.text
+    with sessions.begin() as session:
+        [batch] = session.execute(select(TaskBatch).where(TaskBatch.scope_id == scope.scope_id)).scalars().all()
+        assert batch.sealed and batch.finalizer_state != "complete"
+        members = session.execute(select(TaskBatchItem).where(TaskBatchItem.scope_id == scope.scope_id)).all()
+        assert len(members) == 2
+    drain(scope)
+    with sessions.begin() as session:
+        batch = session.get(TaskBatch, (scope.scope_id, batch.batch_id))
+        assert batch.finalizer_state == "complete" and batch.summary["failed"] == 0

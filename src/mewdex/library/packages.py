@@ -66,6 +66,7 @@ from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.memes import add_image
 from mewdex.library.names import display_name_from_filename, normalize_display_name
 from mewdex.library.scopes import storage_namespace
+from mewdex.queue import batches
 
 FORMAT = "mewdex-collection"
 VERSION = 1
@@ -575,16 +576,28 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
         collection_id, collection_name = collection.id, collection.name
     result = ImportResult(collection={}, inflated_bytes=plan.inflated_bytes)
     budget = _Budget(limits)
-    for item in plan.items:
-        if item.error is not None:
-            outcome = ItemResult(item.name, item.display_name, "rejected", error=item.error)
-        else:
-            # The membership is written with the meme (same transaction), by the collection's unique name.
-            outcome = _import_item(sessions, store, scope, fileobj, item, budget, collection_name, source_name,
-                                   process)
-        result.items.append(outcome)
-        if on_item is not None:
-            on_item(outcome)
+    batch_id = None
+    if process:  # like a folder import: one batch, fed to the lanes as they drain (never fills the queue)
+        with sessions.begin() as session:
+            batch_id = batches.create(session, scope.scope_id).batch_id
+    try:
+        for item in plan.items:
+            if item.error is not None:
+                outcome = ItemResult(item.name, item.display_name, "rejected", error=item.error)
+            else:
+                # The membership is written with the meme (same transaction), by the collection's unique name.
+                outcome = _import_item(sessions, store, scope, fileobj, item, budget, collection_name, source_name,
+                                       process)
+                if batch_id is not None and outcome.status == "created":
+                    with sessions.begin() as session:
+                        batches.adopt_meme_tasks(session, scope.scope_id, outcome.meme["id"], batch_id)
+            result.items.append(outcome)
+            if on_item is not None:
+                on_item(outcome)
+    finally:
+        if batch_id is not None:
+            with sessions.begin() as session:
+                batches.seal(session, scope.scope_id, batch_id)
     with sessions.begin() as session:
         collection = collections.find(session, scope, collection_id)
         result.collection = {"id": str(collection_id), "name": collection_name,
