@@ -34,7 +34,7 @@ from mewdex.web.routers.memes import get_meme, meme_dict
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent.parent / "templates")
-SEARCH_RESULTS = 30
+SEARCH_RESULTS = 20
 # With a filter on, search looks further down the ranking so the filtered page is not empty.
 FILTERED_CANDIDATES = 200
 SIMILAR_RESULTS = 12
