@@ -17,6 +17,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -44,16 +46,15 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     sys.exit("server did not become ready")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--data-dir")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    data_dir = corpus.use_data_dir(args.data_dir)
-    if args.data_dir is None:
-        corpus.prepare()
+def bench_queries() -> list[str]:
+    """Every dev query, then the first 60 vvquest captions (file stems) as known-item queries."""
     queries = [json.loads(line)["query"] for line in (corpus.CORPUS / "queries_dev.jsonl").open(encoding="utf-8")]
-    queries += [p.stem for p in sorted((corpus.CORPUS / "vvquest" / "images").iterdir())[:60]]
+    return queries + [p.stem for p in sorted((corpus.CORPUS / "vvquest" / "images").iterdir())[:60]]
+
+
+@contextmanager
+def serve(data_dir: Path) -> Iterator[str]:
+    """``mewdex serve`` on a free port over ``data_dir`` with no worker threads; yields its URL once ready."""
     port = free_port()
     env = os.environ | {"MEWDEX_DATA_DIR": str(data_dir), "MEWDEX_WORKERS": "0"}
     mewdex = Path(sys.executable).parent / "mewdex"
@@ -62,22 +63,34 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, proc)
-        timings = []
-        with httpx.Client(base_url=url, timeout=30) as client:
-            for q in queries[:5]:  # warm-up: models load on first use
-                client.post("/api/v1/search", json={"query": q, "n_results": 10}).raise_for_status()
-            for _ in range(args.rounds):
-                for q in queries:
-                    started = time.perf_counter()
-                    client.post("/api/v1/search", json={"query": q, "n_results": 10}).raise_for_status()
-                    timings.append((time.perf_counter() - started) * 1000)
-        timings.sort()
-        p95 = timings[int(0.95 * (len(timings) - 1))]
-        print(f"{len(timings)} searches over {len(queries)} queries: p50 {statistics.median(timings):.1f} ms, "
-              f"p95 {p95:.1f} ms, max {timings[-1]:.1f} ms")
+        yield url
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data-dir")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    data_dir = corpus.use_data_dir(args.data_dir)
+    if args.data_dir is None:
+        corpus.prepare()
+    queries = bench_queries()
+    timings = []
+    with serve(data_dir) as url, httpx.Client(base_url=url, timeout=30) as client:
+        for q in queries[:5]:  # warm-up: models load on first use
+            client.post("/api/v1/search", json={"query": q, "n_results": 10}).raise_for_status()
+        for _ in range(args.rounds):
+            for q in queries:
+                started = time.perf_counter()
+                client.post("/api/v1/search", json={"query": q, "n_results": 10}).raise_for_status()
+                timings.append((time.perf_counter() - started) * 1000)
+    timings.sort()
+    p95 = timings[int(0.95 * (len(timings) - 1))]
+    print(f"{len(timings)} searches over {len(queries)} queries: p50 {statistics.median(timings):.1f} ms, "
+          f"p95 {p95:.1f} ms, max {timings[-1]:.1f} ms")
 
 
 if __name__ == "__main__":

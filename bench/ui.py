@@ -14,15 +14,12 @@ Run: .venv/bin/python bench/ui.py [--data-dir DIR] [--rounds 2] [--limit N]
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import corpus
-from search_latency import free_port, wait_ready
+from search_latency import bench_queries, serve
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -80,22 +77,11 @@ def main() -> None:
     data_dir = corpus.use_data_dir(args.data_dir)
     if args.data_dir is None:
         corpus.prepare()
-    queries = [json.loads(line)["query"] for line in (corpus.CORPUS / "queries_dev.jsonl").open(encoding="utf-8")]
-    queries += [p.stem for p in sorted((corpus.CORPUS / "vvquest" / "images").iterdir())[:60]]
+    queries = bench_queries()
     if args.limit:
         queries = queries[:args.limit]
-    port = free_port()
-    env = os.environ | {"MEWDEX_DATA_DIR": str(data_dir), "MEWDEX_WORKERS": "0"}
-    mewdex = Path(sys.executable).parent / "mewdex"
-    proc = subprocess.Popen([str(mewdex), "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, proc)
+    with serve(data_dir) as url:
         timings = measure(url, queries, args.rounds)
-    finally:
-        proc.terminate()
-        proc.wait(30)
     p95 = timings[int(0.95 * (len(timings) - 1))]
     print(f"{len(timings)} keystroke→rendered results over {len(queries)} queries: "
           f"p50 {statistics.median(timings):.0f} ms, p95 {p95:.0f} ms, max {timings[-1]:.0f} ms "
