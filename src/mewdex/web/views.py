@@ -145,13 +145,7 @@ def library_page(session: Session, scope: ScopeContext, *, name: str = "", state
     elif state == "ready":
         query = query.where(~_latest_stage_filter(scope, ("failed", "blocked", "unknown_execution", "queued", "running")))
     collection_id = _uuid(collection)
-    if collection_id is not None:
-        query = query.where(exists().where(
-            MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id,
-            MemeCollectionItem.meme_id == Meme.id,
-        ))
-    if animated:
-        query = query.where(Meme.extensions["image"]["animated"].as_boolean())
+    query = _filtered(query, scope, collection_id, animated)
     total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
     pages = max(1, -(-total // per_page))
     page = min(max(page, 1), pages)
@@ -159,6 +153,18 @@ def library_page(session: Session, scope: ScopeContext, *, name: str = "", state
         query.order_by(*SORTS.get(sort, SORTS["newest"])).offset((page - 1) * per_page).limit(per_page)
     ).scalars())
     return LibraryPage(cards(session, scope, memes), total, page, pages, per_page)
+
+
+def _filtered(query, scope: ScopeContext, collection_id: UUID | None, animated: bool):
+    """``query`` over memes, narrowed to members of the collection (when given) and to animated ones (when asked)."""
+    if collection_id is not None:
+        query = query.where(exists().where(
+            MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id,
+            MemeCollectionItem.meme_id == Meme.id,
+        ))
+    if animated:
+        query = query.where(Meme.extensions["image"]["animated"].as_boolean())
+    return query
 
 
 def meme_count(session: Session, scope: ScopeContext) -> int:
@@ -179,13 +185,7 @@ def filter_search_hits(session: Session, scope: ScopeContext, ids: list[UUID], *
     if not ids or (collection_id is None and not animated):
         return ids
     query = select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))
-    if collection_id is not None:
-        query = query.where(exists().where(
-            MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id,
-            MemeCollectionItem.meme_id == Meme.id,
-        ))
-    if animated:
-        query = query.where(Meme.extensions["image"]["animated"].as_boolean())
+    query = _filtered(query, scope, collection_id, animated)
     keep = set(session.execute(query).scalars())
     return [i for i in ids if i in keep]
 
