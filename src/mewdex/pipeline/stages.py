@@ -28,7 +28,7 @@ from mewdex.search import keyword
 
 STAGE_VERSIONS = {
     "visual": "visual-1",
-    "agent": "local-ocr-1",
+    "agent": "local-ocr-2",
     "auto_rename": "title-1",
     "text_embedding": "e5-fields+usem3-fields-1",
 }
