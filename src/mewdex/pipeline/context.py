@@ -347,9 +347,11 @@ def _readable_title(stem: str) -> list[str]:
 #: Which semantic fields each embedder scores (max over these fields), measured in
 #: bench/lab_text_recipe.py: e5 is best on the separate name/OCR fields; USE-m is best when the
 #: OCR text is anchored by the name (the bare OCR field is a "hub" that long, watermark-heavy
-#: OCR texts win on for unrelated queries).
+#: OCR texts win on for unrelated queries). Image labels are scored by USE-m only: in e5 they
+#: were the longest text to embed (~40 % of the stage's time) and the dev queries scored the same
+#: without them (bench/quality.py, MRR@10 0.371 without vs 0.369 with).
 FIELDS_BY_EMBEDDER: dict[str, tuple[str, ...]] = {
-    "e5": ("name", "ocr", "labels"),
+    "e5": ("name", "ocr"),
     "use": ("name", "name_ocr", "labels"),
 }
 

@@ -175,8 +175,9 @@ def _stages(session: Session, job: ImageProcessingJob) -> dict[str, ImageProcess
     return {row.stage: row for row in rows}
 
 
-def _next_planned(session: Session, job: ImageProcessingJob, after: str | None) -> ImageProcessingStage | None:
-    stages = _stages(session, job)
+def _next_planned(session: Session, job: ImageProcessingJob, after: str | None,
+                  stages: dict[str, ImageProcessingStage] | None = None) -> ImageProcessingStage | None:
+    stages = stages if stages is not None else _stages(session, job)
     start = 0 if after is None else STAGES.index(after) + 1
     for name in STAGES[start:]:
         if stages[name].planned:
@@ -221,8 +222,8 @@ def load_job(session: Session, scope_id: str, job_id) -> ImageProcessingJob:
     ).scalar_one()
 
 
-def stage_started(session: Session, task: Task) -> None:
-    """Mark the task's job and stage running (inside the claim's transaction)."""
+def stage_started(session: Session, task: Task | queue.Claim) -> None:
+    """Mark the task's job and stage running (inside the claim's transaction; the claim itself will do)."""
     job = load_job(session, task.scope_id, task.processing_job_id)
     stage = _stages(session, job)[task.image_stage]
     stage.status = "running"
@@ -231,14 +232,15 @@ def stage_started(session: Session, task: Task) -> None:
     job.current_stage = stage.stage
 
 
-def stage_succeeded(session: Session, task: Task) -> None:
-    """Record a stage's success and hand off to the next planned stage (never rejected)."""
+def stage_succeeded(session: Session, task: Task, batch_id: str | None) -> None:
+    """Record a stage's success and hand off to the next planned stage (never rejected); the next
+    stage's task joins ``batch_id``, the batch of ``task`` (``queue.batches.batch_of``)."""
     job = load_job(session, task.scope_id, task.processing_job_id)
-    stage = _stages(session, job)[task.image_stage]
+    stages = _stages(session, job)
+    stage = stages[task.image_stage]
     stage.status = "succeeded"
     stage.error = None
-    _queue_stage(session, job, _next_planned(session, job, after=stage.stage),
-                 batches.batch_of(session, task.scope_id, task.id))
+    _queue_stage(session, job, _next_planned(session, job, after=stage.stage, stages=stages), batch_id)
 
 
 def stage_retrying(session: Session, task: Task) -> None:

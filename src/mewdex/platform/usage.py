@@ -36,9 +36,8 @@ def record(session: Session, *, scope_id: str, kind: str, model_profile: str, un
            task_id: str | None = None, idempotency_key: str | None = None, cost: Decimal | None = None) -> None:
     """Write one usage event for the scope's owner (``user_id`` NULL in single-user mode); a second
     write with the same ``idempotency_key`` is a no-op."""
-    user_id = session.execute(select(User.user_id).where(User.scope_id == scope_id)).scalar_one_or_none()
     stmt = insert(UsageEvent).values(
-        user_id=user_id, scope_id=scope_id, task_id=task_id, kind=kind, model_profile=model_profile, units=units,
+        user_id=select(User.user_id).where(User.scope_id == scope_id).scalar_subquery(), scope_id=scope_id, task_id=task_id, kind=kind, model_profile=model_profile, units=units,
         cost_cny=price(model_profile, units) if cost is None else cost, idempotency_key=idempotency_key,
         created_at=utcnow(),
     )

@@ -15,11 +15,11 @@ import threading
 import time
 import uuid
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
-from mewdex.db.models import ImageProcessingAttempt, Task
-from mewdex.library.scopes import storage_namespace
+from mewdex.db.models import ImageProcessingAttempt, Meme, Scope
 from mewdex.platform import metering
 from mewdex.pipeline import jobs
 from mewdex.pipeline.stages import HANDLERS, MemeSnapshot, StageError, load_meme
@@ -128,11 +128,9 @@ class Worker:
     def _prepare(self, session: Session, claim: queue.Claim) -> MemeSnapshot | None:
         if claim.image_stage is None:
             return None
-        task = session.get(Task, (claim.task_id,))
-        meme = load_meme(session, claim.scope_id, claim.target_meme_id)
         if claim.processing_job_id is not None:
-            jobs.stage_started(session, task)
-        return _snapshot(session, meme)
+            jobs.stage_started(session, claim)
+        return _snapshot(session, claim)
 
     # -- standalone tasks -------------------------------------------------------------------------------
 
@@ -206,13 +204,12 @@ class Worker:
                 meme = load_meme(session, claim.scope_id, claim.target_meme_id)
                 handler.apply(session, meme, output)
                 metering.meter_stage(session, claim, output)
-                queue.succeed(task)
-                attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
-                if attempt is not None:
-                    attempt.state = "completed"
+                queue.complete(session, claim)
+                batch_id = batches.batch_of(session, claim.scope_id, claim.task_id)
                 if task.processing_job_id is not None:
-                    jobs.stage_succeeded(session, task)
-                batches.task_ended(session, claim.scope_id, claim.task_id)
+                    jobs.stage_succeeded(session, task, batch_id)
+                if batch_id is not None:
+                    batches.finalize_if_done(session, claim.scope_id, batch_id)
         except queue.StaleClaim as exc:
             log.warning("discarding result of a stale claim: %s", exc)
 
@@ -238,10 +235,15 @@ class Worker:
         return True
 
 
-def _snapshot(session: Session, meme) -> MemeSnapshot | None:
-    if meme is None:
+def _snapshot(session: Session, claim: queue.Claim) -> MemeSnapshot | None:
+    """The claimed task's meme (row-locked) as its stage reads it; None when it no longer exists."""
+    row = session.execute(
+        select(Meme, Scope.storage_namespace).join(Scope, Scope.id == Meme.scope_id)
+        .where(Meme.scope_id == claim.scope_id, Meme.id == claim.target_meme_id).with_for_update(of=Meme)
+    ).one_or_none()
+    if row is None:
         return None
-    namespace = storage_namespace(session, meme.scope_id)
+    meme, namespace = row
     key = meme.storage_key
     store = blob_store()
     return MemeSnapshot(
