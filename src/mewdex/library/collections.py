@@ -72,14 +72,16 @@ def _checked_name(value: Any) -> str:
 def get_or_create(session: Session, scope: ScopeContext, name: str) -> MemeCollection:
     """The scope's collection called ``name`` (normalised), created if missing; safe under concurrency."""
     name = normalize_collection_name(name)
+    query = select(MemeCollection).where(MemeCollection.scope_id == scope.scope_id, MemeCollection.name == name)
+    found = session.execute(query).scalar_one_or_none()
+    if found is not None:  # the common case: a folder's later files
+        return found
     session.execute(
         insert(MemeCollection)
         .values(scope_id=scope.scope_id, name=name)
         .on_conflict_do_nothing(index_elements=["scope_id", "name"])
     )
-    return session.execute(
-        select(MemeCollection).where(MemeCollection.scope_id == scope.scope_id, MemeCollection.name == name)
-    ).scalar_one()
+    return session.execute(query).scalar_one()
 
 
 def add_items(session: Session, scope: ScopeContext, collection_id: UUID, meme_ids: list[UUID]) -> int:

@@ -99,7 +99,7 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
             session.flush()
             _add_to_collections(session, scope, meme, collection_names, collection_ids)
             if process:
-                create_job(session, meme, auto_name=auto_name)
+                create_job(session, meme, auto_name=auto_name, new_meme=True)
             journal.complete(session, op_id, meme.id)
             meme_id = str(meme.id)
         failpoints.hit("upload.after_commit")

@@ -113,16 +113,18 @@ def config_hash(config: dict[str, Any]) -> str:
 
 
 def create_job(session: Session, meme: Meme, *, auto_name: bool = False, mode: str = "normal",
-               batch_id: str | None = None) -> ImageProcessingJob:
+               batch_id: str | None = None, new_meme: bool = False) -> ImageProcessingJob:
     """Create the job for the meme's current revision with its planned/skipped stage rows, and queue its
     first planned stage (a job with nothing to do succeeds at once). With ``batch_id`` the first task
-    joins that batch parked, to be fed as the lane drains; later stages' tasks join it unparked."""
+    joins that batch parked, to be fed as the lane drains; later stages' tasks join it unparked.
+    ``new_meme``: the meme was created in this transaction (no output can be ready, no job exists yet)."""
     config = processing_config(auto_name)
-    stages_plan = plan(config["stages"], set() if mode == "full_retry" else ready_stages(session, meme), mode)
+    ready = set() if mode == "full_retry" or new_meme else ready_stages(session, meme)
+    stages_plan = plan(config["stages"], ready, mode)
     job = ImageProcessingJob(
         scope_id=meme.scope_id,
         meme_id=meme.id,
-        revision=_next_revision(session, meme),
+        revision=1 if new_meme else _next_revision(session, meme),
         image_sha256=meme.sha256,
         metadata_hash=meme.search_metadata_hash,
         processing_config=config,
@@ -133,20 +135,20 @@ def create_job(session: Session, meme: Meme, *, auto_name: bool = False, mode: s
     )
     session.add(job)
     session.flush()
-    for stage in STAGES:
-        skip = stages_plan[stage]
-        session.add(
-            ImageProcessingStage(
-                scope_id=job.scope_id,
-                job_id=job.id,
-                stage=stage,
-                planned=skip is None,
-                skip_reason=skip,
-                status="queued" if skip is None else "skipped",
-            )
+    stages = {
+        stage: ImageProcessingStage(
+            scope_id=job.scope_id,
+            job_id=job.id,
+            stage=stage,
+            planned=stages_plan[stage] is None,
+            skip_reason=stages_plan[stage],
+            status="queued" if stages_plan[stage] is None else "skipped",
         )
+        for stage in STAGES
+    }
+    session.add_all(stages.values())
     session.flush()
-    task = _queue_stage(session, job, _next_planned(session, job, after=None), batch_id)
+    task = _queue_stage(session, job, _next_planned(session, job, after=None, stages=stages), batch_id)
     if task is not None and batch_id is not None:
         batches.park(session, task.scope_id, task.id)
     return job
