@@ -14,7 +14,8 @@ Outputs the tables on stdout and a JSON summary in /tmp/mewdex_lab/results.json.
 Add ``--sweep`` to also compare OCR score thresholds and watermark rules.
 
 Recommended default recipe (the "DEFAULT RRF k=5 kwOR*0.5+e5+use*2 +phrase" row):
-  * e5 leg: max cosine over the e5 fields name / ocr / labels (context.FIELDS_BY_EMBEDDER);
+  * e5 leg: max cosine over the e5 fields name / ocr / labels (context.FIELDS_BY_EMBEDDER; labels
+    were later left to USE alone, with no loss in bench/quality.py);
   * USE leg: max cosine over name / name_ocr / labels;
   * keyword leg: BM25-like rank over tokens (name weight 2, ocr 1, labels 0.5), OR semantics;
   * weighted RRF, k=5, depth 100 per leg: keyword 0.5, e5 1, USE 2 (DEFAULT_K, DEFAULT_W);
@@ -42,7 +43,7 @@ SOURCES = ("memegen", "vvquest", "chinesebqb")
 CACHE_DIR = Path(os.environ.get("MEWDEX_LAB_CACHE", "/tmp/mewdex_lab"))
 OCR_MIN_SCORE = 0.3  # raw floor kept in the cache; the context threshold is applied later
 OCR_MAX_SIDE = 1280
-OCR_DET = (960, "max")  # detection input size (OcrEngine defaults)
+OCR_DET = (960, "max")  # detection input size when the recipe was chosen (OcrEngine now uses 480)
 OCR_CACHE = CACHE_DIR / f"ocr_s{OCR_MIN_SCORE}_m{OCR_MAX_SIDE}_det{OCR_DET[1]}{OCR_DET[0]}.json"
 IMG_EXT = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp"}
 

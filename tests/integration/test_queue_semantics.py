@@ -52,7 +52,7 @@ def test_dedupe_key_returns_the_active_task(sessions, scope, lane):
     assert c.task_id == first
     assert enqueue(sessions, scope, lane, key="k1") == first
     with sessions.begin() as session:
-        queue.succeed(queue.fenced(session, c))
+        queue.complete(session, c)
     # Once finished, the same key makes a new task.
     again = enqueue(sessions, scope, lane, key="k1")
     assert again != first
@@ -116,13 +116,12 @@ def test_expired_lease_is_reclaimed_and_the_old_claim_is_fenced(sessions, scope,
         assert queue.heartbeat(session, old, 60) is False
     with pytest.raises(queue.StaleClaim):
         with sessions.begin() as session:
-            t = queue.fenced(session, old)
-            queue.succeed(t, result={"from": "dead"})  # never reached
+            queue.complete(session, old, result={"from": "dead"})
     row = task(sessions, task_id)
     assert (row.status, row.lease_owner, row.result) == ("running", "alive", None)
 
     with sessions.begin() as session:
-        queue.succeed(queue.fenced(session, new), result={"from": "alive"})
+        queue.complete(session, new, result={"from": "alive"})
     row = task(sessions, task_id)
     assert (row.status, row.result, row.lease_owner) == ("succeeded", {"from": "alive"}, None)
     # A finished task is fenced for everyone, the last owner included.
@@ -231,7 +230,7 @@ def test_scopes_take_turns(sessions, scope, lane):
             c = claim(sessions, lane)
             order.append(c.task_id)
             with sessions.begin() as session:
-                queue.succeed(queue.fenced(session, c))
+                queue.complete(session, c)
         assert order == [a[0], b, a[1], a[2]]
     finally:
         drop_scope(sessions, other)

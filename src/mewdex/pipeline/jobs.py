@@ -234,15 +234,16 @@ def stage_started(session: Session, task: Task | queue.Claim) -> None:
     job.current_stage = stage.stage
 
 
-def stage_succeeded(session: Session, task: Task, batch_id: str | None) -> None:
+def stage_succeeded(session: Session, task: Task, batch_id: str | None) -> Task | None:
     """Record a stage's success and hand off to the next planned stage (never rejected); the next
-    stage's task joins ``batch_id``, the batch of ``task`` (``queue.batches.batch_of``)."""
+    stage's task joins ``batch_id``, the batch of ``task`` (``queue.batches.batch_of``). Returns
+    that task, or None when the job is done."""
     job = load_job(session, task.scope_id, task.processing_job_id)
     stages = _stages(session, job)
     stage = stages[task.image_stage]
     stage.status = "succeeded"
     stage.error = None
-    _queue_stage(session, job, _next_planned(session, job, after=stage.stage, stages=stages), batch_id)
+    return _queue_stage(session, job, _next_planned(session, job, after=stage.stage, stages=stages), batch_id)
 
 
 def stage_retrying(session: Session, task: Task) -> None:

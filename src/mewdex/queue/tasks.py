@@ -127,7 +127,7 @@ def enqueue(session: Session, *, scope_id: str, task_type: str, lane: str = "def
             index_elements=["scope_id", "task_type", "dedupe_key"],
             index_where=text("status IN ('queued','running') AND dedupe_key IS NOT NULL"),
         )
-    inserted = session.execute(stmt.returning(Task.id)).scalar_one_or_none()
+    inserted = session.execute(stmt.returning(Task)).scalar_one_or_none()
     if inserted is None:
         return session.execute(
             select(Task).where(
@@ -137,7 +137,7 @@ def enqueue(session: Session, *, scope_id: str, task_type: str, lane: str = "def
                 Task.status.in_(ACTIVE),
             )
         ).scalar_one()
-    return session.get(Task, inserted)
+    return inserted
 
 
 # One statement per claim: pick the least recently served scope of an open lane, lock its oldest due
@@ -356,19 +356,6 @@ def _release(task: Task) -> None:
     if session is not None:
         session.flush()
         release_slots(session, task.scope_id, task.id)
-
-
-def succeed(task: Task, result: Any = None, message: str | None = None) -> None:
-    """Mark a fenced task succeeded and free its slots."""
-    task.status = "succeeded"
-    task.result = result
-    task.progress = 1.0
-    task.message = message
-    task.error = None
-    task.completed_at = utcnow()
-    task.lease_owner = None
-    task.lease_expires_at = None
-    _release(task)
 
 
 _COMPLETE_SQL = text(

@@ -206,9 +206,8 @@ class Worker:
                 metering.meter_stage(session, claim, output)
                 queue.complete(session, claim)
                 batch_id = batches.batch_of(session, claim.scope_id, claim.task_id)
-                if task.processing_job_id is not None:
-                    jobs.stage_succeeded(session, task, batch_id)
-                if batch_id is not None:
+                handed_off = jobs.stage_succeeded(session, task, batch_id) if task.processing_job_id else None
+                if batch_id is not None and handed_off is None:  # a hand-off keeps the batch open
                     batches.finalize_if_done(session, claim.scope_id, batch_id)
         except queue.StaleClaim as exc:
             log.warning("discarding result of a stale claim: %s", exc)
