@@ -49,7 +49,7 @@ def _prepare():
 def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (default MEWDEX_HOST, 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default MEWDEX_PORT, 8275).")] = None,
-    workers: Annotated[int | None, typer.Option(help="Worker threads (default MEWDEX_WORKERS).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Workers (default MEWDEX_WORKERS; MEWDEX_WORKER_MODE says processes or threads).")] = None,
 ) -> None:
     """Serve the web UI and the API, with worker threads processing the queue."""
     import uvicorn
@@ -148,10 +148,9 @@ def import_(
     sessions = get_sessionmaker()
     pool = None
     if wait:  # workers process while the import goes on
-        from mewdex.queue.worker import WorkerPool
+        from mewdex.queue.worker import start_workers
 
-        pool = WorkerPool(sessions, get_settings().workers or 1)
-        pool.start()
+        pool = start_workers(sessions, get_settings().workers or 1)
     try:
         failed = any([_import_package(sessions, scope, p, collection, as_json) for p in packages])
         if items or not packages:

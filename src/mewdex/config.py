@@ -25,7 +25,9 @@ class Settings(BaseSettings):
     default_scope: str = "local"
     max_pixels: int = Field(default=50_000_000, ge=1)
     max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
-    workers: int = Field(default=2, ge=0, le=32, description="Worker threads inside `mewdex serve`.")
+    workers: int = Field(default=2, ge=0, le=32, description="Workers `mewdex serve` and `import --wait` start.")
+    worker_mode: Literal["process", "thread"] = Field(
+        default="process", description="process = one `mewdex worker` child each (faster); thread = inside the process.")
     worker_lease_seconds: int = Field(default=120, ge=5)
     worker_heartbeat_seconds: int = Field(default=30, ge=1)
     worker_poll_seconds: float = Field(default=1.0, gt=0)

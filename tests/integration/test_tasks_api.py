@@ -113,7 +113,7 @@ def test_health_reports_queues_and_workers(client, sessions, scope):
     assert body["status"] == "ok"
     assert set(body["queues"]) >= {"default", "visual", "agent", "embedding"}
     assert body["queues"]["embedding"]["queued"] >= 2
-    assert body["workers"]["in_process"] == {"threads": 0, "alive": 0, "busy": 0, "lanes": []}
+    assert body["workers"]["pool"] == {"threads": 0, "alive": 0, "busy": 0, "lanes": []}
     with sessions.begin() as session:
         session.execute(text("DELETE FROM tasks WHERE scope_id = :s"), {"s": scope.scope_id})
 

@@ -1,5 +1,6 @@
-"""Worker runtime: threads (inside ``mewdex serve``) or a process (``mewdex worker``) that claim tasks,
-run their handler with a heartbeat, and write back under fencing.
+"""Worker runtime: threads (:class:`WorkerPool`, inside one process, e.g. ``mewdex worker``) or child
+processes (:class:`WorkerProcesses`, what ``mewdex serve`` and ``import --wait`` start by default) that
+claim tasks, run their handler with a heartbeat, and write back under fencing.
 
 Image-stage tasks run ``pipeline.stages.HANDLERS`` and hand off to the next stage of their job;
 standalone tasks run ``queue.registry.HANDLERS`` (e.g. ``noop``). A maintenance pass (once a second
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -338,6 +342,71 @@ class WorkerPool:
         if released:
             log.warning("released %d running tasks back to the queue", released)
         return released
+
+
+class WorkerProcesses:
+    """N ``mewdex worker`` child processes of one worker thread each: the models run without sharing
+    one interpreter lock, which on the corpus processes ~8 % more images per second than threads
+    (``bench/ingest.py``) for ~0.5 GB more memory per process. Same interface as :class:`WorkerPool`.
+
+    The children inherit the environment (data dir, database, settings) and get SIGTERM when this
+    process dies (Linux), so they never outlive it. ``stop(grace)`` sends SIGTERM (each child lets its
+    task finish within ``grace``, then releases it) and kills what is left a little after."""
+
+    def __init__(self, count: int, lanes: list[str] | None = None):
+        self.count = count
+        self.lanes = list(lanes or LANES)
+        self.children: list[subprocess.Popen] = []
+        self.started_at: float | None = None
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "mewdex", "worker", "--concurrency", "1", "--lanes", ",".join(self.lanes)]
+        self.children = [
+            subprocess.Popen(command, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            for _ in range(self.count)
+        ]
+        self.started_at = time.time()
+
+    def status(self) -> dict:
+        """``{"processes", "alive", "pids", "lanes"}`` of the child workers (for ``/health``)."""
+        alive = [c.pid for c in self.children if c.poll() is None]
+        return {"processes": len(self.children), "alive": len(alive), "pids": alive, "lanes": self.lanes}
+
+    def stop(self, grace: float | None = None) -> int:
+        """Stop the children; returns how many had to be killed after the grace period."""
+        grace = get_settings().worker_grace_seconds if grace is None else grace
+        for child in self.children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace + 10  # the child releases its task after `grace`
+        killed = 0
+        for child in self.children:
+            try:
+                child.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+                killed += 1
+        return killed
+
+
+def start_workers(sessions: sessionmaker[Session], count: int) -> WorkerPool | WorkerProcesses:
+    """Start ``count`` workers the configured way (``MEWDEX_WORKER_MODE``): child processes, or threads
+    of this process. No workers (``count`` 0) is an empty thread pool."""
+    mode = get_settings().worker_mode
+    pool = WorkerProcesses(count) if count and mode == "process" else WorkerPool(sessions, count)
+    pool.start()
+    return pool
+
+
+def _die_with_parent() -> None:
+    """In a child before exec: ask Linux for SIGTERM when the parent dies (a no-op elsewhere)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def _pid_alive(pid: int) -> bool:

@@ -18,7 +18,7 @@ from mewdex.pipeline import models
 from mewdex.pipeline.visual import visual_model
 from mewdex.search import generations
 from mewdex.search.text import tokenize
-from mewdex.queue.worker import WorkerPool
+from mewdex.queue.worker import start_workers
 from mewdex.storage import blob_store, journal
 from mewdex.web import errors
 from mewdex.web.guards import RequestGuards
@@ -82,7 +82,7 @@ def _disk_rescan_loop(stop: threading.Event) -> None:
 
 
 def create_app(*, workers: int | None = None, host: str | None = None) -> FastAPI:
-    """The app; ``workers`` worker threads (default ``MEWDEX_WORKERS``) run while it is up; ``host``
+    """The app; ``workers`` workers (default ``MEWDEX_WORKERS``, see ``MEWDEX_WORKER_MODE``) run while it is up; ``host``
     is the bind address (default ``MEWDEX_HOST``), which decides the automatic auth mode."""
     count = get_settings().workers if workers is None else workers
 
@@ -94,8 +94,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         recovery = threading.Thread(target=_recovery_loop, args=(stop,), name="storage-recovery", daemon=True)
         recovery.start()
         threading.Thread(target=_disk_rescan_loop, args=(stop,), name="disk-rescan", daemon=True).start()
-        pool = WorkerPool(get_sessionmaker(), count)
-        pool.start()
+        pool = start_workers(get_sessionmaker(), count)
         _app.state.worker_pool = pool
         yield
         stop.set()

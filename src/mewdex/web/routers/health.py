@@ -15,9 +15,12 @@ WORKER_APPLICATION_PREFIX = "mewdex-worker"
 
 @router.get("/health")
 def health(request: Request):
-    """``{"status", "database", "workers": {"in_process": {...} | None, "processes": n}, "queues": {lane: {...}}}``.
+    """``{"status", "database", "workers": {"pool": {...} | None, "processes": n}, "queues": {lane: {...}}}``.
 
-    ``workers.processes`` counts live ``mewdex worker`` processes connected to the database;
+    ``workers.pool`` describes the workers this server started: ``{"processes", "alive", "pids", "lanes"}``
+    for child processes (``MEWDEX_WORKER_MODE=process``), ``{"threads", "alive", "busy", "lanes"}`` for
+    threads; ``workers.processes`` counts live ``mewdex worker`` processes connected to the database
+    (its children included);
     ``queues`` has per lane the tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch)."""
     from mewdex.queue.service import queue_depth
 
@@ -36,6 +39,6 @@ def health(request: Request):
     return {
         "status": "ok",
         "database": "ok",
-        "workers": {"in_process": pool.status() if pool is not None else None, "processes": processes},
+        "workers": {"pool": pool.status() if pool is not None else None, "processes": processes},
         "queues": depth,
     }

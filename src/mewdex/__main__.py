@@ -1,0 +1,5 @@
+"""``python -m mewdex``: the CLI (how ``mewdex serve`` starts its worker processes)."""
+
+from mewdex.cli import app
+
+app()
