@@ -76,6 +76,8 @@ def prepare(*, workers: int = 2, log=print) -> dict:
         "total_seconds": done - started,
         "status": counts,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        # the largest worker child (MEWDEX_WORKER_MODE=process; 0 with threads)
+        "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     }
 
 

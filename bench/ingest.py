@@ -1,6 +1,7 @@
 """Ingest benchmark: the whole corpus into a fresh data dir; images/s per stage and end to end, peak RSS.
 
 Run: .venv/bin/python bench/ingest.py [--workers 2] [--data-dir DIR]
+(workers are child processes, as in ``mewdex import --wait``; MEWDEX_WORKER_MODE=thread compares threads)
 """
 
 from __future__ import annotations
@@ -41,14 +42,18 @@ def main() -> None:
     print(f"data dir: {data_dir}")
     result = corpus.prepare(workers=args.workers)
     memes = result["status"]["memes"]
+    from mewdex.config import get_settings
+
+    mode = get_settings().worker_mode
     print(json.dumps(result["status"]))
     print(f"import:      {result['files'] / result['import_seconds']:.1f} files/s ({result['import_seconds']:.1f}s, "
           "workers running meanwhile)")
     for stage, figures in stage_rates().items():
         print(f"{stage:14s} {figures}")
     print(f"end to end:  {memes / result['total_seconds']:.2f} images/s "
-          f"({memes} memes in {result['total_seconds']:.1f}s, {args.workers} worker threads)")
-    print(f"peak RSS:    {result['peak_rss_mb']:.0f} MB (mewdex process; PostgreSQL runs apart)")
+          f"({memes} memes in {result['total_seconds']:.1f}s, {args.workers} workers, MEWDEX_WORKER_MODE={mode})")
+    print(f"peak RSS:    {result['peak_rss_mb']:.0f} MB importing process, {result['worker_peak_rss_mb']:.0f} MB "
+          "largest worker process (PostgreSQL runs apart)")
 
 
 if __name__ == "__main__":
