@@ -15,9 +15,10 @@ import pytest
 from PIL import Image
 from ui_helpers import DESKTOP, PHONE, SCREENSHOTS, browser, page, search_server, work_server  # noqa: F401
 
-from conftest import CORPUS
+from conftest import CORPUS, corpus_available
 
-pytestmark = pytest.mark.corpus
+pytestmark = [pytest.mark.corpus,
+              pytest.mark.skipif(not corpus_available(), reason=f"corpus not found at {CORPUS} (set MEWDEX_CORPUS)")]
 
 
 def first_card_id(pg) -> str | None:
