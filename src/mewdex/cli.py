@@ -76,6 +76,7 @@ def worker(
                                                    "default,visual,agent,embedding).")] = None,
     grace: Annotated[float | None, typer.Option(help="Seconds SIGTERM waits for running tasks before releasing "
                                                      "them (default MEWDEX_WORKER_GRACE_SECONDS).")] = None,
+    parent_pid: Annotated[int | None, typer.Option(hidden=True, help="Stop when this process (the starter) dies.")] = None,
 ) -> None:
     """Run queue workers only (scale out with more of these against the same database).
 
@@ -84,7 +85,7 @@ def worker(
     import socket
 
     from mewdex.db.engine import get_sessionmaker
-    from mewdex.queue.worker import WorkerPool
+    from mewdex.queue.worker import WorkerPool, die_with_parent
     from mewdex.web.routers.health import WORKER_APPLICATION_PREFIX
 
     lane_list = [lane.strip() for lane in lanes.split(",") if lane.strip()] if lanes else None
@@ -96,6 +97,8 @@ def worker(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     pool.start()
     console.print(f"mewdex worker: {concurrency} threads, lanes {','.join(pool.workers[0].lanes)}; "
                   "SIGTERM stops after the current tasks")

@@ -349,32 +349,29 @@ class WorkerProcesses:
     one interpreter lock, which on the corpus processes ~8 % more images per second than threads
     (``bench/ingest.py``) for ~0.5 GB more memory per process. Same interface as :class:`WorkerPool`.
 
-    The children inherit the environment (data dir, database, settings) and get SIGTERM when this
-    process dies (Linux), so they never outlive it. ``stop(grace)`` sends SIGTERM (each child lets its
-    task finish within ``grace``, then releases it) and kills what is left a little after."""
+    The children inherit the environment (data dir, database, settings, so also the grace period) and
+    get SIGTERM when this process dies (Linux; see :func:`die_with_parent`), so they never outlive it.
+    ``stop()`` sends SIGTERM (each child lets its task finish within the grace period, then releases
+    it) and kills what is left a little after."""
 
     def __init__(self, count: int, lanes: list[str] | None = None):
         self.count = count
         self.lanes = list(lanes or LANES)
         self.children: list[subprocess.Popen] = []
-        self.started_at: float | None = None
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "mewdex", "worker", "--concurrency", "1", "--lanes", ",".join(self.lanes)]
-        self.children = [
-            subprocess.Popen(command, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-            for _ in range(self.count)
-        ]
-        self.started_at = time.time()
+        command = [sys.executable, "-m", "mewdex", "worker", "--concurrency", "1", "--lanes", ",".join(self.lanes),
+                   "--parent-pid", str(os.getpid())]
+        self.children = [subprocess.Popen(command, stdout=subprocess.DEVNULL) for _ in range(self.count)]
 
     def status(self) -> dict:
         """``{"processes", "alive", "pids", "lanes"}`` of the child workers (for ``/health``)."""
         alive = [c.pid for c in self.children if c.poll() is None]
         return {"processes": len(self.children), "alive": len(alive), "pids": alive, "lanes": self.lanes}
 
-    def stop(self, grace: float | None = None) -> int:
-        """Stop the children; returns how many had to be killed after the grace period."""
-        grace = get_settings().worker_grace_seconds if grace is None else grace
+    def stop(self) -> int:
+        """Stop the children; returns how many had to be killed after their grace period."""
+        grace = get_settings().worker_grace_seconds
         for child in self.children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
@@ -399,14 +396,17 @@ def start_workers(sessions: sessionmaker[Session], count: int) -> WorkerPool | W
     return pool
 
 
-def _die_with_parent() -> None:
-    """In a child before exec: ask Linux for SIGTERM when the parent dies (a no-op elsewhere)."""
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to send this process SIGTERM when its parent dies, and exit now if ``parent_pid`` is
+    already gone (a worker started by ``serve`` or ``import --wait``). A no-op where prctl is missing."""
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _pid_alive(pid: int) -> bool:
