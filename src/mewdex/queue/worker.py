@@ -132,9 +132,10 @@ class Worker:
     def _prepare(self, session: Session, claim: queue.Claim) -> MemeSnapshot | None:
         if claim.image_stage is None:
             return None
+        snapshot = _snapshot(session, claim)  # the meme's lock before the job's, as in the write-back
         if claim.processing_job_id is not None:
             jobs.stage_started(session, claim)
-        return _snapshot(session, claim)
+        return snapshot
 
     # -- standalone tasks -------------------------------------------------------------------------------
 
