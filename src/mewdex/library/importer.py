@@ -77,8 +77,9 @@ def _walk(root: Path) -> Iterator[Path]:
 
 
 def import_item(sessions: sessionmaker[Session], store, scope: ScopeContext, item: ImportItem,
-                collection: str | None = None) -> AddResult:
-    """Import one file; I/O errors and oversized files come back as ``skipped`` results."""
+                collection: str | None = None, batch_id: str | None = None) -> AddResult:
+    """Import one file (its processing in task batch ``batch_id``, if given); I/O errors and oversized
+    files come back as ``skipped`` results."""
     limit = get_settings().max_upload_bytes
     try:
         info = item.path.stat()
@@ -98,6 +99,7 @@ def import_item(sessions: sessionmaker[Session], store, scope: ScopeContext, ite
         filename=item.path.name,
         provenance={"source": "folder_import", "root": str(item.root), "relative_path": item.relative_path},
         collection_names=names,
+        batch_id=batch_id,
     )
 
 
@@ -126,11 +128,8 @@ def import_paths(sessions: sessionmaker[Session], store, scope: ScopeContext, it
         summary.batch_id = batches.create(session, scope.scope_id).batch_id
     try:
         for item in items:
-            result = import_item(sessions, store, scope, item, collection)
+            result = import_item(sessions, store, scope, item, collection, summary.batch_id)
             summary.count(result)
-            if result.status == "created":
-                with sessions.begin() as session:
-                    batches.adopt_meme_tasks(session, scope.scope_id, result.meme_id, summary.batch_id)
             if on_result is not None:
                 on_result(item, result)
     finally:

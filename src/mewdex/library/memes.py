@@ -46,7 +46,8 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
 
 def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data: bytes, *, filename: str,
               provenance: dict[str, Any], collection_names: list[str] = (), collection_ids: list = (),
-              process: bool = True, auto_name: bool = False, probed: ImageInfo | None = None) -> AddResult:
+              process: bool = True, auto_name: bool = False, probed: ImageInfo | None = None,
+              batch_id: str | None = None) -> AddResult:
     """Add one image: ``skipped`` with a stable error code for bad bytes or ``quota_exceeded`` (the
     owner's storage/meme limit; nothing written), ``duplicate`` (the existing
     meme, added to the collections too) for bytes already in the scope, else ``created``.
@@ -54,7 +55,8 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
     ``collection_names`` are created when missing; ``collection_ids`` must be collections of the
     scope (the caller checks). ``auto_name``: the job's ``auto_rename`` stage names the meme from
     its context title. ``probed``: what :func:`probe` already said about exactly these bytes (skips
-    decoding them again).
+    decoding them again). ``batch_id``: a created meme's processing joins this task batch (its first
+    task parked until the batch feeds it, see :mod:`mewdex.queue.batches`).
 
     Crash-safe: the upload is journaled before the blob is written and completed in the same
     transaction that creates the meme row, its collection memberships and its processing job.
@@ -99,7 +101,7 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
             session.flush()
             _add_to_collections(session, scope, meme, collection_names, collection_ids)
             if process:
-                create_job(session, meme, auto_name=auto_name, new_meme=True)
+                create_job(session, meme, auto_name=auto_name, batch_id=batch_id, new_meme=True)
             journal.complete(session, op_id, meme.id)
             meme_id = str(meme.id)
         failpoints.hit("upload.after_commit")

@@ -587,10 +587,7 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
             else:
                 # The membership is written with the meme (same transaction), by the collection's unique name.
                 outcome = _import_item(sessions, store, scope, fileobj, item, budget, collection_name, source_name,
-                                       process)
-                if batch_id is not None and outcome.status == "created":
-                    with sessions.begin() as session:
-                        batches.adopt_meme_tasks(session, scope.scope_id, outcome.meme["id"], batch_id)
+                                       process, batch_id)
             result.items.append(outcome)
             if on_item is not None:
                 on_item(outcome)
@@ -608,7 +605,7 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
 
 
 def _import_item(sessions, store, scope, fileobj, item: PlannedItem, budget: _Budget, collection_name: str,
-                 source_name: str, process: bool) -> ItemResult:
+                 source_name: str, process: bool, batch_id: str | None) -> ItemResult:
     data = inflate(fileobj, item.info, item.name, budget)
     if hashlib.sha256(data).hexdigest() != item.sha256:  # the archive changed since the preflight
         return ItemResult(item.name, item.display_name, "rejected",
@@ -617,7 +614,7 @@ def _import_item(sessions, store, scope, fileobj, item: PlannedItem, budget: _Bu
         sessions, store, scope, data,
         filename=item.display_name + item.probed.extension,
         provenance={"source": "zip_import", "package": source_name, "entry": item.name},
-        collection_names=[collection_name], process=process, probed=item.probed,
+        collection_names=[collection_name], process=process, probed=item.probed, batch_id=batch_id,
     )
     if added.meme_id is None:
         return ItemResult(item.name, item.display_name, "rejected",

@@ -43,24 +43,6 @@ def park(session: Session, scope_id: str, task_id: str) -> None:
     )
 
 
-def adopt_meme_tasks(session: Session, scope_id: str, meme_id, batch_id: str) -> None:
-    """Add the active tasks of the meme's processing jobs to the batch, parking the queued ones
-    (an import adds each meme first, then hands its processing to the import's batch)."""
-    rows = session.execute(
-        text(
-            "SELECT t.id, t.status FROM tasks t JOIN image_processing_jobs j "
-            "ON j.scope_id = t.scope_id AND j.id = t.processing_job_id "
-            "WHERE t.scope_id = :s AND j.meme_id = CAST(:m AS uuid) AND t.status IN ('queued', 'running') "
-            "FOR UPDATE OF t"
-        ),
-        {"s": scope_id, "m": str(meme_id)},
-    ).all()
-    for task_id, status in rows:
-        add(session, scope_id, batch_id, task_id)
-        if status == "queued":
-            park(session, scope_id, task_id)
-
-
 def batches_of(session: Session, scope_id: str, task_ids: list[str]) -> set[str]:
     """The batches any of these tasks belong to."""
     return set(session.execute(
