@@ -51,7 +51,7 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (default MEWDEX_PORT, 8275).")] = None,
     workers: Annotated[int | None, typer.Option(help="Workers (default MEWDEX_WORKERS; MEWDEX_WORKER_MODE says processes or threads).")] = None,
 ) -> None:
-    """Serve the web UI and the API, with worker threads processing the queue."""
+    """Serve the web UI and the API, with workers processing the queue."""
     import uvicorn
 
     from mewdex.web.app import create_app

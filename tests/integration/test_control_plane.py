@@ -253,42 +253,54 @@ def test_analysis_cost_limit_terminates_the_task(sessions, scope, lane, drain):
         assert (a.termination_reason, float(a.observed_cost)) == ("analysis_cost_limit", 0.5)
 
 
+_STARTER = """import sys
+from mewdex.queue.worker import WorkerProcesses
+p = WorkerProcesses(2, lanes=[sys.argv[1]])
+p.start()
+print(*[c.pid for c in p.children], flush=True)
+sys.stdin.readline()
+print(p.stop(), *[c.returncode for c in p.children], flush=True)
+sys.stdin.readline()
+"""
+
+
 def test_worker_child_processes_drain_the_queue_stop_cleanly_and_die_with_their_parent(
         mewdex_env, sessions, scope, lane):
     """``serve`` and ``import --wait`` start ``mewdex worker`` children (queue.worker.WorkerProcesses)."""
     env = {**os.environ, **mewdex_env.env, **FAST}
     enqueue_noops(sessions, scope, 30, lane=lane)
-    starter = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom mewdex.queue.worker import WorkerProcesses\n"
-         f"p = WorkerProcesses(2, lanes=[{lane!r}]); p.start()\n"
-         "print(*[c.pid for c in p.children], flush=True)\n"
-         "sys.stdin.readline(); print(p.stop(), *[c.returncode for c in p.children], flush=True); time.sleep(600)"],
-        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    starters, children = [], []
+
+    def start() -> subprocess.Popen:
+        """A process that starts 2 children (their pids on its first line), stops them on a line of input."""
+        starter = subprocess.Popen([sys.executable, "-c", _STARTER, lane], env=env, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True)
+        starters.append(starter)
+        children.extend(int(pid) for pid in starter.stdout.readline().split())
+        return starter
+
     try:
-        children = [int(pid) for pid in starter.stdout.readline().split()]
+        first = start()
         assert len(children) == 2
         wait_until(lambda: status_counts(sessions, scope).get("succeeded") == 30, 90, what="30 no-ops done")
-        starter.stdin.write("\n")
-        starter.stdin.flush()
-        killed, *codes = [int(x) for x in starter.stdout.readline().split()]
+        first.stdin.write("\n")
+        first.stdin.flush()
+        killed, *codes = [int(x) for x in first.stdout.readline().split()]
         # SIGTERM: both stopped on their own (one still starting up has nothing to finish and just ends)
         assert killed == 0 and all(code in (0, -signal.SIGTERM) for code in codes) and 0 in codes
 
-        # A second pair, then the starter is SIGKILLed: its children follow it.
-        again = subprocess.Popen(
-            [sys.executable, "-c", "import time\nfrom mewdex.queue.worker import WorkerProcesses\n"
-             f"p = WorkerProcesses(2, lanes=[{lane!r}]); p.start()\n"
-             "print(*[c.pid for c in p.children], flush=True); time.sleep(600)"],
-            env=env, stdout=subprocess.PIPE, text=True)
-        orphans = [int(pid) for pid in again.stdout.readline().split()]
+        # A second pair, then their starter is SIGKILLed: its children follow it.
+        second = start()
+        orphans = children[2:]
         wait_until(lambda: all(_state(pid) in "SR" for pid in orphans), 30, what="children running")
-        again.kill()
-        again.wait()
+        second.kill()
+        second.wait()
         wait_until(lambda: all(_state(pid) in ("gone", "Z") for pid in orphans), 60, what="children exit")
     finally:
-        starter.kill()
-        starter.wait()
-        for pid in locals().get("orphans", []):
+        for starter in starters:
+            starter.kill()
+            starter.wait()
+        for pid in children:
             if _state(pid) not in ("gone", "Z"):
                 os.kill(pid, signal.SIGKILL)
 

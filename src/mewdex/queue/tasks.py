@@ -384,7 +384,8 @@ _COMPLETE_SQL = text(
 
 
 def try_complete(session: Session, c: Claim, result: Any = None, message: str | None = None) -> bool:
-    """Fenced success in one statement (task, attempt ``completed``, both slots freed). False (and nothing changed) when ``c`` is no longer the current claim."""
+    """Fenced success in one statement (task, attempt ``completed``, both slots freed). False (and
+    nothing changed) when ``c`` is no longer the current claim."""
     return session.execute(
         _COMPLETE_SQL,
         {"result": json.dumps(result), "message": message, "s": c.scope_id, "i": c.task_id, "g": c.claim_generation},
