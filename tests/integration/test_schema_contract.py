@@ -41,9 +41,7 @@ def fresh_engine(mewdex_env):
 def test_migrations_at_head_match_the_models(fresh_engine):
     upgrade(fresh_engine)
     with fresh_engine.connect() as conn:
-        context = MigrationContext.configure(
-            conn, opts={"compare_type": True, "compare_server_default": True}
-        )
+        context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
         diff = compare_metadata(context, Base.metadata)
     # No known false positive of autogenerate applies to this schema today (expression and partial
     # indexes compare cleanly on PostgreSQL 18 with Alembic ≥ 1.13); list any added here with why.

@@ -55,10 +55,15 @@ def settings_env_names() -> set[str]:
 
 def test_shorthand_names_expand_against_the_previous_name():
     assert expand("`MEWDEX_LANE_CONCURRENCY_DEFAULT` / `_VISUAL` / `_AGENT`") == [
-        "MEWDEX_LANE_CONCURRENCY_DEFAULT", "MEWDEX_LANE_CONCURRENCY_VISUAL", "MEWDEX_LANE_CONCURRENCY_AGENT"]
+        "MEWDEX_LANE_CONCURRENCY_DEFAULT",
+        "MEWDEX_LANE_CONCURRENCY_VISUAL",
+        "MEWDEX_LANE_CONCURRENCY_AGENT",
+    ]
     assert expand("`MEWDEX_LOGIN_MAX_FAILURES_PER_ACCOUNT` / `_PER_IP` / `MEWDEX_LOGIN_FAILURE_WINDOW_SECONDS`") == [
-        "MEWDEX_LOGIN_MAX_FAILURES_PER_ACCOUNT", "MEWDEX_LOGIN_MAX_FAILURES_PER_IP",
-        "MEWDEX_LOGIN_FAILURE_WINDOW_SECONDS"]
+        "MEWDEX_LOGIN_MAX_FAILURES_PER_ACCOUNT",
+        "MEWDEX_LOGIN_MAX_FAILURES_PER_IP",
+        "MEWDEX_LOGIN_FAILURE_WINDOW_SECONDS",
+    ]
     with pytest.raises(ValueError):
         expand("`_VISUAL`")
 
@@ -69,4 +74,6 @@ def test_readme_table_lists_exactly_the_settings():
     twice = sorted({n for n in documented if documented.count(n) > 1})
     assert not twice, f"listed more than once in the README: {twice}"
     assert not defined - set(documented), f"settings missing from the README table: {sorted(defined - set(documented))}"
-    assert not set(documented) - defined, f"README rows for settings config.py does not define: {sorted(set(documented) - defined)}"
+    assert not set(documented) - defined, (
+        f"README rows for settings config.py does not define: {sorted(set(documented) - defined)}"
+    )

@@ -135,17 +135,31 @@ def box(x0, y0, x1, y1):
 
 
 def test_low_score_lines_are_dropped():
-    kept = clean_ocr_lines([line("一个字我都不信", 0.98), line("模糊的字", OCR_MIN_SCORE - 0.01),
-                            line("刚好够", OCR_MIN_SCORE)])
+    kept = clean_ocr_lines(
+        [line("一个字我都不信", 0.98), line("模糊的字", OCR_MIN_SCORE - 0.01), line("刚好够", OCR_MIN_SCORE)]
+    )
     assert [x["text"] for x in kept] == ["一个字我都不信", "刚好够"]
     assert [x["text"] for x in clean_ocr_lines([line("模糊的字", 0.3)], min_score=0.2)] == ["模糊的字"]
 
 
 @pytest.mark.parametrize(
     "noise",
-    ["@meme_factory", "知乎@小明同学", "https://t.cn/abc", "www.example.com", "更多表情 example.com",
-     "BV1xx411c7mD", "av1234567", "01:23 / 04:56", "bilibili", "哔哩哔哩", "抖音号：12345", "微博 @某某",
-     "小红书", "imgflip.com"],
+    [
+        "@meme_factory",
+        "知乎@小明同学",
+        "https://t.cn/abc",
+        "www.example.com",
+        "更多表情 example.com",
+        "BV1xx411c7mD",
+        "av1234567",
+        "01:23 / 04:56",
+        "bilibili",
+        "哔哩哔哩",
+        "抖音号：12345",
+        "微博 @某某",
+        "小红书",
+        "imgflip.com",
+    ],
 )
 def test_watermark_like_lines_are_dropped(noise):
     kept = clean_ocr_lines([line(noise, 0.99), line("我不信", 0.99)])
@@ -161,12 +175,14 @@ def test_stray_characters_and_letterless_lines_are_dropped():
 
 
 def test_lines_are_normalised_deduplicated_and_kept_in_order():
-    kept = clean_ocr_lines([
-        line("ＡＢＣ   text", 0.9),
-        line("一个字我都不信", 0.98),
-        line("abc TEXT!", 0.95),  # the same line once folded (punctuation aside)
-        line("  一个字我都不信 ", 0.9),
-    ])
+    kept = clean_ocr_lines(
+        [
+            line("ＡＢＣ   text", 0.9),
+            line("一个字我都不信", 0.98),
+            line("abc TEXT!", 0.95),  # the same line once folded (punctuation aside)
+            line("  一个字我都不信 ", 0.9),
+        ]
+    )
     assert kept == [{"text": "ABC text", "score": 0.9}, {"text": "一个字我都不信", "score": 0.98}]
 
 
@@ -183,15 +199,20 @@ def test_ocr_line_objects_are_accepted_and_scores_rounded():
 
 
 def test_small_corner_text_is_a_logo_only_when_the_image_size_is_known():
-    lines = [line("东方卫视", 0.99, box(20, 20, 150, 60)),  # top-left corner of a 1000×800 frame
-             line("一个字我都不信", 0.99, box(200, 650, 800, 720))]  # the caption, centred
+    lines = [
+        line("东方卫视", 0.99, box(20, 20, 150, 60)),  # top-left corner of a 1000×800 frame
+        line("一个字我都不信", 0.99, box(200, 650, 800, 720)),
+    ]  # the caption, centred
     assert [x["text"] for x in clean_ocr_lines(lines, image_size=(1000, 800))] == ["一个字我都不信"]
     assert [x["text"] for x in clean_ocr_lines(lines)] == ["东方卫视", "一个字我都不信"]
 
 
 def test_three_lines_in_one_corner_are_a_caption_not_a_logo():
-    bubble = [line("第一行字", 0.99, box(20, 20, 150, 60)), line("第二行字", 0.99, box(20, 62, 150, 100)),
-              line("第三行字", 0.99, box(20, 102, 150, 140))]
+    bubble = [
+        line("第一行字", 0.99, box(20, 20, 150, 60)),
+        line("第二行字", 0.99, box(20, 62, 150, 100)),
+        line("第三行字", 0.99, box(20, 102, 150, 140)),
+    ]
     assert len(clean_ocr_lines(bubble, image_size=(1000, 800))) == 3
     assert len(clean_ocr_lines(bubble[:2], image_size=(1000, 800))) == 0
 
@@ -208,7 +229,11 @@ def test_language_from_script_shares():
 
 def test_name_parts_drop_counters_and_generic_names():
     assert name_parts("004_SmirkBoy/SmirkBoy00004.gif") == {
-        "stem": "SmirkBoy00004", "folders": ["004_SmirkBoy"], "stem_words": ["smirk", "boy"], "folder_words": []}
+        "stem": "SmirkBoy00004",
+        "folders": ["004_SmirkBoy"],
+        "stem_words": ["smirk", "boy"],
+        "folder_words": [],
+    }
     generic = name_parts("images/IMG_1234.jpg")
     assert generic["stem_words"] == [] and generic["folders"] == []
     chinese = name_parts("nanian_natu/那年那兔那些事-不约.jpg")
@@ -220,8 +245,11 @@ def test_name_parts_drop_counters_and_generic_names():
 
 
 def test_context_of_a_chinese_caption_meme():
-    c = build_meme_context(relative_path="vvquest/一个字我都不信.png", display_name="一个字我都不信.png",
-                           ocr_lines=[line("一个字我都不信", 0.98), line("@vvquest", 0.99)])
+    c = build_meme_context(
+        relative_path="vvquest/一个字我都不信.png",
+        display_name="一个字我都不信.png",
+        ocr_lines=[line("一个字我都不信", 0.98), line("@vvquest", 0.99)],
+    )
     assert c["version"] == ctx.CONTEXT_VERSION
     assert c["title"] == "一个字我都不信"
     assert c["ocr_text"] == "一个字我都不信" and c["ocr_line_count_raw"] == 2
@@ -232,16 +260,20 @@ def test_context_of_a_chinese_caption_meme():
 def test_context_title_prefers_folder_and_stem_then_ocr():
     drake = build_meme_context(relative_path="drake/yes.jpg", display_name="yes.jpg", ocr_lines=[])
     assert drake["title"] == "drake yes"  # a one-word stem gets its folder in front
-    nameless = build_meme_context(relative_path="IMG_0001.png", display_name="IMG_0001.png",
-                                  ocr_lines=[line("short", 0.9), line("the longest caption line", 0.9)])
+    nameless = build_meme_context(
+        relative_path="IMG_0001.png",
+        display_name="IMG_0001.png",
+        ocr_lines=[line("short", 0.9), line("the longest caption line", 0.9)],
+    )
     assert nameless["title"] == "the longest caption line" and nameless["name_text"] == ""
     empty = build_meme_context(relative_path="", display_name="", ocr_lines=[])
     assert empty["title"] == "" and empty["language"] == "unknown" and empty["source_name_tokens"] == []
 
 
 def test_context_tokens_carry_the_joined_compound_and_no_counters():
-    c = build_meme_context(relative_path="009_KumamotoBear/KumamotoBear00004.gif",
-                           display_name="KumamotoBear00004.gif", ocr_lines=[])
+    c = build_meme_context(
+        relative_path="009_KumamotoBear/KumamotoBear00004.gif", display_name="KumamotoBear00004.gif", ocr_lines=[]
+    )
     assert {"kumamotobear", "kumamoto", "bear"} <= set(c["source_name_tokens"])
     assert not any(t.isdigit() or any(ch.isdigit() for ch in t) for t in c["source_name_tokens"])
 
@@ -251,9 +283,12 @@ def test_context_tokens_carry_the_joined_compound_and_no_counters():
 
 @pytest.fixture
 def drake():
-    return build_meme_context(relative_path="drake/yes.jpg", display_name="yes.jpg",
-                              ocr_lines=[line("when the code compiles", 0.97), line("@imgflip", 0.99)],
-                              labels=[{"label": "cat", "zh": "猫", "score": 0.5}, "dog"])
+    return build_meme_context(
+        relative_path="drake/yes.jpg",
+        display_name="yes.jpg",
+        ocr_lines=[line("when the code compiles", 0.97), line("@imgflip", 0.99)],
+        labels=[{"label": "cat", "zh": "猫", "score": 0.5}, "dog"],
+    )
 
 
 def test_semantic_fields_each_text_once(drake):
@@ -296,8 +331,11 @@ def test_keyword_document_matches_query_tokens(drake):
 
 
 def test_keyword_document_of_a_chinese_meme_finds_its_words():
-    c = build_meme_context(relative_path="vvquest/一个字我都不信.png", display_name="一个字我都不信.png",
-                           ocr_lines=[line("一个字我都不信", 0.98)])
+    c = build_meme_context(
+        relative_path="vvquest/一个字我都不信.png",
+        display_name="一个字我都不信.png",
+        ocr_lines=[line("一个字我都不信", 0.98)],
+    )
     doc = keyword_document(c)
     for query in ("一个字我都不信！", "我都不信", "一个字"):
         assert set(tokenize(query)) <= set(doc["ocr"].split()), query
