@@ -25,12 +25,12 @@ def create_token(session: Session, user: User, name: str) -> tuple[ApiToken, str
     """``(row, plaintext token)``; 422 ``name_required``/``name_too_long``; 409 ``too_many_tokens``."""
     name = clean_text(name, "name", max_chars=100)
     if not name:
-        raise PlatformError(422, "name_required", "a token needs a name")
+        raise PlatformError("name_required", "a token needs a name")
     live = session.execute(
         select(ApiToken.token_id).where(ApiToken.user_id == user.user_id, ApiToken.revoked_at.is_(None))
     ).all()
     if len(live) >= MAX_TOKENS_PER_USER:
-        raise PlatformError(409, "too_many_tokens", f"at most {MAX_TOKENS_PER_USER} live tokens per user")
+        raise PlatformError("too_many_tokens", f"at most {MAX_TOKENS_PER_USER} live tokens per user")
     plain = PREFIX + secrets.token_urlsafe(32)
     row = ApiToken(user_id=user.user_id, name=name, token_hash=_digest(plain), prefix=plain[:8])
     session.add(row)
@@ -50,7 +50,7 @@ def revoke_token(session: Session, user: User, token_id: UUID) -> None:
         select(ApiToken).where(ApiToken.user_id == user.user_id, ApiToken.token_id == token_id)
     ).scalar_one_or_none()
     if row is None:
-        raise PlatformError(404, "not_found", "token not found")
+        raise PlatformError("not_found", "token not found")
     if row.revoked_at is None:
         row.revoked_at = utcnow()
 
