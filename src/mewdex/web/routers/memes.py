@@ -195,7 +195,7 @@ def list_memes(
     animated: bool | None = Query(None),
     sort: str = Query("created", description="created | updated (newest first) | name (A→Z)"),
     limit: int = Query(50, ge=1, le=200),
-    cursor: str | None = Query(None, max_length=2048),
+    cursor: str | None = Query(None, description="``next_cursor`` of the previous page"),
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):

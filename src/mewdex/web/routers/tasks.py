@@ -37,7 +37,7 @@ def list_tasks(
     stage: Literal["visual", "agent", "auto_rename", "text_embedding"] | None = None,
     batch: str | None = Query(default=None, max_length=255),
     lane: str | None = Query(default=None, max_length=64),
-    cursor: str | None = Query(default=None, max_length=1000),
+    cursor: str | None = Query(None, description="``next_cursor`` of the previous page"),
     limit: int = Query(default=50, ge=1, le=200),
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
@@ -79,7 +79,7 @@ def read_batch(batch_id: str, session: Session = Depends(db_session), scope: Sco
 def list_jobs(
     status: Literal["queued", "running", "succeeded", "failed", "blocked", "unknown_execution"] | None = None,
     meme: str | None = Query(default=None, max_length=64),
-    cursor: str | None = Query(default=None, max_length=1000),
+    cursor: str | None = Query(None, description="``next_cursor`` of the previous page"),
     limit: int = Query(default=50, ge=1, le=200),
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
