@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from mewdex.db.models import Meme, MemeCollection, MemeCollectionItem, MemeVisualEmbedding
+from mewdex.db.models import (
+    Meme,
+    MemeCollection,
+    MemeCollectionItem,
+    MemeVisualEmbedding,
+)
 from mewdex.dto.search import SearchFilters
 from mewdex.pipeline import visual
 from mewdex.search import image_search, keyword, service

@@ -11,7 +11,12 @@ import pytest
 from pydantic import ValidationError
 
 from mewdex.dto.collections import Collection, CollectionBrief
-from mewdex.dto.cursor import MAX_CURSOR_CHARS, CursorInvalid, decode_cursor, encode_cursor
+from mewdex.dto.cursor import (
+    MAX_CURSOR_CHARS,
+    CursorInvalid,
+    decode_cursor,
+    encode_cursor,
+)
 from mewdex.dto.memes import Meme, MemeBrief
 from mewdex.dto.search import SearchFilters, SearchHit, SearchRequest, SearchResults
 from mewdex.dto.tasks import Batch, Task
