@@ -19,6 +19,7 @@ from mewdex.db.models import (
     Task,
 )
 from mewdex.dto.cursor import decode_cursor, encode_cursor
+from mewdex.dto.tasks import Job as JobDto
 from mewdex.pipeline import jobs
 from mewdex.queue import backpressure, batches
 from mewdex.queue.service import TaskNotFound, task_dict
@@ -30,7 +31,8 @@ JOB_STATUSES = ("queued", "running", "succeeded", "failed", "blocked", "unknown_
 
 
 def job_dict(job: ImageProcessingJob) -> dict[str, Any]:
-    return {
+    """The public shape of a job (:class:`mewdex.dto.tasks.Job`)."""
+    return JobDto(**{
         "id": str(job.id),
         "meme_id": str(job.meme_id),
         "revision": job.revision,
@@ -43,7 +45,7 @@ def job_dict(job: ImageProcessingJob) -> dict[str, Any]:
         "created_at": job.created_at.isoformat(),
         "updated_at": job.updated_at.isoformat(),
         "completed_at": job.completed_at.isoformat() if job.completed_at else None,
-    }
+    }).model_dump()
 
 
 def list_jobs(session: Session, scope: ScopeContext, *, status: str | None = None, meme_id: uuid.UUID | None = None,

@@ -11,6 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import ApiToken, User, utcnow
+from mewdex.dto.users import Token
 from mewdex.platform.errors import PlatformError, clean_text
 
 PREFIX = "mdx_"
@@ -72,5 +73,5 @@ def resolve_token(session: Session, token: str) -> tuple[ApiToken, User] | None:
 def token_dict(row: ApiToken) -> dict:
     """``{"id", "name", "prefix", "created_at", "last_used_at", "revoked_at"}`` (never the token)."""
     iso = lambda t: t.isoformat() if t else None  # noqa: E731
-    return {"id": str(row.token_id), "name": row.name, "prefix": row.prefix, "created_at": iso(row.created_at),
-            "last_used_at": iso(row.last_used_at), "revoked_at": iso(row.revoked_at)}
+    return Token(id=str(row.token_id), name=row.name, prefix=row.prefix, created_at=iso(row.created_at),
+                 last_used_at=iso(row.last_used_at), revoked_at=iso(row.revoked_at)).model_dump()

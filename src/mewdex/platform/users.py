@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext, User
+from mewdex.dto.users import User as UserDto
 from mewdex.library.scopes import default_scope, ensure_scope
 from mewdex.platform.errors import PlatformError, clean_text
 from mewdex.platform.instance import get_setting
@@ -170,16 +171,16 @@ def _keep_an_admin(session: Session, user: User) -> None:
 
 
 def user_dict(user: User) -> dict:
-    """``{"id", "email", "name", "role", "disabled", "scope_id", "created_at"}``."""
-    return {
-        "id": str(user.user_id),
-        "email": user.email,
-        "name": user.name,
-        "role": user.role,
-        "disabled": user.disabled,
-        "scope_id": user.scope_id,
-        "created_at": user.created_at.isoformat() if user.created_at else None,
-    }
+    """``{"id", "email", "name", "role", "disabled", "scope_id", "created_at"}`` (:class:`mewdex.dto.users.User`)."""
+    return UserDto(
+        id=str(user.user_id),
+        email=user.email,
+        name=user.name,
+        role=user.role,
+        disabled=user.disabled,
+        scope_id=user.scope_id,
+        created_at=user.created_at.isoformat() if user.created_at else None,
+    ).model_dump()
 
 
 def list_users(session: Session) -> list[User]:

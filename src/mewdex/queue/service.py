@@ -21,6 +21,8 @@ from mewdex.db.models import (
 )
 from mewdex.dto.cursor import CursorInvalid, decode_cursor, encode_cursor
 from mewdex.dto.errors import DomainError
+from mewdex.dto.tasks import Batch as BatchDto
+from mewdex.dto.tasks import Task as TaskDto
 from mewdex.queue import backpressure, batches, registry
 from mewdex.queue import tasks as queue
 
@@ -43,9 +45,10 @@ BadCursor = CursorInvalid  # the one cursor error (422 ``invalid_cursor``)
 
 
 def task_dict(task: Task, *, batch_id: str | None = None) -> dict[str, Any]:
-    """The public shape of a task (no ``analysis_policy``, no payload internals beyond the payload itself)."""
+    """The public shape of a task (:class:`mewdex.dto.tasks.Task`: no ``analysis_policy``, no payload
+    internals beyond the payload itself)."""
     parked = task.status == "queued" and task.available_at >= queue.PARKED_AT
-    return {
+    return TaskDto(**{
         "id": task.id,
         "type": task.task_type,
         "status": task.status,
@@ -70,7 +73,7 @@ def task_dict(task: Task, *, batch_id: str | None = None) -> dict[str, Any]:
         "created_at": task.created_at.isoformat(),
         "started_at": task.started_at.isoformat() if task.started_at else None,
         "completed_at": task.completed_at.isoformat() if task.completed_at else None,
-    }
+    }).model_dump()
 
 
 def attempt_dict(a: ImageProcessingAttempt) -> dict[str, Any]:
@@ -254,15 +257,15 @@ def batch_detail(session: Session, scope: ScopeContext, batch_id: str) -> dict[s
     ).scalar_one_or_none()
     if batch is None:
         raise TaskNotFound(f"batch {batch_id} not found")
-    return {
-        "id": batch.batch_id,
-        "state": batch.finalizer_state,
-        "sealed": batch.sealed,
-        "created_at": batch.created_at.isoformat(),
-        "finalized_at": batch.finalized_at.isoformat() if batch.finalized_at else None,
-        "summary": batch.summary,
-        "progress": batches.summary(session, scope.scope_id, batch_id),
-    }
+    return BatchDto(
+        id=batch.batch_id,
+        state=batch.finalizer_state,
+        sealed=batch.sealed,
+        created_at=batch.created_at.isoformat(),
+        finalized_at=batch.finalized_at.isoformat() if batch.finalized_at else None,
+        summary=batch.summary,
+        progress=batches.summary(session, scope.scope_id, batch_id),
+    ).model_dump()
 
 
 def queue_depth(session: Session) -> dict[str, dict[str, int]]:
