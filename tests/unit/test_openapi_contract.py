@@ -63,3 +63,14 @@ def test_search_documents_its_filters(spec):
     fields = set(_resolve(spec, request)["properties"])
     assert {"query", "n_results", "offset", "collection_ids", "animated", "formats", "status", "created_from",
             "created_to"} <= fields
+
+
+def test_every_api_operation_that_takes_a_body_documents_it(spec):
+    takes_none = {"/api/v1/tasks/{task_id}/retry", "/api/v1/tasks/{task_id}/cancel", "/api/v1/auth/logout",
+                  "/api/v1/admin/disk-usage/rescan"}
+    for path, method, operation in _operations(spec):
+        if method in ("post", "patch", "put") and path not in takes_none:
+            content = operation.get("requestBody", {}).get("content", {})
+            assert content, (method, path)
+            for media in content.values():
+                assert _resolve(spec, media["schema"]).get("properties"), (method, path)

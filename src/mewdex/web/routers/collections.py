@@ -52,7 +52,10 @@ def create_collection(body: CollectionNameRequest, session: Session = Depends(db
     return collection_brief(collection, 0)
 
 
-@router.post("/import", status_code=201, response_model=ImportResponse)
+@router.post("/import", status_code=201, response_model=ImportResponse, openapi_extra={"requestBody": {
+    "required": True, "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["file"],
+        "properties": {"file": {"type": "string", "format": "binary"}, "name": {"type": "string"}}}}}}})
 async def import_package(request: Request, scope: ScopeContext = Depends(current_scope)):
     """Multipart ``file`` (a ``mewdex-collection`` ZIP or a plain ZIP of images), optional ``name``.
 

@@ -7,7 +7,7 @@ import hashlib
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response
 from sqlalchemy import select
@@ -17,7 +17,7 @@ from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Meme, MemeCollection, ScopeContext
 from mewdex.dto.memes import Meme as MemeDto
-from mewdex.dto.memes import MemePage, UploadResponse
+from mewdex.dto.memes import MemePage, RenameRequest, UploadResponse
 from mewdex.library import listing
 from mewdex.library import memes as library
 from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
@@ -143,7 +143,13 @@ def _check_backpressure(scope: ScopeContext, files: int) -> None:
         backpressure.check(session, scope, "agent", adding=files)
 
 
-@router.post("/api/v1/memes", status_code=201, response_model=UploadResponse,
+UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["files"], "properties": {
+        "files": {"type": "array", "items": {"type": "string", "format": "binary"}, "minItems": 1, "maxItems": 20},
+        "auto_name": {"type": "boolean"}, "collection_id": {"type": "string", "format": "uuid"}}}}}}}
+
+
+@router.post("/api/v1/memes", status_code=201, response_model=UploadResponse, openapi_extra=UPLOAD_BODY,
              responses={200: {"model": UploadResponse, "description": "no meme created; a duplicate"}})
 async def upload(request: Request, scope: ScopeContext = Depends(current_scope)):
     """Upload 1–20 images as multipart field ``files`` (each ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, the
@@ -224,15 +230,13 @@ def _if_match(value: str | None) -> int | None:
 
 
 @router.patch("/api/v1/memes/{meme_id}", response_model=MemeDto)
-def rename_meme(meme_id: str, body: dict = Body(...), if_match: str | None = Header(None),
+def rename_meme(meme_id: str, body: RenameRequest, if_match: str | None = Header(None),
                 scope: ScopeContext = Depends(current_scope)):
     """Rename: body ``{"display_name": str}`` (normalized under the name rules; ``name_source``
     becomes ``manual``). ``If-Match: <revision>`` makes it conditional. Returns the meme (new
     revision, ``ETag``). Errors: 404 ``not_found``, 409 ``revision_conflict``, 422
     ``display_name_invalid`` / ``invalid_request``."""
-    name = body.get("display_name")
-    if set(body) - {"display_name"} or not isinstance(name, str):
-        raise ApiError(422, "invalid_request", "send {\"display_name\": \"...\"}")
+    name = body.display_name
     expected = _if_match(if_match)
     uid = parse_id(meme_id)
     library.rename(get_sessionmaker(), scope, uid, name, expected_revision=expected)
