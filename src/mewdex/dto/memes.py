@@ -1,5 +1,6 @@
 """Meme shapes: the brief one (grids, collection members, search hits, near-duplicates, import
-reports; search hits carry only its :class:`MemeRef` core) and the full one (``GET /api/v1/memes/{id}``, upload results, rename)."""
+reports; search hits carry only its :class:`MemeRef` core) and the full one
+(``GET /api/v1/memes/{id}``, upload results, rename)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,10 @@ from sqlalchemy.orm import Session
 
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Meme, ScopeContext
-from mewdex.dto.search import MAX_QUERY_CHARS, SearchFilters, SearchHit, SearchResults  # noqa: F401 (MAX_QUERY_CHARS re-exported)
+from mewdex.dto.search import (
+    MAX_QUERY_CHARS as MAX_QUERY_CHARS,  # re-exported: the pages and the CLI check it
+)
+from mewdex.dto.search import SearchFilters, SearchHit, SearchResults
 from mewdex.library.listing import meme_ref
 from mewdex.pipeline import models
 from mewdex.pipeline.errors import BackendUnavailable

@@ -16,6 +16,11 @@ from mewdex.library.listing import exists_sql
 from mewdex.search.generations import current_generation
 from mewdex.search.vector_index import distance_sql
 
+# pgvector iterative index scans: with a filter, HNSW keeps scanning until enough rows pass it.
+_ITERATIVE_SCAN = text(
+    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true)"
+)
+
 
 @dataclass(frozen=True)
 class VectorHit:
@@ -35,10 +40,7 @@ def search(session: Session, scope_id: str, leg: str, query: np.ndarray, limit: 
     generation = current_generation(session, scope_id, leg)
     if generation is None or generation.dimensions != query.shape[0]:
         return []
-    session.execute(
-        text("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true)"),
-        {"ef": str(max(40, limit * 4))},
-    )
+    session.execute(_ITERATIVE_SCAN, {"ef": str(max(40, limit * 4))})
     dist = distance_sql(generation.dimensions)
     where, filter_params = exists_sql(filters, "meme_embeddings.meme_id")
     rows = session.execute(
@@ -78,10 +80,7 @@ def nearest_images(session: Session, scope_id: str, vector: np.ndarray, limit: i
     """``[(meme_id, cosine)]`` of the scope's memes whose visual embedding is nearest to ``vector``
     (HNSW with iterative scans), narrowed by ``filters`` inside the query; ``exclude``: one meme to skip."""
     dims = len(vector)
-    session.execute(
-        text("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true)"),
-        {"ef": str(max(40, limit * 4))},
-    )
+    session.execute(_ITERATIVE_SCAN, {"ef": str(max(40, limit * 4))})
     dist = distance_sql(dims)
     where, filter_params = exists_sql(filters, "meme_visual_embeddings.meme_id")
     rows = session.execute(

@@ -109,7 +109,8 @@ def library_page(session: Session, scope: ScopeContext, *, name: str = "", state
     elif state == "processing":
         query = query.where(listing.latest_stage_sql(("queued", "running")))
     elif state == "ready":
-        query = query.where(not_(listing.latest_stage_sql(("failed", "blocked", "unknown_execution", "queued", "running"))))
+        query = query.where(not_(listing.latest_stage_sql(
+            ("failed", "blocked", "unknown_execution", "queued", "running"))))
     total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
     pages = max(1, -(-total // per_page))
     page = min(max(page, 1), pages)

@@ -46,7 +46,8 @@ def list_collections(session: Session = Depends(db_session), scope: ScopeContext
 
 
 @router.post("", status_code=201, response_model=CollectionBrief)
-def create_collection(body: CollectionNameRequest, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+def create_collection(body: CollectionNameRequest, session: Session = Depends(db_session),
+                      scope: ScopeContext = Depends(current_scope)):
     """``{"name"}`` → 201 the new collection; 422 ``collection_name_invalid``, 409 ``collection_name_taken``."""
     collection = collections.create(session, scope, body.name)
     return collection_brief(collection, 0)
@@ -151,8 +152,11 @@ def remove_item(collection_id: str, meme_id: str, session: Session = Depends(db_
     return Response(status_code=204)
 
 
-@router.get("/{collection_id}/export", response_class=StreamingResponse, responses={200: {
-    "description": "the ZIP, streamed", "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}}}})
+ZIP_RESPONSE = {200: {"description": "the ZIP, streamed",
+                     "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}}}}
+
+
+@router.get("/{collection_id}/export", response_class=StreamingResponse, responses=ZIP_RESPONSE)
 def export_collection(collection_id: str, scope: ScopeContext = Depends(current_scope)) -> StreamingResponse:
     """The collection as a ``mewdex-collection`` v1 ZIP, streamed (``Content-Disposition`` names it)."""
     cid = parse_id(collection_id, "collection")

@@ -1,7 +1,7 @@
 """Tasks, batches and processing jobs: ``/api/v1/tasks``, ``/api/v1/batches``, ``/api/v1/processing``.
 
 Errors: 404 ``not_found`` (also for another scope's ids), 409 ``task_not_retryable`` /
-``task_not_cancellable`` / ``task_active``, 422 ``invalid_cursor`` / ``invalid_request`` (codes map to statuses in :mod:`mewdex.web.errors`), 429
+``task_not_cancellable`` / ``task_active``, 422 ``invalid_cursor`` / ``invalid_request``, 429
 ``queue_full`` with ``Retry-After`` (interactive retries and re-submits; see queue.backpressure).
 """
 
