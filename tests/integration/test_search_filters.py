@@ -198,3 +198,36 @@ def test_every_malformed_cursor_is_422_invalid_cursor(client, path, name):
 def test_a_raw_nul_in_the_query_string_is_refused_before_any_route(client):
     r = client.get("/api/v1/tasks", params={"cursor": "abc\x00def"})
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
+
+
+@pytest.mark.parametrize("fields,code", [
+    ({"formats": "bmp"}, "invalid_request"),
+    ({"collection_ids": "nope"}, "invalid_request"),
+    ({"status": "bogus"}, "invalid_request"),
+    ({"created_to": "tomorrow"}, "invalid_request"),
+])
+def test_api_image_search_rejects_bad_filters(client, fields, code):
+    r = client.post("/api/v1/search/image", files={"file": ("x.png", b"not read", "image/png")}, data=fields)
+    assert r.status_code == 422 and r.json()["error"]["code"] == code, r.text
+
+
+def test_api_image_search_applies_the_filters(client, sessions, scope):
+    from library_helpers import png
+
+    data = png(3)
+    vector = visual.visual_model().embed_bytes(data).vector
+    with sessions.begin() as session:
+        still, gif = _meme(scope, 9001), _meme(scope, 9002, extension=".gif")
+        session.add_all([still, gif])
+        session.flush()
+        for m in (still, gif):
+            session.add(MemeVisualEmbedding(
+                scope_id=scope.scope_id, meme_id=m.id, model=visual.MODEL_ID,
+                preprocess_version=visual.PREPROCESS_VERSION, dimensions=len(vector), image_sha256=m.sha256,
+                embedding=vector))
+        ids = {str(still.id), str(gif.id)}
+    r = client.post("/api/v1/search/image", files={"file": ("x.png", data, "image/png")}, data={"n_results": "5"})
+    assert r.status_code == 200 and {h["id"] for h in r.json()["results"]} == ids, r.text
+    r = client.post("/api/v1/search/image", files={"file": ("x.png", data, "image/png")},
+                    data={"n_results": "5", "formats": ["gif"]})
+    assert r.status_code == 200 and [h["id"] for h in r.json()["results"]] == [str(gif.id)], r.text
