@@ -38,10 +38,11 @@ def server(mewdex_env, sessions):
     import uvicorn
 
     from mewdex.config import get_settings
-    from mewdex.db.models import User
+    from mewdex.db.models import User, utcnow
     from mewdex.platform import tokens, users
     from mewdex.web.app import create_app
 
+    started = utcnow()
     saved = {k: os.environ.get(k) for k in ("MEWDEX_AUTH", "MEWDEX_BCRYPT_ROUNDS")}
     os.environ.update(MEWDEX_AUTH="required", MEWDEX_BCRYPT_ROUNDS="4")
     get_settings.cache_clear()
@@ -60,8 +61,22 @@ def server(mewdex_env, sessions):
     finally:
         srv.should_exit = True
         thread.join(10)
-        from sqlalchemy import delete, text
+        from sqlalchemy import delete, select, text
 
+        from mewdex.db.models import Meme, ScopeContext
+        from mewdex.library import memes
+        from mewdex.storage import blob_store
+
+        # The fuzzer uploads (the upload's body is documented): remove what it added, with its files and
+        # tasks, also when its admin got the local scope (which stays).
+        with sessions.begin() as session:
+            added = session.execute(
+                select(Meme.id).where(Meme.scope_id == scope_id, Meme.created_at >= started)).scalars().all()
+        for meme_id in added:
+            try:
+                memes.delete(sessions, blob_store(), ScopeContext(scope_id), meme_id)
+            except memes.MemeError:
+                pass
         with sessions.begin() as session:
             session.execute(text("DELETE FROM users WHERE email LIKE 'fuzz%' OR user_id = :u"), {"u": user_id})
             session.execute(delete(User).where(User.user_id == user_id))

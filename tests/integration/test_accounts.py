@@ -206,7 +206,9 @@ def test_quota_rejection_writes_nothing_and_duplicates_count_once(auth_app, sess
             quotas.check_upload(session, scope, 10, 1)
             raise AssertionError("expected quota_exceeded")
         except PlatformError as exc:
-            assert exc.status == 413 and exc.code == "quota_exceeded" and "memes" in exc.details
+            from mewdex.web.errors import http_status
+
+            assert http_status(exc.code) == 413 and exc.code == "quota_exceeded" and "memes" in exc.details
     # drift is corrected by the full scan
     with sessions.begin() as session:
         session.execute(text("UPDATE user_disk_usage SET bytes_used = 5, file_count = 9 WHERE user_id = :u"),

@@ -426,7 +426,7 @@ def test_rename_while_another_is_open_is_409_and_a_forged_cursor_is_422(client, 
     for value in (5, {"a": 1}, ["x"]):
         cursor = base64.urlsafe_b64encode(json_mod.dumps(["name", value, meme_id]).encode()).decode()
         r = client.get("/api/v1/memes", params={"sort": "name", "cursor": cursor})
-        assert r.status_code == 422 and r.json()["error"]["code"] == "cursor_invalid", r.text
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_cursor", r.text
 
 
 def test_deleting_the_last_pending_meme_of_an_import_completes_its_batch(client, sessions, store, scope, tmp_path):

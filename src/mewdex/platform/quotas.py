@@ -61,7 +61,7 @@ def check_upload(session: Session, scope: ScopeContext, nbytes: int, count: int 
     written (and not for an exact duplicate, which adds nothing). Concurrent uploads of one user
     may pass the limit by what is in flight at once.
     """
-    from mewdex.platform.users import user_for_scope
+    from mewdex.platform.owners import user_for_scope
 
     user = user_for_scope(session, scope.scope_id)
     if user is None:
@@ -76,7 +76,7 @@ def check_upload(session: Session, scope: ScopeContext, nbytes: int, count: int 
     if limits.memes is not None and used["file_count"] + count > limits.memes:
         over["memes"] = {"limit": limits.memes, "used": used["file_count"], "requested": count}
     if over:
-        raise PlatformError(413, "quota_exceeded", "this upload would pass your storage quota", over)
+        raise PlatformError("quota_exceeded", "this upload would pass your storage quota", over)
 
 
 def rescan_user(session: Session, user: User) -> dict | None:

@@ -61,7 +61,7 @@ class FailureLimiter:
 
 limiter = FailureLimiter()
 
-INVALID = PlatformError(401, "invalid_credentials", "the email or password is wrong")
+INVALID = PlatformError("invalid_credentials", "the email or password is wrong")
 
 
 def authenticate(session: Session, email: str, password: str, client_ip: str) -> User:
@@ -77,7 +77,7 @@ def authenticate(session: Session, email: str, password: str, client_ip: str) ->
     wait = max(limiter.retry_after(account_key, settings.login_max_failures_per_account, window),
                limiter.retry_after(ip_key, settings.login_max_failures_per_ip, window))
     if wait:
-        raise PlatformError(429, "rate_limited", "too many failed sign-ins; try again later",
+        raise PlatformError("rate_limited", "too many failed sign-ins; try again later",
                             {"retry_after_seconds": int(wait)}, headers={"Retry-After": str(int(wait))})
     try:
         candidate = users.password_bytes(password)

@@ -11,6 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import ApiToken, User, utcnow
+from mewdex.dto.users import Token
 from mewdex.platform.errors import PlatformError, clean_text
 
 PREFIX = "mdx_"
@@ -25,12 +26,12 @@ def create_token(session: Session, user: User, name: str) -> tuple[ApiToken, str
     """``(row, plaintext token)``; 422 ``name_required``/``name_too_long``; 409 ``too_many_tokens``."""
     name = clean_text(name, "name", max_chars=100)
     if not name:
-        raise PlatformError(422, "name_required", "a token needs a name")
+        raise PlatformError("name_required", "a token needs a name")
     live = session.execute(
         select(ApiToken.token_id).where(ApiToken.user_id == user.user_id, ApiToken.revoked_at.is_(None))
     ).all()
     if len(live) >= MAX_TOKENS_PER_USER:
-        raise PlatformError(409, "too_many_tokens", f"at most {MAX_TOKENS_PER_USER} live tokens per user")
+        raise PlatformError("too_many_tokens", f"at most {MAX_TOKENS_PER_USER} live tokens per user")
     plain = PREFIX + secrets.token_urlsafe(32)
     row = ApiToken(user_id=user.user_id, name=name, token_hash=_digest(plain), prefix=plain[:8])
     session.add(row)
@@ -50,7 +51,7 @@ def revoke_token(session: Session, user: User, token_id: UUID) -> None:
         select(ApiToken).where(ApiToken.user_id == user.user_id, ApiToken.token_id == token_id)
     ).scalar_one_or_none()
     if row is None:
-        raise PlatformError(404, "not_found", "token not found")
+        raise PlatformError("not_found", "token not found")
     if row.revoked_at is None:
         row.revoked_at = utcnow()
 
@@ -72,5 +73,5 @@ def resolve_token(session: Session, token: str) -> tuple[ApiToken, User] | None:
 def token_dict(row: ApiToken) -> dict:
     """``{"id", "name", "prefix", "created_at", "last_used_at", "revoked_at"}`` (never the token)."""
     iso = lambda t: t.isoformat() if t else None  # noqa: E731
-    return {"id": str(row.token_id), "name": row.name, "prefix": row.prefix, "created_at": iso(row.created_at),
-            "last_used_at": iso(row.last_used_at), "revoked_at": iso(row.revoked_at)}
+    return Token(id=str(row.token_id), name=row.name, prefix=row.prefix, created_at=iso(row.created_at),
+                 last_used_at=iso(row.last_used_at), revoked_at=iso(row.revoked_at)).model_dump()

@@ -21,9 +21,17 @@ from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, ScopeContext, User
+from mewdex.dto.users import Me, NewToken, SignedIn, SignedUrl, TokenList
 from mewdex.platform import media_urls, quotas, sessions, tokens, usage, users
 from mewdex.platform.auth import Principal, auth_mode, is_loopback
-from mewdex.web.deps import bind_host, current_principal, current_scope, current_user, db_session, parse_id
+from mewdex.web.deps import (
+    bind_host,
+    current_principal,
+    current_scope,
+    current_user,
+    db_session,
+    parse_id,
+)
 from mewdex.web.errors import ApiError, error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["auth"], responses=error_responses(401, 403, 409, 422, 429))
@@ -64,8 +72,8 @@ def _sign_in(response: Response, session: Session, user: User) -> str:
     return csrf
 
 
-@router.post("/auth/signup", status_code=201)
-def signup(body: SignupRequest, request: Request, response: Response, session: Session = Depends(db_session)) -> dict:
+@router.post("/auth/signup", status_code=201, response_model=SignedIn)
+def signup(body: SignupRequest, request: Request, response: Response, session: Session = Depends(db_session)):
     """Create an account (the installation's first becomes admin) and sign it in. 403
     ``signup_disabled``, ``admin_required`` (serving on a non-loopback address with no account yet:
     the admin is created with ``mewdex user create --admin``); 409 ``email_taken``; 422
@@ -77,8 +85,8 @@ def signup(body: SignupRequest, request: Request, response: Response, session: S
     return {"user": users.user_dict(user), "csrf_token": csrf}
 
 
-@router.post("/auth/login")
-def login(body: LoginRequest, request: Request, response: Response, session: Session = Depends(db_session)) -> dict:
+@router.post("/auth/login", response_model=SignedIn)
+def login(body: LoginRequest, request: Request, response: Response, session: Session = Depends(db_session)):
     """Sign in: the ``mewdex_session`` cookie (HttpOnly, SameSite=Lax) and the ``mewdex_csrf``
     cookie whose value state-changing requests echo in ``X-CSRF-Token``. 401
     ``invalid_credentials`` for any failure; 429 ``rate_limited`` with ``Retry-After``."""
@@ -106,9 +114,9 @@ def change_password(body: PasswordRequest, principal: Principal = Depends(curren
     return Response(status_code=204)
 
 
-@router.get("/me")
+@router.get("/me", response_model=Me)
 def me(request: Request, principal: Principal = Depends(current_principal),
-       session: Session = Depends(db_session)) -> dict:
+       session: Session = Depends(db_session)):
     """The caller: ``{"user": {...} | null, "auth": {"mode", "via"}, "scope_id", "quota", "disk",
     "analysis_cost_this_month"}`` (``user`` null in single-user mode)."""
     out = {
@@ -123,16 +131,16 @@ def me(request: Request, principal: Principal = Depends(current_principal),
     return out
 
 
-@router.post("/tokens", status_code=201)
-def create_token(body: TokenRequest, user: User = Depends(current_user), session: Session = Depends(db_session)) -> dict:
+@router.post("/tokens", status_code=201, response_model=NewToken)
+def create_token(body: TokenRequest, user: User = Depends(current_user), session: Session = Depends(db_session)):
     """A new API token: ``{"id", "name", "prefix", "created_at", "last_used_at", "revoked_at", "token"}``;
     ``token`` (``mdx_…``) is shown only here. 422 ``name_required``/``name_too_long``."""
     row, plain = tokens.create_token(session, user, body.name)
     return {**tokens.token_dict(row), "token": plain}
 
 
-@router.get("/tokens")
-def list_tokens(user: User = Depends(current_user), session: Session = Depends(db_session)) -> dict:
+@router.get("/tokens", response_model=TokenList)
+def list_tokens(user: User = Depends(current_user), session: Session = Depends(db_session)):
     """``{"tokens": [{"id", "name", "prefix", "created_at", "last_used_at", "revoked_at"}]}``."""
     return {"tokens": [tokens.token_dict(t) for t in tokens.list_tokens(session, user)]}
 
@@ -144,9 +152,9 @@ def revoke_token(token_id: str, user: User = Depends(current_user), session: Ses
     return Response(status_code=204)
 
 
-@router.get("/memes/{meme_id}/signed-url", responses=error_responses(404))
+@router.get("/memes/{meme_id}/signed-url", responses=error_responses(404), response_model=SignedUrl)
 def signed_url(meme_id: str, ttl_seconds: int | None = Query(None, ge=1, le=30 * 86400), thumbnail: bool = False,
-               scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)) -> dict:
+               scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)):
     """A link to the meme's bytes (or thumbnail) that works without signing in until it expires:
     ``{"url": "/media/{id}?exp=…&sig=…", "expires_at"}``; default lifetime ``MEWDEX_MEDIA_URL_TTL_SECONDS``."""
     found = session.execute(

@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext
+from mewdex.dto.search import DuplicateClusters, NearDuplicates, SearchResults
 from mewdex.library import thumbnails as thumbs
 from mewdex.library.images import ImageError
 from mewdex.library.scopes import storage_namespace
@@ -29,6 +30,7 @@ from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
 from mewdex.web.routers.memes import get_meme
+from mewdex.web.routers.search import search_filters
 
 router = APIRouter(tags=["visual"])
 READ_CHUNK = 1024 * 1024
@@ -85,48 +87,57 @@ async def _read_limited(upload: UploadFile, limit: int) -> bytes:
     return buf.getvalue()
 
 
-@router.post("/api/v1/search/image")
+@router.post("/api/v1/search/image", response_model=SearchResults)
 async def search_image(file: UploadFile = File(...), n_results: int = Form(10),
-                       session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)) -> dict:
-    """Memes that look like the uploaded image; the text search's result shape, ``score`` = cosine."""
+                       collection_ids: list[str] | None = Form(None), animated: bool | None = Form(None),
+                       formats: list[str] | None = Form(None), status: str | None = Form(None),
+                       created_from: str | None = Form(None), created_to: str | None = Form(None),
+                       session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    """Memes that look like the uploaded image; the text search's result shape, ``score`` = cosine.
+
+    Form fields besides ``file`` and ``n_results``: the filters of ``POST /api/v1/search``
+    (``collection_ids`` and ``formats`` repeated), applied inside the nearest-neighbour query."""
     _n_results(n_results)
+    filters = search_filters(collection_ids=collection_ids, animated=animated, formats=formats, status=status,
+                             created_from=created_from, created_to=created_to)
     settings = get_settings()
     data = await _read_limited(file, settings.max_upload_bytes)
     if not data:
         raise ApiError(422, "image_corrupt", "the file is empty")
     try:
         response = await run_in_threadpool(image_search.search_by_image, session, scope, data, n_results,
-                                           max_pixels=settings.max_pixels)  # decode + model off the event loop
+                                           max_pixels=settings.max_pixels,
+                                           filters=filters)  # decode + model off the event loop
         metering.meter_image_search(session, scope, visual_model_id)
-        return response.as_dict()
+        return response.to_dto()
     except ImageError as exc:
         raise ApiError(exc.http_status, exc.code, exc.message) from exc
     except BackendUnavailable as exc:
         raise ApiError(503, exc.code, str(exc), exc.details) from exc
 
 
-@router.get("/api/v1/memes/{meme_id}/similar")
+@router.get("/api/v1/memes/{meme_id}/similar", response_model=SearchResults)
 def similar(meme_id: str, n_results: int = Query(10), session: Session = Depends(db_session),
-            scope: ScopeContext = Depends(current_scope)) -> dict:
+            scope: ScopeContext = Depends(current_scope)):
     """Memes that look like this one (itself excluded); 409 ``visual_not_ready`` before its visual stage ran."""
     _n_results(n_results)
     meme = get_meme(session, scope, meme_id)
     try:
-        return image_search.similar(session, scope, meme.id, n_results).as_dict()
+        return image_search.similar(session, scope, meme.id, n_results).to_dto()
     except image_search.MemeNotEmbedded:
         raise ApiError(409, "visual_not_ready", "the meme has no image embedding yet") from None
 
 
-@router.get("/api/v1/memes/{meme_id}/duplicates")
+@router.get("/api/v1/memes/{meme_id}/duplicates", response_model=NearDuplicates)
 def meme_duplicates(meme_id: str, session: Session = Depends(db_session),
-                    scope: ScopeContext = Depends(current_scope)) -> dict:
+                    scope: ScopeContext = Depends(current_scope)):
     """``{"near_duplicates": [{"id", "display_name", "relation", "phash_distance", "cosine", ...}]}``."""
     meme = get_meme(session, scope, meme_id)
     return {"near_duplicates": image_search.near_duplicates_of(session, scope.scope_id, meme.id)}
 
 
-@router.get("/api/v1/duplicates")
+@router.get("/api/v1/duplicates", response_model=DuplicateClusters)
 def duplicates(limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
-               session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)) -> dict:
+               session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Near-duplicate clusters, biggest first: ``{"clusters": [{"original", "size", "memes", "pairs"}], "total"}``."""
     return image_search.duplicate_clusters(session, scope, limit=limit, offset=offset)
