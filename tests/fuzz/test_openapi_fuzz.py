@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 import uuid
 
 import subprocess
@@ -19,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import wait_until
 
 EXAMPLES = int(os.environ.get("MEWDEX_FUZZ_EXAMPLES", "15"))
 CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance",
@@ -54,9 +55,7 @@ def server(mewdex_env, sessions):
     srv = uvicorn.Server(uvicorn.Config(create_app(workers=0), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: srv.started, 60, 0.1, "the API server to start")
     try:
         yield f"http://127.0.0.1:{port}", token
     finally:

@@ -309,13 +309,11 @@ def test_media_needs_auth_or_a_signed_url(auth_app, sessions, store):
 
 
 def test_single_user_mode_and_startup_guard(settings_env, mewdex_env):
-    from fastapi.testclient import TestClient
-
+    from conftest import client_for
     from mewdex.platform.auth import is_loopback, startup_problem
-    from mewdex.web.app import create_app
 
     settings_env(MEWDEX_AUTH="none")
-    with TestClient(create_app(workers=0)) as c:
+    with client_for() as c:
         me = c.get("/api/v1/me").json()
         assert me["user"] is None and me["auth"] == {"mode": "none", "via": "none"} and me["scope_id"] == "local"
         assert c.post("/api/v1/search", json={"query": "anything"}).status_code == 200
@@ -325,7 +323,7 @@ def test_single_user_mode_and_startup_guard(settings_env, mewdex_env):
     assert startup_problem("127.0.0.1") is None
     assert is_loopback("::1") and is_loopback("localhost") and not is_loopback("192.168.1.2")
     settings_env(MEWDEX_AUTH="auto")
-    with TestClient(create_app(workers=0, host="0.0.0.0")) as c:
+    with client_for(host="0.0.0.0") as c:
         assert c.get("/api/v1/me").status_code == 401
     settings_env(MEWDEX_AUTH="none")
     r = mewdex_env.cli("serve", "--host", "0.0.0.0", timeout=60)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 import uuid
 
 from sqlalchemy import text
 
 from accounts_helpers import PASSWORD, add_meme, auth_app, delete_users, png  # noqa: F401
+from conftest import wait_until
 
 
 def _user(sessions, email):
@@ -66,8 +66,7 @@ def test_cli_searches_a_server_with_a_token(auth_app, mewdex_env, sessions, stor
                                            lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    while not server.started:
-        time.sleep(0.05)
+    wait_until(lambda: server.started, 30, 0.05, "the API server to start")
     try:
         url = f"http://127.0.0.1:{port}"
         r = mewdex_env.cli("search", "remote walrus", "--json", "--server", url, "--token", u.token, check=True)

@@ -9,14 +9,12 @@ import os
 import tempfile
 
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 
 from mewdex.db.models import ImageProcessingJob, Meme, Scope, StorageOperation
 from mewdex.library import collections
-from mewdex.web.app import create_app
-from mewdex.web.deps import current_scope
 
+from conftest import app_for, client_for
 from library_helpers import asgi_post, check_storage_invariants, multipart, noise_png, png
 
 MiB = 1024 * 1024
@@ -24,15 +22,8 @@ MiB = 1024 * 1024
 
 @pytest.fixture
 def app(scope):
-    app = create_app(workers=0)
-    app.dependency_overrides[current_scope] = lambda: scope
-    return app
-
-
-@pytest.fixture
-def client(app):
-    with TestClient(app, raise_server_exceptions=False) as c:
-        yield c
+    """The real app answering as the test's scope, not started (for raw ASGI calls)."""
+    return app_for(scope)
 
 
 def upload(client, files, **fields):
@@ -252,9 +243,7 @@ def test_rename_and_delete_of_unknown_or_foreign_memes_are_404(client, sessions)
 
     other = new_scope(sessions)
     try:
-        app = create_app(workers=0)
-        app.dependency_overrides[current_scope] = lambda: other
-        with TestClient(app) as foreign:
+        with client_for(other) as foreign:
             foreign_id = created_id(foreign, 420)
         for meme_id in (foreign_id, "00000000-0000-0000-0000-000000000000", "not-an-id"):
             assert client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "x"}).status_code == 404

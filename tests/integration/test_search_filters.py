@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
 from mewdex.db.models import (
     Meme,
@@ -21,8 +20,8 @@ from mewdex.db.models import (
 from mewdex.dto.search import SearchFilters
 from mewdex.pipeline import visual
 from mewdex.search import image_search, keyword, service
-from mewdex.web.app import create_app
-from mewdex.web.deps import current_scope
+
+from conftest import client_for
 
 MEMES = 260  # more than the 200 hits the pages used to fetch and filter afterwards
 DIMS = 16
@@ -136,9 +135,7 @@ def test_no_filter_and_empty_filters_rank_alike(sessions, scope, library):
 
 @pytest.fixture(scope="module")
 def client(scope):
-    app = create_app(workers=0)
-    app.dependency_overrides[current_scope] = lambda: scope
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with client_for(scope) as c:
         yield c
 
 

@@ -2,21 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-from fastapi.testclient import TestClient
 from queue_helpers import enqueue_noops
 from sqlalchemy import text
-
-from mewdex.web.app import create_app
-from mewdex.web.deps import current_scope
-
-
-@pytest.fixture
-def client(scope):
-    app = create_app(workers=0)
-    app.dependency_overrides[current_scope] = lambda: scope
-    with TestClient(app, raise_server_exceptions=False) as c:
-        yield c
 
 
 def code(r) -> str:
