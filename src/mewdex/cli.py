@@ -65,7 +65,20 @@ def serve(
         raise typer.Exit(2)
     _prepare()  # fails early with a clear message when the database cannot start
     console.print(f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})")
+    _print_setup_code()
     uvicorn.run(create_app(workers=workers, host=host or settings.host), host=host or settings.host, port=port or settings.port, log_level="warning")
+
+
+def _print_setup_code() -> None:
+    """No account yet: print the one-time code that lets a browser sign up as the admin."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.platform.setup import issue_setup_code
+
+    with get_sessionmaker().begin() as session:
+        code = issue_setup_code(session)
+    if code:
+        console.print(f"no account yet (this machine needs none). To add the admin, sign up at /login with the "
+                      f"one-time setup code {code}  — or run: mewdex user create EMAIL --admin")
 
 
 @app.command()

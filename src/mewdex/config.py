@@ -74,8 +74,18 @@ class Settings(BaseSettings):
     quota_analysis_cost_per_month: float | None = Field(default=None, ge=0)
     prices: dict[str, dict[str, float]] = Field(
         default_factory=dict, description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.')
-    media_url_ttl_seconds: int = Field(default=3600, ge=1, le=30 * 86400)
+    media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
+
+    # Security (README "Security"): who may reach the server and how much a request may send.
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description='JSON list of extra Host names served (localhost, 127.0.0.1, [::1] always are); others get 421.')
+    trusted_proxies: list[str] = Field(
+        default_factory=list, description="JSON list of proxy addresses/networks whose X-Forwarded-For/Forwarded is believed.")
+    egress_allow_hosts: list[str] = Field(
+        default_factory=list, description='JSON list of "host:port" that outgoing requests may reach although private (http allowed).')
+    signup_max_per_ip: int = Field(default=20, ge=1, description="Sign-up attempts per client address per hour.")
+    max_json_bytes: int = Field(default=64 * 1024, ge=1024, description="Largest JSON/form body of a non-upload route.")
 
     @property
     def blob_root(self) -> Path:

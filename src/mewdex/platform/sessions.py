@@ -61,6 +61,20 @@ class FailureLimiter:
 
 limiter = FailureLimiter()
 
+SIGNUP_WINDOW_SECONDS = 3600
+
+
+def check_signup_rate(client_ip: str) -> None:
+    """Count one sign-up attempt from ``client_ip``; 429 ``rate_limited`` past
+    ``MEWDEX_SIGNUP_MAX_PER_IP`` attempts an hour."""
+    key, limit = f"signup:{client_ip}", get_settings().signup_max_per_ip
+    wait = limiter.retry_after(key, limit, SIGNUP_WINDOW_SECONDS)
+    if wait:
+        raise PlatformError(429, "rate_limited", "too many sign-ups from this address; try again later",
+                            {"retry_after_seconds": int(wait)}, headers={"Retry-After": str(int(wait))})
+    limiter.fail(key, SIGNUP_WINDOW_SECONDS)
+
+
 INVALID = PlatformError(401, "invalid_credentials", "the email or password is wrong")
 
 

@@ -87,31 +87,45 @@ def any_users(session: Session) -> bool:
     return session.execute(select(exists().where(User.user_id.isnot(None)))).scalar_one()
 
 
+def signup_enabled(session: Session) -> bool:
+    """Whether anyone may sign up (``platform_settings.signup_enabled``; off unless the admin opens it)."""
+    return bool(get_setting(session, "signup_enabled", False))
+
+
 def user_for_scope(session: Session, scope_id: str) -> User | None:
     return session.execute(select(User).where(User.scope_id == scope_id)).scalar_one_or_none()
 
 
 def create_user(session: Session, email: str, password: str, *, name: str | None = None,
-                role: str | None = None, check_signup: bool = False, first_may_sign_up: bool = True) -> User:
+                role: str | None = None, check_signup: bool = False, setup_code: str | None = None) -> User:
     """A new account with its personal scope.
 
-    ``role`` None: admin for the installation's first account, else user. ``check_signup``: refuse
-    with 403 ``signup_disabled`` when the admin turned sign-up off. ``first_may_sign_up`` False: the
-    first account (the admin) cannot come from a sign-up (403 ``admin_required``; a server on a
-    public address must not hand its library to whoever signs up first). Errors: 422
-    (email/password/name), 409 ``email_taken``.
+    ``role`` None: admin for the installation's first account, else user. ``check_signup`` (a web
+    sign-up): the first account (the admin) needs the one-time setup code ``mewdex serve`` printed
+    (``setup_code``; 403 ``admin_required`` without it: whoever reaches the server first must not
+    get its library); later accounts need sign-up opened by the admin (403 ``signup_disabled``,
+    checked before any password hashing). Errors: 422 (email/password/name), 409 ``signup_failed``
+    (the email cannot be used; the answer does not say whether an account has it).
     """
+    from mewdex.platform import setup
+
     email = normalize_email(email)
+    if check_signup and any_users(session) and not signup_enabled(session):
+        raise PlatformError(403, "signup_disabled", "sign-up is turned off on this server; ask the admin")
     pw_hash = hash_password(password)
     name = clean_text(name, "name", max_chars=MAX_NAME_CHARS) or None if name is not None else None
     # Serialise account creation so "first account = admin" and "first owns the default scope" hold.
     session.execute(select(func.pg_advisory_xact_lock(0x6D657764_0001)))
-    if check_signup and not get_setting(session, "signup_enabled", True):
+    if check_signup and not any_users(session):
+        if not setup.consume_setup_code(session, setup_code):
+            raise PlatformError(403, "admin_required", "this server has no admin yet: create it on the server with "
+                                                       "`mewdex user create EMAIL --admin`, or sign up with the "
+                                                       "setup code `mewdex serve` printed")
+    elif check_signup and not signup_enabled(session):
         raise PlatformError(403, "signup_disabled", "sign-up is turned off on this server; ask the admin")
-    if check_signup and not first_may_sign_up and not any_users(session):
-        raise PlatformError(403, "admin_required", "this server has no admin yet: create it on the server with "
-                                                   "`mewdex user create EMAIL --admin`")
     if find_by_email(session, email) is not None:
+        if check_signup:
+            raise PlatformError(409, "signup_failed", "this email cannot be used to sign up; sign in instead")
         raise PlatformError(409, "email_taken", "an account with this email exists")
     first = not any_users(session)
     scope = default_scope() if first and user_for_scope(session, default_scope().scope_id) is None else (

@@ -1,7 +1,8 @@
 """Request dependencies: a database session, the authenticated principal and its scope.
 
 The scope comes ONLY from the principal (session cookie, ``Authorization: Bearer mdx_…`` token,
-a signed media URL, or — in single-user mode — the default local scope); never from a body or
+a signed media URL, or — in single-user mode, for requests from this machine only (see
+:mod:`mewdex.web.security`) — the default local scope); never from a body or
 query. Cookie-authenticated state-changing requests must echo the session's CSRF token in
 ``X-CSRF-Token`` (bearer-token requests are exempt: browsers never send them on their own).
 """
@@ -22,6 +23,7 @@ from mewdex.library.scopes import default_scope
 from mewdex.platform import media_urls, sessions, tokens
 from mewdex.platform.auth import Principal, auth_mode
 from mewdex.web.errors import ApiError
+from mewdex.web.security import is_local
 
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -73,6 +75,8 @@ def current_principal(request: Request, session: Session = Depends(db_session)) 
                 raise ApiError(403, "csrf_failed", f"missing or wrong {sessions.CSRF_HEADER} header")
             return _user_principal(user, "session", cookie)
     if auth_mode(session, bind_host(request)) == "none":
+        if not is_local(request):  # a proxy, tunnel or another machine: never the local admin
+            raise ApiError(401, "auth_required", "no-login mode serves only this machine; sign in or send an API token")
         return Principal(default_scope(), None, "none")
     raise ApiError(401, "auth_required", "sign in or send an API token")
 

@@ -94,14 +94,14 @@ def all_usage(start: datetime | None = Query(None, alias="from"), end: datetime 
 
 @router.get("/settings")
 def read_settings(session: Session = Depends(db_session)) -> dict:
-    return {"signup_enabled": bool(get_setting(session, "signup_enabled", True))}
+    return {"signup_enabled": bool(get_setting(session, "signup_enabled", False))}
 
 
 @router.patch("/settings")
 def patch_settings(body: SettingsPatch, session: Session = Depends(db_session)) -> dict:
     if body.signup_enabled is not None:
         set_setting(session, "signup_enabled", body.signup_enabled)
-    return {"signup_enabled": bool(get_setting(session, "signup_enabled", True))}
+    return {"signup_enabled": bool(get_setting(session, "signup_enabled", False))}
 
 
 @router.post("/disk-usage/rescan")

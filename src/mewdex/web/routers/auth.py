@@ -22,9 +22,10 @@ from sqlalchemy.orm import Session
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, ScopeContext, User
 from mewdex.platform import media_urls, quotas, sessions, tokens, usage, users
-from mewdex.platform.auth import Principal, auth_mode, is_loopback
+from mewdex.platform.auth import Principal, auth_mode
 from mewdex.web.deps import bind_host, current_principal, current_scope, current_user, db_session, parse_id
 from mewdex.web.errors import ApiError, error_responses
+from mewdex.web.security import client_ip
 
 router = APIRouter(prefix="/api/v1", tags=["auth"], responses=error_responses(401, 403, 409, 422, 429))
 
@@ -33,6 +34,7 @@ class SignupRequest(BaseModel):
     email: str
     password: str
     name: str | None = None
+    setup_code: str | None = None
 
 
 class LoginRequest(BaseModel):
@@ -50,7 +52,7 @@ class TokenRequest(BaseModel):
 
 
 def _client_ip(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+    return client_ip(request)
 
 
 def _sign_in(response: Response, session: Session, user: User) -> str:
@@ -66,13 +68,15 @@ def _sign_in(response: Response, session: Session, user: User) -> str:
 
 @router.post("/auth/signup", status_code=201)
 def signup(body: SignupRequest, request: Request, response: Response, session: Session = Depends(db_session)) -> dict:
-    """Create an account (the installation's first becomes admin) and sign it in. 403
-    ``signup_disabled``, ``admin_required`` (serving on a non-loopback address with no account yet:
-    the admin is created with ``mewdex user create --admin``); 409 ``email_taken``; 422
-    ``email_invalid``, ``password_too_short``, ``password_too_long`` (over 72 UTF-8 bytes),
-    ``password_invalid``, ``name_too_long``."""
+    """Create an account and sign it in. The installation's first account (the admin) needs the
+    one-time ``setup_code`` that ``mewdex serve`` printed (else 403 ``admin_required``; or create it
+    with ``mewdex user create EMAIL --admin``); later ones need sign-up opened by the admin (403
+    ``signup_disabled``). 409 ``signup_failed`` (the email cannot be used; no hint whether it has an
+    account); 422 ``email_invalid``, ``password_too_short``, ``password_too_long`` (over 72 UTF-8
+    bytes), ``password_invalid``, ``name_too_long``; 429 ``rate_limited`` (sign-ups per address)."""
+    sessions.check_signup_rate(client_ip(request))
     user = users.create_user(session, body.email, body.password, name=body.name, check_signup=True,
-                             first_may_sign_up=is_loopback(bind_host(request)))
+                             setup_code=body.setup_code)
     csrf = _sign_in(response, session, user)
     return {"user": users.user_dict(user), "csrf_token": csrf}
 

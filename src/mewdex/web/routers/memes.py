@@ -26,6 +26,7 @@ from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id
 from mewdex.web.errors import ApiError, error_body
 from mewdex.web.uploads import read_upload
+from mewdex.web.security import UPLOAD_REQUEST_BYTES
 
 router = APIRouter(tags=["memes"])
 MEDIA_TYPES_BY_EXTENSION = {EXTENSIONS[f]: MEDIA_TYPES[f] for f in EXTENSIONS}
@@ -116,7 +117,7 @@ def media(meme_id: str, request: Request, session: Session = Depends(db_session)
 # ---------------------------------------------------------------- upload, list, rename, delete
 
 MAX_FILES_PER_REQUEST = 20
-MAX_REQUEST_BYTES = 200 * 1024 * 1024
+MAX_REQUEST_BYTES = UPLOAD_REQUEST_BYTES
 UPLOAD_THREADS = 4
 REJECTION_STATUS = {"unsupported_media_type": 415, "image_too_large": 422, "image_corrupt": 422,
                     "quota_exceeded": 413}
