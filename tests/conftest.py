@@ -28,6 +28,11 @@ SHARED_CASES = REPO.parent / "shared" / "cases"
 CORPUS = Path(os.environ.get("MEWDEX_CORPUS") or REPO.parent / "shared" / "data" / "memes")
 MEWDEX_BIN = Path(sys.executable).parent / "mewdex"
 
+# TestClient as the owner's browser on this machine: a Host the allow-list serves and a loopback
+# peer (the defaults, ``testserver`` / ``testclient``, are a foreign host and a non-local peer).
+LOCAL_ORIGIN = "http://127.0.0.1:8275"
+LOCAL_CLIENT = {"base_url": LOCAL_ORIGIN, "client": ("127.0.0.1", 50000)}
+
 # The session's defaults for every process started by the tests (CLI subprocesses inherit them).
 TEST_ENV = {
     "MEWDEX_RETRY_BASE_SECONDS": "0",

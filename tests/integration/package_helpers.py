@@ -27,12 +27,14 @@ def client_for(scope):
     """A TestClient of the real app answering as ``scope`` (no worker threads)."""
     from fastapi.testclient import TestClient
 
+    from conftest import LOCAL_CLIENT
+
     from mewdex.web.app import create_app
     from mewdex.web.deps import current_scope
 
     app = create_app(workers=0)
     app.dependency_overrides[current_scope] = lambda: scope
-    return TestClient(app, raise_server_exceptions=False)
+    return TestClient(app, **LOCAL_CLIENT, raise_server_exceptions=False)
 
 
 def error_code(response) -> str:

@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import MEWDEX_BIN, case_file
+from conftest import LOCAL_CLIENT, MEWDEX_BIN, case_file
 from it_helpers import counts
 from sqlalchemy import text
 
@@ -172,7 +172,7 @@ def test_serve_startup_recovers_an_interrupted_upload(sessions, store, scope):
 
     op_id, namespace, key = interrupted_upload(sessions, store, scope, case_file("img04_palette_trns.png").read_bytes())
     assert store.exists(namespace, key)
-    with TestClient(create_app(workers=0)) as client:
+    with TestClient(create_app(workers=0), **LOCAL_CLIENT) as client:
         deadline = time.monotonic() + 20
         while op_status(sessions, op_id) == "prepared" and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -200,7 +200,7 @@ def test_serve_startup_cleans_stale_staging_files(store):
     old = time.time() - timedelta(hours=2).total_seconds()
     os.utime(stale, (old, old))
     try:
-        with TestClient(create_app(workers=0)) as client:
+        with TestClient(create_app(workers=0), **LOCAL_CLIENT) as client:
             client.get("/health")
             time.sleep(0.5)
         assert not stale.exists()

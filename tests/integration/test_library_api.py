@@ -10,6 +10,8 @@ import tempfile
 
 import pytest
 from fastapi.testclient import TestClient
+
+from conftest import LOCAL_CLIENT
 from sqlalchemy import select, text
 
 from mewdex.db.models import ImageProcessingJob, Meme, Scope, StorageOperation
@@ -31,7 +33,7 @@ def app(scope):
 
 @pytest.fixture
 def client(app):
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with TestClient(app, **LOCAL_CLIENT, raise_server_exceptions=False) as c:
         yield c
 
 
@@ -254,7 +256,7 @@ def test_rename_and_delete_of_unknown_or_foreign_memes_are_404(client, sessions)
     try:
         app = create_app(workers=0)
         app.dependency_overrides[current_scope] = lambda: other
-        with TestClient(app) as foreign:
+        with TestClient(app, **LOCAL_CLIENT) as foreign:
             foreign_id = created_id(foreign, 420)
         for meme_id in (foreign_id, "00000000-0000-0000-0000-000000000000", "not-an-id"):
             assert client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "x"}).status_code == 404
@@ -362,7 +364,7 @@ def test_up01_a_real_server_answers_413_without_reading_the_whole_body(app, sett
         total = 64 * MiB
         framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total + len(head)}"
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        sock.sendall(f"POST /api/v1/memes HTTP/1.1\r\nHost: x\r\n{framing}\r\n"
+        sock.sendall(f"POST /api/v1/memes HTTP/1.1\r\nHost: 127.0.0.1\r\n{framing}\r\n"
                      f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n".encode())
         sent = {"bytes": 0}
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+
+from conftest import LOCAL_CLIENT
 from queue_helpers import enqueue_noops
 from sqlalchemy import text
 
@@ -15,7 +17,7 @@ from mewdex.web.deps import current_scope
 def client(scope):
     app = create_app(workers=0)
     app.dependency_overrides[current_scope] = lambda: scope
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with TestClient(app, **LOCAL_CLIENT, raise_server_exceptions=False) as c:
         yield c
 
 

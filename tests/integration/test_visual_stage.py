@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+
+from conftest import LOCAL_CLIENT
 from PIL import Image
 from sqlalchemy import select, text
 
@@ -64,7 +66,7 @@ def client_for(scope) -> TestClient:
     errors.install(app)
     app.include_router(visual_router.router)
     app.dependency_overrides[current_scope] = lambda: scope
-    return TestClient(app)
+    return TestClient(app, **LOCAL_CLIENT)
 
 
 def test_stage_writes_thumbnails_embedding_labels_and_phash(sessions, store, scope):

@@ -7,6 +7,8 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
+from conftest import LOCAL_CLIENT
+
 from mewdex.library.images import sniff_format
 from mewdex.web.app import create_app
 from mewdex.web.deps import current_scope
@@ -18,7 +20,7 @@ MEDIA = {"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "
 def client(sample):
     app = create_app(workers=0)
     app.dependency_overrides[current_scope] = lambda: sample.scope
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with TestClient(app, **LOCAL_CLIENT, raise_server_exceptions=False) as c:
         yield c
 
 
@@ -26,7 +28,7 @@ def client(sample):
 def empty_client(scope):
     app = create_app(workers=0)
     app.dependency_overrides[current_scope] = lambda: scope
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with TestClient(app, **LOCAL_CLIENT, raise_server_exceptions=False) as c:
         yield c
 
 
@@ -184,5 +186,5 @@ def test_cross_site_browser_writes_are_refused(client):
     assert r.status_code == 403 and r.json()["error"]["code"] == "cross_site_request"
     r = client.post("/api/v1/collections", json={"name": "x"}, headers={"Sec-Fetch-Site": "cross-site"})
     assert r.status_code == 403
-    r = client.post("/api/v1/search", json={"query": "x"}, headers={"Origin": "http://testserver"})
+    r = client.post("/api/v1/search", json={"query": "x"}, headers={"Origin": "http://127.0.0.1:8275"})
     assert r.status_code == 200

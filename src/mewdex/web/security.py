@@ -45,9 +45,10 @@ PAGE_CSP = ("default-src 'self'; img-src 'self' blob: data:; object-src 'none'; 
 MEDIA_CSP = "default-src 'none'; sandbox"
 
 
-async def refuse(send, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
+async def refuse(send, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]] = (),
+                 details: dict | None = None) -> None:
     """Answer ``status`` with the JSON error body (``{"error": {"code", "message", "details"}}``)."""
-    body = json.dumps(error_body(code, message)).encode()
+    body = json.dumps(error_body(code, message, details)).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"x-content-type-options", b"nosniff"), *headers]})
@@ -180,17 +181,17 @@ def client_ip(request) -> str:
         request.client.host if request.client else "unknown")
 
 
-def body_limit(method: str, path: str) -> int:
-    """The most bytes a request body to ``path`` may have (module doc, 3)."""
+def body_limit(method: str, path: str) -> tuple[int, str]:
+    """``(most bytes, error code)`` of a request body to ``path`` (module doc, 3)."""
     settings = get_settings()
     if method == "POST":
         if path == "/api/v1/memes":
-            return UPLOAD_REQUEST_BYTES + UPLOAD_OVERHEAD_BYTES
+            return UPLOAD_REQUEST_BYTES + UPLOAD_OVERHEAD_BYTES, "upload_too_large"
         if path in ("/api/v1/search/image", "/ui/search/image"):
-            return settings.max_upload_bytes + UPLOAD_OVERHEAD_BYTES
+            return settings.max_upload_bytes + UPLOAD_OVERHEAD_BYTES, "upload_too_large"
         if path == "/api/v1/collections/import":
-            return settings.zip_max_total_bytes + UPLOAD_OVERHEAD_BYTES
-    return settings.max_json_bytes
+            return settings.zip_max_total_bytes + UPLOAD_OVERHEAD_BYTES, "package_too_large"
+    return settings.max_json_bytes, "request_too_large"
 
 
 def _has_credential(headers: dict[bytes, bytes]) -> bool:
@@ -219,11 +220,12 @@ class BodyLimit:
         local = scope.get("state", {}).get("mewdex_local", False)
         if path not in ANONYMOUS_BODY_PATHS and not _has_credential(headers) and not (local and no_login_possible()):
             return await refuse(send, 401, "auth_required", "sign in or send an API token")
-        limit = body_limit(scope["method"], path)
+        limit, code = body_limit(scope["method"], path)
+        details = {"limit": "request", "limit_bytes": limit}
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
-            return await refuse(send, 413, "request_too_large", f"the request body is larger than {limit} bytes",
-                                [(b"connection", b"close")])
+            return await refuse(send, 413, code, f"the request body is larger than {limit} bytes",
+                                [(b"connection", b"close")], details)
         received = 0
         refused = False
         started = False
@@ -238,8 +240,8 @@ class BodyLimit:
                 if received > limit:
                     refused = True
                     if not started:
-                        await refuse(send, 413, "request_too_large",
-                                     f"the request body is larger than {limit} bytes", [(b"connection", b"close")])
+                        await refuse(send, 413, code, f"the request body is larger than {limit} bytes",
+                                     [(b"connection", b"close")], details)
                     return {"type": "http.disconnect"}
             return message
 

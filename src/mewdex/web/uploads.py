@@ -183,3 +183,24 @@ async def read_upload(request: Request, *, max_file_bytes: int, max_request_byte
         form.close()
         raise
     return form
+
+
+# OpenAPI of a search-by-image body (the routes read it themselves, after authentication).
+QUERY_IMAGE_OPENAPI = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file"],
+    "properties": {"file": {"type": "string", "format": "binary"}, "n_results": {"type": "integer", "default": 10},
+                   "collection": {"type": "string"}, "animated": {"type": "boolean"}}}}}}}
+
+
+async def read_query_image(request: Request, *, max_bytes: int) -> tuple[bytes, str, dict[str, str]]:
+    """The image of a search by image (multipart field ``file``, ≤ ``max_bytes``) with its file name
+    and the small text fields, through :func:`read_upload` (bounded while streaming, nothing left on
+    disk). Errors as :func:`read_upload`; 422 ``invalid_request`` without a ``file`` part."""
+    form = await read_upload(request, max_file_bytes=max_bytes, max_request_bytes=max_bytes + SPOOL_BYTES,
+                             max_files=1, files_field="file")
+    try:
+        if not form.files:
+            raise ApiError(422, "invalid_request", "the multipart field 'file' (the image) is missing")
+        return form.files[0].read(), form.files[0].filename, form.fields
+    finally:
+        form.close()

@@ -9,9 +9,7 @@
 
 from __future__ import annotations
 
-import io
-
-from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -29,6 +27,7 @@ from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
 from mewdex.web.routers.memes import get_meme
+from mewdex.web.uploads import QUERY_IMAGE_OPENAPI, read_query_image
 
 router = APIRouter(tags=["visual"])
 READ_CHUNK = 1024 * 1024
@@ -76,22 +75,19 @@ def thumbnail(meme_id: str, request: Request, animated: bool = False, session: S
     return Response(still.data, media_type=still.media_type, headers={"Cache-Control": "no-store"})
 
 
-async def _read_limited(upload: UploadFile, limit: int) -> bytes:
-    buf = io.BytesIO()
-    while chunk := await upload.read(READ_CHUNK):
-        buf.write(chunk)
-        if buf.tell() > limit:
-            raise ApiError(413, "upload_too_large", f"the file is over {limit} bytes")
-    return buf.getvalue()
-
-
-@router.post("/api/v1/search/image")
-async def search_image(file: UploadFile = File(...), n_results: int = Form(10),
-                       session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)) -> dict:
-    """Memes that look like the uploaded image; the text search's result shape, ``score`` = cosine."""
-    _n_results(n_results)
+@router.post("/api/v1/search/image", openapi_extra=QUERY_IMAGE_OPENAPI)
+async def search_image(request: Request, session: Session = Depends(db_session),
+                       scope: ScopeContext = Depends(current_scope)) -> dict:
+    """Memes that look like the uploaded image (multipart ``file`` ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, form
+    ``n_results`` 1–50); the text search's result shape, ``score`` = cosine. The body is read only
+    after authentication, bounded while streaming (413 ``upload_too_large``)."""
     settings = get_settings()
-    data = await _read_limited(file, settings.max_upload_bytes)
+    data, _filename, fields = await read_query_image(request, max_bytes=settings.max_upload_bytes)
+    try:
+        n_results = int(fields.get("n_results", "10"))
+    except ValueError:
+        raise ApiError(422, "invalid_request", "n_results must be an integer") from None
+    _n_results(n_results)
     if not data:
         raise ApiError(422, "image_corrupt", "the file is empty")
     try:
