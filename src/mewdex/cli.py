@@ -547,20 +547,20 @@ def reindex(
 
 def _remote(server: str, token: str | None, method: str, path: str, **kw) -> dict:
     """One API call to a mewdex server; exits 1 with the server's error code on failure."""
-    import httpx
+    from mewdex import egress
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.request(method, server.rstrip("/") + path, headers=headers, timeout=60, **kw)
-    except httpx.HTTPError as exc:
-        err.print(f"[red]error:[/red] cannot reach {server}: {exc}")
+        response = egress.operator_request(method, server.rstrip("/") + path, headers=headers, timeout=60, **kw)
+    except egress.EgressError as exc:
+        err.print(f"[red]error:[/red] {exc.message}")
         raise typer.Exit(1) from None
-    if response.status_code >= 400:
+    if response.status >= 400:
         try:
             error = response.json()["error"]
             err.print(f"[red]error:[/red] {error['code']}: {error['message']}")
         except Exception:
-            err.print(f"[red]error:[/red] HTTP {response.status_code}")
+            err.print(f"[red]error:[/red] HTTP {response.status}")
         raise typer.Exit(1)
     return response.json()
 
