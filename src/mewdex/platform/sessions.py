@@ -125,14 +125,22 @@ def start_session(session: Session, user: User) -> tuple[str, str]:
 
 
 def resolve_session(session: Session, value: str) -> tuple[UserSession, User] | None:
-    """The live session and its enabled user for a cookie value, else None."""
+    """The live session and its enabled user for a cookie value, else None (expired, or idle for
+    longer than ``MEWDEX_SESSION_IDLE_MINUTES``)."""
     if not value or len(value) > 256:
         return None
+    now = utcnow()
+    idle = timedelta(minutes=get_settings().session_idle_minutes)
     row = session.execute(
         select(UserSession, User).join(User, User.user_id == UserSession.user_id).where(
-            UserSession.session_hash == _digest(value), UserSession.expires_at > utcnow(), User.disabled.is_(False))
+            UserSession.session_hash == _digest(value), UserSession.expires_at > now,
+            UserSession.last_seen_at > now - idle, User.disabled.is_(False))
     ).first()
-    return None if row is None else (row[0], row[1])
+    if row is None:
+        return None
+    if row[0].last_seen_at < now - timedelta(minutes=1):  # one write a minute at most
+        row[0].last_seen_at = now
+    return row[0], row[1]
 
 
 def end_session(session: Session, value: str) -> None:

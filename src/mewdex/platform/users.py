@@ -150,11 +150,21 @@ def change_password(session: Session, user: User, current: str, new: str) -> Non
         candidate = b""
     if not candidate or not check_password(user.password_hash, candidate):
         raise PlatformError(401, "invalid_credentials", "the current password is wrong")
-    user.password_hash = hash_password(new)
+    set_password(session, user, new)
 
 
 def set_password(session: Session, user: User, new: str) -> None:
+    """The new password; the user's API tokens are revoked and signed links die (the auth epoch moves)."""
+    from mewdex.platform.tokens import revoke_all
+
     user.password_hash = hash_password(new)
+    bump_epoch(user)
+    revoke_all(session, user)
+
+
+def bump_epoch(user: User) -> None:
+    """Invalidate the user's signed media links (they carry the epoch they were made in)."""
+    user.auth_epoch = (user.auth_epoch or 0) + 1
 
 
 def set_role(session: Session, user: User, role: str) -> None:
@@ -174,6 +184,7 @@ def set_disabled(session: Session, user: User, disabled: bool) -> None:
         _keep_an_admin(session, user)
     user.disabled = disabled
     if disabled:
+        bump_epoch(user)
         session.execute(UserSession.__table__.delete().where(UserSession.user_id == user.user_id))
 
 

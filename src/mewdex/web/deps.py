@@ -63,8 +63,14 @@ def current_principal(request: Request, session: Session = Depends(db_session)) 
         scheme, _, value = authorization.partition(" ")
         found = tokens.resolve_token(session, value.strip()) if scheme.lower() == "bearer" else None
         if found is None:
-            raise ApiError(401, "invalid_token", "the API token is invalid or revoked")
-        return _user_principal(found[1], "token")
+            raise ApiError(401, "invalid_token", "the API token is invalid, expired or revoked")
+        principal = Principal(ScopeContext(found[1].scope_id), found[1], "token",
+                              token_scopes=frozenset(found[0].scopes or ()))
+        needed = "write" if request.method in STATE_CHANGING else "read"
+        if not principal.may(needed):
+            raise ApiError(403, "insufficient_scope", f"this API token lacks the {needed!r} scope",
+                           {"needed": needed})
+        return principal
     cookie = request.cookies.get(sessions.COOKIE_NAME)
     if cookie:
         found = sessions.resolve_session(session, cookie)

@@ -49,16 +49,18 @@ class PasswordRequest(BaseModel):
 
 class TokenRequest(BaseModel):
     name: str
+    scopes: list[str] | None = None  # read, write, admin (admins only); default read+write
+    expires_in_days: int | None = None  # 1..3650; default never
 
 
 def _client_ip(request: Request) -> str:
     return client_ip(request)
 
 
-def _sign_in(response: Response, session: Session, user: User) -> str:
+def _sign_in(request: Request, response: Response, session: Session, user: User) -> str:
     value, csrf = sessions.start_session(session, user)
     max_age = get_settings().session_days * 86400
-    secure = get_settings().session_cookie_secure
+    secure = get_settings().session_cookie_secure or request.url.scheme == "https"
     response.set_cookie(sessions.COOKIE_NAME, value, max_age=max_age, httponly=True, samesite="lax", secure=secure,
                         path="/")
     response.set_cookie(sessions.CSRF_COOKIE_NAME, csrf, max_age=max_age, httponly=False, samesite="lax",
@@ -77,7 +79,7 @@ def signup(body: SignupRequest, request: Request, response: Response, session: S
     sessions.check_signup_rate(client_ip(request))
     user = users.create_user(session, body.email, body.password, name=body.name, check_signup=True,
                              setup_code=body.setup_code)
-    csrf = _sign_in(response, session, user)
+    csrf = _sign_in(request, response, session, user)
     return {"user": users.user_dict(user), "csrf_token": csrf}
 
 
@@ -87,7 +89,7 @@ def login(body: LoginRequest, request: Request, response: Response, session: Ses
     cookie whose value state-changing requests echo in ``X-CSRF-Token``. 401
     ``invalid_credentials`` for any failure; 429 ``rate_limited`` with ``Retry-After``."""
     user = sessions.authenticate(session, body.email, body.password, _client_ip(request))
-    csrf = _sign_in(response, session, user)
+    csrf = _sign_in(request, response, session, user)
     return {"user": users.user_dict(user), "csrf_token": csrf}
 
 
@@ -101,10 +103,21 @@ def logout(request: Request, session: Session = Depends(db_session)) -> Response
     return response
 
 
+@router.post("/auth/logout-everywhere", status_code=204)
+def logout_everywhere(user: User = Depends(current_user), session: Session = Depends(db_session)) -> Response:
+    """End every browser session of the caller, this one included (API tokens stay; revoke them apart)."""
+    sessions.end_all_sessions(session, user)
+    response = Response(status_code=204)
+    response.delete_cookie(sessions.COOKIE_NAME, path="/")
+    response.delete_cookie(sessions.CSRF_COOKIE_NAME, path="/")
+    return response
+
+
 @router.post("/auth/password", status_code=204)
 def change_password(body: PasswordRequest, principal: Principal = Depends(current_principal),
                     user: User = Depends(current_user), session: Session = Depends(db_session)) -> Response:
-    """Change the password; every other session of the user ends. 401 ``invalid_credentials``."""
+    """Change the password; every other session of the user ends, every API token is revoked and
+    every signed link dies. 401 ``invalid_credentials``."""
     users.change_password(session, user, body.current_password, body.new_password)
     sessions.end_all_sessions(session, user, keep=principal.session_value)
     return Response(status_code=204)
@@ -129,9 +142,13 @@ def me(request: Request, principal: Principal = Depends(current_principal),
 
 @router.post("/tokens", status_code=201)
 def create_token(body: TokenRequest, user: User = Depends(current_user), session: Session = Depends(db_session)) -> dict:
-    """A new API token: ``{"id", "name", "prefix", "created_at", "last_used_at", "revoked_at", "token"}``;
-    ``token`` (``mdx_…``) is shown only here. 422 ``name_required``/``name_too_long``."""
-    row, plain = tokens.create_token(session, user, body.name)
+    """A new API token: ``{"id", "name", "prefix", "scopes", "created_at", "expires_at", "last_used_at",
+    "revoked_at", "token"}``; ``token`` (``mdx_…``) is shown only here. ``scopes``: ``read`` (GET),
+    ``write`` (changes), ``admin`` (the admin API; admins only), default read+write; ``expires_in_days``
+    default never. 422 ``name_required``/``name_too_long``/``scope_invalid``/``expiry_invalid``; 403
+    ``admin_required``."""
+    row, plain = tokens.create_token(session, user, body.name, scopes=body.scopes,
+                                     expires_in_days=body.expires_in_days)
     return {**tokens.token_dict(row), "token": plain}
 
 
