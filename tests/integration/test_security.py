@@ -301,3 +301,185 @@ def test_only_the_egress_module_imports_an_http_client():
                    for n in names):
                 offenders.append(str(path.relative_to(root)))
     assert offenders == []
+
+
+# ---------------------------------------------------------------- 5. signed links
+
+
+def test_signed_links_are_bound_to_one_file_and_die_with_the_users_credentials(auth_app, sessions, store):
+    from urllib.parse import parse_qs, urlsplit
+
+    from accounts_helpers import add_meme, png
+
+    u = auth_app.new("links")
+    meme, other = add_meme(sessions, store, u.scope_id, png(41)), add_meme(sessions, store, u.scope_id, png(42))
+    anon = auth_app.client()
+
+    def link(meme_id, thumbnail=False, **kw):
+        r = u.client.get(f"/api/v1/memes/{meme_id}/signed-url", params={"thumbnail": thumbnail, **kw})
+        assert r.status_code == 200, r.text
+        return r.json()["url"]
+
+    original, thumb = link(meme), link(meme, thumbnail=True)
+    assert anon.get(original).status_code == 200 and anon.get(thumb).status_code == 200
+    query = original.split("?", 1)[1]
+    assert {"exp", "kid", "u", "sig"} <= set(parse_qs(query))
+    assert anon.get(f"/media/{meme}/thumbnail?{query}").status_code == 401  # swapped original → thumbnail
+    assert anon.get(f"/media/{meme}?{thumb.split('?', 1)[1]}").status_code == 401  # and back
+    assert anon.get(f"/media/{other}?{query}").status_code == 401  # another meme
+    assert u.client.get(f"/api/v1/memes/{meme}/signed-url", params={"ttl_seconds": 2 * 86400}).status_code == 422
+    base = urlsplit(original).path
+    q = {k: v[0] for k, v in parse_qs(query).items()}
+    for bad in ({"exp": "1"}, {"exp": "１２３"}, {"exp": "x" * 40}, {"sig": "ü" * 64}, {"sig": ""}, {"kid": "nope"},
+                {"u": "not-a-uuid"}, {"u": "00000000-0000-0000-0000-000000000000"}, {"exp": str(10**11)}):
+        r = anon.get(base, params={**q, **bad})
+        assert r.status_code == 401 and code(r) == "signature_invalid", (bad, r.status_code)
+    # Changing the password kills every link made before.
+    r = u.client.post("/api/v1/auth/password", json={"current_password": PASSWORD, "new_password": PASSWORD + "2"},
+                      headers={"X-CSRF-Token": u.csrf})
+    assert r.status_code == 204
+    assert anon.get(original).status_code == 401 and anon.get(thumb).status_code == 401
+    fresh = link(meme)
+    assert anon.get(fresh).status_code == 200
+    # Disabling the user kills them too.
+    admin = auth_app.new("linkadmin", admin=True)
+    assert admin.client.patch(f"/api/v1/admin/users/{u.user_id}", json={"disabled": True},
+                              headers={"X-CSRF-Token": admin.csrf}).status_code == 200
+    assert anon.get(fresh).status_code == 401
+
+
+def test_the_signing_key_lives_in_a_private_file_and_rotates(auth_app, sessions, store, mewdex_env):
+    import stat
+
+    from accounts_helpers import add_meme, png
+    from mewdex.platform import media_urls
+
+    u = auth_app.new("keys")
+    meme = add_meme(sessions, store, u.scope_id, png(43))
+    before = u.client.get(f"/api/v1/memes/{meme}/signed-url").json()["url"]
+    path = media_urls.key_file()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    media_urls.rotate_key()
+    after = u.client.get(f"/api/v1/memes/{meme}/signed-url").json()["url"]
+    assert "kid=" in after and after.split("kid=")[1][:8] != before.split("kid=")[1][:8]
+    anon = auth_app.client()
+    assert anon.get(before).status_code == 200 and anon.get(after).status_code == 200  # the old key still verifies
+
+
+# ---------------------------------------------------------------- 12. token scopes and lifetime
+
+
+def test_token_scopes_are_enforced_and_tokens_die_on_password_change(auth_app):
+    u = auth_app.new("scopes")
+    h = {"X-CSRF-Token": u.csrf}
+
+    def token(**body):
+        r = u.client.post("/api/v1/tokens", json={"name": "t", **body}, headers=h)
+        return r
+
+    read_only = token(scopes=["read"]).json()["token"]
+    anon = auth_app.client()
+    assert anon.get("/api/v1/memes", headers=bearer(read_only)).status_code == 200
+    r = anon.post("/api/v1/collections", json={"name": "nope"}, headers=bearer(read_only))
+    assert r.status_code == 403 and code(r) == "insufficient_scope"
+    write_only = token(scopes=["write"]).json()["token"]
+    assert anon.get("/api/v1/memes", headers=bearer(write_only)).status_code == 403
+    assert anon.post("/api/v1/collections", json={"name": "yes"}, headers=bearer(write_only)).status_code == 201
+    assert token(scopes=["admin"]).status_code == 403  # not an admin
+    assert token(scopes=["root"]).status_code == 422
+    listed = u.client.get("/api/v1/tokens").json()["tokens"]
+    assert any(t["scopes"] == ["read"] for t in listed)
+    admin = auth_app.new("scopeadmin", admin=True)
+    plain = admin.client.post("/api/v1/tokens", json={"name": "t"}, headers={"X-CSRF-Token": admin.csrf}).json()
+    assert plain["scopes"] == ["read", "write"]
+    assert anon.get("/api/v1/admin/users", headers=bearer(plain["token"])).status_code == 404  # no admin scope
+    full = admin.client.post("/api/v1/tokens", json={"name": "t", "scopes": ["read", "admin"]},
+                             headers={"X-CSRF-Token": admin.csrf}).json()["token"]
+    assert anon.get("/api/v1/admin/users", headers=bearer(full)).status_code == 200
+    expiring = token(expires_in_days=1).json()
+    assert expiring["expires_at"]
+    # A password change revokes every token.
+    r = u.client.post("/api/v1/auth/password", json={"current_password": PASSWORD, "new_password": PASSWORD + "!"},
+                      headers=h)
+    assert r.status_code == 204
+    for t in (read_only, write_only, u.token, expiring["token"]):
+        r = anon.get("/api/v1/me", headers=bearer(t))
+        assert r.status_code == 401 and code(r) == "invalid_token"
+
+
+def test_an_expired_token_is_refused(auth_app, sessions):
+    from sqlalchemy import text
+
+    u = auth_app.new("expired")
+    with sessions.begin() as s:
+        s.execute(text("UPDATE api_tokens SET expires_at = now() - interval '1 second' WHERE user_id = :u"),
+                  {"u": u.user_id})
+    r = auth_app.client().get("/api/v1/me", headers=bearer(u.token))
+    assert r.status_code == 401 and code(r) == "invalid_token"
+
+
+def test_sign_out_everywhere_and_idle_sessions(auth_app, sessions):
+    from sqlalchemy import text
+
+    u = auth_app.new("everywhere")
+    second = auth_app.client()
+    assert second.post("/api/v1/auth/login", json={"email": u.email, "password": PASSWORD}).status_code == 200
+    assert second.get("/api/v1/tokens").status_code == 200
+    with sessions.begin() as s:  # the second browser sat idle for longer than the idle timeout
+        s.execute(text("UPDATE user_sessions SET last_seen_at = now() - interval '30 days' WHERE user_id = :u"),
+                  {"u": u.user_id})
+    assert second.get("/api/v1/tokens").status_code == 401
+    assert second.post("/api/v1/auth/login", json={"email": u.email, "password": PASSWORD}).status_code == 200
+    csrf = u.client.post("/api/v1/auth/login", json={"email": u.email, "password": PASSWORD}).json()["csrf_token"]
+    r = u.client.post("/api/v1/auth/logout-everywhere", headers={"X-CSRF-Token": csrf})
+    assert r.status_code == 204
+    assert second.get("/api/v1/tokens").status_code == 401 and u.client.get("/api/v1/tokens").status_code == 401
+
+
+# ---------------------------------------------------------------- 13. leaks
+
+
+def test_health_and_errors_show_no_dsn_path_or_sql(settings_env, mewdex_env, auth_app):
+    from mewdex.db.engine import get_engine, reset_engine
+    from mewdex.web.app import create_app
+
+    anon = auth_app.client()
+    r = anon.get("/health")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}  # no queues, workers or scopes for strangers
+    admin = auth_app.new("health", admin=True)
+    assert "queues" in admin.client.get("/health").json()
+    app = create_app(workers=0)
+    with TestClient(app, **LOCAL_CLIENT, raise_server_exceptions=False) as c:
+        settings_env(MEWDEX_DATABASE_URL="postgresql+psycopg://secretuser:hunter2@127.0.0.1:1/secretdb")
+        reset_engine()
+        try:
+            r = c.get("/health")
+            assert r.status_code == 503 and r.json() == {"status": "unavailable"}
+            for leak in ("hunter2", "secretuser", "secretdb", "127.0.0.1", "port", "psycopg", "SELECT"):
+                assert leak not in r.text
+        finally:
+            os.environ.pop("MEWDEX_DATABASE_URL", None)
+            from mewdex.config import get_settings
+
+            get_settings.cache_clear()
+            reset_engine()
+            get_engine()
+    r = anon.get("/api/v1/memes/%00")
+    assert r.status_code == 404 and "SELECT" not in r.text
+    r = anon.get("/api/v1/collections", params={"cursor": "AAAA\x00"}, headers=bearer(admin.token))
+    assert r.status_code in (200, 400, 422) and "SELECT" not in r.text and "Traceback" not in r.text
+
+
+# ---------------------------------------------------------------- 15. names
+
+
+def test_every_visible_name_loses_bidi_overrides_and_format_characters(auth_app):
+    u = auth_app.new("names")
+    h = {"X-CSRF-Token": u.csrf}
+    disguised = "invoice\u202egpj.exe\u200b\ufeff"
+    r = u.client.post("/api/v1/collections", json={"name": disguised}, headers=h)
+    assert r.status_code == 201 and r.json()["name"] == "invoicegpj.exe"
+    r = u.client.post("/api/v1/tokens", json={"name": "\u2066ci\u2069 bot"}, headers=h)
+    assert r.status_code == 201 and r.json()["name"] == "ci bot"
+    family = "👨\u200d👩\u200d👧"  # joiners stay: they are part of the emoji
+    assert u.client.post("/api/v1/collections", json={"name": family}, headers=h).json()["name"] == family

@@ -47,17 +47,12 @@ def bind_host(request: Request) -> str:
 def current_principal(request: Request, session: Session = Depends(db_session)) -> Principal:
     """The caller; 401 ``auth_required`` / ``invalid_token`` / ``signature_invalid``, 403 ``csrf_failed``."""
     params = request.query_params
-    if request.url.path.startswith("/media/") and ("sig" in params or "exp" in params):
-        meme_id = request.path_params.get("meme_id", "")
-        if not media_urls.verify(session, request.url.path, params.get("exp"), params.get("sig")):
+    if request.url.path.startswith("/media/") and any(k in params for k in ("sig", "exp", "kid", "u")):
+        valid, link_user = media_urls.verify(session, request.url.path, params)
+        if not valid:
             raise ApiError(401, "signature_invalid", "the media link is invalid or has expired")
-        try:
-            scope_id = session.execute(select(Meme.scope_id).where(Meme.id == UUID(meme_id))).scalar_one_or_none()
-        except ValueError:
-            scope_id = None
-        if scope_id is None:
-            raise ApiError(404, "not_found", "meme not found")
-        return Principal(ScopeContext(scope_id), None, "signed_url")
+        scope = ScopeContext(link_user.scope_id) if link_user is not None else default_scope()
+        return Principal(scope, None, "signed_url")
     authorization = request.headers.get("authorization")
     if authorization is not None:
         scheme, _, value = authorization.partition(" ")

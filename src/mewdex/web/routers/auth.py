@@ -166,15 +166,19 @@ def revoke_token(token_id: str, user: User = Depends(current_user), session: Ses
 
 
 @router.get("/memes/{meme_id}/signed-url", responses=error_responses(404))
-def signed_url(meme_id: str, ttl_seconds: int | None = Query(None, ge=1, le=30 * 86400), thumbnail: bool = False,
-               scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)) -> dict:
-    """A link to the meme's bytes (or thumbnail) that works without signing in until it expires:
-    ``{"url": "/media/{id}?exp=…&sig=…", "expires_at"}``; default lifetime ``MEWDEX_MEDIA_URL_TTL_SECONDS``."""
+def signed_url(meme_id: str, ttl_seconds: int | None = Query(None, ge=1, le=media_urls.MAX_TTL_SECONDS),
+               thumbnail: bool = False, principal: Principal = Depends(current_principal),
+               session: Session = Depends(db_session)) -> dict:
+    """A link to the meme's bytes (or thumbnail) that works without signing in until it expires (at
+    most a day) or the user is disabled or changes the password:
+    ``{"url": "/media/{id}?exp=…&kid=…&u=…&sig=…", "expires_at"}``; default lifetime
+    ``MEWDEX_MEDIA_URL_TTL_SECONDS``."""
+    scope = principal.scope
     found = session.execute(
         select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id == parse_id(meme_id))
     ).scalar_one_or_none()
     if found is None:
         raise ApiError(404, "not_found", "meme not found")
     path = f"/media/{found}" + ("/thumbnail" if thumbnail else "")
-    url, exp = media_urls.sign(session, path, ttl_seconds or get_settings().media_url_ttl_seconds)
+    url, exp = media_urls.sign(principal.user, path, ttl_seconds or get_settings().media_url_ttl_seconds)
     return {"url": url, "expires_at": datetime.fromtimestamp(exp, UTC).isoformat()}
