@@ -43,6 +43,8 @@ def auth_app(settings_env, sessions):
 
     settings_env(MEWDEX_AUTH="required", MEWDEX_BCRYPT_ROUNDS="4")
     limiter._failures.clear()
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM login_failures"))
     app = create_app(workers=0)
     made: list[str] = []
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 
 import pytest
-
+from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from accounts_helpers import PASSWORD, add_meme, auth_app, bearer, png  # noqa: F401
+from conftest import LOCAL_CLIENT
 
 
 def code(r) -> str:
@@ -64,10 +65,14 @@ def test_sign_in_failures_are_generic_and_rate_limited(auth_app, settings_env):
     assert wrong.json() == missing.json()
     c.post("/api/v1/auth/login", json={"email": a.email, "password": "wrong password"})
     c.post("/api/v1/auth/login", json={"email": a.email, "password": "wrong password"})
-    r = c.post("/api/v1/auth/login", json={"email": a.email, "password": PASSWORD})  # even the right one
+    # The account is slowed for addresses it never signed in from (even with the right password) …
+    stranger = TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=("198.51.100.7", 1))
+    r = stranger.post("/api/v1/auth/login", json={"email": a.email, "password": PASSWORD})
     assert r.status_code == 429 and code(r) == "rate_limited" and int(r.headers["Retry-After"]) >= 1
+    # … not for the one it signed in from before (the owner is never locked out).
+    assert c.post("/api/v1/auth/login", json={"email": a.email, "password": PASSWORD}).status_code == 200
     # per IP: other accounts from the same client trip the IP limit
-    for i in range(4):
+    for i in range(6):
         c.post("/api/v1/auth/login", json={"email": f"spray{i}@example.com", "password": "wrong password"})
     r = c.post("/api/v1/auth/login", json={"email": "spray-last@example.com", "password": "wrong password"})
     assert r.status_code == 429

@@ -483,3 +483,35 @@ def test_every_visible_name_loses_bidi_overrides_and_format_characters(auth_app)
     assert r.status_code == 201 and r.json()["name"] == "ci bot"
     family = "👨\u200d👩\u200d👧"  # joiners stay: they are part of the emoji
     assert u.client.post("/api/v1/collections", json={"name": family}, headers=h).json()["name"] == family
+
+
+# ---------------------------------------------------------------- 10. password spray vs. the owner
+
+
+def test_the_owner_signs_in_during_a_password_spray_from_other_addresses(auth_app, settings_env, sessions):
+    from sqlalchemy import text
+
+    settings_env(MEWDEX_LOGIN_MAX_FAILURES_PER_ACCOUNT="5", MEWDEX_LOGIN_MAX_FAILURES_PER_IP="3")
+    owner = auth_app.new("owner")  # signed in once from 127.0.0.1
+    attackers = [TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=(f"203.0.113.{i}", 1000 + i))
+                 for i in range(1, 16)] + [
+        TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=(f"2001:db8:{i}::1", 2000 + i))
+        for i in range(1, 6)]
+    answers = []
+    for attacker in attackers:
+        for _ in range(2):
+            answers.append(attacker.post("/api/v1/auth/login", json={"email": owner.email,
+                                                                      "password": "Password123!"}).status_code)
+    assert set(answers) <= {401, 429} and 429 in answers  # the spray is slowed down …
+    r = owner.client.post("/api/v1/auth/login", json={"email": owner.email, "password": PASSWORD})
+    assert r.status_code == 200, r.text  # … and the owner still gets in at once
+    with sessions.begin() as s:  # the counters are shared by every API process: in PostgreSQL
+        assert s.execute(text("SELECT count(*) FROM login_failures WHERE key LIKE 'ip:203.0.113.%'")).scalar_one() >= 3
+    # IPv6 addresses count per /64: failures from two addresses of one /64 add up.
+    one, two = (TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=(f"2001:db8:77::{n}", 3000))
+                for n in (1, 2))
+    for client in (one, two, one):
+        assert client.post("/api/v1/auth/login", json={"email": f"n{time.monotonic_ns()}@example.com",
+                                                       "password": "wrong password"}).status_code == 401
+    r = two.post("/api/v1/auth/login", json={"email": "nobody@example.com", "password": "wrong password"})
+    assert r.status_code == 429
