@@ -515,3 +515,35 @@ def test_the_owner_signs_in_during_a_password_spray_from_other_addresses(auth_ap
                                                        "password": "wrong password"}).status_code == 401
     r = two.post("/api/v1/auth/login", json={"email": "nobody@example.com", "password": "wrong password"})
     assert r.status_code == 429
+
+
+# ---------------------------------------------------------------- 11. quota race
+
+
+def test_parallel_uploads_stay_within_the_quota(auth_app, sessions, store):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sqlalchemy import text
+
+    from accounts_helpers import png
+    from mewdex.db.models import ScopeContext
+    from mewdex.library.memes import add_image
+
+    admin = auth_app.new("raceadm", admin=True)
+    u = auth_app.new("race")
+    assert admin.client.patch(f"/api/v1/admin/users/{u.user_id}", json={"quota": {"memes": 3}},
+                              headers={"X-CSRF-Token": admin.csrf}).status_code == 200
+    scope = ScopeContext(u.scope_id)
+    images = [png(300 + i, size=64) for i in range(12)]
+    barrier = threading.Barrier(12)
+
+    def upload(data):
+        barrier.wait()
+        return add_image(sessions, store, scope, data, filename="race.png", provenance={}, process=False)
+
+    with ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(upload, images))
+    created = [r for r in results if r.status == "created"]
+    assert len(created) == 3 and all(r.error == "quota_exceeded" for r in results if r.status != "created")
+    with sessions.begin() as s:
+        assert s.execute(text("SELECT count(*) FROM memes WHERE scope_id = :s"), {"s": u.scope_id}).scalar_one() == 3
