@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Collection ZIP import (library.packages): limits on what an archive may inflate to.
     zip_max_items: int = Field(default=500, ge=1)
+    zip_max_entries: int = Field(default=2000, ge=1, description="Entries of any kind (directories too) a ZIP may list.")
     zip_max_total_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     zip_max_ratio: float = Field(default=100.0, gt=1)
     # Search generations: the registered text embedder of each vector leg (JSON object).

@@ -547,3 +547,108 @@ def test_parallel_uploads_stay_within_the_quota(auth_app, sessions, store):
     assert len(created) == 3 and all(r.error == "quota_exceeded" for r in results if r.status != "created")
     with sessions.begin() as s:
         assert s.execute(text("SELECT count(*) FROM memes WHERE scope_id = :s"), {"s": u.scope_id}).scalar_one() == 3
+
+
+# ---------------------------------------------------------------- 7. ZIPs
+
+
+def _zip_bytes(entries, **kw) -> bytes:
+    import io
+    import zipfile
+    import warnings
+
+    out = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about repeated names: that is the point
+        with zipfile.ZipFile(out, "w", **kw) as z:
+            for name, data in entries:
+                z.writestr(name, data)
+    return out.getvalue()
+
+
+def _directory_zip(path, count: int) -> None:
+    """A real ZIP of ``count`` directory entries (``dNNNNNNN/``), written straight to ``path``."""
+    import struct
+    import zlib
+
+    with open(path, "wb") as f:
+        offsets = []
+        for i in range(count):
+            name = b"d%07d/" % i
+            offsets.append(f.tell())
+            f.write(struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0) + name)
+        cd_start = f.tell()
+        for i, offset in enumerate(offsets):
+            name = b"d%07d/" % i
+            f.write(struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, zlib.crc32(b""), 0, 0,
+                                len(name), 0, 0, 0, 0, 0x10, offset) + name)
+        cd_size = f.tell() - cd_start
+        f.write(struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, min(count, 0xFFFF), min(count, 0xFFFF), cd_size,
+                            cd_start, 0))
+
+
+def test_zip_refusals_happen_before_the_archive_is_parsed_and_never_500(sessions, store, scope, tmp_path):
+    from accounts_helpers import png
+    from mewdex.library import packages
+
+    def run(data_or_path):
+        fileobj = open(data_or_path, "rb") if not isinstance(data_or_path, bytes) else __import__("io").BytesIO(
+            data_or_path)
+        with fileobj:
+            return packages.import_package(sessions, store, scope, fileobj, process=False)
+
+    # 10^6 directory entries: refused from the end record's count, in well under a second, small RSS.
+    big = tmp_path / "dirs.zip"
+    _directory_zip(big, 1_000_000)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    with pytest.raises(packages.PackageError) as many:
+        run(big)
+    assert many.value.code == "too_many_entries" and time.monotonic() - started < 1.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 32 * 1024
+    # A nested manifest: a clear 422, not a RecursionError.
+    nested = _zip_bytes([("manifest.json", b"[" * 200_000 + b"]" * 200_000), ("a.png", png(1))])
+    with pytest.raises(packages.PackageError) as deep:
+        run(nested)
+    assert deep.value.code == "manifest_invalid"
+    deep_obj = json.dumps({"format": "mewdex-collection", "version": 1, "items": [],
+                           "collection": {"x": json.loads("[" * 500 + "]" * 500)}}).encode()
+    with pytest.raises(packages.PackageError) as deep2:
+        run(_zip_bytes([("manifest.json", deep_obj), ("a.png", png(1))]))
+    assert deep2.value.code == "manifest_invalid"
+    # Overlapping entries: two central records pointing at the same bytes.
+    import zipfile
+
+    one = _zip_bytes([("a.png", png(2)), ("b.png", png(3))])
+    z = zipfile.ZipFile(__import__("io").BytesIO(one))
+    second = z.infolist()[1]
+    cd = one.rfind(b"PK\x01\x02")  # the second central record
+    patched = bytearray(one)
+    patched[cd + 42:cd + 46] = (0).to_bytes(4, "little")  # its local header offset → the first entry's
+    assert second.filename == "b.png"
+    with pytest.raises(packages.PackageError) as overlap:
+        run(bytes(patched))
+    assert overlap.value.code in ("zip_corrupt", "unsafe_path")
+    # Local and central names that differ.
+    differ = bytearray(_zip_bytes([("a.png", png(4))]))
+    at = differ.find(b"a.png")  # the local header's copy comes first
+    differ[at:at + 5] = b"x.png"
+    with pytest.raises(packages.PackageError) as names:
+        run(bytes(differ))
+    assert names.value.code == "zip_corrupt"
+
+
+def test_zip_names_with_nul_and_repeated_names_are_all_imported(sessions, store, scope):
+    import io
+
+    from sqlalchemy import text
+
+    from accounts_helpers import png
+    from mewdex.library import packages
+
+    data = _zip_bytes([("cat\x00.png", png(5)), ("same.png", png(6)), ("same.png", png(7)), ("SAME.png", png(8))])
+    result = packages.import_package(sessions, store, scope, io.BytesIO(data), process=False)
+    assert [i.status for i in result.items] == ["created"] * 4
+    assert "\x00" not in result.items[0].name
+    with sessions.begin() as s:
+        assert s.execute(text("SELECT count(*) FROM memes WHERE scope_id = :s"), {"s": scope.scope_id}).scalar_one() == 4

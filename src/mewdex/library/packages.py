@@ -75,6 +75,8 @@ IMAGES_DIR = "images/"
 MAX_ENTRY_NAME_BYTES = 150
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 RATIO_FLOOR_BYTES = 1024 * 1024
+MAX_CD_BYTES_PER_ENTRY = 1024  # central directory bytes an entry may take on average (46 + name + extras)
+MAX_MANIFEST_DEPTH = 32
 READ_CHUNK = 256 * 1024
 _WINDOWS_FORBIDDEN = frozenset('<>:"/\\|?*')
 _WINDOWS_DEVICES = frozenset(
@@ -259,11 +261,12 @@ class Limits:
     max_total_bytes: int
     max_entry_bytes: int
     max_ratio: float
+    max_entries: int = 2000
 
     @classmethod
     def from_settings(cls) -> Limits:
         s = get_settings()
-        return cls(s.zip_max_items, s.zip_max_total_bytes, s.max_upload_bytes, s.zip_max_ratio)
+        return cls(s.zip_max_items, s.zip_max_total_bytes, s.max_upload_bytes, s.zip_max_ratio, s.zip_max_entries)
 
 
 @dataclass
@@ -319,7 +322,12 @@ class _Budget:
 
 
 def decode_entry_name(info: zipfile.ZipInfo) -> str:
-    """The entry's name as text (see the module doc for the order of guesses)."""
+    """The entry's name as text (see the module doc for the order of guesses), without control
+    characters (a NUL or newline in a name can reach no path, row or log)."""
+    return "".join(ch for ch in _decode_entry_name(info) if unicodedata.category(ch) not in ("Cc", "Cs"))
+
+
+def _decode_entry_name(info: zipfile.ZipInfo) -> str:
     if info.flag_bits & 0x800:
         return info.filename
     raw = info.orig_filename.encode("cp437")
@@ -374,8 +382,39 @@ def _is_junk(name: str) -> bool:
             or any(p.startswith(".") for p in parts[:-1]))
 
 
-def open_archive(fileobj: BinaryIO) -> zipfile.ZipFile:
-    """The ZIP's central directory; PackageError 422 ``zip_invalid`` when it is not a readable ZIP."""
+def central_directory_size(fileobj: BinaryIO) -> tuple[int, int]:
+    """``(entries, central directory bytes)`` from the end-of-central-directory record (ZIP64 aware),
+    read before :class:`zipfile.ZipFile` builds an object per entry; PackageError 422
+    ``zip_invalid`` when there is none."""
+    fileobj.seek(0, 2)
+    size = fileobj.tell()
+    tail_len = min(size, 22 + 65535)
+    fileobj.seek(size - tail_len)
+    tail = fileobj.read(tail_len)
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) - at < 22:
+        raise PackageError(422, "zip_invalid", "not a readable ZIP archive: no end of central directory")
+    _, _, _, _, entries, cd_size, _, _ = struct.unpack("<4sHHHHIIH", tail[at:at + 22])
+    locator = tail.rfind(b"PK\x06\x07", 0, at)
+    if (entries == 0xFFFF or cd_size == 0xFFFFFFFF) and locator >= 0 and at - locator >= 20:
+        (z64_offset,) = struct.unpack("<Q", tail[locator + 8:locator + 16])
+        fileobj.seek(z64_offset)
+        record = fileobj.read(56)
+        if len(record) == 56 and record[:4] == b"PK\x06\x06":
+            entries, cd_size = struct.unpack("<QQ", record[32:48])
+    return entries, cd_size
+
+
+def open_archive(fileobj: BinaryIO, limits: Limits | None = None) -> zipfile.ZipFile:
+    """The ZIP's central directory; PackageError 422 ``zip_invalid`` when it is not a readable ZIP,
+    413 ``too_many_entries`` when the end record announces more entries (directories and junk
+    included) than ``zip_max_entries`` or a central directory larger than they could need."""
+    limits = limits or Limits.from_settings()
+    entries, cd_size = central_directory_size(fileobj)
+    if entries > limits.max_entries or cd_size > max(limits.max_entries, 1) * MAX_CD_BYTES_PER_ENTRY:
+        raise PackageError(413, "too_many_entries", f"the archive has more than {limits.max_entries} entries",
+                           {"count": entries, "limit": limits.max_entries})
+    fileobj.seek(0)
     try:
         return zipfile.ZipFile(fileobj)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, struct.error) as exc:
@@ -395,6 +434,11 @@ def inflate(fileobj: BinaryIO, info: zipfile.ZipInfo, name: str, budget: _Budget
     if len(header) != 30 or header[:4] != b"PK\x03\x04":
         raise PackageError(422, "zip_corrupt", f"entry {name!r} has no local header", {"entry": name})
     name_len, extra_len = struct.unpack("<HH", header[26:30])
+    local_name = fileobj.read(name_len)
+    central_name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "surrogateescape")
+    if local_name != central_name:
+        raise PackageError(422, "zip_corrupt", f"entry {name!r} has another name in its local header",
+                           {"entry": name})
     fileobj.seek(info.header_offset + 30 + name_len + extra_len)
 
     out = bytearray()
@@ -451,10 +495,14 @@ def preflight(fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, na
     """Check the whole archive without writing anything; raises PackageError (see module doc)."""
     budget = _Budget(limits)
     unsafe: list[dict] = []
-    entries: dict[str, zipfile.ZipInfo] = {}
-    order: list[str] = []
+    entries: list[tuple[str, zipfile.ZipInfo]] = []  # central directory order; repeated names are kept
     manifest_info = None
-    for info in archive.infolist():
+    infos = archive.infolist()
+    if len(infos) > limits.max_entries:
+        raise PackageError(413, "too_many_entries", f"the archive has more than {limits.max_entries} entries",
+                           {"count": len(infos), "limit": limits.max_entries})
+    _check_no_overlap(infos)
+    for info in infos:
         entry = decode_entry_name(info)
         if _is_symlink(info):
             unsafe.append({"entry": entry, "reason": "symlink"})
@@ -466,26 +514,27 @@ def preflight(fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, na
         if entry.endswith("/") or _is_junk(entry):
             continue
         if entry == MANIFEST:
-            manifest_info = info
+            manifest_info = manifest_info or info
             continue
-        if entry in entries:
-            unsafe.append({"entry": entry, "reason": "duplicate_entry"})
-            continue
-        entries[entry] = info
-        order.append(entry)
+        entries.append((entry, info))
     if unsafe:
         raise PackageError(422, "unsafe_path", "the archive has entries that are not plain relative paths",
                            {"entries": unsafe})
 
     manifest = _read_manifest(fileobj, manifest_info, budget) if manifest_info is not None else None
     items: list[PlannedItem] = []
-    listed: set[str] = set()
+    claimed: set[int] = set()  # entries (by position) a manifest item took
     if manifest is not None:
         for m in manifest["items"]:
-            listed.add(m["file"])
-            items.append(PlannedItem(m["file"], entries.get(m["file"]), _display_name(m.get("display_name"), m["file"]),
+            # The first entry of that name not taken yet: a name listed twice maps to both entries.
+            index = next((i for i, (e, _) in enumerate(entries) if e == m["file"] and i not in claimed), None)
+            if index is not None:
+                claimed.add(index)
+            items.append(PlannedItem(m["file"], entries[index][1] if index is not None else None,
+                                     _display_name(m.get("display_name"), m["file"]),
                                      expected_sha256=m.get("sha256")))
-    items += [PlannedItem(e, entries[e], display_name_from_filename(e)) for e in order if e not in listed]
+    items += [PlannedItem(e, info, display_name_from_filename(e)) for i, (e, info) in enumerate(entries)
+              if i not in claimed]
     if len(items) > limits.max_items:
         raise PackageError(413, "too_many_items", f"the archive has {len(items)} images; at most {limits.max_items}",
                            {"count": len(items), "limit": limits.max_items})
@@ -518,6 +567,30 @@ def preflight(fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, na
     return Plan(collection_name, items, manifest is not None, budget.total)
 
 
+def _check_no_overlap(infos: list[zipfile.ZipInfo]) -> None:
+    """422 ``zip_corrupt`` when two entries share bytes (a local header inside another entry's
+    data): overlapping entries are how small archives inflate to enormous sizes."""
+    spans = sorted((info.header_offset, info.header_offset + 30 + len(info.orig_filename) + info.compress_size, info)
+                   for info in infos)
+    for (start, end, info), (next_start, _, other) in zip(spans, spans[1:]):
+        if next_start < end:
+            raise PackageError(422, "zip_corrupt", "the archive has overlapping entries",
+                               {"entries": [info.filename, other.filename]})
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of a decoded JSON value, iteratively (never a RecursionError); stops past ``limit``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def _display_name(value: Any, entry: str) -> str:
     if isinstance(value, str):
         try:
@@ -536,6 +609,10 @@ def _read_manifest(fileobj: BinaryIO, info: zipfile.ZipInfo, budget: _Budget) ->
         manifest = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PackageError(422, "manifest_invalid", f"manifest.json is not JSON: {exc}") from None
+    except RecursionError:
+        raise PackageError(422, "manifest_invalid", "manifest.json is nested too deeply") from None
+    if _depth(manifest, MAX_MANIFEST_DEPTH) > MAX_MANIFEST_DEPTH:
+        raise PackageError(422, "manifest_invalid", f"manifest.json is nested deeper than {MAX_MANIFEST_DEPTH}")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise PackageError(422, "manifest_invalid", f"manifest.json is not a {FORMAT} manifest")
     if manifest.get("version") != VERSION:
@@ -567,7 +644,7 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
         PackageError before anything is written (see the module doc).
     """
     limits = limits or Limits.from_settings()
-    archive = open_archive(fileobj)
+    archive = open_archive(fileobj, limits)
     plan = preflight(fileobj, archive, limits=limits, name=name, source_name=source_name)
     if on_plan is not None:
         on_plan(plan)
