@@ -69,6 +69,18 @@ def serve(
     uvicorn.run(create_app(workers=workers, host=host or settings.host), host=host or settings.host, port=port or settings.port, log_level="warning")
 
 
+def _limit_memory() -> None:
+    """Cap this worker's address space (``MEWDEX_WORKER_MEMORY_LIMIT_MB``): an image that slips past
+    the decode budgets fails its task with MemoryError instead of taking the machine down."""
+    import resource
+
+    limit_mb = get_settings().worker_memory_limit_mb
+    if limit_mb:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = limit_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
 def _print_setup_code() -> None:
     """No account yet: print the one-time code that lets a browser sign up as the admin."""
     from mewdex.db.engine import get_sessionmaker
@@ -105,6 +117,7 @@ def worker(
     # /health counts live worker processes by their connections' application_name.
     os.environ["PGAPPNAME"] = f"{WORKER_APPLICATION_PREFIX}:{socket.gethostname()}:{os.getpid()}"[:63]
     _setup_logging()
+    _limit_memory()
     _prepare()
     pool = WorkerPool(get_sessionmaker(), concurrency, lanes=lane_list)
     stop = threading.Event()

@@ -23,11 +23,13 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8275
     default_scope: str = "local"
-    max_pixels: int = Field(default=50_000_000, ge=1)
+    max_pixels: int = Field(default=24_000_000, ge=1, description="Largest width × height accepted (a 6000 × 4000 photo).")
     max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
     workers: int = Field(default=2, ge=0, le=32, description="Workers `mewdex serve` and `import --wait` start.")
     worker_mode: Literal["process", "thread"] = Field(
         default="process", description="process = one `mewdex worker` child each (faster); thread = inside the process.")
+    worker_memory_limit_mb: int = Field(
+        default=16384, ge=0, description="Address-space limit (RLIMIT_AS) of each `mewdex worker` process; 0 = none.")
     worker_lease_seconds: int = Field(default=120, ge=5)
     worker_heartbeat_seconds: int = Field(default=30, ge=1)
     worker_poll_seconds: float = Field(default=1.0, gt=0)

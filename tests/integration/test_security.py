@@ -652,3 +652,88 @@ def test_zip_names_with_nul_and_repeated_names_are_all_imported(sessions, store,
     assert "\x00" not in result.items[0].name
     with sessions.begin() as s:
         assert s.execute(text("SELECT count(*) FROM memes WHERE scope_id = :s"), {"s": scope.scope_id}).scalar_one() == 4
+
+
+# ---------------------------------------------------------------- 6. image bombs
+
+
+def _gif_frames(count: int) -> bytes:
+    """A real GIF of ``count`` 1×1 frames (one shared frame block repeated)."""
+    frame = (b"\x21\xf9\x04\x00\x0a\x00\x00\x00"  # graphic control: 100 ms
+             b"\x2c\x00\x00\x00\x00\x01\x00\x01\x00\x00"  # image descriptor 1×1
+             b"\x02\x02\x44\x01\x00")  # LZW: clear, 0, end
+    return (b"GIF89a\x01\x00\x01\x00\x80\x00\x00" + b"\x00\x00\x00\xff\xff\xff" + frame * count + b"\x3b")
+
+
+def _webp_frames(count: int) -> bytes:
+    """A real animated WEBP of ``count`` 1×1 frames (Pillow's first ANMF chunk repeated)."""
+    import io
+    import struct
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    frames = [Image.new("RGB", (1, 1), (i * 90, 0, 0)) for i in range(2)]
+    frames[0].save(out, "WEBP", save_all=True, append_images=frames[1:], lossless=True, duration=100)
+    data = out.getvalue()
+    chunks, at = [], 12
+    while at + 8 <= len(data):
+        tag, size = data[at:at + 4], struct.unpack("<I", data[at + 4:at + 8])[0]
+        chunks.append((tag, data[at:at + 8 + size + (size & 1)]))
+        at += 8 + size + (size & 1)
+    head = b"".join(c for t, c in chunks if t in (b"VP8X", b"ANIM"))
+    anmf = next(c for t, c in chunks if t == b"ANMF")
+    body = b"WEBP" + head + anmf * count
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def _png_16bit(width: int, height: int) -> bytes:
+    """A real, valid 16-bit grey PNG of ``width``×``height`` zeros (compressed while generated)."""
+    import struct
+    import zlib
+
+    def chunk(tag, body):
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+    z = zlib.compressobj(9)
+    row = b"\0" * (1 + 2 * width)
+    idat = b"".join(z.compress(row) for _ in range(height)) + z.flush()
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 16, 0, 0, 0, 0))
+            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+def _png_ztxt(megabytes: int) -> bytes:
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(out, "PNG")
+    data = out.getvalue()
+    body = b"Comment\x00\x00" + zlib.compress(b"A" * (megabytes * 1024 * 1024), 9)
+    ztxt = struct.pack(">I", len(body)) + b"zTXt" + body + struct.pack(">I", zlib.crc32(b"zTXt" + body))
+    return data[:33] + ztxt + data[33:]
+
+
+@pytest.mark.parametrize("bomb", ["gif_1m_frames", "webp_1m_frames", "png_50mp_16bit", "png_huge_ztxt"])
+def test_image_bombs_are_refused_within_time_and_memory_budgets(bomb):
+    from mewdex.config import get_settings
+    from mewdex.library.images import ImageError, load_frames, probe
+
+    data = {"gif_1m_frames": lambda: _gif_frames(1_000_000), "webp_1m_frames": lambda: _webp_frames(1_000_000),
+            "png_50mp_16bit": lambda: _png_16bit(8000, 6250), "png_huge_ztxt": lambda: _png_ztxt(200)}[bomb]()
+    max_pixels = get_settings().max_pixels
+    for decode in (lambda: probe(data, max_pixels=max_pixels), lambda: load_frames(data, max_pixels=max_pixels)):
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.monotonic()
+        try:
+            decode()
+        except ImageError as exc:
+            assert exc.code in ("image_too_large", "image_corrupt")
+        else:
+            assert bomb == "png_huge_ztxt"  # its text is never inflated: the pixels are fine
+        assert time.monotonic() - started < 3.0, bomb
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 96 * 1024, bomb  # KiB
+    assert len(data) < 64 * MiB

@@ -13,6 +13,7 @@ when it is closed or the process dies), so no temporary file outlives the reques
 from __future__ import annotations
 
 import tempfile
+import unicodedata
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -108,7 +109,8 @@ class _Collector:
                                {"max_files": self.max_files})
             content_type = self.headers.get("content-type")
             self.current = UploadedFile(
-                filename=(filename or b"").decode("utf-8", "replace"),
+                filename="".join(ch for ch in (filename or b"").decode("utf-8", "replace")
+                                 if unicodedata.category(ch) != "Cc"),  # no NUL/newline reaches a row or log
                 content_type=content_type.decode("latin-1") if content_type else None,
                 size=0,
                 file=tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES),

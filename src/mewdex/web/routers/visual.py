@@ -45,9 +45,9 @@ def thumbnail(meme_id: str, request: Request, animated: bool = False, session: S
               scope: ScopeContext = Depends(current_scope)):
     """The still WEBP thumbnail (or, with ``animated=1``, the animated preview when the meme has one).
 
-    When no thumbnail is available yet the still is rendered from the original on the fly (not
-    stored; ``Cache-Control: no-store``) so the UI always has a picture; 404 ``blob_missing`` when
-    even the original is gone, 422 with the image error code when it cannot be decoded.
+    When no thumbnail is available yet (the worker makes them) the original's bytes stand in
+    (``Cache-Control: no-store``) so the UI always has a picture; 404 ``blob_missing`` when even
+    the original is gone.
     """
     meme = get_meme(session, scope, meme_id)
     namespace = storage_namespace(session, scope.scope_id)
@@ -68,11 +68,10 @@ def thumbnail(meme_id: str, request: Request, animated: bool = False, session: S
     original = store.path(namespace, meme.storage_key)
     if not original.is_file():
         raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
-    try:
-        still = thumbs.make_still(original.read_bytes(), max_pixels=get_settings().max_pixels)
-    except ImageError as exc:
-        raise ApiError(exc.http_status if exc.http_status != 415 else 422, exc.code, exc.message) from exc
-    return Response(still.data, media_type=still.media_type, headers={"Cache-Control": "no-store"})
+    # Thumbnails are made only by the worker: until then the original stands in (decoding here, on
+    # every GET and on an API thread, would let one image tie up the server).
+    media_type = (meme.extensions or {}).get("image", {}).get("media_type") or "application/octet-stream"
+    return FileResponse(original, media_type=media_type, headers={"Cache-Control": "no-store"})
 
 
 @router.post("/api/v1/search/image", openapi_extra=QUERY_IMAGE_OPENAPI)
