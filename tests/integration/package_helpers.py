@@ -30,10 +30,11 @@ def client_for(scope):
     from conftest import LOCAL_CLIENT
 
     from mewdex.web.app import create_app
-    from mewdex.web.deps import current_scope
+    from mewdex.web.deps import current_scope, streaming_scope
 
     app = create_app(workers=0)
     app.dependency_overrides[current_scope] = lambda: scope
+    app.dependency_overrides[streaming_scope] = lambda: scope
     return TestClient(app, **LOCAL_CLIENT, raise_server_exceptions=False)
 
 

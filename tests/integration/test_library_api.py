@@ -17,7 +17,7 @@ from sqlalchemy import select, text
 from mewdex.db.models import ImageProcessingJob, Meme, Scope, StorageOperation
 from mewdex.library import collections
 from mewdex.web.app import create_app
-from mewdex.web.deps import current_scope
+from mewdex.web.deps import current_scope, streaming_scope
 
 from library_helpers import asgi_post, check_storage_invariants, multipart, noise_png, png
 
@@ -28,6 +28,7 @@ MiB = 1024 * 1024
 def app(scope):
     app = create_app(workers=0)
     app.dependency_overrides[current_scope] = lambda: scope
+    app.dependency_overrides[streaming_scope] = lambda: scope
     return app
 
 
@@ -256,6 +257,7 @@ def test_rename_and_delete_of_unknown_or_foreign_memes_are_404(client, sessions)
     try:
         app = create_app(workers=0)
         app.dependency_overrides[current_scope] = lambda: other
+        app.dependency_overrides[streaming_scope] = lambda: other
         with TestClient(app, **LOCAL_CLIENT) as foreign:
             foreign_id = created_id(foreign, 420)
         for meme_id in (foreign_id, "00000000-0000-0000-0000-000000000000", "not-an-id"):

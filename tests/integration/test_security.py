@@ -737,3 +737,59 @@ def test_image_bombs_are_refused_within_time_and_memory_budgets(bomb):
         assert time.monotonic() - started < 3.0, bomb
         assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 96 * 1024, bomb  # KiB
     assert len(data) < 64 * MiB
+
+
+# ---------------------------------------------------------------- 10. slow uploads hold no connection
+
+
+def test_a_streaming_upload_holds_no_database_connection_and_uploads_per_user_are_capped(auth_app):
+    from mewdex.db.engine import get_engine
+
+    u = auth_app.new("slow")
+    app = auth_app.app
+    release = None
+    seen_checked_out = []
+
+    async def one_upload(results, index):
+        state = {"status": None, "sent": 0}
+
+        async def receive():
+            if state["sent"] == 0:
+                state["sent"] = 1
+                return {"type": "http.request", "body": b"--b\r\n", "more_body": True}
+            seen_checked_out.append(index)  # the body is mid-stream here
+            await release.wait()
+            return {"type": "http.request", "body": b"--b--\r\n", "more_body": False}
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/api/v1/memes", "raw_path": b"/api/v1/memes", "query_string": b"",
+                 "root_path": "", "client": ("127.0.0.1", 5000 + index), "server": ("127.0.0.1", 8275),
+                 "headers": [(b"host", b"127.0.0.1:8275"), (b"content-type", b"multipart/form-data; boundary=b"),
+                             (b"authorization", f"Bearer {u.token}".encode())]}
+        await app(scope, receive, send)
+        results[index] = state["status"]
+
+    async def main():
+        nonlocal release
+        release = asyncio.Event()
+        results = {}
+        tasks = [asyncio.create_task(one_upload(results, i)) for i in range(5)]
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            if len(seen_checked_out) >= 4 and len(results) >= 1:
+                break
+        refused = dict(results)
+        await asyncio.sleep(0.2)
+        held = get_engine().pool.checkedout()  # four bodies are mid-stream now
+        release.set()
+        await asyncio.gather(*tasks)
+        return refused, results, held
+
+    refused, results, held = asyncio.run(main())
+    assert list(refused.values()) == [429]  # the fifth at once is refused …
+    assert sorted(results.values()) == [422, 422, 422, 422, 429]  # … the others finish (an empty form)
+    assert len(seen_checked_out) == 4 and held == 0  # no connection was held while bodies streamed

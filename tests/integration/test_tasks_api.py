@@ -10,13 +10,14 @@ from queue_helpers import enqueue_noops
 from sqlalchemy import text
 
 from mewdex.web.app import create_app
-from mewdex.web.deps import current_scope
+from mewdex.web.deps import current_scope, streaming_scope
 
 
 @pytest.fixture
 def client(scope):
     app = create_app(workers=0)
     app.dependency_overrides[current_scope] = lambda: scope
+    app.dependency_overrides[streaming_scope] = lambda: scope
     with TestClient(app, **LOCAL_CLIENT, raise_server_exceptions=False) as c:
         yield c
 

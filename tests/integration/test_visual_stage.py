@@ -23,7 +23,7 @@ from mewdex.pipeline import stages, visual
 from mewdex.pipeline.stages import MemeSnapshot, StageError
 from mewdex.search import image_search
 from mewdex.web import errors
-from mewdex.web.deps import current_scope
+from mewdex.web.deps import current_scope, streaming_scope
 from mewdex.web.routers import visual as visual_router
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
@@ -66,6 +66,7 @@ def client_for(scope) -> TestClient:
     errors.install(app)
     app.include_router(visual_router.router)
     app.dependency_overrides[current_scope] = lambda: scope
+    app.dependency_overrides[streaming_scope] = lambda: scope
     return TestClient(app, **LOCAL_CLIENT)
 
 

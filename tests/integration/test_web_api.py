@@ -11,7 +11,7 @@ from conftest import LOCAL_CLIENT
 
 from mewdex.library.images import sniff_format
 from mewdex.web.app import create_app
-from mewdex.web.deps import current_scope
+from mewdex.web.deps import current_scope, streaming_scope
 
 MEDIA = {"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
 
@@ -20,6 +20,7 @@ MEDIA = {"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "
 def client(sample):
     app = create_app(workers=0)
     app.dependency_overrides[current_scope] = lambda: sample.scope
+    app.dependency_overrides[streaming_scope] = lambda: sample.scope
     with TestClient(app, **LOCAL_CLIENT, raise_server_exceptions=False) as c:
         yield c
 
@@ -28,6 +29,7 @@ def client(sample):
 def empty_client(scope):
     app = create_app(workers=0)
     app.dependency_overrides[current_scope] = lambda: scope
+    app.dependency_overrides[streaming_scope] = lambda: scope
     with TestClient(app, **LOCAL_CLIENT, raise_server_exceptions=False) as c:
         yield c
 

@@ -91,6 +91,15 @@ def current_scope(principal: Principal = Depends(current_principal)) -> ScopeCon
     return principal.scope
 
 
+def streaming_scope(request: Request) -> ScopeContext:
+    """:func:`current_scope` for routes that stream a request body (uploads, imports, search by
+    image): authenticated in a transaction of its own that ends before the route reads the body,
+    so no database connection is held while a slow client sends (the route opens its own
+    transactions afterwards)."""
+    with get_sessionmaker().begin() as session:
+        return current_principal(request, session).scope
+
+
 def current_user(principal: Principal = Depends(current_principal)) -> User:
     """The signed-in user; 409 ``no_accounts`` in single-user mode (no account to act as)."""
     if principal.user is None:

@@ -13,6 +13,7 @@ when it is closed or the process dies), so no temporary file outlives the reques
 from __future__ import annotations
 
 import tempfile
+from contextlib import asynccontextmanager
 import unicodedata
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -21,11 +22,32 @@ from fastapi import Request
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
+from mewdex.config import get_settings
 from mewdex.web.errors import ApiError
 
 SPOOL_BYTES = 1024 * 1024
 MAX_FIELD_BYTES = 4096
 MAX_FIELDS = 32
+
+
+_in_flight: dict[str, int] = {}  # streamed uploads per scope in this process (one event loop)
+
+
+@asynccontextmanager
+async def upload_slot(scope_id: str):
+    """One of the scope's ``MEWDEX_MAX_CONCURRENT_UPLOADS`` slots while a body streams in; 429
+    ``too_many_uploads`` (``Retry-After: 1``) when all are taken."""
+    limit = get_settings().max_concurrent_uploads
+    if _in_flight.get(scope_id, 0) >= limit:
+        raise ApiError(429, "too_many_uploads", f"at most {limit} uploads at once per user; try again shortly",
+                       {"limit": limit})
+    _in_flight[scope_id] = _in_flight.get(scope_id, 0) + 1
+    try:
+        yield
+    finally:
+        _in_flight[scope_id] -= 1
+        if not _in_flight[scope_id]:
+            del _in_flight[scope_id]
 
 
 @dataclass

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from mewdex.config import get_settings
+from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ScopeContext
 from mewdex.library import thumbnails as thumbs
 from mewdex.library.images import ImageError
@@ -24,10 +25,10 @@ from mewdex.pipeline.visual import MODEL_ID as visual_model_id
 from mewdex.platform import metering
 from mewdex.search import image_search
 from mewdex.storage import blob_store
-from mewdex.web.deps import current_scope, db_session
+from mewdex.web.deps import current_scope, db_session, streaming_scope
 from mewdex.web.errors import ApiError
 from mewdex.web.routers.memes import get_meme
-from mewdex.web.uploads import QUERY_IMAGE_OPENAPI, read_query_image
+from mewdex.web.uploads import QUERY_IMAGE_OPENAPI, read_query_image, upload_slot
 
 router = APIRouter(tags=["visual"])
 READ_CHUNK = 1024 * 1024
@@ -74,14 +75,22 @@ def thumbnail(meme_id: str, request: Request, animated: bool = False, session: S
     return FileResponse(original, media_type=media_type, headers={"Cache-Control": "no-store"})
 
 
+def _search_by_image(scope: ScopeContext, data: bytes, n_results: int, max_pixels: int) -> dict:
+    """Decode + model off the event loop, in a transaction of its own (the body is read by then)."""
+    with get_sessionmaker().begin() as session:
+        response = image_search.search_by_image(session, scope, data, n_results, max_pixels=max_pixels)
+        metering.meter_image_search(session, scope, visual_model_id)
+        return response.as_dict()
+
+
 @router.post("/api/v1/search/image", openapi_extra=QUERY_IMAGE_OPENAPI)
-async def search_image(request: Request, session: Session = Depends(db_session),
-                       scope: ScopeContext = Depends(current_scope)) -> dict:
+async def search_image(request: Request, scope: ScopeContext = Depends(streaming_scope)) -> dict:
     """Memes that look like the uploaded image (multipart ``file`` ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, form
     ``n_results`` 1–50); the text search's result shape, ``score`` = cosine. The body is read only
     after authentication, bounded while streaming (413 ``upload_too_large``)."""
     settings = get_settings()
-    data, _filename, fields = await read_query_image(request, max_bytes=settings.max_upload_bytes)
+    async with upload_slot(scope.scope_id):  # no transaction is open while the body streams
+        data, _filename, fields = await read_query_image(request, max_bytes=settings.max_upload_bytes)
     try:
         n_results = int(fields.get("n_results", "10"))
     except ValueError:
@@ -90,10 +99,7 @@ async def search_image(request: Request, session: Session = Depends(db_session),
     if not data:
         raise ApiError(422, "image_corrupt", "the file is empty")
     try:
-        response = await run_in_threadpool(image_search.search_by_image, session, scope, data, n_results,
-                                           max_pixels=settings.max_pixels)  # decode + model off the event loop
-        metering.meter_image_search(session, scope, visual_model_id)
-        return response.as_dict()
+        return await run_in_threadpool(_search_by_image, scope, data, n_results, settings.max_pixels)
     except ImageError as exc:
         raise ApiError(exc.http_status, exc.code, exc.message) from exc
     except BackendUnavailable as exc:
