@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import logging
 import signal
 import sys
@@ -342,10 +343,10 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response.")] = False,
     server: Annotated[str | None, typer.Option("--server", envvar="MEWDEX_SERVER",
                                                help="Search a mewdex server (URL) instead of the local database.")] = None,
-    token: Annotated[str | None, typer.Option("--token", envvar="MEWDEX_TOKEN",
-                                              help="API token (mdx_…) for --server.")] = None,
 ) -> None:
-    """Search the library (the local database as its admin, or a server with --server URL --token)."""
+    """Search the library (the local database as its admin, or a server with --server URL; its API
+    token comes from MEWDEX_TOKEN or a hidden prompt, never from the command line where other local
+    users could read it)."""
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.scopes import default_scope
     from mewdex.search import service
@@ -355,7 +356,10 @@ def search(
         err.print(f"[red]error:[/red] the query must be 1–{service.MAX_QUERY_CHARS} characters and -n 1–50")
         raise typer.Exit(2)
     if server:
-        _print_results(_remote(server, token, "POST", "/api/v1/search", json={"query": query, "n_results": n}),
+        token = os.environ.get("MEWDEX_TOKEN") or (
+            typer.prompt("API token (mdx_…)", hide_input=True, default="", show_default=False)
+            if sys.stdin.isatty() else None)
+        _print_results(_remote(server, token or None, "POST", "/api/v1/search", json={"query": query, "n_results": n}),
                        as_json)
         return
     _prepare()
