@@ -88,6 +88,8 @@ class Settings(BaseSettings):
         default_factory=list, description="JSON list of proxy addresses/networks whose X-Forwarded-For/Forwarded is believed.")
     egress_allow_hosts: list[str] = Field(
         default_factory=list, description='JSON list of "host:port" that outgoing requests may reach although private (http allowed).')
+    signup_quota_storage_bytes: int = Field(default=1024**3, ge=0, description="Storage limit of an account made by sign-up.")
+    signup_quota_memes: int = Field(default=5000, ge=0, description="Meme limit of an account made by sign-up.")
     signup_max_per_ip: int = Field(default=20, ge=1, description="Sign-up attempts per client address per hour.")
     max_concurrent_uploads: int = Field(default=4, ge=1, description="Upload/import/image-search bodies one user may stream at once.")
     max_json_bytes: int = Field(default=64 * 1024, ge=1024, description="Largest JSON/form body of a non-upload route.")

@@ -133,6 +133,10 @@ def create_user(session: Session, email: str, password: str, *, name: str | None
     ensure_scope(session, scope)
     user = User(email=email, password_hash=pw_hash, name=name, role=role or ("admin" if first else "user"),
                 scope_id=scope.scope_id)
+    if check_signup and not first:  # a stranger who signed up gets finite limits until the admin says more
+        settings = get_settings()
+        user.quota_storage_bytes = settings.signup_quota_storage_bytes
+        user.quota_memes = settings.signup_quota_memes
     session.add(user)
     session.flush()
     from mewdex.platform.quotas import rescan_user  # the default scope may already hold memes
