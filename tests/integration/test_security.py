@@ -793,3 +793,92 @@ def test_a_streaming_upload_holds_no_database_connection_and_uploads_per_user_ar
     assert list(refused.values()) == [429]  # the fifth at once is refused …
     assert sorted(results.values()) == [422, 422, 422, 422, 429]  # … the others finish (an empty form)
     assert len(seen_checked_out) == 4 and held == 0  # no connection was held while bodies streamed
+
+
+# ---------------------------------------------------------------- 4. every route: ids and CSRF
+
+
+def test_every_route_hides_other_users_ids_and_checks_csrf(auth_app, sessions, store):
+    import uuid as _uuid
+
+    from fastapi.routing import APIRoute
+    from sqlalchemy import text
+
+    from accounts_helpers import add_meme, png
+
+    a, b = auth_app.new("walka"), auth_app.new("walkb")
+    meme = add_meme(sessions, store, a.scope_id, png(77), process=True)
+    collection = a.client.post("/api/v1/collections", json={"name": "mine"},
+                               headers={"X-CSRF-Token": a.csrf}).json()["id"]
+    token_id = a.client.get("/api/v1/tokens").json()["tokens"][0]["id"]
+    with sessions.begin() as s:
+        task = s.execute(text("SELECT id FROM tasks WHERE scope_id = :s LIMIT 1"), {"s": a.scope_id}).scalar_one()
+        job = s.execute(text("SELECT id FROM image_processing_jobs WHERE meme_id = :m"), {"m": meme}).scalar_one()
+    ids = {"meme_id": meme, "collection_id": collection, "token_id": token_id, "task_id": str(task),
+           "job_id": str(job), "batch_id": str(_uuid.uuid4()), "user_id": a.user_id}
+    walked, csrf_checked = 0, 0
+    # FastAPI ≥ 0.16x nests included routers: RouteContext gives each route's full path.
+    from fastapi.routing import iter_route_contexts
+
+    for route in iter_route_contexts(auth_app.app.routes):
+        if not isinstance(route.original_route, APIRoute):
+            continue
+        params = set(route.original_route.param_convertors)
+        for method in sorted(route.methods):
+            if params and params <= set(ids):
+                path = route.path_format.format(**{p: ids[p] for p in params})  # noqa: E501
+                headers = {"X-CSRF-Token": b.csrf, "accept": "application/json"}
+                r = b.client.request(method, path, headers=headers, json={})
+                assert r.status_code in (404, 422), (method, path, r.status_code, r.text[:200])
+                if r.status_code == 422:  # the body was refused first: nothing about the id was said
+                    assert r.json()["error"]["code"] in ("invalid_request",), (method, path, r.text[:200])
+                walked += 1
+            if method in ("POST", "PUT", "PATCH", "DELETE") and route.path not in (
+                    "/api/v1/auth/login", "/api/v1/auth/signup", "/api/v1/auth/logout"):
+                path = route.path_format.format(**{p: ids.get(p, "x") for p in params})
+                for bad in ({}, {"X-CSRF-Token": "wrong"}, {"X-CSRF-Token": a.csrf}):
+                    r = b.client.request(method, path, headers=bad, json={})
+                    assert r.status_code == 403 and r.json()["error"]["code"] == "csrf_failed", (
+                        method, path, bad, r.status_code, r.text[:200])
+                csrf_checked += 1
+    assert walked >= 20 and csrf_checked >= 15, (walked, csrf_checked)
+
+
+# ---------------------------------------------------------------- 8. XSS
+
+
+def test_user_controlled_text_renders_as_text_in_every_page(auth_app, sessions, store):
+    import re
+    from pathlib import Path
+
+    from sqlalchemy import text
+
+    import mewdex.web
+    from accounts_helpers import add_meme, png
+
+    payload = '"><img src=x onerror=alert(1)><script>alert(2)</script>'
+    admin = auth_app.new("xssadmin", admin=True)
+    u = auth_app.new("xss")
+    with sessions.begin() as s:
+        s.execute(text("UPDATE users SET name = :n WHERE user_id = :u"), {"n": payload, "u": u.user_id})
+    meme = add_meme(sessions, store, u.scope_id, png(91))
+    h = {"X-CSRF-Token": u.csrf}
+    assert u.client.patch(f"/api/v1/memes/{meme}", json={"display_name": payload}, headers=h).status_code == 200
+    with sessions.begin() as s:
+        s.execute(text("UPDATE memes SET meme_context = jsonb_build_object('ocr_text', CAST(:p AS text), "
+                       "'title', CAST(:p AS text)) WHERE id = :m"), {"p": payload, "m": meme})
+    collection = u.client.post("/api/v1/collections", json={"name": payload}, headers=h).json()["id"]
+    u.client.post(f"/api/v1/collections/{collection}/items", json={"meme_ids": [meme]}, headers=h)
+    pages = [(u, "/"), (u, f"/?q={payload}"), (u, f"/ui/search?q={payload}"), (u, "/library"), (u, "/ui/library"),
+             (u, "/collections"), (u, f"/collections/{collection}"), (u, f"/memes/{meme}"), (u, "/tasks"),
+             (u, "/login"), (admin, "/admin"), (u, f"/login?next=/{payload}")]
+    for who, path in pages:
+        r = who.client.get(path, headers={"accept": "text/html"})
+        assert r.status_code == 200, (path, r.status_code)
+        assert "<img src=x onerror" not in r.text and "<script>alert(2)" not in r.text, path
+    # app.js only ever puts server-rendered (escaped) fragments or fixed markup into innerHTML.
+    static = Path(mewdex.web.__file__).parent / "static"
+    for name in ("app.js", "auth.js", "login.js"):
+        for line in (static / name).read_text().splitlines():
+            if re.search(r"\.(innerHTML|outerHTML)\s*=|insertAdjacentHTML|document\.write", line):
+                assert "await resp.text()" in line or ("${" not in line and "+" not in line.split("=", 1)[1]), line
