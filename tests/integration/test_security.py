@@ -882,3 +882,27 @@ def test_user_controlled_text_renders_as_text_in_every_page(auth_app, sessions, 
         for line in (static / name).read_text().splitlines():
             if re.search(r"\.(innerHTML|outerHTML)\s*=|insertAdjacentHTML|document\.write", line):
                 assert "await resp.text()" in line or ("${" not in line and "+" not in line.split("=", 1)[1]), line
+
+
+def test_a_crashing_task_stores_a_code_and_a_safe_message(sessions, scope):
+    import uuid as _uuid
+
+    from mewdex.db.models import Task
+    from mewdex.queue import registry, tasks as queue
+    from mewdex.queue.worker import Worker
+
+    @registry.register("test.security_crash")
+    def _crash(ctx):
+        raise RuntimeError("could not open /srv/secret/pgdata/base: SELECT password_hash FROM users")
+
+    lane = f"t-{_uuid.uuid4().hex[:12]}"
+    with sessions.begin() as s:
+        task_id = queue.enqueue(s, scope_id=scope.scope_id, task_type="test.security_crash", lane=lane,
+                                payload={}, max_attempts=1).id
+    assert Worker(sessions, name="sec", lanes=[lane]).run_once()
+    with sessions.begin() as s:
+        task = s.get(Task, task_id)
+        stored = json.dumps([task.error, task.first_error, task.error_history])
+    assert "task_crashed" in stored and "RuntimeError" in stored
+    for leak in ("/srv/secret", "SELECT", "password_hash"):
+        assert leak not in stored
