@@ -28,6 +28,11 @@ SHARED_CASES = REPO.parent / "shared" / "cases"
 CORPUS = Path(os.environ.get("MEWDEX_CORPUS") or REPO.parent / "shared" / "data" / "memes")
 MEWDEX_BIN = Path(sys.executable).parent / "mewdex"
 
+# TestClient as the owner's browser on this machine: a Host the allow-list serves and a loopback
+# peer (the defaults, ``testserver`` / ``testclient``, are a foreign host and a non-local peer).
+LOCAL_ORIGIN = "http://127.0.0.1:8275"
+LOCAL_CLIENT = {"base_url": LOCAL_ORIGIN, "client": ("127.0.0.1", 50000)}
+
 # The session's defaults for every process started by the tests (CLI subprocesses inherit them).
 TEST_ENV = {
     "MEWDEX_RETRY_BASE_SECONDS": "0",
@@ -228,22 +233,25 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, what: st
 
 def app_for(scope=None, **create_app_kwargs):
     """The real app (``create_app``, no worker threads unless ``workers=`` says so) answering as ``scope``
-    (its ``current_scope`` dependency overridden), or through its own sign-in when ``scope`` is None."""
+    (its ``current_scope`` and ``streaming_scope`` dependencies overridden), or through its own sign-in
+    when ``scope`` is None."""
     from mewdex.web.app import create_app
-    from mewdex.web.deps import current_scope
+    from mewdex.web.deps import current_scope, streaming_scope
 
     app = create_app(**{"workers": 0, **create_app_kwargs})
     if scope is not None:
         app.dependency_overrides[current_scope] = lambda: scope
+        app.dependency_overrides[streaming_scope] = lambda: scope
     return app
 
 
 def client_for(scope=None, **create_app_kwargs):
     """A ``TestClient`` of :func:`app_for`; ``with client_for(scope) as c:`` also runs the app's start-up
-    (migrations, recovery) and shut-down. A server error comes back as a 500 answer, not an exception."""
+    (migrations, recovery) and shut-down. It talks as a local browser (:data:`LOCAL_CLIENT`: a loopback
+    peer and Host). A server error comes back as a 500 answer, not an exception."""
     from fastapi.testclient import TestClient
 
-    return TestClient(app_for(scope, **create_app_kwargs), raise_server_exceptions=False)
+    return TestClient(app_for(scope, **create_app_kwargs), **LOCAL_CLIENT, raise_server_exceptions=False)
 
 
 @pytest.fixture

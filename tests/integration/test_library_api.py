@@ -351,7 +351,7 @@ def test_up01_a_real_server_answers_413_without_reading_the_whole_body(app, sett
         total = 64 * MiB
         framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total + len(head)}"
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        sock.sendall(f"POST /api/v1/memes HTTP/1.1\r\nHost: x\r\n{framing}\r\n"
+        sock.sendall(f"POST /api/v1/memes HTTP/1.1\r\nHost: 127.0.0.1\r\n{framing}\r\n"
                      f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n".encode())
         sent = {"bytes": 0}
 

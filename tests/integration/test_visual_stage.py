@@ -160,9 +160,10 @@ def test_thumbnail_endpoint_and_reconcile(sessions, store, scope):
     still_id = add(sessions, store, scope, png("blue"), "blue.png")
     anim_id = add(sessions, store, scope, (CASES / "img06_animated_3frames.webp").read_bytes(), "anim.webp")
     api = client_for(scope)
-    # before processing: rendered on the fly, not stored
+    # before processing: the original stands in (thumbnails are rendered only by the worker)
     r = api.get(f"/media/{still_id}/thumbnail")
-    assert r.status_code == 200 and r.headers["content-type"] == "image/webp" and r.headers["cache-control"] == "no-store"
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png" and r.headers["cache-control"] == "no-store"
+    assert r.content == png("blue")
     report = th.reconcile(sessions, store, scope.scope_id)
     assert report.as_dict() == {"checked": 2, "rebuilt": 2, "failed": 0}
     assert th.reconcile(sessions, store, scope.scope_id).rebuilt == 0

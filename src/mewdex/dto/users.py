@@ -69,7 +69,9 @@ class Token(Dto):
     id: str
     name: str
     prefix: str
+    scopes: list[str] = Field(default_factory=list, description="``read``, ``write``, ``admin``")
     created_at: Timestamp | None = None
+    expires_at: Timestamp | None = None
     last_used_at: Timestamp | None = None
     revoked_at: Timestamp | None = None
 

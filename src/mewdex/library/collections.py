@@ -25,6 +25,7 @@ from mewdex.db.models import (
     utcnow,
 )
 from mewdex.dto.errors import DomainError
+from mewdex.library.names import strip_format_characters
 
 MAX_NAME_CHARS = 100
 MAX_ITEMS_PER_REQUEST = 1000
@@ -39,8 +40,8 @@ class CollectionError(DomainError):
 
 
 def normalize_collection_name(value: str) -> str:
-    """NFC, control characters removed, whitespace trimmed, ≤ 100 characters; ValueError("collection_name_invalid") if empty."""
-    name = "".join(ch for ch in unicodedata.normalize("NFC", value) if unicodedata.category(ch) != "Cc").strip()
+    """NFC, control and format characters removed (:func:`~mewdex.library.names.strip_format_characters`), whitespace trimmed, ≤ 100 characters; ValueError("collection_name_invalid") if empty."""
+    name = "".join(ch for ch in strip_format_characters(value) if unicodedata.category(ch) not in ("Cc", "Cs")).strip()
     name = name[:MAX_NAME_CHARS].strip()
     if not name:
         raise ValueError("collection_name_invalid")

@@ -13,9 +13,15 @@ class PlatformError(DomainError):
 
 
 def clean_text(value: str, field: str, *, max_chars: int) -> str:
-    """``value`` stripped; 422 ``{field}_invalid`` for NUL/control characters or lone surrogates
-    (PostgreSQL text cannot hold them) and for more than ``max_chars`` characters."""
-    value = value.strip()
+    """``value`` stripped of format characters (bidi overrides, zero-width …: the one name rule,
+    :func:`mewdex.library.names.strip_format_characters`) and of outer whitespace; 422
+    ``{field}_invalid`` for NUL/control characters or lone surrogates (PostgreSQL text cannot hold
+    them) and for more than ``max_chars`` characters."""
+    from mewdex.library.names import strip_format_characters
+
+    if any(unicodedata.category(ch) == "Cs" for ch in value):
+        raise PlatformError(f"{field}_invalid", f"{field} holds control characters or invalid Unicode")
+    value = strip_format_characters(value).strip()
     if len(value) > max_chars:
         raise PlatformError(f"{field}_too_long", f"{field} is over {max_chars} characters")
     if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in value):

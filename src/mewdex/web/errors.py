@@ -26,16 +26,19 @@ class ApiError(DomainError):
 STATUS_BY_CODE: dict[str, int] = {
     "not_found": 404,
     "invalid_credentials": 401, "auth_required": 401, "invalid_token": 401, "signature_invalid": 401,
-    "admin_required": 403, "signup_disabled": 403, "csrf_failed": 403,
+    "admin_required": 403, "signup_disabled": 403, "csrf_failed": 403, "insufficient_scope": 403,
+    "host_not_allowed": 421,
     "revision_conflict": 409, "operation_in_progress": 409, "collection_name_taken": 409, "email_taken": 409,
+    "signup_failed": 409,
     "grant_not_acquired": 409, "last_admin": 409, "too_many_tokens": 409, "blob_missing": 409,
     "task_not_retryable": 409, "task_not_cancellable": 409, "task_active": 409, "visual_not_ready": 409,
     "no_accounts": 409,
     "quota_exceeded": 413, "upload_too_large": 413, "package_too_large": 413, "entry_too_large": 413,
-    "compression_ratio_exceeded": 413, "too_many_items": 413, "image_too_large": 413,
+    "compression_ratio_exceeded": 413, "too_many_items": 413, "image_too_large": 413, "too_many_entries": 413,
+    "request_too_large": 413,
     "unsupported_media_type": 415,
     "invalid_cursor": 422, "invalid_request": 422,
-    "rate_limited": 429, "queue_full": 429,
+    "rate_limited": 429, "queue_full": 429, "too_many_uploads": 429,
     "backend_unavailable": 503,
 }
 

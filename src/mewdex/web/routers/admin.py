@@ -101,14 +101,14 @@ def all_usage(start: datetime | None = Query(None, alias="from"), end: datetime 
 
 @router.get("/settings", response_model=InstanceSettings)
 def read_settings(session: Session = Depends(db_session)):
-    return {"signup_enabled": bool(get_setting(session, "signup_enabled", True))}
+    return {"signup_enabled": bool(get_setting(session, "signup_enabled", False))}
 
 
 @router.patch("/settings", response_model=InstanceSettings)
 def patch_settings(body: SettingsPatch, session: Session = Depends(db_session)):
     if body.signup_enabled is not None:
         set_setting(session, "signup_enabled", body.signup_enabled)
-    return {"signup_enabled": bool(get_setting(session, "signup_enabled", True))}
+    return {"signup_enabled": bool(get_setting(session, "signup_enabled", False))}
 
 
 @router.post("/disk-usage/rescan", response_model=RescanResult)

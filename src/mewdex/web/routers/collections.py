@@ -24,7 +24,8 @@ from mewdex.dto.collections import (
 from mewdex.library import collections, packages
 from mewdex.library.listing import meme_brief
 from mewdex.storage import blob_store
-from mewdex.web.deps import current_scope, db_session, parse_id
+from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
+from mewdex.web.uploads import upload_slot
 from mewdex.web.errors import ApiError
 
 router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
@@ -57,7 +58,7 @@ def create_collection(body: CollectionNameRequest, session: Session = Depends(db
     "required": True, "content": {"multipart/form-data": {"schema": {
         "type": "object", "required": ["file"],
         "properties": {"file": {"type": "string", "format": "binary"}, "name": {"type": "string"}}}}}}})
-async def import_package(request: Request, scope: ScopeContext = Depends(current_scope)):
+async def import_package(request: Request, scope: ScopeContext = Depends(streaming_scope)):
     """Multipart ``file`` (a ``mewdex-collection`` ZIP or a plain ZIP of images), optional ``name``.
 
     Nothing is written unless the whole archive passes the preflight (see
@@ -65,7 +66,8 @@ async def import_package(request: Request, scope: ScopeContext = Depends(current
     413/422 with a stable code (``unsafe_path``, ``package_too_large``, ``zip_invalid``…) otherwise.
     A taken collection name gets a `` (2)``-style suffix.
     """
-    upload, fields = await receive_zip_upload(request)
+    async with upload_slot(scope.scope_id):  # no transaction is open while the body streams
+        upload, fields = await receive_zip_upload(request)
     try:
         result = await _run_in_thread(
             packages.import_package, get_sessionmaker(), blob_store(), scope, upload.file,

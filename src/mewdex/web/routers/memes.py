@@ -25,9 +25,10 @@ from mewdex.library.scopes import storage_namespace
 from mewdex.queue import backpressure
 from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
-from mewdex.web.deps import current_scope, db_session, parse_id
+from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body
-from mewdex.web.uploads import read_upload
+from mewdex.web.uploads import read_upload, upload_slot
+from mewdex.web.security import UPLOAD_REQUEST_BYTES
 
 router = APIRouter(tags=["memes"])
 
@@ -80,7 +81,7 @@ def media(meme_id: str, request: Request, session: Session = Depends(db_session)
 # ---------------------------------------------------------------- upload, list, rename, delete
 
 MAX_FILES_PER_REQUEST = 20
-MAX_REQUEST_BYTES = 200 * 1024 * 1024
+MAX_REQUEST_BYTES = UPLOAD_REQUEST_BYTES
 UPLOAD_THREADS = 4
 REJECTION_STATUS = {"unsupported_media_type": 415, "image_too_large": 422, "image_corrupt": 422,
                     "quota_exceeded": 413}
@@ -151,7 +152,7 @@ UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-dat
 
 @router.post("/api/v1/memes", status_code=201, response_model=UploadResponse, openapi_extra=UPLOAD_BODY,
              responses={200: {"model": UploadResponse, "description": "no meme created; a duplicate"}})
-async def upload(request: Request, scope: ScopeContext = Depends(current_scope)):
+async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope)):
     """Upload 1–20 images as multipart field ``files`` (each ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, the
     request ≤ 200 MiB, enforced while streaming). Form options: ``auto_name`` (bool: name each new
     meme from its context title once analysed) and ``collection_id`` (add the memes to it).
@@ -164,11 +165,14 @@ async def upload(request: Request, scope: ScopeContext = Depends(current_scope))
     (nothing of it is added). Errors: 413 ``upload_too_large``, 415
     ``unsupported_media_type`` (not multipart), 422 ``no_files`` / ``too_many_files`` /
     ``invalid_request``, 404 ``not_found`` (collection), 429 ``queue_full`` (with ``Retry-After``) when the
-    scope's agent queue is at ``MEWDEX_AGENT_BACKPRESSURE``.
+    scope's agent queue is at ``MEWDEX_AGENT_BACKPRESSURE``, 429 ``too_many_uploads`` past
+    ``MEWDEX_MAX_CONCURRENT_UPLOADS`` bodies streaming at once. No transaction is open while the
+    body streams.
     """
     settings = get_settings()
-    form = await read_upload(request, max_file_bytes=settings.max_upload_bytes,
-                             max_request_bytes=MAX_REQUEST_BYTES, max_files=MAX_FILES_PER_REQUEST)
+    async with upload_slot(scope.scope_id):  # no transaction is open while the body streams
+        form = await read_upload(request, max_file_bytes=settings.max_upload_bytes,
+                                 max_request_bytes=MAX_REQUEST_BYTES, max_files=MAX_FILES_PER_REQUEST)
     try:
         if not form.files:
             raise ApiError(422, "no_files", "send 1 to 20 images in the form field 'files'")

@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse
 from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session
@@ -32,6 +32,7 @@ from mewdex.web import i18n, views
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
 from mewdex.web.routers.memes import get_meme, meme_dict
+from mewdex.web.uploads import read_query_image
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent.parent / "templates")
@@ -148,16 +149,21 @@ def search_fragment(request: Request, q: str = "", collection: str = "", animate
 
 
 @router.post("/ui/search/image")
-async def image_search_fragment(request: Request, file: UploadFile = File(...), collection: str = Form(""),
-                                animated: bool = Form(False), session: Session = Depends(db_session),
+async def image_search_fragment(request: Request, session: Session = Depends(db_session),
                                 scope: ScopeContext = Depends(current_scope)):
-    """Results of a search by the dropped or pasted image (the same fragment as text search)."""
+    """Results of a search by the dropped or pasted image (the same fragment as text search); the
+    body goes through the bounded upload reader after authentication."""
     settings = get_settings()
-    context = {"q": "", "state": "error", "results": [], "took_ms": None, "by_image": True,
-               "image_name": file.filename or ""}
-    data = await file.read(settings.max_upload_bytes + 1)
-    if len(data) > settings.max_upload_bytes:
+    context = {"q": "", "state": "error", "results": [], "took_ms": None, "by_image": True, "image_name": ""}
+    try:
+        data, filename, fields = await read_query_image(request, max_bytes=settings.max_upload_bytes)
+    except ApiError as exc:
+        if exc.status != 413:
+            raise
         return render(request, "partials/search_results.html", {**context, "error": "error.image_too_large"})
+    context["image_name"] = filename
+    collection = (fields.get("collection") or [""])[-1]
+    animated = (fields.get("animated") or [""])[-1].strip().lower() in ("1", "true", "on", "yes")
     if not data:
         return render(request, "partials/search_results.html", {**context, "error": "error.image_corrupt"})
     started = time.perf_counter()
