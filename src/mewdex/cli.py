@@ -36,7 +36,7 @@ def _setup_logging() -> None:
 
 def _prepare():
     from mewdex.db.embedded import EmbeddedDatabaseError
-    from mewdex.web.app import prepare_database
+    from mewdex.runtime import prepare_database
 
     try:
         prepare_database()
@@ -81,29 +81,16 @@ def worker(
     """Run queue workers only (scale out with more of these against the same database).
 
     SIGTERM/SIGINT: stop claiming, let running tasks finish within the grace period, release the rest."""
-    import os
-    import socket
-
-    from mewdex.db.engine import get_sessionmaker
-    from mewdex.queue.worker import WorkerPool, die_with_parent
-    from mewdex.web.routers.health import WORKER_APPLICATION_PREFIX
+    from mewdex.db.embedded import EmbeddedDatabaseError
+    from mewdex.runtime import run_worker
 
     lane_list = [lane.strip() for lane in lanes.split(",") if lane.strip()] if lanes else None
-    # /health counts live worker processes by their connections' application_name.
-    os.environ["PGAPPNAME"] = f"{WORKER_APPLICATION_PREFIX}:{socket.gethostname()}:{os.getpid()}"[:63]
     _setup_logging()
-    _prepare()
-    pool = WorkerPool(get_sessionmaker(), concurrency, lanes=lane_list)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    if parent_pid is not None:
-        die_with_parent(parent_pid)
-    pool.start()
-    console.print(f"mewdex worker: {concurrency} threads, lanes {','.join(pool.workers[0].lanes)}; "
-                  "SIGTERM stops after the current tasks")
-    stop.wait()
-    released = pool.stop(grace)
+    try:
+        released = run_worker(concurrency, lane_list, grace, parent_pid, announce=console.print)
+    except EmbeddedDatabaseError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
     if released:
         err.print(f"released {released} running tasks back to the queue")
 
@@ -151,9 +138,9 @@ def import_(
     sessions = get_sessionmaker()
     pool = None
     if wait:  # workers process while the import goes on
-        from mewdex.queue.worker import start_workers
+        from mewdex.runtime import start_workers
 
-        pool = start_workers(sessions, get_settings().workers or 1)
+        pool = start_workers(get_settings().workers or 1)
     try:
         failed = any([_import_package(sessions, scope, p, collection, as_json) for p in packages])
         if items or not packages:

@@ -278,7 +278,7 @@ class VisualStage:
 
     def run(self, meme) -> VisualOutput:
         from mewdex.config import get_settings
-        from mewdex.pipeline.stages import StageError
+        from mewdex.pipeline.base import StageError
 
         max_pixels = get_settings().max_pixels
         t0 = time.perf_counter()

@@ -354,15 +354,19 @@ class ReindexTask:
                  fresh.scope_id)
         return True
 
-    def failed(self, session: Session, claim) -> None:
-        """The task failed for good: the building generation fails (search keeps the active one)."""
-        generation = session.get(SearchGeneration, UUID(claim.payload["generation_id"]), with_for_update=True)
+    def failed(self, session: Session, task: Task, outcome: str) -> None:
+        """The task failed for good (failed, cancelled): the building generation fails (search keeps the
+        active one). A retrying attempt changes nothing."""
+        if outcome not in ("failed", "cancelled"):
+            return
+        generation = session.get(SearchGeneration, UUID(task.payload["generation_id"]), with_for_update=True)
         if generation is not None and generation.status == "building":
             generation.status = "failed"
 
 
 REINDEX_TASK = ReindexTask()
-registry.register(REINDEX_TASK_TYPE, on_failure=REINDEX_TASK.failed)(REINDEX_TASK.run)
+registry.register_task_type(registry.TaskType(REINDEX_TASK_TYPE, REINDEX_TASK.run, lane=REINDEX_LANE,
+                                              on_failure=REINDEX_TASK.failed))
 
 
 def status(session: Session, scope_id: str) -> dict:

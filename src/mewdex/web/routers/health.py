@@ -7,10 +7,10 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from mewdex.db.engine import get_engine, get_sessionmaker
+# ``mewdex worker`` processes connect with this application_name prefix (runtime.run_worker sets PGAPPNAME).
+from mewdex.runtime import WORKER_APPLICATION_PREFIX
 
 router = APIRouter(tags=["health"])
-# ``mewdex worker`` processes connect with this application_name prefix (cli.worker sets PGAPPNAME).
-WORKER_APPLICATION_PREFIX = "mewdex-worker"
 
 
 @router.get("/health")
