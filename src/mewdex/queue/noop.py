@@ -9,7 +9,7 @@ from typing import Any
 from mewdex.queue.registry import TaskContext, TaskError, task_type
 
 
-@task_type("noop")
+@task_type("noop", external=True)  # external only when its payload says so
 def noop(ctx: TaskContext) -> dict[str, Any]:
     """Payload, all optional: ``sleep`` seconds (only on attempts ≤ ``sleep_attempts`` when given;
     ``progress`` reports it), ``fail`` an error code to raise on every attempt (``retryable`` default

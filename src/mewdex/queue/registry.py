@@ -70,7 +70,12 @@ class TaskContext:
                 task.message = message[:500]
 
     def external_started(self, executor_attempt_id: str | None = None) -> None:
-        """Commit ``external_started`` on the attempt before a non-idempotent external call begins."""
+        """Commit ``external_started`` on the attempt before a non-idempotent external call begins.
+        Only types registered with ``external=True`` may (else ``TaskError("not_external")``, not retried)."""
+        tt = TASK_TYPES.get(self.claim.task_type)
+        if tt is None or not tt.external:
+            raise TaskError("not_external", f"task type {self.claim.task_type!r} is not registered as external",
+                            retryable=False)
         with self.sessions.begin() as session:
             task = queue.fenced(session, self.claim)
             attempt = self._attempt(session)

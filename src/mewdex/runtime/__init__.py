@@ -120,13 +120,15 @@ def run_worker(concurrency: int, lanes: list[str] | None, grace: float | None, p
     from mewdex.queue.worker import WorkerPool, die_with_parent
 
     os.environ["PGAPPNAME"] = f"{WORKER_APPLICATION_PREFIX}:{socket.gethostname()}:{os.getpid()}"[:63]
-    prepare_database()
-    pool = WorkerPool(get_sessionmaker(), concurrency, lanes=lanes, scheduler=scheduler())
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before start-up: a stop during it is a clean stop
         signal.signal(sig, lambda *_: stop.set())
     if parent_pid is not None:
         die_with_parent(parent_pid)
+    prepare_database()
+    if stop.is_set():
+        return 0
+    pool = WorkerPool(get_sessionmaker(), concurrency, lanes=lanes, scheduler=scheduler())
     pool.start()
     announce(f"mewdex worker: {concurrency} threads, lanes {','.join(pool.workers[0].lanes)}; "
              "SIGTERM stops after the current tasks")
