@@ -317,3 +317,12 @@ def stage_requeued(session: Session, task: Task) -> None:
     job.error = None
     job.completed_at = None
     job.current_stage = stage.stage
+
+
+def _register() -> None:
+    from mewdex.library import memes
+
+    memes.set_processing_submitter(create_job)
+
+
+_register()

@@ -16,7 +16,9 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, MemeVisualEmbedding, ScopeContext
-from mewdex.pipeline import visual
+from mewdex.pipeline import visual_model as visual
+from mewdex.search.near_duplicates import near_duplicates as near_duplicates_table
+from mewdex.search.near_duplicates import nearest_visual
 from mewdex.search.service import SearchResponse, _hydrate
 
 
@@ -33,7 +35,8 @@ def _response(session: Session, scope: ScopeContext, hits: list[tuple[UUID, floa
 def search_by_vector(session: Session, scope: ScopeContext, vector: np.ndarray, n_results: int = 10,
                      *, exclude=None, started: float | None = None) -> SearchResponse:
     started = time.perf_counter() if started is None else started
-    hits = visual.nearest_visual(session, scope.scope_id, vector, n_results, exclude=exclude)
+    hits = nearest_visual(session, scope.scope_id, vector, n_results, visual.MODEL_ID, visual.PREPROCESS_VERSION,
+                          exclude=exclude)
     return _response(session, scope, hits, started)
 
 
@@ -111,7 +114,7 @@ def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[st
     """The meme's near-duplicate pairs (either side): ``[{"id", "display_name", "relation", "phash_distance", "cosine"}]``
     where ``relation`` is ``duplicate_of`` (this meme duplicates that older one) or ``duplicated_by``."""
     meme_id = meme_id if isinstance(meme_id, UUID) else UUID(str(meme_id))
-    t = visual.near_duplicates
+    t = near_duplicates_table
     rows = session.execute(
         select(t).where(t.c.scope_id == scope_id, or_(t.c.meme_id == meme_id, t.c.duplicate_of == meme_id))
     ).mappings().all()
@@ -135,7 +138,7 @@ def duplicate_clusters(session: Session, scope: ScopeContext, *, limit: int = 10
     ``{"clusters": [{"original": id, "size": n, "memes": [...], "pairs": [...]}], "total": n}``,
     biggest clusters first.
     """
-    t = visual.near_duplicates
+    t = near_duplicates_table
     rows = session.execute(select(t).where(t.c.scope_id == scope.scope_id)).mappings().all()
     parent: dict[UUID, UUID] = {}
 
