@@ -17,7 +17,8 @@ from sqlalchemy import select, text
 from mewdex.db.models import DerivedImageThumbnail, Meme, MemeVisualEmbedding, Scope
 from mewdex.library import thumbnails as th
 from mewdex.library.memes import add_image
-from mewdex.pipeline import stages, visual, visual_model
+from mewdex.inference import visual_model
+from mewdex.pipeline import stages, visual
 from mewdex.search import near_duplicates
 from mewdex.pipeline.stages import MemeSnapshot, StageError
 from mewdex.search import image_search

@@ -12,9 +12,10 @@ from PIL import Image
 
 from mewdex.library import thumbnails as th
 from mewdex.library.images import ImageError, load_frames
-from mewdex.pipeline import visual, visual_model
+from mewdex.inference import visual_model
+from mewdex.pipeline import visual
 from mewdex.search import near_duplicates
-from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.inference.errors import BackendUnavailable
 from mewdex.pipeline.stages import MemeSnapshot, StageError
 
 CASES = Path(__file__).resolve().parents[1] / "cases"

@@ -1,5 +1,5 @@
 """The ``visual`` stage: safe decode, thumbnails, perceptual hash, image embedding, ImageNet labels,
-near-duplicates. The model is :mod:`mewdex.pipeline.visual_model`; the near-duplicate search and
+near-duplicates. The model is :mod:`mewdex.inference.visual_model`; the near-duplicate search and
 its thresholds are :mod:`mewdex.search.near_duplicates`. Its model names are re-exported here.
 """
 
@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 
 from mewdex.library import thumbnails as thumbs
 from mewdex.library.images import ImageError
-from mewdex.pipeline.errors import BackendUnavailable
-from mewdex.pipeline.visual_model import (  # noqa: F401 - the model's names, re-exported for the stage's callers
+from mewdex.inference.errors import BackendUnavailable
+from mewdex.inference.visual_model import (  # noqa: F401 - the model's names, re-exported for the stage's callers
     DIMENSIONS,
     MODEL_ID,
     PREPROCESS_VERSION,

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext, User
-from mewdex.library.scopes import default_scope, ensure_scope
+from mewdex.db.scopes import default_scope, ensure_scope
 from mewdex.platform.errors import PlatformError, clean_text
 from mewdex.platform.instance import get_setting
 

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.config import get_settings
 from mewdex.db.models import GLOBAL_LANE_RESOURCE_KEY, ImageProcessingAttempt, Task, utcnow
 from mewdex.queue import tasks as queue
+from mewdex.queue.tasks import LANES, Lane, lane_names, register_lane  # noqa: F401 - lanes are declared with types
 
 
 @dataclass
@@ -181,47 +182,14 @@ class TaskType:
     crash_code: str = "task_crashed"
 
 
-@dataclass(frozen=True)
-class Lane:
-    """A lane: ``concurrency`` running tasks at once across every process (None: the setting
-    ``MEWDEX_LANE_CONCURRENCY_<LANE>``, 8 without one) and, optionally, a per-scope
-    ``backpressure`` limit of queued tasks (a callable, read at each check) past which interactive
-    submissions get ``queue_full`` and batches stop feeding (:mod:`mewdex.queue.backpressure`)."""
-
-    name: str
-    concurrency: Callable[[], int] | None = None
-    backpressure: Callable[[], int] | None = None
-    #: listed with zero counts on the tasks page and ``/health`` (False: internal lanes, shown only when busy)
-    listed: bool = True
-
-    def cap(self) -> int:
-        return self.concurrency() if self.concurrency is not None else get_settings().lane_concurrency(self.name)
-
-
 TASK_TYPES: dict[str, TaskType] = {}
-LANES: dict[str, Lane] = {}
 _LOADED: set[str] = set()
-
-
-_IMPLICIT: set[str] = set()
-
-
-def register_lane(lane: Lane) -> Lane:
-    """Declare a lane (a later declaration of the same name replaces the earlier one). Lanes list in
-    declaration order; one first declared implicitly by a task type moves to its place here."""
-    if lane.name in _IMPLICIT:
-        _IMPLICIT.discard(lane.name)
-        LANES.pop(lane.name, None)
-    LANES[lane.name] = lane
-    return lane
 
 
 def register_task_type(task_type: TaskType) -> TaskType:
     """Register a task type (its lane is declared with defaults if nobody declared it yet)."""
     TASK_TYPES[task_type.name] = task_type
-    if task_type.lane not in LANES:
-        LANES[task_type.lane] = Lane(task_type.lane)
-        _IMPLICIT.add(task_type.lane)
+    queue.declare_lane_implicitly(task_type.lane)
     return task_type
 
 
@@ -240,11 +208,6 @@ def get(name: str) -> TaskType | None:
     return TASK_TYPES.get(name)
 
 
-def lane_names(listed_only: bool = False) -> list[str]:
-    """Every declared lane (``listed_only``: those with ``listed``), in declaration order."""
-    return [name for name, lane in LANES.items() if lane.listed or not listed_only]
-
-
 def load(modules: Iterable[str]) -> None:
     """Import the modules that register task types and lanes (once each)."""
     for module in modules:
@@ -260,4 +223,3 @@ def failure_outcome(session: Session, task: Task, outcome: str) -> None:
         tt.on_failure(session, task, outcome)
 
 
-register_lane(Lane("default"))

@@ -68,6 +68,52 @@ class StaleClaim(Exception):
     """The claim's generation is no longer current (lease lost); its result must be discarded."""
 
 
+@dataclass(frozen=True)
+class Lane:
+    """A lane: ``concurrency`` running tasks at once across every process (None: the setting
+    ``MEWDEX_LANE_CONCURRENCY_<LANE>``, 8 without one) and, optionally, a per-scope
+    ``backpressure`` limit of queued tasks (a callable, read at each check) past which interactive
+    submissions get ``queue_full`` and batches stop feeding (:mod:`mewdex.queue.backpressure`)."""
+
+    name: str
+    concurrency: Callable[[], int] | None = None
+    backpressure: Callable[[], int] | None = None
+    #: listed with zero counts on the tasks page and ``/health`` (False: internal lanes, shown only when busy)
+    listed: bool = True
+
+    def cap(self) -> int:
+        return self.concurrency() if self.concurrency is not None else get_settings().lane_concurrency(self.name)
+
+
+LANES: dict[str, Lane] = {}
+_IMPLICIT: set[str] = set()
+
+
+def register_lane(lane: Lane) -> Lane:
+    """Declare a lane (a later declaration of the same name replaces the earlier one). Lanes list in
+    declaration order; one first declared implicitly by a task type moves to its place here."""
+    if lane.name in _IMPLICIT:
+        _IMPLICIT.discard(lane.name)
+        LANES.pop(lane.name, None)
+    LANES[lane.name] = lane
+    return lane
+
+
+def declare_lane_implicitly(name: str) -> None:
+    """Declare ``name`` with defaults unless it is declared (a task type's lane nobody declared)."""
+    if name not in LANES:
+        LANES[name] = Lane(name)
+        _IMPLICIT.add(name)
+
+
+def lane_names(listed_only: bool = False) -> list[str]:
+    """Every declared lane (``listed_only``: those with ``listed``), in declaration order."""
+    return [name for name, lane in LANES.items() if lane.listed or not listed_only]
+
+
+register_lane(Lane("default"))
+
+
 def new_task_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
@@ -250,12 +296,10 @@ _CLAIM_SQL = text(
 
 
 def lane_caps(lanes: list[str]) -> tuple[list[int], dict[str, int]]:
-    """Concurrency of each lane (its :class:`~mewdex.queue.registry.Lane` declaration, by default the
-    setting ``MEWDEX_LANE_CONCURRENCY_<LANE>``) and the resource-key overrides."""
-    from mewdex.queue import registry
-
+    """Concurrency of each lane (its :class:`Lane` declaration, by default the setting
+    ``MEWDEX_LANE_CONCURRENCY_<LANE>``) and the resource-key overrides."""
     settings = get_settings()
-    caps = [min(MAX_LANE_SLOTS, lane.cap()) if (lane := registry.LANES.get(name)) else settings.lane_concurrency(name)
+    caps = [min(MAX_LANE_SLOTS, lane.cap()) if (lane := LANES.get(name)) else settings.lane_concurrency(name)
             for name in lanes]
     return caps, dict(settings.resource_concurrency)
 

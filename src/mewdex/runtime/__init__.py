@@ -16,6 +16,8 @@ from mewdex.config import get_settings
 from mewdex.db.engine import get_engine, get_sessionmaker
 from mewdex.db.migrate import upgrade
 from mewdex.queue import registry
+from mewdex.runtime import maintenance
+from mewdex.runtime.maintenance import SYSTEM_SCOPE, recover_storage  # noqa: F401 - part of the runtime's API
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +31,6 @@ TASK_TYPE_MODULES = (
 )
 # /health counts live worker processes by their connections' application_name.
 WORKER_APPLICATION_PREFIX = "mewdex-worker"
-# A staging file older than this belongs to a write that died (writes take milliseconds).
-STAGING_MAX_AGE_SECONDS = 3600
 
 
 def load_task_types() -> None:
@@ -50,7 +50,6 @@ def prepare_database() -> None:
     from mewdex.search import generations
 
     from mewdex.db.models import ScopeContext
-    from mewdex.runtime.maintenance import SYSTEM_SCOPE
 
     load_task_types()
     upgrade(get_engine())
@@ -61,18 +60,9 @@ def prepare_database() -> None:
     generations.check_text_models(get_sessionmaker())
 
 
-def recover_storage() -> None:
-    """Complete or compensate interrupted uploads, renames and deletes; remove stale staging files."""
-    from mewdex.storage import blob_store, journal
-
-    with get_sessionmaker().begin() as session:
-        journal.recover(session, blob_store())
-    blob_store().clean_staging(older_than_seconds=STAGING_MAX_AGE_SECONDS)
-
-
 def warm_models() -> None:
     """Load the query embedders and the visual model now so the first search does not pay for it."""
-    from mewdex.pipeline import models
+    from mewdex.inference import models
     from mewdex.pipeline.visual import visual_model
     from mewdex.search.text import tokenize
 
@@ -88,7 +78,6 @@ def warm_models() -> None:
 def scheduler():
     """A scheduler of the built-in maintenance schedules (:mod:`mewdex.runtime.maintenance`)."""
     from mewdex.queue.scheduler import Scheduler
-    from mewdex.runtime import maintenance
 
     return Scheduler(get_sessionmaker(), maintenance.schedules())
 
@@ -105,7 +94,6 @@ def start_scheduler():
     """A scheduler thread for a process without worker threads (``serve`` with no workers, or with
     child processes): it only enqueues; any worker runs the tasks. Returns it (``stop()``)."""
     from mewdex.queue.scheduler import SchedulerThread
-    from mewdex.runtime import maintenance
 
     thread = SchedulerThread(get_sessionmaker(), maintenance.schedules())
     thread.start()

@@ -35,11 +35,24 @@ RECONCILE_INTERVAL_SECONDS = 24 * 3600
 _ONCE = RetryPolicy(max_attempts=1)
 
 
+# A staging file older than this belongs to a write that died (writes take milliseconds).
+STAGING_MAX_AGE_SECONDS = 3600
+
+
+def recover_storage() -> None:
+    """Complete or compensate interrupted uploads, renames and deletes; remove stale staging files
+    (at every start-up, and every 300 s as the ``storage_recovery`` task)."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.storage import blob_store, journal
+
+    with get_sessionmaker().begin() as session:
+        journal.recover(session, blob_store())
+    blob_store().clean_staging(older_than_seconds=STAGING_MAX_AGE_SECONDS)
+
+
 @task_type("storage_recovery", lane=LANE, retry=_ONCE)
 def storage_recovery(ctx: TaskContext) -> dict[str, Any]:
     """Complete or compensate interrupted storage operations; remove stale staging files. ``{}``."""
-    from mewdex.runtime import recover_storage
-
     recover_storage()
     return {}
 

