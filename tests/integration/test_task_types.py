@@ -23,7 +23,6 @@ from sqlalchemy import select, text
 
 from mewdex.db.models import Task
 from mewdex.queue import registry
-from mewdex.queue import tasks as queue
 from mewdex.queue.scheduler import Schedule, Scheduler, enqueue_slot
 
 TASK_MODULE = '''
@@ -74,13 +73,20 @@ def task_module(tmp_path):
 def test_a_task_type_registered_by_the_test_runs_in_real_worker_processes(sessions, scope, mewdex_env, task_module):
     env = {"MEWDEX_TASK_MODULES": json.dumps([task_module["module"]]), "MEWDEX_WORKER_POLL_SECONDS": "0.05",
            "PYTHONPATH": os.pathsep.join([task_module["path"], os.environ.get("PYTHONPATH", "")])}
+    sys.path.insert(0, task_module["path"])
+    try:
+        registry.load([task_module["module"]])
+    finally:
+        sys.path.remove(task_module["path"])
     ids = {}
     with sessions.begin() as session:
         session.execute(text(f"CREATE TABLE {task_module['table']} (task_id text, note text)"))
         for i in range(8):
             fail = {0: "first", 1: "always"}.get(i)
-            task = queue.enqueue(session, scope_id=scope.scope_id, task_type=task_module["name"],
-                                 lane=task_module["lane"], max_attempts=2, payload={"value": i, "fail": fail})
+            # the test process registers it too, as every process does (MEWDEX_TASK_MODULES)
+            task = registry.submit(session, scope_id=scope.scope_id, task_type=task_module["name"],
+                                   payload={"value": i, "fail": fail})
+            assert (task.lane, task.max_attempts) == (task_module["lane"], 2)  # the type's lane and policy
             ids[i] = task.id
     procs = start_workers(mewdex_env, 2, concurrency=2, lanes=task_module["lane"], extra_env=env)
     try:

@@ -160,7 +160,7 @@ _FEED_SQL = text(
 _FEED_FREE_SQL = text(
     """
     UPDATE tasks t SET available_at = now(), updated_at = now()
-    WHERE t.status = 'queued' AND t.available_at = :parked AND NOT (t.task_type = ANY(CAST(:types AS varchar[])))
+    WHERE t.status = 'queued' AND t.available_at = :parked AND t.task_type = ANY(CAST(:types AS varchar[]))
       AND EXISTS (SELECT 1 FROM task_batch_items i JOIN task_batches b
                   ON b.scope_id = i.scope_id AND b.batch_id = i.batch_id
                   WHERE i.scope_id = t.scope_id AND i.task_id = t.id AND b.finalizer_state <> 'complete')
@@ -171,8 +171,8 @@ _FEED_FREE_SQL = text(
 def feed(session: Session) -> int:
     """Release parked batch tasks of every scope while its pipeline is under the back-pressure limit of
     their pressure lane (tasks queued in that lane + tasks of the types that hand off into it in
-    flight elsewhere). Tasks of types without a limited pressure lane are released at once.
-    Returns how many were released."""
+    flight elsewhere). Tasks of registered types without a limited pressure lane are released at
+    once; tasks of types this process does not know stay parked. Returns how many were released."""
     from mewdex.queue import backpressure, registry
 
     by_lane: dict[str, list[str]] = {}
@@ -180,7 +180,7 @@ def feed(session: Session) -> int:
         lane = tt.pressure_lane or tt.lane
         if backpressure.limit(lane) is not None:
             by_lane.setdefault(lane, []).append(tt.name)
-    limited = [name for names in by_lane.values() for name in names]
+    free = [name for name in registry.TASK_TYPES if not any(name in names for names in by_lane.values())]
     fed = 0
     for lane, types in by_lane.items():
         # With one limited lane (the image pipeline's), every other parked task waits for its room too, as
@@ -189,5 +189,5 @@ def feed(session: Session) -> int:
         fed += session.execute(_FEED_SQL, {"limit": backpressure.limit(lane), "parked": PARKED_AT, "lane": lane,
                                            "types": types, "others": others}).rowcount
     if len(by_lane) != 1:
-        fed += session.execute(_FEED_FREE_SQL, {"parked": PARKED_AT, "types": limited}).rowcount
+        fed += session.execute(_FEED_FREE_SQL, {"parked": PARKED_AT, "types": free}).rowcount
     return fed

@@ -120,7 +120,7 @@ Handler = Callable[[TaskContext], Any]
 ClaimHook = Callable[[Session, queue.Claim], Any]
 # on_success(session, claim, task, result, batch_id) -> True when it added a follow-up task to the batch
 # (the batch stays open): in the fenced write-back transaction, before the task is marked succeeded.
-SuccessHook = Callable[[Session, queue.Claim, Task, Any, "str | None"], "bool | None"]
+SuccessHook = Callable[[Session, queue.Claim, Task, Any, str | None], bool | None]
 # on_failure(session, task, outcome): in the transaction that records the failure; ``outcome`` is one of
 # FAILURE_OUTCOMES. ``task`` is the locked Task row (``task.error`` holds the error).
 FailureHook = Callable[[Session, Task, str], None]
@@ -206,6 +206,19 @@ def task_type(name: str, **options: Any) -> Callable[[Handler], Handler]:
 
 def get(name: str) -> TaskType | None:
     return TASK_TYPES.get(name)
+
+
+def submit(session: Session, *, scope_id: str, task_type: str, payload: dict[str, Any] | None = None,
+           dedupe_key: str | None = None, **fields: Any) -> Task:
+    """Enqueue a task of a registered type with the type's lane, resource key and ``max_attempts``
+    (``fields`` may override them or set other task columns), in the caller's transaction; returns
+    the active task with the same dedupe key instead when there is one. KeyError for an unknown type."""
+    tt = TASK_TYPES[task_type]
+    fields.setdefault("lane", tt.lane)
+    fields.setdefault("lane_resource_key", tt.resource_key)
+    fields.setdefault("max_attempts", tt.retry.attempts())
+    return queue.enqueue(session, scope_id=scope_id, task_type=task_type, dedupe_key=dedupe_key, payload=payload,
+                         **fields)
 
 
 def load(modules: Iterable[str]) -> None:

@@ -29,7 +29,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.db.models import Task
 from mewdex.queue import registry
-from mewdex.queue import tasks as queue
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 0.5
@@ -37,9 +36,9 @@ TICK_SECONDS = 0.5
 
 @dataclass(frozen=True)
 class Schedule:
-    """Enqueue a ``task_type`` task into ``scope_id`` every ``interval`` seconds (a number, or a
-    callable read at each tick, e.g. a setting). ``payload`` is the task's payload; the task's lane and
-    retry policy are its type's."""
+    """Enqueue a ``task_type`` task (a registered type) into ``scope_id`` every ``interval`` seconds (a
+    number, or a callable read at each tick, e.g. a setting). ``payload`` is the task's payload (plus
+    ``slot``); the task's lane and retry policy are its type's."""
 
     name: str
     task_type: str
@@ -74,12 +73,8 @@ def enqueue_slot(session: Session, schedule: Schedule, slot: int) -> Task | None
     ).first()
     if exists is not None:
         return None
-    tt = registry.get(schedule.task_type)
-    lane = tt.lane if tt is not None else "default"
-    attempts = tt.retry.attempts() if tt is not None else 1
-    task = queue.enqueue(session, scope_id=schedule.scope_id, task_type=schedule.task_type, lane=lane,
-                         dedupe_key=key, payload=dict(schedule.payload, slot=slot), max_attempts=attempts,
-                         submission_mode="standalone")
+    task = registry.submit(session, scope_id=schedule.scope_id, task_type=schedule.task_type, dedupe_key=key,
+                           payload=dict(schedule.payload, slot=slot), submission_mode="standalone")
     _prune(session, schedule)
     return task
 
