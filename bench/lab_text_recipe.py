@@ -84,7 +84,7 @@ _ENGINE = None
 
 def _ocr_one(rel: str) -> tuple[str, dict]:
     global _ENGINE
-    from mewdex.pipeline.ocr import OcrEngine
+    from mewdex.inference.ocr import OcrEngine
 
     if _ENGINE is None:
         _ENGINE = OcrEngine(intra_op_threads=1, min_score=OCR_MIN_SCORE, max_side_len=OCR_MAX_SIDE,
@@ -356,7 +356,7 @@ def mean(ms: list[dict]) -> dict[str, float]:
 def main():
     import numpy as np
     from mewdex.pipeline.context import semantic_fields
-    from mewdex.pipeline.embedders import E5Embedder, UseEmbedder
+    from mewdex.inference.embedders import E5Embedder, UseEmbedder
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--ocr-min-score", type=float, default=None)

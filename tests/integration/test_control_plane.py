@@ -99,7 +99,14 @@ def test_sigkilled_worker_task_is_completed_by_another_after_lease_expiry(sessio
     with sessions.begin() as session:
         t = session.get(Task, task_id)
         stale = queue.Claim(scope.scope_id, task_id, "noop", lane, {}, None, None, None, t.claim_generation, 1, 3)
-    workers(1, concurrency=1, lanes=lane, extra_env=short)  # the survivor, running before the kill
+    [survivor] = workers(1, concurrency=1, lanes=lane, extra_env=short)  # the survivor, running before the kill
+
+    def survivor_connected():
+        with sessions.begin() as session:
+            return session.execute(text("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE :a"),
+                                   {"a": f"mewdex-worker:%:{survivor.pid}"}).scalar_one()
+
+    wait_until(survivor_connected, 60, what="the survivor to start")  # else its start-up expires the dead lease
     time.sleep(1.5)  # heartbeats keep the lease alive meanwhile
     victim.send_signal(signal.SIGKILL)
     victim.wait()

@@ -14,7 +14,8 @@ from mewdex.library.memes import add_image
 from mewdex.pipeline.jobs import create_job
 from mewdex.pipeline.status import status
 from mewdex.queue import tasks as queue
-from mewdex.queue.worker import LANES, Worker
+from mewdex.queue.registry import lane_names
+from mewdex.queue.worker import Worker
 
 CONTEXT_KEYS = {"title", "ocr_text", "ocr_lines", "language", "source_name_tokens"}
 ALL_SUCCEEDED = {"visual": "succeeded", "agent": "succeeded", "text_embedding": "succeeded"}
@@ -188,7 +189,7 @@ def test_missing_blob_fails_with_blob_missing(sessions, store, scope, drain, set
 
 def claim_for(sessions, scope, owner):
     with sessions.begin() as session:
-        c = queue.claim(session, owner=owner, lanes=LANES, lease_seconds=60)
+        c = queue.claim(session, owner=owner, lanes=lane_names(listed_only=True), lease_seconds=60)
     assert c is not None and c.scope_id == scope.scope_id, "another test left runnable tasks"
     return c
 
@@ -215,7 +216,9 @@ def test_stale_worker_result_is_discarded(sessions, store, scope, drain):
                             provenance={"relative_path": "IMPOSTOR.png"}, meme_context={},
                             read_bytes=lambda: case_file("img06_animated_3frames.webp").read_bytes())
     assert dead.image_stage == "visual"
-    Worker(sessions, name="dead-worker")._execute_stage(dead, snapshot)
+    from mewdex.queue import registry
+
+    Worker(sessions, name="dead-worker")._execute(dead, registry.get(dead.task_type), snapshot)
     after = meme(sessions, scope, meme_id)
     assert after.meme_context == before.meme_context
     assert after.extensions == before.extensions  # phash, labels and frames_used of the live worker's run

@@ -2,7 +2,7 @@
 current contexts while search keeps serving the active one; the head switches when it is complete.
 
 The embedders here are small deterministic hashing embedders defined in this test and registered
-through the real model registry (``pipeline.models.register_text_embedder``); everything else (the
+through the real model registry (``inference.models.register_text_embedder``); everything else (the
 stage, the queue task, the worker, search) is the real code. While the test models are configured,
 the start-up check runs for the test's scope only (no app start-up here: it checks every scope).
 """
@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 
 from mewdex.db.models import Meme, MemeEmbedding, SearchGeneration
 from mewdex.library.memes import add_image
-from mewdex.pipeline import models
+from mewdex.inference import models
 from mewdex.pipeline.context import build_meme_context
 from mewdex.pipeline.stages import MemeSnapshot, TextEmbeddingStage, context_hash, write_keyword_document
 from mewdex.search import generations, service

@@ -15,7 +15,9 @@ from sqlalchemy import select, text
 from mewdex.db.models import DerivedImageThumbnail, Meme, MemeVisualEmbedding, Scope
 from mewdex.library import thumbnails as th
 from mewdex.library.memes import add_image
+from mewdex.inference import visual_model
 from mewdex.pipeline import stages, visual
+from mewdex.search import near_duplicates
 from mewdex.pipeline.stages import MemeSnapshot, StageError
 from mewdex.search import image_search
 
@@ -99,8 +101,8 @@ def test_dup01_same_pixels_different_bytes_is_a_near_duplicate_of_the_first(sess
     for m in (first, third, unrelated):
         process(sessions, store, scope, m)
     with sessions.begin() as session:
-        pairs = session.execute(select(visual.near_duplicates).where(
-            visual.near_duplicates.c.scope_id == scope.scope_id)).mappings().all()
+        pairs = session.execute(select(near_duplicates.near_duplicates).where(
+            near_duplicates.near_duplicates.c.scope_id == scope.scope_id)).mappings().all()
         assert [(str(p["meme_id"]), str(p["duplicate_of"]), p["phash_distance"]) for p in pairs] == [(third, first, 0)]
         assert pairs[0]["cosine"] > 0.999
         shown = image_search.near_duplicates_of(session, scope.scope_id, third)
@@ -190,7 +192,7 @@ def test_thumbnail_endpoint_and_reconcile(sessions, store, scope):
 
 def test_broken_model_fails_retryably_and_writes_nothing(sessions, store, scope, tmp_path):
     meme_id = add(sessions, store, scope, png("green"), "green.png")
-    broken = visual.VisualStage(visual.VisualModel(tmp_path / "missing.onnx"))
+    broken = visual.VisualStage(visual_model.VisualModel(tmp_path / "missing.onnx"))
     with pytest.raises(StageError) as err:
         process(sessions, store, scope, meme_id, stage=broken)
     assert err.value.code == "backend_unavailable" and err.value.retryable

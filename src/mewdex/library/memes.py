@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,12 +22,31 @@ from mewdex.library import collections
 from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.names import display_name_from_filename
 from mewdex.library.scopes import ensure_scope
-from mewdex.pipeline.jobs import create_job
 from mewdex.platform import quotas
 from mewdex.platform.errors import PlatformError
 from mewdex.storage import failpoints, journal
 
 log = logging.getLogger(__name__)
+
+
+# The image pipeline registers how a new meme's processing job is created (``pipeline.jobs.create_job``):
+# the library sits below the pipeline and must not import it (dependency inversion). Signature:
+# ``submit(session, meme, *, auto_name, batch_id, new_meme)``, in the caller's transaction.
+_PROCESSING_SUBMITTER: Callable[..., Any] | None = None
+
+
+def set_processing_submitter(submit: Callable[..., Any]) -> None:
+    """Called once by :mod:`mewdex.pipeline.jobs` when it is imported."""
+    global _PROCESSING_SUBMITTER
+    _PROCESSING_SUBMITTER = submit
+
+
+def processing_submitter() -> Callable[..., Any]:
+    """The registered job creator; RuntimeError when the pipeline was not loaded
+    (``mewdex.runtime.load_task_types`` loads it)."""
+    if _PROCESSING_SUBMITTER is None:
+        raise RuntimeError("no processing submitter: import mewdex.pipeline.jobs (runtime.load_task_types) first")
+    return _PROCESSING_SUBMITTER
 
 
 @dataclass
@@ -103,7 +123,7 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
             session.flush()
             _add_to_collections(session, scope, meme, collection_names, collection_ids)
             if process:
-                create_job(session, meme, auto_name=auto_name, batch_id=batch_id, new_meme=True)
+                processing_submitter()(session, meme, auto_name=auto_name, batch_id=batch_id, new_meme=True)
             journal.complete(session, op_id, meme.id)
             meme_id = str(meme.id)
         failpoints.hit("upload.after_commit")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from mewdex.library import images
 from mewdex.library.images import ImageError
+from mewdex.storage.blobs import thumbnail_namespace
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +40,6 @@ ANIMATED_QUALITY = 70
 MAX_PREVIEW_FRAMES = 48
 MEDIA_TYPE = "image/webp"
 _WHITE = (255, 255, 255)
-
-
-def thumbnail_namespace(storage_namespace) -> str:
-    """The blob-store namespace of a scope's thumbnails: ``uuid5(storage_namespace, "mewdex-thumbnails")``."""
-    return str(uuid.uuid5(uuid.UUID(str(storage_namespace)), "mewdex-thumbnails"))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import hashlib
 import json
 from typing import Any
 
-from sqlalchemy import exists, select
+from sqlalchemy import exists, select, text
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
@@ -33,6 +33,7 @@ from mewdex.db.models import (
     Task,
     utcnow,
 )
+from mewdex.pipeline.base import STAGE_VERSIONS
 from mewdex.queue import batches
 from mewdex.queue import tasks as queue
 
@@ -48,8 +49,6 @@ STAGE_LANES = {"visual": "visual", "agent": "agent", "auto_rename": "default", "
 def processing_config(auto_name: bool = False) -> dict[str, Any]:
     """The configuration frozen into a job at creation: stages, the models they use, and the
     ``analysis_policy`` (``max_cost_per_image``, ``max_cost_per_scope_day``; None = no limit)."""
-    from mewdex.pipeline.stages import STAGE_VERSIONS
-
     settings = get_settings()
     enabled = [s for s in IMPLEMENTED_STAGES if s != "auto_rename" or auto_name]
     return {
@@ -224,14 +223,35 @@ def load_job(session: Session, scope_id: str, job_id) -> ImageProcessingJob:
     ).scalar_one()
 
 
+_STAGE_STARTED_SQL = text(
+    """
+    WITH j AS (
+        UPDATE image_processing_jobs
+        SET status = 'running', current_stage = CAST(:stage AS varchar), updated_at = now()
+        WHERE scope_id = :s AND id = :job
+        RETURNING scope_id, id, processing_config_hash
+    ), st AS (
+        UPDATE image_processing_stages st SET status = 'running', attempt_count = :n, updated_at = now()
+        FROM j WHERE st.scope_id = j.scope_id AND st.job_id = j.id AND st.stage = CAST(:stage AS varchar)
+    )
+    UPDATE image_processing_attempts a
+    SET processing_config_hash = j.processing_config_hash,
+        input_digest = encode(sha256(convert_to(t.task_type || '|' || coalesce(t.target_image_sha256, '') || '|'
+                                                || coalesce(j.processing_config_hash, '') || '|' || t.payload::text,
+                                                'UTF8')), 'hex')
+    FROM j, tasks t
+    WHERE t.scope_id = :s AND t.id = :task AND a.scope_id = t.scope_id AND a.task_id = t.id AND a.attempt = :n
+    """
+)
+
+
 def stage_started(session: Session, task: Task | queue.Claim) -> None:
-    """Mark the task's job and stage running (inside the claim's transaction; the claim itself will do)."""
-    job = load_job(session, task.scope_id, task.processing_job_id)
-    stage = _stages(session, job)[task.image_stage]
-    stage.status = "running"
-    stage.attempt_count = task.attempt_count
-    job.status = "running"
-    job.current_stage = stage.stage
+    """In the claim's transaction: mark the task's job and stage running, and record the job's
+    ``processing_config_hash`` (and the input digest that includes it) on the new attempt row. One
+    statement; the job row is locked after the meme (the write-back's order)."""
+    session.execute(_STAGE_STARTED_SQL, {"s": task.scope_id, "job": task.processing_job_id, "stage": task.image_stage,
+                                         "n": task.attempt_count, "task": task.task_id if isinstance(task, queue.Claim)
+                                         else task.id})
 
 
 def stage_succeeded(session: Session, task: Task, batch_id: str | None) -> Task | None:
@@ -297,3 +317,12 @@ def stage_requeued(session: Session, task: Task) -> None:
     job.error = None
     job.completed_at = None
     job.current_stage = stage.stage
+
+
+def _register() -> None:
+    from mewdex.library import memes
+
+    memes.set_processing_submitter(create_job)
+
+
+_register()

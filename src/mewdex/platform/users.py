@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext, User
+from mewdex.db.scopes import default_scope, ensure_scope
 from mewdex.dto.users import User as UserDto
-from mewdex.library.scopes import default_scope, ensure_scope
 from mewdex.platform.errors import PlatformError, clean_text
 from mewdex.platform.instance import get_setting
 from mewdex.platform.owners import user_for_scope

@@ -1,6 +1,7 @@
-"""Back-pressure on interactive submissions: a scope whose queued agent-lane tasks reached
-``MEWDEX_AGENT_BACKPRESSURE`` (default 32) gets :class:`QueueFull` (the web layer answers 429
-``queue_full`` with ``Retry-After``). Stage hand-offs of accepted jobs never pass through here, and
+"""Back-pressure on interactive submissions, per lane: a lane declared with a ``backpressure`` limit
+(:class:`mewdex.queue.registry.Lane`; the image pipeline's context lane ``agent`` uses
+``MEWDEX_AGENT_BACKPRESSURE``, default 32) gives a scope whose queued tasks in it reached the limit
+:class:`QueueFull` (the web layer answers 429 ``queue_full`` with ``Retry-After``). Stage hand-offs of accepted jobs never pass through here, and
 bulk submissions become batches that feed the lane as it drains (:mod:`mewdex.queue.batches`)."""
 
 from __future__ import annotations
@@ -8,12 +9,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext, Task
-
-# Lanes whose depth is limited, and the lane whose limit applies to a pipeline submission: a new
-# job's first stage (visual) ends up in the agent lane a moment later.
-LIMITED_LANES = ("agent",)
+from mewdex.queue import registry
 
 
 class QueueFull(Exception):
@@ -41,17 +38,24 @@ def queued_in_lane(session: Session, scope: ScopeContext, lane: str) -> int:
     ).scalar_one()
 
 
-def check(session: Session, scope: ScopeContext, lane: str = "agent", adding: int = 1) -> None:
+def limit(lane: str) -> int | None:
+    """The lane's back-pressure limit (queued tasks per scope), None when the lane is not limited."""
+    declared = registry.LANES.get(lane)
+    return declared.backpressure() if declared is not None and declared.backpressure is not None else None
+
+
+def check(session: Session, scope: ScopeContext, lane: str, adding: int = 1) -> None:
     """Raise :class:`QueueFull` when ``adding`` more interactive tasks would pass the scope's limit in ``lane``.
 
-    Only the agent lane is limited (``MEWDEX_AGENT_BACKPRESSURE``); other lanes always pass. Callers:
-    single uploads with processing, task retries, processing re-submits of a few memes. The
-    suggested ``Retry-After`` grows with the backlog (about 2 s per queued task over the limit, 5..300 s).
+    Lanes without a back-pressure limit always pass. Callers: single uploads with processing, task
+    retries, processing re-submits of a few memes (they pass the pressure lane of the task type
+    they submit). The suggested ``Retry-After`` grows with the backlog (about 2 s per queued task
+    over the limit, 5..300 s).
     """
-    if lane not in LIMITED_LANES:
+    cap = limit(lane)
+    if cap is None:
         return
-    limit = get_settings().agent_backpressure
     queued = queued_in_lane(session, scope, lane)
-    if queued + adding > limit:
-        retry_after = max(5, min(300, 2 * (queued + adding - limit) + 5))
-        raise QueueFull(lane, queued, limit, retry_after)
+    if queued + adding > cap:
+        retry_after = max(5, min(300, 2 * (queued + adding - cap) + 5))
+        raise QueueFull(lane, queued, cap, retry_after)

@@ -1,7 +1,8 @@
 """Task batches: a bulk submission (import, retry-all, re-submit of many memes) is one ``task_batch``.
 
 Its tasks are parked (``available_at = PARKED_AT``) and :func:`feed` releases them while the scope's
-agent lane is under its back-pressure limit, so a 100,000-image import is accepted at once and drains
+pressure lane (the task type's ``pressure_lane``, e.g. the image pipeline's ``agent``) is under its
+back-pressure limit, so a 100,000-image import is accepted at once and drains
 without filling the lane. When the batch is sealed and its last task ends, :func:`task_ended`
 writes the summary ``{"tasks", "succeeded", "failed", "failed_by_code"}`` exactly once (the batch row
 is locked, and the update only applies while ``finalizer_state <> 'complete'``).
@@ -14,7 +15,6 @@ import uuid
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from mewdex.config import get_settings
 from mewdex.db.models import TaskBatch, TaskBatchItem, utcnow
 from mewdex.queue.tasks import PARKED_AT
 
@@ -137,17 +137,18 @@ _FEED_SQL = text(
         SELECT DISTINCT b.scope_id FROM task_batches b WHERE b.finalizer_state <> 'complete'
     ), room AS (
         SELECT s.scope_id,
-               :limit - (SELECT count(*) FROM tasks t WHERE t.scope_id = s.scope_id AND t.lane = 'agent'
+               :limit - (SELECT count(*) FROM tasks t WHERE t.scope_id = s.scope_id AND t.lane = :lane
                          AND t.status = 'queued' AND t.available_at < :parked)
-                      - (SELECT count(*) FROM tasks t WHERE t.scope_id = s.scope_id AND t.lane <> 'agent'
+                      - (SELECT count(*) FROM tasks t WHERE t.scope_id = s.scope_id AND t.lane <> :lane
                          AND t.status IN ('queued', 'running') AND t.available_at < :parked
-                         AND t.processing_job_id IS NOT NULL) AS n
+                         AND t.task_type = ANY(CAST(:types AS varchar[]))) AS n
         FROM scopes s
     ), pick AS (
         SELECT t.scope_id, t.id FROM room
         CROSS JOIN LATERAL (
             SELECT t.scope_id, t.id FROM tasks t
             WHERE t.scope_id = room.scope_id AND t.status = 'queued' AND t.available_at = :parked
+              AND (CAST(:others AS boolean) OR t.task_type = ANY(CAST(:types AS varchar[])))
             ORDER BY t.created_at LIMIT greatest(room.n, 0)
             FOR UPDATE SKIP LOCKED
         ) t
@@ -156,9 +157,37 @@ _FEED_SQL = text(
     WHERE t.scope_id = pick.scope_id AND t.id = pick.id
     """
 )
+_FEED_FREE_SQL = text(
+    """
+    UPDATE tasks t SET available_at = now(), updated_at = now()
+    WHERE t.status = 'queued' AND t.available_at = :parked AND t.task_type = ANY(CAST(:types AS varchar[]))
+      AND EXISTS (SELECT 1 FROM task_batch_items i JOIN task_batches b
+                  ON b.scope_id = i.scope_id AND b.batch_id = i.batch_id
+                  WHERE i.scope_id = t.scope_id AND i.task_id = t.id AND b.finalizer_state <> 'complete')
+    """
+)
 
 
 def feed(session: Session) -> int:
-    """Release parked batch tasks of every scope while its pipeline is under the agent back-pressure
-    limit (agent tasks queued + earlier-stage tasks in flight). Returns how many were released."""
-    return session.execute(_FEED_SQL, {"limit": get_settings().agent_backpressure, "parked": PARKED_AT}).rowcount
+    """Release parked batch tasks of every scope while its pipeline is under the back-pressure limit of
+    their pressure lane (tasks queued in that lane + tasks of the types that hand off into it in
+    flight elsewhere). Tasks of registered types without a limited pressure lane are released at
+    once; tasks of types this process does not know stay parked. Returns how many were released."""
+    from mewdex.queue import backpressure, registry
+
+    by_lane: dict[str, list[str]] = {}
+    for tt in registry.TASK_TYPES.values():
+        lane = tt.pressure_lane or tt.lane
+        if backpressure.limit(lane) is not None:
+            by_lane.setdefault(lane, []).append(tt.name)
+    free = [name for name in registry.TASK_TYPES if not any(name in names for names in by_lane.values())]
+    fed = 0
+    for lane, types in by_lane.items():
+        # With one limited lane (the image pipeline's), every other parked task waits for its room too, as
+        # before task types declared their lanes.
+        others = len(by_lane) == 1
+        fed += session.execute(_FEED_SQL, {"limit": backpressure.limit(lane), "parked": PARKED_AT, "lane": lane,
+                                           "types": types, "others": others}).rowcount
+    if len(by_lane) != 1:
+        fed += session.execute(_FEED_FREE_SQL, {"parked": PARKED_AT, "types": free}).rowcount
+    return fed

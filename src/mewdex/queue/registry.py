@@ -1,21 +1,33 @@
-"""Standalone task types (tasks without a processing job) and the context their handlers run with.
+"""The registry of task types and lanes, and the context a handler runs with.
 
-A handler is ``run(ctx: TaskContext) -> result`` (JSON-able); it raises :class:`TaskError` with a
-stable code to fail. Image-stage tasks are not here: they run through ``pipeline.stages.HANDLERS``.
+A kind of work is one :class:`TaskType` registered with :func:`register_task_type` (or the
+:func:`task_type` decorator) in the module that owns the work: its name (``tasks.task_type``), lane,
+resource key, retry policy, handler, hooks, and whether the handler makes an external call. Lanes
+are declared with :func:`register_lane` (concurrency, back-pressure). The worker
+(:mod:`mewdex.queue.worker`) runs every type the same way: claim → ``on_claim`` (claim transaction)
+→ handler with a heartbeat (no transaction) → fenced write-back (``on_success`` or ``on_failure``)
+→ batch bookkeeping. This package imports nothing above it: the modules that register types are
+imported by :func:`load` (``mewdex.runtime`` lists them).
+
+A handler is ``handler(ctx: TaskContext) -> result`` (JSON-able); it raises :class:`TaskError` with
+a stable code to fail.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.db.models import ImageProcessingAttempt, Task, utcnow
+from mewdex.config import get_settings
+from mewdex.db.models import GLOBAL_LANE_RESOURCE_KEY, ImageProcessingAttempt, Task, utcnow
 from mewdex.queue import tasks as queue
+from mewdex.queue.tasks import LANES, Lane, lane_names, register_lane  # noqa: F401 - lanes are declared with types
 
 
 @dataclass
@@ -37,8 +49,10 @@ class TaskContext:
     call (after which a crash leaves the attempt ``unknown_execution``), and report the cost it observed.
     Every write is fenced: a handler whose claim went stale gets :class:`queue.StaleClaim`."""
 
-    def __init__(self, sessions: sessionmaker[Session], claim: queue.Claim):
+    def __init__(self, sessions: sessionmaker[Session], claim: queue.Claim, prepared: Any = None):
         self.sessions, self.claim = sessions, claim
+        #: what the type's ``on_claim`` hook returned in the claim transaction (e.g. a meme snapshot)
+        self.prepared = prepared
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -57,7 +71,12 @@ class TaskContext:
                 task.message = message[:500]
 
     def external_started(self, executor_attempt_id: str | None = None) -> None:
-        """Commit ``external_started`` on the attempt before a non-idempotent external call begins."""
+        """Commit ``external_started`` on the attempt before a non-idempotent external call begins.
+        Only types registered with ``external=True`` may (else ``TaskError("not_external")``, not retried)."""
+        tt = TASK_TYPES.get(self.claim.task_type)
+        if tt is None or not tt.external:
+            raise TaskError("not_external", f"task type {self.claim.task_type!r} is not registered as external",
+                            retryable=False)
         with self.sessions.begin() as session:
             task = queue.fenced(session, self.claim)
             attempt = self._attempt(session)
@@ -97,55 +116,123 @@ class TaskContext:
 
 
 Handler = Callable[[TaskContext], Any]
-FailureHook = Callable[[Session, Any], None]  # (session, the Claim or Task: has task_type and payload)
-HANDLERS: dict[str, Handler] = {}
-FAILURE_HOOKS: dict[str, FailureHook] = {}
+# on_claim(session, claim) -> prepared: in the claim's transaction (lock what the handler will read).
+ClaimHook = Callable[[Session, queue.Claim], Any]
+# on_success(session, claim, task, result, batch_id) -> True when it added a follow-up task to the batch
+# (the batch stays open): in the fenced write-back transaction, before the task is marked succeeded.
+SuccessHook = Callable[[Session, queue.Claim, Task, Any, str | None], bool | None]
+# on_failure(session, task, outcome): in the transaction that records the failure; ``outcome`` is one of
+# FAILURE_OUTCOMES. ``task`` is the locked Task row (``task.error`` holds the error).
+FailureHook = Callable[[Session, Task, str], None]
+# on_retry(session, task): a failed task is queued again on request (``queue.service.retry``).
+RetryHook = Callable[[Session, Task], None]
+
+#: ``retrying``: the attempt failed and the task is queued again (backoff, lease expiry, worker stop);
+#: ``failed``: it failed for good; ``cancelled``: cancelled on request; ``unknown_execution``: its worker
+#: died after the external call started.
+FAILURE_OUTCOMES = ("retrying", "failed", "cancelled", "unknown_execution")
 
 
-def register(task_type: str, *, on_failure: FailureHook | None = None) -> Callable[[Handler], Handler]:
-    """Decorator: ``@register("noop")`` makes the function the handler of that task type;
-    ``on_failure(session, claim_or_task)`` runs in the transaction that fails the task for good
-    (last attempt failed, lease expired with no attempt left, or cancelled)."""
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a failing task is retried: up to ``max_attempts`` attempts, each retry after a capped
+    exponential backoff with jitter (:func:`mewdex.queue.tasks.backoff_seconds`). None = the settings
+    (``MEWDEX_TASK_MAX_ATTEMPTS``, ``MEWDEX_RETRY_BASE_SECONDS``, ``MEWDEX_RETRY_MAX_SECONDS``)."""
+
+    max_attempts: int | None = None
+    base_seconds: float | None = None
+    cap_seconds: float | None = None
+
+    def attempts(self) -> int:
+        return self.max_attempts if self.max_attempts is not None else get_settings().task_max_attempts
+
+    def base(self) -> float:
+        return self.base_seconds if self.base_seconds is not None else get_settings().retry_base_seconds
+
+    def cap(self) -> float:
+        return self.cap_seconds if self.cap_seconds is not None else get_settings().retry_max_seconds
+
+
+@dataclass(frozen=True)
+class TaskType:
+    """One kind of work.
+
+    - ``lane`` / ``resource_key``: where its tasks queue (:func:`mewdex.queue.tasks.enqueue` defaults);
+    - ``pressure_lane``: the lane whose back-pressure limit its submissions count against (a type whose
+      tasks hand off into that lane, e.g. the first image stage), None = its own lane;
+    - ``external``: the handler calls something outside the machine; it must call
+      ``ctx.external_started()`` before, so a worker dying during the call leaves the task
+      ``unknown_execution`` instead of replaying it;
+    - ``store_result``: write the handler's return value to ``tasks.result`` (False: hooks consume it);
+    - ``crash_code``: the error code of an unexpected exception in the handler (retried).
+    """
+
+    name: str
+    handler: Handler
+    lane: str = "default"
+    resource_key: str = GLOBAL_LANE_RESOURCE_KEY
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    external: bool = False
+    on_claim: ClaimHook | None = None
+    on_success: SuccessHook | None = None
+    on_failure: FailureHook | None = None
+    on_retry: RetryHook | None = None
+    pressure_lane: str | None = None
+    store_result: bool = True
+    crash_code: str = "task_crashed"
+
+
+TASK_TYPES: dict[str, TaskType] = {}
+_LOADED: set[str] = set()
+
+
+def register_task_type(task_type: TaskType) -> TaskType:
+    """Register a task type (its lane is declared with defaults if nobody declared it yet)."""
+    TASK_TYPES[task_type.name] = task_type
+    queue.declare_lane_implicitly(task_type.lane)
+    return task_type
+
+
+def task_type(name: str, **options: Any) -> Callable[[Handler], Handler]:
+    """Decorator: ``@task_type("noop")`` registers the function as the handler of a :class:`TaskType`
+    built from ``options`` (its other fields)."""
 
     def wrap(fn: Handler) -> Handler:
-        HANDLERS[task_type] = fn
-        if on_failure is not None:
-            FAILURE_HOOKS[task_type] = on_failure
+        register_task_type(TaskType(name=name, handler=fn, **options))
         return fn
 
     return wrap
 
 
-def failed_for_good(session: Session, task) -> None:
-    """Run the task type's failure hook, if it has one (``task``: a Claim or a Task)."""
-    hook = FAILURE_HOOKS.get(task.task_type)
-    if hook is not None:
-        hook(session, task)
+def get(name: str) -> TaskType | None:
+    return TASK_TYPES.get(name)
 
 
-@register("noop")
-def noop(ctx: TaskContext) -> dict[str, Any]:
-    """A task that does nothing (queue tests and ``bench/queue.py``). Payload, all optional:
-    ``sleep`` seconds (only on attempts ≤ ``sleep_attempts`` when given; ``progress`` reports it),
-    ``fail`` an error code to raise on every attempt (``retryable`` default true), ``external`` mark an
-    external call as started first, ``cost`` to observe."""
-    import time
+def submit(session: Session, *, scope_id: str, task_type: str, payload: dict[str, Any] | None = None,
+           dedupe_key: str | None = None, **fields: Any) -> Task:
+    """Enqueue a task of a registered type with the type's lane, resource key and ``max_attempts``
+    (``fields`` may override them or set other task columns), in the caller's transaction; returns
+    the active task with the same dedupe key instead when there is one. KeyError for an unknown type."""
+    tt = TASK_TYPES[task_type]
+    fields.setdefault("lane", tt.lane)
+    fields.setdefault("lane_resource_key", tt.resource_key)
+    fields.setdefault("max_attempts", tt.retry.attempts())
+    return queue.enqueue(session, scope_id=scope_id, task_type=task_type, dedupe_key=dedupe_key, payload=payload,
+                         **fields)
 
-    p = ctx.payload
-    if p.get("external"):
-        ctx.external_started(executor_attempt_id=f"noop-{ctx.claim.task_id}-{ctx.claim.attempt_count}")
-    if p.get("cost") is not None:
-        ctx.observe_cost(p["cost"])
-    sleep = float(p.get("sleep") or 0)
-    if p.get("sleep_attempts") is not None and ctx.claim.attempt_count > int(p["sleep_attempts"]):
-        sleep = 0.0
-    if sleep:
-        steps = max(1, int(sleep / 0.5))
-        for i in range(steps):
-            time.sleep(sleep / steps)
-            if p.get("progress"):
-                ctx.progress((i + 1) / steps, f"step {i + 1}/{steps}")
-    if p.get("fail"):
-        raise TaskError(str(p["fail"]), str(p.get("message") or "the task failed on purpose"),
-                        retryable=bool(p.get("retryable", True)))
-    return {"ok": True}
+
+def load(modules: Iterable[str]) -> None:
+    """Import the modules that register task types and lanes (once each)."""
+    for module in modules:
+        if module not in _LOADED:
+            importlib.import_module(module)
+            _LOADED.add(module)
+
+
+def failure_outcome(session: Session, task: Task, outcome: str) -> None:
+    """Run the task type's ``on_failure`` hook, if it has one (``outcome``: one of FAILURE_OUTCOMES)."""
+    tt = TASK_TYPES.get(task.task_type)
+    if tt is not None and tt.on_failure is not None:
+        tt.on_failure(session, task, outcome)
+
+

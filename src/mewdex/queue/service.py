@@ -192,10 +192,9 @@ def retry(session: Session, scope: ScopeContext, task_id: str, *, check_backpres
     task.completed_at = None
     task.progress = 0.0
     task.message = "retry requested"
-    if task.processing_job_id is not None:
-        from mewdex.pipeline import jobs
-
-        jobs.stage_requeued(session, task)
+    tt = registry.get(task.task_type)
+    if tt is not None and tt.on_retry is not None:
+        tt.on_retry(session, task)
     _reopen_batch(session, task)
     session.flush()
     return task
@@ -240,12 +239,8 @@ def cancel(session: Session, scope: ScopeContext, task_id: str) -> Task:
             attempt.state = "unknown_execution" if attempt.state == "external_started" else "failed"
             attempt.termination_reason = "cancelled"
             attempt.error = error
-    if task.processing_job_id is not None:
-        from mewdex.pipeline import jobs
-
-        jobs.stage_failed(session, task)
+    registry.failure_outcome(session, task, "cancelled")
     batches.task_ended(session, task.scope_id, task.id)
-    registry.failed_for_good(session, task)
     return task
 
 
@@ -278,7 +273,7 @@ def queue_depth(session: Session) -> dict[str, dict[str, int]]:
         ),
         {"p": queue.PARKED_AT},
     ).all()
-    depth = {lane: {"queued": 0, "running": 0, "parked": 0} for lane in queue.LANES}
+    depth = {lane: {"queued": 0, "running": 0, "parked": 0} for lane in registry.lane_names(listed_only=True)}
     for lane, queued, running, parked in rows:
         depth[lane] = {"queued": queued, "running": running, "parked": parked}
     return depth

@@ -38,7 +38,6 @@ from mewdex.db.models import (
 
 log = logging.getLogger(__name__)
 
-LANES = ("default", "visual", "agent", "embedding")
 MAX_LANE_SLOTS = 8
 # ``available_at`` of a task a batch holds back until its lane drains (see queue.batches.feed).
 PARKED_AT = datetime(9999, 1, 1, tzinfo=UTC)
@@ -67,6 +66,52 @@ class Claim:
 
 class StaleClaim(Exception):
     """The claim's generation is no longer current (lease lost); its result must be discarded."""
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A lane: ``concurrency`` running tasks at once across every process (None: the setting
+    ``MEWDEX_LANE_CONCURRENCY_<LANE>``, 8 without one) and, optionally, a per-scope
+    ``backpressure`` limit of queued tasks (a callable, read at each check) past which interactive
+    submissions get ``queue_full`` and batches stop feeding (:mod:`mewdex.queue.backpressure`)."""
+
+    name: str
+    concurrency: Callable[[], int] | None = None
+    backpressure: Callable[[], int] | None = None
+    #: listed with zero counts on the tasks page and ``/health`` (False: internal lanes, shown only when busy)
+    listed: bool = True
+
+    def cap(self) -> int:
+        return self.concurrency() if self.concurrency is not None else get_settings().lane_concurrency(self.name)
+
+
+LANES: dict[str, Lane] = {}
+_IMPLICIT: set[str] = set()
+
+
+def register_lane(lane: Lane) -> Lane:
+    """Declare a lane (a later declaration of the same name replaces the earlier one). Lanes list in
+    declaration order; one first declared implicitly by a task type moves to its place here."""
+    if lane.name in _IMPLICIT:
+        _IMPLICIT.discard(lane.name)
+        LANES.pop(lane.name, None)
+    LANES[lane.name] = lane
+    return lane
+
+
+def declare_lane_implicitly(name: str) -> None:
+    """Declare ``name`` with defaults unless it is declared (a task type's lane nobody declared)."""
+    if name not in LANES:
+        LANES[name] = Lane(name)
+        _IMPLICIT.add(name)
+
+
+def lane_names(listed_only: bool = False) -> list[str]:
+    """Every declared lane (``listed_only``: those with ``listed``), in declaration order."""
+    return [name for name, lane in LANES.items() if lane.listed or not listed_only]
+
+
+register_lane(Lane("default"))
 
 
 def new_task_id(prefix: str) -> str:
@@ -142,7 +187,11 @@ def enqueue(session: Session, *, scope_id: str, task_type: str, lane: str = "def
 
 # One statement per claim: pick the least recently served scope of an open lane, lock its oldest due
 # task, a free lane slot and a free resource slot (all SKIP LOCKED), then mark the task running, take
-# both slots, advance the scope's dispatch sequence and write the attempt row. Any missing piece
+# both slots, advance the scope's dispatch sequence and write the attempt row (every task type's
+# attempts are recorded there: ``external_started`` and ``unknown_execution`` live on it). Its
+# ``input_digest`` is ``sha256(task_type|target_sha256|config_hash|payload)`` with an empty config
+# hash; a type with a processing configuration sets both in its ``on_claim`` hook (image stages:
+# ``pipeline.jobs.stage_started``). Any missing piece
 # (e.g. a slot taken by a concurrent claimer) leaves everything untouched.
 _CLAIM_SQL = text(
     """
@@ -231,15 +280,13 @@ _CLAIM_SQL = text(
             processing_config_hash, analysis_policy, resume_of_attempt_id, created_at, updated_at)
         SELECT upd.scope_id, upd.id, upd.attempt_count, upd.id || ':' || upd.attempt_count,
                left(coalesce(upd.image_stage, upd.task_type), 64), 'prepared',
-               encode(sha256(convert_to(upd.task_type || '|' || coalesce(upd.target_image_sha256, '') || '|'
-                                        || coalesce(j.processing_config_hash, '') || '|' || upd.payload::text,
-                                        'UTF8')), 'hex'),
+               encode(sha256(convert_to(upd.task_type || '|' || coalesce(upd.target_image_sha256, '') || '||'
+                                        || upd.payload::text, 'UTF8')), 'hex'),
                coalesce(upd.target_image_sha256, repeat('0', 64)), upd.claim_generation,
-               j.processing_config_hash, upd.analysis_policy,
+               NULL, upd.analysis_policy,
                CASE WHEN cand.resume_available THEN upd.id || ':' || (upd.attempt_count - 1) END, now(), now()
         FROM upd
         JOIN cand ON cand.scope_id = upd.scope_id AND cand.id = upd.id
-        LEFT JOIN image_processing_jobs j ON j.scope_id = upd.scope_id AND j.id = upd.processing_job_id
     )
     SELECT (SELECT count(*) FROM cand) AS candidates, upd.*,
            EXISTS (SELECT 1 FROM task_batch_items i WHERE i.scope_id = upd.scope_id AND i.task_id = upd.id) AS in_batch
@@ -249,9 +296,12 @@ _CLAIM_SQL = text(
 
 
 def lane_caps(lanes: list[str]) -> tuple[list[int], dict[str, int]]:
-    """Concurrency of each lane (settings ``MEWDEX_LANE_CONCURRENCY_<LANE>``) and the resource-key overrides."""
+    """Concurrency of each lane (its :class:`Lane` declaration, by default the setting
+    ``MEWDEX_LANE_CONCURRENCY_<LANE>``) and the resource-key overrides."""
     settings = get_settings()
-    return [settings.lane_concurrency(lane) for lane in lanes], dict(settings.resource_concurrency)
+    caps = [min(MAX_LANE_SLOTS, lane.cap()) if (lane := LANES.get(name)) else settings.lane_concurrency(name)
+            for name in lanes]
+    return caps, dict(settings.resource_concurrency)
 
 
 def claim(session: Session, *, owner: str, lanes: list[str], lease_seconds: int,

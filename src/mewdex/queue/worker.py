@@ -2,9 +2,13 @@
 processes (:class:`WorkerProcesses`, what ``mewdex serve`` and ``import --wait`` start by default) that
 claim tasks, run their handler with a heartbeat, and write back under fencing.
 
-Image-stage tasks run ``pipeline.stages.HANDLERS`` and hand off to the next stage of their job;
-standalone tasks run ``queue.registry.HANDLERS`` (e.g. ``noop``). A maintenance pass (once a second
-per pool) reaps expired leases, re-creates lane slot rows and feeds parked batch tasks.
+Every task runs the same path, whatever its type (:mod:`mewdex.queue.registry`): claim (+ the type's
+``on_claim`` hook, same transaction) → handler with a heartbeat, no transaction held → fenced
+write-back (+ ``on_success`` / ``on_failure``) → batch bookkeeping. A maintenance pass (once a second
+per pool) reaps expired leases, re-creates lane slot rows and feeds parked batch tasks: inline
+(:func:`mewdex.queue.maintenance.maintain`), or, in a pool given a :class:`Scheduler` (``mewdex
+worker``, ``serve``), by ticking the scheduler, which enqueues that work as tasks once per interval
+across every process.
 """
 
 from __future__ import annotations
@@ -18,41 +22,28 @@ import sys
 import threading
 import time
 import uuid
+from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
-from mewdex.db.models import ImageProcessingAttempt, Meme, Scope
-from mewdex.platform import metering
-from mewdex.pipeline import jobs
-from mewdex.pipeline.stages import HANDLERS, MemeSnapshot, StageError, load_meme
+from mewdex.db.models import ImageProcessingAttempt
 from mewdex.queue import batches, registry
 from mewdex.queue import tasks as queue
-from mewdex.storage import blob_store
+from mewdex.queue.maintenance import maintain
+from mewdex.queue.registry import TaskError, TaskType
+from mewdex.queue.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
-LANES = list(queue.LANES)
 MAINTENANCE_SECONDS = 1.0
 
 
-def maintain(session: Session) -> dict[str, int]:
-    """One maintenance pass: lane slot rows, expired leases (jobs and batches updated), batch feeding.
-    Returns ``{"reaped": n, "fed": n}``."""
-    for lane in LANES:
-        queue.ensure_lane(session, lane)
-    reaped = queue.reap_expired(session)
-    for r in reaped:
-        task = r.task
-        if task.processing_job_id is not None:
-            {"requeued": jobs.stage_retrying, "failed": jobs.stage_failed,
-             "unknown_execution": jobs.stage_unknown}[r.outcome](session, task)
-        if r.outcome != "requeued":
-            batches.task_ended(session, task.scope_id, task.id)
-        if r.outcome == "failed":
-            registry.failed_for_good(session, task)
-        log.warning("lease of task %s expired: %s", task.id, r.outcome)
-    return {"reaped": len(reaped), "fed": batches.feed(session)}
+def serving_lanes(lanes: list[str] | None) -> list[str]:
+    """The lanes a worker claims from: ``lanes`` (default: every declared lane) plus the internal lanes
+    (``listed=False``, e.g. ``maintenance``), which every worker serves so the queue's upkeep runs
+    wherever workers run."""
+    chosen = list(lanes or registry.lane_names())
+    return chosen + [lane for lane in registry.lane_names() if lane not in chosen and not registry.LANES[lane].listed]
 
 
 class Worker:
@@ -63,14 +54,14 @@ class Worker:
         self.sessions = sessions
         self.settings = get_settings()
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.lanes = list(lanes or LANES)
+        self.lanes = serving_lanes(lanes)
         self.maintenance = maintenance
         self.stop_event = threading.Event()
         self.current: queue.Claim | None = None
         self.last_beat = time.monotonic()
         self._next_maintenance = 0.0
-        # A standalone task's success, written in the same transaction as the next claim (one commit
-        # per task instead of two; both are fenced, so committing them together is safe).
+        # The success of a task type without an on_success hook, written in the same transaction as the
+        # next claim (one commit per task instead of two; both are fenced, so committing them together is safe).
         self._pending: tuple[queue.Claim, object] | None = None
 
     def run(self) -> None:
@@ -107,6 +98,7 @@ class Worker:
             self._next_maintenance = time.monotonic() + MAINTENANCE_SECONDS
             with self.sessions.begin() as session:
                 maintain(session)
+        prepared = None
         for _ in range(5):  # a slot raced away to another claimer: try again at once
             contended: list[bool] = []
             with self.sessions.begin() as session:
@@ -114,41 +106,30 @@ class Worker:
                     self._write_pending(session)
                 claim = queue.claim(session, owner=self.owner, lanes=self.lanes,
                                     lease_seconds=self.settings.worker_lease_seconds, contended=contended)
-                snapshot = self._prepare(session, claim) if claim is not None else None
+                if claim is not None:
+                    tt = registry.get(claim.task_type)
+                    if tt is not None and tt.on_claim is not None:
+                        prepared = tt.on_claim(session, claim)
             if claim is not None or not contended:
                 break
         if claim is None:
             return False
         self.current = claim
         try:
-            if claim.image_stage is not None:
-                self._execute_stage(claim, snapshot)
-            else:
-                self._execute_standalone(claim)
+            self._execute(claim, registry.get(claim.task_type), prepared)
         finally:
             self.current = None
         return True
 
-    def _prepare(self, session: Session, claim: queue.Claim) -> MemeSnapshot | None:
-        if claim.image_stage is None:
-            return None
-        snapshot = _snapshot(session, claim)  # the meme's lock before the job's, as in the write-back
-        if claim.processing_job_id is not None:
-            jobs.stage_started(session, claim)
-        return snapshot
-
-    # -- standalone tasks -------------------------------------------------------------------------------
-
-    def _execute_standalone(self, claim: queue.Claim) -> None:
-        handler = registry.HANDLERS.get(claim.task_type)
-        error: registry.TaskError | None = None
+    def _execute(self, claim: queue.Claim, tt: TaskType | None, prepared: Any) -> None:
+        error: TaskError | None = None
         result = None
         with _Heartbeat(self.sessions, claim, self.settings):
             try:
-                if handler is None:
-                    raise registry.TaskError("unknown_task_type", f"no handler for {claim.task_type!r}", retryable=False)
-                result = handler(registry.TaskContext(self.sessions, claim))
-            except registry.TaskError as exc:
+                if tt is None:
+                    raise TaskError("unknown_task_type", f"no handler for {claim.task_type!r}", retryable=False)
+                result = tt.handler(registry.TaskContext(self.sessions, claim, prepared))
+            except TaskError as exc:
                 error = exc
             except queue.StaleClaim as exc:
                 log.warning("task %s lost its claim while running: %s", claim.task_id, exc)
@@ -156,69 +137,46 @@ class Worker:
             except Exception as exc:  # a handler bug: recorded and retried, never fatal to the worker
                 log.exception("task %s (%s) crashed", claim.task_id, claim.task_type)
                 # Stored and shown to users: the kind only (exception text can hold paths or SQL); details in the log.
-                error = registry.TaskError("task_crashed", f"the task failed unexpectedly ({type(exc).__name__}); "
-                                                           "the server log has the details")
-        if error is None:
-            self._pending = (claim, result)
-            if self.stop_event.is_set():
-                self.flush()
-            return
+                error = TaskError(tt.crash_code if tt else "task_crashed",
+                                  f"the task failed unexpectedly ({type(exc).__name__}); the server log has the details")
         try:
-            with self.sessions.begin() as session:
-                self._fail(session, claim, error.code, error.message, error.retryable, error.termination_reason)
+            if error is not None:
+                with self.sessions.begin() as session:
+                    self._fail(session, claim, tt, error)
+            elif tt is not None and tt.on_success is not None:
+                with self.sessions.begin() as session:
+                    self._succeed(session, claim, tt, result)
+            else:
+                self._pending = (claim, result if tt is None or tt.store_result else None)
+                if self.stop_event.is_set():
+                    self.flush()
         except queue.StaleClaim as exc:
             log.warning("discarding result of a stale claim: %s", exc)
 
-    def _fail(self, session: Session, claim: queue.Claim, code: str, message: str, retryable: bool,
-              termination_reason: str | None = None) -> None:
+    def _succeed(self, session: Session, claim: queue.Claim, tt: TaskType, result: Any) -> None:
+        """Fenced write-back: lock the task (StaleClaim when the claim is stale), run the type's
+        ``on_success`` hook, mark it succeeded, and end its batch membership unless the hook handed off."""
         task = queue.fenced(session, claim)
-        final = queue.fail(task, code, message, retryable=retryable, base=self.settings.retry_base_seconds,
-                           cap=self.settings.retry_max_seconds, termination_reason=termination_reason)
+        batch_id = batches.batch_of(session, claim.scope_id, claim.task_id) if claim.in_batch else None
+        assert tt.on_success is not None
+        handed_off = tt.on_success(session, claim, task, result, batch_id)
+        queue.complete(session, claim, result if tt.store_result else None)
+        if batch_id is not None and not handed_off:  # a hand-off keeps the batch open
+            batches.finalize_if_done(session, claim.scope_id, batch_id)
+
+    def _fail(self, session: Session, claim: queue.Claim, tt: TaskType | None, error: TaskError) -> None:
+        task = queue.fenced(session, claim)
+        policy = tt.retry if tt is not None else registry.RetryPolicy()
+        final = queue.fail(task, error.code, error.message, retryable=error.retryable, base=policy.base(),
+                           cap=policy.cap(), termination_reason=error.termination_reason)
         attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
         if attempt is not None:
             attempt.state = "failed"
             attempt.error = task.error
-            attempt.termination_reason = termination_reason
-        if task.processing_job_id is not None:
-            (jobs.stage_failed if final else jobs.stage_retrying)(session, task)
+            attempt.termination_reason = error.termination_reason
+        registry.failure_outcome(session, task, "failed" if final else "retrying")
         if final:
             batches.task_ended(session, claim.scope_id, claim.task_id)
-            registry.failed_for_good(session, claim)
-
-    # -- image-stage tasks ------------------------------------------------------------------------------
-
-    def _execute_stage(self, claim: queue.Claim, snapshot: MemeSnapshot | None) -> None:
-        handler = HANDLERS.get(claim.image_stage or "")
-        with _Heartbeat(self.sessions, claim, self.settings):
-            try:
-                if handler is None:
-                    raise StageError("unknown_stage", f"no handler for {claim.image_stage!r}", retryable=False)
-                if snapshot is None:
-                    raise StageError("meme_missing", "the meme no longer exists", retryable=False)
-                output = handler.run(snapshot)
-                error = None
-            except StageError as exc:
-                output, error = None, exc
-            except Exception as exc:  # a handler bug: recorded and retried, never fatal to the worker
-                log.exception("stage %s crashed on task %s", claim.image_stage, claim.task_id)
-                output, error = None, StageError("stage_crashed", f"the stage failed unexpectedly "
-                                                                  f"({type(exc).__name__}); the server log has the details")
-        try:
-            with self.sessions.begin() as session:
-                if error is not None:
-                    self._fail(session, claim, error.code, error.message, error.retryable)
-                    return
-                task = queue.fenced(session, claim)
-                meme = load_meme(session, claim.scope_id, claim.target_meme_id)
-                handler.apply(session, meme, output)
-                metering.meter_stage(session, claim, output)
-                queue.complete(session, claim)
-                batch_id = batches.batch_of(session, claim.scope_id, claim.task_id)
-                handed_off = jobs.stage_succeeded(session, task, batch_id) if task.processing_job_id else None
-                if batch_id is not None and handed_off is None:  # a hand-off keeps the batch open
-                    batches.finalize_if_done(session, claim.scope_id, batch_id)
-        except queue.StaleClaim as exc:
-            log.warning("discarding result of a stale claim: %s", exc)
 
     def release_current(self, signal_name: str = "SIGTERM") -> bool:
         """Give the running task back to the queue (shutdown past the grace period); True if one was released."""
@@ -235,33 +193,10 @@ class Worker:
                     attempt.termination_signal = signal_name
                     attempt.error = queue.error_record("worker_stopped", "the worker stopped before the task ended",
                                                        claim.attempt_count)
-                if task.processing_job_id is not None:
-                    jobs.stage_retrying(session, task)
+                registry.failure_outcome(session, task, "retrying")
         except queue.StaleClaim:
             return False
         return True
-
-
-def _snapshot(session: Session, claim: queue.Claim) -> MemeSnapshot | None:
-    """The claimed task's meme (row-locked) as its stage reads it; None when it no longer exists."""
-    row = session.execute(
-        select(Meme, Scope.storage_namespace).join(Scope, Scope.id == Meme.scope_id)
-        .where(Meme.scope_id == claim.scope_id, Meme.id == claim.target_meme_id).with_for_update(of=Meme)
-    ).one_or_none()
-    if row is None:
-        return None
-    meme, namespace = row
-    key = meme.storage_key
-    store = blob_store()
-    return MemeSnapshot(
-        scope_id=meme.scope_id,
-        id=meme.id,
-        sha256=meme.sha256,
-        display_name=meme.display_name,
-        provenance=dict(meme.provenance),
-        meme_context=dict(meme.meme_context),
-        read_bytes=lambda: store.path(namespace, key).read_bytes(),
-    )
 
 
 class _Heartbeat:
@@ -297,8 +232,10 @@ class WorkerPool:
     ``stop(grace)`` stops claiming, waits up to ``grace`` seconds for running tasks to finish, then
     releases the ones still running back to the queue (their late results are fenced)."""
 
-    def __init__(self, sessions: sessionmaker[Session], count: int, lanes: list[str] | None = None):
+    def __init__(self, sessions: sessionmaker[Session], count: int, lanes: list[str] | None = None,
+                 scheduler: Scheduler | None = None):
         self.sessions = sessions
+        self.scheduler = scheduler
         self.workers = [Worker(sessions, lanes=lanes, maintenance=False) for _ in range(count)]
         self.threads = [threading.Thread(target=w.run, name=f"worker-{i}", daemon=True) for i, w in enumerate(self.workers)]
         self.stop_event = threading.Event()
@@ -320,6 +257,9 @@ class WorkerPool:
     def _maintain(self) -> None:
         while not self.stop_event.wait(MAINTENANCE_SECONDS):
             try:
+                if self.scheduler is not None:
+                    self.scheduler.tick()
+                    continue
                 with self.sessions.begin() as session:
                     maintain(session)
             except Exception:
@@ -360,7 +300,7 @@ class WorkerProcesses:
 
     def __init__(self, count: int, lanes: list[str] | None = None):
         self.count = count
-        self.lanes = list(lanes or LANES)
+        self.lanes = list(lanes or registry.lane_names())
         self.children: list[subprocess.Popen] = []
 
     def start(self) -> None:
@@ -391,11 +331,14 @@ class WorkerProcesses:
         return killed
 
 
-def start_workers(sessions: sessionmaker[Session], count: int) -> WorkerPool | WorkerProcesses:
-    """Start ``count`` workers the configured way (``MEWDEX_WORKER_MODE``): child processes, or threads
-    of this process. No workers (``count`` 0) is an empty thread pool."""
+def start_workers(sessions: sessionmaker[Session], count: int,
+                  scheduler: Scheduler | None = None) -> WorkerPool | WorkerProcesses:
+    """Start ``count`` workers the configured way (``MEWDEX_WORKER_MODE``): child processes (each
+    runs its own scheduler), or threads of this process (whose maintenance thread ticks
+    ``scheduler``; without one it maintains the queue inline). No workers (``count`` 0) is an empty
+    thread pool."""
     mode = get_settings().worker_mode
-    pool = WorkerProcesses(count) if count and mode == "process" else WorkerPool(sessions, count)
+    pool = WorkerProcesses(count) if count and mode == "process" else WorkerPool(sessions, count, scheduler=scheduler)
     pool.start()
     return pool
 

@@ -98,7 +98,7 @@ def _point_head(session: Session, scope_id: str, leg: str, generation: SearchGen
 
 
 def _snapshot_hash(leg: str, model: str, dimensions: int, reason: str) -> str:
-    from mewdex.pipeline.context import CONTEXT_VERSION
+    from mewdex.search.documents import CONTEXT_VERSION
 
     payload = {"leg": leg, "model": model, "dimensions": dimensions, "context": CONTEXT_VERSION,
                "reason": reason, "at": utcnow().isoformat()}
@@ -164,7 +164,7 @@ def configured_mismatches(session: Session, embedders: dict, scope_ids: list[str
     """Heads whose active generation's model or dimensions differ from the configured embedder of
     their leg: ``[{"scope_id", "leg", "active_model", "active_dimensions", "model", "dimensions",
     "old_model_available"}]``."""
-    from mewdex.pipeline import models
+    from mewdex.inference import models
 
     rows = session.execute(
         select(SearchHead.scope_id, SearchHead.model, SearchGeneration.model, SearchGeneration.dimensions)
@@ -189,7 +189,7 @@ def check_text_models(sessions: sessionmaker[Session], scope_ids: list[str] | No
     """Start-up check: for every head (of ``scope_ids``, default all scopes) whose active generation
     does not match the configured model of its leg, log why and start building a new generation.
     Returns the messages logged."""
-    from mewdex.pipeline import models
+    from mewdex.inference import models
 
     try:
         embedders = models.text_embedders()
@@ -219,7 +219,7 @@ def start_reindex(session: Session, scope_id: str, *, model: str | None = None) 
     """``mewdex reindex``: build a fresh generation of each leg (or only the legs whose leg name,
     registered name or model id is ``model``) with its configured model, from current contexts.
     ValueError when ``model`` matches no configured leg."""
-    from mewdex.pipeline import models
+    from mewdex.inference import models
 
     configured = get_settings().text_models
     legs = [(leg, e) for leg, e in models.text_embedders().items()
@@ -278,9 +278,9 @@ class ReindexTask:
 
     def run(self, ctx: TaskContext) -> dict:
         """Build the generation named by the task's payload and switch the head to it; returns the result."""
-        from mewdex.pipeline import models
-        from mewdex.pipeline.context import semantic_fields
-        from mewdex.pipeline.errors import BackendUnavailable
+        from mewdex.inference import models
+        from mewdex.search.documents import semantic_fields
+        from mewdex.inference.errors import BackendUnavailable
         from mewdex.queue import tasks as queue
 
         sessions, claim = ctx.sessions, ctx.claim
@@ -354,15 +354,19 @@ class ReindexTask:
                  fresh.scope_id)
         return True
 
-    def failed(self, session: Session, claim) -> None:
-        """The task failed for good: the building generation fails (search keeps the active one)."""
-        generation = session.get(SearchGeneration, UUID(claim.payload["generation_id"]), with_for_update=True)
+    def failed(self, session: Session, task: Task, outcome: str) -> None:
+        """The task failed for good (failed, cancelled): the building generation fails (search keeps the
+        active one). A retrying attempt changes nothing."""
+        if outcome not in ("failed", "cancelled"):
+            return
+        generation = session.get(SearchGeneration, UUID(task.payload["generation_id"]), with_for_update=True)
         if generation is not None and generation.status == "building":
             generation.status = "failed"
 
 
 REINDEX_TASK = ReindexTask()
-registry.register(REINDEX_TASK_TYPE, on_failure=REINDEX_TASK.failed)(REINDEX_TASK.run)
+registry.register_task_type(registry.TaskType(REINDEX_TASK_TYPE, REINDEX_TASK.run, lane=REINDEX_LANE,
+                                              on_failure=REINDEX_TASK.failed))
 
 
 def status(session: Session, scope_id: str) -> dict:
@@ -372,7 +376,7 @@ def status(session: Session, scope_id: str) -> dict:
     "active": {"id", "model", "dimensions", "activated_at", "memes"} | null,
     "building": {"id", "model", "dimensions", "created_at", "memes_done", "memes_total", "progress",
     "task": {"id", "status", "attempts", "error"} | null} | null, "in_sync": bool}}}``."""
-    from mewdex.pipeline import models
+    from mewdex.inference import models
 
     try:
         embedders = models.text_embedders()

@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, MemeVisualEmbedding, ScopeContext
 from mewdex.dto.search import SearchFilters
+from mewdex.inference import visual_model as visual
 from mewdex.library.listing import meme_brief
-from mewdex.pipeline import visual
+from mewdex.search.near_duplicates import near_duplicates as near_duplicates_table
 from mewdex.search.service import SearchResponse, hydrate
 from mewdex.search.vector import nearest_images
 
@@ -118,7 +119,7 @@ def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[st
     """The meme's near-duplicate pairs (either side): ``[{"id", "display_name", "relation", "phash_distance", "cosine"}]``
     where ``relation`` is ``duplicate_of`` (this meme duplicates that older one) or ``duplicated_by``."""
     meme_id = meme_id if isinstance(meme_id, UUID) else UUID(str(meme_id))
-    t = visual.near_duplicates
+    t = near_duplicates_table
     rows = session.execute(
         select(t).where(t.c.scope_id == scope_id, or_(t.c.meme_id == meme_id, t.c.duplicate_of == meme_id))
     ).mappings().all()
@@ -142,7 +143,7 @@ def duplicate_clusters(session: Session, scope: ScopeContext, *, limit: int = 10
     ``{"clusters": [{"original": id, "size": n, "memes": [...], "pairs": [...]}], "total": n}``,
     biggest clusters first.
     """
-    t = visual.near_duplicates
+    t = near_duplicates_table
     rows = session.execute(select(t).where(t.c.scope_id == scope.scope_id)).mappings().all()
     parent: dict[UUID, UUID] = {}
 

@@ -16,9 +16,9 @@ from mewdex.dto.search import (
     MAX_QUERY_CHARS as MAX_QUERY_CHARS,  # re-exported: the pages and the CLI check it
 )
 from mewdex.dto.search import SearchFilters, SearchHit, SearchResults
+from mewdex.inference import models
+from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.listing import meme_ref
-from mewdex.pipeline import models
-from mewdex.pipeline.errors import BackendUnavailable
 from mewdex.search import generations, keyword, vector
 from mewdex.search.fusion import rrf
 

@@ -27,6 +27,11 @@ STAGING_DIR = ".staging"
 CHUNK_SIZE = 1024 * 1024
 
 
+def thumbnail_namespace(storage_namespace) -> str:
+    """The blob-store namespace of a scope's thumbnails: ``uuid5(storage_namespace, "mewdex-thumbnails")``."""
+    return str(uuid.uuid5(uuid.UUID(str(storage_namespace)), "mewdex-thumbnails"))
+
+
 class LocalBlobStore:
     """Blobs under ``root``; see the module docstring for layout and guarantees."""
 

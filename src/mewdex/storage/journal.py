@@ -29,6 +29,7 @@ from datetime import timedelta
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
+from mewdex.storage.blobs import thumbnail_namespace
 from mewdex.db.models import DerivedImageThumbnail, Meme, Scope, StorageOperation, utcnow
 
 log = logging.getLogger(__name__)
@@ -141,8 +142,6 @@ def remove_blob_if_unused(session: Session, store, scope_id: str, namespace: str
 
 def remove_thumbnails_if_unused(session: Session, store, scope_id: str, namespace: str, keys) -> None:
     """Remove each thumbnail blob in ``keys`` that no thumbnail row of the scope still points at."""
-    from mewdex.library.thumbnails import thumbnail_namespace
-
     for key in keys:
         if not thumbnail_in_use(session, scope_id, key):
             store.delete(thumbnail_namespace(namespace), key)

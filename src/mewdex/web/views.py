@@ -23,7 +23,7 @@ from mewdex.db.models import (
 )
 from mewdex.dto.search import SearchFilters
 from mewdex.library import listing
-from mewdex.queue.worker import LANES
+from mewdex.queue import registry
 
 BADGE_STAGES = ("visual", "agent", "text_embedding")
 MEME_STATES = ("ready", "processing", "failed")
@@ -193,7 +193,7 @@ def collections_of_meme(session: Session, scope: ScopeContext, meme_id: UUID) ->
 
 def lane_depths(session: Session, scope: ScopeContext) -> list[dict[str, Any]]:
     """``[{"lane", "queued", "running"}]`` for every lane of the scope (zeros included)."""
-    counts = {lane: {"lane": lane, "queued": 0, "running": 0} for lane in LANES}
+    counts = {lane: {"lane": lane, "queued": 0, "running": 0} for lane in registry.lane_names(listed_only=True)}
     for lane, status, n in session.execute(
         select(Task.lane, Task.status, func.count())
         .where(Task.scope_id == scope.scope_id, Task.status.in_(("queued", "running")))

@@ -9,11 +9,11 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from mewdex.db.engine import get_engine, get_sessionmaker
+# ``mewdex worker`` processes connect with this application_name prefix (runtime.run_worker sets PGAPPNAME).
+from mewdex.runtime import WORKER_APPLICATION_PREFIX
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
-# ``mewdex worker`` processes connect with this application_name prefix (cli.worker sets PGAPPNAME).
-WORKER_APPLICATION_PREFIX = "mewdex-worker"
 
 
 def _is_admin(request: Request) -> bool:

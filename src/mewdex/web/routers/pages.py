@@ -26,7 +26,7 @@ from mewdex.config import get_settings
 from mewdex.db.models import STAGES, ScopeContext
 from mewdex.dto.search import SearchFilters
 from mewdex.library.images import ImageError
-from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.inference.errors import BackendUnavailable
 from mewdex.search import image_search, service
 from mewdex.web import i18n, views
 from mewdex.web.deps import current_scope, db_session

@@ -21,7 +21,7 @@ from mewdex.dto.search import DuplicateClusters, NearDuplicates, SearchFilters, 
 from mewdex.library import thumbnails as thumbs
 from mewdex.library.images import ImageError
 from mewdex.library.scopes import storage_namespace
-from mewdex.pipeline.errors import BackendUnavailable
+from mewdex.inference.errors import BackendUnavailable
 from mewdex.pipeline.visual import MODEL_ID as visual_model_id
 from mewdex.platform import metering
 from mewdex.search import image_search

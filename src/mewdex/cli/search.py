@@ -1,0 +1,141 @@
+"""Search commands: ``search``, ``similar``, ``reindex``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from mewdex.cli.common import _prepare, _progress, _remote, console, err
+
+
+def search(
+    query: Annotated[str, typer.Argument(help="Natural-language query (Chinese or English).")],
+    n: Annotated[int, typer.Option("-n", help="Number of results (1–50).")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response.")] = False,
+    server: Annotated[str | None, typer.Option("--server", envvar="MEWDEX_SERVER",
+                                               help="Search a mewdex server (URL) instead of the local database.")] = None,
+) -> None:
+    """Search the library (the local database as its admin, or a server with --server URL; its API
+    token comes from MEWDEX_TOKEN or a hidden prompt, never from the command line where other local
+    users could read it)."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.search import service
+
+    query = query.strip()
+    if not query or len(query) > service.MAX_QUERY_CHARS or not 1 <= n <= 50:
+        err.print(f"[red]error:[/red] the query must be 1–{service.MAX_QUERY_CHARS} characters and -n 1–50")
+        raise typer.Exit(2)
+    if server:
+        token = os.environ.get("MEWDEX_TOKEN") or (
+            typer.prompt("API token (mdx_…)", hide_input=True, default="", show_default=False)
+            if sys.stdin.isatty() else None)
+        _print_results(_remote(server, token or None, "POST", "/api/v1/search", json={"query": query, "n_results": n}),
+                       as_json)
+        return
+    _prepare()
+    with get_sessionmaker().begin() as session:
+        response = service.search(session, default_scope(), query, n)
+    _print_results(response.as_dict(), as_json)
+
+
+def _print_results(response: dict, as_json: bool) -> None:
+    """A search response (``{"results", "took_ms"}``) as JSON or as a table."""
+    if as_json:
+        print(json.dumps(response, ensure_ascii=False, indent=2))
+        return
+    table = Table(title=f"{len(response['results'])} results · {response['took_ms']:.0f} ms")
+    for column in ("#", "name", "score", "id"):
+        table.add_column(column)
+    for i, r in enumerate(response["results"], 1):
+        table.add_row(str(i), r["display_name"], f"{r['score']:.4f}", r["id"])
+    console.print(table)
+
+
+def similar(
+    target: Annotated[str, typer.Argument(help="An image file (search by image) or a meme id (more like it).")],
+    n: Annotated[int, typer.Option("-n", help="Number of results (1–50).")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response.")] = False,
+) -> None:
+    """Memes that look like an image file or like a meme of the library."""
+    from mewdex.inference.errors import BackendUnavailable
+    from mewdex.library.images import ImageError
+    from mewdex.search.image_search import MemeNotEmbedded, similar_cli
+
+    if not 1 <= n <= 50:
+        err.print("[red]error:[/red] -n must be 1–50")
+        raise typer.Exit(2)
+    _prepare()
+    try:
+        response = similar_cli(target, n)
+    except (ValueError, ImageError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    except MemeNotEmbedded as exc:
+        err.print(f"[red]error:[/red] {exc} (its visual stage has not run yet: `mewdex status`)")
+        raise typer.Exit(1) from None
+    except BackendUnavailable as exc:
+        err.print(f"[red]error:[/red] the image model is unavailable: {exc}")
+        raise typer.Exit(3) from None
+    _print_results(response, as_json)
+
+
+def reindex(
+    model: Annotated[str | None, typer.Option(
+        help="Rebuild only the leg using this model (leg name, registered name or model id).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Process the build here and wait until it is active.")] = False,
+) -> None:
+    """Build new search generations from the current meme contexts with the configured text models
+    (MEWDEX_TEXT_MODELS); search keeps serving the active ones until each new one is complete."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.search import generations
+
+    _prepare()
+    scope = default_scope()
+    sessions = get_sessionmaker()
+    try:
+        with sessions.begin() as session:
+            built = [(g.id, g.model, g.dimensions) for g in generations.start_reindex(session, scope.scope_id,
+                                                                                        model=model)]
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    for gid, name, dims in built:
+        console.print(f"building generation {gid} with {name} ({dims}-d)")
+    if not wait:
+        console.print("the build runs in `mewdex serve` or `mewdex worker`; progress: GET /api/v1/search/status")
+        return
+    from mewdex.queue.worker import WorkerPool
+
+    pool = WorkerPool(sessions, 1)
+    pool.start()
+    try:
+        with _progress() as progress:
+            bar = progress.add_task("reindexing", total=None)
+            while True:
+                with sessions.begin() as session:
+                    state = generations.status(session, scope.scope_id)
+                building = [leg["building"] for leg in state["legs"].values() if leg["building"]]
+                ours = [b for b in building if b["id"] in {str(g[0]) for g in built}]
+                if not ours:
+                    break
+                if any(b["task"] and b["task"]["status"] == "failed" for b in ours):
+                    break
+                progress.update(bar, total=sum(b["memes_total"] for b in ours),
+                                completed=sum(b["memes_done"] for b in ours))
+                time.sleep(0.5)
+    finally:
+        pool.stop()
+    with sessions.begin() as session:
+        state = generations.status(session, scope.scope_id)
+    for leg, entry in state["legs"].items():
+        active = entry["active"]
+        console.print(f"{leg}: active {active['model'] if active else '-'} ({active['memes'] if active else 0} memes)"
+                      + ("" if entry["building"] is None else f"; [red]still building: {entry['building']['task']}[/red]"))

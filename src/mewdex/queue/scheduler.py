@@ -1,0 +1,142 @@
+"""The periodic scheduler: a :class:`Schedule` enqueues one task of its type per interval ("slot"),
+however many processes run a scheduler against the same database.
+
+Slots are aligned on the epoch (slot ``k`` of an interval ``s`` starts at ``k × s`` seconds). Each
+process keeps its own next due time; when it is due, :func:`enqueue_slot` takes a transaction-scoped
+advisory lock on the slot's dedupe key (``schedule:<name>:<slot>``), checks whether a task with that
+key exists in any status, and enqueues one if not, so N processes never enqueue a slot twice, even
+when the first one's task already finished. A schedule's first slot is due one interval after its
+scheduler started (start-up work runs in ``mewdex.runtime`` instead). Finished tasks of a schedule
+older than ``keep_intervals`` intervals are deleted when a later slot is enqueued.
+
+Built-in maintenance schedules live in :mod:`mewdex.runtime.maintenance`; users' cron jobs will be
+schedules too.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from mewdex.db.models import Task
+from mewdex.queue import registry
+
+log = logging.getLogger(__name__)
+TICK_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Enqueue a ``task_type`` task (a registered type) into ``scope_id`` every ``interval`` seconds (a
+    number, or a callable read at each tick, e.g. a setting). ``payload`` is the task's payload (plus
+    ``slot``); the task's lane and retry policy are its type's."""
+
+    name: str
+    task_type: str
+    interval: float | Callable[[], float]
+    scope_id: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    keep_intervals: int = 10
+
+    def seconds(self) -> float:
+        value = self.interval() if callable(self.interval) else self.interval
+        if value <= 0:
+            raise ValueError(f"schedule {self.name}: interval must be positive, got {value}")
+        return float(value)
+
+    def slot(self, now: datetime) -> int:
+        """The slot ``now`` falls in."""
+        return math.floor(now.timestamp() / self.seconds())
+
+    def dedupe_key(self, slot: int) -> str:
+        return f"schedule:{self.name}:{slot}"
+
+
+def enqueue_slot(session: Session, schedule: Schedule, slot: int) -> Task | None:
+    """Enqueue the schedule's task of ``slot`` unless a task for it exists already (any status);
+    returns the new task, or None. Safe against concurrent callers in other processes (an advisory
+    lock on the slot key, held to the end of the caller's transaction)."""
+    key = schedule.dedupe_key(slot)
+    session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
+    exists = session.execute(
+        select(Task.id).where(Task.scope_id == schedule.scope_id, Task.task_type == schedule.task_type,
+                              Task.dedupe_key == key).limit(1)
+    ).first()
+    if exists is not None:
+        return None
+    task = registry.submit(session, scope_id=schedule.scope_id, task_type=schedule.task_type, dedupe_key=key,
+                           payload=dict(schedule.payload, slot=slot), submission_mode="standalone")
+    _prune(session, schedule)
+    return task
+
+
+def _prune(session: Session, schedule: Schedule) -> None:
+    before = datetime.now(UTC) - timedelta(seconds=schedule.seconds() * max(1, schedule.keep_intervals))
+    session.execute(
+        delete(Task).where(Task.scope_id == schedule.scope_id, Task.task_type == schedule.task_type,
+                           Task.dedupe_key.like(f"schedule:{schedule.name}:%"),
+                           Task.status.in_(("succeeded", "failed")), Task.completed_at < before)
+    )
+
+
+class Scheduler:
+    """Enqueues the due slots of ``schedules`` when :meth:`tick` is called (one transaction per due
+    schedule). ``started`` (epoch seconds, default now) starts every schedule's first interval."""
+
+    def __init__(self, sessions: sessionmaker[Session], schedules: Iterable[Schedule], started: float | None = None):
+        self.sessions = sessions
+        self.schedules = list(schedules)
+        start = time.time() if started is None else started
+        self._next_due = {s.name: start + s.seconds() for s in self.schedules}
+
+    def tick(self, now: float | None = None) -> list[Task]:
+        """Enqueue the slot of every schedule that is due at ``now`` (epoch seconds); returns the tasks
+        this call enqueued (a slot another process enqueued first is not returned)."""
+        now = time.time() if now is None else now
+        out = []
+        for schedule in self.schedules:
+            if now < self._next_due[schedule.name]:
+                continue
+            seconds = schedule.seconds()
+            slot = math.floor(now / seconds)
+            self._next_due[schedule.name] = (slot + 1) * seconds
+            try:
+                with self.sessions.begin() as session:
+                    task = enqueue_slot(session, schedule, slot)
+            except Exception:
+                log.exception("schedule %s: could not enqueue slot %s", schedule.name, slot)
+                continue
+            if task is not None:
+                out.append(task)
+        return out
+
+
+class SchedulerThread(Scheduler):
+    """A :class:`Scheduler` ticking on a daemon thread every ``TICK_SECONDS`` until :meth:`stop`."""
+
+    def __init__(self, sessions: sessionmaker[Session], schedules: Iterable[Schedule]):
+        super().__init__(sessions, schedules)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
+
+    def start(self) -> None:
+        if self.schedules:
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            self.tick()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(5)

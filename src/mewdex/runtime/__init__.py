@@ -1,0 +1,124 @@
+"""Start-up shared by every entry point (``serve``, ``worker``, CLI commands): the database
+(migrate, default scope, storage recovery, search-model check), the task types, model warm-up, and
+the worker process. Sits between the interfaces (``cli``, ``web``) and the services; never imports
+FastAPI or ``mewdex.web`` (``mewdex worker`` runs without them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+
+from mewdex.config import get_settings
+from mewdex.db.engine import get_engine, get_sessionmaker
+from mewdex.db.migrate import upgrade
+from mewdex.queue import registry
+from mewdex.runtime import maintenance
+from mewdex.runtime.maintenance import SYSTEM_SCOPE, recover_storage  # noqa: F401 - part of the runtime's API
+
+log = logging.getLogger(__name__)
+
+# The modules that register the built-in task types and lanes (imported by load_task_types), in lane
+# order; ``MEWDEX_TASK_MODULES`` adds more (extensions, tests).
+TASK_TYPE_MODULES = (
+    "mewdex.queue.noop",
+    "mewdex.pipeline.tasks",
+    "mewdex.search.generations",
+    "mewdex.runtime.maintenance",
+)
+# /health counts live worker processes by their connections' application_name.
+WORKER_APPLICATION_PREFIX = "mewdex-worker"
+
+
+def load_task_types() -> None:
+    """Register the built-in task types and those of ``MEWDEX_TASK_MODULES`` (idempotent)."""
+    registry.load(TASK_TYPE_MODULES)
+    registry.load(get_settings().task_modules)
+
+
+def prepare_database() -> None:
+    """Migrate to head, make sure the default scope exists, and recover interrupted storage work.
+
+    Every entry point (serve, worker, CLI commands) calls this, so a killed import is finished
+    or undone by whatever mewdex command runs next. It also checks the configured text models
+    against the active search generations and starts a rebuild where they differ (VEC-03).
+    """
+    from mewdex.library.scopes import default_scope, ensure_scope
+    from mewdex.search import generations
+
+    from mewdex.db.models import ScopeContext
+
+    load_task_types()
+    upgrade(get_engine())
+    with get_sessionmaker().begin() as session:
+        ensure_scope(session, default_scope())
+        ensure_scope(session, ScopeContext(SYSTEM_SCOPE))
+    recover_storage()
+    generations.check_text_models(get_sessionmaker())
+
+
+def warm_models() -> None:
+    """Load the query embedders and the visual model now so the first search does not pay for it."""
+    from mewdex.inference import models
+    from mewdex.pipeline.visual import visual_model
+    from mewdex.search.text import tokenize
+
+    try:
+        tokenize("预热 warm-up")
+        for embedder in models.text_embedders().values():
+            embedder.embed_query("warm-up")
+        visual_model().load()
+    except Exception:
+        log.exception("could not load a model; its search leg is unavailable until it loads")
+
+
+def scheduler():
+    """A scheduler of the built-in maintenance schedules (:mod:`mewdex.runtime.maintenance`)."""
+    from mewdex.queue.scheduler import Scheduler
+
+    return Scheduler(get_sessionmaker(), maintenance.schedules())
+
+
+def start_workers(count: int):
+    """Start ``count`` workers for ``serve`` / ``import --wait`` (``MEWDEX_WORKER_MODE``); the
+    maintenance schedules run in them. Returns the pool (``stop()``, ``status()``)."""
+    from mewdex.queue.worker import start_workers as start
+
+    return start(get_sessionmaker(), count, scheduler=scheduler())
+
+
+def start_scheduler():
+    """A scheduler thread for a process without worker threads (``serve`` with no workers, or with
+    child processes): it only enqueues; any worker runs the tasks. Returns it (``stop()``)."""
+    from mewdex.queue.scheduler import SchedulerThread
+
+    thread = SchedulerThread(get_sessionmaker(), maintenance.schedules())
+    thread.start()
+    return thread
+
+
+def run_worker(concurrency: int, lanes: list[str] | None, grace: float | None, parent_pid: int | None,
+               announce=print) -> int:
+    """The ``mewdex worker`` process: prepare, run ``concurrency`` worker threads (their maintenance
+    thread ticks the scheduler) until SIGTERM/SIGINT, then stop within the grace period. Returns how
+    many running tasks had to be released."""
+    from mewdex.queue.worker import WorkerPool, die_with_parent
+
+    os.environ["PGAPPNAME"] = f"{WORKER_APPLICATION_PREFIX}:{socket.gethostname()}:{os.getpid()}"[:63]
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before start-up: a stop during it is a clean stop
+        signal.signal(sig, lambda *_: stop.set())
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
+    prepare_database()
+    if stop.is_set():
+        return 0
+    pool = WorkerPool(get_sessionmaker(), concurrency, lanes=lanes, scheduler=scheduler())
+    pool.start()
+    announce(f"mewdex worker: {concurrency} threads, lanes {','.join(pool.workers[0].lanes)}; "
+             "SIGTERM stops after the current tasks")
+    stop.wait()
+    return pool.stop(grace)

@@ -1,0 +1,103 @@
+"""The search recipe over a meme context (built by :mod:`mewdex.pipeline.context`): the texts the
+vector legs embed (:func:`semantic_fields`, one vector per field, :data:`FIELDS_BY_EMBEDDER`) and
+the keyword leg indexes (:func:`keyword_document`). Pure functions; no database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mewdex.inference.models import TEXT_LEGS
+from mewdex.search.text import fold, tokenize
+
+#: Bump when the context recipe changes (goes into the stage idempotency key and every search
+#: generation's snapshot hash).
+CONTEXT_VERSION = "ctx-1"
+
+
+#: Which semantic fields each embedder scores (max over these fields), measured in
+#: bench/lab_text_recipe.py: e5 is best on the separate name/OCR fields; USE-m is best when the
+#: OCR text is anchored by the name (the bare OCR field is a "hub" that long, watermark-heavy
+#: OCR texts win on for unrelated queries). Image labels are scored by USE-m only: in e5 they
+#: were the longest text to embed (~40 % of the stage's time) and the dev queries scored the same
+#: without them (bench/quality.py, MRR@10 0.371 without vs 0.369 with).
+FIELDS_BY_EMBEDDER: dict[str, tuple[str, ...]] = {
+    "e5": ("name", "ocr"),
+    "use": ("name", "name_ocr", "labels"),
+}
+
+
+def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dict[str, str]:
+    """Texts to embed, one vector per field; empty fields omitted.
+
+    ``name``     readable name words (stem + folder), e.g. ``"grumpy cat"``;
+    ``ocr``      cleaned OCR text (lines joined with ``"; "``), capped at 1000 characters;
+    ``name_ocr`` ``name + "; " + ocr`` (only when both exist);
+    ``labels``   image labels joined with ``", "`` (zh and en names both).
+
+    ``embedder``: ``"e5"`` or ``"use"`` (prefix match on a model id such as
+    ``"multilingual-e5-small@..."``/``"use-multilingual-v3@..."`` works too) restricts the result
+    to the fields that embedder is scored on (:data:`FIELDS_BY_EMBEDDER`); None returns all.
+    Search scores an image per embedder by the max cosine over its field vectors.
+    """
+    fields: dict[str, str] = {}
+    name = (context.get("name_text") or "").strip()
+    if name:
+        fields["name"] = name
+    ocr = "; ".join(l["text"] for l in context.get("ocr_lines") or [] if l.get("text"))
+    ocr = ocr.strip()[:1000]
+    if ocr:
+        fields["ocr"] = ocr
+    if name and ocr:
+        fields["name_ocr"] = f"{name}; {ocr}"
+    labels = ", ".join(context.get("labels") or [])
+    if labels.strip():
+        fields["labels"] = labels
+    if embedder is None:
+        return fields
+    key = _embedder_key(embedder)
+    keep = FIELDS_BY_EMBEDDER[key]
+    return {k: v for k, v in fields.items() if k in keep}
+
+
+def _embedder_key(embedder: str) -> str:
+    e = embedder.lower()
+    if e.startswith("use") or "usem3" in e or "universal-sentence" in e:
+        return "use"
+    if e.startswith("e5") or "e5" in e.split("@")[0]:
+        return "e5"
+    raise ValueError(f"no field set for embedder {embedder!r}")
+
+
+def keyword_document(context: dict[str, Any]) -> dict[str, str]:
+    """Texts for the keyword leg.
+
+    ``name``, ``ocr``, ``labels``: space-joined folded tokens (from :func:`tokenize`), for a
+        ``tsvector`` per field with the ``simple`` configuration, e.g.
+        ``setweight(to_tsvector('simple', name), 'A') || setweight(..ocr.., 'B') ||
+        setweight(..labels.., 'C')``; the query is tokenized the same way and OR-ed.
+    ``phrase``: folded name + OCR text (``fold``), newline-separated, for the exact-phrase
+        boost: a query whose ``fold(query)`` (length >= 2) is a substring ranks first.
+    Empty fields omitted.
+    """
+    out: dict[str, str] = {}
+    name_toks = list(context.get("source_name_tokens") or [])
+    if context.get("name_text"):
+        name_toks.extend(tokenize(context["name_text"]))
+    name_toks = [t for t in dict.fromkeys(name_toks) if t]
+    if name_toks:
+        out["name"] = " ".join(name_toks)
+    ocr_toks = tokenize(context.get("ocr_text") or "")
+    if ocr_toks:
+        out["ocr"] = " ".join(ocr_toks)
+    lab_toks = tokenize(" ; ".join(context.get("labels") or []))
+    if lab_toks:
+        out["labels"] = " ".join(lab_toks)
+    phrase = "\n".join(x for x in (fold(context.get("title") or ""), fold(context.get("name_text") or ""),
+                                   fold(context.get("ocr_text") or "")) if x)
+    if phrase:
+        out["phrase"] = phrase
+    return out
+
+
+assert set(FIELDS_BY_EMBEDDER) == set(TEXT_LEGS), "every text leg has its fields"

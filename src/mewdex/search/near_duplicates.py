@@ -1,0 +1,172 @@
+"""Near-duplicates of a meme among the scope's memes, from the ``visual`` stage's outputs: perceptual
+hash distance (``memes.extensions.visual.phash``) and image-embedding cosine
+(``meme_visual_embeddings``, per-model HNSW index), and the pairs recorded in ``meme_near_duplicates``.
+
+On apply of the ``visual`` stage the meme is compared with the scope's older memes: among those with
+a phash Hamming distance ≤ :data:`PHASH_MAX_DISTANCE` or an embedding cosine ≥ :data:`COSINE_MIN`,
+the most similar one is recorded (meme → duplicate_of).
+
+Thresholds (``bench/visual.py --part dup --grid``, 939 corpus images, variants of 150–300): re-encoded
+and resized copies are found at any setting (cosine ≈ 0.99, phash ≈ 0); crops, flips and caption bars
+need a lower cosine, but the corpus holds series of one speaker with different captions at cosine
+0.90–0.95 that are different memes. cosine ≥ 0.94 or phash ≤ 4 keeps variant precision ≈ 0.98
+with recall ≈ 0.74 and flags ≈ 5 % of corpus images against an older one; 0.90 / 6 raises recall to
+0.94 but flags ≈ 16 %.
+
+Every function runs in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+from sqlalchemy import delete, select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from mewdex.db.models import MemeNearDuplicate
+from mewdex.search.vector_index import distance_sql, ensure_index
+
+PHASH_MAX_DISTANCE = 4  # bench/visual.py grid: see the module docstring
+COSINE_MIN = 0.94
+NEAR_DUPLICATE_CANDIDATES = 10
+# Near-duplicate pairs live in meme_near_duplicates (model MemeNearDuplicate, migration 0002).
+near_duplicates = MemeNearDuplicate.__table__
+
+
+_ensured: set[tuple[str, int]] = set()
+_ensure_lock = threading.Lock()
+
+
+def ensure_visual_index(session: Session, model: str, dimensions: int) -> None:
+    """The per-model HNSW expression index over ``meme_visual_embeddings`` (created once per process;
+    an advisory lock keeps concurrent workers from racing on ``CREATE INDEX``)."""
+    if (model, dimensions) in _ensured:
+        return
+    session.execute(text("SELECT pg_advisory_xact_lock(hashtext('mewdex-visual-index'))"))
+    ensure_index(session, "meme_visual_embeddings", model, dimensions)
+    with _ensure_lock:
+        _ensured.add((model, dimensions))
+
+
+def find_near_duplicates(session: Session, scope_id: str, meme_id, vector: np.ndarray | None, phash: str | None,
+                         model: str, preprocess_version: str,
+                         *, phash_max: int = PHASH_MAX_DISTANCE, cosine_min: float = COSINE_MIN,
+                         limit: int = NEAR_DUPLICATE_CANDIDATES) -> dict[Any, dict[str, Any]]:
+    """Other memes of the scope close to this one: ``{meme_id: {"phash_distance", "cosine"}}``."""
+    found: dict[Any, dict[str, Any]] = {}
+    if phash:
+        rows = session.execute(
+            text(
+                """
+                SELECT id, bit_count(('x' || (extensions->'visual'->>'phash'))::bit(64) # ('x' || :h)::bit(64)) AS d
+                FROM memes
+                WHERE scope_id = :scope AND id <> :id AND extensions->'visual'->>'phash' ~ '^[0-9a-f]{16}$'
+                ORDER BY d LIMIT :limit
+                """
+            ),
+            {"h": phash, "scope": scope_id, "id": meme_id, "limit": limit},
+        ).all()
+        for other, d in rows:
+            if d <= phash_max:
+                found.setdefault(other, {"phash_distance": None, "cosine": None})["phash_distance"] = int(d)
+    if vector is not None:
+        for other, cosine in nearest_visual(session, scope_id, vector, limit, model, preprocess_version,
+                                            exclude=meme_id):
+            if cosine >= cosine_min:
+                found.setdefault(other, {"phash_distance": None, "cosine": None})["cosine"] = round(cosine, 5)
+    # fill in the missing measure for the pairs found one way
+    if found and phash:
+        for other, d in session.execute(
+            text(
+                """
+                SELECT id, bit_count(('x' || (extensions->'visual'->>'phash'))::bit(64) # ('x' || :h)::bit(64))
+                FROM memes WHERE scope_id = :scope AND id = ANY(:ids)
+                  AND extensions->'visual'->>'phash' ~ '^[0-9a-f]{16}$'
+                """
+            ),
+            {"h": phash, "scope": scope_id, "ids": list(found)},
+        ).all():
+            found[other]["phash_distance"] = int(d)
+    if found and vector is not None:
+        dims = len(vector)
+        for other, cosine in session.execute(
+            text(
+                f"""
+                SELECT meme_id, 1 - {distance_sql(dims)} FROM meme_visual_embeddings
+                WHERE scope_id = :scope AND model = :model AND dimensions = :dims
+                  AND preprocess_version = :pv AND meme_id = ANY(:ids)
+                """
+            ),
+            {"query": np.asarray(vector, dtype=np.float32), "scope": scope_id, "model": model, "dims": dims,
+             "pv": preprocess_version, "ids": list(found)},
+        ).all():
+            found[other]["cosine"] = round(float(cosine), 5)
+    return found
+
+
+def nearest_visual(session: Session, scope_id: str, vector: np.ndarray, limit: int, model: str,
+                   preprocess_version: str, *, exclude=None) -> list[tuple[Any, float]]:
+    """``[(meme_id, cosine)]`` of the scope's memes nearest to ``vector`` (HNSW, iterative scan)."""
+    dims = len(vector)
+    session.execute(
+        text("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true)"),
+        {"ef": str(max(40, limit * 4))},
+    )
+    dist = distance_sql(dims)
+    rows = session.execute(
+        text(
+            f"""
+            SELECT meme_id, 1 - distance FROM (
+                SELECT meme_id, {dist} AS distance FROM meme_visual_embeddings
+                WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND preprocess_version = :pv
+                  AND (CAST(:exclude AS uuid) IS NULL OR meme_id <> CAST(:exclude AS uuid))
+                ORDER BY {dist} LIMIT :limit
+            ) nearest ORDER BY distance
+            """
+        ),
+        {"query": np.asarray(vector, dtype=np.float32), "model": model, "dims": dims, "scope": scope_id,
+         "pv": preprocess_version, "exclude": str(exclude) if exclude is not None else None, "limit": limit},
+    ).all()
+    return [(m, float(c)) for m, c in rows]
+
+
+def record_near_duplicates(session: Session, meme, vector, phash, model: str,
+                           preprocess_version: str) -> dict[str, Any] | None:
+    """Record the meme as a near-duplicate of the most similar OLDER meme of the scope within the
+    thresholds (phash distance ≤ :data:`PHASH_MAX_DISTANCE` or cosine ≥ :data:`COSINE_MIN`).
+
+    Only the best match is recorded (measured by ``bench/visual.py``: flagging every meme above
+    the thresholds drops precision far below 0.95 on a corpus full of same-template memes, the
+    best match keeps it ≈ 0.98); groups still form through the pairs (see
+    :func:`mewdex.search.image_search.duplicate_clusters`). Re-running replaces the meme's own
+    pair; pairs of newer memes pointing at it are theirs and stay. Returns the pair or None.
+    """
+    from mewdex.db.models import Meme
+
+    session.execute(
+        delete(near_duplicates).where(near_duplicates.c.scope_id == meme.scope_id, near_duplicates.c.meme_id == meme.id)
+    )
+    found = find_near_duplicates(session, meme.scope_id, meme.id, vector, phash, model, preprocess_version)
+    if not found:
+        return None
+    created = dict(
+        session.execute(select(Meme.id, Meme.created_at).where(Meme.scope_id == meme.scope_id,
+                                                             Meme.id.in_([*found, meme.id]))).all()
+    )
+    mine = (created[meme.id], str(meme.id))
+    older = {m: v for m, v in found.items() if m in created and (created[m], str(m)) < mine}
+    if not older:
+        return None
+    best = max(older, key=lambda m: (older[m]["cosine"] if older[m]["cosine"] is not None else -1.0,
+                                     -(older[m]["phash_distance"] if older[m]["phash_distance"] is not None else 65)))
+    pair = {"scope_id": meme.scope_id, "meme_id": meme.id, "duplicate_of": best,
+            "phash_distance": older[best]["phash_distance"], "cosine": older[best]["cosine"], "model": model}
+    stmt = insert(near_duplicates).values([pair])
+    session.execute(stmt.on_conflict_do_update(
+        index_elements=["scope_id", "meme_id", "duplicate_of"],
+        set_={"phash_distance": stmt.excluded.phash_distance, "cosine": stmt.excluded.cosine, "model": stmt.excluded.model},
+    ))
+    return pair
