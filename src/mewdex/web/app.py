@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from mewdex.config import get_settings
+from mewdex.db import supervisor
 from mewdex.db.engine import get_engine, get_sessionmaker
 from mewdex.db.migrate import upgrade
 from mewdex.library.scopes import default_scope, ensure_scope
@@ -20,7 +21,7 @@ from mewdex.search import generations
 from mewdex.search.text import tokenize
 from mewdex.queue.worker import start_workers
 from mewdex.storage import blob_store, journal
-from mewdex.web import errors
+from mewdex.web import errors, failures
 from mewdex.web.guards import RequestGuards
 from mewdex.web.routers import account_pages, admin, auth, collections, health, memes, pages, search, tasks, usage, visual
 
@@ -94,6 +95,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         recovery = threading.Thread(target=_recovery_loop, args=(stop,), name="storage-recovery", daemon=True)
         recovery.start()
         threading.Thread(target=_disk_rescan_loop, args=(stop,), name="disk-rescan", daemon=True).start()
+        supervisor.start(stop)  # a crashed database is noticed and (embedded) restarted within seconds
         pool = start_workers(get_sessionmaker(), count)
         _app.state.worker_pool = pool
         yield
@@ -105,6 +107,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
                   responses=errors.error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503))
     app.state.bind_host = host or get_settings().host
     errors.install(app)
+    failures.install(app)
     app.add_middleware(RequestGuards)
     for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages):
         app.include_router(module.router)
