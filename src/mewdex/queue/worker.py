@@ -24,10 +24,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
 from mewdex.db.models import ImageProcessingAttempt, Meme, Scope
+from mewdex.db.supervisor import is_connection_lost
 from mewdex.platform import metering
 from mewdex.pipeline import jobs
 from mewdex.pipeline.stages import HANDLERS, MemeSnapshot, StageError, load_meme
 from mewdex.queue import batches, registry
+from mewdex.queue.reconnect import hand_back
 from mewdex.queue import tasks as queue
 from mewdex.storage import blob_store
 
@@ -125,6 +127,11 @@ class Worker:
                 self._execute_stage(claim, snapshot)
             else:
                 self._execute_standalone(claim)
+        except Exception as exc:
+            if is_connection_lost(exc):  # once the database is back, the task goes back to the queue at once
+                hand_back(self.sessions, claim, wait_seconds=self.settings.worker_lease_seconds,
+                          on_released=_stage_retrying)
+            raise
         finally:
             self.current = None
         return True
@@ -237,6 +244,11 @@ class Worker:
         except queue.StaleClaim:
             return False
         return True
+
+
+def _stage_retrying(session: Session, task) -> None:
+    if task.processing_job_id is not None:
+        jobs.stage_retrying(session, task)
 
 
 def _snapshot(session: Session, claim: queue.Claim) -> MemeSnapshot | None:
