@@ -23,6 +23,7 @@ from mewdex.queue.worker import start_workers
 from mewdex.storage import blob_store, journal
 from mewdex.web import errors, failures
 from mewdex.web.guards import RequestGuards
+from mewdex.web.hygiene import JsonTextGuard
 from mewdex.web.routers import account_pages, admin, auth, collections, health, memes, pages, search, tasks, usage, visual
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     errors.install(app)
     failures.install(app)
     app.add_middleware(RequestGuards)
+    app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
     for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")

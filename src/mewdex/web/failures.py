@@ -35,3 +35,7 @@ def install(app: FastAPI) -> None:
             return database_unavailable_response()
         raise exc  # any other database error is a bug: the 500 below
 
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, _exc: Exception):
+        return JSONResponse(error_body("internal_error", "an unexpected error occurred"), status_code=500,
+                            headers={"Connection": "close"})
