@@ -169,3 +169,17 @@ def test_startup_removes_the_partial_staging_file_of_a_killed_writer(store):
     with TestClient(create_app(workers=0)) as client:
         client.get("/health")
     assert not partial_file.exists()
+
+
+def test_upload_whose_spool_hits_a_full_disk_is_507(scope, monkeypatch):
+    from mewdex.web import uploads
+
+    class FullSpool(io.BytesIO):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(uploads.tempfile, "SpooledTemporaryFile", lambda **_: FullSpool())
+    with client_for(scope) as api:
+        r = api.post("/api/v1/memes", files=[("files", ("a.png", png(1), "image/png"))])
+    assert r.status_code == 507, r.text
+    assert r.json()["error"]["code"] == "insufficient_storage"

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,7 +24,7 @@ from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id
 from mewdex.web.errors import ApiError, error_body
-from mewdex.web.uploads import read_upload
+from mewdex.web.uploads import read_upload, upload_slot
 
 router = APIRouter(tags=["memes"])
 MEDIA_TYPES_BY_EXTENSION = {EXTENSIONS[f]: MEDIA_TYPES[f] for f in EXTENSIONS}
@@ -149,11 +148,12 @@ def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value:
 
     def add(part) -> dict:
         name = part.filename.replace("\\", "/").rsplit("/", 1)[-1]
-        result = library.add_image(
-            sessions, store, scope, part.read(), filename=name,
-            provenance={"source": "upload", "relative_path": name},
-            collection_ids=collection_ids, auto_name=auto_name,
-        )
+        with upload_slot(part.size):  # bounds the upload bytes in memory per process
+            result = library.add_image(
+                sessions, store, scope, part.read(), filename=name,
+                provenance={"source": "upload", "relative_path": name},
+                collection_ids=collection_ids, auto_name=auto_name,
+            )
         entry = {"filename": part.filename, "status": result.status, "meme": None, "error": None}
         if result.status in ("skipped", "failed"):
             entry["status"] = "rejected" if result.status == "skipped" else "failed"
@@ -167,7 +167,7 @@ def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value:
     # Repeats of the same bytes wait for the first, so the first in request order is the one created.
     seen, first, repeats = set(), [], []
     for index, part in enumerate(files):
-        digest = hashlib.sha256(part.read()).digest()
+        digest = part.sha256()
         (repeats if digest in seen else first).append(index)
         seen.add(digest)
     results: list[dict | None] = [None] * len(files)
