@@ -117,3 +117,59 @@ def test_killed_postmaster_is_restarted_with_json_503s_meanwhile_and_held_task_h
         if engine is not None:
             engine.dispose()
         stop(pgdata)
+
+
+def test_worker_hands_its_task_back_when_the_database_dies_under_it(tmp_path):
+    """A worker thread runs a task while the postmaster is killed: once the database is back (restarted
+    here as the serve supervisor would), the task is queued again and done, long before its lease."""
+    from mewdex.db.embedded import embedded_url, ensure_running, stop
+    from mewdex.db.models import ScopeContext, Task
+    from mewdex.library.scopes import ensure_scope
+    from mewdex.queue import tasks as queue
+    from mewdex.queue.worker import Worker
+
+    data_dir = tmp_path / "data"
+    pgdata = data_dir.resolve() / "pgdata"
+    env = {**os.environ, **TEST_ENV, "MEWDEX_DATA_DIR": str(data_dir)}
+    env.pop("MEWDEX_DATABASE_URL", None)
+    engine, thread, worker = None, None, None
+    try:
+        subprocess.run([str(MEWDEX_BIN), "migrate"], env=env, check=True, capture_output=True, timeout=300)
+        engine = create_engine(embedded_url(pgdata), pool_pre_ping=True)
+        sessions = sessionmaker(engine, expire_on_commit=False)
+        with sessions.begin() as session:
+            ensure_scope(session, ScopeContext("local"))
+            task_id = queue.enqueue(session, scope_id="local", task_type="noop", payload={"sleep": 3}).id
+        worker = Worker(sessions, lanes=["default"], maintenance=False)
+        assert worker.settings.worker_lease_seconds >= 60
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while worker.current is None:
+            assert time.monotonic() < deadline, "the worker did not claim the task"
+            time.sleep(0.05)
+        os.kill(_postmaster_pid(pgdata), signal.SIGKILL)  # mid-task
+        killed_at = time.monotonic()
+        time.sleep(4)  # the task's handler ends meanwhile; its write-back finds no database
+        for _ in range(20):
+            try:
+                ensure_running(pgdata)
+                break
+            except Exception:
+                time.sleep(0.5)
+        while True:
+            with sessions.begin() as session:
+                task = session.get(Task, task_id)
+                if task.status == "succeeded":
+                    break
+            assert time.monotonic() - killed_at < 40, f"task still {task.status} ({task.lease_owner})"
+            time.sleep(0.2)
+        assert task.attempt_count == 2  # the handed-back attempt, then the one that succeeded
+    finally:
+        if worker is not None:
+            worker.stop_event.set()
+        if thread is not None:
+            thread.join(30)
+        if engine is not None:
+            engine.dispose()
+        stop(pgdata)

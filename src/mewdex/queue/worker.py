@@ -109,16 +109,23 @@ class Worker:
             self._next_maintenance = time.monotonic() + MAINTENANCE_SECONDS
             with self.sessions.begin() as session:
                 maintain(session)
-        for _ in range(5):  # a slot raced away to another claimer: try again at once
-            contended: list[bool] = []
-            with self.sessions.begin() as session:
-                if self._pending is not None:
-                    self._write_pending(session)
-                claim = queue.claim(session, owner=self.owner, lanes=self.lanes,
-                                    lease_seconds=self.settings.worker_lease_seconds, contended=contended)
-                snapshot = self._prepare(session, claim) if claim is not None else None
-            if claim is not None or not contended:
-                break
+        pending = self._pending
+        try:
+            for _ in range(5):  # a slot raced away to another claimer: try again at once
+                contended: list[bool] = []
+                with self.sessions.begin() as session:
+                    if self._pending is not None:
+                        self._write_pending(session)
+                    claim = queue.claim(session, owner=self.owner, lanes=self.lanes,
+                                        lease_seconds=self.settings.worker_lease_seconds, contended=contended)
+                    snapshot = self._prepare(session, claim) if claim is not None else None
+                if claim is not None or not contended:
+                    break
+        except Exception as exc:
+            if pending is not None and is_connection_lost(exc):  # its result was not written: hand it back
+                self._pending = None
+                hand_back(self.sessions, pending[0], wait_seconds=self.settings.worker_lease_seconds)
+            raise
         if claim is None:
             return False
         self.current = claim
