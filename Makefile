@@ -4,13 +4,23 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install bench clean-data browser fuzz
+.PHONY: run test install bench clean-data browser fuzz lock
 
-$(STAMP): pyproject.toml
+# Dependencies come from the lock file (exact, tested versions); mewdex itself is installed on top.
+$(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e '.[test]'
 	touch $(STAMP)
+
+# Re-resolve pyproject.toml's dependencies into requirements.lock (in a scratch venv).
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet --upgrade pip
+	.lock-venv/bin/pip install --quiet -e '.[test]'
+	{ sed -n '1,3p' requirements.lock; .lock-venv/bin/pip freeze --exclude-editable; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock && rm -rf .lock-venv
 
 install: $(STAMP)
 

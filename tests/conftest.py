@@ -1,5 +1,5 @@
 """Shared fixtures: one embedded PostgreSQL per test session, a fresh scope per test, a queue drainer,
-and a small corpus sample imported and processed once per session.
+a client of the real app, one wait helper, and a small corpus sample imported and processed once per session.
 
 Nothing here mocks mewdex code: the database is the real embedded PostgreSQL 18 + pgvector, the
 blob store is the real local one, the models are the real offline ones.
@@ -27,6 +27,11 @@ CASES = REPO / "tests" / "cases"
 SHARED_CASES = REPO.parent / "shared" / "cases"
 CORPUS = Path(os.environ.get("MEWDEX_CORPUS") or REPO.parent / "shared" / "data" / "memes")
 MEWDEX_BIN = Path(sys.executable).parent / "mewdex"
+
+# TestClient as the owner's browser on this machine: a Host the allow-list serves and a loopback
+# peer (the defaults, ``testserver`` / ``testclient``, are a foreign host and a non-local peer).
+LOCAL_ORIGIN = "http://127.0.0.1:8275"
+LOCAL_CLIENT = {"base_url": LOCAL_ORIGIN, "client": ("127.0.0.1", 50000)}
 
 # The session's defaults for every process started by the tests (CLI subprocesses inherit them).
 TEST_ENV = {
@@ -208,6 +213,52 @@ def drain_queue(sessions, *scopes, timeout: float = 240.0) -> int:
 def drain(sessions):
     """``drain(*scopes)``: process the queue to completion with a real worker."""
     return lambda *scopes, timeout=240.0: drain_queue(sessions, *scopes, timeout=timeout)
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+    """Call ``predicate()`` every ``interval`` seconds until it returns something truthy, and return that.
+
+    After ``timeout`` seconds raise ``AssertionError("timed out after …s waiting for <what> (last value: …)")``.
+    An exception raised by ``predicate`` ends the wait at once (so a predicate may assert an invariant too).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value: {value!r})")
+        time.sleep(interval)
+
+
+def app_for(scope=None, **create_app_kwargs):
+    """The real app (``create_app``, no worker threads unless ``workers=`` says so) answering as ``scope``
+    (its ``current_scope`` and ``streaming_scope`` dependencies overridden), or through its own sign-in
+    when ``scope`` is None."""
+    from mewdex.web.app import create_app
+    from mewdex.web.deps import current_scope, streaming_scope
+
+    app = create_app(**{"workers": 0, **create_app_kwargs})
+    if scope is not None:
+        app.dependency_overrides[current_scope] = lambda: scope
+        app.dependency_overrides[streaming_scope] = lambda: scope
+    return app
+
+
+def client_for(scope=None, **create_app_kwargs):
+    """A ``TestClient`` of :func:`app_for`; ``with client_for(scope) as c:`` also runs the app's start-up
+    (migrations, recovery) and shut-down. It talks as a local browser (:data:`LOCAL_CLIENT`: a loopback
+    peer and Host). A server error comes back as a 500 answer, not an exception."""
+    from fastapi.testclient import TestClient
+
+    return TestClient(app_for(scope, **create_app_kwargs), **LOCAL_CLIENT, raise_server_exceptions=False)
+
+
+@pytest.fixture
+def client(scope):
+    """A started client of the real app answering as this test's ``scope``."""
+    with client_for(scope) as c:
+        yield c
 
 
 def corpus_available() -> bool:

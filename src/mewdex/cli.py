@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import logging
 import signal
 import sys
@@ -65,7 +66,32 @@ def serve(
         raise typer.Exit(2)
     _prepare()  # fails early with a clear message when the database cannot start
     console.print(f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})")
+    _print_setup_code()
     uvicorn.run(create_app(workers=workers, host=host or settings.host), host=host or settings.host, port=port or settings.port, log_level="warning")
+
+
+def _limit_memory() -> None:
+    """Cap this worker's address space (``MEWDEX_WORKER_MEMORY_LIMIT_MB``): an image that slips past
+    the decode budgets fails its task with MemoryError instead of taking the machine down."""
+    import resource
+
+    limit_mb = get_settings().worker_memory_limit_mb
+    if limit_mb:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = limit_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
+def _print_setup_code() -> None:
+    """No account yet: print the one-time code that lets a browser sign up as the admin."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.platform.setup import issue_setup_code
+
+    with get_sessionmaker().begin() as session:
+        code = issue_setup_code(session)
+    if code:
+        console.print(f"no account yet (this machine needs none). To add the admin, sign up at /login with the "
+                      f"one-time setup code {code}  — or run: mewdex user create EMAIL --admin")
 
 
 @app.command()
@@ -92,6 +118,7 @@ def worker(
     # /health counts live worker processes by their connections' application_name.
     os.environ["PGAPPNAME"] = f"{WORKER_APPLICATION_PREFIX}:{socket.gethostname()}:{os.getpid()}"[:63]
     _setup_logging()
+    _limit_memory()
     _prepare()
     pool = WorkerPool(get_sessionmaker(), concurrency, lanes=lane_list)
     stop = threading.Event()
@@ -329,10 +356,10 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response.")] = False,
     server: Annotated[str | None, typer.Option("--server", envvar="MEWDEX_SERVER",
                                                help="Search a mewdex server (URL) instead of the local database.")] = None,
-    token: Annotated[str | None, typer.Option("--token", envvar="MEWDEX_TOKEN",
-                                              help="API token (mdx_…) for --server.")] = None,
 ) -> None:
-    """Search the library (the local database as its admin, or a server with --server URL --token)."""
+    """Search the library (the local database as its admin, or a server with --server URL; its API
+    token comes from MEWDEX_TOKEN or a hidden prompt, never from the command line where other local
+    users could read it)."""
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.scopes import default_scope
     from mewdex.search import service
@@ -342,7 +369,10 @@ def search(
         err.print(f"[red]error:[/red] the query must be 1–{service.MAX_QUERY_CHARS} characters and -n 1–50")
         raise typer.Exit(2)
     if server:
-        _print_results(_remote(server, token, "POST", "/api/v1/search", json={"query": query, "n_results": n}),
+        token = os.environ.get("MEWDEX_TOKEN") or (
+            typer.prompt("API token (mdx_…)", hide_input=True, default="", show_default=False)
+            if sys.stdin.isatty() else None)
+        _print_results(_remote(server, token or None, "POST", "/api/v1/search", json={"query": query, "n_results": n}),
                        as_json)
         return
     _prepare()
@@ -547,20 +577,20 @@ def reindex(
 
 def _remote(server: str, token: str | None, method: str, path: str, **kw) -> dict:
     """One API call to a mewdex server; exits 1 with the server's error code on failure."""
-    import httpx
+    from mewdex import egress
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.request(method, server.rstrip("/") + path, headers=headers, timeout=60, **kw)
-    except httpx.HTTPError as exc:
-        err.print(f"[red]error:[/red] cannot reach {server}: {exc}")
+        response = egress.operator_request(method, server.rstrip("/") + path, headers=headers, timeout=60, **kw)
+    except egress.EgressError as exc:
+        err.print(f"[red]error:[/red] {exc.message}")
         raise typer.Exit(1) from None
-    if response.status_code >= 400:
+    if response.status >= 400:
         try:
             error = response.json()["error"]
             err.print(f"[red]error:[/red] {error['code']}: {error['message']}")
         except Exception:
-            err.print(f"[red]error:[/red] HTTP {response.status_code}")
+            err.print(f"[red]error:[/red] HTTP {response.status}")
         raise typer.Exit(1)
     return response.json()
 

@@ -23,11 +23,13 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8275
     default_scope: str = "local"
-    max_pixels: int = Field(default=50_000_000, ge=1)
+    max_pixels: int = Field(default=24_000_000, ge=1, description="Largest width × height accepted (a 6000 × 4000 photo).")
     max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
     workers: int = Field(default=2, ge=0, le=32, description="Workers `mewdex serve` and `import --wait` start.")
     worker_mode: Literal["process", "thread"] = Field(
         default="process", description="process = one `mewdex worker` child each (faster); thread = inside the process.")
+    worker_memory_limit_mb: int = Field(
+        default=16384, ge=0, description="Address-space limit (RLIMIT_AS) of each `mewdex worker` process; 0 = none.")
     worker_lease_seconds: int = Field(default=120, ge=5)
     worker_heartbeat_seconds: int = Field(default=30, ge=1)
     worker_poll_seconds: float = Field(default=1.0, gt=0)
@@ -38,6 +40,7 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Collection ZIP import (library.packages): limits on what an archive may inflate to.
     zip_max_items: int = Field(default=500, ge=1)
+    zip_max_entries: int = Field(default=2000, ge=1, description="Entries of any kind (directories too) a ZIP may list.")
     zip_max_total_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     zip_max_ratio: float = Field(default=100.0, gt=1)
     # Search generations: the registered text embedder of each vector leg (JSON object).
@@ -65,7 +68,8 @@ class Settings(BaseSettings):
         default="auto", description="none = single-user, no login; auto = none on loopback with no users yet.")
     bcrypt_rounds: int = Field(default=12, ge=4, le=16)
     session_days: int = Field(default=30, ge=1, le=365)
-    session_cookie_secure: bool = Field(default=False, description="Set behind HTTPS: cookies only over TLS.")
+    session_cookie_secure: bool = Field(default=False, description="Cookies only over TLS (automatic for https requests).")
+    session_idle_minutes: int = Field(default=7 * 24 * 60, ge=5, description="A session unused this long ends.")
     login_max_failures_per_account: int = Field(default=5, ge=1)
     login_max_failures_per_ip: int = Field(default=30, ge=1)
     login_failure_window_seconds: int = Field(default=900, ge=1)
@@ -74,7 +78,7 @@ class Settings(BaseSettings):
     quota_analysis_cost_per_month: float | None = Field(default=None, ge=0)
     prices: dict[str, dict[str, float]] = Field(
         default_factory=dict, description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.')
-    media_url_ttl_seconds: int = Field(default=3600, ge=1, le=30 * 86400)
+    media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
     disk_low_bytes: int = Field(default=1024**3, ge=0, description="/health warns below this much free space.")
 
@@ -87,6 +91,19 @@ class Settings(BaseSettings):
                 f"MEWDEX_WORKER_LEASE_SECONDS ({self.worker_lease_seconds}): a task's lease would expire "
                 "before its worker renews it")
         return self
+
+    # Security (README "Security"): who may reach the server and how much a request may send.
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description='JSON list of extra Host names served (localhost, 127.0.0.1, [::1] always are); others get 421.')
+    trusted_proxies: list[str] = Field(
+        default_factory=list, description="JSON list of proxy addresses/networks whose X-Forwarded-For/Forwarded is believed.")
+    egress_allow_hosts: list[str] = Field(
+        default_factory=list, description='JSON list of "host:port" that outgoing requests may reach although private (http allowed).')
+    signup_quota_storage_bytes: int = Field(default=1024**3, ge=0, description="Storage limit of an account made by sign-up.")
+    signup_quota_memes: int = Field(default=5000, ge=0, description="Meme limit of an account made by sign-up.")
+    signup_max_per_ip: int = Field(default=20, ge=1, description="Sign-up attempts per client address per hour.")
+    max_concurrent_uploads: int = Field(default=4, ge=1, description="Upload/import/image-search bodies one user may stream at once.")
+    max_json_bytes: int = Field(default=64 * 1024, ge=1024, description="Largest JSON/form body of a non-upload route.")
 
     @property
     def blob_root(self) -> Path:

@@ -17,14 +17,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import MEWDEX_BIN, drop_scope, new_scope
+from conftest import MEWDEX_BIN, drop_scope, new_scope, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -70,18 +69,21 @@ def start_server(mewdex_env, scope, log: Path, *, workers: int = 0, timeout: flo
         env=env, stdout=out, stderr=subprocess.STDOUT,
     )
     server = UiServer(f"http://127.0.0.1:{port}", scope, process, log)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def healthy() -> bool:
         if process.poll() is not None:
-            raise AssertionError(f"mewdex serve exited with {process.returncode}:\n{log.read_text()}")
+            raise AssertionError(f"mewdex serve exited with {process.returncode}")
         try:
-            if server.get("/health").status_code == 200:
-                return server
+            return server.get("/health").status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    server.stop()
-    raise AssertionError(f"mewdex serve did not come up:\n{log.read_text()}")
+            return False
+
+    try:
+        wait_until(healthy, timeout, 0.3, "mewdex serve to come up")
+    except AssertionError as error:
+        server.stop()
+        raise AssertionError(f"{error}:\n{log.read_text()}") from None
+    return server
 
 
 @pytest.fixture(scope="module")

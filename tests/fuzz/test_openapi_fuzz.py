@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 import uuid
 
 import subprocess
@@ -19,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import wait_until
 
 EXAMPLES = int(os.environ.get("MEWDEX_FUZZ_EXAMPLES", "15"))
 CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance",
@@ -37,10 +38,11 @@ def server(mewdex_env, sessions):
     import uvicorn
 
     from mewdex.config import get_settings
-    from mewdex.db.models import User
+    from mewdex.db.models import User, utcnow
     from mewdex.platform import tokens, users
     from mewdex.web.app import create_app
 
+    started = utcnow()
     saved = {k: os.environ.get(k) for k in ("MEWDEX_AUTH", "MEWDEX_BCRYPT_ROUNDS")}
     os.environ.update(MEWDEX_AUTH="required", MEWDEX_BCRYPT_ROUNDS="4")
     get_settings.cache_clear()
@@ -53,16 +55,28 @@ def server(mewdex_env, sessions):
     srv = uvicorn.Server(uvicorn.Config(create_app(workers=0), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: srv.started, 60, 0.1, "the API server to start")
     try:
         yield f"http://127.0.0.1:{port}", token
     finally:
         srv.should_exit = True
         thread.join(10)
-        from sqlalchemy import delete, text
+        from sqlalchemy import delete, select, text
 
+        from mewdex.db.models import Meme, ScopeContext
+        from mewdex.library import memes
+        from mewdex.storage import blob_store
+
+        # The fuzzer uploads (the upload's body is documented): remove what it added, with its files and
+        # tasks, also when its admin got the local scope (which stays).
+        with sessions.begin() as session:
+            added = session.execute(
+                select(Meme.id).where(Meme.scope_id == scope_id, Meme.created_at >= started)).scalars().all()
+        for meme_id in added:
+            try:
+                memes.delete(sessions, blob_store(), ScopeContext(scope_id), meme_id)
+            except memes.MemeError:
+                pass
         with sessions.begin() as session:
             session.execute(text("DELETE FROM users WHERE email LIKE 'fuzz%' OR user_id = :u"), {"u": user_id})
             session.execute(delete(User).where(User.user_id == user_id))

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 from fastapi.testclient import TestClient
+
+from conftest import LOCAL_CLIENT
 from sqlalchemy import text
 
 PASSWORD = "correct horse battery"
@@ -41,6 +43,8 @@ def auth_app(settings_env, sessions):
 
     settings_env(MEWDEX_AUTH="required", MEWDEX_BCRYPT_ROUNDS="4")
     limiter._failures.clear()
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM login_failures"))
     app = create_app(workers=0)
     made: list[str] = []
 
@@ -49,7 +53,7 @@ def auth_app(settings_env, sessions):
             self.app = app
 
         def client(self) -> TestClient:
-            c = TestClient(app, raise_server_exceptions=False)
+            c = TestClient(app, **LOCAL_CLIENT, raise_server_exceptions=False)
             c.__enter__()
             clients.append(c)
             return c
@@ -76,6 +80,7 @@ def auth_app(settings_env, sessions):
     clients: list[TestClient] = []
     accounts = Accounts()
     accounts.client()  # runs the lifespan (migrations) once
+    from mewdex.platform.instance import set_setting
     from mewdex.platform.users import any_users, create_user
 
     with sessions.begin() as session:
@@ -84,9 +89,12 @@ def auth_app(settings_env, sessions):
             first = create_user(session, f"first-{uuid.uuid4().hex[:8]}@example.com", PASSWORD)
             assert first.role == "admin" and first.scope_id == "local"
             made.append(str(first.user_id))
+        set_setting(session, "signup_enabled", True)  # off by default; these tests sign users up
     try:
         yield accounts
     finally:
+        with sessions.begin() as session:
+            set_setting(session, "signup_enabled", False)
         for c in clients:
             c.__exit__(None, None, None)
         delete_users(sessions, made)

@@ -49,7 +49,7 @@ def multipart(files: list[tuple[str, bytes]], fields: dict[str, str] | None = No
 
 def asgi_post(app, path: str, body: bytes, headers: dict[str, str], chunk: int = 64 * 1024) -> dict:
     """POST ``body`` to the ASGI ``app`` in ``chunk``-byte messages, exactly the headers given (no
-    Content-Length unless given). Returns ``{"status", "json", "received"}`` — ``received`` is how
+    Content-Length unless given; ``Host: 127.0.0.1:8275`` unless given). Returns ``{"status", "json", "received"}`` — ``received`` is how
     many body bytes the app pulled before answering."""
     import json
 
@@ -72,7 +72,7 @@ def asgi_post(app, path: str, body: bytes, headers: dict[str, str], chunk: int =
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
         "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "headers": [(k.lower().encode(), v.encode()) for k, v in {"host": "127.0.0.1:8275", **headers}.items()],
         "client": ("127.0.0.1", 1234), "server": ("testserver", 80),
     }
     asyncio.run(app(scope, receive, send))

@@ -1,4 +1,4 @@
-"""Helpers for the collection and package tests: small real images, an API client on a scope."""
+"""Helpers for the collection and package tests: small real images, error codes, corpus files."""
 
 from __future__ import annotations
 
@@ -21,18 +21,6 @@ def add(sessions, store, scope, data: bytes, name: str) -> str:
     result = add_image(sessions, store, scope, data, filename=name, provenance={"source": "test"}, process=False)
     assert result.meme_id, result
     return result.meme_id
-
-
-def client_for(scope):
-    """A TestClient of the real app answering as ``scope`` (no worker threads)."""
-    from fastapi.testclient import TestClient
-
-    from mewdex.web.app import create_app
-    from mewdex.web.deps import current_scope
-
-    app = create_app(workers=0)
-    app.dependency_overrides[current_scope] = lambda: scope
-    return TestClient(app, raise_server_exceptions=False)
 
 
 def error_code(response) -> str:

@@ -74,14 +74,3 @@ def status_counts(sessions, scope) -> dict[str, int]:
             text("SELECT status, count(*) FROM tasks WHERE scope_id = :s GROUP BY status"), {"s": scope.scope_id}
         ).all()
     return {status: n for status, n in rows}
-
-
-def wait_until(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)

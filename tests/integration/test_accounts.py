@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 
 import pytest
-
+from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from accounts_helpers import PASSWORD, add_meme, auth_app, bearer, png  # noqa: F401
+from conftest import LOCAL_CLIENT
 
 
 def code(r) -> str:
@@ -48,7 +49,7 @@ def test_email_is_unique_case_insensitively_and_first_account_rules(auth_app):
     a = auth_app.new("dup")
     c = auth_app.client()
     r = c.post("/api/v1/auth/signup", json={"email": a.email.upper(), "password": PASSWORD})
-    assert r.status_code == 409 and code(r) == "email_taken"
+    assert r.status_code == 409 and code(r) == "signup_failed"  # the answer does not say "taken"
     r = c.post("/api/v1/auth/signup", json={"email": "not-an-email", "password": PASSWORD})
     assert r.status_code == 422 and code(r) == "email_invalid"
     assert a.scope_id and "@" not in a.scope_id
@@ -64,10 +65,14 @@ def test_sign_in_failures_are_generic_and_rate_limited(auth_app, settings_env):
     assert wrong.json() == missing.json()
     c.post("/api/v1/auth/login", json={"email": a.email, "password": "wrong password"})
     c.post("/api/v1/auth/login", json={"email": a.email, "password": "wrong password"})
-    r = c.post("/api/v1/auth/login", json={"email": a.email, "password": PASSWORD})  # even the right one
+    # The account is slowed for addresses it never signed in from (even with the right password) …
+    stranger = TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=("198.51.100.7", 1))
+    r = stranger.post("/api/v1/auth/login", json={"email": a.email, "password": PASSWORD})
     assert r.status_code == 429 and code(r) == "rate_limited" and int(r.headers["Retry-After"]) >= 1
+    # … not for the one it signed in from before (the owner is never locked out).
+    assert c.post("/api/v1/auth/login", json={"email": a.email, "password": PASSWORD}).status_code == 200
     # per IP: other accounts from the same client trip the IP limit
-    for i in range(4):
+    for i in range(6):
         c.post("/api/v1/auth/login", json={"email": f"spray{i}@example.com", "password": "wrong password"})
     r = c.post("/api/v1/auth/login", json={"email": "spray-last@example.com", "password": "wrong password"})
     assert r.status_code == 429
@@ -206,7 +211,9 @@ def test_quota_rejection_writes_nothing_and_duplicates_count_once(auth_app, sess
             quotas.check_upload(session, scope, 10, 1)
             raise AssertionError("expected quota_exceeded")
         except PlatformError as exc:
-            assert exc.status == 413 and exc.code == "quota_exceeded" and "memes" in exc.details
+            from mewdex.web.errors import http_status
+
+            assert http_status(exc.code) == 413 and exc.code == "quota_exceeded" and "memes" in exc.details
     # drift is corrected by the full scan
     with sessions.begin() as session:
         session.execute(text("UPDATE user_disk_usage SET bytes_used = 5, file_count = 9 WHERE user_id = :u"),
@@ -307,13 +314,11 @@ def test_media_needs_auth_or_a_signed_url(auth_app, sessions, store):
 
 
 def test_single_user_mode_and_startup_guard(settings_env, mewdex_env):
-    from fastapi.testclient import TestClient
-
+    from conftest import client_for
     from mewdex.platform.auth import is_loopback, startup_problem
-    from mewdex.web.app import create_app
 
     settings_env(MEWDEX_AUTH="none")
-    with TestClient(create_app(workers=0)) as c:
+    with client_for() as c:
         me = c.get("/api/v1/me").json()
         assert me["user"] is None and me["auth"] == {"mode": "none", "via": "none"} and me["scope_id"] == "local"
         assert c.post("/api/v1/search", json={"query": "anything"}).status_code == 200
@@ -323,7 +328,7 @@ def test_single_user_mode_and_startup_guard(settings_env, mewdex_env):
     assert startup_problem("127.0.0.1") is None
     assert is_loopback("::1") and is_loopback("localhost") and not is_loopback("192.168.1.2")
     settings_env(MEWDEX_AUTH="auto")
-    with TestClient(create_app(workers=0, host="0.0.0.0")) as c:
+    with client_for(host="0.0.0.0") as c:
         assert c.get("/api/v1/me").status_code == 401
     settings_env(MEWDEX_AUTH="none")
     r = mewdex_env.cli("serve", "--host", "0.0.0.0", timeout=60)
@@ -336,7 +341,7 @@ def test_browser_pages_send_you_to_sign_in_and_back(auth_app):
     assert r.status_code == 303 and r.headers["location"] == "/login?next=/library"
     page = c.get("/login?next=/library")
     assert page.status_code == 200 and 'id="login-form"' in page.text
-    assert 'const next = "/";' in c.get("/login?next=//evil.example").text  # no open redirect
+    assert 'data-next="/"' in c.get("/login?next=//evil.example").text  # no open redirect
     assert "X-CSRF-Token" in c.get("/static/auth.js").text
     assert c.get("/api/v1/me", headers={"accept": "text/html"}).status_code == 401  # the API never redirects
     u = auth_app.new("page")
@@ -349,21 +354,28 @@ def test_browser_pages_send_you_to_sign_in_and_back(auth_app):
     assert page.status_code == 200 and u.email in page.text and "<meter" in page.text
 
 
-def test_the_first_account_of_a_public_server_cannot_come_from_a_sign_up(sessions):
-    """On a non-loopback bind with no account yet, sign-up would hand the library to a stranger."""
+def test_the_first_account_never_comes_from_an_anonymous_sign_up(sessions):
+    """With no account yet, a web sign-up needs the one-time setup code `mewdex serve` printed (on
+    any bind address: a loopback bind may be a proxy's or tunnel's upstream)."""
     from sqlalchemy import delete
 
     from mewdex.db.models import User
     from mewdex.platform.errors import PlatformError
+    from mewdex.platform.setup import issue_setup_code
     from mewdex.platform.users import create_user
 
     session = sessions()
     try:
         session.execute(delete(User))  # as on a fresh install; rolled back below
-        with pytest.raises(PlatformError) as refused:
-            create_user(session, "first@example.com", PASSWORD, check_signup=True, first_may_sign_up=False)
-        assert refused.value.code == "admin_required"
-        assert create_user(session, "first@example.com", PASSWORD, check_signup=True).role == "admin"
+        code = issue_setup_code(session)
+        for wrong in (None, "", "not-the-code"):
+            with pytest.raises(PlatformError) as refused:
+                create_user(session, "first@example.com", PASSWORD, check_signup=True, setup_code=wrong)
+            assert refused.value.code == "admin_required"
+        assert create_user(session, "first@example.com", PASSWORD, check_signup=True, setup_code=code).role == "admin"
+        with pytest.raises(PlatformError) as used:  # one time only; later sign-ups need sign-up opened
+            create_user(session, "second@example.com", PASSWORD, check_signup=True, setup_code=code)
+        assert used.value.code == "signup_disabled"
     finally:
         session.rollback()
         session.close()

@@ -4,14 +4,15 @@ real server (uvicorn in this process, the CLI as a subprocess)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
-import time
 import uuid
 
 from sqlalchemy import text
 
 from accounts_helpers import PASSWORD, add_meme, auth_app, delete_users, png  # noqa: F401
+from conftest import wait_until
 
 
 def _user(sessions, email):
@@ -66,14 +67,18 @@ def test_cli_searches_a_server_with_a_token(auth_app, mewdex_env, sessions, stor
                                            lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    while not server.started:
-        time.sleep(0.05)
+    wait_until(lambda: server.started, 30, 0.05, "the API server to start")
     try:
         url = f"http://127.0.0.1:{port}"
-        r = mewdex_env.cli("search", "remote walrus", "--json", "--server", url, "--token", u.token, check=True)
+        # The token comes from MEWDEX_TOKEN (or a prompt), never from argv where `ps` shows it.
+        assert mewdex_env.cli("search", "x", "--server", url, "--token", u.token).returncode == 2
+        os.environ["MEWDEX_TOKEN"] = u.token
+        r = mewdex_env.cli("search", "remote walrus", "--json", "--server", url, check=True)
         assert meme_id in [x["id"] for x in json.loads(r.stdout)["results"]]
-        r = mewdex_env.cli("search", "remote walrus", "--server", url, "--token", "mdx_wrong")
+        os.environ["MEWDEX_TOKEN"] = "mdx_wrong"
+        r = mewdex_env.cli("search", "remote walrus", "--server", url)
         assert r.returncode == 1 and "invalid_token" in r.stderr
     finally:
+        os.environ.pop("MEWDEX_TOKEN", None)
         server.should_exit = True
         thread.join(10)

@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import MEWDEX_BIN, case_file
+from conftest import MEWDEX_BIN, case_file, client_for, wait_until
 from it_helpers import counts
 from sqlalchemy import text
 
@@ -166,16 +166,10 @@ def op_status(sessions, op_id) -> str:
 
 
 def test_serve_startup_recovers_an_interrupted_upload(sessions, store, scope):
-    from fastapi.testclient import TestClient
-
-    from mewdex.web.app import create_app
-
     op_id, namespace, key = interrupted_upload(sessions, store, scope, case_file("img04_palette_trns.png").read_bytes())
     assert store.exists(namespace, key)
-    with TestClient(create_app(workers=0)) as client:
-        deadline = time.monotonic() + 20
-        while op_status(sessions, op_id) == "prepared" and time.monotonic() < deadline:
-            time.sleep(0.1)
+    with client_for() as client:
+        wait_until(lambda: op_status(sessions, op_id) != "prepared", 20, what="recovery of the interrupted upload")
         assert client.get("/health").status_code == 200
     assert op_status(sessions, op_id) == "compensated"
     assert not store.exists(namespace, key)  # the orphan blob is gone
@@ -191,18 +185,14 @@ def test_cli_import_recovers_an_interrupted_upload(mewdex_env, sessions, store, 
 
 
 def test_serve_startup_cleans_stale_staging_files(store):
-    from fastapi.testclient import TestClient
-
-    from mewdex.web.app import create_app
-
     stale = store.root / ".staging" / "0123456789abcdef0123456789abcdef.tmp"
     stale.write_bytes(b"half a blob")
     old = time.time() - timedelta(hours=2).total_seconds()
     os.utime(stale, (old, old))
     try:
-        with TestClient(create_app(workers=0)) as client:
+        with client_for() as client:
             client.get("/health")
-            time.sleep(0.5)
+            wait_until(lambda: not stale.exists(), 10, 0.05, "start-up to remove the stale staging file")
         assert not stale.exists()
     finally:
         stale.unlink(missing_ok=True)

@@ -6,15 +6,15 @@ import uuid
 
 import pytest
 
-from conftest import drop_scope, new_scope
+from conftest import client_for, drop_scope, new_scope
 from it_helpers import counts
-from package_helpers import add, client_for, error_code, png
+from package_helpers import add, error_code, png
 
 
 @pytest.fixture
-def api(scope):
-    with client_for(scope) as c:
-        yield c
+def api(client):
+    """The shared client of the test's scope (conftest)."""
+    return client
 
 
 def test_create_list_rename_delete(api, sessions, store, scope):

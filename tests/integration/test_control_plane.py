@@ -22,13 +22,14 @@ from queue_helpers import (
     start_workers,
     status_counts,
     stop_workers,
-    wait_until,
 )
 from sqlalchemy import text
 
 from mewdex.db.models import ImageProcessingAttempt, Task
 from mewdex.queue import registry
 from mewdex.queue import tasks as queue
+
+from conftest import wait_until
 
 FAST = {"MEWDEX_WORKER_POLL_SECONDS": "0.05"}
 
@@ -150,9 +151,11 @@ def test_lane_concurrency_holds_across_processes(sessions, scope, workers):
     enqueue_noops(sessions, scope, 16, lane=lane, payload={"sleep": 0.4})
     workers(4, concurrency=1, lanes=lane, extra_env={"MEWDEX_LANE_CONCURRENCY_AGENT": "2"})
     peak = 0
-    deadline = time.monotonic() + 90
-    while status_counts(sessions, scope).get("succeeded", 0) < 16:
-        assert time.monotonic() < deadline, "lane not drained"
+
+    def drained_within_the_limit() -> bool:
+        nonlocal peak
+        if status_counts(sessions, scope).get("succeeded", 0) >= 16:
+            return True
         with sessions.begin() as session:
             running = session.execute(
                 text("SELECT count(*) FROM tasks WHERE lane = 'agent' AND status = 'running'")
@@ -162,7 +165,9 @@ def test_lane_concurrency_holds_across_processes(sessions, scope, workers):
             ).scalar_one()
         assert running <= 2 and held <= 2, (running, held)
         peak = max(peak, running)
-        time.sleep(0.05)
+        return False
+
+    wait_until(drained_within_the_limit, 90, 0.05, "the lane to drain")
     assert peak == 2  # the lane was used at its concurrency, not below
 
 

@@ -12,12 +12,11 @@ import sys
 import uuid
 from pathlib import Path
 
-from fastapi.testclient import TestClient
 from PIL import Image
 from sqlalchemy import select
 
 from conftest import MEWDEX_BIN, TEST_ENV
-from package_helpers import client_for
+from conftest import client_for
 
 
 def png(seed: int) -> bytes:
@@ -70,9 +69,8 @@ def test_upload_on_a_full_disk_answers_507_with_what_was_stored(scope, sessions,
 
 
 def test_health_warns_when_free_space_is_low(mewdex_env, settings_env):
-    from mewdex.web.app import create_app
-
-    with TestClient(create_app(workers=0)) as client:
+    settings_env(MEWDEX_AUTH="none")  # the details are for admins: here the local admin of no-login mode
+    with client_for() as client:
         settings_env(MEWDEX_DISK_LOW_BYTES=str(10**18))
         low = client.get("/health")
         settings_env(MEWDEX_DISK_LOW_BYTES="0")
@@ -152,8 +150,6 @@ LocalBlobStore(sys.argv[1]).put("00000000-0000-0000-0000-000000000000", "0" * 64
 
 
 def test_startup_removes_the_partial_staging_file_of_a_killed_writer(store):
-    from mewdex.web.app import create_app
-
     staging = store.root / ".staging"
     before = set(staging.iterdir())
     writer = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(store.root)], stdout=subprocess.PIPE, text=True)
@@ -166,7 +162,7 @@ def test_startup_removes_the_partial_staging_file_of_a_killed_writer(store):
         writer.wait(10)
     (partial_file,) = partial
     assert partial_file.exists()  # a kill leaves it; fresh, so the hour-old rule would keep it
-    with TestClient(create_app(workers=0)) as client:
+    with client_for() as client:
         client.get("/health")
     assert not partial_file.exists()
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 
 import httpx
 
-from conftest import MEWDEX_BIN
+from conftest import MEWDEX_BIN, wait_until
 
 
 def postmaster_pid(data_dir) -> int:
@@ -21,16 +20,14 @@ def test_serve_killed_leaves_the_server_running_and_the_next_command_reuses_it(m
     env = {**os.environ, **mewdex_env.env, "MEWDEX_WORKERS": "1"}
     serve = subprocess.Popen([str(MEWDEX_BIN), "serve", "--port", "8291"], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def healthy() -> bool:
+        try:
+            return httpx.get("http://127.0.0.1:8291/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if httpx.get("http://127.0.0.1:8291/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        else:
-            raise AssertionError("serve did not become healthy")
+        wait_until(healthy, 60, 0.3, "serve to become healthy")
     finally:
         serve.send_signal(signal.SIGKILL)
         serve.wait(10)

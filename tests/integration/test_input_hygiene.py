@@ -10,9 +10,8 @@ import time
 import httpx
 import pytest
 import uvicorn
-from fastapi.testclient import TestClient
 
-from package_helpers import client_for
+from conftest import client_for
 
 LONE_SURROGATE = '"\\ud800x"'
 NUL = '"a\\u0000b"'
@@ -39,9 +38,7 @@ def test_unstorable_json_text_is_422(api, method, path, template, text):
 
 
 def test_login_with_a_lone_surrogate_is_422_unauthenticated(mewdex_env):
-    from mewdex.web.app import create_app
-
-    with TestClient(create_app(workers=0), raise_server_exceptions=False) as client:
+    with client_for() as client:
         r = client.post("/api/v1/auth/login", content='{"email": "\\ud800x@example.com", "password": "x"}',
                         headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text

@@ -9,14 +9,12 @@ import os
 import tempfile
 
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 
 from mewdex.db.models import ImageProcessingJob, Meme, Scope, StorageOperation
 from mewdex.library import collections
-from mewdex.web.app import create_app
-from mewdex.web.deps import current_scope
 
+from conftest import app_for, client_for
 from library_helpers import asgi_post, check_storage_invariants, multipart, noise_png, png
 
 MiB = 1024 * 1024
@@ -24,15 +22,8 @@ MiB = 1024 * 1024
 
 @pytest.fixture
 def app(scope):
-    app = create_app(workers=0)
-    app.dependency_overrides[current_scope] = lambda: scope
-    return app
-
-
-@pytest.fixture
-def client(app):
-    with TestClient(app, raise_server_exceptions=False) as c:
-        yield c
+    """The real app answering as the test's scope, not started (for raw ASGI calls)."""
+    return app_for(scope)
 
 
 def upload(client, files, **fields):
@@ -252,9 +243,7 @@ def test_rename_and_delete_of_unknown_or_foreign_memes_are_404(client, sessions)
 
     other = new_scope(sessions)
     try:
-        app = create_app(workers=0)
-        app.dependency_overrides[current_scope] = lambda: other
-        with TestClient(app) as foreign:
+        with client_for(other) as foreign:
             foreign_id = created_id(foreign, 420)
         for meme_id in (foreign_id, "00000000-0000-0000-0000-000000000000", "not-an-id"):
             assert client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "x"}).status_code == 404
@@ -362,7 +351,7 @@ def test_up01_a_real_server_answers_413_without_reading_the_whole_body(app, sett
         total = 64 * MiB
         framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total + len(head)}"
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        sock.sendall(f"POST /api/v1/memes HTTP/1.1\r\nHost: x\r\n{framing}\r\n"
+        sock.sendall(f"POST /api/v1/memes HTTP/1.1\r\nHost: 127.0.0.1\r\n{framing}\r\n"
                      f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n".encode())
         sent = {"bytes": 0}
 
@@ -437,7 +426,7 @@ def test_rename_while_another_is_open_is_409_and_a_forged_cursor_is_422(client, 
     for value in (5, {"a": 1}, ["x"]):
         cursor = base64.urlsafe_b64encode(json_mod.dumps(["name", value, meme_id]).encode()).decode()
         r = client.get("/api/v1/memes", params={"sort": "name", "cursor": cursor})
-        assert r.status_code == 422 and r.json()["error"]["code"] == "cursor_invalid", r.text
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_cursor", r.text
 
 
 def test_deleting_the_last_pending_meme_of_an_import_completes_its_batch(client, sessions, store, scope, tmp_path):

@@ -10,16 +10,16 @@ import zipfile
 
 import pytest
 
-from conftest import case_file, new_scope, drop_scope
+from conftest import case_file, client_for, new_scope, drop_scope
 from it_helpers import counts
 from mewdex.library import packages
-from package_helpers import add, client_for, error_code, png
+from package_helpers import add, error_code, png
 
 
 @pytest.fixture
-def api(scope):
-    with client_for(scope) as c:
-        yield c
+def api(client):
+    """The shared client of the test's scope (conftest)."""
+    return client
 
 
 def _zip(entries: list[tuple[str, bytes]], **kw) -> bytes:

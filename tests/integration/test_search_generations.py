@@ -23,7 +23,8 @@ from mewdex.pipeline import models
 from mewdex.pipeline.context import build_meme_context
 from mewdex.pipeline.stages import MemeSnapshot, TextEmbeddingStage, context_hash, write_keyword_document
 from mewdex.search import generations, service
-from package_helpers import client_for, png
+from conftest import client_for
+from package_helpers import png
 
 
 class HashEmbedder:

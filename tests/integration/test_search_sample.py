@@ -98,3 +98,21 @@ def test_like_wildcards_are_literal(sample, sessions):
     with sessions.begin() as session:
         response = service.search(session, sample.scope, "%%", 50, legs=("keyword",))
     assert response.results == []
+
+
+def test_filters_apply_in_every_leg(sample, sessions):
+    from uuid import UUID
+
+    from sqlalchemy import select
+
+    from mewdex.db.models import Meme
+    from mewdex.dto.search import SearchFilters
+
+    gifs = SearchFilters(formats=["gif"])
+    with sessions.begin() as session:
+        for leg in service.LEGS:
+            response = service.search(session, sample.scope, "bear", 10, legs=(leg,), filters=gifs)
+            assert response.results and not response.degraded, leg
+            ids = [UUID(r.id) for r in response.results]
+            extensions = set(session.execute(select(Meme.extension).where(Meme.id.in_(ids))).scalars())
+            assert extensions == {".gif"}, (leg, extensions)

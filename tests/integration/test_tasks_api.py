@@ -2,21 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-from fastapi.testclient import TestClient
 from queue_helpers import enqueue_noops
 from sqlalchemy import text
-
-from mewdex.web.app import create_app
-from mewdex.web.deps import current_scope
-
-
-@pytest.fixture
-def client(scope):
-    app = create_app(workers=0)
-    app.dependency_overrides[current_scope] = lambda: scope
-    with TestClient(app, raise_server_exceptions=False) as c:
-        yield c
 
 
 def code(r) -> str:
@@ -107,7 +94,8 @@ def test_batch_finalised_once_with_summary(client, sessions, scope, drain):
     assert client.get("/api/v1/batches/batch-missing").status_code == 404
 
 
-def test_health_reports_queues_and_workers(client, sessions, scope):
+def test_health_reports_queues_and_workers(client, sessions, scope, settings_env):
+    settings_env(MEWDEX_AUTH="none")  # the details are for admins: here the local admin of no-login mode
     enqueue_noops(sessions, scope, 2, lane="embedding")
     body = client.get("/health").json()
     assert body["status"] == "ok"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from package_helpers import client_for
+from conftest import client_for
 from test_disk_full import unique_pngs
 
 
@@ -16,7 +16,7 @@ def test_files_added_at_once_are_bounded_per_process(scope, monkeypatch):
 
     files = unique_pngs(6)
     size = max(len(f) for f in files)
-    monkeypatch.setattr(uploads, "_in_flight", uploads._InFlight(2 * size))  # room for two files at a time
+    monkeypatch.setattr(uploads, "_memory", uploads._MemoryBudget(2 * size))  # room for two files at a time
     lock, running, most = threading.Lock(), [0], [0]
     real_add = memes.library.add_image
 
@@ -37,13 +37,13 @@ def test_files_added_at_once_are_bounded_per_process(scope, monkeypatch):
     assert r.status_code == 201, r.text
     assert [x["status"] for x in r.json()["results"]] == ["created"] * 6
     assert most[0] == 2
-    assert uploads._in_flight.used == 0 and uploads._in_flight.holders == 0
+    assert uploads._memory.used == 0 and uploads._memory.holders == 0
 
 
 def test_a_file_larger_than_the_bound_still_goes_through_alone():
-    from mewdex.web.uploads import _InFlight
+    from mewdex.web.uploads import _MemoryBudget
 
-    budget = _InFlight(10)
+    budget = _MemoryBudget(10)
     with budget.slot(50):
         assert budget.used == 50
     with budget.slot(4), budget.slot(6):

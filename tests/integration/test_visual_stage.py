@@ -9,8 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
 from PIL import Image
 from sqlalchemy import select, text
 
@@ -20,9 +18,8 @@ from mewdex.library.memes import add_image
 from mewdex.pipeline import stages, visual
 from mewdex.pipeline.stages import MemeSnapshot, StageError
 from mewdex.search import image_search
-from mewdex.web import errors
-from mewdex.web.deps import current_scope
-from mewdex.web.routers import visual as visual_router
+
+from conftest import client_for
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 
@@ -57,14 +54,6 @@ def process(sessions, store, scope, meme_id, stage=None):
     with sessions.begin() as session:
         stage.apply(session, stages.load_meme(session, scope.scope_id, snap.id), output)
     return output
-
-
-def client_for(scope) -> TestClient:
-    app = FastAPI()
-    errors.install(app)
-    app.include_router(visual_router.router)
-    app.dependency_overrides[current_scope] = lambda: scope
-    return TestClient(app)
 
 
 def test_stage_writes_thumbnails_embedding_labels_and_phash(sessions, store, scope):
@@ -171,9 +160,10 @@ def test_thumbnail_endpoint_and_reconcile(sessions, store, scope):
     still_id = add(sessions, store, scope, png("blue"), "blue.png")
     anim_id = add(sessions, store, scope, (CASES / "img06_animated_3frames.webp").read_bytes(), "anim.webp")
     api = client_for(scope)
-    # before processing: rendered on the fly, not stored
+    # before processing: the original stands in (thumbnails are rendered only by the worker)
     r = api.get(f"/media/{still_id}/thumbnail")
-    assert r.status_code == 200 and r.headers["content-type"] == "image/webp" and r.headers["cache-control"] == "no-store"
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png" and r.headers["cache-control"] == "no-store"
+    assert r.content == png("blue")
     report = th.reconcile(sessions, store, scope.scope_id)
     assert report.as_dict() == {"checked": 2, "rebuilt": 2, "failed": 0}
     assert th.reconcile(sessions, store, scope.scope_id).rebuilt == 0

@@ -5,28 +5,22 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from fastapi.testclient import TestClient
 
+from conftest import client_for
 from mewdex.library.images import sniff_format
-from mewdex.web.app import create_app
-from mewdex.web.deps import current_scope
 
 MEDIA = {"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
 
 
 @pytest.fixture(scope="module")
 def client(sample):
-    app = create_app(workers=0)
-    app.dependency_overrides[current_scope] = lambda: sample.scope
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with client_for(sample.scope) as c:
         yield c
 
 
 @pytest.fixture
 def empty_client(scope):
-    app = create_app(workers=0)
-    app.dependency_overrides[current_scope] = lambda: scope
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with client_for(scope) as c:
         yield c
 
 
@@ -184,5 +178,5 @@ def test_cross_site_browser_writes_are_refused(client):
     assert r.status_code == 403 and r.json()["error"]["code"] == "cross_site_request"
     r = client.post("/api/v1/collections", json={"name": "x"}, headers={"Sec-Fetch-Site": "cross-site"})
     assert r.status_code == 403
-    r = client.post("/api/v1/search", json={"query": "x"}, headers={"Origin": "http://testserver"})
+    r = client.post("/api/v1/search", json={"query": "x"}, headers={"Origin": "http://127.0.0.1:8275"})
     assert r.status_code == 200

@@ -30,7 +30,8 @@ def _quiet_imports():
 
 
 def embedded_url(pgdata: Path) -> str:
-    """Start or attach to the server for ``pgdata``; returns a ``postgresql+psycopg://`` URL over its Unix socket.
+    """Start or attach to the server for ``pgdata``; returns a ``postgresql+psycopg://`` URL over its
+    Unix socket, with the server's password (scram-sha-256; see :func:`_require_password`).
 
     Raises EmbeddedDatabaseError when the server cannot start (see ``pgdata/log``).
     """
@@ -42,7 +43,7 @@ def embedded_url(pgdata: Path) -> str:
         raise EmbeddedDatabaseError(
             f"could not start the embedded PostgreSQL in {pgdata} ({exc}); see {pgdata / 'log'}"
         ) from exc
-    uri = server.get_uri()
+    uri = _require_password(pgdata, server.get_uri())
     return uri.replace("postgresql://", "postgresql+psycopg://", 1)
 
 
@@ -81,6 +82,60 @@ def ensure_running(pgdata: Path) -> None:
         ) from exc
     if not is_running(pgdata):  # the dead postmaster is a zombie not reaped yet: the wheel took it for alive
         raise EmbeddedDatabaseError(f"the dead PostgreSQL of {pgdata} has not exited yet; retrying")
+
+
+HBA_SCRAM = """# mewdex: every connection needs the password in <data dir>/keys/pg_password (scram-sha-256)
+local all all scram-sha-256
+host all all 127.0.0.1/32 scram-sha-256
+host all all ::1/128 scram-sha-256
+"""
+
+
+def password_file(pgdata: Path) -> Path:
+    return pgdata.parent / "keys" / "pg_password"
+
+
+def _password(pgdata: Path) -> str:
+    """The embedded server's password (created once: 0600 in a 0700 directory)."""
+    import secrets
+
+    path = password_file(pgdata)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(24))
+    return path.read_text().strip()
+
+
+def _require_password(pgdata: Path, uri: str) -> str:
+    """Switch the embedded server from ``trust`` (any local user could connect) to scram-sha-256
+    password authentication, once; returns ``uri`` with the password."""
+    import fcntl
+
+    import psycopg
+    from psycopg import sql
+
+    password = _password(pgdata)
+    with_password = uri.replace("postgresql://postgres:@", f"postgresql://postgres:{password}@", 1)
+    hba = pgdata / "pg_hba.conf"
+    lock_path = password_file(pgdata).with_suffix(".lock")
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if hba.read_text() == HBA_SCRAM:
+            return with_password
+        with psycopg.connect(uri.replace("postgresql://", "postgresql://", 1), autocommit=True) as conn:
+            conn.execute("SET password_encryption = 'scram-sha-256'")
+            conn.execute(sql.SQL("ALTER USER postgres PASSWORD {}").format(sql.Literal(password)))
+            with open(hba, "r+") as f:  # in place: the file keeps its owner (the server's user)
+                f.write(HBA_SCRAM)
+                f.truncate()
+            conn.execute("SELECT pg_reload_conf()")
+        log.info("embedded PostgreSQL now requires its password (scram-sha-256)")
+    return with_password
 
 
 def stop(pgdata: Path) -> bool:

@@ -8,7 +8,6 @@ member, never deletes a meme.
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -18,28 +17,31 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import Meme, MemeCollection, MemeCollectionItem, ScopeContext, utcnow
+from mewdex.db.models import (
+    Meme,
+    MemeCollection,
+    MemeCollectionItem,
+    ScopeContext,
+    utcnow,
+)
+from mewdex.dto.errors import DomainError
+from mewdex.library.names import strip_format_characters
 
 MAX_NAME_CHARS = 100
 MAX_ITEMS_PER_REQUEST = 1000
 
 
-@dataclass
-class CollectionError(Exception):
-    """A refused collection operation with a stable code and its HTTP status."""
-
-    status: int
-    code: str
-    message: str
-    details: Any = field(default=None)
+class CollectionError(DomainError):
+    """A refused collection operation with a stable code (``not_found``, ``collection_name_invalid``,
+    ``collection_name_taken``, ``memes_not_found``, ``invalid_request``)."""
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
 
 
 def normalize_collection_name(value: str) -> str:
-    """NFC, control characters removed, whitespace trimmed, ≤ 100 characters; ValueError("collection_name_invalid") if empty."""
-    name = "".join(ch for ch in unicodedata.normalize("NFC", value) if unicodedata.category(ch) != "Cc").strip()
+    """NFC, control and format characters removed (:func:`~mewdex.library.names.strip_format_characters`), whitespace trimmed, ≤ 100 characters; ValueError("collection_name_invalid") if empty."""
+    name = "".join(ch for ch in strip_format_characters(value) if unicodedata.category(ch) not in ("Cc", "Cs")).strip()
     name = name[:MAX_NAME_CHARS].strip()
     if not name:
         raise ValueError("collection_name_invalid")
@@ -47,25 +49,19 @@ def normalize_collection_name(value: str) -> str:
 
 
 def meme_summary(meme: Meme) -> dict:
-    """The short form of a meme in collection listings and import reports."""
-    return {
-        "id": str(meme.id),
-        "display_name": meme.display_name,
-        "sha256": meme.sha256,
-        "extension": meme.extension,
-        "size_bytes": meme.size_bytes,
-        "media_url": f"/media/{meme.id}",
-        "thumbnail_url": f"/media/{meme.id}/thumbnail",
-    }
+    """The short form of a meme in collection listings and import reports (:class:`mewdex.dto.memes.MemeBrief`)."""
+    from mewdex.library.listing import meme_brief
+
+    return meme_brief(meme).model_dump()
 
 
 def _checked_name(value: Any) -> str:
     if not isinstance(value, str):
-        raise CollectionError(422, "collection_name_invalid", "the name must be a string")
+        raise CollectionError("collection_name_invalid", "the name must be a string")
     try:
         return normalize_collection_name(value)
     except ValueError:
-        raise CollectionError(422, "collection_name_invalid",
+        raise CollectionError("collection_name_invalid",
                               f"the name needs visible characters (at most {MAX_NAME_CHARS})") from None
 
 
@@ -117,7 +113,7 @@ def find(session: Session, scope: ScopeContext, collection_id: UUID, *, lock: bo
         query = query.with_for_update()
     collection = session.execute(query).scalar_one_or_none()
     if collection is None:
-        raise CollectionError(404, "not_found", "collection not found")
+        raise CollectionError("not_found", "collection not found")
     return collection
 
 
@@ -136,7 +132,7 @@ def find_by_name_or_id(session: Session, scope: ScopeContext, ref: str) -> MemeC
     try:
         return find(session, scope, UUID(ref.strip()))
     except ValueError:
-        raise CollectionError(404, "not_found", f"no collection named {ref!r}") from None
+        raise CollectionError("not_found", f"no collection named {ref!r}") from None
 
 
 def list_collections(session: Session, scope: ScopeContext) -> list[tuple[MemeCollection, int]]:
@@ -174,7 +170,7 @@ def create(session: Session, scope: ScopeContext, name: Any) -> MemeCollection:
         .returning(MemeCollection.id)
     ).scalar_one_or_none()
     if created is None:
-        raise CollectionError(409, "collection_name_taken", f"a collection named {name!r} exists", {"name": name})
+        raise CollectionError("collection_name_taken", f"a collection named {name!r} exists", {"name": name})
     return find(session, scope, created)
 
 
@@ -192,7 +188,7 @@ def create_unique(session: Session, scope: ScopeContext, name: str) -> MemeColle
         ).scalar_one_or_none()
         if created is not None:
             return find(session, scope, created)
-    raise CollectionError(409, "collection_name_taken", f"no free name for {base!r}")
+    raise CollectionError("collection_name_taken", f"no free name for {base!r}")
 
 
 def rename(session: Session, scope: ScopeContext, collection_id: UUID, name: Any) -> MemeCollection:
@@ -205,13 +201,13 @@ def rename(session: Session, scope: ScopeContext, collection_id: UUID, name: Any
         select(MemeCollection.id).where(MemeCollection.scope_id == scope.scope_id, MemeCollection.name == name)
     ).scalar_one_or_none()
     if taken is not None:
-        raise CollectionError(409, "collection_name_taken", f"a collection named {name!r} exists", {"name": name})
+        raise CollectionError("collection_name_taken", f"a collection named {name!r} exists", {"name": name})
     collection.name = name
     try:
         with session.begin_nested():
             session.flush()
     except IntegrityError:  # renamed concurrently to the same name
-        raise CollectionError(409, "collection_name_taken", f"a collection named {name!r} exists",
+        raise CollectionError("collection_name_taken", f"a collection named {name!r} exists",
                               {"name": name}) from None
     return collection
 
@@ -252,7 +248,7 @@ def add_members(session: Session, scope: ScopeContext, collection_id: UUID, meme
     """
     collection = find(session, scope, collection_id, lock=True)
     if not isinstance(meme_ids, list) or not 1 <= len(meme_ids) <= MAX_ITEMS_PER_REQUEST:
-        raise CollectionError(422, "invalid_request", f"meme_ids must be a list of 1–{MAX_ITEMS_PER_REQUEST} ids")
+        raise CollectionError("invalid_request", f"meme_ids must be a list of 1–{MAX_ITEMS_PER_REQUEST} ids")
     parsed: list[UUID] = []
     invalid: list[Any] = []
     for value in meme_ids:
@@ -263,14 +259,14 @@ def add_members(session: Session, scope: ScopeContext, collection_id: UUID, meme
         except ValueError:
             invalid.append(value if isinstance(value, (str, int, float)) else str(value))
     if invalid:
-        raise CollectionError(422, "invalid_request", "some meme ids are not ids", {"invalid": invalid})
+        raise CollectionError("invalid_request", "some meme ids are not ids", {"invalid": invalid})
     wanted = list(dict.fromkeys(parsed))
     found = set(
         session.execute(select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id.in_(wanted))).scalars()
     )
     missing = [str(m) for m in wanted if m not in found]
     if missing:
-        raise CollectionError(422, "memes_not_found", f"{len(missing)} meme(s) not found", {"missing": missing})
+        raise CollectionError("memes_not_found", f"{len(missing)} meme(s) not found", {"missing": missing})
     added = add_items(session, scope, collection.id, wanted)
     collection.updated_at = utcnow()
     return {"added": added, "already_members": len(wanted) - added}
@@ -287,5 +283,5 @@ def remove_member(session: Session, scope: ScopeContext, collection_id: UUID, me
         )
     )
     if result.rowcount == 0:
-        raise CollectionError(404, "not_found", "the meme is not in this collection")
+        raise CollectionError("not_found", "the meme is not in this collection")
     collection.updated_at = utcnow()

@@ -15,6 +15,7 @@ this is safe only because no other module opens untrusted images directly.
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,8 +26,10 @@ from PIL import Image, UnidentifiedImageError
 
 Image.MAX_IMAGE_PIXELS = None
 
-DEFAULT_MAX_PIXELS = 50_000_000
+DEFAULT_MAX_PIXELS = 24_000_000
 DEFAULT_MAX_TOTAL_PIXELS = 1_000_000_000
+MAX_FRAMES = 1000  # an animation with more frames is refused before they are decoded
+DECODE_SECONDS = 20.0  # wall-clock budget of one probe/load (a many-scan progressive JPEG, …)
 DEFAULT_FRAME_MS = 100
 
 EXTENSIONS = {"png": ".png", "jpeg": ".jpg", "gif": ".gif", "webp": ".webp"}
@@ -131,13 +134,14 @@ def probe(
     fmt = _require_format(data)
     with _guard():
         with _open(data, fmt, max_pixels) as im:
+            width, height = im.size
+            im._mewdex_validate_only = True  # probe keeps no pixels: a large JPEG is checked at 1/8 scale
             frames = 0
             duration_ms = 0
             for _frame in _iter_frames(im, max_pixels, max_total_pixels):
                 frames += 1
                 duration_ms += _frame_duration(im)
             im.seek(0)
-            width, height = im.size
             if _orientation(im) >= 5:
                 width, height = height, width
     animated = frames > 1
@@ -178,7 +182,7 @@ def load_frames(
     fmt = _require_format(data)
     with _guard():
         with _open(data, fmt, max_pixels) as im:
-            wanted = select_frame_indices(getattr(im, "n_frames", 1), indices)
+            wanted = select_frame_indices(frame_count(im), indices)
             frames = []
             for index, frame in enumerate(_iter_frames(im, max_pixels, max_total_pixels)):
                 if index in wanted:
@@ -229,8 +233,23 @@ def _guard() -> Iterator[None]:
         raise ImageError("image_corrupt", f"image cannot be decoded: {exc}") from exc
 
 
+def _webp_frame_chunks(data: bytes, cap: int) -> int:
+    """ANMF (frame) chunks of a WEBP, counted from the RIFF chunk headers up to ``cap + 1`` — before
+    libwebp's demuxer indexes every frame (a million-frame file would cost it ~100 MB)."""
+    count, at, end = 0, 12, min(len(data), 8 + int.from_bytes(data[4:8], "little"))
+    while at + 8 <= end and count <= cap:
+        if data[at:at + 4] == b"ANMF":
+            count += 1
+        size = int.from_bytes(data[at + 4:at + 8], "little")
+        at += 8 + size + (size & 1)
+    return count
+
+
 def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:
-    """Open (header only) with the sniffed format's decoder and check the size."""
+    """Open (header only) with the sniffed format's decoder and check the size (and, for WEBP, the
+    frame count)."""
+    if fmt == "webp" and _webp_frame_chunks(data, MAX_FRAMES) > MAX_FRAMES:
+        raise ImageError("image_too_large", f"the animation has more than {MAX_FRAMES} frames")
     im = Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[fmt]])
     _check_pixels(im.size, max_pixels)
     return im
@@ -245,20 +264,55 @@ def _check_pixels(size: tuple[int, int], max_pixels: int) -> None:
         )
 
 
+def frame_count(im: Image.Image, max_frames: int = MAX_FRAMES) -> int:
+    """Frames of ``im``, refusing more than ``max_frames`` (``image_too_large``) without walking
+    past the cap: GIF's ``n_frames`` would seek through every frame of a million-frame file."""
+    if im.format == "GIF":
+        count = 0
+        try:
+            while True:
+                im.seek(count)
+                count += 1
+                if count > max_frames:
+                    break
+        except EOFError:
+            pass
+        im.seek(0)
+    else:
+        count = getattr(im, "n_frames", 1)
+    if count > max_frames:
+        raise ImageError("image_too_large", f"the animation has more than {max_frames} frames")
+    return max(count, 1)
+
+
 def _iter_frames(im: Image.Image, max_pixels: int, max_total_pixels: int) -> Iterator[Image.Image]:
-    """Seek through frames in order, checking sizes before decoding each one.
+    """Seek through frames in order, checking sizes before decoding each one, at most
+    :data:`MAX_FRAMES` frames and :data:`DECODE_SECONDS` of decoding.
 
     GIF frames may enlarge the canvas, so the size is checked after every seek.
     """
     total = 0
-    for index in range(getattr(im, "n_frames", 1)):
+    deadline = time.monotonic() + DECODE_SECONDS
+    for index in range(frame_count(im)):
         im.seek(index)
         _check_pixels(im.size, max_pixels)
         total += im.size[0] * im.size[1]
         if total > max_total_pixels:
             raise ImageError("image_too_large", f"animation decodes to more than {max_total_pixels} pixels")
+        if im.format == "JPEG" and index == 0 and im.size[0] * im.size[1] > DRAFT_ABOVE_PIXELS and _validate_only(im):
+            # Validation decodes at 1/8 scale (DCT scaling): every scan is still read, 64× fewer pixels.
+            im.draft("RGB", (max(1, im.size[0] // 8), max(1, im.size[1] // 8)))
         im.load()
+        if time.monotonic() > deadline:
+            raise ImageError("image_too_large", f"the image takes more than {DECODE_SECONDS:g} s to decode")
         yield im
+
+
+DRAFT_ABOVE_PIXELS = 4_000_000
+
+
+def _validate_only(im: Image.Image) -> bool:
+    return bool(getattr(im, "_mewdex_validate_only", False))
 
 
 def _frame_duration(im: Image.Image) -> int:

@@ -15,6 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, Scope, ScopeContext, StorageOperation, utcnow
+from mewdex.dto.cursor import CursorInvalid, decode_cursor, encode_cursor
+from mewdex.dto.errors import DomainError
 from mewdex.library import collections
 from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.names import display_name_from_filename
@@ -148,13 +150,9 @@ def _add_to_collections(session: Session, scope: ScopeContext, meme: Meme, names
 # ---------------------------------------------------------------- changes
 
 
-class MemeError(Exception):
+class MemeError(DomainError):
     """A meme change refused with a stable code: ``not_found``, ``revision_conflict``,
-    ``operation_in_progress``, ``display_name_invalid``, ``cursor_invalid``."""
-
-    def __init__(self, code: str, message: str, details: Any = None):
-        super().__init__(message)
-        self.code, self.message, self.details = code, message, details
+    ``operation_in_progress``, ``display_name_invalid``."""
 
 
 def _locked_meme(session: Session, scope: ScopeContext, meme_id) -> Meme:
@@ -309,44 +307,19 @@ def list_memes(session: Session, scope: ScopeContext, *, name: str | None = None
     Returns:
         the memes of the page and the cursor of the next one (None on the last page).
     Raises:
-        MemeError("cursor_invalid"): a cursor that is not one of ours or of another sort.
+        CursorInvalid: (``invalid_cursor``) a cursor that is not one of ours or of another sort.
     """
-    import base64
-    import json
     import uuid as uuid_mod
     from datetime import datetime
 
     from sqlalchemy import func, tuple_
 
-    from mewdex.db.models import ImageProcessingJob, MemeCollectionItem
+    from mewdex.dto.search import SearchFilters
+    from mewdex.library.listing import filtered_memes
 
-    query = select(Meme).where(Meme.scope_id == scope.scope_id)
-    if name:
-        pattern = "%" + name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        query = query.where(Meme.display_name.ilike(pattern, escape="\\"))
-    if collection_id is not None:
-        query = query.where(
-            select(MemeCollectionItem.meme_id).where(
-                MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id,
-                MemeCollectionItem.meme_id == Meme.id,
-            ).exists()
-        )
-    if status is not None:
-        latest = (
-            select(ImageProcessingJob.status)
-            .where(ImageProcessingJob.scope_id == Meme.scope_id, ImageProcessingJob.meme_id == Meme.id)
-            .order_by(ImageProcessingJob.created_at.desc()).limit(1).correlate(Meme).scalar_subquery()
-        )
-        if status == "none":
-            query = query.where(latest.is_(None))
-        elif status == "pending":
-            query = query.where(latest.in_(("queued", "running")))
-        else:
-            query = query.where(latest == status)
-    if animated is not None:
-        flag = Meme.extensions["image"]["animated"].as_boolean()
-        query = query.where(flag.is_(True) if animated else func.coalesce(flag, False).is_(False))
-
+    filters = SearchFilters(collection_ids=None if collection_id is None else [str(collection_id)],
+                            status=status, animated=animated)
+    query = filtered_memes(scope.scope_id, filters, name=name)
     if sort == "name":
         keys = (func.lower(Meme.display_name), Meme.id)
         order = [keys[0].asc(), Meme.id.asc()]
@@ -355,17 +328,13 @@ def list_memes(session: Session, scope: ScopeContext, *, name: str | None = None
         keys = (column, Meme.id)
         order = [column.desc(), Meme.id.desc()]
     if cursor:
+        cursor_sort, value, last_id = decode_cursor(cursor, (str, str, uuid_mod.UUID))
+        if cursor_sort != sort:
+            raise CursorInvalid()
         try:
-            raw = json.loads(base64.urlsafe_b64decode(cursor.encode() + b"=" * (-len(cursor) % 4)))
-            cursor_sort, value, last_id = raw
-            if cursor_sort != sort:
-                raise ValueError("sort")
-            last_id = uuid_mod.UUID(last_id)
-            if not isinstance(value, str):
-                raise TypeError("cursor value")
             value = value if sort == "name" else datetime.fromisoformat(value)
-        except (ValueError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
-            raise MemeError("cursor_invalid", "the cursor is not valid for this listing") from None
+        except ValueError:
+            raise CursorInvalid() from None
         after = tuple_(*keys) > tuple_(value, last_id) if sort == "name" else tuple_(*keys) < tuple_(value, last_id)
         query = query.where(after)
     rows = session.execute(query.add_columns(keys[0]).order_by(*order).limit(limit + 1)).all()
@@ -374,6 +343,5 @@ def list_memes(session: Session, scope: ScopeContext, *, name: str | None = None
     if more:
         last, value = rows[limit - 1]
         value = value if sort == "name" else value.isoformat()
-        next_cursor = base64.urlsafe_b64encode(
-            json.dumps([sort, value, str(last.id)], ensure_ascii=False).encode()).decode().rstrip("=")
+        next_cursor = encode_cursor([sort, value, last.id])
     return MemePage(memes, next_cursor)

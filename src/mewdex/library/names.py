@@ -42,6 +42,19 @@ _FILE_SUFFIX = re.compile(r"\.(?=[A-Za-z0-9]{0,4}[A-Za-z])[A-Za-z0-9]{1,5}\Z")
 _GRAPHEME = regex.compile(r"\X")
 
 
+# Format characters (Cf) that may stay in a name: the joiners inside emoji and Indic/Persian text,
+# and the tag characters of subdivision flags (🏴 + tags).
+_KEPT_FORMAT = frozenset("\u200c\u200d" + "".join(chr(c) for c in range(0xE0020, 0xE0080)))
+
+
+def strip_format_characters(value: str) -> str:
+    """``value`` NFC without invisible format characters (Unicode category Cf: bidi overrides and
+    isolates, zero-width spaces, BOM …) except the joiners ZWJ/ZWNJ and emoji tag characters. The one rule every
+    user-visible name (meme, collection, user, token) passes through so no name can disguise itself."""
+    return "".join(ch for ch in unicodedata.normalize("NFC", value)
+                   if ch in _KEPT_FORMAT or unicodedata.category(ch) != "Cf")
+
+
 def normalize_extension(value: object) -> str:
     """Return the canonical extension for an image type.
 
@@ -135,7 +148,8 @@ def _clean(name: str) -> str:
             out.append(_SEPARATORS[char])
         elif char in _BREAKING_SPACES:
             out.append(" ")
-        elif char not in _BIDI_CONTROLS and unicodedata.category(char) not in ("Cc", "Cs"):
+        elif char not in _BIDI_CONTROLS and unicodedata.category(char) not in ("Cc", "Cs") and (
+                char in _KEPT_FORMAT or unicodedata.category(char) != "Cf"):
             out.append(char)
     return _WHITESPACE_RUN.sub(" ", "".join(out))
 

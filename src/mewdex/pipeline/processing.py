@@ -3,8 +3,6 @@ selected memes or of every meme that is not ready, in mode ``normal``, ``full_re
 
 from __future__ import annotations
 
-import base64
-import json
 import uuid
 from datetime import datetime
 from typing import Any
@@ -20,9 +18,11 @@ from mewdex.db.models import (
     ScopeContext,
     Task,
 )
+from mewdex.dto.cursor import decode_cursor, encode_cursor
+from mewdex.dto.tasks import Job as JobDto
 from mewdex.pipeline import jobs
 from mewdex.queue import backpressure, batches
-from mewdex.queue.service import BadCursor, TaskNotFound, task_dict
+from mewdex.queue.service import TaskNotFound, task_dict
 
 # Up to this many memes a submission is interactive (back-pressure applies); more, or "all not
 # ready", become a batch that feeds the lanes as they drain (never rejected).
@@ -31,7 +31,8 @@ JOB_STATUSES = ("queued", "running", "succeeded", "failed", "blocked", "unknown_
 
 
 def job_dict(job: ImageProcessingJob) -> dict[str, Any]:
-    return {
+    """The public shape of a job (:class:`mewdex.dto.tasks.Job`)."""
+    return JobDto(**{
         "id": str(job.id),
         "meme_id": str(job.meme_id),
         "revision": job.revision,
@@ -44,12 +45,12 @@ def job_dict(job: ImageProcessingJob) -> dict[str, Any]:
         "created_at": job.created_at.isoformat(),
         "updated_at": job.updated_at.isoformat(),
         "completed_at": job.completed_at.isoformat() if job.completed_at else None,
-    }
+    }).model_dump()
 
 
 def list_jobs(session: Session, scope: ScopeContext, *, status: str | None = None, meme_id: uuid.UUID | None = None,
               cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
-    """``{"items": [job], "next_cursor"}``, newest first. Raises :class:`BadCursor`."""
+    """``{"items": [job], "next_cursor"}``, newest first. Raises :class:`~mewdex.dto.cursor.CursorInvalid`."""
     limit = max(1, min(200, limit))
     query = select(ImageProcessingJob).where(ImageProcessingJob.scope_id == scope.scope_id)
     if status:
@@ -57,11 +58,7 @@ def list_jobs(session: Session, scope: ScopeContext, *, status: str | None = Non
     if meme_id:
         query = query.where(ImageProcessingJob.meme_id == meme_id)
     if cursor:
-        try:
-            created, job_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-            created, job_id = datetime.fromisoformat(created), uuid.UUID(job_id)
-        except Exception:
-            raise BadCursor("the cursor is not valid") from None
+        created, job_id = decode_cursor(cursor, (datetime, uuid.UUID))
         query = query.where(or_(ImageProcessingJob.created_at < created,
                                 and_(ImageProcessingJob.created_at == created, ImageProcessingJob.id < job_id)))
     rows = session.execute(
@@ -70,8 +67,7 @@ def list_jobs(session: Session, scope: ScopeContext, *, status: str | None = Non
     items = rows[:limit]
     next_cursor = None
     if len(rows) > limit:
-        raw = json.dumps([items[-1].created_at.isoformat(), str(items[-1].id)]).encode()
-        next_cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        next_cursor = encode_cursor([items[-1].created_at, items[-1].id])
     return {"items": [job_dict(j) for j in items], "next_cursor": next_cursor}
 
 

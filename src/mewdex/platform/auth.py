@@ -26,10 +26,15 @@ class Principal:
     user: User | None
     via: str
     session_value: str | None = None
+    token_scopes: frozenset[str] | None = None  # an API token's scopes; None: not a token (no limit)
+
+    def may(self, token_scope: str) -> bool:
+        """Whether a token principal holds ``token_scope`` (``read``/``write``/``admin``); others may."""
+        return self.token_scopes is None or token_scope in self.token_scopes
 
     @property
     def is_admin(self) -> bool:
-        return self.via == "none" or (self.user is not None and self.user.role == "admin")
+        return self.via == "none" or (self.user is not None and self.user.role == "admin" and self.may("admin"))
 
 
 def is_loopback(host: str) -> bool:

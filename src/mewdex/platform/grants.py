@@ -49,7 +49,7 @@ def commit(session: Session, grant: OperationGrant, *, kind: str, model_profile:
     if grant.state == "committed":
         return
     if grant.state not in ("acquired", "unknown"):
-        raise PlatformError(409, "grant_not_acquired", f"grant {grant.grant_id} is {grant.state}")
+        raise PlatformError("grant_not_acquired", f"grant {grant.grant_id} is {grant.state}")
     grant.state = "committed"
     grant.metering_units = metering_units if metering_units is not None else grant.units
     usage.record(session, scope_id=grant.scope_id, kind=kind, model_profile=model_profile, units=units,
@@ -64,12 +64,12 @@ def release(session: Session, grant: OperationGrant) -> None:
 
 def _check_analysis_budget(session: Session, scope: ScopeContext) -> None:
     from mewdex.platform.quotas import limits_for
-    from mewdex.platform.users import user_for_scope
+    from mewdex.platform.owners import user_for_scope
 
     user = user_for_scope(session, scope.scope_id)
     if user is None:
         return
     limit = limits_for(user).analysis_cost_per_month
     if limit is not None and usage.month_cost(session, scope.scope_id) >= limit:
-        raise PlatformError(429, "quota_exceeded", "this month's analysis budget is spent",
+        raise PlatformError("quota_exceeded", "this month's analysis budget is spent",
                             {"analysis_cost_per_month": float(limit)})

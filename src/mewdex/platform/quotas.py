@@ -56,12 +56,18 @@ def disk_usage(session: Session, user: User) -> dict:
 
 
 def check_upload(session: Session, scope: ScopeContext, nbytes: int, count: int = 1) -> None:
-    """Raise 413 ``quota_exceeded`` when adding ``count`` memes of ``nbytes`` bytes in all to the
-    scope would pass its owner's ``storage_bytes`` or ``memes`` limit. Call it before anything is
-    written (and not for an exact duplicate, which adds nothing). Concurrent uploads of one user
-    may pass the limit by what is in flight at once.
+    """Reserve room for ``count`` memes of ``nbytes`` bytes in all, or raise 413 ``quota_exceeded``
+    when that would pass the scope owner's ``storage_bytes`` or ``memes`` limit.
+
+    Atomic: the owner's usage row is locked (``FOR UPDATE``) and uploads already journaled but not
+    yet committed as memes (open ``upload`` storage operations of the scope) count as used, so the
+    caller's own journal entry, written in this same transaction, is the reservation the next
+    upload sees — parallel uploads cannot overshoot. Call it before anything is written (and not
+    for an exact duplicate, which adds nothing), in the transaction that journals the upload.
     """
-    from mewdex.platform.users import user_for_scope
+    from mewdex.db.models import StorageOperation
+    from mewdex.platform.owners import user_for_scope
+    from mewdex.storage.journal import OPEN
 
     user = user_for_scope(session, scope.scope_id)
     if user is None:
@@ -69,14 +75,24 @@ def check_upload(session: Session, scope: ScopeContext, nbytes: int, count: int 
     limits = limits_for(user)
     if limits.storage_bytes is None and limits.memes is None:
         return
-    used = disk_usage(session, user)
+    session.execute(insert(UserDiskUsage).values(user_id=user.user_id, bytes_used=0, file_count=0,
+                                                 scanned_at=utcnow()).on_conflict_do_nothing())
+    row = session.execute(
+        select(UserDiskUsage).where(UserDiskUsage.user_id == user.user_id).with_for_update()
+    ).scalar_one()
+    pending_bytes, pending_count = session.execute(
+        select(func.coalesce(func.sum(StorageOperation.after_size), 0), func.count(StorageOperation.id)).where(
+            StorageOperation.scope_id == scope.scope_id, StorageOperation.operation_type == "upload",
+            StorageOperation.status.in_(OPEN))
+    ).one()
+    used_bytes, used_count = row.bytes_used + int(pending_bytes), row.file_count + int(pending_count)
     over = {}
-    if limits.storage_bytes is not None and used["bytes_used"] + nbytes > limits.storage_bytes:
-        over["storage_bytes"] = {"limit": limits.storage_bytes, "used": used["bytes_used"], "requested": nbytes}
-    if limits.memes is not None and used["file_count"] + count > limits.memes:
-        over["memes"] = {"limit": limits.memes, "used": used["file_count"], "requested": count}
+    if limits.storage_bytes is not None and used_bytes + nbytes > limits.storage_bytes:
+        over["storage_bytes"] = {"limit": limits.storage_bytes, "used": used_bytes, "requested": nbytes}
+    if limits.memes is not None and used_count + count > limits.memes:
+        over["memes"] = {"limit": limits.memes, "used": used_count, "requested": count}
     if over:
-        raise PlatformError(413, "quota_exceeded", "this upload would pass your storage quota", over)
+        raise PlatformError("quota_exceeded", "this upload would pass your storage quota", over)
 
 
 def rescan_user(session: Session, user: User) -> dict | None:

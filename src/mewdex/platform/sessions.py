@@ -1,4 +1,5 @@
-"""Sign-in: generic constant-time failures, rate limits per account and per IP, browser sessions.
+"""Sign-in: generic constant-time failures, slow-down per account and limits per address (counted
+in PostgreSQL), browser sessions.
 
 A session is a random cookie value; only its sha256 is stored (``user_sessions``), with the CSRF
 token the browser must echo in ``X-CSRF-Token`` on state-changing requests.
@@ -7,20 +8,24 @@ token the browser must echo in ``X-CSRF-Token`` on state-changing requests.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import logging
 import secrets
 import threading
 import time
 from collections import deque
 from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import case, delete, func, select
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
-from mewdex.db.models import User, UserSession, utcnow
+from mewdex.db.models import LoginFailure, User, UserSession, utcnow
 from mewdex.platform import users
 from mewdex.platform.errors import PlatformError
 
+log = logging.getLogger(__name__)
 COOKIE_NAME = "mewdex_session"
 CSRF_COOKIE_NAME = "mewdex_csrf"
 CSRF_HEADER = "X-CSRF-Token"
@@ -61,7 +66,72 @@ class FailureLimiter:
 
 limiter = FailureLimiter()
 
-INVALID = PlatformError(401, "invalid_credentials", "the email or password is wrong")
+SIGNUP_WINDOW_SECONDS = 3600
+
+
+def check_signup_rate(client_ip: str) -> None:
+    """Count one sign-up attempt from ``client_ip``; 429 ``rate_limited`` past
+    ``MEWDEX_SIGNUP_MAX_PER_IP`` attempts an hour."""
+    key, limit = f"signup:{client_ip}", get_settings().signup_max_per_ip
+    wait = limiter.retry_after(key, limit, SIGNUP_WINDOW_SECONDS)
+    if wait:
+        raise PlatformError("rate_limited", "too many sign-ups from this address; try again later",
+                            {"retry_after_seconds": int(wait)}, headers={"Retry-After": str(int(wait))})
+    limiter.fail(key, SIGNUP_WINDOW_SECONDS)
+
+
+INVALID = PlatformError("invalid_credentials", "the email or password is wrong")
+
+
+def ip_bucket(client_ip: str) -> str:
+    """The unit an address is counted in: the address for IPv4, its /64 for IPv6 (one host's share)."""
+    try:
+        ip = ipaddress.ip_address(client_ip)
+    except ValueError:
+        return client_ip[:64]
+    if ip.version == 6:
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+def _failures(session: Session, key: str, window: int) -> tuple[int, float]:
+    """``(failures in the current window, seconds since the last one)`` of ``key``."""
+    row = session.execute(
+        select(LoginFailure.failures, LoginFailure.last_failure_at).where(
+            LoginFailure.key == key, LoginFailure.window_started_at > utcnow() - timedelta(seconds=window))
+    ).first()
+    if row is None:
+        return 0, float("inf")
+    return row[0], (utcnow() - row[1]).total_seconds()
+
+
+def _record_failure(keys: list[str], window: int) -> None:
+    """Count a failure for each key atomically, in its own transaction (the request's rolls back)."""
+    from mewdex.db.engine import get_sessionmaker
+
+    with get_sessionmaker().begin() as session:
+        for key in keys:
+            stmt = insert(LoginFailure).values(key=key, failures=1, window_started_at=func.now(),
+                                               last_failure_at=func.now())
+            stale = LoginFailure.window_started_at <= func.now() - timedelta(seconds=window)
+            session.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={
+                "failures": case((stale, 1), else_=LoginFailure.failures + 1),
+                "window_started_at": case((stale, func.now()), else_=LoginFailure.window_started_at),
+                "last_failure_at": func.now(),
+            }))
+
+
+def _backoff_seconds(failures: int, limit: int) -> float:
+    """How long an account over its limit makes unknown addresses wait between attempts: doubling
+    from 1 s with each failure past the limit, at most 15 minutes."""
+    return 0.0 if failures < limit else float(min(2 ** (failures - limit), 900))
+
+
+def _rate_limited(wait: float, message: str) -> PlatformError:
+    wait = max(int(wait + 0.999), 1)
+    return PlatformError("rate_limited", message, {"retry_after_seconds": wait}, headers={"Retry-After": str(wait)})
 
 
 def authenticate(session: Session, email: str, password: str, client_ip: str) -> User:
@@ -69,16 +139,30 @@ def authenticate(session: Session, email: str, password: str, client_ip: str) ->
 
     Raises 401 ``invalid_credentials`` for every kind of failure (unknown email, wrong password,
     disabled account, malformed input) after the same bcrypt work, and 429 ``rate_limited`` (with
-    ``Retry-After``) after too many failures for the account or from the IP within the window.
+    ``Retry-After``):
+
+    * per address (IPv4 address or IPv6 /64): past ``MEWDEX_LOGIN_MAX_FAILURES_PER_IP`` failures
+      in the window, everything from it waits (checked before the password);
+    * per account: past ``MEWDEX_LOGIN_MAX_FAILURES_PER_ACCOUNT`` failures the account is *slowed*,
+      not locked: addresses it never signed in from wait a doubling delay between attempts, while
+      an address it signed in from before goes straight to the password check — a password spray
+      from elsewhere cannot lock the owner out.
+
+    The counters live in ``login_failures`` (shared by every API process); failures are logged.
     """
     settings = get_settings()
     window = settings.login_failure_window_seconds
-    account_key, ip_key = f"account:{email.strip().lower()[:320]}", f"ip:{client_ip}"
-    wait = max(limiter.retry_after(account_key, settings.login_max_failures_per_account, window),
-               limiter.retry_after(ip_key, settings.login_max_failures_per_ip, window))
-    if wait:
-        raise PlatformError(429, "rate_limited", "too many failed sign-ins; try again later",
-                            {"retry_after_seconds": int(wait)}, headers={"Retry-After": str(int(wait))})
+    account = email.strip().lower()[:320]
+    bucket = ip_bucket(client_ip)
+    account_key, ip_key, known_key = f"account:{account}", f"ip:{bucket}", f"known:{account}:{bucket}"
+    ip_failures, _ = _failures(session, ip_key, window)
+    if ip_failures >= settings.login_max_failures_per_ip:
+        raise _rate_limited(window / 4, "too many failed sign-ins from this address; try again later")
+    account_failures, since_last = _failures(session, account_key, window)
+    known = session.get(LoginFailure, known_key) is not None
+    backoff = _backoff_seconds(account_failures, settings.login_max_failures_per_account)
+    if backoff and not known and since_last < backoff:
+        raise _rate_limited(backoff - since_last, "too many failed sign-ins for this account; try again shortly")
     try:
         candidate = users.password_bytes(password)
     except PlatformError:
@@ -89,10 +173,13 @@ def authenticate(session: Session, email: str, password: str, client_ip: str) ->
         user = users.find_by_email(session, email) if "\x00" not in email else None
     ok = users.check_password(user.password_hash if user else None, candidate)
     if not ok or user is None or user.disabled:
-        limiter.fail(account_key, window)
-        limiter.fail(ip_key, window)
+        _record_failure([account_key, ip_key], window)
+        log.warning("failed sign-in for account %s… from %s (%d failures on the account)",
+                    hashlib.sha256(account.encode()).hexdigest()[:12], bucket, account_failures + 1)
         raise INVALID
-    limiter.clear(account_key)
+    session.execute(delete(LoginFailure).where(LoginFailure.key == account_key))
+    session.execute(insert(LoginFailure).values(key=known_key, failures=0).on_conflict_do_update(
+        index_elements=["key"], set_={"last_failure_at": func.now()}))
     return user
 
 
@@ -111,14 +198,22 @@ def start_session(session: Session, user: User) -> tuple[str, str]:
 
 
 def resolve_session(session: Session, value: str) -> tuple[UserSession, User] | None:
-    """The live session and its enabled user for a cookie value, else None."""
+    """The live session and its enabled user for a cookie value, else None (expired, or idle for
+    longer than ``MEWDEX_SESSION_IDLE_MINUTES``)."""
     if not value or len(value) > 256:
         return None
+    now = utcnow()
+    idle = timedelta(minutes=get_settings().session_idle_minutes)
     row = session.execute(
         select(UserSession, User).join(User, User.user_id == UserSession.user_id).where(
-            UserSession.session_hash == _digest(value), UserSession.expires_at > utcnow(), User.disabled.is_(False))
+            UserSession.session_hash == _digest(value), UserSession.expires_at > now,
+            UserSession.last_seen_at > now - idle, User.disabled.is_(False))
     ).first()
-    return None if row is None else (row[0], row[1])
+    if row is None:
+        return None
+    if row[0].last_seen_at < now - timedelta(minutes=1):  # one write a minute at most
+        row[0].last_seen_at = now
+    return row[0], row[1]
 
 
 def end_session(session: Session, value: str) -> None:

@@ -16,9 +16,12 @@ from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext, User
+from mewdex.dto.users import User as UserDto
 from mewdex.library.scopes import default_scope, ensure_scope
 from mewdex.platform.errors import PlatformError, clean_text
 from mewdex.platform.instance import get_setting
+from mewdex.platform.owners import user_for_scope
+from mewdex.platform.quotas import rescan_user
 
 MIN_PASSWORD_BYTES = 8
 MAX_PASSWORD_BYTES = 72  # bcrypt reads at most 72 bytes; longer would be silently truncated
@@ -31,16 +34,16 @@ def password_bytes(password: str) -> bytes:
     """The password as UTF-8, checked: 422 ``password_too_short`` (< 8 bytes), ``password_too_long``
     (> 72 bytes, counted in UTF-8 bytes), ``password_invalid`` (NUL or a lone surrogate)."""
     if "\x00" in password:
-        raise PlatformError(422, "password_invalid", "the password holds a NUL character")
+        raise PlatformError("password_invalid", "the password holds a NUL character")
     try:
         data = password.encode("utf-8")
     except UnicodeEncodeError:
-        raise PlatformError(422, "password_invalid", "the password is not valid Unicode") from None
+        raise PlatformError("password_invalid", "the password is not valid Unicode") from None
     if len(data) > MAX_PASSWORD_BYTES:
-        raise PlatformError(422, "password_too_long", f"the password is over {MAX_PASSWORD_BYTES} bytes (UTF-8)",
+        raise PlatformError("password_too_long", f"the password is over {MAX_PASSWORD_BYTES} bytes (UTF-8)",
                             {"max_bytes": MAX_PASSWORD_BYTES, "bytes": len(data)})
     if len(data) < MIN_PASSWORD_BYTES:
-        raise PlatformError(422, "password_too_short", f"the password is under {MIN_PASSWORD_BYTES} bytes",
+        raise PlatformError("password_too_short", f"the password is under {MIN_PASSWORD_BYTES} bytes",
                             {"min_bytes": MIN_PASSWORD_BYTES})
     return data
 
@@ -71,7 +74,7 @@ def normalize_email(email: str) -> str:
     """Stripped email; 422 ``email_invalid`` unless it looks like ``local@domain.tld``."""
     email = clean_text(email, "email", max_chars=MAX_EMAIL_CHARS)
     if not EMAIL_RE.match(email):
-        raise PlatformError(422, "email_invalid", "the email address is not valid")
+        raise PlatformError("email_invalid", "the email address is not valid")
     return email
 
 
@@ -87,43 +90,56 @@ def any_users(session: Session) -> bool:
     return session.execute(select(exists().where(User.user_id.isnot(None)))).scalar_one()
 
 
-def user_for_scope(session: Session, scope_id: str) -> User | None:
-    return session.execute(select(User).where(User.scope_id == scope_id)).scalar_one_or_none()
+def signup_enabled(session: Session) -> bool:
+    """Whether anyone may sign up (``platform_settings.signup_enabled``; off unless the admin opens it)."""
+    return bool(get_setting(session, "signup_enabled", False))
 
 
 def create_user(session: Session, email: str, password: str, *, name: str | None = None,
-                role: str | None = None, check_signup: bool = False, first_may_sign_up: bool = True) -> User:
+                role: str | None = None, check_signup: bool = False, setup_code: str | None = None) -> User:
     """A new account with its personal scope.
 
-    ``role`` None: admin for the installation's first account, else user. ``check_signup``: refuse
-    with 403 ``signup_disabled`` when the admin turned sign-up off. ``first_may_sign_up`` False: the
-    first account (the admin) cannot come from a sign-up (403 ``admin_required``; a server on a
-    public address must not hand its library to whoever signs up first). Errors: 422
-    (email/password/name), 409 ``email_taken``.
+    ``role`` None: admin for the installation's first account, else user. ``check_signup`` (a web
+    sign-up): the first account (the admin) needs the one-time setup code ``mewdex serve`` printed
+    (``setup_code``; 403 ``admin_required`` without it: whoever reaches the server first must not
+    get its library); later accounts need sign-up opened by the admin (403 ``signup_disabled``,
+    checked before any password hashing). Errors: 422 (email/password/name), 409 ``signup_failed``
+    (the email cannot be used; the answer does not say whether an account has it).
     """
+    from mewdex.platform import setup
+
     email = normalize_email(email)
+    if check_signup and any_users(session) and not signup_enabled(session):
+        raise PlatformError("signup_disabled", "sign-up is turned off on this server; ask the admin")
     pw_hash = hash_password(password)
     name = clean_text(name, "name", max_chars=MAX_NAME_CHARS) or None if name is not None else None
     # Serialise account creation so "first account = admin" and "first owns the default scope" hold.
     session.execute(select(func.pg_advisory_xact_lock(0x6D657764_0001)))
-    if check_signup and not get_setting(session, "signup_enabled", True):
-        raise PlatformError(403, "signup_disabled", "sign-up is turned off on this server; ask the admin")
-    if check_signup and not first_may_sign_up and not any_users(session):
-        raise PlatformError(403, "admin_required", "this server has no admin yet: create it on the server with "
-                                                   "`mewdex user create EMAIL --admin`")
+    if check_signup and not any_users(session):
+        if not setup.consume_setup_code(session, setup_code):
+            raise PlatformError("admin_required", "this server has no admin yet: create it on the server with "
+                                                       "`mewdex user create EMAIL --admin`, or sign up with the "
+                                                       "setup code `mewdex serve` printed")
+    elif check_signup and not signup_enabled(session):
+        raise PlatformError("signup_disabled", "sign-up is turned off on this server; ask the admin")
     if find_by_email(session, email) is not None:
-        raise PlatformError(409, "email_taken", "an account with this email exists")
+        if check_signup:
+            raise PlatformError("signup_failed", "this email cannot be used to sign up; sign in instead")
+        raise PlatformError("email_taken", "an account with this email exists")
     first = not any_users(session)
     scope = default_scope() if first and user_for_scope(session, default_scope().scope_id) is None else (
         ScopeContext(f"u-{uuid.uuid4().hex}"))
     ensure_scope(session, scope)
     user = User(email=email, password_hash=pw_hash, name=name, role=role or ("admin" if first else "user"),
                 scope_id=scope.scope_id)
+    if check_signup and not first:  # a stranger who signed up gets finite limits until the admin says more
+        settings = get_settings()
+        user.quota_storage_bytes = settings.signup_quota_storage_bytes
+        user.quota_memes = settings.signup_quota_memes
     session.add(user)
     session.flush()
-    from mewdex.platform.quotas import rescan_user  # the default scope may already hold memes
 
-    rescan_user(session, user)
+    rescan_user(session, user)  # the default scope may already hold memes
     return user
 
 
@@ -135,18 +151,28 @@ def change_password(session: Session, user: User, current: str, new: str) -> Non
     except PlatformError:
         candidate = b""
     if not candidate or not check_password(user.password_hash, candidate):
-        raise PlatformError(401, "invalid_credentials", "the current password is wrong")
-    user.password_hash = hash_password(new)
+        raise PlatformError("invalid_credentials", "the current password is wrong")
+    set_password(session, user, new)
 
 
 def set_password(session: Session, user: User, new: str) -> None:
+    """The new password; the user's API tokens are revoked and signed links die (the auth epoch moves)."""
+    from mewdex.platform.tokens import revoke_all
+
     user.password_hash = hash_password(new)
+    bump_epoch(user)
+    revoke_all(session, user)
+
+
+def bump_epoch(user: User) -> None:
+    """Invalidate the user's signed media links (they carry the epoch they were made in)."""
+    user.auth_epoch = (user.auth_epoch or 0) + 1
 
 
 def set_role(session: Session, user: User, role: str) -> None:
     """422 ``role_invalid``; 409 ``last_admin`` when this would leave no enabled admin."""
     if role not in ("user", "admin"):
-        raise PlatformError(422, "role_invalid", "role must be user or admin")
+        raise PlatformError("role_invalid", "role must be user or admin")
     if user.role == "admin" and role != "admin":
         _keep_an_admin(session, user)
     user.role = role
@@ -160,6 +186,7 @@ def set_disabled(session: Session, user: User, disabled: bool) -> None:
         _keep_an_admin(session, user)
     user.disabled = disabled
     if disabled:
+        bump_epoch(user)
         session.execute(UserSession.__table__.delete().where(UserSession.user_id == user.user_id))
 
 
@@ -169,20 +196,20 @@ def _keep_an_admin(session: Session, user: User) -> None:
             User.role == "admin", User.disabled.is_(False), User.user_id != user.user_id)
     ).scalar_one()
     if others == 0:
-        raise PlatformError(409, "last_admin", "this is the last enabled admin")
+        raise PlatformError("last_admin", "this is the last enabled admin")
 
 
 def user_dict(user: User) -> dict:
-    """``{"id", "email", "name", "role", "disabled", "scope_id", "created_at"}``."""
-    return {
-        "id": str(user.user_id),
-        "email": user.email,
-        "name": user.name,
-        "role": user.role,
-        "disabled": user.disabled,
-        "scope_id": user.scope_id,
-        "created_at": user.created_at.isoformat() if user.created_at else None,
-    }
+    """``{"id", "email", "name", "role", "disabled", "scope_id", "created_at"}`` (:class:`mewdex.dto.users.User`)."""
+    return UserDto(
+        id=str(user.user_id),
+        email=user.email,
+        name=user.name,
+        role=user.role,
+        disabled=user.disabled,
+        scope_id=user.scope_id,
+        created_at=user.created_at.isoformat() if user.created_at else None,
+    ).model_dump()
 
 
 def list_users(session: Session) -> list[User]:

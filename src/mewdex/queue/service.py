@@ -4,8 +4,6 @@ the caller's :class:`ScopeContext`; another scope's task is :class:`TaskNotFound
 
 from __future__ import annotations
 
-import base64
-import json
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +19,10 @@ from mewdex.db.models import (
     TaskBatchItem,
     utcnow,
 )
+from mewdex.dto.cursor import CursorInvalid, decode_cursor, encode_cursor
+from mewdex.dto.errors import DomainError
+from mewdex.dto.tasks import Batch as BatchDto
+from mewdex.dto.tasks import Task as TaskDto
 from mewdex.queue import backpressure, batches, registry
 from mewdex.queue import tasks as queue
 
@@ -28,26 +30,25 @@ TASK_STATUSES = ("queued", "running", "succeeded", "failed")
 MAX_PAGE = 200
 
 
-class TaskNotFound(Exception):
-    code = "not_found"
+class TaskNotFound(DomainError):
+    """``not_found``: no such task/batch/job in the scope."""
+
+    def __init__(self, message: str):
+        super().__init__("not_found", message)
 
 
-class TaskConflict(Exception):
+class TaskConflict(DomainError):
     """The task is not in a state that allows the operation; ``code`` says which."""
 
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
 
-
-class BadCursor(Exception):
-    code = "invalid_cursor"
+BadCursor = CursorInvalid  # the one cursor error (422 ``invalid_cursor``)
 
 
 def task_dict(task: Task, *, batch_id: str | None = None) -> dict[str, Any]:
-    """The public shape of a task (no ``analysis_policy``, no payload internals beyond the payload itself)."""
+    """The public shape of a task (:class:`mewdex.dto.tasks.Task`: no ``analysis_policy``, no payload
+    internals beyond the payload itself)."""
     parked = task.status == "queued" and task.available_at >= queue.PARKED_AT
-    return {
+    return TaskDto(**{
         "id": task.id,
         "type": task.task_type,
         "status": task.status,
@@ -72,7 +73,7 @@ def task_dict(task: Task, *, batch_id: str | None = None) -> dict[str, Any]:
         "created_at": task.created_at.isoformat(),
         "started_at": task.started_at.isoformat() if task.started_at else None,
         "completed_at": task.completed_at.isoformat() if task.completed_at else None,
-    }
+    }).model_dump()
 
 
 def attempt_dict(a: ImageProcessingAttempt) -> dict[str, Any]:
@@ -98,16 +99,12 @@ def attempt_dict(a: ImageProcessingAttempt) -> dict[str, Any]:
 
 
 def _encode_cursor(task: Task) -> str:
-    raw = json.dumps([task.created_at.isoformat(), task.id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return encode_cursor([task.created_at, task.id])
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        created, task_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        return datetime.fromisoformat(created), str(task_id)
-    except Exception:
-        raise BadCursor("the cursor is not valid") from None
+    created, task_id = decode_cursor(cursor, (datetime, str))
+    return created, task_id
 
 
 def list_tasks(session: Session, scope: ScopeContext, *, status: str | None = None, task_type: str | None = None,
@@ -260,15 +257,15 @@ def batch_detail(session: Session, scope: ScopeContext, batch_id: str) -> dict[s
     ).scalar_one_or_none()
     if batch is None:
         raise TaskNotFound(f"batch {batch_id} not found")
-    return {
-        "id": batch.batch_id,
-        "state": batch.finalizer_state,
-        "sealed": batch.sealed,
-        "created_at": batch.created_at.isoformat(),
-        "finalized_at": batch.finalized_at.isoformat() if batch.finalized_at else None,
-        "summary": batch.summary,
-        "progress": batches.summary(session, scope.scope_id, batch_id),
-    }
+    return BatchDto(
+        id=batch.batch_id,
+        state=batch.finalizer_state,
+        sealed=batch.sealed,
+        created_at=batch.created_at.isoformat(),
+        finalized_at=batch.finalized_at.isoformat() if batch.finalized_at else None,
+        summary=batch.summary,
+        progress=batches.summary(session, scope.scope_id, batch_id),
+    ).model_dump()
 
 
 def queue_depth(session: Session) -> dict[str, dict[str, int]]:

@@ -169,7 +169,9 @@ class Worker:
                 return
             except Exception as exc:  # a handler bug: recorded and retried, never fatal to the worker
                 log.exception("task %s (%s) crashed", claim.task_id, claim.task_type)
-                error = registry.TaskError("task_crashed", f"{type(exc).__name__}: {exc}")
+                # Stored and shown to users: the kind only (exception text can hold paths or SQL); details in the log.
+                error = registry.TaskError("task_crashed", f"the task failed unexpectedly ({type(exc).__name__}); "
+                                                           "the server log has the details")
         if error is None:
             self._pending = (claim, result)
             if self.stop_event.is_set():
@@ -213,7 +215,8 @@ class Worker:
                 output, error = None, exc
             except Exception as exc:  # a handler bug: recorded and retried, never fatal to the worker
                 log.exception("stage %s crashed on task %s", claim.image_stage, claim.task_id)
-                output, error = None, StageError("stage_crashed", f"{type(exc).__name__}: {exc}")
+                output, error = None, StageError("stage_crashed", f"the stage failed unexpectedly "
+                                                                  f"({type(exc).__name__}); the server log has the details")
         try:
             with self.sessions.begin() as session:
                 if error is not None:

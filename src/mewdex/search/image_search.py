@@ -16,8 +16,11 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, MemeVisualEmbedding, ScopeContext
+from mewdex.dto.search import SearchFilters
+from mewdex.library.listing import meme_brief
 from mewdex.pipeline import visual
-from mewdex.search.service import SearchResponse, _hydrate
+from mewdex.search.service import SearchResponse, hydrate
+from mewdex.search.vector import nearest_images
 
 
 class MemeNotEmbedded(Exception):
@@ -26,19 +29,24 @@ class MemeNotEmbedded(Exception):
 
 def _response(session: Session, scope: ScopeContext, hits: list[tuple[UUID, float]], started: float) -> SearchResponse:
     scores = {m: c for m, c in hits}
-    return SearchResponse(results=_hydrate(session, scope, [m for m, _ in hits], scores),
+    return SearchResponse(results=hydrate(session, scope, [m for m, _ in hits], scores),
                           took_ms=(time.perf_counter() - started) * 1000, legs={"visual": len(hits)})
 
 
 def search_by_vector(session: Session, scope: ScopeContext, vector: np.ndarray, n_results: int = 10,
-                     *, exclude=None, started: float | None = None) -> SearchResponse:
+                     *, exclude=None, started: float | None = None, filters: SearchFilters | None = None,
+                     offset: int = 0) -> SearchResponse:
+    """Memes nearest to the visual embedding ``vector``, narrowed by ``filters`` inside the HNSW query."""
     started = time.perf_counter() if started is None else started
-    hits = visual.nearest_visual(session, scope.scope_id, vector, n_results, exclude=exclude)
+    filters = None if filters is None or filters.empty else filters
+    hits = nearest_images(session, scope.scope_id, vector, offset + n_results, model=visual.MODEL_ID,
+                          preprocess_version=visual.PREPROCESS_VERSION, exclude=exclude, filters=filters)[offset:]
     return _response(session, scope, hits, started)
 
 
 def search_by_image(session: Session, scope: ScopeContext, data: bytes, n_results: int = 10,
-                    *, max_pixels: int | None = None, model: visual.VisualModel | None = None) -> SearchResponse:
+                    *, max_pixels: int | None = None, model: visual.VisualModel | None = None,
+                    filters: SearchFilters | None = None, offset: int = 0) -> SearchResponse:
     """Memes of the scope that look most like the image ``data``.
 
     Raises:
@@ -47,7 +55,7 @@ def search_by_image(session: Session, scope: ScopeContext, data: bytes, n_result
     """
     started = time.perf_counter()
     vector = (model or visual.visual_model()).embed_bytes(data, max_pixels=max_pixels).vector
-    return search_by_vector(session, scope, vector, n_results, started=started)
+    return search_by_vector(session, scope, vector, n_results, started=started, filters=filters, offset=offset)
 
 
 def meme_vector(session: Session, scope_id: str, meme_id) -> np.ndarray | None:
@@ -103,8 +111,7 @@ def similar_cli(target: str, n_results: int = 10, *, scope: ScopeContext | None 
 
 
 def _meme_brief(m: Meme) -> dict[str, Any]:
-    return {"id": str(m.id), "display_name": m.display_name, "sha256": m.sha256, "media_url": f"/media/{m.id}",
-            "thumbnail_url": f"/media/{m.id}/thumbnail", "created_at": m.created_at.isoformat()}
+    return meme_brief(m).model_dump()
 
 
 def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[str, Any]]:

@@ -13,6 +13,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import MemeSearchDocument, MemeSearchTerm, utcnow
+from mewdex.dto.search import SearchFilters
+from mewdex.library.listing import exists_sql
 from mewdex.search.text import fold, has_han, tokenize
 
 # Term frequency multipliers per context field (measured by bench/lab_text_recipe.py).
@@ -70,7 +72,7 @@ def index_document(session: Session, scope_id: str, meme_id: UUID, metadata_hash
         )
 
 
-_BM25_SQL = text(
+_BM25_SQL = (
     """
     WITH stats AS (
         SELECT count(*)::float AS n, greatest(avg(term_count), 1.0) AS avgdl
@@ -87,7 +89,7 @@ _BM25_SQL = text(
     JOIN df ON df.term = p.term
     JOIN meme_search_documents d ON d.scope_id = p.scope_id AND d.meme_id = p.meme_id
     CROSS JOIN stats
-    WHERE p.scope_id = :scope AND p.term = ANY(:terms)
+    WHERE p.scope_id = :scope AND p.term = ANY(:terms){filters}
     GROUP BY p.meme_id
     ORDER BY score DESC, p.meme_id
     LIMIT :limit
@@ -100,28 +102,37 @@ def phrase_worthy(folded: str) -> bool:
     return han >= 2 or len(folded) - han >= 4
 
 
-_PHRASE_SQL = text(
+_PHRASE_SQL = (
     """
     SELECT meme_id FROM meme_search_documents
-    WHERE scope_id = :scope AND folded_text LIKE :pattern ESCAPE '\\'
+    WHERE scope_id = :scope AND folded_text LIKE :pattern ESCAPE '\\'{filters}
     ORDER BY length(folded_text), meme_id
     LIMIT :limit
     """
 )
 
 
-def search(session: Session, scope_id: str, query: str, limit: int) -> list[KeywordHit]:
-    """Keyword hits for ``query`` in the scope, best first: exact-phrase hits, then by BM25 score."""
+def search(session: Session, scope_id: str, query: str, limit: int,
+           filters: SearchFilters | None = None) -> list[KeywordHit]:
+    """Keyword hits for ``query`` in the scope, best first: exact-phrase hits, then by BM25 score.
+
+    ``filters`` narrow the memes inside both queries (BM25 statistics stay those of the whole scope,
+    so a kept meme scores as it would unfiltered)."""
     terms = sorted(set(tokenize(query)))
+    where, filter_params = exists_sql(filters, "p.meme_id")
     scores: dict[UUID, float] = {}
     if terms:
-        params = {"scope": scope_id, "terms": terms, "k1": BM25_K1, "b": BM25_B, "limit": limit}
-        scores = {row[0]: float(row[1]) for row in session.execute(_BM25_SQL, params)}
+        params = {"scope": scope_id, "terms": terms, "k1": BM25_K1, "b": BM25_B, "limit": limit, **filter_params}
+        scores = {row[0]: float(row[1])
+                  for row in session.execute(text(_BM25_SQL.format(filters=where)), params)}
     phrase = fold(query).strip()
     phrase_ids: list[UUID] = []
     if phrase_worthy(phrase):
         pattern = "%" + phrase.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        phrase_ids = list(session.execute(_PHRASE_SQL, {"scope": scope_id, "pattern": pattern, "limit": limit}).scalars())
+        where, filter_params = exists_sql(filters, "meme_search_documents.meme_id")
+        phrase_ids = list(session.execute(text(_PHRASE_SQL.format(filters=where)),
+                                          {"scope": scope_id, "pattern": pattern, "limit": limit,
+                                           **filter_params}).scalars())
     phrase_set = set(phrase_ids)
     hits = [KeywordHit(m, scores.get(m, 0.0), True) for m in phrase_ids]
     hits.sort(key=lambda h: -h.score)

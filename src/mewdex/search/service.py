@@ -12,6 +12,11 @@ from sqlalchemy.orm import Session
 
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Meme, ScopeContext
+from mewdex.dto.search import (
+    MAX_QUERY_CHARS as MAX_QUERY_CHARS,  # re-exported: the pages and the CLI check it
+)
+from mewdex.dto.search import SearchFilters, SearchHit, SearchResults
+from mewdex.library.listing import meme_ref
 from mewdex.pipeline import models
 from mewdex.pipeline.errors import BackendUnavailable
 from mewdex.search import generations, keyword, vector
@@ -22,50 +27,38 @@ CANDIDATES = 100
 # Measured on the dev queries (bench/lab_text_recipe.py): a small k and USE weighted up fuse best.
 RRF_K = 5.0
 LEG_WEIGHTS = {"keyword": 0.5, "e5": 1.0, "use": 2.0}
-MAX_QUERY_CHARS = 500
-
-
-@dataclass
-class SearchResult:
-    id: UUID
-    display_name: str
-    sha256: str
-    score: float
-    media_url: str
-    snippet: str
-
-    def as_dict(self) -> dict:
-        return {
-            "id": str(self.id),
-            "display_name": self.display_name,
-            "sha256": self.sha256,
-            "score": round(self.score, 6),
-            "media_url": self.media_url,
-            "snippet": self.snippet,
-        }
 
 
 @dataclass
 class SearchResponse:
-    results: list[SearchResult]
+    results: list[SearchHit]
     took_ms: float
     legs: dict[str, int] = field(default_factory=dict)
     degraded: list[str] = field(default_factory=list)
 
+    def to_dto(self) -> SearchResults:
+        return SearchResults(results=self.results, took_ms=round(self.took_ms, 1))
+
     def as_dict(self) -> dict:
-        return {"results": [r.as_dict() for r in self.results], "took_ms": round(self.took_ms, 1)}
+        """``{"results": [SearchHit], "took_ms"}`` (the JSON of ``POST /api/v1/search``)."""
+        return self.to_dto().model_dump()
 
 
 def search(session: Session, scope: ScopeContext, query: str, n_results: int = 10,
-           legs: tuple[str, ...] = LEGS) -> SearchResponse:
+           legs: tuple[str, ...] = LEGS, *, filters: SearchFilters | None = None, offset: int = 0) -> SearchResponse:
     """Search the scope for ``query`` (1–500 chars); ``legs`` picks the legs (default all, fused).
+
+    ``filters`` narrow every leg inside its SQL (so a kept meme ranks as it would among all, and
+    a filter never empties a page that has matches further down); ``offset`` skips that many of
+    the fused ranking (``offset + n_results`` ≤ :data:`CANDIDATES`).
 
     The legs run concurrently, each on its own connection. A vector leg whose embedding backend
     is unavailable is skipped (listed in ``degraded``); keyword search keeps working.
     """
     started = time.perf_counter()
     query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
-    futures = {leg: _LEG_POOL.submit(_run_leg, leg, scope.scope_id, query) for leg in legs}
+    filters = None if filters is None or filters.empty else filters
+    futures = {leg: _LEG_POOL.submit(_run_leg, leg, scope.scope_id, query, filters) for leg in legs}
     rankings: dict[str, list[UUID]] = {}
     degraded: list[str] = []
     phrase: set[UUID] = set()
@@ -79,8 +72,8 @@ def search(session: Session, scope: ScopeContext, query: str, n_results: int = 1
         phrase |= leg_phrase
     scores = rrf(rankings, k=RRF_K, weights=LEG_WEIGHTS)
     # Exact phrase matches rank first; among them, and among the rest, by fused score.
-    ordered = sorted(scores, key=lambda m: (m not in phrase, -scores[m]))[:n_results]
-    results = _hydrate(session, scope, ordered, scores)
+    ordered = sorted(scores, key=lambda m: (m not in phrase, -scores[m]))[offset:offset + n_results]
+    results = hydrate(session, scope, ordered, scores)
     return SearchResponse(
         results=results,
         took_ms=(time.perf_counter() - started) * 1000,
@@ -92,11 +85,12 @@ def search(session: Session, scope: ScopeContext, query: str, n_results: int = 1
 _LEG_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search-leg")
 
 
-def _run_leg(leg: str, scope_id: str, query: str) -> tuple[list[UUID], set[UUID]]:
+def _run_leg(leg: str, scope_id: str, query: str, filters: SearchFilters | None = None
+             ) -> tuple[list[UUID], set[UUID]]:
     """One leg's ranked meme ids and, for the keyword leg, the exact-phrase matches."""
     with get_sessionmaker().begin() as session:
         if leg == "keyword":
-            hits = keyword.search(session, scope_id, query, CANDIDATES)
+            hits = keyword.search(session, scope_id, query, CANDIDATES, filters)
             return [h.meme_id for h in hits], {h.meme_id for h in hits if h.phrase}
         # The active generation's own model embeds the query (while a new model's generation is
         # being built, the old one keeps serving).
@@ -108,10 +102,11 @@ def _run_leg(leg: str, scope_id: str, query: str) -> tuple[list[UUID], set[UUID]
             raise BackendUnavailable(f"the model of the active {leg} generation ({generation.model}) is not available",
                                      backend=leg)
         q = embedder.embed_query(query)
-        return [h.meme_id for h in vector.search(session, scope_id, leg, q, CANDIDATES)], set()
+        return [h.meme_id for h in vector.search(session, scope_id, leg, q, CANDIDATES, filters)], set()
 
 
-def _hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dict) -> list[SearchResult]:
+def hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dict) -> list[SearchHit]:
+    """``ids`` (in order) as search hits of the scope: the meme reference, ``score`` and an OCR ``snippet``."""
     if not ids:
         return []
     memes = {
@@ -119,14 +114,11 @@ def _hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dic
         for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()
     }
     return [
-        SearchResult(
-            id=m.id,
-            display_name=m.display_name,
-            sha256=m.sha256,
-            score=scores[m.id],
-            media_url=f"/media/{m.id}",
-            snippet=(m.meme_context.get("ocr_text") or "")[:200],
-        )
+        SearchHit(**meme_ref(m).model_dump(), score=round(scores[m.id], 6),
+                  snippet=(m.meme_context.get("ocr_text") or "")[:200])
         for m in (memes.get(i) for i in ids)
         if m is not None
     ]
+
+
+_hydrate = hydrate

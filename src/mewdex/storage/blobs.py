@@ -189,7 +189,7 @@ def _check_namespace(namespace: object) -> str:
 def _write_synced(path: Path, data: bytes | bytearray | memoryview | BinaryIO) -> str:
     """Write ``data`` to a new file, fsync it, and return the SHA-256 hex digest."""
     digest = hashlib.sha256()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)  # no access for other local users
     with os.fdopen(fd, "wb") as out:
         for chunk in _chunks(data):
             digest.update(chunk)
@@ -225,7 +225,7 @@ def _make_dirs(path: Path) -> None:
         current = current.parent
     for directory in reversed(missing):
         try:
-            directory.mkdir()
+            directory.mkdir(mode=0o750)
         except FileExistsError:
             continue  # created concurrently
         _fsync_dir(directory.parent)

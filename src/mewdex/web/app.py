@@ -21,7 +21,7 @@ from mewdex.search import generations
 from mewdex.search.text import tokenize
 from mewdex.queue.worker import start_workers
 from mewdex.storage import blob_store, journal
-from mewdex.web import errors, failures
+from mewdex.web import errors, failures, security
 from mewdex.web.guards import RequestGuards
 from mewdex.web.hygiene import JsonTextGuard
 from mewdex.web.routers import account_pages, admin, auth, collections, health, memes, pages, search, tasks, usage, visual
@@ -111,6 +111,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     failures.install(app)
     app.add_middleware(RequestGuards)
     app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
+    security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
     for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")

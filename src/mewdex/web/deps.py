@@ -1,7 +1,8 @@
 """Request dependencies: a database session, the authenticated principal and its scope.
 
 The scope comes ONLY from the principal (session cookie, ``Authorization: Bearer mdx_…`` token,
-a signed media URL, or — in single-user mode — the default local scope); never from a body or
+a signed media URL, or — in single-user mode, for requests from this machine only (see
+:mod:`mewdex.web.security`) — the default local scope); never from a body or
 query. Cookie-authenticated state-changing requests must echo the session's CSRF token in
 ``X-CSRF-Token`` (bearer-token requests are exempt: browsers never send them on their own).
 """
@@ -22,6 +23,7 @@ from mewdex.library.scopes import default_scope
 from mewdex.platform import media_urls, sessions, tokens
 from mewdex.platform.auth import Principal, auth_mode
 from mewdex.web.errors import ApiError
+from mewdex.web.security import is_local
 
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -45,24 +47,25 @@ def bind_host(request: Request) -> str:
 def current_principal(request: Request, session: Session = Depends(db_session)) -> Principal:
     """The caller; 401 ``auth_required`` / ``invalid_token`` / ``signature_invalid``, 403 ``csrf_failed``."""
     params = request.query_params
-    if request.url.path.startswith("/media/") and ("sig" in params or "exp" in params):
-        meme_id = request.path_params.get("meme_id", "")
-        if not media_urls.verify(session, request.url.path, params.get("exp"), params.get("sig")):
+    if request.url.path.startswith("/media/") and any(k in params for k in ("sig", "exp", "kid", "u")):
+        valid, link_user = media_urls.verify(session, request.url.path, params)
+        if not valid:
             raise ApiError(401, "signature_invalid", "the media link is invalid or has expired")
-        try:
-            scope_id = session.execute(select(Meme.scope_id).where(Meme.id == UUID(meme_id))).scalar_one_or_none()
-        except ValueError:
-            scope_id = None
-        if scope_id is None:
-            raise ApiError(404, "not_found", "meme not found")
-        return Principal(ScopeContext(scope_id), None, "signed_url")
+        scope = ScopeContext(link_user.scope_id) if link_user is not None else default_scope()
+        return Principal(scope, None, "signed_url")
     authorization = request.headers.get("authorization")
     if authorization is not None:
         scheme, _, value = authorization.partition(" ")
         found = tokens.resolve_token(session, value.strip()) if scheme.lower() == "bearer" else None
         if found is None:
-            raise ApiError(401, "invalid_token", "the API token is invalid or revoked")
-        return _user_principal(found[1], "token")
+            raise ApiError(401, "invalid_token", "the API token is invalid, expired or revoked")
+        principal = Principal(ScopeContext(found[1].scope_id), found[1], "token",
+                              token_scopes=frozenset(found[0].scopes or ()))
+        needed = "write" if request.method in STATE_CHANGING else "read"
+        if not principal.may(needed):
+            raise ApiError(403, "insufficient_scope", f"this API token lacks the {needed!r} scope",
+                           {"needed": needed})
+        return principal
     cookie = request.cookies.get(sessions.COOKIE_NAME)
     if cookie:
         found = sessions.resolve_session(session, cookie)
@@ -73,6 +76,8 @@ def current_principal(request: Request, session: Session = Depends(db_session)) 
                 raise ApiError(403, "csrf_failed", f"missing or wrong {sessions.CSRF_HEADER} header")
             return _user_principal(user, "session", cookie)
     if auth_mode(session, bind_host(request)) == "none":
+        if not is_local(request):  # a proxy, tunnel or another machine: never the local admin
+            raise ApiError(401, "auth_required", "no-login mode serves only this machine; sign in or send an API token")
         return Principal(default_scope(), None, "none")
     raise ApiError(401, "auth_required", "sign in or send an API token")
 
@@ -84,6 +89,15 @@ def _user_principal(user: User, via: str, session_value: str | None = None) -> P
 def current_scope(principal: Principal = Depends(current_principal)) -> ScopeContext:
     """The request's scope: the authenticated principal's (single-user mode: the local scope)."""
     return principal.scope
+
+
+def streaming_scope(request: Request) -> ScopeContext:
+    """:func:`current_scope` for routes that stream a request body (uploads, imports, search by
+    image): authenticated in a transaction of its own that ends before the route reads the body,
+    so no database connection is held while a slow client sends (the route opens its own
+    transactions afterwards)."""
+    with get_sessionmaker().begin() as session:
+        return current_principal(request, session).scope
 
 
 def current_user(principal: Principal = Depends(current_principal)) -> User:

@@ -8,32 +8,44 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
-from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from mewdex.platform.errors import PlatformError
+from mewdex.dto.errors import DomainError, ErrorBody, ErrorDetail, error_body  # noqa: F401 (re-exported)
 
 
-class ApiError(Exception):
+class ApiError(DomainError):
+    """An error the web layer itself raises (request shape, missing route targets) with its status."""
+
     def __init__(self, status: int, code: str, message: str, details: Any = None):
-        super().__init__(message)
-        self.status, self.code, self.message, self.details = status, code, message, details
+        super().__init__(code, message, details)
+        self.status = status
 
 
-def error_body(code: str, message: str, details: Any = None) -> dict:
-    return {"error": {"code": code, "message": message, "details": details}}
+# The one map from a domain error's code to the HTTP status the API answers with; codes not listed
+# are request faults (422).
+STATUS_BY_CODE: dict[str, int] = {
+    "not_found": 404,
+    "invalid_credentials": 401, "auth_required": 401, "invalid_token": 401, "signature_invalid": 401,
+    "admin_required": 403, "signup_disabled": 403, "csrf_failed": 403, "insufficient_scope": 403,
+    "host_not_allowed": 421,
+    "revision_conflict": 409, "operation_in_progress": 409, "collection_name_taken": 409, "email_taken": 409,
+    "signup_failed": 409,
+    "grant_not_acquired": 409, "last_admin": 409, "too_many_tokens": 409, "blob_missing": 409,
+    "task_not_retryable": 409, "task_not_cancellable": 409, "task_active": 409, "visual_not_ready": 409,
+    "no_accounts": 409,
+    "quota_exceeded": 413, "upload_too_large": 413, "package_too_large": 413, "entry_too_large": 413,
+    "compression_ratio_exceeded": 413, "too_many_items": 413, "image_too_large": 413, "too_many_entries": 413,
+    "request_too_large": 413,
+    "unsupported_media_type": 415,
+    "invalid_cursor": 422, "invalid_request": 422,
+    "rate_limited": 429, "queue_full": 429, "too_many_uploads": 429,
+    "backend_unavailable": 503,
+}
 
 
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-    details: Any = None
-
-
-class ErrorBody(BaseModel):
-    """The body of every error response."""
-
-    error: ErrorDetail
+def http_status(code: str) -> int:
+    """The HTTP status of a domain error code (:data:`STATUS_BY_CODE`; 422 when not listed)."""
+    return STATUS_BY_CODE.get(code, 422)
 
 
 def error_responses(*statuses: int) -> dict:
@@ -42,13 +54,23 @@ def error_responses(*statuses: int) -> dict:
 
 
 def install(app: FastAPI) -> None:
-    @app.exception_handler(PlatformError)
-    async def _platform_error(_request: Request, exc: PlatformError):
-        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status,
+    @app.exception_handler(DomainError)
+    async def _domain_error(request: Request, exc: DomainError):
+        if isinstance(exc, ApiError):
+            return _api_error(request, exc)
+        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=http_status(exc.code),
                             headers=exc.headers)
 
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError):
+    from mewdex.library.packages import (
+        PackageError,  # not a DomainError yet (library/packages.py is being split)
+    )
+
+    @app.exception_handler(PackageError)
+    async def _package_error(_request: Request, exc: PackageError):
+        return JSONResponse(error_body(exc.code, exc.message, exc.details),
+                            status_code=STATUS_BY_CODE.get(exc.code, exc.status))
+
+    def _api_error(request: Request, exc: ApiError):
         if (exc.code == "auth_required" and request.method == "GET"
                 and "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/api/")):
             # A browser opening a page without a session: the sign-in page, then back here.

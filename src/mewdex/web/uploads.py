@@ -10,7 +10,7 @@ File parts are spooled (memory up to 1 MiB, then an anonymous temporary file tha
 when it is closed or the process dies), so no temporary file outlives the request. A full disk
 while spooling is 507 ``insufficient_storage``.
 
-Memory: the bytes of a file are read into memory only to add it, inside :func:`upload_slot`, which
+Memory: the bytes of a file are read into memory only to add it, inside :func:`memory_slot`, which
 bounds the file bytes held at once by all requests of the process to :data:`IN_FLIGHT_BYTES` (one
 larger file still proceeds alone); when the last slot is given back, freed memory is returned to the
 OS (``malloc_trim``), so the process shrinks back to its baseline after a burst.
@@ -22,8 +22,9 @@ import ctypes
 import hashlib
 import tempfile
 import threading
+import unicodedata
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -31,6 +32,7 @@ from fastapi import Request
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
+from mewdex.config import get_settings
 from mewdex.storage.blobs import is_disk_full
 from mewdex.web.errors import ApiError
 
@@ -38,6 +40,26 @@ SPOOL_BYTES = 1024 * 1024
 IN_FLIGHT_BYTES = 32 * 1024 * 1024
 MAX_FIELD_BYTES = 4096
 MAX_FIELDS = 32
+
+
+_in_flight: dict[str, int] = {}  # streamed uploads per scope in this process (one event loop)
+
+
+@asynccontextmanager
+async def upload_slot(scope_id: str):
+    """One of the scope's ``MEWDEX_MAX_CONCURRENT_UPLOADS`` slots while a body streams in; 429
+    ``too_many_uploads`` (``Retry-After: 1``) when all are taken."""
+    limit = get_settings().max_concurrent_uploads
+    if _in_flight.get(scope_id, 0) >= limit:
+        raise ApiError(429, "too_many_uploads", f"at most {limit} uploads at once per user; try again shortly",
+                       {"limit": limit})
+    _in_flight[scope_id] = _in_flight.get(scope_id, 0) + 1
+    try:
+        yield
+    finally:
+        _in_flight[scope_id] -= 1
+        if not _in_flight[scope_id]:
+            del _in_flight[scope_id]
 
 
 @dataclass
@@ -62,8 +84,8 @@ class UploadedFile:
         return digest.digest()
 
 
-class _InFlight:
-    """File bytes held in memory by uploads of this process, bounded (see :func:`upload_slot`)."""
+class _MemoryBudget:
+    """File bytes held in memory by uploads of this process, bounded (see :func:`memory_slot`)."""
 
     def __init__(self, limit: int):
         self.limit, self.used, self.holders = limit, 0, 0
@@ -95,21 +117,23 @@ def _trim_heap() -> None:
         pass
 
 
-_in_flight = _InFlight(IN_FLIGHT_BYTES)
+_memory = _MemoryBudget(IN_FLIGHT_BYTES)
 
 
-def upload_slot(size: int):
+def memory_slot(size: int):
     """Context manager: wait until ``size`` more bytes of uploaded files may be held in memory by this
     process (or none are), hold them while the block runs; the bytes are read inside the block."""
-    return _in_flight.slot(size)
+    return _memory.slot(size)
 
 
 @dataclass
 class UploadForm:
-    """The parsed form: file parts (of field ``files_field``) in order, and small text fields."""
+    """The parsed form: file parts (of field ``files_field``) in order, and small text fields
+    (``fields``: the last value per name; ``values``: every value per name, in order)."""
 
     files: list[UploadedFile] = field(default_factory=list)
     fields: dict[str, str] = field(default_factory=dict)
+    values: dict[str, list[str]] = field(default_factory=dict)
 
     def close(self) -> None:
         for f in self.files:
@@ -171,14 +195,15 @@ class _Collector:
                                {"max_files": self.max_files})
             content_type = self.headers.get("content-type")
             self.current = UploadedFile(
-                filename=(filename or b"").decode("utf-8", "replace"),
+                filename="".join(ch for ch in (filename or b"").decode("utf-8", "replace")
+                                 if unicodedata.category(ch) != "Cc"),  # no NUL/newline reaches a row or log
                 content_type=content_type.decode("latin-1") if content_type else None,
                 size=0,
                 file=tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES),
             )
             self.form.files.append(self.current)
         else:
-            if len(self.form.fields) >= MAX_FIELDS:
+            if sum(map(len, self.form.values.values())) >= MAX_FIELDS:
                 raise ApiError(422, "invalid_request", "too many form fields")
             self.field_name = name
 
@@ -195,7 +220,9 @@ class _Collector:
 
     def part_end(self) -> None:
         if self.field_name is not None:
-            self.form.fields[self.field_name] = self.field_value.decode("utf-8", "replace")
+            value = self.field_value.decode("utf-8", "replace")
+            self.form.fields[self.field_name] = value
+            self.form.values.setdefault(self.field_name, []).append(value)
         self.current, self.field_name = None, None
 
     def end(self) -> None:
@@ -251,3 +278,24 @@ async def read_upload(request: Request, *, max_file_bytes: int, max_request_byte
         form.close()
         raise
     return form
+
+
+# OpenAPI of a search-by-image body (the routes read it themselves, after authentication).
+QUERY_IMAGE_OPENAPI = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file"],
+    "properties": {"file": {"type": "string", "format": "binary"}, "n_results": {"type": "integer", "default": 10},
+                   "collection": {"type": "string"}, "animated": {"type": "boolean"}}}}}}}
+
+
+async def read_query_image(request: Request, *, max_bytes: int) -> tuple[bytes, str, dict[str, list[str]]]:
+    """The image of a search by image (multipart field ``file``, ≤ ``max_bytes``) with its file name
+    and the small text fields (every value per name), through :func:`read_upload` (bounded while streaming, nothing left on
+    disk). Errors as :func:`read_upload`; 422 ``invalid_request`` without a ``file`` part."""
+    form = await read_upload(request, max_file_bytes=max_bytes, max_request_bytes=max_bytes + SPOOL_BYTES,
+                             max_files=1, files_field="file")
+    try:
+        if not form.files:
+            raise ApiError(422, "invalid_request", "the multipart field 'file' (the image) is missing")
+        return form.files[0].read(), form.files[0].filename, form.values
+    finally:
+        form.close()

@@ -10,19 +10,19 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Select, and_, exists, func, select, text
+from sqlalchemy import Select, and_, func, not_, select
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import (
     ImageProcessingAttempt,
-    ImageProcessingJob,
-    ImageProcessingStage,
     Meme,
     MemeCollection,
     MemeCollectionItem,
     ScopeContext,
     Task,
 )
+from mewdex.dto.search import SearchFilters
+from mewdex.library import listing
 from mewdex.queue.worker import LANES
 
 BADGE_STAGES = ("visual", "agent", "text_embedding")
@@ -36,10 +36,6 @@ SORTS = {
 TASK_STATUSES = ("queued", "running", "succeeded", "failed")
 TASK_PAGE = 100
 
-_LATEST_JOB = text(
-    "SELECT DISTINCT ON (meme_id) meme_id, id FROM image_processing_jobs "
-    "WHERE scope_id = :scope AND meme_id = ANY(:ids) ORDER BY meme_id, created_at DESC"
-)
 
 
 @dataclass
@@ -83,42 +79,12 @@ def cards(session: Session, scope: ScopeContext, memes: list[Meme], *, with_stag
 
 def stage_statuses(session: Session, scope: ScopeContext, meme_ids: list[UUID]) -> dict[UUID, dict[str, dict]]:
     """``{meme_id: {stage: {"status", "attempts", "error", "task_id"}}}`` of each meme's latest job (planned stages)."""
-    if not meme_ids:
-        return {}
-    latest = dict(session.execute(_LATEST_JOB, {"scope": scope.scope_id, "ids": list(meme_ids)}).all())
-    if not latest:
-        return {}
-    by_job = {job: meme for meme, job in latest.items()}
-    rows = session.execute(
-        select(ImageProcessingStage).where(
-            ImageProcessingStage.scope_id == scope.scope_id,
-            ImageProcessingStage.job_id.in_(list(by_job)),
-            ImageProcessingStage.planned,
-        )
-    ).scalars()
-    out: dict[UUID, dict[str, dict]] = {}
-    for stage in rows:
-        out.setdefault(by_job[stage.job_id], {})[stage.stage] = {
-            "status": stage.status, "attempts": stage.attempt_count, "error": stage.error, "task_id": stage.task_id,
-        }
-    return out
-
-
-def _latest_stage_filter(scope: ScopeContext, statuses: tuple[str, ...]):
-    """Memes whose latest job has a planned stage in one of ``statuses``."""
-    latest = (
-        select(ImageProcessingJob.id)
-        .where(ImageProcessingJob.scope_id == scope.scope_id, ImageProcessingJob.meme_id == Meme.id)
-        .order_by(ImageProcessingJob.created_at.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    return exists().where(
-        ImageProcessingStage.scope_id == scope.scope_id,
-        ImageProcessingStage.job_id == latest,
-        ImageProcessingStage.planned,
-        ImageProcessingStage.status.in_(statuses),
-    )
+    _jobs, stages = listing.latest_job_stages(session, scope.scope_id, list(meme_ids), planned_only=True)
+    return {
+        meme_id: {s.stage: {"status": s.status, "attempts": s.attempt_count, "error": s.error, "task_id": s.task_id}
+                  for s in rows}
+        for meme_id, rows in stages.items()
+    }
 
 
 @dataclass
@@ -134,18 +100,17 @@ def library_page(session: Session, scope: ScopeContext, *, name: str = "", state
                  animated: bool = False, sort: str = "newest", page: int = 1, per_page: int = 48) -> LibraryPage:
     """One page of the scope's memes, filtered by name substring (case-insensitive), processing state
     (``ready`` | ``processing`` | ``failed``), collection id and animated; sorted by ``SORTS``."""
-    query: Select = select(Meme).where(Meme.scope_id == scope.scope_id)
-    if name.strip():
-        escaped = name.strip().lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        query = query.where(func.lower(Meme.display_name).like(f"%{escaped}%", escape="\\"))
+    collection_id = parse_uuid(collection)
+    filters = SearchFilters(collection_ids=None if collection_id is None else [str(collection_id)],
+                            animated=True if animated else None)
+    query: Select = listing.filtered_memes(scope.scope_id, filters, name=name.strip() or None)
     if state == "failed":
-        query = query.where(_latest_stage_filter(scope, ("failed", "blocked", "unknown_execution")))
+        query = query.where(listing.latest_stage_sql(("failed", "blocked", "unknown_execution")))
     elif state == "processing":
-        query = query.where(_latest_stage_filter(scope, ("queued", "running")))
+        query = query.where(listing.latest_stage_sql(("queued", "running")))
     elif state == "ready":
-        query = query.where(~_latest_stage_filter(scope, ("failed", "blocked", "unknown_execution", "queued", "running")))
-    collection_id = _uuid(collection)
-    query = _filtered(query, scope, collection_id, animated)
+        query = query.where(not_(listing.latest_stage_sql(
+            ("failed", "blocked", "unknown_execution", "queued", "running"))))
     total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
     pages = max(1, -(-total // per_page))
     page = min(max(page, 1), pages)
@@ -153,18 +118,6 @@ def library_page(session: Session, scope: ScopeContext, *, name: str = "", state
         query.order_by(*SORTS.get(sort, SORTS["newest"])).offset((page - 1) * per_page).limit(per_page)
     ).scalars())
     return LibraryPage(cards(session, scope, memes), total, page, pages, per_page)
-
-
-def _filtered(query, scope: ScopeContext, collection_id: UUID | None, animated: bool):
-    """``query`` over memes, narrowed to members of the collection (when given) and to animated ones (when asked)."""
-    if collection_id is not None:
-        query = query.where(exists().where(
-            MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id,
-            MemeCollectionItem.meme_id == Meme.id,
-        ))
-    if animated:
-        query = query.where(Meme.extensions["image"]["animated"].as_boolean())
-    return query
 
 
 def meme_count(session: Session, scope: ScopeContext) -> int:
@@ -176,18 +129,6 @@ def memes_by_id(session: Session, scope: ScopeContext, ids: list[UUID]) -> dict[
         return {}
     return {m.id: m for m in session.execute(
         select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()}
-
-
-def filter_search_hits(session: Session, scope: ScopeContext, ids: list[UUID], *, collection: str = "",
-                       animated: bool = False) -> list[UUID]:
-    """``ids`` (in order) that are in the collection and/or animated."""
-    collection_id = _uuid(collection)
-    if not ids or (collection_id is None and not animated):
-        return ids
-    query = select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))
-    query = _filtered(query, scope, collection_id, animated)
-    keep = set(session.execute(query).scalars())
-    return [i for i in ids if i in keep]
 
 
 # ------------------------------------------------------------------ collections
@@ -301,7 +242,8 @@ def task(session: Session, scope: ScopeContext, task_id: str) -> tuple[Task, Mem
     return row, meme, attempts
 
 
-def _uuid(value: str) -> UUID | None:
+def parse_uuid(value: str) -> UUID | None:
+    """``value`` as a UUID; None when empty or not one (a page filter that names nothing filters nothing)."""
     try:
         return UUID(value) if value else None
     except ValueError:

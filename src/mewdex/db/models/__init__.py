@@ -23,6 +23,7 @@ from mewdex.db.models.pipeline import (
 )
 from mewdex.db.models.platform import (
     ApiToken,
+    LoginFailure,
     PlatformSetting,
     UsageEvent,
     User,

@@ -36,7 +36,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from mewdex.db.models.base import Base, created_at, utcnow
@@ -64,6 +64,8 @@ class User(Base):
     quota_memes: Mapped[int | None] = mapped_column(Integer)
     quota_analysis_cost_per_month: Mapped[Decimal | None] = mapped_column(Numeric(12, 6))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+    # Bumped by a password change/reset or disabling: signed links of older epochs stop working.
+    auth_epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default=text("0"))
 
     __table_args__ = (
         CheckConstraint("role IN ('user','admin')", name="ck_users_role"),
@@ -85,6 +87,8 @@ class UserSession(Base):
     csrf_token: Mapped[str] = mapped_column(String(64), nullable=False)
     created_at: Mapped[datetime] = created_at()
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow,
+                                                   server_default=func.now())
 
     __table_args__ = (Index("ix_user_sessions_user", "user_id"),)
 
@@ -101,11 +105,29 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = created_at()
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, default=lambda: ["read", "write"],
+                                              server_default=text("'{read,write}'::text[]"))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
         CheckConstraint("length(name) BETWEEN 1 AND 100", name="ck_api_tokens_name"),
+        CheckConstraint("scopes <@ ARRAY['read','write','admin']::text[] AND cardinality(scopes) > 0",
+                        name="ck_api_tokens_scopes"),
         Index("ix_api_tokens_user", "user_id"),
     )
+
+
+class LoginFailure(Base):
+    """Failed sign-ins of one key (``account:<email>`` or ``ip:<address or /64>``) in the current
+    window; every API process counts in this table (atomic upserts)."""
+
+    __tablename__ = "login_failures"
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, nullable=False)
+    window_started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False,
+                                                        server_default=func.now())
+    last_failure_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False,
+                                                      server_default=func.now())
 
 
 class UserDiskUsage(Base):

@@ -138,7 +138,8 @@ class MemeVisualEmbedding(Base):
             "dimensions > 0 AND vector_dims(embedding) = dimensions", name="ck_visual_embedding_dimensions"
         ),
         CheckConstraint("length(image_sha256) = 64", name="ck_visual_embedding_sha256"),
-        UniqueConstraint("scope_id", "meme_id", "model", "preprocess_version", name="uq_visual_embedding_identity"),
+        # The seed's uq_visual_embedding_identity repeated the primary key's columns; PostgreSQL folds
+        # a UNIQUE identical to the primary key into it at CREATE TABLE, so no database ever had it.
         Index("ix_visual_embeddings_match", "scope_id", "model", "preprocess_version", "meme_id"),
     )
 

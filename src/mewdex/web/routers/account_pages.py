@@ -29,7 +29,7 @@ def login_page(request: Request, next: str = "/", session: Session = Depends(db_
     found = sessions.resolve_session(session, request.cookies.get(sessions.COOKIE_NAME, ""))
     return render(request, "login.html", {
         "page": "login", "user": found[1] if found else None, "next": next,
-        "signup_enabled": bool(get_setting(session, "signup_enabled", True)),
+        "signup_enabled": users.signup_enabled(session), "first_admin": not users.any_users(session),
     })
 
 
@@ -37,5 +37,5 @@ def login_page(request: Request, next: str = "/", session: Session = Depends(db_
 def admin_page(request: Request, session: Session = Depends(db_session)):
     return render(request, "admin.html", {
         "page": "admin", "users": [admin_user_dict(session, u) for u in users.list_users(session)],
-        "signup_enabled": bool(get_setting(session, "signup_enabled", True)),
+        "signup_enabled": bool(get_setting(session, "signup_enabled", False)),
     })

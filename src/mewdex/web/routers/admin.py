@@ -19,6 +19,13 @@ from sqlalchemy.orm import Session
 
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import User
+from mewdex.dto.users import (
+    AdminUser,
+    AdminUserList,
+    InstanceSettings,
+    RescanResult,
+    UsageSummary,
+)
 from mewdex.platform import quotas, usage, users
 from mewdex.platform.auth import Principal
 from mewdex.platform.instance import get_setting, set_setting
@@ -55,13 +62,13 @@ def admin_user_dict(session: Session, user: User) -> dict:
     }
 
 
-@router.get("/users")
-def list_users(session: Session = Depends(db_session)) -> dict:
+@router.get("/users", response_model=AdminUserList)
+def list_users(session: Session = Depends(db_session)):
     return {"users": [admin_user_dict(session, u) for u in users.list_users(session)]}
 
 
-@router.patch("/users/{user_id}")
-def patch_user(user_id: str, body: UserPatch, session: Session = Depends(db_session)) -> dict:
+@router.patch("/users/{user_id}", response_model=AdminUser)
+def patch_user(user_id: str, body: UserPatch, session: Session = Depends(db_session)):
     """409 ``last_admin`` when the change would leave no enabled admin; 422 ``role_invalid``."""
     user = users.get_user(session, parse_id(user_id, "user"))
     if user is None:
@@ -83,27 +90,27 @@ def patch_user(user_id: str, body: UserPatch, session: Session = Depends(db_sess
     return admin_user_dict(session, user)
 
 
-@router.get("/usage")
+@router.get("/usage", response_model=UsageSummary)
 def all_usage(start: datetime | None = Query(None, alias="from"), end: datetime | None = Query(None, alias="to"),
               group_by: str = Query("day", pattern="^(day|kind|model_profile|user)$"),
-              session: Session = Depends(db_session)) -> dict:
+              session: Session = Depends(db_session)):
     """Every user's usage: the ``/api/v1/usage`` shape, ``group_by=user`` keys by user id."""
     start, end = time_range(start, end)
     return usage.summary(session, start=start, end=end, group_by=group_by)
 
 
-@router.get("/settings")
-def read_settings(session: Session = Depends(db_session)) -> dict:
-    return {"signup_enabled": bool(get_setting(session, "signup_enabled", True))}
+@router.get("/settings", response_model=InstanceSettings)
+def read_settings(session: Session = Depends(db_session)):
+    return {"signup_enabled": bool(get_setting(session, "signup_enabled", False))}
 
 
-@router.patch("/settings")
-def patch_settings(body: SettingsPatch, session: Session = Depends(db_session)) -> dict:
+@router.patch("/settings", response_model=InstanceSettings)
+def patch_settings(body: SettingsPatch, session: Session = Depends(db_session)):
     if body.signup_enabled is not None:
         set_setting(session, "signup_enabled", body.signup_enabled)
-    return {"signup_enabled": bool(get_setting(session, "signup_enabled", True))}
+    return {"signup_enabled": bool(get_setting(session, "signup_enabled", False))}
 
 
-@router.post("/disk-usage/rescan")
-def rescan(_principal: Principal = Depends(require_admin)) -> dict:
+@router.post("/disk-usage/rescan", response_model=RescanResult)
+def rescan(_principal: Principal = Depends(require_admin)):
     return {"corrected": quotas.rescan(get_sessionmaker())}

@@ -21,10 +21,18 @@ from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, ScopeContext, User
+from mewdex.dto.users import Me, NewToken, SignedIn, SignedUrl, TokenList
 from mewdex.platform import media_urls, quotas, sessions, tokens, usage, users
-from mewdex.platform.auth import Principal, auth_mode, is_loopback
-from mewdex.web.deps import bind_host, current_principal, current_scope, current_user, db_session, parse_id
+from mewdex.platform.auth import Principal, auth_mode
+from mewdex.web.deps import (
+    bind_host,
+    current_principal,
+    current_user,
+    db_session,
+    parse_id,
+)
 from mewdex.web.errors import ApiError, error_responses
+from mewdex.web.security import client_ip
 
 router = APIRouter(prefix="/api/v1", tags=["auth"], responses=error_responses(401, 403, 409, 422, 429))
 
@@ -33,6 +41,7 @@ class SignupRequest(BaseModel):
     email: str
     password: str
     name: str | None = None
+    setup_code: str | None = None
 
 
 class LoginRequest(BaseModel):
@@ -47,16 +56,18 @@ class PasswordRequest(BaseModel):
 
 class TokenRequest(BaseModel):
     name: str
+    scopes: list[str] | None = None  # read, write, admin (admins only); default read+write
+    expires_in_days: int | None = None  # 1..3650; default never
 
 
 def _client_ip(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+    return client_ip(request)
 
 
-def _sign_in(response: Response, session: Session, user: User) -> str:
+def _sign_in(request: Request, response: Response, session: Session, user: User) -> str:
     value, csrf = sessions.start_session(session, user)
     max_age = get_settings().session_days * 86400
-    secure = get_settings().session_cookie_secure
+    secure = get_settings().session_cookie_secure or request.url.scheme == "https"
     response.set_cookie(sessions.COOKIE_NAME, value, max_age=max_age, httponly=True, samesite="lax", secure=secure,
                         path="/")
     response.set_cookie(sessions.CSRF_COOKIE_NAME, csrf, max_age=max_age, httponly=False, samesite="lax",
@@ -64,26 +75,28 @@ def _sign_in(response: Response, session: Session, user: User) -> str:
     return csrf
 
 
-@router.post("/auth/signup", status_code=201)
-def signup(body: SignupRequest, request: Request, response: Response, session: Session = Depends(db_session)) -> dict:
-    """Create an account (the installation's first becomes admin) and sign it in. 403
-    ``signup_disabled``, ``admin_required`` (serving on a non-loopback address with no account yet:
-    the admin is created with ``mewdex user create --admin``); 409 ``email_taken``; 422
-    ``email_invalid``, ``password_too_short``, ``password_too_long`` (over 72 UTF-8 bytes),
-    ``password_invalid``, ``name_too_long``."""
+@router.post("/auth/signup", status_code=201, response_model=SignedIn)
+def signup(body: SignupRequest, request: Request, response: Response, session: Session = Depends(db_session)):
+    """Create an account and sign it in. The installation's first account (the admin) needs the
+    one-time ``setup_code`` that ``mewdex serve`` printed (else 403 ``admin_required``; or create it
+    with ``mewdex user create EMAIL --admin``); later ones need sign-up opened by the admin (403
+    ``signup_disabled``). 409 ``signup_failed`` (the email cannot be used; no hint whether it has an
+    account); 422 ``email_invalid``, ``password_too_short``, ``password_too_long`` (over 72 UTF-8
+    bytes), ``password_invalid``, ``name_too_long``; 429 ``rate_limited`` (sign-ups per address)."""
+    sessions.check_signup_rate(client_ip(request))
     user = users.create_user(session, body.email, body.password, name=body.name, check_signup=True,
-                             first_may_sign_up=is_loopback(bind_host(request)))
-    csrf = _sign_in(response, session, user)
+                             setup_code=body.setup_code)
+    csrf = _sign_in(request, response, session, user)
     return {"user": users.user_dict(user), "csrf_token": csrf}
 
 
-@router.post("/auth/login")
-def login(body: LoginRequest, request: Request, response: Response, session: Session = Depends(db_session)) -> dict:
+@router.post("/auth/login", response_model=SignedIn)
+def login(body: LoginRequest, request: Request, response: Response, session: Session = Depends(db_session)):
     """Sign in: the ``mewdex_session`` cookie (HttpOnly, SameSite=Lax) and the ``mewdex_csrf``
     cookie whose value state-changing requests echo in ``X-CSRF-Token``. 401
     ``invalid_credentials`` for any failure; 429 ``rate_limited`` with ``Retry-After``."""
     user = sessions.authenticate(session, body.email, body.password, _client_ip(request))
-    csrf = _sign_in(response, session, user)
+    csrf = _sign_in(request, response, session, user)
     return {"user": users.user_dict(user), "csrf_token": csrf}
 
 
@@ -97,18 +110,29 @@ def logout(request: Request, session: Session = Depends(db_session)) -> Response
     return response
 
 
+@router.post("/auth/logout-everywhere", status_code=204)
+def logout_everywhere(user: User = Depends(current_user), session: Session = Depends(db_session)) -> Response:
+    """End every browser session of the caller, this one included (API tokens stay; revoke them apart)."""
+    sessions.end_all_sessions(session, user)
+    response = Response(status_code=204)
+    response.delete_cookie(sessions.COOKIE_NAME, path="/")
+    response.delete_cookie(sessions.CSRF_COOKIE_NAME, path="/")
+    return response
+
+
 @router.post("/auth/password", status_code=204)
 def change_password(body: PasswordRequest, principal: Principal = Depends(current_principal),
                     user: User = Depends(current_user), session: Session = Depends(db_session)) -> Response:
-    """Change the password; every other session of the user ends. 401 ``invalid_credentials``."""
+    """Change the password; every other session of the user ends, every API token is revoked and
+    every signed link dies. 401 ``invalid_credentials``."""
     users.change_password(session, user, body.current_password, body.new_password)
     sessions.end_all_sessions(session, user, keep=principal.session_value)
     return Response(status_code=204)
 
 
-@router.get("/me")
+@router.get("/me", response_model=Me)
 def me(request: Request, principal: Principal = Depends(current_principal),
-       session: Session = Depends(db_session)) -> dict:
+       session: Session = Depends(db_session)):
     """The caller: ``{"user": {...} | null, "auth": {"mode", "via"}, "scope_id", "quota", "disk",
     "analysis_cost_this_month"}`` (``user`` null in single-user mode)."""
     out = {
@@ -123,16 +147,20 @@ def me(request: Request, principal: Principal = Depends(current_principal),
     return out
 
 
-@router.post("/tokens", status_code=201)
-def create_token(body: TokenRequest, user: User = Depends(current_user), session: Session = Depends(db_session)) -> dict:
-    """A new API token: ``{"id", "name", "prefix", "created_at", "last_used_at", "revoked_at", "token"}``;
-    ``token`` (``mdx_…``) is shown only here. 422 ``name_required``/``name_too_long``."""
-    row, plain = tokens.create_token(session, user, body.name)
+@router.post("/tokens", status_code=201, response_model=NewToken)
+def create_token(body: TokenRequest, user: User = Depends(current_user), session: Session = Depends(db_session)):
+    """A new API token: ``{"id", "name", "prefix", "scopes", "created_at", "expires_at", "last_used_at",
+    "revoked_at", "token"}``; ``token`` (``mdx_…``) is shown only here. ``scopes``: ``read`` (GET),
+    ``write`` (changes), ``admin`` (the admin API; admins only), default read+write; ``expires_in_days``
+    default never. 422 ``name_required``/``name_too_long``/``scope_invalid``/``expiry_invalid``; 403
+    ``admin_required``."""
+    row, plain = tokens.create_token(session, user, body.name, scopes=body.scopes,
+                                     expires_in_days=body.expires_in_days)
     return {**tokens.token_dict(row), "token": plain}
 
 
-@router.get("/tokens")
-def list_tokens(user: User = Depends(current_user), session: Session = Depends(db_session)) -> dict:
+@router.get("/tokens", response_model=TokenList)
+def list_tokens(user: User = Depends(current_user), session: Session = Depends(db_session)):
     """``{"tokens": [{"id", "name", "prefix", "created_at", "last_used_at", "revoked_at"}]}``."""
     return {"tokens": [tokens.token_dict(t) for t in tokens.list_tokens(session, user)]}
 
@@ -144,16 +172,20 @@ def revoke_token(token_id: str, user: User = Depends(current_user), session: Ses
     return Response(status_code=204)
 
 
-@router.get("/memes/{meme_id}/signed-url", responses=error_responses(404))
-def signed_url(meme_id: str, ttl_seconds: int | None = Query(None, ge=1, le=30 * 86400), thumbnail: bool = False,
-               scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)) -> dict:
-    """A link to the meme's bytes (or thumbnail) that works without signing in until it expires:
-    ``{"url": "/media/{id}?exp=…&sig=…", "expires_at"}``; default lifetime ``MEWDEX_MEDIA_URL_TTL_SECONDS``."""
+@router.get("/memes/{meme_id}/signed-url", responses=error_responses(401, 404), response_model=SignedUrl)
+def signed_url(meme_id: str, ttl_seconds: int | None = Query(None, ge=1, le=media_urls.MAX_TTL_SECONDS),
+               thumbnail: bool = False, principal: Principal = Depends(current_principal),
+               session: Session = Depends(db_session)):
+    """A link to the meme's bytes (or thumbnail) that works without signing in until it expires (at
+    most a day) or the user is disabled or changes the password:
+    ``{"url": "/media/{id}?exp=…&kid=…&u=…&sig=…", "expires_at"}``; default lifetime
+    ``MEWDEX_MEDIA_URL_TTL_SECONDS``."""
+    scope = principal.scope
     found = session.execute(
         select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id == parse_id(meme_id))
     ).scalar_one_or_none()
     if found is None:
         raise ApiError(404, "not_found", "meme not found")
     path = f"/media/{found}" + ("/thumbnail" if thumbnail else "")
-    url, exp = media_urls.sign(session, path, ttl_seconds or get_settings().media_url_ttl_seconds)
+    url, exp = media_urls.sign(principal.user, path, ttl_seconds or get_settings().media_url_ttl_seconds)
     return {"url": url, "expires_at": datetime.fromtimestamp(exp, UTC).isoformat()}

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import APIRouter, Body, Depends, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -12,56 +10,55 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from mewdex.config import get_settings
-
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import MemeCollection, ScopeContext
+from mewdex.dto.collections import (
+    AddItemsRequest,
+    AddItemsResponse,
+    Collection,
+    CollectionBrief,
+    CollectionList,
+    CollectionNameRequest,
+    ImportResponse,
+)
 from mewdex.library import collections, packages
+from mewdex.library.listing import meme_brief
 from mewdex.storage import blob_store
-from mewdex.web.deps import current_scope, db_session, parse_id
+from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
+from mewdex.web.uploads import upload_slot
 from mewdex.web.errors import ApiError
 
 router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
 
 
-def _api_error(exc: collections.CollectionError | packages.PackageError) -> ApiError:
-    return ApiError(exc.status, exc.code, exc.message, exc.details)
+def collection_brief(collection: MemeCollection, item_count: int) -> CollectionBrief:
+    return CollectionBrief(id=str(collection.id), name=collection.name, item_count=item_count,
+                           created_at=collection.created_at.isoformat(), updated_at=collection.updated_at.isoformat())
 
 
 def collection_dict(collection: MemeCollection, item_count: int) -> dict:
-    return {
-        "id": str(collection.id),
-        "name": collection.name,
-        "item_count": item_count,
-        "created_at": collection.created_at.isoformat(),
-        "updated_at": collection.updated_at.isoformat(),
-    }
+    return collection_brief(collection, item_count).model_dump()
 
 
-def _field(body: Any, name: str) -> Any:
-    if not isinstance(body, dict) or name not in body:
-        raise ApiError(422, "invalid_request", f"the body needs {name!r}")
-    return body[name]
-
-
-@router.get("")
-def list_collections(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)) -> dict:
+@router.get("", response_model=CollectionList)
+def list_collections(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """``{"collections": [{"id", "name", "item_count", "created_at", "updated_at"}]}`` by name."""
-    return {"collections": [collection_dict(c, n) for c, n in collections.list_collections(session, scope)]}
+    return CollectionList(collections=[collection_brief(c, n) for c, n in collections.list_collections(session, scope)])
 
 
-@router.post("", status_code=201)
-def create_collection(body: Any = Body(None), session: Session = Depends(db_session),
-                      scope: ScopeContext = Depends(current_scope)) -> dict:
+@router.post("", status_code=201, response_model=CollectionBrief)
+def create_collection(body: CollectionNameRequest, session: Session = Depends(db_session),
+                      scope: ScopeContext = Depends(current_scope)):
     """``{"name"}`` → 201 the new collection; 422 ``collection_name_invalid``, 409 ``collection_name_taken``."""
-    try:
-        collection = collections.create(session, scope, _field(body, "name"))
-    except collections.CollectionError as exc:
-        raise _api_error(exc) from None
-    return collection_dict(collection, 0)
+    collection = collections.create(session, scope, body.name)
+    return collection_brief(collection, 0)
 
 
-@router.post("/import", status_code=201)
-async def import_package(request: Request, scope: ScopeContext = Depends(current_scope)) -> dict:
+@router.post("/import", status_code=201, response_model=ImportResponse, openapi_extra={"requestBody": {
+    "required": True, "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["file"],
+        "properties": {"file": {"type": "string", "format": "binary"}, "name": {"type": "string"}}}}}}})
+async def import_package(request: Request, scope: ScopeContext = Depends(streaming_scope)):
     """Multipart ``file`` (a ``mewdex-collection`` ZIP or a plain ZIP of images), optional ``name``.
 
     Nothing is written unless the whole archive passes the preflight (see
@@ -69,14 +66,13 @@ async def import_package(request: Request, scope: ScopeContext = Depends(current
     413/422 with a stable code (``unsafe_path``, ``package_too_large``, ``zip_invalid``…) otherwise.
     A taken collection name gets a `` (2)``-style suffix.
     """
-    upload, fields = await receive_zip_upload(request)
+    async with upload_slot(scope.scope_id):  # no transaction is open while the body streams
+        upload, fields = await receive_zip_upload(request)
     try:
         result = await _run_in_thread(
             packages.import_package, get_sessionmaker(), blob_store(), scope, upload.file,
             source_name=upload.filename or "", name=fields.get("name"),
         )
-    except packages.PackageError as exc:
-        raise _api_error(exc) from None
     finally:
         upload.file.close()
     return result.as_dict()
@@ -115,50 +111,38 @@ async def receive_zip_upload(request: Request) -> tuple[UploadFile, dict[str, st
     return upload, fields
 
 
-@router.get("/{collection_id}")
+@router.get("/{collection_id}", response_model=Collection)
 def read_collection(collection_id: str, session: Session = Depends(db_session),
-                    scope: ScopeContext = Depends(current_scope)) -> dict:
+                    scope: ScopeContext = Depends(current_scope)):
     """The collection with ``items`` (meme summaries in member order); 404 ``not_found``."""
-    try:
-        collection = collections.find(session, scope, parse_id(collection_id, "collection"))
-    except collections.CollectionError as exc:
-        raise _api_error(exc) from None
+    collection = collections.find(session, scope, parse_id(collection_id, "collection"))
     items = collections.members(session, scope, collection.id)
-    return {**collection_dict(collection, len(items)), "items": [collections.meme_summary(m) for m in items]}
+    return Collection(**collection_brief(collection, len(items)).model_dump(), items=[meme_brief(m) for m in items])
 
 
-@router.patch("/{collection_id}")
-def rename_collection(collection_id: str, body: Any = Body(None), session: Session = Depends(db_session),
-                      scope: ScopeContext = Depends(current_scope)) -> dict:
+@router.patch("/{collection_id}", response_model=CollectionBrief)
+def rename_collection(collection_id: str, body: CollectionNameRequest, session: Session = Depends(db_session),
+                      scope: ScopeContext = Depends(current_scope)):
     """``{"name"}`` → the renamed collection; 404, 422 ``collection_name_invalid``, 409 ``collection_name_taken``."""
-    try:
-        collection = collections.rename(session, scope, parse_id(collection_id, "collection"), _field(body, "name"))
-    except collections.CollectionError as exc:
-        raise _api_error(exc) from None
-    return collection_dict(collection, collections.count_items(session, scope, collection.id))
+    collection = collections.rename(session, scope, parse_id(collection_id, "collection"), body.name)
+    return collection_brief(collection, collections.count_items(session, scope, collection.id))
 
 
 @router.delete("/{collection_id}", status_code=204)
 def delete_collection(collection_id: str, session: Session = Depends(db_session),
                       scope: ScopeContext = Depends(current_scope)) -> Response:
     """Delete the collection (its memes stay in the library); 204, or 404 ``not_found``."""
-    try:
-        collections.remove(session, scope, parse_id(collection_id, "collection"))
-    except collections.CollectionError as exc:
-        raise _api_error(exc) from None
+    collections.remove(session, scope, parse_id(collection_id, "collection"))
     return Response(status_code=204)
 
 
-@router.post("/{collection_id}/items")
-def add_items(collection_id: str, body: Any = Body(None), session: Session = Depends(db_session),
-              scope: ScopeContext = Depends(current_scope)) -> dict:
+@router.post("/{collection_id}/items", response_model=AddItemsResponse)
+def add_items(collection_id: str, body: AddItemsRequest, session: Session = Depends(db_session),
+              scope: ScopeContext = Depends(current_scope)):
     """``{"meme_ids": [...]}`` → ``{"added", "already_members", "item_count"}``; all or nothing:
     422 ``memes_not_found`` (details ``missing``) when any id is missing or another scope's."""
     cid = parse_id(collection_id, "collection")
-    try:
-        result = collections.add_members(session, scope, cid, _field(body, "meme_ids"))
-    except collections.CollectionError as exc:
-        raise _api_error(exc) from None
+    result = collections.add_members(session, scope, cid, body.meme_ids)
     return {**result, "item_count": collections.count_items(session, scope, cid)}
 
 
@@ -166,22 +150,20 @@ def add_items(collection_id: str, body: Any = Body(None), session: Session = Dep
 def remove_item(collection_id: str, meme_id: str, session: Session = Depends(db_session),
                 scope: ScopeContext = Depends(current_scope)) -> Response:
     """Take a meme out of the collection (the meme stays); 204, or 404 ``not_found``."""
-    try:
-        collections.remove_member(session, scope, parse_id(collection_id, "collection"), parse_id(meme_id))
-    except collections.CollectionError as exc:
-        raise _api_error(exc) from None
+    collections.remove_member(session, scope, parse_id(collection_id, "collection"), parse_id(meme_id))
     return Response(status_code=204)
 
 
-@router.get("/{collection_id}/export")
+ZIP_RESPONSE = {200: {"description": "the ZIP, streamed",
+                     "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}}}}
+
+
+@router.get("/{collection_id}/export", response_class=StreamingResponse, responses=ZIP_RESPONSE)
 def export_collection(collection_id: str, scope: ScopeContext = Depends(current_scope)) -> StreamingResponse:
     """The collection as a ``mewdex-collection`` v1 ZIP, streamed (``Content-Disposition`` names it)."""
     cid = parse_id(collection_id, "collection")
-    try:
-        with get_sessionmaker().begin() as session:
-            plan = packages.plan_export(session, blob_store(), scope, cid)
-    except (collections.CollectionError, packages.PackageError) as exc:
-        raise _api_error(exc) from None
+    with get_sessionmaker().begin() as session:
+        plan = packages.plan_export(session, blob_store(), scope, cid)
     return StreamingResponse(
         packages.stream_zip(plan),
         media_type="application/zip",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
@@ -10,14 +12,30 @@ from mewdex.config import get_settings
 from mewdex.db.engine import get_engine, get_sessionmaker
 from mewdex.storage import blob_store
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
 # ``mewdex worker`` processes connect with this application_name prefix (cli.worker sets PGAPPNAME).
 WORKER_APPLICATION_PREFIX = "mewdex-worker"
 
 
+def _is_admin(request: Request) -> bool:
+    """Whether the caller may see the details (an admin, or the local admin of no-login mode)."""
+    from mewdex.web.deps import current_principal
+    from mewdex.web.errors import ApiError
+
+    try:
+        with get_sessionmaker().begin() as session:
+            return current_principal(request, session).is_admin
+    except ApiError:
+        return False
+
+
 @router.get("/health")
 def health(request: Request):
-    """``{"status", "database", "workers": {"pool": {...} | None, "processes": n}, "queues": {lane: {...}}}``.
+    """Anyone: ``{"status": "ok"|"degraded"}`` (200; degraded: a worker it started died) or
+    ``{"status": "unavailable"}`` (503, the database is unreachable; the reason goes to the server
+    log, never into the answer). Admins additionally get
+    ``{"database", "workers": {"pool": {...} | None, "processes": n}, "queues": {lane: {...}}}``.
 
     ``workers.pool`` describes the workers this server started: ``{"processes", "alive", "pids", "lanes"}``
     for child processes (``MEWDEX_WORKER_MODE=process``), ``{"threads", "alive", "busy", "lanes"}`` for
@@ -31,21 +49,28 @@ def health(request: Request):
     try:
         with get_engine().connect() as connection:
             connection.execute(text("SELECT 1"))
-    except Exception as exc:
-        return JSONResponse({"status": "unavailable", "database": str(exc)[:200]}, status_code=503)
+    except Exception:
+        log.exception("health: the database is unreachable")
+        return JSONResponse({"status": "unavailable"}, status_code=503)
+    pool = getattr(request.app.state, "worker_pool", None)
+    pool_status = pool.status() if pool is not None else None
+    status = "ok"
+    if pool_status and pool_status.get("alive", 0) < pool_status.get("processes", pool_status.get("threads", 0)):
+        status = "degraded"  # a worker this server started has died
+    if not _is_admin(request):
+        return {"status": status}
     with get_sessionmaker().begin() as session:
         processes = session.execute(
             text("SELECT count(DISTINCT application_name) FROM pg_stat_activity WHERE application_name LIKE :p"),
             {"p": f"{WORKER_APPLICATION_PREFIX}:%"},
         ).scalar_one()
         depth = queue_depth(session)
-    pool = getattr(request.app.state, "worker_pool", None)
     free = blob_store().free_bytes()
     low = free < get_settings().disk_low_bytes
     return {
-        "status": "ok",
+        "status": status,
         "database": "ok",
-        "workers": {"pool": pool.status() if pool is not None else None, "processes": processes},
+        "workers": {"pool": pool_status, "processes": processes},
         "queues": depth,
         "disk": {"free_bytes": free, "low": low},
         "warnings": [f"disk_space_low: {free} bytes free in the data dir"] if low else [],

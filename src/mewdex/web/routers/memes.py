@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response
 from sqlalchemy import select
@@ -14,20 +14,22 @@ from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, MemeCollection, ScopeContext
+from mewdex.db.models import Meme, MemeCollection, ScopeContext
+from mewdex.dto.memes import Meme as MemeDto
+from mewdex.dto.memes import MemePage, RenameRequest, UploadResponse
+from mewdex.library import listing
 from mewdex.library import memes as library
-from mewdex.library.images import EXTENSIONS, MEDIA_TYPES
+from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
 from mewdex.library.scopes import storage_namespace
-from mewdex.library.thumbnails import thumbnail_status
 from mewdex.queue import backpressure
 from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
-from mewdex.web.deps import current_scope, db_session, parse_id
+from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body
-from mewdex.web.uploads import read_upload, upload_slot
+from mewdex.web.uploads import memory_slot, read_upload, upload_slot
+from mewdex.web.security import UPLOAD_REQUEST_BYTES
 
 router = APIRouter(tags=["memes"])
-MEDIA_TYPES_BY_EXTENSION = {EXTENSIONS[f]: MEDIA_TYPES[f] for f in EXTENSIONS}
 
 
 def get_meme(session: Session, scope: ScopeContext, meme_id: str) -> Meme:
@@ -39,60 +41,23 @@ def get_meme(session: Session, scope: ScopeContext, meme_id: str) -> Meme:
     return meme
 
 
+def meme_dto(session: Session, meme: Meme) -> MemeDto:
+    """The full meme shape (:class:`mewdex.dto.memes.Meme`)."""
+    return listing.meme_full(session, meme, near_duplicates=near_duplicates_of(session, meme.scope_id, meme.id))
+
+
 def meme_dict(session: Session, meme: Meme) -> dict:
-    job = session.execute(
-        select(ImageProcessingJob)
-        .where(ImageProcessingJob.scope_id == meme.scope_id, ImageProcessingJob.meme_id == meme.id)
-        .order_by(ImageProcessingJob.created_at.desc())
-        .limit(1)
-    ).scalar_one_or_none()
-    stages = {}
-    if job is not None:
-        for stage in session.execute(
-            select(ImageProcessingStage).where(
-                ImageProcessingStage.scope_id == job.scope_id, ImageProcessingStage.job_id == job.id
-            )
-        ).scalars():
-            stages[stage.stage] = {
-                "status": stage.status,
-                "planned": stage.planned,
-                "skip_reason": stage.skip_reason,
-                "attempts": stage.attempt_count,
-                "error": stage.error,
-            }
-    image = meme.extensions.get("image", {})
-    return {
-        "id": str(meme.id),
-        "display_name": meme.display_name,
-        "sha256": meme.sha256,
-        "extension": meme.extension,
-        "size_bytes": meme.size_bytes,
-        "media_type": MEDIA_TYPES_BY_EXTENSION[meme.extension],
-        **{k: image.get(k) for k in ("width", "height", "frames", "duration_ms", "animated")},
-        "media_url": f"/media/{meme.id}",
-        "thumbnail_url": f"/media/{meme.id}/thumbnail",
-        "animated_preview_url": f"/media/{meme.id}/thumbnail?animated=1" if image.get("animated") else None,
-        "thumbnails": thumbnail_status(session, meme),
-        "near_duplicates": near_duplicates_of(session, meme.scope_id, meme.id),
-        "context_status": meme.context_status,
-        "meme_context": meme.meme_context,
-        "provenance": meme.provenance,
-        "job": None if job is None else {"id": str(job.id), "status": job.status, "error": job.error},
-        "stages": stages,
-        "revision": meme.revision,
-        "created_at": meme.created_at.isoformat(),
-        "updated_at": meme.updated_at.isoformat(),
-    }
+    return meme_dto(session, meme).model_dump()
 
 
-@router.get("/api/v1/memes/{meme_id}")
+@router.get("/api/v1/memes/{meme_id}", response_model=MemeDto)
 def read_meme(meme_id: str, response: Response, session: Session = Depends(db_session),
               scope: ScopeContext = Depends(current_scope)):
     """The meme with its image facts, context and stage statuses (``ETag``: its revision, for
     ``If-Match`` on PATCH/DELETE); 404 ``not_found``."""
     meme = get_meme(session, scope, meme_id)
     response.headers["ETag"] = f'"{meme.revision}"'
-    return meme_dict(session, meme)
+    return meme_dto(session, meme)
 
 
 @router.get("/media/{meme_id}")
@@ -115,17 +80,11 @@ def media(meme_id: str, request: Request, session: Session = Depends(db_session)
 # ---------------------------------------------------------------- upload, list, rename, delete
 
 MAX_FILES_PER_REQUEST = 20
-MAX_REQUEST_BYTES = 200 * 1024 * 1024
+MAX_REQUEST_BYTES = UPLOAD_REQUEST_BYTES
 UPLOAD_THREADS = 4
 REJECTION_STATUS = {"unsupported_media_type": 415, "image_too_large": 422, "image_corrupt": 422,
                     "quota_exceeded": 413, "insufficient_storage": 507}
-MEME_ERROR_STATUS = {"not_found": 404, "revision_conflict": 409, "operation_in_progress": 409,
-                     "display_name_invalid": 422, "cursor_invalid": 422}
 _TRUE, _FALSE = {"1", "true", "on", "yes"}, {"", "0", "false", "off", "no"}
-
-
-def _api_error(exc: library.MemeError) -> ApiError:
-    return ApiError(MEME_ERROR_STATUS[exc.code], exc.code, exc.message, exc.details)
 
 
 def _collection_id(session: Session, scope: ScopeContext, value: str):
@@ -148,7 +107,7 @@ def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value:
 
     def add(part) -> dict:
         name = part.filename.replace("\\", "/").rsplit("/", 1)[-1]
-        with upload_slot(part.size):  # bounds the upload bytes in memory per process
+        with memory_slot(part.size):  # bounds the upload bytes in memory per process
             result = library.add_image(
                 sessions, store, scope, part.read(), filename=name,
                 provenance={"source": "upload", "relative_path": name},
@@ -185,8 +144,15 @@ def _check_backpressure(scope: ScopeContext, files: int) -> None:
         backpressure.check(session, scope, "agent", adding=files)
 
 
-@router.post("/api/v1/memes", status_code=201)
-async def upload(request: Request, scope: ScopeContext = Depends(current_scope)):
+UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["files"], "properties": {
+        "files": {"type": "array", "items": {"type": "string", "format": "binary"}, "minItems": 1, "maxItems": 20},
+        "auto_name": {"type": "boolean"}, "collection_id": {"type": "string", "format": "uuid"}}}}}}}
+
+
+@router.post("/api/v1/memes", status_code=201, response_model=UploadResponse, openapi_extra=UPLOAD_BODY,
+             responses={200: {"model": UploadResponse, "description": "no meme created; a duplicate"}})
+async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope)):
     """Upload 1–20 images as multipart field ``files`` (each ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, the
     request ≤ 200 MiB, enforced while streaming). Form options: ``auto_name`` (bool: name each new
     meme from its context title once analysed) and ``collection_id`` (add the memes to it).
@@ -201,11 +167,14 @@ async def upload(request: Request, scope: ScopeContext = Depends(current_scope))
     (nothing of it is added). Errors: 413 ``upload_too_large``, 415
     ``unsupported_media_type`` (not multipart), 422 ``no_files`` / ``too_many_files`` /
     ``invalid_request``, 404 ``not_found`` (collection), 429 ``queue_full`` (with ``Retry-After``) when the
-    scope's agent queue is at ``MEWDEX_AGENT_BACKPRESSURE``.
+    scope's agent queue is at ``MEWDEX_AGENT_BACKPRESSURE``, 429 ``too_many_uploads`` past
+    ``MEWDEX_MAX_CONCURRENT_UPLOADS`` bodies streaming at once. No transaction is open while the
+    body streams.
     """
     settings = get_settings()
-    form = await read_upload(request, max_file_bytes=settings.max_upload_bytes,
-                             max_request_bytes=MAX_REQUEST_BYTES, max_files=MAX_FILES_PER_REQUEST)
+    async with upload_slot(scope.scope_id):  # no transaction is open while the body streams
+        form = await read_upload(request, max_file_bytes=settings.max_upload_bytes,
+                                 max_request_bytes=MAX_REQUEST_BYTES, max_files=MAX_FILES_PER_REQUEST)
     try:
         if not form.files:
             raise ApiError(422, "no_files", "send 1 to 20 images in the form field 'files'")
@@ -236,7 +205,7 @@ async def upload(request: Request, scope: ScopeContext = Depends(current_scope))
     return JSONResponse(body, status_code=status)
 
 
-@router.get("/api/v1/memes")
+@router.get("/api/v1/memes", response_model=MemePage)
 def list_memes(
     name: str | None = Query(None, max_length=255, description="Case-insensitive substring of the display name."),
     collection_id: str | None = Query(None),
@@ -244,12 +213,12 @@ def list_memes(
     animated: bool | None = Query(None),
     sort: str = Query("created", description="created | updated (newest first) | name (A→Z)"),
     limit: int = Query(50, ge=1, le=200),
-    cursor: str | None = Query(None, max_length=2048),
+    cursor: str | None = Query(None, description="``next_cursor`` of the previous page"),
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
     """``{"items": [meme...], "next_cursor": str | null}`` — pass ``next_cursor`` back as ``cursor``
-    for the next page. 422 ``invalid_request`` for an unknown sort/status, ``cursor_invalid``."""
+    for the next page. 422 ``invalid_request`` for an unknown sort/status, ``invalid_cursor``."""
     if sort not in library.SORTS:
         raise ApiError(422, "invalid_request", f"sort must be one of {', '.join(library.SORTS)}")
     if status is not None and status not in (*library.JOB_STATUSES, "pending", "none"):
@@ -257,12 +226,9 @@ def list_memes(
     if name is not None and "\x00" in name:
         raise ApiError(422, "invalid_request", "the name filter contains a NUL character")
     collection = _collection_id(session, scope, collection_id) if collection_id else None
-    try:
-        page = library.list_memes(session, scope, name=name or None, collection_id=collection, status=status,
-                                  animated=animated, sort=sort, limit=limit, cursor=cursor)
-    except library.MemeError as exc:
-        raise _api_error(exc) from None
-    return {"items": [meme_dict(session, m) for m in page.memes], "next_cursor": page.next_cursor}
+    page = library.list_memes(session, scope, name=name or None, collection_id=collection, status=status,
+                              animated=animated, sort=sort, limit=limit, cursor=cursor)
+    return MemePage(items=[meme_dto(session, m) for m in page.memes], next_cursor=page.next_cursor)
 
 
 def _if_match(value: str | None) -> int | None:
@@ -275,22 +241,17 @@ def _if_match(value: str | None) -> int | None:
     return int(match.group(1))
 
 
-@router.patch("/api/v1/memes/{meme_id}")
-def rename_meme(meme_id: str, body: dict = Body(...), if_match: str | None = Header(None),
+@router.patch("/api/v1/memes/{meme_id}", response_model=MemeDto)
+def rename_meme(meme_id: str, body: RenameRequest, if_match: str | None = Header(None),
                 scope: ScopeContext = Depends(current_scope)):
     """Rename: body ``{"display_name": str}`` (normalized under the name rules; ``name_source``
     becomes ``manual``). ``If-Match: <revision>`` makes it conditional. Returns the meme (new
     revision, ``ETag``). Errors: 404 ``not_found``, 409 ``revision_conflict``, 422
     ``display_name_invalid`` / ``invalid_request``."""
-    name = body.get("display_name")
-    if set(body) - {"display_name"} or not isinstance(name, str):
-        raise ApiError(422, "invalid_request", "send {\"display_name\": \"...\"}")
+    name = body.display_name
     expected = _if_match(if_match)
     uid = parse_id(meme_id)
-    try:
-        library.rename(get_sessionmaker(), scope, uid, name, expected_revision=expected)
-    except library.MemeError as exc:
-        raise _api_error(exc) from None
+    library.rename(get_sessionmaker(), scope, uid, name, expected_revision=expected)
     with get_sessionmaker().begin() as session:
         meme = get_meme(session, scope, meme_id)
         return JSONResponse(meme_dict(session, meme), headers={"ETag": f'"{meme.revision}"'})
@@ -301,8 +262,5 @@ def delete_meme(meme_id: str, if_match: str | None = Header(None), scope: ScopeC
     """Delete the meme, its derived rows and files (the blob stays while another meme uses it).
     ``If-Match: <revision>`` makes it conditional. 204; 404 ``not_found``; 409 ``revision_conflict``."""
     expected = _if_match(if_match)
-    try:
-        library.delete(get_sessionmaker(), blob_store(), scope, parse_id(meme_id), expected_revision=expected)
-    except library.MemeError as exc:
-        raise _api_error(exc) from None
+    library.delete(get_sessionmaker(), blob_store(), scope, parse_id(meme_id), expected_revision=expected)
     return Response(status_code=204)

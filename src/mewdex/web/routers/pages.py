@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse
 from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session
@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from mewdex.config import get_settings
 from mewdex.db.models import STAGES, ScopeContext
+from mewdex.dto.search import SearchFilters
 from mewdex.library.images import ImageError
 from mewdex.pipeline.errors import BackendUnavailable
 from mewdex.search import image_search, service
@@ -31,12 +32,11 @@ from mewdex.web import i18n, views
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
 from mewdex.web.routers.memes import get_meme, meme_dict
+from mewdex.web.uploads import read_query_image
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent.parent / "templates")
 SEARCH_RESULTS = 20
-# With a filter on, search looks further down the ranking so the filtered page is not empty.
-FILTERED_CANDIDATES = 200
 SIMILAR_RESULTS = 12
 
 
@@ -112,15 +112,20 @@ def _search_context(session: Session, scope: ScopeContext, q: str, collection: s
         return context
     if len(query) > service.MAX_QUERY_CHARS:
         return {**context, "state": "error", "error": "error.query_too_long"}
-    filtered = bool(collection) or animated
     started = time.perf_counter()
-    response = service.search(session, scope, query, FILTERED_CANDIDATES if filtered else SEARCH_RESULTS)
-    return _results_context(session, scope, context, [r.id for r in response.results],
-                            {r.id: r.snippet for r in response.results}, collection, animated, started)
+    response = service.search(session, scope, query, SEARCH_RESULTS, filters=_filters(collection, animated))
+    return _results_context(session, scope, context, [UUID(r.id) for r in response.results],
+                            {r.id: r.snippet for r in response.results}, started)
 
 
-def _results_context(session, scope, context, ids, snippets, collection, animated, started) -> dict:
-    ids = views.filter_search_hits(session, scope, ids, collection=collection, animated=animated)[:SEARCH_RESULTS]
+def _filters(collection: str, animated: bool) -> SearchFilters:
+    """The page's filters (an unknown collection value filters nothing, as before) for the search service."""
+    collection_id = views.parse_uuid(collection)
+    return SearchFilters(collection_ids=None if collection_id is None else [str(collection_id)],
+                         animated=True if animated else None)
+
+
+def _results_context(session, scope, context, ids, snippets, started) -> dict:
     memes = views.memes_by_id(session, scope, ids)
     cards = views.cards(session, scope, [memes[i] for i in ids if i in memes], with_stages=False)
     return {**context, "state": "results" if cards else "empty", "results": cards, "snippets":
@@ -144,29 +149,33 @@ def search_fragment(request: Request, q: str = "", collection: str = "", animate
 
 
 @router.post("/ui/search/image")
-async def image_search_fragment(request: Request, file: UploadFile = File(...), collection: str = Form(""),
-                                animated: bool = Form(False), session: Session = Depends(db_session),
+async def image_search_fragment(request: Request, session: Session = Depends(db_session),
                                 scope: ScopeContext = Depends(current_scope)):
-    """Results of a search by the dropped or pasted image (the same fragment as text search)."""
+    """Results of a search by the dropped or pasted image (the same fragment as text search); the
+    body goes through the bounded upload reader after authentication."""
     settings = get_settings()
-    context = {"q": "", "state": "error", "results": [], "took_ms": None, "by_image": True,
-               "image_name": file.filename or ""}
-    data = await file.read(settings.max_upload_bytes + 1)
-    if len(data) > settings.max_upload_bytes:
+    context = {"q": "", "state": "error", "results": [], "took_ms": None, "by_image": True, "image_name": ""}
+    try:
+        data, filename, fields = await read_query_image(request, max_bytes=settings.max_upload_bytes)
+    except ApiError as exc:
+        if exc.status != 413:
+            raise
         return render(request, "partials/search_results.html", {**context, "error": "error.image_too_large"})
+    context["image_name"] = filename
+    collection = (fields.get("collection") or [""])[-1]
+    animated = (fields.get("animated") or [""])[-1].strip().lower() in ("1", "true", "on", "yes")
     if not data:
         return render(request, "partials/search_results.html", {**context, "error": "error.image_corrupt"})
     started = time.perf_counter()
-    n = FILTERED_CANDIDATES if (collection or animated) else SEARCH_RESULTS
     try:
-        response = await run_in_threadpool(image_search.search_by_image, session, scope, data, n,
-                                           max_pixels=settings.max_pixels)
+        response = await run_in_threadpool(image_search.search_by_image, session, scope, data, SEARCH_RESULTS,
+                                           max_pixels=settings.max_pixels, filters=_filters(collection, animated))
     except ImageError as exc:
         return render(request, "partials/search_results.html", {**context, "error": f"error.{exc.code}"})
     except BackendUnavailable:
         return render(request, "partials/search_results.html", {**context, "error": "error.backend_unavailable"})
     return render(request, "partials/search_results.html", _results_context(
-        session, scope, context, [r.id for r in response.results], {}, collection, animated, started))
+        session, scope, context, [UUID(r.id) for r in response.results], {}, started))
 
 
 # ------------------------------------------------------------------ meme detail
@@ -178,7 +187,7 @@ def _detail_context(session: Session, scope: ScopeContext, meme_id: str) -> dict
     try:
         similar = image_search.similar(session, scope, meme.id, SIMILAR_RESULTS)
         similar_cards = views.cards(session, scope, [
-            m for m in (views.memes_by_id(session, scope, [r.id for r in similar.results]).get(r.id)
+            m for m in (views.memes_by_id(session, scope, [UUID(r.id) for r in similar.results]).get(UUID(r.id))
                         for r in similar.results) if m is not None])
     except image_search.MemeNotEmbedded:
         similar_cards = None

@@ -1,45 +1,70 @@
-"""``POST /api/v1/search``: hybrid natural-language search."""
+"""``POST /api/v1/search``: hybrid natural-language search, with filters applied inside every leg."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import ScopeContext
+from mewdex.dto.search import (
+    MAX_OFFSET,
+    MAX_QUERY_CHARS,
+    SearchFilters,
+    SearchRequest,
+    SearchResults,
+    SearchStatus,
+)
 from mewdex.search import generations, service
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
 
 router = APIRouter(prefix="/api/v1", tags=["search"])
 
-
-class SearchRequest(BaseModel):
-    query: str
-    n_results: int = 10
+__all__ = ["router", "SearchRequest", "validate", "search_filters"]
 
 
 def validate(request: SearchRequest) -> str:
+    """The stripped query; 422 ``query_empty`` / ``query_too_long`` / ``n_results_out_of_range`` /
+    ``offset_out_of_range``."""
     query = request.query.strip()
     if not query:
         raise ApiError(422, "query_empty", "the query is empty")
-    if len(query) > service.MAX_QUERY_CHARS:
-        raise ApiError(422, "query_too_long", f"the query is over {service.MAX_QUERY_CHARS} characters")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ApiError(422, "query_too_long", f"the query is over {MAX_QUERY_CHARS} characters")
     if not 1 <= request.n_results <= 50:
         raise ApiError(422, "n_results_out_of_range", "n_results must be between 1 and 50")
+    if not 0 <= request.offset <= MAX_OFFSET:
+        raise ApiError(422, "offset_out_of_range", f"offset must be between 0 and {MAX_OFFSET}")
     return query
 
 
-@router.post("/search")
+def search_filters(**values: Any) -> SearchFilters:
+    """:class:`SearchFilters` from loose values (form fields, page query strings); 422 ``invalid_request``."""
+    try:
+        return SearchFilters(**{k: v for k, v in values.items() if v is not None and v != [] and v != ""})
+    except ValidationError as exc:
+        details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in exc.errors()]
+        raise ApiError(422, "invalid_request", "the filters are not valid", details) from None
+
+
+@router.post("/search", response_model=SearchResults)
 def search(request: SearchRequest, session: Session = Depends(db_session),
-           scope: ScopeContext = Depends(current_scope)) -> dict:
-    """``{"results": [{"id", "display_name", "sha256", "score", "media_url", "snippet"}], "took_ms"}``."""
+           scope: ScopeContext = Depends(current_scope)):
+    """``{"results": [{"id", "display_name", "sha256", "score", "media_url", "snippet"}], "took_ms"}``.
+
+    Filters (all optional, combined with AND, applied inside every leg's SQL so a match ranked
+    anywhere is found): ``collection_ids``, ``animated``, ``formats``, ``status``,
+    ``created_from`` / ``created_to``; paging: ``n_results`` and ``offset``."""
     query = validate(request)
-    return service.search(session, scope, query, request.n_results).as_dict()
+    return service.search(session, scope, query, request.n_results, filters=request.filters(),
+                          offset=request.offset).to_dto()
 
 
-@router.get("/search/status")
-def search_status(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)) -> dict:
+@router.get("/search/status", response_model=SearchStatus)
+def search_status(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Per vector leg: the active generation, the one being built (progress, task) and the
     configured model; plus meme counts (shape: :func:`mewdex.search.generations.status`)."""
     return generations.status(session, scope.scope_id)

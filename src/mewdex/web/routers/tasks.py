@@ -10,10 +10,18 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import ScopeContext
+from mewdex.dto.tasks import (
+    Batch,
+    JobDetail,
+    JobPage,
+    ProcessingRequest,
+    ProcessingResponse,
+    TaskDetail,
+    TaskPage,
+)
 from mewdex.pipeline import processing
 from mewdex.queue import service
 from mewdex.web.deps import current_scope, db_session, parse_id
@@ -22,90 +30,73 @@ from mewdex.web.errors import ApiError
 router = APIRouter(tags=["tasks"])
 
 
-def _service_errors(fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except service.TaskNotFound as exc:
-        raise ApiError(404, "not_found", str(exc)) from None
-    except service.TaskConflict as exc:
-        raise ApiError(409, exc.code, str(exc)) from None
-    except service.BadCursor as exc:
-        raise ApiError(422, "invalid_cursor", str(exc)) from None
-
-
-@router.get("/api/v1/tasks")
+@router.get("/api/v1/tasks", response_model=TaskPage)
 def list_tasks(
     status: Literal["queued", "running", "succeeded", "failed"] | None = None,
     type: str | None = Query(default=None, max_length=128),
     stage: Literal["visual", "agent", "auto_rename", "text_embedding"] | None = None,
     batch: str | None = Query(default=None, max_length=255),
     lane: str | None = Query(default=None, max_length=64),
-    cursor: str | None = Query(default=None, max_length=1000),
+    cursor: str | None = Query(None, description="``next_cursor`` of the previous page"),
     limit: int = Query(default=50, ge=1, le=200),
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
     """``{"items": [task], "next_cursor"}`` newest first; pass ``next_cursor`` back as ``cursor``."""
-    return _service_errors(service.list_tasks, session, scope, status=status, task_type=type, stage=stage,
+    return service.list_tasks(session, scope, status=status, task_type=type, stage=stage,
                            batch_id=batch, lane=lane, cursor=cursor, limit=limit)
 
 
-@router.get("/api/v1/tasks/{task_id}")
+@router.get("/api/v1/tasks/{task_id}", response_model=TaskDetail)
 def read_task(task_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """The task with ``attempt_history`` (one row per execution), ``error_history`` and ``first_error``."""
-    return _service_errors(service.task_detail, session, scope, task_id)
+    return service.task_detail(session, scope, task_id)
 
 
-@router.post("/api/v1/tasks/{task_id}/retry")
+@router.post("/api/v1/tasks/{task_id}/retry", response_model=TaskDetail)
 def retry_task(task_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Queue a failed task again (resumes an ``unknown_execution`` one); 409 unless failed; 429 ``queue_full``."""
-    _service_errors(service.retry, session, scope, task_id)
+    service.retry(session, scope, task_id)
     session.flush()
     return service.task_detail(session, scope, task_id)
 
 
-@router.post("/api/v1/tasks/{task_id}/cancel")
+@router.post("/api/v1/tasks/{task_id}/cancel", response_model=TaskDetail)
 def cancel_task(task_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Cancel a queued or running task (it fails with ``cancelled``); 409 when it already ended."""
-    _service_errors(service.cancel, session, scope, task_id)
+    service.cancel(session, scope, task_id)
     session.flush()
     return service.task_detail(session, scope, task_id)
 
 
-@router.get("/api/v1/batches/{batch_id}")
+@router.get("/api/v1/batches/{batch_id}", response_model=Batch)
 def read_batch(batch_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """``{"id", "state", "sealed", "summary", "progress", ...}``; ``summary`` is written once, when the last task ends."""
-    return _service_errors(service.batch_detail, session, scope, batch_id)
+    return service.batch_detail(session, scope, batch_id)
 
 
-@router.get("/api/v1/processing/jobs")
+@router.get("/api/v1/processing/jobs", response_model=JobPage)
 def list_jobs(
     status: Literal["queued", "running", "succeeded", "failed", "blocked", "unknown_execution"] | None = None,
     meme: str | None = Query(default=None, max_length=64),
-    cursor: str | None = Query(default=None, max_length=1000),
+    cursor: str | None = Query(None, description="``next_cursor`` of the previous page"),
     limit: int = Query(default=50, ge=1, le=200),
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
     """``{"items": [job], "next_cursor"}`` newest first."""
     meme_id = parse_id(meme) if meme else None
-    return _service_errors(processing.list_jobs, session, scope, status=status, meme_id=meme_id, cursor=cursor,
+    return processing.list_jobs(session, scope, status=status, meme_id=meme_id, cursor=cursor,
                            limit=limit)
 
 
-@router.get("/api/v1/processing/jobs/{job_id}")
+@router.get("/api/v1/processing/jobs/{job_id}", response_model=JobDetail)
 def read_job(job_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """The job with its stages (planned or skipped and why) and its tasks."""
-    return _service_errors(processing.job_detail, session, scope, parse_id(job_id, "job"))
+    return processing.job_detail(session, scope, parse_id(job_id, "job"))
 
 
-class ProcessingRequest(BaseModel):
-    meme_ids: list[str] = Field(default_factory=list, max_length=10_000)
-    all_not_ready: bool = False
-    mode: Literal["normal", "full_retry", "repair"] = "normal"
-
-
-@router.post("/api/v1/processing", status_code=202)
+@router.post("/api/v1/processing", status_code=202, response_model=ProcessingResponse)
 def submit_processing(body: ProcessingRequest, session: Session = Depends(db_session),
                       scope: ScopeContext = Depends(current_scope)):
     """Re-submit selected memes or all not-ready ones: ``{"jobs", "skipped", "batch_id"}``.
@@ -115,5 +106,5 @@ def submit_processing(body: ProcessingRequest, session: Session = Depends(db_ses
     if not body.all_not_ready and not body.meme_ids:
         raise ApiError(422, "invalid_request", "give meme_ids or all_not_ready")
     meme_ids = [parse_id(i) for i in body.meme_ids]
-    return _service_errors(processing.submit, session, scope, meme_ids=meme_ids,
+    return processing.submit(session, scope, meme_ids=meme_ids,
                            all_not_ready=body.all_not_ready, mode=body.mode)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import ScopeContext
+from mewdex.dto.users import UsageSummary
 from mewdex.platform import usage
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError, error_responses
@@ -31,10 +32,10 @@ def time_range(start: datetime | None, end: datetime | None) -> tuple[datetime, 
     return start, end
 
 
-@router.get("/usage")
+@router.get("/usage", response_model=UsageSummary)
 def my_usage(start: datetime | None = Query(None, alias="from"), end: datetime | None = Query(None, alias="to"),
              group_by: str = Query("day", pattern="^(day|kind|model_profile)$"),
-             scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)) -> dict:
+             scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)):
     """``{"from", "to", "group_by", "groups": [{"key", "events", "cost"}], "total": {"events", "cost"}}``."""
     start, end = time_range(start, end)
     return usage.summary(session, start=start, end=end, group_by=group_by, scope_id=scope.scope_id)

@@ -9,15 +9,15 @@
 
 from __future__ import annotations
 
-import io
-
-from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from mewdex.config import get_settings
+from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ScopeContext
+from mewdex.dto.search import DuplicateClusters, NearDuplicates, SearchFilters, SearchResults
 from mewdex.library import thumbnails as thumbs
 from mewdex.library.images import ImageError
 from mewdex.library.scopes import storage_namespace
@@ -26,9 +26,11 @@ from mewdex.pipeline.visual import MODEL_ID as visual_model_id
 from mewdex.platform import metering
 from mewdex.search import image_search
 from mewdex.storage import blob_store
-from mewdex.web.deps import current_scope, db_session
+from mewdex.web.deps import current_scope, db_session, streaming_scope
 from mewdex.web.errors import ApiError
 from mewdex.web.routers.memes import get_meme
+from mewdex.web.routers.search import search_filters
+from mewdex.web.uploads import read_query_image, upload_slot
 
 router = APIRouter(tags=["visual"])
 READ_CHUNK = 1024 * 1024
@@ -46,9 +48,9 @@ def thumbnail(meme_id: str, request: Request, animated: bool = False, session: S
               scope: ScopeContext = Depends(current_scope)):
     """The still WEBP thumbnail (or, with ``animated=1``, the animated preview when the meme has one).
 
-    When no thumbnail is available yet the still is rendered from the original on the fly (not
-    stored; ``Cache-Control: no-store``) so the UI always has a picture; 404 ``blob_missing`` when
-    even the original is gone, 422 with the image error code when it cannot be decoded.
+    When no thumbnail is available yet (the worker makes them) the original's bytes stand in
+    (``Cache-Control: no-store``) so the UI always has a picture; 404 ``blob_missing`` when even
+    the original is gone.
     """
     meme = get_meme(session, scope, meme_id)
     namespace = storage_namespace(session, scope.scope_id)
@@ -69,64 +71,85 @@ def thumbnail(meme_id: str, request: Request, animated: bool = False, session: S
     original = store.path(namespace, meme.storage_key)
     if not original.is_file():
         raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
-    try:
-        still = thumbs.make_still(original.read_bytes(), max_pixels=get_settings().max_pixels)
-    except ImageError as exc:
-        raise ApiError(exc.http_status if exc.http_status != 415 else 422, exc.code, exc.message) from exc
-    return Response(still.data, media_type=still.media_type, headers={"Cache-Control": "no-store"})
+    # Thumbnails are made only by the worker: until then the original stands in (decoding here, on
+    # every GET and on an API thread, would let one image tie up the server).
+    media_type = (meme.extensions or {}).get("image", {}).get("media_type") or "application/octet-stream"
+    return FileResponse(original, media_type=media_type, headers={"Cache-Control": "no-store"})
 
 
-async def _read_limited(upload: UploadFile, limit: int) -> bytes:
-    buf = io.BytesIO()
-    while chunk := await upload.read(READ_CHUNK):
-        buf.write(chunk)
-        if buf.tell() > limit:
-            raise ApiError(413, "upload_too_large", f"the file is over {limit} bytes")
-    return buf.getvalue()
+def _search_by_image(scope: ScopeContext, data: bytes, n_results: int, max_pixels: int,
+                     filters: SearchFilters) -> SearchResults:
+    """Decode + model off the event loop, in a transaction of its own (the body is read by then)."""
+    with get_sessionmaker().begin() as session:
+        response = image_search.search_by_image(session, scope, data, n_results, max_pixels=max_pixels,
+                                                filters=filters)
+        metering.meter_image_search(session, scope, visual_model_id)
+        return response.to_dto()
 
 
-@router.post("/api/v1/search/image")
-async def search_image(file: UploadFile = File(...), n_results: int = Form(10),
-                       session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)) -> dict:
-    """Memes that look like the uploaded image; the text search's result shape, ``score`` = cosine."""
-    _n_results(n_results)
+# The API's search-by-image body: the image, ``n_results`` and the filters of ``POST /api/v1/search``
+# (``collection_ids`` and ``formats`` repeated). The route reads it itself, after authentication.
+SEARCH_IMAGE_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file"], "properties": {
+        "file": {"type": "string", "format": "binary"}, "n_results": {"type": "integer", "default": 10},
+        "collection_ids": {"type": "array", "items": {"type": "string", "format": "uuid"}},
+        "animated": {"type": "boolean"}, "formats": {"type": "array", "items": {"type": "string"}},
+        "status": {"type": "string"}, "created_from": {"type": "string", "format": "date-time"},
+        "created_to": {"type": "string", "format": "date-time"}}}}}}}
+
+
+@router.post("/api/v1/search/image", response_model=SearchResults, openapi_extra=SEARCH_IMAGE_BODY)
+async def search_image(request: Request, scope: ScopeContext = Depends(streaming_scope)):
+    """Memes that look like the uploaded image (multipart ``file`` ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, form
+    ``n_results`` 1–50); the text search's result shape, ``score`` = cosine. The body is read only
+    after authentication, bounded while streaming (413 ``upload_too_large``).
+
+    Form fields besides ``file`` and ``n_results``: the filters of ``POST /api/v1/search``
+    (``collection_ids`` and ``formats`` repeated), applied inside the nearest-neighbour query."""
     settings = get_settings()
-    data = await _read_limited(file, settings.max_upload_bytes)
+    async with upload_slot(scope.scope_id):  # no transaction is open while the body streams
+        data, _filename, fields = await read_query_image(request, max_bytes=settings.max_upload_bytes)
+    last = {name: values[-1] for name, values in fields.items()}
+    try:
+        n_results = int(last.get("n_results", "10"))
+    except ValueError:
+        raise ApiError(422, "invalid_request", "n_results must be an integer") from None
+    _n_results(n_results)
+    filters = search_filters(collection_ids=fields.get("collection_ids"), animated=last.get("animated"),
+                             formats=fields.get("formats"), status=last.get("status"),
+                             created_from=last.get("created_from"), created_to=last.get("created_to"))
     if not data:
         raise ApiError(422, "image_corrupt", "the file is empty")
     try:
-        response = await run_in_threadpool(image_search.search_by_image, session, scope, data, n_results,
-                                           max_pixels=settings.max_pixels)  # decode + model off the event loop
-        metering.meter_image_search(session, scope, visual_model_id)
-        return response.as_dict()
+        return await run_in_threadpool(_search_by_image, scope, data, n_results, settings.max_pixels, filters)
     except ImageError as exc:
         raise ApiError(exc.http_status, exc.code, exc.message) from exc
     except BackendUnavailable as exc:
         raise ApiError(503, exc.code, str(exc), exc.details) from exc
 
 
-@router.get("/api/v1/memes/{meme_id}/similar")
+@router.get("/api/v1/memes/{meme_id}/similar", response_model=SearchResults)
 def similar(meme_id: str, n_results: int = Query(10), session: Session = Depends(db_session),
-            scope: ScopeContext = Depends(current_scope)) -> dict:
+            scope: ScopeContext = Depends(current_scope)):
     """Memes that look like this one (itself excluded); 409 ``visual_not_ready`` before its visual stage ran."""
     _n_results(n_results)
     meme = get_meme(session, scope, meme_id)
     try:
-        return image_search.similar(session, scope, meme.id, n_results).as_dict()
+        return image_search.similar(session, scope, meme.id, n_results).to_dto()
     except image_search.MemeNotEmbedded:
         raise ApiError(409, "visual_not_ready", "the meme has no image embedding yet") from None
 
 
-@router.get("/api/v1/memes/{meme_id}/duplicates")
+@router.get("/api/v1/memes/{meme_id}/duplicates", response_model=NearDuplicates)
 def meme_duplicates(meme_id: str, session: Session = Depends(db_session),
-                    scope: ScopeContext = Depends(current_scope)) -> dict:
+                    scope: ScopeContext = Depends(current_scope)):
     """``{"near_duplicates": [{"id", "display_name", "relation", "phash_distance", "cosine", ...}]}``."""
     meme = get_meme(session, scope, meme_id)
     return {"near_duplicates": image_search.near_duplicates_of(session, scope.scope_id, meme.id)}
 
 
-@router.get("/api/v1/duplicates")
+@router.get("/api/v1/duplicates", response_model=DuplicateClusters)
 def duplicates(limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
-               session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)) -> dict:
+               session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Near-duplicate clusters, biggest first: ``{"clusters": [{"original", "size", "memes", "pairs"}], "total"}``."""
     return image_search.duplicate_clusters(session, scope, limit=limit, offset=offset)

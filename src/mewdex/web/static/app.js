@@ -587,6 +587,13 @@ function uploadPage() {
   document.addEventListener("paste", (e) => { if (e.clipboardData?.files.length) add([...e.clipboardData.files]); });
 }
 
+// The task list polls every 2 s while "live" is ticked (the check lives here, not in an hx-trigger
+// filter: the Content-Security-Policy allows no eval).
+document.body.addEventListener("htmx:beforeRequest", (e) => {
+  const live = document.getElementById("tasks-live");
+  if (e.detail.elt && e.detail.elt.id === "task-live" && live && !live.checked) e.preventDefault();
+});
+
 // ------------------------------------------------------------------ start
 
 const pages = {search: searchPage, library: libraryPage, upload: uploadPage};

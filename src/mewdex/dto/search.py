@@ -1,0 +1,119 @@
+"""Search shapes: the filters every search takes (text or image), the request and the hits."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mewdex.dto.common import Dto, JsonObject
+from mewdex.dto.memes import MemeBrief, MemeRef, NearDuplicate
+
+FORMATS = ("png", "jpeg", "gif", "webp")
+# The latest processing job's status, or ``pending`` (queued or running) / ``none`` (no job).
+PROCESSING_STATUSES = ("queued", "running", "succeeded", "failed", "blocked", "unknown_execution", "pending", "none")
+MAX_QUERY_CHARS = 500
+MAX_RESULTS = 50
+MAX_OFFSET = 50
+
+
+class SearchFilters(BaseModel):
+    """Narrow a search (every leg, inside its SQL) or a listing. All optional; they combine with AND.
+
+    ``collection_ids``: members of any of these collections; ``animated``: only animated (true) or
+    only still (false) images; ``formats``: only these image formats; ``status``: the latest
+    processing job's status (or ``pending`` / ``none``); ``created_from`` (inclusive) /
+    ``created_to`` (exclusive): the meme's creation time (ISO 8601; without an offset, UTC).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    collection_ids: list[str] | None = Field(None, max_length=100)
+    animated: bool | None = None
+    formats: list[Literal["png", "jpeg", "gif", "webp"]] | None = Field(None, max_length=4)
+    status: Literal["queued", "running", "succeeded", "failed", "blocked", "unknown_execution",
+                    "pending", "none"] | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+
+    @field_validator("collection_ids")
+    @classmethod
+    def _uuids(cls, value: list[str] | None) -> list[str] | None:
+        from uuid import UUID
+
+        if value is None:
+            return None
+        try:
+            return [str(UUID(v)) for v in value]
+        except (ValueError, AttributeError, TypeError):
+            raise ValueError("collection_ids must be collection ids") from None
+
+    @field_validator("created_from", "created_to")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+    @property
+    def empty(self) -> bool:
+        return not any(v is not None for v in (self.collection_ids, self.animated, self.formats, self.status,
+                                                self.created_from, self.created_to))
+
+
+class SearchRequest(SearchFilters):
+    """``POST /api/v1/search``: ``query`` 1–500 characters, ``n_results`` 1–50, ``offset`` 0–50 (the
+    next page starts at ``offset + n_results``), plus the filters of :class:`SearchFilters`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: str
+    n_results: int = 10
+    offset: int = 0
+
+    def filters(self) -> SearchFilters:
+        return SearchFilters(**self.model_dump(include=set(SearchFilters.model_fields)))
+
+
+class SearchHit(MemeRef):
+    """A search result: the meme's reference, its fused ``score`` (cosine for image search) and an OCR ``snippet``."""
+
+    score: float
+    snippet: str
+
+
+class SearchResults(Dto):
+    results: list[SearchHit]
+    took_ms: float
+
+
+class DuplicatePair(Dto):
+    meme_id: str
+    duplicate_of: str
+    phash_distance: int | None = None
+    cosine: float | None = None
+
+
+class DuplicateCluster(Dto):
+    original: str
+    size: int
+    memes: list[MemeBrief]
+    pairs: list[DuplicatePair]
+
+
+class DuplicateClusters(Dto):
+    clusters: list[DuplicateCluster]
+    total: int
+
+
+class NearDuplicates(Dto):
+    near_duplicates: list[NearDuplicate]
+
+
+class SearchStatus(BaseModel):
+    """Per vector leg: the active generation, the one being built (progress, task), the configured model."""
+
+    model_config = ConfigDict(extra="allow")
+
+    memes: int
+    memes_with_context: int
+    legs: dict[str, JsonObject]

@@ -1,0 +1,118 @@
+"""Account shapes: user (brief and full), tokens, quotas, ``/me``, the admin views and usage."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from mewdex.dto.common import Dto, Timestamp
+
+
+class UserBrief(Dto):
+    id: str
+    email: str
+    name: str | None = None
+
+
+class User(UserBrief):
+    role: str
+    disabled: bool
+    scope_id: str
+    created_at: Timestamp | None = None
+
+
+class Quota(Dto):
+    """Limits; null = unlimited."""
+
+    storage_bytes: int | None = None
+    memes: int | None = None
+    analysis_cost_per_month: float | None = None
+
+
+class DiskUsage(Dto):
+    bytes_used: int
+    file_count: int
+    scanned_at: Timestamp
+
+
+class AdminUser(User):
+    quota: Quota
+    disk: DiskUsage
+    analysis_cost_this_month: float
+
+
+class AdminUserList(Dto):
+    users: list[AdminUser]
+
+
+class SignedIn(Dto):
+    user: User
+    csrf_token: str
+
+
+class AuthInfo(Dto):
+    mode: str
+    via: str
+
+
+class Me(Dto):
+    user: User | None = None
+    auth: AuthInfo
+    scope_id: str
+    quota: Quota | None = None
+    disk: DiskUsage | None = None
+    analysis_cost_this_month: float
+
+
+class Token(Dto):
+    id: str
+    name: str
+    prefix: str
+    scopes: list[str] = Field(default_factory=list, description="``read``, ``write``, ``admin``")
+    created_at: Timestamp | None = None
+    expires_at: Timestamp | None = None
+    last_used_at: Timestamp | None = None
+    revoked_at: Timestamp | None = None
+
+
+class NewToken(Token):
+    token: str = Field(description="the ``mdx_…`` secret; shown only once")
+
+
+class TokenList(Dto):
+    tokens: list[Token]
+
+
+class SignedUrl(Dto):
+    url: str
+    expires_at: Timestamp
+
+
+class UsageGroup(Dto):
+    key: str
+    events: int
+    cost: float
+
+
+class UsageTotal(Dto):
+    events: int
+    cost: float
+
+
+class UsageSummary(Dto):
+    """Metered usage in ``[from, to)``; cost in CNY."""
+
+    from_: Timestamp = Field(alias="from")
+    to: Timestamp
+    group_by: Literal["day", "kind", "model_profile", "user"]
+    groups: list[UsageGroup]
+    total: UsageTotal
+
+
+class InstanceSettings(Dto):
+    signup_enabled: bool
+
+
+class RescanResult(Dto):
+    corrected: dict[str, dict[str, int]]

@@ -1,0 +1,205 @@
+"""Outgoing HTTP: the one place mewdex calls out (a test fails when another module imports httpx).
+
+:func:`fetch` is for any address that did not come from the operator's own command line
+(providers, channels, schedules, URLs in user content):
+
+* ``https`` only; ``http`` just for hosts the admin names in ``MEWDEX_EGRESS_ALLOW_HOSTS``
+  (``host:port`` entries, e.g. a vLLM on the LAN or a local test server).
+* The name is resolved once; every address it resolves to must be public — loopback, private
+  (RFC 1918), link-local (cloud metadata ``169.254.169.254``), CGNAT ``100.64/10``, ULA
+  ``fc00::/7``, IPv4-mapped/6to4/Teredo forms of those, multicast, reserved and unspecified
+  addresses are refused — unless ``host:port`` is allow-listed. The connection goes to the address
+  that was checked (no second resolution: DNS rebinding cannot swap it), with the original name as
+  ``Host`` and TLS SNI/certificate name.
+* Redirects are followed by hand, at most :data:`MAX_REDIRECTS`, each one checked again.
+* ``trust_env=False`` (no proxy or netrc from the environment), connect/read timeouts, a response
+  size cap counted while streaming, an optional content-type allow-list.
+* Errors are :class:`EgressError` with a stable code; messages name the host, never headers,
+  query strings or bodies (which may hold secrets).
+
+:func:`operator_request` is for the address the operator typed (``mewdex search --server URL``):
+no address checks, but the same ``trust_env=False`` and timeouts.
+
+Imports only the standard library, httpx and :mod:`mewdex.config`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from dataclasses import dataclass, field
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+
+from mewdex.config import get_settings
+
+log = logging.getLogger(__name__)
+MAX_REDIRECTS = 3
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class EgressError(Exception):
+    """A refused or failed outgoing request. ``code``: ``egress_scheme_refused``,
+    ``egress_address_refused``, ``egress_unresolvable``, ``egress_too_many_redirects``,
+    ``egress_too_large``, ``egress_content_type``, ``egress_failed``."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+@dataclass
+class EgressResponse:
+    """A finished response: ``status``, ``headers``, the body bytes (≤ the cap) and the final ``url``."""
+
+    status: int
+    headers: dict[str, str]
+    content: bytes
+    url: str
+    redirects: list[str] = field(default_factory=list)
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "").split(";")[0].strip().lower()
+
+    def json(self):
+        import json
+
+        return json.loads(self.content)
+
+
+def forbidden_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """True for an address outgoing requests may not reach (see the module doc)."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if embedded is not None and forbidden_address(embedded):
+            return True
+        if ip.ipv4_mapped is not None:
+            return forbidden_address(ip.ipv4_mapped)
+    return (not ip.is_global) or ip.is_multicast or ip.is_reserved or ip.is_unspecified or ip.is_link_local \
+        or ip.is_loopback or ip.is_private or ip in ipaddress.ip_network("100.64.0.0/10")
+
+
+def _allow_listed(host: str, port: int) -> bool:
+    entries = {e.strip().lower() for e in get_settings().egress_allow_hosts if e.strip()}
+    name = host.lower()
+    return f"{name}:{port}" in entries or f"[{name}]:{port}" in entries
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked destination: the URL's ``scheme``/``host``/``port`` and the ``address`` to connect to."""
+
+    scheme: str
+    host: str
+    port: int
+    address: str
+
+
+def _resolve(host: str, port: int) -> list[str]:
+    try:
+        return [ipaddress.ip_address(host).compressed]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise EgressError("egress_unresolvable", f"cannot resolve {host}") from exc
+    addresses = list(dict.fromkeys(info[4][0].split("%")[0] for info in infos))
+    if not addresses:
+        raise EgressError("egress_unresolvable", f"cannot resolve {host}")
+    return addresses
+
+
+def check_url(url: str) -> Target:
+    """Resolve and check ``url`` once; raises :class:`EgressError` when it may not be fetched."""
+    parts = urlsplit(url)
+    scheme = (parts.scheme or "").lower()
+    host = (parts.hostname or "").lower()
+    if scheme not in _DEFAULT_PORTS or not host:
+        raise EgressError("egress_scheme_refused", "only https URLs can be fetched")
+    try:
+        port = parts.port or _DEFAULT_PORTS[scheme]
+    except ValueError:
+        raise EgressError("egress_scheme_refused", "the URL's port is not valid") from None
+    listed = _allow_listed(host, port)
+    if scheme != "https" and not listed:
+        raise EgressError("egress_scheme_refused", f"only https URLs can be fetched ({host}:{port} is not in "
+                                                   "MEWDEX_EGRESS_ALLOW_HOSTS)")
+    addresses = _resolve(host, port)
+    if not listed:
+        for address in addresses:
+            if forbidden_address(ipaddress.ip_address(address)):
+                log.warning("egress refused: %s resolves to a non-public address", host)
+                raise EgressError("egress_address_refused",
+                                  f"{host} resolves to a private, loopback or link-local address")
+    return Target(scheme, host, port, addresses[0])
+
+
+def _pinned_url(url: str, target: Target) -> str:
+    parts = urlsplit(url)
+    address = f"[{target.address}]" if ":" in target.address else target.address
+    path = parts.path or "/"
+    return f"{target.scheme}://{address}:{target.port}{path}" + (f"?{parts.query}" if parts.query else "")
+
+
+def fetch(method: str, url: str, *, headers: dict[str, str] | None = None, content: bytes | None = None,
+          json=None, max_bytes: int = DEFAULT_MAX_BYTES, content_types: tuple[str, ...] | None = None,
+          timeout: httpx.Timeout | float = DEFAULT_TIMEOUT) -> EgressResponse:
+    """One guarded request (module doc). ``content_types``: accepted media types of the final
+    response (e.g. ``("application/json",)``; ``"image/"`` accepts any image). Raises
+    :class:`EgressError`."""
+    redirects: list[str] = []
+    with httpx.Client(trust_env=False, timeout=timeout, follow_redirects=False, verify=True) as client:
+        for _ in range(MAX_REDIRECTS + 1):
+            target = check_url(url)
+            request_headers = {**(headers or {}), "Host": target.host if target.port == _DEFAULT_PORTS[target.scheme]
+                               else f"{target.host}:{target.port}"}
+            request = client.build_request(method, _pinned_url(url, target), headers=request_headers,
+                                           content=content, json=json,
+                                           extensions={"sni_hostname": target.host} if target.scheme == "https" else {})
+            try:
+                response = client.send(request, stream=True)
+            except httpx.HTTPError as exc:
+                raise EgressError("egress_failed", f"request to {target.host} failed: {type(exc).__name__}") from None
+            try:
+                if response.is_redirect and "location" in response.headers:
+                    redirects.append(url)
+                    url = urljoin(url, response.headers["location"])
+                    if response.status_code in (301, 302, 303) and method.upper() != "HEAD":
+                        method, content, json = "GET", None, None
+                    continue
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body.extend(chunk)
+                    if len(body) > max_bytes:
+                        raise EgressError("egress_too_large", f"the response from {target.host} is over {max_bytes} bytes")
+                result = EgressResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
+                                        bytes(body), url, redirects)
+            except httpx.HTTPError as exc:
+                raise EgressError("egress_failed", f"request to {target.host} failed: {type(exc).__name__}") from None
+            finally:
+                response.close()
+            if content_types is not None and not any(
+                    result.content_type == t or (t.endswith("/") and result.content_type.startswith(t))
+                    for t in content_types):
+                raise EgressError("egress_content_type", f"{target.host} answered {result.content_type or 'no type'}")
+            return result
+    raise EgressError("egress_too_many_redirects", f"more than {MAX_REDIRECTS} redirects")
+
+
+def operator_request(method: str, url: str, *, headers: dict[str, str] | None = None, timeout: float = 60.0,
+                     **kw) -> EgressResponse:
+    """A request to the server the operator named on the command line (no address checks; the
+    same ``trust_env=False`` and timeouts). Raises :class:`EgressError` ``egress_failed``."""
+    try:
+        with httpx.Client(trust_env=False, timeout=timeout) as client:
+            response = client.request(method, url, headers=headers, **kw)
+    except httpx.HTTPError as exc:
+        raise EgressError("egress_failed", f"cannot reach {urlsplit(url).hostname}: {type(exc).__name__}") from None
+    return EgressResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
+                          response.content, str(response.url))

@@ -1,0 +1,230 @@
+"""Search filters narrow inside each leg's SQL: a meme far down the unfiltered ranking is found
+once a filter keeps it; the API takes the same filters; every malformed cursor is 422 invalid_cursor."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from mewdex.db.models import (
+    Meme,
+    MemeCollection,
+    MemeCollectionItem,
+    MemeVisualEmbedding,
+)
+from mewdex.dto.search import SearchFilters
+from mewdex.pipeline import visual
+from mewdex.search import image_search, keyword, service
+
+from conftest import client_for
+
+MEMES = 260  # more than the 200 hits the pages used to fetch and filter afterwards
+DIMS = 16
+
+
+def _meme(scope, i: int, **fields) -> Meme:
+    sha = hashlib.sha256(f"{scope.scope_id}-{i}".encode()).hexdigest()
+    values = dict(scope_id=scope.scope_id, storage_key=sha + ".png", display_name=f"cat {i}", name_source="uploaded",
+                  extension=".png", size_bytes=100 + i, sha256=sha, provenance={}, extensions={"image": {}})
+    values.update(fields)
+    values["storage_key"] = sha + values["extension"]
+    return Meme(**values)
+
+
+@pytest.fixture(scope="module")
+def scope(sessions):
+    """One scope for the module (building the library takes a while); removed afterwards."""
+    from sqlalchemy import text
+
+    from mewdex.db.models import ScopeContext
+    from mewdex.library.scopes import ensure_scope
+
+    s = ScopeContext(f"filters-{uuid.uuid4().hex[:12]}")
+    with sessions.begin() as session:
+        ensure_scope(session, s)
+    yield s
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": s.scope_id})
+
+
+@pytest.fixture(scope="module")
+def library(sessions, scope):
+    """MEMES memes all matching "cat"; the target matches worst in every leg and is the only GIF, the only
+    animated one, the only one in the collection and the only one created in 2001."""
+    rng = np.random.default_rng(7)
+    query = rng.normal(size=DIMS).astype(np.float32)
+    query /= np.linalg.norm(query)
+    with sessions.begin() as session:
+        memes = [_meme(scope, i) for i in range(MEMES - 1)]
+        target = _meme(scope, MEMES, extension=".gif", extensions={"image": {"animated": True}},
+                       created_at=datetime(2001, 1, 1, tzinfo=UTC))
+        memes.append(target)
+        session.add_all(memes)
+        session.flush()
+        collection = MemeCollection(scope_id=scope.scope_id, name="far")
+        session.add(collection)
+        session.flush()
+        session.add(MemeCollectionItem(scope_id=scope.scope_id, collection_id=collection.id, meme_id=target.id))
+        for i, m in enumerate(memes):
+            # BM25: "cat" once; the longer the document, the lower it ranks: the target is longest.
+            filler = " ".join(f"w{i}x{k}" for k in range(5 + i if m is not target else 5 + 2 * MEMES))
+            keyword.index_document(session, scope.scope_id, m.id, "h", {"name": f"cat {filler}", "ocr": "",
+                                                                         "labels": "", "phrase": ""})
+            vector = -query if m is target else query + 0.3 * rng.normal(size=DIMS).astype(np.float32)
+            session.add(MemeVisualEmbedding(
+                scope_id=scope.scope_id, meme_id=m.id, model=visual.MODEL_ID,
+                preprocess_version=visual.PREPROCESS_VERSION, dimensions=DIMS, image_sha256=m.sha256,
+                embedding=(vector / np.linalg.norm(vector)).astype(np.float32)))
+        return {"target": str(target.id), "collection": str(collection.id), "query": query}
+
+
+FILTERS = {
+    "collection": lambda lib: SearchFilters(collection_ids=[lib["collection"]]),
+    "animated": lambda lib: SearchFilters(animated=True),
+    "formats": lambda lib: SearchFilters(formats=["gif"]),
+    "created_range": lambda lib: SearchFilters(created_from=datetime(2000, 1, 1), created_to=datetime(2002, 1, 1)),
+}
+
+
+def test_target_is_beyond_the_first_200_unfiltered_hits(sessions, scope, library):
+    with sessions.begin() as session:
+        hits = [str(h.meme_id) for h in keyword.search(session, scope.scope_id, "cat", 200)]
+        assert len(hits) == 200 and library["target"] not in hits
+        near = image_search.search_by_vector(session, scope, library["query"], 50)
+        assert library["target"] not in [r.id for r in near.results]
+
+
+@pytest.mark.parametrize("name", FILTERS)
+def test_each_filter_narrows_the_keyword_leg_inside_its_sql(sessions, scope, library, name):
+    with sessions.begin() as session:
+        response = service.search(session, scope, "cat", 10, legs=("keyword",), filters=FILTERS[name](library))
+    assert [r.id for r in response.results] == [library["target"]]
+
+
+@pytest.mark.parametrize("name", FILTERS)
+def test_each_filter_narrows_the_visual_leg_inside_its_sql(sessions, scope, library, name):
+    with sessions.begin() as session:
+        response = image_search.search_by_vector(session, scope, library["query"], 5, filters=FILTERS[name](library))
+    assert [r.id for r in response.results] == [library["target"]]
+
+
+def test_filters_combine_and_exclude(sessions, scope, library):
+    with sessions.begin() as session:
+        both = SearchFilters(formats=["gif"], animated=False)
+        assert service.search(session, scope, "cat", 10, legs=("keyword",), filters=both).results == []
+        still = service.search(session, scope, "cat", 50, legs=("keyword",), filters=SearchFilters(animated=False))
+        assert len(still.results) == 50 and library["target"] not in [r.id for r in still.results]
+        later = SearchFilters(created_from=datetime.now(UTC) - timedelta(days=1))
+        assert library["target"] not in [r.id for r in service.search(
+            session, scope, "cat", 50, legs=("keyword",), filters=later).results]
+
+
+def test_no_filter_and_empty_filters_rank_alike(sessions, scope, library):
+    with sessions.begin() as session:
+        plain = service.search(session, scope, "cat", 20, legs=("keyword",))
+        empty = service.search(session, scope, "cat", 20, legs=("keyword",), filters=SearchFilters())
+        paged = service.search(session, scope, "cat", 10, legs=("keyword",), offset=10)
+    assert [r.id for r in plain.results] == [r.id for r in empty.results]
+    assert [r.id for r in paged.results] == [r.id for r in plain.results][10:]
+
+
+@pytest.fixture(scope="module")
+def client(scope):
+    with client_for(scope) as c:
+        yield c
+
+
+def test_api_search_takes_the_filters(client, library):
+    body = {"query": "cat", "n_results": 5, "collection_ids": [library["collection"]], "animated": True,
+            "formats": ["gif"], "status": "none", "created_from": "2000-01-01T00:00:00Z", "created_to": "2002-01-01"}
+    r = client.post("/api/v1/search", json=body)
+    assert r.status_code == 200, r.text
+    assert [h["id"] for h in r.json()["results"]] == [library["target"]]
+    assert set(r.json()["results"][0]) == {"id", "display_name", "sha256", "score", "media_url", "snippet"}
+    r = client.post("/api/v1/search", json={"query": "cat", "status": "succeeded"})
+    assert r.status_code == 200 and r.json()["results"] == []
+
+
+@pytest.mark.parametrize("body,code", [
+    ({"query": "cat", "formats": ["bmp"]}, "invalid_request"),
+    ({"query": "cat", "collection_ids": ["not-an-id"]}, "invalid_request"),
+    ({"query": "cat", "status": "bogus"}, "invalid_request"),
+    ({"query": "cat", "created_from": "yesterday"}, "invalid_request"),
+    ({"query": "cat", "animated": "maybe"}, "invalid_request"),
+    ({"query": "cat", "offset": 51}, "offset_out_of_range"),
+    ({"query": "cat", "offset": -1}, "offset_out_of_range"),
+])
+def test_api_search_rejects_bad_filters(client, body, code):
+    r = client.post("/api/v1/search", json=body)
+    assert r.status_code == 422 and r.json()["error"]["code"] == code, r.text
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+BAD_CURSORS = {
+    "nul_inside": _b64(b'["created", "x\\u0000", "00000000-0000-0000-0000-000000000000"]'),
+    "nested_raw": "[" * 1500,
+    "nested_b64": _b64(b"[" * 1500),
+    "nested_object": _b64(b'{"a":' * 700 + b"1" + b"}" * 700),
+    "bad_base64": "!!!*",
+    "not_json": _b64(b"\xff\xfe not json"),
+    "wrong_shape": _b64(b'{"sort": "created"}'),
+    "wrong_types": _b64(b"[1, 2, 3]"),
+    "wrong_count": _b64(b'["created"]'),
+    "bad_date": _b64(b'["created", "not a date", "00000000-0000-0000-0000-000000000000"]'),
+    "too_long": "A" * 5000,
+    "non_ascii": "游标",
+}
+
+
+@pytest.mark.parametrize("path", ["/api/v1/memes", "/api/v1/tasks", "/api/v1/processing/jobs"])
+@pytest.mark.parametrize("name", BAD_CURSORS)
+def test_every_malformed_cursor_is_422_invalid_cursor(client, path, name):
+    r = client.get(path, params={"cursor": BAD_CURSORS[name]})
+    assert r.status_code == 422, (name, r.status_code, r.text)
+    assert r.json()["error"]["code"] == "invalid_cursor", r.text
+
+
+def test_a_raw_nul_in_the_query_string_is_refused_before_any_route(client):
+    r = client.get("/api/v1/tasks", params={"cursor": "abc\x00def"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
+
+
+@pytest.mark.parametrize("fields,code", [
+    ({"formats": "bmp"}, "invalid_request"),
+    ({"collection_ids": "nope"}, "invalid_request"),
+    ({"status": "bogus"}, "invalid_request"),
+    ({"created_to": "tomorrow"}, "invalid_request"),
+])
+def test_api_image_search_rejects_bad_filters(client, fields, code):
+    r = client.post("/api/v1/search/image", files={"file": ("x.png", b"not read", "image/png")}, data=fields)
+    assert r.status_code == 422 and r.json()["error"]["code"] == code, r.text
+
+
+def test_api_image_search_applies_the_filters(client, sessions, scope):
+    from library_helpers import png
+
+    data = png(3)
+    vector = visual.visual_model().embed_bytes(data).vector
+    with sessions.begin() as session:
+        still, gif = _meme(scope, 9001), _meme(scope, 9002, extension=".gif")
+        session.add_all([still, gif])
+        session.flush()
+        for m in (still, gif):
+            session.add(MemeVisualEmbedding(
+                scope_id=scope.scope_id, meme_id=m.id, model=visual.MODEL_ID,
+                preprocess_version=visual.PREPROCESS_VERSION, dimensions=len(vector), image_sha256=m.sha256,
+                embedding=vector))
+        ids = {str(still.id), str(gif.id)}
+    r = client.post("/api/v1/search/image", files={"file": ("x.png", data, "image/png")}, data={"n_results": "5"})
+    assert r.status_code == 200 and {h["id"] for h in r.json()["results"]} == ids, r.text
+    r = client.post("/api/v1/search/image", files={"file": ("x.png", data, "image/png")},
+                    data={"n_results": "5", "formats": ["gif"]})
+    assert r.status_code == 200 and [h["id"] for h in r.json()["results"]] == [str(gif.id)], r.text

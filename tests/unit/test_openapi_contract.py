@@ -1,0 +1,76 @@
+"""The OpenAPI document is the contract: every /api/v1 operation documents its 2xx body and its
+4xx error body ``{"error": {"code", "message", "details"}}``."""
+
+from __future__ import annotations
+
+import pytest
+
+from mewdex.web.app import create_app
+
+
+@pytest.fixture(scope="module")
+def spec() -> dict:
+    return create_app(workers=0).openapi()
+
+
+def _resolve(spec: dict, schema: dict) -> dict:
+    while "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        schema = spec["components"]["schemas"][name]
+    return schema
+
+
+def _operations(spec: dict):
+    for path, item in spec["paths"].items():
+        if path.startswith("/api/v1"):
+            for method, operation in item.items():
+                yield path, method, operation
+
+
+def test_every_api_operation_has_a_response_schema(spec):
+    operations = list(_operations(spec))
+    assert len(operations) > 30
+    missing = []
+    for path, method, operation in operations:
+        ok = [s for s in operation["responses"] if s.startswith("2")]
+        assert ok, (method, path)
+        for status in ok:
+            if status == "204":
+                assert "content" not in operation["responses"][status], (method, path)
+                continue
+            content = operation["responses"][status].get("content", {})
+            schemas = [_resolve(spec, c.get("schema", {})) for c in content.values()]
+            # A JSON body is an object with named properties; the ZIP export is a binary string.
+            if not schemas or not all(s.get("properties") or s.get("format") == "binary" for s in schemas):
+                missing.append(f"{method.upper()} {path} {status}")
+    assert not missing, missing
+
+
+def test_every_api_operation_documents_the_error_shape(spec):
+    for path, method, operation in _operations(spec):
+        errors = [s for s in operation["responses"] if s.startswith("4")]
+        assert errors, (method, path)
+        for status in errors:
+            schema = _resolve(spec, operation["responses"][status]["content"]["application/json"]["schema"])
+            assert set(schema["required"]) == {"error"}, (method, path, status)
+            detail = _resolve(spec, schema["properties"]["error"])
+            assert {"code", "message", "details"} <= set(detail["properties"]), (method, path, status)
+            assert {"code", "message"} <= set(detail["required"]), (method, path, status)
+
+
+def test_search_documents_its_filters(spec):
+    request = spec["paths"]["/api/v1/search"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    fields = set(_resolve(spec, request)["properties"])
+    assert {"query", "n_results", "offset", "collection_ids", "animated", "formats", "status", "created_from",
+            "created_to"} <= fields
+
+
+def test_every_api_operation_that_takes_a_body_documents_it(spec):
+    takes_none = {"/api/v1/tasks/{task_id}/retry", "/api/v1/tasks/{task_id}/cancel", "/api/v1/auth/logout", "/api/v1/auth/logout-everywhere",
+                  "/api/v1/admin/disk-usage/rescan"}
+    for path, method, operation in _operations(spec):
+        if method in ("post", "patch", "put") and path not in takes_none:
+            content = operation.get("requestBody", {}).get("content", {})
+            assert content, (method, path)
+            for media in content.values():
+                assert _resolve(spec, media["schema"]).get("properties"), (method, path)
