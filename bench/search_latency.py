@@ -54,7 +54,8 @@ def bench_queries() -> list[str]:
 
 @contextmanager
 def serve(data_dir: Path, workers: int = 0) -> Iterator[str]:
-    """``mewdex serve`` on a free port over ``data_dir`` with ``workers`` workers (default none); yields its URL once ready."""
+    """``mewdex serve`` on a free port over ``data_dir`` with ``workers`` workers (default none);
+    yields its URL once ready."""
     port = free_port()
     env = os.environ | {"MEWDEX_DATA_DIR": str(data_dir), "MEWDEX_WORKERS": str(workers)}
     mewdex = Path(sys.executable).parent / "mewdex"

@@ -1,9 +1,10 @@
 """Upload memory: RSS of a real ``mewdex serve`` through concurrent large uploads (issue 20 point 7).
 
-Starts ``mewdex serve`` (no workers) on a fresh data dir, uploads one small image (the first upload
-loads code), waits until its memory settles (the models load at start-up), then sends ``--requests`` (default 3) concurrent uploads of ``--files``
-(default 10) distinct ~19.4 MB PNGs each (~194 MB per request), sampling the server's RSS every
-20 ms. Prints the baseline, the peak, and the RSS 5 s and 20 s after the burst.
+Starts ``mewdex serve`` (no workers) on a fresh data dir, uploads one small image (the first
+upload loads code), waits until its memory settles (the models load at start-up), then sends
+``--requests`` (default 3) concurrent uploads of ``--files`` (default 10) distinct ~19.4 MB PNGs
+each (~194 MB per request), sampling the server's RSS every 20 ms. Prints the baseline, the peak,
+and the RSS 5 s and 20 s after the burst.
 
 Run: .venv/bin/python bench/upload_memory.py [--requests 3] [--files 10]
 """
@@ -102,7 +103,7 @@ def main() -> None:
         def upload(batch: list[Path]) -> None:
             handles = [p.open("rb") for p in batch]
             try:
-                files = [("files", (p.name, h, "image/png")) for p, h in zip(batch, handles)]
+                files = [("files", (p.name, h, "image/png")) for p, h in zip(batch, handles, strict=True)]
                 statuses.append(httpx.post(url + "/api/v1/memes", files=files, timeout=600).status_code)
             finally:
                 for h in handles:
@@ -124,7 +125,8 @@ def main() -> None:
         sampler.join()
         print(f"{args.requests} concurrent requests × {args.files} files: statuses {statuses}, {took:.1f} s")
         print(f"RSS baseline {baseline:.0f} MB, peak {peak:.0f} MB (+{peak - baseline:.0f}), "
-              f"5 s after {after5:.0f} MB (+{after5 - baseline:.0f}), 20 s after {after20:.0f} MB (+{after20 - baseline:.0f})")
+              f"5 s after {after5:.0f} MB (+{after5 - baseline:.0f}), "
+              f"20 s after {after20:.0f} MB (+{after20 - baseline:.0f})")
     finally:
         server.terminate()
         server.wait(60)

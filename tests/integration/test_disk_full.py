@@ -15,8 +15,7 @@ from pathlib import Path
 from PIL import Image
 from sqlalchemy import select
 
-from conftest import MEWDEX_BIN, TEST_ENV
-from conftest import client_for
+from conftest import MEWDEX_BIN, TEST_ENV, client_for
 
 
 def png(seed: int) -> bytes:
@@ -50,7 +49,8 @@ def test_upload_on_a_full_disk_answers_507_with_what_was_stored(scope, sessions,
 
     monkeypatch.setattr(LocalBlobStore, "put", put)
     with client_for(scope) as api:
-        r = api.post("/api/v1/memes", files=[("files", (f"f{i}.png", data, "image/png")) for i, data in enumerate(files)])
+        parts = [("files", (f"f{i}.png", data, "image/png")) for i, data in enumerate(files)]
+        r = api.post("/api/v1/memes", files=parts)
     assert r.status_code == 507, r.text
     body = r.json()
     assert body["error"]["code"] == "insufficient_storage"

@@ -272,7 +272,8 @@ async def read_upload(request: Request, *, max_file_bytes: int, max_request_byte
     except OSError as exc:
         form.close()
         if is_disk_full(exc):  # the spool's temporary file could not grow
-            raise ApiError(507, "insufficient_storage", "the disk is full: nothing of this request was stored") from None
+            raise ApiError(507, "insufficient_storage",
+                           "the disk is full: nothing of this request was stored") from None
         raise
     except BaseException:
         form.close()
