@@ -60,6 +60,23 @@ def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:200]
 
 
+_last_outage_warning = 0.0
+
+
+def log_loop_error(logger: logging.Logger, what: str, exc: BaseException, *, every_seconds: float = 30) -> None:
+    """Log an error a background loop survived: a lost database connection as one warning line at
+    most every ``every_seconds`` per process (the supervisor reports the outage itself), anything
+    else with its traceback."""
+    global _last_outage_warning
+    if is_connection_lost(exc):
+        now = time.monotonic()
+        if now - _last_outage_warning >= every_seconds:
+            _last_outage_warning = now
+            logger.warning("%s: the database is unavailable (%s); retrying", what, first_line(exc))
+        return
+    logger.error("%s", what, exc_info=exc)
+
+
 def unavailable_since() -> float | None:
     """``time.time()`` when the current outage was noticed; None while the database answers."""
     return _down_since

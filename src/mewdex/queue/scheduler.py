@@ -28,6 +28,7 @@ from sqlalchemy import delete, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.db.models import Task
+from mewdex.db.supervisor import log_loop_error
 from mewdex.queue import registry
 
 log = logging.getLogger(__name__)
@@ -112,8 +113,8 @@ class Scheduler:
             try:
                 with self.sessions.begin() as session:
                     task = enqueue_slot(session, schedule, slot)
-            except Exception:
-                log.exception("schedule %s: could not enqueue slot %s", schedule.name, slot)
+            except Exception as exc:
+                log_loop_error(log, f"schedule {schedule.name}: could not enqueue slot {slot}", exc)
                 continue
             if task is not None:
                 out.append(task)

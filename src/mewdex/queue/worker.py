@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
 from mewdex.db.models import ImageProcessingAttempt
-from mewdex.db.supervisor import is_connection_lost
+from mewdex.db.supervisor import is_connection_lost, log_loop_error
 from mewdex.queue import batches, registry
 from mewdex.queue.reconnect import hand_back
 from mewdex.queue import tasks as queue
@@ -72,8 +72,8 @@ class Worker:
             self.last_beat = time.monotonic()
             try:
                 worked = self.run_once()
-            except Exception:  # a database hiccup must not kill the thread
-                log.exception("worker %s: unexpected error", self.owner)
+            except Exception as exc:  # a database hiccup must not kill the thread
+                log_loop_error(log, f"worker {self.owner}: unexpected error", exc)
                 worked = False
             if not worked:
                 self.stop_event.wait(self.settings.worker_poll_seconds)
@@ -236,8 +236,8 @@ class _Heartbeat:
                     if not queue.heartbeat(session, self.claim, self.settings.worker_lease_seconds):
                         log.warning("lease lost on task %s", self.claim.task_id)
                         return
-            except Exception:
-                log.exception("heartbeat failed for task %s", self.claim.task_id)
+            except Exception as exc:
+                log_loop_error(log, f"heartbeat failed for task {self.claim.task_id}", exc)
 
 
 class WorkerPool:
@@ -276,8 +276,8 @@ class WorkerPool:
                     continue
                 with self.sessions.begin() as session:
                     maintain(session)
-            except Exception:
-                log.exception("queue maintenance failed")
+            except Exception as exc:
+                log_loop_error(log, "queue maintenance failed", exc)
 
     def status(self) -> dict:
         """``{"threads", "alive", "busy", "lanes"}`` of this process's workers (for ``/health``)."""
