@@ -40,7 +40,8 @@ class CollectionError(DomainError):
 
 
 def normalize_collection_name(value: str) -> str:
-    """NFC, control and format characters removed (:func:`~mewdex.library.names.strip_format_characters`), whitespace trimmed, ≤ 100 characters; ValueError("collection_name_invalid") if empty."""
+    """NFC, control and format characters removed (:func:`~mewdex.library.names.strip_format_characters`),
+    whitespace trimmed, ≤ 100 characters; ValueError("collection_name_invalid") if empty."""
     name = "".join(ch for ch in strip_format_characters(value) if unicodedata.category(ch) not in ("Cc", "Cs")).strip()
     name = name[:MAX_NAME_CHARS].strip()
     if not name:

@@ -1,7 +1,8 @@
 """Thumbnails: a still WEBP (longest side 256) for every meme and an animated WEBP preview
 (longest side 320) for animated ones, stored content-addressed (``<sha256>.webp``) in the scope's
 thumbnail namespace — a UUID derived from the scope's ``storage_namespace`` (:func:`thumbnail_namespace`),
-so derived files never mix with, or get deleted together with, originals — and recorded as ``derived_image_thumbnails`` rows bound to the source sha256 + size and a profile.
+so derived files never mix with, or get deleted together with, originals — and recorded as
+``derived_image_thumbnails`` rows bound to the source sha256 + size and a profile.
 
 Row states: ``pending`` (wanted, not built), ``available`` (``output_key`` is in the blob store),
 ``failed`` (the source could not be thumbnailed; ``diagnostic`` says why), ``stale`` (bound to

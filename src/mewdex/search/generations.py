@@ -279,9 +279,9 @@ class ReindexTask:
     def run(self, ctx: TaskContext) -> dict:
         """Build the generation named by the task's payload and switch the head to it; returns the result."""
         from mewdex.inference import models
-        from mewdex.search.documents import semantic_fields
         from mewdex.inference.errors import BackendUnavailable
         from mewdex.queue import tasks as queue
+        from mewdex.search.documents import semantic_fields
 
         sessions, claim = ctx.sessions, ctx.claim
         generation_id = UUID(claim.payload["generation_id"])
@@ -318,7 +318,7 @@ class ReindexTask:
                     raise ReindexError("backend_unavailable", str(exc)) from exc
                 with sessions.begin() as session:
                     task = queue.fenced(session, claim)
-                    for meme, items in zip(batch, vectors):
+                    for meme, items in zip(batch, vectors, strict=False):
                         current = session.execute(
                             select(Meme).where(Meme.scope_id == meme.scope_id, Meme.id == meme.id)
                         ).scalar_one_or_none()

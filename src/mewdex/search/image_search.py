@@ -116,7 +116,8 @@ def _meme_brief(m: Meme) -> dict[str, Any]:
 
 
 def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[str, Any]]:
-    """The meme's near-duplicate pairs (either side): ``[{"id", "display_name", "relation", "phash_distance", "cosine"}]``
+    """The meme's near-duplicate pairs (either side): ``[{"id", "display_name", "relation", "phash_distance",
+    "cosine"}]``
     where ``relation`` is ``duplicate_of`` (this meme duplicates that older one) or ``duplicated_by``."""
     meme_id = meme_id if isinstance(meme_id, UUID) else UUID(str(meme_id))
     t = near_duplicates_table

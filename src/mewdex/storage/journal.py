@@ -29,8 +29,8 @@ from datetime import timedelta
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
-from mewdex.storage.blobs import thumbnail_namespace
 from mewdex.db.models import DerivedImageThumbnail, Meme, Scope, StorageOperation, utcnow
+from mewdex.storage.blobs import thumbnail_namespace
 
 log = logging.getLogger(__name__)
 OPEN = ("prepared", "file_applied")

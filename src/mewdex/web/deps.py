@@ -13,12 +13,11 @@ from collections.abc import Iterator
 from uuid import UUID
 
 from fastapi import Depends, Request
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import Meme, ScopeContext, User
+from mewdex.db.models import ScopeContext, User
 from mewdex.library.scopes import default_scope
 from mewdex.platform import media_urls, sessions, tokens
 from mewdex.platform.auth import Principal, auth_mode

@@ -13,8 +13,8 @@ when it is closed or the process dies), so no temporary file outlives the reques
 from __future__ import annotations
 
 import tempfile
-from contextlib import asynccontextmanager
 import unicodedata
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -222,7 +222,8 @@ QUERY_IMAGE_OPENAPI = {"requestBody": {"required": True, "content": {"multipart/
 
 async def read_query_image(request: Request, *, max_bytes: int) -> tuple[bytes, str, dict[str, list[str]]]:
     """The image of a search by image (multipart field ``file``, ≤ ``max_bytes``) with its file name
-    and the small text fields (every value per name), through :func:`read_upload` (bounded while streaming, nothing left on
+    and the small text fields (every value per name), through :func:`read_upload` (bounded while streaming, nothing
+    left on
     disk). Errors as :func:`read_upload`; 422 ``invalid_request`` without a ``file`` part."""
     form = await read_upload(request, max_file_bytes=max_bytes, max_request_bytes=max_bytes + SPOOL_BYTES,
                              max_files=1, files_field="file")

@@ -23,11 +23,26 @@ from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.memes import add_image
 from mewdex.library.names import display_name_from_filename, normalize_display_name
 from mewdex.library.packages.zipformat import (
-    MANIFEST, MAX_CD_BYTES_PER_ENTRY, MAX_MANIFEST_BYTES, MAX_MANIFEST_DEPTH, FORMAT, VERSION, Limits, PackageError,
-    _Budget, _check_no_overlap, _depth, _is_junk, _is_symlink, central_directory_size, decode_entry_name, inflate,
+    FORMAT,
+    MANIFEST,
+    MAX_CD_BYTES_PER_ENTRY,
+    MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_DEPTH,
+    VERSION,
+    Limits,
+    PackageError,
+    _Budget,
+    _check_no_overlap,
+    _depth,
+    _is_junk,
+    _is_symlink,
+    central_directory_size,
+    decode_entry_name,
+    inflate,
     unsafe_reason,
 )
 from mewdex.queue import batches
+
 
 @dataclass
 class PlannedItem:

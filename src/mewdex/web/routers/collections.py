@@ -25,8 +25,8 @@ from mewdex.library import collections, packages
 from mewdex.library.listing import meme_brief
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
-from mewdex.web.uploads import upload_slot
 from mewdex.web.errors import ApiError
+from mewdex.web.uploads import upload_slot
 
 router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
 

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from mewdex.db.engine import get_engine, get_sessionmaker
+
 # ``mewdex worker`` processes connect with this application_name prefix (runtime.run_worker sets PGAPPNAME).
 from mewdex.runtime import WORKER_APPLICATION_PREFIX
 

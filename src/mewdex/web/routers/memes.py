@@ -27,8 +27,8 @@ from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body
-from mewdex.web.uploads import read_upload, upload_slot
 from mewdex.web.security import UPLOAD_REQUEST_BYTES
+from mewdex.web.uploads import read_upload, upload_slot
 
 router = APIRouter(tags=["memes"])
 
@@ -131,7 +131,7 @@ def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value:
         seen.add(digest)
     results: list[dict | None] = [None] * len(files)
     with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(first)), thread_name_prefix="upload") as pool:
-        for index, entry in zip(first, pool.map(add, [files[i] for i in first])):
+        for index, entry in zip(first, pool.map(add, [files[i] for i in first]), strict=False):
             results[index] = entry
     for index in repeats:
         results[index] = add(files[index])

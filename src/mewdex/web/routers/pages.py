@@ -10,7 +10,7 @@ made by the page scripts through the JSON API.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -25,8 +25,8 @@ from starlette.concurrency import run_in_threadpool
 from mewdex.config import get_settings
 from mewdex.db.models import STAGES, ScopeContext
 from mewdex.dto.search import SearchFilters
-from mewdex.library.images import ImageError
 from mewdex.inference.errors import BackendUnavailable
+from mewdex.library.images import ImageError
 from mewdex.search import image_search, service
 from mewdex.web import i18n, views
 from mewdex.web.deps import current_scope, db_session
@@ -55,7 +55,7 @@ def _when(value: datetime | str | None) -> str:
         return ""
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 templates.env.filters["filesize"] = _filesize
