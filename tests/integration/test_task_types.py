@@ -20,10 +20,11 @@ import uuid
 import pytest
 from sqlalchemy import select, text
 
+from conftest import wait_until
 from mewdex.db.models import Task
 from mewdex.queue import registry
 from mewdex.queue.scheduler import Schedule, Scheduler, enqueue_slot
-from queue_helpers import start_workers, status_counts, stop_workers, wait_until
+from queue_helpers import start_workers, status_counts, stop_workers
 
 TASK_MODULE = '''
 """A task type of the test: echoes its payload from inside the worker process."""
