@@ -7,6 +7,8 @@ bulk submissions become batches that feed the lane as it drains (:mod:`mewdex.qu
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -24,7 +26,7 @@ class QueueFull(Exception):
         self.lane, self.queued, self.limit, self.retry_after = lane, queued, limit, retry_after
 
     @property
-    def details(self) -> dict:
+    def details(self) -> dict[str, Any]:
         return {"lane": self.lane, "queued": self.queued, "limit": self.limit, "retry_after": self.retry_after}
 
 
