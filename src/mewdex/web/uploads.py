@@ -16,11 +16,14 @@ import tempfile
 import unicodedata
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import IO, TYPE_CHECKING
 
 from fastapi import Request
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks
 
 from mewdex.config import get_settings
 from mewdex.web.errors import ApiError
@@ -57,7 +60,7 @@ class UploadedFile:
     filename: str
     content_type: str | None
     size: int
-    file: BinaryIO
+    file: IO[bytes]
 
     def read(self) -> bytes:
         self.file.seek(0)
@@ -99,7 +102,7 @@ class _Collector:
         self.field_value = bytearray()
         self.ended = False
 
-    def callbacks(self) -> dict:
+    def callbacks(self) -> MultipartCallbacks:
         return {
             "on_part_begin": self.part_begin,
             "on_header_field": lambda d, s, e: self.header_field.extend(d[s:e]),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
@@ -154,7 +156,7 @@ def remove_item(collection_id: str, meme_id: str, session: Session = Depends(db_
     return Response(status_code=204)
 
 
-ZIP_RESPONSE = {200: {"description": "the ZIP, streamed",
+ZIP_RESPONSE: dict[int | str, dict[str, Any]] = {200: {"description": "the ZIP, streamed",
                      "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}}}}
 
 

@@ -13,6 +13,7 @@ import time
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
@@ -40,7 +41,7 @@ SEARCH_RESULTS = 20
 SIMILAR_RESULTS = 12
 
 
-def _filesize(n: int | None) -> str:
+def _filesize(n: float | None) -> str:
     if n is None:
         return ""
     for unit in ("B", "KB", "MB", "GB"):
@@ -106,7 +107,7 @@ def set_language(code: str, next: str = "/"):
 
 def _search_context(session: Session, scope: ScopeContext, q: str, collection: str, animated: bool) -> dict:
     query = q.strip()
-    context = {"q": q, "state": "idle", "results": [], "took_ms": None, "error": None}
+    context: dict[str, Any] = {"q": q, "state": "idle", "results": [], "took_ms": None, "error": None}
     if not query:
         context["library_empty"] = views.meme_count(session, scope) == 0
         return context
@@ -154,7 +155,8 @@ async def image_search_fragment(request: Request, session: Session = Depends(db_
     """Results of a search by the dropped or pasted image (the same fragment as text search); the
     body goes through the bounded upload reader after authentication."""
     settings = get_settings()
-    context = {"q": "", "state": "error", "results": [], "took_ms": None, "by_image": True, "image_name": ""}
+    context: dict[str, Any] = {"q": "", "state": "error", "results": [], "took_ms": None, "by_image": True,
+                               "image_name": ""}
     try:
         data, filename, fields = await read_query_image(request, max_bytes=settings.max_upload_bytes)
     except ApiError as exc:
