@@ -128,8 +128,8 @@ def decode_for_visual(data: bytes, *, max_pixels: int = images.DEFAULT_MAX_PIXEL
                 if rgb is not None:
                     model_frames.append(rgb)
                 if index < 4 * MAX_PREVIEW_FRAMES:
-                    opaque = rgb is not None and not _has_alpha(frame)
-                    shown = rgb if opaque else _to_rgba(frame)  # an opaque frame is converted once
+                    # an opaque frame is converted once
+                    shown = rgb if rgb is not None and not _has_alpha(frame) else _to_rgba(frame)
                     preview.append((_resize(shown, fit), images._frame_duration(frame)))
                 if index >= max(wanted) and index + 1 >= min(n_frames, 4 * MAX_PREVIEW_FRAMES):
                     break
@@ -270,6 +270,7 @@ def store_thumbnails(session: Session, store, namespace: str, meme, thumbnails: 
     current = {(meme.sha256, meme.size_bytes, t.profile) for t in thumbnails}
     if failure is not None:
         current.add((meme.sha256, meme.size_bytes, STILL_PROFILE))
+    row: DerivedImageThumbnail | None
     for ident, row in existing.items():
         if ident not in current and row.status != "stale":
             row.status = "stale"

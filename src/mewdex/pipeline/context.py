@@ -161,9 +161,9 @@ def _corner(box: Any, image_size: tuple[int, int] | None) -> tuple[bool, bool] |
         ys = [float(p[1]) for p in box]
         W, H = float(image_size[0]), float(image_size[1])
     except (TypeError, ValueError, IndexError):
-        return False
+        return None
     if W <= 0 or H <= 0:
-        return False
+        return None
     x0, x1, y0, y1 = min(xs) / W, max(xs) / W, min(ys) / H, max(ys) / H
     small = (x1 - x0) < 0.4 and (y1 - y0) < 0.12
     side = x1 < 0.4 or x0 > 0.6

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import cast
 
 import bcrypt
-from sqlalchemy import func, select
+from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
@@ -183,7 +184,7 @@ def set_disabled(session: Session, user: User, disabled: bool) -> None:
     user.disabled = disabled
     if disabled:
         bump_epoch(user)
-        session.execute(UserSession.__table__.delete().where(UserSession.user_id == user.user_id))
+        session.execute(cast(Table, UserSession.__table__).delete().where(UserSession.user_id == user.user_id))
 
 
 def _keep_an_admin(session: Session, user: User) -> None:

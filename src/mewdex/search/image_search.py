@@ -165,7 +165,7 @@ def duplicate_clusters(session: Session, scope: ScopeContext, *, limit: int = 10
     ids = [i for g in groups.values() for i in g]
     memes = {m.id: m for m in session.execute(
         select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()} if ids else {}
-    clusters = []
+    clusters: list[dict[str, Any]] = []
     for members in groups.values():
         ms = sorted((memes[i] for i in members if i in memes), key=lambda m: (m.created_at, str(m.id)))
         if len(ms) < 2:

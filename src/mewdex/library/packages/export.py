@@ -83,11 +83,14 @@ class _Sink:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def write(self, data) -> int:
+    def write(self, data: bytes, /) -> int:
         self._buffer += data
         return len(data)
 
     def flush(self) -> None:
+        pass
+
+    def close(self) -> None:  # ZipFile never closes a file it was given; the protocol asks for it
         pass
 
     def take(self) -> bytes:

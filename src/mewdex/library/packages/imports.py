@@ -275,6 +275,8 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
 
 def _import_item(sessions, store, scope, fileobj, item: PlannedItem, budget: _Budget, collection_name: str,
                  source_name: str, process: bool, batch_id: str | None) -> ItemResult:
+    if item.info is None or item.probed is None:  # the preflight plans only entries it found and probed
+        raise ValueError(f"{item.name}: not a planned image entry")
     data = inflate(fileobj, item.info, item.name, budget)
     if hashlib.sha256(data).hexdigest() != item.sha256:  # the archive changed since the preflight
         return ItemResult(item.name, item.display_name, "rejected",
