@@ -28,9 +28,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import Settings, get_settings
 from mewdex.db.models import ImageProcessingAttempt
+from mewdex.db.supervisor import is_connection_lost
 from mewdex.queue import batches, registry
 from mewdex.queue import tasks as queue
 from mewdex.queue.maintenance import maintain
+from mewdex.queue.reconnect import hand_back
 from mewdex.queue.registry import TaskError, TaskType
 from mewdex.queue.scheduler import Scheduler
 
@@ -101,24 +103,36 @@ class Worker:
             with self.sessions.begin() as session:
                 maintain(session)
         prepared = None
-        for _ in range(5):  # a slot raced away to another claimer: try again at once
-            contended: list[bool] = []
-            with self.sessions.begin() as session:
-                if self._pending is not None:
-                    self._write_pending(session)
-                claim = queue.claim(session, owner=self.owner, lanes=self.lanes,
-                                    lease_seconds=self.settings.worker_lease_seconds, contended=contended)
-                if claim is not None:
-                    tt = registry.get(claim.task_type)
-                    if tt is not None and tt.on_claim is not None:
-                        prepared = tt.on_claim(session, claim)
-            if claim is not None or not contended:
-                break
+        pending = self._pending
+        try:
+            for _ in range(5):  # a slot raced away to another claimer: try again at once
+                contended: list[bool] = []
+                with self.sessions.begin() as session:
+                    if self._pending is not None:
+                        self._write_pending(session)
+                    claim = queue.claim(session, owner=self.owner, lanes=self.lanes,
+                                        lease_seconds=self.settings.worker_lease_seconds, contended=contended)
+                    if claim is not None:
+                        tt = registry.get(claim.task_type)
+                        if tt is not None and tt.on_claim is not None:
+                            prepared = tt.on_claim(session, claim)
+                if claim is not None or not contended:
+                    break
+        except Exception as exc:
+            if pending is not None and is_connection_lost(exc):  # its result was not written: hand it back
+                self._pending = None
+                hand_back(self.sessions, pending[0], wait_seconds=self.settings.worker_lease_seconds)
+            raise
         if claim is None:
             return False
         self.current = claim
         try:
             self._execute(claim, registry.get(claim.task_type), prepared)
+        except Exception as exc:
+            if is_connection_lost(exc):  # once the database is back, the task goes back to the queue at once
+                hand_back(self.sessions, claim, wait_seconds=self.settings.worker_lease_seconds,
+                          on_released=lambda session, task: registry.failure_outcome(session, task, "retrying"))
+            raise
         finally:
             self.current = None
         return True

@@ -8,10 +8,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from mewdex.config import get_settings
 from mewdex.db.engine import get_engine, get_sessionmaker
 
 # ``mewdex worker`` processes connect with this application_name prefix (runtime.run_worker sets PGAPPNAME).
 from mewdex.runtime import WORKER_APPLICATION_PREFIX
+from mewdex.storage import blob_store
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
@@ -40,7 +42,9 @@ def health(request: Request):
     for child processes (``MEWDEX_WORKER_MODE=process``), ``{"threads", "alive", "busy", "lanes"}`` for
     threads; ``workers.processes`` counts live ``mewdex worker`` processes connected to the database
     (its children included);
-    ``queues`` has per lane the tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch)."""
+    ``queues`` has per lane the tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch);
+    ``disk`` is ``{"free_bytes", "low"}`` of the blob store's file system (``low`` below
+    ``MEWDEX_DISK_LOW_BYTES``: uploads will soon fail with 507), and ``warnings`` lists such conditions."""
     from mewdex.queue.service import queue_depth
 
     try:
@@ -62,9 +66,13 @@ def health(request: Request):
             {"p": f"{WORKER_APPLICATION_PREFIX}:%"},
         ).scalar_one()
         depth = queue_depth(session)
+    free = blob_store().free_bytes()
+    low = free < get_settings().disk_low_bytes
     return {
         "status": status,
         "database": "ok",
         "workers": {"pool": pool_status, "processes": processes},
         "queues": depth,
+        "disk": {"free_bytes": free, "low": low},
+        "warnings": [f"disk_space_low: {free} bytes free in the data dir"] if low else [],
     }
