@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install bench clean-data browser fuzz lock
+.PHONY: run test check install bench clean-data browser fuzz lock
 
 # Dependencies come from the lock file (exact, tested versions); mewdex itself is installed on top.
 $(STAMP): pyproject.toml requirements.lock
@@ -33,7 +33,15 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk) \
 		|| echo "warning: could not install Debian chromium; the browser tests will be skipped"
 
-test: $(STAMP) browser
+# The code checks run first and fail the build (seconds; config in pyproject.toml): lint, format,
+# types (strict for the queue and its task-type API), import contracts (docs/architecture.md).
+check: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: $(STAMP) check browser
 	$(BIN)/pytest -q
 
 # Schemathesis over the OpenAPI schema as a signed-in user, 200 examples per operation

@@ -41,9 +41,8 @@ def prepare(*, workers: int = 2, log=print) -> dict:
     from mewdex.library.importer import collect, import_paths
     from mewdex.library.scopes import default_scope
     from mewdex.pipeline.status import pending, status
-    from mewdex.runtime import start_workers
+    from mewdex.runtime import prepare_database, start_workers
     from mewdex.storage import blob_store
-    from mewdex.runtime import prepare_database
 
     prepare_database()
     sessions, scope = get_sessionmaker(), default_scope()

@@ -101,7 +101,7 @@ def _ocr_one(rel: str) -> tuple[str, dict]:
     return rel, {"sha256": sha, "n_frames": n, "ocr_frames": len(frames), "size": list(frames[0].size),
                  "box_space": "original",
                  "decode_s": t1 - t0, "ocr_s": t2 - t1,
-                 "lines": [l.to_dict() for l in lines]}
+                 "lines": [ln.to_dict() for ln in lines]}
 
 
 def run_ocr(workers: int = 2) -> dict[str, dict]:
@@ -126,9 +126,9 @@ def run_ocr(workers: int = 2) -> dict[str, dict]:
             with Image.open(CORPUS / rel) as im:
                 w, h = im.size
             sc = min(1.0, OCR_MAX_SIDE / max(w, h))
-            for l in v["lines"]:
-                if l.get("box"):
-                    l["box"] = [[round(x / sc), round(y / sc)] for x, y in l["box"]]
+            for ln in v["lines"]:
+                if ln.get("box"):
+                    ln["box"] = [[round(x / sc), round(y / sc)] for x, y in ln["box"]]
             v["size"], v["box_space"], changed = [w, h], "original", True
     if changed:
         OCR_CACHE.write_text(json.dumps(cache, ensure_ascii=False))
@@ -161,13 +161,13 @@ def build_items(ocr: dict[str, dict], ocr_min_score: float, corpus_stat_drop: in
         from mewdex.search.text import fold
 
         df = Counter()
-        for sha, rels in by_sha.items():
-            df.update({fold(l["text"]) for l in ocr[rels[0]]["lines"]})
+        for _sha, rels in by_sha.items():
+            df.update({fold(ln["text"]) for ln in ocr[rels[0]]["lines"]})
         drop = {t for t, n in df.items() if n >= corpus_stat_drop}
     items = []
     for sha, rels in by_sha.items():
         rel = rels[0]
-        lines = [l for l in ocr[rel]["lines"] if not drop or __import__("mewdex.search.text", fromlist=["fold"]).fold(l["text"]) not in drop]
+        lines = [ln for ln in ocr[rel]["lines"] if not drop or __import__("mewdex.search.text", fromlist=["fold"]).fold(ln["text"]) not in drop]
         ip = index_path(rel)
         ctx = build_meme_context(relative_path=ip, display_name=ip.rsplit("/", 1)[-1], ocr_lines=lines,
                                  ocr_min_score=ocr_min_score,
@@ -184,10 +184,10 @@ class EmbCache:
 
         self.emb, self.np = emb, np
         self.path = CACHE_DIR / f"emb_{name}.npz"
-        self.store: dict[str, "np.ndarray"] = {}
+        self.store: dict[str, np.ndarray] = {}
         if self.path.exists():
             z = np.load(self.path, allow_pickle=False)
-            self.store = dict(zip(z["keys"].tolist(), z["vecs"]))
+            self.store = dict(zip(z["keys"].tolist(), z["vecs"], strict=False))
         self.dirty = False
         self.passage_s: list[float] = []
 
@@ -199,7 +199,7 @@ class EmbCache:
             t0 = time.perf_counter()
             vecs = self.emb.embed_passages(chunk)
             self.passage_s.append((time.perf_counter() - t0) / len(chunk))
-            for t, v in zip(chunk, vecs):
+            for t, v in zip(chunk, vecs, strict=False):
                 self.store["p:" + t] = v
             self.dirty = True
         return np.stack([self.store["p:" + t] for t in texts]) if texts else np.zeros((0, self.emb.dimensions), np.float32)
@@ -322,7 +322,7 @@ def ranking(scores, depth=None, mask=None):
 
 def rrf(rankings: list[list[int]], weights: list[float], k: float, depth: int = 100) -> list[int]:
     acc: dict[int, float] = defaultdict(float)
-    for r, w in zip(rankings, weights):
+    for r, w in zip(rankings, weights, strict=False):
         for pos, i in enumerate(r[:depth]):
             acc[i] += w / (k + pos + 1)
     return sorted(acc, key=lambda i: -acc[i])
@@ -355,8 +355,9 @@ def mean(ms: list[dict]) -> dict[str, float]:
 
 def main():
     import numpy as np
-    from mewdex.pipeline.context import semantic_fields
+
     from mewdex.inference.embedders import E5Embedder, UseEmbedder
+    from mewdex.pipeline.context import semantic_fields
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--ocr-min-score", type=float, default=None)
@@ -369,7 +370,7 @@ def main():
           f"p95 {np.percentile(ocr_s, 95):.3f}) on 1 onnxruntime thread, max side {OCR_MAX_SIDE}px, "
           f"det {OCR_DET[1]}-side {OCR_DET[0]}, up to 3 frames for animations; 2 processes in parallel)")
 
-    queries = [json.loads(l) for l in (CORPUS / "queries_dev.jsonl").read_text().splitlines() if l.strip()]
+    queries = [json.loads(ln) for ln in (CORPUS / "queries_dev.jsonl").read_text().splitlines() if ln.strip()]
     e5 = EmbCache(E5Embedder(threads=2), "e5")
     use = EmbCache(UseEmbedder(threads=2), "use")
 
@@ -401,7 +402,8 @@ def main():
             emb.embed_query(q)
         qq = (time.perf_counter() - t0) / len(qs)
         sp[name] = {"ms_per_passage_batch": pp * 1000, "ms_per_query": qq * 1000}
-        print(f"speed {name} (1 thread): {pp * 1000:.1f} ms/passage (batch of {len(sample)} OCR texts), {qq * 1000:.1f} ms/query")
+        print(f"speed {name} (1 thread): {pp * 1000:.1f} ms/passage (batch of {len(sample)} OCR texts), "
+              f"{qq * 1000:.1f} ms/query")
     results["speed"] = sp
     results["ocr_s_per_image"] = float(np.mean(ocr_s))
     (CACHE_DIR / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
@@ -471,10 +473,10 @@ def evaluate(ocr, queries, e5, use, thr, corpus_stat, corner=True, full=True):
         bm1 = BM25(kdocs, {"name": 1.0, "ocr": 1.0, "labels": 1.0})
         R["kw OR bm25(name*1,ocr)"] = [ranking(s, mask=s > 0) for s in (bm1.scores(qt) for qt in qtoks)]
     hits = [phrase_hits(q, items) for q in qtexts]
-    R["kw AND +phrase"] = [apply_phrase(r, h) for r, h in zip(kw_and, hits)]
+    R["kw AND +phrase"] = [apply_phrase(r, h) for r, h in zip(kw_and, hits, strict=False)]
 
     e5r, user = R["e5 max(name,ocr)"], R["use max(name,name;ocr)"]
-    lw = [LANG_WEIGHTS[l] for l in qlang]
+    lw = [LANG_WEIGHTS[ln] for ln in qlang]
     fusions = {}
     for k in ((10, 30, 60) if full else (10,)):
         fusions[f"RRF k={k} e5+use"] = (lambda j: [e5r[j], user[j]], lambda j: [1, 1], k)
@@ -493,17 +495,17 @@ def evaluate(ocr, queries, e5, use, thr, corpus_stat, corner=True, full=True):
     for fname, (legs, ws, k) in fusions.items():
         fr = [rrf(legs(j), ws(j), k) for j in range(len(queries))]
         R[fname] = fr
-        R[fname + " +phrase"] = [apply_phrase(r, h) for r, h in zip(fr, hits)]
+        R[fname + " +phrase"] = [apply_phrase(r, h) for r, h in zip(fr, hits, strict=False)]
 
     table = {}
     types = sorted({q["type"] for q in queries})
     print(f"{'leg / fusion':46s} {'R@1':>5s} {'R@5':>5s} {'R@10':>5s} {'S@10':>5s} {'MRR@10':>6s} | zh MRR  en MRR | " +
           " ".join(f"{t[:8]:>8s}" for t in types))
     for name, ranks in R.items():
-        ms = [metrics(r, rel) for r, rel in zip(ranks, rels)]
+        ms = [metrics(r, rel) for r, rel in zip(ranks, rels, strict=False)]
         m = mean(ms)
-        by_lang = {l: mean([x for x, q in zip(ms, queries) if q["lang"] == l]) for l in ("zh", "en")}
-        by_type = {t: mean([x for x, q in zip(ms, queries) if q["type"] == t]) for t in types}
+        by_lang = {lang: mean([x for x, q in zip(ms, queries, strict=False) if q["lang"] == lang]) for lang in ("zh", "en")}
+        by_type = {t: mean([x for x, q in zip(ms, queries, strict=False) if q["type"] == t]) for t in types}
         table[name] = {"all": m, "lang": by_lang, "type": by_type}
         print(f"{name:46s} {m['R@1']:5.3f} {m['R@5']:5.3f} {m['R@10']:5.3f} {m['S@10']:5.3f} {m['MRR@10']:6.3f} | "
               f"{by_lang['zh']['MRR@10']:6.3f} {by_lang['en']['MRR@10']:6.3f} | " +
@@ -519,7 +521,7 @@ def evaluate(ocr, queries, e5, use, thr, corpus_stat, corner=True, full=True):
         Suse = dense_scores(use, items, f_use, stems)
         ki = defaultdict(int)
         misses = []
-        for j, (i, st) in enumerate(zip(vv, stems)):
+        for j, (i, st) in enumerate(zip(vv, stems, strict=False)):
             r_e5, r_use = ranking(Se5[j]), ranking(Suse[j])
             qt = tokenize(st)
             s = bm.scores(qt)

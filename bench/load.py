@@ -105,9 +105,8 @@ def prepare_subset(count: int, workers: int) -> None:
     from mewdex.library.importer import collect, import_paths
     from mewdex.library.scopes import default_scope
     from mewdex.pipeline.status import pending, status
-    from mewdex.runtime import start_workers
+    from mewdex.runtime import prepare_database, start_workers
     from mewdex.storage import blob_store
-    from mewdex.runtime import prepare_database
 
     per_source = [sorted(p for p in (root / "images").rglob("*") if p.is_file()) for root in corpus.corpus_roots()]
     chosen: list[Path] = []

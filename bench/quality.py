@@ -65,8 +65,8 @@ def main() -> None:
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.scopes import default_scope
     from mewdex.pipeline.status import status
-    from mewdex.search import service
     from mewdex.runtime import prepare_database
+    from mewdex.search import service
 
     prepare_database()
     sessions, scope = get_sessionmaker(), default_scope()

@@ -79,7 +79,8 @@ def enqueue(sessions, scope, lane: str, n: int) -> None:
             text(
                 "INSERT INTO tasks (id, scope_id, task_type, lane, payload, status, max_attempts, available_at, "
                 "created_at, updated_at, claim_generation, attempt_count, error_history) "
-                "SELECT 'noop-' || md5(random()::text || g), :s, 'noop', :lane, '{}', 'queued', 3, now(), now(), now(), "
+                "SELECT 'noop-' || md5(random()::text || g), :s, 'noop', :lane, '{}', 'queued', 3, "
+                "now(), now(), now(), "
                 "0, 0, '[]' FROM generate_series(1, :n) g"
             ),
             {"s": scope.scope_id, "lane": lane, "n": n},

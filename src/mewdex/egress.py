@@ -109,7 +109,7 @@ def _resolve(host: str, port: int) -> list[str]:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise EgressError("egress_unresolvable", f"cannot resolve {host}") from exc
-    addresses = list(dict.fromkeys(info[4][0].split("%")[0] for info in infos))
+    addresses = list(dict.fromkeys(str(info[4][0]).split("%")[0] for info in infos))
     if not addresses:
         raise EgressError("egress_unresolvable", f"cannot resolve {host}")
     return addresses

@@ -13,9 +13,9 @@ import zipfile
 
 import pytest
 from PIL import Image
-from ui_helpers import DESKTOP, PHONE, SCREENSHOTS, browser, page, search_server, work_server  # noqa: F401
 
 from conftest import CORPUS, corpus_available
+from ui_helpers import DESKTOP, PHONE, SCREENSHOTS, browser, page, search_server, work_server  # noqa: F401
 
 pytestmark = [pytest.mark.corpus,
               pytest.mark.skipif(not corpus_available(), reason=f"corpus not found at {CORPUS} (set MEWDEX_CORPUS)")]

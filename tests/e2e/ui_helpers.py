@@ -1,4 +1,5 @@
-"""End-to-end fixtures (test modules import them from here): a real ``mewdex serve`` subprocess on the session's embedded PostgreSQL and a
+"""End-to-end fixtures (test modules import them from here): a real ``mewdex serve`` subprocess on the session's
+embedded PostgreSQL and a
 real headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright; never a downloaded browser).
 
 * ``browser``       one Chromium per test module (a live Playwright loop would break asyncio.run in later tests).

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
-import uuid
-
 import subprocess
 import sys
+import threading
+import uuid
 from pathlib import Path
 
 import pytest

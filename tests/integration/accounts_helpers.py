@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from conftest import LOCAL_CLIENT
-from sqlalchemy import text
 
 PASSWORD = "correct horse battery"
 

@@ -49,7 +49,8 @@ def multipart(files: list[tuple[str, bytes]], fields: dict[str, str] | None = No
 
 def asgi_post(app, path: str, body: bytes, headers: dict[str, str], chunk: int = 64 * 1024) -> dict:
     """POST ``body`` to the ASGI ``app`` in ``chunk``-byte messages, exactly the headers given (no
-    Content-Length unless given; ``Host: 127.0.0.1:8275`` unless given). Returns ``{"status", "json", "received"}`` — ``received`` is how
+    Content-Length unless given; ``Host: 127.0.0.1:8275`` unless given). Returns ``{"status", "json", "received"}``
+    — ``received`` is how
     many body bytes the app pulled before answering."""
     import json
 

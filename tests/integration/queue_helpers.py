@@ -10,8 +10,9 @@ import subprocess
 import time
 import uuid
 
-from conftest import MEWDEX_BIN
 from sqlalchemy import text
+
+from conftest import MEWDEX_BIN
 
 
 def enqueue_noops(sessions, scope, n: int, *, lane: str = "default", payload: dict | None = None,
@@ -46,7 +47,7 @@ def start_workers(mewdex_env, n: int, *, concurrency: int = 2, lanes: str | None
     """``n`` real ``mewdex worker`` processes on the test database (their output goes to a log file)."""
     env = {**os.environ, **mewdex_env.env, **(extra_env or {})}
     procs = []
-    for i in range(n):
+    for _i in range(n):
         args = [str(MEWDEX_BIN), "worker", "--concurrency", str(concurrency)]
         if lanes:
             args += ["--lanes", lanes]

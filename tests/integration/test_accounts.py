@@ -177,10 +177,10 @@ def test_admin_manages_users_quotas_signup_and_is_hidden_from_users(auth_app, se
 
 
 def test_quota_rejection_writes_nothing_and_duplicates_count_once(auth_app, sessions, store):
+    from it_helpers import counts
     from mewdex.db.models import ScopeContext
     from mewdex.library.memes import add_image
     from mewdex.platform import quotas
-    from it_helpers import counts
 
     admin = auth_app.new("qadm", admin=True)
     u = auth_app.new("quota")

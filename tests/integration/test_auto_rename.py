@@ -7,14 +7,13 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from it_helpers import stage_states
+from library_helpers import png
 from mewdex.db.models import Meme, StorageOperation
 from mewdex.library import memes
 from mewdex.library.names import is_valid_display_name
 from mewdex.pipeline.auto_rename import AutoRenameStage
 from mewdex.pipeline.stages import MemeSnapshot, load_meme
-
-from it_helpers import stage_states
-from library_helpers import png
 
 
 def add(sessions, store, scope, seed: int, filename: str, auto_name: bool) -> str:

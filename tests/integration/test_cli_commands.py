@@ -11,9 +11,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+
 from conftest import MEWDEX_BIN, case_file, client_for, wait_until
 from it_helpers import counts
-from sqlalchemy import text
 
 STATUS_KEYS = {"queued", "running", "succeeded", "failed"}
 

@@ -17,19 +17,18 @@ import uuid
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+
+from conftest import wait_until
+from mewdex.db.models import ImageProcessingAttempt, Task
+from mewdex.queue import registry
+from mewdex.queue import tasks as queue
 from queue_helpers import (
     enqueue_noops,
     start_workers,
     status_counts,
     stop_workers,
 )
-from sqlalchemy import text
-
-from mewdex.db.models import ImageProcessingAttempt, Task
-from mewdex.queue import registry
-from mewdex.queue import tasks as queue
-
-from conftest import wait_until
 
 FAST = {"MEWDEX_WORKER_POLL_SECONDS": "0.05"}
 

@@ -15,6 +15,7 @@ import sys
 import pytest
 from sqlalchemy import func, select
 
+from library_helpers import check_storage_invariants, png
 from mewdex.db.models import (
     DerivedImageThumbnail,
     ImageProcessingJob,
@@ -28,8 +29,6 @@ from mewdex.library import thumbnails as th
 from mewdex.library.memes import add_image
 from mewdex.storage import journal
 from mewdex.storage.failpoints import EXIT_CODE, FAILPOINTS
-
-from library_helpers import check_storage_invariants, png
 
 # The operation, run the way any mewdex process runs it: its own engine, the real blob store.
 DRIVER = """

@@ -7,9 +7,9 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+
 from conftest import case_file, extract_flat
 from it_helpers import collection_names, counts, meme
-
 from mewdex.library.importer import collect, import_paths
 from mewdex.storage.blobs import KEY_PATTERN
 

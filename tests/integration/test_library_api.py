@@ -11,11 +11,10 @@ import tempfile
 import pytest
 from sqlalchemy import select, text
 
-from mewdex.db.models import ImageProcessingJob, Meme, Scope, StorageOperation
-from mewdex.library import collections
-
 from conftest import app_for, client_for
 from library_helpers import asgi_post, check_storage_invariants, multipart, noise_png, png
+from mewdex.db.models import ImageProcessingJob, Meme, Scope, StorageOperation
+from mewdex.library import collections
 
 MiB = 1024 * 1024
 

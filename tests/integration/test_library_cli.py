@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from library_helpers import check_storage_invariants, png
 from mewdex.db.models import Meme
 from mewdex.library.memes import add_image
-
-from library_helpers import check_storage_invariants, png
 
 
 def test_cli_rename_and_delete(mewdex_env, sessions, store, scope):

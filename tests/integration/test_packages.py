@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from conftest import case_file, client_for, new_scope, drop_scope
+from conftest import case_file, client_for, drop_scope, new_scope
 from it_helpers import counts
 from mewdex.library import packages
 from package_helpers import add, error_code, png

@@ -53,7 +53,7 @@ def test_round_trip_of_200_corpus_memes(sessions, store):
         before = _members(sessions, store, source, collection.id)
         after = _members(sessions, store, target, UUID(result.collection["id"]))
         assert [(n, s) for n, s, _ in after] == [(n, s) for n, s, _ in before]
-        assert all(a[2] == b[2] and hashlib.sha256(a[2]).hexdigest() == a[1] for a, b in zip(after, before))
+        assert all(a[2] == b[2] and hashlib.sha256(a[2]).hexdigest() == a[1] for a, b in zip(after, before, strict=False))
         assert len({n for n, _, _ in before}) > 150  # real, varied names went through
     finally:
         drop_scope(sessions, source)

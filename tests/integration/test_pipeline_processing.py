@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from conftest import case_file
-from it_helpers import meme, stage_states
 from sqlalchemy import func, select, text
 
+from conftest import case_file
+from it_helpers import meme, stage_states
 from mewdex.db.models import ImageProcessingJob, Meme, MemeEmbedding, MemeSearchDocument, Scope, Task
 from mewdex.library.memes import add_image
 from mewdex.pipeline.jobs import create_job

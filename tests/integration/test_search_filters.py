@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from conftest import client_for
 from mewdex.db.models import (
     Meme,
     MemeCollection,
@@ -20,8 +21,6 @@ from mewdex.db.models import (
 from mewdex.dto.search import SearchFilters
 from mewdex.pipeline import visual
 from mewdex.search import image_search, keyword, service
-
-from conftest import client_for
 
 MEMES = 260  # more than the 200 hits the pages used to fetch and filter afterwards
 DIMS = 16

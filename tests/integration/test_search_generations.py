@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
+from conftest import client_for
 from mewdex.db.models import Meme, MemeEmbedding, SearchGeneration
-from mewdex.library.memes import add_image
 from mewdex.inference import models
+from mewdex.library.memes import add_image
 from mewdex.pipeline.context import build_meme_context
 from mewdex.pipeline.stages import MemeSnapshot, TextEmbeddingStage, context_hash, write_keyword_document
 from mewdex.search import generations, service
-from conftest import client_for
 from package_helpers import png
 
 

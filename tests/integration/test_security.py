@@ -565,8 +565,8 @@ def test_parallel_uploads_stay_within_the_quota(auth_app, sessions, store):
 
 def _zip_bytes(entries, **kw) -> bytes:
     import io
-    import zipfile
     import warnings
+    import zipfile
 
     out = io.BytesIO()
     with warnings.catch_warnings():
@@ -899,7 +899,8 @@ def test_a_crashing_task_stores_a_code_and_a_safe_message(sessions, scope):
     import uuid as _uuid
 
     from mewdex.db.models import Task
-    from mewdex.queue import registry, tasks as queue
+    from mewdex.queue import registry
+    from mewdex.queue import tasks as queue
     from mewdex.queue.worker import Worker
 
     @registry.register("test.security_crash")

@@ -18,14 +18,13 @@ import threading
 import uuid
 
 import pytest
-from queue_helpers import start_workers, status_counts, stop_workers
-
-from conftest import wait_until
 from sqlalchemy import select, text
 
+from conftest import wait_until
 from mewdex.db.models import Task
 from mewdex.queue import registry
 from mewdex.queue.scheduler import Schedule, Scheduler, enqueue_slot
+from queue_helpers import start_workers, status_counts, stop_workers
 
 TASK_MODULE = '''
 """A task type of the test: echoes its payload from inside the worker process."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from queue_helpers import enqueue_noops
 from sqlalchemy import text
+
+from queue_helpers import enqueue_noops
 
 
 def code(r) -> str:
@@ -108,7 +109,6 @@ def test_health_reports_queues_and_workers(client, sessions, scope, settings_env
 
 def test_processing_resubmit_modes_plan_stages(client, sessions, store, scope, drain):
     from conftest import case_file
-
     from mewdex.library.memes import add_image
 
     result = add_image(sessions, store, scope, case_file("img04_palette_trns.png").read_bytes(), filename="p.png",

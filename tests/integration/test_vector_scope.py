@@ -24,11 +24,13 @@ def _fill(sessions, scope, vectors: np.ndarray) -> list:
             meme_id = session.execute(text(
                 "INSERT INTO memes (id, scope_id, storage_key, display_name, extension, size_bytes, sha256, "
                 "context_status, meme_context, provenance, extensions, revision, created_at, updated_at) "
-                "VALUES (gen_random_uuid(), :s, :k, :n, '.png', 1, :sha, 'ready', '{}', '{}', '{}', 1, now(), now()) "
+                "VALUES (gen_random_uuid(), :s, :k, :n, '.png', 1, :sha, 'ready', '{}', '{}', '{}', 1, "
+                "now(), now()) "
                 "RETURNING id"), {"s": scope.scope_id, "k": sha + ".png", "n": f"m{i}", "sha": sha}).scalar_one()
             session.execute(text(
-                "INSERT INTO meme_embeddings (scope_id, generation_id, meme_id, field, model, dimensions, embedding, "
-                "semantic_document, semantic_document_hash, metadata_hash, image_sha256, meme_revision, item_status) "
+                "INSERT INTO meme_embeddings (scope_id, generation_id, meme_id, field, model, dimensions, "
+                "embedding, semantic_document, semantic_document_hash, metadata_hash, image_sha256, "
+                "meme_revision, item_status) "
                 "VALUES (:s, :g, :m, 'document', :model, :d, :e, '', :h, :h, :h, 1, 'ready')"),
                 {"s": scope.scope_id, "g": generation.id, "m": meme_id, "model": MODEL, "d": DIMS,
                  "e": v.astype(np.float32), "h": sha})

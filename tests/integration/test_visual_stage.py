@@ -12,16 +12,14 @@ import pytest
 from PIL import Image
 from sqlalchemy import select, text
 
+from conftest import client_for
 from mewdex.db.models import DerivedImageThumbnail, Meme, MemeVisualEmbedding, Scope
+from mewdex.inference import visual_model
 from mewdex.library import thumbnails as th
 from mewdex.library.memes import add_image
-from mewdex.inference import visual_model
 from mewdex.pipeline import stages, visual
-from mewdex.search import near_duplicates
 from mewdex.pipeline.stages import MemeSnapshot, StageError
-from mewdex.search import image_search
-
-from conftest import client_for
+from mewdex.search import image_search, near_duplicates
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from mewdex.inference import visual_model
+from mewdex.inference.errors import BackendUnavailable
 from mewdex.library import thumbnails as th
 from mewdex.library.images import ImageError, load_frames
-from mewdex.inference import visual_model
 from mewdex.pipeline import visual
-from mewdex.search import near_duplicates
-from mewdex.inference.errors import BackendUnavailable
 from mewdex.pipeline.stages import MemeSnapshot, StageError
+from mewdex.search import near_duplicates
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 
@@ -277,7 +277,7 @@ def test_single_pass_decode_gives_exactly_load_frames(name):
     decoded = th.decode_for_visual(data)
     expected = load_frames(data, indices="spread4")
     assert len(decoded.model_frames) == len(expected)
-    for got, want in zip(decoded.model_frames, expected):
+    for got, want in zip(decoded.model_frames, expected, strict=False):
         assert got.mode == want.mode == "RGB" and got.size == want.size
         assert np.array_equal(np.asarray(got), np.asarray(want))
     assert [t.data for t in th.thumbnails_from(decoded)] == [t.data for t in th.make_thumbnails(data)] or name.endswith(".jpg")
@@ -289,5 +289,5 @@ def test_single_pass_decode_of_a_long_animation_still_reaches_the_last_frame():
     decoded = th.decode_for_visual(data)
     expected = load_frames(data, indices="spread4")
     assert len(decoded.model_frames) == 4
-    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(decoded.model_frames, expected))
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(decoded.model_frames, expected, strict=False))
     assert len(decoded.preview) == 4 * th.MAX_PREVIEW_FRAMES and decoded.frames == 250

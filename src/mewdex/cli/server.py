@@ -16,9 +16,9 @@ def serve(
     workers: Annotated[int | None, typer.Option(help="Workers (default MEWDEX_WORKERS; MEWDEX_WORKER_MODE says processes or threads).")] = None,
 ) -> None:
     """Serve the web UI and the API, with workers processing the queue."""
-    import uvicorn
+    import os
 
-    from mewdex.web.app import create_app
+    import uvicorn
 
     _setup_logging()
     settings = get_settings()
@@ -30,7 +30,14 @@ def serve(
     _prepare()  # fails early with a clear message when the database cannot start
     console.print(f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})")
     _print_setup_code()
-    uvicorn.run(create_app(workers=workers, host=host or settings.host), host=host or settings.host, port=port or settings.port, log_level="warning")
+    # The options are the settings MEWDEX_HOST/MEWDEX_WORKERS for this process; uvicorn builds the app from
+    # its import string, so `cli` never imports `web` (import-linter: the interfaces are independent).
+    os.environ["MEWDEX_HOST"] = host or settings.host
+    if workers is not None:
+        os.environ["MEWDEX_WORKERS"] = str(workers)
+    get_settings.cache_clear()
+    uvicorn.run("mewdex.web.app:create_app", factory=True, host=host or settings.host, port=port or settings.port,
+                log_level="warning")
 
 
 def _print_setup_code() -> None:

@@ -44,19 +44,20 @@ _refused = 0
 def is_connection_lost(exc: BaseException) -> bool:
     """True for errors meaning the database is gone or not answering (connection refused or closed,
     server shut down or starting up); False for every other error (constraint, syntax, deadlock…)."""
+    cause: BaseException | None = exc
     if isinstance(exc, sa_exc.DBAPIError):
         if exc.connection_invalidated:
             return True
-        exc = exc.orig
-    if isinstance(exc, psycopg.InterfaceError):
+        cause = exc.orig  # the driver's error
+    if isinstance(cause, psycopg.InterfaceError):
         return True
-    if isinstance(exc, psycopg.OperationalError):
-        state = exc.sqlstate
+    if isinstance(cause, psycopg.OperationalError):
+        state = cause.sqlstate
         return state is None or state.startswith("08") or state in _LOST_SQLSTATES
     return False
 
 
-def first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException | None) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:200]
 
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import BackendUnavailable
 
@@ -161,7 +162,7 @@ class OcrEngine:
             txts = getattr(out, "txts", None) or ()
             scores = getattr(out, "scores", None) or ()
             boxes = getattr(out, "boxes", None)
-            for j, (t, s) in enumerate(zip(txts, scores)):
+            for j, (t, s) in enumerate(zip(txts, scores, strict=False)):
                 t = (t or "").strip()
                 key = _dedupe_key(t)
                 if not key:

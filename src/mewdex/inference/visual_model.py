@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from mewdex.inference.errors import BackendUnavailable
 from mewdex.library import thumbnails as thumbs
 from mewdex.library.images import load_frames
-from mewdex.inference.errors import BackendUnavailable
 
 log = logging.getLogger(__name__)
 

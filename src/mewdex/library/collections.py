@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import CursorResult, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -40,7 +40,8 @@ class CollectionError(DomainError):
 
 
 def normalize_collection_name(value: str) -> str:
-    """NFC, control and format characters removed (:func:`~mewdex.library.names.strip_format_characters`), whitespace trimmed, ≤ 100 characters; ValueError("collection_name_invalid") if empty."""
+    """NFC, control and format characters removed (:func:`~mewdex.library.names.strip_format_characters`),
+    whitespace trimmed, ≤ 100 characters; ValueError("collection_name_invalid") if empty."""
     name = "".join(ch for ch in strip_format_characters(value) if unicodedata.category(ch) not in ("Cc", "Cs")).strip()
     name = name[:MAX_NAME_CHARS].strip()
     if not name:
@@ -275,13 +276,13 @@ def add_members(session: Session, scope: ScopeContext, collection_id: UUID, meme
 def remove_member(session: Session, scope: ScopeContext, collection_id: UUID, meme_id: UUID) -> None:
     """Take a meme out of the collection (the meme stays); 404 ``not_found`` when it is not a member."""
     collection = find(session, scope, collection_id, lock=True)
-    result = session.execute(
+    result = cast(CursorResult[Any], session.execute(
         delete(MemeCollectionItem).where(
             MemeCollectionItem.scope_id == scope.scope_id,
             MemeCollectionItem.collection_id == collection.id,
             MemeCollectionItem.meme_id == meme_id,
         )
-    )
+    ))
     if result.rowcount == 0:
         raise CollectionError("not_found", "the meme is not in this collection")
     collection.updated_at = utcnow()

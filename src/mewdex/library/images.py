@@ -135,7 +135,8 @@ def probe(
     with _guard():
         with _open(data, fmt, max_pixels) as im:
             width, height = im.size
-            im._mewdex_validate_only = True  # probe keeps no pixels: a large JPEG is checked at 1/8 scale
+            # probe keeps no pixels: a large JPEG is checked at 1/8 scale (a marker PIL's stubs do not know)
+            im._mewdex_validate_only = True  # type: ignore[attr-defined]
             frames = 0
             duration_ms = 0
             for _frame in _iter_frames(im, max_pixels, max_total_pixels):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import SQLColumnExpression, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -69,7 +69,7 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
 
 
 def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data: bytes, *, filename: str,
-              provenance: dict[str, Any], collection_names: list[str] = (), collection_ids: list = (),
+              provenance: dict[str, Any], collection_names: Sequence[str] = (), collection_ids: Sequence[Any] = (),
               process: bool = True, auto_name: bool = False, probed: ImageInfo | None = None,
               batch_id: str | None = None) -> AddResult:
     """Add one image: ``skipped`` with a stable error code for bad bytes or ``quota_exceeded`` (the
@@ -219,7 +219,7 @@ def rename(sessions: sessionmaker[Session], scope: ScopeContext, meme_id, name: 
     try:
         with sessions.begin() as session:
             meme = _locked_meme(session, scope, meme_id)
-            op = session.get(StorageOperation, op_id)
+            op = session.get_one(StorageOperation, op_id)
             _check_revision(meme, op.expected_revision)
             meme.display_name = new_name
             meme.name_source = "manual"
@@ -266,12 +266,12 @@ def delete(sessions: sessionmaker[Session], store, scope: ScopeContext, meme_id,
         meme = _locked_meme(session, scope, meme_id)
         _check_revision(meme, expected_revision)
         namespace = storage_namespace(session, scope.scope_id)
-        thumbnail_keys = session.execute(
+        thumbnail_keys = [key for key in session.execute(
             select(DerivedImageThumbnail.output_key).where(
                 DerivedImageThumbnail.scope_id == scope.scope_id, DerivedImageThumbnail.meme_id == meme.id,
                 DerivedImageThumbnail.output_key.is_not(None),
             )
-        ).scalars().all()
+        ).scalars() if key is not None]
         if task_ids:  # lane slots reference tasks without a cascade: free the ones the meme's tasks hold
             for table in ("task_lane_slots", "task_lane_resource_slots"):
                 session.execute(
@@ -290,7 +290,7 @@ def delete(sessions: sessionmaker[Session], store, scope: ScopeContext, meme_id,
         failpoints.hit("delete.before_rows_commit")
     failpoints.hit("delete.after_rows_deleted")
     with sessions.begin() as session:
-        op = session.get(StorageOperation, op_id, with_for_update=True)
+        op = session.get_one(StorageOperation, op_id, with_for_update=True)
         journal.remove_blob_if_unused(session, store, scope.scope_id, namespace, key)
         failpoints.hit("delete.after_blob_delete")
         journal.remove_thumbnails_if_unused(session, store, scope.scope_id, namespace, op.thumbnail_keys)
@@ -340,6 +340,7 @@ def list_memes(session: Session, scope: ScopeContext, *, name: str | None = None
     filters = SearchFilters(collection_ids=None if collection_id is None else [str(collection_id)],
                             status=status, animated=animated)
     query = filtered_memes(scope.scope_id, filters, name=name)
+    keys: tuple[SQLColumnExpression[Any], SQLColumnExpression[Any]]
     if sort == "name":
         keys = (func.lower(Meme.display_name), Meme.id)
         order = [keys[0].asc(), Meme.id.asc()]

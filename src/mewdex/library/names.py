@@ -25,6 +25,10 @@ import unicodedata
 
 import regex
 
+# The one name rule lives below the library (accounts use it too); re-exported here for name code.
+from mewdex.platform.errors import _KEPT_FORMAT
+from mewdex.platform.errors import strip_format_characters as strip_format_characters
+
 ALLOWED_EXTENSIONS = (".png", ".jpg", ".gif", ".webp")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
 RESERVED_NAMES = frozenset({".", "..", ".staging", ".quarantine"})
@@ -40,19 +44,6 @@ _WHITESPACE_RUN = re.compile(r"\s+")
 _FILE_SUFFIX = re.compile(r"\.(?=[A-Za-z0-9]{0,4}[A-Za-z])[A-Za-z0-9]{1,5}\Z")
 
 _GRAPHEME = regex.compile(r"\X")
-
-
-# Format characters (Cf) that may stay in a name: the joiners inside emoji and Indic/Persian text,
-# and the tag characters of subdivision flags (🏴 + tags).
-_KEPT_FORMAT = frozenset("\u200c\u200d" + "".join(chr(c) for c in range(0xE0020, 0xE0080)))
-
-
-def strip_format_characters(value: str) -> str:
-    """``value`` NFC without invisible format characters (Unicode category Cf: bidi overrides and
-    isolates, zero-width spaces, BOM …) except the joiners ZWJ/ZWNJ and emoji tag characters. The one rule every
-    user-visible name (meme, collection, user, token) passes through so no name can disguise itself."""
-    return "".join(ch for ch in unicodedata.normalize("NFC", value)
-                   if ch in _KEPT_FORMAT or unicodedata.category(ch) != "Cf")
 
 
 def normalize_extension(value: object) -> str:

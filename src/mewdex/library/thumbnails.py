@@ -1,7 +1,8 @@
 """Thumbnails: a still WEBP (longest side 256) for every meme and an animated WEBP preview
 (longest side 320) for animated ones, stored content-addressed (``<sha256>.webp``) in the scope's
 thumbnail namespace — a UUID derived from the scope's ``storage_namespace`` (:func:`thumbnail_namespace`),
-so derived files never mix with, or get deleted together with, originals — and recorded as ``derived_image_thumbnails`` rows bound to the source sha256 + size and a profile.
+so derived files never mix with, or get deleted together with, originals — and recorded as
+``derived_image_thumbnails`` rows bound to the source sha256 + size and a profile.
 
 Row states: ``pending`` (wanted, not built), ``available`` (``output_key`` is in the blob store),
 ``failed`` (the source could not be thumbnailed; ``diagnostic`` says why), ``stale`` (bound to
@@ -127,8 +128,8 @@ def decode_for_visual(data: bytes, *, max_pixels: int = images.DEFAULT_MAX_PIXEL
                 if rgb is not None:
                     model_frames.append(rgb)
                 if index < 4 * MAX_PREVIEW_FRAMES:
-                    opaque = rgb is not None and not _has_alpha(frame)
-                    shown = rgb if opaque else _to_rgba(frame)  # an opaque frame is converted once
+                    # an opaque frame is converted once
+                    shown = rgb if rgb is not None and not _has_alpha(frame) else _to_rgba(frame)
                     preview.append((_resize(shown, fit), images._frame_duration(frame)))
                 if index >= max(wanted) and index + 1 >= min(n_frames, 4 * MAX_PREVIEW_FRAMES):
                     break
@@ -269,6 +270,7 @@ def store_thumbnails(session: Session, store, namespace: str, meme, thumbnails: 
     current = {(meme.sha256, meme.size_bytes, t.profile) for t in thumbnails}
     if failure is not None:
         current.add((meme.sha256, meme.size_bytes, STILL_PROFILE))
+    row: DerivedImageThumbnail | None
     for ident, row in existing.items():
         if ident not in current and row.status != "stale":
             row.status = "stale"

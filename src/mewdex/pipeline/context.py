@@ -6,10 +6,10 @@ later, image labels from the visual stage) and the path the file was stored unde
 metadata (e.g. a corpus ``metadata.jsonl``) must never be passed in.
 
 * :func:`build_meme_context` -> JSON-able dict (stored as JSONB on the image revision).
-* :func:`semantic_fields`    (:mod:`mewdex.search.documents`) -> ``{field: text}`` to embed one vector per field; search takes
-  the max cosine over an image's fields (measured better than one concatenated document).
-* :func:`keyword_document`   (:mod:`mewdex.search.documents`) -> ``{field: space-joined tokens}`` for a weighted ``tsvector``
-  (``simple`` config) plus ``phrase``: folded text for the exact-phrase substring boost.
+* :func:`semantic_fields`    (:mod:`mewdex.search.documents`) -> ``{field: text}`` to embed one vector per field;
+  search takes the max cosine over an image's fields (measured better than one concatenated document).
+* :func:`keyword_document`   (:mod:`mewdex.search.documents`) -> ``{field: space-joined tokens}`` for a weighted
+  ``tsvector`` (``simple`` config) plus ``phrase``: folded text for the exact-phrase substring boost.
 
 OCR clean-up rules are per image (no corpus statistics): lines below ``OCR_MIN_SCORE``
 (0.6: retrieval is flat for 0.5-0.8 and drops at 0.9, measured in bench/lab_text_recipe.py) are
@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from mewdex.search.documents import (  # the search recipe built from a context, re-exported
     CONTEXT_VERSION,
@@ -160,9 +161,9 @@ def _corner(box: Any, image_size: tuple[int, int] | None) -> tuple[bool, bool] |
         ys = [float(p[1]) for p in box]
         W, H = float(image_size[0]), float(image_size[1])
     except (TypeError, ValueError, IndexError):
-        return False
+        return None
     if W <= 0 or H <= 0:
-        return False
+        return None
     x0, x1, y0, y1 = min(xs) / W, max(xs) / W, min(ys) / H, max(ys) / H
     small = (x1 - x0) < 0.4 and (y1 - y0) < 0.12
     side = x1 < 0.4 or x0 > 0.6
@@ -298,7 +299,7 @@ def build_meme_context(
     """
     np_ = name_parts(relative_path, display_name)
     lines = clean_ocr_lines(ocr_lines, ocr_min_score, image_size)
-    ocr_text = "\n".join(l["text"] for l in lines)
+    ocr_text = "\n".join(line["text"] for line in lines)
     label_texts = _label_texts(labels)
     stem_words, folder_words = np_["stem_words"], np_["folder_words"]
     name_text = " ".join(stem_words + folder_words)
@@ -318,7 +319,7 @@ def build_meme_context(
     elif folder_words:
         title = " ".join(folder_words)
     elif lines:
-        title = max(lines, key=lambda l: len(l["text"]))["text"]
+        title = max(lines, key=lambda line: len(line["text"]))["text"]
     else:
         title = ""
     title = title[:120]

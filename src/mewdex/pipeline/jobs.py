@@ -254,13 +254,20 @@ def stage_started(session: Session, task: Task | queue.Claim) -> None:
                                          else task.id})
 
 
+def _stage_name(task: Task) -> str:
+    """The task's ``image_stage``; ValueError for a task that is not an image-stage task."""
+    if task.image_stage is None:
+        raise ValueError(f"task {task.id} ({task.task_type}) is not an image-stage task")
+    return task.image_stage
+
+
 def stage_succeeded(session: Session, task: Task, batch_id: str | None) -> Task | None:
     """Record a stage's success and hand off to the next planned stage (never rejected); the next
     stage's task joins ``batch_id``, the batch of ``task`` (``queue.batches.batch_of``). Returns
     that task, or None when the job is done."""
     job = load_job(session, task.scope_id, task.processing_job_id)
     stages = _stages(session, job)
-    stage = stages[task.image_stage]
+    stage = stages[_stage_name(task)]
     stage.status = "succeeded"
     stage.error = None
     return _queue_stage(session, job, _next_planned(session, job, after=stage.stage, stages=stages), batch_id)
@@ -269,7 +276,7 @@ def stage_succeeded(session: Session, task: Task, batch_id: str | None) -> Task 
 def stage_retrying(session: Session, task: Task) -> None:
     """A stage attempt failed and will be retried at ``task.available_at``."""
     job = load_job(session, task.scope_id, task.processing_job_id)
-    stage = _stages(session, job)[task.image_stage]
+    stage = _stages(session, job)[_stage_name(task)]
     stage.status = "queued"
     stage.error = task.error
     stage.retry_at = task.available_at
@@ -280,7 +287,7 @@ def stage_unknown(session: Session, task: Task) -> None:
     """The stage's worker died after an external call started: stage and job are ``unknown_execution``
     (never replayed automatically; a retry on request resumes it)."""
     job = load_job(session, task.scope_id, task.processing_job_id)
-    stage = _stages(session, job)[task.image_stage]
+    stage = _stages(session, job)[_stage_name(task)]
     stage.status = "unknown_execution"
     stage.error = task.error
     job.status = "unknown_execution"
@@ -291,7 +298,7 @@ def stage_failed(session: Session, task: Task) -> None:
     """A stage failed for good: the job fails and the later planned stages are blocked."""
     job = load_job(session, task.scope_id, task.processing_job_id)
     stages = _stages(session, job)
-    stage = stages[task.image_stage]
+    stage = stages[_stage_name(task)]
     stage.status = "failed"
     stage.error = task.error
     for name in STAGES[STAGES.index(stage.stage) + 1 :]:
@@ -307,7 +314,7 @@ def stage_requeued(session: Session, task: Task) -> None:
     planned stages it had blocked are active again."""
     job = load_job(session, task.scope_id, task.processing_job_id)
     stages = _stages(session, job)
-    stage = stages[task.image_stage]
+    stage = stages[_stage_name(task)]
     stage.status = "queued"
     stage.error = None
     for name in STAGES[STAGES.index(stage.stage) + 1 :]:

@@ -13,8 +13,9 @@ from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.models import Meme
-from mewdex.library.images import ImageError, load_frames
 from mewdex.inference import models
+from mewdex.inference.errors import BackendUnavailable
+from mewdex.library.images import ImageError, load_frames
 from mewdex.pipeline.auto_rename import AutoRenameStage
 from mewdex.pipeline.base import (  # noqa: F401 - the stage contract, re-exported for callers of this module
     CONTEXT_STAGE,
@@ -26,7 +27,6 @@ from mewdex.pipeline.base import (  # noqa: F401 - the stage contract, re-export
     load_meme,
 )
 from mewdex.pipeline.context import build_meme_context, keyword_document, semantic_fields
-from mewdex.inference.errors import BackendUnavailable
 from mewdex.pipeline.visual import VisualStage
 from mewdex.search import keyword
 from mewdex.search.generations import write_targets, write_vectors

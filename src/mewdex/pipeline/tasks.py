@@ -81,6 +81,8 @@ def on_success(session: Session, claim: queue.Claim, task: Task, output: Any, ba
     """Apply the stage's output to the locked meme, meter it, and hand off to the next stage
     (True when a next stage's task joined the batch)."""
     meme = load_meme(session, claim.scope_id, claim.target_meme_id)
+    if meme is None or claim.image_stage is None:  # run_stage refused both before the write-back
+        raise LookupError(f"task {claim.task_id}: no meme or no stage to apply the output to")
     HANDLERS[claim.image_stage].apply(session, meme, output)
     metering.meter_stage(session, claim, output, STAGE_VERSIONS[CONTEXT_STAGE])
     if task.processing_job_id is None:

@@ -13,8 +13,6 @@ import numpy as np
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from mewdex.library import thumbnails as thumbs
-from mewdex.library.images import ImageError
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.inference.visual_model import (  # noqa: F401 - the model's names, re-exported for the stage's callers
     DIMENSIONS,
@@ -29,13 +27,14 @@ from mewdex.inference.visual_model import (  # noqa: F401 - the model's names, r
     top_labels,
     visual_model,
 )
+from mewdex.library import thumbnails as thumbs
+from mewdex.library.images import ImageError
 from mewdex.search.near_duplicates import (  # noqa: F401 - thresholds, re-exported
     COSINE_MIN,
     PHASH_MAX_DISTANCE,
     ensure_visual_index,
     record_near_duplicates,
 )
-
 
 # ------------------------------------------------------------------ the stage
 

@@ -63,8 +63,8 @@ def release(session: Session, grant: OperationGrant) -> None:
 
 
 def _check_analysis_budget(session: Session, scope: ScopeContext) -> None:
-    from mewdex.platform.quotas import limits_for
     from mewdex.platform.owners import user_for_scope
+    from mewdex.platform.quotas import limits_for
 
     user = user_for_scope(session, scope.scope_id)
     if user is None:

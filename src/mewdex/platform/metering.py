@@ -18,7 +18,7 @@ from mewdex.db.models import ScopeContext
 from mewdex.platform import grants, usage
 
 
-def meter_stage(session: Session, claim, output: Any, model_profile: str | None = None) -> None:
+def meter_stage(session: Session, claim, output: Any, model_profile: str) -> None:
     """Write the usage of one applied stage (``claim``: the queue claim; ``output``: the stage's;
     ``model_profile``: the analysis stage's version, recorded on its usage event)."""
     stage = claim.image_stage

@@ -85,7 +85,7 @@ def check_upload(session: Session, scope: ScopeContext, nbytes: int, count: int 
             StorageOperation.scope_id == scope.scope_id, StorageOperation.operation_type == "upload",
             StorageOperation.status.in_(OPEN))
     ).one()
-    used_bytes, used_count = row.bytes_used + int(pending_bytes), row.file_count + int(pending_count)
+    used_bytes, used_count = row.bytes_used + int(pending_bytes or 0), row.file_count + int(pending_count)
     over = {}
     if limits.storage_bytes is not None and used_bytes + nbytes > limits.storage_bytes:
         over["storage_bytes"] = {"limit": limits.storage_bytes, "used": used_bytes, "requested": nbytes}

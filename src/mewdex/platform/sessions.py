@@ -230,4 +230,6 @@ def end_all_sessions(session: Session, user: User, *, keep: str | None = None) -
 
 
 def csrf_ok(stored: str, presented: str | None) -> bool:
-    return bool(presented) and secrets.compare_digest(stored.encode(), presented.encode("utf-8", "replace"))
+    if not presented:
+        return False
+    return secrets.compare_digest(stored.encode(), presented.encode("utf-8", "replace"))

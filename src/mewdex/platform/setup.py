@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
+from mewdex.db.models import User
 from mewdex.platform.instance import get_setting, set_setting
 
 SETUP_CODE_KEY = "setup_code_sha256"
@@ -23,10 +25,13 @@ def _digest(code: str) -> str:
     return hashlib.sha256(code.strip().encode("utf-8", "replace")).hexdigest()
 
 
+def any_users(session: Session) -> bool:
+    """Whether any account exists (none yet: the installation waits for its admin)."""
+    return session.execute(select(exists().where(User.user_id.isnot(None)))).scalar_one()
+
+
 def issue_setup_code(session: Session) -> str | None:
     """A new code (replacing any earlier one) while no account exists; None once one does."""
-    from mewdex.platform.users import any_users
-
     if any_users(session):
         return None
     code = secrets.token_urlsafe(12)

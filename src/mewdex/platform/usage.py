@@ -11,7 +11,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Date, String, cast, func, literal, select
+from sqlalchemy import Date, Select, String, cast, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -64,7 +64,7 @@ def summary(session: Session, *, start: datetime, end: datetime, group_by: str,
         "model_profile": UsageEvent.model_profile,
         "user": func.coalesce(cast(UsageEvent.user_id, String), literal("scope:") + UsageEvent.scope_id),
     }[group_by]
-    query = select(key.label("key"), func.count().label("events"), func.sum(UsageEvent.cost_cny).label("cost")).where(
+    query: Select[Any, int, Any] = select(key.label("key"), func.count().label("events"), func.sum(UsageEvent.cost_cny).label("cost")).where(
         UsageEvent.created_at >= start, UsageEvent.created_at < end)
     if scope_id is not None:
         query = query.where(UsageEvent.scope_id == scope_id)

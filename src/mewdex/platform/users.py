@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import cast
 
 import bcrypt
-from sqlalchemy import exists, func, select
+from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
@@ -22,6 +23,8 @@ from mewdex.platform.errors import PlatformError, clean_text
 from mewdex.platform.instance import get_setting
 from mewdex.platform.owners import user_for_scope
 from mewdex.platform.quotas import rescan_user
+from mewdex.platform.setup import any_users as any_users
+from mewdex.platform.setup import consume_setup_code
 
 MIN_PASSWORD_BYTES = 8
 MAX_PASSWORD_BYTES = 72  # bcrypt reads at most 72 bytes; longer would be silently truncated
@@ -86,10 +89,6 @@ def get_user(session: Session, user_id) -> User | None:
     return session.get(User, user_id)
 
 
-def any_users(session: Session) -> bool:
-    return session.execute(select(exists().where(User.user_id.isnot(None)))).scalar_one()
-
-
 def signup_enabled(session: Session) -> bool:
     """Whether anyone may sign up (``platform_settings.signup_enabled``; off unless the admin opens it)."""
     return bool(get_setting(session, "signup_enabled", False))
@@ -106,8 +105,6 @@ def create_user(session: Session, email: str, password: str, *, name: str | None
     checked before any password hashing). Errors: 422 (email/password/name), 409 ``signup_failed``
     (the email cannot be used; the answer does not say whether an account has it).
     """
-    from mewdex.platform import setup
-
     email = normalize_email(email)
     if check_signup and any_users(session) and not signup_enabled(session):
         raise PlatformError("signup_disabled", "sign-up is turned off on this server; ask the admin")
@@ -116,7 +113,7 @@ def create_user(session: Session, email: str, password: str, *, name: str | None
     # Serialise account creation so "first account = admin" and "first owns the default scope" hold.
     session.execute(select(func.pg_advisory_xact_lock(0x6D657764_0001)))
     if check_signup and not any_users(session):
-        if not setup.consume_setup_code(session, setup_code):
+        if not consume_setup_code(session, setup_code):
             raise PlatformError("admin_required", "this server has no admin yet: create it on the server with "
                                                        "`mewdex user create EMAIL --admin`, or sign up with the "
                                                        "setup code `mewdex serve` printed")
@@ -187,7 +184,7 @@ def set_disabled(session: Session, user: User, disabled: bool) -> None:
     user.disabled = disabled
     if disabled:
         bump_epoch(user)
-        session.execute(UserSession.__table__.delete().where(UserSession.user_id == user.user_id))
+        session.execute(cast(Table, UserSession.__table__).delete().where(UserSession.user_id == user.user_id))
 
 
 def _keep_an_admin(session: Session, user: User) -> None:

@@ -1,10 +1,13 @@
 """Back-pressure on interactive submissions, per lane: a lane declared with a ``backpressure`` limit
 (:class:`mewdex.queue.registry.Lane`; the image pipeline's context lane ``agent`` uses
 ``MEWDEX_AGENT_BACKPRESSURE``, default 32) gives a scope whose queued tasks in it reached the limit
-:class:`QueueFull` (the web layer answers 429 ``queue_full`` with ``Retry-After``). Stage hand-offs of accepted jobs never pass through here, and
+:class:`QueueFull` (the web layer answers 429 ``queue_full`` with ``Retry-After``). Stage hand-offs of accepted jobs
+never pass through here, and
 bulk submissions become batches that feed the lane as it drains (:mod:`mewdex.queue.batches`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -23,7 +26,7 @@ class QueueFull(Exception):
         self.lane, self.queued, self.limit, self.retry_after = lane, queued, limit, retry_after
 
     @property
-    def details(self) -> dict:
+    def details(self) -> dict[str, Any]:
         return {"lane": self.lane, "queued": self.queued, "limit": self.limit, "retry_after": self.retry_after}
 
 

@@ -11,8 +11,9 @@ is locked, and the update only applies while ``finalizer_state <> 'complete'``).
 from __future__ import annotations
 
 import uuid
+from typing import Any, cast
 
-from sqlalchemy import select, text
+from sqlalchemy import CursorResult, select, text
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import TaskBatch, TaskBatchItem, utcnow
@@ -93,7 +94,7 @@ _FAILED_BY_CODE_SQL = text(
 )
 
 
-def summary(session: Session, scope_id: str, batch_id: str) -> dict:
+def summary(session: Session, scope_id: str, batch_id: str) -> dict[str, Any]:
     """``{"tasks", "active", "succeeded", "failed", "failed_by_code": {code: n}}`` from the members now."""
     row = session.execute(_SUMMARY_SQL, {"s": scope_id, "b": batch_id}).mappings().one()
     by_code = {code: n for code, n in session.execute(_FAILED_BY_CODE_SQL, {"s": scope_id, "b": batch_id})}
@@ -186,8 +187,8 @@ def feed(session: Session) -> int:
         # With one limited lane (the image pipeline's), every other parked task waits for its room too, as
         # before task types declared their lanes.
         others = len(by_lane) == 1
-        fed += session.execute(_FEED_SQL, {"limit": backpressure.limit(lane), "parked": PARKED_AT, "lane": lane,
-                                           "types": types, "others": others}).rowcount
+        fed += cast(CursorResult[Any], session.execute(_FEED_SQL, {"limit": backpressure.limit(lane), "parked": PARKED_AT, "lane": lane,
+                                           "types": types, "others": others})).rowcount
     if len(by_lane) != 1:
-        fed += session.execute(_FEED_FREE_SQL, {"parked": PARKED_AT, "types": free}).rowcount
+        fed += cast(CursorResult[Any], session.execute(_FEED_FREE_SQL, {"parked": PARKED_AT, "types": free})).rowcount
     return fed

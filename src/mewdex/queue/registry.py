@@ -27,7 +27,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.config import get_settings
 from mewdex.db.models import GLOBAL_LANE_RESOURCE_KEY, ImageProcessingAttempt, Task, utcnow
 from mewdex.queue import tasks as queue
-from mewdex.queue.tasks import LANES, Lane, lane_names, register_lane  # noqa: F401 - lanes are declared with types
+from mewdex.queue.tasks import LANES as LANES  # lanes are declared with types: re-exported
+from mewdex.queue.tasks import Lane as Lane
+from mewdex.queue.tasks import lane_names as lane_names
+from mewdex.queue.tasks import register_lane as register_lane
 
 
 @dataclass
@@ -60,7 +63,10 @@ class TaskContext:
 
     def _attempt(self, session: Session) -> ImageProcessingAttempt:
         c = self.claim
-        return session.get(ImageProcessingAttempt, (c.scope_id, c.task_id, c.attempt_count), with_for_update=True)
+        attempt = session.get(ImageProcessingAttempt, (c.scope_id, c.task_id, c.attempt_count), with_for_update=True)
+        if attempt is None:  # claim() writes it in the claim's transaction; gone only if the row was deleted
+            raise LookupError(f"task {c.task_id} has no attempt {c.attempt_count}")
+        return attempt
 
     def progress(self, fraction: float, message: str | None = None) -> None:
         """Set ``tasks.progress`` (0..1) and ``message`` (≤ 500 chars)."""
@@ -109,7 +115,7 @@ class TaskContext:
                         Task.updated_at >= func.date_trunc("day", func.now()),
                     )
                 ).scalar_one()
-                if Decimal(spent) > Decimal(str(per_day)):
+                if Decimal(spent or 0) > Decimal(str(per_day)):
                     over = f"the scope spent {spent} today, over its daily limit {per_day}"
         if over is not None:
             raise TaskError("analysis_cost_limit", over, retryable=False, termination_reason="analysis_cost_limit")

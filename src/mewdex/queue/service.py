@@ -268,7 +268,8 @@ def queue_depth(session: Session) -> dict[str, dict[str, int]]:
     rows = session.execute(
         text(
             "SELECT lane, count(*) FILTER (WHERE status = 'queued' AND available_at < :p), "
-            "count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'queued' AND available_at >= :p) "
+            "count(*) FILTER (WHERE status = 'running'), "
+            "count(*) FILTER (WHERE status = 'queued' AND available_at >= :p) "
             "FROM tasks WHERE status IN ('queued', 'running') GROUP BY lane"
         ),
         {"p": queue.PARKED_AT},

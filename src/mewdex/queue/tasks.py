@@ -361,9 +361,9 @@ _HEARTBEAT_SQL = text(
 
 def heartbeat(session: Session, c: Claim, lease_seconds: int) -> bool:
     """Extend the lease (task and its slots); False when the claim is stale (another worker owns the task now)."""
-    return session.execute(
+    return bool(session.execute(
         _HEARTBEAT_SQL, {"lease": lease_seconds, "s": c.scope_id, "i": c.task_id, "g": c.claim_generation}
-    ).scalar_one() == 1
+    ).scalar_one() == 1)
 
 
 def fenced(session: Session, c: Claim) -> Task:
@@ -436,10 +436,10 @@ _COMPLETE_SQL = text(
 def try_complete(session: Session, c: Claim, result: Any = None, message: str | None = None) -> bool:
     """Fenced success in one statement (task, attempt ``completed``, both slots freed). False (and
     nothing changed) when ``c`` is no longer the current claim."""
-    return session.execute(
+    return bool(session.execute(
         _COMPLETE_SQL,
         {"result": json.dumps(result), "message": message, "s": c.scope_id, "i": c.task_id, "g": c.claim_generation},
-    ).scalar_one() == 1
+    ).scalar_one() == 1)
 
 
 def complete(session: Session, c: Claim, result: Any = None, message: str | None = None) -> None:
@@ -451,7 +451,7 @@ def complete(session: Session, c: Claim, result: Any = None, message: str | None
 def backoff_seconds(attempt: int, base: float, cap: float) -> float:
     """Capped exponential backoff with full jitter: uniform(0.5, 1.0) × min(cap, base × 2^(attempt-1))."""
     exponent = min(max(0, attempt - 1), 62)  # 2**62 × base is past any cap; avoids float overflow
-    return min(cap, base * 2**exponent) * random.uniform(0.5, 1.0)
+    return float(min(cap, base * 2**exponent) * random.uniform(0.5, 1.0))
 
 
 def error_record(code: str, message: str, attempt: int) -> dict[str, Any]:
@@ -579,7 +579,7 @@ def expire_orphaned_leases(session: Session, hostname: str, alive: Callable[[int
     dead = []
     for s, i, owner in rows:
         try:
-            pid = int(owner.split(":")[1])
+            pid = int((owner or "").split(":")[1])
         except (IndexError, ValueError):
             continue
         if not alive(pid):

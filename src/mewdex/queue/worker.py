@@ -26,13 +26,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.config import get_settings
+from mewdex.config import Settings, get_settings
 from mewdex.db.models import ImageProcessingAttempt
 from mewdex.db.supervisor import is_connection_lost, log_loop_error
 from mewdex.queue import batches, registry
-from mewdex.queue.reconnect import hand_back
 from mewdex.queue import tasks as queue
 from mewdex.queue.maintenance import maintain
+from mewdex.queue.reconnect import hand_back
 from mewdex.queue.registry import TaskError, TaskType
 from mewdex.queue.scheduler import Scheduler
 
@@ -86,8 +86,10 @@ class Worker:
                 self._write_pending(session)
 
     def _write_pending(self, session: Session) -> None:
-        claim, result = self._pending
-        self._pending = None
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        claim, result = pending
         if not queue.try_complete(session, claim, result):
             log.warning("discarding result of a stale claim: task %s generation %s", claim.task_id,
                         claim.claim_generation)
@@ -216,16 +218,16 @@ class Worker:
 class _Heartbeat:
     """Extends the claim's lease every ``worker_heartbeat_seconds`` while its handler runs (a context manager)."""
 
-    def __init__(self, sessions, claim, settings):
+    def __init__(self, sessions: sessionmaker[Session], claim: queue.Claim, settings: Settings):
         self.sessions, self.claim, self.settings = sessions, claim, settings
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._loop, name=f"heartbeat-{claim.task_id}", daemon=True)
 
-    def __enter__(self):
+    def __enter__(self) -> _Heartbeat:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.done.set()
         self.thread.join()
 
@@ -279,7 +281,7 @@ class WorkerPool:
             except Exception as exc:
                 log_loop_error(log, "queue maintenance failed", exc)
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         """``{"threads", "alive", "busy", "lanes"}`` of this process's workers (for ``/health``)."""
         alive = sum(t.is_alive() for t in self.threads)
         busy = sum(w.current is not None for w in self.workers)
@@ -315,14 +317,14 @@ class WorkerProcesses:
     def __init__(self, count: int, lanes: list[str] | None = None):
         self.count = count
         self.lanes = list(lanes or registry.lane_names())
-        self.children: list[subprocess.Popen] = []
+        self.children: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
         command = [sys.executable, "-m", "mewdex", "worker", "--concurrency", "1", "--lanes", ",".join(self.lanes),
                    "--parent-pid", str(os.getpid())]
         self.children = [subprocess.Popen(command, stdout=subprocess.DEVNULL) for _ in range(self.count)]
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         """``{"processes", "alive", "pids", "lanes"}`` of the child workers (for ``/health``)."""
         alive = [c.pid for c in self.children if c.poll() is None]
         return {"processes": len(self.children), "alive": len(alive), "pids": alive, "lanes": self.lanes}

@@ -46,10 +46,9 @@ def prepare_database() -> None:
     or undone by whatever mewdex command runs next. It also checks the configured text models
     against the active search generations and starts a rebuild where they differ (VEC-03).
     """
+    from mewdex.db.models import ScopeContext
     from mewdex.library.scopes import default_scope, ensure_scope
     from mewdex.search import generations
-
-    from mewdex.db.models import ScopeContext
 
     load_task_types()
     upgrade(get_engine())

@@ -44,7 +44,7 @@ def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dic
     name = (context.get("name_text") or "").strip()
     if name:
         fields["name"] = name
-    ocr = "; ".join(l["text"] for l in context.get("ocr_lines") or [] if l.get("text"))
+    ocr = "; ".join(line["text"] for line in context.get("ocr_lines") or [] if line.get("text"))
     ocr = ocr.strip()[:1000]
     if ocr:
         fields["ocr"] = ocr

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Set as AbstractSet
 from typing import Any
 from uuid import UUID
 
@@ -241,7 +242,7 @@ def _eligible(scope_id: str):
 
 
 def _missing_batch(session: Session, generation: SearchGeneration, after: UUID | None,
-                   exclude: set[UUID] = frozenset()) -> list[Meme]:
+                   exclude: AbstractSet[UUID] = frozenset()) -> list[Meme]:
     has_rows = (
         select(MemeEmbedding.meme_id)
         .where(MemeEmbedding.scope_id == generation.scope_id, MemeEmbedding.generation_id == generation.id,
@@ -279,9 +280,9 @@ class ReindexTask:
     def run(self, ctx: TaskContext) -> dict:
         """Build the generation named by the task's payload and switch the head to it; returns the result."""
         from mewdex.inference import models
-        from mewdex.search.documents import semantic_fields
         from mewdex.inference.errors import BackendUnavailable
         from mewdex.queue import tasks as queue
+        from mewdex.search.documents import semantic_fields
 
         sessions, claim = ctx.sessions, ctx.claim
         generation_id = UUID(claim.payload["generation_id"])
@@ -318,7 +319,7 @@ class ReindexTask:
                     raise ReindexError("backend_unavailable", str(exc)) from exc
                 with sessions.begin() as session:
                     task = queue.fenced(session, claim)
-                    for meme, items in zip(batch, vectors):
+                    for meme, items in zip(batch, vectors, strict=False):
                         current = session.execute(
                             select(Meme).where(Meme.scope_id == meme.scope_id, Meme.id == meme.id)
                         ).scalar_one_or_none()
@@ -342,7 +343,7 @@ class ReindexTask:
         _lock(session, generation.scope_id, f"head:{leg}")
         if _missing_batch(session, generation, None, without_fields):
             return False
-        fresh = session.get(SearchGeneration, generation.id, with_for_update=True)
+        fresh = session.get_one(SearchGeneration, generation.id, with_for_update=True)
         old = current_generation(session, generation.scope_id, leg)
         fresh.status, fresh.activated_at = "active", utcnow()
         _point_head(session, generation.scope_id, leg, fresh)

@@ -116,7 +116,8 @@ def _meme_brief(m: Meme) -> dict[str, Any]:
 
 
 def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[str, Any]]:
-    """The meme's near-duplicate pairs (either side): ``[{"id", "display_name", "relation", "phash_distance", "cosine"}]``
+    """The meme's near-duplicate pairs (either side): ``[{"id", "display_name", "relation", "phash_distance",
+    "cosine"}]``
     where ``relation`` is ``duplicate_of`` (this meme duplicates that older one) or ``duplicated_by``."""
     meme_id = meme_id if isinstance(meme_id, UUID) else UUID(str(meme_id))
     t = near_duplicates_table
@@ -164,7 +165,7 @@ def duplicate_clusters(session: Session, scope: ScopeContext, *, limit: int = 10
     ids = [i for g in groups.values() for i in g]
     memes = {m.id: m for m in session.execute(
         select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()} if ids else {}
-    clusters = []
+    clusters: list[dict[str, Any]] = []
     for members in groups.values():
         ms = sorted((memes[i] for i in members if i in memes), key=lambda m: (m.created_at, str(m.id)))
         if len(ms) < 2:

@@ -4,7 +4,7 @@ exact-phrase tier: memes whose folded text contains the whole folded query rank 
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -39,7 +39,7 @@ def index_document(session: Session, scope_id: str, meme_id: UUID, metadata_hash
     tokens per field (``name``, ``ocr``, ``labels``) and ``phrase``, the folded text that exact
     phrases are matched in.
     """
-    tf: Counter[str] = Counter()
+    tf: defaultdict[str, float] = defaultdict(float)  # term -> Σ field weights
     for field, value in fields.items():
         if field == PHRASE_FIELD:
             continue

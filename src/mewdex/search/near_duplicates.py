@@ -19,10 +19,10 @@ Every function runs in the caller's transaction.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import delete, select, text
+from sqlalchemy import Table, delete, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -33,7 +33,7 @@ PHASH_MAX_DISTANCE = 4  # bench/visual.py grid: see the module docstring
 COSINE_MIN = 0.94
 NEAR_DUPLICATE_CANDIDATES = 10
 # Near-duplicate pairs live in meme_near_duplicates (model MemeNearDuplicate, migration 0002).
-near_duplicates = MemeNearDuplicate.__table__
+near_duplicates = cast(Table, MemeNearDuplicate.__table__)
 
 
 _ensured: set[tuple[str, int]] = set()

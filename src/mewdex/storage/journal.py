@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
-from mewdex.storage.blobs import thumbnail_namespace
 from mewdex.db.models import DerivedImageThumbnail, Meme, Scope, StorageOperation, utcnow
+from mewdex.storage.blobs import thumbnail_namespace
 
 log = logging.getLogger(__name__)
 OPEN = ("prepared", "file_applied")
@@ -77,14 +78,14 @@ def thumbnail_in_use(session: Session, scope_id: str, key: str) -> bool:
 
 def complete(session: Session, op_id, meme_id) -> None:
     """Mark an upload completed (call in the transaction that creates its meme row)."""
-    op = session.get(StorageOperation, op_id)
+    op = session.get_one(StorageOperation, op_id)
     op.meme_id = meme_id
     op.status = "completed"
 
 
 def compensate(session: Session, op_id, error: dict | None = None) -> None:
     """Mark an operation compensated: it never took effect (for an upload: the blob is shared or removed)."""
-    op = session.get(StorageOperation, op_id)
+    op = session.get_one(StorageOperation, op_id)
     op.status = "compensated"
     if error is not None:
         op.error = error
@@ -115,7 +116,7 @@ def prepare_rename(session: Session, meme: Meme, new_name: str, expected_revisio
     return op
 
 
-def record_delete(session: Session, meme: Meme, thumbnail_keys: list[str]) -> StorageOperation:
+def record_delete(session: Session, meme: Meme, thumbnail_keys: Sequence[str]) -> StorageOperation:
     """Journal the removal of ``meme``'s files, in the transaction that deletes its rows.
 
     The operation is not linked to the meme (its row is going); it keeps the blob key and the
@@ -176,21 +177,29 @@ def recover(session: Session, store, *, older_than_seconds: float = 60.0) -> dic
     return counts
 
 
+def _key(op: StorageOperation, key: str | None) -> str:
+    """The operation's blob key (an upload's target, a delete's source); ValueError when the row has none."""
+    if key is None:
+        raise ValueError(f"storage operation {op.id} ({op.operation_type}) has no blob key")
+    return key
+
+
 def _recover_one(session: Session, store, op: StorageOperation, namespace: str) -> None:
     if op.operation_type == "upload":
-        lock_key(session, op.scope_id, op.target_key)
+        target = _key(op, op.target_key)
+        lock_key(session, op.scope_id, target)
         if session.execute(
-            select(exists().where(Meme.scope_id == op.scope_id, Meme.storage_key == op.target_key))
+            select(exists().where(Meme.scope_id == op.scope_id, Meme.storage_key == target))
         ).scalar_one():
             op.status = "completed"
         else:
-            remove_blob_if_unused(session, store, op.scope_id, namespace, op.target_key, except_op=op.id)
+            remove_blob_if_unused(session, store, op.scope_id, namespace, target, except_op=op.id)
             op.status = "compensated"
             op.error = {"code": "interrupted", "message": "the upload was interrupted before its meme was created"}
     elif op.operation_type == "rename":
         op.status = "compensated"
         op.error = {"code": "interrupted", "message": "the rename was interrupted before it applied"}
     else:  # delete: its rows are gone (same transaction as the journal entry); finish the files
-        remove_blob_if_unused(session, store, op.scope_id, namespace, op.source_key)
+        remove_blob_if_unused(session, store, op.scope_id, namespace, _key(op, op.source_key))
         remove_thumbnails_if_unused(session, store, op.scope_id, namespace, op.thumbnail_keys)
         op.status = "completed"

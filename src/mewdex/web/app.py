@@ -1,4 +1,5 @@
-"""The FastAPI application: API, media, pages; on start, :mod:`mewdex.runtime` prepares the database and starts the workers."""
+"""The FastAPI application: API, media, pages; on start, :mod:`mewdex.runtime` prepares the database and starts the
+workers."""
 
 from __future__ import annotations
 
@@ -17,13 +18,26 @@ from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-
 from mewdex.web import errors, failures, security
 from mewdex.web.guards import RequestGuards
 from mewdex.web.hygiene import JsonTextGuard
-from mewdex.web.routers import account_pages, admin, auth, collections, health, memes, pages, search, tasks, usage, visual
+from mewdex.web.routers import (
+    account_pages,
+    admin,
+    auth,
+    collections,
+    health,
+    memes,
+    pages,
+    search,
+    tasks,
+    usage,
+    visual,
+)
 
 log = logging.getLogger(__name__)
 
 
 def create_app(*, workers: int | None = None, host: str | None = None) -> FastAPI:
-    """The app; ``workers`` workers (default ``MEWDEX_WORKERS``, see ``MEWDEX_WORKER_MODE``) run while it is up; ``host``
+    """The app; ``workers`` workers (default ``MEWDEX_WORKERS``, see ``MEWDEX_WORKER_MODE``) run while it is up;
+    ``host``
     is the bind address (default ``MEWDEX_HOST``), which decides the automatic auth mode."""
     count = get_settings().workers if workers is None else workers
 

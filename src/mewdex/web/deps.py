@@ -13,12 +13,11 @@ from collections.abc import Iterator
 from uuid import UUID
 
 from fastapi import Depends, Request
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import Meme, ScopeContext, User
+from mewdex.db.models import ScopeContext, User
 from mewdex.library.scopes import default_scope
 from mewdex.platform import media_urls, sessions, tokens
 from mewdex.platform.auth import Principal, auth_mode
@@ -68,9 +67,9 @@ def current_principal(request: Request, session: Session = Depends(db_session)) 
         return principal
     cookie = request.cookies.get(sessions.COOKIE_NAME)
     if cookie:
-        found = sessions.resolve_session(session, cookie)
-        if found is not None:
-            user_session, user = found
+        signed_in = sessions.resolve_session(session, cookie)
+        if signed_in is not None:
+            user_session, user = signed_in
             if request.method in STATE_CHANGING and not sessions.csrf_ok(
                     user_session.csrf_token, request.headers.get(sessions.CSRF_HEADER)):
                 raise ApiError(403, "csrf_failed", f"missing or wrong {sessions.CSRF_HEADER} header")

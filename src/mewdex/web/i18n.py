@@ -9,7 +9,7 @@ in the header sets it), else the best match of ``Accept-Language``, else English
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from starlette.requests import Request
@@ -22,7 +22,7 @@ CLIENT_PREFIXES = ("js.", "error.", "status.", "stage.")
 _DIR = Path(__file__).parent / "locales"
 
 
-@lru_cache(maxsize=None)
+@cache
 def catalogue(locale: str) -> dict[str, str]:
     """The flat ``{key: message}`` catalogue of ``locale`` (one of :data:`LOCALES`)."""
     return json.loads((_DIR / f"{locale}.json").read_text(encoding="utf-8"))
@@ -43,7 +43,8 @@ def translate(locale: str, key: str, /, **values: object) -> str:
 
 
 def error_text(locale: str, error: dict | None) -> str:
-    """Words for a stored ``{"code", "message"}`` error: the catalogue's ``error.<code>``, else its message, else the code."""
+    """Words for a stored ``{"code", "message"}`` error: the catalogue's ``error.<code>``, else its message, else
+    the code."""
     if not error:
         return ""
     code = str(error.get("code") or "")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from collections.abc import Sequence
 
 from mewdex.config import get_settings
 from mewdex.web.errors import error_body
@@ -45,7 +46,7 @@ PAGE_CSP = ("default-src 'self'; img-src 'self' blob: data:; object-src 'none'; 
 MEDIA_CSP = "default-src 'none'; sandbox"
 
 
-async def refuse(send, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]] = (),
+async def refuse(send, status: int, code: str, message: str, headers: Sequence[tuple[bytes, bytes]] = (),
                  details: dict | None = None) -> None:
     """Answer ``status`` with the JSON error body (``{"error": {"code", "message", "details"}}``)."""
     body = json.dumps(error_body(code, message, details)).encode()
@@ -114,7 +115,9 @@ def _ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         ip = ipaddress.ip_address(value)
     except ValueError:
         return None
-    return ip.ipv4_mapped if getattr(ip, "ipv4_mapped", None) else ip
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        return ip.ipv4_mapped
+    return ip
 
 
 def is_loopback_ip(value: str | None) -> bool:

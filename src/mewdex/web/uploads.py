@@ -26,11 +26,14 @@ import unicodedata
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import IO, TYPE_CHECKING
 
 from fastapi import Request
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks
 
 from mewdex.config import get_settings
 from mewdex.storage.blobs import is_disk_full
@@ -69,7 +72,7 @@ class UploadedFile:
     filename: str
     content_type: str | None
     size: int
-    file: BinaryIO
+    file: IO[bytes]
 
     def read(self) -> bytes:
         self.file.seek(0)
@@ -161,7 +164,7 @@ class _Collector:
         self.field_value = bytearray()
         self.ended = False
 
-    def callbacks(self) -> dict:
+    def callbacks(self) -> MultipartCallbacks:
         return {
             "on_part_begin": self.part_begin,
             "on_header_field": lambda d, s, e: self.header_field.extend(d[s:e]),
@@ -290,7 +293,8 @@ QUERY_IMAGE_OPENAPI = {"requestBody": {"required": True, "content": {"multipart/
 
 async def read_query_image(request: Request, *, max_bytes: int) -> tuple[bytes, str, dict[str, list[str]]]:
     """The image of a search by image (multipart field ``file``, ≤ ``max_bytes``) with its file name
-    and the small text fields (every value per name), through :func:`read_upload` (bounded while streaming, nothing left on
+    and the small text fields (every value per name), through :func:`read_upload` (bounded while streaming, nothing
+    left on
     disk). Errors as :func:`read_upload`; 422 ``invalid_request`` without a ``file`` part."""
     form = await read_upload(request, max_file_bytes=max_bytes, max_request_bytes=max_bytes + SPOOL_BYTES,
                              max_files=1, files_field="file")

@@ -222,7 +222,8 @@ def tasks(session: Session, scope: ScopeContext, *, status: str = "", task_type:
         query = query.where(Task.task_type == task_type)
     if stage:
         query = query.where(Task.image_stage == stage)
-    return [tuple(r) for r in session.execute(query.order_by(Task.updated_at.desc(), Task.id).limit(limit)).all()]
+    rows = session.execute(query.order_by(Task.updated_at.desc(), Task.id).limit(limit)).all()
+    return [(task, display_name) for task, display_name in rows]
 
 
 def task(session: Session, scope: ScopeContext, task_id: str) -> tuple[Task, Meme | None, list] | None:

@@ -41,12 +41,33 @@ manifest's name (or the given one, or the file name); a taken name gets a `` (2)
 """
 
 from mewdex.library.packages.export import (  # noqa: F401
-    ExportEntry, ExportPlan, content_disposition, export_to_file, plan_export, stream_zip,
+    ExportEntry,
+    ExportPlan,
+    content_disposition,
+    export_to_file,
+    plan_export,
+    stream_zip,
 )
 from mewdex.library.packages.imports import (  # noqa: F401
-    ImportResult, ItemResult, Plan, PlannedItem, import_package, open_archive, preflight,
+    ImportResult,
+    ItemResult,
+    Plan,
+    PlannedItem,
+    import_package,
+    open_archive,
+    preflight,
 )
 from mewdex.library.packages.zipformat import (  # noqa: F401
-    FORMAT, IMAGES_DIR, MANIFEST, VERSION, Limits, PackageError, central_directory_size, decode_entry_name, inflate,
-    safe_entry_stem, unique_entry_names, unsafe_reason,
+    FORMAT,
+    IMAGES_DIR,
+    MANIFEST,
+    VERSION,
+    Limits,
+    PackageError,
+    central_directory_size,
+    decode_entry_name,
+    inflate,
+    safe_entry_stem,
+    unique_entry_names,
+    unsafe_reason,
 )

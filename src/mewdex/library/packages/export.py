@@ -7,7 +7,7 @@ import json
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote
@@ -18,9 +18,17 @@ from sqlalchemy.orm import Session
 from mewdex.db.models import ScopeContext
 from mewdex.library import collections
 from mewdex.library.packages.zipformat import (
-    FORMAT, IMAGES_DIR, MANIFEST, READ_CHUNK, VERSION, PackageError, safe_entry_stem, unique_entry_names,
+    FORMAT,
+    IMAGES_DIR,
+    MANIFEST,
+    READ_CHUNK,
+    VERSION,
+    PackageError,
+    safe_entry_stem,
+    unique_entry_names,
 )
 from mewdex.library.scopes import storage_namespace
+
 
 @dataclass(frozen=True)
 class ExportEntry:
@@ -48,7 +56,7 @@ def plan_export(session: Session, store, scope: ScopeContext, collection_id: UUI
     namespace = storage_namespace(session, scope.scope_id)
     names = unique_entry_names([(m.display_name, m.extension) for m in memes])
     entries = []
-    for meme, name in zip(memes, names):
+    for meme, name in zip(memes, names, strict=False):
         path = store.path(namespace, meme.storage_key)
         if not path.is_file():
             raise PackageError(409, "blob_missing", f"the file of meme {meme.id} is missing", {"meme_id": str(meme.id)})
@@ -58,7 +66,7 @@ def plan_export(session: Session, store, scope: ScopeContext, collection_id: UUI
         "format": FORMAT,
         "version": VERSION,
         "collection": {"name": collection.name},
-        "exported_at": datetime.now(timezone.utc).isoformat(),
+        "exported_at": datetime.now(UTC).isoformat(),
         "items": [
             {"file": e.file, "display_name": e.display_name, "extension": e.extension, "size": e.size,
              "sha256": e.sha256}
@@ -75,11 +83,14 @@ class _Sink:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def write(self, data) -> int:
+    def write(self, data: bytes, /) -> int:
         self._buffer += data
         return len(data)
 
     def flush(self) -> None:
+        pass
+
+    def close(self) -> None:  # ZipFile never closes a file it was given; the protocol asks for it
         pass
 
     def take(self) -> bytes:
@@ -92,7 +103,7 @@ def stream_zip(plan: ExportPlan, chunk_size: int = READ_CHUNK) -> Iterator[bytes
     """The package as a stream of byte chunks: the manifest (deflated), then each image (stored)
     in member order. Memory stays at about one chunk; nothing is written to disk."""
     sink = _Sink()
-    stamp = datetime.now(timezone.utc).timetuple()[:6]
+    stamp = datetime.now(UTC).timetuple()[:6]
     with zipfile.ZipFile(sink, "w", allowZip64=True) as archive:
         info = zipfile.ZipInfo(MANIFEST, stamp)
         info.compress_type = zipfile.ZIP_DEFLATED

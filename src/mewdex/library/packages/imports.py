@@ -23,11 +23,26 @@ from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.memes import add_image
 from mewdex.library.names import display_name_from_filename, normalize_display_name
 from mewdex.library.packages.zipformat import (
-    MANIFEST, MAX_CD_BYTES_PER_ENTRY, MAX_MANIFEST_BYTES, MAX_MANIFEST_DEPTH, FORMAT, VERSION, Limits, PackageError,
-    _Budget, _check_no_overlap, _depth, _is_junk, _is_symlink, central_directory_size, decode_entry_name, inflate,
+    FORMAT,
+    MANIFEST,
+    MAX_CD_BYTES_PER_ENTRY,
+    MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_DEPTH,
+    VERSION,
+    Limits,
+    PackageError,
+    _Budget,
+    _check_no_overlap,
+    _depth,
+    _is_junk,
+    _is_symlink,
+    central_directory_size,
+    decode_entry_name,
+    inflate,
     unsafe_reason,
 )
 from mewdex.queue import batches
+
 
 @dataclass
 class PlannedItem:
@@ -260,6 +275,8 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
 
 def _import_item(sessions, store, scope, fileobj, item: PlannedItem, budget: _Budget, collection_name: str,
                  source_name: str, process: bool, batch_id: str | None) -> ItemResult:
+    if item.info is None or item.probed is None:  # the preflight plans only entries it found and probed
+        raise ValueError(f"{item.name}: not a planned image entry")
     data = inflate(fileobj, item.info, item.name, budget)
     if hashlib.sha256(data).hexdigest() != item.sha256:  # the archive changed since the preflight
         return ItemResult(item.name, item.display_name, "rejected",

@@ -269,7 +269,7 @@ def _check_no_overlap(infos: list[zipfile.ZipInfo]) -> None:
     data): overlapping entries are how small archives inflate to enormous sizes."""
     spans = sorted((info.header_offset, info.header_offset + 30 + len(info.orig_filename) + info.compress_size, info)
                    for info in infos)
-    for (start, end, info), (next_start, _, other) in zip(spans, spans[1:]):
+    for (_start, end, info), (next_start, _, other) in zip(spans, spans[1:], strict=False):
         if next_start < end:
             raise PackageError(422, "zip_corrupt", "the archive has overlapping entries",
                                {"entries": [info.filename, other.filename]})

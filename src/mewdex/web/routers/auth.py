@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
-from mewdex.db.models import Meme, ScopeContext, User
+from mewdex.db.models import Meme, User
 from mewdex.dto.users import Me, NewToken, SignedIn, SignedUrl, TokenList
 from mewdex.platform import media_urls, quotas, sessions, tokens, usage, users
 from mewdex.platform.auth import Principal, auth_mode

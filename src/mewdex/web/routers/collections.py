@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
@@ -25,8 +27,8 @@ from mewdex.library import collections, packages
 from mewdex.library.listing import meme_brief
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
-from mewdex.web.uploads import upload_slot
 from mewdex.web.errors import ApiError
+from mewdex.web.uploads import upload_slot
 
 router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
 
@@ -154,7 +156,7 @@ def remove_item(collection_id: str, meme_id: str, session: Session = Depends(db_
     return Response(status_code=204)
 
 
-ZIP_RESPONSE = {200: {"description": "the ZIP, streamed",
+ZIP_RESPONSE: dict[int | str, dict[str, Any]] = {200: {"description": "the ZIP, streamed",
                      "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}}}}
 
 

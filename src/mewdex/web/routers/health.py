@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_engine, get_sessionmaker
+
 # ``mewdex worker`` processes connect with this application_name prefix (runtime.run_worker sets PGAPPNAME).
 from mewdex.runtime import WORKER_APPLICATION_PREFIX
 from mewdex.storage import blob_store

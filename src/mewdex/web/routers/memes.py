@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -26,8 +27,8 @@ from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body
-from mewdex.web.uploads import memory_slot, read_upload, upload_slot
 from mewdex.web.security import UPLOAD_REQUEST_BYTES
+from mewdex.web.uploads import memory_slot, read_upload, upload_slot
 
 router = APIRouter(tags=["memes"])
 
@@ -117,21 +118,23 @@ def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value:
         if result.status in ("skipped", "failed"):
             entry["status"] = "rejected" if result.status == "skipped" else "failed"
             entry["error"] = {"code": result.error, "message": result.message,
-                              "status": REJECTION_STATUS.get(result.error, 422)}
-        else:
+                              "status": REJECTION_STATUS.get(result.error or "", 422)}
+        elif result.meme_id is not None:  # added or already there
             with sessions.begin() as session:
                 entry["meme"] = meme_dict(session, get_meme(session, scope, result.meme_id))
         return entry
 
     # Repeats of the same bytes wait for the first, so the first in request order is the one created.
-    seen, first, repeats = set(), [], []
+    seen: set[bytes] = set()
+    first: list[int] = []
+    repeats: list[int] = []
     for index, part in enumerate(files):
         digest = part.sha256()
         (repeats if digest in seen else first).append(index)
         seen.add(digest)
-    results: list[dict | None] = [None] * len(files)
+    results: list[dict[str, Any]] = [{} for _ in files]  # each filled below, in request order
     with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(first)), thread_name_prefix="upload") as pool:
-        for index, entry in zip(first, pool.map(add, [files[i] for i in first])):
+        for index, entry in zip(first, pool.map(add, [files[i] for i in first]), strict=False):
             results[index] = entry
     for index in repeats:
         results[index] = add(files[index])

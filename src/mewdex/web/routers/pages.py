@@ -10,9 +10,10 @@ made by the page scripts through the JSON API.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
@@ -25,8 +26,8 @@ from starlette.concurrency import run_in_threadpool
 from mewdex.config import get_settings
 from mewdex.db.models import STAGES, ScopeContext
 from mewdex.dto.search import SearchFilters
-from mewdex.library.images import ImageError
 from mewdex.inference.errors import BackendUnavailable
+from mewdex.library.images import ImageError
 from mewdex.search import image_search, service
 from mewdex.web import i18n, views
 from mewdex.web.deps import current_scope, db_session
@@ -40,7 +41,7 @@ SEARCH_RESULTS = 20
 SIMILAR_RESULTS = 12
 
 
-def _filesize(n: int | None) -> str:
+def _filesize(n: float | None) -> str:
     if n is None:
         return ""
     for unit in ("B", "KB", "MB", "GB"):
@@ -55,7 +56,7 @@ def _when(value: datetime | str | None) -> str:
         return ""
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 templates.env.filters["filesize"] = _filesize
@@ -106,7 +107,7 @@ def set_language(code: str, next: str = "/"):
 
 def _search_context(session: Session, scope: ScopeContext, q: str, collection: str, animated: bool) -> dict:
     query = q.strip()
-    context = {"q": q, "state": "idle", "results": [], "took_ms": None, "error": None}
+    context: dict[str, Any] = {"q": q, "state": "idle", "results": [], "took_ms": None, "error": None}
     if not query:
         context["library_empty"] = views.meme_count(session, scope) == 0
         return context
@@ -154,7 +155,8 @@ async def image_search_fragment(request: Request, session: Session = Depends(db_
     """Results of a search by the dropped or pasted image (the same fragment as text search); the
     body goes through the bounded upload reader after authentication."""
     settings = get_settings()
-    context = {"q": "", "state": "error", "results": [], "took_ms": None, "by_image": True, "image_name": ""}
+    context: dict[str, Any] = {"q": "", "state": "error", "results": [], "took_ms": None, "by_image": True,
+                               "image_name": ""}
     try:
         data, filename, fields = await read_query_image(request, max_bytes=settings.max_upload_bytes)
     except ApiError as exc:

@@ -71,7 +71,8 @@ def cancel_task(task_id: str, session: Session = Depends(db_session), scope: Sco
 
 @router.get("/api/v1/batches/{batch_id}", response_model=Batch)
 def read_batch(batch_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
-    """``{"id", "state", "sealed", "summary", "progress", ...}``; ``summary`` is written once, when the last task ends."""
+    """``{"id", "state", "sealed", "summary", "progress", ...}``; ``summary`` is written once, when the last task
+    ends."""
     return service.batch_detail(session, scope, batch_id)
 
 

@@ -18,10 +18,10 @@ from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ScopeContext
 from mewdex.dto.search import DuplicateClusters, NearDuplicates, SearchFilters, SearchResults
+from mewdex.inference.errors import BackendUnavailable
 from mewdex.library import thumbnails as thumbs
 from mewdex.library.images import ImageError
 from mewdex.library.scopes import storage_namespace
-from mewdex.inference.errors import BackendUnavailable
 from mewdex.pipeline.visual import MODEL_ID as visual_model_id
 from mewdex.platform import metering
 from mewdex.search import image_search

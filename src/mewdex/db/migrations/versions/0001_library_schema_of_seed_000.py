@@ -8,9 +8,9 @@ Revises:
 Create Date: 2026-11-29 23:58:04.010103
 """
 
-from alembic import op
-import sqlalchemy as sa
 import pgvector.sqlalchemy
+import sqlalchemy as sa
+from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = '0001'
