@@ -196,3 +196,29 @@ def test_serve_startup_cleans_stale_staging_files(store):
         assert not stale.exists()
     finally:
         stale.unlink(missing_ok=True)
+
+
+def test_serve_on_a_busy_port_says_so_before_anything_else(mewdex_env):
+    """Issue 19, point 6: a second `make run` reports the busy port first (no "serving on" line)."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = mewdex_env.cli("serve", "--port", str(port), timeout=60)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
+
+
+def test_db_stop_refuses_while_the_database_is_in_use(mewdex_env, sessions):
+    """Issue 19, point 6: `mewdex db stop` names the processes using the database and stops nothing."""
+    with sessions.begin() as session:
+        session.execute(text("SELECT 1"))  # this test process holds a connection
+    proc = mewdex_env.cli("db", "stop", timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "in use by" in proc.stderr and f":{os.getpid()}" in proc.stderr
+    assert "stopped" not in proc.stdout
+    with sessions.begin() as session:  # still running
+        assert session.execute(text("SELECT 1")).scalar_one() == 1

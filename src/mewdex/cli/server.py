@@ -20,8 +20,11 @@ def serve(
 
     from mewdex.web.app import create_app
 
-    _setup_logging()
     settings = get_settings()
+    if problem := _port_problem(host or settings.host, port or settings.port):
+        err.print(f"[red]error:[/red] {problem}")
+        raise typer.Exit(1)
+    _setup_logging()
     from mewdex.platform.auth import startup_problem
 
     if problem := startup_problem(host or settings.host):
@@ -31,6 +34,27 @@ def serve(
     console.print(f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})")
     _print_setup_code()
     uvicorn.run(create_app(workers=workers, host=host or settings.host), host=host or settings.host, port=port or settings.port, log_level="warning")
+
+
+def _port_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be served (already in use: by mewdex or something else), or None."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return f"cannot resolve {host!r}: {exc}"
+    family, _type, _proto, _name, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError:
+            pass
+        else:
+            return None
+    return (f"port {port} on {host} is already in use (is mewdex already serving? open http://{host}:{port}); "
+            f"stop that process or choose another with --port or MEWDEX_PORT")
 
 
 def _print_setup_code() -> None:
@@ -92,9 +116,18 @@ def migrate() -> None:
     console.print(f"schema at revision {upgrade(get_engine())}")
 
 
-def db_stop() -> None:
-    """Stop the embedded PostgreSQL server of this data dir."""
-    from mewdex.db.embedded import stop
+def db_stop(
+    force: Annotated[bool, typer.Option("--force", help="Stop even while other processes use the database.")] = False,
+) -> None:
+    """Stop the embedded PostgreSQL server of this data dir (refuses while other processes use it)."""
+    from mewdex.db.embedded import clients, stop
 
-    stopped = stop(get_settings().pgdata)
+    pgdata = get_settings().pgdata
+    if not force and (users := clients(pgdata)):
+        err.print("[red]error:[/red] the database is in use by:")
+        for line in users:
+            err.print(f"  {line}")
+        err.print("stop those first (Ctrl-C in `mewdex serve`/`mewdex worker`), or run `mewdex db stop --force`")
+        raise typer.Exit(1)
+    stopped = stop(pgdata)
     console.print("stopped" if stopped else "not running")
