@@ -222,3 +222,32 @@ def test_db_stop_refuses_while_the_database_is_in_use(mewdex_env, sessions):
     assert "stopped" not in proc.stdout
     with sessions.begin() as session:  # still running
         assert session.execute(text("SELECT 1")).scalar_one() == 1
+
+
+def test_import_says_nothing_processes_the_queue_and_counts_ignored_files(mewdex_env, scope, tmp_path):
+    """Issue 19, point 5: without --wait and with no server or worker, the import says the memes will wait
+    and how to start processing; non-image files are "ignored", not "skipped"."""
+    folder = make_folder(tmp_path / "in")
+    (folder / "metadata.jsonl").write_text('{"a": 1}\n')
+    proc = mewdex_env.cli("import", str(folder), scope=scope.scope_id)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 ignored" in proc.stdout and "2 skipped" in proc.stdout
+    assert "metadata.jsonl" not in proc.stdout
+    assert "nothing is processing the queue" in proc.stderr and "mewdex serve" in proc.stderr
+
+
+def test_repair_names_command(mewdex_env, scope, sessions, tmp_path):
+    """Issue 19, point 1: `mewdex repair-names` renames generic names from the folder, never manual ones."""
+    from it_helpers import meme
+    from mewdex.db.models import Meme
+
+    (tmp_path / "in" / "drake").mkdir(parents=True)
+    shutil.copyfile(case_file("img04_palette_trns.png"), tmp_path / "in" / "drake" / "default.png")
+    lines = json_lines(mewdex_env.cli("import", str(tmp_path / "in"), "--json", scope=scope.scope_id, check=True).stdout)
+    meme_id = lines[0]["meme_id"]
+    with sessions.begin() as session:  # as imported before names came from meaning
+        row = session.get(Meme, __import__("uuid").UUID(meme_id))
+        row.display_name, row.name_source = "default", "uploaded"
+    proc = mewdex_env.cli("repair-names", scope=scope.scope_id, check=True)
+    assert "renamed 1 of 1" in proc.stdout
+    assert meme(sessions, scope, meme_id).display_name == "drake"

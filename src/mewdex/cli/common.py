@@ -4,6 +4,8 @@ progress bars, meme ids and calls to a remote server."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import typer
 from rich.console import Console
@@ -46,6 +48,23 @@ def _progress() -> Progress:
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TimeRemainingColumn(), console=err, transient=False,
     )
+
+
+@contextmanager
+def _logs_above(progress: Progress) -> Iterator[None]:
+    """While a progress bar shows, log records print above it (through the bar's console), never
+    inside it: the root logger's stream handlers are swapped for a rich handler on that console."""
+    from rich.logging import RichHandler
+
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    handler = RichHandler(console=progress.console, show_path=False, markup=False)
+    root.handlers = [h for h in saved if not isinstance(h, logging.StreamHandler) or isinstance(h, logging.FileHandler)]
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.handlers = saved
 
 
 def _meme_uuid(meme_id: str):

@@ -20,7 +20,7 @@ from mewdex.dto.cursor import CursorInvalid, decode_cursor, encode_cursor
 from mewdex.dto.errors import DomainError
 from mewdex.library import collections
 from mewdex.library.images import ImageError, ImageInfo, probe
-from mewdex.library.names import display_name_from_filename
+from mewdex.library.names import folder_named, name_for_file
 from mewdex.library.scopes import ensure_scope
 from mewdex.platform import quotas
 from mewdex.platform.errors import PlatformError
@@ -51,7 +51,8 @@ def processing_submitter() -> Callable[..., Any]:
 
 @dataclass
 class AddResult:
-    """Outcome for one file: ``created`` | ``duplicate`` | ``skipped`` (with an error code)."""
+    """Outcome for one file: ``created`` | ``duplicate`` | ``skipped`` (with an error code) | ``ignored``
+    (folder import: not an image file at all, e.g. ``notes.txt``, ``metadata.jsonl``)."""
 
     status: str
     meme_id: str | None = None
@@ -69,7 +70,7 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
 def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data: bytes, *, filename: str,
               provenance: dict[str, Any], collection_names: list[str] = (), collection_ids: list = (),
               process: bool = True, auto_name: bool = False, probed: ImageInfo | None = None,
-              batch_id: str | None = None) -> AddResult:
+              batch_id: str | None = None, folder: str | None = None) -> AddResult:
     """Add one image: ``skipped`` with a stable error code for bad bytes or ``quota_exceeded`` (the
     owner's storage/meme limit; nothing written), ``duplicate`` (the existing
     meme, added to the collections too) for bytes already in the scope, else ``created``.
@@ -77,7 +78,9 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
     ``collection_names`` are created when missing; ``collection_ids`` must be collections of the
     scope (the caller checks). ``auto_name``: the job's ``auto_rename`` stage names the meme from
     its context title. ``probed``: what :func:`probe` already said about exactly these bytes (skips
-    decoding them again). ``batch_id``: a created meme's processing joins this task batch (its first
+    decoding them again). ``folder``: the name of the folder the file came from (names a meme whose
+    file stem is generic, see :func:`~mewdex.library.names.name_for_file`; a generic stem with no usable
+    folder turns ``auto_name`` on). ``batch_id``: a created meme's processing joins this task batch (its first
     task parked until the batch feeds it, see :mod:`mewdex.queue.batches`).
 
     Crash-safe: the upload is journaled before the blob is written and completed in the same
@@ -106,13 +109,16 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
 
     store.put(namespace, key, data)
     failpoints.hit("upload.after_blob_write")
+    display_name, name_source = name_for_file(filename, folder)
+    if name_source == "automatic" and not folder_named(display_name, folder):
+        auto_name = True  # nothing better than a generic stem yet: the context title names it
     try:
         with sessions.begin() as session:
             meme = Meme(
                 scope_id=scope.scope_id,
                 storage_key=key,
-                display_name=display_name_from_filename(filename),
-                name_source="uploaded",
+                display_name=display_name,
+                name_source=name_source,
                 extension=info.extension,
                 size_bytes=len(data),
                 sha256=sha256,
