@@ -268,10 +268,22 @@ def upload(request: Request, session: Session = Depends(db_session), scope: Scop
 
 
 @router.get("/collections")
-def collections_page(request: Request, session: Session = Depends(db_session),
-                     scope: ScopeContext = Depends(current_scope)):
-    return render(request, "collections.html", {"page": "collections",
-                                                "collections": views.collections(session, scope)})
+def collections_page(request: Request, q: str = "", sort: str = "name", page: str = "1", created: str = "",
+                     session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    """Search (name contains ``q``), sort (name, size, updated) and pages of 50; ``created`` (an id) is the
+    collection just created: confirmed and scrolled to."""
+    q = q.strip()[:100]
+    sort = sort if sort in views.COLLECTION_SORTS else "name"
+    total = views.count_collections(session, scope, q or None)
+    pages = max(1, -(-total // views.COLLECTIONS_PER_PAGE))
+    page_number = min(max(1, int(page) if page.isdigit() and len(page) < 7 else 1), pages)
+    rows = views.collections(session, scope, q=q or None, sort=sort, limit=views.COLLECTIONS_PER_PAGE,
+                             offset=(page_number - 1) * views.COLLECTIONS_PER_PAGE)
+    return render(request, "collections.html", {
+        "page": "collections", "collections": rows, "q": q, "sort": sort, "sorts": views.COLLECTION_SORTS,
+        "page_number": page_number, "pages": pages, "total": total,
+        "created": next((c for c in rows if c.id == created), None),
+    })
 
 
 @router.get("/collections/{collection_id}")
