@@ -11,8 +11,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from mewdex.cli.common import _logs_above, _meme_uuid, _prepare, _progress, console, err
-from mewdex.config import get_settings
+from mewdex.cli.common import (
+    _logs_above,
+    _meme_uuid,
+    _prepare,
+    _progress,
+    console,
+    err,
+    get_settings,
+    running_server,
+)
 
 
 def import_(
@@ -259,7 +267,8 @@ def status_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
     from mewdex.library.scopes import default_scope
     from mewdex.pipeline.status import status
 
-    _prepare()
+    if running_server() is None:  # a running server has prepared the database already: read it directly
+        _prepare()
     with get_sessionmaker().begin() as session:
         counts = status(session, default_scope())
     if as_json:

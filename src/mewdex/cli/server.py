@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mewdex.cli.common import _prepare, _setup_logging, console, err
-from mewdex.config import get_settings
+from mewdex.cli.common import _prepare, _setup_logging, announce_server, console, err, get_settings
 
 
 def serve(
@@ -33,7 +32,12 @@ def serve(
     _prepare()  # fails early with a clear message when the database cannot start
     console.print(f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})")
     _print_setup_code()
-    uvicorn.run(create_app(workers=workers, host=host or settings.host), host=host or settings.host, port=port or settings.port, log_level="warning")
+    forget = announce_server(f"http://{host or settings.host}:{port or settings.port}")
+    try:
+        uvicorn.run(create_app(workers=workers, host=host or settings.host), host=host or settings.host,
+                    port=port or settings.port, log_level="warning")
+    finally:
+        forget()
 
 
 def _port_problem(host: str, port: int) -> str | None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
-from sqlalchemy import select
+from sqlalchemy import String, cast, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -171,6 +173,32 @@ def _add_to_collections(session: Session, scope: ScopeContext, meme: Meme, names
 class MemeError(DomainError):
     """A meme change refused with a stable code: ``not_found``, ``revision_conflict``,
     ``operation_in_progress``, ``display_name_invalid``."""
+
+
+#: The shortest id prefix :func:`resolve_meme_id` accepts (8 hex digits: the first group of a UUID).
+MIN_ID_PREFIX = 8
+
+
+def resolve_meme_id(session: Session, scope: ScopeContext, value: str) -> UUID:
+    """A meme id of the scope from its full UUID or a prefix of at least :data:`MIN_ID_PREFIX` characters
+    (``93b53fd3``, ``93b53fd3-1c2d``; case and hyphens as printed). Raises MemeError ``not_found`` (no such
+    meme, or too short a prefix) or ``ambiguous_id`` (the prefix fits several memes: give more characters)."""
+    text_value = (value or "").strip().lower()
+    try:
+        return UUID(text_value)
+    except ValueError:
+        pass
+    if len(text_value.replace("-", "")) < MIN_ID_PREFIX or not re.fullmatch(r"[0-9a-f-]+", text_value):
+        raise MemeError("not_found", f"no meme {value!r} (give the full id or at least {MIN_ID_PREFIX} characters)")
+    found = session.execute(
+        select(Meme.id).where(Meme.scope_id == scope.scope_id, cast(Meme.id, String).like(text_value + "%"))
+        .order_by(Meme.id).limit(2)
+    ).scalars().all()
+    if not found:
+        raise MemeError("not_found", f"no meme with an id starting {value!r}")
+    if len(found) > 1:
+        raise MemeError("ambiguous_id", f"several memes have ids starting {value!r}; give more characters")
+    return found[0]
 
 
 def _locked_meme(session: Session, scope: ScopeContext, meme_id) -> Meme:
