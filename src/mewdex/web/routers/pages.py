@@ -26,6 +26,7 @@ from mewdex.config import get_settings
 from mewdex.db.models import STAGES, ScopeContext
 from mewdex.dto.search import SearchFilters
 from mewdex.library.images import ImageError
+from mewdex.inference import visual_model
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.search import image_search, service
 from mewdex.web import i18n, views
@@ -74,6 +75,9 @@ def render(request: Request, name: str, context: dict | None = None, status_code
         "path": request.url.path,
         "query_string": request.url.query,
     }
+    principal = getattr(request.state, "principal", None)
+    if principal is not None and principal.user is not None:  # accounts exist: who is signed in
+        base["signed_in"] = {"email": principal.user.email, "admin": principal.is_admin}
     return templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
 
 
@@ -199,11 +203,14 @@ def _detail_context(session: Session, scope: ScopeContext, meme_id: str) -> dict
     for stage in stages:
         stage["task_id"] = task_ids.get(stage["stage"], {}).get("task_id")
     context = meme.meme_context or {}
+    visual_labels = ((meme.extensions or {}).get("visual") or {}).get("labels") or []
     return {
         "meme": data,
         "stages": stages,
         "ocr_text": context.get("ocr_text") or "",
         "context": context,
+        # "Looks like" in the page's language only (the context keeps both for search)
+        "labels_by_lang": {lang: visual_model.labels_in(visual_labels, lang) for lang in ("en", "zh")},
         "similar": similar_cards,
         "duplicates": data["near_duplicates"],
         "in_collections": views.collections_of_meme(session, scope, meme.id),

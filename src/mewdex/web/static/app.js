@@ -375,6 +375,7 @@ document.addEventListener("click", (e) => {
     case "bulk-retry": bulkRetry(); break;
     case "bulk-add": bulkAdd(); break;
     case "bulk-delete": bulkDelete(); break;
+    case "sign-out": fetch("/api/v1/auth/logout", {method: "POST"}).then(() => { location.href = "/login"; }); break;
     default: break;
   }
 });
@@ -393,6 +394,31 @@ function searchPage() {
   });
   document.body.addEventListener("htmx:sendError", () => toast(t("js.offline"), "error"));
   document.body.addEventListener("htmx:responseError", () => toast(t("js.search_failed"), "error"));
+  // Loading state: the results are marked busy (CSS dims them and shows a bar) while a search runs.
+  let pendingQuery = "";
+  document.body.addEventListener("htmx:beforeRequest", (e) => {
+    if (e.detail.target !== results) return;
+    pendingQuery = q.value.trim();
+    results.setAttribute("aria-busy", "true");
+  });
+  document.body.addEventListener("htmx:afterRequest", (e) => {
+    if (e.detail.target !== results) return;
+    results.removeAttribute("aria-busy");
+    if (e.detail.successful) results.dataset.query = pendingQuery;
+  });
+  results.dataset.query = q.value.trim();  // the results the server rendered with the page
+  // Enter in the search box opens the first result (as the hint says) once results for this text are
+  // shown; while they are loading, the search that is running answers it.
+  q.addEventListener("keydown", (e) => {
+    if (e.key !== "Enter" || e.isComposing) return;
+    const first = $("#results .card a[href^='/memes/']");
+    e.preventDefault();
+    if (first && results.getAttribute("aria-busy") !== "true" && results.dataset.query === q.value.trim()) {
+      first.click();
+    } else {
+      htmx.trigger(form, "submit");
+    }
+  });
 
   async function searchByImage(file) {
     if (!file || !file.type.startsWith("image/")) { toast(t("js.not_an_image"), "error"); return; }
@@ -530,7 +556,9 @@ function uploadPage() {
   function finish(li, item) {
     li.className = `upload-item st-${item.status}`;
     li.dataset.status = item.status;
-    $("progress", li).value = 100;
+    // A rejected file's bar is removed (a full bar reads as success); the row says "rejected" instead.
+    if (item.status === "rejected") $("progress", li)?.remove();
+    else $("progress", li).value = 100;
     const result = $(".file-result", li);
     result.replaceChildren();
     if (item.status === "rejected") {
