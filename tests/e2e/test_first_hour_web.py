@@ -21,7 +21,7 @@ def test_enter_in_the_search_box_opens_the_first_result(page, search_server, sam
     page.fill("#q", "grumpy cat")
     want = sample.ids["memegen/grumpycat/default.jpg"]
     page.wait_for_function("id => document.querySelector('#results .card')?.dataset.id === id", arg=want)
-    page.wait_for_function("() => document.getElementById('results').getAttribute('aria-busy') !== 'true'")
+    page.wait_for_selector("#results .result-meta[data-query='grumpy cat']")
     page.press("#q", "Enter")
     dialog = page.locator("#detail-dialog")
     dialog.locator(".detail").wait_for()

@@ -395,25 +395,20 @@ function searchPage() {
   document.body.addEventListener("htmx:sendError", () => toast(t("js.offline"), "error"));
   document.body.addEventListener("htmx:responseError", () => toast(t("js.search_failed"), "error"));
   // Loading state: the results are marked busy (CSS dims them and shows a bar) while a search runs.
-  let pendingQuery = "";
   document.body.addEventListener("htmx:beforeRequest", (e) => {
-    if (e.detail.target !== results) return;
-    pendingQuery = q.value.trim();
-    results.setAttribute("aria-busy", "true");
+    if (e.detail.target === results) results.setAttribute("aria-busy", "true");
   });
-  document.body.addEventListener("htmx:afterRequest", (e) => {
-    if (e.detail.target !== results) return;
-    results.removeAttribute("aria-busy");
-    if (e.detail.successful) results.dataset.query = pendingQuery;
-  });
-  results.dataset.query = q.value.trim();  // the results the server rendered with the page
-  // Enter in the search box opens the first result (as the hint says) once results for this text are
-  // shown; while they are loading, the search that is running answers it.
+  const settled = (e) => { if (e.detail.target === results) results.removeAttribute("aria-busy"); };
+  document.body.addEventListener("htmx:afterSwap", settled);
+  document.body.addEventListener("htmx:afterRequest", settled);
+  // Enter in the search box opens the first result (as the hint says) once the results shown are for
+  // this text (the server marks them with data-query); otherwise it runs the search.
   q.addEventListener("keydown", (e) => {
     if (e.key !== "Enter" || e.isComposing) return;
     const first = $("#results .card a[href^='/memes/']");
+    const shown = $("#results .result-meta")?.dataset.query;
     e.preventDefault();
-    if (first && results.getAttribute("aria-busy") !== "true" && results.dataset.query === q.value.trim()) {
+    if (first && shown === q.value.trim()) {
       first.click();
     } else {
       htmx.trigger(form, "submit");
