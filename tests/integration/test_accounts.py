@@ -379,3 +379,15 @@ def test_the_first_account_never_comes_from_an_anonymous_sign_up(sessions):
     finally:
         session.rollback()
         session.close()
+
+
+def test_pages_show_who_is_signed_in_with_sign_out_and_admin(auth_app):
+    """Issue 19, point 7: once accounts exist the header says who is signed in, offers sign-out, and Admin
+    for admins only."""
+    user = auth_app.new("hdr")
+    admin = auth_app.new("hdradmin", admin=True)
+    page = user.client.get("/library")
+    assert page.status_code == 200
+    assert f"Signed in as {user.email}" in page.text and 'data-action="sign-out"' in page.text
+    assert 'href="/admin"' not in page.text
+    assert 'href="/admin"' in admin.client.get("/library").text

@@ -137,6 +137,10 @@ def test_import_wait_processes_everything(mewdex_env, scope, tmp_path):
     assert body["stages"]["text_embedding"]["succeeded"] == 1
     found = json.loads(mewdex_env.cli("search", "hello", "--json", scope=scope.scope_id, check=True).stdout)
     assert [r["display_name"] for r in found["results"]] == ["hello"]
+    # The table (issue 19, point 5): rank, name, a snippet of the text and a link with the full id; no scores.
+    table = mewdex_env.cli("search", "hello", scope=scope.scope_id, check=True).stdout
+    assert "score" not in table and f"/memes/{found['results'][0]['id']}" in table.replace("\n", "").replace("│", "")
+    assert "hello" in table.lower()
 
 
 # --- crash recovery of interrupted uploads -----------------------------------------------------
@@ -197,3 +201,126 @@ def test_serve_startup_cleans_stale_staging_files(store):
         assert not stale.exists()
     finally:
         stale.unlink(missing_ok=True)
+
+
+def test_serve_on_a_busy_port_says_so_before_anything_else(mewdex_env):
+    """Issue 19, point 6: a second `make run` reports the busy port first (no "serving on" line)."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = mewdex_env.cli("serve", "--port", str(port), timeout=60)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
+
+
+def test_db_stop_refuses_while_the_database_is_in_use(mewdex_env, sessions):
+    """Issue 19, point 6: `mewdex db stop` names the processes using the database and stops nothing."""
+    with sessions.begin() as session:
+        session.execute(text("SELECT 1"))  # this test process holds a connection
+    proc = mewdex_env.cli("db", "stop", timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "in use by" in proc.stderr and f":{os.getpid()}" in proc.stderr
+    assert "stopped" not in proc.stdout
+    with sessions.begin() as session:  # still running
+        assert session.execute(text("SELECT 1")).scalar_one() == 1
+
+
+def test_import_says_nothing_processes_the_queue_and_counts_ignored_files(mewdex_env, scope, tmp_path):
+    """Issue 19, point 5: without --wait and with no server or worker, the import says the memes will wait
+    and how to start processing; non-image files are "ignored", not "skipped"."""
+    folder = make_folder(tmp_path / "in")
+    (folder / "metadata.jsonl").write_text('{"a": 1}\n')
+    proc = mewdex_env.cli("import", str(folder), scope=scope.scope_id)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 ignored" in proc.stdout and "2 skipped" in proc.stdout
+    assert "metadata.jsonl" not in proc.stdout
+    assert "nothing is processing the queue" in proc.stderr and "mewdex serve" in proc.stderr
+
+
+def test_repair_names_command(mewdex_env, scope, sessions, tmp_path):
+    """Issue 19, point 1: `mewdex repair-names` renames generic names from the folder, never manual ones."""
+    from it_helpers import meme
+    from mewdex.db.models import Meme
+
+    (tmp_path / "in" / "drake").mkdir(parents=True)
+    shutil.copyfile(case_file("img04_palette_trns.png"), tmp_path / "in" / "drake" / "default.png")
+    lines = json_lines(mewdex_env.cli("import", str(tmp_path / "in"), "--json", scope=scope.scope_id, check=True).stdout)
+    meme_id = lines[0]["meme_id"]
+    with sessions.begin() as session:  # as imported before names came from meaning
+        row = session.get(Meme, __import__("uuid").UUID(meme_id))
+        row.display_name, row.name_source = "default", "uploaded"
+    proc = mewdex_env.cli("repair-names", scope=scope.scope_id, check=True)
+    assert "renamed 1 of 1" in proc.stdout
+    assert meme(sessions, scope, meme_id).display_name == "drake"
+
+
+def test_version_help_and_range_errors(mewdex_env):
+    """Issue 19, point 5: --version, help without type tags, a range error that names the option."""
+    assert mewdex_env.cli("--version", check=True).stdout.strip().startswith("mewdex ")
+    for command in (["import", "--help"], ["search", "--help"], ["db", "stop", "--help"]):
+        text_out = mewdex_env.cli(*command, check=True).stdout
+        assert "<bool>" not in text_out and "<list[Path]>" not in text_out and "<str>" not in text_out
+    proc = mewdex_env.cli("search", "x", "-n", "100")
+    assert proc.returncode == 2 and "'-n'" in proc.stderr and "50" in proc.stderr
+    assert "query must be" not in proc.stderr
+
+
+def test_commands_accept_an_id_prefix_of_8_characters(mewdex_env, scope, sessions, tmp_path):
+    """Issue 19, point 5: --json prints full ids; rename/delete/similar take 8+ characters of one."""
+    (tmp_path / "in").mkdir()
+    shutil.copyfile(case_file("img04_palette_trns.png"), tmp_path / "in" / "palette.png")
+    line = json_lines(mewdex_env.cli("import", str(tmp_path / "in"), "--json", scope=scope.scope_id, check=True).stdout)[0]
+    meme_id = line["meme_id"]
+    assert len(meme_id) == 36
+    proc = mewdex_env.cli("rename", meme_id[:8], "短 id", scope=scope.scope_id)
+    assert proc.returncode == 0, proc.stderr
+    from it_helpers import meme
+
+    assert meme(sessions, scope, meme_id).display_name == "短 id"
+    proc = mewdex_env.cli("rename", meme_id[:7], "x", scope=scope.scope_id)
+    assert proc.returncode == 1 and "8 characters" in proc.stderr
+    proc = mewdex_env.cli("delete", "ffffffff", scope=scope.scope_id)
+    assert proc.returncode == 1 and "not_found" in proc.stderr
+
+
+def test_search_asks_the_server_running_on_the_data_dir(mewdex_env, scope, tmp_path):
+    """Issue 19, point 5: with a `mewdex serve` recorded in the data dir (serve.json, live pid) search asks it
+    over HTTP instead of loading the models itself; links point at that server."""
+    import http.server
+    import threading
+
+    answer = {"results": [{"id": "0badc0de-0000-4000-8000-000000000001", "display_name": "from the server",
+                           "score": 0.5, "snippet": "served text", "extension": ".png", "revision": 1}],
+              "took_ms": 1.0}
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            seen.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+            body = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    record = mewdex_env.data_dir / "serve.json"
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    record.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+    try:
+        proc = mewdex_env.cli("search", "anything", "-n", "3", scope=scope.scope_id, check=True)
+        assert seen == [("/api/v1/search", {"query": "anything", "n_results": 3})]
+        flat = proc.stdout.replace("\n", "").replace("│", "").replace(" ", "")
+        assert "fromtheserver" in flat and "servedtext" in flat and f"{url}/memes/0badc0de-0000-4000-8000-000000000001" in flat
+    finally:
+        record.unlink()
+        httpd.shutdown()

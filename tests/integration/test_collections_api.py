@@ -94,3 +94,20 @@ def test_another_scopes_collection_and_memes_answer_like_missing_ones(api, sessi
         assert counts(sessions, other)["memes"] == 1
     finally:
         drop_scope(sessions, other)
+
+
+def test_collections_page_search_sort_and_bad_parameters(client, sessions, scope):
+    """Issue 19, point 2: /collections filters by name, sorts, pages; odd parameters fall back, never 4xx/5xx."""
+    from mewdex.db.models import MemeCollection
+
+    with sessions.begin() as session:
+        for name in ("alpha 100%", "beta", "alphabet"):
+            session.add(MemeCollection(scope_id=scope.scope_id, name=name))
+    page = client.get("/collections", params={"q": "ALPHA"})
+    assert page.status_code == 200 and 'data-name="alpha 100%"' in page.text and 'data-name="alphabet"' in page.text
+    assert 'data-name="beta"' not in page.text
+    assert 'data-name="alpha 100%"' in client.get("/collections", params={"q": "100%"}).text
+    assert 'data-name="alphabet"' not in client.get("/collections", params={"q": "100%"}).text  # % is literal
+    for params in ({"sort": "bogus"}, {"page": "abc"}, {"page": "99999999999"}, {"page": "-1"}, {"created": "x"}):
+        r = client.get("/collections", params=params)
+        assert r.status_code == 200 and 'data-name="beta"' in r.text, params

@@ -14,10 +14,10 @@ from mewdex.library.importer import collect, import_paths
 from mewdex.storage.blobs import KEY_PATTERN
 
 
-def run_import(sessions, store, scope, *paths: Path, collection: str | None = None):
+def run_import(sessions, store, scope, *paths: Path, collection: str | None = None, min_collection: int = 3):
     results = []
     summary = import_paths(sessions, store, scope, collect(list(paths)), collection=collection,
-                           on_result=lambda item, result: results.append((item, result)))
+                           min_collection=min_collection, on_result=lambda item, result: results.append((item, result)))
     return summary, {item.relative_path: result for item, result in results}
 
 
@@ -43,13 +43,13 @@ def test_mixed_folder_counts_reasons_and_goes_on(sessions, store, scope, tmp_pat
     put(tmp_path, "empty.png", b"")
     put(tmp_path, ".hidden.png", good)
 
-    summary, results = run_import(sessions, store, scope, tmp_path)
+    summary, results = run_import(sessions, store, scope, tmp_path, min_collection=1)
 
-    assert (summary.created, summary.duplicates, summary.skipped) == (1, 1, 6)
-    assert dict(summary.reasons) == {"image_corrupt": 1, "unsupported_media_type": 3, "image_too_large": 2}
+    assert (summary.created, summary.duplicates, summary.skipped, summary.ignored) == (1, 1, 5, 1)
+    assert dict(summary.reasons) == {"image_corrupt": 1, "unsupported_media_type": 2, "image_too_large": 2}
     assert results["broken/truncated.jpg"].error == "image_corrupt"
     assert results["poison.png"].error == "unsupported_media_type"
-    assert results["notes.txt"].error == "unsupported_media_type"
+    assert results["notes.txt"].status == "ignored" and results["notes.txt"].error is None  # not an image at all
     assert results["empty.png"].error == "unsupported_media_type"
     assert results["bomb400.png"].error == "image_too_large"
     assert results["bomb100.png"].error == "image_too_large"
@@ -156,12 +156,12 @@ def test_animated_webp_facts(sessions, store, scope, tmp_path):
 def test_folder_is_collection_and_provenance_keeps_relative_path(sessions, store, scope, tmp_path):
     put(tmp_path, "猫猫/deep/cat.png", case_file("img04_palette_trns.png"))
     put(tmp_path, "top.jpg", case_file("img09_full_reference.jpg"))
-    _, results = run_import(sessions, store, scope, tmp_path, collection="Favourites")
+    _, results = run_import(sessions, store, scope, tmp_path, collection="Favourites", min_collection=1)
     cat = meme(sessions, scope, results["猫猫/deep/cat.png"].meme_id)
     assert cat.provenance["relative_path"] == "猫猫/deep/cat.png"
     assert cat.provenance["source"] == "folder_import"
     assert cat.display_name == "cat"
-    assert collection_names(sessions, scope, cat.id) == {"deep", "Favourites"}
+    assert collection_names(sessions, scope, cat.id) == {"猫猫/deep", "Favourites"}  # named by its path
     top = results["top.jpg"]
     # A file directly in the import root has no folder collection, only the --collection one.
     assert collection_names(sessions, scope, top.meme_id) == {"Favourites"}
@@ -264,3 +264,46 @@ def test_folder_named_only_whitespace_does_not_abort_the_import(sessions, store,
         left = counts(sessions, scope)
     assert left["open_ops"] == 0 and left["blobs"] == left["memes"]
     assert summary.created == 2
+
+
+def test_generic_stems_are_named_by_their_folder(sessions, store, scope, tmp_path):
+    """Point 1 of issue 19: camera/download/template stems take the folder's name, marked automatic;
+    a meaningful stem keeps its own name; a generic stem in a generic folder waits for its title."""
+    source = case_file("img04_palette_trns.png").read_bytes()
+
+    def variant(i: int) -> bytes:  # distinct bytes, same picture (a PNG ignores trailing data)
+        return source + bytes([i])
+
+    put(tmp_path, "memegen/images/drake/default.png", variant(1))
+    put(tmp_path, "memegen/images/drake/IMG_2034.png", variant(2))
+    put(tmp_path, "memegen/images/drake/yes.png", variant(3))
+    put(tmp_path, "downloads/download (3).png", variant(4))
+    _, results = run_import(sessions, store, scope, tmp_path)
+    named = {rel: meme(sessions, scope, r.meme_id) for rel, r in results.items()}
+    assert (named["memegen/images/drake/default.png"].display_name,
+            named["memegen/images/drake/default.png"].name_source) == ("drake", "automatic")
+    assert named["memegen/images/drake/IMG_2034.png"].display_name == "drake"
+    assert (named["memegen/images/drake/yes.png"].display_name,
+            named["memegen/images/drake/yes.png"].name_source) == ("yes", "uploaded")
+    kept = named["downloads/download (3).png"]
+    assert (kept.display_name, kept.name_source) == ("download (3)", "automatic")
+
+
+def test_collections_only_for_folders_that_fit(sessions, store, scope, tmp_path):
+    """Point 2 of issue 19: a folder becomes a collection only with ``min_collection`` images, named by its
+    path without generic folders; small folders stay searchable through the path in the provenance."""
+    source = case_file("img04_palette_trns.png").read_bytes()
+    for i in range(3):
+        put(tmp_path, f"memegen/images/drake/{i}.png", source + bytes([i]))
+    put(tmp_path, "memegen/images/3hd/default.png", source + b"3hd")
+    put(tmp_path, "memegen/images/drake/metadata.jsonl", b'{"x": 1}\n')
+    summary, results = run_import(sessions, store, scope, tmp_path)
+    assert (summary.created, summary.ignored) == (4, 1)
+    drake = results["memegen/images/drake/0.png"].meme_id
+    assert collection_names(sessions, scope, drake) == {"memegen/drake"}
+    lonely = results["memegen/images/3hd/default.png"].meme_id
+    assert collection_names(sessions, scope, lonely) == set()
+    assert meme(sessions, scope, lonely).provenance["relative_path"] == "memegen/images/3hd/default.png"
+    # With a lower threshold the small folder is a collection too.
+    scope2_results = run_import(sessions, store, scope, tmp_path / "memegen", min_collection=1)[1]
+    assert collection_names(sessions, scope, scope2_results["images/3hd/default.png"].meme_id) == {"3hd"}

@@ -6,13 +6,36 @@ Every command starts through :mod:`mewdex.runtime` (never the web layer, except 
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+import typer.core
 
 from mewdex.cli import library, search, server, tasks, thumbnails, users
 from mewdex.cli.common import console, err
 
+# Help without type tags (<bool>, <list[Path]>): an option's name and help say what it takes; ranges stay.
+for _param in (typer.core.TyperOption, typer.core.TyperArgument):
+    _param.display_type_rich = lambda self, ctx: self.metavar or ""  # type: ignore[method-assign]  # typer has no option for it
+
 app = typer.Typer(help="mewdex — a self-hosted meme library searched in natural language.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        console.print(f"mewdex {version('mewdex')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """mewdex — a self-hosted meme library searched in natural language."""
 db_app = typer.Typer(help="The embedded database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 thumbnails_app = typer.Typer(help="Thumbnails.", no_args_is_help=True)
@@ -31,6 +54,7 @@ app.command()(search.search)
 app.command()(search.similar)
 app.command()(library.rename)
 app.command()(library.delete)
+app.command("repair-names")(library.repair_names)
 thumbnails_app.command("reconcile")(thumbnails.thumbnails_reconcile)
 app.command("status")(library.status_)
 app.command()(search.reindex)

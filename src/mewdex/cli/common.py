@@ -3,7 +3,11 @@ progress bars, meme ids and calls to a remote server."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import typer
 from rich.console import Console
@@ -16,10 +20,20 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from mewdex.config import get_settings
+
+if TYPE_CHECKING:
+    from mewdex.config import Settings
 
 console = Console()
 err = Console(stderr=True)
+
+
+def get_settings() -> Settings:
+    """:func:`mewdex.config.get_settings`, imported on first use (pydantic-settings costs a few hundred
+    ms: ``mewdex --help`` and ``--version`` never load it)."""
+    from mewdex.config import get_settings as settings
+
+    return settings()
 
 
 def _setup_logging() -> None:
@@ -48,26 +62,90 @@ def _progress() -> Progress:
     )
 
 
+@contextmanager
+def _logs_above(progress: Progress) -> Iterator[None]:
+    """While a progress bar shows, log records print above it (through the bar's console), never
+    inside it: the root logger's stream handlers are swapped for a rich handler on that console."""
+    from rich.logging import RichHandler
+
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    handler = RichHandler(console=progress.console, show_path=False, markup=False)
+    root.handlers = [h for h in saved if not isinstance(h, logging.StreamHandler) or isinstance(h, logging.FileHandler)]
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.handlers = saved
+
+
 def _meme_uuid(meme_id: str):
-    from uuid import UUID
+    """The meme of the default scope that ``meme_id`` names: a full id or a prefix of 8+ characters
+    (:func:`mewdex.library.memes.resolve_meme_id`); exits 1 with the reason otherwise."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.memes import MemeError, resolve_meme_id
+    from mewdex.library.scopes import default_scope
 
     try:
-        return UUID(meme_id)
-    except ValueError:
-        err.print(f"[red]error:[/red] no meme {meme_id!r}")
+        with get_sessionmaker().begin() as session:
+            return resolve_meme_id(session, default_scope(), meme_id)
+    except MemeError as exc:
+        err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
         raise typer.Exit(1) from None
 
 
-def _remote(server: str, token: str | None, method: str, path: str, **kw) -> dict:
-    """One API call to a mewdex server; exits 1 with the server's error code on failure."""
+SERVER_FILE = "serve.json"  # in the data dir while `mewdex serve` runs: {"url", "pid"}
+
+
+def announce_server(url: str) -> Callable[[], None]:
+    """Record that this process serves ``url`` on the data dir (:data:`SERVER_FILE`); returns the function
+    that removes the record again (only while it is still this process's)."""
+    import json
+    import os
+
+    path = get_settings().data_dir / SERVER_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+
+    def remove() -> None:
+        try:
+            if json.loads(path.read_text()).get("pid") == os.getpid():
+                path.unlink()
+        except (OSError, ValueError):
+            pass
+
+    return remove
+
+
+def running_server() -> str | None:
+    """The URL of a `mewdex serve` running on this data dir (its :data:`SERVER_FILE`, whose process is
+    alive), or None: commands that can ask it (search) do, instead of starting the models themselves."""
+    import json
+    import os
+
+    try:
+        record = json.loads((get_settings().data_dir / SERVER_FILE).read_text())
+        os.kill(int(record["pid"]), 0)
+        return str(record["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _remote(server: str, token: str | None, method: str, path: str, *, fallback: bool = False, **kw) -> dict | None:
+    """One API call to a mewdex server; exits 1 with the server's error code on failure (with
+    ``fallback``: returns None instead, so the caller can do the work locally)."""
     from mewdex import egress
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         response = egress.operator_request(method, server.rstrip("/") + path, headers=headers, timeout=60, **kw)
     except egress.EgressError as exc:
+        if fallback:
+            return None
         err.print(f"[red]error:[/red] {exc.message}")
         raise typer.Exit(1) from None
+    if response.status >= 400 and fallback and response.status in (401, 403, 421):
+        return None
     if response.status >= 400:
         try:
             error = response.json()["error"]

@@ -11,8 +11,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from mewdex.cli.common import _meme_uuid, _prepare, _progress, console, err
-from mewdex.config import get_settings
+from mewdex.cli.common import (
+    _logs_above,
+    _meme_uuid,
+    _prepare,
+    _progress,
+    console,
+    err,
+    get_settings,
+    running_server,
+)
 
 
 def import_(
@@ -21,9 +29,12 @@ def import_(
         help="Also add every imported meme to this collection (for a .zip: the new collection's name).")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Process the queue here and wait until all is done.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON result per file.")] = False,
+    min_collection: Annotated[int, typer.Option("--min-collection", min=1, help=(
+        "A folder holding at least this many images becomes a collection, named by its path "
+        "(memegen/drake); folder names are searchable either way."))] = 3,
 ) -> None:
-    """Import image files and folders (each folder name becomes a collection) and collection ZIPs
-    (each becomes a new collection; see `mewdex export`)."""
+    """Import image files and folders (folders of --min-collection images become collections) and
+    collection ZIPs (each becomes a new collection; see `mewdex export`)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.collections import normalize_collection_name
@@ -54,9 +65,11 @@ def import_(
     try:
         failed = any([_import_package(sessions, scope, p, collection, as_json) for p in packages])
         if items or not packages:
-            _import_items(sessions, scope, items, collection, as_json)
+            _import_items(sessions, scope, items, collection, as_json, min_collection)
         if pool is not None:
             _wait_for_processing(as_json)
+        elif not as_json:
+            _say_who_processes(sessions)
     except Exception as exc:
         from mewdex.db.supervisor import first_line, is_connection_lost
 
@@ -153,7 +166,20 @@ def export_(
                   f"({out.stat().st_size / 1e6:.1f} MB)")
 
 
-def _import_items(sessions, scope, items, collection: str | None, as_json: bool) -> None:
+def _say_who_processes(sessions) -> None:
+    """After an import without --wait: say whether anything will process the queue, and how to start it."""
+    from mewdex.runtime import queue_processors
+
+    with sessions.begin() as session:
+        processors = queue_processors(session)
+    if processors:
+        console.print(f"processing in the background ({', '.join(processors)}); `mewdex status` shows progress")
+    else:
+        err.print("[yellow]nothing is processing the queue:[/yellow] the memes wait until you run "
+                  "`mewdex serve` (or `mewdex worker`), or import with --wait")
+
+
+def _import_items(sessions, scope, items, collection: str | None, as_json: bool, min_collection: int = 3) -> None:
     from mewdex.library.importer import import_paths
     from mewdex.storage import blob_store
 
@@ -162,7 +188,8 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool)
             print(json.dumps({"path": str(item.path), "status": result.status, "meme_id": result.meme_id,
                               "error": result.error}, ensure_ascii=False), flush=True)
 
-        if import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=emit).failed:
+        if import_paths(sessions, blob_store(), scope, items, collection=collection, min_collection=min_collection,
+                        on_result=emit).failed:
             raise typer.Exit(1)  # the failed ones said why (insufficient_storage); importing again resumes
         return
     skipped: list[tuple[Path, str, str, str]] = []
@@ -174,10 +201,13 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool)
                 skipped.append((item.path, result.status, result.error, result.message or ""))
             progress.advance(bar)
 
-        summary = import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=advance)
+        summary = import_paths(sessions, blob_store(), scope, items, collection=collection,
+                               min_collection=min_collection, on_result=advance)
     console.print(
         f"[green]{summary.created} created[/green] · {summary.duplicates} duplicates · "
-        f"[yellow]{summary.skipped} skipped[/yellow]" + (f" · [red]{summary.failed} failed[/red]" if summary.failed else "")
+        f"[yellow]{summary.skipped} skipped[/yellow]"
+        + (f" · {summary.ignored} ignored (not images)" if summary.ignored else "")
+        + (f" · [red]{summary.failed} failed[/red]" if summary.failed else "")
     )
     for path, status, code, message in skipped:
         console.print(f"  {status} {path}: [yellow]{code}[/yellow] {message}")
@@ -188,21 +218,21 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool)
 
 
 def _wait_for_processing(quiet: bool) -> None:
-    """Show processing progress until no stage in the library is queued or running."""
+    """Show processing progress, counted in memes, until no stage in the library is queued or running.
+    Worker log lines go above the bar (the bar's console is the log handler's while it runs)."""
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.scopes import default_scope
-    from mewdex.pipeline.status import pending, status
+    from mewdex.pipeline.status import pending_memes, status
 
     sessions = get_sessionmaker()
     scope = default_scope()
-    with _progress() as progress:
-        bar = progress.add_task("processing", total=None)
+    with _progress() as progress, _logs_above(progress):
+        bar = progress.add_task("processing memes", total=None)
         while True:
             with sessions.begin() as session:
                 counts = status(session, scope)
-            total = sum(sum(c.values()) for c in counts["stages"].values())
-            left = pending(counts)
-            progress.update(bar, total=total, completed=total - left)
+                left = pending_memes(session, scope)
+            progress.update(bar, total=counts["memes"], completed=counts["memes"] - left)
             if left == 0:
                 break
             time.sleep(1.0)
@@ -251,7 +281,8 @@ def status_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
     from mewdex.library.scopes import default_scope
     from mewdex.pipeline.status import status
 
-    _prepare()
+    if running_server() is None:  # a running server has prepared the database already: read it directly
+        _prepare()
     with get_sessionmaker().begin() as session:
         counts = status(session, default_scope())
     if as_json:
@@ -266,3 +297,25 @@ def status_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
     for stage, c in counts["stages"].items():
         table.add_row(stage, *(str(c.get(k, 0)) for k in keys))
     console.print(table)
+
+
+def repair_names(
+    background: Annotated[bool, typer.Option("--background", help="Queue the repair as a task (a running "
+                                             "`mewdex serve`/`mewdex worker` does it) instead of doing it now.")] = False,
+) -> None:
+    """Rename memes named by a generic file stem (default, IMG_2034, a UUID…) from their folder or context
+    title; manual names are never touched."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.pipeline import name_repair
+
+    _prepare()
+    scope = default_scope()
+    sessions = get_sessionmaker()
+    if background:
+        with sessions.begin() as session:
+            task = name_repair.submit_name_repair(session, scope.scope_id)
+            console.print(f"queued task {task.id} ({name_repair.TASK_TYPE})")
+        return
+    result = name_repair.repair_names(sessions, scope.scope_id)
+    console.print(f"renamed {result['renamed']} of {result['checked']} memes")

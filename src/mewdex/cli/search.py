@@ -6,72 +6,90 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from mewdex.cli.common import _prepare, _progress, _remote, console, err
+from mewdex.cli.common import _meme_uuid, _prepare, _progress, _remote, console, err, get_settings, running_server
 
 
 def search(
     query: Annotated[str, typer.Argument(help="Natural-language query (Chinese or English).")],
-    n: Annotated[int, typer.Option("-n", help="Number of results (1–50).")] = 10,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response.")] = False,
-    server: Annotated[str | None, typer.Option("--server", envvar="MEWDEX_SERVER",
-                                               help="Search a mewdex server (URL) instead of the local database.")] = None,
+    n: Annotated[int, typer.Option("-n", min=1, max=50, help="Number of results.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response (full ids).")] = False,
+    server: Annotated[str | None, typer.Option("--server", envvar="MEWDEX_SERVER", help=(
+        "Search a mewdex server (URL). Default: the `mewdex serve` running on this data dir, if any, "
+        "else the local database."))] = None,
 ) -> None:
-    """Search the library (the local database as its admin, or a server with --server URL; its API
-    token comes from MEWDEX_TOKEN or a hidden prompt, never from the command line where other local
-    users could read it)."""
-    from mewdex.db.engine import get_sessionmaker
-    from mewdex.library.scopes import default_scope
-    from mewdex.search import service
+    """Search the library: rank, name, a snippet of its text and a link per result. Asks the server
+    running on this data dir when there is one (fast), else the local database as its admin; with
+    --server URL a server elsewhere (its API token comes from MEWDEX_TOKEN or a hidden prompt, never from
+    the command line where other local users could read it)."""
+    from mewdex.dto.search import MAX_QUERY_CHARS
 
     query = query.strip()
-    if not query or len(query) > service.MAX_QUERY_CHARS or not 1 <= n <= 50:
-        err.print(f"[red]error:[/red] the query must be 1–{service.MAX_QUERY_CHARS} characters and -n 1–50")
+    if not query or len(query) > MAX_QUERY_CHARS:
+        err.print(f"[red]error:[/red] the query must be 1–{MAX_QUERY_CHARS} characters (it has {len(query)})")
         raise typer.Exit(2)
+    body = {"query": query, "n_results": n}
     if server:
         token = os.environ.get("MEWDEX_TOKEN") or (
             typer.prompt("API token (mdx_…)", hide_input=True, default="", show_default=False)
             if sys.stdin.isatty() else None)
-        _print_results(_remote(server, token or None, "POST", "/api/v1/search", json={"query": query, "n_results": n}),
-                       as_json)
+        remote = _remote(server, token or None, "POST", "/api/v1/search", json=body)
+        assert remote is not None  # without fallback a failed call exits
+        _print_results(remote, as_json, server)
         return
+    local = running_server()
+    if local is not None:  # the running server has the models loaded: no start-up here
+        answer = _remote(local, os.environ.get("MEWDEX_TOKEN"), "POST", "/api/v1/search", json=body, fallback=True)
+        if answer is not None:
+            _print_results(answer, as_json, local)
+            return
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.search import service
+
     _prepare()
     with get_sessionmaker().begin() as session:
         response = service.search(session, default_scope(), query, n)
-    _print_results(response.as_dict(), as_json)
+    settings = get_settings()
+    _print_results(response.as_dict(), as_json, f"http://{settings.host}:{settings.port}")
 
 
-def _print_results(response: dict, as_json: bool) -> None:
-    """A search response (``{"results", "took_ms"}``) as JSON or as a table."""
+def _print_results(response: dict, as_json: bool, base_url: str | None = None) -> None:
+    """A search response (``{"results", "took_ms"}``) as JSON (full ids), or as a table of rank, name,
+    snippet and link (``base_url``/memes/<id>; the full id without a base URL) — never raw scores."""
     if as_json:
         print(json.dumps(response, ensure_ascii=False, indent=2))
         return
     table = Table(title=f"{len(response['results'])} results · {response['took_ms']:.0f} ms")
-    for column in ("#", "name", "score", "id"):
-        table.add_column(column)
+    table.add_column("#", justify="right")
+    table.add_column("name", overflow="fold")
+    table.add_column("text", overflow="ellipsis", max_width=40, no_wrap=True)
+    table.add_column("link", overflow="fold", no_wrap=False)
     for i, r in enumerate(response["results"], 1):
-        table.add_row(str(i), r["display_name"], f"{r['score']:.4f}", r["id"])
+        snippet = " ".join((r.get("snippet") or "").split())
+        link = f"{base_url.rstrip('/')}/memes/{r['id']}" if base_url else r["id"]
+        table.add_row(str(i), r["display_name"], snippet, link)
     console.print(table)
 
 
 def similar(
     target: Annotated[str, typer.Argument(help="An image file (search by image) or a meme id (more like it).")],
-    n: Annotated[int, typer.Option("-n", help="Number of results (1–50).")] = 10,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response.")] = False,
+    n: Annotated[int, typer.Option("-n", min=1, max=50, help="Number of results.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response (full ids).")] = False,
 ) -> None:
-    """Memes that look like an image file or like a meme of the library."""
+    """Memes that look like an image file or like a meme of the library (a full id or 8+ characters of one)."""
     from mewdex.inference.errors import BackendUnavailable
     from mewdex.library.images import ImageError
     from mewdex.search.image_search import MemeNotEmbedded, similar_cli
 
-    if not 1 <= n <= 50:
-        err.print("[red]error:[/red] -n must be 1–50")
-        raise typer.Exit(2)
     _prepare()
+    if not Path(target).expanduser().is_file():
+        target = str(_meme_uuid(target))  # a meme id, or a prefix of one
     try:
         response = similar_cli(target, n)
     except (ValueError, ImageError) as exc:

@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mewdex.cli.common import _prepare, _setup_logging, console, err
-from mewdex.config import get_settings
+from mewdex.cli.common import _prepare, _setup_logging, announce_server, console, err, get_settings
 
 
 def serve(
@@ -20,8 +19,11 @@ def serve(
 
     import uvicorn
 
-    _setup_logging()
     settings = get_settings()
+    if problem := _port_problem(host or settings.host, port or settings.port):
+        err.print(f"[red]error:[/red] {problem}")
+        raise typer.Exit(1)
+    _setup_logging()
     from mewdex.platform.auth import startup_problem
 
     if problem := startup_problem(host or settings.host):
@@ -35,9 +37,36 @@ def serve(
     os.environ["MEWDEX_HOST"] = host or settings.host
     if workers is not None:
         os.environ["MEWDEX_WORKERS"] = str(workers)
-    get_settings.cache_clear()
-    uvicorn.run("mewdex.web.app:create_app", factory=True, host=host or settings.host, port=port or settings.port,
-                log_level="warning")
+    from mewdex.config import get_settings as cached_settings
+
+    cached_settings.cache_clear()
+    forget = announce_server(f"http://{host or settings.host}:{port or settings.port}")
+    try:
+        uvicorn.run("mewdex.web.app:create_app", factory=True, host=host or settings.host,
+                    port=port or settings.port, log_level="warning")
+    finally:
+        forget()
+
+
+def _port_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be served (already in use: by mewdex or something else), or None."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return f"cannot resolve {host!r}: {exc}"
+    family, _type, _proto, _name, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError:
+            pass
+        else:
+            return None
+    return (f"port {port} on {host} is already in use (is mewdex already serving? open http://{host}:{port}); "
+            f"stop that process or choose another with --port or MEWDEX_PORT")
 
 
 def _print_setup_code() -> None:
@@ -99,9 +128,18 @@ def migrate() -> None:
     console.print(f"schema at revision {upgrade(get_engine())}")
 
 
-def db_stop() -> None:
-    """Stop the embedded PostgreSQL server of this data dir."""
-    from mewdex.db.embedded import stop
+def db_stop(
+    force: Annotated[bool, typer.Option("--force", help="Stop even while other processes use the database.")] = False,
+) -> None:
+    """Stop the embedded PostgreSQL server of this data dir (refuses while other processes use it)."""
+    from mewdex.db.embedded import clients, stop
 
-    stopped = stop(get_settings().pgdata)
+    pgdata = get_settings().pgdata
+    if not force and (users := clients(pgdata)):
+        err.print("[red]error:[/red] the database is in use by:")
+        for line in users:
+            err.print(f"  {line}")
+        err.print("stop those first (Ctrl-C in `mewdex serve`/`mewdex worker`), or run `mewdex db stop --force`")
+        raise typer.Exit(1)
+    stopped = stop(pgdata)
     console.print("stopped" if stopped else "not running")

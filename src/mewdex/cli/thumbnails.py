@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from mewdex.cli.common import _prepare, _progress, console
-from mewdex.config import get_settings
+from mewdex.cli.common import _prepare, _progress, console, get_settings
 
 
 def thumbnails_reconcile(

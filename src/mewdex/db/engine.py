@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,10 +36,22 @@ def get_engine() -> Engine:
     with _lock:
         if _engine is None:
             settings = get_settings()
-            _engine = create_engine(database_url(settings), pool_size=10, max_overflow=10, pool_pre_ping=True)
+            _engine = create_engine(database_url(settings), pool_size=10, max_overflow=10, pool_pre_ping=True,
+                                    connect_args=_application_name())
             event.listen(_engine, "connect", _register_vector)
             _sessions = sessionmaker(_engine, expire_on_commit=False)
         return _engine
+
+
+def _application_name() -> dict:
+    """Name this process's connections ``mewdex <command>:<pid>`` (unless ``PGAPPNAME`` names it, as
+    workers do), so ``mewdex db stop`` can say which processes still use the database."""
+    if os.environ.get("PGAPPNAME"):
+        return {}
+    command = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    if command == "mewdex" and len(sys.argv) > 1:
+        command = f"mewdex {sys.argv[1]}"
+    return {"application_name": f"{command}:{os.getpid()}"[:63]}
 
 
 def _register_vector(dbapi_connection, _record) -> None:

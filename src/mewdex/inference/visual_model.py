@@ -185,15 +185,25 @@ def top_labels(probs: np.ndarray, k: int = TOP_K_LABELS) -> list[dict[str, Any]]
     return [{"index": int(i), "en": en[i], "zh": zh[i], "score": round(float(probs[i]), 4)} for i in order]
 
 
+def confident_labels(labels: list[dict[str, Any]], min_prob: float = LABEL_MIN_PROB) -> list[dict[str, Any]]:
+    """The labels worth showing or indexing: the best one always, the others from ``min_prob``, in rank order."""
+    return [lab for rank, lab in enumerate(labels) if rank == 0 or lab["score"] >= min_prob]
+
+
 def context_labels(labels: list[dict[str, Any]], min_prob: float = LABEL_MIN_PROB) -> list[str]:
     """Label strings for ``meme_context["labels"]``: zh and en names of the confident labels
     (the best one always), deduplicated, in rank order."""
     out: list[str] = []
-    for rank, lab in enumerate(labels):
-        if rank > 0 and lab["score"] < min_prob:
-            continue
+    for lab in confident_labels(labels, min_prob):
         out.extend([lab["zh"], lab["en"]])
     return list(dict.fromkeys(x for x in out if x))
+
+
+def labels_in(labels: list[dict[str, Any]], lang: str) -> list[str]:
+    """The confident labels' names in one language (``"zh"`` or ``"en"``; the other one where a label
+    lacks it), deduplicated: what a page in that language shows."""
+    other = "en" if lang == "zh" else "zh"
+    return list(dict.fromkeys(n for lab in confident_labels(labels) if (n := lab.get(lang) or lab.get(other))))
 
 
 PHASH_BASE = 256

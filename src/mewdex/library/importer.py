@@ -19,6 +19,7 @@ from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext
 from mewdex.library.collections import normalize_collection_name
 from mewdex.library.memes import AddResult, add_image
+from mewdex.library.names import IMAGE_SUFFIXES, is_generic_stem
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,16 @@ class ImportItem:
 
     @property
     def folder(self) -> str | None:
-        """The file's own folder name when it is below the import root (it becomes a collection)."""
+        """The file's own folder name when it is below the import root (it names memes with generic stems)."""
         parent = self.path.parent
         return parent.name if parent != self.root and self.path != self.root else None
+
+    @property
+    def folder_parts(self) -> tuple[str, ...]:
+        """The folders between the import root and the file (``("memegen", "images", "drake")``)."""
+        if self.path == self.root:
+            return ()
+        return self.path.parent.relative_to(self.root).parts
 
 
 @dataclass
@@ -43,6 +51,7 @@ class ImportSummary:
     duplicates: int = 0
     skipped: int = 0
     failed: int = 0  # not stored (disk full): importing the same files again adds them
+    ignored: int = 0  # not image files (by name and bytes)
     reasons: Counter = field(default_factory=Counter)
     meme_ids: list[str] = field(default_factory=list)
     batch_id: str | None = None  # the task batch the imported memes' processing runs in
@@ -55,6 +64,8 @@ class ImportSummary:
         elif result.status == "failed":
             self.failed += 1
             self.reasons[result.error] += 1
+        elif result.status == "ignored":
+            self.ignored += 1
         else:
             self.skipped += 1
             self.reasons[result.error] += 1
@@ -85,9 +96,11 @@ def _walk(root: Path) -> Iterator[Path]:
 
 
 def import_item(sessions: sessionmaker[Session], store, scope: ScopeContext, item: ImportItem,
-                collection: str | None = None, batch_id: str | None = None) -> AddResult:
-    """Import one file (its processing in task batch ``batch_id``, if given); I/O errors and oversized
-    files come back as ``skipped`` results."""
+                collection: str | None = None, batch_id: str | None = None,
+                folder_collection: str | None = None) -> AddResult:
+    """Import one file (its processing in task batch ``batch_id``, if given) into ``collection`` and
+    ``folder_collection`` (see :func:`folder_collections`); I/O errors and oversized files come back as
+    ``skipped`` results."""
     limit = get_settings().max_upload_bytes
     try:
         info = item.path.stat()
@@ -98,8 +111,8 @@ def import_item(sessions: sessionmaker[Session], store, scope: ScopeContext, ite
         data = item.path.read_bytes()
     except OSError as exc:
         return AddResult("skipped", error="unreadable", message=str(exc))
-    names = [n for n in (_folder_collection(item), collection) if n]
-    return add_image(
+    names = [n for n in (folder_collection, collection) if n]
+    result = add_image(
         sessions,
         store,
         scope,
@@ -108,35 +121,66 @@ def import_item(sessions: sessionmaker[Session], store, scope: ScopeContext, ite
         provenance={"source": "folder_import", "root": str(item.root), "relative_path": item.relative_path},
         collection_names=names,
         batch_id=batch_id,
+        folder=item.folder,
     )
+    if (result.status == "skipped" and result.error == "unsupported_media_type"
+            and item.path.suffix.lower() not in IMAGE_SUFFIXES):
+        return AddResult("ignored", message="not an image file")
+    return result
 
 
-def _folder_collection(item: ImportItem) -> str | None:
-    """The collection the item's folder becomes; None when the folder name cannot be one."""
-    if item.folder is None:
+#: Folder import makes a collection of a folder holding at least this many images (``--min-collection``).
+DEFAULT_MIN_COLLECTION = 3
+
+
+def collection_name_for(parts: tuple[str, ...]) -> str | None:
+    """The collection name of a folder path below the import root: its non-generic folder names joined
+    by ``/`` (``memegen/images/drake`` → ``memegen/drake``); None when nothing meaningful is left."""
+    kept = [p for p in parts if not is_generic_stem(p)]
+    if not kept:
         return None
     try:
-        return normalize_collection_name(item.folder)
+        return normalize_collection_name("/".join(kept))
     except ValueError:
         return None
 
 
+def folder_collections(items: list[ImportItem], min_collection: int = DEFAULT_MIN_COLLECTION) -> dict[Path, str]:
+    """Which folders of an import become collections: ``{folder: collection name}`` for every folder that
+    directly holds at least ``min_collection`` image files (by extension), named by
+    :func:`collection_name_for`. Folder names stay searchable for every meme either way (the analysis
+    reads them from the meme's ``provenance.relative_path``)."""
+    images = Counter(item.path.parent for item in items
+                     if item.folder_parts and item.path.suffix.lower() in IMAGE_SUFFIXES)
+    found: dict[Path, str] = {}
+    for item in items:
+        folder = item.path.parent
+        if folder in found or images[folder] < max(1, min_collection):
+            continue
+        if (name := collection_name_for(item.folder_parts)) is not None:
+            found[folder] = name
+    return found
+
+
 def import_paths(sessions: sessionmaker[Session], store, scope: ScopeContext, items: list[ImportItem], *,
-                 collection: str | None = None,
+                 collection: str | None = None, min_collection: int = DEFAULT_MIN_COLLECTION,
                  on_result: Callable[[ImportItem, AddResult], None] | None = None) -> ImportSummary:
     """Import ``items`` in order, calling ``on_result`` after each; returns the summary.
 
+    A folder becomes a collection when it holds ``min_collection`` images (:func:`folder_collections`).
     The processing of the created memes is one task batch (``summary.batch_id``): their first tasks are
     parked and fed to the lanes as they drain (queue.batches), so a bulk import never fills the queue.
     """
     from mewdex.queue import batches
 
     summary = ImportSummary()
+    by_folder = folder_collections(items, min_collection)
     with sessions.begin() as session:
         summary.batch_id = batches.create(session, scope.scope_id).batch_id
     try:
         for item in items:
-            result = import_item(sessions, store, scope, item, collection, summary.batch_id)
+            result = import_item(sessions, store, scope, item, collection, summary.batch_id,
+                                 by_folder.get(item.path.parent))
             summary.count(result)
             if on_result is not None:
                 on_result(item, result)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
-from sqlalchemy import SQLColumnExpression, select
+from sqlalchemy import SQLColumnExpression, String, cast, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,7 +22,7 @@ from mewdex.dto.cursor import CursorInvalid, decode_cursor, encode_cursor
 from mewdex.dto.errors import DomainError
 from mewdex.library import collections
 from mewdex.library.images import ImageError, ImageInfo, probe
-from mewdex.library.names import display_name_from_filename
+from mewdex.library.names import folder_named, name_for_file
 from mewdex.library.scopes import ensure_scope
 from mewdex.platform import quotas
 from mewdex.platform.errors import PlatformError
@@ -53,7 +55,8 @@ def processing_submitter() -> Callable[..., Any]:
 @dataclass
 class AddResult:
     """Outcome for one file: ``created`` | ``duplicate`` | ``skipped`` (bad input, with an error code) |
-    ``failed`` (``insufficient_storage``: the disk is full; nothing stored, trying again later can work)."""
+    ``failed`` (``insufficient_storage``: the disk is full; nothing stored, trying again later can work) |
+    ``ignored`` (folder import: not an image file at all, e.g. ``notes.txt``, ``metadata.jsonl``)."""
 
     status: str
     meme_id: str | None = None
@@ -71,7 +74,7 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
 def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data: bytes, *, filename: str,
               provenance: dict[str, Any], collection_names: Sequence[str] = (), collection_ids: Sequence[Any] = (),
               process: bool = True, auto_name: bool = False, probed: ImageInfo | None = None,
-              batch_id: str | None = None) -> AddResult:
+              batch_id: str | None = None, folder: str | None = None) -> AddResult:
     """Add one image: ``skipped`` with a stable error code for bad bytes or ``quota_exceeded`` (the
     owner's storage/meme limit; nothing written), ``duplicate`` (the existing
     meme, added to the collections too) for bytes already in the scope, else ``created``.
@@ -79,7 +82,9 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
     ``collection_names`` are created when missing; ``collection_ids`` must be collections of the
     scope (the caller checks). ``auto_name``: the job's ``auto_rename`` stage names the meme from
     its context title. ``probed``: what :func:`probe` already said about exactly these bytes (skips
-    decoding them again). ``batch_id``: a created meme's processing joins this task batch (its first
+    decoding them again). ``folder``: the name of the folder the file came from (names a meme whose
+    file stem is generic, see :func:`~mewdex.library.names.name_for_file`; a generic stem with no usable
+    folder turns ``auto_name`` on). ``batch_id``: a created meme's processing joins this task batch (its first
     task parked until the batch feeds it, see :mod:`mewdex.queue.batches`).
 
     Crash-safe: the upload is journaled before the blob is written and completed in the same
@@ -114,13 +119,16 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
             return AddResult("failed", error="insufficient_storage", message=f"the disk is full: {exc.strerror}")
         raise
     failpoints.hit("upload.after_blob_write")
+    display_name, name_source = name_for_file(filename, folder)
+    if name_source == "automatic" and not folder_named(display_name, folder):
+        auto_name = True  # nothing better than a generic stem yet: the context title names it
     try:
         with sessions.begin() as session:
             meme = Meme(
                 scope_id=scope.scope_id,
                 storage_key=key,
-                display_name=display_name_from_filename(filename),
-                name_source="uploaded",
+                display_name=display_name,
+                name_source=name_source,
                 extension=info.extension,
                 size_bytes=len(data),
                 sha256=sha256,
@@ -173,6 +181,32 @@ def _add_to_collections(session: Session, scope: ScopeContext, meme: Meme, names
 class MemeError(DomainError):
     """A meme change refused with a stable code: ``not_found``, ``revision_conflict``,
     ``operation_in_progress``, ``display_name_invalid``."""
+
+
+#: The shortest id prefix :func:`resolve_meme_id` accepts (8 hex digits: the first group of a UUID).
+MIN_ID_PREFIX = 8
+
+
+def resolve_meme_id(session: Session, scope: ScopeContext, value: str) -> UUID:
+    """A meme id of the scope from its full UUID or a prefix of at least :data:`MIN_ID_PREFIX` characters
+    (``93b53fd3``, ``93b53fd3-1c2d``; case and hyphens as printed). Raises MemeError ``not_found`` (no such
+    meme, or too short a prefix) or ``ambiguous_id`` (the prefix fits several memes: give more characters)."""
+    text_value = (value or "").strip().lower()
+    try:
+        return UUID(text_value)
+    except ValueError:
+        pass
+    if len(text_value.replace("-", "")) < MIN_ID_PREFIX or not re.fullmatch(r"[0-9a-f-]+", text_value):
+        raise MemeError("not_found", f"no meme {value!r} (give the full id or at least {MIN_ID_PREFIX} characters)")
+    found = session.execute(
+        select(Meme.id).where(Meme.scope_id == scope.scope_id, cast(Meme.id, String).like(text_value + "%"))
+        .order_by(Meme.id).limit(2)
+    ).scalars().all()
+    if not found:
+        raise MemeError("not_found", f"no meme with an id starting {value!r}")
+    if len(found) > 1:
+        raise MemeError("ambiguous_id", f"several memes have ids starting {value!r}; give more characters")
+    return found[0]
 
 
 def _locked_meme(session: Session, scope: ScopeContext, meme_id) -> Meme:

@@ -210,3 +210,79 @@ def _truncate_code_points(name: str) -> str:
 def _graphemes(text: str) -> list[str]:
     """Extended grapheme clusters (UAX #29) of ``text``, via the ``regex`` module's ``\\X``."""
     return _GRAPHEME.findall(text)
+
+
+#: Folder/file names that say nothing about the image (compared after case folding, digits removed);
+#: used by the import names below and the analysis recipe (pipeline.context).
+GENERIC_NAMES = frozenset(
+    """
+    image images img imgs pic pics picture pictures photo photos download downloads default
+    meme memes gif gifs jpg jpeg png webp file files new folder untitled screenshot screenshots
+    screen shot capture tmp temp misc other others unknown copy export exports upload uploads
+    sticker stickers emoji emojis emoticon emoticons reaction reactions wechat weixin qq
+    camera dcim pxl wx wp mmexport inbox saved save favorites favourites collection
+    表情 表情包 图片 图像 截图 下载 新建文件夹 未命名 收藏 其他 其它 素材
+    """.split()
+)
+
+
+# File stems that say nothing about the picture: camera, messenger, download and screenshot names,
+# numbers, hashes/UUIDs, and the placeholder words of template sites. Matched against the whole stem
+# (case-insensitive, after NFC); a generic stem never becomes a meme's name when something better exists.
+_GENERIC_STEM = regex.compile(
+    r"""(?ix)\A(?:
+        (?:default|image|images|img|pic|picture|photo|file|untitled|unnamed|download|downloads|temp|tmp|new|
+           screenshot|screen\s?shot|截图|屏幕截图|图片|下载|未命名|image0|thumb|thumbnail|original|meme|sticker)
+          (?:[\s_\-]*[(（\[]?\d+[)）\]]?)*
+      | (?:img|dsc|dscn|dscf|pxl|mvimg|vid|p|photo|wp|image|screenshot|mmexport|wx_camera|微信图片|qq图片|
+           signal|whatsapp\s?image|telegram|tg|snapchat|fb_img|received|inshot|faceapp|picsart|截屏|屏幕快照)
+          [\s_\-]*[\d\s_\-.:年月日时分秒at]*(?:[\s_\-]*[(（]\d+[)）])?
+      | [\d\s_\-.()]+                                            # numbers, dates, times
+      | [0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}  # UUIDs
+      | [0-9a-f]{16,}                                            # hex hashes
+      | (?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{20,}  # random-looking ids (letters and digits)
+    )\Z""")
+
+
+def file_stem(filename: str) -> str:
+    """The last path component of ``filename`` without one extension-like suffix."""
+    base = re.split(r"[/\\]", filename)[-1] if isinstance(filename, str) else ""
+    return _FILE_SUFFIX.sub("", base)
+
+
+def is_generic_stem(stem: str) -> bool:
+    """Whether a file stem (``IMG_2034``, ``微信图片_20240101``, ``download (3)``, ``default``, a UUID…)
+    says nothing about the picture, so a meme should not be named by it."""
+    stem = unicodedata.normalize("NFKC", stem or "").strip()
+    if not stem or _GENERIC_STEM.match(stem):
+        return True
+    words = re.sub(r"[\d\s_\-.()（）\[\]]+", " ", stem.casefold()).split()
+    return not words or all(w in GENERIC_NAMES for w in words)
+
+
+def name_for_file(filename: str, folder: str | None = None) -> tuple[str, str]:
+    """The display name of a new meme from its file name and the folder it came from.
+
+    Returns ``(name, name_source)``: the stem's name, ``"uploaded"``, when the stem means something;
+    for a generic stem the folder's name (``memegen/images/drake/default.jpg`` → ``drake``) when the folder
+    name is not generic itself, else the stem's name, both ``"automatic"`` (the context title may replace
+    an automatic name later; a manual rename always wins)."""
+    stem = file_stem(filename)
+    if not is_generic_stem(stem):
+        return display_name_from_filename(filename), "uploaded"
+    if folder and not is_generic_stem(folder):
+        try:
+            return normalize_display_name(folder), "automatic"
+        except ValueError:
+            pass
+    return display_name_from_filename(filename), "automatic"
+
+
+def folder_named(name: str, folder: str | None) -> bool:
+    """Whether ``name`` is the (normalized) folder name, i.e. :func:`name_for_file` named by the folder."""
+    if not folder:
+        return False
+    try:
+        return normalize_display_name(folder) == name
+    except ValueError:
+        return False

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from mewdex.library import names
 from mewdex.search.documents import (  # the search recipe built from a context, re-exported
     CONTEXT_VERSION,
     FIELDS_BY_EMBEDDER,
@@ -54,17 +55,8 @@ OCR_MIN_SCORE = 0.6
 #: Labels below this score are dropped.
 LABEL_MIN_SCORE = 0.0
 
-#: Folder/file names that say nothing about the image (compared after fold, digits removed).
-GENERIC_NAMES = frozenset(
-    """
-    image images img imgs pic pics picture pictures photo photos download downloads default
-    meme memes gif gifs jpg jpeg png webp file files new folder untitled screenshot screenshots
-    screen shot capture tmp temp misc other others unknown copy export exports upload uploads
-    sticker stickers emoji emojis emoticon emoticons reaction reactions wechat weixin qq
-    camera dcim pxl wx wp mmexport inbox saved save favorites favourites collection
-    表情 表情包 图片 图像 截图 下载 新建文件夹 未命名 收藏 其他 其它 素材
-    """.split()
-)
+#: Folder/file names that say nothing about the image: one list, in mewdex.library.names.
+GENERIC_NAMES = names.GENERIC_NAMES
 
 _COUNTER = re.compile(r"^(?:img|image|images|pic|photo|dsc|dscn|pxl|mmexport|wx|screenshot)?[\s_\-.()]*\d*[\s_\-.()]*\d*$", re.I)
 

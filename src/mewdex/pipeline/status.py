@@ -23,6 +23,23 @@ _STAGE_COUNTS = text(
     """
 )
 
+_PENDING_MEMES = text(
+    """
+    WITH latest AS (
+        SELECT DISTINCT ON (meme_id) id FROM image_processing_jobs
+        WHERE scope_id = :scope ORDER BY meme_id, created_at DESC
+    )
+    SELECT count(*) FROM latest WHERE EXISTS (
+        SELECT 1 FROM image_processing_stages s WHERE s.scope_id = :scope AND s.job_id = latest.id
+        AND s.planned AND s.status IN ('queued', 'running'))
+    """
+)
+
+
+def pending_memes(session: Session, scope: ScopeContext) -> int:
+    """Memes whose latest processing job still has a stage queued or running."""
+    return session.execute(_PENDING_MEMES, {"scope": scope.scope_id}).scalar_one()
+
 
 def status(session: Session, scope: ScopeContext) -> dict:
     """``{"memes": N, "stages": {stage: {"queued", "running", "succeeded", "failed"[, other states]}}}``."""

@@ -136,9 +136,23 @@ def list_tasks(session: Session, scope: ScopeContext, *, status: str | None = No
     }
 
 
+#: The shortest task id prefix :func:`get_task` accepts.
+MIN_ID_PREFIX = 8
+
+
 def get_task(session: Session, scope: ScopeContext, task_id: str, *, lock: bool = False) -> Task:
+    """The scope's task by its id, or by an id prefix of at least :data:`MIN_ID_PREFIX` characters that
+    only one task has. Raises TaskNotFound."""
     query = select(Task).where(Task.scope_id == scope.scope_id, Task.id == task_id)
     task = session.execute(query.with_for_update() if lock else query).scalar_one_or_none()
+    if task is None and isinstance(task_id, str) and len(task_id) >= MIN_ID_PREFIX:
+        escaped = task_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        ids = session.execute(select(Task.id).where(Task.scope_id == scope.scope_id,
+                                                    Task.id.like(escaped + "%", escape="\\")).limit(2)).scalars().all()
+        if len(ids) > 1:
+            raise TaskNotFound(f"several tasks have ids starting {task_id}; give more characters")
+        if ids:
+            return get_task(session, scope, ids[0], lock=lock)
     if task is None:
         raise TaskNotFound(f"task {task_id} not found")
     return task
@@ -147,6 +161,7 @@ def get_task(session: Session, scope: ScopeContext, task_id: str, *, lock: bool 
 def task_detail(session: Session, scope: ScopeContext, task_id: str) -> dict[str, Any]:
     """The task with ``attempts`` (oldest first), ``error_history`` and ``first_error``."""
     task = get_task(session, scope, task_id)
+    task_id = task.id  # the full id when a prefix named it
     attempts = session.execute(
         select(ImageProcessingAttempt)
         .where(ImageProcessingAttempt.scope_id == scope.scope_id, ImageProcessingAttempt.task_id == task_id)

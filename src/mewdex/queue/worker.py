@@ -322,7 +322,10 @@ class WorkerProcesses:
     def start(self) -> None:
         command = [sys.executable, "-m", "mewdex", "worker", "--concurrency", "1", "--lanes", ",".join(self.lanes),
                    "--parent-pid", str(os.getpid())]
-        self.children = [subprocess.Popen(command, stdout=subprocess.DEVNULL) for _ in range(self.count)]
+        self.children = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                         for _ in range(self.count)]
+        for child in self.children:
+            threading.Thread(target=_relay_stderr, args=(child,), name=f"worker-{child.pid}-stderr", daemon=True).start()
 
     def status(self) -> dict[str, Any]:
         """``{"processes", "alive", "pids", "lanes"}`` of the child workers (for ``/health``)."""
@@ -345,6 +348,19 @@ class WorkerProcesses:
                 child.wait()
                 killed += 1
         return killed
+
+
+_child_log = logging.getLogger("mewdex.worker.child")
+
+
+def _relay_stderr(child: subprocess.Popen[bytes]) -> None:
+    """Pass a child worker's stderr lines to this process's logging (WARNING, as written), so they go
+    where this process's logs go (above a progress bar, never through it)."""
+    assert child.stderr is not None
+    for raw in child.stderr:
+        line = raw.decode("utf-8", "replace").rstrip()
+        if line:
+            _child_log.warning("[worker %s] %s", child.pid, line)
 
 
 def start_workers(sessions: sessionmaker[Session], count: int,

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 TASK_TYPE_MODULES = (
     "mewdex.queue.noop",
     "mewdex.pipeline.tasks",
+    "mewdex.pipeline.name_repair",
     "mewdex.search.generations",
     "mewdex.runtime.maintenance",
 )
@@ -97,6 +98,19 @@ def start_scheduler():
     thread = SchedulerThread(get_sessionmaker(), maintenance.schedules())
     thread.start()
     return thread
+
+
+def queue_processors(session) -> list[str]:
+    """The processes connected to the database that process the queue: ``mewdex worker`` processes
+    (:data:`WORKER_APPLICATION_PREFIX`) and ``mewdex serve`` (its workers run inside it unless
+    ``--workers 0``), by ``application_name`` (see ``db.engine``). Empty: queued tasks wait."""
+    from sqlalchemy import text
+
+    return list(session.execute(
+        text("SELECT DISTINCT application_name FROM pg_stat_activity WHERE application_name LIKE :w"
+             " OR application_name LIKE 'mewdex serve:%' ORDER BY 1"),
+        {"w": f"{WORKER_APPLICATION_PREFIX}:%"},
+    ).scalars())
 
 
 def run_worker(concurrency: int, lanes: list[str] | None, grace: float | None, parent_pid: int | None,

@@ -29,6 +29,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "admin_required": 403, "signup_disabled": 403, "csrf_failed": 403, "insufficient_scope": 403,
     "host_not_allowed": 421,
     "revision_conflict": 409, "operation_in_progress": 409, "collection_name_taken": 409, "email_taken": 409,
+    "ambiguous_id": 409,
     "signup_failed": 409,
     "grant_not_acquired": 409, "last_admin": 409, "too_many_tokens": 409, "blob_missing": 409,
     "task_not_retryable": 409, "task_not_cancellable": 409, "task_active": 409, "visual_not_ready": 409,

@@ -143,8 +143,15 @@ class CollectionRow:
     updated_at: Any
 
 
-def collections(session: Session, scope: ScopeContext) -> list[CollectionRow]:
-    """The scope's collections by name, with member counts and the first member as cover."""
+COLLECTION_SORTS = ("name", "size", "updated")
+COLLECTIONS_PER_PAGE = 50
+
+
+def collections(session: Session, scope: ScopeContext, *, q: str | None = None, sort: str = "name",
+                limit: int | None = None, offset: int = 0) -> list[CollectionRow]:
+    """The scope's collections with member counts and the first member as cover: all of them by name
+    (menus), or those whose name contains ``q`` (case-insensitive), sorted by ``sort`` (one of
+    :data:`COLLECTION_SORTS`: name A–Z, size largest first, updated newest first), ``limit`` from ``offset``."""
     count = (
         select(func.count()).where(MemeCollectionItem.scope_id == scope.scope_id,
                                    MemeCollectionItem.collection_id == MemeCollection.id)
@@ -155,11 +162,25 @@ def collections(session: Session, scope: ScopeContext) -> list[CollectionRow]:
         .where(MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == MemeCollection.id)
         .order_by(MemeCollectionItem.added_at, MemeCollectionItem.meme_id).limit(1).scalar_subquery()
     )
-    rows = session.execute(
-        select(MemeCollection, count, cover).where(MemeCollection.scope_id == scope.scope_id)
-        .order_by(func.lower(MemeCollection.name))
-    ).all()
+    order = {"size": (count.desc(),), "updated": (MemeCollection.updated_at.desc(),)}.get(sort, ())
+    query = (select(MemeCollection, count, cover).where(_collection_filter(scope, q))
+             .order_by(*order, func.lower(MemeCollection.name), MemeCollection.id).offset(offset))
+    if limit is not None:
+        query = query.limit(limit)
+    rows = session.execute(query).all()
     return [CollectionRow(str(c.id), c.name, n, str(cv) if cv else None, c.updated_at) for c, n, cv in rows]
+
+
+def count_collections(session: Session, scope: ScopeContext, q: str | None = None) -> int:
+    """How many collections :func:`collections` finds for ``q``."""
+    return session.execute(select(func.count()).select_from(MemeCollection).where(_collection_filter(scope, q))).scalar_one()
+
+
+def _collection_filter(scope: ScopeContext, q: str | None):
+    condition = MemeCollection.scope_id == scope.scope_id
+    if q:
+        condition = and_(condition, MemeCollection.name.ilike(f"%{listing.escape_like(q)}%", escape="\\"))
+    return condition
 
 
 def collection(session: Session, scope: ScopeContext, collection_id: UUID) -> MemeCollection | None:

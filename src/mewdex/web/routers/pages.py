@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from mewdex.config import get_settings
 from mewdex.db.models import STAGES, ScopeContext
 from mewdex.dto.search import SearchFilters
+from mewdex.inference import visual_model
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError
 from mewdex.search import image_search, service
@@ -75,6 +76,9 @@ def render(request: Request, name: str, context: dict | None = None, status_code
         "path": request.url.path,
         "query_string": request.url.query,
     }
+    principal = getattr(request.state, "principal", None)
+    if principal is not None and principal.user is not None:  # accounts exist: who is signed in
+        base["signed_in"] = {"email": principal.user.email, "admin": principal.is_admin}
     return templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
 
 
@@ -201,11 +205,14 @@ def _detail_context(session: Session, scope: ScopeContext, meme_id: str) -> dict
     for stage in stages:
         stage["task_id"] = task_ids.get(stage["stage"], {}).get("task_id")
     context = meme.meme_context or {}
+    visual_labels = ((meme.extensions or {}).get("visual") or {}).get("labels") or []
     return {
         "meme": data,
         "stages": stages,
         "ocr_text": context.get("ocr_text") or "",
         "context": context,
+        # "Looks like" in the page's language only (the context keeps both for search)
+        "labels_by_lang": {lang: visual_model.labels_in(visual_labels, lang) for lang in ("en", "zh")},
         "similar": similar_cards,
         "duplicates": data["near_duplicates"],
         "in_collections": views.collections_of_meme(session, scope, meme.id),
@@ -270,10 +277,22 @@ def upload(request: Request, session: Session = Depends(db_session), scope: Scop
 
 
 @router.get("/collections")
-def collections_page(request: Request, session: Session = Depends(db_session),
-                     scope: ScopeContext = Depends(current_scope)):
-    return render(request, "collections.html", {"page": "collections",
-                                                "collections": views.collections(session, scope)})
+def collections_page(request: Request, q: str = "", sort: str = "name", page: str = "1", created: str = "",
+                     session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    """Search (name contains ``q``), sort (name, size, updated) and pages of 50; ``created`` (an id) is the
+    collection just created: confirmed and scrolled to."""
+    q = q.strip()[:100]
+    sort = sort if sort in views.COLLECTION_SORTS else "name"
+    total = views.count_collections(session, scope, q or None)
+    pages = max(1, -(-total // views.COLLECTIONS_PER_PAGE))
+    page_number = min(max(1, int(page) if page.isdigit() and len(page) < 7 else 1), pages)
+    rows = views.collections(session, scope, q=q or None, sort=sort, limit=views.COLLECTIONS_PER_PAGE,
+                             offset=(page_number - 1) * views.COLLECTIONS_PER_PAGE)
+    return render(request, "collections.html", {
+        "page": "collections", "collections": rows, "q": q, "sort": sort, "sorts": views.COLLECTION_SORTS,
+        "page_number": page_number, "pages": pages, "total": total,
+        "created": next((c for c in rows if c.id == created), None),
+    })
 
 
 @router.get("/collections/{collection_id}")

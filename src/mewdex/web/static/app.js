@@ -125,6 +125,7 @@ async function openDetail(href, opener) {
   const resp = await fetch(`${href}?fragment=1`);
   if (!resp.ok) { toast(t("js.load_failed"), "error"); return; }
   $("#detail-body").innerHTML = await resp.text();
+  preselectLastCollection($("#detail-body"));
   $("#detail-full").href = href;
   lastOpener = opener || lastOpener;
   if (!dialog.open) dialog.showModal();
@@ -202,7 +203,25 @@ async function renameCollection(form) {
 async function createCollection(form) {
   const r = await api("POST", "/api/v1/collections", {name: form.name.value.trim()});
   if (!r.ok) { $(".form-error", form).textContent = errorText(r.body, r.status); return; }
-  location.reload();
+  // The list filtered to the new name, with a confirmation, scrolled to the new row.
+  const id = r.body.id;
+  location.assign(`/collections?q=${encodeURIComponent(r.body.name)}&created=${id}#c-${id}`);
+}
+
+// "Add to" remembers the collection used last (this browser), for the detail page and the library.
+const LAST_COLLECTION = "mewdex.lastCollection";
+
+function rememberCollection(id) {
+  try { localStorage.setItem(LAST_COLLECTION, id); } catch (_) { /* storage off: nothing to remember */ }
+}
+
+function preselectLastCollection(root = document) {
+  let id = null;
+  try { id = localStorage.getItem(LAST_COLLECTION); } catch (_) { return; }
+  if (!id) return;
+  $$("form[data-action-form=add-to-collection] select[name=collection_id], #bulk-collection", root).forEach((select) => {
+    if ([...select.options].some((o) => o.value === id)) select.value = id;
+  });
 }
 
 function importRow(item) {
@@ -257,6 +276,7 @@ async function addToCollection(form) {
   const article = form.closest(".detail");
   const r = await api("POST", `/api/v1/collections/${form.collection_id.value}/items`, {meme_ids: [article.dataset.id]});
   if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
+  rememberCollection(form.collection_id.value);
   toast(t("js.added_to_collection"));
   reloadDetail();
 }
@@ -355,6 +375,7 @@ document.addEventListener("click", (e) => {
     case "bulk-retry": bulkRetry(); break;
     case "bulk-add": bulkAdd(); break;
     case "bulk-delete": bulkDelete(); break;
+    case "sign-out": fetch("/api/v1/auth/logout", {method: "POST"}).then(() => { location.href = "/login"; }); break;
     default: break;
   }
 });
@@ -373,6 +394,26 @@ function searchPage() {
   });
   document.body.addEventListener("htmx:sendError", () => toast(t("js.offline"), "error"));
   document.body.addEventListener("htmx:responseError", () => toast(t("js.search_failed"), "error"));
+  // Loading state: the results are marked busy (CSS dims them and shows a bar) while a search runs.
+  document.body.addEventListener("htmx:beforeRequest", (e) => {
+    if (e.detail.target === results) results.setAttribute("aria-busy", "true");
+  });
+  const settled = (e) => { if (e.detail.target === results) results.removeAttribute("aria-busy"); };
+  document.body.addEventListener("htmx:afterSwap", settled);
+  document.body.addEventListener("htmx:afterRequest", settled);
+  // Enter in the search box opens the first result (as the hint says) once the results shown are for
+  // this text (the server marks them with data-query); otherwise it runs the search.
+  q.addEventListener("keydown", (e) => {
+    if (e.key !== "Enter" || e.isComposing) return;
+    const first = $("#results .card a[href^='/memes/']");
+    const shown = $("#results .result-meta")?.dataset.query;
+    e.preventDefault();
+    if (first && shown === q.value.trim()) {
+      first.click();
+    } else {
+      htmx.trigger(form, "submit");
+    }
+  });
 
   async function searchByImage(file) {
     if (!file || !file.type.startsWith("image/")) { toast(t("js.not_an_image"), "error"); return; }
@@ -446,6 +487,7 @@ async function bulkAdd() {
   const collection = $("#bulk-collection").value;
   const r = await api("POST", `/api/v1/collections/${collection}/items`, {meme_ids: [...selected]});
   if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
+  rememberCollection(collection);
   toast(t("js.bulk_add_done", {n: selected.size}));
 }
 
@@ -509,7 +551,9 @@ function uploadPage() {
   function finish(li, item) {
     li.className = `upload-item st-${item.status}`;
     li.dataset.status = item.status;
-    $("progress", li).value = 100;
+    // A rejected file's bar is removed (a full bar reads as success); the row says "rejected" instead.
+    if (item.status === "rejected") $("progress", li)?.remove();
+    else $("progress", li).value = 100;
     const result = $(".file-result", li);
     result.replaceChildren();
     if (item.status === "rejected") {
@@ -598,3 +642,9 @@ document.body.addEventListener("htmx:beforeRequest", (e) => {
 
 const pages = {search: searchPage, library: libraryPage, upload: uploadPage};
 (pages[document.body.dataset.page] || (() => {}))();
+preselectLastCollection();
+document.body.addEventListener("htmx:afterSwap", (e) => preselectLastCollection(e.detail.target));
+// A select marked data-autosubmit (the collections page's sort) submits its GET form when changed.
+document.addEventListener("change", (e) => {
+  if (e.target.matches && e.target.matches("select[data-autosubmit]")) e.target.form.requestSubmit();
+});

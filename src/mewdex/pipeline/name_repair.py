@@ -1,0 +1,73 @@
+"""The ``meme_name_repair`` task type: give memes named by a generic file stem (``default``, ``IMG_2034``,
+a UUID…) a name from meaning — the folder they were imported from, else their context title.
+
+For libraries imported before names came from meaning (:func:`mewdex.library.names.name_for_file`). Never
+touches a name a person gave (``name_source = manual``, checked under each meme's row lock) nor a name
+that already means something; each change is an automatic name, bumps the revision and is journaled
+like the ``auto_rename`` stage's. Submit it with :func:`submit_name_repair` (``mewdex repair-names``).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from mewdex.db.models import Meme
+from mewdex.library.names import is_generic_stem, normalize_display_name
+from mewdex.pipeline.auto_rename import AutoRenameStage
+from mewdex.queue.registry import RetryPolicy, TaskContext, submit, task_type
+
+TASK_TYPE = "meme_name_repair"
+
+
+def meaningful_name(meme: Meme) -> str | None:
+    """The name a meme with a generic name should have: its import folder's name when that is not
+    generic, else its context title; None when neither gives one."""
+    relative = (meme.provenance or {}).get("relative_path")
+    if isinstance(relative, str) and "/" in relative:
+        folder = PurePosixPath(relative).parent.name
+        if folder and not is_generic_stem(folder):
+            try:
+                return normalize_display_name(folder)
+            except ValueError:
+                pass
+    name = AutoRenameStage().run(meme)["name"]
+    return name if name and not is_generic_stem(name) else None
+
+
+def repair_names(sessions: sessionmaker[Session], scope_id: str, *, batch: int = 200) -> dict[str, int]:
+    """Rename the scope's generically named, not manually named memes (see module doc), ``batch`` memes
+    per transaction. Returns ``{"checked": n, "renamed": n}``."""
+    checked = renamed = 0
+    after = None
+    while True:
+        with sessions.begin() as session:
+            query = select(Meme).where(Meme.scope_id == scope_id, Meme.name_source != "manual")
+            if after is not None:
+                query = query.where(Meme.id > after)
+            memes = session.execute(query.order_by(Meme.id).limit(batch).with_for_update()).scalars().all()
+            if not memes:
+                return {"checked": checked, "renamed": renamed}
+            for meme in memes:
+                checked += 1
+                if not is_generic_stem(meme.display_name):
+                    continue
+                name = meaningful_name(meme)
+                if name is not None and name != meme.display_name:
+                    AutoRenameStage().apply(session, meme, {"name": name})
+                    renamed += 1
+            after = memes[-1].id
+
+
+@task_type(TASK_TYPE, retry=RetryPolicy(max_attempts=3))
+def meme_name_repair(ctx: TaskContext) -> dict[str, Any]:
+    """Repair the names of the task's scope. ``{"checked": n, "renamed": n}``."""
+    return repair_names(ctx.sessions, ctx.claim.scope_id)
+
+
+def submit_name_repair(session: Session, scope_id: str):
+    """Enqueue the scope's name repair (one active at a time); returns the task row."""
+    return submit(session, scope_id=scope_id, task_type=TASK_TYPE, payload={}, dedupe_key="meme_name_repair")
