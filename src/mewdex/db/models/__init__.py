@@ -30,6 +30,12 @@ from mewdex.db.models.platform import (
     UserDiskUsage,
     UserSession,
 )
+from mewdex.db.models.providers import (
+    ExternalSystem,
+    ExternalSystemAudit,
+    ExternalSystemDefinition,
+    ExternalSystemGrant,
+)
 from mewdex.db.models.queue import (
     IMAGE_STAGE_TASK_TYPES,
     Task,
