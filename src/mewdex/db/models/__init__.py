@@ -35,6 +35,7 @@ from mewdex.db.models.providers import (
     ExternalSystemAudit,
     ExternalSystemDefinition,
     ExternalSystemGrant,
+    ScopeAnalysisPolicy,
 )
 from mewdex.db.models.queue import (
     IMAGE_STAGE_TASK_TYPES,

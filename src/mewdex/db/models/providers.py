@@ -131,3 +131,21 @@ class ExternalSystemAudit(Base):
         Index("ix_external_system_audits_scope_created", "scope_id", "created_at"),
         Index("ix_external_system_audits_definition_created", "definition_id", "created_at"),
     )
+
+
+class ScopeAnalysisPolicy(Base):
+    """A scope's analysis policy (what outside help analysis may use): ``vision`` (the vision-LLM
+    analysis), ``reverse_image_search`` (``forbid`` | ``auto``), ``llm_enhance`` (query rewriting).
+    No row: the defaults (:func:`mewdex.providers.policy.for_scope`). Frozen into each new job's
+    ``analysis_policy``."""
+
+    __tablename__ = "scope_analysis_policies"
+    scope_id: Mapped[str] = mapped_column(String(128), ForeignKey("scopes.id", ondelete="CASCADE"), primary_key=True)
+    vision: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    reverse_image_search: Mapped[str] = mapped_column(Text, nullable=False, default="forbid")
+    llm_enhance: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    updated_at: Mapped[datetime] = updated_at()
+
+    __table_args__ = (
+        CheckConstraint("reverse_image_search IN ('forbid','auto')", name="ck_scope_analysis_reverse"),
+    )

@@ -1,4 +1,5 @@
 """Connectors (issue 15, seed 004): external system definitions, grants, connections and audits;
+scopes' analysis policies;
 operation grants for provider chat and embedding calls.
 
 Revision ID: 0008
@@ -94,6 +95,15 @@ def upgrade() -> None:
     op.create_index("ix_external_system_audits_scope_created", "external_system_audits", ["scope_id", "created_at"])
     op.create_index("ix_external_system_audits_definition_created", "external_system_audits",
                     ["definition_id", "created_at"])
+    op.create_table(
+        "scope_analysis_policies",
+        sa.Column("scope_id", sa.String(128), sa.ForeignKey("scopes.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("vision", sa.Boolean(), nullable=False),
+        sa.Column("reverse_image_search", sa.Text(), nullable=False),
+        sa.Column("llm_enhance", sa.Boolean(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.CheckConstraint("reverse_image_search IN ('forbid','auto')", name="ck_scope_analysis_reverse"),
+    )
     op.drop_constraint("ck_operation_grant_operation", "operation_grants", type_="check")
     op.create_check_constraint("ck_operation_grant_operation", "operation_grants", f"operation IN ({_NEW_OPERATIONS})")
 
@@ -102,6 +112,7 @@ def downgrade() -> None:
     op.execute("DELETE FROM operation_grants WHERE operation IN ('provider.chat','provider.embedding')")
     op.drop_constraint("ck_operation_grant_operation", "operation_grants", type_="check")
     op.create_check_constraint("ck_operation_grant_operation", "operation_grants", f"operation IN ({_OLD_OPERATIONS})")
+    op.drop_table("scope_analysis_policies")
     op.drop_table("external_system_audits")
     op.drop_table("external_systems")
     op.drop_table("external_system_grants")
