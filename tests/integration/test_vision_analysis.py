@@ -167,3 +167,70 @@ def test_fallback_to_json_mode_repair_and_refusal(vision_world, sessions, store)
     statuses = sorted(c["vision_status"] for c in contexts)
     assert statuses == ["ok", "provider_refused"]
     assert next(c for c in contexts if c["vision_status"] == "ok")["vision"]["description_en"] == "a cat wearing sunglasses"
+
+
+def test_worker_killed_during_the_call_leaves_unknown_execution_and_resume_completes(
+        vision_world, sessions, store, mewdex_env):
+    import signal
+    import threading
+    import time
+
+    from queue_helpers import start_workers, stop_workers
+
+    from mewdex.db.models import Meme, Task, UsageEvent
+    from mewdex.library.importer import collect, import_paths
+    from mewdex.queue import service
+    from mewdex.queue import tasks as queue
+
+    from conftest import wait_until
+
+    fake, scope = vision_world["fake"], vision_world["scope"]
+    arrived, release = threading.Event(), threading.Event()
+    answer = _answer(3, "a walrus reading a newspaper")
+
+    def handler(request):
+        if not arrived.is_set():
+            arrived.set()
+            release.wait(60)  # the worker dies while this call is in flight
+        return Reply.json(answer)
+
+    fake.handler = handler
+    one = vision_world["root"] / "kill"
+    one.mkdir()
+    shutil.copyfile(CORPUS / "memegen" / "images" / FILES[4], one / "k.jpg")
+    ids = []
+    import_paths(sessions, store, scope, collect([one]), on_result=lambda item, result: ids.append(result.meme_id))
+    workers = start_workers(mewdex_env, 1, extra_env={
+        "MEWDEX_EGRESS_ALLOW_HOSTS": json.dumps([fake.host_port]), "MEWDEX_PROVIDER_MAX_RETRIES": "0",
+        "MEWDEX_WORKER_LEASE_SECONDS": "5", "MEWDEX_WORKER_HEARTBEAT_SECONDS": "1"})
+    try:
+        assert arrived.wait(240), "the worker never called the vision model"
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait(30)
+    finally:
+        stop_workers(workers)
+        release.set()
+
+    def reaped():
+        with sessions.begin() as session:
+            queue.reap_expired(session)
+            return session.execute(select(Task).where(
+                Task.scope_id == scope.scope_id, Task.task_type == "meme_context_generation",
+                Task.termination_reason == "unknown_execution")).scalar_one_or_none()
+
+    task = wait_until(reaped, timeout=60, what="the context task to end unknown_execution")
+    assert task.status == "failed" and task.resume_available
+    time.sleep(0.5)
+    drain_queue(sessions, scope, timeout=60)  # never replayed by itself
+    with sessions.begin() as session:
+        assert len(fake.chat_requests()) == 1
+        service.retry(session, scope, task.id)
+    drain_queue(sessions, scope, timeout=300)
+    assert len(fake.chat_requests()) == 2
+    with sessions.begin() as session:
+        meme = session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == ids[0])).scalar_one()
+        assert meme.meme_context["vision_status"] == "ok"
+        assert meme.meme_context["vision"]["description_en"] == "a walrus reading a newspaper"
+        ok = session.execute(select(UsageEvent).where(UsageEvent.scope_id == scope.scope_id,
+                                                      UsageEvent.units["outcome"].astext == "ok")).scalars().all()
+        assert len(ok) == 1  # the resumed attempt commits the grant the dead one reserved, once
