@@ -57,6 +57,8 @@ class ContextStage:
             labels=meme.meme_context.get("labels"),
             image_size=frames[0].size,
         )
+        if meme.analysis_policy.get("reverse_image_search") == "auto" and ctx is not None:
+            context.update(reverse_image_context(meme, ctx))
         if meme.analysis_policy.get("vision") and ctx is not None:
             context.update(vision_context(meme, ctx, frames, context))
         return context
@@ -88,7 +90,7 @@ def vision_context(meme: MemeSnapshot, ctx: Any, frames: list, context: dict[str
         result = vision.analyze(
             ctx.sessions, ScopeContext(meme.scope_id), frames=frames, ocr_text=context.get("ocr_text") or "",
             file_name=meme.display_name, folders=list(context.get("folders") or []),
-            neighbours=[], task_id=ctx.claim.task_id, resource_id=str(meme.id), before_call=ctx.external_started,
+            neighbours=list((context.get("reverse_image") or {}).get("titles") or []), task_id=ctx.claim.task_id, resource_id=str(meme.id), before_call=ctx.external_started,
             max_cost=Decimal(str(limit)) if limit is not None else None)
     except PlatformError as exc:
         if exc.code != "quota_exceeded":
@@ -100,6 +102,25 @@ def vision_context(meme: MemeSnapshot, ctx: Any, frames: list, context: dict[str
         return {"vision_status": exc.code}
     ctx.observe_cost(Decimal(result["cost"]))
     return {"vision": result, "vision_status": "ok"}
+
+
+def reverse_image_context(meme: MemeSnapshot, ctx: Any) -> dict[str, Any]:
+    """``{"reverse_image": {"titles", "pages"}}`` from a reverse-image connector
+    (:func:`mewdex.providers.reverse_image.lookup`: cached by sha256, metered, every lookup
+    recorded); ``{}`` when none is usable or the budget is spent; retryable failures retry."""
+    from mewdex.db.models import ScopeContext
+    from mewdex.providers import reverse_image
+    from mewdex.providers.errors import ProviderError
+
+    try:
+        found = reverse_image.lookup(ctx.sessions, ScopeContext(meme.scope_id), policy="auto", sha256=meme.sha256,
+                                     image=meme.read_bytes(), meme_id=meme.id, task_id=ctx.claim.task_id,
+                                     before_call=ctx.external_started)
+    except ProviderError as exc:
+        if exc.retryable:
+            raise StageError(exc.code, exc.message, retryable=True) from None
+        return {"reverse_image_status": exc.code}
+    return {} if found is None else {"reverse_image": found}
 
 
 def write_keyword_document(session: Session, meme: Meme) -> None:

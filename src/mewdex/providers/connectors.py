@@ -72,7 +72,8 @@ def provider_spec(name: str) -> ProviderSpec:
 
 # Modules that register a provider when imported (loaded on first lookup; by name, so this module
 # does not depend on the providers that depend on it).
-BUILTIN_PROVIDER_MODULES = ("mewdex.providers.openai_compat", "mewdex.providers.webhook")
+BUILTIN_PROVIDER_MODULES = ("mewdex.providers.openai_compat", "mewdex.providers.webhook",
+                            "mewdex.providers.reverse_image")
 
 
 def _load_builtin() -> None:

@@ -229,7 +229,7 @@ def metered_call(sessions: sessionmaker, scope: ScopeContext, model: ModelClient
     from mewdex.platform.errors import PlatformError
 
     key = idempotency_key or f"call:{uuid.uuid4().hex}"
-    base_units = {"provider": PROVIDER, "model": model.model, "price_version": model.price.version}
+    base_units = {"provider": model.connection.provider, "model": model.model, "price_version": model.price.version}
     connection = model.connection
     try:
         with sessions.begin() as session:

@@ -40,9 +40,10 @@ def vision_text(context: dict[str, Any]) -> str:
 
 
 def vision_terms(context: dict[str, Any]) -> str:
-    """Everything the vision model said, for the keyword leg ("" without it)."""
+    """Everything the vision model said and the reverse-image page titles, for the keyword leg."""
     vision = context.get("vision") or {}
     lists = [x for k in ("people", "objects", "emotions", "tags_zh", "tags_en") for x in vision.get(k) or []]
+    lists += list((context.get("reverse_image") or {}).get("titles") or [])  # titles of pages showing it
     return " ; ".join([vision_text(context), vision.get("text_in_image") or "", *[str(x) for x in lists]]).strip(" ;")
 
 
