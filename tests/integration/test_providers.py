@@ -330,3 +330,25 @@ def test_secrets_rotate_reencrypts_every_stored_secret(fake, sessions, people, m
         assert row.credentials["api_key"]["kid"] == secrets.active_key_id() != old_kid
         assert chat_client(session, ScopeContext(alice_scope), "chat").connection.credentials["api_key"] == fake.api_key
         session.delete(row)
+
+
+def test_cli_connectors_and_secrets_rotate_never_print_the_key(mewdex_env, sessions):
+    import os
+    import subprocess
+
+    from conftest import MEWDEX_BIN
+
+    env = {**os.environ, **mewdex_env.env, "PROVIDER_TEST_KEY": "sk-cli-secret-998877"}
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    made = subprocess.run([str(MEWDEX_BIN), "connectors", "create", "openai_compatible", name, "--config",
+                           '{"base_url": "https://api.example.com/v1", "chat_model": "m"}', "--visibility", "all",
+                           "--api-key-env", "PROVIDER_TEST_KEY"], env=env, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    listed = subprocess.run([str(MEWDEX_BIN), "connectors", "list"], env=env, capture_output=True, text=True, timeout=300)
+    rotated = subprocess.run([str(MEWDEX_BIN), "secrets", "rotate"], env=env, capture_output=True, text=True, timeout=300)
+    assert rotated.returncode == 0 and "re-encrypted" in rotated.stdout
+    assert name in listed.stdout and "sk-…8877" in listed.stdout
+    for out in (made, listed, rotated):
+        assert "sk-cli-secret-998877" not in out.stdout + out.stderr
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM external_system_definitions WHERE name = :n"), {"n": name})

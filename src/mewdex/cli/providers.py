@@ -117,3 +117,28 @@ def connectors_audits(limit: int = typer.Option(50, min=1, max=500)) -> None:
             console.print(f"{a.created_at:%Y-%m-%d %H:%M:%S}  {a.scope_id:<16} {a.event:<10} {a.outcome:<8} "
                           f"{a.status_code or '-':<4} {a.duration_ms:>6} ms  {json.dumps(a.detail)}", markup=False,
                           highlight=False)
+
+
+def reanalyze(
+    all_memes: bool = typer.Option(False, "--all", help="Every meme, not only those without a vision context."),
+) -> None:
+    """Re-run the analysis of the local scope's memes (mode full_retry: every stage again) under its
+    current analysis policy, e.g. after configuring a vision model. Without --all only memes whose
+    context has no vision analysis yet. The workers (`mewdex serve` / `mewdex worker`) process them."""
+    from sqlalchemy import select
+
+    from mewdex.db.models import Meme
+    from mewdex.library.scopes import default_scope
+    from mewdex.pipeline import processing
+
+    scope = default_scope()
+    with _sessions().begin() as session:
+        query = select(Meme.id).where(Meme.scope_id == scope.scope_id)
+        if not all_memes:
+            query = query.where(~Meme.meme_context.has_key("vision"))
+        ids = list(session.execute(query).scalars())
+        if not ids:
+            console.print("nothing to re-analyse")
+            return
+        result = processing.submit(session, scope, meme_ids=ids, mode="full_retry")
+    console.print(f"queued {len(result['jobs'])} meme(s); {len(result['skipped'])} already in progress")
