@@ -40,9 +40,10 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -61,36 +62,36 @@ class Reply:
     finish_reason: str | None = None
 
     @classmethod
-    def text(cls, content: str, **kw) -> "Reply":
+    def text(cls, content: str, **kw) -> Reply:
         return cls(content=content, **kw)
 
     @classmethod
-    def json(cls, obj: Any, **kw) -> "Reply":
+    def json(cls, obj: Any, **kw) -> Reply:
         return cls(content=json.dumps(obj, ensure_ascii=False), **kw)
 
     @classmethod
-    def tool_call(cls, name: str, arguments: Any, call_id: str | None = None, **kw) -> "Reply":
+    def tool_call(cls, name: str, arguments: Any, call_id: str | None = None, **kw) -> Reply:
         return cls.calls([(name, arguments, call_id)], **kw)
 
     @classmethod
-    def calls(cls, calls: list[tuple], **kw) -> "Reply":
+    def calls(cls, calls: list[tuple], **kw) -> Reply:
         normal = [(c[0], c[1], (c[2] if len(c) > 2 and c[2] else f"call_{uuid.uuid4().hex[:12]}")) for c in calls]
         return cls(tool_calls=normal, finish_reason="tool_calls", **kw)
 
     @classmethod
-    def refusal(cls, text: str = "I can't help with that.", **kw) -> "Reply":
+    def refusal(cls, text: str = "I can't help with that.", **kw) -> Reply:
         return cls(refusal_text=text, **kw)
 
     @classmethod
-    def error(cls, status: int, message: str = "error", headers: dict[str, str] | None = None) -> "Reply":
+    def error(cls, status: int, message: str = "error", headers: dict[str, str] | None = None) -> Reply:
         return cls(status=status, error_message=message, headers=headers or {})
 
     @classmethod
-    def invalid_json(cls) -> "Reply":
+    def invalid_json(cls) -> Reply:
         return cls(raw_body=b"{this is not json")
 
     @classmethod
-    def delay(cls, seconds: float, then: "Reply | None" = None) -> "Reply":
+    def delay(cls, seconds: float, then: Reply | None = None) -> Reply:
         reply = then or cls.text("late")
         reply.delay_seconds = seconds
         return reply
@@ -186,7 +187,7 @@ class FakeOpenAI:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from accounts_helpers import auth_app  # noqa: F401 (fixture)
 from sqlalchemy import text
 
+from accounts_helpers import auth_app  # noqa: F401 (fixture)
 from fakes.openai_server import FakeOpenAI
 
 

@@ -51,7 +51,6 @@ def test_reverse_image_lookup_is_cached_by_sha256_metered_and_forbid_makes_no_ca
     if not corpus_available():
         pytest.skip("corpus not found")
     from accounts_helpers import delete_users
-
     from mewdex.db.models import Meme, ReverseImageUsageEvent, ScopeContext, UsageEvent
     from mewdex.library.importer import collect, import_paths
     from mewdex.pipeline import jobs

@@ -175,14 +175,12 @@ def test_worker_killed_during_the_call_leaves_unknown_execution_and_resume_compl
     import threading
     import time
 
-    from queue_helpers import start_workers, stop_workers
-
+    from conftest import wait_until
     from mewdex.db.models import Meme, Task, UsageEvent
     from mewdex.library.importer import collect, import_paths
     from mewdex.queue import service
     from mewdex.queue import tasks as queue
-
-    from conftest import wait_until
+    from queue_helpers import start_workers, stop_workers
 
     fake, scope = vision_world["fake"], vision_world["scope"]
     arrived, release = threading.Event(), threading.Event()

@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -51,7 +52,7 @@ class ProviderSpec:
     name: str
     validate_config: Callable[[dict[str, Any]], dict[str, Any]]
     credential_fields: tuple[str, ...]
-    verify: Callable[["Connection"], tuple[int | None, int | None]] | None = None
+    verify: Callable[[Connection], tuple[int | None, int | None]] | None = None
 
 
 PROVIDERS: dict[str, ProviderSpec] = {}

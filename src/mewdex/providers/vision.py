@@ -17,8 +17,9 @@ import base64
 import io
 import json
 import logging
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.orm import sessionmaker

@@ -23,7 +23,6 @@ from mewdex.db.models import ExternalSystem, ExternalSystemAudit, ExternalSystem
 from mewdex.dto.connectors import (
     AnalysisPolicy,
     AnalysisPolicyPatch,
-    Audit,
     AuditList,
     Connection,
     ConnectionCreate,
