@@ -116,6 +116,11 @@ def test_vision_analysis_feeds_search_meters_and_audits(vision_world, sessions, 
         assert hits and str(hits[0].id) == target_id
         hits = search(session, scope, "purple giraffe on a roof", legs=("e5", "use")).results
         assert hits and str(hits[0].id) == target_id  # the vector legs embed the vision field too
+        from mewdex.search.evaluation import evaluate
+
+        quality = evaluate(session, scope, [{"query": "giraffe juggling lanterns", "ids": [target_id]},
+                                            {"query": "anything", "sha256": ["0" * 64]}])
+        assert quality == {"queries": 2, "evaluated": 1, "skipped": 1, "recall_at_10": 1.0, "mrr_at_10": 1.0}
         events = session.execute(select(UsageEvent).where(UsageEvent.scope_id == scope.scope_id,
                                                           UsageEvent.model_profile.like("vision-%"))).scalars().all()
         assert len(events) == 20 and all(e.units["outcome"] == "ok" and e.units["images"] == 1 for e in events)

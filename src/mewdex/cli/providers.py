@@ -142,3 +142,28 @@ def reanalyze(
             return
         result = processing.submit(session, scope, meme_ids=ids, mode="full_retry")
     console.print(f"queued {len(result['jobs'])} meme(s); {len(result['skipped'])} already in progress")
+
+
+def eval_(
+    queries: str = typer.Argument(..., help='JSON lines: {"query": "...", "ids": [...]} or "sha256": [...].'),
+    legs: str = typer.Option("", help="Comma-separated legs (keyword,e5,use); default all, fused."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Recall@10 and MRR@10 of the local scope's search (its active generations) on a query set."""
+    from pathlib import Path
+
+    from mewdex.library.scopes import default_scope
+    from mewdex.search.evaluation import evaluate, load_queries
+
+    try:
+        rows = load_queries(Path(queries))
+    except (OSError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    with _sessions().begin() as session:
+        result = evaluate(session, default_scope(), rows, tuple(x for x in legs.split(",") if x) or None)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        console.print(f"{result['evaluated']} of {result['queries']} queries evaluated ({result['skipped']} skipped): "
+                      f"Recall@10 {result['recall_at_10']}, MRR@10 {result['mrr_at_10']}")
