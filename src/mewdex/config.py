@@ -107,6 +107,19 @@ class Settings(BaseSettings):
     max_concurrent_uploads: int = Field(default=4, ge=1, description="Upload/import/image-search bodies one user may stream at once.")
     max_json_bytes: int = Field(default=64 * 1024, ge=1024, description="Largest JSON/form body of a non-upload route.")
 
+    # Outside systems (providers): secrets at rest, the env-configured OpenAI-compatible endpoint.
+    secret_key: str | None = Field(
+        default=None, description="32-byte key (base64 or hex) sealing stored secrets; unset = key ring under the data dir.")
+    public_url: str | None = Field(
+        default=None, description="This server's public https URL: providers that need an image URL get signed links under it.")
+    openai_base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint (…/v1) of the platform definition made at start.")
+    openai_api_key: str | None = Field(default=None, description="Its API key (sealed into the database, never logged).")
+    chat_model: str | None = Field(default=None, description="Chat model of that endpoint.")
+    vision_model: str | None = Field(default=None, description="Vision model; set = vision analysis on for the local scope's new memes.")
+    embedding_model: str | None = Field(default=None, description="Embedding model of that endpoint.")
+    provider_timeout_seconds: float = Field(default=60.0, gt=0, description="Read timeout of one provider call.")
+    provider_max_retries: int = Field(default=2, ge=0, le=10, description="SDK retries (429 with Retry-After, 5xx, timeouts).")
+
     @property
     def blob_root(self) -> Path:
         return self.data_dir.resolve() / "blobs"

@@ -20,7 +20,7 @@
 :func:`operator_request` is for the address the operator typed (``mewdex search --server URL``):
 no address checks, but the same ``trust_env=False`` and timeouts.
 
-Imports only the standard library, httpx and :mod:`mewdex.config`.
+Imports only the standard library, httpx (httpx2 for SDK clients) and :mod:`mewdex.config`.
 """
 
 from __future__ import annotations
@@ -190,6 +190,41 @@ def fetch(method: str, url: str, *, headers: dict[str, str] | None = None, conte
                 raise EgressError("egress_content_type", f"{target.host} answered {result.content_type or 'no type'}")
             return result
     raise EgressError("egress_too_many_redirects", f"more than {MAX_REDIRECTS} redirects")
+
+
+def _guarded_transport_class():
+    """The ``httpx2`` transport SDK clients use (the ``openai`` SDK ≥ 3 speaks ``httpx2``): it checks
+    every request like :func:`fetch` (scheme, allow-list, public addresses) and connects to the
+    checked address, with the original ``Host`` and TLS SNI name."""
+    import httpx2
+
+    class GuardedTransport(httpx2.HTTPTransport):
+        def handle_request(self, request):
+            target = check_url(str(request.url))
+            request.headers["Host"] = (target.host if target.port == _DEFAULT_PORTS[target.scheme]
+                                       else f"{target.host}:{target.port}")
+            request.url = request.url.copy_with(host=target.address, port=target.port)
+            if target.scheme == "https":
+                request.extensions = {**request.extensions, "sni_hostname": target.host}
+            try:
+                return super().handle_request(request)
+            except httpx2.HTTPError:
+                raise
+            except OSError as exc:  # never a raw socket error with an address in it
+                raise httpx2.ConnectError(f"request to {target.host} failed: {type(exc).__name__}") from None
+
+    return GuardedTransport
+
+
+def guarded_client(timeout: float = 60.0, connect_timeout: float = 5.0):
+    """An ``httpx2.Client`` for SDKs (pass it as the ``openai`` SDK's ``http_client=``): every
+    request it sends passes the checks of :func:`fetch` (a refused one raises
+    :class:`EgressError` out of the SDK call, which the SDK does not retry); no redirects followed,
+    ``trust_env=False``; ``timeout``: read/write seconds."""
+    import httpx2
+
+    return httpx2.Client(transport=_guarded_transport_class()(verify=True, trust_env=False), trust_env=False,
+                         follow_redirects=False, timeout=httpx2.Timeout(timeout, connect=connect_timeout))
 
 
 def operator_request(method: str, url: str, *, headers: dict[str, str] | None = None, timeout: float = 60.0,

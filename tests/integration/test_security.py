@@ -308,7 +308,7 @@ def test_only_the_egress_module_imports_an_http_client():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if any(n.split(".")[0] in ("httpx", "requests", "urllib3", "aiohttp") or n == "urllib.request"
+            if any(n.split(".")[0] in ("httpx", "httpx2", "requests", "urllib3", "aiohttp") or n == "urllib.request"
                    for n in names):
                 offenders.append(str(path.relative_to(root)))
     assert offenders == []

@@ -304,7 +304,9 @@ def test_semantic_fields_each_text_once(drake):
 def test_semantic_fields_per_embedder_follow_the_measured_field_sets(drake):
     for embedder, model_id in (("e5", "multilingual-e5-small@2"), ("use", "use-multilingual-v3@1")):
         expected = set(FIELDS_BY_EMBEDDER[embedder])
-        assert set(semantic_fields(drake, embedder)) == expected
+        described = {**drake, "vision": {"description_en": "a man turns one thing down and likes another"}}
+        assert set(semantic_fields(described, embedder)) == expected  # vision: only with a provider's analysis
+        assert set(semantic_fields(drake, embedder)) == expected - {"vision"}
         assert semantic_fields(drake, model_id) == semantic_fields(drake, embedder)
     with pytest.raises(ValueError):
         semantic_fields(drake, "clip")

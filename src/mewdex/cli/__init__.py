@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 import typer.core
 
-from mewdex.cli import library, search, server, tasks, thumbnails, users
+from mewdex.cli import library, providers, search, server, tasks, thumbnails, users
 from mewdex.cli.common import console, err
 
 # Help without type tags (<bool>, <list[Path]>): an option's name and help say what it takes; ranges stay.
@@ -44,6 +44,11 @@ user_app = typer.Typer(help="Accounts (acts on the local database as its admin).
 app.add_typer(user_app, name="user")
 tasks_app = typer.Typer(help="Queue tasks: list, show, retry, cancel.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
+secrets_app = typer.Typer(help="Secrets at rest (provider API keys).", no_args_is_help=True)
+app.add_typer(secrets_app, name="secrets")
+connectors_app = typer.Typer(help="Connectors to outside systems (AI providers, reverse image search).",
+                             no_args_is_help=True)
+app.add_typer(connectors_app, name="connectors")
 
 app.command()(server.serve)
 app.command()(server.worker)
@@ -68,6 +73,15 @@ tasks_app.command("list")(tasks.tasks_list)
 tasks_app.command("show")(tasks.tasks_show)
 tasks_app.command("retry")(tasks.tasks_retry)
 tasks_app.command("cancel")(tasks.tasks_cancel)
+app.command()(providers.reanalyze)
+app.command("eval")(providers.eval_)
+secrets_app.command("rotate")(providers.secrets_rotate)
+connectors_app.command("list")(providers.connectors_list)
+connectors_app.command("create")(providers.connectors_create)
+connectors_app.command("grant")(providers.connectors_grant)
+connectors_app.command("revoke")(providers.connectors_revoke)
+connectors_app.command("verify")(providers.connectors_verify)
+connectors_app.command("audits")(providers.connectors_audits)
 
 worker = server.worker  # the ``mewdex worker`` command
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sqlalchemy import select
@@ -42,6 +42,8 @@ class MemeSnapshot:
     provenance: dict[str, Any]
     meme_context: dict[str, Any]
     read_bytes: Any  # () -> bytes
+    #: the job's frozen ``analysis_policy`` (analysis stage only; {} otherwise)
+    analysis_policy: dict[str, Any] = field(default_factory=dict)
 
 
 class Stage(Protocol):

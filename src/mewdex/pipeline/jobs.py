@@ -107,6 +107,13 @@ def active_job(session: Session, meme: Meme) -> ImageProcessingJob | None:
     ).scalar_one_or_none()
 
 
+def scope_analysis_policy(session: Session, scope_id: str) -> dict[str, Any]:
+    """The scope's analysis policy (vision, reverse image search, llm_enhance) a new job freezes."""
+    from mewdex.providers import policy
+
+    return policy.for_scope(session, scope_id)
+
+
 def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
@@ -118,6 +125,7 @@ def create_job(session: Session, meme: Meme, *, auto_name: bool = False, mode: s
     joins that batch parked, to be fed as the lane drains; later stages' tasks join it unparked.
     ``new_meme``: the meme was created in this transaction (no output can be ready, no job exists yet)."""
     config = processing_config(auto_name)
+    config["analysis_policy"].update(scope_analysis_policy(session, meme.scope_id))
     ready = set() if mode == "full_retry" or new_meme else ready_stages(session, meme)
     stages_plan = plan(config["stages"], ready, mode)
     job = ImageProcessingJob(

@@ -39,7 +39,7 @@ class ContextStage:
 
     name = CONTEXT_STAGE
 
-    def run(self, meme: MemeSnapshot) -> dict[str, Any]:
+    def run(self, meme: MemeSnapshot, ctx: Any = None) -> dict[str, Any]:
         try:
             frames = load_frames(meme.read_bytes(), indices="first_middle", max_pixels=get_settings().max_pixels)
         except ImageError as exc:
@@ -50,13 +50,18 @@ class ContextStage:
             lines = models.ocr_engine().read(frames)
         except BackendUnavailable as exc:
             raise StageError("backend_unavailable", str(exc)) from exc
-        return build_meme_context(
+        context = build_meme_context(
             relative_path=meme.provenance.get("relative_path") or meme.display_name,
             display_name=meme.display_name,
             ocr_lines=lines,
             labels=meme.meme_context.get("labels"),
             image_size=frames[0].size,
         )
+        if meme.analysis_policy.get("reverse_image_search") == "auto" and ctx is not None:
+            context.update(reverse_image_context(meme, ctx))
+        if meme.analysis_policy.get("vision") and ctx is not None:
+            context.update(vision_context(meme, ctx, frames, context))
+        return context
 
     def apply(self, session: Session, meme: Meme, output: dict[str, Any]) -> None:
         meme.meme_context = output
@@ -64,6 +69,58 @@ class ContextStage:
         meme.text_input_status = "eligible"
         meme.search_metadata_hash = context_hash(output)
         write_keyword_document(session, meme)
+
+
+def vision_context(meme: MemeSnapshot, ctx: Any, frames: list, context: dict[str, Any]) -> dict[str, Any]:
+    """``{"vision": {...}}`` from the scope's vision model (:mod:`mewdex.providers.vision`), or
+    ``{"vision_status": code}`` when it cannot or may not be asked (no connector, budget spent,
+    refusal, invalid output after the repair): the local context stands on its own. Failures worth
+    retrying (rate limits, 5xx, timeouts) fail the attempt with their code (retried with backoff).
+    The call is preceded by ``ctx.external_started()`` (a worker dying during it leaves the task
+    ``unknown_execution``) and its cost is checked against the job's frozen policy."""
+    from decimal import Decimal
+
+    from mewdex.db.models import ScopeContext
+    from mewdex.platform.errors import PlatformError
+    from mewdex.providers import vision
+    from mewdex.providers.errors import ProviderError
+
+    limit = meme.analysis_policy.get("max_cost_per_image")
+    try:
+        result = vision.analyze(
+            ctx.sessions, ScopeContext(meme.scope_id), frames=frames, ocr_text=context.get("ocr_text") or "",
+            file_name=meme.display_name, folders=list(context.get("folders") or []),
+            neighbours=list((context.get("reverse_image") or {}).get("titles") or []), task_id=ctx.claim.task_id, resource_id=str(meme.id), before_call=ctx.external_started,
+            max_cost=Decimal(str(limit)) if limit is not None else None)
+    except PlatformError as exc:
+        if exc.code != "quota_exceeded":
+            raise
+        return {"vision_status": "quota_exceeded"}
+    except ProviderError as exc:
+        if exc.retryable and exc.code != "provider_invalid_output":
+            raise StageError(exc.code, exc.message, retryable=True) from None
+        return {"vision_status": exc.code}
+    ctx.observe_cost(Decimal(result["cost"]))
+    return {"vision": result, "vision_status": "ok"}
+
+
+def reverse_image_context(meme: MemeSnapshot, ctx: Any) -> dict[str, Any]:
+    """``{"reverse_image": {"titles", "pages"}}`` from a reverse-image connector
+    (:func:`mewdex.providers.reverse_image.lookup`: cached by sha256, metered, every lookup
+    recorded); ``{}`` when none is usable or the budget is spent; retryable failures retry."""
+    from mewdex.db.models import ScopeContext
+    from mewdex.providers import reverse_image
+    from mewdex.providers.errors import ProviderError
+
+    try:
+        found = reverse_image.lookup(ctx.sessions, ScopeContext(meme.scope_id), policy="auto", sha256=meme.sha256,
+                                     image=meme.read_bytes(), meme_id=meme.id, task_id=ctx.claim.task_id,
+                                     before_call=ctx.external_started)
+    except ProviderError as exc:
+        if exc.retryable:
+            raise StageError(exc.code, exc.message, retryable=True) from None
+        return {"reverse_image_status": exc.code}
+    return {} if found is None else {"reverse_image": found}
 
 
 def write_keyword_document(session: Session, meme: Meme) -> None:

@@ -17,16 +17,17 @@ stage's submissions count against the ``agent`` lane (the first stage hands off 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
-from mewdex.db.models import IMAGE_STAGE_TASK_TYPES, Meme, Scope, Task
+from mewdex.db.models import IMAGE_STAGE_TASK_TYPES, ImageProcessingJob, Meme, Scope, Task
 from mewdex.pipeline import jobs
 from mewdex.pipeline.base import CONTEXT_STAGE, STAGE_VERSIONS, MemeSnapshot, StageError, load_meme
-from mewdex.pipeline.stages import HANDLERS
+from mewdex.pipeline.stages import HANDLERS, ContextStage
 from mewdex.platform import metering
 from mewdex.queue import tasks as queue
 from mewdex.queue.registry import Lane, TaskContext, TaskType, register_lane, register_task_type
@@ -65,6 +66,11 @@ def on_claim(session: Session, claim: queue.Claim) -> MemeSnapshot | None:
     snap = snapshot(session, claim)  # the meme's lock before the job's, as in the write-back
     if claim.processing_job_id is not None:
         jobs.stage_started(session, claim)
+        if snap is not None and claim.image_stage == CONTEXT_STAGE:
+            config = session.execute(select(ImageProcessingJob.processing_config).where(
+                ImageProcessingJob.scope_id == claim.scope_id, ImageProcessingJob.id == claim.processing_job_id)
+            ).scalar_one_or_none() or {}
+            snap = replace(snap, analysis_policy=dict(config.get("analysis_policy") or {}))
     return snap
 
 
@@ -74,6 +80,8 @@ def run_stage(ctx: TaskContext) -> Any:
         raise StageError("unknown_stage", f"no handler for {ctx.claim.image_stage!r}", retryable=False)
     if ctx.prepared is None:
         raise StageError("meme_missing", "the meme no longer exists", retryable=False)
+    if isinstance(handler, ContextStage):  # may call the vision model: needs the task context
+        return handler.run(ctx.prepared, ctx)
     return handler.run(ctx.prepared)
 
 
@@ -108,5 +116,5 @@ for _stage, _task_type in IMAGE_STAGE_TASK_TYPES.items():
     register_task_type(TaskType(
         _task_type, run_stage, lane=jobs.STAGE_LANES[_stage], on_claim=on_claim, on_success=on_success,
         on_failure=on_failure, on_retry=on_retry, pressure_lane=CONTEXT_LANE, store_result=False,
-        crash_code="stage_crashed",
+        crash_code="stage_crashed", external=_stage == CONTEXT_STAGE,  # the vision model is outside
     ))

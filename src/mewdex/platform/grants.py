@@ -15,7 +15,9 @@ from mewdex.db.models import OperationGrant, ScopeContext, utcnow
 from mewdex.platform import usage
 from mewdex.platform.errors import PlatformError
 
-ANALYSIS_OPERATIONS = ("analysis.agent", "analysis.reverse_image_search")
+ANALYSIS_OPERATIONS = ("analysis.agent", "analysis.reverse_image_search", "provider.chat", "provider.embedding")
+# Usage kinds the monthly budget (``analysis_cost_per_month``) counts: every metered outside call.
+BUDGET_KINDS = ("analysis", "chat", "embedding", "reverse_image_search")
 
 
 def reserve(session: Session, scope: ScopeContext, operation: str, idempotency_key: str, *, units: int = 1,
@@ -70,6 +72,6 @@ def _check_analysis_budget(session: Session, scope: ScopeContext) -> None:
     if user is None:
         return
     limit = limits_for(user).analysis_cost_per_month
-    if limit is not None and usage.month_cost(session, scope.scope_id) >= limit:
+    if limit is not None and usage.month_cost(session, scope.scope_id, BUDGET_KINDS) >= limit:
         raise PlatformError("quota_exceeded", "this month's analysis budget is spent",
                             {"analysis_cost_per_month": float(limit)})

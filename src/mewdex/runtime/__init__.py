@@ -58,6 +58,19 @@ def prepare_database() -> None:
         ensure_scope(session, ScopeContext(SYSTEM_SCOPE))
     recover_storage()
     generations.check_text_models(get_sessionmaker())
+    configure_providers()
+
+
+def configure_providers() -> None:
+    """The platform connector from ``MEWDEX_OPENAI_*`` (created or updated; a bad value is logged,
+    never fatal: mewdex works without a provider)."""
+    from mewdex.providers.errors import ProviderError
+    from mewdex.providers.openai_compat import configure_from_env
+
+    try:
+        configure_from_env(get_sessionmaker())
+    except ProviderError as exc:
+        log.error("MEWDEX_OPENAI_BASE_URL is not usable (%s): %s", exc.code, exc.message)
 
 
 def warm_models() -> None:

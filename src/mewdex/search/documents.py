@@ -22,9 +22,29 @@ CONTEXT_VERSION = "ctx-1"
 #: were the longest text to embed (~40 % of the stage's time) and the dev queries scored the same
 #: without them (bench/quality.py, MRR@10 0.371 without vs 0.369 with).
 FIELDS_BY_EMBEDDER: dict[str, tuple[str, ...]] = {
-    "e5": ("name", "ocr"),
-    "use": ("name", "name_ocr", "labels"),
+    "e5": ("name", "ocr", "vision"),
+    "use": ("name", "name_ocr", "labels", "vision"),
 }
+# ``vision`` (the vision model's titles, descriptions and usage, only when a provider analysed the
+# meme) is scored by both: it is the text that says what the image shows.
+
+
+def vision_text(context: dict[str, Any]) -> str:
+    """The vision model's titles, descriptions and usage scenarios as one text ("" without them)."""
+    vision = context.get("vision") or {}
+    parts = [vision.get(k) or "" for k in ("title_en", "title_zh", "description_en", "description_zh")]
+    parts += list(vision.get("usage_scenarios") or [])
+    if vision.get("template"):
+        parts.append(vision["template"])
+    return "; ".join(p.strip() for p in parts if isinstance(p, str) and p.strip())[:2000]
+
+
+def vision_terms(context: dict[str, Any]) -> str:
+    """Everything the vision model said and the reverse-image page titles, for the keyword leg."""
+    vision = context.get("vision") or {}
+    lists = [x for k in ("people", "objects", "emotions", "tags_zh", "tags_en") for x in vision.get(k) or []]
+    lists += list((context.get("reverse_image") or {}).get("titles") or [])  # titles of pages showing it
+    return " ; ".join([vision_text(context), vision.get("text_in_image") or "", *[str(x) for x in lists]]).strip(" ;")
 
 
 def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dict[str, str]:
@@ -33,7 +53,8 @@ def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dic
     ``name``     readable name words (stem + folder), e.g. ``"grumpy cat"``;
     ``ocr``      cleaned OCR text (lines joined with ``"; "``), capped at 1000 characters;
     ``name_ocr`` ``name + "; " + ocr`` (only when both exist);
-    ``labels``   image labels joined with ``", "`` (zh and en names both).
+    ``labels``   image labels joined with ``", "`` (zh and en names both);
+    ``vision``   the vision model's titles, descriptions and usage (:func:`vision_text`), when any.
 
     ``embedder``: ``"e5"`` or ``"use"`` (prefix match on a model id such as
     ``"multilingual-e5-small@..."``/``"use-multilingual-v3@..."`` works too) restricts the result
@@ -53,6 +74,9 @@ def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dic
     labels = ", ".join(context.get("labels") or [])
     if labels.strip():
         fields["labels"] = labels
+    described = vision_text(context)
+    if described:
+        fields["vision"] = described
     if embedder is None:
         return fields
     key = _embedder_key(embedder)
@@ -72,7 +96,7 @@ def _embedder_key(embedder: str) -> str:
 def keyword_document(context: dict[str, Any]) -> dict[str, str]:
     """Texts for the keyword leg.
 
-    ``name``, ``ocr``, ``labels``: space-joined folded tokens (from :func:`tokenize`), for a
+    ``name``, ``ocr``, ``labels``, ``vision`` (the vision model's fields): space-joined folded tokens (from :func:`tokenize`), for a
         ``tsvector`` per field with the ``simple`` configuration, e.g.
         ``setweight(to_tsvector('simple', name), 'A') || setweight(..ocr.., 'B') ||
         setweight(..labels.., 'C')``; the query is tokenized the same way and OR-ed.
@@ -93,6 +117,9 @@ def keyword_document(context: dict[str, Any]) -> dict[str, str]:
     lab_toks = tokenize(" ; ".join(context.get("labels") or []))
     if lab_toks:
         out["labels"] = " ".join(lab_toks)
+    vision_toks = tokenize(vision_terms(context))
+    if vision_toks:
+        out["vision"] = " ".join(dict.fromkeys(vision_toks))
     phrase = "\n".join(x for x in (fold(context.get("title") or ""), fold(context.get("name_text") or ""),
                                    fold(context.get("ocr_text") or "")) if x)
     if phrase:

@@ -23,6 +23,7 @@ from mewdex.web.routers import (
     admin,
     auth,
     collections,
+    connectors,
     health,
     memes,
     pages,
@@ -67,7 +68,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     app.add_middleware(RequestGuards)
     app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
     security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
-    for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages):
+    for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages,
+                   connectors):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     return app

@@ -30,6 +30,13 @@ from mewdex.db.models.platform import (
     UserDiskUsage,
     UserSession,
 )
+from mewdex.db.models.providers import (
+    ExternalSystem,
+    ExternalSystemAudit,
+    ExternalSystemDefinition,
+    ExternalSystemGrant,
+    ScopeAnalysisPolicy,
+)
 from mewdex.db.models.queue import (
     IMAGE_STAGE_TASK_TYPES,
     Task,

@@ -233,7 +233,8 @@ class OperationGrant(Base):
         ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
         ForeignKeyConstraint(["scope_id", "task_id"], ["tasks.scope_id", "tasks.id"], ondelete="CASCADE"),
         CheckConstraint(
-            "operation IN ('image.upload','analysis.agent','analysis.reverse_image_search','image.delete')",
+            "operation IN ('image.upload','analysis.agent','analysis.reverse_image_search','image.delete',"
+            "'provider.chat','provider.embedding')",
             name="ck_operation_grant_operation",
         ),
         CheckConstraint("state IN ('acquired','committed','released','unknown')", name="ck_operation_grant_state"),
