@@ -13,6 +13,7 @@ across every process.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -86,11 +87,21 @@ class Worker:
     def _write_pending(self, session: Session) -> None:
         claim, result = self._pending
         self._pending = None
-        if not queue.try_complete(session, claim, result):
-            log.warning("discarding result of a stale claim: task %s generation %s", claim.task_id,
-                        claim.claim_generation)
-        elif claim.in_batch:
-            batches.task_ended(session, claim.scope_id, claim.task_id)
+        try:
+            with session.begin_nested():  # a failing write-back must not take the next claim down with it
+                if not queue.try_complete(session, claim, result):
+                    log.warning("discarding result of a stale claim: task %s generation %s", claim.task_id,
+                                claim.claim_generation)
+                elif claim.in_batch:
+                    batches.task_ended(session, claim.scope_id, claim.task_id)
+        except Exception as exc:
+            tt = registry.get(claim.task_type)
+            error = self._write_back_error(claim, tt, exc)
+            try:
+                with session.begin_nested():
+                    self._fail(session, claim, tt, error)
+            except queue.StaleClaim as stale:
+                log.warning("discarding result of a stale claim: %s", stale)
 
     def run_once(self) -> bool:
         """Claim and process one task; False when there was nothing to do."""
@@ -140,18 +151,38 @@ class Worker:
                 error = TaskError(tt.crash_code if tt else "task_crashed",
                                   f"the task failed unexpectedly ({type(exc).__name__}); the server log has the details")
         try:
+            if error is None and tt is not None and tt.on_success is not None:
+                try:
+                    with self.sessions.begin() as session:
+                        self._succeed(session, claim, tt, result)
+                except queue.StaleClaim:
+                    raise
+                except Exception as exc:  # between the handler's end and its commit: the failure path
+                    error = self._write_back_error(claim, tt, exc)
             if error is not None:
                 with self.sessions.begin() as session:
                     self._fail(session, claim, tt, error)
-            elif tt is not None and tt.on_success is not None:
-                with self.sessions.begin() as session:
-                    self._succeed(session, claim, tt, result)
-            else:
+            elif tt is None or tt.on_success is None:
                 self._pending = (claim, result if tt is None or tt.store_result else None)
                 if self.stop_event.is_set():
                     self.flush()
         except queue.StaleClaim as exc:
             log.warning("discarding result of a stale claim: %s", exc)
+
+    @staticmethod
+    def _write_back_error(claim: queue.Claim, tt: TaskType | None, exc: Exception) -> TaskError:
+        """The failure of a write-back that raised ``exc`` (the task then takes its failure path: retried
+        with backoff while attempts remain, slots freed at once). Retryable: a full disk
+        (``insufficient_storage``), anything else (``write_back_failed``); a lost database connection
+        is raised again, since nothing can be written until it is back."""
+        if _connection_lost(exc):
+            raise exc
+        log.error("task %s (%s): its write-back failed; the task takes its failure path", claim.task_id,
+                  claim.task_type, exc_info=exc)
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return TaskError("insufficient_storage", "the disk was full while the task wrote its result")
+        return TaskError("write_back_failed", f"writing the task's result failed ({type(exc).__name__}); "
+                                              "the server log has the details")
 
     def _succeed(self, session: Session, claim: queue.Claim, tt: TaskType, result: Any) -> None:
         """Fenced write-back: lock the task (StaleClaim when the claim is stale), run the type's
@@ -354,6 +385,13 @@ def die_with_parent(parent_pid: int) -> None:
         return
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database connection going away (SQLAlchemy marks it ``connection_invalidated``)."""
+    from sqlalchemy.exc import DBAPIError
+
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
 def _pid_alive(pid: int) -> bool:
