@@ -326,26 +326,79 @@ class WorkerProcesses:
 
     The children inherit the environment (data dir, database, settings, so also the grace period) and
     get SIGTERM when this process dies (Linux; see :func:`die_with_parent`), so they never outlive it.
-    ``stop()`` sends SIGTERM (each child lets its task finish within the grace period, then releases
-    it) and kills what is left a little after."""
+    A supervisor thread restarts a child that died (the log says how: exit code or signal) after a
+    backoff of :data:`RESTART_BACKOFF` seconds, doubling while restarts keep failing within
+    :data:`STABLE_SECONDS`; the new child expires the dead one's leases when it starts, so the task it
+    held runs again at once. ``stop()`` sends SIGTERM (each child lets its task finish within the grace
+    period, then releases it) and kills what is left a little after."""
+
+    RESTART_BACKOFF = (2.0, 60.0)  # first delay, cap (seconds)
+    STABLE_SECONDS = 60.0  # a child that ran this long restarts after the first delay again
+    SUPERVISE_SECONDS = 0.5
 
     def __init__(self, count: int, lanes: list[str] | None = None):
         self.count = count
         self.lanes = list(lanes or registry.lane_names())
         self.children: list[subprocess.Popen] = []
+        self.restarts = 0
+        self.last_exit: str | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._supervisor = threading.Thread(target=self._supervise, name="worker-supervisor", daemon=True)
 
-    def start(self) -> None:
+    def _spawn(self) -> subprocess.Popen:
         command = [sys.executable, "-m", "mewdex", "worker", "--concurrency", "1", "--lanes", ",".join(self.lanes),
                    "--parent-pid", str(os.getpid())]
-        self.children = [subprocess.Popen(command, stdout=subprocess.DEVNULL) for _ in range(self.count)]
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL)
+
+    def start(self) -> None:
+        self.children = [self._spawn() for _ in range(self.count)]
+        self._started = [time.monotonic()] * self.count
+        self._delay = [0.0] * self.count
+        self._due: list[float | None] = [None] * self.count
+        self._supervisor.start()
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(self.SUPERVISE_SECONDS):
+            try:
+                self._check()
+            except Exception:  # e.g. fork failing for lack of memory: try again at the next check
+                log.exception("worker supervisor: restarting a worker process failed")
+
+    def _check(self) -> None:
+        with self._lock:
+            for i, child in enumerate(self.children):
+                code = child.poll()
+                if code is None or self._stopping.is_set():
+                    continue
+                now = time.monotonic()
+                if self._due[i] is None:
+                    first, cap = self.RESTART_BACKOFF
+                    ran = now - self._started[i]
+                    self._delay[i] = first if ran >= self.STABLE_SECONDS else min(cap, max(first, 2 * self._delay[i]))
+                    self._due[i] = now + self._delay[i]
+                    self.last_exit = exit_reason(code)
+                    log.error("worker process %d %s after %.0f s; restarting it in %.0f s", child.pid,
+                              self.last_exit, ran, self._delay[i])
+                elif now >= self._due[i]:
+                    self.children[i] = self._spawn()
+                    self._started[i], self._due[i] = now, None
+                    self.restarts += 1
+                    log.warning("worker process restarted: pid %d (was %d)", self.children[i].pid, child.pid)
 
     def status(self) -> dict:
-        """``{"processes", "alive", "pids", "lanes"}`` of the child workers (for ``/health``)."""
+        """``{"processes", "alive", "pids", "lanes", "restarts", "last_exit"}`` of the child workers (for
+        ``/health``): ``processes`` configured, ``alive`` running, ``restarts`` so far, ``last_exit``
+        how the last dead one ended (``"killed by SIGKILL"``, ``"exited with code 1"``) or None."""
         alive = [c.pid for c in self.children if c.poll() is None]
-        return {"processes": len(self.children), "alive": len(alive), "pids": alive, "lanes": self.lanes}
+        return {"processes": self.count, "alive": len(alive), "pids": alive, "lanes": self.lanes,
+                "restarts": self.restarts, "last_exit": self.last_exit}
 
     def stop(self) -> int:
         """Stop the children; returns how many had to be killed after their grace period."""
+        self._stopping.set()
+        if self._supervisor.ident is not None:
+            self._supervisor.join()
         grace = get_settings().worker_grace_seconds
         for child in self.children:
             if child.poll() is None:
@@ -360,6 +413,16 @@ class WorkerProcesses:
                 child.wait()
                 killed += 1
         return killed
+
+
+def exit_reason(returncode: int) -> str:
+    """How a child process ended, for the log: ``killed by SIGKILL`` or ``exited with code 1``."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
 
 
 def start_workers(sessions: sessionmaker[Session], count: int,

@@ -31,6 +31,7 @@ from mewdex.search import image_search, service
 from mewdex.web import i18n, views
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
+from mewdex.web.routers.health import page_state
 from mewdex.web.routers.memes import get_meme, meme_dict
 from mewdex.web.uploads import read_query_image
 
@@ -73,6 +74,7 @@ def render(request: Request, name: str, context: dict | None = None, status_code
         "messages": i18n.client_messages(locale),
         "path": request.url.path,
         "query_string": request.url.query,
+        "server_state": page_state(request),  # the header's badge: ok / degraded / unavailable
     }
     return templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
 
