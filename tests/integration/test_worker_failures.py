@@ -28,6 +28,18 @@ def _held_slots(session, lane: str) -> int:
                            {"l": lane}).scalar_one()
 
 
+def _run_until(worker: Worker, sessions, task_id: str, predicate, limit: int = 40) -> Task:
+    """Run the worker's loop (which also serves the internal maintenance lane) until the task's row
+    satisfies ``predicate``; returns the row."""
+    for _ in range(limit):
+        worker.run_once()
+        with sessions.begin() as session:
+            task = session.get(Task, task_id)
+            if predicate(task):
+                return task
+    raise AssertionError(f"task {task_id}: {task.status}, attempt {task.attempt_count}")
+
+
 def _submit(sessions, scope, tt: TaskType) -> str:
     with sessions.begin() as session:
         return registry.submit(session, scope_id=scope.scope_id, task_type=tt.name, payload={}).id
@@ -44,16 +56,15 @@ def test_a_full_disk_in_the_success_hook_retries_at_once_and_frees_the_slot(sess
     tt = _register(on_success=on_success)
     task_id = _submit(sessions, scope, tt)
     worker = Worker(sessions, lanes=[tt.lane])
-    assert worker.run_once()  # the write-back raises: before the fix this escaped and left the task running
+    # the write-back raises: before the fix this escaped and left the task running until its lease expired
+    task = _run_until(worker, sessions, task_id, lambda t: t.attempt_count == 1 and t.status != "running")
+    assert task.status == "queued" and task.lease_owner is None
+    assert task.error["code"] == "insufficient_storage"
     with sessions.begin() as session:
-        task = session.get(Task, task_id)
-        assert task.status == "queued" and task.lease_owner is None
-        assert task.error["code"] == "insufficient_storage"
         assert _held_slots(session, tt.lane) == 0  # released at once, not when the lease expires
-    assert worker.run_once()  # retried at once (the type's backoff is 0)
+    task = _run_until(worker, sessions, task_id, lambda t: t.status == "succeeded")  # retried at once (backoff 0)
+    assert task.attempt_count == 2
     with sessions.begin() as session:
-        task = session.get(Task, task_id)
-        assert (task.status, task.attempt_count) == ("succeeded", 2)
         assert _held_slots(session, tt.lane) == 0
     assert calls == [1, 2]
 
@@ -69,9 +80,8 @@ def test_a_result_that_cannot_be_stored_fails_the_task_not_the_next_claim(sessio
     task_id = _submit(sessions, scope, tt)
     other_id = _submit(sessions, scope, tt)
     worker = Worker(sessions, lanes=[tt.lane])
-    for _ in range(6):
-        worker.run_once()
-    worker.flush()
+    _run_until(worker, sessions, other_id, lambda t: t.status == "succeeded")
+    _run_until(worker, sessions, task_id, lambda t: t.status == "succeeded")
     with sessions.begin() as session:
         first = session.get(Task, task_id)
         other = session.get(Task, other_id)
@@ -88,8 +98,7 @@ def test_any_exception_in_the_success_hook_is_a_retryable_failure(sessions, scop
     tt = _register(on_success=on_success)
     task_id = _submit(sessions, scope, tt)
     worker = Worker(sessions, lanes=[tt.lane])
-    for _ in range(3):
-        assert worker.run_once()
+    _run_until(worker, sessions, task_id, lambda t: t.status == "failed")
     with sessions.begin() as session:
         task = session.get(Task, task_id)
         assert (task.status, task.attempt_count) == ("failed", 3)  # its retry policy's 3 attempts, then failed
