@@ -41,15 +41,15 @@ def prepare(*, workers: int = 2, log=print) -> dict:
     from mewdex.library.importer import collect, import_paths
     from mewdex.library.scopes import default_scope
     from mewdex.pipeline.status import pending, status
-    from mewdex.queue.worker import start_workers
+    from mewdex.runtime import start_workers
     from mewdex.storage import blob_store
-    from mewdex.web.app import prepare_database
+    from mewdex.runtime import prepare_database
 
     prepare_database()
     sessions, scope = get_sessionmaker(), default_scope()
     items = collect([CORPUS])
     started = time.perf_counter()
-    pool = start_workers(sessions, workers)  # they process while the import goes on, as with `mewdex import --wait`
+    pool = start_workers(workers)  # they process while the import goes on, as with `mewdex import --wait`
     summary = import_paths(sessions, blob_store(), scope, items)
     imported = time.perf_counter()
     log(f"imported {len(items)} files in {imported - started:.1f}s: {summary.created} created, "

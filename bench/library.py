@@ -160,7 +160,7 @@ def main() -> None:
     args = parser.parse_args()
     data_dir = corpus.use_data_dir(args.data_dir)
     print(f"data dir: {data_dir}")
-    from mewdex.web.app import prepare_database
+    from mewdex.runtime import prepare_database
 
     prepare_database()
     results = {name: section(args) for name, section in SECTIONS.items() if not args.only or name in args.only}

@@ -66,7 +66,7 @@ def main() -> None:
     from mewdex.library.scopes import default_scope
     from mewdex.pipeline.status import status
     from mewdex.search import service
-    from mewdex.web.app import prepare_database
+    from mewdex.runtime import prepare_database
 
     prepare_database()
     sessions, scope = get_sessionmaker(), default_scope()

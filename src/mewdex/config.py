@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -90,6 +90,17 @@ class Settings(BaseSettings):
         default_factory=dict, description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.')
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
+    disk_low_bytes: int = Field(default=1024**3, ge=0, description="/health warns below this much free space.")
+
+    @model_validator(mode="after")
+    def _heartbeat_within_lease(self) -> Settings:
+        """A worker must renew its lease before it expires: the heartbeat interval must be below the lease."""
+        if self.worker_heartbeat_seconds >= self.worker_lease_seconds:
+            raise ValueError(
+                f"MEWDEX_WORKER_HEARTBEAT_SECONDS ({self.worker_heartbeat_seconds}) must be less than "
+                f"MEWDEX_WORKER_LEASE_SECONDS ({self.worker_lease_seconds}): a task's lease would expire "
+                "before its worker renews it")
+        return self
 
     # Security (README "Security"): who may reach the server and how much a request may send.
     allowed_hosts: list[str] = Field(

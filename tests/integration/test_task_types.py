@@ -18,7 +18,9 @@ import threading
 import uuid
 
 import pytest
-from queue_helpers import start_workers, status_counts, stop_workers, wait_until
+from queue_helpers import start_workers, status_counts, stop_workers
+
+from conftest import wait_until
 from sqlalchemy import select, text
 
 from mewdex.db.models import Task

@@ -57,6 +57,14 @@ def import_(
             _import_items(sessions, scope, items, collection, as_json)
         if pool is not None:
             _wait_for_processing(as_json)
+    except Exception as exc:
+        from mewdex.db.supervisor import first_line, is_connection_lost
+
+        if not is_connection_lost(exc):
+            raise
+        err.print(f"[red]error:[/red] the database became unavailable during the import ({first_line(exc)}); "
+                  "what was imported is kept: run the same import again to add the rest")
+        raise typer.Exit(1) from None
     finally:
         if pool is not None:
             pool.stop()
@@ -154,24 +162,29 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool)
             print(json.dumps({"path": str(item.path), "status": result.status, "meme_id": result.meme_id,
                               "error": result.error}, ensure_ascii=False), flush=True)
 
-        import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=emit)
+        if import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=emit).failed:
+            raise typer.Exit(1)  # the failed ones said why (insufficient_storage); importing again resumes
         return
-    skipped: list[tuple[Path, str, str]] = []
+    skipped: list[tuple[Path, str, str, str]] = []
     with _progress() as progress:
         bar = progress.add_task("importing", total=len(items))
 
         def advance(item, result):
-            if result.status == "skipped":
-                skipped.append((item.path, result.error, result.message or ""))
+            if result.status in ("skipped", "failed"):
+                skipped.append((item.path, result.status, result.error, result.message or ""))
             progress.advance(bar)
 
         summary = import_paths(sessions, blob_store(), scope, items, collection=collection, on_result=advance)
     console.print(
         f"[green]{summary.created} created[/green] · {summary.duplicates} duplicates · "
-        f"[yellow]{summary.skipped} skipped[/yellow]"
+        f"[yellow]{summary.skipped} skipped[/yellow]" + (f" · [red]{summary.failed} failed[/red]" if summary.failed else "")
     )
-    for path, code, message in skipped:
-        console.print(f"  skipped {path}: [yellow]{code}[/yellow] {message}")
+    for path, status, code, message in skipped:
+        console.print(f"  {status} {path}: [yellow]{code}[/yellow] {message}")
+    if summary.failed:
+        err.print(f"[red]error:[/red] {summary.failed} files were not stored (the disk is full); free some space and "
+                  "run the same import again: files already stored are recognised and skipped")
+        raise typer.Exit(1)
 
 
 def _wait_for_processing(quiet: bool) -> None:

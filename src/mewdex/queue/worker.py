@@ -29,7 +29,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
 from mewdex.db.models import ImageProcessingAttempt
+from mewdex.db.supervisor import is_connection_lost
 from mewdex.queue import batches, registry
+from mewdex.queue.reconnect import hand_back
 from mewdex.queue import tasks as queue
 from mewdex.queue.maintenance import maintain
 from mewdex.queue.registry import TaskError, TaskType
@@ -110,24 +112,36 @@ class Worker:
             with self.sessions.begin() as session:
                 maintain(session)
         prepared = None
-        for _ in range(5):  # a slot raced away to another claimer: try again at once
-            contended: list[bool] = []
-            with self.sessions.begin() as session:
-                if self._pending is not None:
-                    self._write_pending(session)
-                claim = queue.claim(session, owner=self.owner, lanes=self.lanes,
-                                    lease_seconds=self.settings.worker_lease_seconds, contended=contended)
-                if claim is not None:
-                    tt = registry.get(claim.task_type)
-                    if tt is not None and tt.on_claim is not None:
-                        prepared = tt.on_claim(session, claim)
-            if claim is not None or not contended:
-                break
+        pending = self._pending
+        try:
+            for _ in range(5):  # a slot raced away to another claimer: try again at once
+                contended: list[bool] = []
+                with self.sessions.begin() as session:
+                    if self._pending is not None:
+                        self._write_pending(session)
+                    claim = queue.claim(session, owner=self.owner, lanes=self.lanes,
+                                        lease_seconds=self.settings.worker_lease_seconds, contended=contended)
+                    if claim is not None:
+                        tt = registry.get(claim.task_type)
+                        if tt is not None and tt.on_claim is not None:
+                            prepared = tt.on_claim(session, claim)
+                if claim is not None or not contended:
+                    break
+        except Exception as exc:
+            if pending is not None and is_connection_lost(exc):  # its result was not written: hand it back
+                self._pending = None
+                hand_back(self.sessions, pending[0], wait_seconds=self.settings.worker_lease_seconds)
+            raise
         if claim is None:
             return False
         self.current = claim
         try:
             self._execute(claim, registry.get(claim.task_type), prepared)
+        except Exception as exc:
+            if is_connection_lost(exc):  # once the database is back, the task goes back to the queue at once
+                hand_back(self.sessions, claim, wait_seconds=self.settings.worker_lease_seconds,
+                          on_released=lambda session, task: registry.failure_outcome(session, task, "retrying"))
+            raise
         finally:
             self.current = None
         return True
@@ -174,8 +188,8 @@ class Worker:
         """The failure of a write-back that raised ``exc`` (the task then takes its failure path: retried
         with backoff while attempts remain, slots freed at once). Retryable: a full disk
         (``insufficient_storage``), anything else (``write_back_failed``); a lost database connection
-        is raised again, since nothing can be written until it is back."""
-        if _connection_lost(exc):
+        is raised again (``run_once`` hands the task back once the database answers)."""
+        if is_connection_lost(exc):
             raise exc
         log.error("task %s (%s): its write-back failed; the task takes its failure path", claim.task_id,
                   claim.task_type, exc_info=exc)
@@ -448,13 +462,6 @@ def die_with_parent(parent_pid: int) -> None:
         return
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` is the database connection going away (SQLAlchemy marks it ``connection_invalidated``)."""
-    from sqlalchemy.exc import DBAPIError
-
-    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -5,6 +5,8 @@ scope's immutable ``storage_namespace`` UUID and the key is the SHA-256 of the
 bytes plus the normalized extension. Writes go to ``root/.staging/`` first, are
 flushed and fsynced, then renamed into place with ``os.replace`` (atomic on one
 file system) and the directory is fsynced, so a reader never sees a partial blob.
+A staging file's name carries its writer's pid and host, so the partial file of a
+killed writer is removed by the next clean-up (at every start-up), not an hour later.
 
 Paths are only ever built from a validated key and a canonical UUID; any other
 string is rejected with ``ValueError`` before it touches the file system.
@@ -12,19 +14,33 @@ string is rejected with ``ValueError`` before it touches the file system.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
 import secrets
+import shutil
+import socket
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from mewdex.storage import failpoints
+
 KEY_PATTERN = re.compile(r"[0-9a-f]{64}\.(png|jpg|gif|webp)")
 STAGING_DIR = ".staging"
 CHUNK_SIZE = 1024 * 1024
+# ``<pid>-<random>-<host tag>.tmp``: whose write it is (see clean_staging).
+_HOST_TAG = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_STAGED_NAME = re.compile(r"(\d+)-[0-9a-f]{32}-([0-9a-f]{8})\.tmp")
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True when ``exc`` is the file system saying it is out of space (ENOSPC) or over quota (EDQUOT)."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
 
 
 def thumbnail_namespace(storage_namespace) -> str:
@@ -65,7 +81,7 @@ class LocalBlobStore:
             OSError: the file system failed (the staging file is removed).
         """
         target = self.path(namespace, key)
-        staged = self._staging / f"{secrets.token_hex(16)}.tmp"
+        staged = self._staging / f"{os.getpid()}-{secrets.token_hex(16)}-{_HOST_TAG}.tmp"
         try:
             digest = _write_synced(staged, data)
             if digest != key[:64]:
@@ -123,8 +139,13 @@ class LocalBlobStore:
                 if KEY_PATTERN.fullmatch(entry.name) and entry.name[:2] == shard.name and entry.is_file():
                     yield entry.name
 
+    def free_bytes(self) -> int:
+        """Bytes free for this process on the blob store's file system."""
+        return shutil.disk_usage(self.root).free
+
     def clean_staging(self, older_than_seconds: float) -> int:
-        """Delete staging files last modified more than ``older_than_seconds`` ago.
+        """Delete staging files whose writer (a process on this host) is gone, and any file last
+        modified more than ``older_than_seconds`` ago.
 
         Returns:
             how many files were removed.
@@ -133,12 +154,26 @@ class LocalBlobStore:
         removed = 0
         for entry in self._staging.iterdir():
             try:
-                if entry.is_file() and entry.stat().st_mtime < cutoff:
+                if entry.is_file() and (_writer_gone(entry.name) or entry.stat().st_mtime < cutoff):
                     entry.unlink()
                     removed += 1
             except FileNotFoundError:
                 continue  # finished or cleaned concurrently
         return removed
+
+
+def _writer_gone(name: str) -> bool:
+    """Whether the staging file ``name`` was written by a process of this host that no longer runs."""
+    match = _STAGED_NAME.fullmatch(name)
+    if match is None or match.group(2) != _HOST_TAG:
+        return False
+    try:
+        os.kill(int(match.group(1)), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
 
 
 def _check_key(key: object) -> str:
@@ -164,6 +199,7 @@ def _write_synced(path: Path, data: bytes | bytearray | memoryview | BinaryIO) -
         for chunk in _chunks(data):
             digest.update(chunk)
             out.write(chunk)
+            failpoints.disk_full("blob.write")
         out.flush()
         os.fsync(out.fileno())
     return digest.hexdigest()

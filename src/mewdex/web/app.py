@@ -13,9 +13,11 @@ from fastapi.staticfiles import StaticFiles
 
 from mewdex import runtime
 from mewdex.config import get_settings
+from mewdex.db import supervisor
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
-from mewdex.web import errors, security
+from mewdex.web import errors, failures, security
 from mewdex.web.guards import RequestGuards
+from mewdex.web.hygiene import JsonTextGuard
 from mewdex.web.routers import account_pages, admin, auth, collections, health, memes, pages, search, tasks, usage, visual
 
 log = logging.getLogger(__name__)
@@ -33,12 +35,15 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         to_thread.current_default_thread_limiter().total_tokens = get_settings().api_concurrency
         runtime.prepare_database()
         threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
+        stop = threading.Event()
+        supervisor.start(stop)  # a crashed database is noticed and (embedded) restarted within seconds
         pool = runtime.start_workers(count)
         # Periodic maintenance runs as scheduled tasks; the workers' schedulers enqueue it. Without
         # workers this process enqueues it for the workers of other processes.
         scheduler = runtime.start_scheduler() if count == 0 else None
         _app.state.worker_pool = pool
         yield
+        stop.set()
         if scheduler is not None:
             scheduler.stop()
         pool.stop()
@@ -48,7 +53,9 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
                   responses=errors.error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503))
     app.state.bind_host = host or get_settings().host
     errors.install(app)
+    failures.install(app)
     app.add_middleware(RequestGuards)
+    app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
     security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
     for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages):
         app.include_router(module.router)

@@ -7,14 +7,24 @@ reading stops and :class:`ApiError` 413 ``upload_too_large`` is raised — at mo
 chunk is ever read. A true ``Content-Length`` above the request limit is refused before reading.
 
 File parts are spooled (memory up to 1 MiB, then an anonymous temporary file that the OS removes
-when it is closed or the process dies), so no temporary file outlives the request.
+when it is closed or the process dies), so no temporary file outlives the request. A full disk
+while spooling is 507 ``insufficient_storage``.
+
+Memory: the bytes of a file are read into memory only to add it, inside :func:`memory_slot`, which
+bounds the file bytes held at once by all requests of the process to :data:`IN_FLIGHT_BYTES` (one
+larger file still proceeds alone); when the last slot is given back, freed memory is returned to the
+OS (``malloc_trim``), so the process shrinks back to its baseline after a burst.
 """
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import tempfile
-from contextlib import asynccontextmanager
+import threading
 import unicodedata
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -23,9 +33,11 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from mewdex.config import get_settings
+from mewdex.storage.blobs import is_disk_full
 from mewdex.web.errors import ApiError
 
 SPOOL_BYTES = 1024 * 1024
+IN_FLIGHT_BYTES = 32 * 1024 * 1024
 MAX_FIELD_BYTES = 4096
 MAX_FIELDS = 32
 
@@ -62,6 +74,56 @@ class UploadedFile:
     def read(self) -> bytes:
         self.file.seek(0)
         return self.file.read()
+
+    def sha256(self) -> bytes:
+        """The SHA-256 digest of the bytes, read from the spool in 1 MiB chunks."""
+        digest = hashlib.sha256()
+        self.file.seek(0)
+        while chunk := self.file.read(SPOOL_BYTES):
+            digest.update(chunk)
+        return digest.digest()
+
+
+class _MemoryBudget:
+    """File bytes held in memory by uploads of this process, bounded (see :func:`memory_slot`)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.used, self.holders = limit, 0, 0
+        self.changed = threading.Condition()
+
+    @contextmanager
+    def slot(self, size: int) -> Iterator[None]:
+        with self.changed:
+            self.changed.wait_for(lambda: self.holders == 0 or self.used + size <= self.limit)
+            self.used += size
+            self.holders += 1
+        try:
+            yield
+        finally:
+            with self.changed:
+                self.used -= size
+                self.holders -= 1
+                idle = self.holders == 0
+                self.changed.notify_all()
+            if idle:
+                _trim_heap()
+
+
+def _trim_heap() -> None:
+    """Give freed heap memory back to the OS (glibc; a no-op elsewhere)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+_memory = _MemoryBudget(IN_FLIGHT_BYTES)
+
+
+def memory_slot(size: int):
+    """Context manager: wait until ``size`` more bytes of uploaded files may be held in memory by this
+    process (or none are), hold them while the block runs; the bytes are read inside the block."""
+    return _memory.slot(size)
 
 
 @dataclass
@@ -207,6 +269,12 @@ async def read_upload(request: Request, *, max_file_bytes: int, max_request_byte
     except MultipartParseError as exc:
         form.close()
         raise ApiError(422, "invalid_request", f"the multipart body is malformed: {exc}") from None
+    except OSError as exc:
+        form.close()
+        if is_disk_full(exc):  # the spool's temporary file could not grow
+            raise ApiError(507, "insufficient_storage",
+                           "the disk is full: nothing of this request was stored") from None
+        raise
     except BaseException:
         form.close()
         raise

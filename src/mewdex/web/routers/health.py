@@ -16,6 +16,7 @@ from mewdex.db.engine import get_engine, get_sessionmaker
 
 # ``mewdex worker`` processes connect with this application_name prefix (runtime.run_worker sets PGAPPNAME).
 from mewdex.runtime import WORKER_APPLICATION_PREFIX
+from mewdex.storage import blob_store
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
@@ -89,13 +90,15 @@ async def health(request: Request):
     started is not running, or queued work has had no consumer for a while) or ``{"status":
     "unavailable"}`` (503, the database is unreachable; the reason goes to the server log, never
     into the answer). Admins additionally get ``{"reasons": [{"code", "message"}], "database",
-    "workers": {"pool": {...} | None, "processes": n}, "queues": {lane: {...}}}``.
+    "workers": {"pool": {...} | None, "processes": n}, "queues": {lane: {...}}, "disk", "warnings"}``.
 
     ``workers.pool`` describes the workers this server started: ``{"processes", "alive", "pids",
     "lanes", "restarts", "last_exit"}`` for child processes (``MEWDEX_WORKER_MODE=process``),
     ``{"threads", "alive", "busy", "lanes"}`` for threads; ``workers.processes`` counts live ``mewdex
     worker`` processes connected to the database (its children included); ``queues`` has per lane the
-    tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch).
+    tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch); ``disk`` is
+    ``{"free_bytes", "low"}`` of the blob store's file system (``low`` below ``MEWDEX_DISK_LOW_BYTES``:
+    uploads will soon fail with 507), and ``warnings`` lists such conditions.
 
     Runs on threads of its own, so it answers while every request thread is busy."""
     global _limiter
@@ -118,10 +121,14 @@ def _health(request: Request):
             {"p": f"{WORKER_APPLICATION_PREFIX}:%"},
         ).scalar_one()
         depth = queue_depth(session)
+    free = blob_store().free_bytes()
+    low = free < get_settings().disk_low_bytes
     return JSONResponse({
         "status": status,
         "reasons": reasons,
         "database": "ok",
         "workers": {"pool": pool.status() if pool is not None else None, "processes": processes},
         "queues": depth,
+        "disk": {"free_bytes": free, "low": low},
+        "warnings": [f"disk_space_low: {free} bytes free in the data dir"] if low else [],
     }, status_code=code)

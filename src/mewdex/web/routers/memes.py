@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,7 +26,7 @@ from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body
-from mewdex.web.uploads import read_upload, upload_slot
+from mewdex.web.uploads import memory_slot, read_upload, upload_slot
 from mewdex.web.security import UPLOAD_REQUEST_BYTES
 
 router = APIRouter(tags=["memes"])
@@ -84,7 +83,7 @@ MAX_FILES_PER_REQUEST = 20
 MAX_REQUEST_BYTES = UPLOAD_REQUEST_BYTES
 UPLOAD_THREADS = 4
 REJECTION_STATUS = {"unsupported_media_type": 415, "image_too_large": 422, "image_corrupt": 422,
-                    "quota_exceeded": 413}
+                    "quota_exceeded": 413, "insufficient_storage": 507}
 _TRUE, _FALSE = {"1", "true", "on", "yes"}, {"", "0", "false", "off", "no"}
 
 
@@ -108,14 +107,15 @@ def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value:
 
     def add(part) -> dict:
         name = part.filename.replace("\\", "/").rsplit("/", 1)[-1]
-        result = library.add_image(
-            sessions, store, scope, part.read(), filename=name,
-            provenance={"source": "upload", "relative_path": name},
-            collection_ids=collection_ids, auto_name=auto_name,
-        )
+        with memory_slot(part.size):  # bounds the upload bytes in memory per process
+            result = library.add_image(
+                sessions, store, scope, part.read(), filename=name,
+                provenance={"source": "upload", "relative_path": name},
+                collection_ids=collection_ids, auto_name=auto_name,
+            )
         entry = {"filename": part.filename, "status": result.status, "meme": None, "error": None}
-        if result.status == "skipped":
-            entry["status"] = "rejected"
+        if result.status in ("skipped", "failed"):
+            entry["status"] = "rejected" if result.status == "skipped" else "failed"
             entry["error"] = {"code": result.error, "message": result.message,
                               "status": REJECTION_STATUS.get(result.error, 422)}
         else:
@@ -126,7 +126,7 @@ def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value:
     # Repeats of the same bytes wait for the first, so the first in request order is the one created.
     seen, first, repeats = set(), [], []
     for index, part in enumerate(files):
-        digest = hashlib.sha256(part.read()).digest()
+        digest = part.sha256()
         (repeats if digest in seen else first).append(index)
         seen.add(digest)
     results: list[dict | None] = [None] * len(files)
@@ -157,10 +157,12 @@ async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope
     request ≤ 200 MiB, enforced while streaming). Form options: ``auto_name`` (bool: name each new
     meme from its context title once analysed) and ``collection_id`` (add the memes to it).
 
-    Response ``{"results": [{"filename", "status": "created"|"duplicate"|"rejected", "meme", "error"}]}``
+    Response ``{"results": [{"filename", "status": "created"|"duplicate"|"rejected"|"failed", "meme", "error"}]}``
     in request order; ``meme`` is the meme as ``GET /api/v1/memes/{id}`` shows it (stages pending
-    for a new one), ``error`` ``{"code", "message", "status"}`` for a rejection. HTTP 201 when any
-    was created, 200 when none was but one was a duplicate, else the rejection's status (413/415/422)
+    for a new one), ``error`` ``{"code", "message", "status"}`` for a rejection or failure. HTTP 507
+    ``insufficient_storage`` (``error.details``: ``stored``, ``not_stored``) when the disk was full for
+    any file (``failed``; the others' results say what was stored), else 201 when any was created,
+    200 when none was but one was a duplicate, else the rejection's status (413/415/422)
     with an ``error`` beside the results. A file over the limit stops the whole request at once
     (nothing of it is added). Errors: 413 ``upload_too_large``, 415
     ``unsupported_media_type`` (not multipart), 422 ``no_files`` / ``too_many_files`` /
@@ -185,6 +187,12 @@ async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope
     finally:
         form.close()
     statuses = {r["status"] for r in results}
+    if "failed" in statuses:  # the disk is full: say what was stored and what was not
+        stored = sum(r["status"] in ("created", "duplicate") for r in results)
+        body = {"results": results, **error_body(
+            "insufficient_storage", "the disk is full: some files were not stored; send them again later",
+            {"stored": stored, "not_stored": len(results) - stored})}
+        return JSONResponse(body, status_code=507)
     if "created" in statuses:
         return JSONResponse({"results": results}, status_code=201)
     if "duplicate" in statuses:
