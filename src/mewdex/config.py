@@ -30,6 +30,14 @@ class Settings(BaseSettings):
         default="process", description="process = one `mewdex worker` child each (faster); thread = inside the process.")
     worker_memory_limit_mb: int = Field(
         default=16384, ge=0, description="Address-space limit (RLIMIT_AS) of each `mewdex worker` process; 0 = none.")
+    api_concurrency: int = Field(
+        default=40, ge=1, le=1000, description="Requests `serve` works on at once (threads); sizes the database pool.")
+    search_concurrency: int = Field(
+        default=8, ge=1, le=64, description="Searches one process runs at once (their legs have a pool of their own).")
+    search_wait_seconds: float = Field(
+        default=5.0, ge=0, description="How long a search waits for a free slot before answering 503 `overloaded`.")
+    queue_stall_seconds: float = Field(
+        default=300.0, gt=0, description="/health is degraded when due work has had no consumer this long.")
     worker_lease_seconds: int = Field(default=120, ge=5)
     worker_heartbeat_seconds: int = Field(default=30, ge=1)
     worker_poll_seconds: float = Field(default=1.0, gt=0)

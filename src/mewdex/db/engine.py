@@ -17,6 +17,9 @@ from mewdex.db.embedded import embedded_url
 _lock = threading.Lock()
 _engine: Engine | None = None
 _sessions: sessionmaker[Session] | None = None
+_search_engine: Engine | None = None
+_search_sessions: sessionmaker[Session] | None = None
+SEARCH_LEGS = 3  # keyword, e5, use: the connections one search's legs hold at once
 
 
 def database_url(settings: Settings) -> str:
@@ -36,7 +39,9 @@ def get_engine() -> Engine:
     with _lock:
         if _engine is None:
             settings = get_settings()
-            _engine = create_engine(database_url(settings), pool_size=10, max_overflow=10, pool_pre_ping=True,
+            sizes = pool_sizes(settings)
+            _engine = create_engine(database_url(settings), pool_size=sizes["pool_size"],
+                                    max_overflow=sizes["max_overflow"], pool_timeout=10, pool_pre_ping=True,
                                     connect_args=_application_name())
             event.listen(_engine, "connect", _register_vector)
             _sessions = sessionmaker(_engine, expire_on_commit=False)
@@ -52,6 +57,22 @@ def _application_name() -> dict:
     if command == "mewdex" and len(sys.argv) > 1:
         command = f"mewdex {sys.argv[1]}"
     return {"application_name": f"{command}:{os.getpid()}"[:63]}
+
+
+def pool_sizes(settings: Settings) -> dict[str, int]:
+    """The connection pools of a process, from its settings (connections are opened on demand, so a
+    process uses only what it needs):
+
+    - the main pool (requests, workers, maintenance): ``pool_size`` = ``api_concurrency`` (request
+      threads, one connection each) + 2 × in-process worker threads (``workers`` in thread mode: the
+      worker's and its heartbeat's) + 4 (scheduler, maintenance, health, start-up); ``max_overflow`` 10
+      for async routes that open their own transactions;
+    - the search-leg pool (:func:`get_search_sessionmaker`): ``search_pool`` = 3 legs ×
+      ``search_concurrency``, exactly one per leg thread, so a leg never waits for a connection and
+      never takes one from the main pool that its request holds one of."""
+    threads = settings.workers if settings.worker_mode == "thread" else 0
+    return {"pool_size": settings.api_concurrency + 2 * threads + 4, "max_overflow": 10,
+            "search_pool": SEARCH_LEGS * settings.search_concurrency}
 
 
 def _register_vector(dbapi_connection, _record) -> None:
@@ -77,11 +98,27 @@ def session_scope() -> Iterator[Session]:
         yield session
 
 
-def reset_engine() -> None:
-    """Dispose the engine (tests that switch data dirs, and after ``fork``)."""
-    global _engine, _sessions
+def get_search_sessionmaker() -> sessionmaker[Session]:
+    """Sessions of the search legs' own pool (``pool_sizes()["search_pool"]`` connections; see there):
+    a search holds a connection of the main pool (its request's) while its legs run, so they must not
+    wait for one from that pool."""
+    global _search_engine, _search_sessions
+    engine = get_engine()
     with _lock:
-        if _engine is not None:
-            _engine.dispose()
-        _engine = None
-        _sessions = None
+        if _search_sessions is None:
+            size = pool_sizes(get_settings())["search_pool"]
+            _search_engine = create_engine(engine.url, pool_size=size, max_overflow=0, pool_pre_ping=True)
+            event.listen(_search_engine, "connect", _register_vector)
+            _search_sessions = sessionmaker(_search_engine, expire_on_commit=False)
+        return _search_sessions
+
+
+def reset_engine() -> None:
+    """Dispose the engines (tests that switch data dirs, and after ``fork``)."""
+    global _engine, _sessions, _search_engine, _search_sessions
+    with _lock:
+        for engine in (_engine, _search_engine):
+            if engine is not None:
+                engine.dispose()
+        _engine = _search_engine = None
+        _sessions = _search_sessions = None

@@ -293,3 +293,17 @@ def queue_depth(session: Session) -> dict[str, dict[str, int]]:
     for lane, queued, running, parked in rows:
         depth[lane] = {"queued": queued, "running": running, "parked": parked}
     return depth
+
+
+def stalled_lanes(session: Session, seconds: float) -> list[str]:
+    """The listed lanes whose work has had no consumer for ``seconds``: a task there has been due
+    (queued, not parked) for that long, none runs and none ended since (for ``/health``)."""
+    return list(session.execute(
+        text(
+            "SELECT q.lane FROM tasks q WHERE q.status = 'queued' AND q.lane = ANY(:lanes) "
+            "AND q.available_at < now() - make_interval(secs => :s) AND q.available_at < :p "
+            "GROUP BY q.lane HAVING NOT EXISTS (SELECT 1 FROM tasks c WHERE c.lane = q.lane AND (c.status = 'running' "
+            "OR (c.status <> 'queued' AND c.updated_at > now() - make_interval(secs => :s)))) ORDER BY q.lane"
+        ),
+        {"lanes": registry.lane_names(listed_only=True), "s": seconds, "p": queue.PARKED_AT},
+    ).scalars())

@@ -13,6 +13,7 @@ across every process.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -90,11 +91,21 @@ class Worker:
         if pending is None:
             return
         claim, result = pending
-        if not queue.try_complete(session, claim, result):
-            log.warning("discarding result of a stale claim: task %s generation %s", claim.task_id,
-                        claim.claim_generation)
-        elif claim.in_batch:
-            batches.task_ended(session, claim.scope_id, claim.task_id)
+        try:
+            with session.begin_nested():  # a failing write-back must not take the next claim down with it
+                if not queue.try_complete(session, claim, result):
+                    log.warning("discarding result of a stale claim: task %s generation %s", claim.task_id,
+                                claim.claim_generation)
+                elif claim.in_batch:
+                    batches.task_ended(session, claim.scope_id, claim.task_id)
+        except Exception as exc:
+            tt = registry.get(claim.task_type)
+            error = self._write_back_error(claim, tt, exc)
+            try:
+                with session.begin_nested():
+                    self._fail(session, claim, tt, error)
+            except queue.StaleClaim as stale:
+                log.warning("discarding result of a stale claim: %s", stale)
 
     def run_once(self) -> bool:
         """Claim and process one task; False when there was nothing to do."""
@@ -156,18 +167,38 @@ class Worker:
                 error = TaskError(tt.crash_code if tt else "task_crashed",
                                   f"the task failed unexpectedly ({type(exc).__name__}); the server log has the details")
         try:
+            if error is None and tt is not None and tt.on_success is not None:
+                try:
+                    with self.sessions.begin() as session:
+                        self._succeed(session, claim, tt, result)
+                except queue.StaleClaim:
+                    raise
+                except Exception as exc:  # between the handler's end and its commit: the failure path
+                    error = self._write_back_error(claim, tt, exc)
             if error is not None:
                 with self.sessions.begin() as session:
                     self._fail(session, claim, tt, error)
-            elif tt is not None and tt.on_success is not None:
-                with self.sessions.begin() as session:
-                    self._succeed(session, claim, tt, result)
-            else:
+            elif tt is None or tt.on_success is None:
                 self._pending = (claim, result if tt is None or tt.store_result else None)
                 if self.stop_event.is_set():
                     self.flush()
         except queue.StaleClaim as exc:
             log.warning("discarding result of a stale claim: %s", exc)
+
+    @staticmethod
+    def _write_back_error(claim: queue.Claim, tt: TaskType | None, exc: Exception) -> TaskError:
+        """The failure of a write-back that raised ``exc`` (the task then takes its failure path: retried
+        with backoff while attempts remain, slots freed at once). Retryable: a full disk
+        (``insufficient_storage``), anything else (``write_back_failed``); a lost database connection
+        is raised again (``run_once`` hands the task back once the database answers)."""
+        if is_connection_lost(exc):
+            raise exc
+        log.error("task %s (%s): its write-back failed; the task takes its failure path", claim.task_id,
+                  claim.task_type, exc_info=exc)
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return TaskError("insufficient_storage", "the disk was full while the task wrote its result")
+        return TaskError("write_back_failed", f"writing the task's result failed ({type(exc).__name__}); "
+                                              "the server log has the details")
 
     def _succeed(self, session: Session, claim: queue.Claim, tt: TaskType, result: Any) -> None:
         """Fenced write-back: lock the task (StaleClaim when the claim is stale), run the type's
@@ -311,29 +342,81 @@ class WorkerProcesses:
 
     The children inherit the environment (data dir, database, settings, so also the grace period) and
     get SIGTERM when this process dies (Linux; see :func:`die_with_parent`), so they never outlive it.
-    ``stop()`` sends SIGTERM (each child lets its task finish within the grace period, then releases
-    it) and kills what is left a little after."""
+    A supervisor thread restarts a child that died (the log says how: exit code or signal) after a
+    backoff of :data:`RESTART_BACKOFF` seconds, doubling while restarts keep failing within
+    :data:`STABLE_SECONDS`; the new child expires the dead one's leases when it starts, so the task it
+    held runs again at once. ``stop()`` sends SIGTERM (each child lets its task finish within the grace
+    period, then releases it) and kills what is left a little after."""
+
+    RESTART_BACKOFF = (2.0, 60.0)  # first delay, cap (seconds)
+    STABLE_SECONDS = 60.0  # a child that ran this long restarts after the first delay again
+    SUPERVISE_SECONDS = 0.5
 
     def __init__(self, count: int, lanes: list[str] | None = None):
         self.count = count
         self.lanes = list(lanes or registry.lane_names())
         self.children: list[subprocess.Popen[bytes]] = []
+        self.restarts = 0
+        self.last_exit: str | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._supervisor = threading.Thread(target=self._supervise, name="worker-supervisor", daemon=True)
 
-    def start(self) -> None:
+    def _spawn(self) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "mewdex", "worker", "--concurrency", "1", "--lanes", ",".join(self.lanes),
                    "--parent-pid", str(os.getpid())]
-        self.children = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                         for _ in range(self.count)]
-        for child in self.children:
-            threading.Thread(target=_relay_stderr, args=(child,), name=f"worker-{child.pid}-stderr", daemon=True).start()
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        threading.Thread(target=_relay_stderr, args=(child,), name=f"worker-{child.pid}-stderr", daemon=True).start()
+        return child
+
+    def start(self) -> None:
+        self.children = [self._spawn() for _ in range(self.count)]
+        self._started = [time.monotonic()] * self.count
+        self._delay = [0.0] * self.count
+        self._due: list[float | None] = [None] * self.count
+        self._supervisor.start()
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(self.SUPERVISE_SECONDS):
+            try:
+                self._check()
+            except Exception:  # e.g. fork failing for lack of memory: try again at the next check
+                log.exception("worker supervisor: restarting a worker process failed")
+
+    def _check(self) -> None:
+        with self._lock:
+            for i, child in enumerate(self.children):
+                code = child.poll()
+                if code is None or self._stopping.is_set():
+                    continue
+                now = time.monotonic()
+                if self._due[i] is None:
+                    first, cap = self.RESTART_BACKOFF
+                    ran = now - self._started[i]
+                    self._delay[i] = first if ran >= self.STABLE_SECONDS else min(cap, max(first, 2 * self._delay[i]))
+                    self._due[i] = now + self._delay[i]
+                    self.last_exit = exit_reason(code)
+                    log.error("worker process %d %s after %.0f s; restarting it in %.0f s", child.pid,
+                              self.last_exit, ran, self._delay[i])
+                elif now >= self._due[i]:
+                    self.children[i] = self._spawn()
+                    self._started[i], self._due[i] = now, None
+                    self.restarts += 1
+                    log.warning("worker process restarted: pid %d (was %d)", self.children[i].pid, child.pid)
 
     def status(self) -> dict[str, Any]:
-        """``{"processes", "alive", "pids", "lanes"}`` of the child workers (for ``/health``)."""
+        """``{"processes", "alive", "pids", "lanes", "restarts", "last_exit"}`` of the child workers (for
+        ``/health``): ``processes`` configured, ``alive`` running, ``restarts`` so far, ``last_exit``
+        how the last dead one ended (``"killed by SIGKILL"``, ``"exited with code 1"``) or None."""
         alive = [c.pid for c in self.children if c.poll() is None]
-        return {"processes": len(self.children), "alive": len(alive), "pids": alive, "lanes": self.lanes}
+        return {"processes": self.count, "alive": len(alive), "pids": alive, "lanes": self.lanes,
+                "restarts": self.restarts, "last_exit": self.last_exit}
 
     def stop(self) -> int:
         """Stop the children; returns how many had to be killed after their grace period."""
+        self._stopping.set()
+        if self._supervisor.ident is not None:
+            self._supervisor.join()
         grace = get_settings().worker_grace_seconds
         for child in self.children:
             if child.poll() is None:
@@ -361,6 +444,16 @@ def _relay_stderr(child: subprocess.Popen[bytes]) -> None:
         line = raw.decode("utf-8", "replace").rstrip()
         if line:
             _child_log.warning("[worker %s] %s", child.pid, line)
+
+
+def exit_reason(returncode: int) -> str:
+    """How a child process ended, for the log: ``killed by SIGKILL`` or ``exited with code 1``."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
 
 
 def start_workers(sessions: sessionmaker[Session], count: int,

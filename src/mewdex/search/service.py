@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -10,8 +11,10 @@ from uuid import UUID
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mewdex.db.engine import get_sessionmaker
+from mewdex.config import get_settings
+from mewdex.db.engine import SEARCH_LEGS, get_search_sessionmaker
 from mewdex.db.models import Meme, ScopeContext
+from mewdex.dto.errors import DomainError
 from mewdex.dto.search import (
     MAX_QUERY_CHARS as MAX_QUERY_CHARS,  # re-exported: the pages and the CLI check it
 )
@@ -27,6 +30,13 @@ CANDIDATES = 100
 # Measured on the dev queries (bench/lab_text_recipe.py): a small k and USE weighted up fuse best.
 RRF_K = 5.0
 LEG_WEIGHTS = {"keyword": 0.5, "e5": 1.0, "use": 2.0}
+assert len(LEGS) == SEARCH_LEGS  # the legs' connection pool is sized for them
+
+
+class Overloaded(DomainError):
+    """``overloaded`` (503, ``Retry-After``): every search slot stayed busy for ``search_wait_seconds``."""
+
+    code = "overloaded"
 
 
 @dataclass
@@ -52,13 +62,27 @@ def search(session: Session, scope: ScopeContext, query: str, n_results: int = 1
     a filter never empties a page that has matches further down); ``offset`` skips that many of
     the fused ranking (``offset + n_results`` ≤ :data:`CANDIDATES`).
 
-    The legs run concurrently, each on its own connection. A vector leg whose embedding backend
-    is unavailable is skipped (listed in ``degraded``); keyword search keeps working.
+    The legs run concurrently, each on a connection of the search-leg pool (never the pool the
+    caller's ``session`` came from: waiting for a second connection of that pool while holding one
+    deadlocks under load). At most ``search_concurrency`` searches run at once per process; one that
+    waited ``search_wait_seconds`` for a slot raises :class:`Overloaded`. A vector leg whose embedding
+    backend is unavailable is skipped (listed in ``degraded``); keyword search keeps working.
     """
+    gate, executor = _slots()
+    if not gate.acquire(timeout=get_settings().search_wait_seconds):
+        raise Overloaded(message="too many searches at once; try again in a moment", headers={"Retry-After": "1"})
+    try:
+        return _search(session, scope, query, n_results, legs, executor, filters, offset)
+    finally:
+        gate.release()
+
+
+def _search(session: Session, scope: ScopeContext, query: str, n_results: int, legs: tuple[str, ...],
+            executor: ThreadPoolExecutor, filters: SearchFilters | None, offset: int) -> SearchResponse:
     started = time.perf_counter()
     query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
     filters = None if filters is None or filters.empty else filters
-    futures = {leg: _LEG_POOL.submit(_run_leg, leg, scope.scope_id, query, filters) for leg in legs}
+    futures = {leg: executor.submit(_run_leg, leg, scope.scope_id, query, filters) for leg in legs}
     rankings: dict[str, list[UUID]] = {}
     degraded: list[str] = []
     phrase: set[UUID] = set()
@@ -82,13 +106,26 @@ def search(session: Session, scope: ScopeContext, query: str, n_results: int = 1
     )
 
 
-_LEG_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search-leg")
+_slots_lock = threading.Lock()
+_gate: tuple[threading.BoundedSemaphore, ThreadPoolExecutor] | None = None
+
+
+def _slots() -> tuple[threading.BoundedSemaphore, ThreadPoolExecutor]:
+    """The process's search slots (``search_concurrency``) and leg threads (one per leg of each slot,
+    as many as the leg pool's connections), created on first use."""
+    global _gate
+    with _slots_lock:
+        if _gate is None:
+            n = get_settings().search_concurrency
+            _gate = (threading.BoundedSemaphore(n),
+                     ThreadPoolExecutor(max_workers=SEARCH_LEGS * n, thread_name_prefix="search-leg"))
+        return _gate
 
 
 def _run_leg(leg: str, scope_id: str, query: str, filters: SearchFilters | None = None
              ) -> tuple[list[UUID], set[UUID]]:
     """One leg's ranked meme ids and, for the keyword leg, the exact-phrase matches."""
-    with get_sessionmaker().begin() as session:
+    with get_search_sessionmaker().begin() as session:
         if leg == "keyword":
             hits = keyword.search(session, scope_id, query, CANDIDATES, filters)
             return [h.meme_id for h in hits], {h.meme_id for h in hits if h.phrase}

@@ -8,6 +8,7 @@ import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from anyio import to_thread
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
@@ -44,6 +45,9 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        # Requests worked on at once (sync routes run on these threads); the database pool is sized
+        # from the same setting (db.engine.pool_sizes), so a request never waits for its connection.
+        to_thread.current_default_thread_limiter().total_tokens = get_settings().api_concurrency
         runtime.prepare_database()
         threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
         stop = threading.Event()

@@ -44,7 +44,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "unsupported_media_type": 415,
     "invalid_cursor": 422, "invalid_request": 422,
     "rate_limited": 429, "queue_full": 429, "too_many_uploads": 429,
-    "backend_unavailable": 503,
+    "backend_unavailable": 503, "overloaded": 503,
 }
 
 

@@ -1,9 +1,12 @@
-"""``GET /health``: liveness, database reachability, worker liveness and queue depth per lane."""
+"""``GET /health``: liveness, database reachability, worker liveness and queue depth per lane; the
+same state (:func:`health_state`) feeds the page header's badge."""
 
 from __future__ import annotations
 
 import logging
+import time
 
+import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
@@ -17,6 +20,7 @@ from mewdex.storage import blob_store
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
+PAGE_STATE_SECONDS = 5.0  # how long the page header's state is reused
 
 
 def _is_admin(request: Request) -> bool:
@@ -31,35 +35,86 @@ def _is_admin(request: Request) -> bool:
         return False
 
 
-@router.get("/health")
-def health(request: Request):
-    """Anyone: ``{"status": "ok"|"degraded"}`` (200; degraded: a worker it started died) or
-    ``{"status": "unavailable"}`` (503, the database is unreachable; the reason goes to the server
-    log, never into the answer). Admins additionally get
-    ``{"database", "workers": {"pool": {...} | None, "processes": n}, "queues": {lane: {...}}}``.
-
-    ``workers.pool`` describes the workers this server started: ``{"processes", "alive", "pids", "lanes"}``
-    for child processes (``MEWDEX_WORKER_MODE=process``), ``{"threads", "alive", "busy", "lanes"}`` for
-    threads; ``workers.processes`` counts live ``mewdex worker`` processes connected to the database
-    (its children included);
-    ``queues`` has per lane the tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch);
-    ``disk`` is ``{"free_bytes", "low"}`` of the blob store's file system (``low`` below
-    ``MEWDEX_DISK_LOW_BYTES``: uploads will soon fail with 507), and ``warnings`` lists such conditions."""
-    from mewdex.queue.service import queue_depth
+def health_state(app) -> tuple[str, list[dict[str, str]]]:
+    """``(status, reasons)``: ``unavailable`` (the database does not answer), ``degraded`` (fewer
+    workers of this server run than it started, or queued work has had no consumer for
+    ``MEWDEX_QUEUE_STALL_SECONDS``), else ``ok``. ``reasons``: ``[{"code", "message"}]``
+    (``database_unreachable``, ``workers_down``, ``queue_stalled``)."""
+    from mewdex.queue.service import stalled_lanes
 
     try:
         with get_engine().connect() as connection:
             connection.execute(text("SELECT 1"))
     except Exception:
-        log.exception("health: the database is unreachable")
-        return JSONResponse({"status": "unavailable"}, status_code=503)
-    pool = getattr(request.app.state, "worker_pool", None)
+        log.warning("health: the database is unreachable", exc_info=True)
+        return "unavailable", [{"code": "database_unreachable", "message": "the database does not answer"}]
+    reasons = []
+    pool = getattr(app.state, "worker_pool", None)
     pool_status = pool.status() if pool is not None else None
-    status = "ok"
-    if pool_status and pool_status.get("alive", 0) < pool_status.get("processes", pool_status.get("threads", 0)):
-        status = "degraded"  # a worker this server started has died
-    if not _is_admin(request):
-        return {"status": status}
+    if pool_status:
+        configured = pool_status.get("processes", pool_status.get("threads", 0))
+        if pool_status.get("alive", 0) < configured:
+            last = pool_status.get("last_exit")
+            reasons.append({"code": "workers_down", "message": f"{pool_status['alive']} of {configured} workers run"
+                                                                + (f"; the last one {last}" if last else "")})
+    seconds = get_settings().queue_stall_seconds
+    with get_sessionmaker().begin() as session:
+        stalled = stalled_lanes(session, seconds)
+    if stalled:
+        reasons.append({"code": "queue_stalled", "message": f"queued work in lane(s) {', '.join(stalled)} has had "
+                                                            f"no consumer for {seconds:.0f} s"})
+    return ("degraded" if reasons else "ok"), reasons
+
+
+def page_state(request: Request) -> str:
+    """The server's state for the page header (``ok`` / ``degraded`` / ``unavailable``), reused for
+    :data:`PAGE_STATE_SECONDS`."""
+    cached = getattr(request.app.state, "health_page_state", None)
+    if cached is not None and cached[0] > time.monotonic():
+        return cached[1]
+    try:
+        status = health_state(request.app)[0]
+    except Exception:
+        log.warning("health: the state could not be read", exc_info=True)
+        status = "unavailable"
+    request.app.state.health_page_state = (time.monotonic() + PAGE_STATE_SECONDS, status)
+    return status
+
+
+_limiter: anyio.CapacityLimiter | None = None
+
+
+@router.get("/health")
+async def health(request: Request):
+    """Anyone: ``{"status": "ok"}`` (200), ``{"status": "degraded"}`` (503: a worker this server
+    started is not running, or queued work has had no consumer for a while) or ``{"status":
+    "unavailable"}`` (503, the database is unreachable; the reason goes to the server log, never
+    into the answer). Admins additionally get ``{"reasons": [{"code", "message"}], "database",
+    "workers": {"pool": {...} | None, "processes": n}, "queues": {lane: {...}}, "disk", "warnings"}``.
+
+    ``workers.pool`` describes the workers this server started: ``{"processes", "alive", "pids",
+    "lanes", "restarts", "last_exit"}`` for child processes (``MEWDEX_WORKER_MODE=process``),
+    ``{"threads", "alive", "busy", "lanes"}`` for threads; ``workers.processes`` counts live ``mewdex
+    worker`` processes connected to the database (its children included); ``queues`` has per lane the
+    tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch); ``disk`` is
+    ``{"free_bytes", "low"}`` of the blob store's file system (``low`` below ``MEWDEX_DISK_LOW_BYTES``:
+    uploads will soon fail with 507), and ``warnings`` lists such conditions.
+
+    Runs on threads of its own, so it answers while every request thread is busy."""
+    global _limiter
+    if _limiter is None:
+        _limiter = anyio.CapacityLimiter(4)
+    return await anyio.to_thread.run_sync(_health, request, limiter=_limiter)
+
+
+def _health(request: Request):
+    from mewdex.queue.service import queue_depth
+
+    status, reasons = health_state(request.app)
+    code = 200 if status == "ok" else 503
+    if status == "unavailable" or not _is_admin(request):
+        return JSONResponse({"status": status}, status_code=code)
+    pool = getattr(request.app.state, "worker_pool", None)
     with get_sessionmaker().begin() as session:
         processes = session.execute(
             text("SELECT count(DISTINCT application_name) FROM pg_stat_activity WHERE application_name LIKE :p"),
@@ -68,11 +123,12 @@ def health(request: Request):
         depth = queue_depth(session)
     free = blob_store().free_bytes()
     low = free < get_settings().disk_low_bytes
-    return {
+    return JSONResponse({
         "status": status,
+        "reasons": reasons,
         "database": "ok",
-        "workers": {"pool": pool_status, "processes": processes},
+        "workers": {"pool": pool.status() if pool is not None else None, "processes": processes},
         "queues": depth,
         "disk": {"free_bytes": free, "low": low},
         "warnings": [f"disk_space_low: {free} bytes free in the data dir"] if low else [],
-    }
+    }, status_code=code)

@@ -33,6 +33,7 @@ from mewdex.search import image_search, service
 from mewdex.web import i18n, views
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
+from mewdex.web.routers.health import page_state
 from mewdex.web.routers.memes import get_meme, meme_dict
 from mewdex.web.uploads import read_query_image
 
@@ -75,6 +76,7 @@ def render(request: Request, name: str, context: dict | None = None, status_code
         "messages": i18n.client_messages(locale),
         "path": request.url.path,
         "query_string": request.url.query,
+        "server_state": page_state(request),  # the header's badge: ok / degraded / unavailable
     }
     principal = getattr(request.state, "principal", None)
     if principal is not None and principal.user is not None:  # accounts exist: who is signed in
