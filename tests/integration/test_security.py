@@ -903,7 +903,7 @@ def test_a_crashing_task_stores_a_code_and_a_safe_message(sessions, scope):
     from mewdex.queue import tasks as queue
     from mewdex.queue.worker import Worker
 
-    @registry.register("test.security_crash")
+    @registry.task_type("test.security_crash")
     def _crash(ctx):
         raise RuntimeError("could not open /srv/secret/pgdata/base: SELECT password_hash FROM users")
 

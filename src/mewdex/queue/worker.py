@@ -398,7 +398,7 @@ class WorkerProcesses:
                     self.last_exit = exit_reason(code)
                     log.error("worker process %d %s after %.0f s; restarting it in %.0f s", child.pid,
                               self.last_exit, ran, self._delay[i])
-                elif now >= self._due[i]:
+                elif now >= (self._due[i] or now):
                     self.children[i] = self._spawn()
                     self._started[i], self._due[i] = now, None
                     self.restarts += 1
