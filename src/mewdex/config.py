@@ -82,6 +82,10 @@ class Settings(BaseSettings):
         default_factory=dict, description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.')
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
+    # Assistant (issue 16): a run whose owner is gone (another host) or that ran this long is reaped
+    # to ``error``; the pause between streamed reply chunks (0: none; tests slow it to stop mid-stream).
+    assistant_run_timeout_seconds: int = Field(default=600, ge=10)
+    assistant_stream_delay_ms: int = Field(default=0, ge=0, le=5000)
 
     # Security (README "Security"): who may reach the server and how much a request may send.
     allowed_hosts: list[str] = Field(

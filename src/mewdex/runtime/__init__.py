@@ -28,6 +28,7 @@ TASK_TYPE_MODULES = (
     "mewdex.pipeline.tasks",
     "mewdex.search.generations",
     "mewdex.runtime.maintenance",
+    "mewdex.assistant.runs",
 )
 # /health counts live worker processes by their connections' application_name.
 WORKER_APPLICATION_PREFIX = "mewdex-worker"

@@ -32,7 +32,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "signup_failed": 409,
     "grant_not_acquired": 409, "last_admin": 409, "too_many_tokens": 409, "blob_missing": 409,
     "task_not_retryable": 409, "task_not_cancellable": 409, "task_active": 409, "visual_not_ready": 409,
-    "no_accounts": 409,
+    "no_accounts": 409, "conversation_not_deleted": 409, "run_not_active": 409,
     "quota_exceeded": 413, "upload_too_large": 413, "package_too_large": 413, "entry_too_large": 413,
     "compression_ratio_exceeded": 413, "too_many_items": 413, "image_too_large": 413, "too_many_entries": 413,
     "request_too_large": 413,
