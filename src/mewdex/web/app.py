@@ -15,6 +15,7 @@ from mewdex.config import get_settings
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
 from mewdex.web import errors, security
 from mewdex.web.guards import RequestGuards
+from mewdex.web.routers import chat_page
 from mewdex.web.routers import conversations as conversation_routes
 from mewdex.web.routers import account_pages, admin, auth, collections, health, memes, pages, search, tasks, usage, visual
 
@@ -48,7 +49,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     app.add_middleware(RequestGuards)
     security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
     for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages,
-                   conversation_routes):
+                   conversation_routes, chat_page):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     return app
