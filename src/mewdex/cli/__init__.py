@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from mewdex.cli import library, search, server, tasks, thumbnails, users
+from mewdex.cli import assistant, library, search, server, tasks, thumbnails, users
 from mewdex.cli.common import console, err
 
 app = typer.Typer(help="mewdex — a self-hosted meme library searched in natural language.", no_args_is_help=True,
@@ -34,6 +34,7 @@ app.command()(library.delete)
 thumbnails_app.command("reconcile")(thumbnails.thumbnails_reconcile)
 app.command("status")(library.status_)
 app.command()(search.reindex)
+app.command()(assistant.mcp)
 user_app.command("create")(users.user_create)
 user_app.command("promote")(users.user_promote)
 user_app.command("disable")(users.user_disable)

@@ -9,10 +9,12 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.routing import Route
 
 from mewdex import runtime
 from mewdex.config import get_settings
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
+from mewdex import mcp_server
 from mewdex.web import errors, security
 from mewdex.web.guards import RequestGuards
 from mewdex.web.routers import chat_page
@@ -26,6 +28,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     """The app; ``workers`` workers (default ``MEWDEX_WORKERS``, see ``MEWDEX_WORKER_MODE``) run while it is up; ``host``
     is the bind address (default ``MEWDEX_HOST``), which decides the automatic auth mode."""
     count = get_settings().workers if workers is None else workers
+    mcp_http = mcp_server.HttpTransport(f"http://{host or get_settings().host}:{get_settings().port}")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -36,7 +39,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         # workers this process enqueues it for the workers of other processes.
         scheduler = runtime.start_scheduler() if count == 0 else None
         _app.state.worker_pool = pool
-        yield
+        async with mcp_http.running():  # the MCP transport's task group (/mcp)
+            yield
         if scheduler is not None:
             scheduler.stop()
         pool.stop()
@@ -51,5 +55,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages,
                    conversation_routes, chat_page):
         app.include_router(module.router)
+    # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.
+    for path in mcp_http.PATHS:
+        app.router.routes.append(Route(path, endpoint=mcp_http, include_in_schema=False))
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     return app

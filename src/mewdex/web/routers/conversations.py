@@ -106,13 +106,20 @@ MESSAGE_BODY = {"requestBody": {"required": True, "content": {
         "file": {"type": "string", "format": "binary"}, "content": {"type": "string"}}}}}}}
 
 
+# With ``Accept: text/event-stream``: a stream of ``event: <name>`` / ``data: <JSON>`` blocks.
+SSE_EVENT = {"type": "object", "description": "one server-sent event (``event:`` and ``data:`` lines)", "properties": {
+    "event": {"type": "string", "enum": ["message", "delta", "meme", "done", "error"]},
+    "data": {"type": "object", "description": "message: a Message; delta: {text}; meme: a MemeCard; "
+                                              "done: {message, run_status}; error: {code, message}"}}}
+
+
 def _sse(events: Iterator[tuple[str, dict[str, Any]]]) -> Iterator[str]:
     for name, data in events:
         yield f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
 @router.post("/{conversation_id}/messages", response_model=dto.PostedMessage, openapi_extra=MESSAGE_BODY,
-             responses={200: {"content": {"text/event-stream": {}}}})
+             responses={200: {"content": {"text/event-stream": {"schema": SSE_EVENT}}}})
 async def post_message(conversation_id: str, request: Request, scope: ScopeContext = Depends(streaming_scope)):
     """Send a message and get the reply. ``Accept: text/event-stream``: events ``message`` (the stored
     user message), ``delta`` (``{"text"}``), ``meme`` (a card), ``done`` (``{"message", "run_status"}``),
