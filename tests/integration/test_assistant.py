@@ -289,3 +289,31 @@ def test_every_conversation_route_answers_404_for_another_scope(sessions, scope,
         assert conversations.get(session, scope, cid).name == "private"
         assert session.execute(select(Message).where(Message.conversation_id == uuid.UUID(cid))).first() is None
         session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": other.scope_id})
+
+
+def test_delivered_memes_are_artifacts_with_trash_and_restore(sessions, scope, library):
+    from mewdex.assistant import artifacts
+
+    cid = _conversation(sessions, scope)
+    reply = chat.post(sessions, scope, cid, "cat")["reply"]
+    refs = reply["artifact_refs"]
+    assert [r["meme_id"] for r in refs] == library["cats"][:3]
+    other = new_scope(sessions, "other")
+    try:
+        with sessions.begin() as session:
+            picked = artifacts.list_artifacts(session, scope, conversation_id=uuid.UUID(cid))
+            assert {str(a.meme_id) for a in picked} == set(library["cats"][:3])
+            assert all(a.kind == "meme_pick" for a in picked)
+            with pytest.raises(Exception) as info:
+                artifacts.trash(session, other, refs[0]["artifact_id"])
+            assert info.value.code == "not_found"
+            artifacts.trash(session, scope, refs[0]["artifact_id"])
+        with sessions.begin() as session:
+            assert [str(a.artifact_id) for a in artifacts.list_artifacts(session, scope, status="trashed")] == \
+                [refs[0]["artifact_id"]]
+            artifacts.restore(session, scope, refs[0]["artifact_id"])
+        with sessions.begin() as session:
+            assert artifacts.list_artifacts(session, scope, status="trashed") == []
+    finally:
+        with sessions.begin() as session:
+            session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": other.scope_id})

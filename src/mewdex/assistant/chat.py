@@ -92,7 +92,7 @@ def begin(sessions: sessionmaker[Session], scope: ScopeContext, conversation_id:
             payload["attachments"] = [{"type": "image", "sha256": hashlib.sha256(image).hexdigest(),
                                        "size_bytes": len(image)}]
         message = conversations.append_message(session, conversation, payload)
-        version = conversations.take_auto_title(conversation)
+        version = conversations.take_auto_title(conversation) if text else None  # an image alone: later
         runs.start(conversation, owner)
         session.flush()
         if version is not None and text:
