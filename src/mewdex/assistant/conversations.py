@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from mewdex.assistant.errors import AssistantError
 from mewdex.db.models import Conversation, Message, ScopeContext, utcnow
 from mewdex.library.listing import escape_like
+from mewdex.platform import owners
 
 MAX_TITLE_CHARS = 200
 AUTO_TITLE_CHARS = 40
@@ -57,8 +58,12 @@ def _title(value: Any) -> str:
 def create(session: Session, scope: ScopeContext, *, user_id: UUID | None = None, name: str | None = None,
            channel: str = "web", scheduled_job_id: UUID | None = None) -> Conversation:
     """A new conversation; without ``name`` it is titled automatically from its first message
-    (``title_source`` auto, ``auto_title_pending``)."""
+    (``title_source`` auto, ``auto_title_pending``). ``user_id`` defaults to the scope's owner (None for
+    the local scope of single-user mode)."""
     auto = name is None or not str(name).strip()
+    if user_id is None:
+        owner = owners.user_for_scope(session, scope.scope_id)
+        user_id = owner.user_id if owner is not None else None
     conversation = Conversation(
         scope_id=scope.scope_id, user_id=user_id, name=DEFAULT_TITLE if auto else _title(name),
         title_source="auto" if auto else "manual", auto_title_pending=auto, channel=channel,

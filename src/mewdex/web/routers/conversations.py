@@ -22,8 +22,7 @@ from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Conversation, ScopeContext
 from mewdex.dto import assistant as dto
-from mewdex.platform.auth import Principal
-from mewdex.web.deps import current_principal, current_scope, db_session, streaming_scope
+from mewdex.web.deps import current_scope, db_session, streaming_scope
 from mewdex.web.errors import ApiError
 from mewdex.web.uploads import read_query_image, upload_slot
 
@@ -42,10 +41,9 @@ def view(c: Conversation) -> dict[str, Any]:
 
 @router.post("", response_model=dto.Conversation, status_code=201)
 def create(body: dto.ConversationCreate, session: Session = Depends(db_session),
-           scope: ScopeContext = Depends(current_scope), principal: Principal = Depends(current_principal)):
-    """A new conversation (``name`` optional: the first message titles it)."""
-    user_id = principal.user.user_id if principal.user is not None else None
-    c = conversations.create(session, scope, user_id=user_id, name=body.name)
+           scope: ScopeContext = Depends(current_scope)):
+    """A new conversation (``name`` optional: the first message titles it); its user is the scope's owner."""
+    c = conversations.create(session, scope, name=body.name)
     return view(c)
 
 
