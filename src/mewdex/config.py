@@ -101,6 +101,10 @@ class Settings(BaseSettings):
                 f"MEWDEX_WORKER_LEASE_SECONDS ({self.worker_lease_seconds}): a task's lease would expire "
                 "before its worker renews it")
         return self
+    # Assistant (issue 16): a run whose owner is gone (another host) or that ran this long is reaped
+    # to ``error``; the pause between streamed reply chunks (0: none; tests slow it to stop mid-stream).
+    assistant_run_timeout_seconds: int = Field(default=600, ge=10)
+    assistant_stream_delay_ms: int = Field(default=0, ge=0, le=5000)
 
     # Security (README "Security"): who may reach the server and how much a request may send.
     allowed_hosts: list[str] = Field(

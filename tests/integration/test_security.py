@@ -825,8 +825,9 @@ def test_every_route_hides_other_users_ids_and_checks_csrf(auth_app, sessions, s
     with sessions.begin() as s:
         task = s.execute(text("SELECT id FROM tasks WHERE scope_id = :s LIMIT 1"), {"s": a.scope_id}).scalar_one()
         job = s.execute(text("SELECT id FROM image_processing_jobs WHERE meme_id = :m"), {"m": meme}).scalar_one()
+    conversation = a.client.post("/api/v1/conversations", json={}, headers={"X-CSRF-Token": a.csrf}).json()["id"]
     ids = {"meme_id": meme, "collection_id": collection, "token_id": token_id, "task_id": str(task),
-           "job_id": str(job), "batch_id": str(_uuid.uuid4()), "user_id": a.user_id}
+           "job_id": str(job), "batch_id": str(_uuid.uuid4()), "user_id": a.user_id, "conversation_id": conversation}
     walked, csrf_checked = 0, 0
     # FastAPI ≥ 0.16x nests included routers: RouteContext gives each route's full path.
     from fastapi.routing import iter_route_contexts

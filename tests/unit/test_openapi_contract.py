@@ -89,7 +89,8 @@ def test_search_documents_its_filters(spec):
 def test_every_api_operation_that_takes_a_body_documents_it(spec):
     takes_none = {"/api/v1/tasks/{task_id}/retry", "/api/v1/tasks/{task_id}/cancel", "/api/v1/auth/logout", "/api/v1/auth/logout-everywhere",
                   "/api/v1/admin/disk-usage/rescan", "/api/v1/connectors/connections/{connection_id}/verify",
-                  "/api/v1/admin/connectors/{definition_id}/grants/{user_id}"}
+                  "/api/v1/admin/connectors/{definition_id}/grants/{user_id}",
+                  "/api/v1/conversations/{conversation_id}/restore", "/api/v1/conversations/{conversation_id}/cancel"}
     for path, method, operation in _operations(spec):
         if method in ("post", "patch", "put") and path not in takes_none:
             content = operation.get("requestBody", {}).get("content", {})

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 import typer.core
 
-from mewdex.cli import library, providers, search, server, tasks, thumbnails, users
+from mewdex.cli import assistant, library, providers, search, server, tasks, thumbnails, users
 from mewdex.cli.common import console, err
 
 # Help without type tags (<bool>, <list[Path]>): an option's name and help say what it takes; ranges stay.
@@ -63,6 +63,7 @@ app.command("repair-names")(library.repair_names)
 thumbnails_app.command("reconcile")(thumbnails.thumbnails_reconcile)
 app.command("status")(library.status_)
 app.command()(search.reindex)
+app.command()(assistant.mcp)
 user_app.command("create")(users.user_create)
 user_app.command("promote")(users.user_promote)
 user_app.command("disable")(users.user_disable)

@@ -29,6 +29,7 @@ TASK_TYPE_MODULES = (
     "mewdex.pipeline.name_repair",
     "mewdex.search.generations",
     "mewdex.runtime.maintenance",
+    "mewdex.assistant.runs",
 )
 # /health counts live worker processes by their connections' application_name.
 WORKER_APPLICATION_PREFIX = "mewdex-worker"

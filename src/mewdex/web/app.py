@@ -11,11 +11,13 @@ from pathlib import Path
 from anyio import to_thread
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.routing import Route
 
 from mewdex import runtime
 from mewdex.config import get_settings
 from mewdex.db import supervisor
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
+from mewdex import mcp_server
 from mewdex.web import errors, failures, security
 from mewdex.web.guards import RequestGuards
 from mewdex.web.hygiene import JsonTextGuard
@@ -23,6 +25,7 @@ from mewdex.web.routers import (
     account_pages,
     admin,
     auth,
+    chat_page,
     collections,
     connectors,
     health,
@@ -33,6 +36,7 @@ from mewdex.web.routers import (
     usage,
     visual,
 )
+from mewdex.web.routers import conversations as conversation_routes
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     ``host``
     is the bind address (default ``MEWDEX_HOST``), which decides the automatic auth mode."""
     count = get_settings().workers if workers is None else workers
+    mcp_http = mcp_server.HttpTransport(f"http://{host or get_settings().host}:{get_settings().port}")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -57,7 +62,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         # workers this process enqueues it for the workers of other processes.
         scheduler = runtime.start_scheduler() if count == 0 else None
         _app.state.worker_pool = pool
-        yield
+        async with mcp_http.running():  # the MCP transport's task group (/mcp)
+            yield
         stop.set()
         if scheduler is not None:
             scheduler.stop()
@@ -73,7 +79,10 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
     security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
     for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages,
-                   connectors):
+                   connectors, conversation_routes, chat_page):
         app.include_router(module.router)
+    # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.
+    for path in mcp_http.PATHS:
+        app.router.routes.append(Route(path, endpoint=mcp_http, include_in_schema=False))
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     return app

@@ -33,7 +33,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "signup_failed": 409,
     "grant_not_acquired": 409, "last_admin": 409, "too_many_tokens": 409, "blob_missing": 409,
     "task_not_retryable": 409, "task_not_cancellable": 409, "task_active": 409, "visual_not_ready": 409,
-    "no_accounts": 409,
+    "no_accounts": 409, "conversation_not_deleted": 409, "run_not_active": 409,
     "connector_name_taken": 409, "connector_unverified": 409, "connector_unavailable": 409,
     "public_url_missing": 409,
     "provider_failed": 502, "provider_invalid_output": 502, "provider_refused": 502, "provider_rate_limited": 503,

@@ -1,5 +1,6 @@
 """All tables, one module per area; importing this package registers them on ``Base.metadata``."""
 
+from mewdex.db.models.assistant import RUN_STATUSES, Artifact, Conversation, Message
 from mewdex.db.models.base import GLOBAL_LANE_RESOURCE_KEY, Base, ScopeContext, utcnow
 from mewdex.db.models.library import (
     DerivedImageThumbnail,

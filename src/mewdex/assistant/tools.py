@@ -1,0 +1,151 @@
+"""The assistant's tools over mewdex's own services: what the MCP server (and a chat model) may call.
+
+Every tool takes ``sessions`` and the caller's :class:`ScopeContext` (never from the arguments), so a
+tool only ever sees the caller's memes and collections. Errors are ``AssistantError`` /
+``DomainError`` codes: ``not_found``, ``invalid_request``, ``image_corrupt`` … (a tool's caller
+reports them as a tool error).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from mewdex.assistant import query as chat_query
+from mewdex.assistant.errors import AssistantError
+from mewdex.config import get_settings
+from mewdex.db.models import Meme, MemeCollection, MemeCollectionItem, ScopeContext
+from mewdex.dto.search import SearchFilters
+from mewdex.library import collections as library_collections
+from mewdex.library import thumbnails as thumbs
+from mewdex.library.scopes import storage_namespace
+from mewdex.search import image_search
+from mewdex.search import service as search_service
+from mewdex.storage import blob_store
+
+MAX_RESULTS = 20
+MAX_IMAGE_BYTES = 1024 * 1024  # get_meme's image: the still thumbnail, or the original when it is small
+
+
+def _n(n: Any) -> int:
+    try:
+        n = int(n)
+    except (TypeError, ValueError):
+        raise AssistantError("invalid_request", "n must be an integer") from None
+    if not 1 <= n <= MAX_RESULTS:
+        raise AssistantError("invalid_request", f"n must be between 1 and {MAX_RESULTS}")
+    return n
+
+
+def _filters(session: Session, scope: ScopeContext, animated: bool | None, collection: str | None) -> SearchFilters:
+    collection_ids = None
+    if collection:
+        collection_ids = [str(library_collections.find_by_name_or_id(session, scope, collection).id)]
+    return SearchFilters(animated=animated, collection_ids=collection_ids)
+
+
+def _hits(results) -> list[dict[str, Any]]:
+    return [{"id": h.id, "display_name": h.display_name, "media_url": h.media_url, "score": h.score,
+             "snippet": h.snippet} for h in results]
+
+
+def search_memes(sessions: sessionmaker[Session], scope: ScopeContext, query: str, n: int = 5,
+                 animated: bool | None = None, collection: str | None = None) -> list[dict[str, Any]]:
+    """The ``n`` (1–20) best memes for ``query`` (chat phrasing stripped), optionally only animated
+    ones or one collection's (name or id): ``[{"id", "display_name", "media_url", "score", "snippet"}]``."""
+    n = _n(n)
+    text = chat_query.strip_chat_phrasing((query or "").strip())[:search_service.MAX_QUERY_CHARS]
+    if not text:
+        raise AssistantError("invalid_request", "the query is empty")
+    with sessions.begin() as session:
+        filters = _filters(session, scope, animated, collection)
+    with sessions.begin() as session:
+        return _hits(search_service.search(session, scope, text, n, filters=filters).results)
+
+
+def search_by_image(sessions: sessionmaker[Session], scope: ScopeContext, image_base64: str,
+                    n: int = 5) -> list[dict[str, Any]]:
+    """The ``n`` memes that look most like the image (base64, ≤ ``MEWDEX_MAX_UPLOAD_BYTES``); the
+    score is the cosine similarity. Errors: ``invalid_request`` (not base64), the image's codes."""
+    n = _n(n)
+    try:
+        data = base64.b64decode(image_base64 or "", validate=True)
+    except (binascii.Error, ValueError):
+        raise AssistantError("invalid_request", "image_base64 is not base64") from None
+    settings = get_settings()
+    if not data:
+        raise AssistantError("image_corrupt", "the image is empty")
+    if len(data) > settings.max_upload_bytes:
+        raise AssistantError("upload_too_large", "the image is too large")
+    with sessions.begin() as session:
+        return _hits(image_search.search_by_image(session, scope, data, n, max_pixels=settings.max_pixels).results)
+
+
+def _meme(session: Session, scope: ScopeContext, meme_id: Any) -> Meme:
+    try:
+        uid = UUID(str(meme_id))
+    except ValueError:
+        raise AssistantError("not_found", "no such meme") from None
+    meme = session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == uid)).scalar_one_or_none()
+    if meme is None:
+        raise AssistantError("not_found", "no such meme")
+    return meme
+
+
+def get_meme(sessions: sessionmaker[Session], scope: ScopeContext,
+             meme_id: str) -> tuple[dict[str, Any], bytes | None, str]:
+    """The meme's facts and context (``{"id", "display_name", "media_url", "extension", "animated",
+    "context", "collections"}``), a picture of it (the still thumbnail, else the original when ≤ 1 MiB;
+    None when neither is at hand) and that picture's format (``webp``, ``png`` …)."""
+    with sessions.begin() as session:
+        meme = _meme(session, scope, meme_id)
+        names = [c.name for c in session.execute(
+            select(MemeCollection).join(MemeCollectionItem, MemeCollectionItem.collection_id == MemeCollection.id)
+            .where(MemeCollectionItem.meme_id == meme.id,
+                   MemeCollection.scope_id == scope.scope_id)).scalars()]
+        context = meme.meme_context or {}
+        facts = {"id": str(meme.id), "display_name": meme.display_name, "media_url": f"/media/{meme.id}",
+                 "extension": meme.extension,
+                 "animated": bool((meme.extensions or {}).get("image", {}).get("animated")),
+                 "context": {k: context.get(k) for k in ("title", "ocr_text", "description", "emotions", "tags",
+                                                         "usage", "labels") if context.get(k)},
+                 "collections": names}
+        namespace = storage_namespace(session, scope.scope_id)
+        store = blob_store()
+        row = thumbs.current_thumbnail(session, meme, thumbs.STILL_PROFILE)
+        if row is not None and row.output_key:
+            path = store.path(thumbs.thumbnail_namespace(namespace), row.output_key)
+            if path.is_file():
+                return facts, path.read_bytes(), "webp"
+        original = store.path(namespace, meme.storage_key)
+        if original.is_file() and meme.size_bytes <= MAX_IMAGE_BYTES:
+            return facts, original.read_bytes(), meme.extension.lstrip(".").replace("jpg", "jpeg")
+        return facts, None, ""
+
+
+def list_collections(sessions: sessionmaker[Session], scope: ScopeContext) -> list[dict[str, Any]]:
+    """The caller's collections: ``[{"id", "name", "count"}]`` by name."""
+    with sessions.begin() as session:
+        return [{"id": str(c.id), "name": c.name, "count": n}
+                for c, n in library_collections.list_collections(session, scope)]
+
+
+def add_to_collection(sessions: sessionmaker[Session], scope: ScopeContext, collection: str,
+                      meme_ids: list[str]) -> dict[str, Any]:
+    """Add memes (1–100 ids) to a collection (name or id; created when the name is new):
+    ``{"collection_id", "name", "added"}``. Errors: ``not_found`` (a meme not the caller's)."""
+    if not meme_ids or len(meme_ids) > 100:
+        raise AssistantError("invalid_request", "meme_ids must hold 1–100 ids")
+    with sessions.begin() as session:
+        ids = [_meme(session, scope, m).id for m in meme_ids]
+        try:
+            target = library_collections.find_by_name_or_id(session, scope, collection)
+        except library_collections.CollectionError:
+            target = library_collections.get_or_create(session, scope, collection)
+        added = library_collections.add_items(session, scope, target.id, ids)
+        return {"collection_id": str(target.id), "name": target.name, "added": added}

@@ -1,0 +1,40 @@
+"""Reading chat messages as searches (mewdex.assistant.query): chat phrasing stripped, filters and
+follow-ups recognised, meme phrases that look like phrasing left alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from mewdex.assistant.query import is_follow_up, parse, strip_chat_phrasing
+
+
+@pytest.mark.parametrize("message,query", [
+    ("来个摸鱼的表情", "摸鱼"), ("来个摸鱼的表情包", "摸鱼"), ("给我一个加班的表情", "加班"), ("来张不屑的图", "不屑"),
+    ("来个一个字我都不信的表情", "一个字我都不信"), ("send me a meme for monday mornings", "monday mornings"),
+    ("can you find me a meme about cats please", "cats"), ("send me a meme for 一个字我都不信", "一个字我都不信"),
+    # meme phrases that only look like chat phrasing stay whole
+    ("来日方长", "来日方长"), ("给我滚", "给我滚"), ("不值得同情的", "不值得同情的"),
+    ("change my mind", "change my mind"),
+])
+def test_chat_phrasing_is_stripped(message, query):
+    assert strip_chat_phrasing(message) == query
+
+
+@pytest.mark.parametrize("message", ["换一个", "另一个", "another", "Another one!", "more", "再来一个。"])
+def test_follow_ups(message):
+    assert is_follow_up(message) and parse(message).follow_up
+
+
+def test_not_follow_ups():
+    assert not is_follow_up("another day another dollar") and not is_follow_up("更多的钱")
+
+
+def test_animated_and_collection_filters():
+    gif = parse("来个cat的动图")
+    assert (gif.query, gif.animated) == ("cat", True)
+    assert parse("a dancing cat gif").animated is True
+    only_filter = parse("发个动图")
+    assert (only_filter.query, only_filter.animated) == ("", True)
+    named = parse("摸鱼合集里的加班", {"摸鱼合集": "c1", "合集": "c2"})
+    assert (named.collection_id, named.query) == ("c1", "加班")
+    assert parse("cats from Work Memes", {"work memes": "c3"}).query == "cats"
