@@ -74,8 +74,10 @@ def main() -> None:
     plain_s3, chat_s3 = statistics.mean(plain_hits), statistics.mean(chat_hits)
     print(f"{len(queries)} queries × 3 phrasings = {len(chat_hits)} chat messages")
     print(f"S@3 plain search on the bare query: {plain_s3:.3f}")
-    print(f"S@3 assistant, chat-phrased:        {chat_s3:.3f}  (difference {chat_s3 - plain_s3:+.3f}; "
-          f"budget −{BUDGET}: {'ok' if plain_s3 - chat_s3 <= BUDGET else 'OVER'})")
+    print(
+        f"S@3 assistant, chat-phrased:        {chat_s3:.3f}  (difference {chat_s3 - plain_s3:+.3f}; "
+        f"budget −{BUDGET}: {'ok' if plain_s3 - chat_s3 <= BUDGET else 'OVER'})"
+    )
     for template, hits in per_template.items():
         print(f"  {template!r:40s} {statistics.mean(hits):.3f} (n={len(hits)})")
     if first_card:

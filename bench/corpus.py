@@ -51,8 +51,10 @@ def prepare(*, workers: int = 2, log=print) -> dict:
     pool = start_workers(workers)  # they process while the import goes on, as with `mewdex import --wait`
     summary = import_paths(sessions, blob_store(), scope, items)
     imported = time.perf_counter()
-    log(f"imported {len(items)} files in {imported - started:.1f}s: {summary.created} created, "
-        f"{summary.duplicates} duplicates, {summary.skipped} skipped {dict(summary.reasons)}")
+    log(
+        f"imported {len(items)} files in {imported - started:.1f}s: {summary.created} created, "
+        f"{summary.duplicates} duplicates, {summary.skipped} skipped {dict(summary.reasons)}"
+    )
     last = 0.0
     while True:
         with sessions.begin() as session:

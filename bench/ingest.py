@@ -46,14 +46,20 @@ def main() -> None:
 
     mode = get_settings().worker_mode
     print(json.dumps(result["status"]))
-    print(f"import:      {result['files'] / result['import_seconds']:.1f} files/s ({result['import_seconds']:.1f}s, "
-          "workers running meanwhile)")
+    print(
+        f"import:      {result['files'] / result['import_seconds']:.1f} files/s ({result['import_seconds']:.1f}s, "
+        "workers running meanwhile)"
+    )
     for stage, figures in stage_rates().items():
         print(f"{stage:14s} {figures}")
-    print(f"end to end:  {memes / result['total_seconds']:.2f} images/s "
-          f"({memes} memes in {result['total_seconds']:.1f}s, {args.workers} workers, MEWDEX_WORKER_MODE={mode})")
-    print(f"peak RSS:    {result['peak_rss_mb']:.0f} MB importing process, {result['worker_peak_rss_mb']:.0f} MB "
-          "largest worker process (PostgreSQL runs apart)")
+    print(
+        f"end to end:  {memes / result['total_seconds']:.2f} images/s "
+        f"({memes} memes in {result['total_seconds']:.1f}s, {args.workers} workers, MEWDEX_WORKER_MODE={mode})"
+    )
+    print(
+        f"peak RSS:    {result['peak_rss_mb']:.0f} MB importing process, {result['worker_peak_rss_mb']:.0f} MB "
+        "largest worker process (PostgreSQL runs apart)"
+    )
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ IMG_EXT = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp"}
 
 # ----------------------------------------------------------------------------- corpus / OCR
 
+
 def list_images() -> list[str]:
     out = []
     for src in SOURCES:
@@ -87,8 +88,13 @@ def _ocr_one(rel: str) -> tuple[str, dict]:
     from mewdex.inference.ocr import OcrEngine
 
     if _ENGINE is None:
-        _ENGINE = OcrEngine(intra_op_threads=1, min_score=OCR_MIN_SCORE, max_side_len=OCR_MAX_SIDE,
-                            det_limit_side_len=OCR_DET[0], det_limit_type=OCR_DET[1])
+        _ENGINE = OcrEngine(
+            intra_op_threads=1,
+            min_score=OCR_MIN_SCORE,
+            max_side_len=OCR_MAX_SIDE,
+            det_limit_side_len=OCR_DET[0],
+            det_limit_type=OCR_DET[1],
+        )
         _ENGINE.load()
     p = CORPUS / rel
     data = p.read_bytes()
@@ -98,10 +104,16 @@ def _ocr_one(rel: str) -> tuple[str, dict]:
     t1 = time.perf_counter()
     lines = _ENGINE.read(frames)
     t2 = time.perf_counter()
-    return rel, {"sha256": sha, "n_frames": n, "ocr_frames": len(frames), "size": list(frames[0].size),
-                 "box_space": "original",
-                 "decode_s": t1 - t0, "ocr_s": t2 - t1,
-                 "lines": [ln.to_dict() for ln in lines]}
+    return rel, {
+        "sha256": sha,
+        "n_frames": n,
+        "ocr_frames": len(frames),
+        "size": list(frames[0].size),
+        "box_space": "original",
+        "decode_s": t1 - t0,
+        "ocr_s": t2 - t1,
+        "lines": [ln.to_dict() for ln in lines],
+    }
 
 
 def run_ocr(workers: int = 2) -> dict[str, dict]:
@@ -142,6 +154,7 @@ if __name__ == "__main__" and "--ocr-only" in sys.argv:
 
 # ----------------------------------------------------------------------------- contexts
 
+
 def index_path(rel: str) -> str:
     """What the index sees as the stored path: the path under the imported ``images`` folder
     (``memegen/images/drake/yes.jpg`` -> ``drake/yes.jpg``), as if the user imported it."""
@@ -167,16 +180,25 @@ def build_items(ocr: dict[str, dict], ocr_min_score: float, corpus_stat_drop: in
     items = []
     for sha, rels in by_sha.items():
         rel = rels[0]
-        lines = [ln for ln in ocr[rel]["lines"] if not drop or __import__("mewdex.search.text", fromlist=["fold"]).fold(ln["text"]) not in drop]
+        lines = [
+            ln
+            for ln in ocr[rel]["lines"]
+            if not drop or __import__("mewdex.search.text", fromlist=["fold"]).fold(ln["text"]) not in drop
+        ]
         ip = index_path(rel)
-        ctx = build_meme_context(relative_path=ip, display_name=ip.rsplit("/", 1)[-1], ocr_lines=lines,
-                                 ocr_min_score=ocr_min_score,
-                                 image_size=tuple(ocr[rel]["size"]) if corner_rule else None)
+        ctx = build_meme_context(
+            relative_path=ip,
+            display_name=ip.rsplit("/", 1)[-1],
+            ocr_lines=lines,
+            ocr_min_score=ocr_min_score,
+            image_size=tuple(ocr[rel]["size"]) if corner_rule else None,
+        )
         items.append({"sha": sha, "rel": rel, "paths": rels, "ctx": ctx})
     return items
 
 
 # ----------------------------------------------------------------------------- embeddings
+
 
 class EmbCache:
     def __init__(self, emb, name: str):
@@ -195,14 +217,16 @@ class EmbCache:
         np = self.np
         todo = [t for t in dict.fromkeys(texts) if "p:" + t not in self.store]
         for i in range(0, len(todo), 32):
-            chunk = todo[i:i + 32]
+            chunk = todo[i : i + 32]
             t0 = time.perf_counter()
             vecs = self.emb.embed_passages(chunk)
             self.passage_s.append((time.perf_counter() - t0) / len(chunk))
             for t, v in zip(chunk, vecs, strict=False):
                 self.store["p:" + t] = v
             self.dirty = True
-        return np.stack([self.store["p:" + t] for t in texts]) if texts else np.zeros((0, self.emb.dimensions), np.float32)
+        return (
+            np.stack([self.store["p:" + t] for t in texts]) if texts else np.zeros((0, self.emb.dimensions), np.float32)
+        )
 
     def query(self, text: str):
         if "q:" + text not in self.store:
@@ -245,6 +269,7 @@ def dense_scores(cache: EmbCache, items, fields_of, queries: list[str], agg: str
 
 
 # ----------------------------------------------------------------------------- keyword leg
+
 
 class BM25:
     """Okapi BM25 (k1=1.2, b=0.75) over token fields, summed with per-field weights
@@ -311,6 +336,7 @@ def phrase_hits(query: str, items) -> dict[int, int]:
 
 # ----------------------------------------------------------------------------- ranking / metrics
 
+
 def ranking(scores, depth=None, mask=None):
     import numpy as np
 
@@ -332,7 +358,7 @@ def apply_phrase(rank: list[int], hits: dict[int, int]) -> list[int]:
     if not hits:
         return rank
     pos = {i: p for p, i in enumerate(rank)}
-    boosted = sorted(hits, key=lambda i: (-hits[i], pos.get(i, 10 ** 9)))
+    boosted = sorted(hits, key=lambda i: (-hits[i], pos.get(i, 10**9)))
     return boosted + [i for i in rank if i not in hits]
 
 
@@ -342,8 +368,8 @@ def metrics(rank: list[int], rel: set[int]) -> dict[str, float]:
     m = {"MRR@10": 1.0 / (first + 1) if first is not None else 0.0}
     for k in (1, 5, 10):
         hit = len(set(rank[:k]) & rel)
-        m[f"R@{k}"] = hit / max(1, len(rel))   # recall of the lenient set
-        m[f"S@{k}"] = 1.0 if hit else 0.0       # success (any relevant in top k)
+        m[f"R@{k}"] = hit / max(1, len(rel))  # recall of the lenient set
+        m[f"S@{k}"] = 1.0 if hit else 0.0  # success (any relevant in top k)
     return m
 
 
@@ -352,6 +378,7 @@ def mean(ms: list[dict]) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- main
+
 
 def main():
     import numpy as np
@@ -366,9 +393,11 @@ def main():
 
     ocr = run_ocr()
     ocr_s = [v["ocr_s"] for v in ocr.values()]
-    print(f"\nOCR: {len(ocr)} images, mean {np.mean(ocr_s):.3f} s/image (median {np.median(ocr_s):.3f}, "
-          f"p95 {np.percentile(ocr_s, 95):.3f}) on 1 onnxruntime thread, max side {OCR_MAX_SIDE}px, "
-          f"det {OCR_DET[1]}-side {OCR_DET[0]}, up to 3 frames for animations; 2 processes in parallel)")
+    print(
+        f"\nOCR: {len(ocr)} images, mean {np.mean(ocr_s):.3f} s/image (median {np.median(ocr_s):.3f}, "
+        f"p95 {np.percentile(ocr_s, 95):.3f}) on 1 onnxruntime thread, max side {OCR_MAX_SIDE}px, "
+        f"det {OCR_DET[1]}-side {OCR_DET[0]}, up to 3 frames for animations; 2 processes in parallel)"
+    )
 
     queries = [json.loads(ln) for ln in (CORPUS / "queries_dev.jsonl").read_text().splitlines() if ln.strip()]
     e5 = EmbCache(E5Embedder(threads=2), "e5")
@@ -387,23 +416,31 @@ def main():
     for cname, thr, cs, corner in configs:
         print(f"\n=== config: {cname} (OCR min score {thr}, corner rule {corner}, corpus-stat drop {cs or 'off'}) ===")
         results[cname] = evaluate(ocr, queries, e5, use, thr, cs, corner, full=(cname == "default"))
-    e5.save(); use.save()
+    e5.save()
+    use.save()
 
     # speeds
-    t = E5Embedder(threads=1); u = UseEmbedder(threads=1); t.load(); u.load()
+    t = E5Embedder(threads=1)
+    u = UseEmbedder(threads=1)
+    t.load()
+    u.load()
     sample = [semantic_fields(it["ctx"]).get("ocr") or "" for it in build_items(ocr, OCR_MIN_SCORE)[:200]]
     sample = [s for s in sample if s][:64]
     sp = {}
     for name, emb in (("e5", t), ("use", u)):
-        t0 = time.perf_counter(); emb.embed_passages(sample); pp = (time.perf_counter() - t0) / len(sample)
+        t0 = time.perf_counter()
+        emb.embed_passages(sample)
+        pp = (time.perf_counter() - t0) / len(sample)
         qs = [q["query"] for q in queries]
         t0 = time.perf_counter()
         for q in qs:
             emb.embed_query(q)
         qq = (time.perf_counter() - t0) / len(qs)
         sp[name] = {"ms_per_passage_batch": pp * 1000, "ms_per_query": qq * 1000}
-        print(f"speed {name} (1 thread): {pp * 1000:.1f} ms/passage (batch of {len(sample)} OCR texts), "
-              f"{qq * 1000:.1f} ms/query")
+        print(
+            f"speed {name} (1 thread): {pp * 1000:.1f} ms/passage (batch of {len(sample)} OCR texts), "
+            f"{qq * 1000:.1f} ms/query"
+        )
     results["speed"] = sp
     results["ocr_s_per_image"] = float(np.mean(ocr_s))
     (CACHE_DIR / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
@@ -419,7 +456,9 @@ def query_lang(q: str) -> str:
     from mewdex.search.text import has_han, has_latin
 
     han, lat = has_han(q), has_latin(q)
-    return "mixed" if han and lat and len([c for c in q if c.isascii() and c.isalpha()]) > 3 else ("zh" if han else "en")
+    return (
+        "mixed" if han and lat and len([c for c in q if c.isascii() and c.isalpha()]) > 3 else ("zh" if han else "en")
+    )
 
 
 def evaluate(ocr, queries, e5, use, thr, corpus_stat, corner=True, full=True):
@@ -478,17 +517,29 @@ def evaluate(ocr, queries, e5, use, thr, corpus_stat, corner=True, full=True):
     e5r, user = R["e5 max(name,ocr)"], R["use max(name,name;ocr)"]
     lw = [LANG_WEIGHTS[ln] for ln in qlang]
     fusions = {}
-    for k in ((10, 30, 60) if full else (10,)):
+    for k in (10, 30, 60) if full else (10,):
         fusions[f"RRF k={k} e5+use"] = (lambda j: [e5r[j], user[j]], lambda j: [1, 1], k)
         fusions[f"RRF k={k} e5+use lang-w"] = (lambda j: [e5r[j], user[j]], lambda j: list(lw[j]), k)
         fusions[f"RRF k={k} kwAND+e5+use lang-w"] = (lambda j: [kw_and[j], e5r[j], user[j]], lambda j: [1, *lw[j]], k)
         fusions[f"RRF k={k} kwOR+e5+use lang-w"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: [1, *lw[j]], k)
-        fusions[f"RRF k={k} kwOR*0.5+e5+use lang-w"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: [0.5, *lw[j]], k)
+        fusions[f"RRF k={k} kwOR*0.5+e5+use lang-w"] = (
+            lambda j: [kw_or[j], e5r[j], user[j]],
+            lambda j: [0.5, *lw[j]],
+            k,
+        )
         fusions[f"RRF k={k} kwAND+e5+use"] = (lambda j: [kw_and[j], e5r[j], user[j]], lambda j: [1, 1, 1], k)
     dw = [DEFAULT_W["kw"], DEFAULT_W["e5"], DEFAULT_W["use"]]
-    fusions[f"DEFAULT RRF k={DEFAULT_K} kwOR*0.5+e5+use*2"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: dw, DEFAULT_K)
+    fusions[f"DEFAULT RRF k={DEFAULT_K} kwOR*0.5+e5+use*2"] = (
+        lambda j: [kw_or[j], e5r[j], user[j]],
+        lambda j: dw,
+        DEFAULT_K,
+    )
     fusions[f"RRF k={DEFAULT_K} e5+use*2"] = (lambda j: [e5r[j], user[j]], lambda j: [1, 2], DEFAULT_K)
-    fusions[f"RRF k={DEFAULT_K} kwOR*0.5+e5+use lang-w"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: [0.5, *lw[j]], DEFAULT_K)
+    fusions[f"RRF k={DEFAULT_K} kwOR*0.5+e5+use lang-w"] = (
+        lambda j: [kw_or[j], e5r[j], user[j]],
+        lambda j: [0.5, *lw[j]],
+        DEFAULT_K,
+    )
     if full:
         fusions["RRF k=10 kwOR*0.5+e5+use*2"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: dw, 10)
         fusions["RRF k=60 kwOR*0.5+e5+use*2"] = (lambda j: [kw_or[j], e5r[j], user[j]], lambda j: dw, 60)
@@ -499,19 +550,28 @@ def evaluate(ocr, queries, e5, use, thr, corpus_stat, corner=True, full=True):
 
     table = {}
     types = sorted({q["type"] for q in queries})
-    print(f"{'leg / fusion':46s} {'R@1':>5s} {'R@5':>5s} {'R@10':>5s} {'S@10':>5s} {'MRR@10':>6s} | zh MRR  en MRR | " +
-          " ".join(f"{t[:8]:>8s}" for t in types))
+    print(
+        f"{'leg / fusion':46s} {'R@1':>5s} {'R@5':>5s} {'R@10':>5s} {'S@10':>5s} {'MRR@10':>6s} | zh MRR  en MRR | "
+        + " ".join(f"{t[:8]:>8s}" for t in types)
+    )
     for name, ranks in R.items():
         ms = [metrics(r, rel) for r, rel in zip(ranks, rels, strict=False)]
         m = mean(ms)
-        by_lang = {lang: mean([x for x, q in zip(ms, queries, strict=False) if q["lang"] == lang]) for lang in ("zh", "en")}
+        by_lang = {
+            lang: mean([x for x, q in zip(ms, queries, strict=False) if q["lang"] == lang]) for lang in ("zh", "en")
+        }
         by_type = {t: mean([x for x, q in zip(ms, queries, strict=False) if q["type"] == t]) for t in types}
         table[name] = {"all": m, "lang": by_lang, "type": by_type}
-        print(f"{name:46s} {m['R@1']:5.3f} {m['R@5']:5.3f} {m['R@10']:5.3f} {m['S@10']:5.3f} {m['MRR@10']:6.3f} | "
-              f"{by_lang['zh']['MRR@10']:6.3f} {by_lang['en']['MRR@10']:6.3f} | " +
-              " ".join(f"{by_type[t]['MRR@10']:8.3f}" for t in types))
-    print("R@k = recall of the lenient `relevant` set in the top k; S@10 = share of queries with any relevant "
-          "in the top 10; per-type columns are MRR@10; types:", {t: sum(q['type'] == t for q in queries) for t in types})
+        print(
+            f"{name:46s} {m['R@1']:5.3f} {m['R@5']:5.3f} {m['R@10']:5.3f} {m['S@10']:5.3f} {m['MRR@10']:6.3f} | "
+            f"{by_lang['zh']['MRR@10']:6.3f} {by_lang['en']['MRR@10']:6.3f} | "
+            + " ".join(f"{by_type[t]['MRR@10']:8.3f}" for t in types)
+        )
+    print(
+        "R@k = recall of the lenient `relevant` set in the top k; S@10 = share of queries with any relevant "
+        "in the top 10; per-type columns are MRR@10; types:",
+        {t: sum(q["type"] == t for q in queries) for t in types},
+    )
 
     if full:
         # known-item search: each vvquest image, query = its file stem
@@ -535,8 +595,10 @@ def evaluate(ocr, queries, e5, use, thr, corpus_stat, corner=True, full=True):
                 misses.append((st, items[top]["rel"]))
             ki["e5 alone"] += r_e5[0] == i
             ki["use alone"] += r_use[0] == i
-        print(f"\nknown-item (vvquest stem -> that image first), n={len(vv)}:",
-              {k: round(v / len(vv), 3) for k, v in ki.items()})
+        print(
+            f"\nknown-item (vvquest stem -> that image first), n={len(vv)}:",
+            {k: round(v / len(vv), 3) for k, v in ki.items()},
+        )
         print("  misses (query -> what ranked first):", misses[:12])
         table["known_item"] = {k: v / len(vv) for k, v in ki.items()}
     return table

@@ -30,8 +30,12 @@ BATCH = 20
 
 def corpus_images(limit: int) -> list[Path]:
     """The first ``limit`` corpus image files (sorted by path, so runs are comparable)."""
-    paths = sorted(p for root in corpus.corpus_roots() for p in (root / "images").rglob("*")
-                   if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    paths = sorted(
+        p
+        for root in corpus.corpus_roots()
+        for p in (root / "images").rglob("*")
+        if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+    )
     return paths[:limit]
 
 
@@ -47,7 +51,7 @@ def app_client():
 def bench_upload(args) -> dict:
     """Upload ``args.files`` corpus images in requests of 20; files/s and MB/s of the whole run."""
     paths = corpus_images(args.files)
-    batches = [paths[i:i + BATCH] for i in range(0, len(paths), BATCH)]
+    batches = [paths[i : i + BATCH] for i in range(0, len(paths), BATCH)]
     counts: dict[str, int] = {}
     total_bytes = 0
     latencies = []
@@ -75,9 +79,11 @@ def bench_upload(args) -> dict:
         "request_p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
         "request_max_ms": round(1000 * latencies[-1], 1),
     }
-    print(f"upload:      {figures['files_per_s']} files/s, {figures['mb_per_s']} MB/s "
-          f"({len(paths)} files in {len(batches)} requests of {BATCH}, {seconds:.1f}s; "
-          f"request p50 {figures['request_p50_ms']} ms; {counts})")
+    print(
+        f"upload:      {figures['files_per_s']} files/s, {figures['mb_per_s']} MB/s "
+        f"({len(paths)} files in {len(batches)} requests of {BATCH}, {seconds:.1f}s; "
+        f"request p50 {figures['request_p50_ms']} ms; {counts})"
+    )
     return figures
 
 
@@ -101,8 +107,15 @@ def bench_export_import(args) -> dict:
         ensure_scope(session, source)
     ids = []
     for path in corpus_images(4 * n_memes):
-        result = add_image(sessions, store, source, path.read_bytes(), filename=path.name,
-                           provenance={"source": "bench"}, process=False)
+        result = add_image(
+            sessions,
+            store,
+            source,
+            path.read_bytes(),
+            filename=path.name,
+            provenance={"source": "bench"},
+            process=False,
+        )
         if result.status == "created":
             ids.append(uuid.UUID(result.meme_id))
         if len(ids) == n_memes:
@@ -126,8 +139,9 @@ def bench_export_import(args) -> dict:
                 ensure_scope(session, target_scope)
             started = time.perf_counter()
             with archive.open("rb") as fileobj:
-                result = packages.import_package(sessions, store, target_scope, fileobj, source_name="bench.zip",
-                                                 process=False)
+                result = packages.import_package(
+                    sessions, store, target_scope, fileobj, source_name="bench.zip", process=False
+                )
             import_s.append(time.perf_counter() - started)
             assert result.count("created") == len(ids), result.as_dict()
     mb = size / 1e6
@@ -140,14 +154,21 @@ def bench_export_import(args) -> dict:
         "import_mb_per_s": round(mb / min(import_s), 1),
         "import_files_per_s": round(len(ids) / min(import_s), 1),
     }
-    log(f"export: {figures['memes']} memes, {figures['archive_mb']} MB in {figures['export_s']} s "
-        f"→ {figures['export_mb_per_s']} MB/s")
-    log(f"import (preflight + store, no processing): {figures['import_s']} s "
-        f"→ {figures['import_mb_per_s']} MB/s, {figures['import_files_per_s']} files/s")
+    log(
+        f"export: {figures['memes']} memes, {figures['archive_mb']} MB in {figures['export_s']} s "
+        f"→ {figures['export_mb_per_s']} MB/s"
+    )
+    log(
+        f"import (preflight + store, no processing): {figures['import_s']} s "
+        f"→ {figures['import_mb_per_s']} MB/s, {figures['import_files_per_s']} files/s"
+    )
     return figures
 
 
-SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {"upload": bench_upload, "export_import": bench_export_import}
+SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
+    "upload": bench_upload,
+    "export_import": bench_export_import,
+}
 
 
 def main() -> None:

@@ -64,8 +64,10 @@ class Recorder:
         print(f"{'route':<16}{'n':>7}{'req/s':>8}{'p50':>9}{'p95':>9}{'p99':>9}{'max':>9}")
         for route, values in sorted(self.latencies.items()):
             values = sorted(values)
-            print(f"{route:<16}{len(values):>7}{len(values) / elapsed:>8.1f}{pct(values, 50):>9.0f}"
-                  f"{pct(values, 95):>9.0f}{pct(values, 99):>9.0f}{values[-1]:>9.0f}")
+            print(
+                f"{route:<16}{len(values):>7}{len(values) / elapsed:>8.1f}{pct(values, 50):>9.0f}"
+                f"{pct(values, 95):>9.0f}{pct(values, 99):>9.0f}{values[-1]:>9.0f}"
+            )
         if not self.failures:
             print("non-2xx: none")
         for (route, status, code), count in sorted(self.failures.items()):
@@ -119,8 +121,11 @@ def prepare_subset(count: int, workers: int) -> None:
     pool = start_workers(workers)
     started = time.perf_counter()
     summary = import_paths(sessions, blob_store(), scope, collect(chosen))
-    print(f"imported {len(chosen)} files: {summary.created} created, {summary.duplicates} duplicates, "
-          f"{summary.skipped} skipped; processing…", flush=True)
+    print(
+        f"imported {len(chosen)} files: {summary.created} created, {summary.duplicates} duplicates, "
+        f"{summary.skipped} skipped; processing…",
+        flush=True,
+    )
     while True:
         with sessions.begin() as session:
             if pending(status(session, scope)) == 0:
@@ -139,8 +144,9 @@ async def mixed_load(client: httpx.AsyncClient, seconds: float, searchers: int, 
     async def searcher(seed: int) -> None:
         rng = random.Random(seed)
         while time.perf_counter() < deadline:
-            await rec.call(client, "search", "POST", "/api/v1/search",
-                           json={"query": rng.choice(texts), "n_results": 10})
+            await rec.call(
+                client, "search", "POST", "/api/v1/search", json={"query": rng.choice(texts), "n_results": 10}
+            )
 
     async def uploader(seed: int) -> None:
         rng = random.Random(1000 + seed)
@@ -158,8 +164,9 @@ async def mixed_load(client: httpx.AsyncClient, seconds: float, searchers: int, 
                 meme_id = await asyncio.wait_for(uploaded.get(), timeout=max(0.1, deadline - time.perf_counter()))
             except TimeoutError:
                 return
-            await rec.call(client, "rename", "PATCH", f"/api/v1/memes/{meme_id}",
-                           json={"display_name": f"renamed {meme_id[:8]}"})
+            await rec.call(
+                client, "rename", "PATCH", f"/api/v1/memes/{meme_id}", json={"display_name": f"renamed {meme_id[:8]}"}
+            )
             await rec.call(client, "delete", "DELETE", f"/api/v1/memes/{meme_id}")
 
     async def lister() -> None:
@@ -169,8 +176,9 @@ async def mixed_load(client: httpx.AsyncClient, seconds: float, searchers: int, 
             response = await rec.call(client, "list", "GET", "/api/v1/memes", params=params)
             cursor = response.json().get("next_cursor") if response is not None and response.is_success else None
 
-    await asyncio.gather(*(searcher(i) for i in range(searchers)), *(uploader(i) for i in range(uploaders)),
-                         renamer_deleter(), lister())
+    await asyncio.gather(
+        *(searcher(i) for i in range(searchers)), *(uploader(i) for i in range(uploaders)), renamer_deleter(), lister()
+    )
     rec.ended = time.perf_counter()
     return rec
 
@@ -187,8 +195,12 @@ async def burst(client: httpx.AsyncClient, size: int) -> Recorder:
             await asyncio.sleep(0.5)
 
     prober = asyncio.create_task(probe())
-    await asyncio.gather(*(rec.call(client, "search", "POST", "/api/v1/search",
-                                    json={"query": texts[i % len(texts)], "n_results": 10}) for i in range(size)))
+    await asyncio.gather(
+        *(
+            rec.call(client, "search", "POST", "/api/v1/search", json={"query": texts[i % len(texts)], "n_results": 10})
+            for i in range(size)
+        )
+    )
     rec.ended = time.perf_counter()
     done.set()
     await prober
@@ -201,7 +213,8 @@ async def run(url: str, args: argparse.Namespace) -> None:
         for text in queries()[:3]:  # warm-up: the models load on first use
             (await client.post("/api/v1/search", json={"query": text, "n_results": 10})).raise_for_status()
         (await mixed_load(client, args.seconds, args.searchers, args.uploaders)).report(
-            f"mixed load ({args.searchers} searchers, {args.uploaders} uploaders, 1 renamer/deleter, 1 lister)")
+            f"mixed load ({args.searchers} searchers, {args.uploaders} uploaders, 1 renamer/deleter, 1 lister)"
+        )
         (await burst(client, args.burst)).report(f"burst of {args.burst} concurrent searches")
 
 

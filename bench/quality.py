@@ -81,6 +81,7 @@ def main() -> None:
             with sessions.begin() as session:
                 kwargs = {} if legs is None else {"legs": legs}
                 return [str(r.id) for r in service.search(session, scope, query, 10, **kwargs).results]
+
         return run
 
     print(f"{len(queries)} queries, {len(set(mapping.values()))} memes")
@@ -93,8 +94,10 @@ def main() -> None:
             row = results[name][group]
             print(f"  {name:10s} " + " ".join(f"{row[m]:7.3f}" for m in METRICS))
     best_leg = max(results[v]["all"]["MRR@10"] for v in VARIANTS if v != "default")
-    print(f"\ndefault MRR@10 {results['default']['all']['MRR@10']:.3f} vs best single leg {best_leg:.3f} "
-          f"(gap {results['default']['all']['MRR@10'] - best_leg:+.3f})")
+    print(
+        f"\ndefault MRR@10 {results['default']['all']['MRR@10']:.3f} vs best single leg {best_leg:.3f} "
+        f"(gap {results['default']['all']['MRR@10'] - best_leg:+.3f})"
+    )
     share, misses = known_item(runner(None), mapping)
     print(f"known-item (vvquest file stem as query) found first: {share:.3f} ({len(misses)} misses)")
     for path in misses[:20]:

@@ -59,8 +59,9 @@ def serve(data_dir: Path, workers: int = 0) -> Iterator[str]:
     port = free_port()
     env = os.environ | {"MEWDEX_DATA_DIR": str(data_dir), "MEWDEX_WORKERS": str(workers)}
     mewdex = Path(sys.executable).parent / "mewdex"
-    proc = subprocess.Popen([str(mewdex), "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(mewdex), "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, proc)
@@ -90,8 +91,10 @@ def main() -> None:
                 timings.append((time.perf_counter() - started) * 1000)
     timings.sort()
     p95 = timings[int(0.95 * (len(timings) - 1))]
-    print(f"{len(timings)} searches over {len(queries)} queries: p50 {statistics.median(timings):.1f} ms, "
-          f"p95 {p95:.1f} ms, max {timings[-1]:.1f} ms")
+    print(
+        f"{len(timings)} searches over {len(queries)} queries: p50 {statistics.median(timings):.1f} ms, "
+        f"p95 {p95:.1f} ms, max {timings[-1]:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -97,10 +97,18 @@ def run(sessions, scope, count: int, args) -> tuple[float, float, float]:
     enqueue(sessions, scope, lane, args.tasks)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     mewdex = Path(sys.executable).parent / "mewdex"
-    procs = [subprocess.Popen([str(mewdex), "worker", "--concurrency", str(args.threads), "--lanes", lane],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(count)]
+    procs = [
+        subprocess.Popen(
+            [str(mewdex), "worker", "--concurrency", str(args.threads), "--lanes", lane],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(count)
+    ]
     latencies = []
     try:
+
         def left() -> int:
             with sessions.begin() as session:
                 return session.execute(
@@ -155,8 +163,13 @@ def explain(sessions, n: int) -> None:
     caps, rcaps = queue.lane_caps([lane])
     sql = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + queue._CLAIM_SQL.text
     with sessions() as session:
-        plan = session.execute(text(sql), {"lanes": [lane], "caps": caps, "rcaps": json.dumps(rcaps),
-                                           "owner": "explain", "lease": 60}).scalars().all()
+        plan = (
+            session.execute(
+                text(sql), {"lanes": [lane], "caps": caps, "rcaps": json.dumps(rcaps), "owner": "explain", "lease": 60}
+            )
+            .scalars()
+            .all()
+        )
         session.rollback()
     print("\n".join(plan))
     print()

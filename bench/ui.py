@@ -22,8 +22,16 @@ import corpus
 from search_latency import bench_queries, serve
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 INSTRUMENT = """() => {
   window.__lat = [];
@@ -79,13 +87,15 @@ def main() -> None:
         corpus.prepare()
     queries = bench_queries()
     if args.limit:
-        queries = queries[:args.limit]
+        queries = queries[: args.limit]
     with serve(data_dir) as url:
         timings = measure(url, queries, args.rounds)
     p95 = timings[int(0.95 * (len(timings) - 1))]
-    print(f"{len(timings)} keystroke→rendered results over {len(queries)} queries: "
-          f"p50 {statistics.median(timings):.0f} ms, p95 {p95:.0f} ms, max {timings[-1]:.0f} ms "
-          f"(the 50 ms debounce included; target p95 ≤ 300 ms)")
+    print(
+        f"{len(timings)} keystroke→rendered results over {len(queries)} queries: "
+        f"p50 {statistics.median(timings):.0f} ms, p95 {p95:.0f} ms, max {timings[-1]:.0f} ms "
+        f"(the 50 ms debounce included; target p95 ≤ 300 ms)"
+    )
 
 
 if __name__ == "__main__":

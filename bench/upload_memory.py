@@ -75,8 +75,12 @@ def main() -> None:
     print(f"{len(paths)} files of {paths[0].stat().st_size / 1e6:.1f} MB", flush=True)
     port = free_port()
     env = os.environ | {"MEWDEX_DATA_DIR": str(data_dir), "MEWDEX_WORKERS": "0"}
-    server = subprocess.Popen([str(Path(sys.executable).parent / "mewdex"), "serve", "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mewdex"), "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, server)
@@ -85,8 +89,9 @@ def main() -> None:
         from PIL import Image
 
         Image.new("RGB", (64, 64), (1, 2, 3)).save(warm_up)
-        httpx.post(url + "/api/v1/memes", files=[("files", (warm_up.name, warm_up.read_bytes(), "image/png"))],
-                   timeout=120).raise_for_status()
+        httpx.post(
+            url + "/api/v1/memes", files=[("files", (warm_up.name, warm_up.read_bytes(), "image/png"))], timeout=120
+        ).raise_for_status()
         baseline = settle(proc)
         peak, sampling = baseline, True
 
@@ -110,8 +115,10 @@ def main() -> None:
                     h.close()
 
         started = time.perf_counter()
-        threads = [threading.Thread(target=upload, args=(paths[i * args.files:(i + 1) * args.files],))
-                   for i in range(args.requests)]
+        threads = [
+            threading.Thread(target=upload, args=(paths[i * args.files : (i + 1) * args.files],))
+            for i in range(args.requests)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -124,9 +131,11 @@ def main() -> None:
         sampling = False
         sampler.join()
         print(f"{args.requests} concurrent requests × {args.files} files: statuses {statuses}, {took:.1f} s")
-        print(f"RSS baseline {baseline:.0f} MB, peak {peak:.0f} MB (+{peak - baseline:.0f}), "
-              f"5 s after {after5:.0f} MB (+{after5 - baseline:.0f}), "
-              f"20 s after {after20:.0f} MB (+{after20 - baseline:.0f})")
+        print(
+            f"RSS baseline {baseline:.0f} MB, peak {peak:.0f} MB (+{peak - baseline:.0f}), "
+            f"5 s after {after5:.0f} MB (+{after5 - baseline:.0f}), "
+            f"20 s after {after20:.0f} MB (+{after20 - baseline:.0f})"
+        )
     finally:
         server.terminate()
         server.wait(60)

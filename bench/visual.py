@@ -50,8 +50,9 @@ def corpus_files() -> list[Path]:
     files = []
     for source in SOURCES:
         root = CORPUS / source / "images"
-        files += sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in
-                        (".png", ".jpg", ".jpeg", ".gif", ".webp"))
+        files += sorted(
+            p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in (".png", ".jpg", ".jpeg", ".gif", ".webp")
+        )
     return files
 
 
@@ -236,7 +237,9 @@ def near_duplicates(files: list[Path], originals: int, seed: int, threads: int) 
             "target_recall_at_1": TARGET_R1.get(kind),
             "dup_recall": round(s["tp"] / s["n"], 3),
             "dup_precision": round(s["tp"] / max(s["tp"] + s["fp"], 1), 3),
-            "dup_precision_if_all_above_threshold_were_flagged": round(s["tp_all"] / max(s["tp_all"] + s["fp_all"], 1), 3),
+            "dup_precision_if_all_above_threshold_were_flagged": round(
+                s["tp_all"] / max(s["tp_all"] + s["fp_all"], 1), 3
+            ),
         }
     corpus_fp = corpus_flags(visual.PHASH_MAX_DISTANCE, visual.COSINE_MIN)
     np.fill_diagonal(sims_all, -1)
@@ -256,9 +259,14 @@ def near_duplicates(files: list[Path], originals: int, seed: int, threads: int) 
         "corpus_flag_rate": round(corpus_fp / len(keep), 3),
         "dup_precision_with_corpus_negatives": round(tp / max(tp + fp + corpus_fp, 1), 3),
         "grid": [
-            {"phash_max": t, "cosine_min": c, "precision": round(a[0] / max(a[0] + a[1], 1), 3),
-             "precision_with_corpus_negatives": round(a[0] / max(a[0] + a[1] + corpus_flags(t, c), 1), 3),
-             "corpus_false_flags": corpus_flags(t, c), "recall": round(a[0] / max(a[2], 1), 3)}
+            {
+                "phash_max": t,
+                "cosine_min": c,
+                "precision": round(a[0] / max(a[0] + a[1], 1), 3),
+                "precision_with_corpus_negatives": round(a[0] / max(a[0] + a[1] + corpus_flags(t, c), 1), 3),
+                "corpus_false_flags": corpus_flags(t, c),
+                "recall": round(a[0] / max(a[2], 1), 3),
+            }
             for (t, c), a in grid.items()
         ],
     }
@@ -284,23 +292,29 @@ def main(argv=None) -> int:
     if args.part in ("all", "throughput"):
         out["throughput"] = throughput(files, args.threads)
         t = out["throughput"]
-        print(f"visual stage: {t['images']} images, {t['threads']} threads, {t['images_per_s']} images/s wall "
-              f"(target ≥ 20; load average before/after {t['load_average_before_after']}), "
-              f"{t['cpu_ms_per_image']} CPU ms/image = {t['projected_images_per_s_on_idle_cores']} images/s on "
-              f"{t['threads']} idle cores; peak RSS {t['peak_rss_mb']} MB; per image per thread "
-              f"{t['mean_ms_per_image_per_thread']}; failed {len(t['failed'])}")
+        print(
+            f"visual stage: {t['images']} images, {t['threads']} threads, {t['images_per_s']} images/s wall "
+            f"(target ≥ 20; load average before/after {t['load_average_before_after']}), "
+            f"{t['cpu_ms_per_image']} CPU ms/image = {t['projected_images_per_s_on_idle_cores']} images/s on "
+            f"{t['threads']} idle cores; peak RSS {t['peak_rss_mb']} MB; per image per thread "
+            f"{t['mean_ms_per_image_per_thread']}; failed {len(t['failed'])}"
+        )
     if args.part in ("all", "dup"):
         out["near_duplicates"] = d = near_duplicates(files, args.originals, args.seed, args.threads)
         print(f"near-duplicates: gallery {d['gallery']}, originals {d['originals']}, thresholds {d['thresholds']}")
         for kind, r in d["per_kind"].items():
             target = f" (target ≥ {r['target_recall_at_1']})" if r["target_recall_at_1"] else ""
-            print(f"  {kind:12s} R@1 {r['recall_at_1']:.3f}{target}  dup recall {r['dup_recall']:.3f}  "
-                  f"dup precision {r['dup_precision']:.3f}")
-        print(f"  all kinds: dup precision {d['dup_precision_all']} (target ≥ 0.95), recall {d['dup_recall_all']}; "
-              f"corpus pairs with cosine ≥ min: {d['corpus_internal_pairs_cosine_ge_min']}; "
-              f"corpus images flagged against an older corpus image: {d['corpus_false_flags']} "
-              f"({d['corpus_flag_rate']}); precision counting those as false: "
-              f"{d['dup_precision_with_corpus_negatives']}")
+            print(
+                f"  {kind:12s} R@1 {r['recall_at_1']:.3f}{target}  dup recall {r['dup_recall']:.3f}  "
+                f"dup precision {r['dup_precision']:.3f}"
+            )
+        print(
+            f"  all kinds: dup precision {d['dup_precision_all']} (target ≥ 0.95), recall {d['dup_recall_all']}; "
+            f"corpus pairs with cosine ≥ min: {d['corpus_internal_pairs_cosine_ge_min']}; "
+            f"corpus images flagged against an older corpus image: {d['corpus_false_flags']} "
+            f"({d['corpus_flag_rate']}); precision counting those as false: "
+            f"{d['dup_precision_with_corpus_negatives']}"
+        )
         if args.grid:
             for row in d["grid"]:
                 print("   ", row)

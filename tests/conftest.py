@@ -93,8 +93,9 @@ class MewdexEnv:
     data_dir: Path
     env: dict[str, str]
 
-    def cli(self, *args: str, scope: str | None = None, timeout: float = 300, check: bool = False,
-            **kw) -> subprocess.CompletedProcess:
+    def cli(
+        self, *args: str, scope: str | None = None, timeout: float = 300, check: bool = False, **kw
+    ) -> subprocess.CompletedProcess:
         """Run the real ``mewdex`` CLI on this session's data dir (and ``scope`` as its default scope)."""
         env = {**os.environ, **self.env, "COLUMNS": "200", "NO_COLOR": "1"}
         if scope is not None:
@@ -186,8 +187,11 @@ def pending_tasks(sessions, scopes=None) -> int:
     from mewdex.queue.registry import lane_names
 
     with sessions.begin() as session:
-        query = select(func.count()).select_from(Task).where(Task.status.in_(("queued", "running")),
-                                                             Task.lane.in_(lane_names()))
+        query = (
+            select(func.count())
+            .select_from(Task)
+            .where(Task.status.in_(("queued", "running")), Task.lane.in_(lane_names()))
+        )
         if scopes is not None:
             query = query.where(Task.scope_id.in_([s.scope_id for s in scopes]))
         return session.execute(query).scalar_one()

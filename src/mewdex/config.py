@@ -19,25 +19,35 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEWDEX_", env_file=".env", extra="ignore")
 
     data_dir: Path = Field(default=Path(".mewdex"), description="Blobs and the embedded database live here.")
-    database_url: str | None = Field(default=None, description="External PostgreSQL ≥ 15 with pgvector; unset = embedded.")
+    database_url: str | None = Field(
+        default=None, description="External PostgreSQL ≥ 15 with pgvector; unset = embedded."
+    )
     host: str = "127.0.0.1"
     port: int = 8275
     default_scope: str = "local"
-    max_pixels: int = Field(default=24_000_000, ge=1, description="Largest width × height accepted (a 6000 × 4000 photo).")
+    max_pixels: int = Field(
+        default=24_000_000, ge=1, description="Largest width × height accepted (a 6000 × 4000 photo)."
+    )
     max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
     workers: int = Field(default=2, ge=0, le=32, description="Workers `mewdex serve` and `import --wait` start.")
     worker_mode: Literal["process", "thread"] = Field(
-        default="process", description="process = one `mewdex worker` child each (faster); thread = inside the process.")
+        default="process", description="process = one `mewdex worker` child each (faster); thread = inside the process."
+    )
     worker_memory_limit_mb: int = Field(
-        default=16384, ge=0, description="Address-space limit (RLIMIT_AS) of each `mewdex worker` process; 0 = none.")
+        default=16384, ge=0, description="Address-space limit (RLIMIT_AS) of each `mewdex worker` process; 0 = none."
+    )
     api_concurrency: int = Field(
-        default=40, ge=1, le=1000, description="Requests `serve` works on at once (threads); sizes the database pool.")
+        default=40, ge=1, le=1000, description="Requests `serve` works on at once (threads); sizes the database pool."
+    )
     search_concurrency: int = Field(
-        default=8, ge=1, le=64, description="Searches one process runs at once (their legs have a pool of their own).")
+        default=8, ge=1, le=64, description="Searches one process runs at once (their legs have a pool of their own)."
+    )
     search_wait_seconds: float = Field(
-        default=5.0, ge=0, description="How long a search waits for a free slot before answering 503 `overloaded`.")
+        default=5.0, ge=0, description="How long a search waits for a free slot before answering 503 `overloaded`."
+    )
     queue_stall_seconds: float = Field(
-        default=300.0, gt=0, description="/health is degraded when due work has had no consumer this long.")
+        default=300.0, gt=0, description="/health is degraded when due work has had no consumer this long."
+    )
     worker_lease_seconds: int = Field(default=120, ge=5)
     worker_heartbeat_seconds: int = Field(default=30, ge=1)
     worker_poll_seconds: float = Field(default=1.0, gt=0)
@@ -48,26 +58,38 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Collection ZIP import (library.packages): limits on what an archive may inflate to.
     zip_max_items: int = Field(default=500, ge=1)
-    zip_max_entries: int = Field(default=2000, ge=1, description="Entries of any kind (directories too) a ZIP may list.")
+    zip_max_entries: int = Field(
+        default=2000, ge=1, description="Entries of any kind (directories too) a ZIP may list."
+    )
     zip_max_total_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     zip_max_ratio: float = Field(default=100.0, gt=1)
     # Search generations: the registered text embedder of each vector leg (JSON object).
     text_models: dict[str, str] = Field(default_factory=lambda: {"e5": "e5", "use": "use"})
 
     # Processing control plane (queue lanes, back-pressure, analysis cost; issue 7).
-    lane_concurrency_default: int = Field(default=8, ge=1, le=8, description="Running tasks at once in lane `default`, all processes.")
+    lane_concurrency_default: int = Field(
+        default=8, ge=1, le=8, description="Running tasks at once in lane `default`, all processes."
+    )
     lane_concurrency_visual: int = Field(default=8, ge=1, le=8)
     lane_concurrency_agent: int = Field(default=4, ge=1, le=8)
     lane_concurrency_embedding: int = Field(default=8, ge=1, le=8)
     resource_concurrency: dict[str, int] = Field(
-        default_factory=dict, description='JSON {"lane/resource_key": n}: slots of one resource key (default: the lane\'s).'
+        default_factory=dict,
+        description='JSON {"lane/resource_key": n}: slots of one resource key (default: the lane\'s).',
     )
-    agent_backpressure: int = Field(default=32, ge=1, description="Queued agent tasks per scope before interactive submissions get 429 queue_full.")
-    worker_grace_seconds: float = Field(default=30.0, ge=0, description="SIGTERM: time to finish running tasks before they are released.")
-    analysis_max_cost_per_image: float | None = Field(default=None, ge=0, description="Frozen into each job's analysis_policy.")
+    agent_backpressure: int = Field(
+        default=32, ge=1, description="Queued agent tasks per scope before interactive submissions get 429 queue_full."
+    )
+    worker_grace_seconds: float = Field(
+        default=30.0, ge=0, description="SIGTERM: time to finish running tasks before they are released."
+    )
+    analysis_max_cost_per_image: float | None = Field(
+        default=None, ge=0, description="Frozen into each job's analysis_policy."
+    )
     analysis_max_cost_per_scope_day: float | None = Field(default=None, ge=0)
     task_modules: list[str] = Field(
-        default_factory=list, description="JSON list of extra modules to import at start-up that register task types.")
+        default_factory=list, description="JSON list of extra modules to import at start-up that register task types."
+    )
 
     def lane_concurrency(self, lane: str) -> int:
         """Concurrency of ``lane`` (1..8); lanes without a setting (tests, extensions) get 8."""
@@ -75,10 +97,13 @@ class Settings(BaseSettings):
 
     # Accounts, quotas and metering (platform).
     auth: Literal["auto", "none", "required"] = Field(
-        default="auto", description="none = single-user, no login; auto = none on loopback with no users yet.")
+        default="auto", description="none = single-user, no login; auto = none on loopback with no users yet."
+    )
     bcrypt_rounds: int = Field(default=12, ge=4, le=16)
     session_days: int = Field(default=30, ge=1, le=365)
-    session_cookie_secure: bool = Field(default=False, description="Cookies only over TLS (automatic for https requests).")
+    session_cookie_secure: bool = Field(
+        default=False, description="Cookies only over TLS (automatic for https requests)."
+    )
     session_idle_minutes: int = Field(default=7 * 24 * 60, ge=5, description="A session unused this long ends.")
     login_max_failures_per_account: int = Field(default=5, ge=1)
     login_max_failures_per_ip: int = Field(default=30, ge=1)
@@ -87,7 +112,8 @@ class Settings(BaseSettings):
     quota_memes: int | None = Field(default=None, ge=0)
     quota_analysis_cost_per_month: float | None = Field(default=None, ge=0)
     prices: dict[str, dict[str, float]] = Field(
-        default_factory=dict, description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.')
+        default_factory=dict, description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.'
+    )
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
     disk_low_bytes: int = Field(default=1024**3, ge=0, description="/health warns below this much free space.")
@@ -99,8 +125,10 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"MEWDEX_WORKER_HEARTBEAT_SECONDS ({self.worker_heartbeat_seconds}) must be less than "
                 f"MEWDEX_WORKER_LEASE_SECONDS ({self.worker_lease_seconds}): a task's lease would expire "
-                "before its worker renews it")
+                "before its worker renews it"
+            )
         return self
+
     # Assistant (issue 16): a run whose owner is gone (another host) or that ran this long is reaped
     # to ``error``; the pause between streamed reply chunks (0: none; tests slow it to stop mid-stream).
     assistant_run_timeout_seconds: int = Field(default=600, ge=10)
@@ -108,29 +136,51 @@ class Settings(BaseSettings):
 
     # Security (README "Security"): who may reach the server and how much a request may send.
     allowed_hosts: list[str] = Field(
-        default_factory=list, description='JSON list of extra Host names served (localhost, 127.0.0.1, [::1] always are); others get 421.')
+        default_factory=list,
+        description="JSON list of extra Host names served (localhost, 127.0.0.1, [::1] always are); others get 421.",
+    )
     trusted_proxies: list[str] = Field(
-        default_factory=list, description="JSON list of proxy addresses/networks whose X-Forwarded-For/Forwarded is believed.")
+        default_factory=list,
+        description="JSON list of proxy addresses/networks whose X-Forwarded-For/Forwarded is believed.",
+    )
     egress_allow_hosts: list[str] = Field(
-        default_factory=list, description='JSON list of "host:port" that outgoing requests may reach although private (http allowed).')
-    signup_quota_storage_bytes: int = Field(default=1024**3, ge=0, description="Storage limit of an account made by sign-up.")
+        default_factory=list,
+        description='JSON list of "host:port" that outgoing requests may reach although private (http allowed).',
+    )
+    signup_quota_storage_bytes: int = Field(
+        default=1024**3, ge=0, description="Storage limit of an account made by sign-up."
+    )
     signup_quota_memes: int = Field(default=5000, ge=0, description="Meme limit of an account made by sign-up.")
     signup_max_per_ip: int = Field(default=20, ge=1, description="Sign-up attempts per client address per hour.")
-    max_concurrent_uploads: int = Field(default=4, ge=1, description="Upload/import/image-search bodies one user may stream at once.")
+    max_concurrent_uploads: int = Field(
+        default=4, ge=1, description="Upload/import/image-search bodies one user may stream at once."
+    )
     max_json_bytes: int = Field(default=64 * 1024, ge=1024, description="Largest JSON/form body of a non-upload route.")
 
     # Outside systems (providers): secrets at rest, the env-configured OpenAI-compatible endpoint.
     secret_key: str | None = Field(
-        default=None, description="32-byte key (base64 or hex) sealing stored secrets; unset = key ring under the data dir.")
+        default=None,
+        description="32-byte key (base64 or hex) sealing stored secrets; unset = key ring under the data dir.",
+    )
     public_url: str | None = Field(
-        default=None, description="This server's public https URL: providers that need an image URL get signed links under it.")
-    openai_base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint (…/v1) of the platform definition made at start.")
-    openai_api_key: str | None = Field(default=None, description="Its API key (sealed into the database, never logged).")
+        default=None,
+        description="This server's public https URL: providers that need an image URL get signed links under it.",
+    )
+    openai_base_url: str | None = Field(
+        default=None, description="OpenAI-compatible endpoint (…/v1) of the platform definition made at start."
+    )
+    openai_api_key: str | None = Field(
+        default=None, description="Its API key (sealed into the database, never logged)."
+    )
     chat_model: str | None = Field(default=None, description="Chat model of that endpoint.")
-    vision_model: str | None = Field(default=None, description="Vision model; set = vision analysis on for the local scope's new memes.")
+    vision_model: str | None = Field(
+        default=None, description="Vision model; set = vision analysis on for the local scope's new memes."
+    )
     embedding_model: str | None = Field(default=None, description="Embedding model of that endpoint.")
     provider_timeout_seconds: float = Field(default=60.0, gt=0, description="Read timeout of one provider call.")
-    provider_max_retries: int = Field(default=2, ge=0, le=10, description="SDK retries (429 with Retry-After, 5xx, timeouts).")
+    provider_max_retries: int = Field(
+        default=2, ge=0, le=10, description="SDK retries (429 with Retry-After, 5xx, timeouts)."
+    )
 
     @property
     def blob_root(self) -> Path:

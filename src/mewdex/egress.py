@@ -80,8 +80,16 @@ def forbidden_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool
             return True
         if ip.ipv4_mapped is not None:
             return forbidden_address(ip.ipv4_mapped)
-    return (not ip.is_global) or ip.is_multicast or ip.is_reserved or ip.is_unspecified or ip.is_link_local \
-        or ip.is_loopback or ip.is_private or ip in ipaddress.ip_network("100.64.0.0/10")
+    return (
+        (not ip.is_global)
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+        or ip.is_link_local
+        or ip.is_loopback
+        or ip.is_private
+        or ip in ipaddress.ip_network("100.64.0.0/10")
+    )
 
 
 def _allow_listed(host: str, port: int) -> bool:
@@ -128,15 +136,18 @@ def check_url(url: str) -> Target:
         raise EgressError("egress_scheme_refused", "the URL's port is not valid") from None
     listed = _allow_listed(host, port)
     if scheme != "https" and not listed:
-        raise EgressError("egress_scheme_refused", f"only https URLs can be fetched ({host}:{port} is not in "
-                                                   "MEWDEX_EGRESS_ALLOW_HOSTS)")
+        raise EgressError(
+            "egress_scheme_refused",
+            f"only https URLs can be fetched ({host}:{port} is not in MEWDEX_EGRESS_ALLOW_HOSTS)",
+        )
     addresses = _resolve(host, port)
     if not listed:
         for address in addresses:
             if forbidden_address(ipaddress.ip_address(address)):
                 log.warning("egress refused: %s resolves to a non-public address", host)
-                raise EgressError("egress_address_refused",
-                                  f"{host} resolves to a private, loopback or link-local address")
+                raise EgressError(
+                    "egress_address_refused", f"{host} resolves to a private, loopback or link-local address"
+                )
     return Target(scheme, host, port, addresses[0])
 
 
@@ -147,9 +158,17 @@ def _pinned_url(url: str, target: Target) -> str:
     return f"{target.scheme}://{address}:{target.port}{path}" + (f"?{parts.query}" if parts.query else "")
 
 
-def fetch(method: str, url: str, *, headers: dict[str, str] | None = None, content: bytes | None = None,
-          json=None, max_bytes: int = DEFAULT_MAX_BYTES, content_types: tuple[str, ...] | None = None,
-          timeout: httpx.Timeout | float = DEFAULT_TIMEOUT) -> EgressResponse:
+def fetch(
+    method: str,
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    content: bytes | None = None,
+    json=None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    content_types: tuple[str, ...] | None = None,
+    timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+) -> EgressResponse:
     """One guarded request (module doc). ``content_types``: accepted media types of the final
     response (e.g. ``("application/json",)``; ``"image/"`` accepts any image). Raises
     :class:`EgressError`."""
@@ -157,11 +176,18 @@ def fetch(method: str, url: str, *, headers: dict[str, str] | None = None, conte
     with httpx.Client(trust_env=False, timeout=timeout, follow_redirects=False, verify=True) as client:
         for _ in range(MAX_REDIRECTS + 1):
             target = check_url(url)
-            request_headers = {**(headers or {}), "Host": target.host if target.port == _DEFAULT_PORTS[target.scheme]
-                               else f"{target.host}:{target.port}"}
-            request = client.build_request(method, _pinned_url(url, target), headers=request_headers,
-                                           content=content, json=json,
-                                           extensions={"sni_hostname": target.host} if target.scheme == "https" else {})
+            request_headers = {
+                **(headers or {}),
+                "Host": target.host if target.port == _DEFAULT_PORTS[target.scheme] else f"{target.host}:{target.port}",
+            }
+            request = client.build_request(
+                method,
+                _pinned_url(url, target),
+                headers=request_headers,
+                content=content,
+                json=json,
+                extensions={"sni_hostname": target.host} if target.scheme == "https" else {},
+            )
             try:
                 response = client.send(request, stream=True)
             except httpx.HTTPError as exc:
@@ -177,16 +203,24 @@ def fetch(method: str, url: str, *, headers: dict[str, str] | None = None, conte
                 for chunk in response.iter_bytes():
                     body.extend(chunk)
                     if len(body) > max_bytes:
-                        raise EgressError("egress_too_large", f"the response from {target.host} is over {max_bytes} bytes")
-                result = EgressResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
-                                        bytes(body), url, redirects)
+                        raise EgressError(
+                            "egress_too_large", f"the response from {target.host} is over {max_bytes} bytes"
+                        )
+                result = EgressResponse(
+                    response.status_code,
+                    {k.lower(): v for k, v in response.headers.items()},
+                    bytes(body),
+                    url,
+                    redirects,
+                )
             except httpx.HTTPError as exc:
                 raise EgressError("egress_failed", f"request to {target.host} failed: {type(exc).__name__}") from None
             finally:
                 response.close()
             if content_types is not None and not any(
-                    result.content_type == t or (t.endswith("/") and result.content_type.startswith(t))
-                    for t in content_types):
+                result.content_type == t or (t.endswith("/") and result.content_type.startswith(t))
+                for t in content_types
+            ):
                 raise EgressError("egress_content_type", f"{target.host} answered {result.content_type or 'no type'}")
             return result
     raise EgressError("egress_too_many_redirects", f"more than {MAX_REDIRECTS} redirects")
@@ -201,8 +235,9 @@ def _guarded_transport_class():
     class GuardedTransport(httpx2.HTTPTransport):
         def handle_request(self, request):
             target = check_url(str(request.url))
-            request.headers["Host"] = (target.host if target.port == _DEFAULT_PORTS[target.scheme]
-                                       else f"{target.host}:{target.port}")
+            request.headers["Host"] = (
+                target.host if target.port == _DEFAULT_PORTS[target.scheme] else f"{target.host}:{target.port}"
+            )
             request.url = request.url.copy_with(host=target.address, port=target.port)
             if target.scheme == "https":
                 request.extensions = {**request.extensions, "sni_hostname": target.host}
@@ -223,12 +258,17 @@ def guarded_client(timeout: float = 60.0, connect_timeout: float = 5.0):
     ``trust_env=False``; ``timeout``: read/write seconds."""
     import httpx2
 
-    return httpx2.Client(transport=_guarded_transport_class()(verify=True, trust_env=False), trust_env=False,
-                         follow_redirects=False, timeout=httpx2.Timeout(timeout, connect=connect_timeout))
+    return httpx2.Client(
+        transport=_guarded_transport_class()(verify=True, trust_env=False),
+        trust_env=False,
+        follow_redirects=False,
+        timeout=httpx2.Timeout(timeout, connect=connect_timeout),
+    )
 
 
-def operator_request(method: str, url: str, *, headers: dict[str, str] | None = None, timeout: float = 60.0,
-                     **kw) -> EgressResponse:
+def operator_request(
+    method: str, url: str, *, headers: dict[str, str] | None = None, timeout: float = 60.0, **kw
+) -> EgressResponse:
     """A request to the server the operator named on the command line (no address checks; the
     same ``trust_env=False`` and timeouts). Raises :class:`EgressError` ``egress_failed``."""
     try:
@@ -236,5 +276,6 @@ def operator_request(method: str, url: str, *, headers: dict[str, str] | None = 
             response = client.request(method, url, headers=headers, **kw)
     except httpx.HTTPError as exc:
         raise EgressError("egress_failed", f"cannot reach {urlsplit(url).hostname}: {type(exc).__name__}") from None
-    return EgressResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
-                          response.content, str(response.url))
+    return EgressResponse(
+        response.status_code, {k.lower(): v for k, v in response.headers.items()}, response.content, str(response.url)
+    )

@@ -37,8 +37,10 @@ from mewdex.library.images import ImageError
 from mewdex.platform import tokens
 
 PATH = "/mcp"
-INSTRUCTIONS = ("mewdex is the user's own meme library. Use search_memes with what the user wants to say "
-                "(any language), get_meme to look at a candidate, and give the user the media_url of your pick.")
+INSTRUCTIONS = (
+    "mewdex is the user's own meme library. Use search_memes with what the user wants to say "
+    "(any language), get_meme to look at a candidate, and give the user the media_url of your pick."
+)
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,12 @@ class ApiTokenVerifier:
         caller = await anyio.to_thread.run_sync(token_caller, token)
         if caller is None:
             return None
-        return AccessToken(token="mdx_…", client_id="mewdex-personal-token", scopes=sorted(caller.scopes),
-                           subject=caller.scope.scope_id)
+        return AccessToken(
+            token="mdx_…",
+            client_id="mewdex-personal-token",
+            scopes=sorted(caller.scopes),
+            subject=caller.scope.scope_id,
+        )
 
 
 def http_caller() -> Caller:
@@ -94,13 +100,18 @@ def build(caller: Callable[[], Caller], *, http: bool = False, base_url: str = "
     auth = verifier = None
     if http:
         verifier = ApiTokenVerifier()
-        auth = AuthSettings(issuer_url=base_url, resource_server_url=base_url.rstrip("/") + PATH,
-                            required_scopes=["read"], validate_token_resource=False)
+        auth = AuthSettings(
+            issuer_url=base_url,
+            resource_server_url=base_url.rstrip("/") + PATH,
+            required_scopes=["read"],
+            validate_token_resource=False,
+        )
     server = MCPServer("mewdex", instructions=INSTRUCTIONS, token_verifier=verifier, auth=auth)
 
     @server.tool()
-    def search_memes(query: str, n: int = 5, animated: bool | None = None,
-                     collection: str | None = None) -> list[dict[str, Any]]:
+    def search_memes(
+        query: str, n: int = 5, animated: bool | None = None, collection: str | None = None
+    ) -> list[dict[str, Any]]:
         """Find memes in the user's library for what they want to say ("I don't believe a word", "摸鱼").
         n: 1-20 results; animated: only GIFs/animations; collection: only that collection (name or id)."""
         return _run(caller, "read", tools.search_memes, query, n, animated, collection)
@@ -138,8 +149,11 @@ def http_app(base_url: str = "http://127.0.0.1"):
     mewdex's own (``MEWDEX_ALLOWED_HOSTS``), so the SDK's DNS-rebinding check is off."""
     server = build(http_caller, http=True, base_url=base_url)
     app = server.streamable_http_app(
-        streamable_http_path=PATH, stateless_http=True, json_response=True,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+        streamable_http_path=PATH,
+        stateless_http=True,
+        json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
     return app, server
 
 

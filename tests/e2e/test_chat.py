@@ -9,8 +9,10 @@ import pytest
 from conftest import CORPUS, corpus_available
 from ui_helpers import DESKTOP, browser, start_server  # noqa: F401
 
-pytestmark = [pytest.mark.corpus,
-              pytest.mark.skipif(not corpus_available(), reason=f"corpus not found at {CORPUS} (set MEWDEX_CORPUS)")]
+pytestmark = [
+    pytest.mark.corpus,
+    pytest.mark.skipif(not corpus_available(), reason=f"corpus not found at {CORPUS} (set MEWDEX_CORPUS)"),
+]
 
 NARROW = {"width": 375, "height": 812}
 
@@ -79,7 +81,8 @@ def test_stop_ends_the_reply_mid_stream(browser, chat_server, sample):
         pg.fill("#chat-input", "来个不屑的表情")
         pg.press("#chat-input", "Enter")
         pg.wait_for_function(
-            "() => (document.querySelector('.chat-assistant .chat-text')?.textContent || '').length > 0")
+            "() => (document.querySelector('.chat-assistant .chat-text')?.textContent || '').length > 0"
+        )
         pg.click("#chat-stop")
         _wait_done(pg)
         pg.wait_for_selector(".chat-assistant .chat-note")
@@ -120,8 +123,8 @@ def test_rename_delete_and_restore(browser, chat_server, sample):
         pg.wait_for_function("() => document.getElementById('chat-title').textContent === 'renamed chat'")
         pg.locator(".chat-list li", has_text="renamed chat").locator(".chat-delete").click()
         pg.wait_for_function(
-            "() => ![...document.querySelectorAll('.chat-list li')]"
-            ".some(li => li.textContent.includes('renamed chat'))")
+            "() => ![...document.querySelectorAll('.chat-list li')].some(li => li.textContent.includes('renamed chat'))"
+        )
         pg.check("#chat-trash")
         pg.locator(".chat-list li", has_text="renamed chat").locator(".chat-restore").click()
         pg.wait_for_function("() => document.getElementById('chat-title').textContent === 'renamed chat'")
@@ -132,8 +135,10 @@ def test_rename_delete_and_restore(browser, chat_server, sample):
     assert not errors, errors
 
 
-@pytest.mark.parametrize("viewport,locale,name", [
-    (NARROW, "en-US", "chat-375-en"), (NARROW, "zh-CN", "chat-375-zh"), (DESKTOP, "zh-CN", "chat-desktop-zh")])
+@pytest.mark.parametrize(
+    "viewport,locale,name",
+    [(NARROW, "en-US", "chat-375-en"), (NARROW, "zh-CN", "chat-375-zh"), (DESKTOP, "zh-CN", "chat-desktop-zh")],
+)
 def test_screenshots_and_no_horizontal_scroll(browser, chat_server, sample, viewport, locale, name):
     context, pg, errors = _page(browser, viewport, locale)
     try:

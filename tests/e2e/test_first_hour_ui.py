@@ -7,8 +7,8 @@ import io
 
 import pytest
 from PIL import Image
-from ui_helpers import DESKTOP, SCREENSHOTS, browser, page, work_server  # noqa: F401
 
+from ui_helpers import DESKTOP, SCREENSHOTS, browser, page, work_server  # noqa: F401
 
 PHONE = {"width": 375, "height": 812}
 
@@ -27,9 +27,16 @@ def library(work_server, sessions, store):
     scope = work_server.scope
     ids = []
     for i in range(4):
-        result = add_image(sessions, store, scope, _png(i), filename=f"meme {i}.png", provenance={"test": "e2e"},
-                           process=False, collection_names=sorted({f"c{n:02d}" for n in range(60) if n % 4 == i}
-                                                                   | ({"c07"} if i else set())))
+        result = add_image(
+            sessions,
+            store,
+            scope,
+            _png(i),
+            filename=f"meme {i}.png",
+            provenance={"test": "e2e"},
+            process=False,
+            collection_names=sorted({f"c{n:02d}" for n in range(60) if n % 4 == i} | ({"c07"} if i else set())),
+        )
         ids.append(result.meme_id)
     return ids
 
@@ -43,8 +50,9 @@ def test_collections_page_searches_sorts_pages_and_confirms_a_new_one(page, work
     page.fill("#collection-filters input[name=q]", "c1")
     page.press("#collection-filters input[name=q]", "Enter")
     page.wait_for_url("**q=c1**")
-    assert sorted(page.locator(".collection-row").evaluate_all("rs => rs.map(r => r.dataset.name)")) == \
-        [f"c1{d}" for d in range(10)]
+    assert sorted(page.locator(".collection-row").evaluate_all("rs => rs.map(r => r.dataset.name)")) == [
+        f"c1{d}" for d in range(10)
+    ]
     page.goto(work_server.url + "/collections")
     page.select_option("#collection-filters select[name=sort]", "size")
     page.wait_for_url("**sort=size**")
@@ -59,7 +67,8 @@ def test_collections_page_searches_sorts_pages_and_confirms_a_new_one(page, work
     assert row.get_attribute("data-name") == "zz newest"
     assert row.is_visible() and page.evaluate(
         "() => { const r = document.querySelector('.collection-row.just-created').getBoundingClientRect();"
-        " return r.top >= 0 && r.bottom <= innerHeight; }")
+        " return r.top >= 0 && r.bottom <= innerHeight; }"
+    )
     page.shot("collections-created-en")
 
 
@@ -89,7 +98,8 @@ def test_add_to_remembers_the_last_collection(page, work_server, library):
     page.goto(f"{work_server.url}/memes/{library[0]}")
     form = "form[data-action-form=add-to-collection]"
     assert page.locator(f"{form} select").input_value() != page.locator(
-        f"{form} option[value]", has_text="c42").get_attribute("value")  # the first one by default
+        f"{form} option[value]", has_text="c42"
+    ).get_attribute("value")  # the first one by default
     page.select_option(f"{form} select", label="c42")
     with page.expect_navigation():  # the full detail page reloads after adding
         page.click(f"{form} button[type=submit]")

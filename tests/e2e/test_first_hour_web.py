@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from ui_helpers import DESKTOP, SCREENSHOTS, browser, page, search_server, work_server  # noqa: F401
 
 from conftest import CORPUS, corpus_available
+from ui_helpers import DESKTOP, SCREENSHOTS, browser, page, search_server, work_server  # noqa: F401
 
 PHONE = {"width": 375, "height": 812}
 needs_corpus = pytest.mark.skipif(not corpus_available(), reason=f"corpus not found at {CORPUS}")
@@ -34,8 +34,9 @@ def test_results_are_busy_while_a_search_runs(page, search_server, sample):
     page.route("**/ui/search?*", lambda route: (page.wait_for_timeout(600), route.continue_()))
     page.fill("#q", "drake")
     page.wait_for_function("() => document.getElementById('results').getAttribute('aria-busy') === 'true'")
-    page.wait_for_function("() => document.getElementById('results').getAttribute('aria-busy') !== 'true'",
-                           timeout=30_000)
+    page.wait_for_function(
+        "() => document.getElementById('results').getAttribute('aria-busy') !== 'true'", timeout=30_000
+    )
 
 
 @needs_corpus
@@ -66,7 +67,7 @@ def test_dark_mode_follows_the_system(browser, search_server, sample, locale, la
             pg.goto(search_server.url + "/?q=drake")
             pg.wait_for_selector("#results .card")
             background = pg.evaluate("() => getComputedStyle(document.body).backgroundColor")
-            r, g, b = (int(x) for x in background[background.index("(") + 1:-1].split(",")[:3])
+            r, g, b = (int(x) for x in background[background.index("(") + 1 : -1].split(",")[:3])
             assert max(r, g, b) < 60, background
             pg.screenshot(path=str(SCREENSHOTS / f"search-dark-{name}-{lang}.png"))
         finally:
@@ -84,8 +85,11 @@ def test_looks_like_is_in_the_pages_language_only(browser, search_server, sample
         label = "Looks like" if lang == "en" else None
         facts = pg.locator(".facts")
         names = [dt.inner_text() for dt in facts.locator("dt").all()]
-        index = next(i for i, name in enumerate(names) if (label is None or name == label) and
-                     facts.locator("dd").nth(i).inner_text().count(",") >= 1)
+        index = next(
+            i
+            for i, name in enumerate(names)
+            if (label is None or name == label) and facts.locator("dd").nth(i).inner_text().count(",") >= 1
+        )
         labels_line = facts.locator("dd").nth(index).inner_text()
         han = bool(re.search(r"[\u4e00-\u9fff]", labels_line))
         latin = bool(re.search(r"[A-Za-z]{3,}", labels_line))

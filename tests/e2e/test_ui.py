@@ -17,8 +17,10 @@ from PIL import Image
 from conftest import CORPUS, corpus_available
 from ui_helpers import DESKTOP, PHONE, SCREENSHOTS, browser, page, search_server, work_server  # noqa: F401
 
-pytestmark = [pytest.mark.corpus,
-              pytest.mark.skipif(not corpus_available(), reason=f"corpus not found at {CORPUS} (set MEWDEX_CORPUS)")]
+pytestmark = [
+    pytest.mark.corpus,
+    pytest.mark.skipif(not corpus_available(), reason=f"corpus not found at {CORPUS} (set MEWDEX_CORPUS)"),
+]
 
 
 def first_card_id(pg) -> str | None:
@@ -48,10 +50,14 @@ def png_bytes(color, size=(64, 48)) -> bytes:
 # ------------------------------------------------------------------ search
 
 
-@pytest.mark.parametrize("query,expected", [
-    ("一个字我都不信", "vvquest/一个字我都不信.png"),
-    ("change my mind", "memegen/cmm/default.png"),
-], ids=["zh", "en"])
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("一个字我都不信", "vvquest/一个字我都不信.png"),
+        ("change my mind", "memegen/cmm/default.png"),
+    ],
+    ids=["zh", "en"],
+)
 def test_search_as_you_type_shows_the_right_meme_first(page, search_server, sample, query, expected):
     page.goto(search_server.url + "/")
     assert page.evaluate("document.activeElement.id") == "q"  # focus on load
@@ -60,7 +66,8 @@ def test_search_as_you_type_shows_the_right_meme_first(page, search_server, samp
     page.wait_for_function("id => document.querySelector('#results .card')?.dataset.id === id", arg=want)
     assert first_card_id(page) == want
     assert page.locator("#results .card img").first.get_attribute("alt") == page.locator(
-        "#results .card").first.get_attribute("data-name")
+        "#results .card"
+    ).first.get_attribute("data-name")
     assert "q=" in page.url  # the address keeps the query
     page.shot(f"search-{'zh' if query[0] > 'z' else 'en'}")
 
@@ -105,11 +112,14 @@ def test_animated_filter_and_hover_preview(page, search_server, sample):
 def test_search_by_dropped_image(page, search_server, sample):
     page.goto(search_server.url + "/")
     data = (sample.root / "memegen/drake/yes.jpg").read_bytes()
-    page.evaluate("""async ([bytes]) => {
+    page.evaluate(
+        """async ([bytes]) => {
         const file = new File([new Uint8Array(bytes)], "yes.jpg", {type: "image/jpeg"});
         const dt = new DataTransfer(); dt.items.add(file);
         document.dispatchEvent(new DragEvent("drop", {dataTransfer: dt, bubbles: true, cancelable: true}));
-    }""", [list(data)])
+    }""",
+        [list(data)],
+    )
     want = sample.ids["memegen/drake/yes.jpg"]
     page.wait_for_function("id => document.querySelector('#results .card')?.dataset.id === id", arg=want)
     page.shot("search-by-image")
@@ -221,7 +231,8 @@ def test_tasks_page_shows_a_failed_task_and_its_retry_succeeds(page, work_server
     scope = work_server.scope
     drain(scope)  # earlier tests' memes out of the way
     meme_id = seed(sessions, store, scope, "memegen/aag/default.jpg", "memegen/dragon/default.png")[
-        "memegen/dragon/default.png"]
+        "memegen/dragon/default.png"
+    ]
     from mewdex.db.models import Meme
 
     with sessions.begin() as session:
@@ -259,7 +270,9 @@ PAGES = ["/", "/?q=drake", "/library", "/library?view=list", "/upload", "/collec
 
 @pytest.mark.parametrize("viewport", [DESKTOP, PHONE, {"width": 360, "height": 740}], ids=["1280", "390", "360"])
 def test_every_page_renders_without_horizontal_scroll(browser, work_server, sessions, store, viewport):
-    ids = seed(sessions, store, work_server.scope, "memegen/drake/yes.jpg", "chinesebqb/009_KumamotoBear/KumamotoBear00004.gif")
+    ids = seed(
+        sessions, store, work_server.scope, "memegen/drake/yes.jpg", "chinesebqb/009_KumamotoBear/KumamotoBear00004.gif"
+    )
     pages = [*PAGES, f"/memes/{next(iter(ids.values()))}"]
     context = browser.new_context(viewport=viewport, locale="zh-CN")
     pg = context.new_page()

@@ -27,8 +27,16 @@ import pytest
 from conftest import MEWDEX_BIN, drop_scope, new_scope, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SCREENSHOTS = Path(__file__).parent / "screenshots"
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
@@ -67,7 +75,9 @@ def start_server(mewdex_env, scope, log: Path, *, workers: int = 0, timeout: flo
     out = log.open("w")
     process = subprocess.Popen(
         [str(MEWDEX_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],
-        env=env, stdout=out, stderr=subprocess.STDOUT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
     )
     server = UiServer(f"http://127.0.0.1:{port}", scope, process, log)
 

@@ -105,7 +105,11 @@ class FakeOpenAI:
     """The server (module doc). ``base_url`` ends in ``/v1``; ``host_port`` is for the egress
     allow-list; ``api_key`` is what it accepts."""
 
-    def __init__(self, api_key: str = "sk-fake-test-key-0001", models: tuple[str, ...] = ("fake-chat", "fake-vision", "fake-embed")):
+    def __init__(
+        self,
+        api_key: str = "sk-fake-test-key-0001",
+        models: tuple[str, ...] = ("fake-chat", "fake-vision", "fake-embed"),
+    ):
         self.api_key = api_key
         self.models = models
         self.requests: list[dict[str, Any]] = []
@@ -194,8 +198,14 @@ class FakeOpenAI:
         self.close()
 
     # -- the server side
-    def _send(self, h: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str] | None = None,
-              content_type: str = "application/json") -> None:
+    def _send(
+        self,
+        h: BaseHTTPRequestHandler,
+        status: int,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> None:
         h.send_response(status)
         h.send_header("Content-Type", content_type)
         h.send_header("Content-Length", str(len(body)))
@@ -243,8 +253,18 @@ class FakeOpenAI:
         inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
         data = [{"object": "embedding", "index": i, "embedding": self._vector(t)} for i, t in enumerate(inputs)]
         tokens = sum(_tokens(t) for t in inputs)
-        self._send(h, 200, json.dumps({"object": "list", "data": data, "model": body.get("model"),
-                                       "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}).encode())
+        self._send(
+            h,
+            200,
+            json.dumps(
+                {
+                    "object": "list",
+                    "data": data,
+                    "model": body.get("model"),
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                }
+            ).encode(),
+        )
 
     def _next_reply(self, body: dict) -> Reply:
         with self._lock:
@@ -264,8 +284,13 @@ class FakeOpenAI:
             prompt = reply.usage.get("prompt_tokens", prompt)
             completion = reply.usage.get("completion_tokens", completion)
             cached = reply.usage.get("cached_tokens", 0)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": cached}, "completion_tokens_details": {"reasoning_tokens": 0}}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        }
 
     def _chat(self, h, body: dict) -> None:
         reply = self._next_reply(body)
@@ -279,19 +304,35 @@ class FakeOpenAI:
         content = reply.content or ""
         usage = self._usage(body, reply, content)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:16]}"
-        tool_calls = [{"id": cid, "type": "function", "function": {
-            "name": name, "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}}
-            for name, args, cid in reply.tool_calls]
+        tool_calls = [
+            {
+                "id": cid,
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+                },
+            }
+            for name, args, cid in reply.tool_calls
+        ]
         finish = reply.finish_reason or "stop"
         if body.get("stream"):
             return self._stream(h, body, reply, completion_id, model, content, tool_calls, finish, usage)
-        message: dict[str, Any] = {"role": "assistant", "content": None if reply.refusal_text or tool_calls else content,
-                                   "refusal": reply.refusal_text}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": None if reply.refusal_text or tool_calls else content,
+            "refusal": reply.refusal_text,
+        }
         if tool_calls:
             message["tool_calls"] = tool_calls
-        answer = {"id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": model,
-                  "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-                  "usage": usage}
+        answer = {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": usage,
+        }
         self._send(h, 200, json.dumps(answer, ensure_ascii=False).encode(), reply.headers)
 
     def _stream(self, h, body, reply, completion_id, model, content, tool_calls, finish, usage) -> None:
@@ -303,10 +344,14 @@ class FakeOpenAI:
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         def chunk(delta: dict, finish_reason=None, with_usage=None, choices=True) -> None:
-            payload = {"id": completion_id, "object": "chat.completion.chunk", "created": int(time.time()),
-                       "model": model,
-                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}] if choices else [],
-                       "usage": with_usage}
+            payload = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}] if choices else [],
+                "usage": with_usage,
+            }
             h.wfile.write(b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n")
             h.wfile.flush()
 
@@ -314,13 +359,23 @@ class FakeOpenAI:
         if reply.refusal_text:
             chunk({"refusal": reply.refusal_text})
         for i in range(0, len(content), 8):
-            chunk({"content": content[i:i + 8]})
+            chunk({"content": content[i : i + 8]})
         for index, call in enumerate(tool_calls):
-            chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                   "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
             arguments = call["function"]["arguments"]
             for i in range(0, len(arguments), 16):
-                chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[i:i + 16]}}]})
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[i : i + 16]}}]})
         chunk({}, finish_reason=finish)
         if include_usage:
             chunk({}, with_usage=usage, choices=False)

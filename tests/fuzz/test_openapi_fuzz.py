@@ -21,8 +21,7 @@ import pytest
 from conftest import wait_until
 
 EXAMPLES = int(os.environ.get("MEWDEX_FUZZ_EXAMPLES", "15"))
-CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance",
-          "response_schema_conformance"]
+CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance", "response_schema_conformance"]
 
 
 def _free_port() -> int:
@@ -46,8 +45,7 @@ def server(mewdex_env, sessions):
     os.environ.update(MEWDEX_AUTH="required", MEWDEX_BCRYPT_ROUNDS="4")
     get_settings.cache_clear()
     with sessions.begin() as session:
-        user = users.create_user(session, f"fuzz-{uuid.uuid4().hex[:8]}@example.com", "fuzz password",
-                                 role="admin")
+        user = users.create_user(session, f"fuzz-{uuid.uuid4().hex[:8]}@example.com", "fuzz password", role="admin")
         user_id, scope_id = user.user_id, user.scope_id
         token = tokens.create_token(session, user, "fuzz")[1]
     port = _free_port()
@@ -69,8 +67,11 @@ def server(mewdex_env, sessions):
         # The fuzzer uploads (the upload's body is documented): remove what it added, with its files and
         # tasks, also when its admin got the local scope (which stays).
         with sessions.begin() as session:
-            added = session.execute(
-                select(Meme.id).where(Meme.scope_id == scope_id, Meme.created_at >= started)).scalars().all()
+            added = (
+                session.execute(select(Meme.id).where(Meme.scope_id == scope_id, Meme.created_at >= started))
+                .scalars()
+                .all()
+            )
         for meme_id in added:
             try:
                 memes.delete(sessions, blob_store(), ScopeContext(scope_id), meme_id)
@@ -89,11 +90,32 @@ def server(mewdex_env, sessions):
 def test_api_conforms_to_its_schema(server, tmp_path):
     base_url, token = server
     cmd = [
-        str(Path(sys.executable).parent / "schemathesis"), "run", f"{base_url}/openapi.json",
-        "-H", f"Authorization: Bearer {token}", "-c", ",".join(CHECKS), "-n", str(EXAMPLES), "--seed", "6",
-        "--phases", "examples,coverage,fuzzing", "-w", "1", "--no-color", "--suppress-health-check", "all",
-        "--generation-database", "none", "--report", "junit", "--report-dir", str(tmp_path),
-        "--request-timeout", "60",
+        str(Path(sys.executable).parent / "schemathesis"),
+        "run",
+        f"{base_url}/openapi.json",
+        "-H",
+        f"Authorization: Bearer {token}",
+        "-c",
+        ",".join(CHECKS),
+        "-n",
+        str(EXAMPLES),
+        "--seed",
+        "6",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "-w",
+        "1",
+        "--no-color",
+        "--suppress-health-check",
+        "all",
+        "--generation-database",
+        "none",
+        "--report",
+        "junit",
+        "--report-dir",
+        str(tmp_path),
+        "--request-timeout",
+        "60",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3000)
     assert proc.returncode == 0, proc.stdout[-12000:] + proc.stderr[-2000:]

@@ -110,8 +110,16 @@ def add_meme(sessions, store, scope_id: str, data: bytes, name: str = "cat.png",
     from mewdex.db.models import ScopeContext
     from mewdex.library.memes import add_image
 
-    result = add_image(sessions, store, ScopeContext(scope_id), data, filename=name, provenance={"source": "test"},
-                       collection_names=["things"], process=process)
+    result = add_image(
+        sessions,
+        store,
+        ScopeContext(scope_id),
+        data,
+        filename=name,
+        provenance={"source": "test"},
+        collection_names=["things"],
+        process=process,
+    )
     assert result.status == "created", result
     return result.meme_id
 

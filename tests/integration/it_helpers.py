@@ -31,9 +31,7 @@ def counts(sessions, scope) -> dict:
 
 def meme(sessions, scope, meme_id) -> Meme:
     with sessions.begin() as session:
-        return session.execute(
-            select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id)
-        ).scalar_one()
+        return session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id)).scalar_one()
 
 
 def collection_names(sessions, scope, meme_id) -> set[str]:

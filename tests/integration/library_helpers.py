@@ -32,15 +32,18 @@ def noise_png(nbytes: int) -> bytes:
     return buf.getvalue()
 
 
-def multipart(files: list[tuple[str, bytes]], fields: dict[str, str] | None = None,
-              boundary: str = "mewdexTestBoundary7MA4YWxk") -> tuple[bytes, str]:
+def multipart(
+    files: list[tuple[str, bytes]], fields: dict[str, str] | None = None, boundary: str = "mewdexTestBoundary7MA4YWxk"
+) -> tuple[bytes, str]:
     """A multipart/form-data body with ``files`` in field ``files``; returns (body, content type)."""
     out = io.BytesIO()
     for name, value in (fields or {}).items():
         out.write(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
     for filename, data in files:
-        out.write(f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{filename}"\r\n'
-                  f"Content-Type: application/octet-stream\r\n\r\n".encode())
+        out.write(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{filename}"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\n".encode()
+        )
         out.write(data)
         out.write(b"\r\n")
     out.write(f"--{boundary}--\r\n".encode())
@@ -58,9 +61,12 @@ def asgi_post(app, path: str, body: bytes, headers: dict[str, str], chunk: int =
 
     async def receive():
         if state["sent"] >= len(body):
-            return {"type": "http.disconnect"} if state["status"] else {"type": "http.request", "body": b"",
-                                                                        "more_body": False}
-        piece = body[state["sent"]:state["sent"] + chunk]
+            return (
+                {"type": "http.disconnect"}
+                if state["status"]
+                else {"type": "http.request", "body": b"", "more_body": False}
+            )
+        piece = body[state["sent"] : state["sent"] + chunk]
         state["sent"] += len(piece)
         return {"type": "http.request", "body": piece, "more_body": state["sent"] < len(body)}
 
@@ -71,10 +77,18 @@ def asgi_post(app, path: str, body: bytes, headers: dict[str, str], chunk: int =
             state["body"] += message.get("body", b"")
 
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
         "headers": [(k.lower().encode(), v.encode()) for k, v in {"host": "127.0.0.1:8275", **headers}.items()],
-        "client": ("127.0.0.1", 1234), "server": ("testserver", 80),
+        "client": ("127.0.0.1", 1234),
+        "server": ("testserver", 80),
     }
     asyncio.run(app(scope, receive, send))
     return {"status": state["status"], "json": json.loads(state["body"] or b"null"), "received": state["sent"]}
@@ -88,13 +102,17 @@ def check_storage_invariants(sessions, store, scope) -> None:
     with sessions.begin() as session:
         namespace = str(session.get(Scope, scope.scope_id).storage_namespace)
         keys = set(session.execute(select(Meme.storage_key).where(Meme.scope_id == scope.scope_id)).scalars())
-        thumbs = set(session.execute(
-            select(DerivedImageThumbnail.output_key).where(DerivedImageThumbnail.scope_id == scope.scope_id,
-                                                           DerivedImageThumbnail.status == "available")
-        ).scalars())
+        thumbs = set(
+            session.execute(
+                select(DerivedImageThumbnail.output_key).where(
+                    DerivedImageThumbnail.scope_id == scope.scope_id, DerivedImageThumbnail.status == "available"
+                )
+            ).scalars()
+        )
         open_ops = session.execute(
             select(StorageOperation.operation_type, StorageOperation.status).where(
-                StorageOperation.scope_id == scope.scope_id, StorageOperation.status.in_(("prepared", "file_applied")))
+                StorageOperation.scope_id == scope.scope_id, StorageOperation.status.in_(("prepared", "file_applied"))
+            )
         ).all()
     assert set(store.iter_keys(namespace)) == keys, "blobs and meme rows differ"
     assert set(store.iter_keys(thumbnail_namespace(namespace))) == thumbs, "thumbnail blobs and rows differ"

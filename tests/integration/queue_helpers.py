@@ -15,8 +15,16 @@ from sqlalchemy import text
 from conftest import MEWDEX_BIN
 
 
-def enqueue_noops(sessions, scope, n: int, *, lane: str = "default", payload: dict | None = None,
-                  max_attempts: int = 3, batch_id: str | None = None) -> list[str]:
+def enqueue_noops(
+    sessions,
+    scope,
+    n: int,
+    *,
+    lane: str = "default",
+    payload: dict | None = None,
+    max_attempts: int = 3,
+    batch_id: str | None = None,
+) -> list[str]:
     """``n`` queued ``noop`` tasks of the scope in one statement; returns their ids (in creation order)."""
     from mewdex.queue import tasks as queue
 
@@ -35,15 +43,18 @@ def enqueue_noops(sessions, scope, n: int, *, lane: str = "default", payload: di
         )
         if batch_id is not None:
             session.execute(
-                text("INSERT INTO task_batch_items (scope_id, batch_id, task_id) "
-                     "SELECT :s, :b, unnest(CAST(:ids AS text[]))"),
+                text(
+                    "INSERT INTO task_batch_items (scope_id, batch_id, task_id) "
+                    "SELECT :s, :b, unnest(CAST(:ids AS text[]))"
+                ),
                 {"s": scope.scope_id, "b": batch_id, "ids": ids},
             )
     return ids
 
 
-def start_workers(mewdex_env, n: int, *, concurrency: int = 2, lanes: str | None = None,
-                  extra_env: dict | None = None) -> list[subprocess.Popen]:
+def start_workers(
+    mewdex_env, n: int, *, concurrency: int = 2, lanes: str | None = None, extra_env: dict | None = None
+) -> list[subprocess.Popen]:
     """``n`` real ``mewdex worker`` processes on the test database (their output goes to a log file)."""
     env = {**os.environ, **mewdex_env.env, **(extra_env or {})}
     procs = []

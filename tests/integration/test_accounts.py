@@ -37,8 +37,11 @@ def test_password_length_is_counted_in_utf8_bytes(auth_app):
     assert time.perf_counter() - started < 1.0
     r = c.post("/api/v1/auth/login", json={"email": "nobody@example.com", "password": "y" * 1000})
     assert r.status_code == 401 and code(r) == "invalid_credentials"
-    r = c.post("/api/v1/auth/signup", content=b'{"email": "s@example.com", "password": "bad\\ud800surrogate"}',
-               headers={"content-type": "application/json"})
+    r = c.post(
+        "/api/v1/auth/signup",
+        content=b'{"email": "s@example.com", "password": "bad\\ud800surrogate"}',
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 422 and code(r) == "invalid_text"  # unstorable JSON text, refused before the route
     # the 72-byte password signs in
     email = ok72.request.content.decode().split('"email":"')[1].split('"')[0]
@@ -110,8 +113,9 @@ def test_token_shown_once_hashed_and_revoked_at_once(auth_app, sessions):
     listed = a.client.get("/api/v1/tokens").json()["tokens"]
     assert len(listed) == 1 and "token" not in listed[0] and listed[0]["last_used_at"] is not None
     with sessions.begin() as session:
-        stored = session.execute(text("SELECT token_hash FROM api_tokens WHERE user_id = :u"),
-                                 {"u": a.user_id}).scalar_one()
+        stored = session.execute(
+            text("SELECT token_hash FROM api_tokens WHERE user_id = :u"), {"u": a.user_id}
+        ).scalar_one()
     assert a.token not in stored and len(stored) == 64
     r = anon.delete(f"/api/v1/tokens/{listed[0]['id']}", headers=bearer(a.token))
     assert r.status_code == 204
@@ -132,16 +136,24 @@ def test_password_change_ends_other_sessions(auth_app):
     a = auth_app.new("pwc")
     other = auth_app.client()
     assert other.post("/api/v1/auth/login", json={"email": a.email, "password": PASSWORD}).status_code == 200
-    r = a.client.post("/api/v1/auth/password", json={"current_password": "wrong one!", "new_password": "n3w password"},
-                      headers={"X-CSRF-Token": a.csrf})
+    r = a.client.post(
+        "/api/v1/auth/password",
+        json={"current_password": "wrong one!", "new_password": "n3w password"},
+        headers={"X-CSRF-Token": a.csrf},
+    )
     assert r.status_code == 401
-    r = a.client.post("/api/v1/auth/password", json={"current_password": PASSWORD, "new_password": "n3w password"},
-                      headers={"X-CSRF-Token": a.csrf})
+    r = a.client.post(
+        "/api/v1/auth/password",
+        json={"current_password": PASSWORD, "new_password": "n3w password"},
+        headers={"X-CSRF-Token": a.csrf},
+    )
     assert r.status_code == 204
     assert other.get("/api/v1/me").status_code == 401
     assert a.client.get("/api/v1/me").status_code == 200
-    assert auth_app.client().post("/api/v1/auth/login",
-                                  json={"email": a.email, "password": "n3w password"}).status_code == 200
+    assert (
+        auth_app.client().post("/api/v1/auth/login", json={"email": a.email, "password": "n3w password"}).status_code
+        == 200
+    )
 
 
 def test_admin_manages_users_quotas_signup_and_is_hidden_from_users(auth_app, sessions, store):
@@ -153,8 +165,9 @@ def test_admin_manages_users_quotas_signup_and_is_hidden_from_users(auth_app, se
     row = next(x for x in r.json()["users"] if x["id"] == u.user_id)
     assert row["role"] == "user" and row["disk"]["file_count"] == 0
     h = {"X-CSRF-Token": admin.csrf}
-    r = admin.client.patch(f"/api/v1/admin/users/{u.user_id}", json={"quota": {"memes": 1, "storage_bytes": 10**6}},
-                           headers=h)
+    r = admin.client.patch(
+        f"/api/v1/admin/users/{u.user_id}", json={"quota": {"memes": 1, "storage_bytes": 10**6}}, headers=h
+    )
     assert r.status_code == 200 and r.json()["quota"]["memes"] == 1
     r = admin.client.patch(f"/api/v1/admin/users/{u.user_id}", json={"role": "admin"}, headers=h)
     assert r.status_code == 200 and u.client.get("/api/v1/admin/users").status_code == 200
@@ -163,7 +176,8 @@ def test_admin_manages_users_quotas_signup_and_is_hidden_from_users(auth_app, se
     assert admin.client.patch(f"/api/v1/admin/users/{u.user_id}", json={"role": "user"}, headers=h).status_code == 200
     # sign-up off
     assert admin.client.patch("/api/v1/admin/settings", json={"signup_enabled": False}, headers=h).json() == {
-        "signup_enabled": False}
+        "signup_enabled": False
+    }
     try:
         r = auth_app.client().post("/api/v1/auth/signup", json={"email": "late@example.com", "password": PASSWORD})
         assert r.status_code == 403 and code(r) == "signup_disabled"
@@ -193,15 +207,17 @@ def test_quota_rejection_writes_nothing_and_duplicates_count_once(auth_app, sess
     again = add_image(sessions, store, scope, first, filename="copy.png", provenance={})
     assert again.status == "duplicate" and again.meme_id == meme_id
     assert u.client.get("/api/v1/me").json()["disk"]["file_count"] == 1
-    admin.client.patch(f"/api/v1/admin/users/{u.user_id}", json={"quota": {"memes": 1}},
-                       headers={"X-CSRF-Token": admin.csrf})
+    admin.client.patch(
+        f"/api/v1/admin/users/{u.user_id}", json={"quota": {"memes": 1}}, headers={"X-CSRF-Token": admin.csrf}
+    )
     before = counts(sessions, scope)
     r = add_image(sessions, store, scope, png(2), filename="second.png", provenance={})
     assert r.status == "skipped" and r.error == "quota_exceeded"
     assert counts(sessions, scope) == before  # no row, no job, no journal entry, no blob
     with sessions.begin() as session:
-        ops = session.execute(text("SELECT count(*) FROM storage_operations WHERE scope_id = :s"),
-                              {"s": u.scope_id}).scalar_one()
+        ops = session.execute(
+            text("SELECT count(*) FROM storage_operations WHERE scope_id = :s"), {"s": u.scope_id}
+        ).scalar_one()
     assert ops == 1  # only the first upload's
     # the service upload paths call
     from mewdex.platform.errors import PlatformError
@@ -216,15 +232,19 @@ def test_quota_rejection_writes_nothing_and_duplicates_count_once(auth_app, sess
             assert http_status(exc.code) == 413 and exc.code == "quota_exceeded" and "memes" in exc.details
     # drift is corrected by the full scan
     with sessions.begin() as session:
-        session.execute(text("UPDATE user_disk_usage SET bytes_used = 5, file_count = 9 WHERE user_id = :u"),
-                        {"u": u.user_id})
+        session.execute(
+            text("UPDATE user_disk_usage SET bytes_used = 5, file_count = 9 WHERE user_id = :u"), {"u": u.user_id}
+        )
     fixed = quotas.rescan(sessions)
     assert fixed[u.user_id] == {"bytes": len(first) - 5, "files": -8}
     # deleting the meme gives the space back
     with sessions.begin() as session:
         session.execute(text("DELETE FROM memes WHERE id = :m"), {"m": meme_id})
-    assert u.client.get("/api/v1/me").json()["disk"] == {**u.client.get("/api/v1/me").json()["disk"],
-                                                         "bytes_used": 0, "file_count": 0}
+    assert u.client.get("/api/v1/me").json()["disk"] == {
+        **u.client.get("/api/v1/me").json()["disk"],
+        "bytes_used": 0,
+        "file_count": 0,
+    }
 
 
 def test_grants_are_idempotent_and_commit_writes_one_usage_event(auth_app, sessions):
@@ -281,16 +301,23 @@ def test_pipeline_and_image_search_are_metered(auth_app, sessions, store, drain)
     from mewdex.db.models import ScopeContext
 
     drain(ScopeContext(u.scope_id))
-    r = auth_app.client().post("/api/v1/search/image", files={"file": ("q.png", png(8, 64), "image/png")},
-                               headers=bearer(u.token))
+    r = auth_app.client().post(
+        "/api/v1/search/image", files={"file": ("q.png", png(8, 64), "image/png")}, headers=bearer(u.token)
+    )
     assert r.status_code == 200, r.text
     kinds = {g["key"]: g["events"] for g in u.client.get("/api/v1/usage", params={"group_by": "kind"}).json()["groups"]}
     assert kinds.get("analysis") == 1 and kinds.get("embedding", 0) >= 1 and kinds.get("image_search") == 1
     with sessions.begin() as session:
-        task_ids = session.execute(text("SELECT task_id FROM usage_events WHERE scope_id = :s AND kind = 'analysis'"),
-                                   {"s": u.scope_id}).scalars().all()
-        grant = session.execute(text("SELECT state FROM operation_grants WHERE scope_id = :s"),
-                                {"s": u.scope_id}).scalar_one()
+        task_ids = (
+            session.execute(
+                text("SELECT task_id FROM usage_events WHERE scope_id = :s AND kind = 'analysis'"), {"s": u.scope_id}
+            )
+            .scalars()
+            .all()
+        )
+        grant = session.execute(
+            text("SELECT state FROM operation_grants WHERE scope_id = :s"), {"s": u.scope_id}
+        ).scalar_one()
     assert task_ids[0] and grant == "committed"
 
 
@@ -348,8 +375,9 @@ def test_browser_pages_send_you_to_sign_in_and_back(auth_app):
     assert u.email in u.client.get("/login").text
     assert u.client.get("/admin").status_code == 404
     admin = auth_app.new("pageadmin", admin=True)
-    admin.client.patch(f"/api/v1/admin/users/{u.user_id}", json={"quota": {"memes": 10}},
-                       headers={"X-CSRF-Token": admin.csrf})
+    admin.client.patch(
+        f"/api/v1/admin/users/{u.user_id}", json={"quota": {"memes": 10}}, headers={"X-CSRF-Token": admin.csrf}
+    )
     page = admin.client.get("/admin")
     assert page.status_code == 200 and u.email in page.text and "<meter" in page.text
 

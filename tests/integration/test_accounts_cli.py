@@ -17,8 +17,9 @@ from conftest import wait_until
 
 def _user(sessions, email):
     with sessions.begin() as session:
-        row = session.execute(text("SELECT user_id, role, disabled FROM users WHERE lower(email) = lower(:e)"),
-                              {"e": email}).first()
+        row = session.execute(
+            text("SELECT user_id, role, disabled FROM users WHERE lower(email) = lower(:e)"), {"e": email}
+        ).first()
     return row
 
 
@@ -63,8 +64,9 @@ def test_cli_searches_a_server_with_a_token(auth_app, mewdex_env, sessions, stor
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(auth_app.app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(auth_app.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started, 30, 0.05, "the API server to start")

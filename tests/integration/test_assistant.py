@@ -26,8 +26,17 @@ CATS = 10
 
 def _meme(scope, name: str, **fields) -> Meme:
     sha = hashlib.sha256(f"{scope.scope_id}-{name}".encode()).hexdigest()
-    values = dict(scope_id=scope.scope_id, storage_key=sha + ".png", display_name=name, name_source="uploaded",
-                  extension=".png", size_bytes=100, sha256=sha, provenance={}, extensions={"image": {}})
+    values = dict(
+        scope_id=scope.scope_id,
+        storage_key=sha + ".png",
+        display_name=name,
+        name_source="uploaded",
+        extension=".png",
+        size_bytes=100,
+        sha256=sha,
+        provenance={},
+        extensions={"image": {}},
+    )
     values.update(fields)
     values["storage_key"] = sha + values["extension"]
     return Meme(**values)
@@ -45,19 +54,33 @@ def library(sessions, scope):
         session.flush()
         for i, m in enumerate(cats):
             filler = " ".join(f"w{k}" for k in range(i))  # longer documents rank lower
-            keyword.index_document(session, scope.scope_id, m.id, "h",
-                                   {"name": f"cat {filler}", "ocr": "", "labels": "", "phrase": ""})
-        keyword.index_document(session, scope.scope_id, gif.id, "h",
-                               {"name": "cat dancing " + " ".join(f"z{k}" for k in range(40)), "ocr": "",
-                                "labels": "", "phrase": ""})
-        keyword.index_document(session, scope.scope_id, slack.id, "h",
-                               {"name": "slacking off at work", "ocr": "", "labels": "", "phrase": ""})
+            keyword.index_document(
+                session, scope.scope_id, m.id, "h", {"name": f"cat {filler}", "ocr": "", "labels": "", "phrase": ""}
+            )
+        keyword.index_document(
+            session,
+            scope.scope_id,
+            gif.id,
+            "h",
+            {"name": "cat dancing " + " ".join(f"z{k}" for k in range(40)), "ocr": "", "labels": "", "phrase": ""},
+        )
+        keyword.index_document(
+            session,
+            scope.scope_id,
+            slack.id,
+            "h",
+            {"name": "slacking off at work", "ocr": "", "labels": "", "phrase": ""},
+        )
         collection = MemeCollection(scope_id=scope.scope_id, name="摸鱼合集")
         session.add(collection)
         session.flush()
         session.add(MemeCollectionItem(scope_id=scope.scope_id, collection_id=collection.id, meme_id=cats[5].id))
-        return {"cats": [str(m.id) for m in cats], "gif": str(gif.id), "slack": str(slack.id),
-                "collection": str(collection.id)}
+        return {
+            "cats": [str(m.id) for m in cats],
+            "gif": str(gif.id),
+            "slack": str(slack.id),
+            "collection": str(collection.id),
+        }
 
 
 def _conversation(sessions, scope, name=None) -> str:
@@ -85,8 +108,10 @@ def test_twenty_concurrent_posts_get_indexes_without_gap_or_duplicate(sessions, 
         idx = sorted(session.execute(select(Message.idx).where(Message.conversation_id == uuid.UUID(cid))).scalars())
         conversation = session.get(Conversation, uuid.UUID(cid))
         assert idx == list(range(40)) and conversation.next_message_idx == 40
-        roles = [m.payload["role"] for m in session.execute(
-            select(Message).where(Message.conversation_id == uuid.UUID(cid))).scalars()]
+        roles = [
+            m.payload["role"]
+            for m in session.execute(select(Message).where(Message.conversation_id == uuid.UUID(cid))).scalars()
+        ]
         assert roles.count("user") == 20 and roles.count("assistant") == 20
 
 
@@ -238,8 +263,11 @@ def test_api_conversation_lifecycle_json_and_sse(scope, library):
         assert body["user_message"]["idx"] == 0 and body["reply"]["idx"] == 1 and body["run_status"] == "idle"
         assert [m["meme_id"] for m in body["reply"]["memes"]] == library["cats"][:3]
         assert all(m["artifact_id"] for m in body["reply"]["memes"])
-        streamed = c.post(f"/api/v1/conversations/{cid}/messages", json={"content": "another"},
-                          headers={"accept": "text/event-stream"})
+        streamed = c.post(
+            f"/api/v1/conversations/{cid}/messages",
+            json={"content": "another"},
+            headers={"accept": "text/event-stream"},
+        )
         assert streamed.headers["content-type"].startswith("text/event-stream")
         events = _sse(streamed.text)
         names = [n for n, _ in events]
@@ -258,8 +286,10 @@ def test_api_conversation_lifecycle_json_and_sse(scope, library):
         assert c.get(f"/api/v1/conversations/{cid}").status_code == 404
         assert [x["id"] for x in c.get("/api/v1/conversations", params={"deleted": True}).json()["items"]] == [cid]
         assert c.post(f"/api/v1/conversations/{cid}/restore").json()["deleted_at"] is None
-        assert c.post(f"/api/v1/conversations/{cid}/messages", json={"content": " "}).json()["error"]["code"] == \
-            "message_empty"
+        assert (
+            c.post(f"/api/v1/conversations/{cid}/messages", json={"content": " "}).json()["error"]["code"]
+            == "message_empty"
+        )
         assert c.post(f"/api/v1/conversations/{cid}/messages", json={"content": "x" * 2001}).status_code == 422
 
 
@@ -309,8 +339,9 @@ def test_delivered_memes_are_artifacts_with_trash_and_restore(sessions, scope, l
             assert info.value.code == "not_found"
             artifacts.trash(session, scope, refs[0]["artifact_id"])
         with sessions.begin() as session:
-            assert [str(a.artifact_id) for a in artifacts.list_artifacts(session, scope, status="trashed")] == \
-                [refs[0]["artifact_id"]]
+            assert [str(a.artifact_id) for a in artifacts.list_artifacts(session, scope, status="trashed")] == [
+                refs[0]["artifact_id"]
+            ]
             artifacts.restore(session, scope, refs[0]["artifact_id"])
         with sessions.begin() as session:
             assert artifacts.list_artifacts(session, scope, status="trashed") == []

@@ -17,8 +17,15 @@ from mewdex.pipeline.stages import MemeSnapshot, load_meme
 
 
 def add(sessions, store, scope, seed: int, filename: str, auto_name: bool) -> str:
-    result = memes.add_image(sessions, store, scope, png(seed), filename=filename,
-                             provenance={"relative_path": filename}, auto_name=auto_name)
+    result = memes.add_image(
+        sessions,
+        store,
+        scope,
+        png(seed),
+        filename=filename,
+        provenance={"relative_path": filename},
+        auto_name=auto_name,
+    )
     assert result.status == "created"
     return result.meme_id
 
@@ -27,8 +34,12 @@ def test_auto_name_runs_the_stage_after_agent_and_names_from_the_title(sessions,
     named = add(sessions, store, scope, 1, "grumpycat.png", auto_name=True)
     plain = add(sessions, store, scope, 2, "hello_world.png", auto_name=False)
     drain(scope)
-    assert stage_states(sessions, scope, named) == {"visual": "succeeded", "agent": "succeeded",
-                                                    "auto_rename": "succeeded", "text_embedding": "succeeded"}
+    assert stage_states(sessions, scope, named) == {
+        "visual": "succeeded",
+        "agent": "succeeded",
+        "auto_rename": "succeeded",
+        "text_embedding": "succeeded",
+    }
     assert "auto_rename" not in stage_states(sessions, scope, plain)
     with sessions.begin() as session:
         meme = session.get(Meme, named)
@@ -36,8 +47,11 @@ def test_auto_name_runs_the_stage_after_agent_and_names_from_the_title(sessions,
         assert meme.meme_context["title"] == "grumpy cat"
         other = session.get(Meme, plain)
         assert (other.display_name, other.name_source) == ("hello_world", "uploaded")
-        op = session.execute(select(StorageOperation).where(StorageOperation.meme_id == meme.id,
-                                                            StorageOperation.operation_type == "rename")).scalar_one()
+        op = session.execute(
+            select(StorageOperation).where(
+                StorageOperation.meme_id == meme.id, StorageOperation.operation_type == "rename"
+            )
+        ).scalar_one()
         assert op.status == "completed" and op.expected_revision == 1
 
 
@@ -46,8 +60,9 @@ def run_stage(sessions, scope, meme_id, title) -> Meme:
     stage = AutoRenameStage()
     with sessions.begin() as session:
         meme = session.get(Meme, meme_id)
-        snap = MemeSnapshot(meme.scope_id, meme.id, meme.sha256, meme.display_name, dict(meme.provenance),
-                            {"title": title}, lambda: b"")
+        snap = MemeSnapshot(
+            meme.scope_id, meme.id, meme.sha256, meme.display_name, dict(meme.provenance), {"title": title}, lambda: b""
+        )
     output = stage.run(snap)
     with sessions.begin() as session:
         stage.apply(session, load_meme(session, scope.scope_id, meme_id), output)
@@ -71,12 +86,15 @@ def test_a_title_that_breaks_the_rules_changes_nothing(sessions, store, scope, t
     assert (meme.display_name, meme.name_source, meme.revision) == ("keep me", "uploaded", 1)
 
 
-@pytest.mark.parametrize("title,expected", [
-    ("a/b\\c", "a_b_c"),
-    ("cat.gif", "cat"),
-    ("  line\nbreak  ", "line break"),
-    ("长" * 300, "长" * 85),
-])
+@pytest.mark.parametrize(
+    "title,expected",
+    [
+        ("a/b\\c", "a_b_c"),
+        ("cat.gif", "cat"),
+        ("  line\nbreak  ", "line break"),
+        ("长" * 300, "长" * 85),
+    ],
+)
 def test_the_title_is_normalized_under_the_name_rules(sessions, store, scope, title, expected):
     meme_id = add(sessions, store, scope, 5, "x.png", auto_name=False)
     meme = run_stage(sessions, scope, meme_id, title)

@@ -41,8 +41,12 @@ def test_import_json_lines(mewdex_env, scope, sessions, tmp_path):
     assert all(set(line) == {"path", "status", "meme_id", "error"} for line in lines)
     by_name = {Path(line["path"]).name: line for line in lines}
     assert set(by_name) == {"palette.png", "palette_copy.png", "cmyk.png", "truncated.jpg", "poison.png"}
-    assert by_name["truncated.jpg"] | {"path": None} == {"path": None, "status": "skipped", "meme_id": None,
-                                                          "error": "image_corrupt"}
+    assert by_name["truncated.jpg"] | {"path": None} == {
+        "path": None,
+        "status": "skipped",
+        "meme_id": None,
+        "error": "image_corrupt",
+    }
     assert by_name["poison.png"]["status"] == "skipped" and by_name["poison.png"]["error"] == "unsupported_media_type"
     statuses = sorted(line["status"] for line in lines)
     assert statuses == ["created", "created", "duplicate", "skipped", "skipped"]
@@ -100,16 +104,31 @@ def test_import_of_a_missing_path(mewdex_env, scope, tmp_path):
 def test_concurrent_imports_of_one_folder(mewdex_env, scope, sessions, tmp_path):
     """Two processes import the same folder at once: each file becomes exactly one meme, nothing is left half-done."""
     folder = tmp_path / "in"
-    names = ["img01_cmyk_exif6.jpg", "img02_gray16_ramp.png", "img03_exif6.jpg", "img03_exif6.png",
-             "img04_palette_trns.png", "img05_ocr_hello_transparent.png", "img06_animated_3frames.webp",
-             "img09_full_reference.jpg"]
+    names = [
+        "img01_cmyk_exif6.jpg",
+        "img02_gray16_ramp.png",
+        "img03_exif6.jpg",
+        "img03_exif6.png",
+        "img04_palette_trns.png",
+        "img05_ocr_hello_transparent.png",
+        "img06_animated_3frames.webp",
+        "img09_full_reference.jpg",
+    ]
     for sub in ("a", "b"):
         (folder / sub).mkdir(parents=True)
         for name in names:
             shutil.copyfile(case_file(name), folder / sub / name)
     env = {**os.environ, **mewdex_env.env, "MEWDEX_DEFAULT_SCOPE": scope.scope_id}
-    procs = [subprocess.Popen([str(MEWDEX_BIN), "import", str(folder), "--json"], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [str(MEWDEX_BIN), "import", str(folder), "--json"],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
     runs = [json_lines(o[0]) for o in outs]
@@ -122,8 +141,13 @@ def test_concurrent_imports_of_one_folder(mewdex_env, scope, sessions, tmp_path)
     assert all(len(ids) == 1 for ids in ids_by_file.values()), ids_by_file  # a/x and b/x: the same meme
     created = sum(line["status"] == "created" for lines in runs for line in lines)
     assert created == len(names)
-    assert counts(sessions, scope) == {"memes": len(names), "jobs": len(names), "tasks": len(names), "open_ops": 0,
-                                       "blobs": len(names)}
+    assert counts(sessions, scope) == {
+        "memes": len(names),
+        "jobs": len(names),
+        "tasks": len(names),
+        "open_ops": 0,
+        "blobs": len(names),
+    }
 
 
 def test_import_wait_processes_everything(mewdex_env, scope, tmp_path):
@@ -160,8 +184,9 @@ def interrupted_upload(sessions, store, scope, data: bytes):
         op = journal.prepare_upload(session, scope.scope_id, key, sha, len(data))
     store.put(namespace, key, data)
     with sessions.begin() as session:  # the crash happened minutes ago
-        session.execute(text("UPDATE storage_operations SET updated_at = now() - interval '10 minutes' WHERE id = :i"),
-                        {"i": op.id})
+        session.execute(
+            text("UPDATE storage_operations SET updated_at = now() - interval '10 minutes' WHERE id = :i"), {"i": op.id}
+        )
     return op.id, namespace, key
 
 
@@ -248,7 +273,9 @@ def test_repair_names_command(mewdex_env, scope, sessions, tmp_path):
 
     (tmp_path / "in" / "drake").mkdir(parents=True)
     shutil.copyfile(case_file("img04_palette_trns.png"), tmp_path / "in" / "drake" / "default.png")
-    lines = json_lines(mewdex_env.cli("import", str(tmp_path / "in"), "--json", scope=scope.scope_id, check=True).stdout)
+    lines = json_lines(
+        mewdex_env.cli("import", str(tmp_path / "in"), "--json", scope=scope.scope_id, check=True).stdout
+    )
     meme_id = lines[0]["meme_id"]
     with sessions.begin() as session:  # as imported before names came from meaning
         row = session.get(Meme, __import__("uuid").UUID(meme_id))
@@ -273,7 +300,9 @@ def test_commands_accept_an_id_prefix_of_8_characters(mewdex_env, scope, session
     """Issue 19, point 5: --json prints full ids; rename/delete/similar take 8+ characters of one."""
     (tmp_path / "in").mkdir()
     shutil.copyfile(case_file("img04_palette_trns.png"), tmp_path / "in" / "palette.png")
-    line = json_lines(mewdex_env.cli("import", str(tmp_path / "in"), "--json", scope=scope.scope_id, check=True).stdout)[0]
+    line = json_lines(
+        mewdex_env.cli("import", str(tmp_path / "in"), "--json", scope=scope.scope_id, check=True).stdout
+    )[0]
     meme_id = line["meme_id"]
     assert len(meme_id) == 36
     proc = mewdex_env.cli("rename", meme_id[:8], "短 id", scope=scope.scope_id)
@@ -293,9 +322,19 @@ def test_search_asks_the_server_running_on_the_data_dir(mewdex_env, scope, tmp_p
     import http.server
     import threading
 
-    answer = {"results": [{"id": "0badc0de-0000-4000-8000-000000000001", "display_name": "from the server",
-                           "score": 0.5, "snippet": "served text", "extension": ".png", "revision": 1}],
-              "took_ms": 1.0}
+    answer = {
+        "results": [
+            {
+                "id": "0badc0de-0000-4000-8000-000000000001",
+                "display_name": "from the server",
+                "score": 0.5,
+                "snippet": "served text",
+                "extension": ".png",
+                "revision": 1,
+            }
+        ],
+        "took_ms": 1.0,
+    }
     seen = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -320,7 +359,11 @@ def test_search_asks_the_server_running_on_the_data_dir(mewdex_env, scope, tmp_p
         proc = mewdex_env.cli("search", "anything", "-n", "3", scope=scope.scope_id, check=True)
         assert seen == [("/api/v1/search", {"query": "anything", "n_results": 3})]
         flat = proc.stdout.replace("\n", "").replace("│", "").replace(" ", "")
-        assert "fromtheserver" in flat and "servedtext" in flat and f"{url}/memes/0badc0de-0000-4000-8000-000000000001" in flat
+        assert (
+            "fromtheserver" in flat
+            and "servedtext" in flat
+            and f"{url}/memes/0badc0de-0000-4000-8000-000000000001" in flat
+        )
     finally:
         record.unlink()
         httpd.shutdown()

@@ -83,8 +83,11 @@ def test_another_scopes_collection_and_memes_answer_like_missing_ones(api, sessi
             foreign = theirs.post("/api/v1/collections", json={"name": "shared name"}).json()["id"]
         # names are unique per scope only
         assert api.post("/api/v1/collections", json={"name": "shared name"}).status_code == 201
-        for method, url in [("get", f"/api/v1/collections/{foreign}"), ("delete", f"/api/v1/collections/{foreign}"),
-                            ("get", "/api/v1/collections/not-an-id")]:
+        for method, url in [
+            ("get", f"/api/v1/collections/{foreign}"),
+            ("delete", f"/api/v1/collections/{foreign}"),
+            ("get", "/api/v1/collections/not-an-id"),
+        ]:
             r = getattr(api, method)(url)
             assert r.status_code == 404 and error_code(r) == "not_found"
         assert api.patch(f"/api/v1/collections/{foreign}", json={"name": "x"}).status_code == 404

@@ -102,8 +102,10 @@ def test_sigkilled_worker_task_is_completed_by_another_after_lease_expiry(sessio
 
     def survivor_connected():
         with sessions.begin() as session:
-            return session.execute(text("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE :a"),
-                                   {"a": f"mewdex-worker:%:{survivor.pid}"}).scalar_one()
+            return session.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE :a"),
+                {"a": f"mewdex-worker:%:{survivor.pid}"},
+            ).scalar_one()
 
     wait_until(survivor_connected, 60, what="the survivor to start")  # else its start-up expires the dead lease
     time.sleep(1.5)  # heartbeats keep the lease alive meanwhile
@@ -118,10 +120,17 @@ def test_sigkilled_worker_task_is_completed_by_another_after_lease_expiry(sessio
         assert [e["code"] for e in t.error_history] == ["lease_expired"]
     assert attempts_of(sessions, scope)[task_id] == [(1, "failed"), (2, "completed")]
     with sessions.begin() as session:  # the dead worker's slots were freed by the reaper, the survivor's on success
-        held = session.execute(
-            text("SELECT count(*) FROM task_lane_slots WHERE task_id = :i UNION ALL "
-                 "SELECT count(*) FROM task_lane_resource_slots WHERE task_id = :i"), {"i": task_id}
-        ).scalars().all()
+        held = (
+            session.execute(
+                text(
+                    "SELECT count(*) FROM task_lane_slots WHERE task_id = :i UNION ALL "
+                    "SELECT count(*) FROM task_lane_resource_slots WHERE task_id = :i"
+                ),
+                {"i": task_id},
+            )
+            .scalars()
+            .all()
+        )
     assert held == [0, 0]
     # The killed worker's late write-back (simulated with its claim) is rejected by fencing.
     with pytest.raises(queue.StaleClaim):
@@ -179,8 +188,14 @@ def test_lane_concurrency_holds_across_processes(sessions, scope, workers):
 
 def test_poison_task_stops_at_max_attempts_while_others_finish(sessions, scope, lane, workers):
     """JOB-02: a task that fails every time stops after its attempt limit with its error; the rest run."""
-    [poison] = enqueue_noops(sessions, scope, 1, lane=lane, max_attempts=3,
-                             payload={"fail": "image_corrupt", "message": "cannot identify image file"})
+    [poison] = enqueue_noops(
+        sessions,
+        scope,
+        1,
+        lane=lane,
+        max_attempts=3,
+        payload={"fail": "image_corrupt", "message": "cannot identify image file"},
+    )
     others = enqueue_noops(sessions, scope, 40, lane=lane)
     workers(2, concurrency=2, lanes=lane)
     wait_until(lambda: status_counts(sessions, scope) == {"succeeded": 40, "failed": 1}, 60, 0.2, "all tasks ended")
@@ -210,7 +225,9 @@ def test_sigterm_finishes_within_grace_or_releases(sessions, scope, lane, worker
         assert t.status == "queued" and t.lease_owner is None and t.max_attempts == 4  # the attempt is given back
         a = session.get(ImageProcessingAttempt, (scope.scope_id, slow, 1))
         assert (a.state, a.termination_signal) == ("failed", "SIGTERM")
-        held = session.execute(text("SELECT count(*) FROM task_lane_slots WHERE task_id = :i"), {"i": slow}).scalar_one()
+        held = session.execute(
+            text("SELECT count(*) FROM task_lane_slots WHERE task_id = :i"), {"i": slow}
+        ).scalar_one()
     assert held == 0 and quick
 
 
@@ -222,7 +239,9 @@ def test_unknown_execution_is_not_replayed_and_resumes_on_request(sessions, scop
         c = queue.claim(session, owner="doomed", lanes=[lane], lease_seconds=60)
     registry.TaskContext(sessions, c).external_started("exec-1")  # then the worker dies
     with sessions.begin() as session:
-        session.execute(text("UPDATE tasks SET lease_expires_at = now() - interval '1 s' WHERE id = :i"), {"i": task_id})
+        session.execute(
+            text("UPDATE tasks SET lease_expires_at = now() - interval '1 s' WHERE id = :i"), {"i": task_id}
+        )
         assert [(r.task.id, r.outcome) for r in queue.reap_expired(session)] == [(task_id, "unknown_execution")]
     with sessions.begin() as session:
         t = session.get(Task, task_id)
@@ -245,10 +264,14 @@ def test_unknown_execution_is_not_replayed_and_resumes_on_request(sessions, scop
 def test_analysis_cost_limit_terminates_the_task(sessions, scope, lane, drain):
     ids = enqueue_noops(sessions, scope, 2, lane=lane, payload={"cost": 0.5})
     with sessions.begin() as session:
-        session.execute(text("UPDATE tasks SET analysis_policy = CAST(:p AS jsonb) WHERE id = :i"),
-                        {"p": '{"max_cost_per_image": 0.4}', "i": ids[0]})
-        session.execute(text("UPDATE tasks SET analysis_policy = CAST(:p AS jsonb) WHERE id = :i"),
-                        {"p": '{"max_cost_per_image": 1.0}', "i": ids[1]})
+        session.execute(
+            text("UPDATE tasks SET analysis_policy = CAST(:p AS jsonb) WHERE id = :i"),
+            {"p": '{"max_cost_per_image": 0.4}', "i": ids[0]},
+        )
+        session.execute(
+            text("UPDATE tasks SET analysis_policy = CAST(:p AS jsonb) WHERE id = :i"),
+            {"p": '{"max_cost_per_image": 1.0}', "i": ids[1]},
+        )
     from mewdex.queue.worker import Worker
 
     w = Worker(sessions, lanes=[lane])
@@ -256,8 +279,11 @@ def test_analysis_cost_limit_terminates_the_task(sessions, scope, lane, drain):
         pass
     with sessions.begin() as session:
         over, fine = session.get(Task, ids[0]), session.get(Task, ids[1])
-        assert (over.status, over.error["code"], over.termination_reason) == ("failed", "analysis_cost_limit",
-                                                                             "analysis_cost_limit")
+        assert (over.status, over.error["code"], over.termination_reason) == (
+            "failed",
+            "analysis_cost_limit",
+            "analysis_cost_limit",
+        )
         assert over.attempt_count == 1 and float(over.observed_cost) == 0.5  # not retried; cost recorded
         assert fine.status == "succeeded" and float(fine.observed_cost) == 0.5
         a = session.get(ImageProcessingAttempt, (scope.scope_id, ids[0], 1))
@@ -276,7 +302,8 @@ sys.stdin.readline()
 
 
 def test_worker_child_processes_drain_the_queue_stop_cleanly_and_die_with_their_parent(
-        mewdex_env, sessions, scope, lane):
+    mewdex_env, sessions, scope, lane
+):
     """``serve`` and ``import --wait`` start ``mewdex worker`` children (queue.worker.WorkerProcesses)."""
     env = {**os.environ, **mewdex_env.env, **FAST}
     enqueue_noops(sessions, scope, 30, lane=lane)
@@ -284,8 +311,9 @@ def test_worker_child_processes_drain_the_queue_stop_cleanly_and_die_with_their_
 
     def start() -> subprocess.Popen:
         """A process that starts 2 children (their pids on its first line), stops them on a line of input."""
-        starter = subprocess.Popen([sys.executable, "-c", _STARTER, lane], env=env, stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, text=True)
+        starter = subprocess.Popen(
+            [sys.executable, "-c", _STARTER, lane], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         starters.append(starter)
         children.extend(int(pid) for pid in starter.stdout.readline().split())
         return starter

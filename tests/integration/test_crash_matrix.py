@@ -61,8 +61,9 @@ NEW_NAME = "renamed after the crash test"
 
 def run_driver(mewdex_env, op: str, scope, arg: str, failpoint: str) -> None:
     env = {**os.environ, **mewdex_env.env, "MEWDEX_FAILPOINT": failpoint}
-    proc = subprocess.run([sys.executable, "-c", DRIVER, op, scope.scope_id, arg], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, op, scope.scope_id, arg], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == EXIT_CODE, (proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -70,12 +71,15 @@ def snapshot(sessions, scope) -> dict:
     """What a user can see of the scope: memes with name and revision, and what hangs off them."""
     sid = scope.scope_id
     with sessions.begin() as session:
+
         def n(model):
             return session.execute(select(func.count()).select_from(model).where(model.scope_id == sid)).scalar_one()
 
         return {
-            "memes": {str(m.id): (m.display_name, m.revision, m.storage_key)
-                      for m in session.execute(select(Meme).where(Meme.scope_id == sid)).scalars()},
+            "memes": {
+                str(m.id): (m.display_name, m.revision, m.storage_key)
+                for m in session.execute(select(Meme).where(Meme.scope_id == sid)).scalars()
+            },
             "jobs": n(ImageProcessingJob),
             "tasks": n(Task),
             "thumbnails": n(DerivedImageThumbnail),
@@ -85,8 +89,15 @@ def snapshot(sessions, scope) -> dict:
 
 def existing_meme(sessions, store, scope, data: bytes) -> str:
     """A processed-looking meme: row, job and tasks, thumbnails (rows and blobs), a collection."""
-    result = add_image(sessions, store, scope, data, filename="before.png", provenance={"relative_path": "before.png"},
-                       collection_names=["kept"])
+    result = add_image(
+        sessions,
+        store,
+        scope,
+        data,
+        filename="before.png",
+        provenance={"relative_path": "before.png"},
+        collection_names=["kept"],
+    )
     with sessions.begin() as session:
         meme = session.get(Meme, result.meme_id)
         namespace = str(session.get(Scope, scope.scope_id).storage_namespace)
@@ -118,20 +129,23 @@ def test_crash_at_every_step_leaves_before_or_after(mewdex_env, sessions, store,
         else:
             assert after == before
     elif op == "rename":
-        (name, revision, _), = after["memes"].values()
+        ((name, revision, _),) = after["memes"].values()
         assert (name, revision) in {("before", 1), (NEW_NAME, 2)}
         assert {k: v for k, v in after.items() if k != "memes"} == {k: v for k, v in before.items() if k != "memes"}
     else:
-        assert after == before or after == {"memes": {}, "jobs": 0, "tasks": 0, "thumbnails": 0,
-                                            "collection_items": 0}
+        assert after == before or after == {"memes": {}, "jobs": 0, "tasks": 0, "thumbnails": 0, "collection_items": 0}
     # Where the crash happened decides which side it lands on.
-    applied = failpoint.endswith(("after_commit", "after_rows_deleted", "after_blob_delete",
-                                                       "after_complete"))
+    applied = failpoint.endswith(("after_commit", "after_rows_deleted", "after_blob_delete", "after_complete"))
     changed = after != before
     assert changed == applied, (failpoint, before, after)
     with sessions.begin() as session:
-        statuses = session.execute(
-            select(StorageOperation.status).where(StorageOperation.scope_id == scope.scope_id,
-                                                  StorageOperation.operation_type == op)
-        ).scalars().all()
+        statuses = (
+            session.execute(
+                select(StorageOperation.status).where(
+                    StorageOperation.scope_id == scope.scope_id, StorageOperation.operation_type == op
+                )
+            )
+            .scalars()
+            .all()
+        )
     assert set(statuses) <= {"completed", "compensated"}

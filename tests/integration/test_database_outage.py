@@ -58,8 +58,9 @@ def test_killed_postmaster_is_restarted_with_json_503s_meanwhile_and_held_task_h
     env.pop("MEWDEX_DEFAULT_SCOPE", None)
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log:
-        serve = subprocess.Popen([str(MEWDEX_BIN), "serve", "--port", str(port)], env=env, stdout=log,
-                                 stderr=subprocess.STDOUT)
+        serve = subprocess.Popen(
+            [str(MEWDEX_BIN), "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
     engine = None
     try:
         _wait_healthy(base, serve, timeout=180)
@@ -75,8 +76,9 @@ def test_killed_postmaster_is_restarted_with_json_503s_meanwhile_and_held_task_h
         os.kill(before, signal.SIGKILL)
         killed_at = time.monotonic()
         handed: list[bool] = []
-        worker = threading.Thread(target=lambda: handed.append(
-            hand_back(sessions, claim, wait_seconds=60, poll_seconds=0.2)))
+        worker = threading.Thread(
+            target=lambda: handed.append(hand_back(sessions, claim, wait_seconds=60, poll_seconds=0.2))
+        )
         worker.start()
 
         refused, back_at = [], None
@@ -164,7 +166,10 @@ def test_worker_hands_its_task_back_when_the_database_dies_under_it(tmp_path):
                 task = session.get(Task, task_id)
                 if task.status == "succeeded":
                     break
-            assert time.monotonic() - killed_at < 40, f"task still {task.status} ({task.lease_owner}) {task.error} {task.message} {task.attempt_count}/{task.max_attempts}"
+            assert time.monotonic() - killed_at < 40, (
+                f"task still {task.status} ({task.lease_owner}) {task.error} {task.message} "
+                f"{task.attempt_count}/{task.max_attempts}"
+            )
             time.sleep(0.2)
         assert task.attempt_count == 2  # the handed-back attempt, then the one that succeeded
     finally:

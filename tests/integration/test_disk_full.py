@@ -63,8 +63,11 @@ def test_upload_on_a_full_disk_answers_507_with_what_was_stored(scope, sessions,
         stored = set(session.execute(select(Meme.sha256).where(Meme.scope_id == scope.scope_id)).scalars())
         assert stored == {sha256(files[0]).hexdigest(), sha256(files[2]).hexdigest()}
         # the failed upload's journal entry is compensated at once, not left for recovery
-        states = session.execute(select(StorageOperation.status).where(
-            StorageOperation.scope_id == scope.scope_id, StorageOperation.target_key.startswith(full_for))).scalars()
+        states = session.execute(
+            select(StorageOperation.status).where(
+                StorageOperation.scope_id == scope.scope_id, StorageOperation.target_key.startswith(full_for)
+            )
+        ).scalars()
         assert "prepared" not in set(states)
 
 
@@ -118,8 +121,13 @@ def test_cli_import_whose_database_goes_away_ends_with_a_message(tmp_path):
     try:
         subprocess.run([str(MEWDEX_BIN), "migrate"], env=env, check=True, capture_output=True, timeout=300)
         folder = _folder(tmp_path, 80)
-        proc = subprocess.Popen([str(MEWDEX_BIN), "import", str(folder), "--json"], env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [str(MEWDEX_BIN), "import", str(folder), "--json"],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         assert proc.stdout.readline().startswith("{")  # one file imported: now the database dies
         postmaster = int((pgdata / "postmaster.pid").read_text().splitlines()[0])
         os.kill(postmaster, signal.SIGKILL)

@@ -18,8 +18,10 @@ def postmaster_pid(data_dir) -> int:
 def test_serve_killed_leaves_the_server_running_and_the_next_command_reuses_it(mewdex_env, scope):
     before = postmaster_pid(mewdex_env.data_dir)
     env = {**os.environ, **mewdex_env.env, "MEWDEX_WORKERS": "1"}
-    serve = subprocess.Popen([str(MEWDEX_BIN), "serve", "--port", "8291"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve = subprocess.Popen(
+        [str(MEWDEX_BIN), "serve", "--port", "8291"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
     def healthy() -> bool:
         try:
             return httpx.get("http://127.0.0.1:8291/health", timeout=1).status_code == 200

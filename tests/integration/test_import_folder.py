@@ -16,8 +16,15 @@ from mewdex.storage.blobs import KEY_PATTERN
 
 def run_import(sessions, store, scope, *paths: Path, collection: str | None = None, min_collection: int = 3):
     results = []
-    summary = import_paths(sessions, store, scope, collect(list(paths)), collection=collection,
-                           min_collection=min_collection, on_result=lambda item, result: results.append((item, result)))
+    summary = import_paths(
+        sessions,
+        store,
+        scope,
+        collect(list(paths)),
+        collection=collection,
+        min_collection=min_collection,
+        on_result=lambda item, result: results.append((item, result)),
+    )
     return summary, {item.relative_path: result for item, result in results}
 
 
@@ -82,7 +89,9 @@ def test_rejected_file_stores_nothing(sessions, store, scope, tmp_path, case, co
 
 
 def test_truncated_reference_imports_fine(sessions, store, scope, tmp_path):
-    summary, results = run_import(sessions, store, scope, put(tmp_path, "full.jpg", case_file("img09_full_reference.jpg")))
+    summary, results = run_import(
+        sessions, store, scope, put(tmp_path, "full.jpg", case_file("img09_full_reference.jpg"))
+    )
     assert summary.created == 1
     assert results["full.jpg"].info.format == "jpeg"
 
@@ -148,7 +157,9 @@ def test_extension_comes_from_the_bytes(sessions, store, scope, tmp_path, case, 
 
 
 def test_animated_webp_facts(sessions, store, scope, tmp_path):
-    _, results = run_import(sessions, store, scope, put(tmp_path, "anim.webp", case_file("img06_animated_3frames.webp")))
+    _, results = run_import(
+        sessions, store, scope, put(tmp_path, "anim.webp", case_file("img06_animated_3frames.webp"))
+    )
     image = meme(sessions, scope, results["anim.webp"].meme_id).extensions["image"]
     assert image["animated"] is True and image["frames"] == 3 and image["duration_ms"] == 600
 
@@ -190,9 +201,25 @@ def test_fn01_nfc_and_nfd_names_are_two_memes_named_nfc(sessions, store, scope, 
 
 
 ODD_NAMES = [
-    "a.b.c.png", "tab\tname.png", "  spaced  .png", "CON.png", "png", "new\nline.png", "x.PNG.JPG",
-    "表情 包😀.png", "trail.png ", "-dash.png", "UPPER.WEBP", "é" * 120 + ".png", "\x01ctrl.png",
-    "~$lock.png", "a" * 250 + ".png", "😀" * 62 + ".png", "\u202eevil.png", " .png", "normal\u3000.png",
+    "a.b.c.png",
+    "tab\tname.png",
+    "  spaced  .png",
+    "CON.png",
+    "png",
+    "new\nline.png",
+    "x.PNG.JPG",
+    "表情 包😀.png",
+    "trail.png ",
+    "-dash.png",
+    "UPPER.WEBP",
+    "é" * 120 + ".png",
+    "\x01ctrl.png",
+    "~$lock.png",
+    "a" * 250 + ".png",
+    "😀" * 62 + ".png",
+    "\u202eevil.png",
+    " .png",
+    "normal\u3000.png",
 ]
 
 
@@ -280,11 +307,15 @@ def test_generic_stems_are_named_by_their_folder(sessions, store, scope, tmp_pat
     put(tmp_path, "downloads/download (3).png", variant(4))
     _, results = run_import(sessions, store, scope, tmp_path)
     named = {rel: meme(sessions, scope, r.meme_id) for rel, r in results.items()}
-    assert (named["memegen/images/drake/default.png"].display_name,
-            named["memegen/images/drake/default.png"].name_source) == ("drake", "automatic")
+    assert (
+        named["memegen/images/drake/default.png"].display_name,
+        named["memegen/images/drake/default.png"].name_source,
+    ) == ("drake", "automatic")
     assert named["memegen/images/drake/IMG_2034.png"].display_name == "drake"
-    assert (named["memegen/images/drake/yes.png"].display_name,
-            named["memegen/images/drake/yes.png"].name_source) == ("yes", "uploaded")
+    assert (named["memegen/images/drake/yes.png"].display_name, named["memegen/images/drake/yes.png"].name_source) == (
+        "yes",
+        "uploaded",
+    )
     kept = named["downloads/download (3).png"]
     assert (kept.display_name, kept.name_source) == ("download (3)", "automatic")
 

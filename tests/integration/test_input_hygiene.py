@@ -24,12 +24,15 @@ def api(scope):
 
 
 @pytest.mark.parametrize("text", [LONE_SURROGATE, NUL, '"\\udc00"'])
-@pytest.mark.parametrize("method, path, template", [
-    ("POST", "/api/v1/search", '{"query": %s}'),
-    ("POST", "/api/v1/collections", '{"name": %s}'),
-    ("POST", "/api/v1/search", '{"query": "ok", "filters": {%s: 1}}'),
-    ("POST", "/api/v1/collections", '{"name": "ok", "tags": [1, {"deep": [%s]}]}'),
-])
+@pytest.mark.parametrize(
+    "method, path, template",
+    [
+        ("POST", "/api/v1/search", '{"query": %s}'),
+        ("POST", "/api/v1/collections", '{"name": %s}'),
+        ("POST", "/api/v1/search", '{"query": "ok", "filters": {%s: 1}}'),
+        ("POST", "/api/v1/collections", '{"name": "ok", "tags": [1, {"deep": [%s]}]}'),
+    ],
+)
 def test_unstorable_json_text_is_422(api, method, path, template, text):
     r = api.request(method, path, content=template % text, headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text
@@ -39,15 +42,21 @@ def test_unstorable_json_text_is_422(api, method, path, template, text):
 
 def test_login_with_a_lone_surrogate_is_422_unauthenticated(mewdex_env):
     with client_for() as client:
-        r = client.post("/api/v1/auth/login", content='{"email": "\\ud800x@example.com", "password": "x"}',
-                        headers={"content-type": "application/json"})
+        r = client.post(
+            "/api/v1/auth/login",
+            content='{"email": "\\ud800x@example.com", "password": "x"}',
+            headers={"content-type": "application/json"},
+        )
     assert r.status_code == 422, r.text
     assert r.json()["error"]["code"] == "invalid_text"
 
 
 def test_escaped_text_that_can_be_stored_passes(api):
-    r = api.post("/api/v1/collections", content='{"name": "cat \\ud83d\\ude00 \\u732b"}',
-                 headers={"content-type": "application/json"})
+    r = api.post(
+        "/api/v1/collections",
+        content='{"name": "cat \\ud83d\\ude00 \\u732b"}',
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 201, r.text
     assert r.json()["name"] == "cat 😀 猫"
 

@@ -26,8 +26,9 @@ def app(scope):
 
 
 def upload(client, files, **fields):
-    return client.post("/api/v1/memes", files=[("files", (name, data, "image/png")) for name, data in files],
-                       data=fields)
+    return client.post(
+        "/api/v1/memes", files=[("files", (name, data, "image/png")) for name, data in files], data=fields
+    )
 
 
 def namespace(sessions, scope) -> str:
@@ -39,16 +40,31 @@ def namespace(sessions, scope) -> str:
 
 
 def test_upload_reports_each_file_and_starts_processing(client, sessions, store, scope):
-    r = upload(client, [("one.png", png(1)), ("bad.png", b"\x89PNG\r\n\x1a\nnot really"), ("two.png", png(2)),
-                        ("again.png", png(1)), ("notes.txt", b"hello, this is text")])
+    r = upload(
+        client,
+        [
+            ("one.png", png(1)),
+            ("bad.png", b"\x89PNG\r\n\x1a\nnot really"),
+            ("two.png", png(2)),
+            ("again.png", png(1)),
+            ("notes.txt", b"hello, this is text"),
+        ],
+    )
     assert r.status_code == 201, r.text
     results = r.json()["results"]
     assert [(x["filename"], x["status"]) for x in results] == [
-        ("one.png", "created"), ("bad.png", "rejected"), ("two.png", "created"), ("again.png", "duplicate"),
-        ("notes.txt", "rejected")]
+        ("one.png", "created"),
+        ("bad.png", "rejected"),
+        ("two.png", "created"),
+        ("again.png", "duplicate"),
+        ("notes.txt", "rejected"),
+    ]
     assert results[1]["error"]["code"] == "image_corrupt" and results[1]["error"]["status"] == 422
-    assert results[4]["error"] == {"code": "unsupported_media_type", "message": results[4]["error"]["message"],
-                                   "status": 415}
+    assert results[4]["error"] == {
+        "code": "unsupported_media_type",
+        "message": results[4]["error"]["message"],
+        "status": 415,
+    }
     created = results[0]["meme"]
     assert created["display_name"] == "one" and created["sha256"] == hashlib.sha256(png(1)).hexdigest()
     assert created["job"]["status"] == "queued"
@@ -65,10 +81,13 @@ def test_all_duplicates_answer_200(client):
     assert r.status_code == 200 and [x["status"] for x in r.json()["results"]] == ["duplicate", "duplicate"]
 
 
-@pytest.mark.parametrize("data,status,code", [
-    (b"plain text, no image", 415, "unsupported_media_type"),
-    (b"GIF89a\x01\x00garbage", 422, "image_corrupt"),
-])
+@pytest.mark.parametrize(
+    "data,status,code",
+    [
+        (b"plain text, no image", 415, "unsupported_media_type"),
+        (b"GIF89a\x01\x00garbage", 422, "image_corrupt"),
+    ],
+)
 def test_the_only_file_rejected_answers_its_own_status(client, sessions, store, scope, data, status, code):
     r = upload(client, [("x.png", data)])
     assert r.status_code == status, r.text
@@ -103,7 +122,9 @@ def test_upload_options_auto_name_and_collection(client, sessions, scope):
     assert meme["stages"]["auto_rename"]["planned"] is True
     with sessions.begin() as session:
         assert session.execute(select(ImageProcessingJob.auto_name)).scalars().first() is not None
-        job = session.execute(select(ImageProcessingJob).where(ImageProcessingJob.scope_id == scope.scope_id)).scalar_one()
+        job = session.execute(
+            select(ImageProcessingJob).where(ImageProcessingJob.scope_id == scope.scope_id)
+        ).scalar_one()
         assert job.auto_name is True
     listed = client.get("/api/v1/memes", params={"collection_id": str(collection_id)}).json()["items"]
     assert [m["id"] for m in listed] == [meme["id"]]
@@ -115,8 +136,9 @@ def test_upload_options_auto_name_and_collection(client, sessions, scope):
 
 
 @pytest.mark.parametrize("mode", ["true_length", "no_length", "false_small_length"])
-def test_up01_oversize_upload_is_413_after_reading_at_most_limit_plus_a_chunk(app, settings_env, scope, sessions,
-                                                                               store, mode):
+def test_up01_oversize_upload_is_413_after_reading_at_most_limit_plus_a_chunk(
+    app, settings_env, scope, sessions, store, mode
+):
     settings_env(MEWDEX_MAX_UPLOAD_BYTES=str(2 * MiB))
     body, ctype = multipart([("big.png", noise_png(3 * MiB))])
     headers = {"content-type": ctype}
@@ -170,8 +192,11 @@ def test_listing_pages_through_every_sort_without_gaps(client, sessions, scope):
     r = upload(client, [(f"{n}.png", png(300 + i)) for i, n in enumerate(names)])
     assert r.status_code == 201
     ids = {x["meme"]["display_name"]: x["meme"]["id"] for x in r.json()["results"]}
-    for sort, expected in [("name", ["Alpha", "bravo", "charlie", "delta", "echo"]),
-                           ("created", None), ("updated", None)]:
+    for sort, expected in [
+        ("name", ["Alpha", "bravo", "charlie", "delta", "echo"]),
+        ("created", None),
+        ("updated", None),
+    ]:
         seen, cursor = [], None
         while True:
             params = {"sort": sort, "limit": 2, **({"cursor": cursor} if cursor else {})}
@@ -221,15 +246,29 @@ def test_rename_with_if_match_and_conflict(client, sessions, scope):
     with sessions.begin() as session:
         meme = session.get(Meme, meme_id)
         assert meme.name_source == "manual"
-        ops = session.execute(
-            select(StorageOperation.status).where(StorageOperation.meme_id == meme.id,
-                                                  StorageOperation.operation_type == "rename")
-            .order_by(StorageOperation.created_at)).scalars().all()
+        ops = (
+            session.execute(
+                select(StorageOperation.status)
+                .where(StorageOperation.meme_id == meme.id, StorageOperation.operation_type == "rename")
+                .order_by(StorageOperation.created_at)
+            )
+            .scalars()
+            .all()
+        )
         assert ops == ["completed", "completed"]  # a stale If-Match is refused before journaling
 
 
-@pytest.mark.parametrize("body", [{"display_name": " .. "}, {"display_name": ".png"}, {"display_name": ""},
-                                  {"display_name": 5}, {"name": "x"}, {"display_name": "x", "extra": 1}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"display_name": " .. "},
+        {"display_name": ".png"},
+        {"display_name": ""},
+        {"display_name": 5},
+        {"name": "x"},
+        {"display_name": "x", "extra": 1},
+    ],
+)
 def test_rename_rejects_bad_names(client, body):
     meme_id = created_id(client, 410)
     r = client.patch(f"/api/v1/memes/{meme_id}", json=body)
@@ -249,8 +288,12 @@ def test_rename_and_delete_of_unknown_or_foreign_memes_are_404(client, sessions)
             assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 404
     finally:
         drop_scope(sessions, other)
-    assert client.patch("/api/v1/memes/" + created_id(client, 421), json={"display_name": "x"},
-                        headers={"If-Match": "abc"}).status_code == 422
+    assert (
+        client.patch(
+            "/api/v1/memes/" + created_id(client, 421), json={"display_name": "x"}, headers={"If-Match": "abc"}
+        ).status_code
+        == 422
+    )
 
 
 # ---------------------------------------------------------------- delete
@@ -270,13 +313,19 @@ def test_delete_removes_rows_and_files(client, sessions, store, scope):
     with sessions.begin() as session:
         for table in ("memes", "image_processing_jobs", "tasks", "meme_collection_items"):
             column = "id" if table == "memes" else ("target_meme_id" if table == "tasks" else "meme_id")
-            assert session.execute(text(f"SELECT count(*) FROM {table} WHERE {column} = :m"),
-                                   {"m": meme_id}).scalar_one() == 0, table
-        op = session.execute(select(StorageOperation).where(StorageOperation.scope_id == scope.scope_id,
-                                                            StorageOperation.operation_type == "delete")).scalar_one()
+            assert (
+                session.execute(text(f"SELECT count(*) FROM {table} WHERE {column} = :m"), {"m": meme_id}).scalar_one()
+                == 0
+            ), table
+        op = session.execute(
+            select(StorageOperation).where(
+                StorageOperation.scope_id == scope.scope_id, StorageOperation.operation_type == "delete"
+            )
+        ).scalar_one()
         assert op.status == "completed" and op.before_sha256 == hashlib.sha256(png(500)).hexdigest()
-    assert [m["id"] for m in client.get("/api/v1/memes", params={"collection_id": str(collection_id)}).json()["items"]] \
-        == [keep_id]
+    assert [
+        m["id"] for m in client.get("/api/v1/memes", params={"collection_id": str(collection_id)}).json()["items"]
+    ] == [keep_id]
     check_storage_invariants(sessions, store, scope)
 
 
@@ -316,7 +365,9 @@ def test_delete_keeps_a_thumbnail_another_meme_shares(client, sessions, store, s
     with sessions.begin() as session:
         for meme_id in ids:
             meme = session.get(Meme, meme_id)
-            th.store_thumbnails(session, store, ns, meme, th.make_thumbnails(store.path(ns, meme.storage_key).read_bytes()))
+            th.store_thumbnails(
+                session, store, ns, meme, th.make_thumbnails(store.path(ns, meme.storage_key).read_bytes())
+            )
     shared = set(store.iter_keys(th.thumbnail_namespace(ns)))
     assert shared
     assert client.delete(f"/api/v1/memes/{ids[0]}").status_code == 204
@@ -345,13 +396,17 @@ def test_up01_a_real_server_answers_413_without_reading_the_whole_body(app, sett
             threading.Event().wait(0.05)
         port = server.servers[0].sockets[0].getsockname()[1]
         boundary = "b0undary"
-        head = (f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="big.png"\r\n'
-                f"Content-Type: image/png\r\n\r\n").encode()
+        head = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="big.png"\r\n'
+            f"Content-Type: image/png\r\n\r\n"
+        ).encode()
         total = 64 * MiB
         framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total + len(head)}"
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        sock.sendall(f"POST /api/v1/memes HTTP/1.1\r\nHost: 127.0.0.1\r\n{framing}\r\n"
-                     f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n".encode())
+        sock.sendall(
+            f"POST /api/v1/memes HTTP/1.1\r\nHost: 127.0.0.1\r\n{framing}\r\n"
+            f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n".encode()
+        )
         sent = {"bytes": 0}
 
         def pump():

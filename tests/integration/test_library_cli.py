@@ -16,7 +16,9 @@ def test_cli_rename_and_delete(mewdex_env, sessions, store, scope):
     assert "revision 2" in proc.stdout
     with sessions.begin() as session:
         assert session.execute(select(Meme.display_name, Meme.name_source).where(Meme.id == meme_id)).one() == (
-            "a better name", "manual")
+            "a better name",
+            "manual",
+        )
     bad = mewdex_env.cli("rename", meme_id, " .. ", scope=scope.scope_id)
     assert bad.returncode == 1 and "display_name_invalid" in bad.stderr
 

@@ -30,13 +30,23 @@ def _library(sessions, scope_id: str, captions: list[str]) -> list[str]:
     with sessions.begin() as session:
         for caption in captions:
             sha = hashlib.sha256(f"{scope_id}-{caption}".encode()).hexdigest()
-            meme = Meme(scope_id=scope_id, storage_key=sha + ".png", display_name=caption, name_source="uploaded",
-                        extension=".png", size_bytes=10, sha256=sha, provenance={}, extensions={"image": {}},
-                        meme_context={"ocr_text": caption})
+            meme = Meme(
+                scope_id=scope_id,
+                storage_key=sha + ".png",
+                display_name=caption,
+                name_source="uploaded",
+                extension=".png",
+                size_bytes=10,
+                sha256=sha,
+                provenance={},
+                extensions={"image": {}},
+                meme_context={"ocr_text": caption},
+            )
             session.add(meme)
             session.flush()
-            keyword.index_document(session, scope_id, meme.id, "h", {"name": caption, "ocr": caption, "labels": "",
-                                                                   "phrase": ""})
+            keyword.index_document(
+                session, scope_id, meme.id, "h", {"name": caption, "ocr": caption, "labels": "", "phrase": ""}
+            )
             ids.append(str(meme.id))
     return ids
 
@@ -57,11 +67,19 @@ def accounts(sessions):
         ro = create_token(session, a, "ro", scopes=["read"])[1]
         other = create_token(session, b, "other", scopes=["read", "write"])[1]
         scopes = (a.scope_id, b.scope_id)
-    memes = _library(sessions, scopes[0], ["I don't believe a single word", "monday morning coffee",
-                                           "cat knocks glass off table"])
+    memes = _library(
+        sessions, scopes[0], ["I don't believe a single word", "monday morning coffee", "cat knocks glass off table"]
+    )
     secret = _library(sessions, scopes[1], ["the other user's secret meme"])
-    yield {"rw": rw, "ro": ro, "other": other, "scope": scopes[0], "other_scope": scopes[1], "memes": memes,
-           "secret": secret[0]}
+    yield {
+        "rw": rw,
+        "ro": ro,
+        "other": other,
+        "scope": scopes[0],
+        "other_scope": scopes[1],
+        "memes": memes,
+        "secret": secret[0],
+    }
     with sessions.begin() as session:
         for user_id in made:
             session.execute(text("DELETE FROM api_tokens WHERE user_id = :u"), {"u": user_id})
@@ -78,8 +96,12 @@ def server(mewdex_env, accounts, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen([str(MEWDEX_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "0"],
-                            env={**os.environ, **mewdex_env.env}, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(MEWDEX_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "0"],
+        env={**os.environ, **mewdex_env.env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def up():
@@ -132,8 +154,9 @@ def test_mcp_over_streamable_http_with_bearer_tokens_and_scopes(server, accounts
         return True
 
     async def as_writer(client):
-        added = _payload(await client.call_tool("add_to_collection", {"collection": "faves",
-                                                                      "meme_ids": [accounts["memes"][2]]}))
+        added = _payload(
+            await client.call_tool("add_to_collection", {"collection": "faves", "meme_ids": [accounts["memes"][2]]})
+        )
         assert added["added"] == 1
         listed = _payload(await client.call_tool("list_collections", {}))
         assert [(c["name"], c["count"]) for c in listed] == [("faves", 1)]
@@ -145,9 +168,14 @@ def test_mcp_over_streamable_http_with_bearer_tokens_and_scopes(server, accounts
     assert anyio.run(_http, server, accounts["rw"], as_writer)
     # No token, or a wrong one: 401 with the protected-resource metadata pointer.
     for token in (None, "mdx_not-a-token"):
-        r = httpx.post(server + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                       headers={**({"Authorization": f"Bearer {token}"} if token else {}),
-                                "Accept": "application/json, text/event-stream"})
+        r = httpx.post(
+            server + "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={
+                **({"Authorization": f"Bearer {token}"} if token else {}),
+                "Accept": "application/json, text/event-stream",
+            },
+        )
         assert r.status_code == 401 and "resource_metadata" in r.headers.get("www-authenticate", ""), r.text
 
 
@@ -158,8 +186,9 @@ def test_mcp_over_stdio_as_the_local_scope_and_with_a_token(mewdex_env, sessions
     async def local(client):
         found = _payload(await client.call_tool("search_memes", {"query": "the other user's secret meme"}))
         assert found[0]["id"] == accounts["secret"]
-        added = _payload(await client.call_tool("add_to_collection", {"collection": "mine",
-                                                                      "meme_ids": [accounts["secret"]]}))
+        added = _payload(
+            await client.call_tool("add_to_collection", {"collection": "mine", "meme_ids": [accounts["secret"]]})
+        )
         return added["added"]
 
     async def with_token(client):
@@ -174,13 +203,21 @@ def test_mcp_over_stdio_as_the_local_scope_and_with_a_token(mewdex_env, sessions
 
     assert anyio.run(run, StdioServerParameters(command=str(MEWDEX_BIN), args=["mcp"], env=env), local) == 1
     token_env = {**env, "MEWDEX_TOKEN": accounts["ro"]}
-    assert anyio.run(run, StdioServerParameters(command=str(MEWDEX_BIN), args=["mcp", "--token"], env=token_env),
-                     with_token)
+    assert anyio.run(
+        run, StdioServerParameters(command=str(MEWDEX_BIN), args=["mcp", "--token"], env=token_env), with_token
+    )
     with sessions.begin() as session:
-        assert session.execute(select(MemeCollectionItem.meme_id).where(
-            MemeCollectionItem.scope_id == accounts["other_scope"])).scalars().all() == [uuid.UUID(accounts["secret"])]
-    bad = subprocess.run([str(MEWDEX_BIN), "mcp", "--token"], env={**env, "MEWDEX_TOKEN": "mdx_wrong"},
-                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert session.execute(
+            select(MemeCollectionItem.meme_id).where(MemeCollectionItem.scope_id == accounts["other_scope"])
+        ).scalars().all() == [uuid.UUID(accounts["secret"])]
+    bad = subprocess.run(
+        [str(MEWDEX_BIN), "mcp", "--token"],
+        env={**env, "MEWDEX_TOKEN": "mdx_wrong"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert bad.returncode == 2 and "token" in bad.stderr and bad.stdout == ""
 
 
@@ -190,9 +227,11 @@ def test_tools_only_see_the_callers_scope(sessions, accounts):
 
     mine, theirs = ScopeContext(accounts["scope"]), ScopeContext(accounts["other_scope"])
     assert accounts["secret"] not in [h["id"] for h in tools.search_memes(sessions, mine, "secret meme", 20)]
-    for call in (lambda: tools.get_meme(sessions, mine, accounts["secret"]),
-                 lambda: tools.add_to_collection(sessions, mine, "x", [accounts["secret"]]),
-                 lambda: tools.search_memes(sessions, mine, "cat", 5, None, "their collection")):
+    for call in (
+        lambda: tools.get_meme(sessions, mine, accounts["secret"]),
+        lambda: tools.add_to_collection(sessions, mine, "x", [accounts["secret"]]),
+        lambda: tools.search_memes(sessions, mine, "cat", 5, None, "their collection"),
+    ):
         with pytest.raises(Exception) as info:
             call()
         assert getattr(info.value, "code", None) == "not_found", info.value

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from it_helpers import meme
 from sqlalchemy import select
 
+from it_helpers import meme
 from mewdex.db.models import Meme, Task
 from mewdex.library import memes as memes_service
 from mewdex.pipeline import name_repair
@@ -15,8 +15,15 @@ from mewdex.queue import registry
 
 
 def _add(sessions, store, scope, data: bytes, filename: str, relative_path: str) -> str:
-    result = memes_service.add_image(sessions, store, scope, data, filename=filename, process=False,
-                                     provenance={"source": "folder_import", "relative_path": relative_path})
+    result = memes_service.add_image(
+        sessions,
+        store,
+        scope,
+        data,
+        filename=filename,
+        process=False,
+        provenance={"source": "folder_import", "relative_path": relative_path},
+    )
     assert result.status == "created", result
     return result.meme_id
 
@@ -42,7 +49,10 @@ def test_repair_renames_generic_names_but_never_manual_ones(sessions, store, sco
     assert result == {"checked": 3, "renamed": 2}  # the manual one is not even checked
     assert (meme(sessions, scope, old).display_name, meme(sessions, scope, old).name_source) == ("drake", "automatic")
     assert meme(sessions, scope, titled).display_name == "cat judging you"
-    assert (meme(sessions, scope, manual).display_name, meme(sessions, scope, manual).name_source) == ("default", "manual")
+    assert (meme(sessions, scope, manual).display_name, meme(sessions, scope, manual).name_source) == (
+        "default",
+        "manual",
+    )
     assert meme(sessions, scope, meaningful).display_name == "yes"
     assert name_repair.repair_names(sessions, scope.scope_id) == {"checked": 3, "renamed": 0}  # idempotent
 
@@ -53,7 +63,12 @@ def test_repair_is_a_registered_task_type(sessions, scope):
         first = name_repair.submit_name_repair(session, scope.scope_id)
         again = name_repair.submit_name_repair(session, scope.scope_id)
         assert first.id == again.id  # one active repair per scope
-        tasks = session.execute(select(Task).where(Task.scope_id == scope.scope_id,
-                                                   Task.task_type == name_repair.TASK_TYPE)).scalars().all()
+        tasks = (
+            session.execute(
+                select(Task).where(Task.scope_id == scope.scope_id, Task.task_type == name_repair.TASK_TYPE)
+            )
+            .scalars()
+            .all()
+        )
         assert len(tasks) == 1
         session.delete(tasks[0])

@@ -66,9 +66,12 @@ def test_a_client_built_from_the_openapi_document_works(client):
     api = OpenApiClient(client)
 
     # Memes: upload (201), read, list, rename.
-    uploaded = api.call("upload", 201, files=[("files", ("first.png", png(9101), "image/png")),
-                                              ("files", ("second.png", png(9102), "image/png"))],
-                        data={"process": "false"})
+    uploaded = api.call(
+        "upload",
+        201,
+        files=[("files", ("first.png", png(9101), "image/png")), ("files", ("second.png", png(9102), "image/png"))],
+        data={"process": "false"},
+    )
     assert [r["status"] for r in uploaded["results"]] == ["created", "created"]
     first, second = (r["meme"]["id"] for r in uploaded["results"])
     assert api.call("read_meme", 200, path={"meme_id": first})["id"] == first
@@ -88,8 +91,7 @@ def test_a_client_built_from_the_openapi_document_works(client):
     assert export[:2] == b"PK"
 
     # Search with filters, and the index's state.
-    api.call("search", 200, json={"query": "renamed by client", "n_results": 5,
-                                  "collection_ids": [collection["id"]]})
+    api.call("search", 200, json={"query": "renamed by client", "n_results": 5, "collection_ids": [collection["id"]]})
     api.call("search_status", 200)
     api.call("similar", 409, path={"meme_id": first})  # not processed: visual_not_ready, the error shape
     api.call("meme_duplicates", 200, path={"meme_id": first})

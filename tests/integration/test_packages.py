@@ -41,10 +41,18 @@ def _nothing_written(sessions, scope, api) -> None:
 
 
 def test_entry_names_are_safe_and_unique():
-    names = packages.unique_entry_names([
-        ("Café", ".png"), (unicodedata.normalize("NFD", "café"), ".png"), ("CON", ".jpg"), ("com1.x", ".gif"),
-        ('a<b>c:d"e|f?g*h', ".png"), ("trailing. . ", ".png"), ("tab\there", ".png"), ("猫" * 100, ".png"),
-    ])
+    names = packages.unique_entry_names(
+        [
+            ("Café", ".png"),
+            (unicodedata.normalize("NFD", "café"), ".png"),
+            ("CON", ".jpg"),
+            ("com1.x", ".gif"),
+            ('a<b>c:d"e|f?g*h', ".png"),
+            ("trailing. . ", ".png"),
+            ("tab\there", ".png"),
+            ("猫" * 100, ".png"),
+        ]
+    )
     assert names[:2] == ["Café.png", "café (1).png"]
     assert names[2] == "_CON.jpg" and names[3] == "_com1.x.gif"
     assert names[4] == "a_b_c_d_e_f_g_h.png"
@@ -53,8 +61,12 @@ def test_entry_names_are_safe_and_unique():
 
 
 def test_export_streams_a_v1_package_and_reimport_restores_names_order_bytes(api, sessions, store, scope):
-    blobs = {"Café": png((200, 10, 10)), "CON": png((10, 200, 10)), "a:b?": png((10, 10, 200)),
-             "😂" * 70: png((50, 50, 50))}
+    blobs = {
+        "Café": png((200, 10, 10)),
+        "CON": png((10, 200, 10)),
+        "a:b?": png((10, 10, 200)),
+        "😂" * 70: png((50, 50, 50)),
+    }
     ids = {name: add(sessions, store, scope, data, name + ".png") for name, data in blobs.items()}
     nfd = add(sessions, store, scope, png((1, 1, 1)), unicodedata.normalize("NFD", "Café") + ".png")
     order = [ids["CON"], nfd, ids["Café"], ids["😂" * 70], ids["a:b?"]]
@@ -105,9 +117,13 @@ def test_zip01_unsafe_paths_reject_the_whole_archive(api, sessions, scope):
     r = _import(api, case_file("zip01_zip_slip.zip").read_bytes())
     assert r.status_code == 422 and error_code(r) == "unsafe_path"
     reasons = {e["entry"]: e["reason"] for e in r.json()["error"]["details"]["entries"]}
-    assert reasons == {"../../evil_relative.png": "parent", "/tmp/evil_absolute.png": "absolute",
-                       "..\\..\\evil_backslash.png": "backslash", "safe/../../evil_mixed.png": "parent",
-                       "C:/evil_drive.png": "drive"}
+    assert reasons == {
+        "../../evil_relative.png": "parent",
+        "/tmp/evil_absolute.png": "absolute",
+        "..\\..\\evil_backslash.png": "backslash",
+        "safe/../../evil_mixed.png": "parent",
+        "C:/evil_drive.png": "drive",
+    }
     _nothing_written(sessions, scope, api)
 
 
@@ -117,10 +133,12 @@ def test_symlink_entries_are_unsafe(api, sessions, scope):
         z.writestr("ok.png", png((1, 2, 3)))
         link = zipfile.ZipInfo("link.png")
         link.create_system = 3
-        link.external_attr = (0o120777 << 16)
+        link.external_attr = 0o120777 << 16
         z.writestr(link, "/etc/passwd")
     r = _import(api, out.getvalue())
-    assert r.status_code == 422 and r.json()["error"]["details"]["entries"] == [{"entry": "link.png", "reason": "symlink"}]
+    assert r.status_code == 422 and r.json()["error"]["details"]["entries"] == [
+        {"entry": "link.png", "reason": "symlink"}
+    ]
     _nothing_written(sessions, scope, api)
 
 
@@ -147,7 +165,7 @@ def test_limits_count_inflated_bytes_not_headers(api, sessions, scope, settings_
     big = _zip([("x.png", b"\0" * (2 << 20))], compression=zipfile.ZIP_DEFLATED)
     patched = bytearray(big)
     central = patched.rfind(b"PK\x01\x02")
-    patched[central + 24:central + 28] = (100).to_bytes(4, "little")
+    patched[central + 24 : central + 28] = (100).to_bytes(4, "little")
     settings_env(MEWDEX_ZIP_MAX_ITEMS="500")
     r = _import(api, bytes(patched))
     assert r.status_code in (413, 422) and error_code(r) in {"compression_ratio_exceeded", "zip_corrupt"}
@@ -156,8 +174,9 @@ def test_limits_count_inflated_bytes_not_headers(api, sessions, scope, settings_
 
 def test_not_a_zip_and_bad_manifest(api, sessions, scope):
     assert error_code(_import(api, b"PK\x03\x04 nope")) == "zip_invalid"
-    bad = _zip([("manifest.json", b'{"format": "mewdex-collection", "version": 9, "items": []}'),
-                ("a.png", png((1, 1, 1)))])
+    bad = _zip(
+        [("manifest.json", b'{"format": "mewdex-collection", "version": 9, "items": []}'), ("a.png", png((1, 1, 1)))]
+    )
     r = _import(api, bad)
     assert r.status_code == 422 and error_code(r) == "manifest_invalid"
     r = api.post("/api/v1/collections/import", content=b"raw", headers={"content-type": "application/zip"})
@@ -212,8 +231,10 @@ def test_fn01_nfc_nfd_names_become_two_memes_exported_uniquely(api, sessions, sc
     assert {i["meme"]["display_name"] for i in items} == {"Café"}  # stored NFC
     cid = r.json()["collection"]["id"]
     exported = zipfile.ZipFile(io.BytesIO(api.get(f"/api/v1/collections/{cid}/export").content))
-    assert sorted(n for n in exported.namelist() if n.startswith("images/")) == ["images/Café (1).png",
-                                                                                "images/Café.png"]
+    assert sorted(n for n in exported.namelist() if n.startswith("images/")) == [
+        "images/Café (1).png",
+        "images/Café.png",
+    ]
 
 
 def test_fn02_long_names_are_accepted_and_cut_on_graphemes(api, sessions, scope):

@@ -22,8 +22,10 @@ N = 200
 def _members(sessions, store, scope, collection_id):
     with sessions.begin() as session:
         namespace = storage_namespace(session, scope.scope_id)
-        return [(m.display_name, m.sha256, store.path(namespace, m.storage_key).read_bytes())
-                for m in collections.members(session, scope, collection_id)]
+        return [
+            (m.display_name, m.sha256, store.path(namespace, m.storage_key).read_bytes())
+            for m in collections.members(session, scope, collection_id)
+        ]
 
 
 def test_round_trip_of_200_corpus_memes(sessions, store):
@@ -33,8 +35,15 @@ def test_round_trip_of_200_corpus_memes(sessions, store):
     try:
         ids = []
         for path in corpus_images(CORPUS, N):
-            result = add_image(sessions, store, source, path.read_bytes(), filename=path.name,
-                               provenance={"source": "test"}, process=False)
+            result = add_image(
+                sessions,
+                store,
+                source,
+                path.read_bytes(),
+                filename=path.name,
+                provenance={"source": "test"},
+                process=False,
+            )
             if result.status == "created":
                 ids.append(UUID(result.meme_id))
             if len(ids) == N:
@@ -53,7 +62,9 @@ def test_round_trip_of_200_corpus_memes(sessions, store):
         before = _members(sessions, store, source, collection.id)
         after = _members(sessions, store, target, UUID(result.collection["id"]))
         assert [(n, s) for n, s, _ in after] == [(n, s) for n, s, _ in before]
-        assert all(a[2] == b[2] and hashlib.sha256(a[2]).hexdigest() == a[1] for a, b in zip(after, before, strict=False))
+        assert all(
+            a[2] == b[2] and hashlib.sha256(a[2]).hexdigest() == a[1] for a, b in zip(after, before, strict=False)
+        )
         assert len({n for n, _, _ in before}) > 150  # real, varied names went through
     finally:
         drop_scope(sessions, source)

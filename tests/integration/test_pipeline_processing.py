@@ -36,15 +36,23 @@ def latest_job(sessions, scope, meme_id) -> ImageProcessingJob:
 def stage_task(sessions, scope, meme_id, stage) -> Task:
     with sessions.begin() as session:
         return session.execute(
-            select(Task).where(Task.scope_id == scope.scope_id, Task.target_meme_id == meme_id,
-                               Task.image_stage == stage).order_by(Task.created_at.desc()).limit(1)
+            select(Task)
+            .where(Task.scope_id == scope.scope_id, Task.target_meme_id == meme_id, Task.image_stage == stage)
+            .order_by(Task.created_at.desc())
+            .limit(1)
         ).scalar_one()
 
 
 def add_case(sessions, store, scope, name, filename=None):
     data = case_file(name).read_bytes()
-    result = add_image(sessions, store, scope, data, filename=filename or name,
-                       provenance={"source": "test", "relative_path": filename or name})
+    result = add_image(
+        sessions,
+        store,
+        scope,
+        data,
+        filename=filename or name,
+        provenance={"source": "test", "relative_path": filename or name},
+    )
     assert result.status == "created", result
     return result.meme_id
 
@@ -69,14 +77,22 @@ def test_sample_meme_context_and_index_rows(sample, sessions):
             assert isinstance(row.meme_context["ocr_lines"], list)
             assert row.meme_context["language"] in ("zh", "en", "mixed", "unknown")
             assert row.search_metadata_hash and len(row.search_metadata_hash) == 64
-            models = set(session.execute(
-                select(MemeEmbedding.model).where(MemeEmbedding.scope_id == row.scope_id,
-                                                  MemeEmbedding.meme_id == row.id)).scalars())
+            models = set(
+                session.execute(
+                    select(MemeEmbedding.model).where(
+                        MemeEmbedding.scope_id == row.scope_id, MemeEmbedding.meme_id == row.id
+                    )
+                ).scalars()
+            )
             assert len(models) == 2, (rel, models)  # the "fields" and the "document" embedders
-            assert session.execute(
-                select(func.count()).select_from(MemeSearchDocument)
-                .where(MemeSearchDocument.scope_id == row.scope_id, MemeSearchDocument.meme_id == row.id)
-            ).scalar_one() == 1
+            assert (
+                session.execute(
+                    select(func.count())
+                    .select_from(MemeSearchDocument)
+                    .where(MemeSearchDocument.scope_id == row.scope_id, MemeSearchDocument.meme_id == row.id)
+                ).scalar_one()
+                == 1
+            )
 
 
 def test_sample_contexts_read_captions_and_names(sample, sessions):
@@ -119,8 +135,16 @@ def insert_raw_meme(sessions, store, scope, data: bytes, name: str) -> str:
         namespace = session.get(Scope, scope.scope_id).storage_namespace
     store.put(namespace, sha + ".png", data)
     with sessions.begin() as session:
-        row = Meme(scope_id=scope.scope_id, storage_key=sha + ".png", display_name=name, name_source="uploaded",
-                   extension=".png", size_bytes=len(data), sha256=sha, provenance={"relative_path": name + ".png"})
+        row = Meme(
+            scope_id=scope.scope_id,
+            storage_key=sha + ".png",
+            display_name=name,
+            name_source="uploaded",
+            extension=".png",
+            size_bytes=len(data),
+            sha256=sha,
+            provenance={"relative_path": name + ".png"},
+        )
         session.add(row)
         session.flush()
         create_job(session, row)
@@ -146,11 +170,18 @@ def test_job02_poison_fails_in_the_visual_stage_and_others_complete(sessions, st
     assert job.error["code"] == "unsupported_media_type"
     # No later stage's task was ever queued for the failed job.
     with sessions.begin() as session:
-        assert session.execute(
-            select(func.count()).select_from(Task).where(Task.scope_id == scope.scope_id,
-                                                         Task.target_meme_id == poison,
-                                                         Task.image_stage.in_(("agent", "text_embedding")))
-        ).scalar_one() == 0
+        assert (
+            session.execute(
+                select(func.count())
+                .select_from(Task)
+                .where(
+                    Task.scope_id == scope.scope_id,
+                    Task.target_meme_id == poison,
+                    Task.image_stage.in_(("agent", "text_embedding")),
+                )
+            ).scalar_one()
+            == 0
+        )
     with sessions.begin() as session:
         counts = status(session, scope)
     assert counts["stages"]["visual"]["failed"] == 1 and counts["stages"]["visual"]["succeeded"] == 1
@@ -196,8 +227,9 @@ def claim_for(sessions, scope, owner):
 
 def expire(sessions, task_id):
     with sessions.begin() as session:
-        session.execute(text("UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = :i"),
-                        {"i": task_id})
+        session.execute(
+            text("UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = :i"), {"i": task_id}
+        )
 
 
 def test_stale_worker_result_is_discarded(sessions, store, scope, drain):
@@ -212,9 +244,15 @@ def test_stale_worker_result_is_discarded(sessions, store, scope, drain):
 
     # The dead worker (it held the first stage, visual) wakes up and writes back a result computed
     # from other pixels: it must be discarded.
-    snapshot = MemeSnapshot(scope_id=scope.scope_id, id=meme_id, sha256=before.sha256, display_name="IMPOSTOR",
-                            provenance={"relative_path": "IMPOSTOR.png"}, meme_context={},
-                            read_bytes=lambda: case_file("img06_animated_3frames.webp").read_bytes())
+    snapshot = MemeSnapshot(
+        scope_id=scope.scope_id,
+        id=meme_id,
+        sha256=before.sha256,
+        display_name="IMPOSTOR",
+        provenance={"relative_path": "IMPOSTOR.png"},
+        meme_context={},
+        read_bytes=lambda: case_file("img06_animated_3frames.webp").read_bytes(),
+    )
     assert dead.image_stage == "visual"
     from mewdex.queue import registry
 
@@ -251,8 +289,9 @@ def test_expired_lease_with_attempts_left_is_retried_to_success(sessions, store,
     assert stage_task(sessions, scope, meme_id, "agent").attempt_count == 1
 
 
-@pytest.mark.parametrize("case", ["img01_cmyk_exif6.jpg", "img02_gray16_ramp.png", "img03_exif_invalid9.jpg",
-                                  "img06_animated_3frames.webp"])
+@pytest.mark.parametrize(
+    "case", ["img01_cmyk_exif6.jpg", "img02_gray16_ramp.png", "img03_exif_invalid9.jpg", "img06_animated_3frames.webp"]
+)
 def test_hard_images_process_without_error(sessions, store, scope, drain, case):
     meme_id = add_case(sessions, store, scope, case)
     drain(scope)

@@ -18,16 +18,28 @@ from fakes.openai_server import FakeOpenAI, Reply
 @pytest.fixture
 def fake(settings_env):
     with FakeOpenAI() as server:
-        settings_env(MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([server.host_port]), MEWDEX_PROVIDER_MAX_RETRIES="1",
-                     MEWDEX_PROVIDER_TIMEOUT_SECONDS="5")
+        settings_env(
+            MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([server.host_port]),
+            MEWDEX_PROVIDER_MAX_RETRIES="1",
+            MEWDEX_PROVIDER_TIMEOUT_SECONDS="5",
+        )
         yield server
 
 
 def _connection(fake, **config):
     from mewdex.providers.connectors import Connection
 
-    return Connection(uuid.uuid4(), "openai_compatible", "t", 1,
-                      {"base_url": fake.base_url, **config}, None, {"api_key": fake.api_key}, "local", None)
+    return Connection(
+        uuid.uuid4(),
+        "openai_compatible",
+        "t",
+        1,
+        {"base_url": fake.base_url, **config},
+        None,
+        {"api_key": fake.api_key},
+        "local",
+        None,
+    )
 
 
 def _client(fake, **kw):
@@ -36,47 +48,84 @@ def _client(fake, **kw):
     return sdk_client(_connection(fake), **kw)
 
 
-PNG_1x1 = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-                        "1f15c4890000000d49444154789c6360000002000100e221bc330000000049454e44ae426082")
+PNG_1x1 = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000100e221bc330000000049454e44ae426082"
+)
 
 
 def test_fake_server_speaks_the_sdk_features(fake):
     import base64
 
     client = _client(fake)
-    schema = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"],
-              "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"title": {"type": "string"}},
+        "required": ["title"],
+        "additionalProperties": False,
+    }
     fake.script(Reply.json({"title": "a cat"}))
     answer = client.chat.completions.create(
-        model="fake-vision", response_format={"type": "json_schema", "json_schema": {
-            "name": "ctx", "strict": True, "schema": schema}},
-        messages=[{"role": "user", "content": [
-            {"type": "text", "text": "describe"},
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(PNG_1x1).decode(),
-                                                "detail": "low"}}]}])
+        model="fake-vision",
+        response_format={"type": "json_schema", "json_schema": {"name": "ctx", "strict": True, "schema": schema}},
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "describe"},
+                    {
+                        "type": "image_url",
+                        "image_url": {
+                            "url": "data:image/png;base64," + base64.b64encode(PNG_1x1).decode(),
+                            "detail": "low",
+                        },
+                    },
+                ],
+            }
+        ],
+    )
     assert json.loads(answer.choices[0].message.content) == {"title": "a cat"}
     assert answer.usage.prompt_tokens >= 85
     body = fake.chat_requests()[-1]
     assert FakeOpenAI.images(body) == [PNG_1x1] and body["response_format"]["json_schema"]["strict"] is True
 
     fake.script(Reply.tool_call("search_memes", {"query": "cat"}))
-    answer = client.chat.completions.create(model="fake-chat", messages=[{"role": "user", "content": "find"}],
-                                            tools=[{"type": "function", "function": {"name": "search_memes",
-                                                    "parameters": {"type": "object", "properties": {}}}}])
+    answer = client.chat.completions.create(
+        model="fake-chat",
+        messages=[{"role": "user", "content": "find"}],
+        tools=[
+            {
+                "type": "function",
+                "function": {"name": "search_memes", "parameters": {"type": "object", "properties": {}}},
+            }
+        ],
+    )
     call = answer.choices[0].message.tool_calls[0]
     assert call.function.name == "search_memes" and json.loads(call.function.arguments) == {"query": "cat"}
 
     fake.script(Reply.text("hello streaming world"))
-    chunks = list(client.chat.completions.create(model="fake-chat", messages=[{"role": "user", "content": "hi"}],
-                                                 stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="fake-chat",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "hello streaming world"
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
     fake.script(Reply.calls([("a", {"x": 1}), ("b", "{}")]))
-    streamed = list(client.chat.completions.create(model="fake-chat", messages=[{"role": "user", "content": "t"}],
-                                                   stream=True))
-    names = [tc.function.name for c in streamed if c.choices for tc in (c.choices[0].delta.tool_calls or [])
-             if tc.function and tc.function.name]
+    streamed = list(
+        client.chat.completions.create(model="fake-chat", messages=[{"role": "user", "content": "t"}], stream=True)
+    )
+    names = [
+        tc.function.name
+        for c in streamed
+        if c.choices
+        for tc in (c.choices[0].delta.tool_calls or [])
+        if tc.function and tc.function.name
+    ]
     assert names == ["a", "b"]
 
     fake.script(Reply.refusal("no"))
@@ -148,15 +197,13 @@ def people(sessions):
     made = []
     with sessions.begin() as session:
         for n in range(3):  # the installation's first account owns the shared default scope: skip it
-            user = create_user(session, f"conn{n}-{uuid.uuid4().hex[:6]}@example.com", "a long password 1",
-                               role="user")
+            user = create_user(session, f"conn{n}-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
             made.append((user.user_id, user.scope_id))
     yield made[1:]
     from accounts_helpers import delete_users
 
     with sessions.begin() as session:
-        session.execute(text("DELETE FROM external_system_audits WHERE user_id = ANY(:u)"),
-                        {"u": [m[0] for m in made]})
+        session.execute(text("DELETE FROM external_system_audits WHERE user_id = ANY(:u)"), {"u": [m[0] for m in made]})
         session.execute(text("DELETE FROM external_systems WHERE user_id = ANY(:u)"), {"u": [m[0] for m in made]})
     delete_users(sessions, [str(m[0]) for m in made])
 
@@ -177,24 +224,32 @@ def test_connector_lifecycle_and_no_secret_leaks(fake, sessions, people, caplog,
     (alice_id, alice_scope), (bob_id, bob_scope) = people
     name = f"lab-{uuid.uuid4().hex[:6]}"
     with sessions.begin() as session:
-        definition = connectors.create_definition(session, provider="openai_compatible", name=name,
-                                                  config={"base_url": fake.base_url, "chat_model": "fake-chat"})
+        definition = connectors.create_definition(
+            session,
+            provider="openai_compatible",
+            name=name,
+            config={"base_url": fake.base_url, "chat_model": "fake-chat"},
+        )
         definition_id = definition.definition_id
         with pytest.raises(ProviderError) as err:
-            connectors.create_definition(session, provider="openai_compatible", name="x",
-                                         config={"base_url": "ftp://nope"})
+            connectors.create_definition(
+                session, provider="openai_compatible", name="x", config={"base_url": "ftp://nope"}
+            )
         assert err.value.code == "connector_config_invalid"
         # not granted yet: invisible, and connecting looks like a missing definition
-        assert definition_id not in [d.definition_id for d in connectors.visible_definitions(session, _user(session, alice_id))]
+        assert definition_id not in [
+            d.definition_id for d in connectors.visible_definitions(session, _user(session, alice_id))
+        ]
         with pytest.raises(ProviderError) as err:
             connectors.save_connection(session, _user(session, alice_id), definition_id, {"api_key": fake.api_key})
         assert err.value.code == "not_found"
         connectors.grant(session, definition_id, alice_id)
-        system = connectors.save_connection(session, _user(session, alice_id), definition_id,
-                                            {"api_key": fake.api_key})
+        system = connectors.save_connection(session, _user(session, alice_id), definition_id, {"api_key": fake.api_key})
         system_id = system.external_system_id
         assert system.credential_hint == "sk-…0001" and fake.api_key not in json.dumps(system.credentials)
-        assert definition_id not in [d.definition_id for d in connectors.visible_definitions(session, _user(session, bob_id))]
+        assert definition_id not in [
+            d.definition_id for d in connectors.visible_definitions(session, _user(session, bob_id))
+        ]
         with pytest.raises(ProviderError):
             connectors.get_connection(session, _user(session, bob_id), system_id)
         # unverified: not usable yet
@@ -211,8 +266,11 @@ def test_connector_lifecycle_and_no_secret_leaks(fake, sessions, people, caplog,
             chat_client(session, ScopeContext(bob_scope), "chat")
         assert err.value.code == "connector_unavailable"
         # a config change bumps the revision: verify again before use
-        connectors.update_definition(session, definition_id, config={"base_url": fake.base_url,
-                                                                     "chat_model": "fake-chat", "vision_model": "fake-vision"})
+        connectors.update_definition(
+            session,
+            definition_id,
+            config={"base_url": fake.base_url, "chat_model": "fake-chat", "vision_model": "fake-vision"},
+        )
         assert connectors.get_definition(session, definition_id).revision == 2
         with pytest.raises(ProviderError) as err:
             chat_client(session, ScopeContext(alice_scope), "chat")
@@ -223,11 +281,21 @@ def test_connector_lifecycle_and_no_secret_leaks(fake, sessions, people, caplog,
         connectors.revoke(session, definition_id, alice_id)
         with pytest.raises(ProviderError):
             chat_client(session, ScopeContext(alice_scope), "chat")
-        audits = session.execute(select(ExternalSystemAudit).where(
-            ExternalSystemAudit.definition_id == definition_id)).scalars().all()
-        assert [(a.event, a.outcome, a.definition_revision) for a in audits] == [("verify", "ok", 1), ("verify", "ok", 2)]
-        stored = json.dumps([a.detail for a in audits]) + str(session.execute(text(
-            "SELECT row_to_json(e)::text FROM external_systems e WHERE external_system_id = :i"), {"i": system_id}).scalar())
+        audits = (
+            session.execute(select(ExternalSystemAudit).where(ExternalSystemAudit.definition_id == definition_id))
+            .scalars()
+            .all()
+        )
+        assert [(a.event, a.outcome, a.definition_revision) for a in audits] == [
+            ("verify", "ok", 1),
+            ("verify", "ok", 2),
+        ]
+        stored = json.dumps([a.detail for a in audits]) + str(
+            session.execute(
+                text("SELECT row_to_json(e)::text FROM external_systems e WHERE external_system_id = :i"),
+                {"i": system_id},
+            ).scalar()
+        )
     assert fake.api_key not in stored
     assert fake.api_key not in caplog.text
     with sessions.begin() as session:
@@ -248,22 +316,36 @@ def test_metered_call_reserves_commits_releases_and_refuses_over_budget(fake, se
     name = f"paid-{uuid.uuid4().hex[:6]}"
     with sessions.begin() as session:
         d = connectors.create_definition(
-            session, provider="openai_compatible", name=name, visibility="all", credentials={"api_key": fake.api_key},
-            config={"base_url": fake.base_url, "chat_model": "fake-chat", "price_version": "2026-12",
-                    "prices": {"fake-chat": {"input": 2, "output": 8, "cached_input": 0.5}}})
+            session,
+            provider="openai_compatible",
+            name=name,
+            visibility="all",
+            credentials={"api_key": fake.api_key},
+            config={
+                "base_url": fake.base_url,
+                "chat_model": "fake-chat",
+                "price_version": "2026-12",
+                "prices": {"fake-chat": {"input": 2, "output": 8, "cached_input": 0.5}},
+            },
+        )
         definition_id = d.definition_id
 
     def call(model):
         def run():
-            answer = model.client.chat.completions.create(model=model.model, messages=[{"role": "user", "content": "hi"}])
+            answer = model.client.chat.completions.create(
+                model=model.model, messages=[{"role": "user", "content": "hi"}]
+            )
             return CallResult(answer.choices[0].message.content, usage_units(answer.usage))
+
         return run
 
     fake.script(Reply.text("fine", usage={"prompt_tokens": 1000, "completion_tokens": 500, "cached_tokens": 200}))
     with sessions.begin() as session:
         model = chat_client(session, scope, "chat")
-    assert metered_call(sessions, scope, model, call(model), operation="provider.chat", kind="chat",
-                        event="chat").value == "fine"
+    assert (
+        metered_call(sessions, scope, model, call(model), operation="provider.chat", kind="chat", event="chat").value
+        == "fine"
+    )
     fake.script(Reply.error(500), Reply.error(500))
     with pytest.raises(ProviderError) as err:
         metered_call(sessions, scope, model, call(model), operation="provider.chat", kind="chat", event="chat")
@@ -275,17 +357,31 @@ def test_metered_call_reserves_commits_releases_and_refuses_over_budget(fake, se
         metered_call(sessions, scope, model, call(model), operation="provider.chat", kind="chat", event="chat")
     assert err.value.code == "quota_exceeded" and len(fake.requests) == before  # refused before any call
     with sessions.begin() as session:
-        events = session.execute(select(UsageEvent).where(UsageEvent.scope_id == alice_scope)
-                                 .order_by(UsageEvent.created_at)).scalars().all()
+        events = (
+            session.execute(
+                select(UsageEvent).where(UsageEvent.scope_id == alice_scope).order_by(UsageEvent.created_at)
+            )
+            .scalars()
+            .all()
+        )
         outcomes = [(e.units["outcome"], e.cost_cny) for e in events]
         # (1000-200)*2 + 200*0.5 + 500*8 per 1M tokens = 0.0057 CNY
         assert outcomes == [("ok", Decimal("0.005700")), ("failed", Decimal(0)), ("refused", Decimal(0))]
         assert events[0].units["price_version"] == "2026-12" and events[0].units["cached_input_tokens"] == 200
-        states = sorted(g.state for g in session.execute(select(OperationGrant).where(
-            OperationGrant.scope_id == alice_scope)).scalars())
+        states = sorted(
+            g.state
+            for g in session.execute(select(OperationGrant).where(OperationGrant.scope_id == alice_scope)).scalars()
+        )
         assert states == ["committed", "released"]
-        audits = session.execute(select(ExternalSystemAudit).where(ExternalSystemAudit.definition_id == definition_id)
-                                 .order_by(ExternalSystemAudit.created_at)).scalars().all()
+        audits = (
+            session.execute(
+                select(ExternalSystemAudit)
+                .where(ExternalSystemAudit.definition_id == definition_id)
+                .order_by(ExternalSystemAudit.created_at)
+            )
+            .scalars()
+            .all()
+        )
         assert [(a.outcome, a.status_code) for a in audits] == [("ok", 200), ("failed", 500), ("refused", None)]
         session.execute(text("DELETE FROM external_system_audits WHERE definition_id = :d"), {"d": definition_id})
         session.execute(text("DELETE FROM external_system_definitions WHERE definition_id = :d"), {"d": definition_id})
@@ -295,8 +391,9 @@ def test_env_configuration_creates_and_updates_the_platform_definition(fake, ses
     from mewdex.providers import connectors
     from mewdex.providers.openai_compat import configure_from_env
 
-    settings_env(MEWDEX_OPENAI_BASE_URL=fake.base_url, MEWDEX_OPENAI_API_KEY=fake.api_key,
-                 MEWDEX_CHAT_MODEL="fake-chat")
+    settings_env(
+        MEWDEX_OPENAI_BASE_URL=fake.base_url, MEWDEX_OPENAI_API_KEY=fake.api_key, MEWDEX_CHAT_MODEL="fake-chat"
+    )
     first = configure_from_env(sessions)
     assert configure_from_env(sessions) == first
     with sessions.begin() as session:
@@ -317,9 +414,14 @@ def test_secrets_rotate_reencrypts_every_stored_secret(fake, sessions, people, m
 
     (alice_id, alice_scope), _ = people
     with sessions.begin() as session:
-        d = connectors.create_definition(session, provider="openai_compatible", name=f"rot-{uuid.uuid4().hex[:6]}",
-                                         visibility="all", credentials={"api_key": fake.api_key},
-                                         config={"base_url": fake.base_url, "chat_model": "fake-chat"})
+        d = connectors.create_definition(
+            session,
+            provider="openai_compatible",
+            name=f"rot-{uuid.uuid4().hex[:6]}",
+            visibility="all",
+            credentials={"api_key": fake.api_key},
+            config={"base_url": fake.base_url, "chat_model": "fake-chat"},
+        )
         definition_id, old_kid = d.definition_id, d.credentials["api_key"]["kid"]
     result = connectors.rotate_secrets(sessions)
     assert result["reencrypted"] >= 1
@@ -340,12 +442,32 @@ def test_cli_connectors_and_secrets_rotate_never_print_the_key(mewdex_env, sessi
 
     env = {**os.environ, **mewdex_env.env, "PROVIDER_TEST_KEY": "sk-cli-secret-998877"}
     name = f"cli-{uuid.uuid4().hex[:6]}"
-    made = subprocess.run([str(MEWDEX_BIN), "connectors", "create", "openai_compatible", name, "--config",
-                           '{"base_url": "https://api.example.com/v1", "chat_model": "m"}', "--visibility", "all",
-                           "--api-key-env", "PROVIDER_TEST_KEY"], env=env, capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [
+            str(MEWDEX_BIN),
+            "connectors",
+            "create",
+            "openai_compatible",
+            name,
+            "--config",
+            '{"base_url": "https://api.example.com/v1", "chat_model": "m"}',
+            "--visibility",
+            "all",
+            "--api-key-env",
+            "PROVIDER_TEST_KEY",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr
-    listed = subprocess.run([str(MEWDEX_BIN), "connectors", "list"], env=env, capture_output=True, text=True, timeout=300)
-    rotated = subprocess.run([str(MEWDEX_BIN), "secrets", "rotate"], env=env, capture_output=True, text=True, timeout=300)
+    listed = subprocess.run(
+        [str(MEWDEX_BIN), "connectors", "list"], env=env, capture_output=True, text=True, timeout=300
+    )
+    rotated = subprocess.run(
+        [str(MEWDEX_BIN), "secrets", "rotate"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert rotated.returncode == 0 and "re-encrypted" in rotated.stdout
     assert name in listed.stdout and "sk-…8877" in listed.stdout
     for out in (made, listed, rotated):

@@ -23,8 +23,15 @@ def lane():
 
 def enqueue(sessions, scope, lane, key=None, max_attempts=3) -> str:
     with sessions.begin() as session:
-        return queue.enqueue(session, scope_id=scope.scope_id, task_type="test.noop", lane=lane, dedupe_key=key,
-                             payload={"n": 1}, max_attempts=max_attempts).id
+        return queue.enqueue(
+            session,
+            scope_id=scope.scope_id,
+            task_type="test.noop",
+            lane=lane,
+            dedupe_key=key,
+            payload={"n": 1},
+            max_attempts=max_attempts,
+        ).id
 
 
 def claim(sessions, lane, owner="w1", lease=60):
@@ -39,8 +46,9 @@ def task(sessions, task_id) -> Task:
 
 def expire_lease(sessions, task_id) -> None:
     with sessions.begin() as session:
-        session.execute(text("UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = :i"),
-                        {"i": task_id})
+        session.execute(
+            text("UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = :i"), {"i": task_id}
+        )
 
 
 def test_dedupe_key_returns_the_active_task(sessions, scope, lane):
@@ -152,8 +160,10 @@ def test_retry_backoff_and_error_history(sessions, scope, lane):
     c2 = claim(sessions, lane)
     assert c2.attempt_count == 2
     with sessions.begin() as session:
-        assert queue.fail(queue.fenced(session, c2), "backend_unavailable", "still down", retryable=True,
-                          base=10, cap=100) is False
+        assert (
+            queue.fail(queue.fenced(session, c2), "backend_unavailable", "still down", retryable=True, base=10, cap=100)
+            is False
+        )
     delay = (task(sessions, task_id).available_at - utcnow()).total_seconds()
     assert 9 <= delay <= 20.5
 

@@ -30,9 +30,17 @@ def yandex(settings_env):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             calls.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-            answer = json.dumps({"images": [
-                {"pageTitle": "Zanzibar hornbill sticker collection", "pageUrl": "https://example.org/hornbill"},
-                {"pageTitle": "hornbill meme origin", "pageUrl": "https://example.org/origin"}]}).encode()
+            answer = json.dumps(
+                {
+                    "images": [
+                        {
+                            "pageTitle": "Zanzibar hornbill sticker collection",
+                            "pageUrl": "https://example.org/hornbill",
+                        },
+                        {"pageTitle": "hornbill meme origin", "pageUrl": "https://example.org/origin"},
+                    ]
+                }
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(answer)))
@@ -61,13 +69,20 @@ def test_reverse_image_lookup_is_cached_by_sha256_metered_and_forbid_makes_no_ca
     base_url, calls = yandex
     with sessions.begin() as session:
         first = create_user(session, f"first-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
-        users = [create_user(session, f"rev{n}-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
-                 for n in range(2)]
+        users = [
+            create_user(session, f"rev{n}-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
+            for n in range(2)
+        ]
         ids = [first.user_id] + [u.user_id for u in users]
         scopes = [ScopeContext(u.scope_id) for u in users]
-        d = connectors.create_definition(session, provider="yandex_image_search", name=f"ya-{uuid.uuid4().hex[:6]}",
-                                         visibility="all", credentials={"api_key": API_KEY},
-                                         config={"base_url": base_url, "folder_id": "b1g", "price_per_request": "0.02"})
+        d = connectors.create_definition(
+            session,
+            provider="yandex_image_search",
+            name=f"ya-{uuid.uuid4().hex[:6]}",
+            visibility="all",
+            credentials={"api_key": API_KEY},
+            config={"base_url": base_url, "folder_id": "b1g", "price_per_request": "0.02"},
+        )
         definition_id = d.definition_id
         for scope in scopes:
             policy.update(session, scope, reverse_image_search="auto")
@@ -86,13 +101,24 @@ def test_reverse_image_lookup_is_cached_by_sha256_metered_and_forbid_makes_no_ca
                 assert meme.meme_context["reverse_image"]["titles"][0] == "Zanzibar hornbill sticker collection"
                 hits = search(session, scope, "zanzibar hornbill", legs=("keyword",)).results
                 assert hits and hits[0].id == str(meme.id)
-            events = session.execute(select(ReverseImageUsageEvent).where(
-                ReverseImageUsageEvent.scope_id.in_([s.scope_id for s in scopes]))
-                .order_by(ReverseImageUsageEvent.created_at)).scalars().all()
+            events = (
+                session.execute(
+                    select(ReverseImageUsageEvent)
+                    .where(ReverseImageUsageEvent.scope_id.in_([s.scope_id for s in scopes]))
+                    .order_by(ReverseImageUsageEvent.created_at)
+                )
+                .scalars()
+                .all()
+            )
             assert [(e.cache_status, e.provider_called, e.outcome) for e in events] == [
-                ("miss", True, "success"), ("hit", False, "success")]
-            costs = session.execute(select(UsageEvent.cost_cny).where(
-                UsageEvent.kind == "reverse_image_search", UsageEvent.scope_id.in_([s.scope_id for s in scopes]))).all()
+                ("miss", True, "success"),
+                ("hit", False, "success"),
+            ]
+            costs = session.execute(
+                select(UsageEvent.cost_cny).where(
+                    UsageEvent.kind == "reverse_image_search", UsageEvent.scope_id.in_([s.scope_id for s in scopes])
+                )
+            ).all()
             assert [float(c[0]) for c in costs] == [0.02]
             stored = json.dumps([e.result for e in events]) + json.dumps([e.error for e in events])
             assert API_KEY not in stored
@@ -104,11 +130,16 @@ def test_reverse_image_lookup_is_cached_by_sha256_metered_and_forbid_makes_no_ca
         drain_queue(sessions, scopes[0], timeout=300)
         assert len(calls) == 1
         with sessions.begin() as session:
-            assert session.execute(select(ReverseImageUsageEvent).where(
-                ReverseImageUsageEvent.scope_id == scopes[0].scope_id)).first() is None
+            assert (
+                session.execute(
+                    select(ReverseImageUsageEvent).where(ReverseImageUsageEvent.scope_id == scopes[0].scope_id)
+                ).first()
+                is None
+            )
     finally:
         with sessions.begin() as session:
             session.execute(text("DELETE FROM external_system_audits WHERE definition_id = :d"), {"d": definition_id})
-            session.execute(text("DELETE FROM external_system_definitions WHERE definition_id = :d"),
-                            {"d": definition_id})
+            session.execute(
+                text("DELETE FROM external_system_definitions WHERE definition_id = :d"), {"d": definition_id}
+            )
         delete_users(sessions, [str(i) for i in ids])

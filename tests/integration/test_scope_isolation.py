@@ -22,8 +22,9 @@ def _owned_ids(sessions, store, a) -> dict[str, str]:
             "collection": one("SELECT id FROM meme_collections WHERE scope_id = :s LIMIT 1"),
             "task": one("SELECT id FROM tasks WHERE scope_id = :s LIMIT 1"),
             "job": one("SELECT id FROM image_processing_jobs WHERE scope_id = :s LIMIT 1"),
-            "token": session.execute(text("SELECT token_id FROM api_tokens WHERE user_id = :u LIMIT 1"),
-                                     {"u": a.user_id}).scalar(),
+            "token": session.execute(
+                text("SELECT token_id FROM api_tokens WHERE user_id = :u LIMIT 1"), {"u": a.user_id}
+            ).scalar(),
             "user": a.user_id,
         }
     return {k: str(v) for k, v in ids.items() if v is not None}
@@ -50,8 +51,11 @@ def _example(schema: dict, spec: dict, name: str, ids: dict[str, str], depth: in
         if depth > 3:
             return {}
         props = schema.get("properties", {})
-        return {k: _example(v, spec, k, ids, depth + 1) for k, v in props.items()
-                if k in schema.get("required", []) or re.search(r"(^|_)ids?$", k)}
+        return {
+            k: _example(v, spec, k, ids, depth + 1)
+            for k, v in props.items()
+            if k in schema.get("required", []) or re.search(r"(^|_)ids?$", k)
+        }
     if kind == "array":
         item = _example(schema.get("items", {}), spec, name.rstrip("s"), ids, depth + 1)
         return [item]
@@ -167,8 +171,12 @@ def test_ids_in_bodies_and_queries_answer_404_too(auth_app, sessions, store):
         assert r.status_code == 404, r.text
         checked += 1
     if "post" in paths.get("/api/v1/memes", {}):
-        r = c.post("/api/v1/memes", files={"files": ("x.png", png(77), "image/png")},
-                   data={"collection_id": ids["collection"]}, headers=h)
+        r = c.post(
+            "/api/v1/memes",
+            files={"files": ("x.png", png(77), "image/png")},
+            data={"collection_id": ids["collection"]},
+            headers=h,
+        )
         assert r.status_code == 404, r.text
         checked += 1
     if "get" in paths.get("/api/v1/memes", {}):

@@ -28,8 +28,17 @@ DIMS = 16
 
 def _meme(scope, i: int, **fields) -> Meme:
     sha = hashlib.sha256(f"{scope.scope_id}-{i}".encode()).hexdigest()
-    values = dict(scope_id=scope.scope_id, storage_key=sha + ".png", display_name=f"cat {i}", name_source="uploaded",
-                  extension=".png", size_bytes=100 + i, sha256=sha, provenance={}, extensions={"image": {}})
+    values = dict(
+        scope_id=scope.scope_id,
+        storage_key=sha + ".png",
+        display_name=f"cat {i}",
+        name_source="uploaded",
+        extension=".png",
+        size_bytes=100 + i,
+        sha256=sha,
+        provenance={},
+        extensions={"image": {}},
+    )
     values.update(fields)
     values["storage_key"] = sha + values["extension"]
     return Meme(**values)
@@ -60,8 +69,13 @@ def library(sessions, scope):
     query /= np.linalg.norm(query)
     with sessions.begin() as session:
         memes = [_meme(scope, i) for i in range(MEMES - 1)]
-        target = _meme(scope, MEMES, extension=".gif", extensions={"image": {"animated": True}},
-                       created_at=datetime(2001, 1, 1, tzinfo=UTC))
+        target = _meme(
+            scope,
+            MEMES,
+            extension=".gif",
+            extensions={"image": {"animated": True}},
+            created_at=datetime(2001, 1, 1, tzinfo=UTC),
+        )
         memes.append(target)
         session.add_all(memes)
         session.flush()
@@ -72,13 +86,21 @@ def library(sessions, scope):
         for i, m in enumerate(memes):
             # BM25: "cat" once; the longer the document, the lower it ranks: the target is longest.
             filler = " ".join(f"w{i}x{k}" for k in range(5 + i if m is not target else 5 + 2 * MEMES))
-            keyword.index_document(session, scope.scope_id, m.id, "h", {"name": f"cat {filler}", "ocr": "",
-                                                                         "labels": "", "phrase": ""})
+            keyword.index_document(
+                session, scope.scope_id, m.id, "h", {"name": f"cat {filler}", "ocr": "", "labels": "", "phrase": ""}
+            )
             vector = -query if m is target else query + 0.3 * rng.normal(size=DIMS).astype(np.float32)
-            session.add(MemeVisualEmbedding(
-                scope_id=scope.scope_id, meme_id=m.id, model=visual.MODEL_ID,
-                preprocess_version=visual.PREPROCESS_VERSION, dimensions=DIMS, image_sha256=m.sha256,
-                embedding=(vector / np.linalg.norm(vector)).astype(np.float32)))
+            session.add(
+                MemeVisualEmbedding(
+                    scope_id=scope.scope_id,
+                    meme_id=m.id,
+                    model=visual.MODEL_ID,
+                    preprocess_version=visual.PREPROCESS_VERSION,
+                    dimensions=DIMS,
+                    image_sha256=m.sha256,
+                    embedding=(vector / np.linalg.norm(vector)).astype(np.float32),
+                )
+            )
         return {"target": str(target.id), "collection": str(collection.id), "query": query}
 
 
@@ -119,8 +141,9 @@ def test_filters_combine_and_exclude(sessions, scope, library):
         still = service.search(session, scope, "cat", 50, legs=("keyword",), filters=SearchFilters(animated=False))
         assert len(still.results) == 50 and library["target"] not in [r.id for r in still.results]
         later = SearchFilters(created_from=datetime.now(UTC) - timedelta(days=1))
-        assert library["target"] not in [r.id for r in service.search(
-            session, scope, "cat", 50, legs=("keyword",), filters=later).results]
+        assert library["target"] not in [
+            r.id for r in service.search(session, scope, "cat", 50, legs=("keyword",), filters=later).results
+        ]
 
 
 def test_no_filter_and_empty_filters_rank_alike(sessions, scope, library):
@@ -139,8 +162,16 @@ def client(scope):
 
 
 def test_api_search_takes_the_filters(client, library):
-    body = {"query": "cat", "n_results": 5, "collection_ids": [library["collection"]], "animated": True,
-            "formats": ["gif"], "status": "none", "created_from": "2000-01-01T00:00:00Z", "created_to": "2002-01-01"}
+    body = {
+        "query": "cat",
+        "n_results": 5,
+        "collection_ids": [library["collection"]],
+        "animated": True,
+        "formats": ["gif"],
+        "status": "none",
+        "created_from": "2000-01-01T00:00:00Z",
+        "created_to": "2002-01-01",
+    }
     r = client.post("/api/v1/search", json=body)
     assert r.status_code == 200, r.text
     assert [h["id"] for h in r.json()["results"]] == [library["target"]]
@@ -149,15 +180,18 @@ def test_api_search_takes_the_filters(client, library):
     assert r.status_code == 200 and r.json()["results"] == []
 
 
-@pytest.mark.parametrize("body,code", [
-    ({"query": "cat", "formats": ["bmp"]}, "invalid_request"),
-    ({"query": "cat", "collection_ids": ["not-an-id"]}, "invalid_request"),
-    ({"query": "cat", "status": "bogus"}, "invalid_request"),
-    ({"query": "cat", "created_from": "yesterday"}, "invalid_request"),
-    ({"query": "cat", "animated": "maybe"}, "invalid_request"),
-    ({"query": "cat", "offset": 51}, "offset_out_of_range"),
-    ({"query": "cat", "offset": -1}, "offset_out_of_range"),
-])
+@pytest.mark.parametrize(
+    "body,code",
+    [
+        ({"query": "cat", "formats": ["bmp"]}, "invalid_request"),
+        ({"query": "cat", "collection_ids": ["not-an-id"]}, "invalid_request"),
+        ({"query": "cat", "status": "bogus"}, "invalid_request"),
+        ({"query": "cat", "created_from": "yesterday"}, "invalid_request"),
+        ({"query": "cat", "animated": "maybe"}, "invalid_request"),
+        ({"query": "cat", "offset": 51}, "offset_out_of_range"),
+        ({"query": "cat", "offset": -1}, "offset_out_of_range"),
+    ],
+)
 def test_api_search_rejects_bad_filters(client, body, code):
     r = client.post("/api/v1/search", json=body)
     assert r.status_code == 422 and r.json()["error"]["code"] == code, r.text
@@ -196,12 +230,15 @@ def test_a_raw_nul_in_the_query_string_is_refused_before_any_route(client):
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
 
 
-@pytest.mark.parametrize("fields,code", [
-    ({"formats": "bmp"}, "invalid_request"),
-    ({"collection_ids": "nope"}, "invalid_request"),
-    ({"status": "bogus"}, "invalid_request"),
-    ({"created_to": "tomorrow"}, "invalid_request"),
-])
+@pytest.mark.parametrize(
+    "fields,code",
+    [
+        ({"formats": "bmp"}, "invalid_request"),
+        ({"collection_ids": "nope"}, "invalid_request"),
+        ({"status": "bogus"}, "invalid_request"),
+        ({"created_to": "tomorrow"}, "invalid_request"),
+    ],
+)
 def test_api_image_search_rejects_bad_filters(client, fields, code):
     r = client.post("/api/v1/search/image", files={"file": ("x.png", b"not read", "image/png")}, data=fields)
     assert r.status_code == 422 and r.json()["error"]["code"] == code, r.text
@@ -217,13 +254,23 @@ def test_api_image_search_applies_the_filters(client, sessions, scope):
         session.add_all([still, gif])
         session.flush()
         for m in (still, gif):
-            session.add(MemeVisualEmbedding(
-                scope_id=scope.scope_id, meme_id=m.id, model=visual.MODEL_ID,
-                preprocess_version=visual.PREPROCESS_VERSION, dimensions=len(vector), image_sha256=m.sha256,
-                embedding=vector))
+            session.add(
+                MemeVisualEmbedding(
+                    scope_id=scope.scope_id,
+                    meme_id=m.id,
+                    model=visual.MODEL_ID,
+                    preprocess_version=visual.PREPROCESS_VERSION,
+                    dimensions=len(vector),
+                    image_sha256=m.sha256,
+                    embedding=vector,
+                )
+            )
         ids = {str(still.id), str(gif.id)}
     r = client.post("/api/v1/search/image", files={"file": ("x.png", data, "image/png")}, data={"n_results": "5"})
     assert r.status_code == 200 and {h["id"] for h in r.json()["results"]} == ids, r.text
-    r = client.post("/api/v1/search/image", files={"file": ("x.png", data, "image/png")},
-                    data={"n_results": "5", "formats": ["gif"]})
+    r = client.post(
+        "/api/v1/search/image",
+        files={"file": ("x.png", data, "image/png")},
+        data={"n_results": "5", "formats": ["gif"]},
+    )
     assert r.status_code == 200 and [h["id"] for h in r.json()["results"]] == [str(gif.id)], r.text

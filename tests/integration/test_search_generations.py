@@ -37,7 +37,7 @@ class HashEmbedder:
     def _vector(self, text: str) -> np.ndarray:
         v = np.zeros(self.dimensions, dtype=np.float32)
         text = text.lower()
-        tokens = re.findall(r"\w+", text) + [text[i:i + 2] for i in range(len(text) - 1)]
+        tokens = re.findall(r"\w+", text) + [text[i : i + 2] for i in range(len(text) - 1)]
         for token in tokens:
             h = int.from_bytes(hashlib.sha256(token.encode()).digest()[:4], "little")
             v[h % self.dimensions] += 1.0
@@ -64,13 +64,22 @@ def hash_models(settings_env):
 
 def _add_with_context(sessions, store, scope, i: int, name: str):
     """A meme with a real context (as the agent stage builds it) and its text vectors (real stage)."""
-    result = add_image(sessions, store, scope, png((i * 40, 7, 7)), filename=f"{name}.png",
-                       provenance={"source": "test"}, process=False)
-    context = build_meme_context(relative_path=f"{name}.png", display_name=name, ocr_lines=[], labels=None,
-                                 image_size=(8, 8))
+    result = add_image(
+        sessions,
+        store,
+        scope,
+        png((i * 40, 7, 7)),
+        filename=f"{name}.png",
+        provenance={"source": "test"},
+        process=False,
+    )
+    context = build_meme_context(
+        relative_path=f"{name}.png", display_name=name, ocr_lines=[], labels=None, image_size=(8, 8)
+    )
     with sessions.begin() as session:
-        meme = session.execute(select(Meme).where(Meme.scope_id == scope.scope_id,
-                                                  Meme.id == result.meme_id)).scalar_one()
+        meme = session.execute(
+            select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == result.meme_id)
+        ).scalar_one()
         meme.meme_context, meme.context_status = context, "ready"
         meme.search_metadata_hash = context_hash(context)
         write_keyword_document(session, meme)
@@ -78,8 +87,9 @@ def _add_with_context(sessions, store, scope, i: int, name: str):
     stage = TextEmbeddingStage()
     output = stage.run(snapshot)
     with sessions.begin() as session:
-        meme = session.execute(select(Meme).where(Meme.scope_id == scope.scope_id,
-                                                  Meme.id == result.meme_id)).scalar_one()
+        meme = session.execute(
+            select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == result.meme_id)
+        ).scalar_one()
         stage.apply(session, meme, output)
     return result.meme_id
 
@@ -121,10 +131,13 @@ def test_vec03_dimension_change_rebuilds_in_the_background(hash_models, sessions
     # a meme processed during the build goes into the new generation (not the 16-d one)
     late = _add_with_context(sessions, store, scope, 4, NAMES[4])
     with sessions.begin() as session:
-        per_gen = dict(session.execute(
-            select(MemeEmbedding.generation_id, func.count(func.distinct(MemeEmbedding.meme_id)))
-            .where(MemeEmbedding.scope_id == scope.scope_id, MemeEmbedding.model.like("hash-hash%"))
-            .group_by(MemeEmbedding.generation_id)).all())
+        per_gen = dict(
+            session.execute(
+                select(MemeEmbedding.generation_id, func.count(func.distinct(MemeEmbedding.meme_id)))
+                .where(MemeEmbedding.scope_id == scope.scope_id, MemeEmbedding.model.like("hash-hash%"))
+                .group_by(MemeEmbedding.generation_id)
+            ).all()
+        )
         building = generations.building_generation(session, scope.scope_id, "hash-hash24-24d@test-1")
     assert per_gen[old.id] == 4 and per_gen[building.id] == 1
 
@@ -133,8 +146,12 @@ def test_vec03_dimension_change_rebuilds_in_the_background(hash_models, sessions
         new = generations.current_generation(session, scope.scope_id, "e5")
         assert (new.id, new.dimensions, new.status) == (building.id, 24, "active")
         assert session.get(SearchGeneration, old.id).status == "retired"
-        assert session.execute(select(func.count()).select_from(MemeEmbedding).where(
-            MemeEmbedding.generation_id == old.id)).scalar_one() == 0
+        assert (
+            session.execute(
+                select(func.count()).select_from(MemeEmbedding).where(MemeEmbedding.generation_id == old.id)
+            ).scalar_one()
+            == 0
+        )
         assert generations.progress(session, new) == (5, 5)
     with sessions.begin() as session:
         e5 = generations.status(session, scope.scope_id)["legs"]["e5"]
@@ -185,8 +202,9 @@ def test_cli_reindex_starts_a_build_that_the_queue_completes(mewdex_env, session
     assert use["in_sync"] is True and use["active"]["memes"] == 0
 
 
-def test_a_cancelled_reindex_fails_its_generation_and_search_keeps_the_active_one(hash_models, sessions, store,
-                                                                                   scope, drain):
+def test_a_cancelled_reindex_fails_its_generation_and_search_keeps_the_active_one(
+    hash_models, sessions, store, scope, drain
+):
     from mewdex.db.models import Task
     from mewdex.queue import service as queue_service
 
@@ -195,9 +213,13 @@ def test_a_cancelled_reindex_fails_its_generation_and_search_keeps_the_active_on
     with sessions.begin() as session:
         active = generations.current_generation(session, scope.scope_id, "e5").id
         [building] = generations.start_reindex(session, scope.scope_id, model="e5")
-        task_id = session.execute(select(Task.id).where(Task.scope_id == scope.scope_id,
-                                                        Task.task_type == generations.REINDEX_TASK_TYPE,
-                                                        Task.status == "queued")).scalar_one()
+        task_id = session.execute(
+            select(Task.id).where(
+                Task.scope_id == scope.scope_id,
+                Task.task_type == generations.REINDEX_TASK_TYPE,
+                Task.status == "queued",
+            )
+        ).scalar_one()
         queue_service.cancel(session, scope, task_id)
     with sessions.begin() as session:
         assert session.get(SearchGeneration, building.id).status == "failed"

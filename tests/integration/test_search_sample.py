@@ -86,8 +86,23 @@ def test_other_scopes_never_see_the_sample(sample, sessions, scope):
         assert service.search(session, scope, "hello", 50).results == []
 
 
-@pytest.mark.parametrize("query", ["%", "_", "\\", "%%%_", "'; DROP TABLE memes; --", "a" * 500, "😀" * 500,
-                                   "NOT AND OR", "*", "()", "\u200b", "   x   "])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "%",
+        "_",
+        "\\",
+        "%%%_",
+        "'; DROP TABLE memes; --",
+        "a" * 500,
+        "😀" * 500,
+        "NOT AND OR",
+        "*",
+        "()",
+        "\u200b",
+        "   x   ",
+    ],
+)
 def test_odd_queries_do_not_fail(sample, sessions, query):
     with sessions.begin() as session:
         service.search(session, sample.scope, query, 10)

@@ -36,11 +36,20 @@ def test_a_foreign_host_gets_421_in_every_auth_mode(settings_env, mewdex_env, mo
     from mewdex.web.app import create_app
 
     settings_env(MEWDEX_AUTH=mode)
-    with TestClient(create_app(workers=0), base_url="http://rebind.example:8275",
-                    client=("127.0.0.1", 50000), raise_server_exceptions=False) as c:
+    with TestClient(
+        create_app(workers=0),
+        base_url="http://rebind.example:8275",
+        client=("127.0.0.1", 50000),
+        raise_server_exceptions=False,
+    ) as c:
         same_origin = {"Origin": "http://rebind.example:8275"}
-        for method, path in (("GET", "/api/v1/me"), ("GET", "/"), ("GET", "/health"),
-                             ("POST", "/api/v1/auth/signup"), ("DELETE", "/api/v1/memes/x")):
+        for method, path in (
+            ("GET", "/api/v1/me"),
+            ("GET", "/"),
+            ("GET", "/health"),
+            ("POST", "/api/v1/auth/signup"),
+            ("DELETE", "/api/v1/memes/x"),
+        ):
             r = c.request(method, path, headers=same_origin, json={"email": "a@b.cd", "password": PASSWORD})
             assert r.status_code == 421 and code(r) == "host_not_allowed", (method, path, r.text)
     with TestClient(create_app(workers=0), **LOCAL_CLIENT) as c:  # the owner's own names still work
@@ -67,8 +76,12 @@ def test_forwarded_requests_never_get_no_login_mode(settings_env, mewdex_env, he
         r = c.post("/api/v1/collections", json={"name": "x"}, headers={header: value})
         assert r.status_code == 401 and code(r) == "auth_required"
         assert c.get("/api/v1/admin/users", headers={header: value}).status_code == 401
-    with TestClient(create_app(workers=0), base_url="http://127.0.0.1:8275", client=("192.168.1.20", 4000),
-                    raise_server_exceptions=False) as other_machine:
+    with TestClient(
+        create_app(workers=0),
+        base_url="http://127.0.0.1:8275",
+        client=("192.168.1.20", 4000),
+        raise_server_exceptions=False,
+    ) as other_machine:
         assert other_machine.get("/api/v1/me").status_code == 401
 
 
@@ -83,8 +96,9 @@ def test_web_sign_up_cannot_create_the_first_admin(settings_env, mewdex_env, ses
         before = s.execute(select(func.count()).select_from(User)).scalar_one()
     with TestClient(create_app(workers=0), **LOCAL_CLIENT, raise_server_exceptions=False) as c:
         for headers in ({}, {"X-Forwarded-For": "203.0.113.9"}):
-            r = c.post("/api/v1/auth/signup", json={"email": "first-admin@example.com", "password": PASSWORD},
-                       headers=headers)
+            r = c.post(
+                "/api/v1/auth/signup", json={"email": "first-admin@example.com", "password": PASSWORD}, headers=headers
+            )
             assert r.status_code in (401, 403), r.text
             assert code(r) in ("admin_required", "signup_disabled", "auth_required")
     with sessions.begin() as s:
@@ -112,8 +126,15 @@ def test_serve_prints_a_one_time_setup_code_for_the_first_admin(sessions):
 # ---------------------------------------------------------------- 3. bodies: auth first, bounded
 
 
-def _drive(app, method: str, path: str, headers: dict[str, str], total: int, chunk: int = 256 * 1024,
-           client=("203.0.113.7", 4000)) -> dict:
+def _drive(
+    app,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    total: int,
+    chunk: int = 256 * 1024,
+    client=("203.0.113.7", 4000),
+) -> dict:
     """Send a ``total``-byte body (one reused zero chunk, so the test itself stays small) to the ASGI
     app; returns the status, code, bytes the app pulled and seconds to the answer."""
     zeros = b"\0" * chunk
@@ -132,16 +153,29 @@ def _drive(app, method: str, path: str, headers: dict[str, str], total: int, chu
         elif message["type"] == "http.response.body":
             state["body"] += message.get("body", b"")
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(k.lower().encode(), v.encode()) for k, v in
-                         {"host": "127.0.0.1:8275", **headers}.items()],
-             "client": client, "server": ("127.0.0.1", 8275)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in {"host": "127.0.0.1:8275", **headers}.items()],
+        "client": client,
+        "server": ("127.0.0.1", 8275),
+    }
     started = time.monotonic()
     asyncio.run(app(scope, receive, send))
     body = json.loads(state["body"] or b"null")
-    return {"status": state["status"], "code": (body or {}).get("error", {}).get("code"),
-            "received": state["sent"], "seconds": time.monotonic() - started}
+    return {
+        "status": state["status"],
+        "code": (body or {}).get("error", {}).get("code"),
+        "received": state["sent"],
+        "seconds": time.monotonic() - started,
+    }
 
 
 def test_unauthenticated_100_mb_bodies_are_refused_within_a_second(settings_env, mewdex_env):
@@ -162,8 +196,12 @@ def test_unauthenticated_100_mb_bodies_are_refused_within_a_second(settings_env,
             ("POST", "/api/v1/auth/login", {"content-type": "application/json"}, {413}),
             ("POST", "/api/v1/auth/signup", {"content-type": "application/json"}, {413}),
             ("POST", "/api/v1/search", {"content-type": "application/json"}, {401}),
-            ("PATCH", "/api/v1/collections/00000000-0000-0000-0000-000000000000",
-             {"content-type": "application/json"}, {401}),
+            (
+                "PATCH",
+                "/api/v1/collections/00000000-0000-0000-0000-000000000000",
+                {"content-type": "application/json"},
+                {401},
+            ),
         ]
         for method, path, headers, statuses in cases:
             for declared in (True, False):  # with a true Content-Length and streamed without one
@@ -178,14 +216,27 @@ def test_unauthenticated_100_mb_bodies_are_refused_within_a_second(settings_env,
 
 def test_signed_in_json_bodies_are_bounded_too(auth_app):
     u = auth_app.new("big")
-    r = _drive(auth_app.app, "POST", "/api/v1/search",
-               {"content-type": "application/json", "authorization": f"Bearer {u.token}"}, 100 * MiB)
+    r = _drive(
+        auth_app.app,
+        "POST",
+        "/api/v1/search",
+        {"content-type": "application/json", "authorization": f"Bearer {u.token}"},
+        100 * MiB,
+    )
     assert r["status"] == 413 and r["code"] == "request_too_large" and r["received"] <= 64 * 1024 + 256 * 1024
     big = u.client.post("/api/v1/search", json={"query": "x" * (70 * 1024)}, headers=bearer(u.token))
     assert big.status_code == 413
-    image = _drive(auth_app.app, "POST", "/api/v1/search/image",
-                   {"content-type": "multipart/form-data; boundary=b", "authorization": f"Bearer {u.token}",
-                    "content-length": str(100 * MiB)}, 100 * MiB)
+    image = _drive(
+        auth_app.app,
+        "POST",
+        "/api/v1/search/image",
+        {
+            "content-type": "multipart/form-data; boundary=b",
+            "authorization": f"Bearer {u.token}",
+            "content-length": str(100 * MiB),
+        },
+        100 * MiB,
+    )
     assert image["status"] == 413 and image["code"] == "upload_too_large" and image["received"] == 0
 
 
@@ -258,9 +309,18 @@ def test_egress_refuses_private_addresses_and_redirects_to_them(settings_env, me
     from mewdex import egress
 
     port = local_server
-    for url in (f"http://127.0.0.1:{port}/", "https://127.0.0.1/", "https://10.0.0.1/", "https://169.254.169.254/",
-                "https://[::1]/", "https://[::ffff:127.0.0.1]/", "https://100.64.0.1/", "https://[fd00::1]/",
-                "https://localhost/", "ftp://example.com/"):
+    for url in (
+        f"http://127.0.0.1:{port}/",
+        "https://127.0.0.1/",
+        "https://10.0.0.1/",
+        "https://169.254.169.254/",
+        "https://[::1]/",
+        "https://[::ffff:127.0.0.1]/",
+        "https://100.64.0.1/",
+        "https://[fd00::1]/",
+        "https://localhost/",
+        "ftp://example.com/",
+    ):
         with pytest.raises(egress.EgressError) as refused:
             egress.fetch("GET", url)
         assert refused.value.code in ("egress_address_refused", "egress_scheme_refused"), url
@@ -306,10 +366,15 @@ def test_only_the_egress_module_imports_an_http_client():
         if path == root / "egress.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if any(n.split(".")[0] in ("httpx", "httpx2", "requests", "urllib3", "aiohttp") or n == "urllib.request"
-                   for n in names):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
+            if any(
+                n.split(".")[0] in ("httpx", "httpx2", "requests", "urllib3", "aiohttp") or n == "urllib.request"
+                for n in names
+            ):
                 offenders.append(str(path.relative_to(root)))
     assert offenders == []
 
@@ -341,21 +406,37 @@ def test_signed_links_are_bound_to_one_file_and_die_with_the_users_credentials(a
     assert u.client.get(f"/api/v1/memes/{meme}/signed-url", params={"ttl_seconds": 2 * 86400}).status_code == 422
     base = urlsplit(original).path
     q = {k: v[0] for k, v in parse_qs(query).items()}
-    for bad in ({"exp": "1"}, {"exp": "１２３"}, {"exp": "x" * 40}, {"sig": "ü" * 64}, {"sig": ""}, {"kid": "nope"},
-                {"u": "not-a-uuid"}, {"u": "00000000-0000-0000-0000-000000000000"}, {"exp": str(10**11)}):
+    for bad in (
+        {"exp": "1"},
+        {"exp": "１２３"},
+        {"exp": "x" * 40},
+        {"sig": "ü" * 64},
+        {"sig": ""},
+        {"kid": "nope"},
+        {"u": "not-a-uuid"},
+        {"u": "00000000-0000-0000-0000-000000000000"},
+        {"exp": str(10**11)},
+    ):
         r = anon.get(base, params={**q, **bad})
         assert r.status_code == 401 and code(r) == "signature_invalid", (bad, r.status_code)
     # Changing the password kills every link made before.
-    r = u.client.post("/api/v1/auth/password", json={"current_password": PASSWORD, "new_password": PASSWORD + "2"},
-                      headers={"X-CSRF-Token": u.csrf})
+    r = u.client.post(
+        "/api/v1/auth/password",
+        json={"current_password": PASSWORD, "new_password": PASSWORD + "2"},
+        headers={"X-CSRF-Token": u.csrf},
+    )
     assert r.status_code == 204
     assert anon.get(original).status_code == 401 and anon.get(thumb).status_code == 401
     fresh = link(meme)
     assert anon.get(fresh).status_code == 200
     # Disabling the user kills them too.
     admin = auth_app.new("linkadmin", admin=True)
-    assert admin.client.patch(f"/api/v1/admin/users/{u.user_id}", json={"disabled": True},
-                              headers={"X-CSRF-Token": admin.csrf}).status_code == 200
+    assert (
+        admin.client.patch(
+            f"/api/v1/admin/users/{u.user_id}", json={"disabled": True}, headers={"X-CSRF-Token": admin.csrf}
+        ).status_code
+        == 200
+    )
     assert anon.get(fresh).status_code == 401
 
 
@@ -404,14 +485,16 @@ def test_token_scopes_are_enforced_and_tokens_die_on_password_change(auth_app):
     plain = admin.client.post("/api/v1/tokens", json={"name": "t"}, headers={"X-CSRF-Token": admin.csrf}).json()
     assert plain["scopes"] == ["read", "write"]
     assert anon.get("/api/v1/admin/users", headers=bearer(plain["token"])).status_code == 404  # no admin scope
-    full = admin.client.post("/api/v1/tokens", json={"name": "t", "scopes": ["read", "admin"]},
-                             headers={"X-CSRF-Token": admin.csrf}).json()["token"]
+    full = admin.client.post(
+        "/api/v1/tokens", json={"name": "t", "scopes": ["read", "admin"]}, headers={"X-CSRF-Token": admin.csrf}
+    ).json()["token"]
     assert anon.get("/api/v1/admin/users", headers=bearer(full)).status_code == 200
     expiring = token(expires_in_days=1).json()
     assert expiring["expires_at"]
     # A password change revokes every token.
-    r = u.client.post("/api/v1/auth/password", json={"current_password": PASSWORD, "new_password": PASSWORD + "!"},
-                      headers=h)
+    r = u.client.post(
+        "/api/v1/auth/password", json={"current_password": PASSWORD, "new_password": PASSWORD + "!"}, headers=h
+    )
     assert r.status_code == 204
     for t in (read_only, write_only, u.token, expiring["token"]):
         r = anon.get("/api/v1/me", headers=bearer(t))
@@ -423,8 +506,9 @@ def test_an_expired_token_is_refused(auth_app, sessions):
 
     u = auth_app.new("expired")
     with sessions.begin() as s:
-        s.execute(text("UPDATE api_tokens SET expires_at = now() - interval '1 second' WHERE user_id = :u"),
-                  {"u": u.user_id})
+        s.execute(
+            text("UPDATE api_tokens SET expires_at = now() - interval '1 second' WHERE user_id = :u"), {"u": u.user_id}
+        )
     r = auth_app.client().get("/api/v1/me", headers=bearer(u.token))
     assert r.status_code == 401 and code(r) == "invalid_token"
 
@@ -437,8 +521,10 @@ def test_sign_out_everywhere_and_idle_sessions(auth_app, sessions):
     assert second.post("/api/v1/auth/login", json={"email": u.email, "password": PASSWORD}).status_code == 200
     assert second.get("/api/v1/tokens").status_code == 200
     with sessions.begin() as s:  # the second browser sat idle for longer than the idle timeout
-        s.execute(text("UPDATE user_sessions SET last_seen_at = now() - interval '30 days' WHERE user_id = :u"),
-                  {"u": u.user_id})
+        s.execute(
+            text("UPDATE user_sessions SET last_seen_at = now() - interval '30 days' WHERE user_id = :u"),
+            {"u": u.user_id},
+        )
     assert second.get("/api/v1/tokens").status_code == 401
     assert second.post("/api/v1/auth/login", json={"email": u.email, "password": PASSWORD}).status_code == 200
     csrf = u.client.post("/api/v1/auth/login", json={"email": u.email, "password": PASSWORD}).json()["csrf_token"]
@@ -504,26 +590,36 @@ def test_the_owner_signs_in_during_a_password_spray_from_other_addresses(auth_ap
 
     settings_env(MEWDEX_LOGIN_MAX_FAILURES_PER_ACCOUNT="5", MEWDEX_LOGIN_MAX_FAILURES_PER_IP="3")
     owner = auth_app.new("owner")  # signed in once from 127.0.0.1
-    attackers = [TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=(f"203.0.113.{i}", 1000 + i))
-                 for i in range(1, 16)] + [
+    attackers = [
+        TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=(f"203.0.113.{i}", 1000 + i))
+        for i in range(1, 16)
+    ] + [
         TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=(f"2001:db8:{i}::1", 2000 + i))
-        for i in range(1, 6)]
+        for i in range(1, 6)
+    ]
     answers = []
     for attacker in attackers:
         for _ in range(2):
-            answers.append(attacker.post("/api/v1/auth/login", json={"email": owner.email,
-                                                                      "password": "Password123!"}).status_code)
+            answers.append(
+                attacker.post("/api/v1/auth/login", json={"email": owner.email, "password": "Password123!"}).status_code
+            )
     assert set(answers) <= {401, 429} and 429 in answers  # the spray is slowed down …
     r = owner.client.post("/api/v1/auth/login", json={"email": owner.email, "password": PASSWORD})
     assert r.status_code == 200, r.text  # … and the owner still gets in at once
     with sessions.begin() as s:  # the counters are shared by every API process: in PostgreSQL
         assert s.execute(text("SELECT count(*) FROM login_failures WHERE key LIKE 'ip:203.0.113.%'")).scalar_one() >= 3
     # IPv6 addresses count per /64: failures from two addresses of one /64 add up.
-    one, two = (TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=(f"2001:db8:77::{n}", 3000))
-                for n in (1, 2))
+    one, two = (
+        TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=(f"2001:db8:77::{n}", 3000)) for n in (1, 2)
+    )
     for client in (one, two, one):
-        assert client.post("/api/v1/auth/login", json={"email": f"n{time.monotonic_ns()}@example.com",
-                                                       "password": "wrong password"}).status_code == 401
+        assert (
+            client.post(
+                "/api/v1/auth/login",
+                json={"email": f"n{time.monotonic_ns()}@example.com", "password": "wrong password"},
+            ).status_code
+            == 401
+        )
     r = two.post("/api/v1/auth/login", json={"email": "nobody@example.com", "password": "wrong password"})
     assert r.status_code == 429
 
@@ -542,8 +638,12 @@ def test_parallel_uploads_stay_within_the_quota(auth_app, sessions, store):
 
     admin = auth_app.new("raceadm", admin=True)
     u = auth_app.new("race")
-    assert admin.client.patch(f"/api/v1/admin/users/{u.user_id}", json={"quota": {"memes": 3}},
-                              headers={"X-CSRF-Token": admin.csrf}).status_code == 200
+    assert (
+        admin.client.patch(
+            f"/api/v1/admin/users/{u.user_id}", json={"quota": {"memes": 3}}, headers={"X-CSRF-Token": admin.csrf}
+        ).status_code
+        == 200
+    )
     scope = ScopeContext(u.scope_id)
     images = [png(300 + i, size=64) for i in range(12)]
     barrier = threading.Barrier(12)
@@ -591,11 +691,33 @@ def _directory_zip(path, count: int) -> None:
         cd_start = f.tell()
         for i, offset in enumerate(offsets):
             name = b"d%07d/" % i
-            f.write(struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, zlib.crc32(b""), 0, 0,
-                                len(name), 0, 0, 0, 0, 0x10, offset) + name)
+            f.write(
+                struct.pack(
+                    "<4sHHHHHHIIIHHHHHII",
+                    b"PK\x01\x02",
+                    20,
+                    20,
+                    0,
+                    0,
+                    0,
+                    0,
+                    zlib.crc32(b""),
+                    0,
+                    0,
+                    len(name),
+                    0,
+                    0,
+                    0,
+                    0,
+                    0x10,
+                    offset,
+                )
+                + name
+            )
         cd_size = f.tell() - cd_start
-        f.write(struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, min(count, 0xFFFF), min(count, 0xFFFF), cd_size,
-                            cd_start, 0))
+        f.write(
+            struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, min(count, 0xFFFF), min(count, 0xFFFF), cd_size, cd_start, 0)
+        )
 
 
 def test_zip_refusals_happen_before_the_archive_is_parsed_and_never_500(sessions, store, scope, tmp_path):
@@ -603,8 +725,9 @@ def test_zip_refusals_happen_before_the_archive_is_parsed_and_never_500(sessions
     from mewdex.library import packages
 
     def run(data_or_path):
-        fileobj = open(data_or_path, "rb") if not isinstance(data_or_path, bytes) else __import__("io").BytesIO(
-            data_or_path)
+        fileobj = (
+            open(data_or_path, "rb") if not isinstance(data_or_path, bytes) else __import__("io").BytesIO(data_or_path)
+        )
         with fileobj:
             return packages.import_package(sessions, store, scope, fileobj, process=False)
 
@@ -622,8 +745,14 @@ def test_zip_refusals_happen_before_the_archive_is_parsed_and_never_500(sessions
     with pytest.raises(packages.PackageError) as deep:
         run(nested)
     assert deep.value.code == "manifest_invalid"
-    deep_obj = json.dumps({"format": "mewdex-collection", "version": 1, "items": [],
-                           "collection": {"x": json.loads("[" * 500 + "]" * 500)}}).encode()
+    deep_obj = json.dumps(
+        {
+            "format": "mewdex-collection",
+            "version": 1,
+            "items": [],
+            "collection": {"x": json.loads("[" * 500 + "]" * 500)},
+        }
+    ).encode()
     with pytest.raises(packages.PackageError) as deep2:
         run(_zip_bytes([("manifest.json", deep_obj), ("a.png", png(1))]))
     assert deep2.value.code == "manifest_invalid"
@@ -635,7 +764,7 @@ def test_zip_refusals_happen_before_the_archive_is_parsed_and_never_500(sessions
     second = z.infolist()[1]
     cd = one.rfind(b"PK\x01\x02")  # the second central record
     patched = bytearray(one)
-    patched[cd + 42:cd + 46] = (0).to_bytes(4, "little")  # its local header offset → the first entry's
+    patched[cd + 42 : cd + 46] = (0).to_bytes(4, "little")  # its local header offset → the first entry's
     assert second.filename == "b.png"
     with pytest.raises(packages.PackageError) as overlap:
         run(bytes(patched))
@@ -643,7 +772,7 @@ def test_zip_refusals_happen_before_the_archive_is_parsed_and_never_500(sessions
     # Local and central names that differ.
     differ = bytearray(_zip_bytes([("a.png", png(4))]))
     at = differ.find(b"a.png")  # the local header's copy comes first
-    differ[at:at + 5] = b"x.png"
+    differ[at : at + 5] = b"x.png"
     with pytest.raises(packages.PackageError) as names:
         run(bytes(differ))
     assert names.value.code == "zip_corrupt"
@@ -662,7 +791,9 @@ def test_zip_names_with_nul_and_repeated_names_are_all_imported(sessions, store,
     assert [i.status for i in result.items] == ["created"] * 4
     assert "\x00" not in result.items[0].name
     with sessions.begin() as s:
-        assert s.execute(text("SELECT count(*) FROM memes WHERE scope_id = :s"), {"s": scope.scope_id}).scalar_one() == 4
+        assert (
+            s.execute(text("SELECT count(*) FROM memes WHERE scope_id = :s"), {"s": scope.scope_id}).scalar_one() == 4
+        )
 
 
 # ---------------------------------------------------------------- 6. image bombs
@@ -670,10 +801,12 @@ def test_zip_names_with_nul_and_repeated_names_are_all_imported(sessions, store,
 
 def _gif_frames(count: int) -> bytes:
     """A real GIF of ``count`` 1×1 frames (one shared frame block repeated)."""
-    frame = (b"\x21\xf9\x04\x00\x0a\x00\x00\x00"  # graphic control: 100 ms
-             b"\x2c\x00\x00\x00\x00\x01\x00\x01\x00\x00"  # image descriptor 1×1
-             b"\x02\x02\x44\x01\x00")  # LZW: clear, 0, end
-    return (b"GIF89a\x01\x00\x01\x00\x80\x00\x00" + b"\x00\x00\x00\xff\xff\xff" + frame * count + b"\x3b")
+    frame = (
+        b"\x21\xf9\x04\x00\x0a\x00\x00\x00"  # graphic control: 100 ms
+        b"\x2c\x00\x00\x00\x00\x01\x00\x01\x00\x00"  # image descriptor 1×1
+        b"\x02\x02\x44\x01\x00"
+    )  # LZW: clear, 0, end
+    return b"GIF89a\x01\x00\x01\x00\x80\x00\x00" + b"\x00\x00\x00\xff\xff\xff" + frame * count + b"\x3b"
 
 
 def _webp_frames(count: int) -> bytes:
@@ -689,8 +822,8 @@ def _webp_frames(count: int) -> bytes:
     data = out.getvalue()
     chunks, at = [], 12
     while at + 8 <= len(data):
-        tag, size = data[at:at + 4], struct.unpack("<I", data[at + 4:at + 8])[0]
-        chunks.append((tag, data[at:at + 8 + size + (size & 1)]))
+        tag, size = data[at : at + 4], struct.unpack("<I", data[at + 4 : at + 8])[0]
+        chunks.append((tag, data[at : at + 8 + size + (size & 1)]))
         at += 8 + size + (size & 1)
     head = b"".join(c for t, c in chunks if t in (b"VP8X", b"ANIM"))
     anmf = next(c for t, c in chunks if t == b"ANMF")
@@ -709,8 +842,12 @@ def _png_16bit(width: int, height: int) -> bytes:
     z = zlib.compressobj(9)
     row = b"\0" * (1 + 2 * width)
     idat = b"".join(z.compress(row) for _ in range(height)) + z.flush()
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 16, 0, 0, 0, 0))
-            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 16, 0, 0, 0, 0))
+        + chunk(b"IDAT", idat)
+        + chunk(b"IEND", b"")
+    )
 
 
 def _png_ztxt(megabytes: int) -> bytes:
@@ -733,8 +870,12 @@ def test_image_bombs_are_refused_within_time_and_memory_budgets(bomb):
     from mewdex.config import get_settings
     from mewdex.library.images import ImageError, load_frames, probe
 
-    data = {"gif_1m_frames": lambda: _gif_frames(1_000_000), "webp_1m_frames": lambda: _webp_frames(1_000_000),
-            "png_50mp_16bit": lambda: _png_16bit(8000, 6250), "png_huge_ztxt": lambda: _png_ztxt(200)}[bomb]()
+    data = {
+        "gif_1m_frames": lambda: _gif_frames(1_000_000),
+        "webp_1m_frames": lambda: _webp_frames(1_000_000),
+        "png_50mp_16bit": lambda: _png_16bit(8000, 6250),
+        "png_huge_ztxt": lambda: _png_ztxt(200),
+    }[bomb]()
     max_pixels = get_settings().max_pixels
     for decode in (lambda: probe(data, max_pixels=max_pixels), lambda: load_frames(data, max_pixels=max_pixels)):
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -776,11 +917,24 @@ def test_a_streaming_upload_holds_no_database_connection_and_uploads_per_user_ar
             if message["type"] == "http.response.start":
                 state["status"] = message["status"]
 
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/api/v1/memes", "raw_path": b"/api/v1/memes", "query_string": b"",
-                 "root_path": "", "client": ("127.0.0.1", 5000 + index), "server": ("127.0.0.1", 8275),
-                 "headers": [(b"host", b"127.0.0.1:8275"), (b"content-type", b"multipart/form-data; boundary=b"),
-                             (b"authorization", f"Bearer {u.token}".encode())]}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/api/v1/memes",
+            "raw_path": b"/api/v1/memes",
+            "query_string": b"",
+            "root_path": "",
+            "client": ("127.0.0.1", 5000 + index),
+            "server": ("127.0.0.1", 8275),
+            "headers": [
+                (b"host", b"127.0.0.1:8275"),
+                (b"content-type", b"multipart/form-data; boundary=b"),
+                (b"authorization", f"Bearer {u.token}".encode()),
+            ],
+        }
         await app(scope, receive, send)
         results[index] = state["status"]
 
@@ -819,15 +973,24 @@ def test_every_route_hides_other_users_ids_and_checks_csrf(auth_app, sessions, s
 
     a, b = auth_app.new("walka"), auth_app.new("walkb")
     meme = add_meme(sessions, store, a.scope_id, png(77), process=True)
-    collection = a.client.post("/api/v1/collections", json={"name": "mine"},
-                               headers={"X-CSRF-Token": a.csrf}).json()["id"]
+    collection = a.client.post("/api/v1/collections", json={"name": "mine"}, headers={"X-CSRF-Token": a.csrf}).json()[
+        "id"
+    ]
     token_id = a.client.get("/api/v1/tokens").json()["tokens"][0]["id"]
     with sessions.begin() as s:
         task = s.execute(text("SELECT id FROM tasks WHERE scope_id = :s LIMIT 1"), {"s": a.scope_id}).scalar_one()
         job = s.execute(text("SELECT id FROM image_processing_jobs WHERE meme_id = :m"), {"m": meme}).scalar_one()
     conversation = a.client.post("/api/v1/conversations", json={}, headers={"X-CSRF-Token": a.csrf}).json()["id"]
-    ids = {"meme_id": meme, "collection_id": collection, "token_id": token_id, "task_id": str(task),
-           "job_id": str(job), "batch_id": str(_uuid.uuid4()), "user_id": a.user_id, "conversation_id": conversation}
+    ids = {
+        "meme_id": meme,
+        "collection_id": collection,
+        "token_id": token_id,
+        "task_id": str(task),
+        "job_id": str(job),
+        "batch_id": str(_uuid.uuid4()),
+        "user_id": a.user_id,
+        "conversation_id": conversation,
+    }
     walked, csrf_checked = 0, 0
     # FastAPI ≥ 0.16x nests included routers: RouteContext gives each route's full path.
     from fastapi.routing import iter_route_contexts
@@ -846,12 +1009,20 @@ def test_every_route_hides_other_users_ids_and_checks_csrf(auth_app, sessions, s
                     assert r.json()["error"]["code"] in ("invalid_request",), (method, path, r.text[:200])
                 walked += 1
             if method in ("POST", "PUT", "PATCH", "DELETE") and route.path not in (
-                    "/api/v1/auth/login", "/api/v1/auth/signup", "/api/v1/auth/logout"):
+                "/api/v1/auth/login",
+                "/api/v1/auth/signup",
+                "/api/v1/auth/logout",
+            ):
                 path = route.path_format.format(**{p: ids.get(p, "x") for p in params})
                 for bad in ({}, {"X-CSRF-Token": "wrong"}, {"X-CSRF-Token": a.csrf}):
                     r = b.client.request(method, path, headers=bad, json={})
                     assert r.status_code == 403 and r.json()["error"]["code"] == "csrf_failed", (
-                        method, path, bad, r.status_code, r.text[:200])
+                        method,
+                        path,
+                        bad,
+                        r.status_code,
+                        r.text[:200],
+                    )
                 csrf_checked += 1
     assert walked >= 20 and csrf_checked >= 15, (walked, csrf_checked)
 
@@ -877,13 +1048,29 @@ def test_user_controlled_text_renders_as_text_in_every_page(auth_app, sessions, 
     h = {"X-CSRF-Token": u.csrf}
     assert u.client.patch(f"/api/v1/memes/{meme}", json={"display_name": payload}, headers=h).status_code == 200
     with sessions.begin() as s:
-        s.execute(text("UPDATE memes SET meme_context = jsonb_build_object('ocr_text', CAST(:p AS text), "
-                       "'title', CAST(:p AS text)) WHERE id = :m"), {"p": payload, "m": meme})
+        s.execute(
+            text(
+                "UPDATE memes SET meme_context = jsonb_build_object('ocr_text', CAST(:p AS text), "
+                "'title', CAST(:p AS text)) WHERE id = :m"
+            ),
+            {"p": payload, "m": meme},
+        )
     collection = u.client.post("/api/v1/collections", json={"name": payload}, headers=h).json()["id"]
     u.client.post(f"/api/v1/collections/{collection}/items", json={"meme_ids": [meme]}, headers=h)
-    pages = [(u, "/"), (u, f"/?q={payload}"), (u, f"/ui/search?q={payload}"), (u, "/library"), (u, "/ui/library"),
-             (u, "/collections"), (u, f"/collections/{collection}"), (u, f"/memes/{meme}"), (u, "/tasks"),
-             (u, "/login"), (admin, "/admin"), (u, f"/login?next=/{payload}")]
+    pages = [
+        (u, "/"),
+        (u, f"/?q={payload}"),
+        (u, f"/ui/search?q={payload}"),
+        (u, "/library"),
+        (u, "/ui/library"),
+        (u, "/collections"),
+        (u, f"/collections/{collection}"),
+        (u, f"/memes/{meme}"),
+        (u, "/tasks"),
+        (u, "/login"),
+        (admin, "/admin"),
+        (u, f"/login?next=/{payload}"),
+    ]
     for who, path in pages:
         r = who.client.get(path, headers={"accept": "text/html"})
         assert r.status_code == 200, (path, r.status_code)
@@ -910,8 +1097,9 @@ def test_a_crashing_task_stores_a_code_and_a_safe_message(sessions, scope):
 
     lane = f"t-{_uuid.uuid4().hex[:12]}"
     with sessions.begin() as s:
-        task_id = queue.enqueue(s, scope_id=scope.scope_id, task_type="test.security_crash", lane=lane,
-                                payload={}, max_attempts=1).id
+        task_id = queue.enqueue(
+            s, scope_id=scope.scope_id, task_type="test.security_crash", lane=lane, payload={}, max_attempts=1
+        ).id
     assert Worker(sessions, name="sec", lanes=[lane]).run_once()
     with sessions.begin() as s:
         task = s.get(Task, task_id)
@@ -935,7 +1123,9 @@ def test_the_embedded_database_needs_its_password_and_blobs_are_private(mewdex_e
     from mewdex.db.embedded import password_file
 
     pgdata = get_settings().pgdata
-    assert "scram-sha-256" in (pgdata / "pg_hba.conf").read_text() and "trust" not in (pgdata / "pg_hba.conf").read_text()
+    assert (
+        "scram-sha-256" in (pgdata / "pg_hba.conf").read_text() and "trust" not in (pgdata / "pg_hba.conf").read_text()
+    )
     assert stat.S_IMODE(password_file(pgdata).stat().st_mode) == 0o600
     with pytest.raises(psycopg.OperationalError):  # any local user without the password: refused
         psycopg.connect(PostmasterInfo.read_from_pgdata(pgdata).get_uri()).close()
@@ -944,7 +1134,8 @@ def test_the_embedded_database_needs_its_password_and_blobs_are_private(mewdex_e
 
     with sessions.begin() as s:
         key = s.execute(text("SELECT storage_key FROM memes WHERE id = :m"), {"m": meme}).scalar_one()
-        namespace = str(s.execute(text("SELECT storage_namespace FROM scopes WHERE id = :s"),
-                                  {"s": scope.scope_id}).scalar_one())
+        namespace = str(
+            s.execute(text("SELECT storage_namespace FROM scopes WHERE id = :s"), {"s": scope.scope_id}).scalar_one()
+        )
     mode = stat.S_IMODE(store.path(namespace, key).stat().st_mode)
     assert mode & 0o007 == 0, oct(mode)  # nothing for other local users

@@ -29,8 +29,9 @@ def test_32_concurrent_searches_finish_without_5xx_and_health_stays_fast(sample,
 
     # Signed in as the local admin of no-login mode, whose scope is the sample's: authentication reads
     # the database, so each request holds a connection from then on, as in production.
-    settings_env(MEWDEX_AUTH="none", MEWDEX_DEFAULT_SCOPE=sample.scope.scope_id,
-                 MEWDEX_SEARCH_WAIT_SECONDS="60")  # this test is about the pools, not the overload answer
+    settings_env(
+        MEWDEX_AUTH="none", MEWDEX_DEFAULT_SCOPE=sample.scope.scope_id, MEWDEX_SEARCH_WAIT_SECONDS="60"
+    )  # this test is about the pools, not the overload answer
     statuses: list[int] = []
     health_seconds: list[float] = []
     with client_for() as c:
@@ -104,8 +105,9 @@ def test_health_and_the_page_header_say_degraded_when_queued_work_has_no_consume
         assert c.get("/health").status_code == 200
         [task_id] = enqueue_noops(sessions, scope, 1, lane=lane)
         with sessions.begin() as session:  # due for 10 minutes, and no worker serves its lane
-            session.execute(text("UPDATE tasks SET available_at = now() - interval '10 minutes' WHERE id = :i"),
-                            {"i": task_id})
+            session.execute(
+                text("UPDATE tasks SET available_at = now() - interval '10 minutes' WHERE id = :i"), {"i": task_id}
+            )
         r = c.get("/health")
         assert r.status_code == 503 and r.json()["status"] == "degraded"
         [reason] = r.json()["reasons"]
@@ -125,12 +127,22 @@ def _free_port() -> int:
 
 def test_serve_restarts_a_killed_worker_process_and_health_is_degraded_meanwhile(mewdex_env, tmp_path):
     port = _free_port()
-    env = {**os.environ, **mewdex_env.env, "MEWDEX_WORKERS": "2", "MEWDEX_WORKER_MODE": "process",
-           "MEWDEX_AUTH": "none"}
+    env = {
+        **os.environ,
+        **mewdex_env.env,
+        "MEWDEX_WORKERS": "2",
+        "MEWDEX_WORKER_MODE": "process",
+        "MEWDEX_AUTH": "none",
+    }
     log_path = tmp_path / "serve.log"
     with open(log_path, "w") as log:
-        serve = subprocess.Popen([str(MEWDEX_BIN), "serve", "--port", str(port)], env=env, stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+        serve = subprocess.Popen(
+            [str(MEWDEX_BIN), "serve", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
 
     def health() -> httpx.Response | None:
@@ -140,19 +152,25 @@ def test_serve_restarts_a_killed_worker_process_and_health_is_degraded_meanwhile
             return None
 
     try:
-        up = wait_until(lambda: (r := health()) is not None and r.status_code == 200 and r, 120, 0.3,
-                        "serve to come up")
+        up = wait_until(
+            lambda: (r := health()) is not None and r.status_code == 200 and r, 120, 0.3, "serve to come up"
+        )
         pool = up.json()["workers"]["pool"]
         assert pool["alive"] == 2 and pool["restarts"] == 0
         victim = pool["pids"][0]
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
-        down = wait_until(lambda: (r := health()) is not None and r.status_code == 503 and r, 10, 0.05,
-                          "/health to say degraded")
+        down = wait_until(
+            lambda: (r := health()) is not None and r.status_code == 503 and r, 10, 0.05, "/health to say degraded"
+        )
         assert down.json()["status"] == "degraded"
         assert [x["code"] for x in down.json()["reasons"]] == ["workers_down"]
-        back = wait_until(lambda: (r := health()) is not None and r.status_code == 200 and r, 30, 0.2,
-                          "the worker process to be restarted")
+        back = wait_until(
+            lambda: (r := health()) is not None and r.status_code == 200 and r,
+            30,
+            0.2,
+            "the worker process to be restarted",
+        )
         assert time.monotonic() - killed_at < 30
         pool = back.json()["workers"]["pool"]
         assert pool["alive"] == 2 and pool["restarts"] == 1 and victim not in pool["pids"]

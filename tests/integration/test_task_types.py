@@ -72,8 +72,11 @@ def task_module(tmp_path):
 
 
 def test_a_task_type_registered_by_the_test_runs_in_real_worker_processes(sessions, scope, mewdex_env, task_module):
-    env = {"MEWDEX_TASK_MODULES": json.dumps([task_module["module"]]), "MEWDEX_WORKER_POLL_SECONDS": "0.05",
-           "PYTHONPATH": os.pathsep.join([task_module["path"], os.environ.get("PYTHONPATH", "")])}
+    env = {
+        "MEWDEX_TASK_MODULES": json.dumps([task_module["module"]]),
+        "MEWDEX_WORKER_POLL_SECONDS": "0.05",
+        "PYTHONPATH": os.pathsep.join([task_module["path"], os.environ.get("PYTHONPATH", "")]),
+    }
     sys.path.insert(0, task_module["path"])
     try:
         registry.load([task_module["module"]])
@@ -85,14 +88,19 @@ def test_a_task_type_registered_by_the_test_runs_in_real_worker_processes(sessio
         for i in range(8):
             fail = {0: "first", 1: "always"}.get(i)
             # the test process registers it too, as every process does (MEWDEX_TASK_MODULES)
-            task = registry.submit(session, scope_id=scope.scope_id, task_type=task_module["name"],
-                                   payload={"value": i, "fail": fail})
+            task = registry.submit(
+                session, scope_id=scope.scope_id, task_type=task_module["name"], payload={"value": i, "fail": fail}
+            )
             assert (task.lane, task.max_attempts) == (task_module["lane"], 2)  # the type's lane and policy
             ids[i] = task.id
     procs = start_workers(mewdex_env, 2, concurrency=2, lanes=task_module["lane"], extra_env=env)
     try:
-        wait_until(lambda: status_counts(sessions, scope) == {"succeeded": 7, "failed": 1}, 120, 0.2,
-                   "the test's task type to run")
+        wait_until(
+            lambda: status_counts(sessions, scope) == {"succeeded": 7, "failed": 1},
+            120,
+            0.2,
+            "the test's task type to run",
+        )
     finally:
         stop_workers(procs)
     with sessions.begin() as session:
@@ -112,8 +120,10 @@ def test_a_task_type_registered_by_the_test_runs_in_real_worker_processes(sessio
             assert task.result["fastapi"] is False and task.result["web"] == []  # a worker never loads the web layer
         pids = {task.result["pid"] for task in tasks.values() if task.result}
         assert pids <= {p.pid for p in procs}
-        held = session.execute(text("SELECT count(*) FROM task_lane_slots WHERE lane = :l AND task_id IS NOT NULL"),
-                               {"l": task_module["lane"]}).scalar_one()
+        held = session.execute(
+            text("SELECT count(*) FROM task_lane_slots WHERE lane = :l AND task_id IS NOT NULL"),
+            {"l": task_module["lane"]},
+        ).scalar_one()
         assert held == 0
     assert [p.returncode for p in procs] == [0, 0]
 
@@ -133,8 +143,13 @@ def test_the_worker_entry_point_imports_neither_fastapi_nor_the_web_layer():
         assert loaded == [], loaded
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "MEWDEX_TASK_MODULES": "[]"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MEWDEX_TASK_MODULES": "[]"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -167,8 +182,10 @@ def test_concurrent_schedulers_enqueue_each_slot_once(sessions, scope):
         rows = session.execute(select(Task.dedupe_key, Task.payload).where(Task.scope_id == scope.scope_id)).all()
         assert len(rows) == len(slots) and {r.payload["slot"] for r in rows} == set(slots)
         # A slot whose task already finished is not enqueued again (the dedupe is on every status).
-        session.execute(text("UPDATE tasks SET status = 'succeeded', completed_at = now() WHERE scope_id = :s"),
-                        {"s": scope.scope_id})
+        session.execute(
+            text("UPDATE tasks SET status = 'succeeded', completed_at = now() WHERE scope_id = :s"),
+            {"s": scope.scope_id},
+        )
     with sessions.begin() as session:
         assert enqueue_slot(session, schedule, slots[0]) is None
 

@@ -111,8 +111,14 @@ def test_processing_resubmit_modes_plan_stages(client, sessions, store, scope, d
     from conftest import case_file
     from mewdex.library.memes import add_image
 
-    result = add_image(sessions, store, scope, case_file("img04_palette_trns.png").read_bytes(), filename="p.png",
-                       provenance={"source": "test", "relative_path": "p.png"})
+    result = add_image(
+        sessions,
+        store,
+        scope,
+        case_file("img04_palette_trns.png").read_bytes(),
+        filename="p.png",
+        provenance={"source": "test", "relative_path": "p.png"},
+    )
     drain(scope)
     meme_id = result.meme_id
     jobs = client.get("/api/v1/processing/jobs", params={"meme": meme_id}).json()["items"]
@@ -129,8 +135,11 @@ def test_processing_resubmit_modes_plan_stages(client, sessions, store, scope, d
         job = submit(mode)
         assert job["mode"] == mode and job["status"] == "succeeded" and job["tasks"] == []
         assert {s["stage"]: s["skip_reason"] for s in job["stages"]} == {
-            "visual": "already_ready", "agent": "already_ready", "auto_rename": "disabled",
-            "text_embedding": "already_ready"}
+            "visual": "already_ready",
+            "agent": "already_ready",
+            "auto_rename": "disabled",
+            "text_embedding": "already_ready",
+        }
     job = submit("full_retry")
     assert [s["stage"] for s in job["stages"] if s["planned"]] == ["visual", "agent", "text_embedding"]
     assert [t["stage"] for t in job["tasks"]] == ["visual"]  # the next stage's task comes with the hand-off

@@ -21,19 +21,33 @@ def _fill(sessions, scope, vectors: np.ndarray) -> list:
         generation = active_generation(session, scope.scope_id, MODEL, DIMS)
         for i, v in enumerate(vectors):
             sha = f"{i:064x}"
-            meme_id = session.execute(text(
-                "INSERT INTO memes (id, scope_id, storage_key, display_name, extension, size_bytes, sha256, "
-                "context_status, meme_context, provenance, extensions, revision, created_at, updated_at) "
-                "VALUES (gen_random_uuid(), :s, :k, :n, '.png', 1, :sha, 'ready', '{}', '{}', '{}', 1, "
-                "now(), now()) "
-                "RETURNING id"), {"s": scope.scope_id, "k": sha + ".png", "n": f"m{i}", "sha": sha}).scalar_one()
-            session.execute(text(
-                "INSERT INTO meme_embeddings (scope_id, generation_id, meme_id, field, model, dimensions, "
-                "embedding, semantic_document, semantic_document_hash, metadata_hash, image_sha256, "
-                "meme_revision, item_status) "
-                "VALUES (:s, :g, :m, 'document', :model, :d, :e, '', :h, :h, :h, 1, 'ready')"),
-                {"s": scope.scope_id, "g": generation.id, "m": meme_id, "model": MODEL, "d": DIMS,
-                 "e": v.astype(np.float32), "h": sha})
+            meme_id = session.execute(
+                text(
+                    "INSERT INTO memes (id, scope_id, storage_key, display_name, extension, size_bytes, sha256, "
+                    "context_status, meme_context, provenance, extensions, revision, created_at, updated_at) "
+                    "VALUES (gen_random_uuid(), :s, :k, :n, '.png', 1, :sha, 'ready', '{}', '{}', '{}', 1, "
+                    "now(), now()) "
+                    "RETURNING id"
+                ),
+                {"s": scope.scope_id, "k": sha + ".png", "n": f"m{i}", "sha": sha},
+            ).scalar_one()
+            session.execute(
+                text(
+                    "INSERT INTO meme_embeddings (scope_id, generation_id, meme_id, field, model, dimensions, "
+                    "embedding, semantic_document, semantic_document_hash, metadata_hash, image_sha256, "
+                    "meme_revision, item_status) "
+                    "VALUES (:s, :g, :m, 'document', :model, :d, :e, '', :h, :h, :h, 1, 'ready')"
+                ),
+                {
+                    "s": scope.scope_id,
+                    "g": generation.id,
+                    "m": meme_id,
+                    "model": MODEL,
+                    "d": DIMS,
+                    "e": v.astype(np.float32),
+                    "h": sha,
+                },
+            )
             ids.append(meme_id)
     return ids
 
@@ -54,10 +68,16 @@ def test_small_scope_next_to_a_large_one_gets_its_own_best(sessions):
         small_ids = _fill(sessions, small, _unit(rng, 5))
         with sessions.begin() as session:
             hits = vector.search(session, small.scope_id, MODEL, query, 5)
-            plan = "\n".join(r[0] for r in session.execute(text(
-                f"EXPLAIN SELECT meme_id FROM meme_embeddings WHERE model = :m AND dimensions = {DIMS} "
-                f"ORDER BY embedding::vector({DIMS}) <=> CAST(:q AS vector({DIMS})) LIMIT 5"),
-                {"m": MODEL, "q": query}))
+            plan = "\n".join(
+                r[0]
+                for r in session.execute(
+                    text(
+                        f"EXPLAIN SELECT meme_id FROM meme_embeddings WHERE model = :m AND dimensions = {DIMS} "
+                        f"ORDER BY embedding::vector({DIMS}) <=> CAST(:q AS vector({DIMS})) LIMIT 5"
+                    ),
+                    {"m": MODEL, "q": query},
+                )
+            )
         assert "hnsw" in plan  # the partial expression index is there and usable
         assert sorted(h.meme_id for h in hits) == sorted(small_ids)
         assert [h.similarity for h in hits] == sorted((h.similarity for h in hits), reverse=True)

@@ -20,17 +20,46 @@ from fakes.openai_server import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.corpus
 
-FILES = ["drake/yes.jpg", "crow/default.jpg", "dragon/default.png", "cmm/default.png", "afraid/default.jpg",
-         "agnes/default.jpg", "ams/default.jpg", "ants/default.jpg", "astronaut/default.png", "awesome/default.jpg",
-         "bad/default.jpg", "balloon/default.jpg", "bender/default.jpg", "bilbo/default.jpg", "boat/default.jpg",
-         "aag/default.jpg", "ackbar/default.jpg", "aint-got-time/default.jpg", "away/default.jpg", "because/default.png"]
+FILES = [
+    "drake/yes.jpg",
+    "crow/default.jpg",
+    "dragon/default.png",
+    "cmm/default.png",
+    "afraid/default.jpg",
+    "agnes/default.jpg",
+    "ams/default.jpg",
+    "ants/default.jpg",
+    "astronaut/default.png",
+    "awesome/default.jpg",
+    "bad/default.jpg",
+    "balloon/default.jpg",
+    "bender/default.jpg",
+    "bilbo/default.jpg",
+    "boat/default.jpg",
+    "aag/default.jpg",
+    "ackbar/default.jpg",
+    "aint-got-time/default.jpg",
+    "away/default.jpg",
+    "because/default.png",
+]
 
 
 def _answer(n: int, description: str) -> dict:
-    return {"title_zh": f"表情{n}", "title_en": f"reaction {n}", "description_zh": "一张图片",
-            "description_en": description, "text_in_image": "", "people": [], "objects": ["thing"],
-            "emotions": ["neutral"], "usage_scenarios": ["replying in a chat"], "tags_zh": ["表情"],
-            "tags_en": ["meme"], "template": None, "safety": "safe"}
+    return {
+        "title_zh": f"表情{n}",
+        "title_en": f"reaction {n}",
+        "description_zh": "一张图片",
+        "description_en": description,
+        "text_in_image": "",
+        "people": [],
+        "objects": ["thing"],
+        "emotions": ["neutral"],
+        "usage_scenarios": ["replying in a chat"],
+        "tags_zh": ["表情"],
+        "tags_en": ["meme"],
+        "template": None,
+        "safety": "safe",
+    }
 
 
 def _sent_sha(data: bytes) -> str:
@@ -61,8 +90,11 @@ def vision_world(sessions, store, settings_env, tmp_path):
         for n, path in enumerate(paths):
             target = root / f"img_{n:03d}{path.suffix}"  # names that say nothing
             shutil.copyfile(path, target)
-            description = ("a purple giraffe juggling paper lanterns on a rooftop" if n == 7
-                           else f"an ordinary reaction picture number {n}")
+            description = (
+                "a purple giraffe juggling paper lanterns on a rooftop"
+                if n == 7
+                else f"an ordinary reaction picture number {n}"
+            )
             answers[_sent_sha(path.read_bytes())] = _answer(n, description)
         fake.handler = lambda request: Reply.json(answers[hashlib.sha256(FakeOpenAI.images(request)[0]).hexdigest()])
         with sessions.begin() as session:
@@ -73,20 +105,35 @@ def vision_world(sessions, store, settings_env, tmp_path):
             first_id = first.user_id
             user_id, scope = user.user_id, ScopeContext(user.scope_id)
             definition = connectors.create_definition(
-                session, provider="openai_compatible", name=f"vision-{uuid.uuid4().hex[:6]}", visibility="all",
+                session,
+                provider="openai_compatible",
+                name=f"vision-{uuid.uuid4().hex[:6]}",
+                visibility="all",
                 credentials={"api_key": fake.api_key},
-                config={"base_url": fake.base_url, "vision_model": "fake-vision", "price_version": "v7",
-                        "prices": {"fake-vision": {"input": 1, "output": 4, "image": "0.001"}}})
+                config={
+                    "base_url": fake.base_url,
+                    "vision_model": "fake-vision",
+                    "price_version": "v7",
+                    "prices": {"fake-vision": {"input": 1, "output": 4, "image": "0.001"}},
+                },
+            )
             definition_id = definition.definition_id
             policy.update(session, scope, vision=True)
-        yield {"fake": fake, "scope": scope, "user_id": user_id, "root": root, "definition_id": definition_id,
-               "target": root / "img_007.jpg"}
+        yield {
+            "fake": fake,
+            "scope": scope,
+            "user_id": user_id,
+            "root": root,
+            "definition_id": definition_id,
+            "target": root / "img_007.jpg",
+        }
         from accounts_helpers import delete_users
 
         with sessions.begin() as session:
             session.execute(text("DELETE FROM external_system_audits WHERE definition_id = :d"), {"d": definition_id})
-            session.execute(text("DELETE FROM external_system_definitions WHERE definition_id = :d"),
-                            {"d": definition_id})
+            session.execute(
+                text("DELETE FROM external_system_definitions WHERE definition_id = :d"), {"d": definition_id}
+            )
         delete_users(sessions, [str(user_id), str(first_id)])
 
 
@@ -98,16 +145,26 @@ def test_vision_analysis_feeds_search_meters_and_audits(vision_world, sessions, 
 
     fake, scope = vision_world["fake"], vision_world["scope"]
     ids = {}
-    import_paths(sessions, store, scope, collect([vision_world["root"]]),
-                 on_result=lambda item, result: ids.__setitem__(item.relative_path, result.meme_id))
+    import_paths(
+        sessions,
+        store,
+        scope,
+        collect([vision_world["root"]]),
+        on_result=lambda item, result: ids.__setitem__(item.relative_path, result.meme_id),
+    )
     drain_queue(sessions, scope, timeout=600)
     assert len(fake.chat_requests()) == 20
     request = fake.chat_requests()[0]
     assert request["model"] == "fake-vision" and request["response_format"]["type"] == "json_schema"
-    assert all(max(__import__("PIL.Image", fromlist=["Image"]).open(__import__("io").BytesIO(img)).size) <= 768
-               for img in FakeOpenAI.images(request))
-    target_id = str(ids[str(vision_world["target"].name)] if vision_world["target"].name in ids
-                    else next(v for k, v in ids.items() if str(k).endswith("img_007.jpg")))
+    assert all(
+        max(__import__("PIL.Image", fromlist=["Image"]).open(__import__("io").BytesIO(img)).size) <= 768
+        for img in FakeOpenAI.images(request)
+    )
+    target_id = str(
+        ids[str(vision_world["target"].name)]
+        if vision_world["target"].name in ids
+        else next(v for k, v in ids.items() if str(k).endswith("img_007.jpg"))
+    )
     with sessions.begin() as session:
         meme = session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == target_id)).scalar_one()
         assert meme.meme_context["vision_status"] == "ok"
@@ -118,17 +175,31 @@ def test_vision_analysis_feeds_search_meters_and_audits(vision_world, sessions, 
         assert hits and str(hits[0].id) == target_id  # the vector legs embed the vision field too
         from mewdex.search.evaluation import evaluate
 
-        quality = evaluate(session, scope, [{"query": "giraffe juggling lanterns", "ids": [target_id]},
-                                            {"query": "anything", "sha256": ["0" * 64]}])
+        quality = evaluate(
+            session,
+            scope,
+            [{"query": "giraffe juggling lanterns", "ids": [target_id]}, {"query": "anything", "sha256": ["0" * 64]}],
+        )
         assert quality == {"queries": 2, "evaluated": 1, "skipped": 1, "recall_at_10": 1.0, "mrr_at_10": 1.0}
-        events = session.execute(select(UsageEvent).where(UsageEvent.scope_id == scope.scope_id,
-                                                          UsageEvent.model_profile.like("vision-%"))).scalars().all()
+        events = (
+            session.execute(
+                select(UsageEvent).where(
+                    UsageEvent.scope_id == scope.scope_id, UsageEvent.model_profile.like("vision-%")
+                )
+            )
+            .scalars()
+            .all()
+        )
         assert len(events) == 20 and all(e.units["outcome"] == "ok" and e.units["images"] == 1 for e in events)
         assert all(e.units["price_version"] == "v7" and e.cost_cny >= Decimal("0.001") for e in events)
-        audits = session.execute(select(ExternalSystemAudit).where(
-            ExternalSystemAudit.scope_id == scope.scope_id)).scalars().all()
+        audits = (
+            session.execute(select(ExternalSystemAudit).where(ExternalSystemAudit.scope_id == scope.scope_id))
+            .scalars()
+            .all()
+        )
         assert len(audits) == 20 and {(a.event, a.outcome, a.status_code) for a in audits} == {
-            ("vision_analysis", "ok", 200)}
+            ("vision_analysis", "ok", 200)
+        }
         assert fake.api_key not in json.dumps([a.detail for a in audits])
 
         # a budget of zero: the re-analysis is refused before any call, the meme keeps a local context
@@ -140,11 +211,25 @@ def test_vision_analysis_feeds_search_meters_and_audits(vision_world, sessions, 
     with sessions.begin() as session:
         meme = session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == target_id)).scalar_one()
         assert meme.meme_context["vision_status"] == "quota_exceeded" and meme.context_status == "ready"
-        refused = session.execute(select(UsageEvent).where(UsageEvent.scope_id == scope.scope_id,
-                                                           UsageEvent.units["outcome"].astext == "refused")).scalars().all()
+        refused = (
+            session.execute(
+                select(UsageEvent).where(
+                    UsageEvent.scope_id == scope.scope_id, UsageEvent.units["outcome"].astext == "refused"
+                )
+            )
+            .scalars()
+            .all()
+        )
         assert len(refused) == 1 and refused[0].cost_cny == 0
-        assert session.execute(select(ExternalSystemAudit).where(
-            ExternalSystemAudit.scope_id == scope.scope_id, ExternalSystemAudit.outcome == "refused")).scalars().all()
+        assert (
+            session.execute(
+                select(ExternalSystemAudit).where(
+                    ExternalSystemAudit.scope_id == scope.scope_id, ExternalSystemAudit.outcome == "refused"
+                )
+            )
+            .scalars()
+            .all()
+        )
 
 
 def test_fallback_to_json_mode_repair_and_refusal(vision_world, sessions, store):
@@ -156,8 +241,12 @@ def test_fallback_to_json_mode_repair_and_refusal(vision_world, sessions, store)
     broken = dict(good)
     del broken["safety"]
     # no structured outputs (400) → JSON mode answers invalid → one repair → valid
-    fake.script(Reply.error(400, "response_format json_schema is not supported"), Reply.json(broken), Reply.json(good),
-                Reply.refusal("I can't describe this."))
+    fake.script(
+        Reply.error(400, "response_format json_schema is not supported"),
+        Reply.json(broken),
+        Reply.json(good),
+        Reply.refusal("I can't describe this."),
+    )
     one = vision_world["root"] / "one"
     one.mkdir()
     shutil.copyfile(CORPUS / "memegen" / "images" / FILES[0], one / "a.jpg")
@@ -165,17 +254,27 @@ def test_fallback_to_json_mode_repair_and_refusal(vision_world, sessions, store)
     import_paths(sessions, store, scope, collect([one]))
     drain_queue(sessions, scope, timeout=300)
     bodies = fake.chat_requests()
-    assert [b["response_format"]["type"] for b in bodies] == ["json_schema", "json_object", "json_object",
-                                                              "json_schema"]
+    assert [b["response_format"]["type"] for b in bodies] == [
+        "json_schema",
+        "json_object",
+        "json_object",
+        "json_schema",
+    ]
     with sessions.begin() as session:
-        contexts = [m.meme_context for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id)).scalars()]
+        contexts = [
+            m.meme_context for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id)).scalars()
+        ]
     statuses = sorted(c["vision_status"] for c in contexts)
     assert statuses == ["ok", "provider_refused"]
-    assert next(c for c in contexts if c["vision_status"] == "ok")["vision"]["description_en"] == "a cat wearing sunglasses"
+    assert (
+        next(c for c in contexts if c["vision_status"] == "ok")["vision"]["description_en"]
+        == "a cat wearing sunglasses"
+    )
 
 
 def test_worker_killed_during_the_call_leaves_unknown_execution_and_resume_completes(
-        vision_world, sessions, store, mewdex_env):
+    vision_world, sessions, store, mewdex_env
+):
     import signal
     import threading
     import time
@@ -203,9 +302,16 @@ def test_worker_killed_during_the_call_leaves_unknown_execution_and_resume_compl
     shutil.copyfile(CORPUS / "memegen" / "images" / FILES[4], one / "k.jpg")
     ids = []
     import_paths(sessions, store, scope, collect([one]), on_result=lambda item, result: ids.append(result.meme_id))
-    workers = start_workers(mewdex_env, 1, extra_env={
-        "MEWDEX_EGRESS_ALLOW_HOSTS": json.dumps([fake.host_port]), "MEWDEX_PROVIDER_MAX_RETRIES": "0",
-        "MEWDEX_WORKER_LEASE_SECONDS": "5", "MEWDEX_WORKER_HEARTBEAT_SECONDS": "1"})
+    workers = start_workers(
+        mewdex_env,
+        1,
+        extra_env={
+            "MEWDEX_EGRESS_ALLOW_HOSTS": json.dumps([fake.host_port]),
+            "MEWDEX_PROVIDER_MAX_RETRIES": "0",
+            "MEWDEX_WORKER_LEASE_SECONDS": "5",
+            "MEWDEX_WORKER_HEARTBEAT_SECONDS": "1",
+        },
+    )
     try:
         assert arrived.wait(240), "the worker never called the vision model"
         workers[0].send_signal(signal.SIGKILL)
@@ -217,9 +323,13 @@ def test_worker_killed_during_the_call_leaves_unknown_execution_and_resume_compl
     def reaped():
         with sessions.begin() as session:
             queue.reap_expired(session)
-            return session.execute(select(Task).where(
-                Task.scope_id == scope.scope_id, Task.task_type == "meme_context_generation",
-                Task.termination_reason == "unknown_execution")).scalar_one_or_none()
+            return session.execute(
+                select(Task).where(
+                    Task.scope_id == scope.scope_id,
+                    Task.task_type == "meme_context_generation",
+                    Task.termination_reason == "unknown_execution",
+                )
+            ).scalar_one_or_none()
 
     task = wait_until(reaped, timeout=60, what="the context task to end unknown_execution")
     assert task.status == "failed" and task.resume_available
@@ -234,6 +344,13 @@ def test_worker_killed_during_the_call_leaves_unknown_execution_and_resume_compl
         meme = session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == ids[0])).scalar_one()
         assert meme.meme_context["vision_status"] == "ok"
         assert meme.meme_context["vision"]["description_en"] == "a walrus reading a newspaper"
-        ok = session.execute(select(UsageEvent).where(UsageEvent.scope_id == scope.scope_id,
-                                                      UsageEvent.units["outcome"].astext == "ok")).scalars().all()
+        ok = (
+            session.execute(
+                select(UsageEvent).where(
+                    UsageEvent.scope_id == scope.scope_id, UsageEvent.units["outcome"].astext == "ok"
+                )
+            )
+            .scalars()
+            .all()
+        )
         assert len(ok) == 1  # the resumed attempt commits the grant the dead one reserved, once

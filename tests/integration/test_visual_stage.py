@@ -29,7 +29,9 @@ def png(color, size=(64, 48), noise_seed=None) -> bytes:
         im = Image.new("RGB", size, color)
     else:
         rng = np.random.default_rng(noise_seed)
-        im = Image.fromarray(rng.integers(0, 255, size=(6, 8, 3), dtype=np.uint8)).resize(size, Image.Resampling.BICUBIC)
+        im = Image.fromarray(rng.integers(0, 255, size=(6, 8, 3), dtype=np.uint8)).resize(
+            size, Image.Resampling.BICUBIC
+        )
     buf = io.BytesIO()
     im.save(buf, "PNG")
     return buf.getvalue()
@@ -48,8 +50,15 @@ def process(sessions, store, scope, meme_id, stage=None):
         meme = session.get(Meme, meme_id)
         namespace = str(session.get(Scope, scope.scope_id).storage_namespace)
         key = meme.storage_key
-        snap = MemeSnapshot(meme.scope_id, meme.id, meme.sha256, meme.display_name, dict(meme.provenance),
-                            dict(meme.meme_context), lambda: store.path(namespace, key).read_bytes())
+        snap = MemeSnapshot(
+            meme.scope_id,
+            meme.id,
+            meme.sha256,
+            meme.display_name,
+            dict(meme.provenance),
+            dict(meme.meme_context),
+            lambda: store.path(namespace, key).read_bytes(),
+        )
     output = stage.run(snap)
     with sessions.begin() as session:
         stage.apply(session, stages.load_meme(session, scope.scope_id, snap.id), output)
@@ -61,8 +70,12 @@ def test_stage_writes_thumbnails_embedding_labels_and_phash(sessions, store, sco
     out = process(sessions, store, scope, meme_id)
     with sessions.begin() as session:
         meme = session.get(Meme, meme_id)
-        rows = {r.profile: r for r in session.execute(
-            select(DerivedImageThumbnail).where(DerivedImageThumbnail.meme_id == meme.id)).scalars()}
+        rows = {
+            r.profile: r
+            for r in session.execute(
+                select(DerivedImageThumbnail).where(DerivedImageThumbnail.meme_id == meme.id)
+            ).scalars()
+        }
         assert set(rows) == {th.STILL_PROFILE, th.ANIMATED_PROFILE}
         namespace = str(session.get(Scope, scope.scope_id).storage_namespace)
         for row in rows.values():
@@ -78,14 +91,22 @@ def test_stage_writes_thumbnails_embedding_labels_and_phash(sessions, store, sco
         assert meme.meme_context["labels"] == out.context_labels and meme.meme_context["labels"]
         assert meme.extensions["visual"]["phash"] == out.phash and len(meme.extensions["visual"]["labels"]) == 5
         assert meme.extensions["image"]["animated"] is True  # what the upload recorded is kept
-        index = session.execute(text("SELECT count(*) FROM pg_indexes WHERE tablename = 'meme_visual_embeddings' "
-                                     "AND indexdef ILIKE '%hnsw%'")).scalar_one()
+        index = session.execute(
+            text(
+                "SELECT count(*) FROM pg_indexes WHERE tablename = 'meme_visual_embeddings' AND indexdef ILIKE '%hnsw%'"
+            )
+        ).scalar_one()
         assert index >= 1
     # re-running is idempotent: one embedding row, the same thumbnail rows
     process(sessions, store, scope, meme_id)
     with sessions.begin() as session:
-        assert session.execute(select(MemeVisualEmbedding).where(
-            MemeVisualEmbedding.meme_id == meme_id)).scalars().all().__len__() == 1
+        assert (
+            session.execute(select(MemeVisualEmbedding).where(MemeVisualEmbedding.meme_id == meme_id))
+            .scalars()
+            .all()
+            .__len__()
+            == 1
+        )
 
 
 def test_dup01_same_pixels_different_bytes_is_a_near_duplicate_of_the_first(sessions, store, scope):
@@ -99,8 +120,15 @@ def test_dup01_same_pixels_different_bytes_is_a_near_duplicate_of_the_first(sess
     for m in (first, third, unrelated):
         process(sessions, store, scope, m)
     with sessions.begin() as session:
-        pairs = session.execute(select(near_duplicates.near_duplicates).where(
-            near_duplicates.near_duplicates.c.scope_id == scope.scope_id)).mappings().all()
+        pairs = (
+            session.execute(
+                select(near_duplicates.near_duplicates).where(
+                    near_duplicates.near_duplicates.c.scope_id == scope.scope_id
+                )
+            )
+            .mappings()
+            .all()
+        )
         assert [(str(p["meme_id"]), str(p["duplicate_of"]), p["phash_distance"]) for p in pairs] == [(third, first, 0)]
         assert pairs[0]["cosine"] > 0.999
         shown = image_search.near_duplicates_of(session, scope.scope_id, third)
@@ -122,8 +150,9 @@ def test_search_by_image_and_similar(sessions, store, scope):
     buf = io.BytesIO()
     im.convert("RGB").save(buf, "JPEG", quality=40)
     api = client_for(scope)
-    r = api.post("/api/v1/search/image", files={"file": ("q.jpg", buf.getvalue(), "image/jpeg")},
-                 data={"n_results": "3"})
+    r = api.post(
+        "/api/v1/search/image", files={"file": ("q.jpg", buf.getvalue(), "image/jpeg")}, data={"n_results": "3"}
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert set(body) == {"results", "took_ms"} and len(body["results"]) == 3
@@ -133,10 +162,16 @@ def test_search_by_image_and_similar(sessions, store, scope):
     sim = api.get(f"/api/v1/memes/{ids[2]}/similar", params={"n_results": 10}).json()["results"]
     assert ids[2] not in [x["id"] for x in sim] and len(sim) == 5
     # bad input
-    assert api.post("/api/v1/search/image", files={"file": ("x.png", b"hello", "image/png")}).json()["error"]["code"] \
+    assert (
+        api.post("/api/v1/search/image", files={"file": ("x.png", b"hello", "image/png")}).json()["error"]["code"]
         == "unsupported_media_type"
-    assert api.post("/api/v1/search/image", files={"file": ("x.png", png("red"), "image/png")},
-                    data={"n_results": "0"}).status_code == 422
+    )
+    assert (
+        api.post(
+            "/api/v1/search/image", files={"file": ("x.png", png("red"), "image/png")}, data={"n_results": "0"}
+        ).status_code
+        == 422
+    )
     assert api.get("/api/v1/memes/not-a-uuid/similar").status_code == 404
 
 
@@ -162,7 +197,9 @@ def test_thumbnail_endpoint_and_reconcile(sessions, store, scope):
     api = client_for(scope)
     # before processing: the original stands in (thumbnails are rendered only by the worker)
     r = api.get(f"/media/{still_id}/thumbnail")
-    assert r.status_code == 200 and r.headers["content-type"] == "image/png" and r.headers["cache-control"] == "no-store"
+    assert (
+        r.status_code == 200 and r.headers["content-type"] == "image/png" and r.headers["cache-control"] == "no-store"
+    )
     assert r.content == png("blue")
     report = th.reconcile(sessions, store, scope.scope_id)
     assert report.as_dict() == {"checked": 2, "rebuilt": 2, "failed": 0}
@@ -170,7 +207,10 @@ def test_thumbnail_endpoint_and_reconcile(sessions, store, scope):
     r = api.get(f"/media/{anim_id}/thumbnail", params={"animated": 1})
     assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
     assert getattr(Image.open(io.BytesIO(r.content)), "n_frames", 1) == 3
-    assert api.get(f"/media/{anim_id}/thumbnail", headers={"if-none-match": r.headers["etag"]}).status_code in (200, 304)
+    assert api.get(f"/media/{anim_id}/thumbnail", headers={"if-none-match": r.headers["etag"]}).status_code in (
+        200,
+        304,
+    )
     still = api.get(f"/media/{anim_id}/thumbnail")
     assert getattr(Image.open(io.BytesIO(still.content)), "n_frames", 1) == 1
     # a still meme asked for the animated preview falls back to its still
@@ -178,8 +218,11 @@ def test_thumbnail_endpoint_and_reconcile(sessions, store, scope):
     assert fallback.status_code == 200 and "immutable" in fallback.headers["cache-control"]
     # a lost thumbnail blob is rebuilt by reconcile
     with sessions.begin() as session:
-        row = session.execute(select(DerivedImageThumbnail).where(
-            DerivedImageThumbnail.meme_id == still_id, DerivedImageThumbnail.profile == th.STILL_PROFILE)).scalar_one()
+        row = session.execute(
+            select(DerivedImageThumbnail).where(
+                DerivedImageThumbnail.meme_id == still_id, DerivedImageThumbnail.profile == th.STILL_PROFILE
+            )
+        ).scalar_one()
         namespace = th.thumbnail_namespace(session.get(Scope, scope.scope_id).storage_namespace)
         key = row.output_key
     store.delete(namespace, key)
@@ -195,23 +238,36 @@ def test_broken_model_fails_retryably_and_writes_nothing(sessions, store, scope,
         process(sessions, store, scope, meme_id, stage=broken)
     assert err.value.code == "backend_unavailable" and err.value.retryable
     with sessions.begin() as session:
-        assert session.execute(select(MemeVisualEmbedding).where(MemeVisualEmbedding.meme_id == meme_id)).first() is None
+        assert (
+            session.execute(select(MemeVisualEmbedding).where(MemeVisualEmbedding.meme_id == meme_id)).first() is None
+        )
 
 
 def test_full_pipeline_runs_visual_first(sessions, store, scope, drain, monkeypatch):
     """A job runs visual → agent → text_embedding; the image labels survive into the agent's context."""
-    result = add_image(sessions, store, scope, png(None, noise_seed=21), filename="pipeline.png",
-                       provenance={"relative_path": "pipeline.png"})
+    result = add_image(
+        sessions,
+        store,
+        scope,
+        png(None, noise_seed=21),
+        filename="pipeline.png",
+        provenance={"relative_path": "pipeline.png"},
+    )
     drain(scope)
     with sessions.begin() as session:
-        states = dict(session.execute(text(
-            "SELECT s.stage, s.status FROM image_processing_stages s WHERE s.scope_id = :s AND s.planned"),
-            {"s": scope.scope_id}).all())
+        states = dict(
+            session.execute(
+                text("SELECT s.stage, s.status FROM image_processing_stages s WHERE s.scope_id = :s AND s.planned"),
+                {"s": scope.scope_id},
+            ).all()
+        )
         assert states.get("visual") == "succeeded", states
         assert all(v == "succeeded" for v in states.values()), states
         meme = session.get(Meme, result.meme_id)
         assert meme.extensions["visual"]["phash"]
-        assert session.execute(select(MemeVisualEmbedding).where(
-            MemeVisualEmbedding.meme_id == meme.id)).first() is not None
+        assert (
+            session.execute(select(MemeVisualEmbedding).where(MemeVisualEmbedding.meme_id == meme.id)).first()
+            is not None
+        )
         labels = meme.meme_context.get("labels")
     assert labels == [x for x in labels if isinstance(x, str)] and len(labels) >= 2

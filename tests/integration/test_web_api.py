@@ -105,7 +105,12 @@ def test_meme_detail(client, sample):
     body = r.json()
     assert body["id"] == meme_id
     assert (body["width"], body["height"], body["frames"], body["duration_ms"], body["animated"]) == (
-        body["width"], body["height"], 3, 600, True)
+        body["width"],
+        body["height"],
+        3,
+        600,
+        True,
+    )
     assert body["width"] > 0 and body["height"] > 0
     assert body["media_type"] == "image/webp" and body["extension"] == ".webp"
     assert body["stages"]["visual"]["status"] == "succeeded"
@@ -116,8 +121,19 @@ def test_meme_detail(client, sample):
     assert isinstance(body["near_duplicates"], list)
 
 
-@pytest.mark.parametrize("bad", [str(uuid.uuid4()), "not-a-uuid", "1", "x" * 300, "00000000-0000-0000-0000-00000000000g",
-                                 "%00", "..%2F..%2Fetc%2Fpasswd", "' OR 1=1 --"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        str(uuid.uuid4()),
+        "not-a-uuid",
+        "1",
+        "x" * 300,
+        "00000000-0000-0000-0000-00000000000g",
+        "%00",
+        "..%2F..%2Fetc%2Fpasswd",
+        "' OR 1=1 --",
+    ],
+)
 def test_unknown_or_malformed_meme_id_is_404(client, bad):
     for path in (f"/api/v1/memes/{bad}", f"/media/{bad}"):
         r = client.get(path)
@@ -131,8 +147,15 @@ def test_another_scopes_meme_is_404(empty_client, sample):
     assert empty_client.get(f"/media/{meme_id}").status_code == 404
 
 
-@pytest.mark.parametrize("key", ["cases/img05_ocr_hello_transparent.png", "vvquest/一个字我都不信.png",
-                                 "chinesebqb/009_KumamotoBear/KumamotoBear00001.gif", "memegen/crow/default.jpg"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "cases/img05_ocr_hello_transparent.png",
+        "vvquest/一个字我都不信.png",
+        "chinesebqb/009_KumamotoBear/KumamotoBear00001.gif",
+        "memegen/crow/default.jpg",
+    ],
+)
 def test_media_bytes_type_and_etag(client, sample, key):
     meme_id = sample.ids[key]
     original = (sample.root / key).read_bytes()

@@ -48,31 +48,63 @@ def test_webhook_is_signed_per_standard_webhooks_and_audited(receiver, sessions)
     server, handler, received = receiver
     secret = webhook.new_secret()
     with sessions.begin() as session:
-        d = connectors.create_definition(session, provider="webhook", name=f"hook-{uuid.uuid4().hex[:6]}",
-                                         config={"url": f"http://127.0.0.1:{server.server_address[1]}/in"},
-                                         credentials={"secret": secret})
+        d = connectors.create_definition(
+            session,
+            provider="webhook",
+            name=f"hook-{uuid.uuid4().hex[:6]}",
+            config={"url": f"http://127.0.0.1:{server.server_address[1]}/in"},
+            credentials={"secret": secret},
+        )
         definition_id, revision = d.definition_id, d.revision
-    conn = Connection(definition_id, "webhook", "hook", revision, {"url": f"http://127.0.0.1:{server.server_address[1]}/in"},
-                      None, {"secret": secret}, "local", None)
+    conn = Connection(
+        definition_id,
+        "webhook",
+        "hook",
+        revision,
+        {"url": f"http://127.0.0.1:{server.server_address[1]}/in"},
+        None,
+        {"secret": secret},
+        "local",
+        None,
+    )
     assert webhook.send(sessions, conn, "schedule.finished", {"ok": True}) == 204
     headers, body = received[0]
     key = base64.b64decode(secret.removeprefix("whsec_"))
-    expected = base64.b64encode(hmac.new(key, f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body,
-                                         hashlib.sha256).digest()).decode()
+    expected = base64.b64encode(
+        hmac.new(
+            key, f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body, hashlib.sha256
+        ).digest()
+    ).decode()
     assert headers["webhook-signature"] == f"v1,{expected}"
     assert json.loads(body)["data"] == {"ok": True} and secret not in json.dumps(headers)
     handler.status = 500
     with pytest.raises(ProviderError) as err:
         webhook.send(sessions, conn, "schedule.finished", {})
     assert err.value.code == "provider_failed" and err.value.retryable
-    blocked = Connection(definition_id, "webhook", "hook", revision, {"url": "http://10.1.2.3/in"}, None,
-                         {"secret": secret}, "local", None)
+    blocked = Connection(
+        definition_id,
+        "webhook",
+        "hook",
+        revision,
+        {"url": "http://10.1.2.3/in"},
+        None,
+        {"secret": secret},
+        "local",
+        None,
+    )
     with pytest.raises(ProviderError) as err:
         webhook.send(sessions, blocked, "x", {})
     assert err.value.code.startswith("egress_")
     with sessions.begin() as session:
-        audits = session.execute(select(ExternalSystemAudit).where(ExternalSystemAudit.definition_id == definition_id)
-                                 .order_by(ExternalSystemAudit.created_at)).scalars().all()
+        audits = (
+            session.execute(
+                select(ExternalSystemAudit)
+                .where(ExternalSystemAudit.definition_id == definition_id)
+                .order_by(ExternalSystemAudit.created_at)
+            )
+            .scalars()
+            .all()
+        )
         assert [(a.outcome, a.status_code) for a in audits] == [("ok", 204), ("failed", 500), ("failed", None)]
         assert secret not in json.dumps([a.detail for a in audits])
         session.execute(text("DELETE FROM external_system_audits WHERE definition_id = :d"), {"d": definition_id})

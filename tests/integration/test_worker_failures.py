@@ -17,15 +17,21 @@ from mewdex.queue.worker import Worker
 
 def _register(on_success=None, handler=None) -> TaskType:
     suffix = uuid.uuid4().hex[:8]
-    tt = TaskType(name=f"test_write_back_{suffix}", lane=f"t-wb-{suffix}", handler=handler or (lambda ctx: {"ok": 1}),
-                  on_success=on_success, retry=RetryPolicy(max_attempts=3, base_seconds=0, cap_seconds=0))
+    tt = TaskType(
+        name=f"test_write_back_{suffix}",
+        lane=f"t-wb-{suffix}",
+        handler=handler or (lambda ctx: {"ok": 1}),
+        on_success=on_success,
+        retry=RetryPolicy(max_attempts=3, base_seconds=0, cap_seconds=0),
+    )
     registry.register_task_type(tt)
     return tt
 
 
 def _held_slots(session, lane: str) -> int:
-    return session.execute(text("SELECT count(*) FROM task_lane_slots WHERE lane = :l AND task_id IS NOT NULL"),
-                           {"l": lane}).scalar_one()
+    return session.execute(
+        text("SELECT count(*) FROM task_lane_slots WHERE lane = :l AND task_id IS NOT NULL"), {"l": lane}
+    ).scalar_one()
 
 
 def _run_until(worker: Worker, sessions, task_id: str, predicate, limit: int = 40) -> Task:

@@ -8,14 +8,24 @@ import pytest
 from mewdex.assistant.query import is_follow_up, parse, strip_chat_phrasing
 
 
-@pytest.mark.parametrize("message,query", [
-    ("来个摸鱼的表情", "摸鱼"), ("来个摸鱼的表情包", "摸鱼"), ("给我一个加班的表情", "加班"), ("来张不屑的图", "不屑"),
-    ("来个一个字我都不信的表情", "一个字我都不信"), ("send me a meme for monday mornings", "monday mornings"),
-    ("can you find me a meme about cats please", "cats"), ("send me a meme for 一个字我都不信", "一个字我都不信"),
-    # meme phrases that only look like chat phrasing stay whole
-    ("来日方长", "来日方长"), ("给我滚", "给我滚"), ("不值得同情的", "不值得同情的"),
-    ("change my mind", "change my mind"),
-])
+@pytest.mark.parametrize(
+    "message,query",
+    [
+        ("来个摸鱼的表情", "摸鱼"),
+        ("来个摸鱼的表情包", "摸鱼"),
+        ("给我一个加班的表情", "加班"),
+        ("来张不屑的图", "不屑"),
+        ("来个一个字我都不信的表情", "一个字我都不信"),
+        ("send me a meme for monday mornings", "monday mornings"),
+        ("can you find me a meme about cats please", "cats"),
+        ("send me a meme for 一个字我都不信", "一个字我都不信"),
+        # meme phrases that only look like chat phrasing stay whole
+        ("来日方长", "来日方长"),
+        ("给我滚", "给我滚"),
+        ("不值得同情的", "不值得同情的"),
+        ("change my mind", "change my mind"),
+    ],
+)
 def test_chat_phrasing_is_stripped(message, query):
     assert strip_chat_phrasing(message) == query
 

@@ -37,8 +37,19 @@ def test_every_literal_key_in_templates_and_scripts_exists():
 def test_dynamic_keys_used_by_templates_exist():
     en = i18n.catalogue("en")
     for prefix, values in {
-        "status.": ["queued", "running", "succeeded", "failed", "blocked", "unknown_execution", "skipped",
-                    "created", "duplicate", "rejected", "none"],
+        "status.": [
+            "queued",
+            "running",
+            "succeeded",
+            "failed",
+            "blocked",
+            "unknown_execution",
+            "skipped",
+            "created",
+            "duplicate",
+            "rejected",
+            "none",
+        ],
         "stage.": ["visual", "agent", "auto_rename", "text_embedding"],
         "lane.": ["visual", "agent", "default", "embedding"],
         "library.sort.": ["newest", "oldest", "name", "updated"],
@@ -66,16 +77,19 @@ def _request(headers: dict[str, str]) -> Request:
     return Request({"type": "http", "method": "GET", "path": "/", "headers": raw, "query_string": b""})
 
 
-@pytest.mark.parametrize("header,expected", [
-    ("zh-CN,zh;q=0.9,en;q=0.8", "zh"),
-    ("en-US,en;q=0.9,zh-CN;q=0.8", "en"),
-    ("fr-FR,zh-TW;q=0.5", "zh"),
-    ("de-DE", "en"),
-    ("", "en"),
-    ("en;q=0.2, zh;q=0.7", "zh"),
-    ("zh;q=0, en", "en"),
-    ("zh;q=abc, en", "en"),
-])
+@pytest.mark.parametrize(
+    "header,expected",
+    [
+        ("zh-CN,zh;q=0.9,en;q=0.8", "zh"),
+        ("en-US,en;q=0.9,zh-CN;q=0.8", "en"),
+        ("fr-FR,zh-TW;q=0.5", "zh"),
+        ("de-DE", "en"),
+        ("", "en"),
+        ("en;q=0.2, zh;q=0.7", "zh"),
+        ("zh;q=0, en", "en"),
+        ("zh;q=abc, en", "en"),
+    ],
+)
 def test_language_from_accept_language(header, expected):
     assert i18n.request_locale(_request({"Accept-Language": header})) == expected
 
@@ -88,5 +102,7 @@ def test_cookie_wins_over_accept_language_and_bad_cookie_is_ignored():
 def test_translate_formats_and_falls_back():
     assert i18n.translate("zh", "library.count", n=3) == "共 3 个表情包"
     assert i18n.translate("en", "task_type.some_new_type") == "some_new_type"
-    assert i18n.error_text("zh", {"code": "image_corrupt", "message": "x"}) == i18n.catalogue("zh")["error.image_corrupt"]
+    assert (
+        i18n.error_text("zh", {"code": "image_corrupt", "message": "x"}) == i18n.catalogue("zh")["error.image_corrupt"]
+    )
     assert i18n.error_text("en", {"code": "weird_code", "message": "it broke"}) == "it broke"

@@ -276,7 +276,11 @@ def test_every_orientation_value(fmt, orientation):
 @pytest.mark.filterwarnings("ignore:Corrupt EXIF data")
 @pytest.mark.parametrize(
     "exif",
-    [b"Exif\x00\x00garbage-not-tiff", b"Exif\x00\x00II*\x00\xff\xff\xff\x7f", b"Exif\x00\x00MM\x00*\x00\x00\x00\x08\x00\x01\x01\x12"],
+    [
+        b"Exif\x00\x00garbage-not-tiff",
+        b"Exif\x00\x00II*\x00\xff\xff\xff\x7f",
+        b"Exif\x00\x00MM\x00*\x00\x00\x00\x08\x00\x01\x01\x12",
+    ],
 )
 def test_malformed_exif_never_fails(exif):
     data = encode(Image.new("RGB", (8, 4), (9, 9, 9)), "JPEG", exif=exif)

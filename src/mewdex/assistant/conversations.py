@@ -12,8 +12,8 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import delete, or_, select, update
-from sqlalchemy.orm import Session
 from sqlalchemy.engine import CursorResult
+from sqlalchemy.orm import Session
 
 from mewdex.assistant.errors import AssistantError
 from mewdex.db.models import Conversation, Message, ScopeContext, utcnow
@@ -32,11 +32,13 @@ def _id(value: Any) -> UUID:
         raise AssistantError("not_found", "no such conversation") from None
 
 
-def get(session: Session, scope: ScopeContext, conversation_id: Any, *, lock: bool = False,
-        include_deleted: bool = False) -> Conversation:
+def get(
+    session: Session, scope: ScopeContext, conversation_id: Any, *, lock: bool = False, include_deleted: bool = False
+) -> Conversation:
     """The scope's conversation (``lock``: ``FOR UPDATE``); ``not_found`` otherwise."""
-    stmt = select(Conversation).where(Conversation.conversation_id == _id(conversation_id),
-                                      Conversation.scope_id == scope.scope_id)
+    stmt = select(Conversation).where(
+        Conversation.conversation_id == _id(conversation_id), Conversation.scope_id == scope.scope_id
+    )
     if not include_deleted:
         stmt = stmt.where(Conversation.deleted_at.is_(None))
     if lock:
@@ -56,8 +58,15 @@ def _title(value: Any) -> str:
     return title
 
 
-def create(session: Session, scope: ScopeContext, *, user_id: UUID | None = None, name: str | None = None,
-           channel: str = "web", scheduled_job_id: UUID | None = None) -> Conversation:
+def create(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    user_id: UUID | None = None,
+    name: str | None = None,
+    channel: str = "web",
+    scheduled_job_id: UUID | None = None,
+) -> Conversation:
     """A new conversation; without ``name`` it is titled automatically from its first message
     (``title_source`` auto, ``auto_title_pending``). ``user_id`` defaults to the scope's owner (None for
     the local scope of single-user mode)."""
@@ -66,26 +75,42 @@ def create(session: Session, scope: ScopeContext, *, user_id: UUID | None = None
         owner = owners.user_for_scope(session, scope.scope_id)
         user_id = owner.user_id if owner is not None else None
     conversation = Conversation(
-        scope_id=scope.scope_id, user_id=user_id, name=DEFAULT_TITLE if auto else _title(name),
-        title_source="auto" if auto else "manual", auto_title_pending=auto, channel=channel,
-        scheduled_job_id=scheduled_job_id)
+        scope_id=scope.scope_id,
+        user_id=user_id,
+        name=DEFAULT_TITLE if auto else _title(name),
+        title_source="auto" if auto else "manual",
+        auto_title_pending=auto,
+        channel=channel,
+        scheduled_job_id=scheduled_job_id,
+    )
     session.add(conversation)
     session.flush()
     return conversation
 
 
-def list_conversations(session: Session, scope: ScopeContext, *, q: str | None = None, deleted: bool = False,
-                       limit: int = 50, before: datetime | None = None) -> list[Conversation]:
+def list_conversations(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    q: str | None = None,
+    deleted: bool = False,
+    limit: int = 50,
+    before: datetime | None = None,
+) -> list[Conversation]:
     """The scope's conversations, most recently updated first (``deleted``: the trash instead);
     ``q`` matches the title or any message text (case-insensitive substring)."""
-    stmt = select(Conversation).where(Conversation.scope_id == scope.scope_id,
-                                      Conversation.scheduled_job_id.is_(None))
+    stmt = select(Conversation).where(Conversation.scope_id == scope.scope_id, Conversation.scheduled_job_id.is_(None))
     stmt = stmt.where(Conversation.deleted_at.is_not(None) if deleted else Conversation.deleted_at.is_(None))
     if q and q.strip():
         pattern = f"%{escape_like(q.strip())}%"
-        in_messages = select(Message.conversation_id).where(
-            Message.conversation_id == Conversation.conversation_id,
-            Message.payload["content"].astext.ilike(pattern, escape="\\")).exists()
+        in_messages = (
+            select(Message.conversation_id)
+            .where(
+                Message.conversation_id == Conversation.conversation_id,
+                Message.payload["content"].astext.ilike(pattern, escape="\\"),
+            )
+            .exists()
+        )
         stmt = stmt.where(or_(Conversation.name.ilike(pattern, escape="\\"), in_messages))
     if before is not None:
         stmt = stmt.where(Conversation.updated_at < before)
@@ -137,23 +162,37 @@ def clear(session: Session, scope: ScopeContext, conversation_id: Any) -> Conver
 
 
 def new_topic(session: Session, scope: ScopeContext, conversation_id: Any) -> Conversation:
-    """"New topic": the model's context starts at the next message, without a folded summary."""
+    """ "New topic": the model's context starts at the next message, without a folded summary."""
     conversation = get(session, scope, conversation_id, lock=True)
     conversation.context_base_idx = conversation.next_message_idx
     conversation.context_summary = None
     return conversation
 
 
-def append_message(session: Session, conversation: Conversation, payload: dict[str, Any], *,
-                   artifact_refs: list[dict[str, Any]] | None = None, kind: str | None = None,
-                   tokens_in: int | None = None, tokens_out: int | None = None,
-                   model_profile: str | None = None) -> Message:
+def append_message(
+    session: Session,
+    conversation: Conversation,
+    payload: dict[str, Any],
+    *,
+    artifact_refs: list[dict[str, Any]] | None = None,
+    kind: str | None = None,
+    tokens_in: int | None = None,
+    tokens_out: int | None = None,
+    model_profile: str | None = None,
+) -> Message:
     """Append a message with the next ``idx``. ``conversation`` must be locked by the caller
     (:func:`get` with ``lock=True``): that lock serialises the counter, and ``uq (conversation_id,
     idx)`` backs it."""
-    message = Message(conversation_id=conversation.conversation_id, idx=conversation.next_message_idx,
-                      payload=payload, artifact_refs=artifact_refs, kind=kind, tokens_in=tokens_in,
-                      tokens_out=tokens_out, model_profile=model_profile)
+    message = Message(
+        conversation_id=conversation.conversation_id,
+        idx=conversation.next_message_idx,
+        payload=payload,
+        artifact_refs=artifact_refs,
+        kind=kind,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        model_profile=model_profile,
+    )
     conversation.next_message_idx += 1
     conversation.updated_at = utcnow()
     session.add(message)
@@ -177,15 +216,21 @@ def apply_auto_title(session: Session, scope: ScopeContext, conversation_id: Any
         return False
     result: CursorResult[Any] = session.execute(  # type: ignore[assignment]  # an UPDATE gives a CursorResult
         update(Conversation)
-        .where(Conversation.conversation_id == _id(conversation_id), Conversation.scope_id == scope.scope_id,
-               Conversation.title_source == "auto", Conversation.auto_title_version == version,
-               Conversation.deleted_at.is_(None))
-        .values(name=title))
+        .where(
+            Conversation.conversation_id == _id(conversation_id),
+            Conversation.scope_id == scope.scope_id,
+            Conversation.title_source == "auto",
+            Conversation.auto_title_version == version,
+            Conversation.deleted_at.is_(None),
+        )
+        .values(name=title)
+    )
     return result.rowcount == 1
 
 
-def messages(session: Session, scope: ScopeContext, conversation_id: Any, *, before_idx: int | None = None,
-             limit: int = 50) -> tuple[Conversation, list[Message]]:
+def messages(
+    session: Session, scope: ScopeContext, conversation_id: Any, *, before_idx: int | None = None, limit: int = 50
+) -> tuple[Conversation, list[Message]]:
     """Up to ``limit`` messages before ``before_idx`` (all when None), in ``idx`` order."""
     conversation = get(session, scope, conversation_id)
     stmt = select(Message).where(Message.conversation_id == conversation.conversation_id)
@@ -193,4 +238,3 @@ def messages(session: Session, scope: ScopeContext, conversation_id: Any, *, bef
         stmt = stmt.where(Message.idx < before_idx)
     rows = list(session.execute(stmt.order_by(Message.idx.desc()).limit(limit)).scalars())
     return conversation, rows[::-1]
-

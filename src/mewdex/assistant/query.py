@@ -7,9 +7,30 @@ import re
 from dataclasses import dataclass
 
 FOLLOW_UPS = {
-    "换一个", "换一张", "换个", "另一个", "另一张", "再来一个", "再来一张", "再来", "还有吗", "还有呢", "更多",
-    "下一个", "下一张", "别的", "another", "another one", "more", "next", "one more", "something else", "show more",
-    "more please", "next one", "different one",
+    "换一个",
+    "换一张",
+    "换个",
+    "另一个",
+    "另一张",
+    "再来一个",
+    "再来一张",
+    "再来",
+    "还有吗",
+    "还有呢",
+    "更多",
+    "下一个",
+    "下一张",
+    "别的",
+    "another",
+    "another one",
+    "more",
+    "next",
+    "one more",
+    "something else",
+    "show more",
+    "more please",
+    "next one",
+    "different one",
 }
 _ANIMATED = re.compile(r"的?(?:动图|动态图)|\bgifs?\b|\banimated\b|\banimation\b", re.IGNORECASE)
 # Chat phrasing around the thing asked for ("来个……的表情", "send me a meme for …"); each applies once.
@@ -17,14 +38,17 @@ _EN_PREFIX = re.compile(
     r"^(?:(?:please|pls)\s+)?(?:(?:can|could|would) you\s+)?(?:(?:send|give|show|find|get)(?:\s+me)?"
     r"|i need|i want|need|want)\s+(?:(?:a|an|some|the)\s+)?(?:(?:meme|memes|gif|gifs|image|picture|sticker|"
     r"reaction|reaction image)\s+)?(?:(?:for|about|of|that says|saying|with|when)\s+)?",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _ZH_PREFIX = re.compile(
     r"^(?:请|麻烦)?你?(?:给我|帮我)?(?:来|发|找|搜|要|整)(?:一?个|一?张|点|些|一下)(?:关于|表示)?"
-    r"|^(?:请|麻烦)?(?:给我|帮我)(?:来|发|找|搜|要|整)?(?:一?个|一?张|点|些)")
+    r"|^(?:请|麻烦)?(?:给我|帮我)(?:来|发|找|搜|要|整)?(?:一?个|一?张|点|些)"
+)
 _CHAT_SUFFIXES = re.compile(
     r"(?:的)?(?:表情包?|梗图|图片)(?:吧|呗|啊|呀)?$|的(?:图|动图)(?:吧|呗|啊|呀)?$"
     r"|\s+(?:meme|memes|reaction|gif|please|pls)$",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _EDGE_PUNCT = " \t\n\"'“”‘’「」『』.,!?;:。，！？；：、…~～"
 
 
@@ -76,13 +100,22 @@ def parse(text: str, collections: dict[str, str] | None = None) -> ParsedMessage
         if len(name) >= 2 and name.lower() in query.lower():
             collection_id, collection_name = known[name], name
             # "摸鱼合集里的加班", "在摸鱼合集中", "cats from my-collection": the name and its little words go.
-            query = re.sub(r"(?:(?:在|从)\s*)?" + re.escape(name) + r"(?:\s*(?:里面的|里的|中的|里|中|的))?",
-                           " ", query, count=1, flags=re.IGNORECASE)
+            query = re.sub(
+                r"(?:(?:在|从)\s*)?" + re.escape(name) + r"(?:\s*(?:里面的|里的|中的|里|中|的))?",
+                " ",
+                query,
+                count=1,
+                flags=re.IGNORECASE,
+            )
             query = re.sub(r"\b(?:from|in)\s*$", "", query.strip(), flags=re.IGNORECASE)
             break
     query = " ".join(query.split())
-    stripped = strip_chat_phrasing(query, keep_if_empty=animated is None and collection_id is None) \
-        if query.strip(_EDGE_PUNCT) else ""
+    stripped = (
+        strip_chat_phrasing(query, keep_if_empty=animated is None and collection_id is None)
+        if query.strip(_EDGE_PUNCT)
+        else ""
+    )
     # "来个动图" leaves nothing to search: the reply lists the newest memes that pass the filters.
-    return ParsedMessage(query=stripped, animated=animated, collection_id=collection_id,
-                         collection_name=collection_name)
+    return ParsedMessage(
+        query=stripped, animated=animated, collection_id=collection_id, collection_name=collection_name
+    )

@@ -52,13 +52,15 @@ def collections_by_name(session: Session, scope: ScopeContext) -> dict[str, str]
 def parse(session: Session, scope: ScopeContext, text: str) -> tuple[chat_query.ParsedMessage, SearchFilters]:
     """The parsed message and its search filters (animated, a named collection)."""
     parsed = chat_query.parse(text, collections_by_name(session, scope))
-    filters = SearchFilters(animated=parsed.animated,
-                            collection_ids=[parsed.collection_id] if parsed.collection_id else None)
+    filters = SearchFilters(
+        animated=parsed.animated, collection_ids=[parsed.collection_id] if parsed.collection_id else None
+    )
     return parsed, filters
 
 
-def search_ids(sessions: sessionmaker[Session], scope: ScopeContext, text: str, *,
-               n: int = RESULT_LIST) -> tuple[str, list[SearchHit]]:
+def search_ids(
+    sessions: sessionmaker[Session], scope: ScopeContext, text: str, *, n: int = RESULT_LIST
+) -> tuple[str, list[SearchHit]]:
     """The query read from a chat message and the memes it finds (best first). Short transactions:
     the search's legs take connections of their own, so none is held while they run."""
     with sessions.begin() as session:
@@ -67,8 +69,11 @@ def search_ids(sessions: sessionmaker[Session], scope: ScopeContext, text: str, 
         if parsed.query:
             return parsed.query, search_service.search(session, scope, parsed.query[:500], n, filters=filters).results
         # Only filters ("来个动图", a collection's name): the newest memes that pass them.
-        memes = session.execute(filtered_memes(scope.scope_id, filters)
-                                .order_by(Meme.created_at.desc()).limit(n)).scalars().all()
+        memes = (
+            session.execute(filtered_memes(scope.scope_id, filters).order_by(Meme.created_at.desc()).limit(n))
+            .scalars()
+            .all()
+        )
         ids = [m.id for m in memes]
         return parsed.collection_name or "", search_service.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))
 
@@ -76,31 +81,46 @@ def search_ids(sessions: sessionmaker[Session], scope: ScopeContext, text: str, 
 def last_state(session: Session, conversation_id: UUID) -> dict[str, Any] | None:
     """The result-list state of the conversation's latest reply that has one."""
     row = session.execute(
-        select(Message.payload).where(Message.conversation_id == conversation_id,
-                                      Message.payload.has_key("mewdex"))
-        .order_by(Message.idx.desc()).limit(1)).scalar_one_or_none()
+        select(Message.payload)
+        .where(Message.conversation_id == conversation_id, Message.payload.has_key("mewdex"))
+        .order_by(Message.idx.desc())
+        .limit(1)
+    ).scalar_one_or_none()
     return None if row is None else row.get("mewdex")
 
 
 def _page(session: Session, scope: ScopeContext, results: list[str], offset: int) -> list[SearchHit]:
-    ids = [UUID(i) for i in results[offset:offset + PAGE]]
+    ids = [UUID(i) for i in results[offset : offset + PAGE]]
     return search_service.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))
 
 
 def _texts(lang: str) -> dict[str, str]:
     if lang == "zh":
-        return {"found": "找到了“{q}”的表情：", "found_image": "这些表情和你的图片相像：",
-                "more": "说“换一个”看更多。", "next": "再来几个：", "none": "没有找到“{q}”的表情。",
-                "none_image": "没有找到相像的表情。", "end": "这个列表里的表情都给你看过了，换个说法试试？",
-                "first": "先告诉我你想要什么样的表情。"}
-    return {"found": "Here are memes for “{q}”:", "found_image": "These memes look like your image:",
-            "more": "Say “another” for more.", "next": "Here are more:", "none": "No memes found for “{q}”.",
-            "none_image": "No memes look like that image.", "end": "That was every meme in this list; try other words?",
-            "first": "Tell me what kind of meme you want first."}
+        return {
+            "found": "找到了“{q}”的表情：",
+            "found_image": "这些表情和你的图片相像：",
+            "more": "说“换一个”看更多。",
+            "next": "再来几个：",
+            "none": "没有找到“{q}”的表情。",
+            "none_image": "没有找到相像的表情。",
+            "end": "这个列表里的表情都给你看过了，换个说法试试？",
+            "first": "先告诉我你想要什么样的表情。",
+        }
+    return {
+        "found": "Here are memes for “{q}”:",
+        "found_image": "These memes look like your image:",
+        "more": "Say “another” for more.",
+        "next": "Here are more:",
+        "none": "No memes found for “{q}”.",
+        "none_image": "No memes look like that image.",
+        "end": "That was every meme in this list; try other words?",
+        "first": "Tell me what kind of meme you want first.",
+    }
 
 
-def answer(sessions: sessionmaker[Session], scope: ScopeContext, conversation_id: UUID, text: str,
-           image: bytes | None = None) -> Reply:
+def answer(
+    sessions: sessionmaker[Session], scope: ScopeContext, conversation_id: UUID, text: str, image: bytes | None = None
+) -> Reply:
     """The retrieval-only reply to ``text`` (and ``image``: a search by image, with the text's filters).
 
     Raises the search's errors: ``ImageError`` (bad image), ``BackendUnavailable`` (visual model)."""
@@ -112,8 +132,9 @@ def answer(sessions: sessionmaker[Session], scope: ScopeContext, conversation_id
             with sessions.begin() as session:
                 _parsed, filters = parse(session, scope, text)
         with sessions.begin() as session:  # the model runs before the first statement checks out a connection
-            hits = image_search.search_by_image(session, scope, image, RESULT_LIST,
-                                                max_pixels=get_settings().max_pixels, filters=filters).results
+            hits = image_search.search_by_image(
+                session, scope, image, RESULT_LIST, max_pixels=get_settings().max_pixels, filters=filters
+            ).results
         return _first_page(hits, "", t["found_image"], t["none_image"], t)
     if chat_query.is_follow_up(text):
         with sessions.begin() as session:
@@ -126,8 +147,9 @@ def answer(sessions: sessionmaker[Session], scope: ScopeContext, conversation_id
             return Reply(t["end"], state={**state, "offset": len(results)})
         new_offset = offset + PAGE
         more = new_offset < len(results)
-        return Reply(t["next"] + (" " + t["more"] if more else ""), memes,
-                     {**state, "offset": min(new_offset, len(results))})
+        return Reply(
+            t["next"] + (" " + t["more"] if more else ""), memes, {**state, "offset": min(new_offset, len(results))}
+        )
     query, hits = search_ids(sessions, scope, text)
     return _first_page(hits, query, t["found"].format(q=query), t["none"].format(q=query or text.strip()), t)
 
@@ -137,5 +159,8 @@ def _first_page(hits: list[SearchHit], query: str, found: str, none: str, t: dic
         return Reply(none, state={"results": [], "offset": 0, "query": query})
     results = [h.id for h in hits]
     more = len(results) > PAGE
-    return Reply(found + (" " + t["more"] if more else ""), hits[:PAGE],
-                 {"results": results, "offset": min(PAGE, len(results)), "query": query})
+    return Reply(
+        found + (" " + t["more"] if more else ""),
+        hits[:PAGE],
+        {"results": results, "offset": min(PAGE, len(results)), "query": query},
+    )

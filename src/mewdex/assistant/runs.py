@@ -80,8 +80,9 @@ def cancel(session: Session, scope: ScopeContext, conversation_id: Any) -> Conve
 
 def status(session: Session, conversation_id, owner: str) -> str:
     """The run status as ``owner`` sees it: the stored one, or ``superseded`` when another run owns it."""
-    row = session.execute(select(Conversation.run_status, Conversation.run_owner).where(
-        Conversation.conversation_id == conversation_id)).one_or_none()
+    row = session.execute(
+        select(Conversation.run_status, Conversation.run_owner).where(Conversation.conversation_id == conversation_id)
+    ).one_or_none()
     if row is None:
         return "cancelling"
     return row.run_status if row.run_owner == owner else "superseded"
@@ -104,8 +105,13 @@ def finish(conversation: Conversation, owner: str, *, error: str | None = None) 
 def reap(session: Session) -> int:
     """End every active run whose owner died (or that timed out) as ``error``; how many."""
     timeout = timedelta(seconds=get_settings().assistant_run_timeout_seconds)
-    rows = session.execute(select(Conversation).where(Conversation.run_status.in_(ACTIVE))
-                           .with_for_update(skip_locked=True)).scalars().all()
+    rows = (
+        session.execute(
+            select(Conversation).where(Conversation.run_status.in_(ACTIVE)).with_for_update(skip_locked=True)
+        )
+        .scalars()
+        .all()
+    )
     reaped = 0
     for conversation in rows:
         alive = owner_alive(conversation.run_owner)

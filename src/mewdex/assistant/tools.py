@@ -50,16 +50,24 @@ def _filters(session: Session, scope: ScopeContext, animated: bool | None, colle
 
 
 def _hits(results) -> list[dict[str, Any]]:
-    return [{"id": h.id, "display_name": h.display_name, "media_url": h.media_url, "score": h.score,
-             "snippet": h.snippet} for h in results]
+    return [
+        {"id": h.id, "display_name": h.display_name, "media_url": h.media_url, "score": h.score, "snippet": h.snippet}
+        for h in results
+    ]
 
 
-def search_memes(sessions: sessionmaker[Session], scope: ScopeContext, query: str, n: int = 5,
-                 animated: bool | None = None, collection: str | None = None) -> list[dict[str, Any]]:
+def search_memes(
+    sessions: sessionmaker[Session],
+    scope: ScopeContext,
+    query: str,
+    n: int = 5,
+    animated: bool | None = None,
+    collection: str | None = None,
+) -> list[dict[str, Any]]:
     """The ``n`` (1–20) best memes for ``query`` (chat phrasing stripped), optionally only animated
     ones or one collection's (name or id): ``[{"id", "display_name", "media_url", "score", "snippet"}]``."""
     n = _n(n)
-    text = chat_query.strip_chat_phrasing((query or "").strip())[:search_service.MAX_QUERY_CHARS]
+    text = chat_query.strip_chat_phrasing((query or "").strip())[: search_service.MAX_QUERY_CHARS]
     if not text:
         raise AssistantError("invalid_request", "the query is empty")
     with sessions.begin() as session:
@@ -68,8 +76,9 @@ def search_memes(sessions: sessionmaker[Session], scope: ScopeContext, query: st
         return _hits(search_service.search(session, scope, text, n, filters=filters).results)
 
 
-def search_by_image(sessions: sessionmaker[Session], scope: ScopeContext, image_base64: str,
-                    n: int = 5) -> list[dict[str, Any]]:
+def search_by_image(
+    sessions: sessionmaker[Session], scope: ScopeContext, image_base64: str, n: int = 5
+) -> list[dict[str, Any]]:
     """The ``n`` memes that look most like the image (base64, ≤ ``MEWDEX_MAX_UPLOAD_BYTES``); the
     score is the cosine similarity. Errors: ``invalid_request`` (not base64), the image's codes."""
     n = _n(n)
@@ -97,24 +106,36 @@ def _meme(session: Session, scope: ScopeContext, meme_id: Any) -> Meme:
     return meme
 
 
-def get_meme(sessions: sessionmaker[Session], scope: ScopeContext,
-             meme_id: str) -> tuple[dict[str, Any], bytes | None, str]:
+def get_meme(
+    sessions: sessionmaker[Session], scope: ScopeContext, meme_id: str
+) -> tuple[dict[str, Any], bytes | None, str]:
     """The meme's facts and context (``{"id", "display_name", "media_url", "extension", "animated",
     "context", "collections"}``), a picture of it (the still thumbnail, else the original when ≤ 1 MiB;
     None when neither is at hand) and that picture's format (``webp``, ``png`` …)."""
     with sessions.begin() as session:
         meme = _meme(session, scope, meme_id)
-        names = [c.name for c in session.execute(
-            select(MemeCollection).join(MemeCollectionItem, MemeCollectionItem.collection_id == MemeCollection.id)
-            .where(MemeCollectionItem.meme_id == meme.id,
-                   MemeCollection.scope_id == scope.scope_id)).scalars()]
+        names = [
+            c.name
+            for c in session.execute(
+                select(MemeCollection)
+                .join(MemeCollectionItem, MemeCollectionItem.collection_id == MemeCollection.id)
+                .where(MemeCollectionItem.meme_id == meme.id, MemeCollection.scope_id == scope.scope_id)
+            ).scalars()
+        ]
         context = meme.meme_context or {}
-        facts = {"id": str(meme.id), "display_name": meme.display_name, "media_url": f"/media/{meme.id}",
-                 "extension": meme.extension,
-                 "animated": bool((meme.extensions or {}).get("image", {}).get("animated")),
-                 "context": {k: context.get(k) for k in ("title", "ocr_text", "description", "emotions", "tags",
-                                                         "usage", "labels") if context.get(k)},
-                 "collections": names}
+        facts = {
+            "id": str(meme.id),
+            "display_name": meme.display_name,
+            "media_url": f"/media/{meme.id}",
+            "extension": meme.extension,
+            "animated": bool((meme.extensions or {}).get("image", {}).get("animated")),
+            "context": {
+                k: context.get(k)
+                for k in ("title", "ocr_text", "description", "emotions", "tags", "usage", "labels")
+                if context.get(k)
+            },
+            "collections": names,
+        }
         namespace = storage_namespace(session, scope.scope_id)
         store = blob_store()
         row = thumbs.current_thumbnail(session, meme, thumbs.STILL_PROFILE)
@@ -131,12 +152,15 @@ def get_meme(sessions: sessionmaker[Session], scope: ScopeContext,
 def list_collections(sessions: sessionmaker[Session], scope: ScopeContext) -> list[dict[str, Any]]:
     """The caller's collections: ``[{"id", "name", "count"}]`` by name."""
     with sessions.begin() as session:
-        return [{"id": str(c.id), "name": c.name, "count": n}
-                for c, n in library_collections.list_collections(session, scope)]
+        return [
+            {"id": str(c.id), "name": c.name, "count": n}
+            for c, n in library_collections.list_collections(session, scope)
+        ]
 
 
-def add_to_collection(sessions: sessionmaker[Session], scope: ScopeContext, collection: str,
-                      meme_ids: list[str]) -> dict[str, Any]:
+def add_to_collection(
+    sessions: sessionmaker[Session], scope: ScopeContext, collection: str, meme_ids: list[str]
+) -> dict[str, Any]:
     """Add memes (1–100 ids) to a collection (name or id; created when the name is new):
     ``{"collection_id", "name", "added"}``. Errors: ``not_found`` (a meme not the caller's)."""
     if not meme_ids or len(meme_ids) > 100:

@@ -18,8 +18,11 @@ from mewdex.cli.common import console, err
 for _param in (typer.core.TyperOption, typer.core.TyperArgument):
     _param.display_type_rich = lambda self, ctx: self.metavar or ""  # type: ignore[method-assign]  # typer has no option for it
 
-app = typer.Typer(help="mewdex — a self-hosted meme library searched in natural language.", no_args_is_help=True,
-                  pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="mewdex — a self-hosted meme library searched in natural language.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 
 
 def _version(value: bool) -> None:
@@ -32,10 +35,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     """mewdex — a self-hosted meme library searched in natural language."""
+
+
 db_app = typer.Typer(help="The embedded database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 thumbnails_app = typer.Typer(help="Thumbnails.", no_args_is_help=True)
@@ -46,8 +52,9 @@ tasks_app = typer.Typer(help="Queue tasks: list, show, retry, cancel.", no_args_
 app.add_typer(tasks_app, name="tasks")
 secrets_app = typer.Typer(help="Secrets at rest (provider API keys).", no_args_is_help=True)
 app.add_typer(secrets_app, name="secrets")
-connectors_app = typer.Typer(help="Connectors to outside systems (AI providers, reverse image search).",
-                             no_args_is_help=True)
+connectors_app = typer.Typer(
+    help="Connectors to outside systems (AI providers, reverse image search).", no_args_is_help=True
+)
 app.add_typer(connectors_app, name="connectors")
 
 app.command()(server.serve)

@@ -13,9 +13,14 @@ from mewdex.cli.common import _prepare, err
 
 
 def mcp(
-    token: Annotated[bool, typer.Option(
-        "--token", help="Act as a personal API token's user, with that token's scopes (read/write); the "
-                        "token comes from MEWDEX_TOKEN or a hidden prompt, never the command line.")] = False,
+    token: Annotated[
+        bool,
+        typer.Option(
+            "--token",
+            help="Act as a personal API token's user, with that token's scopes (read/write); the "
+            "token comes from MEWDEX_TOKEN or a hidden prompt, never the command line.",
+        ),
+    ] = False,
 ) -> None:
     """Serve mewdex's tools (search_memes, search_by_image, get_meme, list_collections, add_to_collection)
     over MCP on stdin/stdout: as the local library's owner, or with --token as a token's user."""
@@ -27,7 +32,9 @@ def mcp(
         if token:
             value = os.environ.get("MEWDEX_TOKEN") or (
                 typer.prompt("API token (mdx_…)", hide_input=True, default="", show_default=False, err=True)
-                if sys.stdin.isatty() else "")
+                if sys.stdin.isatty()
+                else ""
+            )
             caller = mcp_server.token_caller(value) if value else None
             if caller is None:
                 err.print("[red]error:[/red] the API token is missing, revoked or expired")

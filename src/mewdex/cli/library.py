@@ -25,13 +25,23 @@ from mewdex.cli.common import (
 
 def import_(
     paths: Annotated[list[Path], typer.Argument(help="Files, folders or collection ZIPs (.zip) to import.")],
-    collection: Annotated[str | None, typer.Option(
-        help="Also add every imported meme to this collection (for a .zip: the new collection's name).")] = None,
+    collection: Annotated[
+        str | None,
+        typer.Option(help="Also add every imported meme to this collection (for a .zip: the new collection's name)."),
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Process the queue here and wait until all is done.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON result per file.")] = False,
-    min_collection: Annotated[int, typer.Option("--min-collection", min=1, help=(
-        "A folder holding at least this many images becomes a collection, named by its path "
-        "(memegen/drake); folder names are searchable either way."))] = 3,
+    min_collection: Annotated[
+        int,
+        typer.Option(
+            "--min-collection",
+            min=1,
+            help=(
+                "A folder holding at least this many images becomes a collection, named by its path "
+                "(memegen/drake); folder names are searchable either way."
+            ),
+        ),
+    ] = 3,
 ) -> None:
     """Import image files and folders (folders of --min-collection images become collections) and
     collection ZIPs (each becomes a new collection; see `mewdex export`)."""
@@ -75,8 +85,10 @@ def import_(
 
         if not is_connection_lost(exc):
             raise
-        err.print(f"[red]error:[/red] the database became unavailable during the import ({first_line(exc)}); "
-                  "what was imported is kept: run the same import again to add the rest")
+        err.print(
+            f"[red]error:[/red] the database became unavailable during the import ({first_line(exc)}); "
+            "what was imported is kept: run the same import again to add the rest"
+        )
         raise typer.Exit(1) from None
     finally:
         if pool is not None:
@@ -105,8 +117,16 @@ def _import_package(sessions, scope, path: Path, name: str | None, as_json: bool
             progress.advance(bar)
 
         try:
-            result = import_package(sessions, blob_store(), scope, fileobj, source_name=path.name, name=name,
-                                    on_plan=planned, on_item=advance)
+            result = import_package(
+                sessions,
+                blob_store(),
+                scope,
+                fileobj,
+                source_name=path.name,
+                name=name,
+                on_plan=planned,
+                on_item=advance,
+            )
         except PackageError as exc:
             progress.stop()
             err.print(f"[red]error:[/red] {path}: {exc.code}: {exc.message}")
@@ -120,7 +140,9 @@ def _import_package(sessions, scope, path: Path, name: str | None, as_json: bool
             f"[yellow]{result.count('rejected')} rejected[/yellow]"
         )
         for item in rejected:
-            console.print(f"  rejected {item.name}: [yellow]{item.error['code']}[/yellow] {item.error.get('message') or ''}")
+            console.print(
+                f"  rejected {item.name}: [yellow]{item.error['code']}[/yellow] {item.error.get('message') or ''}"
+            )
     return False
 
 
@@ -162,8 +184,9 @@ def export_(
         partial.unlink(missing_ok=True)
         err.print(f"[red]error:[/red] cannot write {out}: {exc}")
         raise typer.Exit(1) from None
-    console.print(f"{len(plan.entries)} memes of [bold]{plan.collection_name}[/bold] → {out} "
-                  f"({out.stat().st_size / 1e6:.1f} MB)")
+    console.print(
+        f"{len(plan.entries)} memes of [bold]{plan.collection_name}[/bold] → {out} ({out.stat().st_size / 1e6:.1f} MB)"
+    )
 
 
 def _say_who_processes(sessions) -> None:
@@ -175,8 +198,10 @@ def _say_who_processes(sessions) -> None:
     if processors:
         console.print(f"processing in the background ({', '.join(processors)}); `mewdex status` shows progress")
     else:
-        err.print("[yellow]nothing is processing the queue:[/yellow] the memes wait until you run "
-                  "`mewdex serve` (or `mewdex worker`), or import with --wait")
+        err.print(
+            "[yellow]nothing is processing the queue:[/yellow] the memes wait until you run "
+            "`mewdex serve` (or `mewdex worker`), or import with --wait"
+        )
 
 
 def _import_items(sessions, scope, items, collection: str | None, as_json: bool, min_collection: int = 3) -> None:
@@ -184,12 +209,19 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool,
     from mewdex.storage import blob_store
 
     if as_json:
-        def emit(item, result):
-            print(json.dumps({"path": str(item.path), "status": result.status, "meme_id": result.meme_id,
-                              "error": result.error}, ensure_ascii=False), flush=True)
 
-        if import_paths(sessions, blob_store(), scope, items, collection=collection, min_collection=min_collection,
-                        on_result=emit).failed:
+        def emit(item, result):
+            print(
+                json.dumps(
+                    {"path": str(item.path), "status": result.status, "meme_id": result.meme_id, "error": result.error},
+                    ensure_ascii=False,
+                ),
+                flush=True,
+            )
+
+        if import_paths(
+            sessions, blob_store(), scope, items, collection=collection, min_collection=min_collection, on_result=emit
+        ).failed:
             raise typer.Exit(1)  # the failed ones said why (insufficient_storage); importing again resumes
         return
     skipped: list[tuple[Path, str, str, str]] = []
@@ -201,8 +233,15 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool,
                 skipped.append((item.path, result.status, result.error, result.message or ""))
             progress.advance(bar)
 
-        summary = import_paths(sessions, blob_store(), scope, items, collection=collection,
-                               min_collection=min_collection, on_result=advance)
+        summary = import_paths(
+            sessions,
+            blob_store(),
+            scope,
+            items,
+            collection=collection,
+            min_collection=min_collection,
+            on_result=advance,
+        )
     console.print(
         f"[green]{summary.created} created[/green] · {summary.duplicates} duplicates · "
         f"[yellow]{summary.skipped} skipped[/yellow]"
@@ -212,8 +251,10 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool,
     for path, status, code, message in skipped:
         console.print(f"  {status} {path}: [yellow]{code}[/yellow] {message}")
     if summary.failed:
-        err.print(f"[red]error:[/red] {summary.failed} files were not stored (the disk is full); free some space and "
-                  "run the same import again: files already stored are recognised and skipped")
+        err.print(
+            f"[red]error:[/red] {summary.failed} files were not stored (the disk is full); free some space and "
+            "run the same import again: files already stored are recognised and skipped"
+        )
         raise typer.Exit(1)
 
 
@@ -300,8 +341,14 @@ def status_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def repair_names(
-    background: Annotated[bool, typer.Option("--background", help="Queue the repair as a task (a running "
-                                             "`mewdex serve`/`mewdex worker` does it) instead of doing it now.")] = False,
+    background: Annotated[
+        bool,
+        typer.Option(
+            "--background",
+            help="Queue the repair as a task (a running "
+            "`mewdex serve`/`mewdex worker` does it) instead of doing it now.",
+        ),
+    ] = False,
 ) -> None:
     """Rename memes named by a generic file stem (default, IMG_2034, a UUID…) from their folder or context
     title; manual names are never touched."""

@@ -31,9 +31,12 @@ def connectors_list() -> None:
 
     with _sessions().begin() as session:
         for d in connectors.list_definitions(session):
-            console.print(f"{d.definition_id}  {d.provider:<20} {d.name:<24} rev {d.revision:<3} {d.visibility:<8} "
-                          f"{'enabled' if d.enabled else 'disabled':<8} {d.credential_hint or '-'}", markup=False,
-                          highlight=False)
+            console.print(
+                f"{d.definition_id}  {d.provider:<20} {d.name:<24} rev {d.revision:<3} {d.visibility:<8} "
+                f"{'enabled' if d.enabled else 'disabled':<8} {d.credential_hint or '-'}",
+                markup=False,
+                highlight=False,
+            )
 
 
 def connectors_create(
@@ -57,8 +60,14 @@ def connectors_create(
         credentials["api_key"] = os.environ[api_key_env]
     try:
         with _sessions().begin() as session:
-            row = connectors.create_definition(session, provider=provider, name=name, config=json.loads(config),
-                                               visibility=visibility, credentials=credentials or None)
+            row = connectors.create_definition(
+                session,
+                provider=provider,
+                name=name,
+                config=json.loads(config),
+                visibility=visibility,
+                credentials=credentials or None,
+            )
             console.print(str(row.definition_id))
     except (ProviderError, ValueError) as exc:
         err.print(f"[red]error:[/red] {getattr(exc, 'message', exc)}")
@@ -114,9 +123,12 @@ def connectors_audits(limit: int = typer.Option(50, min=1, max=500)) -> None:
 
     with _sessions().begin() as session:
         for a in connectors.list_audits(session, scope_id=None, limit=limit):
-            console.print(f"{a.created_at:%Y-%m-%d %H:%M:%S}  {a.scope_id:<16} {a.event:<10} {a.outcome:<8} "
-                          f"{a.status_code or '-':<4} {a.duration_ms:>6} ms  {json.dumps(a.detail)}", markup=False,
-                          highlight=False)
+            console.print(
+                f"{a.created_at:%Y-%m-%d %H:%M:%S}  {a.scope_id:<16} {a.event:<10} {a.outcome:<8} "
+                f"{a.status_code or '-':<4} {a.duration_ms:>6} ms  {json.dumps(a.detail)}",
+                markup=False,
+                highlight=False,
+            )
 
 
 def reanalyze(
@@ -165,5 +177,7 @@ def eval_(
     if as_json:
         print(json.dumps(result))
     else:
-        console.print(f"{result['evaluated']} of {result['queries']} queries evaluated ({result['skipped']} skipped): "
-                      f"Recall@10 {result['recall_at_10']}, MRR@10 {result['mrr_at_10']}")
+        console.print(
+            f"{result['evaluated']} of {result['queries']} queries evaluated ({result['skipped']} skipped): "
+            f"Recall@10 {result['recall_at_10']}, MRR@10 {result['mrr_at_10']}"
+        )

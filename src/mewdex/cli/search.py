@@ -19,9 +19,17 @@ def search(
     query: Annotated[str, typer.Argument(help="Natural-language query (Chinese or English).")],
     n: Annotated[int, typer.Option("-n", min=1, max=50, help="Number of results.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response (full ids).")] = False,
-    server: Annotated[str | None, typer.Option("--server", envvar="MEWDEX_SERVER", help=(
-        "Search a mewdex server (URL). Default: the `mewdex serve` running on this data dir, if any, "
-        "else the local database."))] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            envvar="MEWDEX_SERVER",
+            help=(
+                "Search a mewdex server (URL). Default: the `mewdex serve` running on this data dir, if any, "
+                "else the local database."
+            ),
+        ),
+    ] = None,
 ) -> None:
     """Search the library: rank, name, a snippet of its text and a link per result. Asks the server
     running on this data dir when there is one (fast), else the local database as its admin; with
@@ -37,7 +45,9 @@ def search(
     if server:
         token = os.environ.get("MEWDEX_TOKEN") or (
             typer.prompt("API token (mdx_…)", hide_input=True, default="", show_default=False)
-            if sys.stdin.isatty() else None)
+            if sys.stdin.isatty()
+            else None
+        )
         remote = _remote(server, token or None, "POST", "/api/v1/search", json=body)
         assert remote is not None  # without fallback a failed call exits
         _print_results(remote, as_json, server)
@@ -105,8 +115,9 @@ def similar(
 
 
 def reindex(
-    model: Annotated[str | None, typer.Option(
-        help="Rebuild only the leg using this model (leg name, registered name or model id).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Rebuild only the leg using this model (leg name, registered name or model id).")
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Process the build here and wait until it is active.")] = False,
 ) -> None:
     """Build new search generations from the current meme contexts with the configured text models
@@ -120,8 +131,9 @@ def reindex(
     sessions = get_sessionmaker()
     try:
         with sessions.begin() as session:
-            built = [(g.id, g.model, g.dimensions) for g in generations.start_reindex(session, scope.scope_id,
-                                                                                        model=model)]
+            built = [
+                (g.id, g.model, g.dimensions) for g in generations.start_reindex(session, scope.scope_id, model=model)
+            ]
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -146,8 +158,9 @@ def reindex(
                     break
                 if any(b["task"] and b["task"]["status"] == "failed" for b in ours):
                     break
-                progress.update(bar, total=sum(b["memes_total"] for b in ours),
-                                completed=sum(b["memes_done"] for b in ours))
+                progress.update(
+                    bar, total=sum(b["memes_total"] for b in ours), completed=sum(b["memes_done"] for b in ours)
+                )
                 time.sleep(0.5)
     finally:
         pool.stop()
@@ -155,5 +168,7 @@ def reindex(
         state = generations.status(session, scope.scope_id)
     for leg, entry in state["legs"].items():
         active = entry["active"]
-        console.print(f"{leg}: active {active['model'] if active else '-'} ({active['memes'] if active else 0} memes)"
-                      + ("" if entry["building"] is None else f"; [red]still building: {entry['building']['task']}[/red]"))
+        console.print(
+            f"{leg}: active {active['model'] if active else '-'} ({active['memes'] if active else 0} memes)"
+            + ("" if entry["building"] is None else f"; [red]still building: {entry['building']['task']}[/red]")
+        )

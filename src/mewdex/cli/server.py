@@ -12,7 +12,9 @@ from mewdex.cli.common import _prepare, _setup_logging, announce_server, console
 def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (default MEWDEX_HOST, 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default MEWDEX_PORT, 8275).")] = None,
-    workers: Annotated[int | None, typer.Option(help="Workers (default MEWDEX_WORKERS; MEWDEX_WORKER_MODE says processes or threads).")] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Workers (default MEWDEX_WORKERS; MEWDEX_WORKER_MODE says processes or threads).")
+    ] = None,
 ) -> None:
     """Serve the web UI and the API, with workers processing the queue."""
     import os
@@ -30,7 +32,9 @@ def serve(
         err.print(f"[red]error:[/red] {problem}")
         raise typer.Exit(2)
     _prepare()  # fails early with a clear message when the database cannot start
-    console.print(f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})")
+    console.print(
+        f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})"
+    )
     _print_setup_code()
     # The options are the settings MEWDEX_HOST/MEWDEX_WORKERS for this process; uvicorn builds the app from
     # its import string, so `cli` never imports `web` (import-linter: the interfaces are independent).
@@ -42,8 +46,13 @@ def serve(
     cached_settings.cache_clear()
     forget = announce_server(f"http://{host or settings.host}:{port or settings.port}")
     try:
-        uvicorn.run("mewdex.web.app:create_app", factory=True, host=host or settings.host,
-                    port=port or settings.port, log_level="warning")
+        uvicorn.run(
+            "mewdex.web.app:create_app",
+            factory=True,
+            host=host or settings.host,
+            port=port or settings.port,
+            log_level="warning",
+        )
     finally:
         forget()
 
@@ -65,8 +74,10 @@ def _port_problem(host: str, port: int) -> str | None:
             pass
         else:
             return None
-    return (f"port {port} on {host} is already in use (is mewdex already serving? open http://{host}:{port}); "
-            f"stop that process or choose another with --port or MEWDEX_PORT")
+    return (
+        f"port {port} on {host} is already in use (is mewdex already serving? open http://{host}:{port}); "
+        f"stop that process or choose another with --port or MEWDEX_PORT"
+    )
 
 
 def _print_setup_code() -> None:
@@ -77,8 +88,10 @@ def _print_setup_code() -> None:
     with get_sessionmaker().begin() as session:
         code = issue_setup_code(session)
     if code:
-        console.print(f"no account yet (this machine needs none). To add the admin, sign up at /login with the "
-                      f"one-time setup code {code}  — or run: mewdex user create EMAIL --admin")
+        console.print(
+            f"no account yet (this machine needs none). To add the admin, sign up at /login with the "
+            f"one-time setup code {code}  — or run: mewdex user create EMAIL --admin"
+        )
 
 
 def _limit_memory() -> None:
@@ -94,13 +107,21 @@ def _limit_memory() -> None:
 
 
 def worker(
-    concurrency: Annotated[int, typer.Option("--concurrency", "--threads", "-c", min=1, max=64,
-                                             help="Worker threads in this process.")] = 2,
-    lanes: Annotated[str | None, typer.Option(help="Comma-separated lanes to serve (default: all: "
-                                                   "default,visual,agent,embedding).")] = None,
-    grace: Annotated[float | None, typer.Option(help="Seconds SIGTERM waits for running tasks before releasing "
-                                                     "them (default MEWDEX_WORKER_GRACE_SECONDS).")] = None,
-    parent_pid: Annotated[int | None, typer.Option(hidden=True, help="Stop when this process (the starter) dies.")] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "--threads", "-c", min=1, max=64, help="Worker threads in this process.")
+    ] = 2,
+    lanes: Annotated[
+        str | None, typer.Option(help="Comma-separated lanes to serve (default: all: default,visual,agent,embedding).")
+    ] = None,
+    grace: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds SIGTERM waits for running tasks before releasing them (default MEWDEX_WORKER_GRACE_SECONDS)."
+        ),
+    ] = None,
+    parent_pid: Annotated[
+        int | None, typer.Option(hidden=True, help="Stop when this process (the starter) dies.")
+    ] = None,
 ) -> None:
     """Run queue workers only (scale out with more of these against the same database).
 

@@ -48,8 +48,9 @@ def tasks_list(
     """Tasks of the library, newest first."""
     from mewdex.queue import service
 
-    page = _task_call(service.list_tasks, status=status, task_type=task_type, stage=stage, batch_id=batch,
-                      cursor=cursor, limit=limit)
+    page = _task_call(
+        service.list_tasks, status=status, task_type=task_type, stage=stage, batch_id=batch, cursor=cursor, limit=limit
+    )
     if as_json:
         print(json.dumps(page, ensure_ascii=False))
         return
@@ -57,8 +58,15 @@ def tasks_list(
     for column in ("id", "type", "status", "lane", "attempts", "error", "created"):
         table.add_column(column)
     for t in page["items"]:
-        table.add_row(t["id"], t["type"], t["status"], t["lane"], f"{t['attempts']}/{t['max_attempts']}",
-                      (t["error"] or {}).get("code", ""), t["created_at"][:19])
+        table.add_row(
+            t["id"],
+            t["type"],
+            t["status"],
+            t["lane"],
+            f"{t['attempts']}/{t['max_attempts']}",
+            (t["error"] or {}).get("code", ""),
+            t["created_at"][:19],
+        )
     console.print(table)
     if page["next_cursor"]:
         console.print(f"more: --cursor {page['next_cursor']}")
@@ -72,16 +80,23 @@ def tasks_show(task_id: str, as_json: Annotated[bool, typer.Option("--json", hel
     if as_json:
         print(json.dumps(detail, ensure_ascii=False, indent=2))
         return
-    console.print(f"[bold]{detail['id']}[/bold] {detail['type']} · {detail['status']} · lane {detail['lane']} · "
-                  f"attempts {detail['attempts']}/{detail['max_attempts']}")
+    console.print(
+        f"[bold]{detail['id']}[/bold] {detail['type']} · {detail['status']} · lane {detail['lane']} · "
+        f"attempts {detail['attempts']}/{detail['max_attempts']}"
+    )
     if detail["error"]:
         console.print(f"error: {detail['error'].get('code')}: {detail['error'].get('message')}")
     table = Table(title="attempts")
     for column in ("#", "state", "generation", "termination", "error"):
         table.add_column(column)
     for a in detail["attempt_history"]:
-        table.add_row(str(a["attempt"]), a["state"], str(a["claim_generation"]), a["termination_reason"] or "",
-                      (a["error"] or {}).get("code", ""))
+        table.add_row(
+            str(a["attempt"]),
+            a["state"],
+            str(a["claim_generation"]),
+            a["termination_reason"] or "",
+            (a["error"] or {}).get("code", ""),
+        )
     console.print(table)
 
 

@@ -11,7 +11,9 @@ from mewdex.cli.common import _prepare, _progress, console, get_settings
 
 
 def thumbnails_reconcile(
-    force: Annotated[bool, typer.Option("--force", help="Rebuild every thumbnail, not only missing or stale ones.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rebuild every thumbnail, not only missing or stale ones.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Rebuild missing, stale or failed thumbnails."""
@@ -24,8 +26,14 @@ def thumbnails_reconcile(
     scope_id = default_scope().scope_id
     with _progress() as progress:
         bar = progress.add_task("thumbnails", total=None)
-        report = reconcile(get_sessionmaker(), blob_store(), scope_id, max_pixels=get_settings().max_pixels,
-                           force=force, progress=lambda _meme, _outcome: progress.advance(bar))
+        report = reconcile(
+            get_sessionmaker(),
+            blob_store(),
+            scope_id,
+            max_pixels=get_settings().max_pixels,
+            force=force,
+            progress=lambda _meme, _outcome: progress.advance(bar),
+        )
     if as_json:
         print(json.dumps(report.as_dict()))
     else:

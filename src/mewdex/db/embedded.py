@@ -157,7 +157,9 @@ def clients(pgdata: Path) -> list[str]:
             " FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
             " GROUP BY 1 ORDER BY 3"
         ).fetchall()
-    return [f"{name} ({n} connection{'s' if n != 1 else ''} since {start:%Y-%m-%d %H:%M:%S})" for name, n, start in rows]
+    return [
+        f"{name} ({n} connection{'s' if n != 1 else ''} since {start:%Y-%m-%d %H:%M:%S})" for name, n, start in rows
+    ]
 
 
 def stop(pgdata: Path) -> bool:

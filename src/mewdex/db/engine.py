@@ -40,9 +40,14 @@ def get_engine() -> Engine:
         if _engine is None:
             settings = get_settings()
             sizes = pool_sizes(settings)
-            _engine = create_engine(database_url(settings), pool_size=sizes["pool_size"],
-                                    max_overflow=sizes["max_overflow"], pool_timeout=10, pool_pre_ping=True,
-                                    connect_args=_application_name())
+            _engine = create_engine(
+                database_url(settings),
+                pool_size=sizes["pool_size"],
+                max_overflow=sizes["max_overflow"],
+                pool_timeout=10,
+                pool_pre_ping=True,
+                connect_args=_application_name(),
+            )
             event.listen(_engine, "connect", _register_vector)
             _sessions = sessionmaker(_engine, expire_on_commit=False)
         return _engine
@@ -71,8 +76,11 @@ def pool_sizes(settings: Settings) -> dict[str, int]:
       ``search_concurrency``, exactly one per leg thread, so a leg never waits for a connection and
       never takes one from the main pool that its request holds one of."""
     threads = settings.workers if settings.worker_mode == "thread" else 0
-    return {"pool_size": settings.api_concurrency + 2 * threads + 4, "max_overflow": 10,
-            "search_pool": SEARCH_LEGS * settings.search_concurrency}
+    return {
+        "pool_size": settings.api_concurrency + 2 * threads + 4,
+        "max_overflow": 10,
+        "search_pool": SEARCH_LEGS * settings.search_concurrency,
+    }
 
 
 def _register_vector(dbapi_connection, _record) -> None:

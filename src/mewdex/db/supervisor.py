@@ -97,8 +97,9 @@ def mark_available() -> None:
     global _down_since, _reason, _refused
     with _lock:
         if _down_since is not None:
-            log.warning("database available again after %.1f s (%d requests answered 503)",
-                        time.time() - _down_since, _refused)
+            log.warning(
+                "database available again after %.1f s (%d requests answered 503)", time.time() - _down_since, _refused
+            )
         _down_since, _reason, _refused = None, None, 0
 
 

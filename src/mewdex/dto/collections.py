@@ -37,8 +37,12 @@ class CollectionNameRequest(BaseModel):
 class AddItemsRequest(BaseModel):
     """``{"meme_ids": [...]}``; the service checks the ids (422 ``invalid_request`` / ``memes_not_found``)."""
 
-    meme_ids: Annotated[Any, WithJsonSchema({"type": "array", "items": {"type": "string", "format": "uuid"},
-                                             "minItems": 1, "maxItems": 1000})]
+    meme_ids: Annotated[
+        Any,
+        WithJsonSchema(
+            {"type": "array", "items": {"type": "string", "format": "uuid"}, "minItems": 1, "maxItems": 1000}
+        ),
+    ]
 
 
 class AddItemsResponse(Dto):

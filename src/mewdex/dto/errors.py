@@ -18,8 +18,9 @@ class DomainError(Exception):
 
     code = "invalid_request"
 
-    def __init__(self, code: str | None = None, message: str = "", details: Any = None,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self, code: str | None = None, message: str = "", details: Any = None, headers: dict[str, str] | None = None
+    ):
         super().__init__(message or code or self.code)
         self.code = code or self.code
         self.message = message or str(self)

@@ -32,8 +32,9 @@ class SearchFilters(BaseModel):
     collection_ids: list[str] | None = Field(None, max_length=100)
     animated: bool | None = None
     formats: list[Literal["png", "jpeg", "gif", "webp"]] | None = Field(None, max_length=4)
-    status: Literal["queued", "running", "succeeded", "failed", "blocked", "unknown_execution",
-                    "pending", "none"] | None = None
+    status: (
+        Literal["queued", "running", "succeeded", "failed", "blocked", "unknown_execution", "pending", "none"] | None
+    ) = None
     created_from: datetime | None = None
     created_to: datetime | None = None
 
@@ -56,8 +57,10 @@ class SearchFilters(BaseModel):
 
     @property
     def empty(self) -> bool:
-        return not any(v is not None for v in (self.collection_ids, self.animated, self.formats, self.status,
-                                                self.created_from, self.created_to))
+        return not any(
+            v is not None
+            for v in (self.collection_ids, self.animated, self.formats, self.status, self.created_from, self.created_to)
+        )
 
 
 class SearchRequest(SearchFilters):

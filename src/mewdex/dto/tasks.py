@@ -9,8 +9,22 @@ from pydantic import Field
 from mewdex.dto.common import Dto, JsonObject, OpenDto, Timestamp
 from mewdex.dto.memes import JobBrief
 
-__all__ = ["JobBrief", "TaskBrief", "Task", "TaskDetail", "TaskPage", "Attempt", "Job", "JobDetail", "JobPage",
-           "JobStage", "BatchBrief", "Batch", "ProcessingRequest", "ProcessingResponse"]
+__all__ = [
+    "JobBrief",
+    "TaskBrief",
+    "Task",
+    "TaskDetail",
+    "TaskPage",
+    "Attempt",
+    "Job",
+    "JobDetail",
+    "JobPage",
+    "JobStage",
+    "BatchBrief",
+    "Batch",
+    "ProcessingRequest",
+    "ProcessingResponse",
+]
 
 
 class TaskBrief(Dto):

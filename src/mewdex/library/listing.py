@@ -27,12 +27,13 @@ from mewdex.library.images import EXTENSIONS, MEDIA_TYPES
 MEDIA_TYPES_BY_EXTENSION = {EXTENSIONS[f]: MEDIA_TYPES[f] for f in EXTENSIONS}
 
 
-
 def latest_job_sql(column: str) -> str:
     """A column (``id``, ``status``) of the meme's latest processing job (NULL: none), correlated to the
     ``memes`` row: the one SQL definition of "the latest job of a meme"."""
-    return (f"(SELECT j.{column} FROM image_processing_jobs j WHERE j.scope_id = memes.scope_id "
-            "AND j.meme_id = memes.id ORDER BY j.created_at DESC LIMIT 1)")
+    return (
+        f"(SELECT j.{column} FROM image_processing_jobs j WHERE j.scope_id = memes.scope_id "
+        "AND j.meme_id = memes.id ORDER BY j.created_at DESC LIMIT 1)"
+    )
 
 
 LATEST_JOB_STATUS_SQL = latest_job_sql("status")
@@ -41,8 +42,12 @@ LATEST_JOB_STATUS_SQL = latest_job_sql("status")
 def latest_stage_sql(statuses: tuple[str, ...]):
     """A predicate over ``memes``: its latest job has a planned stage in one of ``statuses``."""
     quoted = ", ".join("'" + s.replace("'", "''") + "'" for s in statuses)
-    return text(f"EXISTS (SELECT 1 FROM image_processing_stages s WHERE s.scope_id = memes.scope_id "
-                f"AND s.job_id = {latest_job_sql('id')} AND s.planned AND s.status IN ({quoted}))")
+    return text(
+        f"EXISTS (SELECT 1 FROM image_processing_stages s WHERE s.scope_id = memes.scope_id "
+        f"AND s.job_id = {latest_job_sql('id')} AND s.planned AND s.status IN ({quoted}))"
+    )
+
+
 _ANIMATED_SQL = "COALESCE(CAST(memes.extensions -> 'image' ->> 'animated' AS boolean), false)"
 
 
@@ -94,8 +99,10 @@ def exists_sql(filters: SearchFilters | None, meme_id_column: str) -> tuple[str,
     if filters is None or filters.empty:
         return "", {}
     predicate, params = filter_sql(filters)
-    return (f" AND EXISTS (SELECT 1 FROM memes WHERE memes.scope_id = :scope AND memes.id = {meme_id_column}"
-            f" AND {predicate})"), params
+    return (
+        f" AND EXISTS (SELECT 1 FROM memes WHERE memes.scope_id = :scope AND memes.id = {meme_id_column}"
+        f" AND {predicate})"
+    ), params
 
 
 def latest_jobs(session: Session, scope_id: str, meme_ids: list[UUID]) -> dict[UUID, ImageProcessingJob]:
@@ -111,15 +118,17 @@ def latest_jobs(session: Session, scope_id: str, meme_ids: list[UUID]) -> dict[U
     return {job.meme_id: job for job in rows}
 
 
-def latest_job_stages(session: Session, scope_id: str, meme_ids: list[UUID], *, planned_only: bool = False
-                      ) -> tuple[dict[UUID, ImageProcessingJob], dict[UUID, list[ImageProcessingStage]]]:
+def latest_job_stages(
+    session: Session, scope_id: str, meme_ids: list[UUID], *, planned_only: bool = False
+) -> tuple[dict[UUID, ImageProcessingJob], dict[UUID, list[ImageProcessingStage]]]:
     """The latest job of each meme and that job's stage rows (only the planned ones when asked)."""
     jobs = latest_jobs(session, scope_id, meme_ids)
     stages: dict[UUID, list[ImageProcessingStage]] = {}
     if jobs:
         by_job = {job.id: meme_id for meme_id, job in jobs.items()}
         query = select(ImageProcessingStage).where(
-            ImageProcessingStage.scope_id == scope_id, ImageProcessingStage.job_id.in_(list(by_job)))
+            ImageProcessingStage.scope_id == scope_id, ImageProcessingStage.job_id.in_(list(by_job))
+        )
         if planned_only:
             query = query.where(ImageProcessingStage.planned)
         for stage in session.execute(query).scalars():
@@ -133,8 +142,13 @@ def meme_ref(meme: Meme) -> MemeRef:
 
 def meme_brief(meme: Meme) -> MemeBrief:
     return MemeBrief(
-        id=str(meme.id), display_name=meme.display_name, sha256=meme.sha256, extension=meme.extension,
-        size_bytes=meme.size_bytes, media_url=f"/media/{meme.id}", thumbnail_url=f"/media/{meme.id}/thumbnail",
+        id=str(meme.id),
+        display_name=meme.display_name,
+        sha256=meme.sha256,
+        extension=meme.extension,
+        size_bytes=meme.size_bytes,
+        media_url=f"/media/{meme.id}",
+        thumbnail_url=f"/media/{meme.id}/thumbnail",
         created_at=meme.created_at.isoformat(),
     )
 
@@ -157,9 +171,12 @@ def meme_full(session: Session, meme: Meme, *, near_duplicates: list[dict[str, A
         meme_context=meme.meme_context,
         provenance=meme.provenance,
         job=None if job is None else JobBrief(id=str(job.id), status=job.status, error=job.error),
-        stages={s.stage: StageStatus(status=s.status, planned=s.planned, skip_reason=s.skip_reason,
-                                     attempts=s.attempt_count, error=s.error)
-                for s in stages.get(meme.id, [])},
+        stages={
+            s.stage: StageStatus(
+                status=s.status, planned=s.planned, skip_reason=s.skip_reason, attempts=s.attempt_count, error=s.error
+            )
+            for s in stages.get(meme.id, [])
+        },
         revision=meme.revision,
         updated_at=meme.updated_at.isoformat(),
     )

@@ -71,10 +71,22 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
     ).scalar_one_or_none()
 
 
-def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data: bytes, *, filename: str,
-              provenance: dict[str, Any], collection_names: Sequence[str] = (), collection_ids: Sequence[Any] = (),
-              process: bool = True, auto_name: bool = False, probed: ImageInfo | None = None,
-              batch_id: str | None = None, folder: str | None = None) -> AddResult:
+def add_image(
+    sessions: sessionmaker[Session],
+    store,
+    scope: ScopeContext,
+    data: bytes,
+    *,
+    filename: str,
+    provenance: dict[str, Any],
+    collection_names: Sequence[str] = (),
+    collection_ids: Sequence[Any] = (),
+    process: bool = True,
+    auto_name: bool = False,
+    probed: ImageInfo | None = None,
+    batch_id: str | None = None,
+    folder: str | None = None,
+) -> AddResult:
     """Add one image: ``skipped`` with a stable error code for bad bytes or ``quota_exceeded`` (the
     owner's storage/meme limit; nothing written), ``duplicate`` (the existing
     meme, added to the collections too) for bytes already in the scope, else ``created``.
@@ -159,8 +171,7 @@ def add_image(sessions: sessionmaker[Session], store, scope: ScopeContext, data:
         raise
 
 
-def _undo_upload(sessions: sessionmaker[Session], store, scope: ScopeContext, namespace: str, key: str,
-                 op_id) -> None:
+def _undo_upload(sessions: sessionmaker[Session], store, scope: ScopeContext, namespace: str, key: str, op_id) -> None:
     """Compensate an upload whose meme row was never created: remove its blob unless a meme uses it."""
     with sessions.begin() as session:
         journal.remove_blob_if_unused(session, store, scope.scope_id, namespace, key, except_op=op_id)
@@ -198,10 +209,16 @@ def resolve_meme_id(session: Session, scope: ScopeContext, value: str) -> UUID:
         pass
     if len(text_value.replace("-", "")) < MIN_ID_PREFIX or not re.fullmatch(r"[0-9a-f-]+", text_value):
         raise MemeError("not_found", f"no meme {value!r} (give the full id or at least {MIN_ID_PREFIX} characters)")
-    found = session.execute(
-        select(Meme.id).where(Meme.scope_id == scope.scope_id, cast(Meme.id, String).like(text_value + "%"))
-        .order_by(Meme.id).limit(2)
-    ).scalars().all()
+    found = (
+        session.execute(
+            select(Meme.id)
+            .where(Meme.scope_id == scope.scope_id, cast(Meme.id, String).like(text_value + "%"))
+            .order_by(Meme.id)
+            .limit(2)
+        )
+        .scalars()
+        .all()
+    )
     if not found:
         raise MemeError("not_found", f"no meme with an id starting {value!r}")
     if len(found) > 1:
@@ -220,12 +237,16 @@ def _locked_meme(session: Session, scope: ScopeContext, meme_id) -> Meme:
 
 def _check_revision(meme: Meme, expected_revision: int | None) -> None:
     if expected_revision is not None and meme.revision != expected_revision:
-        raise MemeError("revision_conflict", "the meme was changed since that revision",
-                        {"expected_revision": expected_revision, "current_revision": meme.revision})
+        raise MemeError(
+            "revision_conflict",
+            "the meme was changed since that revision",
+            {"expected_revision": expected_revision, "current_revision": meme.revision},
+        )
 
 
-def rename(sessions: sessionmaker[Session], scope: ScopeContext, meme_id, name: str, *,
-           expected_revision: int | None = None) -> int:
+def rename(
+    sessions: sessionmaker[Session], scope: ScopeContext, meme_id, name: str, *, expected_revision: int | None = None
+) -> int:
     """Set a meme's display name by hand (``name_source = manual``); returns the new revision.
 
     ``name`` is normalized under the name rules (:func:`mewdex.library.names.normalize_display_name`).
@@ -272,8 +293,9 @@ def rename(sessions: sessionmaker[Session], scope: ScopeContext, meme_id, name: 
     return revision
 
 
-def delete(sessions: sessionmaker[Session], store, scope: ScopeContext, meme_id, *,
-           expected_revision: int | None = None) -> None:
+def delete(
+    sessions: sessionmaker[Session], store, scope: ScopeContext, meme_id, *, expected_revision: int | None = None
+) -> None:
     """Delete a meme: its row and everything hanging off it (jobs, stages, tasks, embeddings,
     thumbnails, search documents and terms, collection memberships, near-duplicate pairs), then its
     blob and thumbnail files unless another meme (or an upload in flight) still uses them.
@@ -293,25 +315,38 @@ def delete(sessions: sessionmaker[Session], store, scope: ScopeContext, meme_id,
 
     with sessions.begin() as session:
         # Same lock order as a worker (task rows, then the meme) so the two never deadlock.
-        task_ids = session.execute(
-            select(Task.id).where(Task.scope_id == scope.scope_id, Task.target_meme_id == meme_id)
-            .order_by(Task.id).with_for_update()
-        ).scalars().all()
+        task_ids = (
+            session.execute(
+                select(Task.id)
+                .where(Task.scope_id == scope.scope_id, Task.target_meme_id == meme_id)
+                .order_by(Task.id)
+                .with_for_update()
+            )
+            .scalars()
+            .all()
+        )
         meme = _locked_meme(session, scope, meme_id)
         _check_revision(meme, expected_revision)
         namespace = storage_namespace(session, scope.scope_id)
-        thumbnail_keys = [key for key in session.execute(
-            select(DerivedImageThumbnail.output_key).where(
-                DerivedImageThumbnail.scope_id == scope.scope_id, DerivedImageThumbnail.meme_id == meme.id,
-                DerivedImageThumbnail.output_key.is_not(None),
-            )
-        ).scalars() if key is not None]
+        thumbnail_keys = [
+            key
+            for key in session.execute(
+                select(DerivedImageThumbnail.output_key).where(
+                    DerivedImageThumbnail.scope_id == scope.scope_id,
+                    DerivedImageThumbnail.meme_id == meme.id,
+                    DerivedImageThumbnail.output_key.is_not(None),
+                )
+            ).scalars()
+            if key is not None
+        ]
         if task_ids:  # lane slots reference tasks without a cascade: free the ones the meme's tasks hold
             for table in ("task_lane_slots", "task_lane_resource_slots"):
                 session.execute(
-                    text(f"UPDATE {table} SET task_scope_id = NULL, task_id = NULL, lease_owner = NULL, "
-                         "claim_generation = NULL, lease_expires_at = NULL "
-                         "WHERE task_scope_id = :s AND task_id = ANY(:ids)"),
+                    text(
+                        f"UPDATE {table} SET task_scope_id = NULL, task_id = NULL, lease_owner = NULL, "
+                        "claim_generation = NULL, lease_expires_at = NULL "
+                        "WHERE task_scope_id = :s AND task_id = ANY(:ids)"
+                    ),
                     {"s": scope.scope_id, "ids": list(task_ids)},
                 )
         batch_ids = batches.batches_of(session, scope.scope_id, list(task_ids)) if task_ids else set()
@@ -344,9 +379,18 @@ class MemePage:
     next_cursor: str | None
 
 
-def list_memes(session: Session, scope: ScopeContext, *, name: str | None = None, collection_id=None,
-               status: str | None = None, animated: bool | None = None, sort: str = "created",
-               limit: int = 50, cursor: str | None = None) -> MemePage:
+def list_memes(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    name: str | None = None,
+    collection_id=None,
+    status: str | None = None,
+    animated: bool | None = None,
+    sort: str = "created",
+    limit: int = 50,
+    cursor: str | None = None,
+) -> MemePage:
     """One page of the scope's memes.
 
     Args:
@@ -371,8 +415,9 @@ def list_memes(session: Session, scope: ScopeContext, *, name: str | None = None
     from mewdex.dto.search import SearchFilters
     from mewdex.library.listing import filtered_memes
 
-    filters = SearchFilters(collection_ids=None if collection_id is None else [str(collection_id)],
-                            status=status, animated=animated)
+    filters = SearchFilters(
+        collection_ids=None if collection_id is None else [str(collection_id)], status=status, animated=animated
+    )
     query = filtered_memes(scope.scope_id, filters, name=name)
     keys: tuple[SQLColumnExpression[Any], SQLColumnExpression[Any]]
     if sort == "name":

@@ -139,8 +139,11 @@ def _clean(name: str) -> str:
             out.append(_SEPARATORS[char])
         elif char in _BREAKING_SPACES:
             out.append(" ")
-        elif char not in _BIDI_CONTROLS and unicodedata.category(char) not in ("Cc", "Cs") and (
-                char in _KEPT_FORMAT or unicodedata.category(char) != "Cf"):
+        elif (
+            char not in _BIDI_CONTROLS
+            and unicodedata.category(char) not in ("Cc", "Cs")
+            and (char in _KEPT_FORMAT or unicodedata.category(char) != "Cf")
+        ):
             out.append(char)
     return _WHITESPACE_RUN.sub(" ", "".join(out))
 
@@ -241,7 +244,8 @@ _GENERIC_STEM = regex.compile(
       | [0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}  # UUIDs
       | [0-9a-f]{16,}                                            # hex hashes
       | (?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{20,}  # random-looking ids (letters and digits)
-    )\Z""")
+    )\Z"""
+)
 
 
 def file_stem(filename: str) -> str:

@@ -67,7 +67,10 @@ class Thumbnail:
 
 
 def iter_rgba_frames(
-    data: bytes, *, max_pixels: int = images.DEFAULT_MAX_PIXELS, max_frames: int | None = None,
+    data: bytes,
+    *,
+    max_pixels: int = images.DEFAULT_MAX_PIXELS,
+    max_frames: int | None = None,
     fit: int | None = None,
 ) -> Iterator[tuple[Image.Image, int]]:
     """Yield ``(frame, duration_ms)``: upright RGBA (RGB when opaque) frames, transparency kept, fully composited.
@@ -200,8 +203,9 @@ def _opaque(image: Image.Image) -> Image.Image:
 # ---------------------------------------------------------------- building
 
 
-def make_still(data: bytes, *, max_pixels: int = images.DEFAULT_MAX_PIXELS,
-               frame: Image.Image | None = None) -> Thumbnail:
+def make_still(
+    data: bytes, *, max_pixels: int = images.DEFAULT_MAX_PIXELS, frame: Image.Image | None = None
+) -> Thumbnail:
     """The still WEBP of the first frame, longest side ≤ 256, transparency kept, no metadata.
 
     ``frame``: the already decoded first RGBA frame (saves a decode). Raises :class:`ImageError`.
@@ -231,15 +235,25 @@ def make_animated(frames: list[tuple[Image.Image, int]]) -> Thumbnail:
     small = [_resize(f, longest) for f, _ in frames]
     durations = [max(10, int(d)) for _, d in frames]
     buf = io.BytesIO()
-    small[0].save(buf, "WEBP", save_all=True, append_images=small[1:], duration=durations, loop=0,
-                  quality=ANIMATED_QUALITY, method=0, minimize_size=False)
+    small[0].save(
+        buf,
+        "WEBP",
+        save_all=True,
+        append_images=small[1:],
+        duration=durations,
+        loop=0,
+        quality=ANIMATED_QUALITY,
+        method=0,
+        minimize_size=False,
+    )
     return Thumbnail(ANIMATED_PROFILE, buf.getvalue(), small[0].width, small[0].height, frames=len(small))
 
 
 def make_thumbnails(data: bytes, *, max_pixels: int = images.DEFAULT_MAX_PIXELS) -> list[Thumbnail]:
     """The still thumbnail, plus the animated preview when the image has more than one frame."""
-    frames = list(iter_rgba_frames(data, max_pixels=max_pixels, max_frames=4 * MAX_PREVIEW_FRAMES,
-                                   fit=PROFILES[ANIMATED_PROFILE]))
+    frames = list(
+        iter_rgba_frames(data, max_pixels=max_pixels, max_frames=4 * MAX_PREVIEW_FRAMES, fit=PROFILES[ANIMATED_PROFILE])
+    )
     out = [make_still(data, frame=frames[0][0])]
     if len(frames) > 1:
         out.append(make_animated(frames))
@@ -249,8 +263,9 @@ def make_thumbnails(data: bytes, *, max_pixels: int = images.DEFAULT_MAX_PIXELS)
 # ---------------------------------------------------------------- rows and blobs
 
 
-def store_thumbnails(session: Session, store, namespace: str, meme, thumbnails: list[Thumbnail],
-                     *, failure: ImageError | None = None) -> None:
+def store_thumbnails(
+    session: Session, store, namespace: str, meme, thumbnails: list[Thumbnail], *, failure: ImageError | None = None
+) -> None:
     """Write thumbnail blobs (into ``thumbnail_namespace(namespace)``; ``namespace`` is the scope's
     ``storage_namespace``) and upsert their rows for the meme's current content.
 
@@ -279,8 +294,13 @@ def store_thumbnails(session: Session, store, namespace: str, meme, thumbnails: 
         ident = (meme.sha256, meme.size_bytes, thumb.profile)
         row = existing.get(ident)
         if row is None:
-            row = DerivedImageThumbnail(scope_id=meme.scope_id, meme_id=meme.id, source_sha256=meme.sha256,
-                                        source_size_bytes=meme.size_bytes, profile=thumb.profile)
+            row = DerivedImageThumbnail(
+                scope_id=meme.scope_id,
+                meme_id=meme.id,
+                source_sha256=meme.sha256,
+                source_size_bytes=meme.size_bytes,
+                profile=thumb.profile,
+            )
             session.add(row)
         row.output_key = thumb.key
         row.output_sha256 = thumb.sha256
@@ -294,8 +314,13 @@ def store_thumbnails(session: Session, store, namespace: str, meme, thumbnails: 
         ident = (meme.sha256, meme.size_bytes, STILL_PROFILE)
         row = existing.get(ident)
         if row is None:
-            row = DerivedImageThumbnail(scope_id=meme.scope_id, meme_id=meme.id, source_sha256=meme.sha256,
-                                        source_size_bytes=meme.size_bytes, profile=STILL_PROFILE)
+            row = DerivedImageThumbnail(
+                scope_id=meme.scope_id,
+                meme_id=meme.id,
+                source_sha256=meme.sha256,
+                source_size_bytes=meme.size_bytes,
+                profile=STILL_PROFILE,
+            )
             session.add(row)
         row.status = "failed"
         row.output_key = row.output_sha256 = row.media_type = None
@@ -354,8 +379,9 @@ class ReconcileReport:
         return {"checked": self.checked, "rebuilt": self.rebuilt, "failed": self.failed}
 
 
-def reconcile(sessions, store, scope_id: str, *, max_pixels: int = images.DEFAULT_MAX_PIXELS,
-              force: bool = False, progress=None) -> ReconcileReport:
+def reconcile(
+    sessions, store, scope_id: str, *, max_pixels: int = images.DEFAULT_MAX_PIXELS, force: bool = False, progress=None
+) -> ReconcileReport:
     """Rebuild every missing, stale, pending or blob-less thumbnail of the scope (``mewdex thumbnails reconcile``).
 
     One short transaction per meme; the slow encode happens outside it. ``force`` rebuilds all.

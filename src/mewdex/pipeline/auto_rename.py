@@ -36,11 +36,19 @@ class AutoRenameStage:
         name = output.get("name")
         if meme is None or name is None or meme.name_source == "manual" or name == meme.display_name:
             return
-        session.add(StorageOperation(
-            scope_id=meme.scope_id, meme_id=meme.id, operation_type="rename", source_key=meme.storage_key,
-            target_key=meme.storage_key, expected_revision=meme.revision, after_sha256=meme.sha256,
-            expected_title_fingerprint=name_fingerprint(name), status="completed",
-        ))
+        session.add(
+            StorageOperation(
+                scope_id=meme.scope_id,
+                meme_id=meme.id,
+                operation_type="rename",
+                source_key=meme.storage_key,
+                target_key=meme.storage_key,
+                expected_revision=meme.revision,
+                after_sha256=meme.sha256,
+                expected_title_fingerprint=name_fingerprint(name),
+                status="completed",
+            )
+        )
         meme.display_name = name
         meme.name_source = "automatic"
         meme.revision += 1

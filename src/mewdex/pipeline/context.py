@@ -58,7 +58,9 @@ LABEL_MIN_SCORE = 0.0
 #: Folder/file names that say nothing about the image: one list, in mewdex.library.names.
 GENERIC_NAMES = names.GENERIC_NAMES
 
-_COUNTER = re.compile(r"^(?:img|image|images|pic|photo|dsc|dscn|pxl|mmexport|wx|screenshot)?[\s_\-.()]*\d*[\s_\-.()]*\d*$", re.I)
+_COUNTER = re.compile(
+    r"^(?:img|image|images|pic|photo|dsc|dscn|pxl|mmexport|wx|screenshot)?[\s_\-.()]*\d*[\s_\-.()]*\d*$", re.I
+)
 
 # Watermark / platform noise on video screenshots and reposts (checked per line).
 _WATERMARK = re.compile(
@@ -138,10 +140,12 @@ def name_parts(relative_path: str, display_name: str | None = None) -> dict[str,
 
 def _line_dict(line: Any) -> dict[str, Any]:
     if isinstance(line, dict):
-        return {"text": str(line.get("text", "")), "score": float(line.get("score", 0.0)),
-                "box": line.get("box")}
-    return {"text": str(getattr(line, "text", "")), "score": float(getattr(line, "score", 0.0)),
-            "box": getattr(line, "box", None)}
+        return {"text": str(line.get("text", "")), "score": float(line.get("score", 0.0)), "box": line.get("box")}
+    return {
+        "text": str(getattr(line, "text", "")),
+        "score": float(getattr(line, "score", 0.0)),
+        "box": getattr(line, "box", None),
+    }
 
 
 def _corner(box: Any, image_size: tuple[int, int] | None) -> tuple[bool, bool] | None:
@@ -177,8 +181,9 @@ def _corner_marks(lines: list[dict[str, Any]], image_size: tuple[int, int] | Non
     return {i for i, c in enumerate(corners) if c is not None and counts[c] < CORNER_CAPTION_LINES}
 
 
-def clean_ocr_lines(ocr_lines: Iterable[Any], min_score: float = OCR_MIN_SCORE,
-                    image_size: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+def clean_ocr_lines(
+    ocr_lines: Iterable[Any], min_score: float = OCR_MIN_SCORE, image_size: tuple[int, int] | None = None
+) -> list[dict[str, Any]]:
     """Keep OCR lines worth indexing: score >= ``min_score``, not watermark-like, at least two
     letters/ideographs (or one ideograph with score >= 0.95). With ``image_size`` (width,
     height in the pixel space of the line boxes) small text blocks in the corners are dropped

@@ -65,17 +65,30 @@ def ready_stages(session: Session, meme: Meme) -> set[str]:
     """Stages whose output is current for the meme's image and context."""
     ready = set()
     if session.execute(
-        select(exists().where(MemeVisualEmbedding.scope_id == meme.scope_id, MemeVisualEmbedding.meme_id == meme.id,
-                              MemeVisualEmbedding.image_sha256 == meme.sha256))
+        select(
+            exists().where(
+                MemeVisualEmbedding.scope_id == meme.scope_id,
+                MemeVisualEmbedding.meme_id == meme.id,
+                MemeVisualEmbedding.image_sha256 == meme.sha256,
+            )
+        )
     ).scalar():
         ready.add("visual")
     if meme.context_status == "ready":
         ready.add("agent")
-    if meme.search_metadata_hash and session.execute(
-        select(exists().where(MemeEmbedding.scope_id == meme.scope_id, MemeEmbedding.meme_id == meme.id,
-                              MemeEmbedding.metadata_hash == meme.search_metadata_hash,
-                              MemeEmbedding.item_status == "ready"))
-    ).scalar():
+    if (
+        meme.search_metadata_hash
+        and session.execute(
+            select(
+                exists().where(
+                    MemeEmbedding.scope_id == meme.scope_id,
+                    MemeEmbedding.meme_id == meme.id,
+                    MemeEmbedding.metadata_hash == meme.search_metadata_hash,
+                    MemeEmbedding.item_status == "ready",
+                )
+            )
+        ).scalar()
+    ):
         ready.add("text_embedding")
     return ready
 
@@ -100,10 +113,13 @@ def plan(enabled: list[str], ready: set[str], mode: str) -> dict[str, str | None
 def active_job(session: Session, meme: Meme) -> ImageProcessingJob | None:
     """The meme's queued or running job, if any."""
     return session.execute(
-        select(ImageProcessingJob).where(
-            ImageProcessingJob.scope_id == meme.scope_id, ImageProcessingJob.meme_id == meme.id,
+        select(ImageProcessingJob)
+        .where(
+            ImageProcessingJob.scope_id == meme.scope_id,
+            ImageProcessingJob.meme_id == meme.id,
             ImageProcessingJob.status.in_(ACTIVE_JOB_STATUSES),
-        ).limit(1)
+        )
+        .limit(1)
     ).scalar_one_or_none()
 
 
@@ -118,8 +134,15 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def create_job(session: Session, meme: Meme, *, auto_name: bool = False, mode: str = "normal",
-               batch_id: str | None = None, new_meme: bool = False) -> ImageProcessingJob:
+def create_job(
+    session: Session,
+    meme: Meme,
+    *,
+    auto_name: bool = False,
+    mode: str = "normal",
+    batch_id: str | None = None,
+    new_meme: bool = False,
+) -> ImageProcessingJob:
     """Create the job for the meme's current revision with its planned/skipped stage rows, and queue its
     first planned stage (a job with nothing to do succeeds at once). With ``batch_id`` the first task
     joins that batch parked, to be fed as the lane drains; later stages' tasks join it unparked.
@@ -184,8 +207,9 @@ def _stages(session: Session, job: ImageProcessingJob) -> dict[str, ImageProcess
     return {row.stage: row for row in rows}
 
 
-def _next_planned(session: Session, job: ImageProcessingJob, after: str | None,
-                  stages: dict[str, ImageProcessingStage] | None = None) -> ImageProcessingStage | None:
+def _next_planned(
+    session: Session, job: ImageProcessingJob, after: str | None, stages: dict[str, ImageProcessingStage] | None = None
+) -> ImageProcessingStage | None:
     stages = stages if stages is not None else _stages(session, job)
     start = 0 if after is None else STAGES.index(after) + 1
     for name in STAGES[start:]:
@@ -194,8 +218,9 @@ def _next_planned(session: Session, job: ImageProcessingJob, after: str | None,
     return None
 
 
-def _queue_stage(session: Session, job: ImageProcessingJob, stage: ImageProcessingStage | None,
-                 batch_id: str | None = None) -> Task | None:
+def _queue_stage(
+    session: Session, job: ImageProcessingJob, stage: ImageProcessingStage | None, batch_id: str | None = None
+) -> Task | None:
     if stage is None:
         job.status = "succeeded"
         job.current_stage = None
@@ -257,9 +282,16 @@ def stage_started(session: Session, task: Task | queue.Claim) -> None:
     """In the claim's transaction: mark the task's job and stage running, and record the job's
     ``processing_config_hash`` (and the input digest that includes it) on the new attempt row. One
     statement; the job row is locked after the meme (the write-back's order)."""
-    session.execute(_STAGE_STARTED_SQL, {"s": task.scope_id, "job": task.processing_job_id, "stage": task.image_stage,
-                                         "n": task.attempt_count, "task": task.task_id if isinstance(task, queue.Claim)
-                                         else task.id})
+    session.execute(
+        _STAGE_STARTED_SQL,
+        {
+            "s": task.scope_id,
+            "job": task.processing_job_id,
+            "stage": task.image_stage,
+            "n": task.attempt_count,
+            "task": task.task_id if isinstance(task, queue.Claim) else task.id,
+        },
+    )
 
 
 def _stage_name(task: Task) -> str:

@@ -32,24 +32,33 @@ JOB_STATUSES = ("queued", "running", "succeeded", "failed", "blocked", "unknown_
 
 def job_dict(job: ImageProcessingJob) -> dict[str, Any]:
     """The public shape of a job (:class:`mewdex.dto.tasks.Job`)."""
-    return JobDto(**{
-        "id": str(job.id),
-        "meme_id": str(job.meme_id),
-        "revision": job.revision,
-        "image_sha256": job.image_sha256,
-        "mode": job.processing_mode,
-        "status": job.status,
-        "current_stage": job.current_stage,
-        "error": job.error,
-        "processing_config_hash": job.processing_config_hash,
-        "created_at": job.created_at.isoformat(),
-        "updated_at": job.updated_at.isoformat(),
-        "completed_at": job.completed_at.isoformat() if job.completed_at else None,
-    }).model_dump()
+    return JobDto(
+        **{
+            "id": str(job.id),
+            "meme_id": str(job.meme_id),
+            "revision": job.revision,
+            "image_sha256": job.image_sha256,
+            "mode": job.processing_mode,
+            "status": job.status,
+            "current_stage": job.current_stage,
+            "error": job.error,
+            "processing_config_hash": job.processing_config_hash,
+            "created_at": job.created_at.isoformat(),
+            "updated_at": job.updated_at.isoformat(),
+            "completed_at": job.completed_at.isoformat() if job.completed_at else None,
+        }
+    ).model_dump()
 
 
-def list_jobs(session: Session, scope: ScopeContext, *, status: str | None = None, meme_id: uuid.UUID | None = None,
-              cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+def list_jobs(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    status: str | None = None,
+    meme_id: uuid.UUID | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> dict[str, Any]:
     """``{"items": [job], "next_cursor"}``, newest first. Raises :class:`~mewdex.dto.cursor.CursorInvalid`."""
     limit = max(1, min(200, limit))
     query = select(ImageProcessingJob).where(ImageProcessingJob.scope_id == scope.scope_id)
@@ -59,11 +68,19 @@ def list_jobs(session: Session, scope: ScopeContext, *, status: str | None = Non
         query = query.where(ImageProcessingJob.meme_id == meme_id)
     if cursor:
         created, job_id = decode_cursor(cursor, (datetime, uuid.UUID))
-        query = query.where(or_(ImageProcessingJob.created_at < created,
-                                and_(ImageProcessingJob.created_at == created, ImageProcessingJob.id < job_id)))
-    rows = session.execute(
-        query.order_by(ImageProcessingJob.created_at.desc(), ImageProcessingJob.id.desc()).limit(limit + 1)
-    ).scalars().all()
+        query = query.where(
+            or_(
+                ImageProcessingJob.created_at < created,
+                and_(ImageProcessingJob.created_at == created, ImageProcessingJob.id < job_id),
+            )
+        )
+    rows = (
+        session.execute(
+            query.order_by(ImageProcessingJob.created_at.desc(), ImageProcessingJob.id.desc()).limit(limit + 1)
+        )
+        .scalars()
+        .all()
+    )
     items = rows[:limit]
     next_cursor = None
     if len(rows) > limit:
@@ -78,21 +95,39 @@ def job_detail(session: Session, scope: ScopeContext, job_id: uuid.UUID) -> dict
     ).scalar_one_or_none()
     if job is None:
         raise TaskNotFound("job not found")
-    stages = session.execute(
-        select(ImageProcessingStage).where(ImageProcessingStage.scope_id == scope.scope_id,
-                                           ImageProcessingStage.job_id == job.id)
-    ).scalars().all()
+    stages = (
+        session.execute(
+            select(ImageProcessingStage).where(
+                ImageProcessingStage.scope_id == scope.scope_id, ImageProcessingStage.job_id == job.id
+            )
+        )
+        .scalars()
+        .all()
+    )
     order = {s: i for i, s in enumerate(jobs.STAGES)}
-    tasks = session.execute(
-        select(Task).where(Task.scope_id == scope.scope_id, Task.processing_job_id == job.id).order_by(Task.created_at)
-    ).scalars().all()
+    tasks = (
+        session.execute(
+            select(Task)
+            .where(Task.scope_id == scope.scope_id, Task.processing_job_id == job.id)
+            .order_by(Task.created_at)
+        )
+        .scalars()
+        .all()
+    )
     return {
         **job_dict(job),
         "processing_config": {k: v for k, v in job.processing_config.items() if k != "analysis_policy"},
         "stages": [
-            {"stage": s.stage, "planned": s.planned, "skip_reason": s.skip_reason, "status": s.status,
-             "attempts": s.attempt_count, "error": s.error, "task_id": s.task_id,
-             "retry_at": s.retry_at.isoformat() if s.retry_at else None}
+            {
+                "stage": s.stage,
+                "planned": s.planned,
+                "skip_reason": s.skip_reason,
+                "status": s.status,
+                "attempts": s.attempt_count,
+                "error": s.error,
+                "task_id": s.task_id,
+                "retry_at": s.retry_at.isoformat() if s.retry_at else None,
+            }
             for s in sorted(stages, key=lambda s: order[s.stage])
         ],
         "tasks": [task_dict(t) for t in tasks],
@@ -108,15 +143,24 @@ def not_ready_memes(session: Session, scope: ScopeContext) -> list[Meme]:
         .order_by(ImageProcessingJob.meme_id, ImageProcessingJob.created_at.desc())
         .subquery()
     )
-    return list(session.execute(
-        select(Meme).outerjoin(latest, latest.c.meme_id == Meme.id)
-        .where(Meme.scope_id == scope.scope_id, or_(latest.c.status.is_(None), latest.c.status != "succeeded"))
-        .order_by(Meme.created_at)
-    ).scalars())
+    return list(
+        session.execute(
+            select(Meme)
+            .outerjoin(latest, latest.c.meme_id == Meme.id)
+            .where(Meme.scope_id == scope.scope_id, or_(latest.c.status.is_(None), latest.c.status != "succeeded"))
+            .order_by(Meme.created_at)
+        ).scalars()
+    )
 
 
-def submit(session: Session, scope: ScopeContext, *, meme_ids: list[uuid.UUID] | None = None,
-           all_not_ready: bool = False, mode: str = "normal") -> dict[str, Any]:
+def submit(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    meme_ids: list[uuid.UUID] | None = None,
+    all_not_ready: bool = False,
+    mode: str = "normal",
+) -> dict[str, Any]:
     """Create a job per meme (skipping memes with an active job) in ``mode``.
 
     Returns ``{"jobs": [job id], "skipped": [{"meme_id", "reason"}], "batch_id": str | None}``. Up to
@@ -131,9 +175,10 @@ def submit(session: Session, scope: ScopeContext, *, meme_ids: list[uuid.UUID] |
         memes = not_ready_memes(session, scope)
     else:
         wanted = list(dict.fromkeys(meme_ids or []))
-        found = {m.id: m for m in session.execute(
-            select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(wanted))
-        ).scalars()}
+        found = {
+            m.id: m
+            for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(wanted))).scalars()
+        }
         missing = [str(i) for i in wanted if i not in found]
         if missing:
             raise TaskNotFound(f"memes not found: {', '.join(missing[:5])}")

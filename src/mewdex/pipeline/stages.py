@@ -88,10 +88,18 @@ def vision_context(meme: MemeSnapshot, ctx: Any, frames: list, context: dict[str
     limit = meme.analysis_policy.get("max_cost_per_image")
     try:
         result = vision.analyze(
-            ctx.sessions, ScopeContext(meme.scope_id), frames=frames, ocr_text=context.get("ocr_text") or "",
-            file_name=meme.display_name, folders=list(context.get("folders") or []),
-            neighbours=list((context.get("reverse_image") or {}).get("titles") or []), task_id=ctx.claim.task_id, resource_id=str(meme.id), before_call=ctx.external_started,
-            max_cost=Decimal(str(limit)) if limit is not None else None)
+            ctx.sessions,
+            ScopeContext(meme.scope_id),
+            frames=frames,
+            ocr_text=context.get("ocr_text") or "",
+            file_name=meme.display_name,
+            folders=list(context.get("folders") or []),
+            neighbours=list((context.get("reverse_image") or {}).get("titles") or []),
+            task_id=ctx.claim.task_id,
+            resource_id=str(meme.id),
+            before_call=ctx.external_started,
+            max_cost=Decimal(str(limit)) if limit is not None else None,
+        )
     except PlatformError as exc:
         if exc.code != "quota_exceeded":
             raise
@@ -113,9 +121,16 @@ def reverse_image_context(meme: MemeSnapshot, ctx: Any) -> dict[str, Any]:
     from mewdex.providers.errors import ProviderError
 
     try:
-        found = reverse_image.lookup(ctx.sessions, ScopeContext(meme.scope_id), policy="auto", sha256=meme.sha256,
-                                     image=meme.read_bytes(), meme_id=meme.id, task_id=ctx.claim.task_id,
-                                     before_call=ctx.external_started)
+        found = reverse_image.lookup(
+            ctx.sessions,
+            ScopeContext(meme.scope_id),
+            policy="auto",
+            sha256=meme.sha256,
+            image=meme.read_bytes(),
+            meme_id=meme.id,
+            task_id=ctx.claim.task_id,
+            before_call=ctx.external_started,
+        )
     except ProviderError as exc:
         if exc.retryable:
             raise StageError(exc.code, exc.message, retryable=True) from None

@@ -43,8 +43,10 @@ register_lane(Lane("embedding"))
 def snapshot(session: Session, claim: queue.Claim) -> MemeSnapshot | None:
     """The claimed task's meme (row-locked) as its stage reads it; None when it no longer exists."""
     row = session.execute(
-        select(Meme, Scope.storage_namespace).join(Scope, Scope.id == Meme.scope_id)
-        .where(Meme.scope_id == claim.scope_id, Meme.id == claim.target_meme_id).with_for_update(of=Meme)
+        select(Meme, Scope.storage_namespace)
+        .join(Scope, Scope.id == Meme.scope_id)
+        .where(Meme.scope_id == claim.scope_id, Meme.id == claim.target_meme_id)
+        .with_for_update(of=Meme)
     ).one_or_none()
     if row is None:
         return None
@@ -67,9 +69,14 @@ def on_claim(session: Session, claim: queue.Claim) -> MemeSnapshot | None:
     if claim.processing_job_id is not None:
         jobs.stage_started(session, claim)
         if snap is not None and claim.image_stage == CONTEXT_STAGE:
-            config = session.execute(select(ImageProcessingJob.processing_config).where(
-                ImageProcessingJob.scope_id == claim.scope_id, ImageProcessingJob.id == claim.processing_job_id)
-            ).scalar_one_or_none() or {}
+            config = (
+                session.execute(
+                    select(ImageProcessingJob.processing_config).where(
+                        ImageProcessingJob.scope_id == claim.scope_id, ImageProcessingJob.id == claim.processing_job_id
+                    )
+                ).scalar_one_or_none()
+                or {}
+            )
             snap = replace(snap, analysis_policy=dict(config.get("analysis_policy") or {}))
     return snap
 
@@ -98,8 +105,12 @@ def on_success(session: Session, claim: queue.Claim, task: Task, output: Any, ba
     return jobs.stage_succeeded(session, task, batch_id) is not None
 
 
-_ON_FAILURE = {"retrying": jobs.stage_retrying, "failed": jobs.stage_failed, "cancelled": jobs.stage_failed,
-               "unknown_execution": jobs.stage_unknown}
+_ON_FAILURE = {
+    "retrying": jobs.stage_retrying,
+    "failed": jobs.stage_failed,
+    "cancelled": jobs.stage_failed,
+    "unknown_execution": jobs.stage_unknown,
+}
 
 
 def on_failure(session: Session, task: Task, outcome: str) -> None:
@@ -113,8 +124,18 @@ def on_retry(session: Session, task: Task) -> None:
 
 
 for _stage, _task_type in IMAGE_STAGE_TASK_TYPES.items():
-    register_task_type(TaskType(
-        _task_type, run_stage, lane=jobs.STAGE_LANES[_stage], on_claim=on_claim, on_success=on_success,
-        on_failure=on_failure, on_retry=on_retry, pressure_lane=CONTEXT_LANE, store_result=False,
-        crash_code="stage_crashed", external=_stage == CONTEXT_STAGE,  # the vision model is outside
-    ))
+    register_task_type(
+        TaskType(
+            _task_type,
+            run_stage,
+            lane=jobs.STAGE_LANES[_stage],
+            on_claim=on_claim,
+            on_success=on_success,
+            on_failure=on_failure,
+            on_retry=on_retry,
+            pressure_lane=CONTEXT_LANE,
+            store_result=False,
+            crash_code="stage_crashed",
+            external=_stage == CONTEXT_STAGE,  # the vision model is outside
+        )
+    )

@@ -114,8 +114,9 @@ class VisualStage:
         from mewdex.storage import blob_store
 
         namespace = storage_namespace(session, meme.scope_id)
-        thumbs.store_thumbnails(session, blob_store(), namespace, meme, output.thumbnails,
-                                failure=output.thumbnail_error)
+        thumbs.store_thumbnails(
+            session, blob_store(), namespace, meme, output.thumbnails, failure=output.thumbnail_error
+        )
         ensure_visual_index(session, output.model, len(output.vector))
         session.execute(
             delete(MemeVisualEmbedding).where(
@@ -148,5 +149,4 @@ class VisualStage:
             },
         }
         session.flush()
-        record_near_duplicates(session, meme, output.vector, output.phash, output.model,
-                               output.preprocess_version)
+        record_near_duplicates(session, meme, output.vector, output.phash, output.model, output.preprocess_version)

@@ -59,7 +59,9 @@ def auth_mode(session: Session, bind_host: str) -> str:
 def startup_problem(bind_host: str) -> str | None:
     """Why ``mewdex serve`` must not start on ``bind_host``, or None."""
     if get_settings().auth == "none" and not is_loopback(bind_host):
-        return (f"MEWDEX_AUTH=none would open the library to anyone who can reach {bind_host}. "
-                "Create the admin account first:\n  mewdex user create you@example.com --admin\n"
-                "then serve with MEWDEX_AUTH=required (or unset), or bind to 127.0.0.1.")
+        return (
+            f"MEWDEX_AUTH=none would open the library to anyone who can reach {bind_host}. "
+            "Create the admin account first:\n  mewdex user create you@example.com --admin\n"
+            "then serve with MEWDEX_AUTH=required (or unset), or bind to 127.0.0.1."
+        )
     return None

@@ -21,8 +21,9 @@ def strip_format_characters(value: str) -> str:
     """``value`` NFC without invisible format characters (Unicode category Cf: bidi overrides and
     isolates, zero-width spaces, BOM …) except the joiners ZWJ/ZWNJ and emoji tag characters. The one rule every
     user-visible name (meme, collection, user, token) passes through so no name can disguise itself."""
-    return "".join(ch for ch in unicodedata.normalize("NFC", value)
-                   if ch in _KEPT_FORMAT or unicodedata.category(ch) != "Cf")
+    return "".join(
+        ch for ch in unicodedata.normalize("NFC", value) if ch in _KEPT_FORMAT or unicodedata.category(ch) != "Cf"
+    )
 
 
 def clean_text(value: str, field: str, *, max_chars: int) -> str:

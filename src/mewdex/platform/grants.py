@@ -20,9 +20,18 @@ ANALYSIS_OPERATIONS = ("analysis.agent", "analysis.reverse_image_search", "provi
 BUDGET_KINDS = ("analysis", "chat", "embedding", "reverse_image_search")
 
 
-def reserve(session: Session, scope: ScopeContext, operation: str, idempotency_key: str, *, units: int = 1,
-            task_id: str | None = None, resource_id: str | None = None, source: str | None = None,
-            check_budget: bool = True) -> OperationGrant:
+def reserve(
+    session: Session,
+    scope: ScopeContext,
+    operation: str,
+    idempotency_key: str,
+    *,
+    units: int = 1,
+    task_id: str | None = None,
+    resource_id: str | None = None,
+    source: str | None = None,
+    check_budget: bool = True,
+) -> OperationGrant:
     """The grant for ``(scope, operation, idempotency_key)``, created ``acquired`` on first call;
     a released grant is acquired again, a committed one is returned as is.
 
@@ -31,22 +40,47 @@ def reserve(session: Session, scope: ScopeContext, operation: str, idempotency_k
     """
     if check_budget and operation in ANALYSIS_OPERATIONS:
         _check_analysis_budget(session, scope)
-    session.execute(insert(OperationGrant).values(
-        scope_id=scope.scope_id, operation=operation, idempotency_key=idempotency_key,
-        grant_id=f"grant_{uuid.uuid4().hex}", task_id=task_id, resource_id=resource_id, source=source, units=units,
-        state="acquired", created_at=utcnow(), updated_at=utcnow(),
-    ).on_conflict_do_nothing(index_elements=["scope_id", "operation", "idempotency_key"]))
+    session.execute(
+        insert(OperationGrant)
+        .values(
+            scope_id=scope.scope_id,
+            operation=operation,
+            idempotency_key=idempotency_key,
+            grant_id=f"grant_{uuid.uuid4().hex}",
+            task_id=task_id,
+            resource_id=resource_id,
+            source=source,
+            units=units,
+            state="acquired",
+            created_at=utcnow(),
+            updated_at=utcnow(),
+        )
+        .on_conflict_do_nothing(index_elements=["scope_id", "operation", "idempotency_key"])
+    )
     grant = session.execute(
-        select(OperationGrant).where(OperationGrant.scope_id == scope.scope_id, OperationGrant.operation == operation,
-                                     OperationGrant.idempotency_key == idempotency_key).with_for_update()
+        select(OperationGrant)
+        .where(
+            OperationGrant.scope_id == scope.scope_id,
+            OperationGrant.operation == operation,
+            OperationGrant.idempotency_key == idempotency_key,
+        )
+        .with_for_update()
     ).scalar_one()
     if grant.state == "released":
         grant.state = "acquired"
     return grant
 
 
-def commit(session: Session, grant: OperationGrant, *, kind: str, model_profile: str, units: dict[str, Any],
-           metering_units: int | None = None, cost: Decimal | None = None) -> None:
+def commit(
+    session: Session,
+    grant: OperationGrant,
+    *,
+    kind: str,
+    model_profile: str,
+    units: dict[str, Any],
+    metering_units: int | None = None,
+    cost: Decimal | None = None,
+) -> None:
     """Mark the grant committed and write its usage event (once, keyed by the grant id)."""
     if grant.state == "committed":
         return
@@ -54,8 +88,16 @@ def commit(session: Session, grant: OperationGrant, *, kind: str, model_profile:
         raise PlatformError("grant_not_acquired", f"grant {grant.grant_id} is {grant.state}")
     grant.state = "committed"
     grant.metering_units = metering_units if metering_units is not None else grant.units
-    usage.record(session, scope_id=grant.scope_id, kind=kind, model_profile=model_profile, units=units,
-                 task_id=grant.task_id, idempotency_key=f"grant:{grant.grant_id}", cost=cost)
+    usage.record(
+        session,
+        scope_id=grant.scope_id,
+        kind=kind,
+        model_profile=model_profile,
+        units=units,
+        task_id=grant.task_id,
+        idempotency_key=f"grant:{grant.grant_id}",
+        cost=cost,
+    )
 
 
 def release(session: Session, grant: OperationGrant) -> None:
@@ -73,5 +115,6 @@ def _check_analysis_budget(session: Session, scope: ScopeContext) -> None:
         return
     limit = limits_for(user).analysis_cost_per_month
     if limit is not None and usage.month_cost(session, scope.scope_id, BUDGET_KINDS) >= limit:
-        raise PlatformError("quota_exceeded", "this month's analysis budget is spent",
-                            {"analysis_cost_per_month": float(limit)})
+        raise PlatformError(
+            "quota_exceeded", "this month's analysis budget is spent", {"analysis_cost_per_month": float(limit)}
+        )

@@ -21,12 +21,16 @@ def get_setting(session: Session, key: str, default: Any = None) -> Any:
 
 def set_setting(session: Session, key: str, value: Any) -> None:
     stmt = insert(PlatformSetting).values(key=key, value=value, updated_at=utcnow())
-    session.execute(stmt.on_conflict_do_update(index_elements=["key"],
-                                               set_={"value": stmt.excluded.value, "updated_at": utcnow()}))
+    session.execute(
+        stmt.on_conflict_do_update(index_elements=["key"], set_={"value": stmt.excluded.value, "updated_at": utcnow()})
+    )
 
 
 def media_signing_key(session: Session) -> bytes:
     """The installation's HMAC key for signed media URLs (created once, shared by every process)."""
-    session.execute(insert(PlatformSetting).values(key=MEDIA_SIGNING_KEY, value=secrets.token_hex(32),
-                                                   updated_at=utcnow()).on_conflict_do_nothing())
+    session.execute(
+        insert(PlatformSetting)
+        .values(key=MEDIA_SIGNING_KEY, value=secrets.token_hex(32), updated_at=utcnow())
+        .on_conflict_do_nothing()
+    )
     return bytes.fromhex(get_setting(session, MEDIA_SIGNING_KEY))

@@ -96,8 +96,13 @@ def verify(session: Session, path: str, params) -> tuple[bool, User | None]:
     exp, kid, who, sig = (params.get(k) for k in ("exp", "kid", "u", "sig"))
     if not all(isinstance(v, str) and v for v in (exp, kid, who, sig)):
         return False, None
-    if not exp.isascii() or not exp.isdigit() or len(exp) > 12 or int(exp) < time.time() \
-            or int(exp) > time.time() + MAX_TTL_SECONDS + 60:
+    if (
+        not exp.isascii()
+        or not exp.isdigit()
+        or len(exp) > 12
+        or int(exp) < time.time()
+        or int(exp) > time.time() + MAX_TTL_SECONDS + 60
+    ):
         return False, None
     key_hex = _keys()["keys"].get(kid)
     if key_hex is None:

@@ -23,19 +23,38 @@ def meter_stage(session: Session, claim, output: Any, model_profile: str) -> Non
     ``model_profile``: the analysis stage's version, recorded on its usage event)."""
     stage = claim.image_stage
     if stage == "agent":
-        grant = grants.reserve(session, ScopeContext(claim.scope_id), "analysis.agent", f"task:{claim.task_id}",
-                               task_id=claim.task_id, resource_id=str(claim.target_meme_id), check_budget=False)
+        grant = grants.reserve(
+            session,
+            ScopeContext(claim.scope_id),
+            "analysis.agent",
+            f"task:{claim.task_id}",
+            task_id=claim.task_id,
+            resource_id=str(claim.target_meme_id),
+            check_budget=False,
+        )
         lines = (output or {}).get("ocr_lines") or []
-        grants.commit(session, grant, kind="analysis", model_profile=model_profile,
-                      units={"images": 1, "ocr_lines": len(lines) if isinstance(lines, list) else 0})
+        grants.commit(
+            session,
+            grant,
+            kind="analysis",
+            model_profile=model_profile,
+            units={"images": 1, "ocr_lines": len(lines) if isinstance(lines, list) else 0},
+        )
     elif stage == "text_embedding":
         for role in (output or {}).values():
-            usage.record(session, scope_id=claim.scope_id, kind="embedding", model_profile=role["model"],
-                         units={"passages": len(role["items"])}, task_id=claim.task_id,
-                         idempotency_key=f"task:{claim.task_id}:{role['model']}")
+            usage.record(
+                session,
+                scope_id=claim.scope_id,
+                kind="embedding",
+                model_profile=role["model"],
+                units={"passages": len(role["items"])},
+                task_id=claim.task_id,
+                idempotency_key=f"task:{claim.task_id}:{role['model']}",
+            )
 
 
 def meter_image_search(session: Session, scope: ScopeContext, model_profile: str) -> None:
     """One search by image (the local visual model embeds the query image)."""
-    usage.record(session, scope_id=scope.scope_id, kind="image_search", model_profile=model_profile,
-                 units={"images": 1})
+    usage.record(
+        session, scope_id=scope.scope_id, kind="image_search", model_profile=model_profile, units={"images": 1}
+    )

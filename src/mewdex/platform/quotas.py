@@ -31,8 +31,11 @@ class Limits:
 
     def as_dict(self) -> dict:
         cost = self.analysis_cost_per_month
-        return {"storage_bytes": self.storage_bytes, "memes": self.memes,
-                "analysis_cost_per_month": None if cost is None else float(cost)}
+        return {
+            "storage_bytes": self.storage_bytes,
+            "memes": self.memes,
+            "analysis_cost_per_month": None if cost is None else float(cost),
+        }
 
 
 def limits_for(user: User) -> Limits:
@@ -75,15 +78,20 @@ def check_upload(session: Session, scope: ScopeContext, nbytes: int, count: int 
     limits = limits_for(user)
     if limits.storage_bytes is None and limits.memes is None:
         return
-    session.execute(insert(UserDiskUsage).values(user_id=user.user_id, bytes_used=0, file_count=0,
-                                                 scanned_at=utcnow()).on_conflict_do_nothing())
+    session.execute(
+        insert(UserDiskUsage)
+        .values(user_id=user.user_id, bytes_used=0, file_count=0, scanned_at=utcnow())
+        .on_conflict_do_nothing()
+    )
     row = session.execute(
         select(UserDiskUsage).where(UserDiskUsage.user_id == user.user_id).with_for_update()
     ).scalar_one()
     pending_bytes, pending_count = session.execute(
         select(func.coalesce(func.sum(StorageOperation.after_size), 0), func.count(StorageOperation.id)).where(
-            StorageOperation.scope_id == scope.scope_id, StorageOperation.operation_type == "upload",
-            StorageOperation.status.in_(OPEN))
+            StorageOperation.scope_id == scope.scope_id,
+            StorageOperation.operation_type == "upload",
+            StorageOperation.status.in_(OPEN),
+        )
     ).one()
     used_bytes, used_count = row.bytes_used + int(pending_bytes or 0), row.file_count + int(pending_count)
     over = {}
@@ -101,8 +109,11 @@ def rescan_user(session: Session, user: User) -> dict | None:
     The usage row is locked first, so a meme insert racing with the scan either committed before
     (and is in the sum) or waits and adds itself after.
     """
-    session.execute(insert(UserDiskUsage).values(user_id=user.user_id, bytes_used=0, file_count=0,
-                                                 scanned_at=utcnow()).on_conflict_do_nothing())
+    session.execute(
+        insert(UserDiskUsage)
+        .values(user_id=user.user_id, bytes_used=0, file_count=0, scanned_at=utcnow())
+        .on_conflict_do_nothing()
+    )
     row = session.execute(
         select(UserDiskUsage).where(UserDiskUsage.user_id == user.user_id).with_for_update()
     ).scalar_one()

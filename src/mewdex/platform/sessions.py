@@ -75,8 +75,12 @@ def check_signup_rate(client_ip: str) -> None:
     key, limit = f"signup:{client_ip}", get_settings().signup_max_per_ip
     wait = limiter.retry_after(key, limit, SIGNUP_WINDOW_SECONDS)
     if wait:
-        raise PlatformError("rate_limited", "too many sign-ups from this address; try again later",
-                            {"retry_after_seconds": int(wait)}, headers={"Retry-After": str(int(wait))})
+        raise PlatformError(
+            "rate_limited",
+            "too many sign-ups from this address; try again later",
+            {"retry_after_seconds": int(wait)},
+            headers={"Retry-After": str(int(wait))},
+        )
     limiter.fail(key, SIGNUP_WINDOW_SECONDS)
 
 
@@ -100,7 +104,8 @@ def _failures(session: Session, key: str, window: int) -> tuple[int, float]:
     """``(failures in the current window, seconds since the last one)`` of ``key``."""
     row = session.execute(
         select(LoginFailure.failures, LoginFailure.last_failure_at).where(
-            LoginFailure.key == key, LoginFailure.window_started_at > utcnow() - timedelta(seconds=window))
+            LoginFailure.key == key, LoginFailure.window_started_at > utcnow() - timedelta(seconds=window)
+        )
     ).first()
     if row is None:
         return 0, float("inf")
@@ -113,14 +118,20 @@ def _record_failure(keys: list[str], window: int) -> None:
 
     with get_sessionmaker().begin() as session:
         for key in keys:
-            stmt = insert(LoginFailure).values(key=key, failures=1, window_started_at=func.now(),
-                                               last_failure_at=func.now())
+            stmt = insert(LoginFailure).values(
+                key=key, failures=1, window_started_at=func.now(), last_failure_at=func.now()
+            )
             stale = LoginFailure.window_started_at <= func.now() - timedelta(seconds=window)
-            session.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={
-                "failures": case((stale, 1), else_=LoginFailure.failures + 1),
-                "window_started_at": case((stale, func.now()), else_=LoginFailure.window_started_at),
-                "last_failure_at": func.now(),
-            }))
+            session.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["key"],
+                    set_={
+                        "failures": case((stale, 1), else_=LoginFailure.failures + 1),
+                        "window_started_at": case((stale, func.now()), else_=LoginFailure.window_started_at),
+                        "last_failure_at": func.now(),
+                    },
+                )
+            )
 
 
 def _backoff_seconds(failures: int, limit: int) -> float:
@@ -174,12 +185,19 @@ def authenticate(session: Session, email: str, password: str, client_ip: str) ->
     ok = users.check_password(user.password_hash if user else None, candidate)
     if not ok or user is None or user.disabled:
         _record_failure([account_key, ip_key], window)
-        log.warning("failed sign-in for account %s… from %s (%d failures on the account)",
-                    hashlib.sha256(account.encode()).hexdigest()[:12], bucket, account_failures + 1)
+        log.warning(
+            "failed sign-in for account %s… from %s (%d failures on the account)",
+            hashlib.sha256(account.encode()).hexdigest()[:12],
+            bucket,
+            account_failures + 1,
+        )
         raise INVALID
     session.execute(delete(LoginFailure).where(LoginFailure.key == account_key))
-    session.execute(insert(LoginFailure).values(key=known_key, failures=0).on_conflict_do_update(
-        index_elements=["key"], set_={"last_failure_at": func.now()}))
+    session.execute(
+        insert(LoginFailure)
+        .values(key=known_key, failures=0)
+        .on_conflict_do_update(index_elements=["key"], set_={"last_failure_at": func.now()})
+    )
     return user
 
 
@@ -192,8 +210,14 @@ def start_session(session: Session, user: User) -> tuple[str, str]:
     value, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
     now = utcnow()
     session.execute(delete(UserSession).where(UserSession.user_id == user.user_id, UserSession.expires_at < now))
-    session.add(UserSession(session_hash=_digest(value), user_id=user.user_id, csrf_token=csrf,
-                            expires_at=now + timedelta(days=get_settings().session_days)))
+    session.add(
+        UserSession(
+            session_hash=_digest(value),
+            user_id=user.user_id,
+            csrf_token=csrf,
+            expires_at=now + timedelta(days=get_settings().session_days),
+        )
+    )
     return value, csrf
 
 
@@ -205,9 +229,14 @@ def resolve_session(session: Session, value: str) -> tuple[UserSession, User] | 
     now = utcnow()
     idle = timedelta(minutes=get_settings().session_idle_minutes)
     row = session.execute(
-        select(UserSession, User).join(User, User.user_id == UserSession.user_id).where(
-            UserSession.session_hash == _digest(value), UserSession.expires_at > now,
-            UserSession.last_seen_at > now - idle, User.disabled.is_(False))
+        select(UserSession, User)
+        .join(User, User.user_id == UserSession.user_id)
+        .where(
+            UserSession.session_hash == _digest(value),
+            UserSession.expires_at > now,
+            UserSession.last_seen_at > now - idle,
+            User.disabled.is_(False),
+        )
     ).first()
     if row is None:
         return None

@@ -28,19 +28,22 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
 
 
-def create_token(session: Session, user: User, name: str, *, scopes: list[str] | None = None,
-                 expires_in_days: int | None = None) -> tuple[ApiToken, str]:
+def create_token(
+    session: Session, user: User, name: str, *, scopes: list[str] | None = None, expires_in_days: int | None = None
+) -> tuple[ApiToken, str]:
     """``(row, plaintext token)``; ``scopes`` default ``read``+``write``; ``expires_in_days`` None =
     never. 422 ``name_required``/``name_too_long``/``scope_invalid``/``expiry_invalid``; 403
     ``admin_required`` (an ``admin`` scope for a non-admin); 409 ``too_many_tokens``."""
     name = clean_text(name, "name", max_chars=100)
     if not name:
         raise PlatformError("name_required", "a token needs a name")
-    wanted = sorted(set(scopes if scopes is not None else DEFAULT_SCOPES), key=SCOPES.index) if all(
-        s in SCOPES for s in (scopes or ())) else None
+    wanted = (
+        sorted(set(scopes if scopes is not None else DEFAULT_SCOPES), key=SCOPES.index)
+        if all(s in SCOPES for s in (scopes or ()))
+        else None
+    )
     if not wanted:
-        raise PlatformError("scope_invalid", "scopes are one or more of read, write, admin",
-                            {"allowed": list(SCOPES)})
+        raise PlatformError("scope_invalid", "scopes are one or more of read, write, admin", {"allowed": list(SCOPES)})
     if "admin" in wanted and user.role != "admin":
         raise PlatformError("admin_required", "only admins can make tokens with the admin scope")
     if expires_in_days is not None and not 1 <= expires_in_days <= MAX_EXPIRY_DAYS:
@@ -52,17 +55,25 @@ def create_token(session: Session, user: User, name: str, *, scopes: list[str] |
         raise PlatformError("too_many_tokens", f"at most {MAX_TOKENS_PER_USER} live tokens per user")
     plain = PREFIX + secrets.token_urlsafe(32)
     expires_at = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
-    row = ApiToken(user_id=user.user_id, name=name, token_hash=_digest(plain), prefix=plain[:8], scopes=wanted,
-                   expires_at=expires_at)
+    row = ApiToken(
+        user_id=user.user_id,
+        name=name,
+        token_hash=_digest(plain),
+        prefix=plain[:8],
+        scopes=wanted,
+        expires_at=expires_at,
+    )
     session.add(row)
     session.flush()
     return row, plain
 
 
 def list_tokens(session: Session, user: User) -> list[ApiToken]:
-    return list(session.execute(
-        select(ApiToken).where(ApiToken.user_id == user.user_id).order_by(ApiToken.created_at, ApiToken.token_id)
-    ).scalars())
+    return list(
+        session.execute(
+            select(ApiToken).where(ApiToken.user_id == user.user_id).order_by(ApiToken.created_at, ApiToken.token_id)
+        ).scalars()
+    )
 
 
 def revoke_token(session: Session, user: User, token_id: UUID) -> None:
@@ -81,9 +92,14 @@ def resolve_token(session: Session, token: str) -> tuple[ApiToken, User] | None:
     if not token.startswith(PREFIX) or len(token) > 200:
         return None
     row = session.execute(
-        select(ApiToken, User).join(User, User.user_id == ApiToken.user_id).where(
-            ApiToken.token_hash == _digest(token), ApiToken.revoked_at.is_(None), User.disabled.is_(False),
-            (ApiToken.expires_at.is_(None)) | (ApiToken.expires_at > utcnow()))
+        select(ApiToken, User)
+        .join(User, User.user_id == ApiToken.user_id)
+        .where(
+            ApiToken.token_hash == _digest(token),
+            ApiToken.revoked_at.is_(None),
+            User.disabled.is_(False),
+            (ApiToken.expires_at.is_(None)) | (ApiToken.expires_at > utcnow()),
+        )
     ).first()
     if row is None:
         return None
@@ -93,14 +109,24 @@ def resolve_token(session: Session, token: str) -> tuple[ApiToken, User] | None:
 
 def revoke_all(session: Session, user: User) -> None:
     """Revoke every live token of ``user`` (a password change or reset)."""
-    session.execute(update(ApiToken).where(ApiToken.user_id == user.user_id, ApiToken.revoked_at.is_(None))
-                    .values(revoked_at=utcnow()))
+    session.execute(
+        update(ApiToken)
+        .where(ApiToken.user_id == user.user_id, ApiToken.revoked_at.is_(None))
+        .values(revoked_at=utcnow())
+    )
 
 
 def token_dict(row: ApiToken) -> dict:
     """``{"id", "name", "prefix", "scopes", "created_at", "expires_at", "last_used_at", "revoked_at"}``
     (never the token)."""
     iso = lambda t: t.isoformat() if t else None  # noqa: E731
-    return Token(id=str(row.token_id), name=row.name, prefix=row.prefix, scopes=list(row.scopes or ()),
-                 created_at=iso(row.created_at), expires_at=iso(row.expires_at),
-                 last_used_at=iso(row.last_used_at), revoked_at=iso(row.revoked_at)).model_dump()
+    return Token(
+        id=str(row.token_id),
+        name=row.name,
+        prefix=row.prefix,
+        scopes=list(row.scopes or ()),
+        created_at=iso(row.created_at),
+        expires_at=iso(row.expires_at),
+        last_used_at=iso(row.last_used_at),
+        revoked_at=iso(row.revoked_at),
+    ).model_dump()

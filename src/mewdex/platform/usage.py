@@ -32,13 +32,28 @@ def price(model_profile: str, units: dict[str, Any]) -> Decimal:
     return total.quantize(Decimal("0.000001"))
 
 
-def record(session: Session, *, scope_id: str, kind: str, model_profile: str, units: dict[str, Any],
-           task_id: str | None = None, idempotency_key: str | None = None, cost: Decimal | None = None) -> None:
+def record(
+    session: Session,
+    *,
+    scope_id: str,
+    kind: str,
+    model_profile: str,
+    units: dict[str, Any],
+    task_id: str | None = None,
+    idempotency_key: str | None = None,
+    cost: Decimal | None = None,
+) -> None:
     """Write one usage event for the scope's owner (``user_id`` NULL in single-user mode); a second
     write with the same ``idempotency_key`` is a no-op."""
     stmt = insert(UsageEvent).values(
-        user_id=select(User.user_id).where(User.scope_id == scope_id).scalar_subquery(), scope_id=scope_id, task_id=task_id, kind=kind, model_profile=model_profile, units=units,
-        cost_cny=price(model_profile, units) if cost is None else cost, idempotency_key=idempotency_key,
+        user_id=select(User.user_id).where(User.scope_id == scope_id).scalar_subquery(),
+        scope_id=scope_id,
+        task_id=task_id,
+        kind=kind,
+        model_profile=model_profile,
+        units=units,
+        cost_cny=price(model_profile, units) if cost is None else cost,
+        idempotency_key=idempotency_key,
         created_at=utcnow(),
     )
     session.execute(stmt.on_conflict_do_nothing(index_elements=["idempotency_key"]) if idempotency_key else stmt)
@@ -49,12 +64,12 @@ def month_cost(session: Session, scope_id: str, kinds: tuple[str, ...] = ("analy
     start = utcnow().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     return session.execute(
         select(func.coalesce(func.sum(UsageEvent.cost_cny), 0)).where(
-            UsageEvent.scope_id == scope_id, UsageEvent.kind.in_(kinds), UsageEvent.created_at >= start)
+            UsageEvent.scope_id == scope_id, UsageEvent.kind.in_(kinds), UsageEvent.created_at >= start
+        )
     ).scalar_one()
 
 
-def summary(session: Session, *, start: datetime, end: datetime, group_by: str,
-            scope_id: str | None = None) -> dict:
+def summary(session: Session, *, start: datetime, end: datetime, group_by: str, scope_id: str | None = None) -> dict:
     """Events in ``[start, end)`` grouped by ``day`` | ``kind`` | ``model_profile`` | ``user``, for one
     scope or (``scope_id`` None, admin) all: ``{"from", "to", "group_by", "groups": [{"key", "events",
     "cost"}], "total": {"events", "cost"}}``; cost in CNY."""
@@ -64,13 +79,17 @@ def summary(session: Session, *, start: datetime, end: datetime, group_by: str,
         "model_profile": UsageEvent.model_profile,
         "user": func.coalesce(cast(UsageEvent.user_id, String), literal("scope:") + UsageEvent.scope_id),
     }[group_by]
-    query: Select[Any, int, Any] = select(key.label("key"), func.count().label("events"), func.sum(UsageEvent.cost_cny).label("cost")).where(
-        UsageEvent.created_at >= start, UsageEvent.created_at < end)
+    query: Select[Any, int, Any] = select(
+        key.label("key"), func.count().label("events"), func.sum(UsageEvent.cost_cny).label("cost")
+    ).where(UsageEvent.created_at >= start, UsageEvent.created_at < end)
     if scope_id is not None:
         query = query.where(UsageEvent.scope_id == scope_id)
     rows = session.execute(query.group_by(key).order_by(key)).all()
     groups = [{"key": str(r.key), "events": r.events, "cost": float(r.cost or 0)} for r in rows]
     return {
-        "from": start.isoformat(), "to": end.isoformat(), "group_by": group_by, "groups": groups,
+        "from": start.isoformat(),
+        "to": end.isoformat(),
+        "group_by": group_by,
+        "groups": groups,
         "total": {"events": sum(g["events"] for g in groups), "cost": round(sum(g["cost"] for g in groups), 6)},
     }

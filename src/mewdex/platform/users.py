@@ -43,11 +43,15 @@ def password_bytes(password: str) -> bytes:
     except UnicodeEncodeError:
         raise PlatformError("password_invalid", "the password is not valid Unicode") from None
     if len(data) > MAX_PASSWORD_BYTES:
-        raise PlatformError("password_too_long", f"the password is over {MAX_PASSWORD_BYTES} bytes (UTF-8)",
-                            {"max_bytes": MAX_PASSWORD_BYTES, "bytes": len(data)})
+        raise PlatformError(
+            "password_too_long",
+            f"the password is over {MAX_PASSWORD_BYTES} bytes (UTF-8)",
+            {"max_bytes": MAX_PASSWORD_BYTES, "bytes": len(data)},
+        )
     if len(data) < MIN_PASSWORD_BYTES:
-        raise PlatformError("password_too_short", f"the password is under {MIN_PASSWORD_BYTES} bytes",
-                            {"min_bytes": MIN_PASSWORD_BYTES})
+        raise PlatformError(
+            "password_too_short", f"the password is under {MIN_PASSWORD_BYTES} bytes", {"min_bytes": MIN_PASSWORD_BYTES}
+        )
     return data
 
 
@@ -94,8 +98,16 @@ def signup_enabled(session: Session) -> bool:
     return bool(get_setting(session, "signup_enabled", False))
 
 
-def create_user(session: Session, email: str, password: str, *, name: str | None = None,
-                role: str | None = None, check_signup: bool = False, setup_code: str | None = None) -> User:
+def create_user(
+    session: Session,
+    email: str,
+    password: str,
+    *,
+    name: str | None = None,
+    role: str | None = None,
+    check_signup: bool = False,
+    setup_code: str | None = None,
+) -> User:
     """A new account with its personal scope.
 
     ``role`` None: admin for the installation's first account, else user. ``check_signup`` (a web
@@ -114,9 +126,12 @@ def create_user(session: Session, email: str, password: str, *, name: str | None
     session.execute(select(func.pg_advisory_xact_lock(0x6D657764_0001)))
     if check_signup and not any_users(session):
         if not consume_setup_code(session, setup_code):
-            raise PlatformError("admin_required", "this server has no admin yet: create it on the server with "
-                                                       "`mewdex user create EMAIL --admin`, or sign up with the "
-                                                       "setup code `mewdex serve` printed")
+            raise PlatformError(
+                "admin_required",
+                "this server has no admin yet: create it on the server with "
+                "`mewdex user create EMAIL --admin`, or sign up with the "
+                "setup code `mewdex serve` printed",
+            )
     elif check_signup and not signup_enabled(session):
         raise PlatformError("signup_disabled", "sign-up is turned off on this server; ask the admin")
     if find_by_email(session, email) is not None:
@@ -124,11 +139,19 @@ def create_user(session: Session, email: str, password: str, *, name: str | None
             raise PlatformError("signup_failed", "this email cannot be used to sign up; sign in instead")
         raise PlatformError("email_taken", "an account with this email exists")
     first = not any_users(session)
-    scope = default_scope() if first and user_for_scope(session, default_scope().scope_id) is None else (
-        ScopeContext(f"u-{uuid.uuid4().hex}"))
+    scope = (
+        default_scope()
+        if first and user_for_scope(session, default_scope().scope_id) is None
+        else (ScopeContext(f"u-{uuid.uuid4().hex}"))
+    )
     ensure_scope(session, scope)
-    user = User(email=email, password_hash=pw_hash, name=name, role=role or ("admin" if first else "user"),
-                scope_id=scope.scope_id)
+    user = User(
+        email=email,
+        password_hash=pw_hash,
+        name=name,
+        role=role or ("admin" if first else "user"),
+        scope_id=scope.scope_id,
+    )
     if check_signup and not first:  # a stranger who signed up gets finite limits until the admin says more
         settings = get_settings()
         user.quota_storage_bytes = settings.signup_quota_storage_bytes
@@ -189,8 +212,9 @@ def set_disabled(session: Session, user: User, disabled: bool) -> None:
 
 def _keep_an_admin(session: Session, user: User) -> None:
     others = session.execute(
-        select(func.count()).select_from(User).where(
-            User.role == "admin", User.disabled.is_(False), User.user_id != user.user_id)
+        select(func.count())
+        .select_from(User)
+        .where(User.role == "admin", User.disabled.is_(False), User.user_id != user.user_id)
     ).scalar_one()
     if others == 0:
         raise PlatformError("last_admin", "this is the last enabled admin")
@@ -211,5 +235,3 @@ def user_dict(user: User) -> dict:
 
 def list_users(session: Session) -> list[User]:
     return list(session.execute(select(User).order_by(User.created_at, User.user_id)).scalars())
-
-

@@ -73,8 +73,11 @@ def provider_spec(name: str) -> ProviderSpec:
 
 # Modules that register a provider when imported (loaded on first lookup; by name, so this module
 # does not depend on the providers that depend on it).
-BUILTIN_PROVIDER_MODULES = ("mewdex.providers.openai_compat", "mewdex.providers.webhook",
-                            "mewdex.providers.reverse_image")
+BUILTIN_PROVIDER_MODULES = (
+    "mewdex.providers.openai_compat",
+    "mewdex.providers.webhook",
+    "mewdex.providers.reverse_image",
+)
 
 
 def _load_builtin() -> None:
@@ -102,6 +105,7 @@ class Connection:
 
 # ------------------------------------------------------------------ sealing
 
+
 def _seal_all(credentials: dict[str, str], aad: str) -> tuple[dict[str, Any], str]:
     sealed = {k: secrets.seal(v, aad) for k, v in credentials.items() if v}
     primary = next((v for v in credentials.values() if v), "")
@@ -125,10 +129,22 @@ def _system_aad(external_system_id) -> str:
 
 # ------------------------------------------------------------------ definitions
 
-def create_definition(session: Session, *, provider: str, name: str, config: dict[str, Any],
-                      owner_type: str = "platform", owner_user_id=None, visibility: str = "selected",
-                      trust_level: str = "managed", review_status: str = "active", enabled: bool = True,
-                      credentials: dict[str, str] | None = None, created_by=None) -> ExternalSystemDefinition:
+
+def create_definition(
+    session: Session,
+    *,
+    provider: str,
+    name: str,
+    config: dict[str, Any],
+    owner_type: str = "platform",
+    owner_user_id=None,
+    visibility: str = "selected",
+    trust_level: str = "managed",
+    review_status: str = "active",
+    enabled: bool = True,
+    credentials: dict[str, str] | None = None,
+    created_by=None,
+) -> ExternalSystemDefinition:
     """A new definition at revision 1 (config validated by the provider). ``credentials``: the
     platform's own (sealed). Raises ``provider_unknown``, ``connector_config_invalid``,
     ``connector_name_taken``."""
@@ -139,26 +155,48 @@ def create_definition(session: Session, *, provider: str, name: str, config: dic
     name = (name or "").strip()
     if not name or len(name) > 200:
         raise ProviderError("connector_config_invalid", "a definition needs a name of 1–200 characters")
-    owner_filter = (ExternalSystemDefinition.owner_type == "platform") if owner_type == "platform" else \
-        (ExternalSystemDefinition.owner_user_id == owner_user_id)
-    if session.execute(select(ExternalSystemDefinition.definition_id).where(
-            ExternalSystemDefinition.provider == provider, ExternalSystemDefinition.name == name,
-            owner_filter)).first():
+    owner_filter = (
+        (ExternalSystemDefinition.owner_type == "platform")
+        if owner_type == "platform"
+        else (ExternalSystemDefinition.owner_user_id == owner_user_id)
+    )
+    if session.execute(
+        select(ExternalSystemDefinition.definition_id).where(
+            ExternalSystemDefinition.provider == provider, ExternalSystemDefinition.name == name, owner_filter
+        )
+    ).first():
         raise ProviderError("connector_name_taken", f"a {provider} definition named {name!r} exists")
     definition_id = uuid.uuid4()
     sealed, hint = _seal_all(credentials or {}, _definition_aad(definition_id))
     row = ExternalSystemDefinition(
-        definition_id=definition_id, provider=provider, name=name, config=config, revision=1,
-        owner_type=owner_type, owner_user_id=owner_user_id, visibility=visibility, trust_level=trust_level,
-        review_status=review_status, enabled=enabled, credentials=sealed, credential_hint=hint if sealed else None,
-        created_by=created_by)
+        definition_id=definition_id,
+        provider=provider,
+        name=name,
+        config=config,
+        revision=1,
+        owner_type=owner_type,
+        owner_user_id=owner_user_id,
+        visibility=visibility,
+        trust_level=trust_level,
+        review_status=review_status,
+        enabled=enabled,
+        credentials=sealed,
+        credential_hint=hint if sealed else None,
+        created_by=created_by,
+    )
     session.add(row)
     session.flush()
     return row
 
 
-def update_definition(session: Session, definition_id, *, config: dict[str, Any] | None = None,
-                      credentials: dict[str, str] | None = None, **changes: Any) -> ExternalSystemDefinition:
+def update_definition(
+    session: Session,
+    definition_id,
+    *,
+    config: dict[str, Any] | None = None,
+    credentials: dict[str, str] | None = None,
+    **changes: Any,
+) -> ExternalSystemDefinition:
     """Change a definition. A different ``config`` (after validation) or new platform
     ``credentials`` bump ``revision``: connections verified against the older one must verify
     again. ``changes``: ``name``, ``visibility``, ``trust_level``, ``review_status``, ``enabled``."""
@@ -170,7 +208,9 @@ def update_definition(session: Session, definition_id, *, config: dict[str, Any]
             row.config, bump = config, True
     if credentials is not None:
         sealed, hint = _seal_all(credentials, _definition_aad(row.definition_id))
-        if _open_all(row.credentials, _definition_aad(row.definition_id)) != {k: v for k, v in credentials.items() if v}:
+        if _open_all(row.credentials, _definition_aad(row.definition_id)) != {
+            k: v for k, v in credentials.items() if v
+        }:
             row.credentials, row.credential_hint, bump = sealed, (hint if sealed else None), True
     for key, value in changes.items():
         if key not in ("name", "visibility", "trust_level", "review_status", "enabled"):
@@ -195,16 +235,20 @@ def get_definition(session: Session, definition_id, *, for_update: bool = False)
 
 def list_definitions(session: Session) -> list[ExternalSystemDefinition]:
     """Every definition (admin)."""
-    return list(session.execute(select(ExternalSystemDefinition).order_by(
-        ExternalSystemDefinition.provider, ExternalSystemDefinition.name)).scalars())
+    return list(
+        session.execute(
+            select(ExternalSystemDefinition).order_by(ExternalSystemDefinition.provider, ExternalSystemDefinition.name)
+        ).scalars()
+    )
 
 
 def grant(session: Session, definition_id, user_id, granted_by=None) -> None:
     """Let ``user_id`` see and connect a ``selected`` definition (idempotent)."""
     get_definition(session, definition_id)
     if session.get(ExternalSystemGrant, (_uuid(definition_id), _uuid(user_id))) is None:
-        session.add(ExternalSystemGrant(definition_id=_uuid(definition_id), user_id=_uuid(user_id),
-                                        granted_by=granted_by))
+        session.add(
+            ExternalSystemGrant(definition_id=_uuid(definition_id), user_id=_uuid(user_id), granted_by=granted_by)
+        )
         session.flush()
 
 
@@ -213,23 +257,29 @@ def revoke(session: Session, definition_id, user_id) -> None:
     row = session.get(ExternalSystemGrant, (_uuid(definition_id), _uuid(user_id)))
     if row is not None:
         session.delete(row)
-    for system in session.execute(select(ExternalSystem).where(
-            ExternalSystem.definition_id == _uuid(definition_id), ExternalSystem.user_id == _uuid(user_id))).scalars():
+    for system in session.execute(
+        select(ExternalSystem).where(
+            ExternalSystem.definition_id == _uuid(definition_id), ExternalSystem.user_id == _uuid(user_id)
+        )
+    ).scalars():
         system.status = "revoked"
     session.flush()
 
 
 def _visible_query(user: User | None):
     query = select(ExternalSystemDefinition).where(
-        ExternalSystemDefinition.enabled.is_(True), ExternalSystemDefinition.review_status == "active")
+        ExternalSystemDefinition.enabled.is_(True), ExternalSystemDefinition.review_status == "active"
+    )
     if user is None:  # single-user mode: the local admin sees the platform's definitions
         return query.where(ExternalSystemDefinition.owner_type == "platform")
     granted = select(ExternalSystemGrant.definition_id).where(ExternalSystemGrant.user_id == user.user_id)
-    return query.where(or_(
-        (ExternalSystemDefinition.owner_type == "platform") & (
-            (ExternalSystemDefinition.visibility == "all") | ExternalSystemDefinition.definition_id.in_(granted)),
-        (ExternalSystemDefinition.owner_type == "user") & (ExternalSystemDefinition.owner_user_id == user.user_id),
-    ))
+    return query.where(
+        or_(
+            (ExternalSystemDefinition.owner_type == "platform")
+            & ((ExternalSystemDefinition.visibility == "all") | ExternalSystemDefinition.definition_id.in_(granted)),
+            (ExternalSystemDefinition.owner_type == "user") & (ExternalSystemDefinition.owner_user_id == user.user_id),
+        )
+    )
 
 
 def visible_definitions(session: Session, user: User | None) -> list[ExternalSystemDefinition]:
@@ -239,8 +289,9 @@ def visible_definitions(session: Session, user: User | None) -> list[ExternalSys
 
 
 def visible_definition(session: Session, user: User | None, definition_id) -> ExternalSystemDefinition:
-    row = session.execute(_visible_query(user).where(
-        ExternalSystemDefinition.definition_id == _uuid(definition_id))).scalar_one_or_none()
+    row = session.execute(
+        _visible_query(user).where(ExternalSystemDefinition.definition_id == _uuid(definition_id))
+    ).scalar_one_or_none()
     if row is None:  # not granted looks like missing: no probing of other definitions
         raise ProviderError("not_found", "no such connector definition")
     return row
@@ -248,22 +299,28 @@ def visible_definition(session: Session, user: User | None, definition_id) -> Ex
 
 # ------------------------------------------------------------------ connections
 
+
 def user_connections(session: Session, user: User) -> list[ExternalSystem]:
-    return list(session.execute(select(ExternalSystem).where(ExternalSystem.user_id == user.user_id)
-                                .order_by(ExternalSystem.created_at)).scalars())
+    return list(
+        session.execute(
+            select(ExternalSystem).where(ExternalSystem.user_id == user.user_id).order_by(ExternalSystem.created_at)
+        ).scalars()
+    )
 
 
 def get_connection(session: Session, user: User, external_system_id, *, for_update: bool = False) -> ExternalSystem:
-    query = select(ExternalSystem).where(ExternalSystem.external_system_id == _uuid(external_system_id),
-                                         ExternalSystem.user_id == user.user_id)
+    query = select(ExternalSystem).where(
+        ExternalSystem.external_system_id == _uuid(external_system_id), ExternalSystem.user_id == user.user_id
+    )
     row = session.execute(query.with_for_update() if for_update else query).scalar_one_or_none()
     if row is None:
         raise ProviderError("not_found", "no such connection")
     return row
 
 
-def save_connection(session: Session, user: User, definition_id, credentials: dict[str, str],
-                    name: str | None = None) -> ExternalSystem:
+def save_connection(
+    session: Session, user: User, definition_id, credentials: dict[str, str], name: str | None = None
+) -> ExternalSystem:
     """Create or replace ``user``'s connection to a definition they may see, with sealed
     credentials; it is unverified (``verified_revision`` 0) until :func:`verify_connection`."""
     definition = visible_definition(session, user, definition_id)
@@ -271,12 +328,18 @@ def save_connection(session: Session, user: User, definition_id, credentials: di
     missing = [f for f in spec.credential_fields if not (credentials or {}).get(f)]
     if missing:
         raise ProviderError("connector_config_invalid", f"missing credentials: {', '.join(missing)}")
-    row = session.execute(select(ExternalSystem).where(
-        ExternalSystem.user_id == user.user_id, ExternalSystem.definition_id == definition.definition_id)
-        .with_for_update()).scalar_one_or_none()
+    row = session.execute(
+        select(ExternalSystem)
+        .where(ExternalSystem.user_id == user.user_id, ExternalSystem.definition_id == definition.definition_id)
+        .with_for_update()
+    ).scalar_one_or_none()
     if row is None:
-        row = ExternalSystem(external_system_id=uuid.uuid4(), user_id=user.user_id,
-                             definition_id=definition.definition_id, name=name or definition.name)
+        row = ExternalSystem(
+            external_system_id=uuid.uuid4(),
+            user_id=user.user_id,
+            definition_id=definition.definition_id,
+            name=name or definition.name,
+        )
         session.add(row)
     sealed, hint = _seal_all({k: credentials[k] for k in spec.credential_fields}, _system_aad(row.external_system_id))
     row.credentials, row.credential_hint = sealed, hint
@@ -306,15 +369,31 @@ def connection_state(system: ExternalSystem, definition: ExternalSystemDefinitio
 
 
 def _connection_from_system(system: ExternalSystem, definition: ExternalSystemDefinition, scope_id: str) -> Connection:
-    return Connection(definition.definition_id, definition.provider, definition.name, definition.revision,
-                      dict(definition.config), system.external_system_id,
-                      _open_all(system.credentials, _system_aad(system.external_system_id)), scope_id, system.user_id)
+    return Connection(
+        definition.definition_id,
+        definition.provider,
+        definition.name,
+        definition.revision,
+        dict(definition.config),
+        system.external_system_id,
+        _open_all(system.credentials, _system_aad(system.external_system_id)),
+        scope_id,
+        system.user_id,
+    )
 
 
 def _connection_from_definition(definition: ExternalSystemDefinition, scope_id: str, user_id) -> Connection:
-    return Connection(definition.definition_id, definition.provider, definition.name, definition.revision,
-                      dict(definition.config), None,
-                      _open_all(definition.credentials, _definition_aad(definition.definition_id)), scope_id, user_id)
+    return Connection(
+        definition.definition_id,
+        definition.provider,
+        definition.name,
+        definition.revision,
+        dict(definition.config),
+        None,
+        _open_all(definition.credentials, _definition_aad(definition.definition_id)),
+        scope_id,
+        user_id,
+    )
 
 
 def verify_connection(sessions: sessionmaker, scope: ScopeContext, external_system_id) -> ExternalSystem:
@@ -346,9 +425,16 @@ def verify_connection(sessions: sessionmaker, scope: ScopeContext, external_syst
             system.verified_revision, system.last_error, system.last_verified_at = connection.revision, None, utcnow()
         else:
             system.last_error = f"{error.code}: {error.message}"[:500]
-        audit(session, connection, event="verify", outcome="ok" if error is None else "failed",
-              status_code=status_code, duration_ms=duration, response_bytes=response_bytes,
-              detail={} if error is None else {"code": error.code})
+        audit(
+            session,
+            connection,
+            event="verify",
+            outcome="ok" if error is None else "failed",
+            status_code=status_code,
+            duration_ms=duration,
+            response_bytes=response_bytes,
+            detail={} if error is None else {"code": error.code},
+        )
         session.flush()
         session.expunge(system)
     if error is not None:
@@ -369,8 +455,16 @@ def verify_definition(sessions: sessionmaker, definition_id, scope: ScopeContext
     except ProviderError as exc:
         status_code, response_bytes, outcome, detail, error = exc.status_code, None, "failed", {"code": exc.code}, exc
     with sessions.begin() as session:
-        audit(session, connection, event="verify", outcome=outcome, status_code=status_code,
-              duration_ms=int((time.monotonic() - started) * 1000), response_bytes=response_bytes, detail=detail)
+        audit(
+            session,
+            connection,
+            event="verify",
+            outcome=outcome,
+            status_code=status_code,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            response_bytes=response_bytes,
+            detail=detail,
+        )
     if error is not None:
         raise error
 
@@ -383,14 +477,27 @@ def resolve(session: Session, scope: ScopeContext, provider: str, *, needs: str 
     from mewdex.platform.owners import user_for_scope
 
     user = user_for_scope(session, scope.scope_id)
-    definitions = [d for d in session.execute(_visible_query(user).where(
-        ExternalSystemDefinition.provider == provider).order_by(ExternalSystemDefinition.created_at)).scalars()
-        if needs is None or d.config.get(needs)]
+    definitions = [
+        d
+        for d in session.execute(
+            _visible_query(user)
+            .where(ExternalSystemDefinition.provider == provider)
+            .order_by(ExternalSystemDefinition.created_at)
+        ).scalars()
+        if needs is None or d.config.get(needs)
+    ]
     unverified = False
     if user is not None and definitions:
-        systems = session.execute(select(ExternalSystem).where(
-            ExternalSystem.user_id == user.user_id,
-            ExternalSystem.definition_id.in_([d.definition_id for d in definitions]))).scalars().all()
+        systems = (
+            session.execute(
+                select(ExternalSystem).where(
+                    ExternalSystem.user_id == user.user_id,
+                    ExternalSystem.definition_id.in_([d.definition_id for d in definitions]),
+                )
+            )
+            .scalars()
+            .all()
+        )
         by_definition = {d.definition_id: d for d in definitions}
         for system in systems:
             definition = by_definition[system.definition_id]
@@ -403,23 +510,46 @@ def resolve(session: Session, scope: ScopeContext, provider: str, *, needs: str 
             return _connection_from_definition(definition, scope.scope_id, user.user_id if user else None)
     if unverified:
         raise ProviderError("connector_unverified", f"the {provider} connection must be verified again")
-    raise ProviderError("connector_unavailable", f"no usable {provider} connector"
-                        + (f" with {needs}" if needs else ""))
+    raise ProviderError(
+        "connector_unavailable", f"no usable {provider} connector" + (f" with {needs}" if needs else "")
+    )
 
 
 # ------------------------------------------------------------------ audits
 
-def audit(session: Session, connection: Connection, *, event: str, outcome: str, status_code: int | None = None,
-          duration_ms: int = 0, response_bytes: int | None = None, operation_id: str | None = None,
-          task_id: str | None = None, detail: dict[str, Any] | None = None) -> None:
+
+def audit(
+    session: Session,
+    connection: Connection,
+    *,
+    event: str,
+    outcome: str,
+    status_code: int | None = None,
+    duration_ms: int = 0,
+    response_bytes: int | None = None,
+    operation_id: str | None = None,
+    task_id: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
     """Write one ``external_system_audits`` row. ``detail`` must be safe (codes, counts, model
     names): callers never put credentials, URLs with keys or bodies in it."""
-    session.add(ExternalSystemAudit(
-        scope_id=connection.scope_id, user_id=connection.user_id, task_id=task_id,
-        external_system_id=connection.external_system_id, definition_id=connection.definition_id,
-        definition_revision=connection.revision, event=event, operation_id=operation_id, outcome=outcome,
-        status_code=status_code, duration_ms=max(0, int(duration_ms)), response_bytes=response_bytes,
-        detail=detail or {}))
+    session.add(
+        ExternalSystemAudit(
+            scope_id=connection.scope_id,
+            user_id=connection.user_id,
+            task_id=task_id,
+            external_system_id=connection.external_system_id,
+            definition_id=connection.definition_id,
+            definition_revision=connection.revision,
+            event=event,
+            operation_id=operation_id,
+            outcome=outcome,
+            status_code=status_code,
+            duration_ms=max(0, int(duration_ms)),
+            response_bytes=response_bytes,
+            detail=detail or {},
+        )
+    )
 
 
 def list_audits(session: Session, *, scope_id: str | None, limit: int = 100) -> list[ExternalSystemAudit]:
@@ -431,6 +561,7 @@ def list_audits(session: Session, *, scope_id: str | None, limit: int = 100) -> 
 
 
 # ------------------------------------------------------------------ key rotation
+
 
 def rotate_secrets(sessions: sessionmaker) -> dict[str, int]:
     """``mewdex secrets rotate``: a new active key, every stored secret re-encrypted with it (one

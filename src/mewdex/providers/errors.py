@@ -13,8 +13,9 @@ class ProviderError(DomainError):
     nothing), ``provider_rate_limited``, ``provider_invalid_output``, ``provider_refused``
     (the model refused), ``public_url_missing``, ``secret_undecryptable``."""
 
-    def __init__(self, code: str, message: str, details=None, *, retryable: bool = False,
-                 status_code: int | None = None):
+    def __init__(
+        self, code: str, message: str, details=None, *, retryable: bool = False, status_code: int | None = None
+    ):
         super().__init__(code, message, details)
         self.retryable = retryable
         self.status_code = status_code

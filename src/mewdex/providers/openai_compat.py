@@ -63,8 +63,11 @@ class Price:
         ``images``)."""
         cached = Decimal(int(units.get("cached_input_tokens") or 0))
         fresh = Decimal(int(units.get("input_tokens") or 0)) - cached
-        total = (fresh * self.input + cached * self.cached_input + Decimal(int(units.get("output_tokens") or 0))
-                 * self.output) / _MILLION + Decimal(int(units.get("images") or 0)) * self.image
+        total = (
+            fresh * self.input
+            + cached * self.cached_input
+            + Decimal(int(units.get("output_tokens") or 0)) * self.output
+        ) / _MILLION + Decimal(int(units.get("images") or 0)) * self.image
         return total.quantize(Decimal("0.000001"))
 
 
@@ -104,8 +107,7 @@ def _validate_config(config: dict[str, Any]) -> dict[str, Any]:
     clean_prices = {}
     for model, table in prices.items():
         if not isinstance(table, dict) or set(table) - set(_PRICE_FIELDS):
-            raise ProviderError("connector_config_invalid",
-                                f"prices of {model} take only {', '.join(_PRICE_FIELDS)}")
+            raise ProviderError("connector_config_invalid", f"prices of {model} take only {', '.join(_PRICE_FIELDS)}")
         try:
             values = {k: str(Decimal(str(v))) for k, v in table.items()}
         except ArithmeticError:
@@ -118,21 +120,27 @@ def _validate_config(config: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def sdk_client(connection: Connection, *, timeout: float | None = None, max_retries: int | None = None) -> openai.OpenAI:
+def sdk_client(
+    connection: Connection, *, timeout: float | None = None, max_retries: int | None = None
+) -> openai.OpenAI:
     """The ``openai.OpenAI`` client of a connection (egress-guarded HTTP, the configured timeout and
     retries: the SDK retries connection errors, 408/409/429/5xx honouring ``Retry-After``)."""
     settings = get_settings()
     return openai.OpenAI(
-        api_key=connection.credentials.get("api_key") or "none", base_url=connection.config["base_url"],
+        api_key=connection.credentials.get("api_key") or "none",
+        base_url=connection.config["base_url"],
         http_client=guarded_client(timeout=timeout or settings.provider_timeout_seconds),
         max_retries=settings.provider_max_retries if max_retries is None else max_retries,
-        timeout=timeout or settings.provider_timeout_seconds)
+        timeout=timeout or settings.provider_timeout_seconds,
+    )
 
 
 def price_for(connection: Connection, model: str) -> Price:
     table = (connection.config.get("prices") or {}).get(model, {})
-    return Price(**{k: Decimal(str(table.get(k, 0))) for k in _PRICE_FIELDS},
-                 version=str(connection.config.get("price_version") or "1"))
+    return Price(
+        **{k: Decimal(str(table.get(k, 0))) for k in _PRICE_FIELDS},
+        version=str(connection.config.get("price_version") or "1"),
+    )
 
 
 def chat_client(session: Session, scope: ScopeContext, purpose: str = "chat") -> ModelClient:
@@ -158,13 +166,18 @@ def provider_error(exc: BaseException) -> ProviderError:
     if isinstance(exc, openai.APITimeoutError):
         return ProviderError("provider_failed", "the provider did not answer in time", retryable=True)
     if isinstance(exc, openai.RateLimitError):
-        return ProviderError("provider_rate_limited", "the provider is rate limiting (429)", retryable=True,
-                             status_code=429)
+        return ProviderError(
+            "provider_rate_limited", "the provider is rate limiting (429)", retryable=True, status_code=429
+        )
     if isinstance(exc, openai.AuthenticationError):
         return ProviderError("provider_failed", "the provider refused the credentials (401)", status_code=401)
     if isinstance(exc, openai.APIStatusError):
-        return ProviderError("provider_failed", f"the provider answered {exc.status_code}",
-                             retryable=exc.status_code >= 500, status_code=exc.status_code)
+        return ProviderError(
+            "provider_failed",
+            f"the provider answered {exc.status_code}",
+            retryable=exc.status_code >= 500,
+            status_code=exc.status_code,
+        )
     if isinstance(exc, openai.APIResponseValidationError) or isinstance(exc, ValueError):
         return ProviderError("provider_invalid_output", "the provider's answer is not valid", retryable=True)
     if isinstance(exc, openai.APIConnectionError):
@@ -207,16 +220,30 @@ class CallResult:
 def usage_units(usage: Any, *, images: int = 0, requests: int = 1) -> dict[str, int]:
     """Units of an SDK ``usage`` object (None: zeros)."""
     details = getattr(usage, "prompt_tokens_details", None)
-    return {"input_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
-            "cached_input_tokens": int(getattr(details, "cached_tokens", 0) or 0) if details else 0,
-            "output_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
-            "images": images, "requests": requests}
+    return {
+        "input_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
+        "cached_input_tokens": int(getattr(details, "cached_tokens", 0) or 0) if details else 0,
+        "output_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+        "images": images,
+        "requests": requests,
+    }
 
 
-def metered_call(sessions: sessionmaker, scope: ScopeContext, model: ModelClient, call: Callable[[], CallResult], *,
-                 operation: str, idempotency_key: str | None = None, kind: str, event: str,
-                 task_id: str | None = None, resource_id: str | None = None,
-                 before_call: Callable[[], None] | None = None, max_cost: Decimal | None = None) -> CallResult:
+def metered_call(
+    sessions: sessionmaker,
+    scope: ScopeContext,
+    model: ModelClient,
+    call: Callable[[], CallResult],
+    *,
+    operation: str,
+    idempotency_key: str | None = None,
+    kind: str,
+    event: str,
+    task_id: str | None = None,
+    resource_id: str | None = None,
+    before_call: Callable[[], None] | None = None,
+    max_cost: Decimal | None = None,
+) -> CallResult:
     """Run one metered outside call (module doc). ``operation``: the operation grant's
     (``analysis.agent``, ``provider.chat``, ``provider.embedding`` …); ``kind``: the usage event's;
     ``event``: the audit's; ``before_call``: run after the grant is reserved and just before the
@@ -235,20 +262,38 @@ def metered_call(sessions: sessionmaker, scope: ScopeContext, model: ModelClient
     try:
         with sessions.begin() as session:
             if max_cost is not None and model.price.image > max_cost:
-                raise PlatformError("quota_exceeded", "the analysis policy's cost limit would be passed",
-                                    {"max_cost_per_image": float(max_cost)})
-            grant = grants.reserve(session, scope, operation, key, task_id=task_id, resource_id=resource_id,
-                                   source=PROVIDER)
+                raise PlatformError(
+                    "quota_exceeded",
+                    "the analysis policy's cost limit would be passed",
+                    {"max_cost_per_image": float(max_cost)},
+                )
+            grant = grants.reserve(
+                session, scope, operation, key, task_id=task_id, resource_id=resource_id, source=PROVIDER
+            )
             grant_id = grant.grant_id
     except PlatformError as exc:
         if exc.code != "quota_exceeded":
             raise
         with sessions.begin() as session:
-            usage.record(session, scope_id=scope.scope_id, kind=kind, model_profile=model.model_profile,
-                         units={**base_units, "requests": 0, "outcome": "refused"}, task_id=task_id,
-                         idempotency_key=f"refused:{uuid.uuid4().hex}", cost=Decimal(0))
-            connectors.audit(session, connection, event=event, outcome="refused", operation_id=key, task_id=task_id,
-                             detail={"code": exc.code, "model": model.model})
+            usage.record(
+                session,
+                scope_id=scope.scope_id,
+                kind=kind,
+                model_profile=model.model_profile,
+                units={**base_units, "requests": 0, "outcome": "refused"},
+                task_id=task_id,
+                idempotency_key=f"refused:{uuid.uuid4().hex}",
+                cost=Decimal(0),
+            )
+            connectors.audit(
+                session,
+                connection,
+                event=event,
+                outcome="refused",
+                operation_id=key,
+                task_id=task_id,
+                detail={"code": exc.code, "model": model.model},
+            )
         raise
     if before_call is not None:
         before_call()
@@ -262,23 +307,48 @@ def metered_call(sessions: sessionmaker, scope: ScopeContext, model: ModelClient
         with sessions.begin() as session:
             grant = _grant(session, grant_id)
             grants.release(session, grant)
-            usage.record(session, scope_id=scope.scope_id, kind=kind, model_profile=model.model_profile,
-                         units={**base_units, "requests": 1, "outcome": "failed"}, task_id=task_id,
-                         idempotency_key=f"failed:{grant_id}:{uuid.uuid4().hex[:8]}", cost=Decimal(0))
-            connectors.audit(session, connection, event=event, outcome="failed", status_code=error.status_code,
-                             duration_ms=duration, operation_id=key, task_id=task_id,
-                             detail={"code": error.code, "model": model.model})
+            usage.record(
+                session,
+                scope_id=scope.scope_id,
+                kind=kind,
+                model_profile=model.model_profile,
+                units={**base_units, "requests": 1, "outcome": "failed"},
+                task_id=task_id,
+                idempotency_key=f"failed:{grant_id}:{uuid.uuid4().hex[:8]}",
+                cost=Decimal(0),
+            )
+            connectors.audit(
+                session,
+                connection,
+                event=event,
+                outcome="failed",
+                status_code=error.status_code,
+                duration_ms=duration,
+                operation_id=key,
+                task_id=task_id,
+                detail={"code": error.code, "model": model.model},
+            )
         raise error from None
     duration = int((time.monotonic() - started) * 1000)
     units = {**base_units, **result.units}
     cost = model.price.cost(units)
     with sessions.begin() as session:
         grant = _grant(session, grant_id)
-        grants.commit(session, grant, kind=kind, model_profile=model.model_profile,
-                      units={**units, "outcome": "ok"}, cost=cost)
-        connectors.audit(session, connection, event=event, outcome="ok", status_code=result.status_code,
-                         duration_ms=duration, response_bytes=result.response_bytes, operation_id=key,
-                         task_id=task_id, detail={"model": model.model, **(result.detail or {})})
+        grants.commit(
+            session, grant, kind=kind, model_profile=model.model_profile, units={**units, "outcome": "ok"}, cost=cost
+        )
+        connectors.audit(
+            session,
+            connection,
+            event=event,
+            outcome="ok",
+            status_code=result.status_code,
+            duration_ms=duration,
+            response_bytes=result.response_bytes,
+            operation_id=key,
+            task_id=task_id,
+            detail={"model": model.model, **(result.detail or {})},
+        )
     return result
 
 
@@ -287,8 +357,9 @@ def _grant(session: Session, grant_id: str):
 
     from mewdex.db.models import OperationGrant
 
-    return session.execute(select(OperationGrant).where(OperationGrant.grant_id == grant_id)
-                           .with_for_update()).scalar_one()
+    return session.execute(
+        select(OperationGrant).where(OperationGrant.grant_id == grant_id).with_for_update()
+    ).scalar_one()
 
 
 def configure_from_env(sessions: sessionmaker) -> str | None:
@@ -303,18 +374,32 @@ def configure_from_env(sessions: sessionmaker) -> str | None:
     settings = get_settings()
     if not settings.openai_base_url:
         return None
-    config = {"base_url": settings.openai_base_url, "chat_model": settings.chat_model,
-              "vision_model": settings.vision_model, "embedding_model": settings.embedding_model}
+    config = {
+        "base_url": settings.openai_base_url,
+        "chat_model": settings.chat_model,
+        "vision_model": settings.vision_model,
+        "embedding_model": settings.embedding_model,
+    }
     credentials = {"api_key": settings.openai_api_key} if settings.openai_api_key else {}
     with sessions.begin() as session:
-        row = session.execute(select(ExternalSystemDefinition).where(
-            ExternalSystemDefinition.owner_type == "platform", ExternalSystemDefinition.provider == PROVIDER,
-            ExternalSystemDefinition.name == "env").with_for_update()).scalar_one_or_none()
+        row = session.execute(
+            select(ExternalSystemDefinition)
+            .where(
+                ExternalSystemDefinition.owner_type == "platform",
+                ExternalSystemDefinition.provider == PROVIDER,
+                ExternalSystemDefinition.name == "env",
+            )
+            .with_for_update()
+        ).scalar_one_or_none()
         if row is None:
-            row = connectors.create_definition(session, provider=PROVIDER, name="env", config=config,
-                                               visibility="all", credentials=credentials or None)
+            row = connectors.create_definition(
+                session, provider=PROVIDER, name="env", config=config, visibility="all", credentials=credentials or None
+            )
         else:
-            merged = {**config, "prices": row.config.get("prices", {}),
-                      "price_version": row.config.get("price_version", "1")}
+            merged = {
+                **config,
+                "prices": row.config.get("prices", {}),
+                "price_version": row.config.get("price_version", "1"),
+            }
             connectors.update_definition(session, row.definition_id, config=merged, credentials=credentials)
         return str(row.definition_id)

@@ -21,8 +21,11 @@ FIELDS = ("vision", "reverse_image_search", "llm_enhance")
 
 def defaults(scope_id: str) -> dict[str, Any]:
     settings = get_settings()
-    return {"vision": bool(settings.vision_model) and scope_id == settings.default_scope,
-            "reverse_image_search": "forbid", "llm_enhance": False}
+    return {
+        "vision": bool(settings.vision_model) and scope_id == settings.default_scope,
+        "reverse_image_search": "forbid",
+        "llm_enhance": False,
+    }
 
 
 def for_scope(session: Session, scope_id: str) -> dict[str, Any]:

@@ -48,11 +48,15 @@ def _validate(default_base: str, *required: str):
         except ArithmeticError:
             raise ProviderError("connector_config_invalid", "price_per_request must be a number") from None
         return clean
+
     return validate
 
 
-register_provider(ProviderSpec("yandex_image_search", _validate("https://searchapi.api.cloud.yandex.net", "folder_id"),
-                               ("api_key",), None))
+register_provider(
+    ProviderSpec(
+        "yandex_image_search", _validate("https://searchapi.api.cloud.yandex.net", "folder_id"), ("api_key",), None
+    )
+)
 register_provider(ProviderSpec("serpapi_google_lens", _validate("https://serpapi.com"), ("api_key",), None))
 
 
@@ -63,25 +67,44 @@ def _best(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
 
 
 def _call_yandex(connection: Connection, image: bytes) -> tuple[dict[str, list[str]], int, int]:
-    response = fetch("POST", f"{connection.config['base_url']}/v2/image/search_by_image",
-                     headers={"Authorization": f"Api-Key {connection.credentials['api_key']}"},
-                     json={"folderId": connection.config["folder_id"], "data": base64.b64encode(image).decode()},
-                     content_types=("application/json",), max_bytes=2 * 1024 * 1024)
+    response = fetch(
+        "POST",
+        f"{connection.config['base_url']}/v2/image/search_by_image",
+        headers={"Authorization": f"Api-Key {connection.credentials['api_key']}"},
+        json={"folderId": connection.config["folder_id"], "data": base64.b64encode(image).decode()},
+        content_types=("application/json",),
+        max_bytes=2 * 1024 * 1024,
+    )
     if response.status != 200:
-        raise ProviderError("provider_failed", f"the reverse image search answered {response.status}",
-                            retryable=response.status >= 500 or response.status == 429, status_code=response.status)
+        raise ProviderError(
+            "provider_failed",
+            f"the reverse image search answered {response.status}",
+            retryable=response.status >= 500 or response.status == 429,
+            status_code=response.status,
+        )
     images = response.json().get("images") or []
-    return _best([(str(i.get("pageTitle") or ""), str(i.get("pageUrl") or "")) for i in images]), 200, len(
-        response.content)
+    return (
+        _best([(str(i.get("pageTitle") or ""), str(i.get("pageUrl") or "")) for i in images]),
+        200,
+        len(response.content),
+    )
 
 
 def _call_serpapi(connection: Connection, image_url: str) -> tuple[dict[str, list[str]], int, int]:
     query = urlencode({"engine": "google_lens", "url": image_url, "api_key": connection.credentials["api_key"]})
-    response = fetch("GET", f"{connection.config['base_url']}/search.json?{query}",
-                     content_types=("application/json",), max_bytes=2 * 1024 * 1024)
+    response = fetch(
+        "GET",
+        f"{connection.config['base_url']}/search.json?{query}",
+        content_types=("application/json",),
+        max_bytes=2 * 1024 * 1024,
+    )
     if response.status != 200:
-        raise ProviderError("provider_failed", f"the reverse image search answered {response.status}",
-                            retryable=response.status >= 500 or response.status == 429, status_code=response.status)
+        raise ProviderError(
+            "provider_failed",
+            f"the reverse image search answered {response.status}",
+            retryable=response.status >= 500 or response.status == 429,
+            status_code=response.status,
+        )
     matches = response.json().get("visual_matches") or []
     return _best([(str(m.get("title") or ""), str(m.get("link") or "")) for m in matches]), 200, len(response.content)
 
@@ -93,14 +116,25 @@ def public_thumbnail_url(meme_id: str, user) -> str:
 
     public = (get_settings().public_url or "").rstrip("/")
     if not public:
-        raise ProviderError("public_url_missing", "serpapi_google_lens needs an image URL: set MEWDEX_PUBLIC_URL "
-                                                  "to this server's public https address")
+        raise ProviderError(
+            "public_url_missing",
+            "serpapi_google_lens needs an image URL: set MEWDEX_PUBLIC_URL to this server's public https address",
+        )
     signed, _ = media_urls.sign(user, f"/media/{meme_id}/thumbnail", LINK_TTL_SECONDS)
     return f"{public}{signed}"
 
 
-def lookup(sessions: sessionmaker, scope: ScopeContext, *, policy: str, sha256: str, image: bytes, meme_id,
-           task_id: str, before_call=None) -> dict[str, Any] | None:
+def lookup(
+    sessions: sessionmaker,
+    scope: ScopeContext,
+    *,
+    policy: str,
+    sha256: str,
+    image: bytes,
+    meme_id,
+    task_id: str,
+    before_call=None,
+) -> dict[str, Any] | None:
     """The reverse-image results for one meme (module doc); None when the policy forbids it or no
     reverse-image connector is usable. Raises :class:`ProviderError` for failures worth retrying."""
     if policy != "auto":
@@ -109,13 +143,29 @@ def lookup(sessions: sessionmaker, scope: ScopeContext, *, policy: str, sha256: 
     from mewdex.providers.openai_compat import CallResult, ModelClient, Price, metered_call
 
     with sessions.begin() as session:
-        cached = session.execute(select(ReverseImageUsageEvent.result, ReverseImageUsageEvent.provider).where(
-            ReverseImageUsageEvent.cache_key == sha256, ReverseImageUsageEvent.outcome.in_(("success", "empty")),
-            ReverseImageUsageEvent.provider_called.is_(True)).order_by(ReverseImageUsageEvent.created_at.desc())
-            .limit(1)).first()
+        cached = session.execute(
+            select(ReverseImageUsageEvent.result, ReverseImageUsageEvent.provider)
+            .where(
+                ReverseImageUsageEvent.cache_key == sha256,
+                ReverseImageUsageEvent.outcome.in_(("success", "empty")),
+                ReverseImageUsageEvent.provider_called.is_(True),
+            )
+            .order_by(ReverseImageUsageEvent.created_at.desc())
+            .limit(1)
+        ).first()
         if cached is not None:
-            _event(session, scope, task_id, meme_id, sha256, "hit", cached.provider, False,
-                   "success" if (cached.result or {}).get("titles") else "empty", cached.result)
+            _event(
+                session,
+                scope,
+                task_id,
+                meme_id,
+                sha256,
+                "hit",
+                cached.provider,
+                False,
+                "success" if (cached.result or {}).get("titles") else "empty",
+                cached.result,
+            )
             return dict(cached.result or {})
         connection = None
         for provider in PROVIDERS:
@@ -133,45 +183,113 @@ def lookup(sessions: sessionmaker, scope: ScopeContext, *, policy: str, sha256: 
             try:
                 image_url = public_thumbnail_url(str(meme_id), user_for_scope(session, scope.scope_id))
             except ProviderError as exc:
-                _event(session, scope, task_id, meme_id, sha256, "miss", connection.provider, False, "failed", None,
-                       {"code": exc.code})
+                _event(
+                    session,
+                    scope,
+                    task_id,
+                    meme_id,
+                    sha256,
+                    "miss",
+                    connection.provider,
+                    False,
+                    "failed",
+                    None,
+                    {"code": exc.code},
+                )
                 return None
     price = Price(image=Decimal(connection.config.get("price_per_request") or 0), version="1")
     model = ModelClient(None, connection.provider, price, connection, "reverse_image")
 
     def call() -> CallResult:
         try:
-            results, status, size = (_call_serpapi(connection, image_url) if image_url
-                                     else _call_yandex(connection, image))
+            results, status, size = (
+                _call_serpapi(connection, image_url) if image_url else _call_yandex(connection, image)
+            )
         except EgressError as exc:
             raise ProviderError(exc.code, exc.message, retryable=exc.code == "egress_failed") from None
         return CallResult(results, {"images": 1, "requests": 1}, status, size)
 
     try:
-        result = metered_call(sessions, scope, model, call, operation="analysis.reverse_image_search",
-                              idempotency_key=f"task:{task_id}:reverse", kind="reverse_image_search",
-                              event="reverse_image_search", task_id=task_id, resource_id=str(meme_id),
-                              before_call=before_call)
+        result = metered_call(
+            sessions,
+            scope,
+            model,
+            call,
+            operation="analysis.reverse_image_search",
+            idempotency_key=f"task:{task_id}:reverse",
+            kind="reverse_image_search",
+            event="reverse_image_search",
+            task_id=task_id,
+            resource_id=str(meme_id),
+            before_call=before_call,
+        )
     except PlatformError as exc:
         with sessions.begin() as session:
-            _event(session, scope, task_id, meme_id, sha256, "miss", connection.provider, False, "failed", None,
-                   {"code": exc.code})
+            _event(
+                session,
+                scope,
+                task_id,
+                meme_id,
+                sha256,
+                "miss",
+                connection.provider,
+                False,
+                "failed",
+                None,
+                {"code": exc.code},
+            )
         return None
     except ProviderError as exc:
         with sessions.begin() as session:
-            _event(session, scope, task_id, meme_id, sha256, "miss", connection.provider, True, "failed", None,
-                   {"code": exc.code})
+            _event(
+                session,
+                scope,
+                task_id,
+                meme_id,
+                sha256,
+                "miss",
+                connection.provider,
+                True,
+                "failed",
+                None,
+                {"code": exc.code},
+            )
         raise
     with sessions.begin() as session:
-        _event(session, scope, task_id, meme_id, sha256, "miss", connection.provider, True,
-               "success" if result.value["titles"] else "empty", result.value)
+        _event(
+            session,
+            scope,
+            task_id,
+            meme_id,
+            sha256,
+            "miss",
+            connection.provider,
+            True,
+            "success" if result.value["titles"] else "empty",
+            result.value,
+        )
     return result.value
 
 
 def _event(session, scope, task_id, meme_id, sha256, cache_status, provider, called, outcome, result, error=None):
     now = utcnow()
-    session.add(ReverseImageUsageEvent(
-        request_id=f"{task_id}:{uuid.uuid4().hex[:12]}", scope_id=scope.scope_id, task_id=task_id, meme_id=meme_id,
-        cache_key=sha256, cache_status=cache_status, provider_called=called, provider=provider,
-        operation="analysis.reverse_image_search", target_sha256=sha256, outcome=outcome,
-        retryable=False, result=result, error=error, provider_started_at=now if called else None, completed_at=now))
+    session.add(
+        ReverseImageUsageEvent(
+            request_id=f"{task_id}:{uuid.uuid4().hex[:12]}",
+            scope_id=scope.scope_id,
+            task_id=task_id,
+            meme_id=meme_id,
+            cache_key=sha256,
+            cache_status=cache_status,
+            provider_called=called,
+            provider=provider,
+            operation="analysis.reverse_image_search",
+            target_sha256=sha256,
+            outcome=outcome,
+            retryable=False,
+            result=result,
+            error=error,
+            provider_started_at=now if called else None,
+            completed_at=now,
+        )
+    )

@@ -117,10 +117,15 @@ def open_sealed(sealed: dict[str, Any], aad: str = "") -> str:
     _, keys = _keys()
     key = keys.get(str(sealed.get("kid")))
     if key is None:
-        raise SecretError("secret_undecryptable", f"the key {sealed.get('kid')} that sealed this secret is not available")
+        raise SecretError(
+            "secret_undecryptable", f"the key {sealed.get('kid')} that sealed this secret is not available"
+        )
     try:
-        return AESGCM(key).decrypt(base64.b64decode(sealed["nonce"]), base64.b64decode(sealed["ct"]),
-                                   aad.encode() or None).decode()
+        return (
+            AESGCM(key)
+            .decrypt(base64.b64decode(sealed["nonce"]), base64.b64decode(sealed["ct"]), aad.encode() or None)
+            .decode()
+        )
     except (InvalidTag, KeyError, ValueError, binascii.Error):
         raise SecretError("secret_undecryptable", "a stored secret cannot be decrypted") from None
 

@@ -54,8 +54,9 @@ class VisionContext(BaseModel):
 
 def _schema() -> dict[str, Any]:
     strings = {"type": "array", "items": {"type": "string"}}
-    props: dict[str, Any] = {k: {"type": "string"} for k in (
-        "title_zh", "title_en", "description_zh", "description_en", "text_in_image")}
+    props: dict[str, Any] = {
+        k: {"type": "string"} for k in ("title_zh", "title_en", "description_zh", "description_en", "text_in_image")
+    }
     props.update({k: strings for k in ("people", "objects", "emotions", "usage_scenarios", "tags_zh", "tags_en")})
     props["template"] = {"type": ["string", "null"]}
     props["safety"] = {"type": "string", "enum": ["safe", "sensitive", "unsafe"]}
@@ -87,8 +88,11 @@ def jpeg_data_urls(frames: list[Any], max_side: int = MAX_SIDE) -> list[str]:
 
 
 def user_prompt(*, ocr_text: str, file_name: str, folders: list[str], neighbours: list[str]) -> str:
-    lines = [f"File name: {file_name or '-'}", f"Folders: {' / '.join(folders) or '-'}",
-             f"OCR text (may be incomplete): {ocr_text or '-'}"]
+    lines = [
+        f"File name: {file_name or '-'}",
+        f"Folders: {' / '.join(folders) or '-'}",
+        f"OCR text (may be incomplete): {ocr_text or '-'}",
+    ]
     if neighbours:
         lines.append("Titles of visually similar memes in this library: " + "; ".join(neighbours[:5]))
     return "\n".join(lines)
@@ -103,10 +107,20 @@ def _parse(content: str | None) -> VisionContext:
     return VisionContext.model_validate(json.loads(text))
 
 
-def analyze(sessions: sessionmaker, scope: ScopeContext, *, frames: list[Any], ocr_text: str, file_name: str,
-            folders: list[str], neighbours: list[str] | None = None, task_id: str | None = None,
-            resource_id: str | None = None, before_call: Callable[[], None] | None = None,
-            max_cost: Decimal | None = None) -> dict[str, Any]:
+def analyze(
+    sessions: sessionmaker,
+    scope: ScopeContext,
+    *,
+    frames: list[Any],
+    ocr_text: str,
+    file_name: str,
+    folders: list[str],
+    neighbours: list[str] | None = None,
+    task_id: str | None = None,
+    resource_id: str | None = None,
+    before_call: Callable[[], None] | None = None,
+    max_cost: Decimal | None = None,
+) -> dict[str, Any]:
     """Analyse one meme (module doc). Returns the validated context as a dict plus ``model``,
     ``model_profile``, ``version``, ``cost`` (CNY, str) and ``usage`` units.
 
@@ -116,22 +130,25 @@ def analyze(sessions: sessionmaker, scope: ScopeContext, *, frames: list[Any], o
     with sessions.begin() as session:
         model = openai_compat.chat_client(session, scope, "vision")
     images = jpeg_data_urls(frames)
-    content: list[dict[str, Any]] = [{"type": "text", "text": user_prompt(
-        ocr_text=ocr_text, file_name=file_name, folders=folders, neighbours=neighbours or [])}]
+    content: list[dict[str, Any]] = [
+        {
+            "type": "text",
+            "text": user_prompt(ocr_text=ocr_text, file_name=file_name, folders=folders, neighbours=neighbours or []),
+        }
+    ]
     content += [{"type": "image_url", "image_url": {"url": url, "detail": "low"}} for url in images]
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": content}]
 
     def call() -> openai_compat.CallResult:
-        totals = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0, "images": len(images),
-                  "requests": 0}
+        totals = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0, "images": len(images), "requests": 0}
         modes: list[str] = []
 
         def request(response_format: dict[str, Any], extra: list[dict[str, Any]] | None = None):
             assert model.client is not None
             # Plain dicts in the SDK's message and response-format shapes (its TypedDicts are not inferred).
             answer = model.client.chat.completions.create(  # type: ignore[call-overload]
-                model=model.model, messages=messages + (extra or []), response_format=response_format,
-                temperature=0)
+                model=model.model, messages=messages + (extra or []), response_format=response_format, temperature=0
+            )
             units = openai_compat.usage_units(answer.usage)
             for key in ("input_tokens", "cached_input_tokens", "output_tokens"):
                 totals[key] += units[key]
@@ -141,11 +158,15 @@ def analyze(sessions: sessionmaker, scope: ScopeContext, *, frames: list[Any], o
                 raise ProviderError("provider_refused", "the model declined to describe this image")
             return message.content
 
-        strict = {"type": "json_schema", "json_schema": {"name": "meme_context", "strict": True,
-                                                         "schema": CONTEXT_SCHEMA}}
+        strict = {
+            "type": "json_schema",
+            "json_schema": {"name": "meme_context", "strict": True, "schema": CONTEXT_SCHEMA},
+        }
         json_mode = {"type": "json_object"}
-        schema_hint = {"role": "system", "content": "Answer with JSON only, matching this JSON schema: "
-                       + json.dumps(CONTEXT_SCHEMA)}
+        schema_hint = {
+            "role": "system",
+            "content": "Answer with JSON only, matching this JSON schema: " + json.dumps(CONTEXT_SCHEMA),
+        }
         try:
             text = request(strict)
             modes.append("json_schema")
@@ -160,22 +181,46 @@ def analyze(sessions: sessionmaker, scope: ScopeContext, *, frames: list[Any], o
             parsed = _parse(text)
         except (ValueError, ValidationError) as exc:
             problem = str(exc).splitlines()[0][:300] if str(exc) else "invalid JSON"
-            repair = [{"role": "assistant", "content": (text or "")[:4000]}, schema_hint,
-                      {"role": "user", "content": f"That answer is not valid ({problem}). Answer again with "
-                                                  "corrected JSON only."}]
+            repair = [
+                {"role": "assistant", "content": (text or "")[:4000]},
+                schema_hint,
+                {
+                    "role": "user",
+                    "content": f"That answer is not valid ({problem}). Answer again with corrected JSON only.",
+                },
+            ]
             text = request(json_mode, repair)
             modes.append("repair")
             try:
                 parsed = _parse(text)
             except (ValueError, ValidationError):
-                raise ProviderError("provider_invalid_output", "the model's answer does not match the schema "
-                                                               "after one repair", retryable=True) from None
+                raise ProviderError(
+                    "provider_invalid_output",
+                    "the model's answer does not match the schema after one repair",
+                    retryable=True,
+                ) from None
         return openai_compat.CallResult(parsed.model_dump(), totals, detail={"modes": modes})
 
     result = openai_compat.metered_call(
-        sessions, scope, model, call, operation="analysis.agent", kind="analysis", event="vision_analysis",
-        idempotency_key=f"task:{task_id}:vision" if task_id else None, task_id=task_id, resource_id=resource_id,
-        before_call=before_call, max_cost=max_cost)
+        sessions,
+        scope,
+        model,
+        call,
+        operation="analysis.agent",
+        kind="analysis",
+        event="vision_analysis",
+        idempotency_key=f"task:{task_id}:vision" if task_id else None,
+        task_id=task_id,
+        resource_id=resource_id,
+        before_call=before_call,
+        max_cost=max_cost,
+    )
     cost = model.price.cost(result.units)
-    return {**result.value, "model": model.model, "model_profile": model.model_profile, "version": VERSION,
-            "cost": str(cost), "usage": result.units}
+    return {
+        **result.value,
+        "model": model.model,
+        "model_profile": model.model_profile,
+        "version": VERSION,
+        "cost": str(cost),
+        "usage": result.units,
+    }

@@ -37,7 +37,7 @@ def new_secret() -> str:
 
 def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` value (``v1,<base64>``) of one message."""
-    key = base64.b64decode(secret[len(SECRET_PREFIX):] if secret.startswith(SECRET_PREFIX) else secret)
+    key = base64.b64decode(secret[len(SECRET_PREFIX) :] if secret.startswith(SECRET_PREFIX) else secret)
     digest = hmac.new(key, f"{message_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
     return "v1," + base64.b64encode(digest).decode()
 
@@ -53,33 +53,56 @@ def _validate_config(config: dict[str, Any]) -> dict[str, Any]:
 register_provider(ProviderSpec(PROVIDER, _validate_config, ("secret",), None))
 
 
-def send(sessions: sessionmaker, connection: Connection, event_type: str, data: dict[str, Any], *,
-         task_id: str | None = None, message_id: str | None = None, timeout: float = 15.0) -> int:
+def send(
+    sessions: sessionmaker,
+    connection: Connection,
+    event_type: str,
+    data: dict[str, Any],
+    *,
+    task_id: str | None = None,
+    message_id: str | None = None,
+    timeout: float = 15.0,
+) -> int:
     """POST ``{"type", "timestamp", "data"}`` to the connection's URL, signed; returns the status.
     Raises :class:`ProviderError` (``provider_failed`` for a non-2xx answer or no answer; egress
     codes). ``message_id`` (default a new ``msg_…``) lets a receiver drop a repeated delivery."""
     message_id = message_id or f"msg_{uuid.uuid4().hex}"
     timestamp = int(time.time())
-    body = json.dumps({"type": event_type, "timestamp": timestamp, "data": data}, ensure_ascii=False,
-                      separators=(",", ":")).encode()
-    headers = {"content-type": "application/json", "webhook-id": message_id, "webhook-timestamp": str(timestamp),
-               "webhook-signature": sign(connection.credentials["secret"], message_id, timestamp, body)}
+    body = json.dumps(
+        {"type": event_type, "timestamp": timestamp, "data": data}, ensure_ascii=False, separators=(",", ":")
+    ).encode()
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": message_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(connection.credentials["secret"], message_id, timestamp, body),
+    }
     started = time.monotonic()
     status, size, error = None, None, None
     try:
-        response = fetch("POST", connection.config["url"], headers=headers, content=body, max_bytes=64 * 1024,
-                         timeout=timeout)
+        response = fetch(
+            "POST", connection.config["url"], headers=headers, content=body, max_bytes=64 * 1024, timeout=timeout
+        )
         status, size = response.status, len(response.content)
         if not 200 <= status < 300:
-            error = ProviderError("provider_failed", f"the webhook answered {status}", retryable=status >= 500,
-                                  status_code=status)
+            error = ProviderError(
+                "provider_failed", f"the webhook answered {status}", retryable=status >= 500, status_code=status
+            )
     except EgressError as exc:
         error = ProviderError(exc.code, exc.message, retryable=exc.code == "egress_failed")
     with sessions.begin() as session:
-        connectors.audit(session, connection, event="webhook", outcome="ok" if error is None else "failed",
-                         status_code=status, duration_ms=int((time.monotonic() - started) * 1000),
-                         response_bytes=size, operation_id=message_id, task_id=task_id,
-                         detail={"type": event_type} if error is None else {"type": event_type, "code": error.code})
+        connectors.audit(
+            session,
+            connection,
+            event="webhook",
+            outcome="ok" if error is None else "failed",
+            status_code=status,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            response_bytes=size,
+            operation_id=message_id,
+            task_id=task_id,
+            detail={"type": event_type} if error is None else {"type": event_type, "code": error.code},
+        )
     if error is not None:
         raise error
     assert status is not None  # no error: the receiver answered

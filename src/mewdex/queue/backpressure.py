@@ -35,7 +35,9 @@ def queued_in_lane(session: Session, scope: ScopeContext, lane: str) -> int:
     from mewdex.queue.tasks import PARKED_AT
 
     return session.execute(
-        select(func.count()).select_from(Task).where(
+        select(func.count())
+        .select_from(Task)
+        .where(
             Task.scope_id == scope.scope_id, Task.lane == lane, Task.status == "queued", Task.available_at < PARKED_AT
         )
     ).scalar_one()

@@ -46,22 +46,32 @@ def park(session: Session, scope_id: str, task_id: str) -> None:
 
 def batches_of(session: Session, scope_id: str, task_ids: list[str]) -> set[str]:
     """The batches any of these tasks belong to."""
-    return set(session.execute(
-        select(TaskBatchItem.batch_id).where(TaskBatchItem.scope_id == scope_id, TaskBatchItem.task_id.in_(task_ids))
-    ).scalars())
+    return set(
+        session.execute(
+            select(TaskBatchItem.batch_id).where(
+                TaskBatchItem.scope_id == scope_id, TaskBatchItem.task_id.in_(task_ids)
+            )
+        ).scalars()
+    )
 
 
 def batch_of(session: Session, scope_id: str, task_id: str) -> str | None:
-    return session.execute(
-        select(TaskBatchItem.batch_id).where(TaskBatchItem.scope_id == scope_id, TaskBatchItem.task_id == task_id)
-    ).scalars().first()
+    return (
+        session.execute(
+            select(TaskBatchItem.batch_id).where(TaskBatchItem.scope_id == scope_id, TaskBatchItem.task_id == task_id)
+        )
+        .scalars()
+        .first()
+    )
 
 
 def seal(session: Session, scope_id: str, batch_id: str) -> None:
     """No more members will be added; the batch finalises when its last task ends (now, if none is active)."""
     session.execute(
-        text("UPDATE task_batches SET sealed = true, finalizer_state = 'submitted' "
-             "WHERE scope_id = :s AND batch_id = :b AND finalizer_state = 'pending'"),
+        text(
+            "UPDATE task_batches SET sealed = true, finalizer_state = 'submitted' "
+            "WHERE scope_id = :s AND batch_id = :b AND finalizer_state = 'pending'"
+        ),
         {"s": scope_id, "b": batch_id},
     )
     finalize_if_done(session, scope_id, batch_id)
@@ -98,8 +108,13 @@ def summary(session: Session, scope_id: str, batch_id: str) -> dict[str, Any]:
     """``{"tasks", "active", "succeeded", "failed", "failed_by_code": {code: n}}`` from the members now."""
     row = session.execute(_SUMMARY_SQL, {"s": scope_id, "b": batch_id}).mappings().one()
     by_code = {code: n for code, n in session.execute(_FAILED_BY_CODE_SQL, {"s": scope_id, "b": batch_id})}
-    return {"tasks": row["tasks"], "active": row["active"], "succeeded": row["succeeded"], "failed": row["failed"],
-            "failed_by_code": by_code}
+    return {
+        "tasks": row["tasks"],
+        "active": row["active"],
+        "succeeded": row["succeeded"],
+        "failed": row["failed"],
+        "failed_by_code": by_code,
+    }
 
 
 _ACTIVE_SQL = text(
@@ -116,7 +131,8 @@ def finalize_if_done(session: Session, scope_id: str, batch_id: str) -> None:
     # check of a hand-off task it added to the batch); FOR UPDATE would deadlock two such enders.
     # The lock orders concurrent enders, so the last one sees all the others committed.
     batch = session.execute(
-        select(TaskBatch).where(TaskBatch.scope_id == scope_id, TaskBatch.batch_id == batch_id)
+        select(TaskBatch)
+        .where(TaskBatch.scope_id == scope_id, TaskBatch.batch_id == batch_id)
         .with_for_update(key_share=True)
     ).scalar_one_or_none()
     if batch is None or not batch.sealed or batch.finalizer_state == "complete":
@@ -187,8 +203,19 @@ def feed(session: Session) -> int:
         # With one limited lane (the image pipeline's), every other parked task waits for its room too, as
         # before task types declared their lanes.
         others = len(by_lane) == 1
-        fed += cast(CursorResult[Any], session.execute(_FEED_SQL, {"limit": backpressure.limit(lane), "parked": PARKED_AT, "lane": lane,
-                                           "types": types, "others": others})).rowcount
+        fed += cast(
+            CursorResult[Any],
+            session.execute(
+                _FEED_SQL,
+                {
+                    "limit": backpressure.limit(lane),
+                    "parked": PARKED_AT,
+                    "lane": lane,
+                    "types": types,
+                    "others": others,
+                },
+            ),
+        ).rowcount
     if len(by_lane) != 1:
         fed += cast(CursorResult[Any], session.execute(_FEED_FREE_SQL, {"parked": PARKED_AT, "types": free})).rowcount
     return fed

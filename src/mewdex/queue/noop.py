@@ -29,6 +29,9 @@ def noop(ctx: TaskContext) -> dict[str, Any]:
             if p.get("progress"):
                 ctx.progress((i + 1) / steps, f"step {i + 1}/{steps}")
     if p.get("fail"):
-        raise TaskError(str(p["fail"]), str(p.get("message") or "the task failed on purpose"),
-                        retryable=bool(p.get("retryable", True)))
+        raise TaskError(
+            str(p["fail"]),
+            str(p.get("message") or "the task failed on purpose"),
+            retryable=bool(p.get("retryable", True)),
+        )
     return {"ok": True}

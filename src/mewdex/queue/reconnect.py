@@ -26,8 +26,14 @@ log = logging.getLogger(__name__)
 REASON = "database_unavailable"
 
 
-def hand_back(sessions: sessionmaker[Session], claim: queue.Claim, *, wait_seconds: float,
-              on_released: Callable[[Session, Task], None] | None = None, poll_seconds: float = 0.5) -> bool:
+def hand_back(
+    sessions: sessionmaker[Session],
+    claim: queue.Claim,
+    *,
+    wait_seconds: float,
+    on_released: Callable[[Session, Task], None] | None = None,
+    poll_seconds: float = 0.5,
+) -> bool:
     """Wait up to ``wait_seconds`` for the database, then release ``claim``'s task back to the queue
     (its attempt is recorded failed with ``database_unavailable`` and does not use up a retry).
 
@@ -44,8 +50,9 @@ def hand_back(sessions: sessionmaker[Session], claim: queue.Claim, *, wait_secon
                 attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
                 if attempt is not None:
                     attempt.state = "failed"
-                    attempt.error = queue.error_record(REASON, "the database connection was lost during the task",
-                                                       claim.attempt_count)
+                    attempt.error = queue.error_record(
+                        REASON, "the database connection was lost during the task", claim.attempt_count
+                    )
                 if on_released is not None:
                     on_released(session, task)
             log.warning("task %s handed back to the queue after a database outage", claim.task_id)
@@ -56,7 +63,10 @@ def hand_back(sessions: sessionmaker[Session], claim: queue.Claim, *, wait_secon
             if not is_connection_lost(exc):
                 raise
             if time.monotonic() >= deadline:
-                log.warning("task %s: the database did not come back within %.0f s; its lease will expire",
-                            claim.task_id, wait_seconds)
+                log.warning(
+                    "task %s: the database did not come back within %.0f s; its lease will expire",
+                    claim.task_id,
+                    wait_seconds,
+                )
                 return False
             time.sleep(poll_seconds)

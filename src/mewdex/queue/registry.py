@@ -81,8 +81,9 @@ class TaskContext:
         Only types registered with ``external=True`` may (else ``TaskError("not_external")``, not retried)."""
         tt = TASK_TYPES.get(self.claim.task_type)
         if tt is None or not tt.external:
-            raise TaskError("not_external", f"task type {self.claim.task_type!r} is not registered as external",
-                            retryable=False)
+            raise TaskError(
+                "not_external", f"task type {self.claim.task_type!r} is not registered as external", retryable=False
+            )
         with self.sessions.begin() as session:
             task = queue.fenced(session, self.claim)
             attempt = self._attempt(session)
@@ -214,8 +215,15 @@ def get(name: str) -> TaskType | None:
     return TASK_TYPES.get(name)
 
 
-def submit(session: Session, *, scope_id: str, task_type: str, payload: dict[str, Any] | None = None,
-           dedupe_key: str | None = None, **fields: Any) -> Task:
+def submit(
+    session: Session,
+    *,
+    scope_id: str,
+    task_type: str,
+    payload: dict[str, Any] | None = None,
+    dedupe_key: str | None = None,
+    **fields: Any,
+) -> Task:
     """Enqueue a task of a registered type with the type's lane, resource key and ``max_attempts``
     (``fields`` may override them or set other task columns), in the caller's transaction; returns
     the active task with the same dedupe key instead when there is one. KeyError for an unknown type."""
@@ -223,8 +231,9 @@ def submit(session: Session, *, scope_id: str, task_type: str, payload: dict[str
     fields.setdefault("lane", tt.lane)
     fields.setdefault("lane_resource_key", tt.resource_key)
     fields.setdefault("max_attempts", tt.retry.attempts())
-    return queue.enqueue(session, scope_id=scope_id, task_type=task_type, dedupe_key=dedupe_key, payload=payload,
-                         **fields)
+    return queue.enqueue(
+        session, scope_id=scope_id, task_type=task_type, dedupe_key=dedupe_key, payload=payload, **fields
+    )
 
 
 def load(modules: Iterable[str]) -> None:
@@ -240,5 +249,3 @@ def failure_outcome(session: Session, task: Task, outcome: str) -> None:
     tt = TASK_TYPES.get(task.task_type)
     if tt is not None and tt.on_failure is not None:
         tt.on_failure(session, task, outcome)
-
-

@@ -69,13 +69,20 @@ def enqueue_slot(session: Session, schedule: Schedule, slot: int) -> Task | None
     key = schedule.dedupe_key(slot)
     session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
     exists = session.execute(
-        select(Task.id).where(Task.scope_id == schedule.scope_id, Task.task_type == schedule.task_type,
-                              Task.dedupe_key == key).limit(1)
+        select(Task.id)
+        .where(Task.scope_id == schedule.scope_id, Task.task_type == schedule.task_type, Task.dedupe_key == key)
+        .limit(1)
     ).first()
     if exists is not None:
         return None
-    task = registry.submit(session, scope_id=schedule.scope_id, task_type=schedule.task_type, dedupe_key=key,
-                           payload=dict(schedule.payload, slot=slot), submission_mode="standalone")
+    task = registry.submit(
+        session,
+        scope_id=schedule.scope_id,
+        task_type=schedule.task_type,
+        dedupe_key=key,
+        payload=dict(schedule.payload, slot=slot),
+        submission_mode="standalone",
+    )
     _prune(session, schedule)
     return task
 
@@ -83,9 +90,13 @@ def enqueue_slot(session: Session, schedule: Schedule, slot: int) -> Task | None
 def _prune(session: Session, schedule: Schedule) -> None:
     before = datetime.now(UTC) - timedelta(seconds=schedule.seconds() * max(1, schedule.keep_intervals))
     session.execute(
-        delete(Task).where(Task.scope_id == schedule.scope_id, Task.task_type == schedule.task_type,
-                           Task.dedupe_key.like(f"schedule:{schedule.name}:%"),
-                           Task.status.in_(("succeeded", "failed")), Task.completed_at < before)
+        delete(Task).where(
+            Task.scope_id == schedule.scope_id,
+            Task.task_type == schedule.task_type,
+            Task.dedupe_key.like(f"schedule:{schedule.name}:%"),
+            Task.status.in_(("succeeded", "failed")),
+            Task.completed_at < before,
+        )
     )
 
 

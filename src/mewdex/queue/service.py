@@ -48,32 +48,34 @@ def task_dict(task: Task, *, batch_id: str | None = None) -> dict[str, Any]:
     """The public shape of a task (:class:`mewdex.dto.tasks.Task`: no ``analysis_policy``, no payload
     internals beyond the payload itself)."""
     parked = task.status == "queued" and task.available_at >= queue.PARKED_AT
-    return TaskDto(**{
-        "id": task.id,
-        "type": task.task_type,
-        "status": task.status,
-        "lane": task.lane,
-        "resource_key": task.lane_resource_key,
-        "stage": task.image_stage,
-        "submission_mode": task.submission_mode,
-        "job_id": str(task.processing_job_id) if task.processing_job_id else None,
-        "meme_id": str(task.target_meme_id) if task.target_meme_id else None,
-        "batch_id": batch_id,
-        "progress": task.progress,
-        "message": task.message,
-        "error": task.error,
-        "attempts": task.attempt_count,
-        "max_attempts": task.max_attempts,
-        "termination_reason": task.termination_reason,
-        "resume_available": task.resume_available,
-        "observed_cost": float(task.observed_cost) if task.observed_cost is not None else None,
-        "parked": parked,
-        "available_at": None if parked else task.available_at.isoformat(),
-        "lease_expires_at": task.lease_expires_at.isoformat() if task.lease_expires_at else None,
-        "created_at": task.created_at.isoformat(),
-        "started_at": task.started_at.isoformat() if task.started_at else None,
-        "completed_at": task.completed_at.isoformat() if task.completed_at else None,
-    }).model_dump()
+    return TaskDto(
+        **{
+            "id": task.id,
+            "type": task.task_type,
+            "status": task.status,
+            "lane": task.lane,
+            "resource_key": task.lane_resource_key,
+            "stage": task.image_stage,
+            "submission_mode": task.submission_mode,
+            "job_id": str(task.processing_job_id) if task.processing_job_id else None,
+            "meme_id": str(task.target_meme_id) if task.target_meme_id else None,
+            "batch_id": batch_id,
+            "progress": task.progress,
+            "message": task.message,
+            "error": task.error,
+            "attempts": task.attempt_count,
+            "max_attempts": task.max_attempts,
+            "termination_reason": task.termination_reason,
+            "resume_available": task.resume_available,
+            "observed_cost": float(task.observed_cost) if task.observed_cost is not None else None,
+            "parked": parked,
+            "available_at": None if parked else task.available_at.isoformat(),
+            "lease_expires_at": task.lease_expires_at.isoformat() if task.lease_expires_at else None,
+            "created_at": task.created_at.isoformat(),
+            "started_at": task.started_at.isoformat() if task.started_at else None,
+            "completed_at": task.completed_at.isoformat() if task.completed_at else None,
+        }
+    ).model_dump()
 
 
 def attempt_dict(a: ImageProcessingAttempt) -> dict[str, Any]:
@@ -107,9 +109,18 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     return created, task_id
 
 
-def list_tasks(session: Session, scope: ScopeContext, *, status: str | None = None, task_type: str | None = None,
-               stage: str | None = None, batch_id: str | None = None, lane: str | None = None,
-               cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+def list_tasks(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    status: str | None = None,
+    task_type: str | None = None,
+    stage: str | None = None,
+    batch_id: str | None = None,
+    lane: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> dict[str, Any]:
     """``{"items": [task], "next_cursor": str | None}``, newest first. Raises :class:`BadCursor`."""
     limit = max(1, min(MAX_PAGE, limit))
     query = select(Task).where(Task.scope_id == scope.scope_id)
@@ -147,8 +158,15 @@ def get_task(session: Session, scope: ScopeContext, task_id: str, *, lock: bool 
     task = session.execute(query.with_for_update() if lock else query).scalar_one_or_none()
     if task is None and isinstance(task_id, str) and len(task_id) >= MIN_ID_PREFIX:
         escaped = task_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        ids = session.execute(select(Task.id).where(Task.scope_id == scope.scope_id,
-                                                    Task.id.like(escaped + "%", escape="\\")).limit(2)).scalars().all()
+        ids = (
+            session.execute(
+                select(Task.id)
+                .where(Task.scope_id == scope.scope_id, Task.id.like(escaped + "%", escape="\\"))
+                .limit(2)
+            )
+            .scalars()
+            .all()
+        )
         if len(ids) > 1:
             raise TaskNotFound(f"several tasks have ids starting {task_id}; give more characters")
         if ids:
@@ -188,10 +206,17 @@ def retry(session: Session, scope: ScopeContext, task_id: str, *, check_backpres
     task = get_task(session, scope, task_id, lock=True)
     if task.status != "failed":
         raise TaskConflict("task_not_retryable", f"only failed tasks can be retried (this one is {task.status})")
-    if task.dedupe_key is not None and session.execute(
-        select(Task.id).where(Task.scope_id == scope.scope_id, Task.task_type == task.task_type,
-                              Task.dedupe_key == task.dedupe_key, Task.status.in_(queue.ACTIVE))
-    ).first():
+    if (
+        task.dedupe_key is not None
+        and session.execute(
+            select(Task.id).where(
+                Task.scope_id == scope.scope_id,
+                Task.task_type == task.task_type,
+                Task.dedupe_key == task.dedupe_key,
+                Task.status.in_(queue.ACTIVE),
+            )
+        ).first()
+    ):
         raise TaskConflict("task_active", "another task for the same work is already active")
     if check_backpressure:
         backpressure.check(session, scope, task.lane)
@@ -221,8 +246,10 @@ def _reopen_batch(session: Session, task: Task) -> None:
     batch_id = batches.batch_of(session, task.scope_id, task.id)
     if batch_id is not None:
         session.execute(
-            text("UPDATE task_batches SET finalizer_state = 'submitted', summary = NULL, finalized_at = NULL "
-                 "WHERE scope_id = :s AND batch_id = :b AND finalizer_state = 'complete'"),
+            text(
+                "UPDATE task_batches SET finalizer_state = 'submitted', summary = NULL, finalized_at = NULL "
+                "WHERE scope_id = :s AND batch_id = :b AND finalizer_state = 'complete'"
+            ),
             {"s": task.scope_id, "b": batch_id},
         )
 
@@ -298,12 +325,15 @@ def queue_depth(session: Session) -> dict[str, dict[str, int]]:
 def stalled_lanes(session: Session, seconds: float) -> list[str]:
     """The listed lanes whose work has had no consumer for ``seconds``: a task there has been due
     (queued, not parked) for that long, none runs and none ended since (for ``/health``)."""
-    return list(session.execute(
-        text(
-            "SELECT q.lane FROM tasks q WHERE q.status = 'queued' AND q.lane = ANY(:lanes) "
-            "AND q.available_at < now() - make_interval(secs => :s) AND q.available_at < :p "
-            "GROUP BY q.lane HAVING NOT EXISTS (SELECT 1 FROM tasks c WHERE c.lane = q.lane AND (c.status = 'running' "
-            "OR (c.status <> 'queued' AND c.updated_at > now() - make_interval(secs => :s)))) ORDER BY q.lane"
-        ),
-        {"lanes": registry.lane_names(listed_only=True), "s": seconds, "p": queue.PARKED_AT},
-    ).scalars())
+    return list(
+        session.execute(
+            text(
+                "SELECT q.lane FROM tasks q WHERE q.status = 'queued' AND q.lane = ANY(:lanes) "
+                "AND q.available_at < now() - make_interval(secs => :s) AND q.available_at < :p "
+                "GROUP BY q.lane HAVING NOT EXISTS (SELECT 1 FROM tasks c WHERE c.lane = q.lane "
+                "AND (c.status = 'running' OR (c.status <> 'queued' "
+                "AND c.updated_at > now() - make_interval(secs => :s)))) ORDER BY q.lane"
+            ),
+            {"lanes": registry.lane_names(listed_only=True), "s": seconds, "p": queue.PARKED_AT},
+        ).scalars()
+    )

@@ -137,16 +137,26 @@ _ENSURE_LANE_SQL = text(
 )
 
 
-def ensure_lane(session: Session, lane: str, resource_key: str = GLOBAL_LANE_RESOURCE_KEY,
-                scope_id: str | None = None) -> None:
+def ensure_lane(
+    session: Session, lane: str, resource_key: str = GLOBAL_LANE_RESOURCE_KEY, scope_id: str | None = None
+) -> None:
     """Make sure the lane's slot rows, the resource key's slot rows and (with ``scope_id``) the scope's
     fairness row exist. Idempotent; slot rows are never deleted except with the scope holding them."""
     session.execute(_ENSURE_LANE_SQL, {"lane": lane, "key": resource_key, "scope": scope_id, "slots": MAX_LANE_SLOTS})
 
 
-def enqueue(session: Session, *, scope_id: str, task_type: str, lane: str = "default", dedupe_key: str | None = None,
-            payload: dict[str, Any] | None = None, max_attempts: int = 3,
-            lane_resource_key: str = GLOBAL_LANE_RESOURCE_KEY, **fields: Any) -> Task:
+def enqueue(
+    session: Session,
+    *,
+    scope_id: str,
+    task_type: str,
+    lane: str = "default",
+    dedupe_key: str | None = None,
+    payload: dict[str, Any] | None = None,
+    max_attempts: int = 3,
+    lane_resource_key: str = GLOBAL_LANE_RESOURCE_KEY,
+    **fields: Any,
+) -> Task:
     """Insert a queued task, or return the active (queued/running) one with the same dedupe key.
 
     Stage hand-offs and batches call this directly: only interactive submissions are subject to
@@ -299,13 +309,16 @@ def lane_caps(lanes: list[str]) -> tuple[list[int], dict[str, int]]:
     """Concurrency of each lane (its :class:`Lane` declaration, by default the setting
     ``MEWDEX_LANE_CONCURRENCY_<LANE>``) and the resource-key overrides."""
     settings = get_settings()
-    caps = [min(MAX_LANE_SLOTS, lane.cap()) if (lane := LANES.get(name)) else settings.lane_concurrency(name)
-            for name in lanes]
+    caps = [
+        min(MAX_LANE_SLOTS, lane.cap()) if (lane := LANES.get(name)) else settings.lane_concurrency(name)
+        for name in lanes
+    ]
     return caps, dict(settings.resource_concurrency)
 
 
-def claim(session: Session, *, owner: str, lanes: list[str], lease_seconds: int,
-          contended: list[bool] | None = None) -> Claim | None:
+def claim(
+    session: Session, *, owner: str, lanes: list[str], lease_seconds: int, contended: list[bool] | None = None
+) -> Claim | None:
     """Claim the next runnable task in ``lanes`` (queued and due) with a lane slot and a resource slot.
 
     Scopes take turns (round-robin on ``task_lane_fairness.last_dispatch_sequence``). Returns None
@@ -315,10 +328,14 @@ def claim(session: Session, *, owner: str, lanes: list[str], lease_seconds: int,
     visible.
     """
     caps, rcaps = lane_caps(lanes)
-    row = session.execute(
-        _CLAIM_SQL,
-        {"lanes": list(lanes), "caps": caps, "rcaps": json.dumps(rcaps), "owner": owner, "lease": lease_seconds},
-    ).mappings().one()
+    row = (
+        session.execute(
+            _CLAIM_SQL,
+            {"lanes": list(lanes), "caps": caps, "rcaps": json.dumps(rcaps), "owner": owner, "lease": lease_seconds},
+        )
+        .mappings()
+        .one()
+    )
     if row["id"] is None:
         if contended is not None and row["candidates"]:
             contended.append(True)
@@ -361,9 +378,12 @@ _HEARTBEAT_SQL = text(
 
 def heartbeat(session: Session, c: Claim, lease_seconds: int) -> bool:
     """Extend the lease (task and its slots); False when the claim is stale (another worker owns the task now)."""
-    return bool(session.execute(
-        _HEARTBEAT_SQL, {"lease": lease_seconds, "s": c.scope_id, "i": c.task_id, "g": c.claim_generation}
-    ).scalar_one() == 1)
+    return bool(
+        session.execute(
+            _HEARTBEAT_SQL, {"lease": lease_seconds, "s": c.scope_id, "i": c.task_id, "g": c.claim_generation}
+        ).scalar_one()
+        == 1
+    )
 
 
 def fenced(session: Session, c: Claim) -> Task:
@@ -373,9 +393,7 @@ def fenced(session: Session, c: Claim) -> Task:
     with the task's new status, or not at all.
     """
     task = session.execute(
-        select(Task)
-        .where(Task.scope_id == c.scope_id, Task.id == c.task_id)
-        .with_for_update()
+        select(Task).where(Task.scope_id == c.scope_id, Task.id == c.task_id).with_for_update()
     ).scalar_one_or_none()
     if task is None or task.claim_generation != c.claim_generation or task.status != "running":
         raise StaleClaim(f"task {c.task_id} generation {c.claim_generation} is stale")
@@ -436,10 +454,19 @@ _COMPLETE_SQL = text(
 def try_complete(session: Session, c: Claim, result: Any = None, message: str | None = None) -> bool:
     """Fenced success in one statement (task, attempt ``completed``, both slots freed). False (and
     nothing changed) when ``c`` is no longer the current claim."""
-    return bool(session.execute(
-        _COMPLETE_SQL,
-        {"result": json.dumps(result), "message": message, "s": c.scope_id, "i": c.task_id, "g": c.claim_generation},
-    ).scalar_one() == 1)
+    return bool(
+        session.execute(
+            _COMPLETE_SQL,
+            {
+                "result": json.dumps(result),
+                "message": message,
+                "s": c.scope_id,
+                "i": c.task_id,
+                "g": c.claim_generation,
+            },
+        ).scalar_one()
+        == 1
+    )
 
 
 def complete(session: Session, c: Claim, result: Any = None, message: str | None = None) -> None:
@@ -465,8 +492,16 @@ def _record_error(task: Task, error: dict[str, Any]) -> None:
     task.error_history = [*task.error_history, error][-20:]
 
 
-def fail(task: Task, code: str, message: str, *, retryable: bool, base: float, cap: float,
-         termination_reason: str | None = None) -> bool:
+def fail(
+    task: Task,
+    code: str,
+    message: str,
+    *,
+    retryable: bool,
+    base: float,
+    cap: float,
+    termination_reason: str | None = None,
+) -> bool:
     """Record an error on a fenced task, free its slots, and requeue it with backoff while attempts remain.
 
     Returns True when the task failed for good (no attempts left or not retryable).
@@ -518,21 +553,28 @@ def reap_expired(session: Session, limit: int = 100) -> list[Reaped]:
 
     A re-claim then runs with ``claim_generation + 1``, so the old worker's late writes are fenced.
     """
-    tasks = session.execute(
-        select(Task)
-        .where(Task.status == "running", Task.lease_expires_at < utcnow())
-        .order_by(Task.lease_expires_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    ).scalars().all()
+    tasks = (
+        session.execute(
+            select(Task)
+            .where(Task.status == "running", Task.lease_expires_at < utcnow())
+            .order_by(Task.lease_expires_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        .scalars()
+        .all()
+    )
     out = []
     for task in tasks:
         attempt = session.get(ImageProcessingAttempt, (task.scope_id, task.id, task.attempt_count))
         task.lease_owner = None
         task.lease_expires_at = None
         if attempt is not None and attempt.state == "external_started":
-            error = error_record("unknown_execution", "the worker died after its external call started; "
-                                 "the result is unknown (retry to resume)", task.attempt_count)
+            error = error_record(
+                "unknown_execution",
+                "the worker died after its external call started; the result is unknown (retry to resume)",
+                task.attempt_count,
+            )
             attempt.state = "unknown_execution"
             attempt.termination_reason = "unknown_execution"
             attempt.resume_available = True
@@ -586,8 +628,10 @@ def expire_orphaned_leases(session: Session, hostname: str, alive: Callable[[int
             dead.append((s, i))
     for scope_id, task_id in dead:
         session.execute(
-            text("UPDATE tasks SET lease_expires_at = now() - interval '1 microsecond' "
-                 "WHERE scope_id = :s AND id = :i AND status = 'running'"),
+            text(
+                "UPDATE tasks SET lease_expires_at = now() - interval '1 microsecond' "
+                "WHERE scope_id = :s AND id = :i AND status = 'running'"
+            ),
             {"s": scope_id, "i": task_id},
         )
     return len(dead)

@@ -52,8 +52,14 @@ def serving_lanes(lanes: list[str] | None) -> list[str]:
 class Worker:
     """One claim-run-write-back loop. ``run_once`` processes at most one task; ``run`` loops until stopped."""
 
-    def __init__(self, sessions: sessionmaker[Session], *, name: str | None = None, lanes: list[str] | None = None,
-                 maintenance: bool = True):
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        name: str | None = None,
+        lanes: list[str] | None = None,
+        maintenance: bool = True,
+    ):
         self.sessions = sessions
         self.settings = get_settings()
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -94,8 +100,11 @@ class Worker:
         try:
             with session.begin_nested():  # a failing write-back must not take the next claim down with it
                 if not queue.try_complete(session, claim, result):
-                    log.warning("discarding result of a stale claim: task %s generation %s", claim.task_id,
-                                claim.claim_generation)
+                    log.warning(
+                        "discarding result of a stale claim: task %s generation %s",
+                        claim.task_id,
+                        claim.claim_generation,
+                    )
                 elif claim.in_batch:
                     batches.task_ended(session, claim.scope_id, claim.task_id)
         except Exception as exc:
@@ -121,8 +130,13 @@ class Worker:
                 with self.sessions.begin() as session:
                     if self._pending is not None:
                         self._write_pending(session)
-                    claim = queue.claim(session, owner=self.owner, lanes=self.lanes,
-                                        lease_seconds=self.settings.worker_lease_seconds, contended=contended)
+                    claim = queue.claim(
+                        session,
+                        owner=self.owner,
+                        lanes=self.lanes,
+                        lease_seconds=self.settings.worker_lease_seconds,
+                        contended=contended,
+                    )
                     if claim is not None:
                         tt = registry.get(claim.task_type)
                         if tt is not None and tt.on_claim is not None:
@@ -141,8 +155,12 @@ class Worker:
             self._execute(claim, registry.get(claim.task_type), prepared)
         except Exception as exc:
             if is_connection_lost(exc):  # once the database is back, the task goes back to the queue at once
-                hand_back(self.sessions, claim, wait_seconds=self.settings.worker_lease_seconds,
-                          on_released=lambda session, task: registry.failure_outcome(session, task, "retrying"))
+                hand_back(
+                    self.sessions,
+                    claim,
+                    wait_seconds=self.settings.worker_lease_seconds,
+                    on_released=lambda session, task: registry.failure_outcome(session, task, "retrying"),
+                )
             raise
         finally:
             self.current = None
@@ -164,8 +182,10 @@ class Worker:
             except Exception as exc:  # a handler bug: recorded and retried, never fatal to the worker
                 log.exception("task %s (%s) crashed", claim.task_id, claim.task_type)
                 # Stored and shown to users: the kind only (exception text can hold paths or SQL); details in the log.
-                error = TaskError(tt.crash_code if tt else "task_crashed",
-                                  f"the task failed unexpectedly ({type(exc).__name__}); the server log has the details")
+                error = TaskError(
+                    tt.crash_code if tt else "task_crashed",
+                    f"the task failed unexpectedly ({type(exc).__name__}); the server log has the details",
+                )
         try:
             if error is None and tt is not None and tt.on_success is not None:
                 try:
@@ -193,12 +213,18 @@ class Worker:
         is raised again (``run_once`` hands the task back once the database answers)."""
         if is_connection_lost(exc):
             raise exc
-        log.error("task %s (%s): its write-back failed; the task takes its failure path", claim.task_id,
-                  claim.task_type, exc_info=exc)
+        log.error(
+            "task %s (%s): its write-back failed; the task takes its failure path",
+            claim.task_id,
+            claim.task_type,
+            exc_info=exc,
+        )
         if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
             return TaskError("insufficient_storage", "the disk was full while the task wrote its result")
-        return TaskError("write_back_failed", f"writing the task's result failed ({type(exc).__name__}); "
-                                              "the server log has the details")
+        return TaskError(
+            "write_back_failed",
+            f"writing the task's result failed ({type(exc).__name__}); the server log has the details",
+        )
 
     def _succeed(self, session: Session, claim: queue.Claim, tt: TaskType, result: Any) -> None:
         """Fenced write-back: lock the task (StaleClaim when the claim is stale), run the type's
@@ -214,8 +240,15 @@ class Worker:
     def _fail(self, session: Session, claim: queue.Claim, tt: TaskType | None, error: TaskError) -> None:
         task = queue.fenced(session, claim)
         policy = tt.retry if tt is not None else registry.RetryPolicy()
-        final = queue.fail(task, error.code, error.message, retryable=error.retryable, base=policy.base(),
-                           cap=policy.cap(), termination_reason=error.termination_reason)
+        final = queue.fail(
+            task,
+            error.code,
+            error.message,
+            retryable=error.retryable,
+            base=policy.base(),
+            cap=policy.cap(),
+            termination_reason=error.termination_reason,
+        )
         attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
         if attempt is not None:
             attempt.state = "failed"
@@ -238,8 +271,9 @@ class Worker:
                 if attempt is not None:
                     attempt.state = "unknown_execution" if attempt.state == "external_started" else "failed"
                     attempt.termination_signal = signal_name
-                    attempt.error = queue.error_record("worker_stopped", "the worker stopped before the task ended",
-                                                       claim.attempt_count)
+                    attempt.error = queue.error_record(
+                        "worker_stopped", "the worker stopped before the task ended", claim.attempt_count
+                    )
                 registry.failure_outcome(session, task, "retrying")
         except queue.StaleClaim:
             return False
@@ -279,12 +313,19 @@ class WorkerPool:
     ``stop(grace)`` stops claiming, waits up to ``grace`` seconds for running tasks to finish, then
     releases the ones still running back to the queue (their late results are fenced)."""
 
-    def __init__(self, sessions: sessionmaker[Session], count: int, lanes: list[str] | None = None,
-                 scheduler: Scheduler | None = None):
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        count: int,
+        lanes: list[str] | None = None,
+        scheduler: Scheduler | None = None,
+    ):
         self.sessions = sessions
         self.scheduler = scheduler
         self.workers = [Worker(sessions, lanes=lanes, maintenance=False) for _ in range(count)]
-        self.threads = [threading.Thread(target=w.run, name=f"worker-{i}", daemon=True) for i, w in enumerate(self.workers)]
+        self.threads = [
+            threading.Thread(target=w.run, name=f"worker-{i}", daemon=True) for i, w in enumerate(self.workers)
+        ]
         self.stop_event = threading.Event()
         self.maintenance_thread = threading.Thread(target=self._maintain, name="queue-maintenance", daemon=True)
         self.started_at: float | None = None
@@ -363,8 +404,18 @@ class WorkerProcesses:
         self._supervisor = threading.Thread(target=self._supervise, name="worker-supervisor", daemon=True)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "mewdex", "worker", "--concurrency", "1", "--lanes", ",".join(self.lanes),
-                   "--parent-pid", str(os.getpid())]
+        command = [
+            sys.executable,
+            "-m",
+            "mewdex",
+            "worker",
+            "--concurrency",
+            "1",
+            "--lanes",
+            ",".join(self.lanes),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
         child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         threading.Thread(target=_relay_stderr, args=(child,), name=f"worker-{child.pid}-stderr", daemon=True).start()
         return child
@@ -396,8 +447,13 @@ class WorkerProcesses:
                     self._delay[i] = first if ran >= self.STABLE_SECONDS else min(cap, max(first, 2 * self._delay[i]))
                     self._due[i] = now + self._delay[i]
                     self.last_exit = exit_reason(code)
-                    log.error("worker process %d %s after %.0f s; restarting it in %.0f s", child.pid,
-                              self.last_exit, ran, self._delay[i])
+                    log.error(
+                        "worker process %d %s after %.0f s; restarting it in %.0f s",
+                        child.pid,
+                        self.last_exit,
+                        ran,
+                        self._delay[i],
+                    )
                 elif now >= (self._due[i] or now):
                     self.children[i] = self._spawn()
                     self._started[i], self._due[i] = now, None
@@ -409,8 +465,14 @@ class WorkerProcesses:
         ``/health``): ``processes`` configured, ``alive`` running, ``restarts`` so far, ``last_exit``
         how the last dead one ended (``"killed by SIGKILL"``, ``"exited with code 1"``) or None."""
         alive = [c.pid for c in self.children if c.poll() is None]
-        return {"processes": self.count, "alive": len(alive), "pids": alive, "lanes": self.lanes,
-                "restarts": self.restarts, "last_exit": self.last_exit}
+        return {
+            "processes": self.count,
+            "alive": len(alive),
+            "pids": alive,
+            "lanes": self.lanes,
+            "restarts": self.restarts,
+            "last_exit": self.last_exit,
+        }
 
     def stop(self) -> int:
         """Stop the children; returns how many had to be killed after their grace period."""
@@ -456,8 +518,9 @@ def exit_reason(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
-def start_workers(sessions: sessionmaker[Session], count: int,
-                  scheduler: Scheduler | None = None) -> WorkerPool | WorkerProcesses:
+def start_workers(
+    sessions: sessionmaker[Session], count: int, scheduler: Scheduler | None = None
+) -> WorkerPool | WorkerProcesses:
     """Start ``count`` workers the configured way (``MEWDEX_WORKER_MODE``): child processes (each
     runs its own scheduler), or threads of this process (whose maintenance thread ticks
     ``scheduler``; without one it maintains the queue inline). No workers (``count`` 0) is an empty

@@ -120,15 +120,20 @@ def queue_processors(session) -> list[str]:
     ``--workers 0``), by ``application_name`` (see ``db.engine``). Empty: queued tasks wait."""
     from sqlalchemy import text
 
-    return list(session.execute(
-        text("SELECT DISTINCT application_name FROM pg_stat_activity WHERE application_name LIKE :w"
-             " OR application_name LIKE 'mewdex serve:%' ORDER BY 1"),
-        {"w": f"{WORKER_APPLICATION_PREFIX}:%"},
-    ).scalars())
+    return list(
+        session.execute(
+            text(
+                "SELECT DISTINCT application_name FROM pg_stat_activity WHERE application_name LIKE :w"
+                " OR application_name LIKE 'mewdex serve:%' ORDER BY 1"
+            ),
+            {"w": f"{WORKER_APPLICATION_PREFIX}:%"},
+        ).scalars()
+    )
 
 
-def run_worker(concurrency: int, lanes: list[str] | None, grace: float | None, parent_pid: int | None,
-               announce=print) -> int:
+def run_worker(
+    concurrency: int, lanes: list[str] | None, grace: float | None, parent_pid: int | None, announce=print
+) -> int:
     """The ``mewdex worker`` process: prepare, run ``concurrency`` worker threads (their maintenance
     thread ticks the scheduler) until SIGTERM/SIGINT, then stop within the grace period. Returns how
     many running tasks had to be released."""
@@ -145,7 +150,9 @@ def run_worker(concurrency: int, lanes: list[str] | None, grace: float | None, p
         return 0
     pool = WorkerPool(get_sessionmaker(), concurrency, lanes=lanes, scheduler=scheduler())
     pool.start()
-    announce(f"mewdex worker: {concurrency} threads, lanes {','.join(pool.workers[0].lanes)}; "
-             "SIGTERM stops after the current tasks")
+    announce(
+        f"mewdex worker: {concurrency} threads, lanes {','.join(pool.workers[0].lanes)}; "
+        "SIGTERM stops after the current tasks"
+    )
     stop.wait()
     return pool.stop(grace)

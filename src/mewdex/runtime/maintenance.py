@@ -90,6 +90,5 @@ def schedules() -> list[Schedule]:
         Schedule("storage_recovery", "storage_recovery", RECOVERY_INTERVAL_SECONDS, SYSTEM_SCOPE),
         Schedule("disk_rescan", "disk_rescan", lambda: get_settings().disk_rescan_seconds, SYSTEM_SCOPE),
         Schedule("thumbnail_reconcile", "thumbnail_reconcile", RECONCILE_INTERVAL_SECONDS, SYSTEM_SCOPE),
-        Schedule("conversation_run_reaping", "conversation_run_reaping", runs.REAPING_INTERVAL_SECONDS,
-                 SYSTEM_SCOPE),
+        Schedule("conversation_run_reaping", "conversation_run_reaping", runs.REAPING_INTERVAL_SECONDS, SYSTEM_SCOPE),
     ]

@@ -96,7 +96,8 @@ def _embedder_key(embedder: str) -> str:
 def keyword_document(context: dict[str, Any]) -> dict[str, str]:
     """Texts for the keyword leg.
 
-    ``name``, ``ocr``, ``labels``, ``vision`` (the vision model's fields): space-joined folded tokens (from :func:`tokenize`), for a
+    ``name``, ``ocr``, ``labels``, ``vision`` (the vision model's fields): space-joined folded tokens
+    (from :func:`tokenize`), for a
         ``tsvector`` per field with the ``simple`` configuration, e.g.
         ``setweight(to_tsvector('simple', name), 'A') || setweight(..ocr.., 'B') ||
         setweight(..labels.., 'C')``; the query is tokenized the same way and OR-ed.
@@ -120,8 +121,15 @@ def keyword_document(context: dict[str, Any]) -> dict[str, str]:
     vision_toks = tokenize(vision_terms(context))
     if vision_toks:
         out["vision"] = " ".join(dict.fromkeys(vision_toks))
-    phrase = "\n".join(x for x in (fold(context.get("title") or ""), fold(context.get("name_text") or ""),
-                                   fold(context.get("ocr_text") or "")) if x)
+    phrase = "\n".join(
+        x
+        for x in (
+            fold(context.get("title") or ""),
+            fold(context.get("name_text") or ""),
+            fold(context.get("ocr_text") or ""),
+        )
+        if x
+    )
     if phrase:
         out["phrase"] = phrase
     return out

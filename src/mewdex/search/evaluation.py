@@ -31,19 +31,26 @@ def load_queries(path: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except ValueError:
             raise ValueError(f"line {number} is not JSON") from None
-        if not isinstance(row, dict) or not isinstance(row.get("query"), str) or not (row.get("ids") or row.get("sha256")):
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("query"), str)
+            or not (row.get("ids") or row.get("sha256"))
+        ):
             raise ValueError(f"line {number} needs a query and ids or sha256")
         queries.append(row)
     return queries
 
 
-def evaluate(session: Session, scope: ScopeContext, queries: list[dict[str, Any]],
-             legs: tuple[str, ...] | None = None) -> dict[str, Any]:
+def evaluate(
+    session: Session, scope: ScopeContext, queries: list[dict[str, Any]], legs: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     """Recall@10 and MRR@10 of the scope's search over ``queries`` (module doc)."""
     from mewdex.search.service import LEGS, search
 
-    by_sha = {sha: str(i) for i, sha in session.execute(
-        select(Meme.id, Meme.sha256).where(Meme.scope_id == scope.scope_id)).all()}
+    by_sha = {
+        sha: str(i)
+        for i, sha in session.execute(select(Meme.id, Meme.sha256).where(Meme.scope_id == scope.scope_id)).all()
+    }
     known = set(by_sha.values())
     recall = mrr = 0.0
     evaluated = skipped = 0
@@ -58,6 +65,10 @@ def evaluate(session: Session, scope: ScopeContext, queries: list[dict[str, Any]
         recall += len(found) / min(len(wanted), K)
         mrr += 1.0 / found[0] if found else 0.0
         evaluated += 1
-    return {"queries": len(queries), "evaluated": evaluated, "skipped": skipped,
-            "recall_at_10": round(recall / evaluated, 4) if evaluated else None,
-            "mrr_at_10": round(mrr / evaluated, 4) if evaluated else None}
+    return {
+        "queries": len(queries),
+        "evaluated": evaluated,
+        "skipped": skipped,
+        "recall_at_10": round(recall / evaluated, 4) if evaluated else None,
+        "mrr_at_10": round(mrr / evaluated, 4) if evaluated else None,
+    }

@@ -8,8 +8,9 @@ from typing import TypeVar
 Item = TypeVar("Item", bound=Hashable)
 
 
-def rrf(rankings: Mapping[str, Sequence[Item]], *, k: float = 60.0,
-        weights: Mapping[str, float] | None = None) -> dict[Item, float]:
+def rrf(
+    rankings: Mapping[str, Sequence[Item]], *, k: float = 60.0, weights: Mapping[str, float] | None = None
+) -> dict[Item, float]:
     """Fused scores: Σ over lists of weight / (k + rank), rank starting at 1. Higher is better."""
     scores: dict[Item, float] = {}
     for name, ranked in rankings.items():

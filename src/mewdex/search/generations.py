@@ -61,14 +61,16 @@ def building_generation(session: Session, scope_id: str, model: str) -> SearchGe
     """The scope's generation being built for model id ``model``, or None (at most one exists)."""
     return session.execute(
         select(SearchGeneration).where(
-            SearchGeneration.scope_id == scope_id, SearchGeneration.model == model,
+            SearchGeneration.scope_id == scope_id,
+            SearchGeneration.model == model,
             SearchGeneration.status == "building",
         )
     ).scalar_one_or_none()
 
 
-def active_generation(session: Session, scope_id: str, leg: str, dimensions: int,
-                      model: str | None = None) -> SearchGeneration:
+def active_generation(
+    session: Session, scope_id: str, leg: str, dimensions: int, model: str | None = None
+) -> SearchGeneration:
     """The scope's active generation for ``leg``, created empty (with its HNSW index) on first use
     for ``model`` (default: the leg name itself)."""
     generation = current_generation(session, scope_id, leg)
@@ -80,9 +82,14 @@ def active_generation(session: Session, scope_id: str, leg: str, dimensions: int
         return generation
     model = model or leg
     ensure_index(session, "meme_embeddings", model, dimensions)
-    new = SearchGeneration(scope_id=scope_id, model=model, dimensions=dimensions, status="active",
-                           source_snapshot_hash=_snapshot_hash(leg, model, dimensions, "incremental"),
-                           activated_at=utcnow())
+    new = SearchGeneration(
+        scope_id=scope_id,
+        model=model,
+        dimensions=dimensions,
+        status="active",
+        source_snapshot_hash=_snapshot_hash(leg, model, dimensions, "incremental"),
+        activated_at=utcnow(),
+    )
     session.add(new)
     session.flush()
     _point_head(session, scope_id, leg, new)
@@ -90,19 +97,28 @@ def active_generation(session: Session, scope_id: str, leg: str, dimensions: int
 
 
 def _point_head(session: Session, scope_id: str, leg: str, generation: SearchGeneration) -> None:
-    stmt = insert(SearchHead).values(scope_id=scope_id, model=leg, active_generation_id=generation.id,
-                                     active_generation_model=generation.model)
-    session.execute(stmt.on_conflict_do_update(
-        index_elements=["scope_id", "model"],
-        set_={"active_generation_id": generation.id, "active_generation_model": generation.model},
-    ))
+    stmt = insert(SearchHead).values(
+        scope_id=scope_id, model=leg, active_generation_id=generation.id, active_generation_model=generation.model
+    )
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["scope_id", "model"],
+            set_={"active_generation_id": generation.id, "active_generation_model": generation.model},
+        )
+    )
 
 
 def _snapshot_hash(leg: str, model: str, dimensions: int, reason: str) -> str:
     from mewdex.search.documents import CONTEXT_VERSION
 
-    payload = {"leg": leg, "model": model, "dimensions": dimensions, "context": CONTEXT_VERSION,
-               "reason": reason, "at": utcnow().isoformat()}
+    payload = {
+        "leg": leg,
+        "model": model,
+        "dimensions": dimensions,
+        "context": CONTEXT_VERSION,
+        "reason": reason,
+        "at": utcnow().isoformat(),
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -122,8 +138,9 @@ def write_targets(session: Session, scope_id: str, leg: str, model: str, dimensi
     return targets
 
 
-def start_build(session: Session, scope_id: str, leg: str, model: str, dimensions: int, *,
-                reason: str) -> SearchGeneration:
+def start_build(
+    session: Session, scope_id: str, leg: str, model: str, dimensions: int, *, reason: str
+) -> SearchGeneration:
     """Start (or join) building a new generation of ``leg`` with ``model``: the generation row
     (status ``building``) and its ``search_reindex`` task, in the caller's transaction."""
     from mewdex.queue import tasks as queue
@@ -132,33 +149,59 @@ def start_build(session: Session, scope_id: str, leg: str, model: str, dimension
     generation = building_generation(session, scope_id, model)
     if generation is None:
         ensure_index(session, "meme_embeddings", model, dimensions)
-        generation = SearchGeneration(scope_id=scope_id, model=model, dimensions=dimensions, status="building",
-                                      source_snapshot_hash=_snapshot_hash(leg, model, dimensions, reason))
+        generation = SearchGeneration(
+            scope_id=scope_id,
+            model=model,
+            dimensions=dimensions,
+            status="building",
+            source_snapshot_hash=_snapshot_hash(leg, model, dimensions, reason),
+        )
         session.add(generation)
         session.flush()
     # Deduplicated on the generation: joins its queued/running task, or resumes a build whose
     # task died (the build skips memes that already have vectors).
-    queue.enqueue(session, scope_id=scope_id, task_type=REINDEX_TASK_TYPE, lane=REINDEX_LANE,
-                  dedupe_key=str(generation.id), max_attempts=get_settings().task_max_attempts,
-                  payload={"generation_id": str(generation.id), "leg": leg, "reason": reason})
+    queue.enqueue(
+        session,
+        scope_id=scope_id,
+        task_type=REINDEX_TASK_TYPE,
+        lane=REINDEX_LANE,
+        dedupe_key=str(generation.id),
+        max_attempts=get_settings().task_max_attempts,
+        payload={"generation_id": str(generation.id), "leg": leg, "reason": reason},
+    )
     return generation
 
 
-def write_vectors(session: Session, generation: SearchGeneration, meme: Any, metadata_hash: str,
-                  items: list[tuple[str, str, Any]]) -> None:
+def write_vectors(
+    session: Session, generation: SearchGeneration, meme: Any, metadata_hash: str, items: list[tuple[str, str, Any]]
+) -> None:
     """Replace the meme's rows in ``generation`` by ``items`` = [(field, document, vector)].
     ``meme`` needs ``scope_id``, ``id``, ``sha256``, ``revision``."""
-    session.execute(delete(MemeEmbedding).where(
-        MemeEmbedding.scope_id == meme.scope_id, MemeEmbedding.generation_id == generation.id,
-        MemeEmbedding.meme_id == meme.id,
-    ))
+    session.execute(
+        delete(MemeEmbedding).where(
+            MemeEmbedding.scope_id == meme.scope_id,
+            MemeEmbedding.generation_id == generation.id,
+            MemeEmbedding.meme_id == meme.id,
+        )
+    )
     for field, document, vector in items:
-        session.add(MemeEmbedding(
-            scope_id=meme.scope_id, generation_id=generation.id, meme_id=meme.id, field=field,
-            model=generation.model, dimensions=generation.dimensions, embedding=vector,
-            semantic_document=document[:6000], semantic_document_hash=hashlib.sha256(document.encode()).hexdigest(),
-            metadata_hash=metadata_hash, image_sha256=meme.sha256, meme_revision=meme.revision, item_status="ready",
-        ))
+        session.add(
+            MemeEmbedding(
+                scope_id=meme.scope_id,
+                generation_id=generation.id,
+                meme_id=meme.id,
+                field=field,
+                model=generation.model,
+                dimensions=generation.dimensions,
+                embedding=vector,
+                semantic_document=document[:6000],
+                semantic_document_hash=hashlib.sha256(document.encode()).hexdigest(),
+                metadata_hash=metadata_hash,
+                image_sha256=meme.sha256,
+                meme_revision=meme.revision,
+                item_status="ready",
+            )
+        )
 
 
 def configured_mismatches(session: Session, embedders: dict, scope_ids: list[str] | None = None) -> list[dict]:
@@ -169,20 +212,31 @@ def configured_mismatches(session: Session, embedders: dict, scope_ids: list[str
 
     rows = session.execute(
         select(SearchHead.scope_id, SearchHead.model, SearchGeneration.model, SearchGeneration.dimensions)
-        .join(SearchGeneration, (SearchGeneration.scope_id == SearchHead.scope_id)
-              & (SearchGeneration.id == SearchHead.active_generation_id))
-        .where(SearchHead.model.in_(list(embedders)),
-               *([] if scope_ids is None else [SearchHead.scope_id.in_(scope_ids)]))
+        .join(
+            SearchGeneration,
+            (SearchGeneration.scope_id == SearchHead.scope_id)
+            & (SearchGeneration.id == SearchHead.active_generation_id),
+        )
+        .where(
+            SearchHead.model.in_(list(embedders)), *([] if scope_ids is None else [SearchHead.scope_id.in_(scope_ids)])
+        )
     ).all()
     out = []
     for scope_id, leg, active_model, active_dims in rows:
         embedder = embedders[leg]
         if (active_model, active_dims) != (embedder.model, embedder.dimensions):
             old = models.embedder_for_model(active_model)
-            out.append({"scope_id": scope_id, "leg": leg, "active_model": active_model,
-                        "active_dimensions": active_dims, "model": embedder.model,
-                        "dimensions": embedder.dimensions,
-                        "old_model_available": old is not None and old.dimensions == active_dims})
+            out.append(
+                {
+                    "scope_id": scope_id,
+                    "leg": leg,
+                    "active_model": active_model,
+                    "active_dimensions": active_dims,
+                    "model": embedder.model,
+                    "dimensions": embedder.dimensions,
+                    "old_model_available": old is not None and old.dimensions == active_dims,
+                }
+            )
     return out
 
 
@@ -200,17 +254,22 @@ def check_text_models(sessions: sessionmaker[Session], scope_ids: list[str] | No
     messages = []
     with sessions.begin() as session:
         for m in configured_mismatches(session, embedders, scope_ids):
-            building = start_build(session, m["scope_id"], m["leg"], m["model"], m["dimensions"],
-                                   reason="model_changed")
-            what = ("dimension changed" if m["active_dimensions"] != m["dimensions"] else "model changed")
-            serving = ("search keeps serving the old generation until the new one is complete"
-                       if m["old_model_available"] else
-                       f"the old model is not available, so the {m['leg']} vector leg is off until the switch; "
-                       "keyword search and the other legs keep working")
-            message = (f"search: embedding {what} for leg {m['leg']!r} of scope {m['scope_id']!r}: the active "
-                       f"generation has {m['active_model']} ({m['active_dimensions']}-d), the configured model is "
-                       f"{m['model']} ({m['dimensions']}-d); building generation {building.id} in the background "
-                       f"(task type {REINDEX_TASK_TYPE}); {serving}")
+            building = start_build(
+                session, m["scope_id"], m["leg"], m["model"], m["dimensions"], reason="model_changed"
+            )
+            what = "dimension changed" if m["active_dimensions"] != m["dimensions"] else "model changed"
+            serving = (
+                "search keeps serving the old generation until the new one is complete"
+                if m["old_model_available"]
+                else f"the old model is not available, so the {m['leg']} vector leg is off until the switch; "
+                "keyword search and the other legs keep working"
+            )
+            message = (
+                f"search: embedding {what} for leg {m['leg']!r} of scope {m['scope_id']!r}: the active "
+                f"generation has {m['active_model']} ({m['active_dimensions']}-d), the configured model is "
+                f"{m['model']} ({m['dimensions']}-d); building generation {building.id} in the background "
+                f"(task type {REINDEX_TASK_TYPE}); {serving}"
+            )
             log.warning(message)
             messages.append(message)
     return messages
@@ -223,8 +282,11 @@ def start_reindex(session: Session, scope_id: str, *, model: str | None = None) 
     from mewdex.inference import models
 
     configured = get_settings().text_models
-    legs = [(leg, e) for leg, e in models.text_embedders().items()
-            if model is None or model in (leg, configured[leg], e.model)]
+    legs = [
+        (leg, e)
+        for leg, e in models.text_embedders().items()
+        if model is None or model in (leg, configured[leg], e.model)
+    ]
     if not legs:
         raise ValueError(f"no configured leg uses {model!r} (MEWDEX_TEXT_MODELS = {configured})")
     return [start_build(session, scope_id, leg, e.model, e.dimensions, reason="requested") for leg, e in legs]
@@ -241,12 +303,16 @@ def _eligible(scope_id: str):
     return (Meme.scope_id == scope_id, Meme.context_status == "ready")
 
 
-def _missing_batch(session: Session, generation: SearchGeneration, after: UUID | None,
-                   exclude: AbstractSet[UUID] = frozenset()) -> list[Meme]:
+def _missing_batch(
+    session: Session, generation: SearchGeneration, after: UUID | None, exclude: AbstractSet[UUID] = frozenset()
+) -> list[Meme]:
     has_rows = (
         select(MemeEmbedding.meme_id)
-        .where(MemeEmbedding.scope_id == generation.scope_id, MemeEmbedding.generation_id == generation.id,
-               MemeEmbedding.meme_id == Meme.id)
+        .where(
+            MemeEmbedding.scope_id == generation.scope_id,
+            MemeEmbedding.generation_id == generation.id,
+            MemeEmbedding.meme_id == Meme.id,
+        )
         .exists()
     )
     query = select(Meme).where(*_eligible(generation.scope_id), ~has_rows)
@@ -261,7 +327,8 @@ def progress(session: Session, generation: SearchGeneration) -> tuple[int, int]:
     """(memes with vectors in the generation, memes with a context in the scope)."""
     done = session.execute(
         select(func.count(func.distinct(MemeEmbedding.meme_id))).where(
-            MemeEmbedding.scope_id == generation.scope_id, MemeEmbedding.generation_id == generation.id)
+            MemeEmbedding.scope_id == generation.scope_id, MemeEmbedding.generation_id == generation.id
+        )
     ).scalar_one()
     total = session.execute(select(func.count()).select_from(Meme).where(*_eligible(generation.scope_id))).scalar_one()
     return done, total
@@ -294,8 +361,11 @@ class ReindexTask:
             session.expunge(generation)
         embedder = models.embedder_for_model(generation.model)
         if embedder is None or embedder.dimensions != generation.dimensions:
-            raise ReindexError("model_unavailable", f"no registered text embedder is {generation.model} "
-                               f"({generation.dimensions}-d)", retryable=False)
+            raise ReindexError(
+                "model_unavailable",
+                f"no registered text embedder is {generation.model} ({generation.dimensions}-d)",
+                retryable=False,
+            )
         without_fields: set[UUID] = set()  # memes whose context has nothing to embed for this leg
         while True:
             after = None
@@ -349,10 +419,18 @@ class ReindexTask:
         _point_head(session, generation.scope_id, leg, fresh)
         if old is not None and old.id != fresh.id:
             old.status = "retired"
-            session.execute(delete(MemeEmbedding).where(MemeEmbedding.scope_id == old.scope_id,
-                                                        MemeEmbedding.generation_id == old.id))
-        log.info("search: generation %s (%s) is now active for leg %s of scope %s", fresh.id, fresh.model, leg,
-                 fresh.scope_id)
+            session.execute(
+                delete(MemeEmbedding).where(
+                    MemeEmbedding.scope_id == old.scope_id, MemeEmbedding.generation_id == old.id
+                )
+            )
+        log.info(
+            "search: generation %s (%s) is now active for leg %s of scope %s",
+            fresh.id,
+            fresh.model,
+            leg,
+            fresh.scope_id,
+        )
         return True
 
     def failed(self, session: Session, task: Task, outcome: str) -> None:
@@ -366,8 +444,9 @@ class ReindexTask:
 
 
 REINDEX_TASK = ReindexTask()
-registry.register_task_type(registry.TaskType(REINDEX_TASK_TYPE, REINDEX_TASK.run, lane=REINDEX_LANE,
-                                              on_failure=REINDEX_TASK.failed))
+registry.register_task_type(
+    registry.TaskType(REINDEX_TASK_TYPE, REINDEX_TASK.run, lane=REINDEX_LANE, on_failure=REINDEX_TASK.failed)
+)
 
 
 def status(session: Session, scope_id: str) -> dict:
@@ -397,23 +476,40 @@ def status(session: Session, scope_id: str) -> dict:
             "building": None,
         }
         if active is not None:
-            entry["active"] = {"id": str(active.id), "model": active.model, "dimensions": active.dimensions,
-                               "activated_at": active.activated_at.isoformat() if active.activated_at else None,
-                               "memes": progress(session, active)[0]}
+            entry["active"] = {
+                "id": str(active.id),
+                "model": active.model,
+                "dimensions": active.dimensions,
+                "activated_at": active.activated_at.isoformat() if active.activated_at else None,
+                "memes": progress(session, active)[0],
+            }
         if building is not None:
             done, total = progress(session, building)
             task = session.execute(
-                select(Task).where(Task.scope_id == scope_id, Task.task_type == REINDEX_TASK_TYPE,
-                                   Task.dedupe_key == str(building.id)).order_by(Task.created_at.desc()).limit(1)
+                select(Task)
+                .where(
+                    Task.scope_id == scope_id, Task.task_type == REINDEX_TASK_TYPE, Task.dedupe_key == str(building.id)
+                )
+                .order_by(Task.created_at.desc())
+                .limit(1)
             ).scalar_one_or_none()
             entry["building"] = {
-                "id": str(building.id), "model": building.model, "dimensions": building.dimensions,
-                "created_at": building.created_at.isoformat(), "memes_done": done, "memes_total": total,
+                "id": str(building.id),
+                "model": building.model,
+                "dimensions": building.dimensions,
+                "created_at": building.created_at.isoformat(),
+                "memes_done": done,
+                "memes_total": total,
                 "progress": round(done / total, 4) if total else 1.0,
-                "task": None if task is None else {"id": task.id, "status": task.status,
-                                                   "attempts": task.attempt_count, "error": task.error},
+                "task": None
+                if task is None
+                else {"id": task.id, "status": task.status, "attempts": task.attempt_count, "error": task.error},
             }
-        entry["in_sync"] = (embedder is not None and active is not None and building is None
-                            and (active.model, active.dimensions) == (embedder.model, embedder.dimensions))
+        entry["in_sync"] = (
+            embedder is not None
+            and active is not None
+            and building is None
+            and (active.model, active.dimensions) == (embedder.model, embedder.dimensions)
+        )
         legs[leg] = entry
     return {"memes": memes, "memes_with_context": with_context, "legs": legs}

@@ -30,24 +30,51 @@ class MemeNotEmbedded(Exception):
 
 def _response(session: Session, scope: ScopeContext, hits: list[tuple[UUID, float]], started: float) -> SearchResponse:
     scores = {m: c for m, c in hits}
-    return SearchResponse(results=hydrate(session, scope, [m for m, _ in hits], scores),
-                          took_ms=(time.perf_counter() - started) * 1000, legs={"visual": len(hits)})
+    return SearchResponse(
+        results=hydrate(session, scope, [m for m, _ in hits], scores),
+        took_ms=(time.perf_counter() - started) * 1000,
+        legs={"visual": len(hits)},
+    )
 
 
-def search_by_vector(session: Session, scope: ScopeContext, vector: np.ndarray, n_results: int = 10,
-                     *, exclude=None, started: float | None = None, filters: SearchFilters | None = None,
-                     offset: int = 0) -> SearchResponse:
+def search_by_vector(
+    session: Session,
+    scope: ScopeContext,
+    vector: np.ndarray,
+    n_results: int = 10,
+    *,
+    exclude=None,
+    started: float | None = None,
+    filters: SearchFilters | None = None,
+    offset: int = 0,
+) -> SearchResponse:
     """Memes nearest to the visual embedding ``vector``, narrowed by ``filters`` inside the HNSW query."""
     started = time.perf_counter() if started is None else started
     filters = None if filters is None or filters.empty else filters
-    hits = nearest_images(session, scope.scope_id, vector, offset + n_results, model=visual.MODEL_ID,
-                          preprocess_version=visual.PREPROCESS_VERSION, exclude=exclude, filters=filters)[offset:]
+    hits = nearest_images(
+        session,
+        scope.scope_id,
+        vector,
+        offset + n_results,
+        model=visual.MODEL_ID,
+        preprocess_version=visual.PREPROCESS_VERSION,
+        exclude=exclude,
+        filters=filters,
+    )[offset:]
     return _response(session, scope, hits, started)
 
 
-def search_by_image(session: Session, scope: ScopeContext, data: bytes, n_results: int = 10,
-                    *, max_pixels: int | None = None, model: visual.VisualModel | None = None,
-                    filters: SearchFilters | None = None, offset: int = 0) -> SearchResponse:
+def search_by_image(
+    session: Session,
+    scope: ScopeContext,
+    data: bytes,
+    n_results: int = 10,
+    *,
+    max_pixels: int | None = None,
+    model: visual.VisualModel | None = None,
+    filters: SearchFilters | None = None,
+    offset: int = 0,
+) -> SearchResponse:
     """Memes of the scope that look most like the image ``data``.
 
     Raises:
@@ -97,8 +124,9 @@ def similar_cli(target: str, n_results: int = 10, *, scope: ScopeContext | None 
     path = Path(target)
     with get_sessionmaker().begin() as session:
         if path.is_file():
-            return search_by_image(session, scope, path.read_bytes(), n_results,
-                                   max_pixels=get_settings().max_pixels).as_dict()
+            return search_by_image(
+                session, scope, path.read_bytes(), n_results, max_pixels=get_settings().max_pixels
+            ).as_dict()
         try:
             meme_id = UUID(target)
         except ValueError:
@@ -121,19 +149,35 @@ def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[st
     where ``relation`` is ``duplicate_of`` (this meme duplicates that older one) or ``duplicated_by``."""
     meme_id = meme_id if isinstance(meme_id, UUID) else UUID(str(meme_id))
     t = near_duplicates_table
-    rows = session.execute(
-        select(t).where(t.c.scope_id == scope_id, or_(t.c.meme_id == meme_id, t.c.duplicate_of == meme_id))
-    ).mappings().all()
+    rows = (
+        session.execute(
+            select(t).where(t.c.scope_id == scope_id, or_(t.c.meme_id == meme_id, t.c.duplicate_of == meme_id))
+        )
+        .mappings()
+        .all()
+    )
     others = {r["duplicate_of"] if r["meme_id"] == meme_id else r["meme_id"]: r for r in rows}
-    memes = {m.id: m for m in session.execute(
-        select(Meme).where(Meme.scope_id == scope_id, Meme.id.in_(list(others)))).scalars()} if others else {}
+    memes = (
+        {
+            m.id: m
+            for m in session.execute(select(Meme).where(Meme.scope_id == scope_id, Meme.id.in_(list(others)))).scalars()
+        }
+        if others
+        else {}
+    )
     out = []
     for other, r in others.items():
         m = memes.get(other)
         if m is None:
             continue
-        out.append({**_meme_brief(m), "relation": "duplicate_of" if r["meme_id"] == meme_id else "duplicated_by",
-                    "phash_distance": r["phash_distance"], "cosine": r["cosine"]})
+        out.append(
+            {
+                **_meme_brief(m),
+                "relation": "duplicate_of" if r["meme_id"] == meme_id else "duplicated_by",
+                "phash_distance": r["phash_distance"],
+                "cosine": r["cosine"],
+            }
+        )
     out.sort(key=lambda d: (d["relation"] != "duplicate_of", -(d["cosine"] or 0)))
     return out
 
@@ -163,18 +207,32 @@ def duplicate_clusters(session: Session, scope: ScopeContext, *, limit: int = 10
     for x in list(parent):
         groups.setdefault(find(x), []).append(x)
     ids = [i for g in groups.values() for i in g]
-    memes = {m.id: m for m in session.execute(
-        select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()} if ids else {}
+    memes = (
+        {
+            m.id: m
+            for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()
+        }
+        if ids
+        else {}
+    )
     clusters: list[dict[str, Any]] = []
     for members in groups.values():
         ms = sorted((memes[i] for i in members if i in memes), key=lambda m: (m.created_at, str(m.id)))
         if len(ms) < 2:
             continue
         member_set = {m.id for m in ms}
-        pairs = [{"meme_id": str(r["meme_id"]), "duplicate_of": str(r["duplicate_of"]),
-                  "phash_distance": r["phash_distance"], "cosine": r["cosine"]}
-                 for r in rows if r["meme_id"] in member_set]
-        clusters.append({"original": str(ms[0].id), "size": len(ms), "memes": [_meme_brief(m) for m in ms],
-                         "pairs": pairs})
+        pairs = [
+            {
+                "meme_id": str(r["meme_id"]),
+                "duplicate_of": str(r["duplicate_of"]),
+                "phash_distance": r["phash_distance"],
+                "cosine": r["cosine"],
+            }
+            for r in rows
+            if r["meme_id"] in member_set
+        ]
+        clusters.append(
+            {"original": str(ms[0].id), "size": len(ms), "memes": [_meme_brief(m) for m in ms], "pairs": pairs}
+        )
     clusters.sort(key=lambda c: (-c["size"], c["memes"][0]["created_at"]))
-    return {"clusters": clusters[offset:offset + limit], "total": len(clusters)}
+    return {"clusters": clusters[offset : offset + limit], "total": len(clusters)}

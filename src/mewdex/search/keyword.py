@@ -72,8 +72,7 @@ def index_document(session: Session, scope_id: str, meme_id: UUID, metadata_hash
         )
 
 
-_BM25_SQL = (
-    """
+_BM25_SQL = """
     WITH stats AS (
         SELECT count(*)::float AS n, greatest(avg(term_count), 1.0) AS avgdl
         FROM meme_search_documents WHERE scope_id = :scope
@@ -94,7 +93,7 @@ _BM25_SQL = (
     ORDER BY score DESC, p.meme_id
     LIMIT :limit
     """
-)
+
 
 def phrase_worthy(folded: str) -> bool:
     """Long enough to be a phrase a user remembers: ≥ 2 Han characters or ≥ 4 other characters."""
@@ -102,18 +101,17 @@ def phrase_worthy(folded: str) -> bool:
     return han >= 2 or len(folded) - han >= 4
 
 
-_PHRASE_SQL = (
-    """
+_PHRASE_SQL = """
     SELECT meme_id FROM meme_search_documents
     WHERE scope_id = :scope AND folded_text LIKE :pattern ESCAPE '\\'{filters}
     ORDER BY length(folded_text), meme_id
     LIMIT :limit
     """
-)
 
 
-def search(session: Session, scope_id: str, query: str, limit: int,
-           filters: SearchFilters | None = None) -> list[KeywordHit]:
+def search(
+    session: Session, scope_id: str, query: str, limit: int, filters: SearchFilters | None = None
+) -> list[KeywordHit]:
     """Keyword hits for ``query`` in the scope, best first: exact-phrase hits, then by BM25 score.
 
     ``filters`` narrow the memes inside both queries (BM25 statistics stay those of the whole scope,
@@ -123,16 +121,18 @@ def search(session: Session, scope_id: str, query: str, limit: int,
     scores: dict[UUID, float] = {}
     if terms:
         params = {"scope": scope_id, "terms": terms, "k1": BM25_K1, "b": BM25_B, "limit": limit, **filter_params}
-        scores = {row[0]: float(row[1])
-                  for row in session.execute(text(_BM25_SQL.format(filters=where)), params)}
+        scores = {row[0]: float(row[1]) for row in session.execute(text(_BM25_SQL.format(filters=where)), params)}
     phrase = fold(query).strip()
     phrase_ids: list[UUID] = []
     if phrase_worthy(phrase):
         pattern = "%" + phrase.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         where, filter_params = exists_sql(filters, "meme_search_documents.meme_id")
-        phrase_ids = list(session.execute(text(_PHRASE_SQL.format(filters=where)),
-                                          {"scope": scope_id, "pattern": pattern, "limit": limit,
-                                           **filter_params}).scalars())
+        phrase_ids = list(
+            session.execute(
+                text(_PHRASE_SQL.format(filters=where)),
+                {"scope": scope_id, "pattern": pattern, "limit": limit, **filter_params},
+            ).scalars()
+        )
     phrase_set = set(phrase_ids)
     hits = [KeywordHit(m, scores.get(m, 0.0), True) for m in phrase_ids]
     hits.sort(key=lambda h: -h.score)

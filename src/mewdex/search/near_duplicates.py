@@ -51,10 +51,19 @@ def ensure_visual_index(session: Session, model: str, dimensions: int) -> None:
         _ensured.add((model, dimensions))
 
 
-def find_near_duplicates(session: Session, scope_id: str, meme_id, vector: np.ndarray | None, phash: str | None,
-                         model: str, preprocess_version: str,
-                         *, phash_max: int = PHASH_MAX_DISTANCE, cosine_min: float = COSINE_MIN,
-                         limit: int = NEAR_DUPLICATE_CANDIDATES) -> dict[Any, dict[str, Any]]:
+def find_near_duplicates(
+    session: Session,
+    scope_id: str,
+    meme_id,
+    vector: np.ndarray | None,
+    phash: str | None,
+    model: str,
+    preprocess_version: str,
+    *,
+    phash_max: int = PHASH_MAX_DISTANCE,
+    cosine_min: float = COSINE_MIN,
+    limit: int = NEAR_DUPLICATE_CANDIDATES,
+) -> dict[Any, dict[str, Any]]:
     """Other memes of the scope close to this one: ``{meme_id: {"phash_distance", "cosine"}}``."""
     found: dict[Any, dict[str, Any]] = {}
     if phash:
@@ -73,8 +82,9 @@ def find_near_duplicates(session: Session, scope_id: str, meme_id, vector: np.nd
             if d <= phash_max:
                 found.setdefault(other, {"phash_distance": None, "cosine": None})["phash_distance"] = int(d)
     if vector is not None:
-        for other, cosine in nearest_visual(session, scope_id, vector, limit, model, preprocess_version,
-                                            exclude=meme_id):
+        for other, cosine in nearest_visual(
+            session, scope_id, vector, limit, model, preprocess_version, exclude=meme_id
+        ):
             if cosine >= cosine_min:
                 found.setdefault(other, {"phash_distance": None, "cosine": None})["cosine"] = round(cosine, 5)
     # fill in the missing measure for the pairs found one way
@@ -100,19 +110,35 @@ def find_near_duplicates(session: Session, scope_id: str, meme_id, vector: np.nd
                   AND preprocess_version = :pv AND meme_id = ANY(:ids)
                 """
             ),
-            {"query": np.asarray(vector, dtype=np.float32), "scope": scope_id, "model": model, "dims": dims,
-             "pv": preprocess_version, "ids": list(found)},
+            {
+                "query": np.asarray(vector, dtype=np.float32),
+                "scope": scope_id,
+                "model": model,
+                "dims": dims,
+                "pv": preprocess_version,
+                "ids": list(found),
+            },
         ).all():
             found[other]["cosine"] = round(float(cosine), 5)
     return found
 
 
-def nearest_visual(session: Session, scope_id: str, vector: np.ndarray, limit: int, model: str,
-                   preprocess_version: str, *, exclude=None) -> list[tuple[Any, float]]:
+def nearest_visual(
+    session: Session,
+    scope_id: str,
+    vector: np.ndarray,
+    limit: int,
+    model: str,
+    preprocess_version: str,
+    *,
+    exclude=None,
+) -> list[tuple[Any, float]]:
     """``[(meme_id, cosine)]`` of the scope's memes nearest to ``vector`` (HNSW, iterative scan)."""
     dims = len(vector)
     session.execute(
-        text("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true)"),
+        text(
+            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true)"
+        ),
         {"ef": str(max(40, limit * 4))},
     )
     dist = distance_sql(dims)
@@ -127,14 +153,22 @@ def nearest_visual(session: Session, scope_id: str, vector: np.ndarray, limit: i
             ) nearest ORDER BY distance
             """
         ),
-        {"query": np.asarray(vector, dtype=np.float32), "model": model, "dims": dims, "scope": scope_id,
-         "pv": preprocess_version, "exclude": str(exclude) if exclude is not None else None, "limit": limit},
+        {
+            "query": np.asarray(vector, dtype=np.float32),
+            "model": model,
+            "dims": dims,
+            "scope": scope_id,
+            "pv": preprocess_version,
+            "exclude": str(exclude) if exclude is not None else None,
+            "limit": limit,
+        },
     ).all()
     return [(m, float(c)) for m, c in rows]
 
 
-def record_near_duplicates(session: Session, meme, vector, phash, model: str,
-                           preprocess_version: str) -> dict[str, Any] | None:
+def record_near_duplicates(
+    session: Session, meme, vector, phash, model: str, preprocess_version: str
+) -> dict[str, Any] | None:
     """Record the meme as a near-duplicate of the most similar OLDER meme of the scope within the
     thresholds (phash distance ≤ :data:`PHASH_MAX_DISTANCE` or cosine ≥ :data:`COSINE_MIN`).
 
@@ -153,20 +187,38 @@ def record_near_duplicates(session: Session, meme, vector, phash, model: str,
     if not found:
         return None
     created = dict(
-        session.execute(select(Meme.id, Meme.created_at).where(Meme.scope_id == meme.scope_id,
-                                                             Meme.id.in_([*found, meme.id]))).all()
+        session.execute(
+            select(Meme.id, Meme.created_at).where(Meme.scope_id == meme.scope_id, Meme.id.in_([*found, meme.id]))
+        ).all()
     )
     mine = (created[meme.id], str(meme.id))
     older = {m: v for m, v in found.items() if m in created and (created[m], str(m)) < mine}
     if not older:
         return None
-    best = max(older, key=lambda m: (older[m]["cosine"] if older[m]["cosine"] is not None else -1.0,
-                                     -(older[m]["phash_distance"] if older[m]["phash_distance"] is not None else 65)))
-    pair = {"scope_id": meme.scope_id, "meme_id": meme.id, "duplicate_of": best,
-            "phash_distance": older[best]["phash_distance"], "cosine": older[best]["cosine"], "model": model}
+    best = max(
+        older,
+        key=lambda m: (
+            older[m]["cosine"] if older[m]["cosine"] is not None else -1.0,
+            -(older[m]["phash_distance"] if older[m]["phash_distance"] is not None else 65),
+        ),
+    )
+    pair = {
+        "scope_id": meme.scope_id,
+        "meme_id": meme.id,
+        "duplicate_of": best,
+        "phash_distance": older[best]["phash_distance"],
+        "cosine": older[best]["cosine"],
+        "model": model,
+    }
     stmt = insert(near_duplicates).values([pair])
-    session.execute(stmt.on_conflict_do_update(
-        index_elements=["scope_id", "meme_id", "duplicate_of"],
-        set_={"phash_distance": stmt.excluded.phash_distance, "cosine": stmt.excluded.cosine, "model": stmt.excluded.model},
-    ))
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["scope_id", "meme_id", "duplicate_of"],
+            set_={
+                "phash_distance": stmt.excluded.phash_distance,
+                "cosine": stmt.excluded.cosine,
+                "model": stmt.excluded.model,
+            },
+        )
+    )
     return pair

@@ -54,8 +54,16 @@ class SearchResponse:
         return self.to_dto().model_dump()
 
 
-def search(session: Session, scope: ScopeContext, query: str, n_results: int = 10,
-           legs: tuple[str, ...] = LEGS, *, filters: SearchFilters | None = None, offset: int = 0) -> SearchResponse:
+def search(
+    session: Session,
+    scope: ScopeContext,
+    query: str,
+    n_results: int = 10,
+    legs: tuple[str, ...] = LEGS,
+    *,
+    filters: SearchFilters | None = None,
+    offset: int = 0,
+) -> SearchResponse:
     """Search the scope for ``query`` (1–500 chars); ``legs`` picks the legs (default all, fused).
 
     ``filters`` narrow every leg inside its SQL (so a kept meme ranks as it would among all, and
@@ -77,8 +85,16 @@ def search(session: Session, scope: ScopeContext, query: str, n_results: int = 1
         gate.release()
 
 
-def _search(session: Session, scope: ScopeContext, query: str, n_results: int, legs: tuple[str, ...],
-            executor: ThreadPoolExecutor, filters: SearchFilters | None, offset: int) -> SearchResponse:
+def _search(
+    session: Session,
+    scope: ScopeContext,
+    query: str,
+    n_results: int,
+    legs: tuple[str, ...],
+    executor: ThreadPoolExecutor,
+    filters: SearchFilters | None,
+    offset: int,
+) -> SearchResponse:
     started = time.perf_counter()
     query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
     filters = None if filters is None or filters.empty else filters
@@ -96,7 +112,7 @@ def _search(session: Session, scope: ScopeContext, query: str, n_results: int, l
         phrase |= leg_phrase
     scores = rrf(rankings, k=RRF_K, weights=LEG_WEIGHTS)
     # Exact phrase matches rank first; among them, and among the rest, by fused score.
-    ordered = sorted(scores, key=lambda m: (m not in phrase, -scores[m]))[offset:offset + n_results]
+    ordered = sorted(scores, key=lambda m: (m not in phrase, -scores[m]))[offset : offset + n_results]
     results = hydrate(session, scope, ordered, scores)
     return SearchResponse(
         results=results,
@@ -117,13 +133,14 @@ def _slots() -> tuple[threading.BoundedSemaphore, ThreadPoolExecutor]:
     with _slots_lock:
         if _gate is None:
             n = get_settings().search_concurrency
-            _gate = (threading.BoundedSemaphore(n),
-                     ThreadPoolExecutor(max_workers=SEARCH_LEGS * n, thread_name_prefix="search-leg"))
+            _gate = (
+                threading.BoundedSemaphore(n),
+                ThreadPoolExecutor(max_workers=SEARCH_LEGS * n, thread_name_prefix="search-leg"),
+            )
         return _gate
 
 
-def _run_leg(leg: str, scope_id: str, query: str, filters: SearchFilters | None = None
-             ) -> tuple[list[UUID], set[UUID]]:
+def _run_leg(leg: str, scope_id: str, query: str, filters: SearchFilters | None = None) -> tuple[list[UUID], set[UUID]]:
     """One leg's ranked meme ids and, for the keyword leg, the exact-phrase matches."""
     with get_search_sessionmaker().begin() as session:
         if leg == "keyword":
@@ -136,8 +153,9 @@ def _run_leg(leg: str, scope_id: str, query: str, filters: SearchFilters | None 
             return [], set()
         embedder = models.embedder_for_model(generation.model)
         if embedder is None or embedder.dimensions != generation.dimensions:
-            raise BackendUnavailable(f"the model of the active {leg} generation ({generation.model}) is not available",
-                                     backend=leg)
+            raise BackendUnavailable(
+                f"the model of the active {leg} generation ({generation.model}) is not available", backend=leg
+            )
         q = embedder.embed_query(query)
         return [h.meme_id for h in vector.search(session, scope_id, leg, q, CANDIDATES, filters)], set()
 
@@ -151,8 +169,11 @@ def hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dict
         for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()
     }
     return [
-        SearchHit(**meme_ref(m).model_dump(), score=round(scores[m.id], 6),
-                  snippet=(m.meme_context.get("ocr_text") or "")[:200])
+        SearchHit(
+            **meme_ref(m).model_dump(),
+            score=round(scores[m.id], 6),
+            snippet=(m.meme_context.get("ocr_text") or "")[:200],
+        )
         for m in (memes.get(i) for i in ids)
         if m is not None
     ]

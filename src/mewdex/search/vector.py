@@ -29,8 +29,9 @@ class VectorHit:
     field: str
 
 
-def search(session: Session, scope_id: str, leg: str, query: np.ndarray, limit: int,
-           filters: SearchFilters | None = None) -> list[VectorHit]:
+def search(
+    session: Session, scope_id: str, leg: str, query: np.ndarray, limit: int, filters: SearchFilters | None = None
+) -> list[VectorHit]:
     """The ``limit`` memes nearest to ``query`` ((d,) float32, L2-normalised, embedded with the
     active generation's model), best field per meme; ``filters`` narrow the memes inside the HNSW
     query (the iterative scan keeps going until enough rows pass them).
@@ -74,9 +75,17 @@ def search(session: Session, scope_id: str, leg: str, query: np.ndarray, limit: 
     return list(best.values())[:limit]
 
 
-def nearest_images(session: Session, scope_id: str, vector: np.ndarray, limit: int, *, model: str,
-                   preprocess_version: str, exclude: UUID | None = None,
-                   filters: SearchFilters | None = None) -> list[tuple[UUID, float]]:
+def nearest_images(
+    session: Session,
+    scope_id: str,
+    vector: np.ndarray,
+    limit: int,
+    *,
+    model: str,
+    preprocess_version: str,
+    exclude: UUID | None = None,
+    filters: SearchFilters | None = None,
+) -> list[tuple[UUID, float]]:
     """``[(meme_id, cosine)]`` of the scope's memes whose visual embedding is nearest to ``vector``
     (HNSW with iterative scans), narrowed by ``filters`` inside the query; ``exclude``: one meme to skip."""
     dims = len(vector)
@@ -94,8 +103,15 @@ def nearest_images(session: Session, scope_id: str, vector: np.ndarray, limit: i
             ) nearest ORDER BY distance
             """
         ),
-        {"query": np.asarray(vector, dtype=np.float32), "model": model, "dims": dims, "scope": scope_id,
-         "pv": preprocess_version, "exclude": str(exclude) if exclude is not None else None, "limit": limit,
-         **filter_params},
+        {
+            "query": np.asarray(vector, dtype=np.float32),
+            "model": model,
+            "dims": dims,
+            "scope": scope_id,
+            "pv": preprocess_version,
+            "exclude": str(exclude) if exclude is not None else None,
+            "limit": limit,
+            **filter_params,
+        },
     ).all()
     return [(m, float(c)) for m, c in rows]

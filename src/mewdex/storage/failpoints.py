@@ -21,8 +21,12 @@ EXIT_CODE = 86
 FAILPOINTS = {
     "upload": ("upload.after_prepare", "upload.after_blob_write", "upload.after_commit"),
     "rename": ("rename.after_prepare", "rename.before_commit", "rename.after_commit"),
-    "delete": ("delete.before_rows_commit", "delete.after_rows_deleted", "delete.after_blob_delete",
-               "delete.after_complete"),
+    "delete": (
+        "delete.before_rows_commit",
+        "delete.after_rows_deleted",
+        "delete.after_blob_delete",
+        "delete.after_complete",
+    ),
 }
 
 _ACTIVE = os.environ.get("MEWDEX_FAILPOINT") or None
@@ -34,8 +38,9 @@ def hit(step: str) -> None:
         os._exit(EXIT_CODE)
 
 
-_DISK_FULL_AFTER = (int(_ACTIVE.split(":", 1)[1]) if _ACTIVE is not None and _ACTIVE.startswith("disk_full_after:")
-                    else None)
+_DISK_FULL_AFTER = (
+    int(_ACTIVE.split(":", 1)[1]) if _ACTIVE is not None and _ACTIVE.startswith("disk_full_after:") else None
+)
 _writes_lock = threading.Lock()
 _writes_passed = 0
 

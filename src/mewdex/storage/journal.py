@@ -46,7 +46,11 @@ def prepare_upload(session: Session, scope_id: str, key: str, sha256: str, size:
     """Journal an upload about to write blob ``key``; commit before writing the file."""
     lock_key(session, scope_id, key)
     op = StorageOperation(
-        scope_id=scope_id, operation_type="upload", target_key=key, after_sha256=sha256, after_size=size,
+        scope_id=scope_id,
+        operation_type="upload",
+        target_key=key,
+        after_sha256=sha256,
+        after_size=size,
         status="prepared",
     )
     session.add(op)
@@ -99,17 +103,27 @@ def name_fingerprint(name: str) -> str:
 def open_operation(session: Session, meme: Meme) -> StorageOperation | None:
     """The meme's journaled operation that is not finished yet (``prepared`` or ``file_applied``), if any."""
     return session.execute(
-        select(StorageOperation).where(StorageOperation.scope_id == meme.scope_id, StorageOperation.meme_id == meme.id,
-                                       StorageOperation.status.in_(("prepared", "file_applied"))).limit(1)
+        select(StorageOperation)
+        .where(
+            StorageOperation.scope_id == meme.scope_id,
+            StorageOperation.meme_id == meme.id,
+            StorageOperation.status.in_(("prepared", "file_applied")),
+        )
+        .limit(1)
     ).scalar_one_or_none()
 
 
 def prepare_rename(session: Session, meme: Meme, new_name: str, expected_revision: int) -> StorageOperation:
     """Journal a rename of ``meme`` to ``new_name`` at ``expected_revision``; commit before applying it."""
     op = StorageOperation(
-        scope_id=meme.scope_id, meme_id=meme.id, operation_type="rename", source_key=meme.storage_key,
-        target_key=meme.storage_key, expected_revision=expected_revision,
-        expected_title_fingerprint=name_fingerprint(new_name), status="prepared",
+        scope_id=meme.scope_id,
+        meme_id=meme.id,
+        operation_type="rename",
+        source_key=meme.storage_key,
+        target_key=meme.storage_key,
+        expected_revision=expected_revision,
+        expected_title_fingerprint=name_fingerprint(new_name),
+        status="prepared",
     )
     session.add(op)
     session.flush()
@@ -123,17 +137,22 @@ def record_delete(session: Session, meme: Meme, thumbnail_keys: Sequence[str]) -
     thumbnail keys so recovery can finish the file removals.
     """
     op = StorageOperation(
-        scope_id=meme.scope_id, meme_id=None, operation_type="delete", source_key=meme.storage_key,
-        thumbnail_keys=sorted(set(thumbnail_keys)), before_sha256=meme.sha256, before_size=meme.size_bytes,
-        expected_revision=meme.revision, status="prepared",
+        scope_id=meme.scope_id,
+        meme_id=None,
+        operation_type="delete",
+        source_key=meme.storage_key,
+        thumbnail_keys=sorted(set(thumbnail_keys)),
+        before_sha256=meme.sha256,
+        before_size=meme.size_bytes,
+        expected_revision=meme.revision,
+        status="prepared",
     )
     session.add(op)
     session.flush()
     return op
 
 
-def remove_blob_if_unused(session: Session, store, scope_id: str, namespace: str, key: str, *,
-                          except_op=None) -> bool:
+def remove_blob_if_unused(session: Session, store, scope_id: str, namespace: str, key: str, *, except_op=None) -> bool:
     """Remove blob ``key`` unless it is in use (under the key's advisory lock); True if it was removed."""
     lock_key(session, scope_id, key)
     if blob_in_use(session, scope_id, key, except_op=except_op):

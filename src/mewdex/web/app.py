@@ -13,11 +13,10 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.routing import Route
 
-from mewdex import runtime
+from mewdex import mcp_server, runtime
 from mewdex.config import get_settings
 from mewdex.db import supervisor
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
-from mewdex import mcp_server
 from mewdex.web import errors, failures, security
 from mewdex.web.guards import RequestGuards
 from mewdex.web.hygiene import JsonTextGuard
@@ -70,16 +69,34 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         pool.stop()
 
     # Every route may answer these errors (auth, scope 404s, validation, quotas, rate limits).
-    app = FastAPI(title="mewdex", version="0.1.0", lifespan=lifespan,
-                  responses=errors.error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503))
+    app = FastAPI(
+        title="mewdex",
+        version="0.1.0",
+        lifespan=lifespan,
+        responses=errors.error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
+    )
     app.state.bind_host = host or get_settings().host
     errors.install(app)
     failures.install(app)
     app.add_middleware(RequestGuards)
     app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
     security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
-    for module in (health, search, memes, visual, collections, tasks, pages, auth, usage, admin, account_pages,
-                   connectors, conversation_routes, chat_page):
+    for module in (
+        health,
+        search,
+        memes,
+        visual,
+        collections,
+        tasks,
+        pages,
+        auth,
+        usage,
+        admin,
+        account_pages,
+        connectors,
+        conversation_routes,
+        chat_page,
+    ):
         app.include_router(module.router)
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.
     for path in mcp_http.PATHS:

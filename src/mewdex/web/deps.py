@@ -65,12 +65,12 @@ def _resolve_principal(request: Request, session: Session) -> Principal:
         found = tokens.resolve_token(session, value.strip()) if scheme.lower() == "bearer" else None
         if found is None:
             raise ApiError(401, "invalid_token", "the API token is invalid, expired or revoked")
-        principal = Principal(ScopeContext(found[1].scope_id), found[1], "token",
-                              token_scopes=frozenset(found[0].scopes or ()))
+        principal = Principal(
+            ScopeContext(found[1].scope_id), found[1], "token", token_scopes=frozenset(found[0].scopes or ())
+        )
         needed = "write" if request.method in STATE_CHANGING else "read"
         if not principal.may(needed):
-            raise ApiError(403, "insufficient_scope", f"this API token lacks the {needed!r} scope",
-                           {"needed": needed})
+            raise ApiError(403, "insufficient_scope", f"this API token lacks the {needed!r} scope", {"needed": needed})
         return principal
     cookie = request.cookies.get(sessions.COOKIE_NAME)
     if cookie:
@@ -78,7 +78,8 @@ def _resolve_principal(request: Request, session: Session) -> Principal:
         if signed_in is not None:
             user_session, user = signed_in
             if request.method in STATE_CHANGING and not sessions.csrf_ok(
-                    user_session.csrf_token, request.headers.get(sessions.CSRF_HEADER)):
+                user_session.csrf_token, request.headers.get(sessions.CSRF_HEADER)
+            ):
                 raise ApiError(403, "csrf_failed", f"missing or wrong {sessions.CSRF_HEADER} header")
             return _user_principal(user, "session", cookie)
     if auth_mode(session, bind_host(request)) == "none":

@@ -25,26 +25,58 @@ class ApiError(DomainError):
 # are request faults (422).
 STATUS_BY_CODE: dict[str, int] = {
     "not_found": 404,
-    "invalid_credentials": 401, "auth_required": 401, "invalid_token": 401, "signature_invalid": 401,
-    "admin_required": 403, "signup_disabled": 403, "csrf_failed": 403, "insufficient_scope": 403,
+    "invalid_credentials": 401,
+    "auth_required": 401,
+    "invalid_token": 401,
+    "signature_invalid": 401,
+    "admin_required": 403,
+    "signup_disabled": 403,
+    "csrf_failed": 403,
+    "insufficient_scope": 403,
     "host_not_allowed": 421,
-    "revision_conflict": 409, "operation_in_progress": 409, "collection_name_taken": 409, "email_taken": 409,
+    "revision_conflict": 409,
+    "operation_in_progress": 409,
+    "collection_name_taken": 409,
+    "email_taken": 409,
     "ambiguous_id": 409,
     "signup_failed": 409,
-    "grant_not_acquired": 409, "last_admin": 409, "too_many_tokens": 409, "blob_missing": 409,
-    "task_not_retryable": 409, "task_not_cancellable": 409, "task_active": 409, "visual_not_ready": 409,
-    "no_accounts": 409, "conversation_not_deleted": 409, "run_not_active": 409,
-    "connector_name_taken": 409, "connector_unverified": 409, "connector_unavailable": 409,
+    "grant_not_acquired": 409,
+    "last_admin": 409,
+    "too_many_tokens": 409,
+    "blob_missing": 409,
+    "task_not_retryable": 409,
+    "task_not_cancellable": 409,
+    "task_active": 409,
+    "visual_not_ready": 409,
+    "no_accounts": 409,
+    "conversation_not_deleted": 409,
+    "run_not_active": 409,
+    "connector_name_taken": 409,
+    "connector_unverified": 409,
+    "connector_unavailable": 409,
     "public_url_missing": 409,
-    "provider_failed": 502, "provider_invalid_output": 502, "provider_refused": 502, "provider_rate_limited": 503,
+    "provider_failed": 502,
+    "provider_invalid_output": 502,
+    "provider_refused": 502,
+    "provider_rate_limited": 503,
     "secret_undecryptable": 503,
-    "quota_exceeded": 413, "upload_too_large": 413, "package_too_large": 413, "entry_too_large": 413,
-    "compression_ratio_exceeded": 413, "too_many_items": 413, "image_too_large": 413, "too_many_entries": 413,
+    "quota_exceeded": 413,
+    "upload_too_large": 413,
+    "package_too_large": 413,
+    "entry_too_large": 413,
+    "compression_ratio_exceeded": 413,
+    "too_many_items": 413,
+    "image_too_large": 413,
+    "too_many_entries": 413,
     "request_too_large": 413,
     "unsupported_media_type": 415,
-    "invalid_cursor": 422, "invalid_request": 422,
-    "rate_limited": 429, "queue_full": 429, "too_many_uploads": 429,
-    "backend_unavailable": 503, "overloaded": 503,
+    "invalid_cursor": 422,
+    "invalid_request": 422,
+    "rate_limited": 429,
+    "queue_full": 429,
+    "too_many_uploads": 429,
+    "backend_unavailable": 503,
+    "overloaded": 503,
 }
 
 
@@ -63,8 +95,9 @@ def install(app: FastAPI) -> None:
     async def _domain_error(request: Request, exc: DomainError):
         if isinstance(exc, ApiError):
             return _api_error(request, exc)
-        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=http_status(exc.code),
-                            headers=exc.headers)
+        return JSONResponse(
+            error_body(exc.code, exc.message, exc.details), status_code=http_status(exc.code), headers=exc.headers
+        )
 
     from mewdex.library.packages import (
         PackageError,  # not a DomainError yet (library/packages.py is being split)
@@ -72,12 +105,17 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(PackageError)
     async def _package_error(_request: Request, exc: PackageError):
-        return JSONResponse(error_body(exc.code, exc.message, exc.details),
-                            status_code=STATUS_BY_CODE.get(exc.code, exc.status))
+        return JSONResponse(
+            error_body(exc.code, exc.message, exc.details), status_code=STATUS_BY_CODE.get(exc.code, exc.status)
+        )
 
     def _api_error(request: Request, exc: ApiError):
-        if (exc.code == "auth_required" and request.method == "GET"
-                and "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/api/")):
+        if (
+            exc.code == "auth_required"
+            and request.method == "GET"
+            and "text/html" in request.headers.get("accept", "")
+            and not request.url.path.startswith("/api/")
+        ):
             # A browser opening a page without a session: the sign-in page, then back here.
             return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
@@ -86,8 +124,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(QueueFull)
     async def _queue_full(_request: Request, exc: QueueFull):
-        return JSONResponse(error_body(exc.code, str(exc), exc.details), status_code=429,
-                            headers={"Retry-After": str(exc.retry_after)})
+        return JSONResponse(
+            error_body(exc.code, str(exc), exc.details), status_code=429, headers={"Retry-After": str(exc.retry_after)}
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError):

@@ -20,9 +20,14 @@ from mewdex.web.errors import error_body
 
 def database_unavailable_response() -> JSONResponse:
     return JSONResponse(
-        error_body("database_unavailable", "the database is unavailable; retry shortly",
-                   {"retry_after_seconds": supervisor.RETRY_AFTER_SECONDS}),
-        status_code=503, headers={"Retry-After": str(supervisor.RETRY_AFTER_SECONDS)})
+        error_body(
+            "database_unavailable",
+            "the database is unavailable; retry shortly",
+            {"retry_after_seconds": supervisor.RETRY_AFTER_SECONDS},
+        ),
+        status_code=503,
+        headers={"Retry-After": str(supervisor.RETRY_AFTER_SECONDS)},
+    )
 
 
 def install(app: FastAPI) -> None:
@@ -37,5 +42,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, _exc: Exception):
-        return JSONResponse(error_body("internal_error", "an unexpected error occurred"), status_code=500,
-                            headers={"Connection": "close"})
+        return JSONResponse(
+            error_body("internal_error", "an unexpected error occurred"),
+            status_code=500,
+            headers={"Connection": "close"},
+        )

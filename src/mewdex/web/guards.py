@@ -41,8 +41,13 @@ def _nul(raw: bytes) -> bool:
 
 async def _refuse(send, status: int, code: str, message: str) -> None:
     body = json.dumps(error_body(code, message)).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -59,6 +64,7 @@ class RequestGuards:
             if scope["method"] in STATE_CHANGING:
                 headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
                 if cross_site(headers):
-                    return await _refuse(send, 403, "cross_site_request",
-                                         "requests from another site cannot change this library")
+                    return await _refuse(
+                        send, 403, "cross_site_request", "requests from another site cannot change this library"
+                    )
         await self.app(scope, receive, send)

@@ -92,6 +92,11 @@ class JsonTextGuard:
 async def _refuse(send, loc: tuple) -> None:
     message = "a text value contains a NUL or a lone surrogate, which cannot be stored"
     body = json.dumps(error_body("invalid_text", message, {"loc": ["body", *loc]})).encode()
-    await send({"type": "http.response.start", "status": 422,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 422,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

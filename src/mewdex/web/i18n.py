@@ -48,8 +48,12 @@ def error_text(locale: str, error: dict | None) -> str:
     if not error:
         return ""
     code = str(error.get("code") or "")
-    return (catalogue(locale).get(f"error.{code}") or catalogue(DEFAULT_LOCALE).get(f"error.{code}")
-            or error.get("message") or code)
+    return (
+        catalogue(locale).get(f"error.{code}")
+        or catalogue(DEFAULT_LOCALE).get(f"error.{code}")
+        or error.get("message")
+        or code
+    )
 
 
 def parse_accept_language(header: str | None) -> str | None:

@@ -33,26 +33,48 @@ from mewdex.config import get_settings
 from mewdex.web.errors import error_body
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
-FORWARDED_HEADERS = frozenset({b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto",
-                               b"x-forwarded-port", b"x-forwarded-server", b"x-forwarded-prefix", b"x-real-ip"})
+FORWARDED_HEADERS = frozenset(
+    {
+        b"forwarded",
+        b"x-forwarded-for",
+        b"x-forwarded-host",
+        b"x-forwarded-proto",
+        b"x-forwarded-port",
+        b"x-forwarded-server",
+        b"x-forwarded-prefix",
+        b"x-real-ip",
+    }
+)
 SESSION_COOKIE = "mewdex_session"  # platform.sessions.COOKIE_NAME (kept here: this module sits below platform)
 # State changes that need no credential: they are how one gets one.
 ANONYMOUS_BODY_PATHS = frozenset({"/api/v1/auth/login", "/api/v1/auth/signup", "/api/v1/auth/logout"})
 UPLOAD_OVERHEAD_BYTES = 1024 * 1024  # multipart headers and boundaries around the files
 UPLOAD_REQUEST_BYTES = 200 * 1024 * 1024  # one upload request (1–20 files), POST /api/v1/memes
 
-PAGE_CSP = ("default-src 'self'; img-src 'self' blob: data:; object-src 'none'; base-uri 'none'; "
-            "frame-ancestors 'none'; form-action 'self'")
+PAGE_CSP = (
+    "default-src 'self'; img-src 'self' blob: data:; object-src 'none'; base-uri 'none'; "
+    "frame-ancestors 'none'; form-action 'self'"
+)
 MEDIA_CSP = "default-src 'none'; sandbox"
 
 
-async def refuse(send, status: int, code: str, message: str, headers: Sequence[tuple[bytes, bytes]] = (),
-                 details: dict | None = None) -> None:
+async def refuse(
+    send, status: int, code: str, message: str, headers: Sequence[tuple[bytes, bytes]] = (), details: dict | None = None
+) -> None:
     """Answer ``status`` with the JSON error body (``{"error": {"code", "message", "details"}}``)."""
     body = json.dumps(error_body(code, message, details)).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"x-content-type-options", b"nosniff"), *headers]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"x-content-type-options", b"nosniff"),
+                *headers,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -100,15 +122,19 @@ class HostAllowList:
             if not host_allowed(host, allowed_hosts(self.bind_host)):
                 if scope["type"] == "websocket":
                     return await send({"type": "websocket.close", "code": 1008})
-                return await refuse(send, 421, "host_not_allowed",
-                                    "this server does not answer to that host name; add it to MEWDEX_ALLOWED_HOSTS")
+                return await refuse(
+                    send,
+                    421,
+                    "host_not_allowed",
+                    "this server does not answer to that host name; add it to MEWDEX_ALLOWED_HOSTS",
+                )
         await self.app(scope, receive, send)
 
 
 def _ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     value = value.strip().strip('"')
     if value.startswith("["):
-        value = value[1:value.find("]")] if "]" in value else value[1:]
+        value = value[1 : value.find("]")] if "]" in value else value[1:]
     elif value.count(":") == 1:  # v4 with port
         value = value.split(":", 1)[0]
     try:
@@ -181,7 +207,8 @@ def is_local(request) -> bool:
 
 def client_ip(request) -> str:
     return request.scope.get("state", {}).get("mewdex_client_ip") or (
-        request.client.host if request.client else "unknown")
+        request.client.host if request.client else "unknown"
+    )
 
 
 def body_limit(method: str, path: str) -> tuple[int, str]:
@@ -227,8 +254,9 @@ class BodyLimit:
         details = {"limit": "request", "limit_bytes": limit}
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
-            return await refuse(send, 413, code, f"the request body is larger than {limit} bytes",
-                                [(b"connection", b"close")], details)
+            return await refuse(
+                send, 413, code, f"the request body is larger than {limit} bytes", [(b"connection", b"close")], details
+            )
         received = 0
         refused = False
         started = False
@@ -243,8 +271,14 @@ class BodyLimit:
                 if received > limit:
                     refused = True
                     if not started:
-                        await refuse(send, 413, code, f"the request body is larger than {limit} bytes",
-                                     [(b"connection", b"close")], details)
+                        await refuse(
+                            send,
+                            413,
+                            code,
+                            f"the request body is larger than {limit} bytes",
+                            [(b"connection", b"close")],
+                            details,
+                        )
                     return {"type": "http.disconnect"}
             return message
 
@@ -276,12 +310,17 @@ class SecurityHeaders:
 
         async def with_headers(message):
             if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", [])
-                           if k.lower() not in (b"x-content-type-options", b"referrer-policy")]
+                headers = [
+                    (k, v)
+                    for k, v in message.get("headers", [])
+                    if k.lower() not in (b"x-content-type-options", b"referrer-policy")
+                ]
                 headers += [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin")]
                 if path.startswith("/media/"):
-                    headers += [(b"content-security-policy", MEDIA_CSP.encode()),
-                                (b"cross-origin-resource-policy", b"same-origin")]
+                    headers += [
+                        (b"content-security-policy", MEDIA_CSP.encode()),
+                        (b"cross-origin-resource-policy", b"same-origin"),
+                    ]
                 else:
                     headers += [(b"content-security-policy", PAGE_CSP.encode()), (b"x-frame-options", b"DENY")]
                 message = {**message, "headers": headers}

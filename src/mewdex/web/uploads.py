@@ -54,8 +54,9 @@ async def upload_slot(scope_id: str):
     ``too_many_uploads`` (``Retry-After: 1``) when all are taken."""
     limit = get_settings().max_concurrent_uploads
     if _in_flight.get(scope_id, 0) >= limit:
-        raise ApiError(429, "too_many_uploads", f"at most {limit} uploads at once per user; try again shortly",
-                       {"limit": limit})
+        raise ApiError(
+            429, "too_many_uploads", f"at most {limit} uploads at once per user; try again shortly", {"limit": limit}
+        )
     _in_flight[scope_id] = _in_flight.get(scope_id, 0) + 1
     try:
         yield
@@ -194,12 +195,14 @@ class _Collector:
             if name != self.files_field:
                 raise ApiError(422, "invalid_request", f"files must be sent in the field {self.files_field!r}")
             if len(self.form.files) >= self.max_files:
-                raise ApiError(422, "too_many_files", f"at most {self.max_files} files per request",
-                               {"max_files": self.max_files})
+                raise ApiError(
+                    422, "too_many_files", f"at most {self.max_files} files per request", {"max_files": self.max_files}
+                )
             content_type = self.headers.get("content-type")
             self.current = UploadedFile(
-                filename="".join(ch for ch in (filename or b"").decode("utf-8", "replace")
-                                 if unicodedata.category(ch) != "Cc"),  # no NUL/newline reaches a row or log
+                filename="".join(
+                    ch for ch in (filename or b"").decode("utf-8", "replace") if unicodedata.category(ch) != "Cc"
+                ),  # no NUL/newline reaches a row or log
                 content_type=content_type.decode("latin-1") if content_type else None,
                 size=0,
                 file=tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES),
@@ -232,8 +235,9 @@ class _Collector:
         self.ended = True
 
 
-async def read_upload(request: Request, *, max_file_bytes: int, max_request_bytes: int, max_files: int,
-                      files_field: str = "files") -> UploadForm:
+async def read_upload(
+    request: Request, *, max_file_bytes: int, max_request_bytes: int, max_files: int, files_field: str = "files"
+) -> UploadForm:
     """Read a ``multipart/form-data`` request body under the limits (see the module docstring).
 
     Returns:
@@ -275,8 +279,9 @@ async def read_upload(request: Request, *, max_file_bytes: int, max_request_byte
     except OSError as exc:
         form.close()
         if is_disk_full(exc):  # the spool's temporary file could not grow
-            raise ApiError(507, "insufficient_storage",
-                           "the disk is full: nothing of this request was stored") from None
+            raise ApiError(
+                507, "insufficient_storage", "the disk is full: nothing of this request was stored"
+            ) from None
         raise
     except BaseException:
         form.close()
@@ -285,10 +290,25 @@ async def read_upload(request: Request, *, max_file_bytes: int, max_request_byte
 
 
 # OpenAPI of a search-by-image body (the routes read it themselves, after authentication).
-QUERY_IMAGE_OPENAPI = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["file"],
-    "properties": {"file": {"type": "string", "format": "binary"}, "n_results": {"type": "integer", "default": 10},
-                   "collection": {"type": "string"}, "animated": {"type": "boolean"}}}}}}}
+QUERY_IMAGE_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "n_results": {"type": "integer", "default": 10},
+                        "collection": {"type": "string"},
+                        "animated": {"type": "boolean"},
+                    },
+                }
+            }
+        },
+    }
+}
 
 
 async def read_query_image(request: Request, *, max_bytes: int) -> tuple[bytes, str, dict[str, list[str]]]:
@@ -296,8 +316,9 @@ async def read_query_image(request: Request, *, max_bytes: int) -> tuple[bytes, 
     and the small text fields (every value per name), through :func:`read_upload` (bounded while streaming, nothing
     left on
     disk). Errors as :func:`read_upload`; 422 ``invalid_request`` without a ``file`` part."""
-    form = await read_upload(request, max_file_bytes=max_bytes, max_request_bytes=max_bytes + SPOOL_BYTES,
-                             max_files=1, files_field="file")
+    form = await read_upload(
+        request, max_file_bytes=max_bytes, max_request_bytes=max_bytes + SPOOL_BYTES, max_files=1, files_field="file"
+    )
     try:
         if not form.files:
             raise ApiError(422, "invalid_request", "the multipart field 'file' (the image) is missing")

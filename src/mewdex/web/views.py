@@ -37,7 +37,6 @@ TASK_STATUSES = ("queued", "running", "succeeded", "failed")
 TASK_PAGE = 100
 
 
-
 @dataclass
 class MemeCard:
     """A meme as a grid card or list row: name, media facts and its stage statuses."""
@@ -69,11 +68,19 @@ def cards(session: Session, scope: ScopeContext, memes: list[Meme], *, with_stag
     out = []
     for m in memes:
         image = m.extensions.get("image", {})
-        out.append(MemeCard(
-            id=str(m.id), display_name=m.display_name, extension=m.extension,
-            animated=bool(image.get("animated")), size_bytes=m.size_bytes, width=image.get("width"),
-            height=image.get("height"), created_at=m.created_at, stages=stages.get(m.id, {}),
-        ))
+        out.append(
+            MemeCard(
+                id=str(m.id),
+                display_name=m.display_name,
+                extension=m.extension,
+                animated=bool(image.get("animated")),
+                size_bytes=m.size_bytes,
+                width=image.get("width"),
+                height=image.get("height"),
+                created_at=m.created_at,
+                stages=stages.get(m.id, {}),
+            )
+        )
     return out
 
 
@@ -81,8 +88,10 @@ def stage_statuses(session: Session, scope: ScopeContext, meme_ids: list[UUID]) 
     """``{meme_id: {stage: {"status", "attempts", "error", "task_id"}}}`` of each meme's latest job (planned stages)."""
     _jobs, stages = listing.latest_job_stages(session, scope.scope_id, list(meme_ids), planned_only=True)
     return {
-        meme_id: {s.stage: {"status": s.status, "attempts": s.attempt_count, "error": s.error, "task_id": s.task_id}
-                  for s in rows}
+        meme_id: {
+            s.stage: {"status": s.status, "attempts": s.attempt_count, "error": s.error, "task_id": s.task_id}
+            for s in rows
+        }
         for meme_id, rows in stages.items()
     }
 
@@ -96,27 +105,41 @@ class LibraryPage:
     per_page: int
 
 
-def library_page(session: Session, scope: ScopeContext, *, name: str = "", state: str = "", collection: str = "",
-                 animated: bool = False, sort: str = "newest", page: int = 1, per_page: int = 48) -> LibraryPage:
+def library_page(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    name: str = "",
+    state: str = "",
+    collection: str = "",
+    animated: bool = False,
+    sort: str = "newest",
+    page: int = 1,
+    per_page: int = 48,
+) -> LibraryPage:
     """One page of the scope's memes, filtered by name substring (case-insensitive), processing state
     (``ready`` | ``processing`` | ``failed``), collection id and animated; sorted by ``SORTS``."""
     collection_id = parse_uuid(collection)
-    filters = SearchFilters(collection_ids=None if collection_id is None else [str(collection_id)],
-                            animated=True if animated else None)
+    filters = SearchFilters(
+        collection_ids=None if collection_id is None else [str(collection_id)], animated=True if animated else None
+    )
     query: Select = listing.filtered_memes(scope.scope_id, filters, name=name.strip() or None)
     if state == "failed":
         query = query.where(listing.latest_stage_sql(("failed", "blocked", "unknown_execution")))
     elif state == "processing":
         query = query.where(listing.latest_stage_sql(("queued", "running")))
     elif state == "ready":
-        query = query.where(not_(listing.latest_stage_sql(
-            ("failed", "blocked", "unknown_execution", "queued", "running"))))
+        query = query.where(
+            not_(listing.latest_stage_sql(("failed", "blocked", "unknown_execution", "queued", "running")))
+        )
     total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
     pages = max(1, -(-total // per_page))
     page = min(max(page, 1), pages)
-    memes = list(session.execute(
-        query.order_by(*SORTS.get(sort, SORTS["newest"])).offset((page - 1) * per_page).limit(per_page)
-    ).scalars())
+    memes = list(
+        session.execute(
+            query.order_by(*SORTS.get(sort, SORTS["newest"])).offset((page - 1) * per_page).limit(per_page)
+        ).scalars()
+    )
     return LibraryPage(cards(session, scope, memes), total, page, pages, per_page)
 
 
@@ -127,8 +150,10 @@ def meme_count(session: Session, scope: ScopeContext) -> int:
 def memes_by_id(session: Session, scope: ScopeContext, ids: list[UUID]) -> dict[UUID, Meme]:
     if not ids:
         return {}
-    return {m.id: m for m in session.execute(
-        select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()}
+    return {
+        m.id: m
+        for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()
+    }
 
 
 # ------------------------------------------------------------------ collections
@@ -147,24 +172,37 @@ COLLECTION_SORTS = ("name", "size", "updated")
 COLLECTIONS_PER_PAGE = 50
 
 
-def collections(session: Session, scope: ScopeContext, *, q: str | None = None, sort: str = "name",
-                limit: int | None = None, offset: int = 0) -> list[CollectionRow]:
+def collections(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    q: str | None = None,
+    sort: str = "name",
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[CollectionRow]:
     """The scope's collections with member counts and the first member as cover: all of them by name
     (menus), or those whose name contains ``q`` (case-insensitive), sorted by ``sort`` (one of
     :data:`COLLECTION_SORTS`: name A–Z, size largest first, updated newest first), ``limit`` from ``offset``."""
     count = (
-        select(func.count()).where(MemeCollectionItem.scope_id == scope.scope_id,
-                                   MemeCollectionItem.collection_id == MemeCollection.id)
+        select(func.count())
+        .where(MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == MemeCollection.id)
         .scalar_subquery()
     )
     cover = (
         select(MemeCollectionItem.meme_id)
         .where(MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == MemeCollection.id)
-        .order_by(MemeCollectionItem.added_at, MemeCollectionItem.meme_id).limit(1).scalar_subquery()
+        .order_by(MemeCollectionItem.added_at, MemeCollectionItem.meme_id)
+        .limit(1)
+        .scalar_subquery()
     )
     order = {"size": (count.desc(),), "updated": (MemeCollection.updated_at.desc(),)}.get(sort, ())
-    query = (select(MemeCollection, count, cover).where(_collection_filter(scope, q))
-             .order_by(*order, func.lower(MemeCollection.name), MemeCollection.id).offset(offset))
+    query = (
+        select(MemeCollection, count, cover)
+        .where(_collection_filter(scope, q))
+        .order_by(*order, func.lower(MemeCollection.name), MemeCollection.id)
+        .offset(offset)
+    )
     if limit is not None:
         query = query.limit(limit)
     rows = session.execute(query).all()
@@ -173,7 +211,9 @@ def collections(session: Session, scope: ScopeContext, *, q: str | None = None, 
 
 def count_collections(session: Session, scope: ScopeContext, q: str | None = None) -> int:
     """How many collections :func:`collections` finds for ``q``."""
-    return session.execute(select(func.count()).select_from(MemeCollection).where(_collection_filter(scope, q))).scalar_one()
+    return session.execute(
+        select(func.count()).select_from(MemeCollection).where(_collection_filter(scope, q))
+    ).scalar_one()
 
 
 def _collection_filter(scope: ScopeContext, q: str | None):
@@ -184,29 +224,42 @@ def _collection_filter(scope: ScopeContext, q: str | None):
 
 
 def collection(session: Session, scope: ScopeContext, collection_id: UUID) -> MemeCollection | None:
-    return session.execute(select(MemeCollection).where(
-        MemeCollection.scope_id == scope.scope_id, MemeCollection.id == collection_id)).scalar_one_or_none()
+    return session.execute(
+        select(MemeCollection).where(MemeCollection.scope_id == scope.scope_id, MemeCollection.id == collection_id)
+    ).scalar_one_or_none()
 
 
 def collection_members(session: Session, scope: ScopeContext, collection_id: UUID) -> list[MemeCard]:
     """Members in the order they were added."""
-    memes = list(session.execute(
-        select(Meme).join(MemeCollectionItem, and_(MemeCollectionItem.scope_id == Meme.scope_id,
-                                                   MemeCollectionItem.meme_id == Meme.id))
-        .where(Meme.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id)
-        .order_by(MemeCollectionItem.added_at, Meme.id)
-    ).scalars())
+    memes = list(
+        session.execute(
+            select(Meme)
+            .join(
+                MemeCollectionItem,
+                and_(MemeCollectionItem.scope_id == Meme.scope_id, MemeCollectionItem.meme_id == Meme.id),
+            )
+            .where(Meme.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id)
+            .order_by(MemeCollectionItem.added_at, Meme.id)
+        ).scalars()
+    )
     return cards(session, scope, memes)
 
 
 def collections_of_meme(session: Session, scope: ScopeContext, meme_id: UUID) -> list[MemeCollection]:
-    return list(session.execute(
-        select(MemeCollection).join(MemeCollectionItem, and_(
-            MemeCollectionItem.scope_id == MemeCollection.scope_id,
-            MemeCollectionItem.collection_id == MemeCollection.id))
-        .where(MemeCollection.scope_id == scope.scope_id, MemeCollectionItem.meme_id == meme_id)
-        .order_by(func.lower(MemeCollection.name))
-    ).scalars())
+    return list(
+        session.execute(
+            select(MemeCollection)
+            .join(
+                MemeCollectionItem,
+                and_(
+                    MemeCollectionItem.scope_id == MemeCollection.scope_id,
+                    MemeCollectionItem.collection_id == MemeCollection.id,
+                ),
+            )
+            .where(MemeCollection.scope_id == scope.scope_id, MemeCollectionItem.meme_id == meme_id)
+            .order_by(func.lower(MemeCollection.name))
+        ).scalars()
+    )
 
 
 # ------------------------------------------------------------------ tasks
@@ -225,12 +278,22 @@ def lane_depths(session: Session, scope: ScopeContext) -> list[dict[str, Any]]:
 
 
 def task_types(session: Session, scope: ScopeContext) -> list[str]:
-    return list(session.execute(
-        select(Task.task_type).where(Task.scope_id == scope.scope_id).distinct().order_by(Task.task_type)).scalars())
+    return list(
+        session.execute(
+            select(Task.task_type).where(Task.scope_id == scope.scope_id).distinct().order_by(Task.task_type)
+        ).scalars()
+    )
 
 
-def tasks(session: Session, scope: ScopeContext, *, status: str = "", task_type: str = "", stage: str = "",
-          limit: int = TASK_PAGE) -> list[tuple[Task, str | None]]:
+def tasks(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    status: str = "",
+    task_type: str = "",
+    stage: str = "",
+    limit: int = TASK_PAGE,
+) -> list[tuple[Task, str | None]]:
     """The newest tasks (by last update) with the target meme's display name, filtered."""
     query = (
         select(Task, Meme.display_name)
@@ -254,13 +317,16 @@ def task(session: Session, scope: ScopeContext, task_id: str) -> tuple[Task, Mem
         return None
     meme = None
     if row.target_meme_id is not None:
-        meme = session.execute(select(Meme).where(
-            Meme.scope_id == scope.scope_id, Meme.id == row.target_meme_id)).scalar_one_or_none()
-    attempts = list(session.execute(
-        select(ImageProcessingAttempt)
-        .where(ImageProcessingAttempt.scope_id == scope.scope_id, ImageProcessingAttempt.task_id == task_id)
-        .order_by(ImageProcessingAttempt.attempt)
-    ).scalars())
+        meme = session.execute(
+            select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == row.target_meme_id)
+        ).scalar_one_or_none()
+    attempts = list(
+        session.execute(
+            select(ImageProcessingAttempt)
+            .where(ImageProcessingAttempt.scope_id == scope.scope_id, ImageProcessingAttempt.task_id == task_id)
+            .order_by(ImageProcessingAttempt.attempt)
+        ).scalars()
+    )
     return row, meme, attempts
 
 
@@ -270,4 +336,3 @@ def parse_uuid(value: str) -> UUID | None:
         return UUID(value) if value else None
     except ValueError:
         return None
-

@@ -55,8 +55,9 @@ class Conversation(Base):
     scope_id: Mapped[str] = mapped_column(String(128), ForeignKey("scopes.id", ondelete="CASCADE"), nullable=False)
     user_id: Mapped[UUID | None] = mapped_column(Uuid, ForeignKey("users.user_id", ondelete="SET NULL"))
     name: Mapped[str] = mapped_column(Text, nullable=False)
-    auto_title_pending: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False,
-                                                     server_default=text("false"))
+    auto_title_pending: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, default=False, server_default=text("false")
+    )
     title_source: Mapped[str] = mapped_column(Text, nullable=False, default="manual", server_default="manual")
     auto_title_version: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     channel: Mapped[str] = mapped_column(Text, nullable=False, default="web", server_default="web")
@@ -75,18 +76,28 @@ class Conversation(Base):
     context_summary: Mapped[str | None] = mapped_column(Text)
     scheduled_job_id: Mapped[UUID | None] = mapped_column(Uuid)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow,
-                                                 onupdate=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, default=utcnow, onupdate=utcnow
+    )
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
-        CheckConstraint("run_status IN ('idle','running','cancelling','error','cancelled')",
-                        name="ck_conversations_run_status"),
+        CheckConstraint(
+            "run_status IN ('idle','running','cancelling','error','cancelled')", name="ck_conversations_run_status"
+        ),
         CheckConstraint("title_source IN ('auto','manual','fixed')", name="ck_conversations_title_source"),
-        Index("ix_conversations_scope_active_updated", "scope_id", "updated_at", "conversation_id",
-              postgresql_where=text("deleted_at IS NULL AND scheduled_job_id IS NULL")),
-        Index("ix_conversations_active_runs", "run_status",
-              postgresql_where=text("run_status IN ('running','cancelling')")),
+        Index(
+            "ix_conversations_scope_active_updated",
+            "scope_id",
+            "updated_at",
+            "conversation_id",
+            postgresql_where=text("deleted_at IS NULL AND scheduled_job_id IS NULL"),
+        ),
+        Index(
+            "ix_conversations_active_runs",
+            "run_status",
+            postgresql_where=text("run_status IN ('running','cancelling')"),
+        ),
     )
 
 
@@ -97,7 +108,8 @@ class Message(Base):
     __tablename__ = "messages"
     message_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
     conversation_id: Mapped[UUID] = mapped_column(
-        Uuid, ForeignKey("conversations.conversation_id", ondelete="CASCADE"), nullable=False)
+        Uuid, ForeignKey("conversations.conversation_id", ondelete="CASCADE"), nullable=False
+    )
     idx: Mapped[int] = mapped_column(Integer, nullable=False)
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
     artifact_refs: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
@@ -126,9 +138,11 @@ class Artifact(Base):
     scope_id: Mapped[str] = mapped_column(String(128), ForeignKey("scopes.id", ondelete="CASCADE"), nullable=False)
     user_id: Mapped[UUID | None] = mapped_column(Uuid, ForeignKey("users.user_id", ondelete="SET NULL"))
     origin_conversation_id: Mapped[UUID | None] = mapped_column(
-        Uuid, ForeignKey("conversations.conversation_id", ondelete="SET NULL"))
+        Uuid, ForeignKey("conversations.conversation_id", ondelete="SET NULL")
+    )
     copied_from_artifact_id: Mapped[UUID | None] = mapped_column(
-        Uuid, ForeignKey("artifacts.artifact_id", ondelete="SET NULL"))
+        Uuid, ForeignKey("artifacts.artifact_id", ondelete="SET NULL")
+    )
     kind: Mapped[str] = mapped_column(Text, nullable=False, default="meme_pick", server_default="meme_pick")
     meme_id: Mapped[UUID | None] = mapped_column(Uuid, ForeignKey("memes.id", ondelete="SET NULL"))
     current_path: Mapped[str | None] = mapped_column(Text)
@@ -139,8 +153,9 @@ class Artifact(Base):
     status: Mapped[str] = mapped_column(Text, nullable=False, default="active", server_default="active")
     trash_path: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow,
-                                                 onupdate=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, default=utcnow, onupdate=utcnow
+    )
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (

@@ -61,7 +61,9 @@ class Meme(Base):
     storage_key: Mapped[str] = mapped_column(String(1024), nullable=False)
     display_name: Mapped[str] = mapped_column(String(255), nullable=False, server_default=text("'image'"))
     name_source: Mapped[str] = mapped_column(String(16), nullable=False, server_default=text("'unknown'"))
-    text_input_status: Mapped[str] = mapped_column(String(32), nullable=False, server_default=text("'waiting_for_text'"))
+    text_input_status: Mapped[str] = mapped_column(
+        String(32), nullable=False, server_default=text("'waiting_for_text'")
+    )
     extension: Mapped[str] = mapped_column(String(16), nullable=False)
     size_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
     sha256: Mapped[str] = mapped_column(String(64), nullable=False)
@@ -95,7 +97,8 @@ class Meme(Base):
             "search_metadata_hash IS NULL OR length(search_metadata_hash) = 64", name="ck_memes_search_metadata_hash"
         ),
         CheckConstraint(
-            f"extension = lower(extension) AND extension IN {IMAGE_EXTENSIONS_SQL}", name="ck_memes_extension_normalized"
+            f"extension = lower(extension) AND extension IN {IMAGE_EXTENSIONS_SQL}",
+            name="ck_memes_extension_normalized",
         ),
         CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="ck_memes_sha256_hex"),
         CheckConstraint("storage_key = sha256 || extension", name="ck_memes_storage_key_content_addressed"),
@@ -233,15 +236,21 @@ class StorageOperation(Base):
         CheckConstraint(
             "expected_revision IS NULL OR expected_revision >= 1", name="ck_storage_operation_expected_revision"
         ),
-        CheckConstraint("claim_generation IS NULL OR claim_generation > 0", name="ck_storage_operation_claim_generation"),
+        CheckConstraint(
+            "claim_generation IS NULL OR claim_generation > 0", name="ck_storage_operation_claim_generation"
+        ),
         CheckConstraint("attempt IS NULL OR attempt > 0", name="ck_storage_operation_attempt"),
         CheckConstraint(
             "expected_title_fingerprint IS NULL OR length(expected_title_fingerprint) = 64",
             name="ck_storage_operation_title_fingerprint",
         ),
         Index("ix_storage_operations_recovery", "scope_id", "status", "updated_at"),
-        Index("ix_storage_operations_open_key", "scope_id", "target_key",
-              postgresql_where=text("status IN ('prepared', 'file_applied')")),
+        Index(
+            "ix_storage_operations_open_key",
+            "scope_id",
+            "target_key",
+            postgresql_where=text("status IN ('prepared', 'file_applied')"),
+        ),
         Index(
             "uq_storage_operation_active",
             "scope_id",
@@ -270,11 +279,15 @@ class MemeNearDuplicate(Base):
 
     __table_args__ = (
         ForeignKeyConstraint(
-            ["scope_id", "meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE",
+            ["scope_id", "meme_id"],
+            ["memes.scope_id", "memes.id"],
+            ondelete="CASCADE",
             name="fk_meme_near_duplicates_scope_id_memes",
         ),
         ForeignKeyConstraint(
-            ["scope_id", "duplicate_of"], ["memes.scope_id", "memes.id"], ondelete="CASCADE",
+            ["scope_id", "duplicate_of"],
+            ["memes.scope_id", "memes.id"],
+            ondelete="CASCADE",
             name="fk_meme_near_duplicates_duplicate_of_memes",
         ),
         CheckConstraint("meme_id <> duplicate_of", name="ck_meme_near_duplicates_distinct"),

@@ -180,9 +180,9 @@ class ImageProcessingAttempt(Base):
         ),
         CheckConstraint(
             "analysis_diagnostic IS NULL OR analysis_diagnostic IN ("
-            "'{\"check_stage\":\"analysis_monitor\",\"trigger_reason\":\"agent_analysis_usage_unavailable\"}'::jsonb,"
-            "'{\"check_stage\":\"analysis_monitor\",\"trigger_reason\":\"agent_analysis_reminder_plugin_unavailable\"}'::jsonb,"
-            "'{\"check_stage\":\"analysis_monitor\",\"trigger_reason\":\"agent_maximum_analysis_depth_exceeded\"}'::jsonb)",
+            '\'{"check_stage":"analysis_monitor","trigger_reason":"agent_analysis_usage_unavailable"}\'::jsonb,'
+            '\'{"check_stage":"analysis_monitor","trigger_reason":"agent_analysis_reminder_plugin_unavailable"}\'::jsonb,'
+            '\'{"check_stage":"analysis_monitor","trigger_reason":"agent_maximum_analysis_depth_exceeded"}\'::jsonb)',
             name="ck_attempt_analysis_diagnostic",
         ),
         Index("ix_image_processing_attempts_task", "scope_id", "task_id", "attempt"),

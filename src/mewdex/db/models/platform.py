@@ -87,8 +87,9 @@ class UserSession(Base):
     csrf_token: Mapped[str] = mapped_column(String(64), nullable=False)
     created_at: Mapped[datetime] = created_at()
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow,
-                                                   server_default=func.now())
+    last_seen_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, default=utcnow, server_default=func.now()
+    )
 
     __table_args__ = (Index("ix_user_sessions_user", "user_id"),)
 
@@ -105,14 +106,16 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = created_at()
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, default=lambda: ["read", "write"],
-                                              server_default=text("'{read,write}'::text[]"))
+    scopes: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, default=lambda: ["read", "write"], server_default=text("'{read,write}'::text[]")
+    )
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
         CheckConstraint("length(name) BETWEEN 1 AND 100", name="ck_api_tokens_name"),
-        CheckConstraint("scopes <@ ARRAY['read','write','admin']::text[] AND cardinality(scopes) > 0",
-                        name="ck_api_tokens_scopes"),
+        CheckConstraint(
+            "scopes <@ ARRAY['read','write','admin']::text[] AND cardinality(scopes) > 0", name="ck_api_tokens_scopes"
+        ),
         Index("ix_api_tokens_user", "user_id"),
     )
 
@@ -124,10 +127,12 @@ class LoginFailure(Base):
     __tablename__ = "login_failures"
     key: Mapped[str] = mapped_column(Text, primary_key=True)
     failures: Mapped[int] = mapped_column(Integer, nullable=False)
-    window_started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False,
-                                                        server_default=func.now())
-    last_failure_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False,
-                                                      server_default=func.now())
+    window_started_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    last_failure_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
 
 
 class UserDiskUsage(Base):

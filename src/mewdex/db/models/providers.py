@@ -63,10 +63,21 @@ class ExternalSystemDefinition(Base):
     updated_at: Mapped[datetime] = updated_at()
 
     __table_args__ = (
-        Index("uq_external_system_definition_platform_name", "provider", "name", unique=True,
-              postgresql_where=text("owner_type = 'platform'")),
-        Index("uq_external_system_definition_user_name", "owner_user_id", "provider", "name", unique=True,
-              postgresql_where=text("owner_type = 'user'")),
+        Index(
+            "uq_external_system_definition_platform_name",
+            "provider",
+            "name",
+            unique=True,
+            postgresql_where=text("owner_type = 'platform'"),
+        ),
+        Index(
+            "uq_external_system_definition_user_name",
+            "owner_user_id",
+            "provider",
+            "name",
+            unique=True,
+            postgresql_where=text("owner_type = 'user'"),
+        ),
         CheckConstraint("owner_type IN ('platform','user')", name="ck_esd_owner_type"),
         CheckConstraint("visibility IN ('all','selected')", name="ck_esd_visibility"),
         CheckConstraint("revision > 0", name="ck_esd_revision"),
@@ -78,7 +89,8 @@ class ExternalSystemGrant(Base):
 
     __tablename__ = "external_system_grants"
     definition_id: Mapped[UUID] = mapped_column(
-        Uuid, ForeignKey("external_system_definitions.definition_id", ondelete="CASCADE"), primary_key=True)
+        Uuid, ForeignKey("external_system_definitions.definition_id", ondelete="CASCADE"), primary_key=True
+    )
     user_id: Mapped[UUID] = mapped_column(Uuid, ForeignKey("users.user_id", ondelete="CASCADE"), primary_key=True)
     granted_by: Mapped[UUID | None] = mapped_column(Uuid, ForeignKey("users.user_id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = created_at()
@@ -91,7 +103,8 @@ class ExternalSystem(Base):
     external_system_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
     user_id: Mapped[UUID] = mapped_column(Uuid, ForeignKey("users.user_id", ondelete="CASCADE"), nullable=False)
     definition_id: Mapped[UUID] = mapped_column(
-        Uuid, ForeignKey("external_system_definitions.definition_id", ondelete="RESTRICT"), nullable=False)
+        Uuid, ForeignKey("external_system_definitions.definition_id", ondelete="RESTRICT"), nullable=False
+    )
     name: Mapped[str] = mapped_column(Text, nullable=False)
     credentials: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
     credential_hint: Mapped[str] = mapped_column(Text, nullable=False, default="***", server_default="***")
@@ -114,9 +127,11 @@ class ExternalSystemAudit(Base):
     user_id: Mapped[UUID | None] = mapped_column(Uuid, ForeignKey("users.user_id", ondelete="CASCADE"))
     task_id: Mapped[str | None] = mapped_column(String(255))
     external_system_id: Mapped[UUID | None] = mapped_column(
-        Uuid, ForeignKey("external_systems.external_system_id", ondelete="SET NULL"))
+        Uuid, ForeignKey("external_systems.external_system_id", ondelete="SET NULL")
+    )
     definition_id: Mapped[UUID | None] = mapped_column(
-        Uuid, ForeignKey("external_system_definitions.definition_id", ondelete="SET NULL"))
+        Uuid, ForeignKey("external_system_definitions.definition_id", ondelete="SET NULL")
+    )
     definition_revision: Mapped[int] = mapped_column(Integer, nullable=False)
     event: Mapped[str] = mapped_column(Text, nullable=False)
     operation_id: Mapped[str | None] = mapped_column(Text)
@@ -146,6 +161,4 @@ class ScopeAnalysisPolicy(Base):
     llm_enhance: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     updated_at: Mapped[datetime] = updated_at()
 
-    __table_args__ = (
-        CheckConstraint("reverse_image_search IN ('forbid','auto')", name="ck_scope_analysis_reverse"),
-    )
+    __table_args__ = (CheckConstraint("reverse_image_search IN ('forbid','auto')", name="ck_scope_analysis_reverse"),)

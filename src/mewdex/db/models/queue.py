@@ -150,8 +150,12 @@ class Task(Base):
             name="ck_task_termination_signal",
         ),
         UniqueConstraint("scope_id", "id", name="uq_task_scope_id"),
-        Index("ix_tasks_image_submission", "scope_id", "submission_mode", "image_stage", "processing_job_id", "created_at"),
-        Index("ix_tasks_image_target_active", "scope_id", "target_meme_id", "target_image_sha256", "status", "created_at"),
+        Index(
+            "ix_tasks_image_submission", "scope_id", "submission_mode", "image_stage", "processing_job_id", "created_at"
+        ),
+        Index(
+            "ix_tasks_image_target_active", "scope_id", "target_meme_id", "target_image_sha256", "status", "created_at"
+        ),
         Index(
             "ix_tasks_active_dedupe",
             "scope_id",
@@ -162,8 +166,15 @@ class Task(Base):
         ),
         Index("ix_tasks_claimable", "scope_id", "status", "available_at", "lease_expires_at"),
         Index("ix_tasks_lane_queue", "lane", "status", "available_at"),
-        Index("ix_tasks_lane_claim", "scope_id", "lane", "lane_resource_key", "available_at", "created_at",
-              postgresql_where=text("status = 'queued'")),
+        Index(
+            "ix_tasks_lane_claim",
+            "scope_id",
+            "lane",
+            "lane_resource_key",
+            "available_at",
+            "created_at",
+            postgresql_where=text("status = 'queued'"),
+        ),
         Index("ix_tasks_running_lease", "lease_expires_at", postgresql_where=text("status = 'running'")),
     )
 

@@ -235,7 +235,8 @@ class MemeSearchTerm(Base):
 
     __table_args__ = (
         ForeignKeyConstraint(
-            ["scope_id", "meme_id"], ["meme_search_documents.scope_id", "meme_search_documents.meme_id"],
+            ["scope_id", "meme_id"],
+            ["meme_search_documents.scope_id", "meme_search_documents.meme_id"],
             ondelete="CASCADE",
         ),
         CheckConstraint("tf > 0", name="ck_meme_search_terms_tf"),

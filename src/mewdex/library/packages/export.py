@@ -60,16 +60,22 @@ def plan_export(session: Session, store, scope: ScopeContext, collection_id: UUI
         path = store.path(namespace, meme.storage_key)
         if not path.is_file():
             raise PackageError(409, "blob_missing", f"the file of meme {meme.id} is missing", {"meme_id": str(meme.id)})
-        entries.append(ExportEntry(IMAGES_DIR + name, path, meme.display_name, meme.extension, meme.size_bytes,
-                                   meme.sha256))
+        entries.append(
+            ExportEntry(IMAGES_DIR + name, path, meme.display_name, meme.extension, meme.size_bytes, meme.sha256)
+        )
     manifest = {
         "format": FORMAT,
         "version": VERSION,
         "collection": {"name": collection.name},
         "exported_at": datetime.now(UTC).isoformat(),
         "items": [
-            {"file": e.file, "display_name": e.display_name, "extension": e.extension, "size": e.size,
-             "sha256": e.sha256}
+            {
+                "file": e.file,
+                "display_name": e.display_name,
+                "extension": e.extension,
+                "size": e.size,
+                "sha256": e.sha256,
+            }
             for e in entries
         ],
     }
@@ -114,8 +120,10 @@ def stream_zip(plan: ExportPlan, chunk_size: int = READ_CHUNK) -> Iterator[bytes
             info.compress_type = zipfile.ZIP_STORED
             info.file_size = entry.size
             info.external_attr = 0o644 << 16
-            with archive.open(info, "w", force_zip64=entry.size >= zipfile.ZIP64_LIMIT) as out, \
-                    entry.path.open("rb") as src:
+            with (
+                archive.open(info, "w", force_zip64=entry.size >= zipfile.ZIP64_LIMIT) as out,
+                entry.path.open("rb") as src,
+            ):
                 while chunk := src.read(chunk_size):
                     out.write(chunk)
                     yield sink.take()
@@ -123,8 +131,14 @@ def stream_zip(plan: ExportPlan, chunk_size: int = READ_CHUNK) -> Iterator[bytes
     yield sink.take()
 
 
-def export_to_file(session: Session, store, scope: ScopeContext, collection_id: UUID, target: BinaryIO,
-                   on_bytes: Callable[[int], None] | None = None) -> ExportPlan:
+def export_to_file(
+    session: Session,
+    store,
+    scope: ScopeContext,
+    collection_id: UUID,
+    target: BinaryIO,
+    on_bytes: Callable[[int], None] | None = None,
+) -> ExportPlan:
     """Write the package to ``target`` (any writable binary file); returns the plan."""
     plan = plan_export(session, store, scope, collection_id)
     for chunk in stream_zip(plan):

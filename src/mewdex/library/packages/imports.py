@@ -73,8 +73,13 @@ class ItemResult:
     error: dict | None = None
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "display_name": self.display_name, "status": self.status, "meme": self.meme,
-                "error": self.error}
+        return {
+            "name": self.name,
+            "display_name": self.display_name,
+            "status": self.status,
+            "meme": self.meme,
+            "error": self.error,
+        }
 
 
 @dataclass
@@ -97,8 +102,12 @@ def open_archive(fileobj: BinaryIO, limits: Limits | None = None) -> zipfile.Zip
     limits = limits or Limits.from_settings()
     entries, cd_size = central_directory_size(fileobj)
     if entries > limits.max_entries or cd_size > max(limits.max_entries, 1) * MAX_CD_BYTES_PER_ENTRY:
-        raise PackageError(413, "too_many_entries", f"the archive has more than {limits.max_entries} entries",
-                           {"count": entries, "limit": limits.max_entries})
+        raise PackageError(
+            413,
+            "too_many_entries",
+            f"the archive has more than {limits.max_entries} entries",
+            {"count": entries, "limit": limits.max_entries},
+        )
     fileobj.seek(0)
     try:
         return zipfile.ZipFile(fileobj)
@@ -106,8 +115,9 @@ def open_archive(fileobj: BinaryIO, limits: Limits | None = None) -> zipfile.Zip
         raise PackageError(422, "zip_invalid", f"not a readable ZIP archive: {exc}") from None
 
 
-def preflight(fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, name: str | None,
-              source_name: str = "") -> Plan:
+def preflight(
+    fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, name: str | None, source_name: str = ""
+) -> Plan:
     """Check the whole archive without writing anything; raises PackageError (see module doc)."""
     budget = _Budget(limits)
     unsafe: list[dict] = []
@@ -115,8 +125,12 @@ def preflight(fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, na
     manifest_info = None
     infos = archive.infolist()
     if len(infos) > limits.max_entries:
-        raise PackageError(413, "too_many_entries", f"the archive has more than {limits.max_entries} entries",
-                           {"count": len(infos), "limit": limits.max_entries})
+        raise PackageError(
+            413,
+            "too_many_entries",
+            f"the archive has more than {limits.max_entries} entries",
+            {"count": len(infos), "limit": limits.max_entries},
+        )
     _check_no_overlap(infos)
     for info in infos:
         entry = decode_entry_name(info)
@@ -134,8 +148,9 @@ def preflight(fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, na
             continue
         entries.append((entry, info))
     if unsafe:
-        raise PackageError(422, "unsafe_path", "the archive has entries that are not plain relative paths",
-                           {"entries": unsafe})
+        raise PackageError(
+            422, "unsafe_path", "the archive has entries that are not plain relative paths", {"entries": unsafe}
+        )
 
     manifest = _read_manifest(fileobj, manifest_info, budget) if manifest_info is not None else None
     items: list[PlannedItem] = []
@@ -146,14 +161,24 @@ def preflight(fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, na
             index = next((i for i, (e, _) in enumerate(entries) if e == m["file"] and i not in claimed), None)
             if index is not None:
                 claimed.add(index)
-            items.append(PlannedItem(m["file"], entries[index][1] if index is not None else None,
-                                     _display_name(m.get("display_name"), m["file"]),
-                                     expected_sha256=m.get("sha256")))
-    items += [PlannedItem(e, info, display_name_from_filename(e)) for i, (e, info) in enumerate(entries)
-              if i not in claimed]
+            items.append(
+                PlannedItem(
+                    m["file"],
+                    entries[index][1] if index is not None else None,
+                    _display_name(m.get("display_name"), m["file"]),
+                    expected_sha256=m.get("sha256"),
+                )
+            )
+    items += [
+        PlannedItem(e, info, display_name_from_filename(e)) for i, (e, info) in enumerate(entries) if i not in claimed
+    ]
     if len(items) > limits.max_items:
-        raise PackageError(413, "too_many_items", f"the archive has {len(items)} images; at most {limits.max_items}",
-                           {"count": len(items), "limit": limits.max_items})
+        raise PackageError(
+            413,
+            "too_many_items",
+            f"the archive has {len(items)} images; at most {limits.max_items}",
+            {"count": len(items), "limit": limits.max_items},
+        )
 
     max_pixels = get_settings().max_pixels
     for item in items:
@@ -170,8 +195,12 @@ def preflight(fileobj: BinaryIO, archive: zipfile.ZipFile, *, limits: Limits, na
         except ImageError as exc:
             item.error = {"code": exc.code, "message": str(exc)}
     if (items or manifest is None) and not any(i.error is None for i in items):  # an empty package is fine
-        raise PackageError(422, "no_images", "the archive has no image that can be imported",
-                           {"items": [{"name": i.name, "error": i.error} for i in items]})
+        raise PackageError(
+            422,
+            "no_images",
+            "the archive has no image that can be imported",
+            {"items": [{"name": i.name, "error": i.error} for i in items]},
+        )
 
     collection = (manifest or {}).get("collection")
     named = collection.get("name") if isinstance(collection, dict) else None
@@ -208,8 +237,12 @@ def _read_manifest(fileobj: BinaryIO, info: zipfile.ZipInfo, budget: _Budget) ->
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise PackageError(422, "manifest_invalid", f"manifest.json is not a {FORMAT} manifest")
     if manifest.get("version") != VERSION:
-        raise PackageError(422, "manifest_invalid", f"unsupported {FORMAT} version {manifest.get('version')!r}",
-                           {"supported": [VERSION]})
+        raise PackageError(
+            422,
+            "manifest_invalid",
+            f"unsupported {FORMAT} version {manifest.get('version')!r}",
+            {"supported": [VERSION]},
+        )
     items = manifest.get("items")
     if not isinstance(items, list) or not all(isinstance(i, dict) and isinstance(i.get("file"), str) for i in items):
         raise PackageError(422, "manifest_invalid", "manifest items must be objects with a 'file'")
@@ -218,10 +251,19 @@ def _read_manifest(fileobj: BinaryIO, info: zipfile.ZipInfo, budget: _Budget) ->
     return manifest
 
 
-def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, fileobj: BinaryIO, *,
-                   source_name: str = "", name: str | None = None, process: bool = True,
-                   limits: Limits | None = None, on_plan: Callable[[Plan], None] | None = None,
-                   on_item: Callable[[ItemResult], None] | None = None) -> ImportResult:
+def import_package(
+    sessions: sessionmaker[Session],
+    store,
+    scope: ScopeContext,
+    fileobj: BinaryIO,
+    *,
+    source_name: str = "",
+    name: str | None = None,
+    process: bool = True,
+    limits: Limits | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
+    on_item: Callable[[ItemResult], None] | None = None,
+) -> ImportResult:
     """Preflight the archive, then create the collection and import each item in order.
 
     Args:
@@ -255,8 +297,9 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
                 outcome = ItemResult(item.name, item.display_name, "rejected", error=item.error)
             else:
                 # The membership is written with the meme (same transaction), by the collection's unique name.
-                outcome = _import_item(sessions, store, scope, fileobj, item, budget, collection_name, source_name,
-                                       process, batch_id)
+                outcome = _import_item(
+                    sessions, store, scope, fileobj, item, budget, collection_name, source_name, process, batch_id
+                )
             result.items.append(outcome)
             if on_item is not None:
                 on_item(outcome)
@@ -266,30 +309,54 @@ def import_package(sessions: sessionmaker[Session], store, scope: ScopeContext, 
                 batches.seal(session, scope.scope_id, batch_id)
     with sessions.begin() as session:
         collection = collections.find(session, scope, collection_id)
-        result.collection = {"id": str(collection_id), "name": collection_name,
-                             "item_count": collections.count_items(session, scope, collection_id),
-                             "created_at": collection.created_at.isoformat(),
-                             "updated_at": collection.updated_at.isoformat()}
+        result.collection = {
+            "id": str(collection_id),
+            "name": collection_name,
+            "item_count": collections.count_items(session, scope, collection_id),
+            "created_at": collection.created_at.isoformat(),
+            "updated_at": collection.updated_at.isoformat(),
+        }
     return result
 
 
-def _import_item(sessions, store, scope, fileobj, item: PlannedItem, budget: _Budget, collection_name: str,
-                 source_name: str, process: bool, batch_id: str | None) -> ItemResult:
+def _import_item(
+    sessions,
+    store,
+    scope,
+    fileobj,
+    item: PlannedItem,
+    budget: _Budget,
+    collection_name: str,
+    source_name: str,
+    process: bool,
+    batch_id: str | None,
+) -> ItemResult:
     if item.info is None or item.probed is None:  # the preflight plans only entries it found and probed
         raise ValueError(f"{item.name}: not a planned image entry")
     data = inflate(fileobj, item.info, item.name, budget)
     if hashlib.sha256(data).hexdigest() != item.sha256:  # the archive changed since the preflight
-        return ItemResult(item.name, item.display_name, "rejected",
-                          error={"code": "zip_corrupt", "message": "the entry changed during the import"})
+        return ItemResult(
+            item.name,
+            item.display_name,
+            "rejected",
+            error={"code": "zip_corrupt", "message": "the entry changed during the import"},
+        )
     added = add_image(
-        sessions, store, scope, data,
+        sessions,
+        store,
+        scope,
+        data,
         filename=item.display_name + item.probed.extension,
         provenance={"source": "zip_import", "package": source_name, "entry": item.name},
-        collection_names=[collection_name], process=process, probed=item.probed, batch_id=batch_id,
+        collection_names=[collection_name],
+        process=process,
+        probed=item.probed,
+        batch_id=batch_id,
     )
     if added.meme_id is None:
-        return ItemResult(item.name, item.display_name, "rejected",
-                          error={"code": added.error, "message": added.message})
+        return ItemResult(
+            item.name, item.display_name, "rejected", error={"code": added.error, "message": added.message}
+        )
     with sessions.begin() as session:
         meme = session.execute(
             select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == UUID(added.meme_id))

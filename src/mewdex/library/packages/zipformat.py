@@ -29,8 +29,22 @@ MAX_MANIFEST_DEPTH = 32
 READ_CHUNK = 256 * 1024
 _WINDOWS_FORBIDDEN = frozenset('<>:"/\\|?*')
 _WINDOWS_DEVICES = frozenset(
-    {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10)),
-     "COM¹", "COM²", "COM³", "LPT¹", "LPT²", "LPT³", "CONIN$", "CONOUT$"}
+    {
+        "CON",
+        "PRN",
+        "AUX",
+        "NUL",
+        *(f"COM{i}" for i in range(10)),
+        *(f"LPT{i}" for i in range(10)),
+        "COM¹",
+        "COM²",
+        "COM³",
+        "LPT¹",
+        "LPT²",
+        "LPT³",
+        "CONIN$",
+        "CONOUT$",
+    }
 )
 _GRAPHEME = regex.compile(r"\X")
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -48,8 +62,10 @@ class PackageError(Exception):
 def safe_entry_stem(name: str) -> str:
     """A file-name stem safe on Windows, macOS and Linux made from a display name (see module doc)."""
     s = unicodedata.normalize("NFC", name)
-    s = "".join("_" if ch in _WINDOWS_FORBIDDEN or unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")
-                else ch for ch in s)
+    s = "".join(
+        "_" if ch in _WINDOWS_FORBIDDEN or unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") else ch
+        for ch in s
+    )
     s = _truncate_bytes(s.strip(), MAX_ENTRY_NAME_BYTES).rstrip(" .").lstrip(" ")
     if not s:
         s = "image"
@@ -136,8 +152,8 @@ def _unicode_path_field(extra: bytes, raw_name: bytes) -> str | None:
     """The Info-ZIP Unicode Path extra field (0x7075), when present and matching the raw name."""
     i = 0
     while i + 4 <= len(extra):
-        tag, size = struct.unpack("<HH", extra[i:i + 4])
-        body = extra[i + 4:i + 4 + size]
+        tag, size = struct.unpack("<HH", extra[i : i + 4])
+        body = extra[i + 4 : i + 4 + size]
         if tag == 0x7075 and len(body) >= 5 and body[0] == 1:
             if struct.unpack("<I", body[1:5])[0] == zlib.crc32(raw_name):
                 try:
@@ -168,8 +184,12 @@ def _is_symlink(info: zipfile.ZipInfo) -> bool:
 def _is_junk(name: str) -> bool:
     parts = name.split("/")
     base = parts[-1]
-    return (parts[0] == "__MACOSX" or base.startswith(".") or base.lower() in _JUNK_NAMES
-            or any(p.startswith(".") for p in parts[:-1]))
+    return (
+        parts[0] == "__MACOSX"
+        or base.startswith(".")
+        or base.lower() in _JUNK_NAMES
+        or any(p.startswith(".") for p in parts[:-1])
+    )
 
 
 def central_directory_size(fileobj: BinaryIO) -> tuple[int, int]:
@@ -184,10 +204,10 @@ def central_directory_size(fileobj: BinaryIO) -> tuple[int, int]:
     at = tail.rfind(b"PK\x05\x06")
     if at < 0 or len(tail) - at < 22:
         raise PackageError(422, "zip_invalid", "not a readable ZIP archive: no end of central directory")
-    _, _, _, _, entries, cd_size, _, _ = struct.unpack("<4sHHHHIIH", tail[at:at + 22])
+    _, _, _, _, entries, cd_size, _, _ = struct.unpack("<4sHHHHIIH", tail[at : at + 22])
     locator = tail.rfind(b"PK\x06\x07", 0, at)
     if (entries == 0xFFFF or cd_size == 0xFFFFFFFF) and locator >= 0 and at - locator >= 20:
-        (z64_offset,) = struct.unpack("<Q", tail[locator + 8:locator + 16])
+        (z64_offset,) = struct.unpack("<Q", tail[locator + 8 : locator + 16])
         fileobj.seek(z64_offset)
         record = fileobj.read(56)
         if len(record) == 56 and record[:4] == b"PK\x06\x06":
@@ -201,8 +221,9 @@ def inflate(fileobj: BinaryIO, info: zipfile.ZipInfo, name: str, budget: _Budget
     if info.flag_bits & 0x1:
         raise PackageError(422, "zip_unsupported", f"entry {name!r} is encrypted", {"entry": name})
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        raise PackageError(422, "zip_unsupported", f"entry {name!r} uses compression method {info.compress_type}",
-                           {"entry": name})
+        raise PackageError(
+            422, "zip_unsupported", f"entry {name!r} uses compression method {info.compress_type}", {"entry": name}
+        )
     fileobj.seek(info.header_offset)
     header = fileobj.read(30)
     if len(header) != 30 or header[:4] != b"PK\x03\x04":
@@ -211,8 +232,7 @@ def inflate(fileobj: BinaryIO, info: zipfile.ZipInfo, name: str, budget: _Budget
     local_name = fileobj.read(name_len)
     central_name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "surrogateescape")
     if local_name != central_name:
-        raise PackageError(422, "zip_corrupt", f"entry {name!r} has another name in its local header",
-                           {"entry": name})
+        raise PackageError(422, "zip_corrupt", f"entry {name!r} has another name in its local header", {"entry": name})
     fileobj.seek(info.header_offset + 30 + name_len + extra_len)
 
     out = bytearray()
@@ -222,18 +242,28 @@ def inflate(fileobj: BinaryIO, info: zipfile.ZipInfo, name: str, budget: _Budget
         if not piece:
             return
         if len(out) + len(piece) > limits.max_entry_bytes:
-            raise PackageError(413, "entry_too_large", f"entry {name!r} inflates past {limits.max_entry_bytes} bytes",
-                               {"entry": name, "limit": limits.max_entry_bytes})
+            raise PackageError(
+                413,
+                "entry_too_large",
+                f"entry {name!r} inflates past {limits.max_entry_bytes} bytes",
+                {"entry": name, "limit": limits.max_entry_bytes},
+            )
         if budget.total + len(piece) > limits.max_total_bytes:
-            raise PackageError(413, "package_too_large",
-                               f"the archive inflates past {limits.max_total_bytes} bytes",
-                               {"entry": name, "limit": limits.max_total_bytes})
+            raise PackageError(
+                413,
+                "package_too_large",
+                f"the archive inflates past {limits.max_total_bytes} bytes",
+                {"entry": name, "limit": limits.max_total_bytes},
+            )
         out.extend(piece)
         budget.total += len(piece)
         if len(out) > RATIO_FLOOR_BYTES and len(out) > limits.max_ratio * max(consumed, 1):
-            raise PackageError(413, "compression_ratio_exceeded",
-                               f"entry {name!r} inflates more than {limits.max_ratio:g} times its compressed size",
-                               {"entry": name, "limit": limits.max_ratio})
+            raise PackageError(
+                413,
+                "compression_ratio_exceeded",
+                f"entry {name!r} inflates more than {limits.max_ratio:g} times its compressed size",
+                {"entry": name, "limit": limits.max_ratio},
+            )
 
     remaining = info.compress_size
     deflated = info.compress_type == zipfile.ZIP_DEFLATED
@@ -259,20 +289,24 @@ def inflate(fileobj: BinaryIO, info: zipfile.ZipInfo, name: str, budget: _Budget
     if inflater is not None and not inflater.eof:
         raise PackageError(422, "zip_corrupt", f"entry {name!r} is truncated", {"entry": name})
     if len(out) != info.file_size or zlib.crc32(out) != info.CRC:
-        raise PackageError(422, "zip_corrupt", f"entry {name!r} does not match its header (size or CRC)",
-                           {"entry": name})
+        raise PackageError(
+            422, "zip_corrupt", f"entry {name!r} does not match its header (size or CRC)", {"entry": name}
+        )
     return bytes(out)
 
 
 def _check_no_overlap(infos: list[zipfile.ZipInfo]) -> None:
     """422 ``zip_corrupt`` when two entries share bytes (a local header inside another entry's
     data): overlapping entries are how small archives inflate to enormous sizes."""
-    spans = sorted((info.header_offset, info.header_offset + 30 + len(info.orig_filename) + info.compress_size, info)
-                   for info in infos)
+    spans = sorted(
+        (info.header_offset, info.header_offset + 30 + len(info.orig_filename) + info.compress_size, info)
+        for info in infos
+    )
     for (_start, end, info), (next_start, _, other) in zip(spans, spans[1:], strict=False):
         if next_start < end:
-            raise PackageError(422, "zip_corrupt", "the archive has overlapping entries",
-                               {"entries": [info.filename, other.filename]})
+            raise PackageError(
+                422, "zip_corrupt", "the archive has overlapping entries", {"entries": [info.filename, other.filename]}
+            )
 
 
 def _depth(value: Any, limit: int) -> int:

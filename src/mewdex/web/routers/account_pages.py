@@ -27,15 +27,27 @@ def login_page(request: Request, next: str = "/", session: Session = Depends(db_
     if not _same_site_path(next):
         next = "/"  # no open redirect
     found = sessions.resolve_session(session, request.cookies.get(sessions.COOKIE_NAME, ""))
-    return render(request, "login.html", {
-        "page": "login", "user": found[1] if found else None, "next": next,
-        "signup_enabled": users.signup_enabled(session), "first_admin": not users.any_users(session),
-    })
+    return render(
+        request,
+        "login.html",
+        {
+            "page": "login",
+            "user": found[1] if found else None,
+            "next": next,
+            "signup_enabled": users.signup_enabled(session),
+            "first_admin": not users.any_users(session),
+        },
+    )
 
 
 @router.get("/admin", dependencies=[Depends(require_admin)])
 def admin_page(request: Request, session: Session = Depends(db_session)):
-    return render(request, "admin.html", {
-        "page": "admin", "users": [admin_user_dict(session, u) for u in users.list_users(session)],
-        "signup_enabled": bool(get_setting(session, "signup_enabled", False)),
-    })
+    return render(
+        request,
+        "admin.html",
+        {
+            "page": "admin",
+            "users": [admin_user_dict(session, u) for u in users.list_users(session)],
+            "signup_enabled": bool(get_setting(session, "signup_enabled", False)),
+        },
+    )

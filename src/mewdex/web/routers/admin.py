@@ -33,8 +33,12 @@ from mewdex.web.deps import db_session, parse_id, require_admin
 from mewdex.web.errors import ApiError, error_responses
 from mewdex.web.routers.usage import time_range
 
-router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)],
-                   responses=error_responses(401, 403, 404, 409, 422))
+router = APIRouter(
+    prefix="/api/v1/admin",
+    tags=["admin"],
+    dependencies=[Depends(require_admin)],
+    responses=error_responses(401, 403, 404, 409, 422),
+)
 
 
 class QuotaPatch(BaseModel):
@@ -91,9 +95,12 @@ def patch_user(user_id: str, body: UserPatch, session: Session = Depends(db_sess
 
 
 @router.get("/usage", response_model=UsageSummary)
-def all_usage(start: datetime | None = Query(None, alias="from"), end: datetime | None = Query(None, alias="to"),
-              group_by: str = Query("day", pattern="^(day|kind|model_profile|user)$"),
-              session: Session = Depends(db_session)):
+def all_usage(
+    start: datetime | None = Query(None, alias="from"),
+    end: datetime | None = Query(None, alias="to"),
+    group_by: str = Query("day", pattern="^(day|kind|model_profile|user)$"),
+    session: Session = Depends(db_session),
+):
     """Every user's usage: the ``/api/v1/usage`` shape, ``group_by=user`` keys by user id."""
     start, end = time_range(start, end)
     return usage.summary(session, start=start, end=end, group_by=group_by)

@@ -68,10 +68,12 @@ def _sign_in(request: Request, response: Response, session: Session, user: User)
     value, csrf = sessions.start_session(session, user)
     max_age = get_settings().session_days * 86400
     secure = get_settings().session_cookie_secure or request.url.scheme == "https"
-    response.set_cookie(sessions.COOKIE_NAME, value, max_age=max_age, httponly=True, samesite="lax", secure=secure,
-                        path="/")
-    response.set_cookie(sessions.CSRF_COOKIE_NAME, csrf, max_age=max_age, httponly=False, samesite="lax",
-                        secure=secure, path="/")
+    response.set_cookie(
+        sessions.COOKIE_NAME, value, max_age=max_age, httponly=True, samesite="lax", secure=secure, path="/"
+    )
+    response.set_cookie(
+        sessions.CSRF_COOKIE_NAME, csrf, max_age=max_age, httponly=False, samesite="lax", secure=secure, path="/"
+    )
     return csrf
 
 
@@ -84,8 +86,9 @@ def signup(body: SignupRequest, request: Request, response: Response, session: S
     account); 422 ``email_invalid``, ``password_too_short``, ``password_too_long`` (over 72 UTF-8
     bytes), ``password_invalid``, ``name_too_long``; 429 ``rate_limited`` (sign-ups per address)."""
     sessions.check_signup_rate(client_ip(request))
-    user = users.create_user(session, body.email, body.password, name=body.name, check_signup=True,
-                             setup_code=body.setup_code)
+    user = users.create_user(
+        session, body.email, body.password, name=body.name, check_signup=True, setup_code=body.setup_code
+    )
     csrf = _sign_in(request, response, session, user)
     return {"user": users.user_dict(user), "csrf_token": csrf}
 
@@ -121,8 +124,12 @@ def logout_everywhere(user: User = Depends(current_user), session: Session = Dep
 
 
 @router.post("/auth/password", status_code=204)
-def change_password(body: PasswordRequest, principal: Principal = Depends(current_principal),
-                    user: User = Depends(current_user), session: Session = Depends(db_session)) -> Response:
+def change_password(
+    body: PasswordRequest,
+    principal: Principal = Depends(current_principal),
+    user: User = Depends(current_user),
+    session: Session = Depends(db_session),
+) -> Response:
     """Change the password; every other session of the user ends, every API token is revoked and
     every signed link dies. 401 ``invalid_credentials``."""
     users.change_password(session, user, body.current_password, body.new_password)
@@ -131,13 +138,15 @@ def change_password(body: PasswordRequest, principal: Principal = Depends(curren
 
 
 @router.get("/me", response_model=Me)
-def me(request: Request, principal: Principal = Depends(current_principal),
-       session: Session = Depends(db_session)):
+def me(request: Request, principal: Principal = Depends(current_principal), session: Session = Depends(db_session)):
     """The caller: ``{"user": {...} | null, "auth": {"mode", "via"}, "scope_id", "quota", "disk",
     "analysis_cost_this_month"}`` (``user`` null in single-user mode)."""
     out = {
-        "user": None, "auth": {"mode": auth_mode(session, bind_host(request)), "via": principal.via},
-        "scope_id": principal.scope.scope_id, "quota": None, "disk": None,
+        "user": None,
+        "auth": {"mode": auth_mode(session, bind_host(request)), "via": principal.via},
+        "scope_id": principal.scope.scope_id,
+        "quota": None,
+        "disk": None,
         "analysis_cost_this_month": float(usage.month_cost(session, principal.scope.scope_id)),
     }
     if principal.user is not None:
@@ -154,8 +163,7 @@ def create_token(body: TokenRequest, user: User = Depends(current_user), session
     ``write`` (changes), ``admin`` (the admin API; admins only), default read+write; ``expires_in_days``
     default never. 422 ``name_required``/``name_too_long``/``scope_invalid``/``expiry_invalid``; 403
     ``admin_required``."""
-    row, plain = tokens.create_token(session, user, body.name, scopes=body.scopes,
-                                     expires_in_days=body.expires_in_days)
+    row, plain = tokens.create_token(session, user, body.name, scopes=body.scopes, expires_in_days=body.expires_in_days)
     return {**tokens.token_dict(row), "token": plain}
 
 
@@ -173,9 +181,13 @@ def revoke_token(token_id: str, user: User = Depends(current_user), session: Ses
 
 
 @router.get("/memes/{meme_id}/signed-url", responses=error_responses(401, 404), response_model=SignedUrl)
-def signed_url(meme_id: str, ttl_seconds: int | None = Query(None, ge=1, le=media_urls.MAX_TTL_SECONDS),
-               thumbnail: bool = False, principal: Principal = Depends(current_principal),
-               session: Session = Depends(db_session)):
+def signed_url(
+    meme_id: str,
+    ttl_seconds: int | None = Query(None, ge=1, le=media_urls.MAX_TTL_SECONDS),
+    thumbnail: bool = False,
+    principal: Principal = Depends(current_principal),
+    session: Session = Depends(db_session),
+):
     """A link to the meme's bytes (or thumbnail) that works without signing in until it expires (at
     most a day) or the user is disabled or changes the password:
     ``{"url": "/media/{id}?exp=…&kid=…&u=…&sig=…", "expires_at"}``; default lifetime

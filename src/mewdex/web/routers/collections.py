@@ -34,8 +34,13 @@ router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
 
 
 def collection_brief(collection: MemeCollection, item_count: int) -> CollectionBrief:
-    return CollectionBrief(id=str(collection.id), name=collection.name, item_count=item_count,
-                           created_at=collection.created_at.isoformat(), updated_at=collection.updated_at.isoformat())
+    return CollectionBrief(
+        id=str(collection.id),
+        name=collection.name,
+        item_count=item_count,
+        created_at=collection.created_at.isoformat(),
+        updated_at=collection.updated_at.isoformat(),
+    )
 
 
 def collection_dict(collection: MemeCollection, item_count: int) -> dict:
@@ -49,17 +54,33 @@ def list_collections(session: Session = Depends(db_session), scope: ScopeContext
 
 
 @router.post("", status_code=201, response_model=CollectionBrief)
-def create_collection(body: CollectionNameRequest, session: Session = Depends(db_session),
-                      scope: ScopeContext = Depends(current_scope)):
+def create_collection(
+    body: CollectionNameRequest, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
     """``{"name"}`` → 201 the new collection; 422 ``collection_name_invalid``, 409 ``collection_name_taken``."""
     collection = collections.create(session, scope, body.name)
     return collection_brief(collection, 0)
 
 
-@router.post("/import", status_code=201, response_model=ImportResponse, openapi_extra={"requestBody": {
-    "required": True, "content": {"multipart/form-data": {"schema": {
-        "type": "object", "required": ["file"],
-        "properties": {"file": {"type": "string", "format": "binary"}, "name": {"type": "string"}}}}}}})
+@router.post(
+    "/import",
+    status_code=201,
+    response_model=ImportResponse,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file"],
+                        "properties": {"file": {"type": "string", "format": "binary"}, "name": {"type": "string"}},
+                    }
+                }
+            },
+        }
+    },
+)
 async def import_package(request: Request, scope: ScopeContext = Depends(streaming_scope)):
     """Multipart ``file`` (a ``mewdex-collection`` ZIP or a plain ZIP of images), optional ``name``.
 
@@ -72,8 +93,13 @@ async def import_package(request: Request, scope: ScopeContext = Depends(streami
         upload, fields = await receive_zip_upload(request)
     try:
         result = await _run_in_thread(
-            packages.import_package, get_sessionmaker(), blob_store(), scope, upload.file,
-            source_name=upload.filename or "", name=fields.get("name"),
+            packages.import_package,
+            get_sessionmaker(),
+            blob_store(),
+            scope,
+            upload.file,
+            source_name=upload.filename or "",
+            name=fields.get("name"),
         )
     finally:
         upload.file.close()
@@ -114,8 +140,9 @@ async def receive_zip_upload(request: Request) -> tuple[UploadFile, dict[str, st
 
 
 @router.get("/{collection_id}", response_model=Collection)
-def read_collection(collection_id: str, session: Session = Depends(db_session),
-                    scope: ScopeContext = Depends(current_scope)):
+def read_collection(
+    collection_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
     """The collection with ``items`` (meme summaries in member order); 404 ``not_found``."""
     collection = collections.find(session, scope, parse_id(collection_id, "collection"))
     items = collections.members(session, scope, collection.id)
@@ -123,24 +150,33 @@ def read_collection(collection_id: str, session: Session = Depends(db_session),
 
 
 @router.patch("/{collection_id}", response_model=CollectionBrief)
-def rename_collection(collection_id: str, body: CollectionNameRequest, session: Session = Depends(db_session),
-                      scope: ScopeContext = Depends(current_scope)):
+def rename_collection(
+    collection_id: str,
+    body: CollectionNameRequest,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     """``{"name"}`` → the renamed collection; 404, 422 ``collection_name_invalid``, 409 ``collection_name_taken``."""
     collection = collections.rename(session, scope, parse_id(collection_id, "collection"), body.name)
     return collection_brief(collection, collections.count_items(session, scope, collection.id))
 
 
 @router.delete("/{collection_id}", status_code=204)
-def delete_collection(collection_id: str, session: Session = Depends(db_session),
-                      scope: ScopeContext = Depends(current_scope)) -> Response:
+def delete_collection(
+    collection_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+) -> Response:
     """Delete the collection (its memes stay in the library); 204, or 404 ``not_found``."""
     collections.remove(session, scope, parse_id(collection_id, "collection"))
     return Response(status_code=204)
 
 
 @router.post("/{collection_id}/items", response_model=AddItemsResponse)
-def add_items(collection_id: str, body: AddItemsRequest, session: Session = Depends(db_session),
-              scope: ScopeContext = Depends(current_scope)):
+def add_items(
+    collection_id: str,
+    body: AddItemsRequest,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     """``{"meme_ids": [...]}`` → ``{"added", "already_members", "item_count"}``; all or nothing:
     422 ``memes_not_found`` (details ``missing``) when any id is missing or another scope's."""
     cid = parse_id(collection_id, "collection")
@@ -149,15 +185,23 @@ def add_items(collection_id: str, body: AddItemsRequest, session: Session = Depe
 
 
 @router.delete("/{collection_id}/items/{meme_id}", status_code=204)
-def remove_item(collection_id: str, meme_id: str, session: Session = Depends(db_session),
-                scope: ScopeContext = Depends(current_scope)) -> Response:
+def remove_item(
+    collection_id: str,
+    meme_id: str,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+) -> Response:
     """Take a meme out of the collection (the meme stays); 204, or 404 ``not_found``."""
     collections.remove_member(session, scope, parse_id(collection_id, "collection"), parse_id(meme_id))
     return Response(status_code=204)
 
 
-ZIP_RESPONSE: dict[int | str, dict[str, Any]] = {200: {"description": "the ZIP, streamed",
-                     "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}}}}
+ZIP_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the ZIP, streamed",
+        "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
 
 
 @router.get("/{collection_id}/export", response_class=StreamingResponse, responses=ZIP_RESPONSE)

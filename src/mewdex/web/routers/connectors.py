@@ -46,36 +46,67 @@ def _iso(value) -> str | None:
 
 
 def definition_dict(d: ExternalSystemDefinition, *, admin: bool) -> dict:
-    return {"id": str(d.definition_id), "provider": d.provider, "name": d.name, "config": d.config,
-            "revision": d.revision, "owner_type": d.owner_type, "visibility": d.visibility,
-            "trust_level": d.trust_level, "review_status": d.review_status, "enabled": d.enabled,
-            "has_platform_credentials": bool(d.credentials),
-            "credential_hint": d.credential_hint if admin else None}
+    return {
+        "id": str(d.definition_id),
+        "provider": d.provider,
+        "name": d.name,
+        "config": d.config,
+        "revision": d.revision,
+        "owner_type": d.owner_type,
+        "visibility": d.visibility,
+        "trust_level": d.trust_level,
+        "review_status": d.review_status,
+        "enabled": d.enabled,
+        "has_platform_credentials": bool(d.credentials),
+        "credential_hint": d.credential_hint if admin else None,
+    }
 
 
 def connection_dict(session: Session, s: ExternalSystem) -> dict:
     d = connectors.get_definition(session, s.definition_id)
-    return {"id": str(s.external_system_id), "definition_id": str(s.definition_id), "provider": d.provider,
-            "name": s.name, "credential_hint": s.credential_hint, "state": connectors.connection_state(s, d),
-            "verified_revision": s.verified_revision, "definition_revision": d.revision, "last_error": s.last_error,
-            "last_verified_at": _iso(s.last_verified_at)}
+    return {
+        "id": str(s.external_system_id),
+        "definition_id": str(s.definition_id),
+        "provider": d.provider,
+        "name": s.name,
+        "credential_hint": s.credential_hint,
+        "state": connectors.connection_state(s, d),
+        "verified_revision": s.verified_revision,
+        "definition_revision": d.revision,
+        "last_error": s.last_error,
+        "last_verified_at": _iso(s.last_verified_at),
+    }
 
 
 def audit_dict(a: ExternalSystemAudit) -> dict:
-    return {"id": str(a.audit_id), "scope_id": a.scope_id, "definition_id": str(a.definition_id) if a.definition_id else None,
-            "definition_revision": a.definition_revision,
-            "external_system_id": str(a.external_system_id) if a.external_system_id else None,
-            "task_id": a.task_id, "event": a.event, "operation_id": a.operation_id, "outcome": a.outcome,
-            "status_code": a.status_code, "duration_ms": a.duration_ms, "response_bytes": a.response_bytes,
-            "detail": a.detail, "created_at": _iso(a.created_at)}
+    return {
+        "id": str(a.audit_id),
+        "scope_id": a.scope_id,
+        "definition_id": str(a.definition_id) if a.definition_id else None,
+        "definition_revision": a.definition_revision,
+        "external_system_id": str(a.external_system_id) if a.external_system_id else None,
+        "task_id": a.task_id,
+        "event": a.event,
+        "operation_id": a.operation_id,
+        "outcome": a.outcome,
+        "status_code": a.status_code,
+        "duration_ms": a.duration_ms,
+        "response_bytes": a.response_bytes,
+        "detail": a.detail,
+        "created_at": _iso(a.created_at),
+    }
 
 
 def _user(principal: Principal):
     from mewdex.web.errors import ApiError
 
     if principal.user is None:
-        raise ApiError(409, "no_accounts", "connections belong to accounts; single-user mode uses the platform's "
-                                           "connectors (MEWDEX_OPENAI_* or `mewdex connectors create`)")
+        raise ApiError(
+            409,
+            "no_accounts",
+            "connections belong to accounts; single-user mode uses the platform's "
+            "connectors (MEWDEX_OPENAI_* or `mewdex connectors create`)",
+        )
     return principal.user
 
 
@@ -84,8 +115,11 @@ def _user(principal: Principal):
 
 @router.get("/connectors/definitions", response_model=ConnectorDefinitionList)
 def my_definitions(principal: Principal = Depends(current_principal), session: Session = Depends(db_session)):
-    return {"definitions": [definition_dict(d, admin=False)
-                            for d in connectors.visible_definitions(session, principal.user)]}
+    return {
+        "definitions": [
+            definition_dict(d, admin=False) for d in connectors.visible_definitions(session, principal.user)
+        ]
+    }
 
 
 @router.get("/connectors/connections", response_model=ConnectionList)
@@ -102,8 +136,9 @@ def connect(body: ConnectionCreate, principal: Principal = Depends(current_princ
     sessions = get_sessionmaker()
     with sessions.begin() as session:
         user = session.merge(_user(principal), load=True)
-        system = connectors.save_connection(session, user, parse_id(body.definition_id, "connector"),
-                                            body.credentials, body.name)
+        system = connectors.save_connection(
+            session, user, parse_id(body.definition_id, "connector"), body.credentials, body.name
+        )
         system_id = system.external_system_id
     return _verified(sessions, principal.scope, system_id, principal)
 
@@ -126,15 +161,19 @@ def _verified(sessions, scope: ScopeContext, system_id, principal: Principal) ->
 
 
 @router.delete("/connectors/connections/{connection_id}", status_code=204, response_class=Response)
-def disconnect(connection_id: str, principal: Principal = Depends(current_principal),
-               session: Session = Depends(db_session)):
+def disconnect(
+    connection_id: str, principal: Principal = Depends(current_principal), session: Session = Depends(db_session)
+):
     connectors.delete_connection(session, _user(principal), parse_id(connection_id, "connection"))
     return Response(status_code=204)
 
 
 @router.get("/connectors/audits", response_model=AuditList)
-def my_audits(limit: int = Query(100, ge=1, le=500), scope: ScopeContext = Depends(current_scope),
-              session: Session = Depends(db_session)):
+def my_audits(
+    limit: int = Query(100, ge=1, le=500),
+    scope: ScopeContext = Depends(current_scope),
+    session: Session = Depends(db_session),
+):
     return {"audits": [audit_dict(a) for a in connectors.list_audits(session, scope_id=scope.scope_id, limit=limit)]}
 
 
@@ -144,8 +183,9 @@ def get_policy(scope: ScopeContext = Depends(current_scope), session: Session = 
 
 
 @router.patch("/analysis-policy", response_model=AnalysisPolicy)
-def patch_policy(body: AnalysisPolicyPatch, scope: ScopeContext = Depends(current_scope),
-                 session: Session = Depends(db_session)):
+def patch_policy(
+    body: AnalysisPolicyPatch, scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)
+):
     return policy.update(session, scope, **body.model_dump(exclude_none=True))
 
 
@@ -158,39 +198,67 @@ def all_definitions(session: Session = Depends(db_session)):
 
 
 @router.post("/admin/connectors", response_model=ConnectorDefinition, status_code=201)
-def create_definition(body: ConnectorDefinitionCreate, principal: Principal = Depends(require_admin),
-                      session: Session = Depends(db_session)):
+def create_definition(
+    body: ConnectorDefinitionCreate,
+    principal: Principal = Depends(require_admin),
+    session: Session = Depends(db_session),
+):
     row = connectors.create_definition(
-        session, provider=body.provider, name=body.name, config=body.config, visibility=body.visibility,
-        trust_level=body.trust_level, enabled=body.enabled, credentials=body.credentials,
-        created_by=principal.user.user_id if principal.user else None)
+        session,
+        provider=body.provider,
+        name=body.name,
+        config=body.config,
+        visibility=body.visibility,
+        trust_level=body.trust_level,
+        enabled=body.enabled,
+        credentials=body.credentials,
+        created_by=principal.user.user_id if principal.user else None,
+    )
     return definition_dict(row, admin=True)
 
 
-@router.patch("/admin/connectors/{definition_id}", response_model=ConnectorDefinition,
-              dependencies=[Depends(require_admin)])
+@router.patch(
+    "/admin/connectors/{definition_id}", response_model=ConnectorDefinition, dependencies=[Depends(require_admin)]
+)
 def patch_definition(definition_id: str, body: ConnectorDefinitionPatch, session: Session = Depends(db_session)):
     changes = body.model_dump(exclude_none=True)
-    row = connectors.update_definition(session, parse_id(definition_id, "connector"), config=changes.pop("config", None),
-                                       credentials=changes.pop("credentials", None), **changes)
+    row = connectors.update_definition(
+        session,
+        parse_id(definition_id, "connector"),
+        config=changes.pop("config", None),
+        credentials=changes.pop("credentials", None),
+        **changes,
+    )
     return definition_dict(row, admin=True)
 
 
 @router.put("/admin/connectors/{definition_id}/grants/{user_id}", status_code=204, response_class=Response)
-def grant(definition_id: str, user_id: str, principal: Principal = Depends(require_admin),
-          session: Session = Depends(db_session)):
+def grant(
+    definition_id: str,
+    user_id: str,
+    principal: Principal = Depends(require_admin),
+    session: Session = Depends(db_session),
+):
     from mewdex.platform.users import get_user
 
     target = get_user(session, parse_id(user_id, "user"))
     if target is None:
         raise ProviderError("not_found", "user not found")
-    connectors.grant(session, parse_id(definition_id, "connector"), target.user_id,
-                     principal.user.user_id if principal.user else None)
+    connectors.grant(
+        session,
+        parse_id(definition_id, "connector"),
+        target.user_id,
+        principal.user.user_id if principal.user else None,
+    )
     return Response(status_code=204)
 
 
-@router.delete("/admin/connectors/{definition_id}/grants/{user_id}", status_code=204, response_class=Response,
-               dependencies=[Depends(require_admin)])
+@router.delete(
+    "/admin/connectors/{definition_id}/grants/{user_id}",
+    status_code=204,
+    response_class=Response,
+    dependencies=[Depends(require_admin)],
+)
 def revoke(definition_id: str, user_id: str, session: Session = Depends(db_session)):
     connectors.revoke(session, parse_id(definition_id, "connector"), parse_id(user_id, "user"))
     return Response(status_code=204)

@@ -31,29 +31,45 @@ router = APIRouter(prefix="/api/v1/conversations", tags=["assistant"])
 
 def view(c: Conversation) -> dict[str, Any]:
     """A conversation as :class:`mewdex.dto.assistant.Conversation`."""
-    return {"id": str(c.conversation_id), "name": c.name, "title_source": c.title_source,
-            "auto_title_pending": c.auto_title_pending, "channel": c.channel, "run_status": c.run_status,
-            "run_error": c.run_error, "next_message_idx": c.next_message_idx, "tokens_prompt": c.tokens_prompt,
-            "tokens_completion": c.tokens_completion, "cost_cny": float(c.cost_cny or 0),
-            "created_at": c.created_at.isoformat(), "updated_at": c.updated_at.isoformat(),
-            "deleted_at": c.deleted_at.isoformat() if c.deleted_at else None}
+    return {
+        "id": str(c.conversation_id),
+        "name": c.name,
+        "title_source": c.title_source,
+        "auto_title_pending": c.auto_title_pending,
+        "channel": c.channel,
+        "run_status": c.run_status,
+        "run_error": c.run_error,
+        "next_message_idx": c.next_message_idx,
+        "tokens_prompt": c.tokens_prompt,
+        "tokens_completion": c.tokens_completion,
+        "cost_cny": float(c.cost_cny or 0),
+        "created_at": c.created_at.isoformat(),
+        "updated_at": c.updated_at.isoformat(),
+        "deleted_at": c.deleted_at.isoformat() if c.deleted_at else None,
+    }
 
 
 @router.post("", response_model=dto.Conversation, status_code=201)
-def create(body: dto.ConversationCreate, session: Session = Depends(db_session),
-           scope: ScopeContext = Depends(current_scope)):
+def create(
+    body: dto.ConversationCreate, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
     """A new conversation (``name`` optional: the first message titles it); its user is the scope's owner."""
     c = conversations.create(session, scope, name=body.name)
     return view(c)
 
 
 @router.get("", response_model=dto.ConversationList)
-def list_all(q: str | None = Query(None, max_length=200), deleted: bool = False,
-             limit: int = Query(50, ge=1, le=200), session: Session = Depends(db_session),
-             scope: ScopeContext = Depends(current_scope)):
+def list_all(
+    q: str | None = Query(None, max_length=200),
+    deleted: bool = False,
+    limit: int = Query(50, ge=1, le=200),
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     """``{"items"}`` most recently updated first; ``q`` matches titles and message text; ``deleted``: the trash."""
-    return {"items": [view(c) for c in conversations.list_conversations(session, scope, q=q, deleted=deleted,
-                                                                          limit=limit)]}
+    return {
+        "items": [view(c) for c in conversations.list_conversations(session, scope, q=q, deleted=deleted, limit=limit)]
+    }
 
 
 @router.get("/{conversation_id}", response_model=dto.Conversation)
@@ -62,8 +78,12 @@ def read(conversation_id: str, session: Session = Depends(db_session), scope: Sc
 
 
 @router.patch("/{conversation_id}", response_model=dto.Conversation)
-def patch(conversation_id: str, body: dto.ConversationPatch, session: Session = Depends(db_session),
-          scope: ScopeContext = Depends(current_scope)):
+def patch(
+    conversation_id: str,
+    body: dto.ConversationPatch,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     """Rename (a manual title; a pending auto-title is dropped)."""
     return view(conversations.rename(session, scope, conversation_id, body.name))
 
@@ -75,40 +95,66 @@ def remove(conversation_id: str, session: Session = Depends(db_session), scope: 
 
 
 @router.post("/{conversation_id}/restore", response_model=dto.Conversation)
-def restore(conversation_id: str, session: Session = Depends(db_session),
-            scope: ScopeContext = Depends(current_scope)):
+def restore(conversation_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     return view(conversations.restore(session, scope, conversation_id))
 
 
 @router.post("/{conversation_id}/cancel", response_model=dto.Conversation)
-def cancel(conversation_id: str, session: Session = Depends(db_session),
-           scope: ScopeContext = Depends(current_scope)):
+def cancel(conversation_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Stop the reply being written (``cancelling``; the stream ends it ``cancelled``); 409 ``run_not_active``."""
     return view(runs.cancel(session, scope, conversation_id))
 
 
 @router.get("/{conversation_id}/messages", response_model=dto.MessagePage)
-def list_messages(conversation_id: str, before_idx: int | None = Query(None, ge=0),
-                  limit: int = Query(50, ge=1, le=200), session: Session = Depends(db_session),
-                  scope: ScopeContext = Depends(current_scope)):
+def list_messages(
+    conversation_id: str,
+    before_idx: int | None = Query(None, ge=0),
+    limit: int = Query(50, ge=1, le=200),
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     """Up to ``limit`` messages before ``before_idx`` (the newest when absent), in ``idx`` order."""
     _c, rows = conversations.messages(session, scope, conversation_id, before_idx=before_idx, limit=limit)
     first = rows[0].idx if rows else None
     return {"items": [chat.message_view(m) for m in rows], "next_before_idx": first if first else None}
 
 
-MESSAGE_BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": {"type": "object", "required": ["content"],
-                                    "properties": {"content": {"type": "string", "maxLength": 2000}}}},
-    "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
-        "file": {"type": "string", "format": "binary"}, "content": {"type": "string"}}}}}}}
+MESSAGE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["content"],
+                    "properties": {"content": {"type": "string", "maxLength": 2000}},
+                }
+            },
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {"file": {"type": "string", "format": "binary"}, "content": {"type": "string"}},
+                }
+            },
+        },
+    }
+}
 
 
 # With ``Accept: text/event-stream``: a stream of ``event: <name>`` / ``data: <JSON>`` blocks.
-SSE_EVENT = {"type": "object", "description": "one server-sent event (``event:`` and ``data:`` lines)", "properties": {
-    "event": {"type": "string", "enum": ["message", "delta", "meme", "done", "error"]},
-    "data": {"type": "object", "description": "message: a Message; delta: {text}; meme: a MemeCard; "
-                                              "done: {message, run_status}; error: {code, message}"}}}
+SSE_EVENT = {
+    "type": "object",
+    "description": "one server-sent event (``event:`` and ``data:`` lines)",
+    "properties": {
+        "event": {"type": "string", "enum": ["message", "delta", "meme", "done", "error"]},
+        "data": {
+            "type": "object",
+            "description": "message: a Message; delta: {text}; meme: a MemeCard; "
+            "done: {message, run_status}; error: {code, message}",
+        },
+    },
+}
 
 
 def _sse(events: Iterator[tuple[str, dict[str, Any]]]) -> Iterator[str]:
@@ -116,8 +162,12 @@ def _sse(events: Iterator[tuple[str, dict[str, Any]]]) -> Iterator[str]:
         yield f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-@router.post("/{conversation_id}/messages", response_model=dto.PostedMessage, openapi_extra=MESSAGE_BODY,
-             responses={200: {"content": {"text/event-stream": {"schema": SSE_EVENT}}}})
+@router.post(
+    "/{conversation_id}/messages",
+    response_model=dto.PostedMessage,
+    openapi_extra=MESSAGE_BODY,
+    responses={200: {"content": {"text/event-stream": {"schema": SSE_EVENT}}}},
+)
 async def post_message(conversation_id: str, request: Request, scope: ScopeContext = Depends(streaming_scope)):
     """Send a message and get the reply. ``Accept: text/event-stream``: events ``message`` (the stored
     user message), ``delta`` (``{"text"}``), ``meme`` (a card), ``done`` (``{"message", "run_status"}``),
@@ -139,11 +189,14 @@ async def post_message(conversation_id: str, request: Request, scope: ScopeConte
     if content is None:
         # Another scope's conversation answers 404 before the body's fault is told.
         await run_in_threadpool(_exists, sessions, scope, conversation_id)
-        raise ApiError(422, "invalid_request", "the body must be {\"content\": \"…\"} (at most 2000 characters)")
+        raise ApiError(422, "invalid_request", 'the body must be {"content": "…"} (at most 2000 characters)')
     if "text/event-stream" in request.headers.get("accept", ""):
         run = await run_in_threadpool(chat.begin, sessions, scope, conversation_id, content, image)
-        return StreamingResponse(_sse(chat.stream(sessions, run)), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _sse(chat.stream(sessions, run)),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
     return await run_in_threadpool(chat.post, sessions, scope, conversation_id, content, image)
 
 

@@ -55,14 +55,23 @@ def health_state(app) -> tuple[str, list[dict[str, str]]]:
         configured = pool_status.get("processes", pool_status.get("threads", 0))
         if pool_status.get("alive", 0) < configured:
             last = pool_status.get("last_exit")
-            reasons.append({"code": "workers_down", "message": f"{pool_status['alive']} of {configured} workers run"
-                                                                + (f"; the last one {last}" if last else "")})
+            reasons.append(
+                {
+                    "code": "workers_down",
+                    "message": f"{pool_status['alive']} of {configured} workers run"
+                    + (f"; the last one {last}" if last else ""),
+                }
+            )
     seconds = get_settings().queue_stall_seconds
     with get_sessionmaker().begin() as session:
         stalled = stalled_lanes(session, seconds)
     if stalled:
-        reasons.append({"code": "queue_stalled", "message": f"queued work in lane(s) {', '.join(stalled)} has had "
-                                                            f"no consumer for {seconds:.0f} s"})
+        reasons.append(
+            {
+                "code": "queue_stalled",
+                "message": f"queued work in lane(s) {', '.join(stalled)} has had no consumer for {seconds:.0f} s",
+            }
+        )
     return ("degraded" if reasons else "ok"), reasons
 
 
@@ -123,12 +132,15 @@ def _health(request: Request):
         depth = queue_depth(session)
     free = blob_store().free_bytes()
     low = free < get_settings().disk_low_bytes
-    return JSONResponse({
-        "status": status,
-        "reasons": reasons,
-        "database": "ok",
-        "workers": {"pool": pool.status() if pool is not None else None, "processes": processes},
-        "queues": depth,
-        "disk": {"free_bytes": free, "low": low},
-        "warnings": [f"disk_space_low: {free} bytes free in the data dir"] if low else [],
-    }, status_code=code)
+    return JSONResponse(
+        {
+            "status": status,
+            "reasons": reasons,
+            "database": "ok",
+            "workers": {"pool": pool.status() if pool is not None else None, "processes": processes},
+            "queues": depth,
+            "disk": {"free_bytes": free, "low": low},
+            "warnings": [f"disk_space_low: {free} bytes free in the data dir"] if low else [],
+        },
+        status_code=code,
+    )

@@ -52,8 +52,12 @@ def meme_dict(session: Session, meme: Meme) -> dict:
 
 
 @router.get("/api/v1/memes/{meme_id}", response_model=MemeDto)
-def read_meme(meme_id: str, response: Response, session: Session = Depends(db_session),
-              scope: ScopeContext = Depends(current_scope)):
+def read_meme(
+    meme_id: str,
+    response: Response,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     """The meme with its image facts, context and stage statuses (``ETag``: its revision, for
     ``If-Match`` on PATCH/DELETE); 404 ``not_found``."""
     meme = get_meme(session, scope, meme_id)
@@ -63,8 +67,9 @@ def read_meme(meme_id: str, response: Response, session: Session = Depends(db_se
 
 @router.get("/media/{meme_id}")
 @router.head("/media/{meme_id}", include_in_schema=False)
-def media(meme_id: str, request: Request, session: Session = Depends(db_session),
-          scope: ScopeContext = Depends(current_scope)):
+def media(
+    meme_id: str, request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
     """Original bytes with their real ``Content-Type``, ``ETag`` (sha256) and a year-long immutable cache."""
     meme = get_meme(session, scope, meme_id)
     etag = f'"{meme.sha256}"'
@@ -83,8 +88,13 @@ def media(meme_id: str, request: Request, session: Session = Depends(db_session)
 MAX_FILES_PER_REQUEST = 20
 MAX_REQUEST_BYTES = UPLOAD_REQUEST_BYTES
 UPLOAD_THREADS = 4
-REJECTION_STATUS = {"unsupported_media_type": 415, "image_too_large": 422, "image_corrupt": 422,
-                    "quota_exceeded": 413, "insufficient_storage": 507}
+REJECTION_STATUS = {
+    "unsupported_media_type": 415,
+    "image_too_large": 422,
+    "image_corrupt": 422,
+    "quota_exceeded": 413,
+    "insufficient_storage": 507,
+}
 _TRUE, _FALSE = {"1", "true", "on", "yes"}, {"", "0", "false", "off", "no"}
 
 
@@ -110,15 +120,23 @@ def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value:
         name = part.filename.replace("\\", "/").rsplit("/", 1)[-1]
         with memory_slot(part.size):  # bounds the upload bytes in memory per process
             result = library.add_image(
-                sessions, store, scope, part.read(), filename=name,
+                sessions,
+                store,
+                scope,
+                part.read(),
+                filename=name,
                 provenance={"source": "upload", "relative_path": name},
-                collection_ids=collection_ids, auto_name=auto_name,
+                collection_ids=collection_ids,
+                auto_name=auto_name,
             )
         entry = {"filename": part.filename, "status": result.status, "meme": None, "error": None}
         if result.status in ("skipped", "failed"):
             entry["status"] = "rejected" if result.status == "skipped" else "failed"
-            entry["error"] = {"code": result.error, "message": result.message,
-                              "status": REJECTION_STATUS.get(result.error or "", 422)}
+            entry["error"] = {
+                "code": result.error,
+                "message": result.message,
+                "status": REJECTION_STATUS.get(result.error or "", 422),
+            }
         elif result.meme_id is not None:  # added or already there
             with sessions.begin() as session:
                 entry["meme"] = meme_dict(session, get_meme(session, scope, result.meme_id))
@@ -147,14 +165,38 @@ def _check_backpressure(scope: ScopeContext, files: int) -> None:
         backpressure.check(session, scope, "agent", adding=files)
 
 
-UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["files"], "properties": {
-        "files": {"type": "array", "items": {"type": "string", "format": "binary"}, "minItems": 1, "maxItems": 20},
-        "auto_name": {"type": "boolean"}, "collection_id": {"type": "string", "format": "uuid"}}}}}}}
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["files"],
+                    "properties": {
+                        "files": {
+                            "type": "array",
+                            "items": {"type": "string", "format": "binary"},
+                            "minItems": 1,
+                            "maxItems": 20,
+                        },
+                        "auto_name": {"type": "boolean"},
+                        "collection_id": {"type": "string", "format": "uuid"},
+                    },
+                }
+            }
+        },
+    }
+}
 
 
-@router.post("/api/v1/memes", status_code=201, response_model=UploadResponse, openapi_extra=UPLOAD_BODY,
-             responses={200: {"model": UploadResponse, "description": "no meme created; a duplicate"}})
+@router.post(
+    "/api/v1/memes",
+    status_code=201,
+    response_model=UploadResponse,
+    openapi_extra=UPLOAD_BODY,
+    responses={200: {"model": UploadResponse, "description": "no meme created; a duplicate"}},
+)
 async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope)):
     """Upload 1–20 images as multipart field ``files`` (each ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, the
     request ≤ 200 MiB, enforced while streaming). Form options: ``auto_name`` (bool: name each new
@@ -176,8 +218,12 @@ async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope
     """
     settings = get_settings()
     async with upload_slot(scope.scope_id):  # no transaction is open while the body streams
-        form = await read_upload(request, max_file_bytes=settings.max_upload_bytes,
-                                 max_request_bytes=MAX_REQUEST_BYTES, max_files=MAX_FILES_PER_REQUEST)
+        form = await read_upload(
+            request,
+            max_file_bytes=settings.max_upload_bytes,
+            max_request_bytes=MAX_REQUEST_BYTES,
+            max_files=MAX_FILES_PER_REQUEST,
+        )
     try:
         if not form.files:
             raise ApiError(422, "no_files", "send 1 to 20 images in the form field 'files'")
@@ -185,16 +231,22 @@ async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope
         if flag not in _TRUE | _FALSE:
             raise ApiError(422, "invalid_request", "auto_name must be true or false")
         await run_in_threadpool(_check_backpressure, scope, len(form.files))
-        results = await run_in_threadpool(_upload_files, scope, form.files, flag in _TRUE,
-                                          form.fields.get("collection_id") or None)
+        results = await run_in_threadpool(
+            _upload_files, scope, form.files, flag in _TRUE, form.fields.get("collection_id") or None
+        )
     finally:
         form.close()
     statuses = {r["status"] for r in results}
     if "failed" in statuses:  # the disk is full: say what was stored and what was not
         stored = sum(r["status"] in ("created", "duplicate") for r in results)
-        body = {"results": results, **error_body(
-            "insufficient_storage", "the disk is full: some files were not stored; send them again later",
-            {"stored": stored, "not_stored": len(results) - stored})}
+        body = {
+            "results": results,
+            **error_body(
+                "insufficient_storage",
+                "the disk is full: some files were not stored; send them again later",
+                {"stored": stored, "not_stored": len(results) - stored},
+            ),
+        }
         return JSONResponse(body, status_code=507)
     if "created" in statuses:
         return JSONResponse({"results": results}, status_code=201)
@@ -203,8 +255,13 @@ async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope
     codes = {r["error"]["status"] for r in results}
     status = codes.pop() if len(codes) == 1 else 422
     first = results[0]["error"]
-    body = {"results": results, **error_body(first["code"] if len(results) == 1 else "all_rejected",
-                                             first["message"] if len(results) == 1 else "every file was rejected")}
+    body = {
+        "results": results,
+        **error_body(
+            first["code"] if len(results) == 1 else "all_rejected",
+            first["message"] if len(results) == 1 else "every file was rejected",
+        ),
+    }
     return JSONResponse(body, status_code=status)
 
 
@@ -229,8 +286,17 @@ def list_memes(
     if name is not None and "\x00" in name:
         raise ApiError(422, "invalid_request", "the name filter contains a NUL character")
     collection = _collection_id(session, scope, collection_id) if collection_id else None
-    page = library.list_memes(session, scope, name=name or None, collection_id=collection, status=status,
-                              animated=animated, sort=sort, limit=limit, cursor=cursor)
+    page = library.list_memes(
+        session,
+        scope,
+        name=name or None,
+        collection_id=collection,
+        status=status,
+        animated=animated,
+        sort=sort,
+        limit=limit,
+        cursor=cursor,
+    )
     return MemePage(items=[meme_dto(session, m) for m in page.memes], next_cursor=page.next_cursor)
 
 
@@ -245,8 +311,9 @@ def _if_match(value: str | None) -> int | None:
 
 
 @router.patch("/api/v1/memes/{meme_id}", response_model=MemeDto)
-def rename_meme(meme_id: str, body: RenameRequest, if_match: str | None = Header(None),
-                scope: ScopeContext = Depends(current_scope)):
+def rename_meme(
+    meme_id: str, body: RenameRequest, if_match: str | None = Header(None), scope: ScopeContext = Depends(current_scope)
+):
     """Rename: body ``{"display_name": str}`` (normalized under the name rules; ``name_source``
     becomes ``manual``). ``If-Match: <revision>`` makes it conditional. Returns the meme (new
     revision, ``ETag``). Errors: 404 ``not_found``, 409 ``revision_conflict``, 422

@@ -121,48 +121,86 @@ def _search_context(session: Session, scope: ScopeContext, q: str, collection: s
         return {**context, "state": "error", "error": "error.query_too_long"}
     started = time.perf_counter()
     response = service.search(session, scope, query, SEARCH_RESULTS, filters=_filters(collection, animated))
-    return _results_context(session, scope, context, [UUID(r.id) for r in response.results],
-                            {r.id: r.snippet for r in response.results}, started)
+    return _results_context(
+        session,
+        scope,
+        context,
+        [UUID(r.id) for r in response.results],
+        {r.id: r.snippet for r in response.results},
+        started,
+    )
 
 
 def _filters(collection: str, animated: bool) -> SearchFilters:
     """The page's filters (an unknown collection value filters nothing, as before) for the search service."""
     collection_id = views.parse_uuid(collection)
-    return SearchFilters(collection_ids=None if collection_id is None else [str(collection_id)],
-                         animated=True if animated else None)
+    return SearchFilters(
+        collection_ids=None if collection_id is None else [str(collection_id)], animated=True if animated else None
+    )
 
 
 def _results_context(session, scope, context, ids, snippets, started) -> dict:
     memes = views.memes_by_id(session, scope, ids)
     cards = views.cards(session, scope, [memes[i] for i in ids if i in memes], with_stages=False)
-    return {**context, "state": "results" if cards else "empty", "results": cards, "snippets":
-            {str(k): v for k, v in snippets.items()}, "took_ms": round((time.perf_counter() - started) * 1000)}
+    return {
+        **context,
+        "state": "results" if cards else "empty",
+        "results": cards,
+        "snippets": {str(k): v for k, v in snippets.items()},
+        "took_ms": round((time.perf_counter() - started) * 1000),
+    }
 
 
 @router.get("/")
-def index(request: Request, q: str = "", collection: str = "", animated: bool = False,
-          session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+def index(
+    request: Request,
+    q: str = "",
+    collection: str = "",
+    animated: bool = False,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     context = _search_context(session, scope, q, collection, animated)
-    return render(request, "search.html", {
-        "page": "search", **context, "collection": collection, "animated": animated,
-        "collections": views.collections(session, scope),
-    })
+    return render(
+        request,
+        "search.html",
+        {
+            "page": "search",
+            **context,
+            "collection": collection,
+            "animated": animated,
+            "collections": views.collections(session, scope),
+        },
+    )
 
 
 @router.get("/ui/search")
-def search_fragment(request: Request, q: str = "", collection: str = "", animated: bool = False,
-                    session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+def search_fragment(
+    request: Request,
+    q: str = "",
+    collection: str = "",
+    animated: bool = False,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     return render(request, "partials/search_results.html", _search_context(session, scope, q, collection, animated))
 
 
 @router.post("/ui/search/image")
-async def image_search_fragment(request: Request, session: Session = Depends(db_session),
-                                scope: ScopeContext = Depends(current_scope)):
+async def image_search_fragment(
+    request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
     """Results of a search by the dropped or pasted image (the same fragment as text search); the
     body goes through the bounded upload reader after authentication."""
     settings = get_settings()
-    context: dict[str, Any] = {"q": "", "state": "error", "results": [], "took_ms": None, "by_image": True,
-                               "image_name": ""}
+    context: dict[str, Any] = {
+        "q": "",
+        "state": "error",
+        "results": [],
+        "took_ms": None,
+        "by_image": True,
+        "image_name": "",
+    }
     try:
         data, filename, fields = await read_query_image(request, max_bytes=settings.max_upload_bytes)
     except ApiError as exc:
@@ -176,14 +214,24 @@ async def image_search_fragment(request: Request, session: Session = Depends(db_
         return render(request, "partials/search_results.html", {**context, "error": "error.image_corrupt"})
     started = time.perf_counter()
     try:
-        response = await run_in_threadpool(image_search.search_by_image, session, scope, data, SEARCH_RESULTS,
-                                           max_pixels=settings.max_pixels, filters=_filters(collection, animated))
+        response = await run_in_threadpool(
+            image_search.search_by_image,
+            session,
+            scope,
+            data,
+            SEARCH_RESULTS,
+            max_pixels=settings.max_pixels,
+            filters=_filters(collection, animated),
+        )
     except ImageError as exc:
         return render(request, "partials/search_results.html", {**context, "error": f"error.{exc.code}"})
     except BackendUnavailable:
         return render(request, "partials/search_results.html", {**context, "error": "error.backend_unavailable"})
-    return render(request, "partials/search_results.html", _results_context(
-        session, scope, context, [UUID(r.id) for r in response.results], {}, started))
+    return render(
+        request,
+        "partials/search_results.html",
+        _results_context(session, scope, context, [UUID(r.id) for r in response.results], {}, started),
+    )
 
 
 # ------------------------------------------------------------------ meme detail
@@ -194,13 +242,23 @@ def _detail_context(session: Session, scope: ScopeContext, meme_id: str) -> dict
     data = meme_dict(session, meme)
     try:
         similar = image_search.similar(session, scope, meme.id, SIMILAR_RESULTS)
-        similar_cards = views.cards(session, scope, [
-            m for m in (views.memes_by_id(session, scope, [UUID(r.id) for r in similar.results]).get(UUID(r.id))
-                        for r in similar.results) if m is not None])
+        similar_cards = views.cards(
+            session,
+            scope,
+            [
+                m
+                for m in (
+                    views.memes_by_id(session, scope, [UUID(r.id) for r in similar.results]).get(UUID(r.id))
+                    for r in similar.results
+                )
+                if m is not None
+            ],
+        )
     except image_search.MemeNotEmbedded:
         similar_cards = None
     stages = [
-        {"stage": s, **data["stages"][s], "task_id": None} for s in STAGES
+        {"stage": s, **data["stages"][s], "task_id": None}
+        for s in STAGES
         if s in data["stages"] and data["stages"][s]["planned"]
     ]
     task_ids = views.stage_statuses(session, scope, [meme.id]).get(meme.id, {})
@@ -223,8 +281,13 @@ def _detail_context(session: Session, scope: ScopeContext, meme_id: str) -> dict
 
 
 @router.get("/memes/{meme_id}")
-def meme_page(request: Request, meme_id: str, fragment: bool = False, session: Session = Depends(db_session),
-              scope: ScopeContext = Depends(current_scope)):
+def meme_page(
+    request: Request,
+    meme_id: str,
+    fragment: bool = False,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     try:
         context = _detail_context(session, scope, meme_id)
     except ApiError:
@@ -237,31 +300,77 @@ def meme_page(request: Request, meme_id: str, fragment: bool = False, session: S
 # ------------------------------------------------------------------ library
 
 
-def _library_context(session: Session, scope: ScopeContext, name: str, state: str, collection: str,
-                     animated: bool, sort: str, view: str, page: int) -> dict:
-    result = views.library_page(session, scope, name=name, state=state, collection=collection, animated=animated,
-                                sort=sort, page=page)
-    return {"lib": result, "view": "list" if view == "list" else "grid",
-            "filters": {"name": name, "state": state, "collection": collection, "animated": animated,
-                        "sort": sort if sort in views.SORTS else "newest"}}
+def _library_context(
+    session: Session,
+    scope: ScopeContext,
+    name: str,
+    state: str,
+    collection: str,
+    animated: bool,
+    sort: str,
+    view: str,
+    page: int,
+) -> dict:
+    result = views.library_page(
+        session, scope, name=name, state=state, collection=collection, animated=animated, sort=sort, page=page
+    )
+    return {
+        "lib": result,
+        "view": "list" if view == "list" else "grid",
+        "filters": {
+            "name": name,
+            "state": state,
+            "collection": collection,
+            "animated": animated,
+            "sort": sort if sort in views.SORTS else "newest",
+        },
+    }
 
 
 @router.get("/library")
-def library(request: Request, name: str = "", state: str = "", collection: str = "", animated: bool = False,
-            sort: str = "newest", view: str = "grid", page: int = 1, session: Session = Depends(db_session),
-            scope: ScopeContext = Depends(current_scope)):
-    return render(request, "library.html", {
-        "page": "library", **_library_context(session, scope, name, state, collection, animated, sort, view, page),
-        "collections": views.collections(session, scope), "sorts": list(views.SORTS), "states": views.MEME_STATES,
-    })
+def library(
+    request: Request,
+    name: str = "",
+    state: str = "",
+    collection: str = "",
+    animated: bool = False,
+    sort: str = "newest",
+    view: str = "grid",
+    page: int = 1,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
+    return render(
+        request,
+        "library.html",
+        {
+            "page": "library",
+            **_library_context(session, scope, name, state, collection, animated, sort, view, page),
+            "collections": views.collections(session, scope),
+            "sorts": list(views.SORTS),
+            "states": views.MEME_STATES,
+        },
+    )
 
 
 @router.get("/ui/library")
-def library_fragment(request: Request, name: str = "", state: str = "", collection: str = "",
-                     animated: bool = False, sort: str = "newest", view: str = "grid", page: int = 1,
-                     session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
-    return render(request, "partials/library_items.html",
-                  _library_context(session, scope, name, state, collection, animated, sort, view, page))
+def library_fragment(
+    request: Request,
+    name: str = "",
+    state: str = "",
+    collection: str = "",
+    animated: bool = False,
+    sort: str = "newest",
+    view: str = "grid",
+    page: int = 1,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
+    return render(
+        request,
+        "partials/library_items.html",
+        _library_context(session, scope, name, state, collection, animated, sort, view, page),
+    )
 
 
 # ------------------------------------------------------------------ upload
@@ -269,18 +378,30 @@ def library_fragment(request: Request, name: str = "", state: str = "", collecti
 
 @router.get("/upload")
 def upload(request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
-    return render(request, "upload.html", {
-        "page": "upload", "collections": views.collections(session, scope),
-        "max_upload_bytes": get_settings().max_upload_bytes,
-    })
+    return render(
+        request,
+        "upload.html",
+        {
+            "page": "upload",
+            "collections": views.collections(session, scope),
+            "max_upload_bytes": get_settings().max_upload_bytes,
+        },
+    )
 
 
 # ------------------------------------------------------------------ collections
 
 
 @router.get("/collections")
-def collections_page(request: Request, q: str = "", sort: str = "name", page: str = "1", created: str = "",
-                     session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+def collections_page(
+    request: Request,
+    q: str = "",
+    sort: str = "name",
+    page: str = "1",
+    created: str = "",
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     """Search (name contains ``q``), sort (name, size, updated) and pages of 50; ``created`` (an id) is the
     collection just created: confirmed and scrolled to."""
     q = q.strip()[:100]
@@ -288,25 +409,51 @@ def collections_page(request: Request, q: str = "", sort: str = "name", page: st
     total = views.count_collections(session, scope, q or None)
     pages = max(1, -(-total // views.COLLECTIONS_PER_PAGE))
     page_number = min(max(1, int(page) if page.isdigit() and len(page) < 7 else 1), pages)
-    rows = views.collections(session, scope, q=q or None, sort=sort, limit=views.COLLECTIONS_PER_PAGE,
-                             offset=(page_number - 1) * views.COLLECTIONS_PER_PAGE)
-    return render(request, "collections.html", {
-        "page": "collections", "collections": rows, "q": q, "sort": sort, "sorts": views.COLLECTION_SORTS,
-        "page_number": page_number, "pages": pages, "total": total,
-        "created": next((c for c in rows if c.id == created), None),
-    })
+    rows = views.collections(
+        session,
+        scope,
+        q=q or None,
+        sort=sort,
+        limit=views.COLLECTIONS_PER_PAGE,
+        offset=(page_number - 1) * views.COLLECTIONS_PER_PAGE,
+    )
+    return render(
+        request,
+        "collections.html",
+        {
+            "page": "collections",
+            "collections": rows,
+            "q": q,
+            "sort": sort,
+            "sorts": views.COLLECTION_SORTS,
+            "page_number": page_number,
+            "pages": pages,
+            "total": total,
+            "created": next((c for c in rows if c.id == created), None),
+        },
+    )
 
 
 @router.get("/collections/{collection_id}")
-def collection_page(request: Request, collection_id: str, session: Session = Depends(db_session),
-                    scope: ScopeContext = Depends(current_scope)):
+def collection_page(
+    request: Request,
+    collection_id: str,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     cid = _uuid(collection_id)
     row = views.collection(session, scope, cid) if cid else None
     if row is None:
         return _not_found(request)
-    return render(request, "collection.html", {
-        "page": "collections", "collection": row, "members": views.collection_members(session, scope, row.id),
-    })
+    return render(
+        request,
+        "collection.html",
+        {
+            "page": "collections",
+            "collection": row,
+            "members": views.collection_members(session, scope, row.id),
+        },
+    )
 
 
 # ------------------------------------------------------------------ tasks
@@ -321,23 +468,43 @@ def _tasks_context(session: Session, scope: ScopeContext, status: str, task_type
 
 
 @router.get("/tasks")
-def tasks_page(request: Request, status: str = "", type: str = "", stage: str = "",
-               session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
-    return render(request, "tasks.html", {
-        "page": "tasks", **_tasks_context(session, scope, status, type, stage),
-        "statuses": views.TASK_STATUSES, "types": views.task_types(session, scope), "stages": STAGES,
-    })
+def tasks_page(
+    request: Request,
+    status: str = "",
+    type: str = "",
+    stage: str = "",
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
+    return render(
+        request,
+        "tasks.html",
+        {
+            "page": "tasks",
+            **_tasks_context(session, scope, status, type, stage),
+            "statuses": views.TASK_STATUSES,
+            "types": views.task_types(session, scope),
+            "stages": STAGES,
+        },
+    )
 
 
 @router.get("/ui/tasks")
-def tasks_fragment(request: Request, status: str = "", type: str = "", stage: str = "",
-                   session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+def tasks_fragment(
+    request: Request,
+    status: str = "",
+    type: str = "",
+    stage: str = "",
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     return render(request, "partials/task_rows.html", _tasks_context(session, scope, status, type, stage))
 
 
 @router.get("/tasks/{task_id}")
-def task_page(request: Request, task_id: str, session: Session = Depends(db_session),
-              scope: ScopeContext = Depends(current_scope)):
+def task_page(
+    request: Request, task_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
     found = views.task(session, scope, task_id)
     if found is None:
         return _not_found(request)

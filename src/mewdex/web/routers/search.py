@@ -51,16 +51,18 @@ def search_filters(**values: Any) -> SearchFilters:
 
 
 @router.post("/search", response_model=SearchResults)
-def search(request: SearchRequest, session: Session = Depends(db_session),
-           scope: ScopeContext = Depends(current_scope)):
+def search(
+    request: SearchRequest, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
     """``{"results": [{"id", "display_name", "sha256", "score", "media_url", "snippet"}], "took_ms"}``.
 
     Filters (all optional, combined with AND, applied inside every leg's SQL so a match ranked
     anywhere is found): ``collection_ids``, ``animated``, ``formats``, ``status``,
     ``created_from`` / ``created_to``; paging: ``n_results`` and ``offset``."""
     query = validate(request)
-    return service.search(session, scope, query, request.n_results, filters=request.filters(),
-                          offset=request.offset).to_dto()
+    return service.search(
+        session, scope, query, request.n_results, filters=request.filters(), offset=request.offset
+    ).to_dto()
 
 
 @router.get("/search/status", response_model=SearchStatus)

@@ -43,8 +43,17 @@ def list_tasks(
     scope: ScopeContext = Depends(current_scope),
 ):
     """``{"items": [task], "next_cursor"}`` newest first; pass ``next_cursor`` back as ``cursor``."""
-    return service.list_tasks(session, scope, status=status, task_type=type, stage=stage,
-                           batch_id=batch, lane=lane, cursor=cursor, limit=limit)
+    return service.list_tasks(
+        session,
+        scope,
+        status=status,
+        task_type=type,
+        stage=stage,
+        batch_id=batch,
+        lane=lane,
+        cursor=cursor,
+        limit=limit,
+    )
 
 
 @router.get("/api/v1/tasks/{task_id}", response_model=TaskDetail)
@@ -87,8 +96,7 @@ def list_jobs(
 ):
     """``{"items": [job], "next_cursor"}`` newest first."""
     meme_id = parse_id(meme) if meme else None
-    return processing.list_jobs(session, scope, status=status, meme_id=meme_id, cursor=cursor,
-                           limit=limit)
+    return processing.list_jobs(session, scope, status=status, meme_id=meme_id, cursor=cursor, limit=limit)
 
 
 @router.get("/api/v1/processing/jobs/{job_id}", response_model=JobDetail)
@@ -98,8 +106,9 @@ def read_job(job_id: str, session: Session = Depends(db_session), scope: ScopeCo
 
 
 @router.post("/api/v1/processing", status_code=202, response_model=ProcessingResponse)
-def submit_processing(body: ProcessingRequest, session: Session = Depends(db_session),
-                      scope: ScopeContext = Depends(current_scope)):
+def submit_processing(
+    body: ProcessingRequest, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
     """Re-submit selected memes or all not-ready ones: ``{"jobs", "skipped", "batch_id"}``.
 
     ≤ 20 selected memes: 429 ``queue_full`` when the agent lane is at its limit; more, or
@@ -107,5 +116,4 @@ def submit_processing(body: ProcessingRequest, session: Session = Depends(db_ses
     if not body.all_not_ready and not body.meme_ids:
         raise ApiError(422, "invalid_request", "give meme_ids or all_not_ready")
     meme_ids = [parse_id(i) for i in body.meme_ids]
-    return processing.submit(session, scope, meme_ids=meme_ids,
-                           all_not_ready=body.all_not_ready, mode=body.mode)
+    return processing.submit(session, scope, meme_ids=meme_ids, all_not_ready=body.all_not_ready, mode=body.mode)

@@ -20,7 +20,7 @@ DEFAULT_DAYS = 30
 def time_range(start: datetime | None, end: datetime | None) -> tuple[datetime, datetime]:
     """``[start, end)`` in UTC (naive = UTC); default the last 30 days; 422 ``range_invalid``."""
     try:
-        end = (end or datetime.now(UTC))
+        end = end or datetime.now(UTC)
         end = end if end.tzinfo else end.replace(tzinfo=UTC)
         start = start or end - timedelta(days=DEFAULT_DAYS)
         start = start if start.tzinfo else start.replace(tzinfo=UTC)
@@ -33,9 +33,13 @@ def time_range(start: datetime | None, end: datetime | None) -> tuple[datetime, 
 
 
 @router.get("/usage", response_model=UsageSummary)
-def my_usage(start: datetime | None = Query(None, alias="from"), end: datetime | None = Query(None, alias="to"),
-             group_by: str = Query("day", pattern="^(day|kind|model_profile)$"),
-             scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)):
+def my_usage(
+    start: datetime | None = Query(None, alias="from"),
+    end: datetime | None = Query(None, alias="to"),
+    group_by: str = Query("day", pattern="^(day|kind|model_profile)$"),
+    scope: ScopeContext = Depends(current_scope),
+    session: Session = Depends(db_session),
+):
     """``{"from", "to", "group_by", "groups": [{"key", "events", "cost"}], "total": {"events", "cost"}}``."""
     start, end = time_range(start, end)
     return usage.summary(session, start=start, end=end, group_by=group_by, scope_id=scope.scope_id)

@@ -44,8 +44,13 @@ def _n_results(n: int) -> int:
 
 @router.get("/media/{meme_id}/thumbnail")
 @router.head("/media/{meme_id}/thumbnail", include_in_schema=False)
-def thumbnail(meme_id: str, request: Request, animated: bool = False, session: Session = Depends(db_session),
-              scope: ScopeContext = Depends(current_scope)):
+def thumbnail(
+    meme_id: str,
+    request: Request,
+    animated: bool = False,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     """The still WEBP thumbnail (or, with ``animated=1``, the animated preview when the meme has one).
 
     When no thumbnail is available yet (the worker makes them) the original's bytes stand in
@@ -77,25 +82,41 @@ def thumbnail(meme_id: str, request: Request, animated: bool = False, session: S
     return FileResponse(original, media_type=media_type, headers={"Cache-Control": "no-store"})
 
 
-def _search_by_image(scope: ScopeContext, data: bytes, n_results: int, max_pixels: int,
-                     filters: SearchFilters) -> SearchResults:
+def _search_by_image(
+    scope: ScopeContext, data: bytes, n_results: int, max_pixels: int, filters: SearchFilters
+) -> SearchResults:
     """Decode + model off the event loop, in a transaction of its own (the body is read by then)."""
     with get_sessionmaker().begin() as session:
-        response = image_search.search_by_image(session, scope, data, n_results, max_pixels=max_pixels,
-                                                filters=filters)
+        response = image_search.search_by_image(session, scope, data, n_results, max_pixels=max_pixels, filters=filters)
         metering.meter_image_search(session, scope, visual_model_id)
         return response.to_dto()
 
 
 # The API's search-by-image body: the image, ``n_results`` and the filters of ``POST /api/v1/search``
 # (``collection_ids`` and ``formats`` repeated). The route reads it itself, after authentication.
-SEARCH_IMAGE_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["file"], "properties": {
-        "file": {"type": "string", "format": "binary"}, "n_results": {"type": "integer", "default": 10},
-        "collection_ids": {"type": "array", "items": {"type": "string", "format": "uuid"}},
-        "animated": {"type": "boolean"}, "formats": {"type": "array", "items": {"type": "string"}},
-        "status": {"type": "string"}, "created_from": {"type": "string", "format": "date-time"},
-        "created_to": {"type": "string", "format": "date-time"}}}}}}}
+SEARCH_IMAGE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "n_results": {"type": "integer", "default": 10},
+                        "collection_ids": {"type": "array", "items": {"type": "string", "format": "uuid"}},
+                        "animated": {"type": "boolean"},
+                        "formats": {"type": "array", "items": {"type": "string"}},
+                        "status": {"type": "string"},
+                        "created_from": {"type": "string", "format": "date-time"},
+                        "created_to": {"type": "string", "format": "date-time"},
+                    },
+                }
+            }
+        },
+    }
+}
 
 
 @router.post("/api/v1/search/image", response_model=SearchResults, openapi_extra=SEARCH_IMAGE_BODY)
@@ -115,9 +136,14 @@ async def search_image(request: Request, scope: ScopeContext = Depends(streaming
     except ValueError:
         raise ApiError(422, "invalid_request", "n_results must be an integer") from None
     _n_results(n_results)
-    filters = search_filters(collection_ids=fields.get("collection_ids"), animated=last.get("animated"),
-                             formats=fields.get("formats"), status=last.get("status"),
-                             created_from=last.get("created_from"), created_to=last.get("created_to"))
+    filters = search_filters(
+        collection_ids=fields.get("collection_ids"),
+        animated=last.get("animated"),
+        formats=fields.get("formats"),
+        status=last.get("status"),
+        created_from=last.get("created_from"),
+        created_to=last.get("created_to"),
+    )
     if not data:
         raise ApiError(422, "image_corrupt", "the file is empty")
     try:
@@ -129,8 +155,12 @@ async def search_image(request: Request, scope: ScopeContext = Depends(streaming
 
 
 @router.get("/api/v1/memes/{meme_id}/similar", response_model=SearchResults)
-def similar(meme_id: str, n_results: int = Query(10), session: Session = Depends(db_session),
-            scope: ScopeContext = Depends(current_scope)):
+def similar(
+    meme_id: str,
+    n_results: int = Query(10),
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     """Memes that look like this one (itself excluded); 409 ``visual_not_ready`` before its visual stage ran."""
     _n_results(n_results)
     meme = get_meme(session, scope, meme_id)
@@ -141,15 +171,18 @@ def similar(meme_id: str, n_results: int = Query(10), session: Session = Depends
 
 
 @router.get("/api/v1/memes/{meme_id}/duplicates", response_model=NearDuplicates)
-def meme_duplicates(meme_id: str, session: Session = Depends(db_session),
-                    scope: ScopeContext = Depends(current_scope)):
+def meme_duplicates(meme_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """``{"near_duplicates": [{"id", "display_name", "relation", "phash_distance", "cosine", ...}]}``."""
     meme = get_meme(session, scope, meme_id)
     return {"near_duplicates": image_search.near_duplicates_of(session, scope.scope_id, meme.id)}
 
 
 @router.get("/api/v1/duplicates", response_model=DuplicateClusters)
-def duplicates(limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
-               session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+def duplicates(
+    limit: int = Query(100, ge=1, le=1000),
+    offset: int = Query(0, ge=0),
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
     """Near-duplicate clusters, biggest first: ``{"clusters": [{"original", "size", "memes", "pairs"}], "total"}``."""
     return image_search.duplicate_clusters(session, scope, limit=limit, offset=offset)

@@ -27,14 +27,20 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "phash_distance IS NULL OR phash_distance BETWEEN 0 AND 64", name="ck_meme_near_duplicates_phash"
         ),
-        sa.CheckConstraint("cosine IS NULL OR cosine BETWEEN -1.0001 AND 1.0001", name="ck_meme_near_duplicates_cosine"),
-        sa.ForeignKeyConstraint(
-            ["scope_id", "meme_id"], ["memes.scope_id", "memes.id"],
-            name=op.f("fk_meme_near_duplicates_scope_id_memes"), ondelete="CASCADE",
+        sa.CheckConstraint(
+            "cosine IS NULL OR cosine BETWEEN -1.0001 AND 1.0001", name="ck_meme_near_duplicates_cosine"
         ),
         sa.ForeignKeyConstraint(
-            ["scope_id", "duplicate_of"], ["memes.scope_id", "memes.id"],
-            name="fk_meme_near_duplicates_duplicate_of_memes", ondelete="CASCADE",
+            ["scope_id", "meme_id"],
+            ["memes.scope_id", "memes.id"],
+            name=op.f("fk_meme_near_duplicates_scope_id_memes"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["scope_id", "duplicate_of"],
+            ["memes.scope_id", "memes.id"],
+            name="fk_meme_near_duplicates_duplicate_of_memes",
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("scope_id", "meme_id", "duplicate_of", name=op.f("pk_meme_near_duplicates")),
     )

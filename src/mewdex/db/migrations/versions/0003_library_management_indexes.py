@@ -16,7 +16,9 @@ depends_on = None
 def upgrade() -> None:
     op.create_index("ix_memes_scope_created", "memes", ["scope_id", sa.text("created_at DESC"), sa.text("id DESC")])
     op.create_index(
-        "ix_storage_operations_open_key", "storage_operations", ["scope_id", "target_key"],
+        "ix_storage_operations_open_key",
+        "storage_operations",
+        ["scope_id", "target_key"],
         postgresql_where=sa.text("status IN ('prepared', 'file_applied')"),
     )
     op.create_index("ix_thumbnails_output_key", "derived_image_thumbnails", ["scope_id", "output_key"])

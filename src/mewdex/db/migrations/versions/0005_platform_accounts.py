@@ -74,7 +74,9 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "quota_analysis_cost_per_month IS NULL OR quota_analysis_cost_per_month >= 0", name="ck_users_quota_cost"
         ),
-        sa.ForeignKeyConstraint(["scope_id"], ["scopes.id"], name=op.f("fk_users_scope_id_scopes"), ondelete="RESTRICT"),
+        sa.ForeignKeyConstraint(
+            ["scope_id"], ["scopes.id"], name=op.f("fk_users_scope_id_scopes"), ondelete="RESTRICT"
+        ),
         sa.PrimaryKeyConstraint("user_id", name=op.f("pk_users")),
         sa.UniqueConstraint("scope_id", name=op.f("uq_users_scope_id")),
     )
@@ -86,8 +88,9 @@ def upgrade() -> None:
         sa.Column("csrf_token", sa.String(length=64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["user_id"], ["users.user_id"], name=op.f("fk_user_sessions_user_id_users"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.user_id"], name=op.f("fk_user_sessions_user_id_users"), ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("session_hash", name=op.f("pk_user_sessions")),
     )
     op.create_index("ix_user_sessions_user", "user_sessions", ["user_id"])
@@ -102,8 +105,9 @@ def upgrade() -> None:
         sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
         sa.CheckConstraint("length(name) BETWEEN 1 AND 100", name="ck_api_tokens_name"),
-        sa.ForeignKeyConstraint(["user_id"], ["users.user_id"], name=op.f("fk_api_tokens_user_id_users"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.user_id"], name=op.f("fk_api_tokens_user_id_users"), ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("token_id", name=op.f("pk_api_tokens")),
         sa.UniqueConstraint("token_hash", name=op.f("uq_api_tokens_token_hash")),
     )
@@ -114,8 +118,9 @@ def upgrade() -> None:
         sa.Column("bytes_used", sa.BigInteger(), nullable=False),
         sa.Column("file_count", sa.Integer(), nullable=False),
         sa.Column("scanned_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
-        sa.ForeignKeyConstraint(["user_id"], ["users.user_id"], name=op.f("fk_user_disk_usage_user_id_users"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.user_id"], name=op.f("fk_user_disk_usage_user_id_users"), ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("user_id", name=op.f("pk_user_disk_usage")),
     )
     op.create_table(
@@ -130,8 +135,9 @@ def upgrade() -> None:
         sa.Column("cost_cny", sa.Numeric(12, 6), nullable=False),
         sa.Column("idempotency_key", sa.String(length=255), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["user_id"], ["users.user_id"], name=op.f("fk_usage_events_user_id_users"),
-                                ondelete="SET NULL"),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.user_id"], name=op.f("fk_usage_events_user_id_users"), ondelete="SET NULL"
+        ),
         sa.PrimaryKeyConstraint("event_id", name=op.f("pk_usage_events")),
         sa.UniqueConstraint("idempotency_key", name=op.f("uq_usage_events_idempotency_key")),
     )

@@ -24,5 +24,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("UPDATE search_heads SET model = active_generation_model "
-               "WHERE model IN ('e5', 'use') AND active_generation_model IS NOT NULL")
+    op.execute(
+        "UPDATE search_heads SET model = active_generation_model "
+        "WHERE model IN ('e5', 'use') AND active_generation_model IS NOT NULL"
+    )

@@ -18,15 +18,24 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column("users", sa.Column("auth_epoch", sa.Integer(), nullable=False, server_default="0"))
-    op.add_column("api_tokens", sa.Column("scopes", postgresql.ARRAY(sa.Text()), nullable=False,
-                                          server_default=sa.text("'{read,write}'::text[]")))
+    op.add_column(
+        "api_tokens",
+        sa.Column(
+            "scopes", postgresql.ARRAY(sa.Text()), nullable=False, server_default=sa.text("'{read,write}'::text[]")
+        ),
+    )
     op.add_column("api_tokens", sa.Column("expires_at", sa.DateTime(timezone=True)))
     # Tokens made before scopes existed could do everything their user could: keep that.
     op.execute("UPDATE api_tokens SET scopes = '{read,write,admin}'")
-    op.create_check_constraint("ck_api_tokens_scopes", "api_tokens",
-                               "scopes <@ ARRAY['read','write','admin']::text[] AND cardinality(scopes) > 0")
-    op.add_column("user_sessions", sa.Column("last_seen_at", sa.DateTime(timezone=True), nullable=False,
-                                             server_default=sa.func.now()))
+    op.create_check_constraint(
+        "ck_api_tokens_scopes",
+        "api_tokens",
+        "scopes <@ ARRAY['read','write','admin']::text[] AND cardinality(scopes) > 0",
+    )
+    op.add_column(
+        "user_sessions",
+        sa.Column("last_seen_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    )
     op.create_table(
         "login_failures",
         sa.Column("key", sa.Text(), primary_key=True),

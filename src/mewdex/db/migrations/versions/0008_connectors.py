@@ -43,14 +43,28 @@ def upgrade() -> None:
         sa.CheckConstraint("visibility IN ('all','selected')", name="ck_esd_visibility"),
         sa.CheckConstraint("revision > 0", name="ck_esd_revision"),
     )
-    op.create_index("uq_external_system_definition_platform_name", "external_system_definitions",
-                    ["provider", "name"], unique=True, postgresql_where=sa.text("owner_type = 'platform'"))
-    op.create_index("uq_external_system_definition_user_name", "external_system_definitions",
-                    ["owner_user_id", "provider", "name"], unique=True, postgresql_where=sa.text("owner_type = 'user'"))
+    op.create_index(
+        "uq_external_system_definition_platform_name",
+        "external_system_definitions",
+        ["provider", "name"],
+        unique=True,
+        postgresql_where=sa.text("owner_type = 'platform'"),
+    )
+    op.create_index(
+        "uq_external_system_definition_user_name",
+        "external_system_definitions",
+        ["owner_user_id", "provider", "name"],
+        unique=True,
+        postgresql_where=sa.text("owner_type = 'user'"),
+    )
     op.create_table(
         "external_system_grants",
-        sa.Column("definition_id", sa.Uuid(), sa.ForeignKey("external_system_definitions.definition_id",
-                                                            ondelete="CASCADE"), primary_key=True),
+        sa.Column(
+            "definition_id",
+            sa.Uuid(),
+            sa.ForeignKey("external_system_definitions.definition_id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
         sa.Column("user_id", sa.Uuid(), sa.ForeignKey("users.user_id", ondelete="CASCADE"), primary_key=True),
         sa.Column("granted_by", sa.Uuid(), sa.ForeignKey("users.user_id", ondelete="SET NULL")),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
@@ -59,8 +73,12 @@ def upgrade() -> None:
         "external_systems",
         sa.Column("external_system_id", sa.Uuid(), primary_key=True),
         sa.Column("user_id", sa.Uuid(), sa.ForeignKey("users.user_id", ondelete="CASCADE"), nullable=False),
-        sa.Column("definition_id", sa.Uuid(), sa.ForeignKey("external_system_definitions.definition_id",
-                                                            ondelete="RESTRICT"), nullable=False),
+        sa.Column(
+            "definition_id",
+            sa.Uuid(),
+            sa.ForeignKey("external_system_definitions.definition_id", ondelete="RESTRICT"),
+            nullable=False,
+        ),
         sa.Column("name", sa.Text(), nullable=False),
         sa.Column("credentials", postgresql.JSONB(), nullable=False),
         sa.Column("credential_hint", sa.Text(), nullable=False, server_default="***"),
@@ -78,10 +96,12 @@ def upgrade() -> None:
         sa.Column("scope_id", sa.String(128), nullable=False),
         sa.Column("user_id", sa.Uuid(), sa.ForeignKey("users.user_id", ondelete="CASCADE")),
         sa.Column("task_id", sa.String(255)),
-        sa.Column("external_system_id", sa.Uuid(), sa.ForeignKey("external_systems.external_system_id",
-                                                                 ondelete="SET NULL")),
-        sa.Column("definition_id", sa.Uuid(), sa.ForeignKey("external_system_definitions.definition_id",
-                                                            ondelete="SET NULL")),
+        sa.Column(
+            "external_system_id", sa.Uuid(), sa.ForeignKey("external_systems.external_system_id", ondelete="SET NULL")
+        ),
+        sa.Column(
+            "definition_id", sa.Uuid(), sa.ForeignKey("external_system_definitions.definition_id", ondelete="SET NULL")
+        ),
         sa.Column("definition_revision", sa.Integer(), nullable=False),
         sa.Column("event", sa.Text(), nullable=False),
         sa.Column("operation_id", sa.Text()),
@@ -93,8 +113,9 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     )
     op.create_index("ix_external_system_audits_scope_created", "external_system_audits", ["scope_id", "created_at"])
-    op.create_index("ix_external_system_audits_definition_created", "external_system_audits",
-                    ["definition_id", "created_at"])
+    op.create_index(
+        "ix_external_system_audits_definition_created", "external_system_audits", ["definition_id", "created_at"]
+    )
     op.create_table(
         "scope_analysis_policies",
         sa.Column("scope_id", sa.String(128), sa.ForeignKey("scopes.id", ondelete="CASCADE"), primary_key=True),

@@ -43,20 +43,32 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("deleted_at", sa.DateTime(timezone=True)),
-        sa.CheckConstraint("run_status IN ('idle','running','cancelling','error','cancelled')",
-                           name="ck_conversations_run_status"),
+        sa.CheckConstraint(
+            "run_status IN ('idle','running','cancelling','error','cancelled')", name="ck_conversations_run_status"
+        ),
         sa.CheckConstraint("title_source IN ('auto','manual','fixed')", name="ck_conversations_title_source"),
     )
-    op.create_index("ix_conversations_scope_active_updated", "conversations",
-                    ["scope_id", "updated_at", "conversation_id"],
-                    postgresql_where=sa.text("deleted_at IS NULL AND scheduled_job_id IS NULL"))
-    op.create_index("ix_conversations_active_runs", "conversations", ["run_status"],
-                    postgresql_where=sa.text("run_status IN ('running','cancelling')"))
+    op.create_index(
+        "ix_conversations_scope_active_updated",
+        "conversations",
+        ["scope_id", "updated_at", "conversation_id"],
+        postgresql_where=sa.text("deleted_at IS NULL AND scheduled_job_id IS NULL"),
+    )
+    op.create_index(
+        "ix_conversations_active_runs",
+        "conversations",
+        ["run_status"],
+        postgresql_where=sa.text("run_status IN ('running','cancelling')"),
+    )
     op.create_table(
         "messages",
         sa.Column("message_id", sa.Uuid(), primary_key=True),
-        sa.Column("conversation_id", sa.Uuid(),
-                  sa.ForeignKey("conversations.conversation_id", ondelete="CASCADE"), nullable=False),
+        sa.Column(
+            "conversation_id",
+            sa.Uuid(),
+            sa.ForeignKey("conversations.conversation_id", ondelete="CASCADE"),
+            nullable=False,
+        ),
         sa.Column("idx", sa.Integer(), nullable=False),
         sa.Column("payload", postgresql.JSONB(), nullable=False),
         sa.Column("artifact_refs", postgresql.JSONB()),
@@ -73,10 +85,10 @@ def upgrade() -> None:
         sa.Column("artifact_id", sa.Uuid(), primary_key=True),
         sa.Column("scope_id", sa.String(128), sa.ForeignKey("scopes.id", ondelete="CASCADE"), nullable=False),
         sa.Column("user_id", sa.Uuid(), sa.ForeignKey("users.user_id", ondelete="SET NULL")),
-        sa.Column("origin_conversation_id", sa.Uuid(),
-                  sa.ForeignKey("conversations.conversation_id", ondelete="SET NULL")),
-        sa.Column("copied_from_artifact_id", sa.Uuid(),
-                  sa.ForeignKey("artifacts.artifact_id", ondelete="SET NULL")),
+        sa.Column(
+            "origin_conversation_id", sa.Uuid(), sa.ForeignKey("conversations.conversation_id", ondelete="SET NULL")
+        ),
+        sa.Column("copied_from_artifact_id", sa.Uuid(), sa.ForeignKey("artifacts.artifact_id", ondelete="SET NULL")),
         sa.Column("kind", sa.Text(), nullable=False, server_default="meme_pick"),
         sa.Column("meme_id", sa.Uuid(), sa.ForeignKey("memes.id", ondelete="SET NULL")),
         sa.Column("current_path", sa.Text()),
