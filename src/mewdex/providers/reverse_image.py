@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from sqlalchemy import select
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
 from mewdex.db.models import ReverseImageUsageEvent, ScopeContext, utcnow
@@ -176,6 +176,12 @@ def lookup(
                 continue
         if connection is None:
             return None
+        provider = connection.provider
+
+        def _failed(session: Session, called: bool, code: str) -> None:
+            """Record a lookup that did not give results (``called``: the provider was reached)."""
+            _event(session, scope, task_id, meme_id, sha256, "miss", provider, called, "failed", None, {"code": code})
+
         image_url = None
         if connection.provider == "serpapi_google_lens":
             from mewdex.platform.owners import user_for_scope
@@ -183,19 +189,7 @@ def lookup(
             try:
                 image_url = public_thumbnail_url(str(meme_id), user_for_scope(session, scope.scope_id))
             except ProviderError as exc:
-                _event(
-                    session,
-                    scope,
-                    task_id,
-                    meme_id,
-                    sha256,
-                    "miss",
-                    connection.provider,
-                    False,
-                    "failed",
-                    None,
-                    {"code": exc.code},
-                )
+                _failed(session, False, exc.code)
                 return None
     price = Price(image=Decimal(connection.config.get("price_per_request") or 0), version="1")
     model = ModelClient(None, connection.provider, price, connection, "reverse_image")
@@ -223,37 +217,13 @@ def lookup(
             resource_id=str(meme_id),
             before_call=before_call,
         )
-    except PlatformError as exc:
+    except PlatformError as exc:  # refused before any call (budget)
         with sessions.begin() as session:
-            _event(
-                session,
-                scope,
-                task_id,
-                meme_id,
-                sha256,
-                "miss",
-                connection.provider,
-                False,
-                "failed",
-                None,
-                {"code": exc.code},
-            )
+            _failed(session, False, exc.code)
         return None
     except ProviderError as exc:
         with sessions.begin() as session:
-            _event(
-                session,
-                scope,
-                task_id,
-                meme_id,
-                sha256,
-                "miss",
-                connection.provider,
-                True,
-                "failed",
-                None,
-                {"code": exc.code},
-            )
+            _failed(session, True, exc.code)
         raise
     with sessions.begin() as session:
         _event(
