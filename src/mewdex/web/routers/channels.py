@@ -155,7 +155,9 @@ async def telegram_webhook(
 
 
 @router.get("/settings/channels", include_in_schema=False)
-def channels_page(request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+def channels_page(
+    request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
     """The Channels settings page: bindings, the Telegram link, the webhook (secret shown once), the log."""
     from sqlalchemy import select
 
