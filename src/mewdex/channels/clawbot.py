@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
+import logging
 import os
 import secrets
 import struct
@@ -37,11 +39,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
+from uuid import UUID
 
+import segno
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex.channels import bindings
+from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, register_adapter
+from mewdex.channels.errors import ChannelError
+from mewdex.config import get_settings
+from mewdex.db.engine import get_sessionmaker
+from mewdex.db.models import ChannelBinding
 from mewdex.egress import EgressError, fetch
+from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, register_lane, task_type
+from mewdex.queue.scheduler import Schedule
 
 DEFAULT_BASE_URL = "https://ilinkai.weixin.qq.com"
 DEFAULT_CDN_URL = "https://novac2c.cdn.weixin.qq.com/c2c"
@@ -360,3 +374,222 @@ def window_state(context_token_at: str | datetime | None, sends_since_ctx: int, 
     if sends_since_ctx >= WINDOW_SENDS:
         return "quota"
     return "open"
+
+
+# ------------------------------------------------------------------ the channel (framework adapter)
+
+NAME = "clawbot"
+POLL_TASK = "clawbot_polling"
+POLL_LANE = "clawbot_poll"
+MAX_POLLERS = 16
+log = logging.getLogger(__name__)
+
+register_lane(Lane(POLL_LANE, concurrency=lambda: 1, listed=False))
+
+
+def api_url() -> str:
+    return get_settings().clawbot_api_url.rstrip("/")
+
+
+def cdn_url() -> str:
+    return get_settings().clawbot_cdn_url.rstrip("/")
+
+
+def qr_svg(content: str) -> str:
+    """An SVG QR code of ``content`` (what the Channels page shows to scan)."""
+    buffer = io.BytesIO()
+    segno.make(content, error="m").save(buffer, kind="svg", scale=4, border=2, xmldecl=False, svgns=True)
+    return buffer.getvalue().decode()
+
+
+def start_login() -> dict[str, str]:
+    """A new login QR for the Channels page: ``{"qrcode", "qrcode_img_content", "qr_svg"}``.
+    Raises :class:`ClawBotError`."""
+    qr = get_bot_qrcode(api_url())
+    return {**qr, "qr_svg": qr_svg(qr["qrcode_img_content"] or qr["qrcode"])}
+
+
+def login_status(qrcode: str) -> dict[str, Any]:
+    """The QR's state; a ``scaned_but_redirect`` is followed to its ``redirect_host`` once."""
+    status = get_qrcode_status(api_url(), qrcode)
+    if status.get("status") == "scaned_but_redirect" and status.get("redirect_host"):
+        status = get_qrcode_status(f"https://{status['redirect_host']}", qrcode)
+    return status
+
+
+def complete_login(session: Session, *, scope_id: str, user_id: UUID | None, status: dict[str, Any]) -> ChannelBinding:
+    """Bind the scanning person (``status`` = a ``confirmed`` answer): seed 004's ``bot_token``*,
+    ``bot_im_id``, ``user_im_id``, ``base_url``; the window starts closed (they have not written)."""
+    base = str(status.get("baseurl") or api_url()).rstrip("/")
+    return bindings.bind(
+        session,
+        scope_id=scope_id,
+        user_id=user_id,
+        channel=NAME,
+        identity=str(status["ilink_user_id"]),
+        config={
+            "bot_token": str(status["bot_token"]),
+            "bot_im_id": str(status["ilink_bot_id"]),
+            "user_im_id": str(status["ilink_user_id"]),
+            "base_url": base,
+            "latest_context_token": None,
+            "context_token_at": None,
+            "sends_since_ctx": 0,
+            "get_updates_buf": "",
+            "poll_error": None,
+        },
+    )
+
+
+def _poll_binding(sessions: sessionmaker[Session], scope_id: str, view: Binding, seconds: float) -> int:
+    """One long poll for one binding; the messages are queued, the window reopened and the cursor
+    kept in one transaction. Returns how many messages came."""
+    from mewdex.channels import inbound
+
+    config = view.config
+    try:
+        raw, cursor = get_updates(config["base_url"], config["bot_token"], config.get("get_updates_buf") or "", seconds)
+    except ClawBotError as exc:
+        with sessions.begin() as session:
+            row = bindings.get(session, scope_id, NAME, lock=True)
+            if row is not None and row.status == "active":
+                bindings.update_config(session, row, {"poll_error": exc.code})
+        log.warning("clawbot polling: %s", exc.code)
+        return 0
+    count = 0
+    with sessions.begin() as session:
+        row = bindings.get(session, scope_id, NAME, lock=True)
+        if row is None or row.status != "active" or row.identity != view.identity:
+            return 0  # revoked (or re-bound) while polling: nothing of this poll is taken in
+        changes: dict[str, Any] = {"get_updates_buf": cursor, "poll_error": None}
+        for message in filter(None, map(parse_message, raw)):
+            if message.from_user_id != view.identity:
+                continue
+            if message.context_token:
+                changes.update(
+                    latest_context_token=message.context_token,
+                    context_token_at=datetime.now(UTC).isoformat(),
+                    sends_since_ctx=0,
+                )
+            if message.text or message.images:
+                inbound.submit(
+                    session,
+                    Inbound(channel=NAME, sender=message.from_user_id, chat=message.from_user_id, text=message.text,
+                            images=message.images, message_id=message.message_id or None),
+                )  # fmt: skip
+                count += 1
+        bindings.update_config(session, row, changes)
+    return count
+
+
+def poll_once(sessions: sessionmaker[Session], seconds: float) -> int:
+    """Long-poll every active ClawBot binding at once (one thread each, at most :data:`MAX_POLLERS`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with sessions.begin() as session:
+        rows = session.execute(
+            select(ChannelBinding).where(ChannelBinding.channel == NAME, ChannelBinding.status == "active")
+        ).scalars()
+        views = [(row.scope_id, bindings.view(row)) for row in rows]
+    if not views:
+        return 0
+    with ThreadPoolExecutor(max_workers=min(MAX_POLLERS, len(views))) as pool:
+        return sum(pool.map(lambda v: _poll_binding(sessions, v[0], v[1], seconds), views))
+
+
+@task_type(POLL_TASK, lane=POLL_LANE, retry=RetryPolicy(max_attempts=1))
+def clawbot_polling(ctx: TaskContext) -> dict[str, Any]:
+    """Keep ClawBot's inbound going for :attr:`clawbot_poll_seconds`. ``{"messages"}``."""
+    return {"messages": poll_once(ctx.sessions, get_settings().clawbot_poll_seconds)}
+
+
+def schedules() -> list[Schedule]:
+    from mewdex.channels.delivery import UNBOUND_SCOPE
+
+    return [Schedule(POLL_TASK, POLL_TASK, lambda: get_settings().clawbot_poll_seconds, UNBOUND_SCOPE)]
+
+
+def _failure(exc: ClawBotError) -> DeliveryFailed:
+    code = exc.code
+    if code.startswith("egress_"):
+        code = "channel_unreachable"
+    elif code in ("clawbot_send_failed", "clawbot_api_error", "clawbot_upload_failed"):
+        code = "channel_platform_error"
+    return DeliveryFailed(
+        code, exc.message, platform_code=exc.ret if exc.ret is not None else exc.code,
+        platform_error=exc.errmsg or exc.message, retryable=exc.retryable,
+    )  # fmt: skip
+
+
+_WINDOW_TEXT = {
+    "no_context": "WeChat lets the bot write only after you wrote to it: send it a message first",
+    "expired": "more than 20 hours since you last wrote to the bot: WeChat would not deliver; send it a message",
+    "quota": "10 messages sent since you last wrote to the bot: WeChat would not deliver more; send it a message",
+}
+
+
+class ClawBotAdapter:
+    """The ``clawbot`` channel (module doc): one bot per person, bound by scanning a QR code."""
+
+    name = NAME
+    secret_fields = ("bot_token", "latest_context_token")
+    min_send_interval = 1.0
+    command_prefixes = ("/",)
+    outbound_only = False
+
+    def target_of(self, binding: Binding) -> str:
+        return str(binding.config.get("user_im_id") or binding.identity or "")
+
+    def binding_config(self, inbound: Inbound) -> dict[str, Any]:
+        raise ChannelError("channel_config_invalid", "WeChat ClawBot binds by scanning the QR code on the Channels page")
+
+    def bind_help(self, lang: str) -> str:
+        if lang == "zh":
+            return "请在 mewdex 的“渠道”页面扫描微信二维码完成绑定。"
+        return "Scan the WeChat QR code on mewdex's Channels page to link this chat."
+
+    def fetch_image(self, ref: str) -> bytes:
+        return download_image(ref, cdn_url())
+
+    def _use_window(self, binding: Binding, sends: int) -> dict[str, Any]:
+        """Reserve ``sends`` messages of the window (row-locked, counted before sending: a send
+        that fails still used its place); raises ``channel_window_closed`` when they do not fit."""
+        with get_sessionmaker().begin() as session:
+            row = bindings.get(session, binding.scope_id, NAME, lock=True)
+            if row is None or row.status != "active":
+                raise DeliveryFailed("channel_binding_revoked", "the WeChat binding was revoked")
+            config = bindings.open_config(row.scope_id, NAME, row.config or {})
+            used = int(config.get("sends_since_ctx") or 0)
+            state = window_state(config.get("context_token_at"), used + sends - 1)
+            if state != "open":
+                raise DeliveryFailed("channel_window_closed", _WINDOW_TEXT[state], platform_code=state)
+            bindings.update_config(session, row, {"sends_since_ctx": used + sends})
+            return config
+
+    def _send_items(self, binding: Binding | None, target: str, items: list) -> Sent:
+        if binding is None:
+            raise DeliveryFailed("channel_not_bound", "WeChat ClawBot sends only to a bound person")
+        config = self._use_window(binding, len(items))
+        client_id = None
+        try:
+            for make in items:
+                item = make(config)
+                client_id = client_id or send_message(
+                    config["base_url"], config["bot_token"], target, config.get("latest_context_token") or "", item
+                )
+        except ClawBotError as exc:
+            raise _failure(exc) from None
+        return Sent(client_id)
+
+    def send_text(self, binding: Binding | None, target: str, text: str) -> Sent:
+        return self._send_items(binding, target, [lambda _c: text_item(text)])
+
+    def send_meme(self, binding: Binding | None, target: str, meme: MemeFile, caption: str | None) -> Sent:
+        def image(config: dict[str, Any]) -> dict[str, Any]:
+            return upload_image(config["base_url"], config["bot_token"], target, meme.data, cdn_url())
+
+        items = [image] + ([lambda _c: text_item(caption)] if caption else [])
+        return self._send_items(binding, target, items)
+
+
+register_adapter(ClawBotAdapter())

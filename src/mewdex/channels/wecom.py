@@ -23,16 +23,30 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
+import re
 import threading
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
+from uuid import UUID
 
-from mewdex.channels.wecom_crypto import WXBizMsgCrypt
+from sqlalchemy.orm import Session
+
+from mewdex.channels import bindings, state
+from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, register_adapter
+from mewdex.channels.errors import ChannelError
+from mewdex.channels.wecom_crypto import WeComCryptoError, WXBizMsgCrypt, decode_aes_key
+from mewdex.db.engine import get_sessionmaker
+from mewdex.db.models import utcnow
 from mewdex.egress import EgressError, fetch
+from mewdex.platform import instance
+from mewdex.providers import secrets
 
+log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://qyapi.weixin.qq.com"
 IMAGE_MAX_BYTES = 2 * 1024 * 1024  # message/send image: JPG/PNG, 2 MB (the conservative documented limit)
 FILE_MAX_BYTES = 20 * 1024 * 1024
@@ -87,6 +101,7 @@ class InboundMessage:
     msg_id: str
     agent_id: str
     event: str = ""
+    pic_url: str = ""
 
 
 def _error_for(data: dict[str, Any], what: str) -> WeComError:
@@ -265,4 +280,220 @@ def parse_callback(app: WeComApp, msg_signature: str, timestamp: str, nonce: str
         msg_id=msg_id,
         agent_id=fields.get("AgentID", ""),
         event=event,
+        pic_url=fields.get("PicUrl", "") if msg_type == "image" else "",
     )
+
+
+# ------------------------------------------------------------------ the channel (framework adapter)
+
+NAME = "wecom"
+APP_SETTING = "channel_wecom_app"
+APP_SECRET_FIELDS = ("secret", "token", "encoding_aes_key")
+MEDIA_TTL = timedelta(days=3) - timedelta(hours=1)  # a temporary media_id lasts 3 days
+CALLBACK_PATH = "/channels/wecom/callback"
+_BIND_TEXT = re.compile(r"^\s*(?:/?bind\s+|绑定\s*)?([A-Za-z0-9_-]{32})\s*$", re.IGNORECASE)
+
+
+def _aad(field: str) -> str:
+    return f"platform_settings:{APP_SETTING}:{field}"
+
+
+def configure_app(
+    session: Session,
+    *,
+    corp_id: str,
+    agent_id: int,
+    secret: str | None,
+    token: str | None,
+    encoding_aes_key: str | None,
+    base_url: str | None = None,
+) -> dict[str, Any]:
+    """Store the installation's self-built app (admin; secrets sealed with
+    :mod:`mewdex.providers.secrets`). ``None`` for a secret keeps the stored one. Returns
+    :func:`app_status`. ``channel_config_invalid`` (422) for a missing field or a bad EncodingAESKey."""
+    current = instance.get_setting(session, APP_SETTING, {}) or {}
+    values = {"secret": secret, "token": token, "encoding_aes_key": encoding_aes_key}
+    for field in APP_SECRET_FIELDS:
+        if values[field] is None and field not in current:
+            raise ChannelError("channel_config_invalid", f"{field} is required")
+    corp_id = (corp_id or "").strip()
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", corp_id):
+        raise ChannelError("channel_config_invalid", "corp_id must be the corp id (ww…)")
+    if not isinstance(agent_id, int) or agent_id <= 0:
+        raise ChannelError("channel_config_invalid", "agent_id must be the app's AgentId (a positive number)")
+    if encoding_aes_key is not None:
+        try:
+            decode_aes_key(encoding_aes_key.strip())
+        except WeComCryptoError as exc:
+            raise ChannelError("channel_config_invalid", exc.message) from None
+    url = (base_url or current.get("base_url") or DEFAULT_BASE_URL).strip().rstrip("/")
+    if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
+        raise ChannelError("channel_config_invalid", "base_url must be an http(s) URL")
+    stored = {"corp_id": corp_id, "agent_id": agent_id, "base_url": url}
+    for field in APP_SECRET_FIELDS:
+        value = values[field]
+        stored[field] = secrets.seal(value.strip(), _aad(field)) if value is not None else current[field]
+    instance.set_setting(session, APP_SETTING, stored)
+    old = load_app(session, stored=current) if current else None
+    if old is not None:
+        forget_token(old)
+    return app_status(session, stored=stored)
+
+
+def load_app(session: Session, *, stored: dict[str, Any] | None = None) -> WeComApp | None:
+    """The configured app with its secrets opened, or None when the admin has not set it up."""
+    stored = stored if stored is not None else instance.get_setting(session, APP_SETTING, None)
+    if not stored:
+        return None
+    opened = {field: secrets.open_sealed(stored[field], _aad(field)) for field in APP_SECRET_FIELDS}
+    return WeComApp(
+        corp_id=stored["corp_id"], agent_id=int(stored["agent_id"]), secret=opened["secret"], token=opened["token"],
+        encoding_aes_key=opened["encoding_aes_key"], base_url=stored.get("base_url") or DEFAULT_BASE_URL,
+    )  # fmt: skip
+
+
+def require_app(session: Session) -> WeComApp:
+    """:func:`load_app`, or ``channel_not_configured`` (409)."""
+    app = load_app(session)
+    if app is None:
+        raise ChannelError("channel_not_configured", "the admin has not set up the WeCom app yet")
+    return app
+
+
+def app_status(session: Session, *, stored: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the Channels page shows of the app: ``configured``, ``corp_id``, ``agent_id``,
+    ``base_url``, ``secret_hint`` and ``callback_path`` — never a secret."""
+    stored = stored if stored is not None else instance.get_setting(session, APP_SETTING, None)
+    if not stored:
+        return {"configured": False, "callback_path": CALLBACK_PATH}
+    return {
+        "configured": True,
+        "corp_id": stored["corp_id"],
+        "agent_id": int(stored["agent_id"]),
+        "base_url": stored.get("base_url") or DEFAULT_BASE_URL,
+        "secret_hint": secrets.hint(secrets.open_sealed(stored["secret"], _aad("secret"))),
+        "callback_path": CALLBACK_PATH,
+    }
+
+
+def inbound_of(message: InboundMessage) -> Inbound | None:
+    """The framework's :class:`Inbound` for a decrypted callback; None for what mewdex does not
+    answer (events other than ``enter_agent``, voice, location, …). A text that is a bind code
+    (``<code>`` or ``bind <code>``) carries it as ``bind_code``."""
+    if not message.from_user or message.msg_type not in ("text", "image"):
+        return None
+    match = _BIND_TEXT.match(message.content) if message.msg_type == "text" else None
+    return Inbound(
+        channel=NAME,
+        sender=message.from_user,
+        chat=message.from_user,
+        text="" if match else message.content,
+        images=(message.pic_url,) if message.pic_url else (),
+        bind_code=match.group(1) if match else None,
+        message_id=message.msg_id,
+    )
+
+
+def accept_callback(session: Session, msg_signature: str, timestamp: str, nonce: str, body: bytes) -> str:
+    """Verify, decrypt and queue one callback (the web route answers an empty 200 at once: WeCom
+    retries after 5 s). Returns what happened (``queued`` or ``ignored``). Raises
+    :class:`.wecom_crypto.WeComCryptoError` (401) or ``channel_not_configured`` (409)."""
+    from mewdex.channels import inbound
+
+    message = parse_callback(require_app(session), msg_signature, timestamp, nonce, body)
+    found = inbound_of(message)
+    if found is None:
+        return "ignored"
+    inbound.submit(session, found)
+    return "queued"
+
+
+def verify_callback_url(session: Session, msg_signature: str, timestamp: str, nonce: str, echostr: str) -> str:
+    """The plaintext answering WeCom's callback URL check. Raises like :func:`accept_callback`."""
+    return require_app(session).crypt().verify_url(msg_signature, timestamp, nonce, echostr)
+
+
+def link(session: Session, *, scope_id: str, user_id: UUID | None) -> dict[str, str]:
+    """A one-time code the signed-in user sends to the WeCom app to bind their ``wecom_userid``:
+    ``{"code", "instructions"}``. ``channel_not_configured`` without an app."""
+    require_app(session)
+    code = bindings.new_bind_code(session, scope_id=scope_id, user_id=user_id, channel=NAME)
+    return {"code": code, "instructions": f"Send this code to the mewdex app in WeCom: {code}"}
+
+
+def _failure(exc: WeComError) -> DeliveryFailed:
+    code = {"wecom_ip_not_trusted": "wecom_ip_not_trusted", "wecom_user_invalid": "channel_blocked"}.get(
+        exc.code, "channel_platform_error"
+    )
+    if exc.errcode in (45009, 45033):
+        return DeliveryFailed("channel_rate_limited", exc.message, platform_code=exc.errcode,
+                              platform_error=exc.errmsg or exc.message, retry_after=60)  # fmt: skip
+    if exc.errcode is None and exc.code.startswith("egress_"):
+        code = "channel_unreachable"
+    return DeliveryFailed(
+        code, exc.message, platform_code=exc.errcode if exc.errcode is not None else exc.code,
+        platform_error=exc.errmsg or exc.message, retryable=exc.retryable,
+    )  # fmt: skip
+
+
+class WeComAdapter:
+    """The ``wecom`` channel: a self-built app pushes to a member (``wecom_userid``) at any time;
+    inbound messages arrive on the callback URL (see :func:`accept_callback`)."""
+
+    name = NAME
+    secret_fields: tuple[str, ...] = ()
+    min_send_interval = 0.5
+    command_prefixes = ("/",)
+    outbound_only = False
+
+    def _app(self) -> WeComApp:
+        with get_sessionmaker().begin() as session:
+            app = load_app(session)
+        if app is None:
+            raise DeliveryFailed("channel_not_configured", "the admin has not set up the WeCom app")
+        return app
+
+    def target_of(self, binding: Binding) -> str:
+        return str(binding.config.get("wecom_userid") or binding.identity or "")
+
+    def binding_config(self, inbound: Inbound) -> dict[str, Any]:
+        return {"wecom_userid": inbound.sender}
+
+    def bind_help(self, lang: str) -> str:
+        if lang == "zh":
+            return "还没有绑定 mewdex 账户：在 mewdex 的“渠道”页面点“绑定企业微信”，把得到的绑定码发给我。"
+        return "This WeCom account is not linked to mewdex yet: open mewdex's Channels page, choose WeCom and send me the code it shows."
+
+    def fetch_image(self, ref: str) -> bytes:
+        return fetch("GET", ref, content_types=("image/",), max_bytes=20 * 1024 * 1024).content
+
+    def send_text(self, binding: Binding | None, target: str, text: str) -> Sent:
+        try:
+            result = send_text(self._app(), target, text)
+        except WeComError as exc:
+            raise _failure(exc) from None
+        return Sent(str(result.get("msgid") or "") or None)
+
+    def send_meme(self, binding: Binding | None, target: str, meme: MemeFile, caption: str | None) -> Sent:
+        app = self._app()
+        sessions = get_sessionmaker()
+        bot_id = f"{app.corp_id}:{app.agent_id}"
+        try:
+            prepared = prepare_image(meme.data, stem=meme.meme_id[:8])
+            media_id = state.cached_file_id(sessions, NAME, bot_id, meme.sha256, prepared.media_type)
+            if media_id is None:
+                media_id = upload_media(app, prepared.data, prepared.filename, prepared.content_type, prepared.media_type)
+                state.remember_file_id(sessions, NAME, bot_id, meme.sha256, prepared.media_type, media_id,
+                                       expires_at=utcnow() + MEDIA_TTL)  # fmt: skip
+            result = send_message(app, target, prepared.media_type, {"media_id": media_id})
+        except WeComError as exc:
+            raise _failure(exc) from None
+        if caption:
+            try:
+                send_text(app, target, caption)
+            except WeComError as exc:  # the meme arrived; its caption did not
+                log.warning("wecom: the caption after a meme was not delivered (%s)", exc.code)
+        return Sent(str(result.get("msgid") or "") or None)
+
+
+register_adapter(WeComAdapter())
