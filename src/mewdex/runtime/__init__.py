@@ -30,6 +30,7 @@ TASK_TYPE_MODULES = (
     "mewdex.search.generations",
     "mewdex.runtime.maintenance",
     "mewdex.assistant.runs",
+    "mewdex.channels.tasks",
 )
 # /health counts live worker processes by their connections' application_name.
 WORKER_APPLICATION_PREFIX = "mewdex-worker"
