@@ -12,6 +12,7 @@ import os
 import pytest
 from sqlalchemy import select
 
+from accounts_helpers import auth_app  # noqa: F401 - fixture
 from channel_helpers import account  # noqa: F401 - fixture
 from conftest import app_for, drain_queue
 from fakes.wecom_server import FakeWeCom, message_callback, verification_query
@@ -180,12 +181,13 @@ def test_a_repeated_callback_is_answered_once(sessions, account, wecom):  # noqa
     assert [m for m in fake.sent[before:] if m["msgtype"] == "image"]
 
 
-def test_admin_only_and_link_needs_the_app(sessions, account, settings_env):  # noqa: F811
-    with client(account.scope) as c:
-        assert c.put("/api/v1/channels/wecom/app", json={"corp_id": "ww1", "agent_id": 1}).status_code == 404
-        r = c.post("/api/v1/channels/wecom/link")
-        assert r.status_code == 409 and r.json()["error"]["code"] == "channel_not_configured"
-    with client(account.scope, admin=True) as c:
-        r = c.put("/api/v1/channels/wecom/app", json={"corp_id": "ww1", "agent_id": 1, "secret": "s", "token": "t",
-                                                      "encoding_aes_key": "short"})  # fmt: skip
-        assert r.status_code == 422 and r.json()["error"]["code"] == "channel_config_invalid"
+def test_admin_only_and_link_needs_the_app(auth_app):  # noqa: F811
+    alice, admin = auth_app.new("alice"), auth_app.new("adm", admin=True)
+    body = {"corp_id": "ww1", "agent_id": 1, "secret": "s", "token": "t", "encoding_aes_key": "short"}
+    r = alice.client.put("/api/v1/channels/wecom/app", headers={"X-CSRF-Token": alice.csrf}, json=body)
+    assert r.status_code == 404, "the app is the admin's"
+    r = alice.client.post("/api/v1/channels/wecom/link", headers={"X-CSRF-Token": alice.csrf})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "channel_not_configured"
+    r = admin.client.put("/api/v1/channels/wecom/app", headers={"X-CSRF-Token": admin.csrf}, json=body)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "channel_config_invalid"
+    assert admin.client.get("/api/v1/channels/wecom/app").json()["configured"] is False

@@ -35,6 +35,7 @@ from mewdex.web.routers import (
     usage,
     visual,
 )
+from mewdex.web.routers import channel_setup
 from mewdex.web.routers import channels as channel_routes
 from mewdex.web.routers import conversations as conversation_routes
 
@@ -98,6 +99,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         conversation_routes,
         chat_page,
         channel_routes,
+        channel_setup,
     ):
         app.include_router(module.router)
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.
