@@ -34,7 +34,9 @@ def server(mewdex_env):
     """The real app served by uvicorn on a local socket (WebSockets through the ``websockets`` package)."""
     import uvicorn
 
-    config = uvicorn.Config(app_for(None), host="127.0.0.1", port=0, log_level="warning", lifespan="off", ws="websockets")
+    config = uvicorn.Config(
+        app_for(None), host="127.0.0.1", port=0, log_level="warning", lifespan="off", ws="websockets-sansio"
+    )
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
@@ -75,6 +77,7 @@ def test_bind_message_meme_group_rule_revoke(sessions, store, account, server): 
         FakeNapCat(ws_url, BOT_QQ, "not-the-token")
 
     with FakeNapCat(ws_url, BOT_QQ, bound["access_token"]) as napcat:
+
         def connected():
             with sessions.begin() as session:
                 row = session.execute(
@@ -94,7 +97,9 @@ def test_bind_message_meme_group_rule_revoke(sessions, store, account, server): 
         from mewdex.db.models import Meme
 
         with sessions.begin() as session:
-            originals = {m.sha256 for m in session.execute(select(Meme).where(Meme.scope_id == account.scope.scope_id)).scalars()}
+            originals = {
+                m.sha256 for m in session.execute(select(Meme).where(Meme.scope_id == account.scope.scope_id)).scalars()
+            }
         import hashlib
 
         assert {hashlib.sha256(i).hexdigest() for i in images} <= originals, "the meme's own bytes, inline"
@@ -114,14 +119,19 @@ def test_bind_message_meme_group_rule_revoke(sessions, store, account, server): 
 
         napcat.fail_next(1200, "消息发送失败，请检查消息内容")
         with sessions.begin() as session:
-            queued = delivery.send_text(session, user_id=account.user_id, channel="onebot", text="hello")
-            delivery_id = queued.delivery_id
-        with pytest.raises(AssertionError):
-            drain_queue(sessions, account.scope, timeout=3)  # the failed attempt waits for its retry
+            failed_id = delivery.send_text(session, user_id=account.user_id, channel="onebot", text="hi").delivery_id
+        drain(sessions, account)  # the implementation refused it: not retried
         with sessions.begin() as session:
-            row = session.get(ChannelDelivery, delivery_id)
-            assert row.status == "retrying" and row.error_code == "channel_platform_error"
+            row = session.get(ChannelDelivery, failed_id)
+            assert (row.status, row.attempts, row.error_code) == ("failed", 1, "channel_platform_error")
             assert row.platform_code == "1200" and "消息发送失败" in row.platform_error
+        with client_for(account.scope) as client:
+            shown = {d["id"]: d for d in client.get("/api/v1/channels/deliveries").json()["deliveries"]}
+            assert shown[str(failed_id)]["platform_code"] == "1200"
+
+        # A send still queued when the binding is revoked is cancelled, never sent.
+        with sessions.begin() as session:
+            delivery_id = delivery.send_text(session, user_id=account.user_id, channel="onebot", text="x").delivery_id
 
         # Revoke: queued sends are cancelled and the connection is closed.
         with client_for(account.scope) as client:

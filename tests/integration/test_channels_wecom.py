@@ -175,7 +175,9 @@ def test_a_repeated_callback_is_answered_once(sessions, account, wecom):  # noqa
     from mewdex.db.models import Conversation
 
     with sessions.begin() as session:
-        row = session.execute(select(ChannelBinding).where(ChannelBinding.scope_id == account.scope.scope_id)).scalar_one()
+        row = session.execute(
+            select(ChannelBinding).where(ChannelBinding.scope_id == account.scope.scope_id)
+        ).scalar_one()
         conversation = session.get(Conversation, UUID(row.config["chat_task_id"]))
         assert conversation.next_message_idx == 2, "one question, one answer"
     assert [m for m in fake.sent[before:] if m["msgtype"] == "image"]

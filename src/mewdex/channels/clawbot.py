@@ -37,7 +37,7 @@ import secrets
 import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote, urlencode
 from uuid import UUID
 
@@ -531,17 +531,19 @@ _WINDOW_TEXT = {
 class ClawBotAdapter:
     """The ``clawbot`` channel (module doc): one bot per person, bound by scanning a QR code."""
 
-    name = NAME
-    secret_fields = ("bot_token", "latest_context_token")
-    min_send_interval = 1.0
-    command_prefixes = ("/",)
-    outbound_only = False
+    name: ClassVar[str] = NAME
+    secret_fields: ClassVar[tuple[str, ...]] = ("bot_token", "latest_context_token")
+    min_send_interval: ClassVar[float] = 1.0
+    command_prefixes: ClassVar[tuple[str, ...]] = ("/",)
+    outbound_only: ClassVar[bool] = False
 
     def target_of(self, binding: Binding) -> str:
         return str(binding.config.get("user_im_id") or binding.identity or "")
 
     def binding_config(self, inbound: Inbound) -> dict[str, Any]:
-        raise ChannelError("channel_config_invalid", "WeChat ClawBot binds by scanning the QR code on the Channels page")
+        raise ChannelError(
+            "channel_config_invalid", "WeChat ClawBot binds by scanning the QR code on the Channels page"
+        )
 
     def bind_help(self, lang: str) -> str:
         if lang == "zh":
@@ -573,10 +575,14 @@ class ClawBotAdapter:
         client_id = None
         try:
             for make in items:
-                item = make(config)
-                client_id = client_id or send_message(
-                    config["base_url"], config["bot_token"], target, config.get("latest_context_token") or "", item
+                sent = send_message(
+                    config["base_url"],
+                    config["bot_token"],
+                    target,
+                    config.get("latest_context_token") or "",
+                    make(config),
                 )
+                client_id = client_id or sent
         except ClawBotError as exc:
             raise _failure(exc) from None
         return Sent(client_id)

@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 from uuid import UUID
 
@@ -276,6 +276,10 @@ class ConnectionRegistry:
     def get(self, self_id: str) -> ActionChannel | None:
         with self._lock:
             return self._by_key.get(self_id)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._by_key)
 
 
 registry = ConnectionRegistry()
@@ -577,8 +581,9 @@ class RelayListener:
         self._stop = threading.Event()
 
     def ensure_started(self) -> None:
+        """Start the listener unless it runs (call after :meth:`ConnectionRegistry.add`)."""
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._stop.clear()
                 self._thread = threading.Thread(target=self._run, name="onebot-relay", daemon=True)
                 self._thread.start()
@@ -587,18 +592,23 @@ class RelayListener:
         self._stop.set()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        """Listen while this process holds a connection (the thread ends with the last one)."""
+        while True:
+            with self._lock:
+                if self._stop.is_set() or not registry.count():
+                    self._thread = None
+                    return
             try:
                 with _listen_connection() as connection:
                     connection.execute(f"LISTEN {RELAY_OUT}")
-                    while not self._stop.is_set():
+                    while not self._stop.is_set() and registry.count():
                         for note in connection.notifies(timeout=1.0):
-                            self._dispatch(connection, note.payload)
+                            self._dispatch(note.payload)
             except Exception:  # noqa: BLE001 - the listener must outlive a dropped database connection
                 log.warning("onebot relay: listener connection lost; reconnecting", exc_info=True)
                 self._stop.wait(1.0)
 
-    def _dispatch(self, connection, payload: str) -> None:
+    def _dispatch(self, payload: str) -> None:
         try:
             request = json.loads(payload)
         except ValueError:
@@ -628,11 +638,11 @@ relay = RelayListener()
 class OneBotAdapter:
     """The ``onebot`` channel (module doc; binding model in the comment above the relay)."""
 
-    name = NAME
-    secret_fields = ("access_token",)
-    min_send_interval = 1.0
-    command_prefixes = ("/", "#")
-    outbound_only = False
+    name: ClassVar[str] = NAME
+    secret_fields: ClassVar[tuple[str, ...]] = ("access_token",)
+    min_send_interval: ClassVar[float] = 1.0
+    command_prefixes: ClassVar[tuple[str, ...]] = ("/", "#")
+    outbound_only: ClassVar[bool] = False
 
     def target_of(self, binding: Binding) -> str:
         owner = binding.config.get("owner_qq")

@@ -30,7 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlencode, urlsplit
 from uuid import UUID
 
@@ -440,11 +440,11 @@ class WeComAdapter:
     """The ``wecom`` channel: a self-built app pushes to a member (``wecom_userid``) at any time;
     inbound messages arrive on the callback URL (see :func:`accept_callback`)."""
 
-    name = NAME
-    secret_fields: tuple[str, ...] = ()
-    min_send_interval = 0.5
-    command_prefixes = ("/",)
-    outbound_only = False
+    name: ClassVar[str] = NAME
+    secret_fields: ClassVar[tuple[str, ...]] = ()
+    min_send_interval: ClassVar[float] = 0.5
+    command_prefixes: ClassVar[tuple[str, ...]] = ("/",)
+    outbound_only: ClassVar[bool] = False
 
     def _app(self) -> WeComApp:
         with get_sessionmaker().begin() as session:
@@ -462,7 +462,10 @@ class WeComAdapter:
     def bind_help(self, lang: str) -> str:
         if lang == "zh":
             return "还没有绑定 mewdex 账户：在 mewdex 的“渠道”页面点“绑定企业微信”，把得到的绑定码发给我。"
-        return "This WeCom account is not linked to mewdex yet: open mewdex's Channels page, choose WeCom and send me the code it shows."
+        return (
+            "This WeCom account is not linked to mewdex yet: open mewdex's Channels page, choose WeCom "
+            "and send me the code it shows."
+        )
 
     def fetch_image(self, ref: str) -> bytes:
         return fetch("GET", ref, content_types=("image/",), max_bytes=20 * 1024 * 1024).content
@@ -482,7 +485,9 @@ class WeComAdapter:
             prepared = prepare_image(meme.data, stem=meme.meme_id[:8])
             media_id = state.cached_file_id(sessions, NAME, bot_id, meme.sha256, prepared.media_type)
             if media_id is None:
-                media_id = upload_media(app, prepared.data, prepared.filename, prepared.content_type, prepared.media_type)
+                media_id = upload_media(
+                    app, prepared.data, prepared.filename, prepared.content_type, prepared.media_type
+                )
                 state.remember_file_id(sessions, NAME, bot_id, meme.sha256, prepared.media_type, media_id,
                                        expires_at=utcnow() + MEDIA_TTL)  # fmt: skip
             result = send_message(app, target, prepared.media_type, {"media_id": media_id})

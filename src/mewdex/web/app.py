@@ -24,6 +24,7 @@ from mewdex.web.routers import (
     account_pages,
     admin,
     auth,
+    channel_setup,
     chat_page,
     collections,
     connectors,
@@ -35,7 +36,6 @@ from mewdex.web.routers import (
     usage,
     visual,
 )
-from mewdex.web.routers import channel_setup
 from mewdex.web.routers import channels as channel_routes
 from mewdex.web.routers import conversations as conversation_routes
 
