@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import io
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -179,6 +180,10 @@ class ChannelAdapter(Protocol):
 
 
 ADAPTERS: dict[str, ChannelAdapter] = {}
+
+#: The id of the delivery being sent, while an adapter's ``send_*`` runs (None otherwise): a stable
+#: idempotency key for platforms that take one (the same on every retry of that delivery).
+current_delivery: ContextVar[str | None] = ContextVar("current_delivery", default=None)
 
 
 def register_adapter(instance: ChannelAdapter) -> ChannelAdapter:

@@ -25,7 +25,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings
-from mewdex.channels.base import DeliveryFailed, MemeFile, adapter
+from mewdex.channels.base import DeliveryFailed, MemeFile, adapter, current_delivery
 from mewdex.channels.errors import ChannelError
 from mewdex.db.models import ChannelDelivery, Meme, ScopeContext, Task, utcnow
 from mewdex.db.scopes import ensure_scope, storage_namespace
@@ -315,6 +315,7 @@ def deliver(ctx: TaskContext) -> dict[str, Any]:
     if wait > 0:
         time.sleep(wait)
     ctx.external_started()
+    token = current_delivery.set(str(delivery_id))
     try:
         if job["kind"] == "meme":
             sent = channel.send_meme(job["binding"], job["target"], job["meme"], job["text"])
@@ -327,6 +328,8 @@ def deliver(ctx: TaskContext) -> dict[str, Any]:
     except DeliveryFailed as exc:
         _record_failure(ctx.sessions, delivery_id, exc)
         raise TaskError(exc.code, exc.message, retryable=exc.retryable) from None
+    finally:
+        current_delivery.reset(token)
     with ctx.sessions.begin() as session:
         row = session.get(ChannelDelivery, delivery_id, with_for_update=True)
         if row is not None:

@@ -20,7 +20,7 @@ from uuid import UUID
 from sqlalchemy.orm import Session
 
 from mewdex.channels import bindings
-from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, register_adapter
+from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, current_delivery, register_adapter
 from mewdex.channels.errors import ChannelError
 from mewdex.db.engine import get_sessionmaker
 from mewdex.egress import EgressError, check_url
@@ -66,7 +66,8 @@ class WebhookAdapter:
             scope_id=binding.scope_id,
             user_id=UUID(binding.user_id) if binding.user_id else None,
         )
-        message_id = f"msg_{uuid.uuid4().hex}"
+        # The same id on every retry of one delivery: a receiver drops a repeat (Standard Webhooks).
+        message_id = f"msg_{(current_delivery.get() or uuid.uuid4().hex).replace('-', '')}"
         try:
             signed.send(get_sessionmaker(), connection, event, data, message_id=message_id)
         except ProviderError as exc:

@@ -149,3 +149,33 @@ async def telegram_webhook(
     from fastapi.concurrency import run_in_threadpool
 
     return {"ok": True, "queued": await run_in_threadpool(work)}
+
+
+# ------------------------------------------------------------------ the page
+
+
+@router.get("/settings/channels", include_in_schema=False)
+def channels_page(
+    request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
+    """The Channels settings page: bindings, the Telegram link, the webhook (secret shown once), the log."""
+    from sqlalchemy import select
+
+    from mewdex.db.models import Meme
+    from mewdex.web.routers.pages import render
+
+    rows = bindings.list_bindings(session, scope.scope_id)
+    log = delivery.list_deliveries(session, scope.scope_id, limit=50)
+    ids = {d.meme_id for d in log if d.meme_id}
+    names = dict(session.execute(select(Meme.id, Meme.display_name).where(Meme.id.in_(ids))).all()) if ids else {}
+    by_channel = {b.channel: binding_view(b) for b in rows}
+    return render(
+        request,
+        "channels.html",
+        {
+            "page": "channels",
+            "channels": channel_infos(),
+            "bindings": by_channel,
+            "deliveries": [{**delivery_view(d), "meme_name": names.get(d.meme_id)} for d in log],
+        },
+    )
