@@ -193,3 +193,19 @@ def test_admin_only_and_link_needs_the_app(auth_app):  # noqa: F811
     r = admin.client.put("/api/v1/channels/wecom/app", headers={"X-CSRF-Token": admin.csrf}, json=body)
     assert r.status_code == 422 and r.json()["error"]["code"] == "channel_config_invalid"
     assert admin.client.get("/api/v1/channels/wecom/app").json()["configured"] is False
+
+
+def test_channels_page_offers_qq_wecom_and_wechat(account):  # noqa: F811
+    from conftest import client_for
+
+    with client_for(account.scope) as c:
+        page = c.get("/settings/channels")
+        assert page.status_code == 200
+        for marker in (
+            'data-channel-form="onebot-bind"',
+            'data-action="clawbot-login"',
+            "wecom-admin",
+            "channel_setup.js",
+        ):
+            assert marker in page.text, marker
+        assert "连接 QQ 机器人" in c.get("/settings/channels", headers={"Accept-Language": "zh"}).text

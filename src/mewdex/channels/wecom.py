@@ -453,6 +453,11 @@ class WeComAdapter:
             raise DeliveryFailed("channel_not_configured", "the admin has not set up the WeCom app")
         return app
 
+    def configured(self) -> bool:
+        """Whether the admin has set up the app (the Channels page offers binding only then)."""
+        with get_sessionmaker().begin() as session:
+            return bool(instance.get_setting(session, APP_SETTING, None))
+
     def target_of(self, binding: Binding) -> str:
         return str(binding.config.get("wecom_userid") or binding.identity or "")
 
