@@ -69,3 +69,12 @@ def test_failed_answer_raises():
         onebot.check_answer({"status": "failed", "retcode": 1404, "message": "不支持的Api"}, "send_x")
     assert err.value.retcode == 1404 and "1404" in err.value.message
     assert onebot.check_answer({"status": "ok", "retcode": 0, "data": {"message_id": 3}}, "x") == {"message_id": 3}
+
+
+def test_an_attached_picture_is_an_inbound_image():
+    event = {"post_type": "message", "message_type": "private", "self_id": 10001, "user_id": 42, "message_id": 8,
+             "message": [{"type": "image", "data": {"file": "abc.image", "url": "https://multimedia.nt.qq.com.cn/x"}},
+                         {"type": "text", "data": {"text": "像这个"}}]}  # fmt: skip
+    inbound = onebot.inbound_of(event)
+    assert inbound.images == ("https://multimedia.nt.qq.com.cn/x",) and inbound.text == "像这个"
+    assert inbound.sender == "10001" and inbound.chat == "private:42"

@@ -145,7 +145,7 @@ def segments_of(message: Any) -> list[dict[str, Any]]:
 class InboundMessage:
     """A message event: ``self_id`` (the bot), ``message_type`` (``private``/``group``), ``user_id``
     (the sender), ``group_id`` (None in private), ``text`` (the text segments joined, stripped),
-    ``mentioned`` (the bot was @-ed), ``message_id``."""
+    ``mentioned`` (the bot was @-ed), ``message_id``, ``images`` (the URL of an attached picture)."""
 
     self_id: str
     message_type: str
@@ -154,6 +154,7 @@ class InboundMessage:
     text: str
     mentioned: bool
     message_id: str
+    images: tuple[str, ...] = ()
 
 
 def parse_event(event: dict[str, Any]) -> InboundMessage | None:
@@ -168,6 +169,11 @@ def parse_event(event: dict[str, Any]) -> InboundMessage | None:
         s.get("type") == "at" and str(s["data"].get("qq", "")) in (self_id, "all") and self_id for s in segments
     )
     group = event.get("group_id")
+    images = tuple(
+        str(s["data"]["url"])
+        for s in segments
+        if s.get("type") == "image" and str(s["data"].get("url", "")).startswith(("https://", "http://"))
+    )
     return InboundMessage(
         self_id=self_id,
         message_type=str(event["message_type"]),
@@ -176,6 +182,7 @@ def parse_event(event: dict[str, Any]) -> InboundMessage | None:
         text=text,
         mentioned=mentioned,
         message_id=str(event.get("message_id", "")),
+        images=images[:1],
     )
 
 
@@ -329,7 +336,7 @@ EVENTS_PATH = "/channels/onebot/events"
 MODES = ("ws", "http")
 RELAY_OUT = "mewdex_onebot_out"
 RELAY_DONE = "mewdex_onebot_done"
-RELAY_TIMEOUT = 20.0
+RELAY_TIMEOUT = ACTION_TIMEOUT + 15.0  # the holder's own action timeout, plus loading the meme
 NOTIFY_MAX_BYTES = 7900
 log = logging.getLogger(__name__)
 
@@ -434,6 +441,7 @@ def inbound_of(event: dict[str, Any]) -> Inbound | None:
         sender=message.self_id,
         chat=chat,
         text=message.text,
+        images=message.images,
         is_group=message.group_id is not None,
         mentioned=message.mentioned,
         message_id=f"{message.self_id}:{message.message_id}" if message.message_id else None,
@@ -664,11 +672,12 @@ class OneBotAdapter:
         return fetch("GET", ref, content_types=("image/",), max_bytes=20 * 1024 * 1024).content
 
     def _send(self, binding: Binding | None, target: str, meme: MemeFile | None, text: str | None) -> Sent:
-        if binding is None or not binding.identity:
+        http = binding is not None and binding.config.get("mode") == "http"
+        if binding is None or not binding.identity or not (http or binding.config.get("connected")):
             raise DeliveryFailed("onebot_not_connected", "no QQ bot is connected for this binding", retry_after=30)
         kind, number = _target(target)
         try:
-            if binding.config.get("mode") == "http":
+            if http:
                 action, params = send_action(kind, number, _segments(kind, meme.data if meme else None, text))
                 data = call_http(binding.config["api_url"], binding.config["access_token"], action, params)
             else:

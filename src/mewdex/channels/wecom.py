@@ -17,6 +17,13 @@ whether another attempt can help (-1 "system busy", 45009 rate limit, no answer)
 
 Callback: :func:`parse_callback` opens an encrypted ``POST`` (see :mod:`.wecom_crypto`) into an
 :class:`InboundMessage`. :func:`prepare_image` turns a meme into what WeCom can show.
+
+The channel (the framework's adapter contract, :mod:`mewdex.channels.base`): the admin's app lives
+in ``platform_settings`` (:func:`configure_app`; Secret, Token and EncodingAESKey sealed with
+:mod:`mewdex.providers.secrets`); a member binds their ``wecom_userid`` (the binding's identity) by
+sending a one-time code from :func:`link` to the app; :func:`accept_callback` queues a message for
+the assistant; :class:`WeComAdapter` sends memes as image media (``media_id`` cached 3 days in
+``channel_media_cache``) with the assistant's text after them.
 """
 
 from __future__ import annotations
