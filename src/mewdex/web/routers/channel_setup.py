@@ -52,8 +52,8 @@ def _base_url(request: Request) -> str:
 
 
 def _platform_error(exc: clawbot.ClawBotError) -> ApiError:
-    status = 502 if not exc.code.startswith("egress_") else 502
-    return ApiError(status, "channel_platform_error", exc.message)
+    """502 ``channel_platform_error``: iLink refused or could not be reached (its reason, no secret)."""
+    return ApiError(502, "channel_platform_error", exc.message)
 
 
 # ------------------------------------------------------------------ OneBot v11
