@@ -157,6 +157,17 @@ class Settings(BaseSettings):
     )
     max_json_bytes: int = Field(default=64 * 1024, ge=1024, description="Largest JSON/form body of a non-upload route.")
 
+    # Channels (issue 17): WeChat ClawBot (the iLink bot API) and its CDN; a local server can stand in.
+    clawbot_api_url: str = Field(
+        default="https://ilinkai.weixin.qq.com", description="iLink bot API server of the WeChat ClawBot channel."
+    )
+    clawbot_cdn_url: str = Field(
+        default="https://novac2c.cdn.weixin.qq.com/c2c", description="CDN the ClawBot channel uploads images to."
+    )
+    clawbot_poll_seconds: int = Field(
+        default=25, ge=2, le=35, description="One clawbot_polling task long-polls getupdates this long."
+    )
+
     # Outside systems (providers): secrets at rest, the env-configured OpenAI-compatible endpoint.
     secret_key: str | None = Field(
         default=None,

@@ -24,6 +24,7 @@ from mewdex.web.routers import (
     account_pages,
     admin,
     auth,
+    channel_setup,
     chat_page,
     collections,
     connectors,
@@ -98,6 +99,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         conversation_routes,
         chat_page,
         channel_routes,
+        channel_setup,
     ):
         app.include_router(module.router)
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.

@@ -33,6 +33,9 @@ STATUS_BY_CODE: dict[str, int] = {
     "channel_identity_taken": 409,
     "channel_window_closed": 409,
     "channel_platform_error": 502,
+    "wecom_ip_not_trusted": 502,  # WeCom 60020: this server's IP is not in the app's trusted IPs
+    "clawbot_session_expired": 502,  # iLink ret -14: the WeChat login must be scanned again
+    "onebot_not_connected": 503,  # no process holds the QQ bot's reverse WebSocket
     "invalid_credentials": 401,
     "auth_required": 401,
     "invalid_token": 401,

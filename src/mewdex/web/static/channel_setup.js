@@ -1,0 +1,83 @@
+// The Channels page's QQ (OneBot), WeCom and WeChat ClawBot blocks: connect a QQ bot (its token shown
+// once), the WeCom app (admin) and a member's bind code, the WeChat login QR polled until confirmed.
+"use strict";
+(() => {
+  const section = (el) => el.closest("[data-channel]");
+
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest("[data-action]");
+    if (!button) return;
+    const box = section(button);
+    if (button.dataset.action === "copy-onebot-token") {
+      if (await copyText($(".onebot-token", box).textContent)) toast(t("js.channel_secret_copied"));
+    } else if (button.dataset.action === "wecom-link") {
+      button.disabled = true;
+      const r = await api("POST", "/api/v1/channels/wecom/link");
+      button.disabled = false;
+      if (!r.ok) return toast(errorText(r.body, r.status), "bad");
+      $(".wecom-code code", box).textContent = r.body.code;
+      $(".wecom-code", box).hidden = false;
+    } else if (button.dataset.action === "clawbot-login") {
+      button.disabled = true;
+      const r = await api("POST", "/api/v1/channels/clawbot/login");
+      button.disabled = false;
+      if (!r.ok) return toast(errorText(r.body, r.status), "bad");
+      const holder = $(".clawbot-qr", box);
+      $(".qr", holder).innerHTML = r.body.qr_svg;  // an SVG made by the server (segno), not user content
+      holder.hidden = false;
+      pollLogin(box, r.body.qrcode);
+    }
+  });
+
+  async function pollLogin(box, qrcode) {
+    const status = $(".clawbot-status", box);
+    for (let i = 0; i < 120; i++) {
+      const r = await api("GET", `/api/v1/channels/clawbot/login/${encodeURIComponent(qrcode)}`);
+      if (!r.ok) { status.textContent = errorText(r.body, r.status); return; }
+      status.textContent = t(`js.clawbot_${r.body.status}`) || r.body.status;
+      if (r.body.status === "confirmed") { setTimeout(() => location.reload(), 800); return; }
+      if (r.body.status === "expired") return;
+      await new Promise((done) => setTimeout(done, 2000));
+    }
+  }
+
+  document.addEventListener("submit", async (event) => {
+    const form = event.target.closest("[data-channel-form='onebot-bind'], [data-channel-form='wecom-app']");
+    if (!form) return;
+    event.preventDefault();
+    const error = $(".form-error", form);
+    error.textContent = "";
+    const box = section(form);
+    if (form.dataset.channelForm === "onebot-bind") {
+      const owner = form.elements.owner_qq.value.trim();
+      const r = await api("POST", "/api/v1/channels/onebot", {mode: "ws", owner_qq: owner || null});
+      if (!r.ok) { error.textContent = errorText(r.body, r.status); return; }
+      $(".onebot-ws", box).textContent = r.body.ws_url;
+      $(".onebot-token", box).textContent = r.body.access_token;
+      $(".onebot-secret", box).hidden = false;
+      return;
+    }
+    const body = {corp_id: form.elements.corp_id.value.trim(), agent_id: Number(form.elements.agent_id.value)};
+    for (const name of ["secret", "token", "encoding_aes_key"]) {
+      const value = form.elements[name].value.trim();
+      if (value) body[name] = value;
+    }
+    const r = await api("PUT", "/api/v1/channels/wecom/app", body);
+    if (!r.ok) { error.textContent = errorText(r.body, r.status); return; }
+    toast(t("js.channel_wecom_saved"));
+    setTimeout(() => location.reload(), 600);
+  });
+
+  // The admin's WeCom form shows what is stored (never a secret) and the callback URL to enter.
+  const admin = document.querySelector("[data-channel-form='wecom-app']");
+  if (admin) {
+    api("GET", "/api/v1/channels/wecom/app").then((r) => {
+      if (!r.ok) return;
+      $(".wecom-callback", section(admin)).textContent = r.body.callback_url;
+      if (r.body.configured) {
+        admin.elements.corp_id.value = r.body.corp_id;
+        admin.elements.agent_id.value = r.body.agent_id;
+      }
+    });
+  }
+})();

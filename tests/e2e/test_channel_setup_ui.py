@@ -1,0 +1,145 @@
+"""The Channels page's QQ, WeCom and WeChat blocks in a real browser against a real ``mewdex serve``
+with a worker process: a QQ bot connected with the URL and token the page shows (the fake NapCat
+dials the served reverse WebSocket; the worker process's sends reach it through the relay), the
+WeCom app set up by the admin and a member bound with the page's code, the WeChat login QR scanned
+and a message answered through the worker's scheduled polling."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import httpx
+import pytest
+
+from channel_helpers import add_meme
+from conftest import drop_scope, new_scope, wait_until
+from fakes.clawbot_server import FakeClawBot
+from fakes.onebot_client import FakeNapCat
+from fakes.wecom_server import FakeWeCom, message_callback
+from mewdex.channels.wecom_crypto import WXBizMsgCrypt
+from ui_helpers import DESKTOP, SCREENSHOTS, browser, start_server  # noqa: F401
+
+BOT_QQ, FRIEND = 2900111222, 1900111222
+
+
+@pytest.fixture(scope="module")
+def setup_server(mewdex_env, sessions, store, tmp_path_factory):
+    claw, wecom = FakeClawBot(long_poll_seconds=1), FakeWeCom(members=("lisi",))
+    scope = new_scope(sessions, "t-chset")
+    for name in ("cat one", "cat two", "cat three"):
+        add_meme(sessions, store, scope, name)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MEWDEX_CLAWBOT_API_URL", claw.url)
+    mp.setenv("MEWDEX_CLAWBOT_CDN_URL", claw.cdn_url)
+    mp.setenv("MEWDEX_CLAWBOT_POLL_SECONDS", "2")
+    mp.setenv("MEWDEX_EGRESS_ALLOW_HOSTS", json.dumps([claw.host, wecom.host]))
+    try:
+        server = start_server(mewdex_env, scope, tmp_path_factory.mktemp("serve") / "setup.log", workers=1)
+    finally:
+        mp.undo()
+    yield server, claw, wecom
+    server.stop()
+    claw.close()
+    wecom.close()
+    with sessions.begin() as session:
+        from sqlalchemy import text
+
+        session.execute(text("DELETE FROM platform_settings WHERE key = 'channel_wecom_app'"))
+    drop_scope(sessions, scope)
+
+
+def _page(browser):  # noqa: F811
+    context = browser.new_context(viewport=DESKTOP, locale="en-US")
+    context.set_default_timeout(20_000)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("dialog", lambda dialog: dialog.accept())
+    return context, pg, errors
+
+
+def test_qq_bot_connected_from_the_page(browser, setup_server):  # noqa: F811
+    server, _claw, _wecom = setup_server
+    context, pg, errors = _page(browser)
+    try:
+        pg.goto(server.url + "/settings/channels")
+        pg.fill("#channel-onebot input[name='owner_qq']", str(FRIEND))
+        pg.click("#channel-onebot button[type='submit']")
+        ws_url = pg.wait_for_selector("#channel-onebot .onebot-secret:not([hidden]) .onebot-ws").inner_text()
+        token = pg.inner_text("#channel-onebot .onebot-token")
+        assert ws_url.startswith("ws://127.0.0.1:") and ws_url.endswith("/channels/onebot/ws")
+        with FakeNapCat(ws_url, BOT_QQ, token) as napcat:
+            wait_until(
+                lambda: any(b["channel"] == "onebot" and b["identity"] == str(BOT_QQ) and b["config"].get("connected")
+                            for b in server.get("/api/v1/channels").json()["bindings"]),
+                30, 0.3, "the connection to be recorded",
+            )  # fmt: skip
+            napcat.private(FRIEND, "cat")
+            actions = napcat.wait_actions(3, timeout=90)  # sent by the worker process, through the relay
+            images = [s for a in actions for s in a["params"]["message"] if s["type"] == "image"]
+            assert len(images) >= 3 and all(s["data"]["file"].startswith("base64://") for s in images)
+            pg.reload()
+            assert pg.locator("#channel-onebot .channel-state.ok").count() == 1
+            pg.screenshot(path=str(SCREENSHOTS / "channels-qq-desktop-en.png"), full_page=True)
+            assert token not in pg.content(), "the token is shown once"
+            pg.click("#channel-onebot [data-action='revoke-channel']")
+            assert napcat.closed.wait(20), "unlinking closes the bot's connection"
+    finally:
+        context.close()
+    assert not errors, errors
+
+
+def test_wecom_app_and_member_bound_from_the_page(browser, setup_server):  # noqa: F811
+    server, _claw, wecom = setup_server
+    aes_key = base64.b64encode(os.urandom(32)).decode()[:43]
+    context, pg, errors = _page(browser)
+    try:
+        pg.goto(server.url + "/settings/channels")
+        assert pg.locator("#channel-wecom [data-action='wecom-link']").count() == 0, "no app yet"
+        pg.click("#channel-wecom details.wecom-admin summary")
+        form = "#channel-wecom [data-channel-form='wecom-app']"
+        pg.fill(f"{form} input[name='corp_id']", wecom.corp_id)
+        pg.fill(f"{form} input[name='agent_id']", "1000005")
+        pg.fill(f"{form} input[name='secret']", wecom.secret)
+        pg.fill(f"{form} input[name='token']", "pageToken")
+        pg.fill(f"{form} input[name='encoding_aes_key']", aes_key)
+        assert "/channels/wecom/callback" in pg.inner_text("#channel-wecom .wecom-callback")
+        pg.click(f"{form} button[type='submit']")
+        pg.wait_for_selector("#channel-wecom [data-action='wecom-link']")
+        pg.click("#channel-wecom [data-action='wecom-link']")
+        code = pg.wait_for_selector("#channel-wecom .wecom-code:not([hidden]) code").inner_text()
+        # The stored app talks to the fake (the admin API keeps the base URL; the page leaves it default).
+        r = httpx.put(server.url + "/api/v1/channels/wecom/app", json={"corp_id": wecom.corp_id, "agent_id": 1000005,
+                      "base_url": wecom.url}, timeout=30)  # fmt: skip
+        assert r.status_code == 200, r.text
+        query, body = message_callback(WXBizMsgCrypt("pageToken", aes_key, wecom.corp_id), "lisi", code)
+        assert httpx.post(server.url + "/channels/wecom/callback", params=query, content=body).status_code == 200
+        wait_until(lambda: wecom.sent, 60, 0.3, "the bind confirmation")
+        assert "Linked" in wecom.sent[-1]["text"]["content"]
+        pg.reload()
+        assert "lisi" in pg.inner_text("#channel-wecom .channel-state.ok")
+    finally:
+        context.close()
+    assert not errors, errors
+
+
+def test_wechat_qr_scanned_from_the_page(browser, setup_server):  # noqa: F811
+    server, claw, _wecom = setup_server
+    context, pg, errors = _page(browser)
+    try:
+        pg.goto(server.url + "/settings/channels")
+        pg.click("#channel-clawbot [data-action='clawbot-login']")
+        pg.wait_for_selector("#channel-clawbot .clawbot-qr:not([hidden]) svg")
+        qrcode = claw.latest_qrcode()
+        claw.scan(qrcode)
+        token = claw.confirm(qrcode, "wxid_page@im.wechat")
+        pg.wait_for_selector("#channel-clawbot .channel-state.ok", timeout=30_000)  # the page reloads when linked
+        assert "wxid_page@im.wechat" in pg.inner_text("#channel-clawbot .channel-state.ok")
+        claw.user_says(token, "cat")
+        wait_until(lambda: len([m for m in claw.sent if m["item_list"][0]["type"] == 2]) >= 3, 90, 0.3,
+                   "memes through the CDN (the worker's scheduled polling)")  # fmt: skip
+    finally:
+        context.close()
+    assert not errors, errors

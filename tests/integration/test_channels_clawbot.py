@@ -1,0 +1,186 @@
+"""Channels (issue 17), WeChat ClawBot against the fake iLink server: bind by scanning the QR shown
+by the API, long polling with the cursor kept in the binding, a message answered with a meme through
+the CDN upload (decrypted and MD5-checked by the fake), the 24-hour / 10-message window refusing
+proactive sends with ``channel_window_closed``, a platform ``ret`` in the delivery log, revoke."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+
+from channel_helpers import account  # noqa: F401 - fixture
+from conftest import client_for, drain_queue
+from fakes.clawbot_server import FakeClawBot
+from mewdex.db.models import ChannelBinding, ChannelDelivery, Meme, ScopeContext
+
+SYSTEM = ScopeContext("__system__")
+PERSON = "o9cq80_person@im.wechat"
+
+
+def drain(sessions, acct) -> None:
+    drain_queue(sessions, acct.scope, SYSTEM, timeout=120)
+
+
+@pytest.fixture
+def fake(settings_env):
+    with FakeClawBot(long_poll_seconds=0.3) as server:
+        settings_env(
+            MEWDEX_CLAWBOT_API_URL=server.url,
+            MEWDEX_CLAWBOT_CDN_URL=server.cdn_url,
+            MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([server.host]),
+        )
+        yield server
+
+
+def poll(sessions) -> int:
+    from mewdex.channels import clawbot
+
+    return clawbot.poll_once(sessions, 1)
+
+
+def binding_row(sessions, acct) -> ChannelBinding:
+    with sessions.begin() as session:
+        return session.execute(
+            select(ChannelBinding).where(
+                ChannelBinding.scope_id == acct.scope.scope_id, ChannelBinding.channel == "clawbot"
+            )
+        ).scalar_one()
+
+
+def scan_and_bind(acct, fake) -> str:
+    """The person scans the QR code the page shows and confirms; returns the bot token issued."""
+    with client_for(acct.scope) as client:
+        qr = client.post("/api/v1/channels/clawbot/login")
+        assert qr.status_code == 200, qr.text
+        qr = qr.json()
+        assert qr["qr_svg"].startswith("<svg") and qr["qrcode_img_content"].startswith("https://")
+        status = lambda: client.get(f"/api/v1/channels/clawbot/login/{qr['qrcode']}").json()  # noqa: E731
+        assert status()["status"] == "wait"
+        fake.scan(qr["qrcode"])
+        assert status()["status"] == "scaned"
+        token = fake.confirm(qr["qrcode"], PERSON)
+        confirmed = status()
+    assert confirmed["status"] == "confirmed"
+    binding = confirmed["binding"]
+    assert binding["identity"] == PERSON and binding["config"]["user_im_id"] == PERSON
+    assert token not in json.dumps(confirmed), "the bot token is never shown"
+    return token
+
+
+def test_bind_message_meme_revoke(sessions, account, fake):  # noqa: F811
+    token = scan_and_bind(account, fake)
+    row = binding_row(sessions, account)
+    assert token not in json.dumps(row.config), "sealed at rest"
+
+    fake.user_says(token, "cat")
+    assert poll(sessions) == 1
+    assert binding_row(sessions, account).config["get_updates_buf"] == "1", "the cursor is kept in the binding"
+    assert poll(sessions) == 0, "a message is taken in once"
+    drain(sessions, account)
+    images = [m for m in fake.sent if m["item_list"][0]["type"] == 2]
+    texts = [m for m in fake.sent if m["item_list"][0]["type"] == 1]
+    assert len(images) == 3 and texts and "cat" in texts[0]["item_list"][0]["text_item"]["text"]
+    with sessions.begin() as session:
+        originals = {
+            m.sha256 for m in session.execute(select(Meme).where(Meme.scope_id == account.scope.scope_id)).scalars()
+        }
+    for message in images:
+        param = message["item_list"][0]["image_item"]["media"]["encrypt_query_param"]
+        assert hashlib.sha256(fake.images[param]).hexdigest() in originals
+        assert message["to_user_id"] == PERSON and message["context_token"]
+
+    with client_for(account.scope) as client:
+        log = client.get("/api/v1/channels/deliveries", params={"channel": "clawbot"}).json()["deliveries"]
+        assert log and all(d["status"] == "sent" for d in log)
+        assert client.delete("/api/v1/channels/clawbot").json()["status"] == "revoked"
+    sent = len(fake.sent)
+    fake.user_says(token, "cat")
+    assert poll(sessions) == 0, "a revoked binding takes nothing in"
+    drain(sessions, account)
+    assert len(fake.sent) == sent
+
+
+def test_window_refuses_proactive_sends(sessions, account, fake):  # noqa: F811
+    from mewdex.channels import bindings, delivery
+
+    token = scan_and_bind(account, fake)
+
+    def send(meme: str = "cat one") -> ChannelDelivery:
+        with sessions.begin() as session:
+            queued = delivery.send_meme(
+                session, user_id=account.user_id, channel="clawbot", meme_id=account.memes[meme]
+            )
+            delivery_id = queued.delivery_id
+        drain(sessions, account)
+        with sessions.begin() as session:
+            return session.get(ChannelDelivery, delivery_id)
+
+    row = send()  # the person never wrote: closed
+    assert (row.status, row.error_code, row.platform_code) == ("failed", "channel_window_closed", "no_context")
+    assert fake.sent == []
+
+    fake.user_says(token, "hi")
+    poll(sessions)
+    drain(sessions, account)  # the answer: 3 memes and a caption = 4 of the 10 messages
+    used = len(fake.sent)
+    assert binding_row(sessions, account).config["sends_since_ctx"] == used
+    while len(fake.sent) < 10:
+        assert send().status == "sent"
+    row = send()
+    assert (row.status, row.error_code, row.platform_code) == ("failed", "channel_window_closed", "quota")
+    assert "send it a message" in row.platform_error and len(fake.sent) == 10
+
+    fake.user_says(token, "again")  # writing reopens the window
+    poll(sessions)
+    drain(sessions, account)
+    assert send().status == "sent"
+    with sessions.begin() as session:  # 21 hours later (mewdex's margin under WeChat's 24 h)
+        binding = bindings.get(session, account.scope.scope_id, "clawbot", lock=True)
+        bindings.update_config(
+            session, binding, {"context_token_at": (datetime.now(UTC) - timedelta(hours=21)).isoformat()}
+        )
+    sent = len(fake.sent)
+    row = send()
+    assert (row.error_code, row.platform_code) == ("channel_window_closed", "expired") and len(fake.sent) == sent
+
+
+def test_platform_refusals_are_failed_deliveries(sessions, account, fake):  # noqa: F811
+    from mewdex.channels import delivery
+
+    token = scan_and_bind(account, fake)
+    fake.user_says(token, "hi")
+    poll(sessions)
+    drain(sessions, account)
+    fake.advance(25 * 3600)  # WeChat's own clock says the context expired: ret -2, never a silent success
+    with sessions.begin() as session:
+        delivery_id = delivery.send_text(session, user_id=account.user_id, channel="clawbot", text="late").delivery_id
+    drain(sessions, account)
+    with sessions.begin() as session:
+        row = session.get(ChannelDelivery, delivery_id)
+        assert (row.status, row.error_code, row.platform_code) == ("failed", "channel_window_closed", "-2")
+
+    fake.user_says(token, "hi again")
+    poll(sessions)
+    drain(sessions, account)
+    fake.expire_session(token)
+    assert poll(sessions) == 0
+    assert binding_row(sessions, account).config["poll_error"] == "clawbot_session_expired"
+    with sessions.begin() as session:
+        delivery_id = delivery.send_text(session, user_id=account.user_id, channel="clawbot", text="x").delivery_id
+    drain(sessions, account)
+    with sessions.begin() as session:
+        row = session.get(ChannelDelivery, delivery_id)
+        assert (row.status, row.error_code, row.platform_code) == ("failed", "clawbot_session_expired", "-14")
+
+
+def test_expired_qr(account, fake):  # noqa: F811
+    with client_for(account.scope) as client:
+        qr = client.post("/api/v1/channels/clawbot/login").json()
+        fake.expire(qr["qrcode"])
+        answer = client.get(f"/api/v1/channels/clawbot/login/{qr['qrcode']}").json()
+        assert answer == {"status": "expired", "binding": None}
+        assert client.get("/api/v1/channels").json()["bindings"] == []
