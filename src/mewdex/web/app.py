@@ -30,6 +30,7 @@ from mewdex.web.routers import (
     health,
     memes,
     pages,
+    schedules,
     search,
     tasks,
     usage,
@@ -96,6 +97,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         connectors,
         conversation_routes,
         chat_page,
+        schedules,
     ):
         app.include_router(module.router)
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.
