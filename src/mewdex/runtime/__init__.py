@@ -30,6 +30,8 @@ TASK_TYPE_MODULES = (
     "mewdex.search.generations",
     "mewdex.runtime.maintenance",
     "mewdex.assistant.runs",
+    "mewdex.schedules.dispatch",
+    "mewdex.schedules.runner",
 )
 # /health counts live worker processes by their connections' application_name.
 WORKER_APPLICATION_PREFIX = "mewdex-worker"
