@@ -182,6 +182,25 @@ class Settings(BaseSettings):
         default=2, ge=0, le=10, description="SDK retries (429 with Retry-After, 5xx, timeouts)."
     )
 
+    # Channels (issue 17): Telegram (webhook mode when MEWDEX_PUBLIC_URL is set, long polling otherwise).
+    telegram_bot_token: str | None = Field(
+        default=None, description="The installation's Telegram bot token (from @BotFather; never logged)."
+    )
+    telegram_webhook_secret: str | None = Field(
+        default=None,
+        description="Secret Telegram sends in X-Telegram-Bot-Api-Secret-Token (1-256 of A-Z a-z 0-9 _ -); "
+        "unset = derived from the token.",
+    )
+    telegram_api_url: str = Field(
+        default="https://api.telegram.org", description="Bot API server (a local one can stand in for it)."
+    )
+    telegram_poll_seconds: int = Field(
+        default=25, ge=2, le=50, description="Long-polling: one getUpdates task runs this long (no public URL)."
+    )
+    telegram_storage_chat_id: str | None = Field(
+        default=None, description="Chat the bot uploads memes to for inline mode (their file_id is cached)."
+    )
+
     @property
     def blob_root(self) -> Path:
         return self.data_dir.resolve() / "blobs"

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from sqlalchemy import func, select, text, update
 
+from channel_helpers import account  # noqa: F401 - fixture
 from conftest import drain_queue, wait_until
 from mewdex.db.models import Conversation, Meme, Message, ScheduledJob, ScheduledJobRun, Task
 from mewdex.schedules import dispatch, jobs, runner
@@ -421,3 +422,51 @@ def test_two_worker_processes_and_a_clock_moved_across_100_slots_run_each_slot_o
     assert pushes == 100
     job = _reload(sessions, job.job_id)
     assert job.run_count == 100 and job.next_run_at == T0 + timedelta(minutes=100)
+
+
+# ------------------------------------------------------------------ channel delivery (issue 17's framework)
+
+
+@pytest.fixture
+def channel_receiver(settings_env):
+    from fakes.webhook_receiver import WebhookReceiver
+
+    with WebhookReceiver() as r:
+        settings_env(MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([f"127.0.0.1:{r.port}"]))
+        yield r
+
+
+def test_channel_target_delivers_through_the_channel_framework(sessions, account, channel_receiver):  # noqa: F811
+    from conftest import client_for
+    from mewdex.db.models import ChannelDelivery
+
+    with client_for(account.scope) as client:
+        made = client.post("/api/v1/channels/webhook", json={"url": channel_receiver.url})
+        assert made.status_code == 201, made.text
+        channel_receiver.secret = made.json()["secret"]  # the receiver verifies every signature itself
+    job = _job(sessions, account.scope, prompt="cat", notify={"type": "channel", "channel": "webhook"})
+    _dispatch(sessions, T0 + timedelta(seconds=1))
+    drain_queue(sessions, account.scope, timeout=120)
+    (run,) = _runs(sessions, job.job_id)
+    assert (run.status, run.delivery_status) == ("ok", "queued"), (run.error_code, run.error)
+    assert run.delivery_detail["type"] == "channel" and run.delivery_detail["channel"] == "webhook"
+    with sessions.begin() as session:
+        row = session.get(ChannelDelivery, uuid.UUID(run.delivery_detail["delivery_id"]))
+        assert (row.status, row.source, row.meme_id, row.conversation_id) == (
+            "sent",
+            "schedule",
+            run.meme_id,
+            run.conversation_id,
+        )
+    [event] = channel_receiver.events
+    assert event["type"] == "channel.meme" and event["data"]["meme_id"] == str(run.meme_id)
+    assert event["data"]["caption"].startswith("⏰ 上班")
+    assert channel_receiver.requests[-1]["verdict"] == "ok"
+
+
+def test_channel_target_without_a_binding_fails_the_run_with_the_reason(sessions, account):  # noqa: F811
+    job = _job(sessions, account.scope, prompt="cat", notify={"type": "channel", "channel": "telegram"})
+    _dispatch(sessions, T0 + timedelta(seconds=1))
+    drain_queue(sessions, account.scope, timeout=120)
+    (run,) = _runs(sessions, job.job_id)
+    assert (run.status, run.error_code, run.attempts) == ("error", "channel_not_bound", 1), run.error

@@ -30,6 +30,7 @@ TASK_TYPE_MODULES = (
     "mewdex.search.generations",
     "mewdex.runtime.maintenance",
     "mewdex.assistant.runs",
+    "mewdex.channels.tasks",
     "mewdex.schedules.dispatch",
     "mewdex.schedules.runner",
 )

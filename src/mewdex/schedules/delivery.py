@@ -3,15 +3,15 @@
 - ``{"type": "webhook", "definition_id"}``: a signed POST (Standard Webhooks, :mod:`mewdex.providers.webhook`)
   of event ``schedule.run`` with ``{"job", "run", "meme", "caption", "conversation_id"}``; its
   ``webhook-id`` is ``msg_<run id>`` on every attempt, so a receiver drops a repeated delivery;
-- ``{"type": "channel", "channel"}``: the owner's channel binding (:mod:`mewdex.channels`, when
-  that package is installed; ``channel_unavailable`` otherwise).
+- ``{"type": "channel", "channel"}``: the owner's binding of that channel (``telegram``, ``webhook``,
+  …): queued through :func:`mewdex.channels.delivery.send_meme` (source ``schedule``); the channel's
+  delivery log then holds the sending, its retries and its outcome.
 
 Raises :class:`DeliveryError` (``code``, ``retryable``); returns a small JSON-able detail.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -84,32 +84,22 @@ def _webhook(sessions: sessionmaker[Session], notify: dict[str, Any], push: Push
 
 
 def _channel(sessions: sessionmaker[Session], notify: dict[str, Any], push: Push) -> dict[str, Any]:
-    try:  # the channels package (issue 17) sits below schedules; optional until it lands
-        channel_delivery = importlib.import_module("mewdex.channels.delivery")
-    except ImportError:
-        raise DeliveryError("channel_unavailable", "chat channels are not available", retryable=False) from None
-    if push.user_id is None:
-        raise DeliveryError("channel_unavailable", "channel delivery needs an account", retryable=False)
+    """Queue the meme to the owner's binding of the channel (its delivery log takes it from there:
+    pacing, retries, ``retry_after``, failures with the platform's reason)."""
+    from mewdex.channels import delivery as channel_delivery
+
     try:
         with sessions.begin() as session:
-            result = channel_delivery.send_meme(
+            row = channel_delivery.send_meme(
                 session,
                 user_id=push.user_id,
                 channel=notify["channel"],
                 meme_id=UUID(push.meme.id),
                 caption=push.caption,
                 conversation_id=push.conversation_id,
+                source="schedule",
             )
+            delivery_id, task_id = str(row.delivery_id), row.task_id
     except DomainError as exc:
-        raise DeliveryError(exc.code, exc.message, retryable=bool(getattr(exc, "retryable", False))) from None
-    return {"type": "channel", "channel": notify["channel"], "result": _jsonable(result)}
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return str(value)
+        raise DeliveryError(exc.code, exc.message, retryable=False) from None
+    return {"type": "channel", "channel": notify["channel"], "delivery_id": delivery_id, "task_id": task_id}

@@ -218,7 +218,8 @@ def on_success(session: Session, claim: Claim, task: Task, result: Any, batch_id
         return
     delivery = result.get("delivery") or {"type": "none"}
     run.status, run.error, run.error_code = "ok", None, None
-    run.delivery_status = "none" if delivery.get("type") == "none" else "succeeded"
+    kind = str(delivery.get("type"))
+    run.delivery_status = {"none": "none", "channel": "queued"}.get(kind, "succeeded")
     run.delivery_detail = delivery
     if job is not None:
         job.last_status, job.last_error, job.last_run_at = "ok", None, run.finished_at

@@ -36,6 +36,7 @@ from mewdex.web.routers import (
     usage,
     visual,
 )
+from mewdex.web.routers import channels as channel_routes
 from mewdex.web.routers import conversations as conversation_routes
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         connectors,
         conversation_routes,
         chat_page,
+        channel_routes,
         schedules,
     ):
         app.include_router(module.router)

@@ -25,6 +25,14 @@ class ApiError(DomainError):
 # are request faults (422).
 STATUS_BY_CODE: dict[str, int] = {
     "not_found": 404,
+    "channel_unknown": 404,
+    "channel_not_bound": 404,
+    "bind_code_invalid": 404,
+    "channel_webhook_secret_invalid": 401,
+    "channel_not_configured": 409,
+    "channel_identity_taken": 409,
+    "channel_window_closed": 409,
+    "channel_platform_error": 502,
     "invalid_credentials": 401,
     "auth_required": 401,
     "invalid_token": 401,

@@ -28,6 +28,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from mewdex.config import get_settings
 from mewdex.web.errors import error_body
@@ -48,6 +49,8 @@ FORWARDED_HEADERS = frozenset(
 SESSION_COOKIE = "mewdex_session"  # platform.sessions.COOKIE_NAME (kept here: this module sits below platform)
 # State changes that need no credential: they are how one gets one.
 ANONYMOUS_BODY_PATHS = frozenset({"/api/v1/auth/login", "/api/v1/auth/signup", "/api/v1/auth/logout"})
+# Chat platforms' inbound endpoints: no session; each route checks its platform's own secret or signature.
+CHANNEL_CALLBACK_PREFIX = "/channels/"
 UPLOAD_OVERHEAD_BYTES = 1024 * 1024  # multipart headers and boundaries around the files
 UPLOAD_REQUEST_BYTES = 200 * 1024 * 1024  # one upload request (1–20 files), POST /api/v1/memes
 
@@ -89,6 +92,9 @@ def host_name(host_header: str) -> str:
 def allowed_hosts(bind_host: str | None = None) -> frozenset[str]:
     """The Host names this server answers (see the module doc)."""
     names = set(LOCAL_HOSTS) | {h.strip().lower() for h in get_settings().allowed_hosts if h.strip()}
+    public = urlsplit(get_settings().public_url or "").hostname
+    if public:  # this server's own public name (chat platforms post their webhooks to it)
+        names.add(public.lower())
     if bind_host:
         try:
             ip = ipaddress.ip_address(bind_host.strip("[]"))
@@ -248,7 +254,8 @@ class BodyLimit:
         headers = dict(scope["headers"])
         path = scope.get("path", "")
         local = scope.get("state", {}).get("mewdex_local", False)
-        if path not in ANONYMOUS_BODY_PATHS and not _has_credential(headers) and not (local and no_login_possible()):
+        anonymous = path in ANONYMOUS_BODY_PATHS or path.startswith(CHANNEL_CALLBACK_PREFIX)
+        if not anonymous and not _has_credential(headers) and not (local and no_login_possible()):
             return await refuse(send, 401, "auth_required", "sign in or send an API token")
         limit, code = body_limit(scope["method"], path)
         details = {"limit": "request", "limit_bytes": limit}

@@ -2,6 +2,14 @@
 
 from mewdex.db.models.assistant import RUN_STATUSES, Artifact, Conversation, Message
 from mewdex.db.models.base import GLOBAL_LANE_RESOURCE_KEY, Base, ScopeContext, utcnow
+from mewdex.db.models.channels import (
+    ChannelBindCode,
+    ChannelBinding,
+    ChannelBot,
+    ChannelChatPacing,
+    ChannelDelivery,
+    ChannelMediaCache,
+)
 from mewdex.db.models.library import (
     DerivedImageThumbnail,
     InstallationState,

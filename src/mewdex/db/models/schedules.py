@@ -38,7 +38,7 @@ from mewdex.db.models.base import Base, utcnow
 JOB_MODES = ("isolated", "persistent")
 JOB_LAST_STATUSES = ("ok", "error", "skipped")
 RUN_STATUSES = ("queued", "running", "ok", "error", "skipped")
-DELIVERY_STATUSES = ("none", "succeeded", "failed", "unknown")
+DELIVERY_STATUSES = ("none", "queued", "succeeded", "failed", "unknown")
 
 
 class ScheduledJob(Base):
@@ -101,9 +101,10 @@ class ScheduledJob(Base):
 
 class ScheduledJobRun(Base):
     """One slot of a job: ``queued`` → ``running`` → ``ok``/``error``, or ``skipped`` (``reason``:
-    missed during downtime, expired, …). ``coalesced`` counts the missed slots this run stands for;
-    ``delivery_status`` is kept apart from ``status`` (a run may be ok with a failed delivery only
-    when it has no ``notify``: otherwise a failed delivery fails the run)."""
+    missed during downtime, paused, cost cap, …). ``coalesced`` counts the missed slots this run
+    stands for. ``delivery_status`` is kept apart from ``status``: ``none`` (no ``notify``),
+    ``queued`` (handed to a channel's delivery log), ``succeeded`` (the webhook answered 2xx),
+    ``failed``, ``unknown`` (the worker died while sending: never resent)."""
 
     __tablename__ = "scheduled_job_runs"
     run_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
@@ -132,7 +133,7 @@ class ScheduledJobRun(Base):
         UniqueConstraint("job_id", "slot", name="uq_scheduled_job_runs_job_slot"),
         CheckConstraint("status IN ('queued','running','ok','error','skipped')", name="ck_scheduled_job_runs_status"),
         CheckConstraint(
-            "delivery_status IN ('none','succeeded','failed','unknown')", name="ck_scheduled_job_runs_delivery"
+            "delivery_status IN ('none','queued','succeeded','failed','unknown')", name="ck_scheduled_job_runs_delivery"
         ),
         Index("ix_scheduled_job_runs_scope_created", "scope_id", "created_at"),
     )

@@ -2,7 +2,7 @@
 ``scheduled_job_runs`` unique on (job, slot), and the foreign key of ``conversations.scheduled_job_id``.
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 """
 
 import sqlalchemy as sa
@@ -10,7 +10,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
@@ -91,7 +91,7 @@ def upgrade() -> None:
             "status IN ('queued','running','ok','error','skipped')", name="ck_scheduled_job_runs_status"
         ),
         sa.CheckConstraint(
-            "delivery_status IN ('none','succeeded','failed','unknown')", name="ck_scheduled_job_runs_delivery"
+            "delivery_status IN ('none','queued','succeeded','failed','unknown')", name="ck_scheduled_job_runs_delivery"
         ),
     )
     op.create_index("ix_scheduled_job_runs_scope_created", "scheduled_job_runs", ["scope_id", "created_at"])

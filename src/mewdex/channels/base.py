@@ -1,0 +1,220 @@
+"""The adapter contract of a channel and the registry of adapters (see the package docstring).
+
+An adapter is registered once, at import of its module, with :func:`register_adapter`; the
+framework finds it by name with :func:`adapter`. :data:`ADAPTER_MODULES` lists the built-in
+adapter modules (imported by :func:`load_adapters`, which every entry point's task-type loading
+triggers through :mod:`mewdex.channels.delivery`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from mewdex.channels.errors import ChannelError
+
+# Built-in adapter modules; a new channel adds its module here (one line) — nothing else changes.
+ADAPTER_MODULES = (
+    "mewdex.channels.telegram",
+    "mewdex.channels.webhook",
+    "mewdex.channels.onebot",
+    "mewdex.channels.wecom",
+    "mewdex.channels.clawbot",
+)
+
+
+@dataclass(frozen=True)
+class MemeFile:
+    """A meme to send: its bytes, lower-case ``extension`` (``.gif``), ``sha256``, ``display_name``,
+    ``meme_id`` (str)."""
+
+    meme_id: str
+    data: bytes
+    extension: str
+    sha256: str
+    display_name: str
+
+    @property
+    def animated(self) -> bool:
+        return self.extension == ".gif"
+
+    def as_png(self) -> bytes:
+        """The first frame as PNG (for platforms that cannot show this format)."""
+        from PIL import Image
+
+        with Image.open(io.BytesIO(self.data)) as image:
+            image.seek(0)
+            out = io.BytesIO()
+            image.convert("RGBA").save(out, "PNG")
+            return out.getvalue()
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What an adapter sees of a binding: ``scope_id``, ``user_id`` (str or None), ``identity``,
+    ``config`` with its secret fields opened (never log it)."""
+
+    scope_id: str
+    channel: str
+    user_id: str | None
+    identity: str | None
+    config: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One message from a chat app, JSON-able (it travels as a task payload: :meth:`as_payload`).
+
+    - ``sender``: the platform identity of the person (matched against ``channel_bindings.identity``);
+    - ``chat``: where a reply goes (the person's private chat, or the group);
+    - ``is_group`` / ``mentioned``: a group message is answered only when the bot is mentioned or the
+      text is a command (:func:`addressed`);
+    - ``text``: the message text with the bot's mention removed;
+    - ``images``: platform references of attached images, fetched by :meth:`ChannelAdapter.fetch_image`;
+    - ``bind_code``: a one-time code the message carries (Telegram ``/start <code>``), or None;
+    - ``message_id``: the platform's id (dedupe), ``extra``: adapter-specific JSON (e.g. a context token).
+    """
+
+    channel: str
+    sender: str
+    chat: str
+    text: str = ""
+    images: tuple[str, ...] = ()
+    is_group: bool = False
+    mentioned: bool = False
+    bind_code: str | None = None
+    message_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_payload(self) -> dict[str, Any]:
+        return {
+            "channel": self.channel,
+            "sender": self.sender,
+            "chat": self.chat,
+            "text": self.text,
+            "images": list(self.images),
+            "is_group": self.is_group,
+            "mentioned": self.mentioned,
+            "bind_code": self.bind_code,
+            "message_id": self.message_id,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> Inbound:
+        return cls(**{**payload, "images": tuple(payload.get("images") or ())})
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A platform's acceptance of one message: its message id (if it gives one)."""
+
+    platform_message_id: str | None = None
+
+
+class DeliveryFailed(Exception):
+    """The platform did not deliver. ``code``: ours (``channel_platform_error``, ``channel_rate_limited``,
+    ``channel_unreachable``, ``channel_window_closed``, ``channel_blocked``, …); ``platform_code`` /
+    ``platform_error``: the platform's own (shown in the delivery log); ``retry_after``: seconds the
+    platform asked to wait (honoured before the next attempt); ``retryable``: try again later."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        platform_code: str | int | None = None,
+        platform_error: str | None = None,
+        retry_after: float | None = None,
+        retryable: bool = False,
+    ):
+        super().__init__(message)
+        self.code, self.message = code, message
+        self.platform_code = None if platform_code is None else str(platform_code)
+        self.platform_error = platform_error
+        self.retry_after = retry_after
+        self.retryable = retryable or retry_after is not None
+
+
+class ChannelAdapter(Protocol):
+    """One channel (see the package docstring for the whole contract).
+
+    Class attributes: ``name`` (``channel_bindings.channel``), ``secret_fields`` (config keys sealed
+    at rest), ``min_send_interval`` (seconds between two sends to one chat), ``command_prefixes``
+    (a group message starting with one is addressed to the bot), ``outbound_only`` (no inbound, no
+    identity: the webhook channel)."""
+
+    name: ClassVar[str]
+    secret_fields: ClassVar[tuple[str, ...]]
+    min_send_interval: ClassVar[float]
+    command_prefixes: ClassVar[tuple[str, ...]]
+    outbound_only: ClassVar[bool]
+
+    def target_of(self, binding: Binding) -> str:
+        """Where a proactive send to this binding goes (a chat id, a user id, a URL)."""
+        ...
+
+    def send_meme(self, binding: Binding | None, target: str, meme: MemeFile, caption: str | None) -> Sent:
+        """Send one meme in the channel's native form; raise :class:`DeliveryFailed` when not delivered.
+        ``binding`` is None for a reply to an unbound sender."""
+        ...
+
+    def send_text(self, binding: Binding | None, target: str, text: str) -> Sent:
+        """Send a text message; raise :class:`DeliveryFailed` when not delivered."""
+        ...
+
+    def fetch_image(self, ref: str) -> bytes:
+        """The bytes of an inbound image reference (``Inbound.images``)."""
+        ...
+
+    def binding_config(self, inbound: Inbound) -> dict[str, Any]:
+        """The binding ``config`` a bind code sent in ``inbound`` creates (e.g. ``{"chat_id": …}``)."""
+        ...
+
+    def bind_help(self, lang: str) -> str:
+        """The short how-to-bind reply an unbound sender gets (``lang``: ``en`` or ``zh``)."""
+        ...
+
+
+ADAPTERS: dict[str, ChannelAdapter] = {}
+
+#: The id of the delivery being sent, while an adapter's ``send_*`` runs (None otherwise): a stable
+#: idempotency key for platforms that take one (the same on every retry of that delivery).
+current_delivery: ContextVar[str | None] = ContextVar("current_delivery", default=None)
+
+
+def register_adapter(instance: ChannelAdapter) -> ChannelAdapter:
+    """Register ``instance`` under ``instance.name`` (a module does this once, at import)."""
+    ADAPTERS[instance.name] = instance
+    return instance
+
+
+def load_adapters() -> None:
+    """Import the built-in adapter modules that exist (a module another branch has not added yet is skipped)."""
+    for module in ADAPTER_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+
+
+def adapter(name: str) -> ChannelAdapter:
+    """The adapter of ``name``; ``ChannelError("channel_unknown")`` (404) otherwise."""
+    if name not in ADAPTERS:
+        load_adapters()
+    found = ADAPTERS.get(name)
+    if found is None:
+        raise ChannelError("channel_unknown", f"no channel named {name!r}")
+    return found
+
+
+def addressed(inbound: Inbound, prefixes: tuple[str, ...] = ("/",)) -> bool:
+    """The group rule, for every channel: a private message is always for the bot; a group message
+    only when it mentions the bot or starts with a command prefix."""
+    if not inbound.is_group:
+        return True
+    return inbound.mentioned or inbound.text.lstrip().startswith(prefixes)

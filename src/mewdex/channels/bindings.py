@@ -1,0 +1,232 @@
+"""Bindings (seed 004 ``channel_bindings``), one-time bind codes and the standing conversation.
+
+Every function takes the caller's ``Session`` and never commits. Secret config fields (the
+adapter's ``secret_fields``) are sealed with :mod:`mewdex.providers.secrets`, bound to
+``channel_bindings:<scope>:<channel>:<field>``; :func:`view` opens them for an adapter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets as _random
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from mewdex.assistant import conversations
+from mewdex.channels.base import Binding, adapter
+from mewdex.channels.errors import ChannelError
+from mewdex.db.models import ChannelBindCode, ChannelBinding, ChannelDelivery, Conversation, ScopeContext, utcnow
+from mewdex.providers import secrets
+
+BIND_CODE_TTL_SECONDS = 15 * 60
+TITLES = {"telegram": "Telegram", "webhook": "Webhook", "onebot": "QQ", "wecom": "WeCom", "clawbot": "WeChat"}
+
+
+def _aad(scope_id: str, channel: str, key: str) -> str:
+    return f"channel_bindings:{scope_id}:{channel}:{key}"
+
+
+def seal_config(scope_id: str, channel: str, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the channel's secret fields sealed (already sealed values are kept)."""
+    fields = adapter(channel).secret_fields
+    return {
+        k: (
+            secrets.seal(str(v), _aad(scope_id, channel, k))
+            if k in fields and v is not None and not secrets.is_sealed(v)
+            else v
+        )
+        for k, v in config.items()
+    }
+
+
+def open_config(scope_id: str, channel: str, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with its sealed fields opened. Raises ``SecretError`` when one cannot be."""
+    return {
+        k: secrets.open_sealed(v, _aad(scope_id, channel, k)) if secrets.is_sealed(v) else v for k, v in config.items()
+    }
+
+
+def view(row: ChannelBinding) -> Binding:
+    """What an adapter sees of ``row`` (secrets opened)."""
+    return Binding(
+        scope_id=row.scope_id,
+        channel=row.channel,
+        user_id=str(row.user_id) if row.user_id else None,
+        identity=row.identity,
+        config=open_config(row.scope_id, row.channel, row.config or {}),
+    )
+
+
+def get(session: Session, scope_id: str, channel: str, *, lock: bool = False) -> ChannelBinding | None:
+    """The scope's binding to ``channel`` (any status), or None."""
+    stmt = select(ChannelBinding).where(ChannelBinding.scope_id == scope_id, ChannelBinding.channel == channel)
+    if lock:
+        stmt = stmt.with_for_update()
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def active(session: Session, scope_id: str, channel: str, *, lock: bool = False) -> ChannelBinding:
+    """The scope's active binding to ``channel``; ``channel_not_bound`` otherwise."""
+    row = get(session, scope_id, channel, lock=lock)
+    if row is None or row.status != "active":
+        raise ChannelError("channel_not_bound", f"no active {channel} binding")
+    return row
+
+
+def scope_of_user(session: Session, user_id: UUID | str | None) -> str:
+    """The scope a user's bindings live in: the account's personal scope, or (None: single-user mode)
+    the local scope. ``not_found`` for an unknown account."""
+    from mewdex.db.models import User
+    from mewdex.library.scopes import default_scope
+
+    if user_id is None:
+        return default_scope().scope_id
+    user = session.get(User, UUID(str(user_id)))
+    if user is None:
+        raise ChannelError("not_found", "no such user")
+    return user.scope_id
+
+
+def list_bindings(session: Session, scope_id: str) -> list[ChannelBinding]:
+    """The scope's bindings (active and revoked), newest first."""
+    return list(
+        session.execute(
+            select(ChannelBinding)
+            .where(ChannelBinding.scope_id == scope_id)
+            .order_by(ChannelBinding.updated_at.desc(), ChannelBinding.channel)
+        ).scalars()
+    )
+
+
+def find_by_identity(session: Session, channel: str, identity: str) -> ChannelBinding | None:
+    """The active binding of ``channel`` whose identity is ``identity`` (inbound routing)."""
+    return session.execute(
+        select(ChannelBinding).where(
+            ChannelBinding.channel == channel, ChannelBinding.identity == identity, ChannelBinding.status == "active"
+        )
+    ).scalar_one_or_none()
+
+
+def bind(
+    session: Session,
+    *,
+    scope_id: str,
+    user_id: UUID | None,
+    channel: str,
+    identity: str | None,
+    config: dict[str, Any],
+) -> ChannelBinding:
+    """Create or re-activate the scope's binding to ``channel`` with ``identity`` and ``config``
+    (secret fields sealed here; the standing conversation id of an earlier binding is kept).
+    ``channel_identity_taken`` (409) when that identity is actively bound to another scope."""
+    if identity is not None:
+        other = find_by_identity(session, channel, identity)
+        if other is not None and other.scope_id != scope_id:
+            raise ChannelError("channel_identity_taken", f"this {channel} chat is bound to another account")
+    row = get(session, scope_id, channel, lock=True)
+    if row is None:
+        row = ChannelBinding(scope_id=scope_id, channel=channel, user_id=user_id, config={})
+        session.add(row)
+    kept = {k: v for k, v in (row.config or {}).items() if k == "chat_task_id"}
+    row.config = seal_config(scope_id, channel, {**kept, **config})
+    row.identity = identity
+    row.user_id = user_id
+    row.status = "active"
+    row.revoked_at = None
+    row.updated_at = utcnow()
+    session.flush()
+    return row
+
+
+def update_config(session: Session, row: ChannelBinding, changes: dict[str, Any]) -> None:
+    """Merge ``changes`` into ``row.config`` (secret fields sealed); the caller holds the row."""
+    row.config = {**(row.config or {}), **seal_config(row.scope_id, row.channel, changes)}
+    row.updated_at = utcnow()
+
+
+def revoke(session: Session, scope_id: str, channel: str) -> ChannelBinding:
+    """Revoke at once: inbound from its identity is treated as unbound, and its queued deliveries are
+    cancelled (their tasks find the delivery cancelled and send nothing). ``channel_not_bound``."""
+    row = active(session, scope_id, channel, lock=True)
+    row.status = "revoked"
+    row.revoked_at = row.updated_at = utcnow()
+    session.execute(
+        update(ChannelDelivery)
+        .where(
+            ChannelDelivery.scope_id == scope_id,
+            ChannelDelivery.channel == channel,
+            ChannelDelivery.bound.is_(True),
+            ChannelDelivery.status.in_(("queued", "retrying")),
+        )
+        .values(status="cancelled", error_code="channel_binding_revoked", updated_at=utcnow())
+    )
+    return row
+
+
+# ------------------------------------------------------------------ bind codes
+
+
+def _code_hash(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+def new_bind_code(session: Session, *, scope_id: str, user_id: UUID | None, channel: str) -> str:
+    """A one-time code (32 characters of ``[A-Za-z0-9_-]``, valid :data:`BIND_CODE_TTL_SECONDS`)
+    that binds the chat it is sent from to ``scope_id``; only its hash is stored."""
+    adapter(channel)  # channel_unknown
+    code = _random.token_urlsafe(24)
+    session.add(
+        ChannelBindCode(
+            code_sha256=_code_hash(code),
+            channel=channel,
+            scope_id=scope_id,
+            user_id=user_id,
+            expires_at=utcnow() + timedelta(seconds=BIND_CODE_TTL_SECONDS),
+        )
+    )
+    return code
+
+
+def redeem_bind_code(session: Session, channel: str, code: str) -> ChannelBindCode:
+    """Use up ``code`` (row-locked; once only). ``bind_code_invalid`` (404) for an unknown, used,
+    expired or other-channel code."""
+    row = session.execute(
+        select(ChannelBindCode).where(ChannelBindCode.code_sha256 == _code_hash(code)).with_for_update()
+    ).scalar_one_or_none()
+    if row is None or row.channel != channel or row.used_at is not None or row.expires_at <= utcnow():
+        raise ChannelError("bind_code_invalid", "the bind code is unknown, used or expired")
+    row.used_at = utcnow()
+    return row
+
+
+# ------------------------------------------------------------------ the standing conversation
+
+
+def standing_conversation(session: Session, row: ChannelBinding) -> Conversation:
+    """The conversation inbound messages of this binding go to (``config.chat_task_id``), locked;
+    made (``channel`` set, a fixed title) when there is none or it was deleted."""
+    scope = ScopeContext(row.scope_id)
+    cid = (row.config or {}).get("chat_task_id")
+    if cid:
+        found = session.execute(
+            select(Conversation)
+            .where(
+                Conversation.conversation_id == UUID(str(cid)),
+                Conversation.scope_id == row.scope_id,
+                Conversation.deleted_at.is_(None),
+            )
+            .with_for_update()
+        ).scalar_one_or_none()
+        if found is not None:
+            return found
+    conversation = conversations.create(
+        session, scope, user_id=row.user_id, name=TITLES.get(row.channel, row.channel), channel=row.channel
+    )
+    conversation.title_source = "fixed"
+    update_config(session, row, {"chat_task_id": str(conversation.conversation_id)})
+    session.flush()
+    return conversation

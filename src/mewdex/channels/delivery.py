@@ -1,0 +1,339 @@
+"""Outbound messages as queue work, with the delivery log.
+
+Every send is a ``channel_deliveries`` row plus one ``channel_delivery`` task (lane ``channel``,
+external, :data:`MAX_ATTEMPTS` attempts with backoff). The handler checks the binding is still
+active (a revoked binding's deliveries are cancelled and never sent), waits for the chat's pace slot
+(:func:`reserve_slot`: the adapter's ``min_send_interval`` per chat, across all processes), sends
+through the adapter, and writes the outcome on the row: ``sent`` with the platform's message id, or
+the platform's error code and text. A ``retry_after`` the platform asked for delays the next attempt
+at least that long. When the attempts are used up the row is ``failed`` with the reason; a worker
+that died mid-send leaves it ``unknown`` (never sent twice). Nothing fails silently.
+
+Public API (schedules and the inbound path call these, in the caller's transaction):
+:func:`send_meme`, :func:`send_text`, :func:`list_deliveries`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from mewdex.channels import bindings
+from mewdex.channels.base import DeliveryFailed, MemeFile, adapter, current_delivery
+from mewdex.channels.errors import ChannelError
+from mewdex.db.models import ChannelDelivery, Meme, ScopeContext, Task, utcnow
+from mewdex.db.scopes import ensure_scope, storage_namespace
+from mewdex.egress import EgressError
+from mewdex.queue import registry
+from mewdex.queue.registry import RetryPolicy, TaskContext, TaskError, task_type
+
+log = logging.getLogger(__name__)
+LANE = "channel"
+TASK_TYPE = "channel_delivery"
+MAX_ATTEMPTS = 5
+# Replies to senders who are not bound belong to no account: they queue in the system scope.
+UNBOUND_SCOPE = "__system__"
+MAX_CAPTION_CHARS = 1024
+MAX_TEXT_CHARS = 4000
+SOURCES = ("assistant", "schedule", "bind", "test", "api")
+
+
+def _enqueue(
+    session: Session,
+    *,
+    scope_id: str,
+    user_id: UUID | None,
+    channel: str,
+    target: str,
+    kind: str,
+    meme_id: UUID | None = None,
+    text_: str | None = None,
+    source: str = "assistant",
+    conversation_id: UUID | None = None,
+    bound: bool = True,
+) -> ChannelDelivery:
+    row = ChannelDelivery(
+        scope_id=scope_id,
+        user_id=user_id,
+        channel=channel,
+        target=target,
+        kind=kind,
+        meme_id=meme_id,
+        text=text_,
+        source=source,
+        conversation_id=conversation_id,
+        bound=bound,
+        status="queued",
+    )
+    session.add(row)
+    session.flush()
+    task = registry.submit(
+        session, scope_id=scope_id, task_type=TASK_TYPE, payload={"delivery_id": str(row.delivery_id)}
+    )
+    row.task_id = task.id
+    return row
+
+
+def _binding_target(session: Session, scope_id: str, channel: str) -> tuple[Any, str]:
+    row = bindings.active(session, scope_id, channel)
+    return row, adapter(channel).target_of(bindings.view(row))
+
+
+def send_meme(
+    session: Session,
+    *,
+    user_id: UUID | str | None,
+    channel: str,
+    meme_id: UUID | str,
+    caption: str | None = None,
+    conversation_id: UUID | str | None = None,
+    source: str = "schedule",
+) -> ChannelDelivery:
+    """Queue one meme to the user's active binding of ``channel`` (``user_id`` None: single-user
+    mode's local scope). Returns the delivery row (``status`` queued; ``delivery_id``, ``task_id``).
+
+    Raises ``ChannelError``: ``channel_unknown`` (404), ``channel_not_bound`` (404), ``not_found``
+    (404: no such user, or no such meme in the user's library), ``invalid_request`` (422: caption
+    over :data:`MAX_CAPTION_CHARS`, unknown ``source``)."""
+    scope_id = bindings.scope_of_user(session, user_id)
+    adapter(channel)
+    if source not in SOURCES:
+        raise ChannelError("invalid_request", f"source must be one of {', '.join(SOURCES)}")
+    if caption is not None and len(caption) > MAX_CAPTION_CHARS:
+        raise ChannelError("invalid_request", f"the caption is over {MAX_CAPTION_CHARS} characters")
+    try:
+        mid = UUID(str(meme_id))
+    except ValueError:
+        raise ChannelError("not_found", "no such meme") from None
+    if session.execute(select(Meme.id).where(Meme.id == mid, Meme.scope_id == scope_id)).scalar_one_or_none() is None:
+        raise ChannelError("not_found", "no such meme")
+    row, target = _binding_target(session, scope_id, channel)
+    return _enqueue(
+        session,
+        scope_id=scope_id,
+        user_id=row.user_id,
+        channel=channel,
+        target=target,
+        kind="meme",
+        meme_id=mid,
+        text_=caption,
+        source=source,
+        conversation_id=UUID(str(conversation_id)) if conversation_id else None,
+    )
+
+
+def send_text(
+    session: Session,
+    *,
+    user_id: UUID | str | None,
+    channel: str,
+    text: str,
+    conversation_id: UUID | str | None = None,
+    source: str = "schedule",
+) -> ChannelDelivery:
+    """Queue a text message to the user's active binding of ``channel``; errors as :func:`send_meme`."""
+    scope_id = bindings.scope_of_user(session, user_id)
+    if not text.strip() or len(text) > MAX_TEXT_CHARS:
+        raise ChannelError("invalid_request", f"the text must have 1 to {MAX_TEXT_CHARS} characters")
+    row, target = _binding_target(session, scope_id, channel)
+    return _enqueue(
+        session,
+        scope_id=scope_id,
+        user_id=row.user_id,
+        channel=channel,
+        target=target,
+        kind="text",
+        text_=text,
+        source=source,
+        conversation_id=UUID(str(conversation_id)) if conversation_id else None,
+    )
+
+
+def reply_meme(session: Session, binding_row: Any, target: str, meme_id: str, caption: str | None, conversation_id):
+    """Queue a meme answering an inbound message (to ``target``: the chat it came from)."""
+    return _enqueue(
+        session,
+        scope_id=binding_row.scope_id,
+        user_id=binding_row.user_id,
+        channel=binding_row.channel,
+        target=target,
+        kind="meme",
+        meme_id=UUID(str(meme_id)),
+        text_=caption,
+        source="assistant",
+        conversation_id=conversation_id,
+    )
+
+
+def reply_text(session: Session, binding_row: Any | None, channel: str, target: str, text: str, conversation_id=None):
+    """Queue a text answering an inbound message; ``binding_row`` None: an unbound sender (system scope)."""
+    if binding_row is None:
+        ensure_scope(session, ScopeContext(UNBOUND_SCOPE))
+    return _enqueue(
+        session,
+        scope_id=binding_row.scope_id if binding_row is not None else UNBOUND_SCOPE,
+        user_id=binding_row.user_id if binding_row is not None else None,
+        channel=channel,
+        target=target,
+        kind="text",
+        text_=text[:MAX_TEXT_CHARS],
+        source="assistant" if binding_row is not None else "bind",
+        conversation_id=conversation_id,
+        bound=binding_row is not None,
+    )
+
+
+def list_deliveries(session: Session, scope_id: str, *, channel: str | None = None, limit: int = 50):
+    """The scope's delivery log, newest first (at most 200)."""
+    stmt = select(ChannelDelivery).where(ChannelDelivery.scope_id == scope_id)
+    if channel:
+        stmt = stmt.where(ChannelDelivery.channel == channel)
+    stmt = stmt.order_by(ChannelDelivery.created_at.desc(), ChannelDelivery.delivery_id).limit(min(limit, 200))
+    return list(session.execute(stmt).scalars())
+
+
+# ------------------------------------------------------------------ pacing
+
+
+def reserve_slot(sessions: sessionmaker[Session], channel: str, target: str, interval: float) -> float:
+    """Reserve the chat's next send slot (``interval`` seconds after the previous one, all processes);
+    returns the seconds to wait for it (0 when free now)."""
+    if interval <= 0:
+        return 0.0
+    with sessions.begin() as session:
+        wait = session.execute(
+            text(
+                """
+                INSERT INTO channel_chat_pacing (channel, target, next_at)
+                VALUES (:c, :t, clock_timestamp() + make_interval(secs => :i))
+                ON CONFLICT (channel, target) DO UPDATE
+                   SET next_at = GREATEST(channel_chat_pacing.next_at, clock_timestamp()) + make_interval(secs => :i)
+                RETURNING EXTRACT(EPOCH FROM (next_at - make_interval(secs => :i) - clock_timestamp()))
+                """
+            ),
+            {"c": channel, "t": target, "i": interval},
+        ).scalar_one()
+    return max(0.0, float(wait))
+
+
+# ------------------------------------------------------------------ the task type
+
+
+def _load_meme(session: Session, row: ChannelDelivery) -> MemeFile:
+    from mewdex.storage import blob_store
+
+    meme = session.execute(
+        select(Meme).where(Meme.id == row.meme_id, Meme.scope_id == row.scope_id)
+    ).scalar_one_or_none()
+    if meme is None:
+        raise TaskError("channel_meme_gone", "the meme was deleted before it was sent", retryable=False)
+    with blob_store().open(storage_namespace(session, row.scope_id), meme.storage_key) as handle:
+        data = handle.read()
+    return MemeFile(str(meme.id), data, meme.extension.lower(), meme.sha256, meme.display_name)
+
+
+def _record_failure(sessions: sessionmaker[Session], delivery_id: UUID, exc: DeliveryFailed) -> None:
+    with sessions.begin() as session:
+        row = session.get(ChannelDelivery, delivery_id, with_for_update=True)
+        if row is not None:
+            row.error_code = exc.code
+            row.platform_code = exc.platform_code
+            row.platform_error = (exc.platform_error or exc.message)[:1000]
+            row.retry_after_seconds = None if exc.retry_after is None else max(0, int(round(exc.retry_after)))
+
+
+def _on_failure(session: Session, task: Task, outcome: str) -> None:
+    """The delivery row follows its task: ``retrying`` (and the next attempt waits at least the
+    platform's ``retry_after``), ``failed``, ``cancelled``, ``unknown`` (a worker died mid-send)."""
+    try:
+        delivery_id = UUID(str((task.payload or {}).get("delivery_id")))
+    except ValueError:
+        return
+    row = session.get(ChannelDelivery, delivery_id, with_for_update=True)
+    if row is None or row.status in ("sent", "cancelled"):
+        return
+    error = task.error or {}
+    row.status = {"retrying": "retrying", "failed": "failed", "cancelled": "cancelled"}.get(outcome, "unknown")
+    row.error_code = row.error_code or error.get("code")
+    if not row.platform_error and error.get("message"):
+        row.platform_error = str(error["message"])[:1000]
+    if outcome == "retrying" and row.retry_after_seconds:
+        task.available_at = max(task.available_at, utcnow() + timedelta(seconds=row.retry_after_seconds))
+    row.updated_at = utcnow()
+
+
+def _attempt_started(ctx: TaskContext) -> tuple[UUID, dict[str, Any] | None]:
+    """Lock the delivery, check it may still be sent, count the attempt. ``(id, None)`` when it is not to be sent."""
+    delivery_id = UUID(str(ctx.payload["delivery_id"]))
+    with ctx.sessions.begin() as session:
+        row = session.get(ChannelDelivery, delivery_id, with_for_update=True)
+        if row is None:
+            return delivery_id, None
+        if row.status in ("sent", "cancelled"):
+            return delivery_id, None
+        binding = None
+        if row.bound:
+            found = bindings.get(session, row.scope_id, row.channel)
+            if found is None or found.status != "active":
+                row.status, row.error_code = "cancelled", "channel_binding_revoked"
+                return delivery_id, None
+            binding = bindings.view(found)
+        row.attempts += 1
+        row.retry_after_seconds = None
+        row.error_code = row.platform_code = row.platform_error = None
+        meme = _load_meme(session, row) if row.kind == "meme" else None
+        return delivery_id, {
+            "channel": row.channel,
+            "target": row.target,
+            "kind": row.kind,
+            "text": row.text,
+            "binding": binding,
+            "meme": meme,
+        }
+
+
+@task_type(
+    TASK_TYPE,
+    lane=LANE,
+    external=True,
+    retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, base_seconds=2.0, cap_seconds=300.0),
+    on_failure=_on_failure,
+)
+def deliver(ctx: TaskContext) -> dict[str, Any]:
+    """Send one ``channel_deliveries`` row (module doc). ``{"status", "platform_message_id"}``."""
+    delivery_id, job = _attempt_started(ctx)
+    if job is None:
+        return {"status": "skipped"}
+    channel = adapter(job["channel"])
+    wait = reserve_slot(ctx.sessions, job["channel"], job["target"], channel.min_send_interval)
+    if wait > 0:
+        time.sleep(wait)
+    ctx.external_started()
+    token = current_delivery.set(str(delivery_id))
+    try:
+        if job["kind"] == "meme":
+            sent = channel.send_meme(job["binding"], job["target"], job["meme"], job["text"])
+        else:
+            sent = channel.send_text(job["binding"], job["target"], job["text"] or "")
+    except EgressError as exc:
+        failure = DeliveryFailed("channel_unreachable", exc.message, platform_code=exc.code, retryable=True)
+        _record_failure(ctx.sessions, delivery_id, failure)
+        raise TaskError(failure.code, failure.message, retryable=True) from None
+    except DeliveryFailed as exc:
+        _record_failure(ctx.sessions, delivery_id, exc)
+        raise TaskError(exc.code, exc.message, retryable=exc.retryable) from None
+    finally:
+        current_delivery.reset(token)
+    with ctx.sessions.begin() as session:
+        row = session.get(ChannelDelivery, delivery_id, with_for_update=True)
+        if row is not None:
+            row.status, row.sent_at = "sent", utcnow()
+            row.platform_message_id = sent.platform_message_id
+            row.error_code = None
+    return {"status": "sent", "platform_message_id": sent.platform_message_id}

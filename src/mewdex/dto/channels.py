@@ -1,0 +1,71 @@
+"""Channel shapes (issue 17): bindings, the Telegram link, the webhook channel, the delivery log.
+No shape carries a secret except :class:`WebhookCreated` (the one answer that shows it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from mewdex.dto.common import Dto, Timestamp
+
+
+class ChannelBinding(Dto):
+    channel: str
+    status: str = Field(description="active | revoked")
+    identity: str | None = Field(None, description="The platform identity inbound messages are matched on")
+    config: dict[str, Any] = Field(description="The binding's config without its secret fields")
+    conversation_id: str | None = Field(None, description="The standing conversation (config.chat_task_id)")
+    created_at: Timestamp
+    updated_at: Timestamp
+    revoked_at: Timestamp | None = None
+
+
+class ChannelInfo(Dto):
+    name: str
+    configured: bool = Field(description="The admin has set the channel up (e.g. a Telegram bot token)")
+    mode: str | None = Field(None, description="Telegram: webhook (public URL) or polling")
+
+
+class ChannelList(Dto):
+    bindings: list[ChannelBinding]
+    channels: list[ChannelInfo]
+
+
+class TelegramLink(Dto):
+    url: str = Field(description="https://t.me/<bot username>?start=<code>")
+    code: str = Field(description="One-time bind code (valid 15 minutes)")
+
+
+class WebhookCreate(Dto):
+    url: str = Field(max_length=2000)
+
+
+class WebhookCreated(Dto):
+    binding: ChannelBinding
+    secret: str = Field(description="The whsec_ signing secret; shown this once")
+
+
+class Delivery(Dto):
+    id: str
+    channel: str
+    target: str
+    kind: str = Field(description="meme | text")
+    meme_id: str | None = None
+    text: str | None = None
+    source: str
+    conversation_id: str | None = None
+    status: str = Field(description="queued | retrying | sent | failed | cancelled | unknown")
+    attempts: int
+    error_code: str | None = None
+    platform_code: str | None = None
+    platform_error: str | None = None
+    retry_after_seconds: int | None = None
+    platform_message_id: str | None = None
+    created_at: Timestamp
+    updated_at: Timestamp
+    sent_at: Timestamp | None = None
+
+
+class DeliveryList(Dto):
+    deliveries: list[Delivery]

@@ -1,0 +1,151 @@
+"""Channels (issue 17): ``/api/v1/channels`` (bindings, the Telegram link, the webhook channel, the
+delivery log, revoke) and the platforms' inbound endpoints under ``/channels/`` (no session: each
+checks its platform's secret).
+
+Errors: 404 ``channel_unknown`` / ``channel_not_bound``, 409 ``channel_not_configured`` /
+``channel_identity_taken``, 422 ``channel_config_invalid``, 401 ``channel_webhook_secret_invalid``,
+502 ``channel_platform_error``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from sqlalchemy.orm import Session
+
+from mewdex.channels import bindings, delivery, telegram
+from mewdex.channels import webhook as webhook_channel
+from mewdex.channels.base import ADAPTERS, load_adapters
+from mewdex.config import get_settings
+from mewdex.db.engine import get_sessionmaker
+from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
+from mewdex.dto import channels as dto
+from mewdex.platform import owners
+from mewdex.web.deps import current_scope, db_session
+from mewdex.web.errors import ApiError
+
+router = APIRouter(tags=["channels"])
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def binding_view(row: ChannelBinding) -> dict[str, Any]:
+    secret = set(ADAPTERS[row.channel].secret_fields) if row.channel in ADAPTERS else set()
+    config = {k: v for k, v in (row.config or {}).items() if k not in secret and not isinstance(v, dict)}
+    return {
+        "channel": row.channel,
+        "status": row.status,
+        "identity": row.identity,
+        "config": config,
+        "conversation_id": config.get("chat_task_id"),
+        "created_at": row.created_at.isoformat(),
+        "updated_at": row.updated_at.isoformat(),
+        "revoked_at": _iso(row.revoked_at),
+    }
+
+
+def delivery_view(d: ChannelDelivery) -> dict[str, Any]:
+    return {
+        "id": str(d.delivery_id),
+        "channel": d.channel,
+        "target": d.target,
+        "kind": d.kind,
+        "meme_id": str(d.meme_id) if d.meme_id else None,
+        "text": d.text,
+        "source": d.source,
+        "conversation_id": str(d.conversation_id) if d.conversation_id else None,
+        "status": d.status,
+        "attempts": d.attempts,
+        "error_code": d.error_code,
+        "platform_code": d.platform_code,
+        "platform_error": d.platform_error,
+        "retry_after_seconds": d.retry_after_seconds,
+        "platform_message_id": d.platform_message_id,
+        "created_at": d.created_at.isoformat(),
+        "updated_at": d.updated_at.isoformat(),
+        "sent_at": _iso(d.sent_at),
+    }
+
+
+def channel_infos() -> list[dict[str, Any]]:
+    load_adapters()
+    infos = []
+    for name, adapter in ADAPTERS.items():
+        configured = getattr(adapter, "configured", None)
+        info: dict[str, Any] = {"name": name, "configured": bool(configured()) if configured else True}
+        if name == telegram.NAME:
+            info["mode"] = "webhook" if get_settings().public_url else "polling"
+        infos.append(info)
+    return infos
+
+
+def _user_id(session: Session, scope: ScopeContext):
+    owner = owners.user_for_scope(session, scope.scope_id)
+    return owner.user_id if owner is not None else None
+
+
+@router.get("/api/v1/channels", response_model=dto.ChannelList)
+def list_channels(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    """The caller's bindings (active and revoked) and the channels this installation offers."""
+    return {
+        "bindings": [binding_view(b) for b in bindings.list_bindings(session, scope.scope_id)],
+        "channels": channel_infos(),
+    }
+
+
+@router.get("/api/v1/channels/deliveries", response_model=dto.DeliveryList)
+def list_deliveries(
+    channel: str | None = Query(None, max_length=32),
+    limit: int = Query(50, ge=1, le=200),
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
+    """The caller's delivery log, newest first: each outcome with the platform's error code and text."""
+    rows = delivery.list_deliveries(session, scope.scope_id, channel=channel, limit=limit)
+    return {"deliveries": [delivery_view(d) for d in rows]}
+
+
+@router.post("/api/v1/channels/telegram/link", response_model=dto.TelegramLink)
+def telegram_link(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    """A one-time deep link ``https://t.me/<bot>?start=<code>``: the chat that opens it (Start) is bound."""
+    return telegram.link(session, get_sessionmaker(), scope_id=scope.scope_id, user_id=_user_id(session, scope))
+
+
+@router.post("/api/v1/channels/webhook", response_model=dto.WebhookCreated, status_code=201)
+def webhook_create(
+    body: dto.WebhookCreate, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
+    """Bind (or re-bind) the webhook channel to ``url`` with a new signing secret, shown this once."""
+    row, secret = webhook_channel.connect(
+        session, scope_id=scope.scope_id, user_id=_user_id(session, scope), url=body.url
+    )
+    return {"binding": binding_view(row), "secret": secret}
+
+
+@router.delete("/api/v1/channels/{channel}", response_model=dto.ChannelBinding)
+def revoke(channel: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+    """Revoke at once: inbound from that chat is treated as unbound, queued deliveries are cancelled."""
+    return binding_view(bindings.revoke(session, scope.scope_id, channel))
+
+
+@router.post("/channels/telegram/webhook", include_in_schema=False)
+async def telegram_webhook(
+    request: Request,
+    secret: str | None = Header(None, alias=telegram.SECRET_HEADER),
+):
+    """Telegram's updates (webhook mode): the secret header is checked, the update queued, 200 at once."""
+    try:
+        update = await request.json()
+    except ValueError:
+        raise ApiError(422, "invalid_request", "the body is not JSON") from None
+
+    def work() -> str:
+        with get_sessionmaker().begin() as session:
+            return telegram.accept_webhook(session, secret, update)
+
+    from fastapi.concurrency import run_in_threadpool
+
+    return {"ok": True, "queued": await run_in_threadpool(work)}

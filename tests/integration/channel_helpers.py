@@ -1,0 +1,112 @@
+"""Helpers of the channel tests: an account with a library of real memes (blobs + keyword index),
+and a fake Telegram with mewdex pointed at it."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+from PIL import Image
+from sqlalchemy import text
+
+from conftest import drain_queue, new_scope
+from fakes.telegram_server import FakeTelegram
+
+
+@dataclass
+class Account:
+    scope: object
+    user_id: uuid.UUID
+    memes: dict[str, str] = field(default_factory=dict)  # name -> meme id
+
+
+def image_bytes(kind: str = "png", seed: int | None = None) -> bytes:
+    rng = random.Random(seed)
+    color = tuple(rng.randrange(256) for _ in range(3))
+    out = io.BytesIO()
+    if kind == "gif":
+        frames = [Image.new("RGB", (24, 24), color), Image.new("RGB", (24, 24), tuple(255 - c for c in color))]
+        frames[0].save(out, "GIF", save_all=True, append_images=frames[1:], duration=100, loop=0)
+    else:
+        Image.new("RGB", (32, 32), color).save(out, kind.upper() if kind != "jpg" else "JPEG")
+    return out.getvalue()
+
+
+def add_meme(sessions, store, scope, name: str, kind: str = "png") -> str:
+    """A real meme: its blob in the store and a keyword-indexed name (found by search)."""
+    from mewdex.db.models import Meme
+    from mewdex.db.scopes import storage_namespace
+    from mewdex.search import keyword
+
+    data = image_bytes(kind, seed=hash((scope.scope_id, name)))
+    sha = hashlib.sha256(data).hexdigest()
+    ext = f".{kind}"
+    with sessions.begin() as session:
+        namespace = storage_namespace(session, scope.scope_id)
+    store.put(namespace, sha + ext, data)
+    with sessions.begin() as session:
+        meme = Meme(
+            scope_id=scope.scope_id,
+            storage_key=sha + ext,
+            display_name=name,
+            name_source="uploaded",
+            extension=ext,
+            size_bytes=len(data),
+            sha256=sha,
+            provenance={},
+            extensions={"image": {"animated": kind == "gif"}},
+        )
+        session.add(meme)
+        session.flush()
+        keyword.index_document(
+            session, scope.scope_id, meme.id, "h", {"name": name, "ocr": "", "labels": "", "phrase": ""}
+        )
+        return str(meme.id)
+
+
+@pytest.fixture
+def account(sessions, store):
+    """A user with a personal scope and memes: three cats (png) and a dancing cat (gif), "slacking off"."""
+    from mewdex.db.models import User
+
+    scope = new_scope(sessions, "t-ch")
+    with sessions.begin() as session:
+        user = User(email=f"{uuid.uuid4().hex[:10]}@example.com", scope_id=scope.scope_id)
+        session.add(user)
+        session.flush()
+        user_id = user.user_id
+    acct = Account(scope, user_id)
+    for name in ("cat one", "cat two", "cat three"):
+        acct.memes[name] = add_meme(sessions, store, scope, name)
+    acct.memes["dancing cat"] = add_meme(sessions, store, scope, "dancing cat gif", "gif")
+    acct.memes["slacking off"] = add_meme(sessions, store, scope, "slacking off at work")
+    yield acct
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM users WHERE user_id = :u"), {"u": user_id})
+        session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": scope.scope_id})
+
+
+@pytest.fixture
+def telegram(settings_env):
+    """A fake Telegram (a bot of its own: a new token each test) that mewdex talks to."""
+    token = f"{random.randrange(10**8, 10**9)}:AAFake{uuid.uuid4().hex}"
+    with FakeTelegram(token=token) as fake:
+        settings_env(
+            MEWDEX_TELEGRAM_BOT_TOKEN=fake.token,
+            MEWDEX_TELEGRAM_API_URL=fake.url,
+            MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([f"127.0.0.1:{fake.port}"]),
+        )
+        yield fake
+
+
+def new_user_id() -> int:
+    return random.randrange(10**9, 10**10)
+
+
+def drain(sessions) -> int:
+    return drain_queue(sessions, timeout=120)

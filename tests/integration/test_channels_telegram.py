@@ -1,0 +1,288 @@
+"""Channels (issue 17), Telegram against the fake Bot API server: bind with a deep link, send a
+message, get a meme back, "another", revoke (inbound and outbound stop at once), the delivery log
+with a success and a platform error, an unbound sender, the group rule, 429 retry_after, file_id
+reuse, inline mode, webhook mode with the secret header, and python-telegram-bot driving the fake."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from sqlalchemy import select
+
+from channel_helpers import account, new_user_id, telegram  # noqa: F401 - fixtures
+from conftest import client_for, drain_queue
+from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
+
+SYSTEM = ScopeContext("__system__")
+
+
+def drain(sessions, acct) -> None:
+    drain_queue(sessions, acct.scope, SYSTEM, timeout=120)
+
+
+def poll(sessions) -> int:
+    from mewdex.channels import telegram as tg
+
+    return tg.poll_once(sessions, timeout=0)
+
+
+def bind(sessions, acct, fake, user_id: int) -> None:
+    """Bind ``user_id``'s Telegram chat to ``acct`` the way a person does: link, Start."""
+    with client_for(acct.scope) as client:
+        answer = client.post("/api/v1/channels/telegram/link")
+    assert answer.status_code == 200, answer.text
+    link = answer.json()
+    assert link["url"] == f"https://t.me/{fake.username}?start={link['code']}"
+    fake.user_message(user_id, f"/start {link['code']}")
+    assert poll(sessions) == 1
+    drain(sessions, acct)
+
+
+def test_bind_message_meme_another_revoke(sessions, account, telegram):  # noqa: F811
+    fake, uid = telegram, new_user_id()
+    bind(sessions, account, fake, uid)
+    assert "Linked" in fake.sent_to(uid)[-1]["text"]
+    with client_for(account.scope) as client:
+        listed = client.get("/api/v1/channels").json()
+    [binding] = [b for b in listed["bindings"] if b["channel"] == "telegram"]
+    assert binding["status"] == "active" and binding["identity"] == str(uid) and binding["conversation_id"]
+    assert {"name": "telegram", "configured": True, "mode": "polling"} in listed["channels"]
+
+    fake.user_message(uid, "cat")
+    poll(sessions)
+    drain(sessions, account)
+    memes = [m for m in fake.sent_to(uid) if m["method"] in ("sendPhoto", "sendAnimation")]
+    assert len(memes) == 3 and all(m["uploaded"] for m in memes)
+    assert "cat" in memes[0]["caption"] and memes[1]["caption"] is None
+    first_page = {m["file_id"] for m in memes}
+
+    fake.user_message(uid, "换一个")
+    poll(sessions)
+    drain(sessions, account)
+    more = [m for m in fake.sent_to(uid) if m["method"] in ("sendPhoto", "sendAnimation")][3:]
+    assert more and not first_page & {m["file_id"] for m in more}, "another never repeats a meme"
+    assert any(m["method"] == "sendAnimation" for m in memes + more), "the GIF goes as an animation"
+
+    with sessions.begin() as session:  # the conversation is the binding's standing one, on this channel
+        from mewdex.db.models import Conversation
+
+        conversation = session.get(Conversation, __import__("uuid").UUID(binding["conversation_id"]))
+        assert conversation.channel == "telegram" and conversation.next_message_idx == 4
+
+    with client_for(account.scope) as client:
+        log = client.get("/api/v1/channels/deliveries").json()["deliveries"]
+        assert log and all(d["status"] == "sent" for d in log)
+        assert {d["kind"] for d in log} == {"meme", "text"}
+        revoked = client.delete("/api/v1/channels/telegram")
+        assert revoked.status_code == 200 and revoked.json()["status"] == "revoked"
+        assert client.delete("/api/v1/channels/telegram").json()["error"]["code"] == "channel_not_bound"
+
+    # Outbound stops at once: the public API refuses, and nothing queued earlier is sent.
+    from mewdex.channels import delivery
+    from mewdex.channels.errors import ChannelError
+
+    with sessions.begin() as session, pytest.raises(ChannelError) as refused:
+        delivery.send_meme(session, user_id=account.user_id, channel="telegram", meme_id=account.memes["cat one"])
+    assert refused.value.code == "channel_not_bound"
+    # Inbound stops at once: the next message is from an unbound sender.
+    before = len(fake.sent_to(uid))
+    fake.user_message(uid, "cat")
+    poll(sessions)
+    drain(sessions, account)
+    after = fake.sent_to(uid)[before:]
+    assert [m["method"] for m in after] == ["sendMessage"] and "not linked" in after[0]["text"]
+
+
+def test_revoke_cancels_queued_deliveries(sessions, account, telegram):  # noqa: F811
+    from mewdex.channels import bindings, delivery
+
+    uid = new_user_id()
+    with sessions.begin() as session:
+        bindings.bind(
+            session,
+            scope_id=account.scope.scope_id,
+            user_id=account.user_id,
+            channel="telegram",
+            identity=str(uid),
+            config={"chat_id": str(uid)},
+        )
+        queued = delivery.send_meme(
+            session, user_id=account.user_id, channel="telegram", meme_id=account.memes["cat one"], caption="hi"
+        )
+        delivery_id = queued.delivery_id
+    with sessions.begin() as session:
+        bindings.revoke(session, account.scope.scope_id, "telegram")
+    drain(sessions, account)
+    assert telegram.sent_to(uid) == []
+    with sessions.begin() as session:
+        row = session.get(ChannelDelivery, delivery_id)
+        assert (row.status, row.error_code) == ("cancelled", "channel_binding_revoked")
+
+
+def _bound(sessions, account, uid):
+    from mewdex.channels import bindings
+
+    with sessions.begin() as session:
+        bindings.bind(
+            session,
+            scope_id=account.scope.scope_id,
+            user_id=account.user_id,
+            channel="telegram",
+            identity=str(uid),
+            config={"chat_id": str(uid)},
+        )
+
+
+def test_retry_after_is_honoured_and_file_ids_are_reused(sessions, account, telegram, settings_env):  # noqa: F811
+    from mewdex.channels import delivery
+
+    uid = new_user_id()
+    _bound(sessions, account, uid)
+    telegram.fail_next("sendPhoto", 429, retry_after=2)
+    with sessions.begin() as session:
+        first = delivery.send_meme(
+            session, user_id=account.user_id, channel="telegram", meme_id=account.memes["cat two"], caption="scheduled"
+        ).delivery_id
+    drain(sessions, account)
+    tries = [c for c in telegram.calls if c["method"] == "sendPhoto"]
+    assert len(tries) == 2 and tries[1]["at"] - tries[0]["at"] >= 1.9, "the retry waited retry_after"
+    with sessions.begin() as session:
+        row = session.get(ChannelDelivery, first)
+        assert (row.status, row.attempts, row.error_code) == ("sent", 2, None)
+    # The same meme again: Telegram's file_id is reused, nothing is uploaded.
+    with sessions.begin() as session:
+        delivery.send_meme(session, user_id=account.user_id, channel="telegram", meme_id=account.memes["cat two"])
+    drain(sessions, account)
+    sent = telegram.sent_to(uid)
+    assert [m["uploaded"] for m in sent] == [True, False] and sent[0]["file_id"] == sent[1]["file_id"]
+
+
+def test_a_platform_error_is_a_failed_delivery_in_the_log(sessions, account, telegram):  # noqa: F811
+    from mewdex.channels import delivery
+
+    uid = new_user_id()
+    _bound(sessions, account, uid)
+    telegram.blocked.add(str(uid))
+    with sessions.begin() as session:
+        delivery.send_meme(session, user_id=account.user_id, channel="telegram", meme_id=account.memes["cat one"])
+    drain(sessions, account)
+    with client_for(account.scope) as client:
+        [entry] = client.get("/api/v1/channels/deliveries").json()["deliveries"]
+    assert entry["status"] == "failed" and entry["attempts"] == 1, "403 is not retried"
+    assert entry["error_code"] == "channel_blocked" and entry["platform_code"] == "403"
+    assert "blocked" in entry["platform_error"]
+
+
+def test_unbound_sender_gets_how_to_bind_only(sessions, account, telegram):  # noqa: F811
+    uid = new_user_id()
+    telegram.user_message(uid, "cat")
+    telegram.user_message(uid, "/start not-a-real-code")
+    poll(sessions)
+    drain(sessions, account)
+    replies = telegram.sent_to(uid)
+    assert [m["method"] for m in replies] == ["sendMessage", "sendMessage"]
+    assert "not linked" in replies[0]["text"] and "expired" in replies[1]["text"]
+    with sessions.begin() as session:
+        assert session.execute(select(ChannelBinding).where(ChannelBinding.identity == str(uid))).first() is None
+
+
+def test_groups_answer_only_when_mentioned_or_commanded(sessions, account, telegram):  # noqa: F811
+    uid, group = new_user_id(), -new_user_id()
+    _bound(sessions, account, uid)
+    from mewdex.channels import telegram as tg
+
+    tg.bot_username(sessions)
+    telegram.user_message(uid, "cat", chat_id=group, chat_type="supergroup")
+    poll(sessions)
+    drain(sessions, account)
+    assert telegram.sent_to(group) == [], "a group message not for the bot is ignored"
+    telegram.user_message(uid, f"@{telegram.username} cat", chat_id=group, chat_type="supergroup")
+    poll(sessions)
+    drain(sessions, account)
+    mentioned = telegram.sent_to(group)
+    assert len(mentioned) == 3 and "cat" in mentioned[0]["caption"]
+    telegram.user_message(uid, f"/meme@{telegram.username} slacking", chat_id=group, chat_type="group")
+    telegram.user_message(uid, "/meme@another_bot cat", chat_id=group, chat_type="group")
+    poll(sessions)
+    drain(sessions, account)
+    commanded = telegram.sent_to(group)[3:]
+    assert len(commanded) == 1 and "slacking" in commanded[0]["caption"], "only the command for this bot"
+    assert telegram.sent_to(uid) == [], "group replies go to the group"
+
+
+def test_inline_mode_offers_cached_memes(sessions, account, telegram, settings_env):  # noqa: F811
+    uid, storage_chat = new_user_id(), -new_user_id()
+    settings_env(MEWDEX_TELEGRAM_STORAGE_CHAT_ID=str(storage_chat))
+    _bound(sessions, account, uid)
+    telegram.inline_query(uid, "cat")
+    telegram.inline_query(new_user_id(), "cat")  # an unbound user
+    poll(sessions)
+    drain(sessions, account)
+    bound_answer, unbound_answer = telegram.inline_answers
+    results = bound_answer["results"]
+    assert 1 <= len(results) <= 50 and {r["type"] for r in results} == {"photo", "gif"}
+    assert {r["id"] for r in results} <= set(account.memes.values())
+    uploads = len(telegram.sent_to(storage_chat))
+    assert uploads == len(results), "each meme uploaded once to get its file_id"
+    assert unbound_answer["results"] == [] and unbound_answer["button"]["start_parameter"] == "link"
+    telegram.inline_query(uid, "cat")
+    poll(sessions)
+    drain(sessions, account)
+    assert len(telegram.sent_to(storage_chat)) == uploads, "cached file_ids are not uploaded again"
+    assert telegram.inline_answers[-1]["results"] == results
+
+
+def test_webhook_mode_registers_the_secret_and_checks_it(sessions, account, telegram, settings_env):  # noqa: F811
+    from mewdex.channels import telegram as tg
+
+    settings_env(MEWDEX_PUBLIC_URL="https://memes.example.org")
+    assert tg.ensure_mode(sessions) == "webhook"
+    assert telegram.webhook["url"] == "https://memes.example.org/channels/telegram/webhook"
+    secret = telegram.webhook["secret_token"]
+    uid = new_user_id()
+    update = {
+        "update_id": 1,
+        "message": {"message_id": 5, "from": {"id": uid}, "chat": {"id": uid, "type": "private"}, "text": "cat"},
+    }
+    with client_for(None) as client:
+        headers = {"Host": "memes.example.org"}
+        missing = client.post("/channels/telegram/webhook", json=update, headers=headers)
+        wrong = client.post("/channels/telegram/webhook", json=update, headers={**headers, tg.SECRET_HEADER: "nope"})
+        right = client.post("/channels/telegram/webhook", json=update, headers={**headers, tg.SECRET_HEADER: secret})
+    assert missing.status_code == wrong.status_code == 401
+    assert wrong.json()["error"]["code"] == "channel_webhook_secret_invalid"
+    assert right.status_code == 200 and right.json()["queued"] == "message"
+    drain(sessions, account)
+    assert "not linked" in telegram.sent_to(uid)[0]["text"]
+    settings_env(MEWDEX_PUBLIC_URL="")
+    assert tg.ensure_mode(sessions) == "polling" and telegram.webhook is None
+
+
+def test_the_fake_speaks_the_bot_api_to_python_telegram_bot(telegram):  # noqa: F811
+    telegram_lib = pytest.importorskip("telegram")
+
+    async def scenario():
+        bot = telegram_lib.Bot(telegram.token, base_url=f"{telegram.url}/bot", base_file_url=f"{telegram.url}/file/bot")
+        async with bot:
+            me = await bot.get_me()
+            assert me.username == telegram.username
+            telegram.user_message(42, "hello")
+            updates = await bot.get_updates(timeout=1)
+            assert updates[0].message.text == "hello" and updates[0].message.chat.id == 42
+            assert await bot.get_updates(offset=updates[-1].update_id + 1, timeout=0) == ()
+            photo = await bot.send_photo(42, photo=b"\x89PNG fake bytes", caption="hi")
+            again = await bot.send_photo(42, photo=photo.photo[-1].file_id)
+            assert again.photo[-1].file_id == photo.photo[-1].file_id
+            telegram.fail_next("sendMessage", 429, retry_after=3)
+            with pytest.raises(telegram_lib.error.RetryAfter) as limited:
+                await bot.send_message(42, "x")
+            assert limited.value.retry_after in (3, __import__("datetime").timedelta(seconds=3))
+            assert await bot.set_webhook("https://example.org/hook", secret_token="s3cret")
+            with pytest.raises(telegram_lib.error.Conflict):
+                await bot.get_updates()
+
+    asyncio.run(scenario())
+    assert telegram.sent_to(42)[0]["uploaded"] is True and telegram.sent_to(42)[1]["uploaded"] is False
+    time.sleep(0)
