@@ -63,6 +63,8 @@ def test_cron_03_midnight_after_a_change(cases):
         ("0 0 * * *", "America/Santiago", "2026-09-05T12:00Z", ["2026-09-06T04:00Z", "2026-09-07T03:00Z"]),
         # Santiago fall-back at midnight (2026-04-05 00:00 -03 -> 23:00 -04 on 04-04): 23:30 runs once
         ("30 23 * * *", "America/Santiago", "2026-04-04T12:00Z", ["2026-04-05T02:30Z", "2026-04-06T03:30Z"]),
+        # the README's example: Berlin's repeated 02:00-03:00 on 2027-10-31 runs 02:30 once (CEST)
+        ("30 2 * * *", "Europe/Berlin", "2027-10-30T12:00Z", ["2027-10-31T00:30Z", "2027-11-01T01:30Z"]),
         # no DST: the default zone
         ("0 9 * * 1-5", "Asia/Shanghai", "2026-12-04T02:00Z", ["2026-12-07T01:00Z", "2026-12-08T01:00Z"]),
     ],
