@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 import typer.core
 
-from mewdex.cli import assistant, library, providers, search, server, tasks, thumbnails, users
+from mewdex.cli import assistant, library, providers, schedules, search, server, tasks, thumbnails, users
 from mewdex.cli.common import console, err
 
 # Help without type tags (<bool>, <list[Path]>): an option's name and help say what it takes; ranges stay.
@@ -56,6 +56,10 @@ connectors_app = typer.Typer(
     help="Connectors to outside systems (AI providers, reverse image search).", no_args_is_help=True
 )
 app.add_typer(connectors_app, name="connectors")
+schedule_app = typer.Typer(
+    help="Cron jobs that send memes: add, list, runs, pause, resume, delete.", no_args_is_help=True
+)
+app.add_typer(schedule_app, name="schedule")
 
 app.command()(server.serve)
 app.command()(server.worker)
@@ -90,6 +94,12 @@ connectors_app.command("grant")(providers.connectors_grant)
 connectors_app.command("revoke")(providers.connectors_revoke)
 connectors_app.command("verify")(providers.connectors_verify)
 connectors_app.command("audits")(providers.connectors_audits)
+schedule_app.command("add")(schedules.schedule_add)
+schedule_app.command("list")(schedules.schedule_list)
+schedule_app.command("runs")(schedules.schedule_runs)
+schedule_app.command("pause")(schedules.schedule_pause)
+schedule_app.command("resume")(schedules.schedule_resume)
+schedule_app.command("delete")(schedules.schedule_delete)
 
 worker = server.worker  # the ``mewdex worker`` command
 

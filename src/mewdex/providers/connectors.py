@@ -595,3 +595,29 @@ def _uuid(value) -> uuid.UUID:
         return uuid.UUID(str(value))
     except ValueError:
         raise ProviderError("not_found", "no such connector") from None
+
+
+def connection_for(session: Session, scope: ScopeContext, definition_id, provider: str) -> Connection:
+    """The connection a call in ``scope`` uses for one definition the scope's owner may see (the
+    owner's own verified connection first, else the definition's credentials), for a caller that
+    named the definition (a schedule's webhook target). Raises ``not_found`` (unknown, invisible or
+    another provider's), ``connector_unverified``, ``connector_unavailable``."""
+    from mewdex.platform.owners import user_for_scope
+
+    user = user_for_scope(session, scope.scope_id)
+    definition = visible_definition(session, user, definition_id)
+    if definition.provider != provider:
+        raise ProviderError("not_found", f"no such {provider} connector")
+    if user is not None:
+        system = session.execute(
+            select(ExternalSystem).where(
+                ExternalSystem.user_id == user.user_id, ExternalSystem.definition_id == definition.definition_id
+            )
+        ).scalar_one_or_none()
+        if system is not None and connection_state(system, definition) == "verified":
+            return _connection_from_system(system, definition, scope.scope_id)
+        if system is not None and not definition.credentials:
+            raise ProviderError("connector_unverified", f"the {provider} connection must be verified again")
+    if definition.credentials:
+        return _connection_from_definition(definition, scope.scope_id, user.user_id if user else None)
+    raise ProviderError("connector_unavailable", f"the {provider} connector has no credentials")

@@ -9,8 +9,8 @@ when the first one's task already finished. A schedule's first slot is due one i
 scheduler started (start-up work runs in ``mewdex.runtime`` instead). Finished tasks of a schedule
 older than ``keep_intervals`` intervals are deleted when a later slot is enqueued.
 
-Built-in maintenance schedules live in :mod:`mewdex.runtime.maintenance`; users' cron jobs will be
-schedules too.
+Built-in maintenance schedules live in :mod:`mewdex.runtime.maintenance`; one of them
+(``scheduled_job_dispatch``) dispatches users' cron jobs (:mod:`mewdex.schedules.dispatch`).
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ TASK_TYPE_MODULES = (
     "mewdex.runtime.maintenance",
     "mewdex.assistant.runs",
     "mewdex.channels.tasks",
+    "mewdex.schedules.dispatch",
+    "mewdex.schedules.runner",
 )
 # /health counts live worker processes by their connections' application_name.
 WORKER_APPLICATION_PREFIX = "mewdex-worker"

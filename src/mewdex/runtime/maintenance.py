@@ -12,6 +12,7 @@ task type            what it does                           every
 ``storage_recovery`` interrupted uploads/renames/deletes    300 s
 ``disk_rescan``      per-user disk usage drift              ``MEWDEX_DISK_RESCAN_SECONDS``
 ``thumbnail_reconcile`` missing or stale thumbnails         24 h, every user scope
+``scheduled_job_dispatch`` due cron jobs → run tasks       1 s (``schedules.dispatch``)
 ==================== ====================================== ===========================
 """
 
@@ -28,6 +29,7 @@ from mewdex.config import get_settings
 from mewdex.queue import maintenance as queue_maintenance
 from mewdex.queue.registry import RetryPolicy, TaskContext, task_type
 from mewdex.queue.scheduler import Schedule
+from mewdex.schedules import dispatch
 
 log = logging.getLogger(__name__)
 SYSTEM_SCOPE = "__system__"
@@ -93,4 +95,11 @@ def schedules() -> list[Schedule]:
         Schedule("thumbnail_reconcile", "thumbnail_reconcile", RECONCILE_INTERVAL_SECONDS, SYSTEM_SCOPE),
         Schedule("conversation_run_reaping", "conversation_run_reaping", runs.REAPING_INTERVAL_SECONDS, SYSTEM_SCOPE),
         *channel_tasks.schedules(),
+        Schedule(
+            "scheduled_job_dispatch",
+            "scheduled_job_dispatch",
+            dispatch.DISPATCH_INTERVAL_SECONDS,
+            SYSTEM_SCOPE,
+            keep_intervals=60,
+        ),
     ]

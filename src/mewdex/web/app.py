@@ -31,6 +31,8 @@ from mewdex.web.routers import (
     health,
     memes,
     pages,
+    schedules,
+    schedules_page,
     search,
     tasks,
     usage,
@@ -100,6 +102,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         chat_page,
         channel_routes,
         channel_setup,
+        schedules,
+        schedules_page,
     ):
         app.include_router(module.router)
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.

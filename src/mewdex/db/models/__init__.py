@@ -55,6 +55,7 @@ from mewdex.db.models.queue import (
     TaskLaneResourceSlot,
     TaskLaneSlot,
 )
+from mewdex.db.models.schedules import ScheduledJob, ScheduledJobRun
 from mewdex.db.models.search import (
     MemeEmbedding,
     MemeSearchDocument,

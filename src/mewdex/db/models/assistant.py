@@ -74,7 +74,12 @@ class Conversation(Base):
     next_message_idx: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     context_base_idx: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     context_summary: Mapped[str | None] = mapped_column(Text)
-    scheduled_job_id: Mapped[UUID | None] = mapped_column(Uuid)
+    scheduled_job_id: Mapped[UUID | None] = mapped_column(
+        Uuid,
+        ForeignKey(
+            "scheduled_jobs.job_id", ondelete="SET NULL", name="fk_conversations_scheduled_job_id", use_alter=True
+        ),
+    )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, default=utcnow, onupdate=utcnow

@@ -1,0 +1,162 @@
+"""Schedules (issue 18): ``/api/v1/schedules`` — cron jobs of the caller's scope (an admin sees and
+manages every scope's), their runs, and the preview of an expression in a zone.
+
+Errors: 404 ``not_found`` (missing, deleted or another owner's job), 422 ``cron_invalid`` /
+``cron_never_runs`` / ``timezone_invalid`` / ``schedule_invalid``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from sqlalchemy.orm import Session
+
+from mewdex.db.models import ScheduledJob, ScheduledJobRun, ScopeContext
+from mewdex.dto import schedules as dto
+from mewdex.schedules import cron, jobs
+from mewdex.schedules.errors import ScheduleError
+from mewdex.schedules.jobs import Viewer
+from mewdex.web.deps import current_scope, db_session
+
+router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"])
+
+
+def viewer(request: Request, scope: ScopeContext = Depends(current_scope)) -> Viewer:
+    """The caller's scope, and whether it is an admin (who sees every scope's jobs)."""
+    principal = getattr(request.state, "principal", None)
+    return Viewer(scope, bool(principal is not None and principal.is_admin))
+
+
+def parse_instant(value: str | None) -> datetime:
+    """An ISO 8601 instant with an offset (``Z`` allowed); now when None. 422 ``schedule_invalid``."""
+    if value is None or not value.strip():
+        return datetime.now(UTC)
+    try:
+        instant = datetime.fromisoformat(value.strip().replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError:
+        raise ScheduleError("schedule_invalid", f"after: not an ISO 8601 instant: {value!r}") from None
+    if instant.tzinfo is None:
+        raise ScheduleError("schedule_invalid", "after: the instant needs an offset (e.g. 2027-03-27T01:30Z)")
+    return instant
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def view(job: ScheduledJob) -> dict[str, Any]:
+    """A job as :class:`mewdex.dto.schedules.Schedule`."""
+    return {
+        "id": str(job.job_id),
+        "scope_id": job.scope_id,
+        "name": job.name,
+        "prompt": job.prompt,
+        "cron": job.cron,
+        "tz": job.tz,
+        "description": cron.explain(job.cron),
+        "mode": job.mode,
+        "notify": job.notify,
+        "enabled": job.enabled,
+        "timeout_seconds": job.timeout_seconds,
+        "next_run": cron.run_view(job.next_run_at, job.tz),
+        "last_run_at": _iso(job.last_run_at),
+        "last_status": job.last_status,
+        "last_error": job.last_error,
+        "consecutive_failures": job.consecutive_failures,
+        "run_count": job.run_count,
+        "expires_at": _iso(job.expires_at),
+        "max_runs": job.max_runs,
+        "cost_cap_cny": float(job.cost_cap_cny) if job.cost_cap_cny is not None else None,
+        "disabled_reason": job.disabled_reason,
+        "disabled_at": _iso(job.disabled_at),
+        "bound_conversation_id": str(job.bound_task_id) if job.bound_task_id else None,
+        "created_at": job.created_at.isoformat(),
+        "updated_at": job.updated_at.isoformat(),
+    }
+
+
+def run_view(run: ScheduledJobRun, tz: str) -> dict[str, Any]:
+    """A run as :class:`mewdex.dto.schedules.ScheduleRun` (its slot in UTC and in the job's zone)."""
+    return {
+        "id": str(run.run_id),
+        "slot": cron.run_view(run.slot, tz),
+        "status": run.status,
+        "reason": run.reason,
+        "coalesced": run.coalesced,
+        "attempts": run.attempts,
+        "conversation_id": str(run.conversation_id) if run.conversation_id else None,
+        "meme_id": str(run.meme_id) if run.meme_id else None,
+        "delivery_status": run.delivery_status,
+        "delivery_detail": run.delivery_detail,
+        "error_code": run.error_code,
+        "error": run.error,
+        "cost_cny": float(run.cost_cny or 0),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+    }
+
+
+@router.get("/preview", response_model=dto.SchedulePreview)
+def preview(
+    cron_expr: str = Query(..., alias="cron", max_length=200, description="5-field cron expression"),
+    tz: str = Query(cron.DEFAULT_TZ, max_length=100, description="IANA time zone"),
+    after: str | None = Query(None, max_length=64, description="ISO instant; default now"),
+    count: int = Query(5, ge=1, le=cron.MAX_PREVIEW),
+    _scope: ScopeContext = Depends(current_scope),
+):
+    """The next ``count`` runs of ``cron`` in ``tz`` strictly after ``after``, in UTC and in the zone."""
+    return cron.preview(cron_expr, tz, parse_instant(after), count)
+
+
+@router.get("", response_model=dto.ScheduleList)
+def list_all(session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+    """``{"items"}`` newest first: the caller's jobs (an admin: everyone's)."""
+    return {"items": [view(j) for j in jobs.list_jobs(session, who)]}
+
+
+@router.post("", response_model=dto.Schedule, status_code=201)
+def create(body: dto.ScheduleCreate, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+    """A new enabled job in the caller's scope; its first run is the first slot after now."""
+    return view(jobs.create(session, who, body.model_dump()))
+
+
+@router.get("/{job_id}", response_model=dto.Schedule)
+def read(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+    return view(jobs.get(session, who, job_id))
+
+
+@router.patch("/{job_id}", response_model=dto.Schedule)
+def patch(job_id: str, body: dto.SchedulePatch, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+    """Change the given fields; a new ``cron``/``tz`` moves the next run."""
+    return view(jobs.update(session, who, job_id, body.model_dump(exclude_unset=True)))
+
+
+@router.delete("/{job_id}", response_model=dto.Schedule)
+def delete(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+    """Delete the job (its runs and conversations stay); answers the job as it was deleted."""
+    return view(jobs.delete(session, who, job_id))
+
+
+@router.post("/{job_id}/pause", response_model=dto.Schedule)
+def pause(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+    return view(jobs.pause(session, who, job_id))
+
+
+@router.post("/{job_id}/resume", response_model=dto.Schedule)
+def resume(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+    """Enable again (clears an automatic disable and its failure count); the next run is after now."""
+    return view(jobs.resume(session, who, job_id))
+
+
+@router.get("/{job_id}/runs", response_model=dto.ScheduleRunList)
+def list_runs(
+    job_id: str,
+    limit: int = Query(50, ge=1, le=200),
+    session: Session = Depends(db_session),
+    who: Viewer = Depends(viewer),
+):
+    """``{"items"}``: the job's runs, the latest slot first (skipped slots included)."""
+    job = jobs.get(session, who, job_id)
+    return {"items": [run_view(r, job.tz) for r in jobs.runs(session, who, job_id, limit=limit)]}
