@@ -29,9 +29,10 @@ import queue
 import threading
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
+from openai.types.chat import ChatCompletionMessageParam
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -391,17 +392,18 @@ class Agent:
             extra["tools"] = tool_defs
         if max_tokens:
             extra["max_tokens"] = max_tokens
+        sdk_messages = cast("list[ChatCompletionMessageParam]", messages)  # plain dicts of that shape
 
         def call() -> openai_compat.CallResult:
             if not stream:
-                answer = client.chat.completions.create(model=model.model, messages=messages, **extra)
+                answer = client.chat.completions.create(model=model.model, messages=sdk_messages, **extra)
                 message = answer.choices[0].message
                 step = _Step(text=message.content or "", refusal=getattr(message, "refusal", None))
                 return openai_compat.CallResult(step, self._units(openai_compat.usage_units(answer.usage), purpose))
             step, usage, sent = _Step(), None, ""
             try:
                 with client.chat.completions.stream(
-                    model=model.model, messages=messages, stream_options={"include_usage": True}, **extra
+                    model=model.model, messages=sdk_messages, stream_options={"include_usage": True}, **extra
                 ) as events:
                     self._open_stream = events
                     for event in events:
