@@ -93,9 +93,9 @@ def naive_model(reply_cls, system_prompt: str, is_follow_up):
 def fake_chat_model(sessions):
     """A platform chat connector pointing at the fake server, for the duration (removed after)."""
     sys.path.insert(0, str(corpus.REPO / "tests"))
-    from fakes.openai_server import FakeOpenAI, Reply
     from sqlalchemy import text
 
+    from fakes.openai_server import FakeOpenAI, Reply
     from mewdex.assistant import agent
     from mewdex.assistant.query import is_follow_up
     from mewdex.config import get_settings
@@ -216,7 +216,8 @@ def main() -> None:
     for mode, r in results.items():
         verdict = "ok" if plain_s3 - r["s3"] <= BUDGET else "OVER"
         print(f"[{mode}] {r['messages']} messages")
-        print(f"  S@3 chat-phrased:       {r['s3']:.3f}  (vs plain {r['s3'] - plain_s3:+.3f}; budget −{BUDGET}: {verdict})")
+        diff = r["s3"] - plain_s3
+        print(f"  S@3 chat-phrased:       {r['s3']:.3f}  (vs plain {diff:+.3f}; budget −{BUDGET}: {verdict})")
         print(f"  S@3 of “another one”:   {r['another_s3']:.3f}  (memes repeated: {r['repeats']})")
         print(f"  answer latency:         p50 {r['answer_p50']:.0f} ms, p95 {r['answer_p95']:.0f} ms")
         print(f"  time to the first card: p50 {r['card_p50']:.0f} ms, p95 {r['card_p95']:.0f} ms")
