@@ -152,15 +152,18 @@ def chat_model(
         return None, exc.code
 
 
-def fallback_note(code: str, lang: str) -> str:
-    """The line a reply starts with when the chat model could not answer it."""
+def fallback_note(code: str, lang: str, *, search: bool = True) -> str:
+    """The line a reply starts with when the chat model could not answer it (``search``: a plain
+    search answers instead), or ends with when it failed after showing memes."""
     if lang == "zh":
-        if code == "quota_exceeded":
-            return "本月的聊天模型预算已用完，先用普通搜索回答："
-        return f"聊天模型暂时无法回答（{code}），先用普通搜索回答："
-    if code == "quota_exceeded":
-        return "This month's chat model budget is spent; here is a plain search instead:"
-    return f"The chat model could not answer ({code}); here is a plain search instead:"
+        said = "本月的聊天模型预算已用完" if code == "quota_exceeded" else f"聊天模型暂时无法回答（{code}）"
+        return said + ("，先用普通搜索回答：" if search else "。")
+    said = (
+        "This month's chat model budget is spent"
+        if code == "quota_exceeded"
+        else f"The chat model could not answer ({code})"
+    )
+    return said + ("; here is a plain search instead:" if search else ".")
 
 
 @dataclass
@@ -212,7 +215,7 @@ class Agent:
     """One reply by the chat model (module doc). ``events`` receives ``("delta", {"text"})``,
     ``("meme", SearchHit)`` and finally ``("end", None)``; set ``stop`` to end it early (it stops
     between streamed chunks and tool calls). After the end: ``usage``, ``error`` (a DomainError or
-    None), ``capped`` (the step cap ended it), ``tools_called``."""
+    None), ``capped`` (the step cap ended it), ``steps``, ``tools_called``."""
 
     def __init__(
         self,
@@ -234,6 +237,7 @@ class Agent:
         self.error: DomainError | None = None
         self.capped = False
         self.tools_called: list[str] = []
+        self.steps = 0  # model calls of the loop (a summary call is not one)
         self.shown: list[str] = []
         self._text = ""
         self._calls = 0
@@ -284,6 +288,7 @@ class Agent:
             last = step == steps
             if last and steps > 1:
                 messages.append({"role": "system", "content": FINAL_STEP_PROMPT})
+            self.steps = step
             result = self._model_step(messages, None if last else tools_offered, purpose="reply")
             if self.stop.is_set():
                 return

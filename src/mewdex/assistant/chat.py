@@ -270,21 +270,20 @@ def _model_reply(sessions: sessionmaker[Session], run: Run, model, sent: _Sent) 
         if model.client is not None:
             model.client.close()
         sent.usage = worker.usage
-    sent.model_run = {"steps": worker.usage.calls, "tools": worker.tools_called}
+    sent.model_run = {"steps": worker.steps, "tools": worker.tools_called}
     lang = retrieval.language(run.text)
     if worker.error is not None and not worker.stop.is_set():
         sent.model_run["fallback"] = worker.error.code
-        note = agent.fallback_note(worker.error.code, lang)
         if not sent.shown:
-            yield from _retrieval_reply(sessions, run, sent, note)
+            yield from _retrieval_reply(sessions, run, sent, agent.fallback_note(worker.error.code, lang))
         else:
-            piece = ("\n\n" if sent.text else "") + note.rstrip(":：")
+            piece = ("\n\n" if sent.text else "") + agent.fallback_note(worker.error.code, lang, search=False)
             sent.text += piece
             yield "delta", {"text": piece}
     elif worker.capped and not worker.stop.is_set():
         sent.model_run["capped"] = True
         piece = ("\n\n" if sent.text else "") + (
-            f"（已达到 {worker.usage.calls} 步上限）" if lang == "zh" else f"(stopped after {worker.usage.calls} steps)"
+            f"（已达到 {worker.steps} 步上限）" if lang == "zh" else f"(stopped after {worker.steps} steps)"
         )
         sent.text += piece
         yield "delta", {"text": piece}
