@@ -266,13 +266,13 @@ def test_stop_mid_stream_keeps_what_was_sent_and_ends_cancelled(sessions, scope,
         assert row.units["estimated"] is True and row.units["output_tokens"] > 0  # cut before the usage chunk
 
 
-def test_the_step_cap_ends_the_loop_and_the_last_step_offers_no_tools(sessions, scope, library, model, settings_env):
+def test_the_step_cap_ends_the_loop_and_the_last_step_may_not_call_tools(sessions, scope, library, model, settings_env):
     settings_env(MEWDEX_ASSISTANT_MAX_STEPS="3")
     model.steps.extend(Reply.tool_call("search_memes", {"query": f"cat {i}"}) for i in range(5))
     cid = _conversation(sessions, scope, name="x")
     events = _events(sessions, scope, cid, "cat")
     steps = model.requests()
-    assert len(steps) == 3 and "tools" in steps[1] and "tools" not in steps[2]
+    assert len(steps) == 3 and "tool_choice" not in steps[1] and steps[2]["tool_choice"] == "none"
     assert steps[2]["messages"][-1] == {"role": "system", "content": agent.FINAL_STEP_PROMPT}
     assert events[-1][1]["message"]["content"].endswith("(stopped after 3 steps)")
     assert events[-1][1]["run_status"] == "idle"

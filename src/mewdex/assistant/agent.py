@@ -10,7 +10,8 @@ consumes its :attr:`Agent.events` and sets :attr:`Agent.stop` on cancel):
 1. the context: the system prompt, the folded summary of older turns, and the messages from
    ``context_base_idx`` on; past ``MEWDEX_ASSISTANT_CONTEXT_MESSAGES`` messages the older half is
    folded into ``context_summary`` by the model first (:meth:`Agent.fold`);
-2. up to ``MEWDEX_ASSISTANT_MAX_STEPS`` streamed model calls; the last one offers no tools. Tool calls
+2. up to ``MEWDEX_ASSISTANT_MAX_STEPS`` streamed model calls; the last one may not call tools
+   (``tool_choice`` ``none``). Tool calls
    run in the caller's scope; ``show_memes`` delivers memes (``meme`` events; they become the reply's
    ``artifact_refs``); text is streamed as ``delta`` events;
 3. every model call is one :func:`~mewdex.providers.openai_compat.metered_call` (operation
@@ -289,7 +290,7 @@ class Agent:
             if last and steps > 1:
                 messages.append({"role": "system", "content": FINAL_STEP_PROMPT})
             self.steps = step
-            result = self._model_step(messages, None if last else tools_offered, purpose="reply")
+            result = self._model_step(messages, tools_offered, purpose="reply", tool_choice="none" if last else None)
             if self.stop.is_set():
                 return
             if result.refusal and not result.text:
@@ -386,8 +387,10 @@ class Agent:
         purpose: str,
         stream: bool = True,
         max_tokens: int | None = None,
+        tool_choice: str | None = None,
     ) -> _Step:
-        """One metered model call (streamed text goes to ``events`` as it comes)."""
+        """One metered model call (streamed text goes to ``events`` as it comes). ``tool_choice``
+        ``none``: the tools stay declared (the history holds calls to them) but may not be called."""
         self._calls += 1
         model = self.model
         client = model.client
@@ -395,6 +398,8 @@ class Agent:
         extra: dict[str, Any] = {}
         if tool_defs:
             extra["tools"] = tool_defs
+            if tool_choice:
+                extra["tool_choice"] = tool_choice
         if max_tokens:
             extra["max_tokens"] = max_tokens
         sdk_messages = cast("list[ChatCompletionMessageParam]", messages)  # plain dicts of that shape
