@@ -170,6 +170,8 @@ def test_the_model_searches_shows_memes_and_streams_with_usage_metered(sessions,
     chat_group = next(g for g in usage["groups"] if g["key"] == "chat")
     assert chat_group["events"] == 4 and chat_group["cost"] == pytest.approx(float(total))
     assert conversation["cost_cny"] == pytest.approx(float(total))
+    title_cost = next(e.cost_cny for e in events_rows if e.units["purpose"] == "title")
+    assert reply["cost_cny"] == pytest.approx(float(total - title_cost))
     assert conversation["tokens_prompt"] >= 900 and conversation["name"] == "Cat memes"
 
 

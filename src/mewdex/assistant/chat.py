@@ -64,6 +64,7 @@ def message_view(message: Message) -> dict[str, Any]:
         "artifact_refs": refs,
         "tokens_in": message.tokens_in,
         "tokens_out": message.tokens_out,
+        "cost_cny": (payload.get("mewdex_model") or {}).get("cost_cny"),
         "model_profile": message.model_profile,
         "created_at": message.created_at.isoformat(),
     }
@@ -333,6 +334,8 @@ def _finish(sessions: sessionmaker[Session], run: Run, sent: _Sent) -> tuple[dic
                 payload["mewdex"] = state
             if sent.model_run is not None:
                 payload["mewdex_model"] = sent.model_run
+                if usage is not None:
+                    payload["mewdex_model"]["cost_cny"] = float(usage.cost)
             message = conversations.append_message(
                 session,
                 conversation,
