@@ -1,12 +1,13 @@
 """Shared bench set-up: a data dir with the real corpus imported and processed, timed.
 
-Used by quality.py, ingest.py and search_latency.py. The index sees only image bytes and paths;
+Used by quality.py, ingest.py, search_latency.py, load.py and assistant.py. The index sees only image bytes and paths;
 ``metadata.jsonl`` and the queries are read only to score results.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import resource
 import sys
@@ -35,8 +36,17 @@ def corpus_roots() -> list[Path]:
     return [CORPUS / s for s in SOURCES]
 
 
-def prepare(*, workers: int = 2, log=print) -> dict:
-    """Import the corpus into the current data dir and process it; returns timings and counts."""
+def dev_queries(limit: int | None = None) -> list[dict]:
+    """The development queries (``queries_dev.jsonl``: ``qid``, ``query``, ``lang``, ``type``,
+    ``relevant`` corpus-relative paths), the first ``limit`` when given."""
+    with (CORPUS / "queries_dev.jsonl").open(encoding="utf-8") as f:
+        queries = [json.loads(line) for line in f if line.strip()]
+    return queries[:limit] if limit is not None else queries
+
+
+def prepare(*, workers: int = 2, log=print, paths: list[Path] | None = None) -> dict:
+    """Import the corpus (or only ``paths``: files or folders) into the current data dir and process
+    it; returns timings and counts."""
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.importer import collect, import_paths
     from mewdex.library.scopes import default_scope
@@ -46,7 +56,7 @@ def prepare(*, workers: int = 2, log=print) -> dict:
 
     prepare_database()
     sessions, scope = get_sessionmaker(), default_scope()
-    items = collect([CORPUS])
+    items = collect(paths or [CORPUS])
     started = time.perf_counter()
     pool = start_workers(workers)  # they process while the import goes on, as with `mewdex import --wait`
     summary = import_paths(sessions, blob_store(), scope, items)

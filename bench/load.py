@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import json
 import random
 import time
 from collections import Counter, defaultdict
@@ -98,7 +97,7 @@ def fresh_png(rng: random.Random) -> bytes:
 
 
 def queries() -> list[str]:
-    return [json.loads(line)["query"] for line in (corpus.CORPUS / "queries_dev.jsonl").open(encoding="utf-8")]
+    return [q["query"] for q in corpus.dev_queries()]
 
 
 def prepare_subset(count: int, workers: int) -> None:

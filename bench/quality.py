@@ -14,7 +14,6 @@ Run: .venv/bin/python bench/quality.py [--data-dir DIR]
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -74,7 +73,7 @@ def main() -> None:
         if status(session, scope)["memes"] == 0:
             corpus.prepare()
     mapping = corpus.path_to_meme_ids()
-    queries = [json.loads(line) for line in (corpus.CORPUS / "queries_dev.jsonl").open(encoding="utf-8")]
+    queries = corpus.dev_queries()
 
     def runner(legs):
         def run(query: str) -> list[str]:

@@ -10,7 +10,6 @@ Run: .venv/bin/python bench/search_latency.py [--data-dir DIR] [--rounds 3]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -48,7 +47,7 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 def bench_queries() -> list[str]:
     """Every dev query, then the first 60 vvquest captions (file stems) as known-item queries."""
-    queries = [json.loads(line)["query"] for line in (corpus.CORPUS / "queries_dev.jsonl").open(encoding="utf-8")]
+    queries = [q["query"] for q in corpus.dev_queries()]
     return queries + [p.stem for p in sorted((corpus.CORPUS / "vvquest" / "images").iterdir())[:60]]
 
 

@@ -1,7 +1,8 @@
 """The MCP server (issue 16), built with the official ``mcp`` SDK (v2: ``MCPServer``).
 
-Tools: ``search_memes``, ``search_by_image``, ``get_meme``, ``list_collections`` (token scope
-``read``) and ``add_to_collection`` (``write``), all through :mod:`mewdex.assistant.tools`, in the
+Tools: ``search_memes``, ``search_by_image``, ``more_like_this``, ``get_meme``,
+``list_collections`` (token scope ``read``), ``add_to_collection`` and ``create_collection``
+(``write``), all through :mod:`mewdex.assistant.tools`, in the
 caller's scope only. Two transports:
 
 * stdio: ``mewdex mcp`` — the local scope with read and write, or (``--token``) the scope and token
@@ -122,6 +123,11 @@ def build(caller: Callable[[], Caller], *, http: bool = False, base_url: str = "
         return _run(caller, "read", tools.search_by_image, image_base64, n)
 
     @server.tool()
+    def more_like_this(meme_id: str, n: int = 5) -> list[dict[str, Any]]:
+        """Find the memes that look most like one of the user's memes (visual neighbours)."""
+        return _run(caller, "read", tools.more_like_this, meme_id, n)
+
+    @server.tool()
     def get_meme(meme_id: str) -> list[Any]:
         """One meme: its name, context (OCR text, description, tags), collections, and its picture."""
         facts, data, fmt = _run(caller, "read", tools.get_meme, meme_id)
@@ -139,6 +145,11 @@ def build(caller: Callable[[], Caller], *, http: bool = False, base_url: str = "
     def add_to_collection(collection: str, meme_ids: list[str]) -> dict[str, Any]:
         """Add memes to a collection (name or id; a new name creates it). Needs a token with `write`."""
         return _run(caller, "write", tools.add_to_collection, collection, meme_ids)
+
+    @server.tool()
+    def create_collection(name: str) -> dict[str, Any]:
+        """Create an empty collection. Needs a token with `write`."""
+        return _run(caller, "write", tools.create_collection, name)
 
     return server
 

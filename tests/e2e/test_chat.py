@@ -159,3 +159,76 @@ def _shot(name: str):
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS / f"{name}.png"
+
+
+def test_with_a_chat_model_the_page_shows_it_working_then_streams_its_words_cards_and_title(
+    browser, mewdex_env, sessions, sample, tmp_path
+):
+    """A chat model (the fake OpenAI-compatible server): a working indicator while it searches,
+    then its words streamed, the card it shows, and the title it gives the conversation."""
+    import json
+    import uuid
+
+    from sqlalchemy import text
+
+    from fakes.openai_server import FakeOpenAI, Reply
+    from mewdex.assistant import agent
+    from mewdex.providers import connectors
+
+    meme_id = sample.ids["vvquest/一个字我都不信.png"]
+    words = "这张很合适：一个字都不信的表情。"
+
+    def model(body):
+        messages = body["messages"]
+        if messages[0]["content"] != agent.SYSTEM_PROMPT:
+            return Reply.text("不信")  # the title
+        if messages[-1]["role"] == "user":
+            return Reply.delay(1.5, Reply.tool_call("search_memes", {"query": messages[-1]["content"]}))
+        if '"shown"' not in messages[-1]["content"]:
+            return Reply.tool_call("show_memes", {"meme_ids": [meme_id]})
+        return Reply.text(words, chunk_delay=0.1, chunk_chars=2)
+
+    mp = pytest.MonkeyPatch()
+    with FakeOpenAI() as fake:
+        fake.handler = model
+        with sessions.begin() as session:
+            definition_id = connectors.create_definition(
+                session,
+                provider="openai_compatible",
+                name=f"e2e-{uuid.uuid4().hex[:6]}",
+                visibility="all",
+                credentials={"api_key": fake.api_key},
+                config={"base_url": fake.base_url, "chat_model": "fake-chat"},
+            ).definition_id
+        mp.setenv("MEWDEX_EGRESS_ALLOW_HOSTS", json.dumps([fake.host_port]))
+        server = None
+        try:
+            server = start_server(mewdex_env, sample.scope, tmp_path / "chat-model.log")
+            context, pg, errors = _page(browser, locale="zh-CN")
+            try:
+                pg.goto(server.url + "/chat")
+                pg.fill("#chat-input", "来个一个字我都不信的表情")
+                pg.press("#chat-input", "Enter")
+                pg.wait_for_selector(".chat-assistant.is-working")  # searching: no word yet
+                pg.wait_for_selector(".chat-assistant .chat-card")
+                pg.wait_for_function(
+                    "() => (document.querySelector('.chat-assistant .chat-text')?.textContent || '').length > 0"
+                )
+                _wait_done(pg)
+                assert pg.locator(".chat-assistant .chat-text").first.inner_text() == words
+                assert _cards(pg) == [meme_id] and pg.locator(".is-working").count() == 0
+                pg.wait_for_function("() => document.getElementById('chat-title').textContent === '不信'")
+            finally:
+                context.close()
+            assert not errors, errors
+        finally:
+            mp.undo()
+            if server is not None:
+                server.stop()
+            with sessions.begin() as session:
+                session.execute(
+                    text("DELETE FROM external_system_audits WHERE definition_id = :d"), {"d": definition_id}
+                )
+                session.execute(
+                    text("DELETE FROM external_system_definitions WHERE definition_id = :d"), {"d": definition_id}
+                )

@@ -15,13 +15,18 @@ Scripting chat replies — two ways, used in this order:
    ``None`` or no handler: a plain ``Reply.text("ok")``.
 
 Replies (:class:`Reply`): ``Reply.text(content)``, ``Reply.json(obj)`` (content = the JSON),
-``Reply.tool_call(name, arguments, call_id=None)`` (several: ``Reply.calls([(name, args), …])``),
+``Reply.tool_call(name, arguments, call_id=None)`` (several: ``Reply.calls([(name, args), …])``;
+``content=`` adds text before the calls, as models do),
 ``Reply.refusal(text)``, ``Reply.error(status, message, headers={"Retry-After": "0"})`` (e.g. 429 or
 500), ``Reply.invalid_json()`` (a 200 whose body is not JSON), ``Reply.delay(seconds, then)``
 (answers after ``seconds``: a read timeout when the client's is shorter); ``usage=`` overrides the
 token counts (``{"prompt_tokens", "completion_tokens", "cached_tokens"}``). A streamed request
 gets the same reply as SSE chunks (the content in pieces, tool-call deltas, then a usage chunk when
-``include_usage``).
+``include_usage``); ``chunk_delay=`` seconds between the chunks (a slow model, to stop mid-stream),
+``chunk_chars=`` the content's piece size (default 8).
+
+``fake.tool_results(request)`` gives the ``{tool_call_id: content}`` of the ``tool`` messages a
+request carries (what the client's tools answered).
 
 Embeddings: ``fake.embedding_dim`` (default 16) deterministic unit vectors from the SHA-256 of each
 input, or ``fake.embed = fn(text) -> list[float]``.
@@ -60,6 +65,8 @@ class Reply:
     delay_seconds: float = 0.0
     usage: dict[str, int] | None = None
     finish_reason: str | None = None
+    chunk_delay: float = 0.0
+    chunk_chars: int = 8
 
     @classmethod
     def text(cls, content: str, **kw) -> Reply:
@@ -174,6 +181,15 @@ class FakeOpenAI:
                         if url.startswith("data:"):
                             found.append(base64.b64decode(url.split(",", 1)[1]))
         return found
+
+    @staticmethod
+    def tool_results(request: dict) -> dict[str, str]:
+        """``{tool_call_id: content}`` of the request's ``tool`` messages."""
+        return {
+            m.get("tool_call_id", ""): m.get("content") or ""
+            for m in request.get("messages", [])
+            if m.get("role") == "tool"
+        }
 
     @staticmethod
     def prompt_text(request: dict) -> str:
@@ -320,7 +336,7 @@ class FakeOpenAI:
             return self._stream(h, body, reply, completion_id, model, content, tool_calls, finish, usage)
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": None if reply.refusal_text or tool_calls else content,
+            "content": None if reply.refusal_text or (tool_calls and not content) else content,
             "refusal": reply.refusal_text,
         }
         if tool_calls:
@@ -344,6 +360,8 @@ class FakeOpenAI:
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         def chunk(delta: dict, finish_reason=None, with_usage=None, choices=True) -> None:
+            if reply.chunk_delay and choices:
+                time.sleep(reply.chunk_delay)
             payload = {
                 "id": completion_id,
                 "object": "chat.completion.chunk",
@@ -358,8 +376,9 @@ class FakeOpenAI:
         chunk({"role": "assistant", "content": ""})
         if reply.refusal_text:
             chunk({"refusal": reply.refusal_text})
-        for i in range(0, len(content), 8):
-            chunk({"content": content[i : i + 8]})
+        step = max(1, reply.chunk_chars)
+        for i in range(0, len(content), step):
+            chunk({"content": content[i : i + step]})
         for index, call in enumerate(tool_calls):
             chunk(
                 {

@@ -140,13 +140,23 @@ async def _http(url: str, token: str | None, calls):
 def test_mcp_over_streamable_http_with_bearer_tokens_and_scopes(server, accounts):
     async def as_reader(client):
         names = {t.name for t in (await client.list_tools()).tools}
-        assert names >= {"search_memes", "search_by_image", "get_meme", "list_collections", "add_to_collection"}
+        assert names >= {
+            "search_memes",
+            "search_by_image",
+            "more_like_this",
+            "get_meme",
+            "list_collections",
+            "add_to_collection",
+            "create_collection",
+        }
         found = _payload(await client.call_tool("search_memes", {"query": "I don't believe a single word", "n": 3}))
         assert found[0]["id"] == accounts["memes"][0]
         meme = await client.call_tool("get_meme", {"meme_id": accounts["memes"][1]})
         assert json.loads(meme.content[0].text)["display_name"] == "monday morning coffee"
         denied = await client.call_tool("add_to_collection", {"collection": "faves", "meme_ids": [found[0]["id"]]})
         assert denied.is_error and "insufficient_scope" in denied.content[0].text
+        refused = await client.call_tool("create_collection", {"name": "new one"})
+        assert refused.is_error and "insufficient_scope" in refused.content[0].text
         hidden = await client.call_tool("get_meme", {"meme_id": accounts["secret"]})
         assert hidden.is_error and "not_found" in hidden.content[0].text
         secret = _payload(await client.call_tool("search_memes", {"query": "the other user's secret meme"}))
@@ -158,8 +168,12 @@ def test_mcp_over_streamable_http_with_bearer_tokens_and_scopes(server, accounts
             await client.call_tool("add_to_collection", {"collection": "faves", "meme_ids": [accounts["memes"][2]]})
         )
         assert added["added"] == 1
+        created = _payload(await client.call_tool("create_collection", {"name": "empty one"}))
+        assert created["name"] == "empty one"
+        taken = await client.call_tool("create_collection", {"name": "faves"})
+        assert taken.is_error and "collection_name_taken" in taken.content[0].text
         listed = _payload(await client.call_tool("list_collections", {}))
-        assert [(c["name"], c["count"]) for c in listed] == [("faves", 1)]
+        assert [(c["name"], c["count"]) for c in listed] == [("empty one", 0), ("faves", 1)]
         other = await client.call_tool("add_to_collection", {"collection": "faves", "meme_ids": [accounts["secret"]]})
         assert other.is_error and "not_found" in other.content[0].text
         return True
@@ -231,6 +245,7 @@ def test_tools_only_see_the_callers_scope(sessions, accounts):
         lambda: tools.get_meme(sessions, mine, accounts["secret"]),
         lambda: tools.add_to_collection(sessions, mine, "x", [accounts["secret"]]),
         lambda: tools.search_memes(sessions, mine, "cat", 5, None, "their collection"),
+        lambda: tools.more_like_this(sessions, mine, accounts["secret"]),
     ):
         with pytest.raises(Exception) as info:
             call()

@@ -4,21 +4,28 @@ written in another. Cancel (``runs.cancel``) is seen between events.
 
 Events (``(name, data)``): ``message`` (the user's message), ``delta`` (``{"text"}``), ``meme`` (a
 card), ``done`` (``{"message", "run_status"}``), ``error`` (``{"code", "message"}``).
+
+With a chat model the reply comes from :mod:`.agent` (tool calls, streamed text, tokens and cost on
+the message and the conversation, the auto-title by the title model); without one, or when it
+fails, from :mod:`.retrieval`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import queue
 import re
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.assistant import conversations, retrieval, runs
+from mewdex.assistant import agent, conversations, retrieval, runs
 from mewdex.assistant.errors import AssistantError
 from mewdex.config import get_settings
 from mewdex.db.models import Artifact, Conversation, Message, ScopeContext
@@ -39,6 +46,7 @@ class Run:
     text: str
     image: bytes | None
     user_message: dict[str, Any]
+    title_version: int | None = None  # the auto-title this message claimed (None: not the first)
 
 
 def message_view(message: Message) -> dict[str, Any]:
@@ -56,6 +64,7 @@ def message_view(message: Message) -> dict[str, Any]:
         "artifact_refs": refs,
         "tokens_in": message.tokens_in,
         "tokens_out": message.tokens_out,
+        "cost_cny": (payload.get("mewdex_model") or {}).get("cost_cny"),
         "model_profile": message.model_profile,
         "created_at": message.created_at.isoformat(),
     }
@@ -124,7 +133,7 @@ def begin(
             conversation.name = " ".join(text.split())[: conversations.AUTO_TITLE_CHARS]
         view = message_view(message)
         cid = conversation.conversation_id
-    return Run(scope, cid, owner, text, image, view)
+    return Run(scope, cid, owner, text, image, view, version if text else None)
 
 
 def _chunks(text: str) -> list[str]:
@@ -136,45 +145,169 @@ def _chunks(text: str) -> list[str]:
     ]
 
 
-def stream(sessions: sessionmaker[Session], run: Run) -> Iterator[Event]:
-    """The run's events; always ends the run (also when the consumer stops early)."""
-    yield "message", run.user_message
-    sent_text, shown = "", []
-    reply: retrieval.Reply | None = None
+@dataclass
+class _Sent:
+    """What a run has sent so far, and what its message records."""
+
+    text: str = ""
+    shown: list[SearchHit] = field(default_factory=list)
+    answered: bool = False  # a reply message is written at the end
+    state: dict[str, Any] | None = None  # retrieval's result list (payload["mewdex"])
+    planned: int = 0  # memes the retrieval reply meant to show
     error: tuple[str, str] | None = None
+    usage: agent.Usage | None = None
+    model_run: dict[str, Any] | None = None  # payload["mewdex_model"]: steps, tools, fallback
+
+
+def stream(sessions: sessionmaker[Session], run: Run) -> Iterator[Event]:
+    """The run's events; always ends the run (also when the consumer stops early). With a chat model
+    (:func:`agent.chat_model`) the model answers with tools; without one, or when the model fails
+    or the budget is spent, the retrieval-only reply (after a note saying why)."""
+    yield "message", run.user_message
+    sent = _Sent()
     finished = False
-    delay = get_settings().assistant_stream_delay_ms / 1000
     try:
-        try:
-            reply = retrieval.answer(sessions, run.scope, run.conversation_id, run.text, run.image)
-        except BackendUnavailable as exc:
-            error = ("backend_unavailable", str(exc))
-        except (DomainError, ImageError) as exc:
-            error = (exc.code, exc.message)
-        if error is not None:
-            yield "error", {"code": error[0], "message": error[1]}
+        model, problem = agent.chat_model(sessions, run.scope)
+        if model is not None:
+            yield from _model_reply(sessions, run, model, sent)
         else:
-            assert reply is not None
-            for piece in _chunks(reply.text):
-                if _stopped(sessions, run):
-                    break
-                sent_text += piece
-                yield "delta", {"text": piece}
-                if delay:
-                    time.sleep(delay)
-            for hit in reply.memes:
-                if _stopped(sessions, run):
-                    break
-                shown.append(hit)
-                yield "meme", card(hit)
-                if delay:
-                    time.sleep(delay)
-        message, status = finish(sessions, run, sent_text, shown, reply, error)
+            note = agent.fallback_note(problem, retrieval.language(run.text)) if problem else None
+            if problem:
+                sent.model_run = {"fallback": problem}
+            yield from _retrieval_reply(sessions, run, sent, note)
+        message, status = _finish(sessions, run, sent)
         finished = True
         yield "done", {"message": message, "run_status": status}
     finally:
         if not finished:
-            finish(sessions, run, sent_text, shown, reply, error)
+            _finish(sessions, run, sent)
+
+
+def _retrieval_reply(
+    sessions: sessionmaker[Session], run: Run, sent: _Sent, note: str | None = None
+) -> Iterator[Event]:
+    delay = get_settings().assistant_stream_delay_ms / 1000
+    try:
+        reply = retrieval.answer(sessions, run.scope, run.conversation_id, run.text, run.image)
+    except BackendUnavailable as exc:
+        sent.error = ("backend_unavailable", str(exc))
+    except (DomainError, ImageError) as exc:
+        sent.error = (exc.code, exc.message)
+    if sent.error is not None:
+        yield "error", {"code": sent.error[0], "message": sent.error[1]}
+        return
+    sent.answered, sent.state, sent.planned = True, reply.state, len(reply.memes)
+    text = f"{note}\n\n{reply.text}" if note else reply.text
+    if sent.text and not sent.text.endswith("\n"):
+        text = "\n\n" + text
+    for piece in _chunks(text):
+        if _stopped(sessions, run):
+            return
+        sent.text += piece
+        yield "delta", {"text": piece}
+        if delay:
+            time.sleep(delay)
+    for hit in reply.memes:
+        if _stopped(sessions, run):
+            return
+        sent.shown.append(hit)
+        yield "meme", card(hit)
+        if delay:
+            time.sleep(delay)
+
+
+CANCEL_POLL_SECONDS = 0.25
+TITLE_WAIT_SECONDS = 5.0
+AGENT_JOIN_SECONDS = 5.0
+
+
+def _model_reply(sessions: sessionmaker[Session], run: Run, model, sent: _Sent) -> Iterator[Event]:
+    """Stream the chat model's reply (:class:`agent.Agent` in its own thread); a stop is passed on
+    between events; a failure before any meme was shown falls back to retrieval-only."""
+    worker = agent.Agent(
+        sessions,
+        run.scope,
+        run.conversation_id,
+        run.user_message["idx"],
+        model,
+        image=run.image,
+        run_key=run.owner.rsplit(":", 1)[-1],
+    )
+    titler = _start_title(sessions, run)
+    worker.start()
+    sent.answered = True
+    ended = False
+    stopped_at = 0.0
+    try:
+        checked = time.monotonic()
+        while True:
+            try:
+                name, data = worker.events.get(timeout=CANCEL_POLL_SECONDS)
+            except queue.Empty:
+                name, data = "", None
+            now = time.monotonic()
+            if now - checked >= CANCEL_POLL_SECONDS and not stopped_at:
+                checked = now
+                if _stopped(sessions, run):
+                    worker.abort()
+                    stopped_at = now
+            if stopped_at and now - stopped_at > AGENT_JOIN_SECONDS:
+                break  # the worker is stuck in a tool: the run ends without it
+            if name == "end":
+                ended = True
+                break
+            if not name or worker.stop.is_set():
+                continue  # after a stop nothing more is sent
+            if name == "delta":
+                sent.text += data["text"]
+                yield "delta", data
+            elif name == "meme":
+                sent.shown.append(data)
+                yield "meme", card(data)
+    finally:
+        if not ended:
+            worker.abort()
+            worker.join(AGENT_JOIN_SECONDS)
+        if model.client is not None:
+            model.client.close()
+        sent.usage = worker.usage
+    sent.model_run = {"steps": worker.steps, "tools": worker.tools_called}
+    lang = retrieval.language(run.text)
+    if worker.error is not None and not worker.stop.is_set():
+        sent.model_run["fallback"] = worker.error.code
+        if not sent.shown:
+            yield from _retrieval_reply(sessions, run, sent, agent.fallback_note(worker.error.code, lang))
+        else:
+            piece = ("\n\n" if sent.text else "") + agent.fallback_note(worker.error.code, lang, search=False)
+            sent.text += piece
+            yield "delta", {"text": piece}
+    elif worker.capped and not worker.stop.is_set():
+        sent.model_run["capped"] = True
+        piece = ("\n\n" if sent.text else "") + (
+            f"（已达到 {worker.steps} 步上限）" if lang == "zh" else f"(stopped after {worker.steps} steps)"
+        )
+        sent.text += piece
+        yield "delta", {"text": piece}
+    if titler is not None:
+        titler.join(TITLE_WAIT_SECONDS)  # the title usually lands before "done"; a late one still applies
+
+
+def _start_title(sessions: sessionmaker[Session], run: Run) -> threading.Thread | None:
+    """Title the conversation with the title model in a thread (when this message claimed the
+    auto-title and titles by model are on)."""
+    if run.title_version is None or not run.text:
+        return None
+    model = agent.title_model(sessions, run.scope)
+    if model is None:
+        return None
+    thread = threading.Thread(
+        target=agent.auto_title,
+        args=(sessions, run.scope, run.conversation_id, run.title_version, run.text, model),
+        name="assistant-title",
+        daemon=True,
+    )
+    thread.start()
+    return thread
 
 
 def _stopped(sessions: sessionmaker[Session], run: Run) -> bool:
@@ -182,32 +315,44 @@ def _stopped(sessions: sessionmaker[Session], run: Run) -> bool:
         return runs.status(session, run.conversation_id, run.owner) == "cancelling"
 
 
-def finish(
-    sessions: sessionmaker[Session],
-    run: Run,
-    text: str,
-    shown: list[SearchHit],
-    reply: retrieval.Reply | None,
-    error: tuple[str, str] | None,
-) -> tuple[dict[str, Any] | None, str]:
+def _finish(sessions: sessionmaker[Session], run: Run, sent: _Sent) -> tuple[dict[str, Any] | None, str]:
     """Write the assistant's message (what was sent; a stopped reply keeps what it showed) with an
-    artifact per shown meme, and end the run. ``(message view or None, run status)``."""
+    artifact per shown meme, add the model's tokens and cost to the message and the conversation,
+    and end the run. ``(message view or None, run status)``."""
+    usage = sent.usage if sent.usage is not None and sent.usage.calls else None
     with sessions.begin() as session:
         conversation = conversations.get(session, run.scope, run.conversation_id, lock=True, include_deleted=True)
         view = None
-        if error is None and reply is not None:
-            refs = _artifact_refs(session, conversation, shown)
-            payload: dict[str, Any] = {"role": "assistant", "content": text}
-            if reply.state is not None:
-                state = dict(reply.state)
+        if sent.error is None and sent.answered:
+            refs = _artifact_refs(session, conversation, sent.shown)
+            payload: dict[str, Any] = {"role": "assistant", "content": sent.text}
+            if sent.state is not None:
+                state = dict(sent.state)
                 # A stop before every card was shown: the next "another" starts after the last one shown.
-                if len(shown) < len(reply.memes):
-                    state["offset"] = state["offset"] - (len(reply.memes) - len(shown))
+                if len(sent.shown) < sent.planned:
+                    state["offset"] = state["offset"] - (sent.planned - len(sent.shown))
                 payload["mewdex"] = state
-            message = conversations.append_message(session, conversation, payload, artifact_refs=refs)
+            if sent.model_run is not None:
+                payload["mewdex_model"] = sent.model_run
+                if usage is not None:
+                    payload["mewdex_model"]["cost_cny"] = float(usage.cost)
+            message = conversations.append_message(
+                session,
+                conversation,
+                payload,
+                artifact_refs=refs,
+                tokens_in=usage.tokens_in if usage else None,
+                tokens_out=usage.tokens_out if usage else None,
+                model_profile=usage.model_profile if usage else None,
+            )
             session.flush()
             view = message_view(message)
-        status = runs.finish(conversation, run.owner, error=error[0] if error else None)
+        if usage is not None:
+            conversation.tokens_prompt += usage.tokens_in
+            conversation.tokens_completion += usage.tokens_out
+            conversation.cost_cny = (conversation.cost_cny or Decimal(0)) + usage.cost
+            conversation.model_profile = usage.model_profile
+        status = runs.finish(conversation, run.owner, error=sent.error[0] if sent.error else None)
         return view, status
 
 

@@ -1,4 +1,5 @@
-"""The assistant's tools over mewdex's own services: what the MCP server (and a chat model) may call.
+"""The assistant's tools over mewdex's own services: what the MCP server and the chat model
+(:mod:`mewdex.assistant.agent`) call.
 
 Every tool takes ``sessions`` and the caller's :class:`ScopeContext` (never from the arguments), so a
 tool only ever sees the caller's memes and collections. Errors are ``AssistantError`` /
@@ -95,6 +96,21 @@ def search_by_image(
         return _hits(image_search.search_by_image(session, scope, data, n, max_pixels=settings.max_pixels).results)
 
 
+def more_like_this(
+    sessions: sessionmaker[Session], scope: ScopeContext, meme_id: str, n: int = 5
+) -> list[dict[str, Any]]:
+    """The ``n`` memes that look most like the caller's meme ``meme_id`` (itself excluded; score =
+    cosine similarity of the image embeddings). Errors: ``not_found``, ``meme_not_embedded`` (its
+    visual stage has not run yet)."""
+    n = _n(n)
+    with sessions.begin() as session:
+        meme = _meme(session, scope, meme_id)
+        try:
+            return _hits(image_search.similar(session, scope, meme.id, n).results)
+        except image_search.MemeNotEmbedded:
+            raise AssistantError("meme_not_embedded", "this meme has no image embedding yet") from None
+
+
 def _meme(session: Session, scope: ScopeContext, meme_id: Any) -> Meme:
     try:
         uid = UUID(str(meme_id))
@@ -173,3 +189,11 @@ def add_to_collection(
             target = library_collections.get_or_create(session, scope, collection)
         added = library_collections.add_items(session, scope, target.id, ids)
         return {"collection_id": str(target.id), "name": target.name, "added": added}
+
+
+def create_collection(sessions: sessionmaker[Session], scope: ScopeContext, name: str) -> dict[str, Any]:
+    """A new empty collection: ``{"collection_id", "name"}``. Errors: ``collection_name_taken``,
+    ``collection_name_invalid``."""
+    with sessions.begin() as session:
+        created = library_collections.create(session, scope, name)
+        return {"collection_id": str(created.id), "name": created.name}

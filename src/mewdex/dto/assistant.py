@@ -76,6 +76,7 @@ class Message(Dto):
     artifact_refs: list[dict[str, Any]] | None
     tokens_in: int | None
     tokens_out: int | None
+    cost_cny: float | None = None  # what the chat model's calls for this reply cost (None: no model)
     model_profile: str | None
     created_at: Timestamp
 

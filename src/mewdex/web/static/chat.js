@@ -214,12 +214,18 @@
         const {value, done} = await reader.read();
         if (done) break;
         buffer = parseEvents(buffer + decoder.decode(value, {stream: true}), (name, data) => {
-          if (name === "message") renderMessage(data);
-          else if (name === "delta") {
+          if (name === "message") {
+            renderMessage(data);
+            // A chat model may search for a while before its first word: show that it is working.
+            reply = bubble("assistant");
+            reply.li.classList.add("is-working");
+          } else if (name === "delta") {
             reply = reply || bubble("assistant");
+            reply.li.classList.remove("is-working");
             reply.text.textContent += data.text;
           } else if (name === "meme") {
             reply = reply || bubble("assistant");
+            reply.li.classList.remove("is-working");
             reply.cards.append(card(data));
           } else if (name === "error") {
             toast(errorText({error: data}, 422), "error");
@@ -234,6 +240,10 @@
     } catch (e) {
       toast(t("js.offline"), "error");
     } finally {
+      if (reply) {
+        reply.li.classList.remove("is-working");
+        if (!reply.text.textContent && !reply.cards.children.length && !reply.li.querySelector(".chat-note")) reply.li.remove();
+      }
       setStreaming(false);
       loadList();
       fetch(`/api/v1/conversations/${current}`).then((r) => r.json()).then((c) => { if (c.name) title.textContent = c.name; })
