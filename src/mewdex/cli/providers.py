@@ -122,7 +122,7 @@ def connectors_audits(limit: int = typer.Option(50, min=1, max=500)) -> None:
     from mewdex.providers import connectors
 
     with _sessions().begin() as session:
-        for a in connectors.list_audits(session, scope_id=None, limit=limit):
+        for a in connectors.list_audits(session, scope_id=None, limit=limit)[0]:
             console.print(
                 f"{a.created_at:%Y-%m-%d %H:%M:%S}  {a.scope_id:<16} {a.event:<10} {a.outcome:<8} "
                 f"{a.status_code or '-':<4} {a.duration_ms:>6} ms  {json.dumps(a.detail)}",

@@ -74,6 +74,7 @@ class ConnectionCreate(Dto):
 class Audit(Dto):
     id: str
     scope_id: str
+    user_id: str | None = None
     definition_id: str | None = None
     definition_revision: int
     external_system_id: str | None = None
@@ -90,6 +91,7 @@ class Audit(Dto):
 
 class AuditList(Dto):
     audits: list[Audit]
+    next_cursor: str | None = None
 
 
 class AnalysisPolicy(Dto):

@@ -26,6 +26,7 @@ from mewdex.web.routers import (
     auth,
     chat_page,
     collections,
+    connector_pages,
     connectors,
     health,
     memes,
@@ -94,6 +95,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         admin,
         account_pages,
         connectors,
+        connector_pages,
         conversation_routes,
         chat_page,
     ):
