@@ -47,9 +47,12 @@ def test_connector_pages_and_audit_viewer(auth_app, settings_env, sessions, capl
             assert alice.client.get("/admin/connectors").status_code == 404
             assert alice.client.get("/admin/connectors/audits").status_code == 404
 
-            assert admin.client.put(
-                f"/api/v1/admin/connectors/{definition['id']}/grants/{alice.user_id}", headers=hdr(admin)
-            ).status_code == 204
+            assert (
+                admin.client.put(
+                    f"/api/v1/admin/connectors/{definition['id']}/grants/{alice.user_id}", headers=hdr(admin)
+                ).status_code
+                == 204
+            )
             page = admin.client.get("/admin/connectors")
             assert page.status_code == 200
             assert f'data-definition="{definition["id"]}"' in page.text and alice.email in page.text
@@ -95,7 +98,15 @@ def test_connector_pages_and_audit_viewer(auth_app, settings_env, sessions, capl
                     {"d": definition["id"]},
                 ).scalar_one()
                 conn = connectors.Connection(
-                    definition["id"], "openai_compatible", "page-lab", 2, {}, system_id, {}, alice.scope_id, UUID(alice.user_id)
+                    definition["id"],
+                    "openai_compatible",
+                    "page-lab",
+                    2,
+                    {},
+                    system_id,
+                    {},
+                    alice.scope_id,
+                    UUID(alice.user_id),
                 )
                 for i in range(60):
                     connectors.audit(

@@ -153,7 +153,9 @@ def admin_connectors_page(request: Request, session: Session = Depends(db_sessio
     definitions = []
     for d in connectors.list_definitions(session):
         item = definition_dict(d, admin=True)
-        item["grants"] = [{"id": str(u.user_id), "email": u.email} for u in connectors.grants_of(session, d.definition_id)]
+        item["grants"] = [
+            {"id": str(u.user_id), "email": u.email} for u in connectors.grants_of(session, d.definition_id)
+        ]
         item["credential_fields"] = _credential_fields(d.provider)
         definitions.append(item)
     return render(
