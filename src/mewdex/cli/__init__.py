@@ -56,6 +56,10 @@ connectors_app = typer.Typer(
     help="Connectors to outside systems (AI providers, reverse image search).", no_args_is_help=True
 )
 app.add_typer(connectors_app, name="connectors")
+generations_app = typer.Typer(
+    help="Search generations: the eval-gated switch, the remote embedding leg.", no_args_is_help=True
+)
+app.add_typer(generations_app, name="generations")
 
 app.command()(server.serve)
 app.command()(server.worker)
@@ -90,6 +94,8 @@ connectors_app.command("grant")(providers.connectors_grant)
 connectors_app.command("revoke")(providers.connectors_revoke)
 connectors_app.command("verify")(providers.connectors_verify)
 connectors_app.command("audits")(providers.connectors_audits)
+generations_app.command("activate")(providers.generations_activate)
+generations_app.command("remote")(providers.generations_remote)
 
 worker = server.worker  # the ``mewdex worker`` command
 

@@ -98,9 +98,11 @@ class AnalysisPolicy(Dto):
     vision: bool
     reverse_image_search: Literal["forbid", "auto"]
     llm_enhance: bool
+    llm_rerank: bool = False
 
 
 class AnalysisPolicyPatch(Dto):
     vision: bool | None = None
     reverse_image_search: Literal["forbid", "auto"] | None = None
     llm_enhance: bool | None = None
+    llm_rerank: bool | None = None

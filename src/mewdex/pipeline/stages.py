@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
-from mewdex.db.models import Meme
+from mewdex.db.models import Meme, ScopeContext
 from mewdex.inference import models
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError, load_frames
@@ -182,6 +182,10 @@ class TextEmbeddingStage:
         for leg, role in output.items():
             for generation in write_targets(session, meme.scope_id, leg, role["model"], role["dimensions"]):
                 write_vectors(session, generation, meme, metadata_hash, role["items"])
+        from mewdex.providers import search_steps
+
+        if search_steps.scope_uses_remote(session, meme.scope_id):  # the remote leg embeds it too
+            search_steps.start_remote_build(session, ScopeContext(meme.scope_id))
 
 
 HANDLERS: dict[str, Stage] = {

@@ -50,6 +50,7 @@
     async policy(form) {
       await send("PATCH", "/api/v1/analysis-policy", {
         vision: form.vision.checked, reverse_image_search: form.reverse_image_search.value, llm_enhance: form.llm_enhance.checked,
+        llm_rerank: form.llm_rerank.checked,
       }, "js.saved", form.querySelector("button[type=submit]"));
     },
     async grant(form) {
