@@ -43,7 +43,7 @@ from mewdex.providers import openai_compat, policy
 from mewdex.providers.errors import ProviderError
 from mewdex.queue import registry
 from mewdex.queue.registry import TaskContext, TaskError
-from mewdex.search import generations, steps, vector
+from mewdex.search import eval_gate, generations, steps, vector
 
 log = logging.getLogger(__name__)
 LEG = "remote"
@@ -449,6 +449,15 @@ def _missing(session: Session, generation: SearchGeneration, after, skip: set[UU
     return list(session.execute(query.order_by(Meme.id).limit(SYNC_BATCH)).scalars())
 
 
+def _lookup(sessions, scope: ScopeContext, queries: list[str], model_name: str | None, task_id=None):
+    """``text -> vector`` over ``queries`` embedded now in one metered call (the eval gate's)."""
+    if not queries:
+        return lambda text: np.zeros(1, dtype=np.float32)
+    _, vectors = embed_texts(sessions, scope, queries, model_name=model_name, task_id=task_id)
+    table = dict(zip(queries, vectors, strict=True))
+    return table.__getitem__
+
+
 def sync(ctx: TaskContext) -> dict[str, Any]:
     """The ``remote_embedding_sync`` task (see :func:`start_remote_build`)."""
     from mewdex.platform.errors import PlatformError
@@ -487,7 +496,11 @@ def sync(ctx: TaskContext) -> dict[str, Any]:
                 else list(
                     session.execute(
                         select(Meme)
-                        .where(Meme.scope_id == scope.scope_id, Meme.context_status == "ready")
+                        .where(
+                            Meme.scope_id == scope.scope_id,
+                            Meme.context_status == "ready",
+                            *([Meme.id > after] if after is not None else []),
+                        )
                         .order_by(Meme.id)
                         .limit(SYNC_BATCH)
                     ).scalars()
@@ -546,26 +559,29 @@ def sync(ctx: TaskContext) -> dict[str, Any]:
     if target_id is None:
         return {"embedded": 0, "generation_id": None}
     with sessions.begin() as session:
+        generation = session.get_one(SearchGeneration, target_id)
+        switch = generation.status == "building" or (generation.status == "ready" and claim.payload.get("force"))
+        current = generations.current_generation(session, scope.scope_id, LEG)
+        current_split = _split_model_id(current.model) if current is not None else None
+        if current_split is not None and current_split[0] != definition_id:
+            current_split = None  # another connector's model: its queries cannot be embedded here
+        queries = eval_gate.gate_queries(session, scope.scope_id) if switch else []
+    embed_candidate = embed_current = None
+    if switch:  # the gate's queries, embedded before the switch's transaction (no outside call inside it)
+        embed_candidate = _lookup(sessions, scope, queries, None, claim.task_id)
+        if current_split is not None and current is not None and current.id != target_id:
+            embed_current = _lookup(sessions, scope, queries, current_split[1], claim.task_id)
+    with sessions.begin() as session:
         task = queue.fenced(session, claim)
         generation = session.get_one(SearchGeneration, target_id)
         verdict: dict[str, Any] = {"passed": True, "reason": "already_active"}
-        if generation.status in ("building", "ready") and (
-            generation.status == "building" or claim.payload.get("force")
-        ):
-            current = generations.current_generation(session, scope.scope_id, LEG)
-            current_split = _split_model_id(current.model) if current is not None else None
-            if current_split is not None and current_split[0] != definition_id:
-                current_split = None  # another connector's model: its queries cannot be embedded here
+        if switch and generation.status in ("building", "ready"):
             verdict = generations.activate(
                 session,
                 generation,
                 LEG,
-                embed_candidate=lambda text: embed_texts(sessions, scope, [text], task_id=claim.task_id)[1][0],
-                embed_current=(
-                    (lambda text: embed_texts(sessions, scope, [text], model_name=current_split[1])[1][0])
-                    if current_split is not None and current is not None and current.id != generation.id
-                    else None
-                ),
+                embed_candidate=embed_candidate,
+                embed_current=embed_current,
                 force=bool(claim.payload.get("force")),
             )
         task.message = f"{embedded} memes embedded; eval gate: {verdict.get('reason')}"
@@ -594,17 +610,15 @@ def activate_generation(sessions: sessionmaker, scope: ScopeContext, generation_
             raise ValueError(f"the generation is {generation.status}, not waiting for a switch")
         session.expunge(generation)
     split = _split_model_id(generation.model)
+    with sessions.begin() as session:
+        queries = eval_gate.gate_queries(session, scope.scope_id)
     if split is not None:
         leg = LEG
-
-        def embed_candidate(text: str) -> np.ndarray:
-            return embed_texts(sessions, scope, [text], model_name=split[1])[1][0]
+        embed_candidate = _lookup(sessions, scope, queries, split[1])
 
         def embed_old(model: str):
             old = _split_model_id(model)
-            if old is None:
-                return None
-            return lambda text: embed_texts(sessions, scope, [text], model_name=old[1])[1][0]
+            return _lookup(sessions, scope, queries, old[1]) if old is not None and old[0] == split[0] else None
 
     else:
         legs = [leg for leg, e in models.text_embedders().items() if e.model == generation.model]
@@ -619,18 +633,15 @@ def activate_generation(sessions: sessionmaker, scope: ScopeContext, generation_
             return old.embed_query if old is not None else None
 
     with sessions.begin() as session:
+        current = generations.current_generation(session, scope.scope_id, leg)
+    embed_current = embed_old(current.model) if current is not None and current.id != generation.id else None
+    with sessions.begin() as session:
         if generation.status == "building":
             from mewdex.search.generations import progress
 
             done, total = progress(session, generation)
             if done < total:
                 raise ValueError(f"the generation is still building ({done}/{total} memes)")
-        current = generations.current_generation(session, scope.scope_id, leg)
         return generations.activate(
-            session,
-            generation,
-            leg,
-            embed_candidate=embed_candidate,
-            embed_current=embed_old(current.model) if current is not None else None,
-            force=force,
+            session, generation, leg, embed_candidate=embed_candidate, embed_current=embed_current, force=force
         )

@@ -60,6 +60,12 @@ def _resolve(session: Session, scope_id: str, queries: list[dict[str, Any]]) -> 
     return out
 
 
+def gate_queries(session: Session, scope_id: str) -> list[str]:
+    """The query texts the gate will embed for ``scope_id`` (embed them before the switch's
+    transaction: an outside call never runs inside it)."""
+    return sorted({query for query, _ in _resolve(session, scope_id, query_set(session, scope_id))})
+
+
 def generation_quality(
     session: Session, generation: SearchGeneration, leg: str, resolved: list[tuple[str, set[str]]], embed: Embed
 ) -> dict[str, float]:

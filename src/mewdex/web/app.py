@@ -32,6 +32,7 @@ from mewdex.web.routers import (
     memes,
     pages,
     search,
+    search_marks,
     tasks,
     usage,
     visual,
@@ -85,6 +86,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     for module in (
         health,
         search,
+        search_marks,
         memes,
         visual,
         collections,
