@@ -1,14 +1,11 @@
 """"This is the meme I wanted" marks (issue 15, point 7; services in :mod:`mewdex.search.marks`):
 
 * ``POST /api/v1/search/marks`` ``{query, meme_id}`` → 201 the mark (marking again returns it)
-* ``GET /api/v1/search/marks`` → the scope's marks, newest first
-* ``GET /api/v1/search/marks.jsonl`` → the marks as a query set for ``mewdex eval``
+* ``GET /api/v1/search/marks`` → the scope's marks, newest first (``mewdex eval --marks`` measures them)
 * ``DELETE /api/v1/search/marks/{id}`` → 204
 """
 
 from __future__ import annotations
-
-import json
 
 from fastapi import APIRouter, Depends, Response
 from sqlalchemy.orm import Session
@@ -39,14 +36,6 @@ def add_mark(
 @router.get("/marks", response_model=SearchMarkList)
 def list_marks(scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)):
     return {"marks": [mark_dict(m) for m in marks.list_marks(session, scope)]}
-
-
-@router.get("/marks.jsonl", response_class=Response, responses={200: {"content": {"application/x-ndjson": {}}}})
-def marks_query_set(scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)):
-    """JSON lines ``{"query", "ids"}``: the query set ``mewdex eval`` reads."""
-    rows = marks.query_set(session, scope.scope_id)
-    body = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    return Response(body, media_type="application/x-ndjson")
 
 
 @router.delete("/marks/{mark_id}", status_code=204, response_class=Response)
