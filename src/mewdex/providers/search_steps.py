@@ -381,7 +381,7 @@ def remote_leg(scope: ScopeContext, query: str, filters: SearchFilters | None, l
         except (ProviderError, PlatformError, ValueError) as exc:
             raise BackendUnavailable(f"the remote embedding model is not usable ({exc})", backend=LEG) from None
         if got_id != generation.model:
-            raise BackendUnavailable("the scope's embedding connector changed since the remote generation", LEG)
+            raise BackendUnavailable("the scope's embedding connector changed since the remote generation", backend=LEG)
         _answers.put(key, q)
     with sessions.begin() as session:
         hits = vector.search(session, scope.scope_id, LEG, q, limit, filters, generation=generation)
@@ -511,14 +511,14 @@ def sync(ctx: TaskContext) -> dict[str, Any]:
         if not batch:
             break
         after = batch[-1].id
-        items = []
+        items: list[tuple[Meme, list[tuple[str, str]]]] = []
         texts: list[str] = []
         for meme in batch:
-            fields = semantic_fields(meme.meme_context)
-            if not fields:
+            found = semantic_fields(meme.meme_context)
+            if not found:
                 skip.add(meme.id)
-            items.append((meme, list(fields.items())))
-            texts += list(fields.values())
+            items.append((meme, list(found.items())))
+            texts += list(found.values())
         if not texts:
             continue
         try:
@@ -549,12 +549,12 @@ def sync(ctx: TaskContext) -> dict[str, Any]:
             for meme, fields in items:
                 rows = [(name, text, vectors[at + n]) for n, (name, text) in enumerate(fields)]
                 at += len(fields)
-                current = session.execute(
+                stored = session.execute(
                     select(Meme).where(Meme.scope_id == meme.scope_id, Meme.id == meme.id)
                 ).scalar_one_or_none()
-                if current is None or not rows:
+                if stored is None or not rows:
                     continue
-                generations.write_vectors(session, generation, current, current.search_metadata_hash or "", rows)
+                generations.write_vectors(session, generation, stored, stored.search_metadata_hash or "", rows)
                 embedded += 1
     if target_id is None:
         return {"embedded": 0, "generation_id": None}

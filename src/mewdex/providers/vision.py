@@ -88,7 +88,7 @@ def jpeg_data_urls(frames: list[Any], max_side: int = MAX_SIDE) -> list[str]:
 
 
 def user_prompt(
-    *, ocr_text: str, file_name: str, folders: list[str], neighbours: list[str], web_titles: list[str] = ()
+    *, ocr_text: str, file_name: str, folders: list[str], neighbours: list[str], web_titles: list[str] | None = None
 ) -> str:
     """The text part of the request: file and folder names, OCR text, the titles of the nearest
     memes of the library (``neighbours``, ≤ 5) and of pages showing the image (``web_titles``, from
@@ -101,7 +101,7 @@ def user_prompt(
     if neighbours:
         lines.append("Titles of visually similar memes in this library (hints): " + "; ".join(neighbours[:5]))
     if web_titles:
-        lines.append("Titles of web pages showing this image (hints): " + "; ".join(list(web_titles)[:5]))
+        lines.append("Titles of web pages showing this image (hints): " + "; ".join(web_titles[:5]))
     return "\n".join(lines)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import unicodedata
 import uuid
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, select
+from sqlalchemy import CursorResult, delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -67,8 +67,9 @@ def list_marks(session: Session, scope: ScopeContext, limit: int = 500) -> list[
 
 def remove(session: Session, scope: ScopeContext, mark_id) -> bool:
     """Delete one of the scope's marks; False when there is none with that id."""
-    result = session.execute(
-        delete(SearchMark).where(SearchMark.scope_id == scope.scope_id, SearchMark.mark_id == mark_id)
+    result = cast(
+        CursorResult[Any],
+        session.execute(delete(SearchMark).where(SearchMark.scope_id == scope.scope_id, SearchMark.mark_id == mark_id)),
     )
     return bool(result.rowcount)
 
