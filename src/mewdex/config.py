@@ -200,6 +200,25 @@ class Settings(BaseSettings):
     provider_max_retries: int = Field(
         default=2, ge=0, le=10, description="SDK retries (429 with Retry-After, 5xx, timeouts)."
     )
+    eval_gate_margin: float = Field(
+        default=0.02,
+        ge=0,
+        le=1,
+        description="Largest loss of Recall@10 or MRR@10 a new search generation may show against the active "
+        "one on the scope's query set (its 'meme I wanted' marks, plus MEWDEX_EVAL_QUERIES) before the "
+        "switch is refused (unless forced).",
+    )
+    eval_queries: str | None = Field(
+        default=None,
+        description="A query set (JSON lines, as for `mewdex eval`) every scope's eval gate uses besides its marks.",
+    )
+    search_llm_timeout_seconds: float = Field(
+        default=8.0,
+        gt=0,
+        le=120,
+        description="Longest wait for an optional LLM search step (llm_enhance, rerank, remote query "
+        "embedding); past it the search answers without that step.",
+    )
 
     # Channels (issue 17): Telegram (webhook mode when MEWDEX_PUBLIC_URL is set, long polling otherwise).
     telegram_bot_token: str | None = Field(

@@ -29,7 +29,8 @@ gets the same reply as SSE chunks (the content in pieces, tool-call deltas, then
 request carries (what the client's tools answered).
 
 Embeddings: ``fake.embedding_dim`` (default 16) deterministic unit vectors from the SHA-256 of each
-input, or ``fake.embed = fn(text) -> list[float]``.
+input, or ``fake.embed = fn(text) -> list[float]``; ``fake.embed_by_model = {model: fn}`` overrides
+both for the requests naming that model.
 
 Everything received is in ``fake.requests`` (``{"path", "headers", "body"}``, newest last).
 Use as a context manager or call ``close()``.
@@ -124,6 +125,7 @@ class FakeOpenAI:
         self.handler: Callable[[dict], Reply | None] | None = None
         self.embedding_dim = 16
         self.embed: Callable[[str], list[float]] | None = None
+        self.embed_by_model: dict[str, Callable[[str], list[float]]] = {}
         self._lock = threading.Lock()
         fake = self
 
@@ -267,7 +269,11 @@ class FakeOpenAI:
     def _embeddings(self, h, body: dict) -> None:
         inputs = body.get("input")
         inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
-        data = [{"object": "embedding", "index": i, "embedding": self._vector(t)} for i, t in enumerate(inputs)]
+        by_model = self.embed_by_model.get(str(body.get("model")))
+        data = [
+            {"object": "embedding", "index": i, "embedding": list(by_model(t)) if by_model else self._vector(t)}
+            for i, t in enumerate(inputs)
+        ]
         tokens = sum(_tokens(t) for t in inputs)
         self._send(
             h,

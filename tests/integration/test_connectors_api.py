@@ -64,7 +64,7 @@ def test_connector_api_lifecycle(auth_app, settings_env, sessions, caplog):  # n
         assert [a["event"] for a in audits] == ["verify", "verify"]
         assert bob.client.get("/api/v1/connectors/audits", headers=hdr(bob)).json()["audits"] == []
         r = alice.client.patch("/api/v1/analysis-policy", headers=hdr(alice), json={"vision": True})
-        assert r.json() == {"vision": True, "reverse_image_search": "forbid", "llm_enhance": False}
+        assert r.json() == {"vision": True, "reverse_image_search": "forbid", "llm_enhance": False, "llm_rerank": False}
         r = admin.client.delete(
             f"/api/v1/admin/connectors/{definition['id']}/grants/{alice.user_id}", headers=hdr(admin)
         )

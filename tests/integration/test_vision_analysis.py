@@ -354,3 +354,47 @@ def test_worker_killed_during_the_call_leaves_unknown_execution_and_resume_compl
             .all()
         )
         assert len(ok) == 1  # the resumed attempt commits the grant the dead one reserved, once
+
+
+def test_the_nearest_memes_titles_go_into_the_vision_prompt(vision_world, sessions, store):
+    """Issue 15, point 4: the titles of the memes that look most like the new one are hints in its
+    prompt (a resized copy of an analysed meme gets that meme's title; an unrelated picture does not)."""
+    import io
+
+    from PIL import Image
+
+    from mewdex.library.importer import collect, import_paths
+
+    fake, scope = vision_world["fake"], vision_world["scope"]
+    prompts = []
+
+    def handler(request):
+        prompts.append(FakeOpenAI.prompt_text(request))
+        answer = _answer(len(prompts), "a picture")
+        if len(prompts) == 1:
+            answer.update(title_en="Admiral Ackbar warns of a trap", template="It's a Trap")
+        return Reply.json(answer)
+
+    fake.handler = handler
+    source = CORPUS / "memegen" / "images" / "ackbar" / "default.jpg"
+    first = vision_world["root"] / "first"
+    first.mkdir()
+    shutil.copyfile(source, first / "img_a.jpg")
+    import_paths(sessions, store, scope, collect([first]))
+    drain_queue(sessions, scope, timeout=300)
+    assert len(prompts) == 1 and "visually similar" not in prompts[0]  # nothing to compare with yet
+
+    second = vision_world["root"] / "second"
+    second.mkdir()
+    with Image.open(source) as image:  # the same picture, resized and re-encoded: other bytes
+        copy = image.convert("RGB").resize((image.width * 3 // 4, image.height * 3 // 4))
+        buffer = io.BytesIO()
+        copy.save(buffer, "JPEG", quality=80)
+    (second / "img_b.jpg").write_bytes(buffer.getvalue())
+    shutil.copyfile(CORPUS / "memegen" / "images" / "balloon" / "default.jpg", second / "img_c.jpg")
+    import_paths(sessions, store, scope, collect([second]))
+    drain_queue(sessions, scope, timeout=300)
+    assert len(prompts) == 3
+    hinted = [p for p in prompts[1:] if "It's a Trap / Admiral Ackbar warns of a trap" in p]
+    assert len(hinted) == 1, prompts[1:]
+    assert "Titles of visually similar memes in this library (hints):" in hinted[0]

@@ -60,6 +60,10 @@ schedule_app = typer.Typer(
     help="Cron jobs that send memes: add, list, runs, pause, resume, delete.", no_args_is_help=True
 )
 app.add_typer(schedule_app, name="schedule")
+generations_app = typer.Typer(
+    help="Search generations: the eval-gated switch, the remote embedding leg.", no_args_is_help=True
+)
+app.add_typer(generations_app, name="generations")
 
 app.command()(server.serve)
 app.command()(server.worker)
@@ -100,6 +104,8 @@ schedule_app.command("runs")(schedules.schedule_runs)
 schedule_app.command("pause")(schedules.schedule_pause)
 schedule_app.command("resume")(schedules.schedule_resume)
 schedule_app.command("delete")(schedules.schedule_delete)
+generations_app.command("activate")(providers.generations_activate)
+generations_app.command("remote")(providers.generations_remote)
 
 worker = server.worker  # the ``mewdex worker`` command
 

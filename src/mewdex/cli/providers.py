@@ -122,7 +122,7 @@ def connectors_audits(limit: int = typer.Option(50, min=1, max=500)) -> None:
     from mewdex.providers import connectors
 
     with _sessions().begin() as session:
-        for a in connectors.list_audits(session, scope_id=None, limit=limit):
+        for a in connectors.list_audits(session, scope_id=None, limit=limit)[0]:
             console.print(
                 f"{a.created_at:%Y-%m-%d %H:%M:%S}  {a.scope_id:<16} {a.event:<10} {a.outcome:<8} "
                 f"{a.status_code or '-':<4} {a.duration_ms:>6} ms  {json.dumps(a.detail)}",
@@ -157,8 +157,11 @@ def reanalyze(
 
 
 def eval_(
-    queries: str = typer.Argument(..., help='JSON lines: {"query": "...", "ids": [...]} or "sha256": [...].'),
-    legs: str = typer.Option("", help="Comma-separated legs (keyword,e5,use); default all, fused."),
+    queries: str = typer.Argument(
+        "", help='JSON lines: {"query": "...", "ids": [...]} or "sha256": [...]. Optional with --marks.'
+    ),
+    legs: str = typer.Option("", help="Comma-separated legs (keyword,e5,use,remote); default all, fused."),
+    marks: bool = typer.Option(False, "--marks", help="Add the local scope's 'meme I wanted' marks to the set."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Recall@10 and MRR@10 of the local scope's search (its active generations) on a query set."""
@@ -166,13 +169,19 @@ def eval_(
 
     from mewdex.library.scopes import default_scope
     from mewdex.search.evaluation import evaluate, load_queries
+    from mewdex.search.marks import query_set
 
+    if not queries and not marks:
+        err.print("[red]error:[/red] give a QUERIES file, --marks, or both")
+        raise typer.Exit(2)
     try:
-        rows = load_queries(Path(queries))
+        rows = load_queries(Path(queries)) if queries else []
     except (OSError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     with _sessions().begin() as session:
+        if marks:
+            rows += query_set(session, default_scope().scope_id)
         result = evaluate(session, default_scope(), rows, tuple(x for x in legs.split(",") if x) or None)
     if as_json:
         print(json.dumps(result))
@@ -181,3 +190,39 @@ def eval_(
             f"{result['evaluated']} of {result['queries']} queries evaluated ({result['skipped']} skipped): "
             f"Recall@10 {result['recall_at_10']}, MRR@10 {result['mrr_at_10']}"
         )
+
+
+def generations_activate(
+    generation_id: str = typer.Argument(..., help="The generation's id (see GET /api/v1/search/status)."),
+    force: bool = typer.Option(False, "--force", help="Switch even when the eval gate measures it worse."),
+) -> None:
+    """Make a complete search generation active through the eval gate (Recall@10 / MRR@10 on the
+    local scope's "meme I wanted" marks and MEWDEX_EVAL_QUERIES; MEWDEX_EVAL_GATE_MARGIN)."""
+    import uuid as _uuid
+
+    from mewdex.library.scopes import default_scope
+    from mewdex.providers.search_steps import activate_generation
+
+    try:
+        verdict = activate_generation(_sessions(), default_scope(), _uuid.UUID(generation_id), force=force)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print(json.dumps(verdict))
+    if not verdict["passed"]:
+        err.print("[red]refused by the eval gate[/red] (use --force to switch anyway)")
+        raise typer.Exit(1)
+
+
+def generations_remote(
+    force: bool = typer.Option(False, "--force", help="Switch even when the eval gate measures it worse."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Build a fresh generation even if one exists."),
+) -> None:
+    """Build (or bring up to date) the local scope's remote embedding leg with the embedding model of
+    its openai_compatible connector (MEWDEX_EMBEDDING_MODEL); runs in `mewdex serve` or `mewdex worker`."""
+    from mewdex.library.scopes import default_scope
+    from mewdex.providers.search_steps import start_remote_build
+
+    with _sessions().begin() as session:
+        start_remote_build(session, default_scope(), force=force, rebuild=rebuild)
+    console.print("queued remote_embedding_sync; progress: mewdex tasks list --type remote_embedding_sync")

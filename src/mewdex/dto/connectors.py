@@ -74,6 +74,7 @@ class ConnectionCreate(Dto):
 class Audit(Dto):
     id: str
     scope_id: str
+    user_id: str | None = None
     definition_id: str | None = None
     definition_revision: int
     external_system_id: str | None = None
@@ -90,15 +91,18 @@ class Audit(Dto):
 
 class AuditList(Dto):
     audits: list[Audit]
+    next_cursor: str | None = None
 
 
 class AnalysisPolicy(Dto):
     vision: bool
     reverse_image_search: Literal["forbid", "auto"]
     llm_enhance: bool
+    llm_rerank: bool = False
 
 
 class AnalysisPolicyPatch(Dto):
     vision: bool | None = None
     reverse_image_search: Literal["forbid", "auto"] | None = None
     llm_enhance: bool | None = None
+    llm_rerank: bool | None = None

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
-from mewdex.db.models import Meme
+from mewdex.db.models import Meme, ScopeContext
 from mewdex.inference import models
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError, load_frames
@@ -72,7 +72,8 @@ class ContextStage:
 
 
 def vision_context(meme: MemeSnapshot, ctx: Any, frames: list, context: dict[str, Any]) -> dict[str, Any]:
-    """``{"vision": {...}}`` from the scope's vision model (:mod:`mewdex.providers.vision`), or
+    """``{"vision": {...}}`` from the scope's vision model (:mod:`mewdex.providers.vision`; the
+    nearest memes' titles and the reverse-image page titles go with the image as hints), or
     ``{"vision_status": code}`` when it cannot or may not be asked (no connector, budget spent,
     refusal, invalid output after the repair): the local context stands on its own. Failures worth
     retrying (rate limits, 5xx, timeouts) fail the attempt with their code (retried with backoff).
@@ -86,6 +87,8 @@ def vision_context(meme: MemeSnapshot, ctx: Any, frames: list, context: dict[str
     from mewdex.providers.errors import ProviderError
 
     limit = meme.analysis_policy.get("max_cost_per_image")
+    with ctx.sessions.begin() as session:
+        neighbours = vision.neighbour_titles(session, meme.scope_id, meme.id)
     try:
         result = vision.analyze(
             ctx.sessions,
@@ -94,7 +97,8 @@ def vision_context(meme: MemeSnapshot, ctx: Any, frames: list, context: dict[str
             ocr_text=context.get("ocr_text") or "",
             file_name=meme.display_name,
             folders=list(context.get("folders") or []),
-            neighbours=list((context.get("reverse_image") or {}).get("titles") or []),
+            neighbours=neighbours,
+            web_titles=list((context.get("reverse_image") or {}).get("titles") or []),
             task_id=ctx.claim.task_id,
             resource_id=str(meme.id),
             before_call=ctx.external_started,
@@ -178,6 +182,10 @@ class TextEmbeddingStage:
         for leg, role in output.items():
             for generation in write_targets(session, meme.scope_id, leg, role["model"], role["dimensions"]):
                 write_vectors(session, generation, meme, metadata_hash, role["items"])
+        from mewdex.providers import search_steps
+
+        if search_steps.scope_uses_remote(session, meme.scope_id):  # the remote leg embeds it too
+            search_steps.start_remote_build(session, ScopeContext(meme.scope_id))
 
 
 HANDLERS: dict[str, Stage] = {

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -69,6 +70,12 @@ def provider_spec(name: str) -> ProviderSpec:
     if spec is None:
         raise ProviderError("provider_unknown", f"unknown provider {name!r}", {"known": sorted(PROVIDERS)})
     return spec
+
+
+def provider_specs() -> dict[str, ProviderSpec]:
+    """Every known provider by name (the built-in ones loaded)."""
+    _load_builtin()
+    return dict(sorted(PROVIDERS.items()))
 
 
 # Modules that register a provider when imported (loaded on first lookup; by name, so this module
@@ -552,12 +559,71 @@ def audit(
     )
 
 
-def list_audits(session: Session, *, scope_id: str | None, limit: int = 100) -> list[ExternalSystemAudit]:
-    """Newest audits of one scope, or (``scope_id`` None, admin) all."""
-    query = select(ExternalSystemAudit).order_by(ExternalSystemAudit.created_at.desc()).limit(min(limit, 500))
+AUDIT_OUTCOMES = ("ok", "failed", "refused")
+
+
+def list_audits(
+    session: Session,
+    *,
+    scope_id: str | None,
+    limit: int = 100,
+    event: str | None = None,
+    outcome: str | None = None,
+    definition_id=None,
+    user_id=None,
+    cursor: str | None = None,
+) -> tuple[list[ExternalSystemAudit], str | None]:
+    """Newest audits first of one scope, or (``scope_id`` None, admin) all, narrowed by ``event``,
+    ``outcome``, ``definition_id`` and ``user_id``; ``limit`` ≤ 500 per page. Returns ``(rows,
+    next_cursor)`` (``next_cursor`` None on the last page; pass it back as ``cursor`` for the next
+    one). Raises ``CursorInvalid`` (422 ``invalid_cursor``) for a cursor it did not write."""
+    from mewdex.dto.cursor import decode_cursor, encode_cursor
+
+    limit = max(1, min(int(limit), 500))
+    query = select(ExternalSystemAudit).order_by(
+        ExternalSystemAudit.created_at.desc(), ExternalSystemAudit.audit_id.desc()
+    )
+    if scope_id is not None:
+        query = query.where(ExternalSystemAudit.scope_id == scope_id)
+    if event:
+        query = query.where(ExternalSystemAudit.event == event)
+    if outcome:
+        query = query.where(ExternalSystemAudit.outcome == outcome)
+    if definition_id is not None:
+        query = query.where(ExternalSystemAudit.definition_id == _uuid(definition_id))
+    if user_id is not None:
+        query = query.where(ExternalSystemAudit.user_id == _uuid(user_id))
+    if cursor:
+        created, audit_id = decode_cursor(cursor, (datetime, uuid.UUID))
+        query = query.where(
+            (ExternalSystemAudit.created_at < created)
+            | ((ExternalSystemAudit.created_at == created) & (ExternalSystemAudit.audit_id < audit_id))
+        )
+    rows = list(session.execute(query.limit(limit + 1)).scalars())
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, encode_cursor([rows[-1].created_at, rows[-1].audit_id])
+
+
+def audit_events(session: Session, scope_id: str | None) -> list[str]:
+    """The distinct audit events of a scope (or all): the choices of the audit viewer's filter."""
+    query = select(ExternalSystemAudit.event).distinct().order_by(ExternalSystemAudit.event)
     if scope_id is not None:
         query = query.where(ExternalSystemAudit.scope_id == scope_id)
     return list(session.execute(query).scalars())
+
+
+def grants_of(session: Session, definition_id) -> list[User]:
+    """The users holding a grant to a definition (by email)."""
+    return list(
+        session.execute(
+            select(User)
+            .join(ExternalSystemGrant, ExternalSystemGrant.user_id == User.user_id)
+            .where(ExternalSystemGrant.definition_id == _uuid(definition_id))
+            .order_by(User.email)
+        ).scalars()
+    )
 
 
 # ------------------------------------------------------------------ key rotation

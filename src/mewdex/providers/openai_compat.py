@@ -143,15 +143,24 @@ def price_for(connection: Connection, model: str) -> Price:
     )
 
 
-def chat_client(session: Session, scope: ScopeContext, purpose: str = "chat") -> ModelClient:
+def chat_client(
+    session: Session,
+    scope: ScopeContext,
+    purpose: str = "chat",
+    *,
+    timeout: float | None = None,
+    max_retries: int | None = None,
+) -> ModelClient:
     """The client, model and price a call for ``purpose`` (``chat`` | ``vision`` | ``embedding``) in
-    ``scope`` uses (:func:`connectors.resolve`). Raises :class:`ProviderError`
+    ``scope`` uses (:func:`connectors.resolve`); ``timeout`` / ``max_retries`` override the
+    configured ones (a search step's short budget). Raises :class:`ProviderError`
     ``connector_unavailable`` / ``connector_unverified``."""
     if purpose not in PURPOSES:
         raise ValueError(f"purpose must be one of {sorted(PURPOSES)}")
     connection = connectors.resolve(session, scope, PROVIDER, needs=PURPOSES[purpose])
     model = connection.config[PURPOSES[purpose]]
-    return ModelClient(sdk_client(connection), model, price_for(connection, model), connection, purpose)
+    client = sdk_client(connection, timeout=timeout, max_retries=max_retries)
+    return ModelClient(client, model, price_for(connection, model), connection, purpose)
 
 
 def provider_error(exc: BaseException) -> ProviderError:

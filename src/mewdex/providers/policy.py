@@ -1,6 +1,8 @@
 """A scope's analysis policy: which outside help its analysis may use.
 
-``{"vision": bool, "reverse_image_search": "forbid" | "auto", "llm_enhance": bool}``. Without a
+``{"vision": bool, "reverse_image_search": "forbid" | "auto", "llm_enhance": bool, "llm_rerank": bool}``
+(``llm_enhance``: searches rewrite the query with the chat model; ``llm_rerank``: the chat model
+reorders the top 20 results; both metered, off by default). Without a
 stored row: everything off, except ``vision`` for the default (local) scope when
 ``MEWDEX_VISION_MODEL`` is set. The pipeline freezes it into each new job's ``analysis_policy``
 (:func:`mewdex.pipeline.jobs.create_job`), so changing it affects new and re-analysed memes only.
@@ -16,7 +18,7 @@ from mewdex.config import get_settings
 from mewdex.db.models import ScopeAnalysisPolicy, ScopeContext, utcnow
 from mewdex.providers.errors import ProviderError
 
-FIELDS = ("vision", "reverse_image_search", "llm_enhance")
+FIELDS = ("vision", "reverse_image_search", "llm_enhance", "llm_rerank")
 
 
 def defaults(scope_id: str) -> dict[str, Any]:
@@ -25,6 +27,7 @@ def defaults(scope_id: str) -> dict[str, Any]:
         "vision": bool(settings.vision_model) and scope_id == settings.default_scope,
         "reverse_image_search": "forbid",
         "llm_enhance": False,
+        "llm_rerank": False,
     }
 
 
@@ -33,7 +36,7 @@ def for_scope(session: Session, scope_id: str) -> dict[str, Any]:
     row = session.get(ScopeAnalysisPolicy, scope_id)
     if row is None:
         return defaults(scope_id)
-    return {"vision": row.vision, "reverse_image_search": row.reverse_image_search, "llm_enhance": row.llm_enhance}
+    return {key: getattr(row, key) for key in FIELDS}
 
 
 def update(session: Session, scope: ScopeContext, **changes: Any) -> dict[str, Any]:

@@ -66,6 +66,36 @@ def _best(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
     return {"titles": list(dict.fromkeys(titles))[:MAX_RESULTS], "pages": list(dict.fromkeys(pages))[:MAX_RESULTS]}
 
 
+def _check_status(response) -> None:
+    """A non-200 answer as a :class:`ProviderError` (never its body: it may echo the request):
+    401/403 the key was refused; 429 rate limited or out of searches (retried later); 5xx failed
+    (retried); any other status failed for good."""
+    status = response.status
+    if status == 200:
+        return
+    if status in (401, 403):
+        raise ProviderError(
+            "provider_failed", f"the reverse image search refused the credentials ({status})", status_code=status
+        )
+    if status == 429:
+        raise ProviderError(
+            "provider_rate_limited",
+            "the reverse image search is rate limiting or out of searches (429)",
+            retryable=True,
+            status_code=429,
+        )
+    raise ProviderError(
+        "provider_failed",
+        f"the reverse image search answered {status}",
+        retryable=status >= 500,
+        status_code=status,
+    )
+
+
+def _timeout() -> float:
+    return get_settings().provider_timeout_seconds
+
+
 def _call_yandex(connection: Connection, image: bytes) -> tuple[dict[str, list[str]], int, int]:
     response = fetch(
         "POST",
@@ -74,14 +104,9 @@ def _call_yandex(connection: Connection, image: bytes) -> tuple[dict[str, list[s
         json={"folderId": connection.config["folder_id"], "data": base64.b64encode(image).decode()},
         content_types=("application/json",),
         max_bytes=2 * 1024 * 1024,
+        timeout=_timeout(),
     )
-    if response.status != 200:
-        raise ProviderError(
-            "provider_failed",
-            f"the reverse image search answered {response.status}",
-            retryable=response.status >= 500 or response.status == 429,
-            status_code=response.status,
-        )
+    _check_status(response)
     images = response.json().get("images") or []
     return (
         _best([(str(i.get("pageTitle") or ""), str(i.get("pageUrl") or "")) for i in images]),
@@ -91,21 +116,25 @@ def _call_yandex(connection: Connection, image: bytes) -> tuple[dict[str, list[s
 
 
 def _call_serpapi(connection: Connection, image_url: str) -> tuple[dict[str, list[str]], int, int]:
+    """SerpApi's Google Lens engine: ``GET /search.json?engine=google_lens&url=…&api_key=…``.
+    Results are ``visual_matches[].{title, link}``; a search Google Lens found nothing for answers
+    200 with ``search_metadata.status`` ``Success`` and an ``error`` text (empty results); any
+    other ``error`` in a 200 is a failure."""
     query = urlencode({"engine": "google_lens", "url": image_url, "api_key": connection.credentials["api_key"]})
     response = fetch(
         "GET",
         f"{connection.config['base_url']}/search.json?{query}",
         content_types=("application/json",),
         max_bytes=2 * 1024 * 1024,
+        timeout=_timeout(),
     )
-    if response.status != 200:
-        raise ProviderError(
-            "provider_failed",
-            f"the reverse image search answered {response.status}",
-            retryable=response.status >= 500 or response.status == 429,
-            status_code=response.status,
-        )
-    matches = response.json().get("visual_matches") or []
+    _check_status(response)
+    body = response.json()
+    matches = body.get("visual_matches") or []
+    if not matches and body.get("error"):
+        status = str((body.get("search_metadata") or {}).get("status") or "")
+        if status != "Success":
+            raise ProviderError("provider_failed", "the reverse image search reported an error", status_code=200)
     return _best([(str(m.get("title") or ""), str(m.get("link") or "")) for m in matches]), 200, len(response.content)
 
 
@@ -178,9 +207,22 @@ def lookup(
             return None
         provider = connection.provider
 
-        def _failed(session: Session, called: bool, code: str) -> None:
+        def _failed(session: Session, called: bool, code: str, retryable: bool = False) -> None:
             """Record a lookup that did not give results (``called``: the provider was reached)."""
-            _event(session, scope, task_id, meme_id, sha256, "miss", provider, called, "failed", None, {"code": code})
+            _event(
+                session,
+                scope,
+                task_id,
+                meme_id,
+                sha256,
+                "miss",
+                provider,
+                called,
+                "failed",
+                None,
+                {"code": code},
+                retryable,
+            )
 
         image_url = None
         if connection.provider == "serpapi_google_lens":
@@ -223,7 +265,7 @@ def lookup(
         return None
     except ProviderError as exc:
         with sessions.begin() as session:
-            _failed(session, True, exc.code)
+            _failed(session, True, exc.code, exc.retryable)
         raise
     with sessions.begin() as session:
         _event(
@@ -241,7 +283,20 @@ def lookup(
     return result.value
 
 
-def _event(session, scope, task_id, meme_id, sha256, cache_status, provider, called, outcome, result, error=None):
+def _event(
+    session,
+    scope,
+    task_id,
+    meme_id,
+    sha256,
+    cache_status,
+    provider,
+    called,
+    outcome,
+    result,
+    error=None,
+    retryable=False,
+):
     now = utcnow()
     session.add(
         ReverseImageUsageEvent(
@@ -256,7 +311,7 @@ def _event(session, scope, task_id, meme_id, sha256, cache_status, provider, cal
             operation="analysis.reverse_image_search",
             target_sha256=sha256,
             outcome=outcome,
-            retryable=False,
+            retryable=retryable,
             result=result,
             error=error,
             provider_started_at=now if called else None,

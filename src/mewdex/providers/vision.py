@@ -87,15 +87,91 @@ def jpeg_data_urls(frames: list[Any], max_side: int = MAX_SIDE) -> list[str]:
     return urls
 
 
-def user_prompt(*, ocr_text: str, file_name: str, folders: list[str], neighbours: list[str]) -> str:
+def user_prompt(
+    *, ocr_text: str, file_name: str, folders: list[str], neighbours: list[str], web_titles: list[str] | None = None
+) -> str:
+    """The text part of the request: file and folder names, OCR text, the titles of the nearest
+    memes of the library (``neighbours``, ≤ 5) and of pages showing the image (``web_titles``, from
+    reverse image search, ≤ 5) as hints."""
     lines = [
         f"File name: {file_name or '-'}",
         f"Folders: {' / '.join(folders) or '-'}",
         f"OCR text (may be incomplete): {ocr_text or '-'}",
     ]
     if neighbours:
-        lines.append("Titles of visually similar memes in this library: " + "; ".join(neighbours[:5]))
+        lines.append("Titles of visually similar memes in this library (hints): " + "; ".join(neighbours[:5]))
+    if web_titles:
+        lines.append("Titles of web pages showing this image (hints): " + "; ".join(web_titles[:5]))
     return "\n".join(lines)
+
+
+#: Neighbours whose image embeddings are at least this similar (cosine) give their titles as hints:
+#: same-template images sit above it, unrelated pictures below (EfficientNet features; the
+#: near-duplicate threshold is 0.94).
+NEIGHBOUR_MIN_COSINE = 0.75
+MAX_NEIGHBOURS = 5
+
+
+def meme_title(meme: Any) -> str | None:
+    """The best short title a meme has for another meme's prompt: its vision template name or
+    titles (en / zh), else its context title, else its display name when that is not a generic
+    file name (``IMG_2034``); None when it has none."""
+    from mewdex.library.names import is_generic_stem
+
+    context = meme.meme_context or {}
+    vision = context.get("vision") or {}
+    parts = [vision.get("template"), vision.get("title_en"), vision.get("title_zh")]
+    found = [str(p).strip() for p in parts if p and str(p).strip()]
+    if found:
+        return " / ".join(dict.fromkeys(found))[:200]
+    title = str(context.get("title") or "").strip()
+    if title:
+        return title[:200]
+    name = str(meme.display_name or "").strip()
+    return name[:200] if name and not is_generic_stem(name) else None
+
+
+def neighbour_titles(session: Any, scope_id: str, meme_id: Any, limit: int = MAX_NEIGHBOURS) -> list[str]:
+    """Titles (:func:`meme_title`) of the scope's memes that look most like ``meme_id`` (visual
+    embeddings, cosine ≥ :data:`NEIGHBOUR_MIN_COSINE`), nearest first, without repeats; ``[]`` when
+    the meme has no visual embedding yet."""
+    from sqlalchemy import select
+
+    from mewdex.db.models import Meme
+    from mewdex.inference import visual_model as visual
+    from mewdex.search.image_search import meme_vector
+    from mewdex.search.vector import nearest_images
+
+    vector = meme_vector(session, scope_id, meme_id)
+    if vector is None:
+        return []
+    hits = [
+        (m, c)
+        for m, c in nearest_images(
+            session,
+            scope_id,
+            vector,
+            limit * 2,
+            model=visual.MODEL_ID,
+            preprocess_version=visual.PREPROCESS_VERSION,
+            exclude=meme_id,
+        )
+        if c >= NEIGHBOUR_MIN_COSINE
+    ]
+    if not hits:
+        return []
+    memes = {
+        m.id: m
+        for m in session.execute(
+            select(Meme).where(Meme.scope_id == scope_id, Meme.id.in_([m for m, _ in hits]))
+        ).scalars()
+    }
+    titles: list[str] = []
+    for meme_id_, _ in hits:
+        title = meme_title(memes[meme_id_]) if meme_id_ in memes else None
+        if title and title not in titles:
+            titles.append(title)
+    return titles[:limit]
 
 
 def _parse(content: str | None) -> VisionContext:
@@ -116,6 +192,7 @@ def analyze(
     file_name: str,
     folders: list[str],
     neighbours: list[str] | None = None,
+    web_titles: list[str] | None = None,
     task_id: str | None = None,
     resource_id: str | None = None,
     before_call: Callable[[], None] | None = None,
@@ -133,7 +210,13 @@ def analyze(
     content: list[dict[str, Any]] = [
         {
             "type": "text",
-            "text": user_prompt(ocr_text=ocr_text, file_name=file_name, folders=folders, neighbours=neighbours or []),
+            "text": user_prompt(
+                ocr_text=ocr_text,
+                file_name=file_name,
+                folders=folders,
+                neighbours=neighbours or [],
+                web_titles=web_titles or [],
+            ),
         }
     ]
     content += [{"type": "image_url", "image_url": {"url": url, "detail": "low"}} for url in images]

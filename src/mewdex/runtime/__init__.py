@@ -28,11 +28,13 @@ TASK_TYPE_MODULES = (
     "mewdex.pipeline.tasks",
     "mewdex.pipeline.name_repair",
     "mewdex.search.generations",
+    "mewdex.search.eval_gate",  # the eval gate every generation switch passes
     "mewdex.runtime.maintenance",
     "mewdex.assistant.runs",
     "mewdex.channels.tasks",
     "mewdex.schedules.dispatch",
     "mewdex.schedules.runner",
+    "mewdex.providers.search_steps",  # remote_embedding_sync; registers the optional LLM search steps
 )
 # /health counts live worker processes by their connections' application_name.
 WORKER_APPLICATION_PREFIX = "mewdex-worker"

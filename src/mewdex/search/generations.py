@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
 from uuid import UUID
@@ -58,14 +59,82 @@ def current_generation(session: Session, scope_id: str, leg: str) -> SearchGener
 
 
 def building_generation(session: Session, scope_id: str, model: str) -> SearchGeneration | None:
-    """The scope's generation being built for model id ``model``, or None (at most one exists)."""
+    """The scope's generation being built for model id ``model`` — or built and refused by the eval
+    gate (``ready``: kept up to date, waiting for a forced switch) — or None (at most one exists)."""
     return session.execute(
-        select(SearchGeneration).where(
+        select(SearchGeneration)
+        .where(
             SearchGeneration.scope_id == scope_id,
             SearchGeneration.model == model,
-            SearchGeneration.status == "building",
+            SearchGeneration.status.in_(("building", "ready")),
         )
+        .order_by(SearchGeneration.created_at.desc())
+        .limit(1)
     ).scalar_one_or_none()
+
+
+# The eval gate's check (:func:`mewdex.search.eval_gate.check`), set when that module is loaded (it
+# reads the search legs, which read this module: the hook keeps the import graph acyclic).
+_gate: Callable[..., dict[str, Any]] | None = None
+
+
+def set_gate(check: Callable[..., dict[str, Any]] | None) -> None:
+    global _gate
+    _gate = check
+
+
+def activate(
+    session: Session,
+    generation: SearchGeneration,
+    leg: str,
+    *,
+    embed_candidate=None,
+    embed_current=None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Point the scope's head for ``leg`` at ``generation`` and retire the old generation (its rows
+    deleted) — if the eval gate (:func:`mewdex.search.eval_gate.check`, queries embedded with
+    ``embed_candidate`` / ``embed_current``) passes or ``force``. Refused: the generation is left
+    ``ready`` and the head unchanged. Returns the gate's result (``reason`` ``not_measured`` when no
+    ``embed_candidate`` is given or the gate is not loaded)."""
+    _lock(session, generation.scope_id, f"head:{leg}")
+    fresh = session.get_one(SearchGeneration, generation.id, with_for_update=True)
+    old = current_generation(session, generation.scope_id, leg)
+    if embed_candidate is None or _gate is None:
+        verdict: dict[str, Any] = {"passed": True, "forced": False, "reason": "not_measured"}
+    else:
+        verdict = _gate(
+            session, fresh, leg, current=old, embed_candidate=embed_candidate, embed_current=embed_current, force=force
+        )
+    if not verdict["passed"]:
+        fresh.status = "ready"
+        log.warning(
+            "search: the eval gate refused generation %s (%s) for leg %s of scope %s: %s → %s; "
+            "`mewdex search activate %s --force` switches anyway",
+            fresh.id,
+            fresh.model,
+            leg,
+            fresh.scope_id,
+            verdict.get("current"),
+            verdict.get("candidate"),
+            fresh.id,
+        )
+        return verdict
+    fresh.status, fresh.activated_at = "active", utcnow()
+    _point_head(session, generation.scope_id, leg, fresh)
+    if old is not None and old.id != fresh.id:
+        old.status = "retired"
+        session.execute(
+            delete(MemeEmbedding).where(MemeEmbedding.scope_id == old.scope_id, MemeEmbedding.generation_id == old.id)
+        )
+    log.info(
+        "search: generation %s (%s) is now active for leg %s of scope %s",
+        fresh.id,
+        fresh.model,
+        leg,
+        fresh.scope_id,
+    )
+    return verdict
 
 
 def active_generation(
@@ -402,36 +471,40 @@ class ReindexTask:
                     task.message = f"{done}/{total} memes"
             with sessions.begin() as session:
                 task = queue.fenced(session, claim)
-                if self._switch(session, generation, leg, without_fields):
+                verdict = self._switch(session, generation, leg, without_fields, bool(claim.payload.get("force")))
+                if verdict is not None:
                     done, total = progress(session, generation)
-                    task.message = f"active: {done} memes"
-                    return {"generation_id": str(generation.id), "memes": done}
+                    state = "active" if verdict["passed"] else "refused by the eval gate"
+                    task.message = f"{state}: {done} memes"
+                    return {"generation_id": str(generation.id), "memes": done, "eval_gate": verdict}
 
-    def _switch(self, session: Session, generation: SearchGeneration, leg: str, without_fields: set[UUID]) -> bool:
-        """Point the head at the generation and retire the old one, if every meme with a context
-        has vectors there (False: some came meanwhile, build them first)."""
+    def _switch(
+        self,
+        session: Session,
+        generation: SearchGeneration,
+        leg: str,
+        without_fields: set[UUID],
+        force: bool = False,
+    ) -> dict[str, Any] | None:
+        """Point the head at the generation through the eval gate (:func:`activate`), if every meme
+        with a context has vectors there (None: some came meanwhile, build them first)."""
+        from mewdex.inference import models
+
         _lock(session, generation.scope_id, f"head:{leg}")
         if _missing_batch(session, generation, None, without_fields):
-            return False
-        fresh = session.get_one(SearchGeneration, generation.id, with_for_update=True)
+            return None
         old = current_generation(session, generation.scope_id, leg)
-        fresh.status, fresh.activated_at = "active", utcnow()
-        _point_head(session, generation.scope_id, leg, fresh)
-        if old is not None and old.id != fresh.id:
-            old.status = "retired"
-            session.execute(
-                delete(MemeEmbedding).where(
-                    MemeEmbedding.scope_id == old.scope_id, MemeEmbedding.generation_id == old.id
-                )
-            )
-        log.info(
-            "search: generation %s (%s) is now active for leg %s of scope %s",
-            fresh.id,
-            fresh.model,
+        candidate = models.embedder_for_model(generation.model)
+        previous = models.embedder_for_model(old.model) if old is not None else None
+        usable = previous is not None and old is not None and previous.dimensions == old.dimensions
+        return activate(
+            session,
+            generation,
             leg,
-            fresh.scope_id,
+            embed_candidate=candidate.embed_query if candidate is not None else None,
+            embed_current=previous.embed_query if usable and previous is not None else None,
+            force=force,
         )
-        return True
 
     def failed(self, session: Session, task: Task, outcome: str) -> None:
         """The task failed for good (failed, cancelled): the building generation fails (search keeps the
@@ -495,6 +568,7 @@ def status(session: Session, scope_id: str) -> dict:
             ).scalar_one_or_none()
             entry["building"] = {
                 "id": str(building.id),
+                "status": building.status,  # building, or ready: refused by the eval gate
                 "model": building.model,
                 "dimensions": building.dimensions,
                 "created_at": building.created_at.isoformat(),

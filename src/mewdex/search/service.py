@@ -22,7 +22,7 @@ from mewdex.dto.search import SearchFilters, SearchHit, SearchResults
 from mewdex.inference import models
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.listing import meme_ref
-from mewdex.search import generations, keyword, vector
+from mewdex.search import generations, keyword, steps, vector
 from mewdex.search.fusion import rrf
 
 LEGS = ("keyword", "e5", "use")
@@ -99,6 +99,8 @@ def _search(
     query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
     filters = None if filters is None or filters.empty else filters
     futures = {leg: executor.submit(_run_leg, leg, scope.scope_id, query, filters) for leg in legs}
+    # Optional steps (issue 15): rewritten queries through the same legs, extra legs (remote embeddings).
+    futures |= steps.submit_extra(executor, _run_leg, scope, query, legs, LEGS, filters, CANDIDATES)
     rankings: dict[str, list[UUID]] = {}
     degraded: list[str] = []
     phrase: set[UUID] = set()
@@ -110,9 +112,10 @@ def _search(
             continue
         rankings[leg] = ranked
         phrase |= leg_phrase
-    scores = rrf(rankings, k=RRF_K, weights=LEG_WEIGHTS)
+    scores = rrf(rankings, k=RRF_K, weights=steps.weights(LEG_WEIGHTS, rankings))
     # Exact phrase matches rank first; among them, and among the rest, by fused score.
-    ordered = sorted(scores, key=lambda m: (m not in phrase, -scores[m]))[offset : offset + n_results]
+    ordered = sorted(scores, key=lambda m: (m not in phrase, -scores[m]))
+    ordered = steps.rerank(executor, scope, query, ordered)[offset : offset + n_results]  # optional LLM rerank
     results = hydrate(session, scope, ordered, scores)
     return SearchResponse(
         results=results,

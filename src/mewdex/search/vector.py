@@ -30,15 +30,23 @@ class VectorHit:
 
 
 def search(
-    session: Session, scope_id: str, leg: str, query: np.ndarray, limit: int, filters: SearchFilters | None = None
+    session: Session,
+    scope_id: str,
+    leg: str,
+    query: np.ndarray,
+    limit: int,
+    filters: SearchFilters | None = None,
+    *,
+    generation=None,
 ) -> list[VectorHit]:
     """The ``limit`` memes nearest to ``query`` ((d,) float32, L2-normalised, embedded with the
     active generation's model), best field per meme; ``filters`` narrow the memes inside the HNSW
-    query (the iterative scan keeps going until enough rows pass them).
+    query (the iterative scan keeps going until enough rows pass them). ``generation``: search that
+    generation instead of the active one (the eval gate measures a candidate).
 
     Returns [] when the scope has no generation for ``leg`` or its dimensions differ from the query's.
     """
-    generation = current_generation(session, scope_id, leg)
+    generation = generation or current_generation(session, scope_id, leg)
     if generation is None or generation.dimensions != query.shape[0]:
         return []
     session.execute(_ITERATIVE_SCAN, {"ef": str(max(40, limit * 4))})

@@ -66,5 +66,6 @@ from mewdex.db.models.search import (
     SearchHead,
     SearchMigrationState,
 )
+from mewdex.db.models.search_marks import SearchMark
 
 __all__ = [name for name in dir() if not name.startswith("_")]

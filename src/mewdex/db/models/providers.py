@@ -150,7 +150,8 @@ class ExternalSystemAudit(Base):
 
 class ScopeAnalysisPolicy(Base):
     """A scope's analysis policy (what outside help analysis may use): ``vision`` (the vision-LLM
-    analysis), ``reverse_image_search`` (``forbid`` | ``auto``), ``llm_enhance`` (query rewriting).
+    analysis), ``reverse_image_search`` (``forbid`` | ``auto``), ``llm_enhance`` (query rewriting),
+    ``llm_rerank`` (LLM rerank of the top results).
     No row: the defaults (:func:`mewdex.providers.policy.for_scope`). Frozen into each new job's
     ``analysis_policy``."""
 
@@ -159,6 +160,7 @@ class ScopeAnalysisPolicy(Base):
     vision: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     reverse_image_search: Mapped[str] = mapped_column(Text, nullable=False, default="forbid")
     llm_enhance: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    llm_rerank: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=text("false"))
     updated_at: Mapped[datetime] = updated_at()
 
     __table_args__ = (CheckConstraint("reverse_image_search IN ('forbid','auto')", name="ck_scope_analysis_reverse"),)

@@ -82,6 +82,7 @@ def audit_dict(a: ExternalSystemAudit) -> dict:
     return {
         "id": str(a.audit_id),
         "scope_id": a.scope_id,
+        "user_id": str(a.user_id) if a.user_id else None,
         "definition_id": str(a.definition_id) if a.definition_id else None,
         "definition_revision": a.definition_revision,
         "external_system_id": str(a.external_system_id) if a.external_system_id else None,
@@ -171,10 +172,24 @@ def disconnect(
 @router.get("/connectors/audits", response_model=AuditList)
 def my_audits(
     limit: int = Query(100, ge=1, le=500),
+    event: str | None = Query(None, max_length=64),
+    outcome: str | None = Query(None, max_length=16),
+    definition_id: str | None = Query(None, max_length=64),
+    cursor: str | None = Query(None, max_length=2048),
     scope: ScopeContext = Depends(current_scope),
     session: Session = Depends(db_session),
 ):
-    return {"audits": [audit_dict(a) for a in connectors.list_audits(session, scope_id=scope.scope_id, limit=limit)]}
+    """The caller's outside calls, newest first; ``next_cursor`` pages on."""
+    rows, next_cursor = connectors.list_audits(
+        session,
+        scope_id=scope.scope_id,
+        limit=limit,
+        event=event,
+        outcome=outcome,
+        definition_id=parse_id(definition_id, "connector") if definition_id else None,
+        cursor=cursor,
+    )
+    return {"audits": [audit_dict(a) for a in rows], "next_cursor": next_cursor}
 
 
 @router.get("/analysis-policy", response_model=AnalysisPolicy)
@@ -265,5 +280,24 @@ def revoke(definition_id: str, user_id: str, session: Session = Depends(db_sessi
 
 
 @router.get("/admin/connectors/audits", response_model=AuditList, dependencies=[Depends(require_admin)])
-def all_audits(limit: int = Query(100, ge=1, le=500), session: Session = Depends(db_session)):
-    return {"audits": [audit_dict(a) for a in connectors.list_audits(session, scope_id=None, limit=limit)]}
+def all_audits(
+    limit: int = Query(100, ge=1, le=500),
+    event: str | None = Query(None, max_length=64),
+    outcome: str | None = Query(None, max_length=16),
+    definition_id: str | None = Query(None, max_length=64),
+    user_id: str | None = Query(None, max_length=64),
+    cursor: str | None = Query(None, max_length=2048),
+    session: Session = Depends(db_session),
+):
+    """Every user's outside calls, newest first; ``next_cursor`` pages on."""
+    rows, next_cursor = connectors.list_audits(
+        session,
+        scope_id=None,
+        limit=limit,
+        event=event,
+        outcome=outcome,
+        definition_id=parse_id(definition_id, "connector") if definition_id else None,
+        user_id=parse_id(user_id, "user") if user_id else None,
+        cursor=cursor,
+    )
+    return {"audits": [audit_dict(a) for a in rows], "next_cursor": next_cursor}

@@ -294,6 +294,14 @@ document.addEventListener("submit", (e) => {
 
 // ------------------------------------------------------------------ actions
 
+async function markWanted(button) {
+  // "This is the meme I wanted" (issue 15): the marks form the scope's query set for the eval gate.
+  const r = await api("POST", "/api/v1/search/marks", {query: button.dataset.query, meme_id: memeOf(button).dataset.id});
+  if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
+  button.setAttribute("aria-pressed", "true");
+  toast(t("js.marked_wanted"));
+}
+
 async function retryTask(button) {
   button.disabled = true;
   const r = await api("POST", `/api/v1/tasks/${button.dataset.task}/retry`);
@@ -370,6 +378,7 @@ document.addEventListener("click", (e) => {
     case "remove-member": removeMember(el); break;
     case "retry-task": retryTask(el); break;
     case "cancel-task": cancelTask(el); break;
+    case "mark-wanted": markWanted(el); break;
     case "pick-image": $("#image-file").click(); break;
     case "select-all": selectAll(); break;
     case "bulk-retry": bulkRetry(); break;

@@ -1,0 +1,88 @@
+""" "This is the meme I wanted" marks on searches (issue 15, point 7): a user marks a result of a
+query, and a scope's marks, grouped by query, are its query set — what ``mewdex eval --marks``
+measures and what the eval gate (:mod:`mewdex.search.eval_gate`) compares generations on.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+import uuid
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, delete, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from mewdex.db.models import Meme, ScopeContext, SearchMark, utcnow
+from mewdex.dto.errors import DomainError
+
+MAX_QUERY = 500
+
+
+def query_key(query: str) -> str:
+    """The query as marks compare it: NFKC, case-folded, runs of spaces as one."""
+    return " ".join(unicodedata.normalize("NFKC", query).casefold().split())
+
+
+def add(session: Session, scope: ScopeContext, query: str, meme_id) -> SearchMark:
+    """Mark ``meme_id`` as what ``query`` should find (idempotent: marking again returns the same
+    mark). Raises ``DomainError`` ``query_empty`` / ``query_too_long`` (422) or ``not_found`` (404:
+    no such meme in the scope)."""
+    text = " ".join(str(query or "").split())
+    if not text:
+        raise DomainError("query_empty", "the query is empty")
+    if len(text) > MAX_QUERY:
+        raise DomainError("query_too_long", f"the query is over {MAX_QUERY} characters")
+    meme = session.execute(
+        select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id)
+    ).scalar_one_or_none()
+    if meme is None:
+        raise DomainError("not_found", "meme not found")
+    key = query_key(text)
+    session.execute(
+        insert(SearchMark)
+        .values(
+            mark_id=uuid.uuid4(), scope_id=scope.scope_id, meme_id=meme, query=text, query_key=key, created_at=utcnow()
+        )
+        .on_conflict_do_nothing(constraint="uq_search_marks_query_meme")
+    )
+    return session.execute(
+        select(SearchMark).where(
+            SearchMark.scope_id == scope.scope_id, SearchMark.query_key == key, SearchMark.meme_id == meme
+        )
+    ).scalar_one()
+
+
+def list_marks(session: Session, scope: ScopeContext, limit: int = 500) -> list[SearchMark]:
+    """The scope's marks, newest first."""
+    return list(
+        session.execute(
+            select(SearchMark)
+            .where(SearchMark.scope_id == scope.scope_id)
+            .order_by(SearchMark.created_at.desc(), SearchMark.mark_id)
+            .limit(limit)
+        ).scalars()
+    )
+
+
+def remove(session: Session, scope: ScopeContext, mark_id) -> bool:
+    """Delete one of the scope's marks; False when there is none with that id."""
+    result = cast(
+        CursorResult[Any],
+        session.execute(delete(SearchMark).where(SearchMark.scope_id == scope.scope_id, SearchMark.mark_id == mark_id)),
+    )
+    return bool(result.rowcount)
+
+
+def query_set(session: Session, scope_id: str) -> list[dict[str, Any]]:
+    """The scope's marks as a query set: ``[{"query": str, "ids": [meme id, …]}]`` (one row per
+    distinct query, the first-written spelling), the shape ``mewdex eval`` reads."""
+    rows = session.execute(
+        select(SearchMark.query_key, SearchMark.query, SearchMark.meme_id)
+        .where(SearchMark.scope_id == scope_id)
+        .order_by(SearchMark.created_at, SearchMark.mark_id)
+    ).all()
+    grouped: dict[str, dict[str, Any]] = {}
+    for key, text, meme_id in rows:
+        grouped.setdefault(key, {"query": text, "ids": []})["ids"].append(str(meme_id))
+    return list(grouped.values())
