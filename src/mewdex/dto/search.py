@@ -78,10 +78,13 @@ class SearchRequest(SearchFilters):
 
 
 class SearchHit(MemeRef):
-    """A search result: the meme's reference, its fused ``score`` (cosine for image search) and an OCR ``snippet``."""
+    """A search result: the meme's reference, its fused ``score`` (cosine for image search), an OCR
+    ``snippet`` and, for text search, ``confidence``: ``high`` | ``medium`` | ``low``, calibrated on
+    the dev queries (see ``mewdex.search.confidence``; null for image search)."""
 
     score: float
     snippet: str
+    confidence: Literal["high", "medium", "low"] | None = None
 
 
 class SearchResults(Dto):

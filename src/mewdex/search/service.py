@@ -23,6 +23,7 @@ from mewdex.inference import models
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.listing import meme_ref
 from mewdex.search import generations, keyword, vector
+from mewdex.search.confidence import confidence
 from mewdex.search.fusion import rrf
 
 LEGS = ("keyword", "e5", "use")
@@ -113,7 +114,9 @@ def _search(
     scores = rrf(rankings, k=RRF_K, weights=LEG_WEIGHTS)
     # Exact phrase matches rank first; among them, and among the rest, by fused score.
     ordered = sorted(scores, key=lambda m: (m not in phrase, -scores[m]))[offset : offset + n_results]
-    results = hydrate(session, scope, ordered, scores)
+    keyword_hits = set(rankings.get("keyword", ()))
+    levels = {m: confidence(scores[m], keyword_hit=m in keyword_hits, phrase=m in phrase) for m in ordered}
+    results = hydrate(session, scope, ordered, scores, levels)
     return SearchResponse(
         results=results,
         took_ms=(time.perf_counter() - started) * 1000,
@@ -160,8 +163,11 @@ def _run_leg(leg: str, scope_id: str, query: str, filters: SearchFilters | None 
         return [h.meme_id for h in vector.search(session, scope_id, leg, q, CANDIDATES, filters)], set()
 
 
-def hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dict) -> list[SearchHit]:
-    """``ids`` (in order) as search hits of the scope: the meme reference, ``score`` and an OCR ``snippet``."""
+def hydrate(
+    session: Session, scope: ScopeContext, ids: list[UUID], scores: dict, confidences: dict | None = None
+) -> list[SearchHit]:
+    """``ids`` (in order) as search hits of the scope: the meme reference, ``score``, an OCR
+    ``snippet`` and, for text search, the ``confidence`` (:mod:`mewdex.search.confidence`)."""
     if not ids:
         return []
     memes = {
@@ -173,6 +179,7 @@ def hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dict
             **meme_ref(m).model_dump(),
             score=round(scores[m.id], 6),
             snippet=(m.meme_context.get("ocr_text") or "")[:200],
+            confidence=(confidences or {}).get(m.id),
         )
         for m in (memes.get(i) for i in ids)
         if m is not None

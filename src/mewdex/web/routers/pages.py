@@ -30,6 +30,7 @@ from mewdex.inference import visual_model
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError
 from mewdex.search import image_search, service
+from mewdex.search.confidence import strong_match
 from mewdex.web import i18n, views
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
@@ -128,6 +129,7 @@ def _search_context(session: Session, scope: ScopeContext, q: str, collection: s
         [UUID(r.id) for r in response.results],
         {r.id: r.snippet for r in response.results},
         started,
+        {r.id: r.confidence for r in response.results},
     )
 
 
@@ -139,13 +141,24 @@ def _filters(collection: str, animated: bool) -> SearchFilters:
     )
 
 
-def _results_context(session, scope, context, ids, snippets, started) -> dict:
+def _results_context(session, scope, context, ids, snippets, started, confidences=None) -> dict:
+    """The results fragment's context; with ``confidences`` (text search: id → high|medium|low) the
+    ``low`` ones move under "weaker matches", and all of them when none is ``high`` ("no strong match")."""
     memes = views.memes_by_id(session, scope, ids)
     cards = views.cards(session, scope, [memes[i] for i in ids if i in memes], with_stages=False)
+    weaker: list = []
+    if confidences is not None:
+        if strong_match(list(confidences.values())):
+            weaker = [c for c in cards if confidences.get(c.id) == "low"]
+            cards = [c for c in cards if confidences.get(c.id) != "low"]
+        else:
+            cards, weaker = [], cards
     return {
         **context,
-        "state": "results" if cards else "empty",
+        "state": "results" if cards or weaker else "empty",
         "results": cards,
+        "weaker": weaker,
+        "no_strong_match": confidences is not None and not cards and bool(weaker),
         "snippets": {str(k): v for k, v in snippets.items()},
         "took_ms": round((time.perf_counter() - started) * 1000),
     }
