@@ -175,7 +175,7 @@ def test_api_search_takes_the_filters(client, library):
     r = client.post("/api/v1/search", json=body)
     assert r.status_code == 200, r.text
     assert [h["id"] for h in r.json()["results"]] == [library["target"]]
-    assert set(r.json()["results"][0]) == {"id", "display_name", "sha256", "score", "media_url", "snippet"}
+    assert set(r.json()["results"][0]) == {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence"}
     r = client.post("/api/v1/search", json={"query": "cat", "status": "succeeded"})
     assert r.status_code == 200 and r.json()["results"] == []
 
