@@ -17,8 +17,9 @@ from collections import defaultdict
 import corpus
 
 NONSENSE = (
-    "qqqqzzzzxxxx", "asdfghjkl", "zxqv wplk mmrt", "xyzzy plugh", "kjhgfdsa qwerty", "ptlkmqwe zzz", "ooooooooo",
-    "bnmbnm", "qqq", "vvvvwwww", "zzzz xxxx", "flurbo glarp", "lorem ipsum dolor", "12345 67890", "咕叽咕叽啪嗒", "xqjz",
+    "qqqqzzzzxxxx", "asdfghjkl", "zxqv wplk mmrt", "xyzzy plugh", "kjhgfdsa qwerty", "ptlkmqwe zzz",
+    "ooooooooo", "bnmbnm", "qqq", "vvvvwwww", "zzzz xxxx", "flurbo glarp", "lorem ipsum dolor", "12345 67890",
+    "咕叽咕叽啪嗒", "xqjz",
 )  # fmt: skip
 
 

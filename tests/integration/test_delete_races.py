@@ -32,7 +32,8 @@ def _wait_for_lock_wait(sessions, timeout: float = 10.0) -> None:
         with sessions.begin() as session:
             waiting = session.execute(
                 text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
                 )
             ).scalar_one()
         if waiting:
