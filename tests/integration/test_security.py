@@ -551,7 +551,8 @@ def test_health_and_errors_show_no_dsn_path_or_sql(settings_env, mewdex_env, aut
         reset_engine()
         try:
             r = c.get("/health")
-            assert r.status_code == 503 and r.json() == {"status": "unavailable"}
+            assert r.status_code == 503 and r.json()["status"] == "degraded"
+            assert [reason["code"] for reason in r.json()["reasons"]] == ["database_unreachable"]
             for leak in ("hunter2", "secretuser", "secretdb", "127.0.0.1", "port", "psycopg", "SELECT"):
                 assert leak not in r.text
         finally:
