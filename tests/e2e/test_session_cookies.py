@@ -53,8 +53,8 @@ def test_chromium_keeps_host_prefixed_cookies_on_loopback_http(browser, signin_s
         assert cookies["__Host-mewdex_session"]["secure"] and cookies["__Host-mewdex_session"]["httpOnly"]
         assert "mewdex_session" not in cookies
         status = pg.evaluate(
-            """async () => (await fetch('/api/v1/tokens', {method: 'POST', headers: {'Content-Type': 'application/json'},
-                 body: JSON.stringify({name: 'from the page'})})).status"""
+            """async () => (await fetch('/api/v1/tokens', {method: 'POST',
+                 headers: {'Content-Type': 'application/json'}, body: JSON.stringify({name: 'page'})})).status"""
         )
         assert status == 201  # auth.js read the __Host- CSRF cookie and sent X-CSRF-Token
         pg.locator("[data-action=sign-out]").click()
