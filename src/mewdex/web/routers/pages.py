@@ -112,7 +112,9 @@ def set_language(code: str, next: str = "/"):
 # ------------------------------------------------------------------ search
 
 
-def _search_context(session: Session, scope: ScopeContext, q: str, collection: str, animated: bool) -> dict:
+def _search_context(
+    session: Session, scope: ScopeContext, q: str, collection: str, animated: bool, fold: bool = False
+) -> dict:
     query = q.strip()
     context: dict[str, Any] = {"q": q, "state": "idle", "results": [], "took_ms": None, "error": None}
     if not query:
@@ -121,7 +123,9 @@ def _search_context(session: Session, scope: ScopeContext, q: str, collection: s
     if len(query) > service.MAX_QUERY_CHARS:
         return {**context, "state": "error", "error": "error.query_too_long"}
     started = time.perf_counter()
-    response = service.search(session, scope, query, SEARCH_RESULTS, filters=_filters(collection, animated))
+    response = service.search(
+        session, scope, query, SEARCH_RESULTS, filters=_filters(collection, animated), fold_variants=fold
+    )
     return _results_context(
         session,
         scope,
@@ -170,10 +174,11 @@ def index(
     q: str = "",
     collection: str = "",
     animated: bool = False,
+    fold: bool = False,
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
-    context = _search_context(session, scope, q, collection, animated)
+    context = _search_context(session, scope, q, collection, animated, fold)
     return render(
         request,
         "search.html",
@@ -182,6 +187,7 @@ def index(
             **context,
             "collection": collection,
             "animated": animated,
+            "fold": fold,
             "collections": views.collections(session, scope),
         },
     )
@@ -193,10 +199,13 @@ def search_fragment(
     q: str = "",
     collection: str = "",
     animated: bool = False,
+    fold: bool = False,
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
-    return render(request, "partials/search_results.html", _search_context(session, scope, q, collection, animated))
+    return render(
+        request, "partials/search_results.html", _search_context(session, scope, q, collection, animated, fold)
+    )
 
 
 @router.post("/ui/search/image")
@@ -287,7 +296,8 @@ def _detail_context(session: Session, scope: ScopeContext, meme_id: str) -> dict
         # "Looks like" in the page's language only (the context keeps both for search)
         "labels_by_lang": {lang: visual_model.labels_in(visual_labels, lang) for lang in ("en", "zh")},
         "similar": similar_cards,
-        "duplicates": data["near_duplicates"],
+        "duplicates": [d for d in data["near_duplicates"] if d["kind"] == "duplicate"],
+        "variants": [d for d in data["near_duplicates"] if d["kind"] == "variant"],
         "in_collections": views.collections_of_meme(session, scope, meme.id),
         "collections": views.collections(session, scope),
     }
@@ -323,9 +333,18 @@ def _library_context(
     sort: str,
     view: str,
     page: int,
+    collapse: bool = False,
 ) -> dict:
     result = views.library_page(
-        session, scope, name=name, state=state, collection=collection, animated=animated, sort=sort, page=page
+        session,
+        scope,
+        name=name,
+        state=state,
+        collection=collection,
+        animated=animated,
+        sort=sort,
+        page=page,
+        collapse=collapse,
     )
     return {
         "lib": result,
@@ -336,6 +355,7 @@ def _library_context(
             "collection": collection,
             "animated": animated,
             "sort": sort if sort in views.SORTS else "newest",
+            "collapse": collapse,
         },
     }
 
@@ -350,6 +370,7 @@ def library(
     sort: str = "newest",
     view: str = "grid",
     page: int = 1,
+    collapse: bool = False,
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
@@ -358,7 +379,7 @@ def library(
         "library.html",
         {
             "page": "library",
-            **_library_context(session, scope, name, state, collection, animated, sort, view, page),
+            **_library_context(session, scope, name, state, collection, animated, sort, view, page, collapse),
             "collections": views.collections(session, scope),
             "sorts": list(views.SORTS),
             "states": views.MEME_STATES,
@@ -376,13 +397,14 @@ def library_fragment(
     sort: str = "newest",
     view: str = "grid",
     page: int = 1,
+    collapse: bool = False,
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
     return render(
         request,
         "partials/library_items.html",
-        _library_context(session, scope, name, state, collection, animated, sort, view, page),
+        _library_context(session, scope, name, state, collection, animated, sort, view, page, collapse),
     )
 
 
