@@ -37,7 +37,11 @@ def group(work_server, sessions):
         ids[key] = r.json()["results"][0]["meme"]["id"]
     scope_id = work_server.scope.scope_id
     with sessions.begin() as session:
-        for key, caption in (("template", "他这里边一个字我都不信"), ("copy", "他这里边一个字我都不信"), ("variant", "他什么都敢说")):
+        for key, caption in (
+            ("template", "他这里边一个字我都不信"),
+            ("copy", "他这里边一个字我都不信"),
+            ("variant", "他什么都敢说"),
+        ):
             session.execute(
                 text("UPDATE memes SET meme_context = meme_context || CAST(:c AS jsonb) WHERE id = :m"),
                 {"c": json.dumps({"ocr_text": caption}), "m": ids[key]},
