@@ -62,3 +62,27 @@ def test_chromium_keeps_host_prefixed_cookies_on_loopback_http(browser, signin_s
         assert "__Host-mewdex_session" not in {c["name"] for c in context.cookies()}
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("locale,lang", [("en-US", "en"), ("zh-CN", "zh")])
+def test_phone_header_stays_one_row_when_signed_in(browser, signin_server, locale, lang):
+    """Issue 19: at 375 px the signed-in header (menu, Admin, sign-out, languages) is still one row."""
+    from ui_helpers import SCREENSHOTS
+
+    server, email = signin_server
+    context = browser.new_context(viewport={"width": 375, "height": 812}, locale=locale)
+    pg = context.new_page()
+    try:
+        pg.goto(server.url + "/login")
+        pg.fill("input[name=email]", email)
+        pg.fill("input[name=password]", PASSWORD)
+        pg.locator("#login-form button[type=submit]").first.click()
+        pg.wait_for_selector(".account [data-action=sign-out]")
+        assert pg.locator(".topbar").bounding_box()["height"] <= 56
+        assert pg.evaluate("() => document.documentElement.scrollWidth <= innerWidth")
+        assert pg.locator(".account [data-action=sign-out]").is_visible()
+        pg.locator("[data-action=toggle-nav]").click()
+        assert pg.locator("#site-nav a[href='/tasks']").is_visible()
+        pg.screenshot(path=str(SCREENSHOTS / f"header-signed-in-375-{lang}.png"))
+    finally:
+        context.close()
