@@ -33,6 +33,26 @@ MEWDEX_BIN = Path(sys.executable).parent / "mewdex"
 LOCAL_ORIGIN = "http://127.0.0.1:8275"
 LOCAL_CLIENT = {"base_url": LOCAL_ORIGIN, "client": ("127.0.0.1", 50000)}
 
+
+def _loopback_keeps_secure_cookies() -> None:
+    """Browsers send the Secure (``__Host-``) session cookies back to http://127.0.0.1 and
+    http://localhost (potentially trustworthy origins); ``http.cookiejar``, under TestClient and httpx,
+    only over https. The test clients act as the browsers do."""
+    from http.cookiejar import DefaultCookiePolicy
+    from urllib.parse import urlsplit
+
+    original = DefaultCookiePolicy.return_ok_secure
+
+    def return_ok_secure(self, cookie, request):
+        if urlsplit(request.get_full_url()).hostname in ("127.0.0.1", "localhost", "::1"):
+            return True
+        return original(self, cookie, request)
+
+    DefaultCookiePolicy.return_ok_secure = return_ok_secure
+
+
+_loopback_keeps_secure_cookies()
+
 # The session's defaults for every process started by the tests (CLI subprocesses inherit them).
 TEST_ENV = {
     "MEWDEX_RETRY_BASE_SECONDS": "0",

@@ -87,8 +87,11 @@ def test_session_cookie_flags_and_csrf(auth_app):
     r = c.post("/api/v1/auth/signup", json={"email": email, "password": PASSWORD})
     assert r.status_code == 201
     cookies = r.headers.get_list("set-cookie")
-    session_cookie = next(h for h in cookies if h.startswith("mewdex_session="))
+    session_cookie = next(h for h in cookies if h.startswith("__Host-mewdex_session="))
     assert "httponly" in session_cookie.lower() and "samesite=lax" in session_cookie.lower()
+    assert "secure" in session_cookie.lower() and "path=/" in session_cookie.lower()  # what __Host- requires
+    assert "domain=" not in session_cookie.lower()
+    assert any(h.startswith("__Host-mewdex_csrf=") and "secure" in h.lower() for h in cookies)
     csrf = r.json()["csrf_token"]
     assert c.get("/api/v1/me").json()["user"]["email"] == email  # reads need no CSRF token
     r = c.post("/api/v1/tokens", json={"name": "no csrf"})
@@ -419,3 +422,46 @@ def test_pages_show_who_is_signed_in_with_sign_out_and_admin(auth_app):
     assert f"Signed in as {user.email}" in page.text and 'data-action="sign-out"' in page.text
     assert 'href="/admin"' not in page.text
     assert 'href="/admin"' in admin.client.get("/library").text
+
+
+@pytest.mark.parametrize(
+    "base_url,prefixed",
+    [("http://127.0.0.1:8275", True), ("https://memes.example.org", True), ("http://memes.example.org", False)],
+)
+def test_session_cookies_are_host_prefixed_where_browsers_keep_secure_cookies(
+    auth_app, settings_env, base_url, prefixed
+):
+    """Issue 13 point 12: ``__Host-`` (Secure, Path=/, no Domain) over https and on loopback; a plain-http
+    install on a LAN name keeps unprefixed, non-Secure cookies (a browser would drop Secure ones there)."""
+    settings_env(MEWDEX_ALLOWED_HOSTS='["memes.example.org"]')
+    account = auth_app.new("hostprefix")
+    c = TestClient(auth_app.app, base_url=base_url, client=("127.0.0.1", 1), raise_server_exceptions=False)
+    with c:
+        r = c.post("/api/v1/auth/login", json={"email": account.email, "password": PASSWORD})
+        assert r.status_code == 200, r.text
+        set_cookies = r.headers.get_list("set-cookie")
+        prefix = "__Host-" if prefixed else ""
+        session_cookie = next(h for h in set_cookies if h.startswith(prefix + "mewdex_session="))
+        csrf_cookie = next(h for h in set_cookies if h.startswith(prefix + "mewdex_csrf="))
+        for header in (session_cookie, csrf_cookie):
+            assert ("; secure" in header.lower()) == prefixed, header
+        assert c.get("/api/v1/me").json()["user"]["email"] == account.email  # the cookie signs the browser in
+        csrf = r.json()["csrf_token"]
+        out = c.post("/api/v1/auth/logout", headers={"X-CSRF-Token": csrf})
+        assert out.status_code == 204
+        expired = out.headers.get_list("set-cookie")  # the same names (a __Host- one expires only when Secure)
+        assert any(h.startswith(prefix + "mewdex_session=") and ("; secure" in h.lower()) == prefixed for h in expired)
+        assert c.get("/api/v1/me").status_code == 401
+
+
+def test_an_unprefixed_session_cookie_is_not_read_where_cookies_are_host_prefixed(auth_app):
+    """A cookie a sibling domain or a plain-http page planted as ``mewdex_session`` does not sign in
+    on https/loopback, where only ``__Host-mewdex_session`` counts."""
+    account = auth_app.new("tossed")
+    value = next(v for k, v in account.client.cookies.items() if k == "__Host-mewdex_session")
+    planted = TestClient(auth_app.app, **LOCAL_CLIENT, raise_server_exceptions=False)
+    with planted:
+        planted.cookies.set("mewdex_session", value)
+        assert planted.get("/api/v1/me").status_code == 401
+        planted.cookies.set("__Host-mewdex_session", value)
+        assert planted.get("/api/v1/me").status_code == 200

@@ -22,6 +22,8 @@ from mewdex.dto.search import SearchFilters
 from mewdex.pipeline import visual
 from mewdex.search import image_search, keyword, service
 
+SEARCH_HIT_KEYS = {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence"}
+
 MEMES = 260  # more than the 200 hits the pages used to fetch and filter afterwards
 DIMS = 16
 
@@ -175,7 +177,7 @@ def test_api_search_takes_the_filters(client, library):
     r = client.post("/api/v1/search", json=body)
     assert r.status_code == 200, r.text
     assert [h["id"] for h in r.json()["results"]] == [library["target"]]
-    assert set(r.json()["results"][0]) == {"id", "display_name", "sha256", "score", "media_url", "snippet"}
+    assert set(r.json()["results"][0]) == SEARCH_HIT_KEYS
     r = client.post("/api/v1/search", json={"query": "cat", "status": "succeeded"})
     assert r.status_code == 200 and r.json()["results"] == []
 

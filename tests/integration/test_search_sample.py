@@ -68,7 +68,7 @@ def test_n_results_and_result_shape(sample, sessions):
     body = response.as_dict()
     assert set(body) == {"results", "took_ms"}
     for r in body["results"]:
-        assert set(r) == {"id", "display_name", "sha256", "score", "media_url", "snippet"}
+        assert set(r) == {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence"}
         assert r["media_url"] == f"/media/{r['id']}"
     scores = [r["score"] for r in body["results"]]
     assert all(isinstance(s, float) for s in scores)
@@ -131,3 +131,31 @@ def test_filters_apply_in_every_leg(sample, sessions):
             ids = [UUID(r.id) for r in response.results]
             extensions = set(session.execute(select(Meme.extension).where(Meme.id.in_(ids))).scalars())
             assert extensions == {".gif"}, (leg, extensions)
+
+
+def test_results_carry_a_confidence_and_nonsense_has_no_strong_match(sample, client_for_sample):
+    """Issue 19 point 3: the API says how much to trust each result; a nonsense query has no high one."""
+    exact = client_for_sample.post("/api/v1/search", json={"query": "一个字我都不信", "n_results": 10}).json()
+    assert exact["results"][0]["id"] == sample.ids["vvquest/一个字我都不信.png"]
+    assert exact["results"][0]["confidence"] == "high"
+    assert {r["confidence"] for r in exact["results"]} <= {"high", "medium", "low"}
+    nonsense = client_for_sample.post("/api/v1/search", json={"query": "qqqqzzzzxxxx", "n_results": 20}).json()
+    assert nonsense["results"], "the closest memes are still listed"
+    assert all(r["confidence"] in ("medium", "low") for r in nonsense["results"]), nonsense
+
+
+def test_search_page_groups_weaker_matches(sample, client_for_sample):
+    page = client_for_sample.get("/ui/search", params={"q": "qqqqzzzzxxxx"}).text
+    assert "no-strong-match" in page and 'class="weaker"' in page
+    assert '<ul class="grid results">' not in page  # nothing presented as a confident result
+    strong = client_for_sample.get("/ui/search", params={"q": "一个字我都不信"}).text
+    assert "no-strong-match" not in strong
+    assert sample.ids["vvquest/一个字我都不信.png"] in strong.split('class="weaker"')[0]  # among the strong ones
+
+
+@pytest.fixture
+def client_for_sample(sample):
+    from conftest import client_for
+
+    with client_for(sample.scope) as c:
+        yield c

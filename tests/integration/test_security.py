@@ -551,7 +551,8 @@ def test_health_and_errors_show_no_dsn_path_or_sql(settings_env, mewdex_env, aut
         reset_engine()
         try:
             r = c.get("/health")
-            assert r.status_code == 503 and r.json() == {"status": "unavailable"}
+            assert r.status_code == 503 and r.json()["status"] == "degraded"
+            assert [reason["code"] for reason in r.json()["reasons"]] == ["database_unreachable"]
             for leak in ("hunter2", "secretuser", "secretdb", "127.0.0.1", "port", "psycopg", "SELECT"):
                 assert leak not in r.text
         finally:
@@ -865,7 +866,24 @@ def _png_ztxt(megabytes: int) -> bytes:
     return data[:33] + ztxt + data[33:]
 
 
-@pytest.mark.parametrize("bomb", ["gif_1m_frames", "webp_1m_frames", "png_50mp_16bit", "png_huge_ztxt"])
+def _jpeg_many_scans(side: int, scans: int) -> bytes:
+    """A progressive JPEG of ``side``×``side`` whose first scan header is repeated ``scans`` times with 2
+    bytes of entropy data each: the decoder walks every block once per scan (4 bytes a scan)."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (side, side), (120, 30, 200)).save(out, "JPEG", progressive=True, quality=50)
+    data = out.getvalue()
+    sos = data.index(b"\xff\xda")
+    header = data[sos : sos + 2 + int.from_bytes(data[sos + 2 : sos + 4], "big")]
+    return data[:sos] + (header + b"\x00\x00") * scans + b"\xff\xd9"
+
+
+@pytest.mark.parametrize(
+    "bomb", ["gif_1m_frames", "webp_1m_frames", "png_50mp_16bit", "png_huge_ztxt", "jpeg_100k_scans"]
+)
 def test_image_bombs_are_refused_within_time_and_memory_budgets(bomb):
     from mewdex.config import get_settings
     from mewdex.library.images import ImageError, load_frames, probe
@@ -875,6 +893,7 @@ def test_image_bombs_are_refused_within_time_and_memory_budgets(bomb):
         "webp_1m_frames": lambda: _webp_frames(1_000_000),
         "png_50mp_16bit": lambda: _png_16bit(8000, 6250),
         "png_huge_ztxt": lambda: _png_ztxt(200),
+        "jpeg_100k_scans": lambda: _jpeg_many_scans(4000, 100_000),  # 400 KB; minutes to decode unbounded
     }[bomb]()
     max_pixels = get_settings().max_pixels
     for decode in (lambda: probe(data, max_pixels=max_pixels), lambda: load_frames(data, max_pixels=max_pixels)):

@@ -21,6 +21,8 @@ from mewdex.pipeline import stages, visual
 from mewdex.pipeline.stages import MemeSnapshot, StageError
 from mewdex.search import image_search, near_duplicates
 
+SEARCH_HIT_KEYS = {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence"}
+
 CASES = Path(__file__).resolve().parents[1] / "cases"
 
 
@@ -157,7 +159,7 @@ def test_search_by_image_and_similar(sessions, store, scope):
     body = r.json()
     assert set(body) == {"results", "took_ms"} and len(body["results"]) == 3
     top = body["results"][0]
-    assert top["id"] == ids[2] and set(top) == {"id", "display_name", "sha256", "score", "media_url", "snippet"}
+    assert top["id"] == ids[2] and set(top) == SEARCH_HIT_KEYS
     assert top["score"] > 0.9 and top["media_url"] == f"/media/{ids[2]}"
     sim = api.get(f"/api/v1/memes/{ids[2]}/similar", params={"n_results": 10}).json()["results"]
     assert ids[2] not in [x["id"] for x in sim] and len(sim) == 5

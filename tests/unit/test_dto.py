@@ -43,7 +43,7 @@ FULL = {
     "animated": False,
     "animated_preview_url": None,
     "thumbnails": {"still": "available"},
-    "near_duplicates": [{**BRIEF, "relation": "duplicate_of", "phash_distance": 2, "cosine": 0.97}],
+    "near_duplicates": [{**BRIEF, "relation": "duplicate_of", "kind": "duplicate", "phash_distance": 2, "cosine": 0.97}],
     "context_status": "ready",
     "meme_context": {"ocr_text": "hi"},
     "provenance": {"source": "upload"},
@@ -98,6 +98,7 @@ TASK = {
                         "score": 0.5,
                         "media_url": "/media/m",
                         "snippet": "",
+                        "confidence": "medium",
                     }
                 ],
                 "took_ms": 1.5,

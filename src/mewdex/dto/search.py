@@ -65,23 +65,28 @@ class SearchFilters(BaseModel):
 
 class SearchRequest(SearchFilters):
     """``POST /api/v1/search``: ``query`` 1–500 characters, ``n_results`` 1–50, ``offset`` 0–50 (the
-    next page starts at ``offset + n_results``), plus the filters of :class:`SearchFilters`."""
+    next page starts at ``offset + n_results``), ``fold_variants`` (one meme per template group),
+    plus the filters of :class:`SearchFilters`."""
 
     model_config = ConfigDict(extra="ignore")
 
     query: str
     n_results: int = 10
     offset: int = 0
+    fold_variants: bool = False  # the best-ranked meme of each template group only ("1 per template")
 
     def filters(self) -> SearchFilters:
         return SearchFilters(**self.model_dump(include=set(SearchFilters.model_fields)))
 
 
 class SearchHit(MemeRef):
-    """A search result: the meme's reference, its fused ``score`` (cosine for image search) and an OCR ``snippet``."""
+    """A search result: the meme's reference, its fused ``score`` (cosine for image search), an OCR
+    ``snippet`` and, for text search, ``confidence``: ``high`` | ``medium`` | ``low``, calibrated on
+    the dev queries (see ``mewdex.search.confidence``; null for image search)."""
 
     score: float
     snippet: str
+    confidence: Literal["high", "medium", "low"] | None = None
 
 
 class SearchResults(Dto):

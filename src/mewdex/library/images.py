@@ -29,7 +29,12 @@ Image.MAX_IMAGE_PIXELS = None
 DEFAULT_MAX_PIXELS = 24_000_000
 DEFAULT_MAX_TOTAL_PIXELS = 1_000_000_000
 MAX_FRAMES = 1000  # an animation with more frames is refused before they are decoded
-DECODE_SECONDS = 20.0  # wall-clock budget of one probe/load (a many-scan progressive JPEG, …)
+DECODE_SECONDS = 20.0  # wall-clock budget of one probe/load (checked between frames)
+# A progressive JPEG's decoder walks the whole coefficient buffer once per scan, inside one C call
+# that no deadline interrupts: 20,000 empty 4-byte scans of a 4 MP image (a 320 KB file) took 17 s.
+# Encoders write 10–20 scans; more than this many are refused before decoding (500 scans of a
+# 24 MP image decode in about 2.5 s).
+MAX_JPEG_SCANS = 500
 DEFAULT_FRAME_MS = 100
 
 EXTENSIONS = {"png": ".png", "jpeg": ".jpg", "gif": ".gif", "webp": ".webp"}
@@ -246,11 +251,37 @@ def _webp_frame_chunks(data: bytes, cap: int) -> int:
     return count
 
 
+def _jpeg_scans(data: bytes, cap: int) -> int:
+    """SOS markers (scans) of a JPEG, counted by walking its marker segments up to ``cap + 1``: marker
+    segments are skipped by their length (an EXIF thumbnail's own markers are not counted), entropy-coded
+    data up to the next marker (``FF00`` stuffing and ``RST`` markers belong to it)."""
+    count, at, end = 0, 2, len(data)
+    while at + 1 < end and count <= cap:
+        if data[at] != 0xFF:  # entropy-coded data (or junk): on to the next 0xFF
+            at = data.find(b"\xff", at)
+            if at < 0:
+                break
+            continue
+        marker = data[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+        elif marker == 0x00 or marker == 0x01 or 0xD0 <= marker <= 0xD7:  # stuffing, TEM, RSTn: no length
+            at += 2
+        elif marker == 0xD9:  # EOI
+            break
+        else:
+            count += marker == 0xDA
+            at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+    return count
+
+
 def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:
     """Open (header only) with the sniffed format's decoder and check the size (and, for WEBP, the
-    frame count)."""
+    frame count; for JPEG, the number of scans)."""
     if fmt == "webp" and _webp_frame_chunks(data, MAX_FRAMES) > MAX_FRAMES:
         raise ImageError("image_too_large", f"the animation has more than {MAX_FRAMES} frames")
+    if fmt == "jpeg" and _jpeg_scans(data, MAX_JPEG_SCANS) > MAX_JPEG_SCANS:
+        raise ImageError("image_too_large", f"the JPEG has more than {MAX_JPEG_SCANS} scans")
     im = Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[fmt]])
     _check_pixels(im.size, max_pixels)
     return im

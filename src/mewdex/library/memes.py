@@ -7,13 +7,14 @@ import dataclasses
 import hashlib
 import logging
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 from sqlalchemy import SQLColumnExpression, String, cast, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
@@ -307,26 +308,59 @@ def delete(
     Raises:
         MemeError: ``not_found``, ``revision_conflict``.
     """
-    from sqlalchemy import text
+    from mewdex.db.models import Task
 
-    from mewdex.db.models import DerivedImageThumbnail, Task
-    from mewdex.library.scopes import storage_namespace
-    from mewdex.queue import batches
-
-    with sessions.begin() as session:
-        # Same lock order as a worker (task rows, then the meme) so the two never deadlock.
-        task_ids = (
+    def meme_tasks(session: Session) -> list:
+        return list(
             session.execute(
                 select(Task.id)
                 .where(Task.scope_id == scope.scope_id, Task.target_meme_id == meme_id)
                 .order_by(Task.id)
                 .with_for_update()
-            )
-            .scalars()
-            .all()
+            ).scalars()
         )
+
+    for attempt in range(1, DELETE_ATTEMPTS + 1):
+        try:
+            op_id, key, namespace = _delete_rows(sessions, scope, meme_id, expected_revision, meme_tasks)
+            break
+        except OperationalError as exc:
+            # A deadlock with a worker that holds a task of the meme and waits for the meme row:
+            # PostgreSQL aborts one of the two; the delete starts over (the worker's work is fenced).
+            if getattr(exc.orig, "sqlstate", None) not in ("40P01", "40001") or attempt == DELETE_ATTEMPTS:
+                raise
+            time.sleep(0.05 * attempt)
+    failpoints.hit("delete.after_rows_deleted")
+    with sessions.begin() as session:
+        op = session.get_one(StorageOperation, op_id, with_for_update=True)
+        journal.remove_blob_if_unused(session, store, scope.scope_id, namespace, key)
+        failpoints.hit("delete.after_blob_delete")
+        journal.remove_thumbnails_if_unused(session, store, scope.scope_id, namespace, op.thumbnail_keys)
+        op.status = "completed"
+    failpoints.hit("delete.after_complete")
+
+
+DELETE_ATTEMPTS = 3
+
+
+def _delete_rows(sessions, scope: ScopeContext, meme_id, expected_revision: int | None, meme_tasks):
+    """The row part of :func:`delete` (one transaction): returns the journal operation's id, the
+    blob key and the storage namespace."""
+    from sqlalchemy import text
+
+    from mewdex.db.models import DerivedImageThumbnail
+    from mewdex.library.scopes import storage_namespace
+    from mewdex.queue import batches
+
+    with sessions.begin() as session:
+        # Same lock order as a worker (task rows, then the meme) so the two rarely deadlock.
+        meme_tasks(session)
         meme = _locked_meme(session, scope, meme_id)
         _check_revision(meme, expected_revision)
+        # Again under the meme's lock: a task queued for the meme (and claimed) after the first read
+        # — a worker's next pipeline stage — holds a lane slot too; with the meme locked no new one
+        # can appear (its foreign key check waits for this transaction).
+        task_ids = meme_tasks(session)
         namespace = storage_namespace(session, scope.scope_id)
         thumbnail_keys = [
             key
@@ -357,14 +391,7 @@ def delete(
         for batch_id in batch_ids:  # the meme's tasks left their batches: one may be complete now
             batches.finalize_if_done(session, scope.scope_id, batch_id)
         failpoints.hit("delete.before_rows_commit")
-    failpoints.hit("delete.after_rows_deleted")
-    with sessions.begin() as session:
-        op = session.get_one(StorageOperation, op_id, with_for_update=True)
-        journal.remove_blob_if_unused(session, store, scope.scope_id, namespace, key)
-        failpoints.hit("delete.after_blob_delete")
-        journal.remove_thumbnails_if_unused(session, store, scope.scope_id, namespace, op.thumbnail_keys)
-        op.status = "completed"
-    failpoints.hit("delete.after_complete")
+    return op_id, key, namespace
 
 
 # ---------------------------------------------------------------- listing

@@ -29,6 +29,16 @@ log = logging.getLogger(__name__)
 COOKIE_NAME = "mewdex_session"
 CSRF_COOKIE_NAME = "mewdex_csrf"
 CSRF_HEADER = "X-CSRF-Token"
+HOST_PREFIX = "__Host-"
+
+
+def cookie_names(secure: bool) -> tuple[str, str]:
+    """``(session, csrf)`` cookie names. Secure cookies carry the ``__Host-`` prefix: a browser then
+    keeps them only when Secure, host-only and ``Path=/``, so no sibling domain or plain-http page can
+    set or shadow them. A plain-http install on a non-loopback address cannot keep Secure cookies
+    (browsers drop them), so there the names stay unprefixed (``mewdex_session``, ``mewdex_csrf``)."""
+    prefix = HOST_PREFIX if secure else ""
+    return prefix + COOKIE_NAME, prefix + CSRF_COOKIE_NAME
 
 
 class FailureLimiter:

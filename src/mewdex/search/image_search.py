@@ -21,6 +21,7 @@ from mewdex.inference import visual_model as visual
 from mewdex.library.listing import meme_brief
 from mewdex.search.near_duplicates import near_duplicates as near_duplicates_table
 from mewdex.search.service import SearchResponse, hydrate
+from mewdex.search.variants import meme_caption, pair_kind
 from mewdex.search.vector import nearest_images
 
 
@@ -144,9 +145,10 @@ def _meme_brief(m: Meme) -> dict[str, Any]:
 
 
 def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[str, Any]]:
-    """The meme's near-duplicate pairs (either side): ``[{"id", "display_name", "relation", "phash_distance",
-    "cosine"}]``
-    where ``relation`` is ``duplicate_of`` (this meme duplicates that older one) or ``duplicated_by``."""
+    """The meme's near-duplicate pairs (either side): ``[{"id", "display_name", "relation", "kind",
+    "phash_distance", "cosine"}]`` where ``relation`` is ``duplicate_of`` (this meme duplicates that
+    older one) or ``duplicated_by``, and ``kind`` is ``duplicate`` (same caption) or ``variant``
+    (another caption on the same template; :func:`mewdex.search.variants.pair_kind`)."""
     meme_id = meme_id if isinstance(meme_id, UUID) else UUID(str(meme_id))
     t = near_duplicates_table
     rows = (
@@ -160,11 +162,14 @@ def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[st
     memes = (
         {
             m.id: m
-            for m in session.execute(select(Meme).where(Meme.scope_id == scope_id, Meme.id.in_(list(others)))).scalars()
+            for m in session.execute(
+                select(Meme).where(Meme.scope_id == scope_id, Meme.id.in_([*others, meme_id]))
+            ).scalars()
         }
         if others
         else {}
     )
+    mine = meme_caption(memes[meme_id]) if meme_id in memes else ""
     out = []
     for other, r in others.items():
         m = memes.get(other)
@@ -174,6 +179,7 @@ def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[st
             {
                 **_meme_brief(m),
                 "relation": "duplicate_of" if r["meme_id"] == meme_id else "duplicated_by",
+                "kind": pair_kind(mine, meme_caption(m)),
                 "phash_distance": r["phash_distance"],
                 "cosine": r["cosine"],
             }

@@ -22,7 +22,8 @@ from mewdex.dto.search import SearchFilters, SearchHit, SearchResults
 from mewdex.inference import models
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.listing import meme_ref
-from mewdex.search import generations, keyword, steps, vector
+from mewdex.search import generations, keyword, steps, variants, vector
+from mewdex.search.confidence import confidence
 from mewdex.search.fusion import rrf
 
 LEGS = ("keyword", "e5", "use")
@@ -63,8 +64,11 @@ def search(
     *,
     filters: SearchFilters | None = None,
     offset: int = 0,
+    fold_variants: bool = False,
 ) -> SearchResponse:
     """Search the scope for ``query`` (1–500 chars); ``legs`` picks the legs (default all, fused).
+    ``fold_variants`` keeps only the best-ranked meme of each template group ("show 1 per template",
+    :mod:`mewdex.search.variants`).
 
     ``filters`` narrow every leg inside its SQL (so a kept meme ranks as it would among all, and
     a filter never empties a page that has matches further down); ``offset`` skips that many of
@@ -80,7 +84,7 @@ def search(
     if not gate.acquire(timeout=get_settings().search_wait_seconds):
         raise Overloaded(message="too many searches at once; try again in a moment", headers={"Retry-After": "1"})
     try:
-        return _search(session, scope, query, n_results, legs, executor, filters, offset)
+        return _search(session, scope, query, n_results, legs, executor, filters, offset, fold_variants)
     finally:
         gate.release()
 
@@ -94,6 +98,7 @@ def _search(
     executor: ThreadPoolExecutor,
     filters: SearchFilters | None,
     offset: int,
+    fold_variants: bool = False,
 ) -> SearchResponse:
     started = time.perf_counter()
     query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
@@ -114,9 +119,14 @@ def _search(
         phrase |= leg_phrase
     scores = rrf(rankings, k=RRF_K, weights=steps.weights(LEG_WEIGHTS, rankings))
     # Exact phrase matches rank first; among them, and among the rest, by fused score.
-    ordered = sorted(scores, key=lambda m: (m not in phrase, -scores[m]))
-    ordered = steps.rerank(executor, scope, query, ordered)[offset : offset + n_results]  # optional LLM rerank
-    results = hydrate(session, scope, ordered, scores)
+    ranked = sorted(scores, key=lambda m: (m not in phrase, -scores[m]))
+    ranked = steps.rerank(executor, scope, query, ranked)  # optional LLM rerank
+    if fold_variants:
+        ranked = variants.fold(ranked, variants.template_groups(session, scope.scope_id))
+    ordered = ranked[offset : offset + n_results]
+    keyword_hits = set(rankings.get("keyword", ()))
+    levels = {m: confidence(scores[m], keyword_hit=m in keyword_hits, phrase=m in phrase) for m in ordered}
+    results = hydrate(session, scope, ordered, scores, levels)
     return SearchResponse(
         results=results,
         took_ms=(time.perf_counter() - started) * 1000,
@@ -163,8 +173,11 @@ def _run_leg(leg: str, scope_id: str, query: str, filters: SearchFilters | None 
         return [h.meme_id for h in vector.search(session, scope_id, leg, q, CANDIDATES, filters)], set()
 
 
-def hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dict) -> list[SearchHit]:
-    """``ids`` (in order) as search hits of the scope: the meme reference, ``score`` and an OCR ``snippet``."""
+def hydrate(
+    session: Session, scope: ScopeContext, ids: list[UUID], scores: dict, confidences: dict | None = None
+) -> list[SearchHit]:
+    """``ids`` (in order) as search hits of the scope: the meme reference, ``score``, an OCR
+    ``snippet`` and, for text search, the ``confidence`` (:mod:`mewdex.search.confidence`)."""
     if not ids:
         return []
     memes = {
@@ -176,6 +189,7 @@ def hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dict
             **meme_ref(m).model_dump(),
             score=round(scores[m.id], 6),
             snippet=(m.meme_context.get("ocr_text") or "")[:200],
+            confidence=(confidences or {}).get(m.id),
         )
         for m in (memes.get(i) for i in ids)
         if m is not None

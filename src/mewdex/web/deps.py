@@ -22,9 +22,15 @@ from mewdex.library.scopes import default_scope
 from mewdex.platform import media_urls, sessions, tokens
 from mewdex.platform.auth import Principal, auth_mode
 from mewdex.web.errors import ApiError
-from mewdex.web.security import is_local
+from mewdex.web.security import cookies_secure, is_local
 
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def session_cookie_names(request: Request) -> tuple[str, str]:
+    """This request's ``(session, csrf)`` cookie names (``__Host-`` prefixed when its cookies are Secure:
+    see :func:`mewdex.web.security.cookies_secure` and :func:`mewdex.platform.sessions.cookie_names`)."""
+    return sessions.cookie_names(cookies_secure(request.url.scheme, request.url.hostname))
 
 
 def _transaction() -> Iterator[Session]:
@@ -72,7 +78,7 @@ def _resolve_principal(request: Request, session: Session) -> Principal:
         if not principal.may(needed):
             raise ApiError(403, "insufficient_scope", f"this API token lacks the {needed!r} scope", {"needed": needed})
         return principal
-    cookie = request.cookies.get(sessions.COOKIE_NAME)
+    cookie = request.cookies.get(session_cookie_names(request)[0])
     if cookie:
         signed_in = sessions.resolve_session(session, cookie)
         if signed_in is not None:

@@ -47,6 +47,7 @@ FORWARDED_HEADERS = frozenset(
     }
 )
 SESSION_COOKIE = "mewdex_session"  # platform.sessions.COOKIE_NAME (kept here: this module sits below platform)
+SESSION_COOKIES = (SESSION_COOKIE, "__Host-" + SESSION_COOKIE)  # plain http / Secure (platform.sessions.cookie_names)
 # State changes that need no credential: they are how one gets one.
 ANONYMOUS_BODY_PATHS = frozenset({"/api/v1/auth/login", "/api/v1/auth/signup", "/api/v1/auth/logout"})
 # Chat platforms' inbound endpoints: no session; each route checks its platform's own secret or signature.
@@ -234,7 +235,15 @@ def _has_credential(headers: dict[bytes, bytes]) -> bool:
     if b"authorization" in headers:
         return True
     cookie = headers.get(b"cookie", b"").decode("latin-1")
-    return any(part.strip().startswith(SESSION_COOKIE + "=") for part in cookie.split(";"))
+    return any(part.strip().startswith(tuple(name + "=" for name in SESSION_COOKIES)) for part in cookie.split(";"))
+
+
+def cookies_secure(scheme: str, host: str | None) -> bool:
+    """Whether a request's session cookies are Secure (and so ``__Host-`` prefixed): over https, with
+    ``MEWDEX_SESSION_COOKIE_SECURE``, or on a loopback host — browsers keep Secure cookies of
+    ``http://localhost`` / ``http://127.0.0.1`` / ``http://[::1]`` (potentially trustworthy origins),
+    but not of plain http on any other address."""
+    return get_settings().session_cookie_secure or scheme == "https" or (host or "").lower() in LOCAL_HOSTS
 
 
 def no_login_possible() -> bool:

@@ -24,6 +24,7 @@ from mewdex.db.models import (
 from mewdex.dto.search import SearchFilters
 from mewdex.library import listing
 from mewdex.queue import registry
+from mewdex.search import variants
 
 BADGE_STAGES = ("visual", "agent", "text_embedding")
 MEME_STATES = ("ready", "processing", "failed")
@@ -50,6 +51,7 @@ class MemeCard:
     height: int | None
     created_at: Any
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    group_size: int = 1  # with variants collapsed: the memes of its template group, itself included
 
     @property
     def state(self) -> str:
@@ -116,9 +118,12 @@ def library_page(
     sort: str = "newest",
     page: int = 1,
     per_page: int = 48,
+    collapse: bool = False,
 ) -> LibraryPage:
     """One page of the scope's memes, filtered by name substring (case-insensitive), processing state
-    (``ready`` | ``processing`` | ``failed``), collection id and animated; sorted by ``SORTS``."""
+    (``ready`` | ``processing`` | ``failed``), collection id and animated; sorted by ``SORTS``.
+    ``collapse``: one card per template group (its oldest meme, :mod:`mewdex.search.variants`) with
+    the group's size in ``group_size``; the others of the group are left out."""
     collection_id = parse_uuid(collection)
     filters = SearchFilters(
         collection_ids=None if collection_id is None else [str(collection_id)], animated=True if animated else None
@@ -132,6 +137,10 @@ def library_page(
         query = query.where(
             not_(listing.latest_stage_sql(("failed", "blocked", "unknown_execution", "queued", "running")))
         )
+    groups = variants.template_groups(session, scope.scope_id) if collapse else {}
+    hidden = [m for m, (representative, _size) in groups.items() if m != representative]
+    if hidden:
+        query = query.where(Meme.id.not_in(hidden))
     total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
     pages = max(1, -(-total // per_page))
     page = min(max(page, 1), pages)
@@ -140,7 +149,10 @@ def library_page(
             query.order_by(*SORTS.get(sort, SORTS["newest"])).offset((page - 1) * per_page).limit(per_page)
         ).scalars()
     )
-    return LibraryPage(cards(session, scope, memes), total, page, pages, per_page)
+    page_cards = cards(session, scope, memes)
+    for c in page_cards:
+        c.group_size = groups.get(UUID(c.id), (None, 1))[1]
+    return LibraryPage(page_cards, total, page, pages, per_page)
 
 
 def meme_count(session: Session, scope: ScopeContext) -> int:

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from mewdex.platform import sessions, users
 from mewdex.platform.instance import get_setting
-from mewdex.web.deps import db_session, require_admin
+from mewdex.web.deps import db_session, require_admin, session_cookie_names
 from mewdex.web.routers.admin import admin_user_dict
 from mewdex.web.routers.pages import render
 
@@ -26,7 +26,7 @@ def _same_site_path(target: str) -> bool:
 def login_page(request: Request, next: str = "/", session: Session = Depends(db_session)):
     if not _same_site_path(next):
         next = "/"  # no open redirect
-    found = sessions.resolve_session(session, request.cookies.get(sessions.COOKIE_NAME, ""))
+    found = sessions.resolve_session(session, request.cookies.get(session_cookie_names(request)[0], ""))
     return render(
         request,
         "login.html",

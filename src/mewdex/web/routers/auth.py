@@ -30,9 +30,10 @@ from mewdex.web.deps import (
     current_user,
     db_session,
     parse_id,
+    session_cookie_names,
 )
 from mewdex.web.errors import ApiError, error_responses
-from mewdex.web.security import client_ip
+from mewdex.web.security import client_ip, cookies_secure
 
 router = APIRouter(prefix="/api/v1", tags=["auth"], responses=error_responses(401, 403, 409, 422, 429))
 
@@ -67,14 +68,18 @@ def _client_ip(request: Request) -> str:
 def _sign_in(request: Request, response: Response, session: Session, user: User) -> str:
     value, csrf = sessions.start_session(session, user)
     max_age = get_settings().session_days * 86400
-    secure = get_settings().session_cookie_secure or request.url.scheme == "https"
-    response.set_cookie(
-        sessions.COOKIE_NAME, value, max_age=max_age, httponly=True, samesite="lax", secure=secure, path="/"
-    )
-    response.set_cookie(
-        sessions.CSRF_COOKIE_NAME, csrf, max_age=max_age, httponly=False, samesite="lax", secure=secure, path="/"
-    )
+    secure = cookies_secure(request.url.scheme, request.url.hostname)
+    session_name, csrf_name = sessions.cookie_names(secure)
+    response.set_cookie(session_name, value, max_age=max_age, httponly=True, samesite="lax", secure=secure, path="/")
+    response.set_cookie(csrf_name, csrf, max_age=max_age, httponly=False, samesite="lax", secure=secure, path="/")
     return csrf
+
+
+def _sign_out(request: Request, response: Response) -> None:
+    """Expire the session and CSRF cookies (a ``__Host-`` cookie is only replaced by a Secure one)."""
+    secure = cookies_secure(request.url.scheme, request.url.hostname)
+    for name in sessions.cookie_names(secure):
+        response.delete_cookie(name, path="/", secure=secure, samesite="lax")
 
 
 @router.post("/auth/signup", status_code=201, response_model=SignedIn)
@@ -95,8 +100,10 @@ def signup(body: SignupRequest, request: Request, response: Response, session: S
 
 @router.post("/auth/login", response_model=SignedIn)
 def login(body: LoginRequest, request: Request, response: Response, session: Session = Depends(db_session)):
-    """Sign in: the ``mewdex_session`` cookie (HttpOnly, SameSite=Lax) and the ``mewdex_csrf``
-    cookie whose value state-changing requests echo in ``X-CSRF-Token``. 401
+    """Sign in: the ``__Host-mewdex_session`` cookie (HttpOnly, SameSite=Lax, Secure) and the
+    ``__Host-mewdex_csrf`` cookie whose value state-changing requests echo in ``X-CSRF-Token``
+    (unprefixed and not Secure on plain http to a non-loopback address, where browsers would drop
+    Secure cookies). 401
     ``invalid_credentials`` for any failure; 429 ``rate_limited`` with ``Retry-After``."""
     user = sessions.authenticate(session, body.email, body.password, _client_ip(request))
     csrf = _sign_in(request, response, session, user)
@@ -106,20 +113,20 @@ def login(body: LoginRequest, request: Request, response: Response, session: Ses
 @router.post("/auth/logout", status_code=204)
 def logout(request: Request, session: Session = Depends(db_session)) -> Response:
     """End this browser session (a no-op without one)."""
-    sessions.end_session(session, request.cookies.get(sessions.COOKIE_NAME, ""))
+    sessions.end_session(session, request.cookies.get(session_cookie_names(request)[0], ""))
     response = Response(status_code=204)
-    response.delete_cookie(sessions.COOKIE_NAME, path="/")
-    response.delete_cookie(sessions.CSRF_COOKIE_NAME, path="/")
+    _sign_out(request, response)
     return response
 
 
 @router.post("/auth/logout-everywhere", status_code=204)
-def logout_everywhere(user: User = Depends(current_user), session: Session = Depends(db_session)) -> Response:
+def logout_everywhere(
+    request: Request, user: User = Depends(current_user), session: Session = Depends(db_session)
+) -> Response:
     """End every browser session of the caller, this one included (API tokens stay; revoke them apart)."""
     sessions.end_all_sessions(session, user)
     response = Response(status_code=204)
-    response.delete_cookie(sessions.COOKIE_NAME, path="/")
-    response.delete_cookie(sessions.CSRF_COOKIE_NAME, path="/")
+    _sign_out(request, response)
     return response
 
 

@@ -35,11 +35,14 @@ def _is_admin(request: Request) -> bool:
         return False
 
 
+DATABASE_UNREACHABLE = {"code": "database_unreachable", "message": "the database does not answer"}
+
+
 def health_state(app) -> tuple[str, list[dict[str, str]]]:
-    """``(status, reasons)``: ``unavailable`` (the database does not answer), ``degraded`` (fewer
-    workers of this server run than it started, or queued work has had no consumer for
-    ``MEWDEX_QUEUE_STALL_SECONDS``), else ``ok``. ``reasons``: ``[{"code", "message"}]``
-    (``database_unreachable``, ``workers_down``, ``queue_stalled``)."""
+    """``(status, reasons)``: ``degraded`` when the database does not answer, fewer workers of this
+    server run than it started, or queued work has had no consumer for ``MEWDEX_QUEUE_STALL_SECONDS``,
+    else ``ok``. ``reasons``: ``[{"code", "message"}]`` (``database_unreachable``, ``workers_down``,
+    ``queue_stalled``)."""
     from mewdex.queue.service import stalled_lanes
 
     try:
@@ -47,7 +50,7 @@ def health_state(app) -> tuple[str, list[dict[str, str]]]:
             connection.execute(text("SELECT 1"))
     except Exception:
         log.warning("health: the database is unreachable", exc_info=True)
-        return "unavailable", [{"code": "database_unreachable", "message": "the database does not answer"}]
+        return "degraded", [DATABASE_UNREACHABLE]
     reasons = []
     pool = getattr(app.state, "worker_pool", None)
     pool_status = pool.status() if pool is not None else None
@@ -76,13 +79,16 @@ def health_state(app) -> tuple[str, list[dict[str, str]]]:
 
 
 def page_state(request: Request) -> str:
-    """The server's state for the page header (``ok`` / ``degraded`` / ``unavailable``), reused for
-    :data:`PAGE_STATE_SECONDS`."""
+    """The server's state for the page header, reused for :data:`PAGE_STATE_SECONDS`: ``ok``,
+    ``degraded``, or ``unavailable`` (the banner's words for a degraded state whose reason is the
+    database)."""
     cached = getattr(request.app.state, "health_page_state", None)
     if cached is not None and cached[0] > time.monotonic():
         return cached[1]
     try:
-        status = health_state(request.app)[0]
+        status, reasons = health_state(request.app)
+        if DATABASE_UNREACHABLE in reasons:
+            status = "unavailable"
     except Exception:
         log.warning("health: the state could not be read", exc_info=True)
         status = "unavailable"
@@ -95,10 +101,11 @@ _limiter: anyio.CapacityLimiter | None = None
 
 @router.get("/health")
 async def health(request: Request):
-    """Anyone: ``{"status": "ok"}`` (200), ``{"status": "degraded"}`` (503: a worker this server
-    started is not running, or queued work has had no consumer for a while) or ``{"status":
-    "unavailable"}`` (503, the database is unreachable; the reason goes to the server log, never
-    into the answer). Admins additionally get ``{"reasons": [{"code", "message"}], "database",
+    """Anyone: ``{"status": "ok"}`` (200) or ``{"status": "degraded"}`` (503: a worker this server
+    started is not running, or queued work has had no consumer for a while); when the database is
+    unreachable, ``{"status": "degraded", "reasons": [{"code": "database_unreachable", ...}]}`` (503,
+    ``Retry-After``: no one can be recognised as an admin then; the error itself goes to the server
+    log, never into the answer). Admins additionally get ``{"reasons": [{"code", "message"}], "database",
     "workers": {"pool": {...} | None, "processes": n}, "queues": {lane: {...}}, "disk", "warnings"}``.
 
     ``workers.pool`` describes the workers this server started: ``{"processes", "alive", "pids",
@@ -121,7 +128,9 @@ def _health(request: Request):
 
     status, reasons = health_state(request.app)
     code = 200 if status == "ok" else 503
-    if status == "unavailable" or not _is_admin(request):
+    if DATABASE_UNREACHABLE in reasons:
+        return JSONResponse({"status": status, "reasons": reasons}, status_code=code, headers={"Retry-After": "5"})
+    if not _is_admin(request):
         return JSONResponse({"status": status}, status_code=code)
     pool = getattr(request.app.state, "worker_pool", None)
     with get_sessionmaker().begin() as session:

@@ -30,6 +30,7 @@ from mewdex.inference import visual_model
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError
 from mewdex.search import image_search, service
+from mewdex.search.confidence import strong_match
 from mewdex.web import i18n, views
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
@@ -111,7 +112,9 @@ def set_language(code: str, next: str = "/"):
 # ------------------------------------------------------------------ search
 
 
-def _search_context(session: Session, scope: ScopeContext, q: str, collection: str, animated: bool) -> dict:
+def _search_context(
+    session: Session, scope: ScopeContext, q: str, collection: str, animated: bool, fold: bool = False
+) -> dict:
     query = q.strip()
     context: dict[str, Any] = {"q": q, "state": "idle", "results": [], "took_ms": None, "error": None}
     if not query:
@@ -120,7 +123,9 @@ def _search_context(session: Session, scope: ScopeContext, q: str, collection: s
     if len(query) > service.MAX_QUERY_CHARS:
         return {**context, "state": "error", "error": "error.query_too_long"}
     started = time.perf_counter()
-    response = service.search(session, scope, query, SEARCH_RESULTS, filters=_filters(collection, animated))
+    response = service.search(
+        session, scope, query, SEARCH_RESULTS, filters=_filters(collection, animated), fold_variants=fold
+    )
     return _results_context(
         session,
         scope,
@@ -128,6 +133,7 @@ def _search_context(session: Session, scope: ScopeContext, q: str, collection: s
         [UUID(r.id) for r in response.results],
         {r.id: r.snippet for r in response.results},
         started,
+        {r.id: r.confidence for r in response.results},
     )
 
 
@@ -139,13 +145,24 @@ def _filters(collection: str, animated: bool) -> SearchFilters:
     )
 
 
-def _results_context(session, scope, context, ids, snippets, started) -> dict:
+def _results_context(session, scope, context, ids, snippets, started, confidences=None) -> dict:
+    """The results fragment's context; with ``confidences`` (text search: id → high|medium|low) the
+    ``low`` ones move under "weaker matches", and all of them when none is ``high`` ("no strong match")."""
     memes = views.memes_by_id(session, scope, ids)
     cards = views.cards(session, scope, [memes[i] for i in ids if i in memes], with_stages=False)
+    weaker: list = []
+    if confidences is not None:
+        if strong_match(list(confidences.values())):
+            weaker = [c for c in cards if confidences.get(c.id) == "low"]
+            cards = [c for c in cards if confidences.get(c.id) != "low"]
+        else:
+            cards, weaker = [], cards
     return {
         **context,
-        "state": "results" if cards else "empty",
+        "state": "results" if cards or weaker else "empty",
         "results": cards,
+        "weaker": weaker,
+        "no_strong_match": confidences is not None and not cards and bool(weaker),
         "snippets": {str(k): v for k, v in snippets.items()},
         "took_ms": round((time.perf_counter() - started) * 1000),
     }
@@ -157,10 +174,11 @@ def index(
     q: str = "",
     collection: str = "",
     animated: bool = False,
+    fold: bool = False,
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
-    context = _search_context(session, scope, q, collection, animated)
+    context = _search_context(session, scope, q, collection, animated, fold)
     return render(
         request,
         "search.html",
@@ -169,6 +187,7 @@ def index(
             **context,
             "collection": collection,
             "animated": animated,
+            "fold": fold,
             "collections": views.collections(session, scope),
         },
     )
@@ -180,10 +199,13 @@ def search_fragment(
     q: str = "",
     collection: str = "",
     animated: bool = False,
+    fold: bool = False,
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
-    return render(request, "partials/search_results.html", _search_context(session, scope, q, collection, animated))
+    return render(
+        request, "partials/search_results.html", _search_context(session, scope, q, collection, animated, fold)
+    )
 
 
 @router.post("/ui/search/image")
@@ -274,7 +296,8 @@ def _detail_context(session: Session, scope: ScopeContext, meme_id: str) -> dict
         # "Looks like" in the page's language only (the context keeps both for search)
         "labels_by_lang": {lang: visual_model.labels_in(visual_labels, lang) for lang in ("en", "zh")},
         "similar": similar_cards,
-        "duplicates": data["near_duplicates"],
+        "duplicates": [d for d in data["near_duplicates"] if d["kind"] == "duplicate"],
+        "variants": [d for d in data["near_duplicates"] if d["kind"] == "variant"],
         "in_collections": views.collections_of_meme(session, scope, meme.id),
         "collections": views.collections(session, scope),
     }
@@ -310,9 +333,18 @@ def _library_context(
     sort: str,
     view: str,
     page: int,
+    collapse: bool = False,
 ) -> dict:
     result = views.library_page(
-        session, scope, name=name, state=state, collection=collection, animated=animated, sort=sort, page=page
+        session,
+        scope,
+        name=name,
+        state=state,
+        collection=collection,
+        animated=animated,
+        sort=sort,
+        page=page,
+        collapse=collapse,
     )
     return {
         "lib": result,
@@ -323,6 +355,7 @@ def _library_context(
             "collection": collection,
             "animated": animated,
             "sort": sort if sort in views.SORTS else "newest",
+            "collapse": collapse,
         },
     }
 
@@ -337,6 +370,7 @@ def library(
     sort: str = "newest",
     view: str = "grid",
     page: int = 1,
+    collapse: bool = False,
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
@@ -345,7 +379,7 @@ def library(
         "library.html",
         {
             "page": "library",
-            **_library_context(session, scope, name, state, collection, animated, sort, view, page),
+            **_library_context(session, scope, name, state, collection, animated, sort, view, page, collapse),
             "collections": views.collections(session, scope),
             "sorts": list(views.SORTS),
             "states": views.MEME_STATES,
@@ -363,13 +397,14 @@ def library_fragment(
     sort: str = "newest",
     view: str = "grid",
     page: int = 1,
+    collapse: bool = False,
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
     return render(
         request,
         "partials/library_items.html",
-        _library_context(session, scope, name, state, collection, animated, sort, view, page),
+        _library_context(session, scope, name, state, collection, animated, sort, view, page, collapse),
     )
 
 

@@ -54,14 +54,22 @@ def search_filters(**values: Any) -> SearchFilters:
 def search(
     request: SearchRequest, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
 ):
-    """``{"results": [{"id", "display_name", "sha256", "score", "media_url", "snippet"}], "took_ms"}``.
+    """``{"results": [{"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence"}],
+    "took_ms"}`` (``confidence``: ``high`` | ``medium`` | ``low``, see ``mewdex.search.confidence``).
 
-    Filters (all optional, combined with AND, applied inside every leg's SQL so a match ranked
-    anywhere is found): ``collection_ids``, ``animated``, ``formats``, ``status``,
-    ``created_from`` / ``created_to``; paging: ``n_results`` and ``offset``."""
+    ``fold_variants``: only the best-ranked meme of each template group. Filters (all optional,
+    combined with AND, applied inside every leg's SQL so a match ranked anywhere is found):
+    ``collection_ids``, ``animated``, ``formats``, ``status``, ``created_from`` / ``created_to``;
+    paging: ``n_results`` and ``offset``."""
     query = validate(request)
     return service.search(
-        session, scope, query, request.n_results, filters=request.filters(), offset=request.offset
+        session,
+        scope,
+        query,
+        request.n_results,
+        filters=request.filters(),
+        offset=request.offset,
+        fold_variants=request.fold_variants,
     ).to_dto()
 
 

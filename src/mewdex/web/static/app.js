@@ -353,6 +353,26 @@ async function removeMember(button) {
   toast(t("js.removed_from_collection"));
 }
 
+// Phones: the header's nav folds behind the menu button (CSS shows it below 720 px only); without
+// this script the nav stays a row of links that scrolls sideways.
+function toggleNav(open) {
+  const bar = $(".topbar");
+  const button = $("[data-action=toggle-nav]", bar);
+  if (!bar || !button) return;
+  bar.classList.toggle("nav-open", open);
+  button.setAttribute("aria-expanded", String(open));
+  if (open) { const first = $("#site-nav a", bar); if (first) first.focus(); }
+}
+(() => {
+  const button = $("[data-action=toggle-nav]");
+  if (!button) return;
+  button.hidden = false;
+  button.closest(".topbar").classList.add("has-nav-toggle");
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && button.getAttribute("aria-expanded") === "true") { toggleNav(false); button.focus(); }
+  });
+})();
+
 document.addEventListener("click", (e) => {
   const el = e.target.closest("[data-action]");
   if (!el) return;
@@ -369,6 +389,7 @@ document.addEventListener("click", (e) => {
     case "copy-image": copyImage(id); break;
     case "copy-link": mediaLink(id).then(copyText).then((ok) => toast(ok ? t("js.copied_link") : t("js.copy_failed"), ok ? "ok" : "error")); break;
     case "close-dialog": dialog.close(); break;
+    case "toggle-nav": toggleNav(el.getAttribute("aria-expanded") !== "true"); break;
     case "rename-start": toggleRename(el.closest("[data-component=rename]"), true); break;
     case "rename-cancel": toggleRename(el.closest("[data-component=rename]"), false); break;
     case "confirm-start": toggleConfirm(el.closest("[data-component=confirm]"), true); break;

@@ -1,8 +1,9 @@
 // Signed-in browsers: every state-changing request (fetch, HTMX, or XHR via mewdexCsrfToken) carries the session's CSRF token
-// from the readable `mewdex_csrf` cookie in `X-CSRF-Token`; the API refuses it otherwise (403).
+// from the readable `__Host-mewdex_csrf` cookie (`mewdex_csrf` on plain http to a LAN address) in `X-CSRF-Token`; the API refuses it otherwise (403).
 "use strict";
 (() => {
-  const csrf = () => (document.cookie.match(/(?:^|;\s*)mewdex_csrf=([^;]+)/) || [])[1] || "";
+  const cookie = (name) => (document.cookie.match(new RegExp(`(?:^|;\\s*)${name}=([^;]+)`)) || [])[1];
+  const csrf = () => cookie("__Host-mewdex_csrf") || cookie("mewdex_csrf") || "";
   const unsafe = (method) => !["GET", "HEAD", "OPTIONS"].includes((method || "GET").toUpperCase());
   // For XMLHttpRequest senders (uploads with progress): the header value, or "" when not signed in.
   window.mewdexCsrfToken = () => decodeURIComponent(csrf());
