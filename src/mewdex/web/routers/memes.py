@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -27,6 +27,7 @@ from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body
+from mewdex.web.media import blob_response
 from mewdex.web.security import UPLOAD_REQUEST_BYTES
 from mewdex.web.uploads import memory_slot, read_upload, upload_slot
 
@@ -77,10 +78,12 @@ def media(
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers=headers)
     namespace = storage_namespace(session, scope.scope_id)
-    path = blob_store().path(namespace, meme.storage_key)
-    if not path.is_file():
+    found = blob_response(
+        blob_store(), namespace, meme.storage_key, media_type=MEDIA_TYPES_BY_EXTENSION[meme.extension], headers=headers
+    )
+    if found is None:
         raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
-    return FileResponse(path, media_type=MEDIA_TYPES_BY_EXTENSION[meme.extension], headers=headers)
+    return found
 
 
 # ---------------------------------------------------------------- upload, list, rename, delete
