@@ -83,9 +83,9 @@ class S3BlobStore:
             BlobStoreError: the store failed (an unfinished multipart upload is aborted).
         """
         object_key = self.object_key(namespace, key)
-        stream = None if isinstance(data, (bytes, bytearray, memoryview)) else data
-        first = bytes(data) if stream is None else _read_full(stream, self.part_size)  # type: ignore[arg-type]
-        if stream is None or len(first) < self.part_size:  # it all fits in one request
+        stream = io.BytesIO(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
+        first = _read_full(stream, self.part_size)
+        if len(first) < self.part_size:  # it all fits in one request
             digest = hashlib.sha256(first).hexdigest()
             if digest != key[:64]:
                 raise ValueError("blob_digest_mismatch")
