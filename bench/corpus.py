@@ -35,8 +35,16 @@ def corpus_roots() -> list[Path]:
     return [CORPUS / s for s in SOURCES]
 
 
-def prepare(*, workers: int = 2, log=print) -> dict:
-    """Import the corpus into the current data dir and process it; returns timings and counts."""
+def sample(items: list, limit: int | None) -> list:
+    """``limit`` items spread evenly over ``items`` (all of them when ``limit`` is None)."""
+    if limit is None or limit >= len(items):
+        return items
+    return items[:: max(1, len(items) // limit)][:limit]
+
+
+def prepare(*, workers: int = 2, limit: int | None = None, log=print) -> dict:
+    """Import the corpus (or ``limit`` files of it, spread over it) into the current data dir and
+    process it; returns timings and counts (``paths``: the files imported)."""
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.importer import collect, import_paths
     from mewdex.library.scopes import default_scope
@@ -46,7 +54,7 @@ def prepare(*, workers: int = 2, log=print) -> dict:
 
     prepare_database()
     sessions, scope = get_sessionmaker(), default_scope()
-    items = collect([CORPUS])
+    items = sample(collect([CORPUS]), limit)
     started = time.perf_counter()
     pool = start_workers(workers)  # they process while the import goes on, as with `mewdex import --wait`
     summary = import_paths(sessions, blob_store(), scope, items)
@@ -69,6 +77,7 @@ def prepare(*, workers: int = 2, log=print) -> dict:
     pool.stop()
     return {
         "files": len(items),
+        "paths": [item.path for item in items],
         "created": summary.created,
         "duplicates": summary.duplicates,
         "skipped": summary.skipped,
