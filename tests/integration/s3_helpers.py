@@ -5,7 +5,8 @@ process of its own, started once per test session, with one bucket; each test ge
 process needs to use it (``MEWDEX_BLOB_STORE`` is per prefix: :meth:`S3Server.env`). The AWS
 credentials are fake and set in this process's environment for the session (boto3's chain reads them).
 ``s3_store``: an :class:`~mewdex.storage.s3.S3BlobStore` on a fresh prefix, built the way
-``blob_store()`` builds it.
+``blob_store()`` builds it. ``app_store``: the local store and then the S3 store as the process's
+configured store (parametrized).
 """
 
 from __future__ import annotations
@@ -101,6 +102,21 @@ def s3_server(tmp_path_factory):
 def s3_store(s3_server):
     """An S3 blob store on a prefix of this test's own."""
     return s3_server.store(f"t-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(params=["local", "s3"])
+def app_store(request, settings_env):
+    """The blob store the app (and every ``blob_store()`` call) uses in this test: the local one, or
+    an S3 store on a prefix of the test's own (settings changed for the test, restored after). Ask
+    for it before ``client`` so the app starts with it."""
+    from mewdex.storage import blob_store
+
+    if request.param == "s3":
+        server = request.getfixturevalue("s3_server")
+        settings_env(**server.env(f"app-{uuid.uuid4().hex[:12]}"))
+    blob_store.cache_clear()
+    yield blob_store()
+    blob_store.cache_clear()
 
 
 def unfinished_uploads(store) -> list[dict]:

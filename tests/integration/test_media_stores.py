@@ -8,27 +8,13 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-import pytest
 from sqlalchemy import select
 
 from conftest import client_for
 from library_helpers import check_storage_invariants, noise_png, png
 from mewdex.db.models import Meme, Scope
 from mewdex.library import thumbnails as th
-from s3_helpers import s3_server  # noqa: F401 - fixture
-
-
-@pytest.fixture(params=["local", "s3"])
-def app_store(request, settings_env):
-    """The blob store the app uses in this test (settings changed for the test, restored after)."""
-    from mewdex.storage import blob_store
-
-    if request.param == "s3":
-        server = request.getfixturevalue("s3_server")
-        settings_env(**server.env(f"media-{uuid.uuid4().hex[:12]}"))
-    blob_store.cache_clear()
-    yield blob_store()
-    blob_store.cache_clear()
+from s3_helpers import app_store, s3_server  # noqa: F401 - fixtures
 
 
 def namespace(sessions, scope) -> str:
