@@ -44,9 +44,16 @@ def dev_queries(limit: int | None = None) -> list[dict]:
     return queries[:limit] if limit is not None else queries
 
 
-def prepare(*, workers: int = 2, log=print, paths: list[Path] | None = None) -> dict:
-    """Import the corpus (or only ``paths``: files or folders) into the current data dir and process
-    it; returns timings and counts."""
+def sample(items: list, limit: int | None) -> list:
+    """``limit`` items spread evenly over ``items`` (all of them when ``limit`` is None)."""
+    if limit is None or limit >= len(items):
+        return items
+    return items[:: max(1, len(items) // limit)][:limit]
+
+
+def prepare(*, workers: int = 2, limit: int | None = None, paths: list[Path] | None = None, log=print) -> dict:
+    """Import the corpus (or only ``paths``: files or folders; or ``limit`` files spread over them) into
+    the current data dir and process it; returns timings and counts (``paths``: the files imported)."""
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.importer import collect, import_paths
     from mewdex.library.scopes import default_scope
@@ -56,7 +63,7 @@ def prepare(*, workers: int = 2, log=print, paths: list[Path] | None = None) -> 
 
     prepare_database()
     sessions, scope = get_sessionmaker(), default_scope()
-    items = collect(paths or [CORPUS])
+    items = sample(collect(paths or [CORPUS]), limit)
     started = time.perf_counter()
     pool = start_workers(workers)  # they process while the import goes on, as with `mewdex import --wait`
     summary = import_paths(sessions, blob_store(), scope, items)
@@ -79,6 +86,7 @@ def prepare(*, workers: int = 2, log=print, paths: list[Path] | None = None) -> 
     pool.stop()
     return {
         "files": len(items),
+        "paths": [item.path for item in items],
         "created": summary.created,
         "duplicates": summary.duplicates,
         "skipped": summary.skipped,

@@ -1,13 +1,26 @@
-"""Ingest benchmark: the whole corpus into a fresh data dir; images/s per stage and end to end, peak RSS.
+"""Ingest benchmark: the whole corpus into a fresh data dir; images/s per stage and end to end, peak RSS,
+and the models-only floor with the ratio end to end / floor (issue 14: the goal is ≥ 0.8).
 
-Run: .venv/bin/python bench/ingest.py [--workers 2] [--data-dir DIR]
-(workers are child processes, as in ``mewdex import --wait``; MEWDEX_WORKER_MODE=thread compares threads)
+Run: .venv/bin/python bench/ingest.py [--workers 2] [--data-dir DIR] [--limit N] [--json]
+(workers are child processes, as in ``mewdex import --wait``; MEWDEX_WORKER_MODE=thread compares threads;
+``--limit N`` takes N files spread over the corpus, for a quick check: model loading then weighs more)
+
+The floor is what the models alone cost on the same unique images, in as many processes as workers,
+with the models loaded before the clock starts: decode (once for a still image; an animation's OCR
+frames are decoded apart, as the stages need them), the visual model on up to 4 frames, OCR on the
+first (and middle) frame, the meme context, and the e5 and USE passage embeddings of its fields. No
+database, no queue, no blob store, no thumbnails: everything end to end spends beyond it is the
+pipeline's overhead.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import multiprocessing
+import time
+from pathlib import Path
 
 from sqlalchemy import text
 
@@ -33,14 +46,78 @@ def stage_rates() -> dict[str, dict]:
         }
 
 
+_FLOOR: dict = {}
+
+
+def _floor_init(barrier) -> None:
+    """Load (and run once) every model of the pipeline in this process, then wait for the others."""
+    from mewdex.inference import models
+    from mewdex.pipeline.visual import visual_model
+
+    _FLOOR.update(visual=visual_model(), ocr=models.ocr_engine(), embedders=models.text_embedders())
+    warm = Path(__file__).resolve().parent.parent / "tests" / "cases" / "img05_ocr_hello_transparent.png"
+    if warm.is_file():
+        _floor_image(str(warm))
+    barrier.wait()
+
+
+def _floor_image(path: str) -> bool:
+    """The models' work on one file, as the stages do it; False when it is not an image."""
+    from mewdex.config import get_settings
+    from mewdex.library.images import ImageError, load_frames
+    from mewdex.pipeline.context import build_meme_context, semantic_fields
+    from mewdex.pipeline.visual import context_labels, top_labels
+
+    data, max_pixels = Path(path).read_bytes(), get_settings().max_pixels
+    try:
+        frames = load_frames(data, indices="spread4", max_pixels=max_pixels)
+        # a still's one frame serves OCR too; an animation's middle frame needs a decode of its own
+        ocr_frames = (
+            frames[:1] if len(frames) == 1 else load_frames(data, indices="first_middle", max_pixels=max_pixels)
+        )
+    except ImageError:
+        return False
+    labels = context_labels(top_labels(_FLOOR["visual"].embed_frames(frames).probs))
+    context = build_meme_context(
+        relative_path=path,
+        display_name=Path(path).stem,
+        ocr_lines=_FLOOR["ocr"].read(ocr_frames),
+        labels=labels,
+        image_size=ocr_frames[0].size,
+    )
+    for leg, embedder in _FLOOR["embedders"].items():
+        fields = semantic_fields(context, embedder=leg)
+        if fields:
+            embedder.embed_passages(list(fields.values()))
+    return True
+
+
+def models_floor(paths: list[Path], workers: int) -> dict:
+    """Images/s of the models alone over the unique files of ``paths`` in ``workers`` processes
+    (models loaded and warmed before the clock starts)."""
+    unique: dict[str, str] = {}
+    for path in paths:
+        unique.setdefault(hashlib.sha256(path.read_bytes()).hexdigest(), str(path))
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(workers + 1)
+    with context.Pool(workers, initializer=_floor_init, initargs=(barrier,)) as pool:
+        barrier.wait(timeout=600)
+        started = time.perf_counter()
+        images = sum(pool.imap_unordered(_floor_image, list(unique.values()), chunksize=1))
+        seconds = time.perf_counter() - started
+    return {"images": images, "seconds": round(seconds, 2), "images_per_s": round(images / seconds, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--data-dir")
+    parser.add_argument("--limit", type=int, help="only N files, spread over the corpus (a quick check)")
+    parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object")
     args = parser.parse_args()
     data_dir = corpus.use_data_dir(args.data_dir)
     print(f"data dir: {data_dir}")
-    result = corpus.prepare(workers=args.workers)
+    result = corpus.prepare(workers=args.workers, limit=args.limit)
     memes = result["status"]["memes"]
     from mewdex.config import get_settings
 
@@ -60,6 +137,25 @@ def main() -> None:
         f"peak RSS:    {result['peak_rss_mb']:.0f} MB importing process, {result['worker_peak_rss_mb']:.0f} MB "
         "largest worker process (PostgreSQL runs apart)"
     )
+    floor = models_floor(result["paths"], args.workers)
+    end_to_end = memes / result["total_seconds"]
+    ratio = end_to_end / floor["images_per_s"]
+    print(
+        f"models only: {floor['images_per_s']:.2f} images/s ({floor['images']} images in {floor['seconds']:.1f}s, "
+        f"{args.workers} processes, models loaded first)"
+    )
+    print(f"ratio:       {ratio:.2f} end to end / models only (goal ≥ 0.8)")
+    if args.json:
+        figures = {
+            "memes": memes,
+            "end_to_end_images_per_s": round(end_to_end, 2),
+            "models_only": floor,
+            "ratio": round(ratio, 3),
+            "stages": stage_rates(),
+            "workers": args.workers,
+            "worker_mode": mode,
+        }
+        print(json.dumps(figures))
 
 
 if __name__ == "__main__":

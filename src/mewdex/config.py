@@ -8,8 +8,9 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -21,6 +22,16 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path(".mewdex"), description="Blobs and the embedded database live here.")
     database_url: str | None = Field(
         default=None, description="External PostgreSQL ≥ 15 with pgvector; unset = embedded."
+    )
+    blob_store: str | None = Field(
+        default=None, description="s3://bucket/prefix = blobs on an S3-compatible store; unset = the data dir."
+    )
+    s3_endpoint_url: str | None = Field(
+        default=None, description="Endpoint of a non-AWS S3-compatible store (MinIO, Ceph…); unset = AWS."
+    )
+    s3_region: str | None = Field(default=None, description="Region of the bucket; unset = AWS_REGION's.")
+    s3_addressing_style: Literal["auto", "path", "virtual"] = Field(
+        default="auto", description="path = bucket in the URL path (most self-hosted stores)."
     )
     host: str = "127.0.0.1"
     port: int = 8275
@@ -117,6 +128,15 @@ class Settings(BaseSettings):
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
     disk_low_bytes: int = Field(default=1024**3, ge=0, description="/health warns below this much free space.")
+
+    @field_validator("blob_store")
+    @classmethod
+    def _blob_store_url(cls, value: str | None) -> str | None:
+        """``s3://bucket[/prefix]`` or unset (empty = unset); anything else is a configuration error."""
+        if not value:
+            return None
+        parse_blob_store_url(value)
+        return value
 
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:
@@ -246,6 +266,21 @@ class Settings(BaseSettings):
     @property
     def pgdata(self) -> Path:
         return self.data_dir.resolve() / "pgdata"
+
+
+def parse_blob_store_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix`` → ``("bucket", "some/prefix/")`` (prefix ``""`` when none).
+
+    Raises:
+        ValueError: not an ``s3://`` URL, no bucket, or a prefix with empty, ``.`` or ``..`` segments.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment:
+        raise ValueError(f"MEWDEX_BLOB_STORE must look like s3://bucket/prefix, not {url!r}")
+    segments = parts.path.strip("/").split("/") if parts.path.strip("/") else []
+    if any(s in ("", ".", "..") for s in segments):
+        raise ValueError(f"MEWDEX_BLOB_STORE has an invalid prefix: {url!r}")
+    return parts.netloc, "".join(s + "/" for s in segments)
 
 
 @lru_cache(maxsize=1)

@@ -3,6 +3,7 @@
 would) and the test checks that every meme row has its blob, no blob is left without a row, no
 storage operation is left open, and the user-visible state is exactly before or after the
 operation — never in between. One embedded database for the whole matrix; a fresh scope per case.
+The matrix runs against both blob stores: the local one and the S3 store on a local S3-protocol server.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 from sqlalchemy import func, select
@@ -29,6 +31,7 @@ from mewdex.library import thumbnails as th
 from mewdex.library.memes import add_image
 from mewdex.storage import journal
 from mewdex.storage.failpoints import EXIT_CODE, FAILPOINTS
+from s3_helpers import s3_server  # noqa: F401 - fixture
 
 # The operation, run the way any mewdex process runs it: its own engine, the real blob store.
 DRIVER = """
@@ -59,8 +62,18 @@ CASES = [(op, step) for op, steps in FAILPOINTS.items() for step in steps]
 NEW_NAME = "renamed after the crash test"
 
 
-def run_driver(mewdex_env, op: str, scope, arg: str, failpoint: str) -> None:
-    env = {**os.environ, **mewdex_env.env, "MEWDEX_FAILPOINT": failpoint}
+@pytest.fixture(params=["local", "s3"])
+def blobs(request, store):
+    """``(store, env)``: the blob store of the case and what the driver process needs to use it."""
+    if request.param == "local":
+        return store, {}
+    server = request.getfixturevalue("s3_server")
+    prefix = f"crash-{uuid.uuid4().hex[:12]}"
+    return server.store(prefix), server.env(prefix)
+
+
+def run_driver(mewdex_env, op: str, scope, arg: str, failpoint: str, store_env: dict[str, str]) -> None:
+    env = {**os.environ, **mewdex_env.env, **store_env, "MEWDEX_FAILPOINT": failpoint}
     proc = subprocess.run(
         [sys.executable, "-c", DRIVER, op, scope.scope_id, arg], env=env, capture_output=True, text=True, timeout=120
     )
@@ -106,7 +119,8 @@ def existing_meme(sessions, store, scope, data: bytes) -> str:
 
 
 @pytest.mark.parametrize("op,failpoint", CASES, ids=[fp for _, fp in CASES])
-def test_crash_at_every_step_leaves_before_or_after(mewdex_env, sessions, store, scope, tmp_path, op, failpoint):
+def test_crash_at_every_step_leaves_before_or_after(mewdex_env, sessions, blobs, scope, tmp_path, op, failpoint):
+    store, store_env = blobs
     data = png(1000 + CASES.index((op, failpoint)), size=(160, 120))
     if op == "upload":
         path = tmp_path / "crash.png"
@@ -116,7 +130,7 @@ def test_crash_at_every_step_leaves_before_or_after(mewdex_env, sessions, store,
         arg = existing_meme(sessions, store, scope, data)
     before = snapshot(sessions, scope)
 
-    run_driver(mewdex_env, op, scope, arg, failpoint)
+    run_driver(mewdex_env, op, scope, arg, failpoint, store_env)
     with sessions.begin() as session:  # the next start-up's recovery pass
         journal.recover(session, store, older_than_seconds=0)
 

@@ -15,6 +15,7 @@ from conftest import app_for, client_for
 from library_helpers import asgi_post, check_storage_invariants, multipart, noise_png, png
 from mewdex.db.models import ImageProcessingJob, Meme, Scope, StorageOperation
 from mewdex.library import collections
+from s3_helpers import app_store, s3_server  # noqa: F401 - fixtures (the delete tests run on both blob stores)
 
 MiB = 1024 * 1024
 
@@ -299,7 +300,8 @@ def test_rename_and_delete_of_unknown_or_foreign_memes_are_404(client, sessions)
 # ---------------------------------------------------------------- delete
 
 
-def test_delete_removes_rows_and_files(client, sessions, store, scope):
+def test_delete_removes_rows_and_files(app_store, client, sessions, scope):
+    store = app_store
     with sessions.begin() as session:
         collection_id = collections.get_or_create(session, scope, "c").id
     meme_id = created_id(client, 500)
@@ -329,7 +331,8 @@ def test_delete_removes_rows_and_files(client, sessions, store, scope):
     check_storage_invariants(sessions, store, scope)
 
 
-def test_delete_keeps_a_blob_an_upload_in_flight_uses(client, sessions, store, scope):
+def test_delete_keeps_a_blob_an_upload_in_flight_uses(app_store, client, sessions, scope):
+    store = app_store
     from mewdex.storage import journal
 
     data = png(510)
@@ -346,8 +349,9 @@ def test_delete_keeps_a_blob_an_upload_in_flight_uses(client, sessions, store, s
     check_storage_invariants(sessions, store, scope)
 
 
-def test_delete_keeps_a_thumbnail_another_meme_shares(client, sessions, store, scope):
+def test_delete_keeps_a_thumbnail_another_meme_shares(app_store, client, sessions, scope):
     """DUP-01-like: same pixels, different bytes → two memes with byte-identical thumbnails."""
+    store = app_store
     import io
 
     from PIL import Image
@@ -365,9 +369,7 @@ def test_delete_keeps_a_thumbnail_another_meme_shares(client, sessions, store, s
     with sessions.begin() as session:
         for meme_id in ids:
             meme = session.get(Meme, meme_id)
-            th.store_thumbnails(
-                session, store, ns, meme, th.make_thumbnails(store.path(ns, meme.storage_key).read_bytes())
-            )
+            th.store_thumbnails(session, store, ns, meme, th.make_thumbnails(store.read_bytes(ns, meme.storage_key)))
     shared = set(store.iter_keys(th.thumbnail_namespace(ns)))
     assert shared
     assert client.delete(f"/api/v1/memes/{ids[0]}").status_code == 204

@@ -156,12 +156,16 @@ def get_meme(
         store = blob_store()
         row = thumbs.current_thumbnail(session, meme, thumbs.STILL_PROFILE)
         if row is not None and row.output_key:
-            path = store.path(thumbs.thumbnail_namespace(namespace), row.output_key)
-            if path.is_file():
-                return facts, path.read_bytes(), "webp"
-        original = store.path(namespace, meme.storage_key)
-        if original.is_file() and meme.size_bytes <= MAX_IMAGE_BYTES:
-            return facts, original.read_bytes(), meme.extension.lstrip(".").replace("jpg", "jpeg")
+            try:
+                return facts, store.read_bytes(thumbs.thumbnail_namespace(namespace), row.output_key), "webp"
+            except FileNotFoundError:
+                pass
+        if meme.size_bytes <= MAX_IMAGE_BYTES:
+            try:
+                data = store.read_bytes(namespace, meme.storage_key)
+            except FileNotFoundError:
+                return facts, None, ""
+            return facts, data, meme.extension.lstrip(".").replace("jpg", "jpeg")
         return facts, None, ""
 
 

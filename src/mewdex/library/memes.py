@@ -28,7 +28,7 @@ from mewdex.library.scopes import ensure_scope
 from mewdex.platform import quotas
 from mewdex.platform.errors import PlatformError
 from mewdex.storage import failpoints, journal
-from mewdex.storage.blobs import is_disk_full
+from mewdex.storage.blobs import BlobStoreError, is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,8 @@ def processing_submitter() -> Callable[..., Any]:
 @dataclass
 class AddResult:
     """Outcome for one file: ``created`` | ``duplicate`` | ``skipped`` (bad input, with an error code) |
-    ``failed`` (``insufficient_storage``: the disk is full; nothing stored, trying again later can work) |
+    ``failed`` (``insufficient_storage``: the disk is full, or ``blob_store_unavailable``: the object store
+    failed; nothing stored, trying again later can work) |
     ``ignored`` (folder import: not an image file at all, e.g. ``notes.txt``, ``metadata.jsonl``)."""
 
     status: str
@@ -127,9 +128,14 @@ def add_image(
     try:
         store.put(namespace, key, data)
     except OSError as exc:
-        _undo_upload(sessions, store, scope, namespace, key, op_id)
+        try:
+            _undo_upload(sessions, store, scope, namespace, key, op_id)
+        except BlobStoreError:  # the store is still away: the journal's recovery finishes the undo later
+            log.warning("upload of %s not undone yet (the blob store is unavailable); recovery will", key)
         if is_disk_full(exc):
             return AddResult("failed", error="insufficient_storage", message=f"the disk is full: {exc.strerror}")
+        if isinstance(exc, BlobStoreError):
+            return AddResult("failed", error="blob_store_unavailable", message=str(exc.strerror))
         raise
     failpoints.hit("upload.after_blob_write")
     display_name, name_source = name_for_file(filename, folder)

@@ -407,7 +407,7 @@ def reconcile(
                 continue
             key, sha = meme.storage_key, meme.sha256
         try:
-            data = store.path(namespace, key).read_bytes()
+            data = store.read_bytes(namespace, key)
             thumbs, failure = make_thumbnails(data, max_pixels=max_pixels), None
         except ImageError as exc:
             thumbs, failure = [], exc

@@ -60,7 +60,7 @@ def snapshot(session: Session, claim: queue.Claim) -> MemeSnapshot | None:
         display_name=meme.display_name,
         provenance=dict(meme.provenance),
         meme_context=dict(meme.meme_context),
-        read_bytes=lambda: store.path(namespace, key).read_bytes(),
+        read_bytes=lambda: store.read_bytes(namespace, key),
     )
 
 

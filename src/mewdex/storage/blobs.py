@@ -1,6 +1,14 @@
-"""Content-addressed blob store on the local file system.
+"""The blob-store interface (:class:`BlobStore`) and its local implementation.
 
-Layout: ``root/<namespace>/<sha[0:2]>/<sha256><ext>``, where ``namespace`` is a
+Every blob is content-addressed: ``<namespace>/<sha[0:2]>/<sha256><ext>``, where ``namespace`` is a
+scope's immutable ``storage_namespace`` UUID (or the thumbnail namespace derived from it) and the key
+is the SHA-256 of the bytes plus the normalized extension. Two implementations, chosen by
+``MEWDEX_BLOB_STORE`` (:func:`mewdex.storage.blob_store`): :class:`LocalBlobStore` here and
+:class:`mewdex.storage.s3.S3BlobStore` (S3-compatible object stores). Everything that reads or writes
+blobs goes through this interface; the storage journal (:mod:`mewdex.storage.journal`) makes the
+database and the store agree whichever is used.
+
+Local layout: ``root/<namespace>/<sha[0:2]>/<sha256><ext>``, where ``namespace`` is a
 scope's immutable ``storage_namespace`` UUID and the key is the SHA-256 of the
 bytes plus the normalized extension. Writes go to ``root/.staging/`` first, are
 flushed and fsynced, then renamed into place with ``os.replace`` (atomic on one
@@ -24,8 +32,9 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from mewdex.storage import failpoints
 
@@ -36,6 +45,73 @@ CHUNK_SIZE = 1024 * 1024
 _HOST_TAG = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _STAGED_NAME = re.compile(r"(\d+)-[0-9a-f]{32}-([0-9a-f]{8})\.tmp")
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+class BlobStoreError(OSError):
+    """The blob store could not be reached or refused a request (an object store's outage, a missing
+    bucket, denied credentials). An ``OSError`` (``errno.EIO``), so every path that handles a failed
+    file write handles it too; the message names the operation and the store's error code, never a
+    credential."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EIO, message)
+
+
+@dataclass(frozen=True)
+class BlobStat:
+    """A stored blob's size (bytes) and last modification (Unix seconds)."""
+
+    size: int
+    mtime: float
+
+
+BlobData = bytes | bytearray | memoryview | BinaryIO
+
+
+class BlobStore(Protocol):
+    """What every blob store offers. ``namespace``: a UUID (string or :class:`uuid.UUID`); ``key``:
+    ``<64 lower-case hex><.png|.jpg|.gif|.webp>``; anything else raises ``ValueError``
+    (``storage_namespace_invalid`` / ``blob_key_invalid``) before the store is touched. Failures of
+    the store itself raise ``OSError`` (:class:`BlobStoreError` for an object store)."""
+
+    def put(self, namespace: str | uuid.UUID, key: str, data: BlobData) -> object:
+        """Store the bytes (or a binary stream, read in chunks) under ``key``, atomically: a reader
+        never sees a partial blob. ``ValueError("blob_digest_mismatch")`` (nothing stored) when the
+        data does not hash to the key; idempotent for the same bytes."""
+        ...
+
+    def open(self, namespace: str | uuid.UUID, key: str) -> BinaryIO:
+        """A seekable binary reader of the blob (the caller closes it); FileNotFoundError when missing."""
+        ...
+
+    def read_bytes(self, namespace: str | uuid.UUID, key: str) -> bytes:
+        """The blob's bytes; FileNotFoundError when missing."""
+        ...
+
+    def stat(self, namespace: str | uuid.UUID, key: str) -> BlobStat | None:
+        """Size and modification time of the blob, None when it is not stored."""
+        ...
+
+    def exists(self, namespace: str | uuid.UUID, key: str) -> bool:
+        """True if the blob is stored."""
+        ...
+
+    def delete(self, namespace: str | uuid.UUID, key: str) -> bool:
+        """Remove the blob (a missing one is fine); True if one was removed."""
+        ...
+
+    def iter_keys(self, namespace: str | uuid.UUID) -> Iterator[str]:
+        """Every valid key stored in ``namespace``, sorted; stray entries are skipped."""
+        ...
+
+    def free_bytes(self) -> int | None:
+        """Bytes still free for blobs; None when the store has no such limit (an object store)."""
+        ...
+
+    def clean_staging(self, older_than_seconds: float) -> int:
+        """Remove what interrupted writes left behind (staging files, unfinished multipart uploads)
+        of writers that are gone or older than ``older_than_seconds``; returns how many."""
+        ...
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -64,8 +140,8 @@ class LocalBlobStore:
             ValueError: ``namespace`` is not a UUID, or ``key`` is not
                 ``<64 lower-case hex><.png|.jpg|.gif|.webp>``.
         """
-        key = _check_key(key)
-        return self.root / _check_namespace(namespace) / key[:2] / key
+        key = check_key(key)
+        return self.root / check_namespace(namespace) / key[:2] / key
 
     def put(self, namespace: str | uuid.UUID, key: str, data: bytes | bytearray | memoryview | BinaryIO) -> Path:
         """Store bytes (or a binary file-like object, read in 1 MiB chunks) under ``key``.
@@ -103,6 +179,18 @@ class LocalBlobStore:
         """
         return self.path(namespace, key).open("rb")
 
+    def read_bytes(self, namespace: str | uuid.UUID, key: str) -> bytes:
+        """The blob's bytes. Raises ValueError (invalid namespace/key), FileNotFoundError (no such blob)."""
+        return self.path(namespace, key).read_bytes()
+
+    def stat(self, namespace: str | uuid.UUID, key: str) -> BlobStat | None:
+        """Size and mtime of the blob, None when there is none. Raises ValueError for an invalid namespace/key."""
+        try:
+            result = self.path(namespace, key).stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return BlobStat(result.st_size, result.st_mtime)
+
     def exists(self, namespace: str | uuid.UUID, key: str) -> bool:
         """True if the blob is stored. Raises ValueError for an invalid namespace/key."""
         return self.path(namespace, key).is_file()
@@ -129,7 +217,7 @@ class LocalBlobStore:
         Raises:
             ValueError: ``namespace`` is not a UUID.
         """
-        base = self.root / _check_namespace(namespace)
+        base = self.root / check_namespace(namespace)
         if not base.is_dir():
             return
         for shard in sorted(base.iterdir()):
@@ -139,7 +227,7 @@ class LocalBlobStore:
                 if KEY_PATTERN.fullmatch(entry.name) and entry.name[:2] == shard.name and entry.is_file():
                     yield entry.name
 
-    def free_bytes(self) -> int:
+    def free_bytes(self) -> int | None:
         """Bytes free for this process on the blob store's file system."""
         return shutil.disk_usage(self.root).free
 
@@ -176,13 +264,14 @@ def _writer_gone(name: str) -> bool:
     return False
 
 
-def _check_key(key: object) -> str:
+def check_key(key: object) -> str:
+    """``key`` when it is a valid blob key, else ``ValueError("blob_key_invalid")``."""
     if not isinstance(key, str) or KEY_PATTERN.fullmatch(key) is None:
         raise ValueError("blob_key_invalid")
     return key
 
 
-def _check_namespace(namespace: object) -> str:
+def check_namespace(namespace: object) -> str:
     """Return the canonical UUID string (``xxxxxxxx-xxxx-...``, lower case)."""
     if isinstance(namespace, uuid.UUID):
         return str(namespace)
@@ -196,7 +285,7 @@ def _write_synced(path: Path, data: bytes | bytearray | memoryview | BinaryIO) -
     digest = hashlib.sha256()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)  # no access for other local users
     with os.fdopen(fd, "wb") as out:
-        for chunk in _chunks(data):
+        for chunk in chunks(data):
             digest.update(chunk)
             out.write(chunk)
             failpoints.disk_full("blob.write")
@@ -205,11 +294,12 @@ def _write_synced(path: Path, data: bytes | bytearray | memoryview | BinaryIO) -
     return digest.hexdigest()
 
 
-def _chunks(data: bytes | bytearray | memoryview | BinaryIO) -> Iterator[bytes]:
+def chunks(data: BlobData, size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    """``data`` as byte chunks: bytes whole, a stream read ``size`` bytes at a time."""
     if isinstance(data, (bytes, bytearray, memoryview)):
         yield bytes(data)
         return
-    while chunk := data.read(CHUNK_SIZE):
+    while chunk := data.read(size):
         yield chunk
 
 

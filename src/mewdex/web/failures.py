@@ -3,6 +3,8 @@
 * The database is gone (:func:`mewdex.db.supervisor.is_connection_lost`, or the supervisor already
   knows of an outage): ``503 database_unavailable`` with ``Retry-After``; the log says so once per
   interval (the supervisor's summary), not with a traceback per request.
+* The blob store failed (:class:`~mewdex.storage.blobs.BlobStoreError`: an object store unreachable
+  or refusing): ``503 blob_store_unavailable`` with ``Retry-After``; the log has the store's error code.
 * Anything else unexpected: ``500 internal_error`` as the JSON error body, with ``Connection: close``
   so a keep-alive client is told the connection ends (the server closes it after an unhandled error)
   instead of finding it dropped on its next request. The traceback is logged once, by the server.
@@ -10,12 +12,18 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 
 from mewdex.db import supervisor
+from mewdex.storage.blobs import BlobStoreError
 from mewdex.web.errors import error_body
+
+log = logging.getLogger(__name__)
+BLOB_STORE_RETRY_SECONDS = 5
 
 
 def database_unavailable_response() -> JSONResponse:
@@ -39,6 +47,15 @@ def install(app: FastAPI) -> None:
             supervisor.note_refused(f"{type(exc.orig).__name__}: {supervisor.first_line(exc.orig)}")
             return database_unavailable_response()
         raise exc  # any other database error is a bug: the 500 below
+
+    @app.exception_handler(BlobStoreError)
+    async def _blob_store_error(_request: Request, exc: BlobStoreError):
+        log.warning("blob store unavailable: %s", exc.strerror)
+        return JSONResponse(
+            error_body("blob_store_unavailable", "the blob store is unavailable; retry shortly"),
+            status_code=503,
+            headers={"Retry-After": str(BLOB_STORE_RETRY_SECONDS)},
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, _exc: Exception):

@@ -8,7 +8,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from functools import partial
 from typing import BinaryIO
 from urllib.parse import quote
 from uuid import UUID
@@ -33,7 +33,7 @@ from mewdex.library.scopes import storage_namespace
 @dataclass(frozen=True)
 class ExportEntry:
     file: str  # archive path, "images/<entry>"
-    path: Path  # the blob
+    open_blob: Callable[[], BinaryIO]  # opens the blob for reading (the blob store's reader)
     display_name: str
     extension: str
     size: int
@@ -57,11 +57,11 @@ def plan_export(session: Session, store, scope: ScopeContext, collection_id: UUI
     names = unique_entry_names([(m.display_name, m.extension) for m in memes])
     entries = []
     for meme, name in zip(memes, names, strict=False):
-        path = store.path(namespace, meme.storage_key)
-        if not path.is_file():
+        if not store.exists(namespace, meme.storage_key):
             raise PackageError(409, "blob_missing", f"the file of meme {meme.id} is missing", {"meme_id": str(meme.id)})
+        opener = partial(store.open, namespace, meme.storage_key)
         entries.append(
-            ExportEntry(IMAGES_DIR + name, path, meme.display_name, meme.extension, meme.size_bytes, meme.sha256)
+            ExportEntry(IMAGES_DIR + name, opener, meme.display_name, meme.extension, meme.size_bytes, meme.sha256)
         )
     manifest = {
         "format": FORMAT,
@@ -122,7 +122,7 @@ def stream_zip(plan: ExportPlan, chunk_size: int = READ_CHUNK) -> Iterator[bytes
             info.external_attr = 0o644 << 16
             with (
                 archive.open(info, "w", force_zip64=entry.size >= zipfile.ZIP64_LIMIT) as out,
-                entry.path.open("rb") as src,
+                entry.open_blob() as src,
             ):
                 while chunk := src.read(chunk_size):
                     out.write(chunk)

@@ -139,8 +139,8 @@ def _health(request: Request):
             {"p": f"{WORKER_APPLICATION_PREFIX}:%"},
         ).scalar_one()
         depth = queue_depth(session)
-    free = blob_store().free_bytes()
-    low = free < get_settings().disk_low_bytes
+    free = blob_store().free_bytes()  # None: an object store (no free-space figure)
+    low = free is not None and free < get_settings().disk_low_bytes
     return JSONResponse(
         {
             "status": status,

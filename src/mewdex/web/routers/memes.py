@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -27,6 +27,7 @@ from mewdex.search.image_search import near_duplicates_of
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body
+from mewdex.web.media import blob_response
 from mewdex.web.security import UPLOAD_REQUEST_BYTES
 from mewdex.web.uploads import memory_slot, read_upload, upload_slot
 
@@ -77,10 +78,12 @@ def media(
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers=headers)
     namespace = storage_namespace(session, scope.scope_id)
-    path = blob_store().path(namespace, meme.storage_key)
-    if not path.is_file():
+    found = blob_response(
+        blob_store(), namespace, meme.storage_key, media_type=MEDIA_TYPES_BY_EXTENSION[meme.extension], headers=headers
+    )
+    if found is None:
         raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
-    return FileResponse(path, media_type=MEDIA_TYPES_BY_EXTENSION[meme.extension], headers=headers)
+    return found
 
 
 # ---------------------------------------------------------------- upload, list, rename, delete
@@ -94,6 +97,7 @@ REJECTION_STATUS = {
     "image_corrupt": 422,
     "quota_exceeded": 413,
     "insufficient_storage": 507,
+    "blob_store_unavailable": 503,
 }
 _TRUE, _FALSE = {"1", "true", "on", "yes"}, {"", "0", "false", "off", "no"}
 
@@ -206,7 +210,8 @@ async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope
     in request order; ``meme`` is the meme as ``GET /api/v1/memes/{id}`` shows it (stages pending
     for a new one), ``error`` ``{"code", "message", "status"}`` for a rejection or failure. HTTP 507
     ``insufficient_storage`` (``error.details``: ``stored``, ``not_stored``) when the disk was full for
-    any file (``failed``; the others' results say what was stored), else 201 when any was created,
+    any file (``failed``; the others' results say what was stored; 503 ``blob_store_unavailable`` the
+    same way when the object store failed), else 201 when any was created,
     200 when none was but one was a duplicate, else the rejection's status (413/415/422)
     with an ``error`` beside the results. A file over the limit stops the whole request at once
     (nothing of it is added). Errors: 413 ``upload_too_large``, 415
@@ -237,17 +242,19 @@ async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope
     finally:
         form.close()
     statuses = {r["status"] for r in results}
-    if "failed" in statuses:  # the disk is full: say what was stored and what was not
+    if "failed" in statuses:  # the disk is full or the blob store away: say what was stored and what was not
         stored = sum(r["status"] in ("created", "duplicate") for r in results)
+        code = next(r["error"]["code"] for r in results if r["status"] == "failed")
+        reason = "the disk is full" if code == "insufficient_storage" else "the blob store is unavailable"
         body = {
             "results": results,
             **error_body(
-                "insufficient_storage",
-                "the disk is full: some files were not stored; send them again later",
+                code,
+                f"{reason}: some files were not stored; send them again later",
                 {"stored": stored, "not_stored": len(results) - stored},
             ),
         }
-        return JSONResponse(body, status_code=507)
+        return JSONResponse(body, status_code=REJECTION_STATUS[code])
     if "created" in statuses:
         return JSONResponse({"results": results}, status_code=201)
     if "duplicate" in statuses:

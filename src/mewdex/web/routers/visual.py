@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -28,6 +28,7 @@ from mewdex.search import image_search
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, streaming_scope
 from mewdex.web.errors import ApiError
+from mewdex.web.media import blob_response
 from mewdex.web.routers.memes import get_meme
 from mewdex.web.routers.search import search_filters
 from mewdex.web.uploads import read_query_image, upload_slot
@@ -65,21 +66,29 @@ def thumbnail(
         row = thumbs.current_thumbnail(session, meme, profile)
         if row is None or not row.output_key:
             continue
-        path = store.path(thumbs.thumbnail_namespace(namespace), row.output_key)
-        if not path.is_file():
-            continue
         etag = f'"{row.output_sha256}"'
         headers = {"ETag": etag, "Cache-Control": "private, max-age=31536000, immutable"}
+        found = blob_response(
+            store,
+            thumbs.thumbnail_namespace(namespace),
+            row.output_key,
+            media_type=row.media_type or thumbs.MEDIA_TYPE,
+            headers=headers,
+        )
+        if found is None:
+            continue
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers=headers)
-        return FileResponse(path, media_type=row.media_type or thumbs.MEDIA_TYPE, headers=headers)
-    original = store.path(namespace, meme.storage_key)
-    if not original.is_file():
-        raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
+        return found
     # Thumbnails are made only by the worker: until then the original stands in (decoding here, on
     # every GET and on an API thread, would let one image tie up the server).
     media_type = (meme.extensions or {}).get("image", {}).get("media_type") or "application/octet-stream"
-    return FileResponse(original, media_type=media_type, headers={"Cache-Control": "no-store"})
+    original = blob_response(
+        store, namespace, meme.storage_key, media_type=media_type, headers={"Cache-Control": "no-store"}
+    )
+    if original is None:
+        raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
+    return original
 
 
 def _search_by_image(
