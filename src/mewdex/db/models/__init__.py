@@ -57,5 +57,6 @@ from mewdex.db.models.search import (
     SearchHead,
     SearchMigrationState,
 )
+from mewdex.db.models.search_stats import MemeSearchScopeStats, MemeSearchTermStats
 
 __all__ = [name for name in dir() if not name.startswith("_")]
