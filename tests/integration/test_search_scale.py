@@ -257,8 +257,8 @@ def test_small_scope_next_to_a_large_one_reads_only_its_own_postings(sessions, s
     with sessions.begin() as session:
         plan = _explain(session, keyword._BM25_SQL.format(filters=""), _bm25_params(small.scope_id, ["cat", "w1"]), generic)
         nodes = list(_nodes(plan))
-        assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
         scans = [n for n in nodes if n.get("Relation Name") in ("meme_search_terms", "meme_search_documents")]
+        assert not [n for n in scans if n["Node Type"] == "Seq Scan"], scans
         own = session.execute(
             text("SELECT count(*) FROM meme_search_terms WHERE scope_id = :s"), {"s": small.scope_id}
         ).scalar_one()
@@ -301,3 +301,66 @@ def test_recall_at_k():
     assert recall_at_k([[1]], [[1, 2]], 10) == 0.5
     assert recall_at_k([], [], 10) == 1.0
     np.testing.assert_equal(recall_at_k([[2, 1]], [[1, 2]], 2), 1.0)
+
+
+def _flip(phash: int, bits: list[int]) -> int:
+    for b in bits:
+        phash ^= 1 << b
+    return phash
+
+
+def test_near_duplicates_by_index_find_what_the_scan_found(sessions):
+    """pHash candidates come from the band index (no scan of the scope); they are exactly the memes a
+    comparison with every meme of the scope finds within the threshold, ordered the same way."""
+    from mewdex.search import near_duplicates
+
+    rng = random.Random(9)
+    scope, other = new_scope(sessions, "dupidx"), new_scope(sessions, "dupother")
+    try:
+        base = [rng.getrandbits(64) for _ in range(40)]
+        hashes = list(base)
+        for h in base[:20]:  # variants 0–6 bits away (the threshold is 4)
+            for d in (0, 1, 3, 4, 5, 6):
+                hashes.append(_flip(h, rng.sample(range(64), d)))
+        with sessions.begin() as session:
+            ids = _memes(session, scope, len(hashes))
+            for m, h in zip(ids, hashes):
+                session.execute(
+                    text("UPDATE memes SET extensions = :e WHERE id = :m"),
+                    {"e": json.dumps({"visual": {"phash": f"{h:016x}"}}), "m": m},
+                )
+            # the same hashes in another scope must never be candidates
+            for m, h in zip(_memes(session, other, 20), hashes[:20]):
+                session.execute(
+                    text("UPDATE memes SET extensions = :e WHERE id = :m"),
+                    {"e": json.dumps({"visual": {"phash": f"{h:016x}"}}), "m": m},
+                )
+        with sessions.begin() as session:
+            session.execute(text("ANALYZE memes"))
+        with sessions.begin() as session:
+            for probe in range(0, len(hashes), 7):
+                h = f"{hashes[probe]:016x}"
+                found = near_duplicates.find_near_duplicates(
+                    session, scope.scope_id, ids[probe], None, h, "m", "p", limit=100
+                )
+                scan = {
+                    m: bin(hashes[probe] ^ x).count("1")
+                    for m, x in zip(ids, hashes)
+                    if m != ids[probe] and bin(hashes[probe] ^ x).count("1") <= near_duplicates.PHASH_MAX_DISTANCE
+                }
+                assert {m: v["phash_distance"] for m, v in found.items()} == scan
+            session.execute(text("SET LOCAL enable_seqscan = off"))  # the test database is small
+            plan = "\n".join(
+                r[0]
+                for r in session.execute(
+                    text(
+                        f"EXPLAIN SELECT id FROM memes WHERE {near_duplicates._PHASH_BANDS}"
+                        " && mewdex_phash_bands(:s, :h)"
+                    ),
+                    {"s": scope.scope_id, "h": f"{hashes[0]:016x}"},
+                )
+            )
+            assert "ix_memes_phash_bands" in plan, plan
+    finally:
+        drop_scope(sessions, scope)
+        drop_scope(sessions, other)
