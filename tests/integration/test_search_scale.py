@@ -107,7 +107,7 @@ def _assert_ranking_is_plain_bm25(session, scope_id, docs, query) -> None:
     for m, s in expected.items():
         assert got[m] == pytest.approx(s, rel=1e-6), query
     ranked = [expected[h.meme_id] for h in hits if not h.phrase]  # exact phrases rank first, then BM25
-    assert all(x >= y - 1e-9 for x, y in zip(ranked, ranked[1:])), query
+    assert all(x >= y - 1e-9 for x, y in zip(ranked, ranked[1:], strict=False)), query
 
 
 def test_keyword_ranking_equals_plain_bm25_and_stats_follow_every_write(sessions):
@@ -141,7 +141,7 @@ def test_keyword_ranking_equals_plain_bm25_and_stats_follow_every_write(sessions
             moved = ids[25:35]
             session.execute(text("DELETE FROM memes WHERE id = ANY(:ids)"), {"ids": moved})
             b_ids = _memes(session, b, len(moved))
-            b_docs = {new: docs.pop(old) for old, new in zip(moved, b_ids)}
+            b_docs = {new: docs.pop(old) for old, new in zip(moved, b_ids, strict=True)}
             keyword.index_documents(session, b.scope_id, [(m, "h", f) for m, f in b_docs.items()])
             _assert_stats_right(session, a.scope_id, b.scope_id)
             _assert_ranking_is_plain_bm25(session, a.scope_id, docs, "w2 w9")
@@ -169,7 +169,12 @@ def test_long_documents_arriving_re_weight_the_scope(sessions):
                 text("SELECT impact_avgdl FROM meme_search_scope_stats WHERE scope_id = :s"), {"s": scope.scope_id}
             ).scalar_one()
             for m in ids[10:]:
-                docs[m] = {"name": "w1 " + " ".join(rng.choices(VOCABULARY, k=30)), "ocr": "", "labels": "", "phrase": ""}
+                docs[m] = {
+                    "name": "w1 " + " ".join(rng.choices(VOCABULARY, k=30)),
+                    "ocr": "",
+                    "labels": "",
+                    "phrase": "",
+                }
                 keyword.index_document(session, scope.scope_id, m, "h", docs[m])
             after = session.execute(
                 text("SELECT impact_avgdl FROM meme_search_scope_stats WHERE scope_id = :s"), {"s": scope.scope_id}
@@ -194,12 +199,19 @@ def small_and_large(sessions):
             session,
             large.scope_id,
             [
-                (m, "h", _fields(rng, phrase=f"cat 熊本熊 {i}" + (" 周末加班" if i == 7 else "")) | {"name": f"cat w{i % 7}"})
+                (
+                    m,
+                    "h",
+                    _fields(rng, phrase=f"cat 熊本熊 {i}" + (" 周末加班" if i == 7 else ""))
+                    | {"name": f"cat w{i % 7}"},
+                )
                 for i, m in enumerate(ids)
             ],
         )
         small_ids = _memes(session, small, 20)
-        small_docs = {m: _fields(rng, phrase=f"cat 熊本熊 {i}") | {"name": f"cat w{i % 7}"} for i, m in enumerate(small_ids)}
+        small_docs = {
+            m: _fields(rng, phrase=f"cat 熊本熊 {i}") | {"name": f"cat w{i % 7}"} for i, m in enumerate(small_ids)
+        }
         keyword.index_documents(session, small.scope_id, [(m, "h", f) for m, f in small_docs.items()])
         session.execute(text("ANALYZE meme_search_terms"))
         session.execute(text("ANALYZE meme_search_documents"))
@@ -220,9 +232,7 @@ def _explain(session, sql: str, params: dict, generic: bool) -> dict:
     with psycopg.ClientCursor(raw) as cur:  # EXECUTE's arguments bound client-side
         cur.execute(f"SET LOCAL plan_cache_mode = {'force_generic_plan' if generic else 'force_custom_plan'}")
         cur.execute("DEALLOCATE ALL")
-        types = ", ".join(
-            {int: "bigint", float: "float8", str: "text", list: "text[]"}[type(params[n])] for n in names
-        )
+        types = ", ".join({int: "bigint", float: "float8", str: "text", list: "text[]"}[type(params[n])] for n in names)
         cur.execute(f"PREPARE scale_probe({types}) AS {positional}")
         placeholders = ", ".join(["%s"] * len(values))
         cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE scale_probe({placeholders})", values)
@@ -255,7 +265,9 @@ def test_small_scope_next_to_a_large_one_reads_only_its_own_postings(sessions, s
     reads index ranges of that scope only: no sequential scan, no more rows than the scope holds."""
     small = small_and_large["small"]
     with sessions.begin() as session:
-        plan = _explain(session, keyword._BM25_SQL.format(filters=""), _bm25_params(small.scope_id, ["cat", "w1"]), generic)
+        plan = _explain(
+            session, keyword._BM25_SQL.format(filters=""), _bm25_params(small.scope_id, ["cat", "w1"]), generic
+        )
         nodes = list(_nodes(plan))
         scans = [n for n in nodes if n.get("Relation Name") in ("meme_search_terms", "meme_search_documents")]
         assert not [n for n in scans if n["Node Type"] == "Seq Scan"], scans
@@ -324,13 +336,13 @@ def test_near_duplicates_by_index_find_what_the_scan_found(sessions):
                 hashes.append(_flip(h, rng.sample(range(64), d)))
         with sessions.begin() as session:
             ids = _memes(session, scope, len(hashes))
-            for m, h in zip(ids, hashes):
+            for m, h in zip(ids, hashes, strict=True):
                 session.execute(
                     text("UPDATE memes SET extensions = :e WHERE id = :m"),
                     {"e": json.dumps({"visual": {"phash": f"{h:016x}"}}), "m": m},
                 )
             # the same hashes in another scope must never be candidates
-            for m, h in zip(_memes(session, other, 20), hashes[:20]):
+            for m, h in zip(_memes(session, other, 20), hashes[:20], strict=True):
                 session.execute(
                     text("UPDATE memes SET extensions = :e WHERE id = :m"),
                     {"e": json.dumps({"visual": {"phash": f"{h:016x}"}}), "m": m},
@@ -345,7 +357,7 @@ def test_near_duplicates_by_index_find_what_the_scan_found(sessions):
                 )
                 scan = {
                     m: bin(hashes[probe] ^ x).count("1")
-                    for m, x in zip(ids, hashes)
+                    for m, x in zip(ids, hashes, strict=True)
                     if m != ids[probe] and bin(hashes[probe] ^ x).count("1") <= near_duplicates.PHASH_MAX_DISTANCE
                 }
                 assert {m: v["phash_distance"] for m, v in found.items()} == scan

@@ -79,5 +79,6 @@ def recall_at_k(approximate: list[list], exact: list[list], k: int = K) -> float
     exact scan; 1.0 for no queries, a query whose exact list is empty counts 1.0)."""
     if not exact:
         return 1.0
-    shares = [len(set(a[:k]) & set(e[:k])) / len(e[:k]) if e[:k] else 1.0 for a, e in zip(approximate, exact)]
+    pairs = zip(approximate, exact, strict=True)
+    shares = [len(set(a[:k]) & set(e[:k])) / len(e[:k]) if e[:k] else 1.0 for a, e in pairs]
     return sum(shares) / len(shares)

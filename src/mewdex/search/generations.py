@@ -21,8 +21,8 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 

@@ -71,6 +71,7 @@ def index_documents(session: Session, scope_id: str, documents: list[tuple[UUID,
     if not documents:
         return
     tfs = [term_frequencies(fields) for _, _, fields in documents]
+    lengths = [float(sum(tf.values())) for tf in tfs]
     now = utcnow()
     rows = [
         dict(
@@ -78,10 +79,10 @@ def index_documents(session: Session, scope_id: str, documents: list[tuple[UUID,
             meme_id=meme_id,
             metadata_hash=metadata_hash,
             folded_text=fields.get(PHRASE_FIELD, ""),
-            term_count=float(sum(tf.values())),
+            term_count=length,
             updated_at=now,
         )
-        for (meme_id, metadata_hash, fields), tf in zip(documents, tfs)
+        for (meme_id, metadata_hash, fields), length in zip(documents, lengths, strict=True)
     ]
     stmt = insert(MemeSearchDocument).values(rows)
     session.execute(
@@ -91,20 +92,18 @@ def index_documents(session: Session, scope_id: str, documents: list[tuple[UUID,
         )
     )
     ids = [meme_id for meme_id, _, _ in documents]
-    session.execute(
-        delete(MemeSearchTerm).where(MemeSearchTerm.scope_id == scope_id, MemeSearchTerm.meme_id.in_(ids))
-    )
+    session.execute(delete(MemeSearchTerm).where(MemeSearchTerm.scope_id == scope_id, MemeSearchTerm.meme_id.in_(ids)))
     avgdl = refresh_impacts(session, scope_id)
     postings = [
         {
             "scope_id": scope_id,
-            "meme_id": row["meme_id"],
+            "meme_id": meme_id,
             "term": t,
             "tf": w,
-            "doc_length": row["term_count"],
-            "impact": saturation(w, row["term_count"], avgdl),
+            "doc_length": length,
+            "impact": saturation(w, length, avgdl),
         }
-        for row, tf in zip(rows, tfs)
+        for (meme_id, _, _), length, tf in zip(documents, lengths, tfs, strict=True)
         for t, w in tf.items()
     ]
     if postings:
@@ -207,7 +206,7 @@ _BIGRAMS = "mewdex_han_bigram_keys(d.scope_id, d.folded_text) @> CAST(:bigrams A
 
 def han_bigram_keys(scope_id: str, folded: str) -> list[str]:
     """The scope-prefixed Han character bigrams of ``folded`` (as SQL's ``mewdex_han_bigram_keys``)."""
-    return sorted({f"{scope_id} {a}{b}" for a, b in zip(folded, folded[1:]) if is_han(a) and is_han(b)})
+    return sorted({f"{scope_id} {a}{b}" for a, b in zip(folded, folded[1:], strict=False) if is_han(a) and is_han(b)})
 
 
 def search(
@@ -232,10 +231,7 @@ def search(
         params |= {"pattern": "%" + phrase.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"}
         params |= {"bigrams": bigrams, **filter_params}
         sql = _PHRASE_SQL.format(lookup=_BIGRAMS if bigrams else "", filters=where)
-        parts.append(
-            "SELECT meme_id, NULL::float8, true, row_number() OVER () AS ord"
-            f" FROM ({sql}) phrase"
-        )
+        parts.append(f"SELECT meme_id, NULL::float8, true, row_number() OVER () AS ord FROM ({sql}) phrase")
     if not parts:
         return []
     rows = session.execute(text(" UNION ALL ".join(f"({p})" for p in parts)), params).all()

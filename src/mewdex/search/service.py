@@ -210,9 +210,9 @@ def hydrate(session: Session, scope: ScopeContext, ids: list[UUID], scores: dict
     rows = {
         row.id: row
         for row in session.execute(
-            select(Meme.id, Meme.display_name, Meme.sha256, Meme.meme_context["ocr_text"].astext.label("ocr_text")).where(
-                Meme.scope_id == scope.scope_id, Meme.id.in_(ids)
-            )
+            select(
+                Meme.id, Meme.display_name, Meme.sha256, Meme.meme_context["ocr_text"].astext.label("ocr_text")
+            ).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))
         )
     }
     return [

@@ -66,9 +66,7 @@ def search(
     if generation is None or generation.dimensions != query.shape[0]:
         return []
     hnsw_settings(session, max(EF_SEARCH, limit))
-    hits, _ = search_generation(
-        session, scope_id, leg, GenerationRef.of(generation), query, limit, filters
-    )
+    hits, _ = search_generation(session, scope_id, leg, GenerationRef.of(generation), query, limit, filters)
     return hits
 
 

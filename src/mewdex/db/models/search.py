@@ -19,13 +19,13 @@ from uuid import UUID
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
+    REAL,
     BigInteger,
     CheckConstraint,
     DateTime,
     Float,
     ForeignKeyConstraint,
     Index,
-    REAL,
     Integer,
     String,
     Text,
