@@ -375,13 +375,18 @@ def measure_legs(scope_id: str, queries: list[str], rounds: int) -> dict:
 
 
 def measure_keyword_vs_plain(scope_id: str, queries: list[str]) -> dict:
+    """The impact-ordered statement (at several postings-per-term caps) against the plain BM25
+    statement it replaced: p50/p95 and top-10 overlap (same data, same transaction)."""
     from sqlalchemy import text
 
     from mewdex.db.engine import get_sessionmaker
     from mewdex.search import keyword
     from mewdex.search.text import tokenize
 
-    old_ms, new_ms, overlaps = [], [], []
+    caps = sorted({1000, keyword.POSTINGS_PER_TERM, 20000})
+    old_ms: list[float] = []
+    new_ms: dict[int, list[float]] = {c: [] for c in caps}
+    overlaps: dict[int, list[float]] = {c: [] for c in caps}
     with get_sessionmaker().begin() as session:
         for q in queries:
             terms = sorted(set(tokenize(q)))
@@ -391,16 +396,28 @@ def measure_keyword_vs_plain(scope_id: str, queries: list[str]) -> dict:
             t = time.perf_counter()
             plain = [r[0] for r in session.execute(text(_OLD_BM25_SQL), params)]
             old_ms.append((time.perf_counter() - t) * 1000)
-            p = {**params, "per_term": keyword.POSTINGS_PER_TERM, "rescore": keyword.RESCORE}
-            t = time.perf_counter()
-            new = [r[0] for r in session.execute(text(keyword._BM25_SQL.format(filters="")), p)]
-            new_ms.append((time.perf_counter() - t) * 1000)
-            if plain:
-                overlaps.append(len(set(plain) & set(new)) / len(plain))
+            for cap in caps:
+                p = {**params, "per_term": cap, "rescore": keyword.RESCORE}
+                t = time.perf_counter()
+                new = [r[0] for r in session.execute(text(keyword._BM25_SQL.format(filters="")), p)]
+                new_ms[cap].append((time.perf_counter() - t) * 1000)
+                if plain:
+                    overlaps[cap].append(len(set(plain) & set(new)) / len(plain))
     return {
         "plain_bm25": figures(old_ms),
-        "impact_bm25": figures(new_ms),
-        "top10_overlap": round(sum(overlaps) / len(overlaps), 4) if overlaps else None,
+        "impact_bm25": figures(new_ms[keyword.POSTINGS_PER_TERM]),
+        "top10_overlap": round(
+            sum(overlaps[keyword.POSTINGS_PER_TERM]) / max(len(overlaps[keyword.POSTINGS_PER_TERM]), 1), 4
+        ),
+        "caps": [
+            {
+                "postings_per_term": cap,
+                **figures(new_ms[cap]),
+                "top10_overlap": round(sum(overlaps[cap]) / max(len(overlaps[cap]), 1), 4),
+                "chosen": cap == keyword.POSTINGS_PER_TERM,
+            }
+            for cap in caps
+        ],
     }
 
 
@@ -616,6 +633,12 @@ def report(size: int, e: dict) -> None:
         f"  keyword SQL: plain BM25 {k['plain_bm25']['p50_ms']:.1f}/{k['plain_bm25']['p95_ms']:.1f} ms → impact"
         f" {k['impact_bm25']['p50_ms']:.1f}/{k['impact_bm25']['p95_ms']:.1f} ms, top-10 overlap {k['top10_overlap']}"
     )
+    for c in k["caps"]:
+        mark = " ← chosen" if c["chosen"] else ""
+        print(
+            f"    ≤ {c['postings_per_term']:6d} postings/term: {c['p50_ms']:6.1f} / {c['p95_ms']:6.1f} ms,"
+            f" overlap {c['top10_overlap']:.3f}{mark}"
+        )
     for leg, sweep in e["vector_sweep"].items():
         print(f"  {leg} HNSW statement (100 memes): ef_search × rows/meme → recall@10, p50/p95 ms")
         for s in sweep:

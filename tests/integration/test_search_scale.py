@@ -376,3 +376,41 @@ def test_near_duplicates_by_index_find_what_the_scan_found(sessions):
     finally:
         drop_scope(sessions, scope)
         drop_scope(sessions, other)
+
+
+def test_vector_leg_of_a_small_scope_next_to_a_large_one_stays_exact(sessions, monkeypatch):
+    """Through the search service (its leg pool: HNSW settings and custom plans on the connection,
+    the scope's head cached), a 30-meme scope next to a 1,500-meme one whose vectors all sit nearer
+    the query gets all its own memes in exact cosine order, every time (psycopg prepares a statement
+    run 5 times; the plan must not turn generic)."""
+    from mewdex.db.engine import get_search_sessionmaker
+    from mewdex.inference import models
+    from mewdex.search import service, vector
+    from test_vector_scope import DIMS, MODEL, _fill, _unit
+
+    rng = np.random.default_rng(2)
+    query = _unit(rng, 1)[0]
+
+    class Fixed:
+        model, dimensions = MODEL, DIMS
+
+        def embed_query(self, text):
+            return query
+
+    monkeypatch.setitem(models._FACTORIES, "scale-fixed", Fixed)
+    big, small = new_scope(sessions, "vecbig"), new_scope(sessions, "vecsmall")
+    try:
+        near = query + 0.05 * _unit(rng, 1500)
+        _fill(sessions, big, near / np.linalg.norm(near, axis=1, keepdims=True))
+        vectors = _unit(rng, 30)
+        small_ids = _fill(sessions, small, vectors)
+        expected = [small_ids[i] for i in np.argsort(-(vectors @ query), kind="stable")]
+        for _ in range(12):
+            ranked, _phrase = service._run_leg(MODEL, small.scope_id, "anything")
+            assert ranked == expected
+        with get_search_sessionmaker(vector.SEARCH_CONNECTION_OPTIONS)() as session:
+            assert session.execute(text("SHOW plan_cache_mode")).scalar_one() == "force_custom_plan"
+            assert session.execute(text("SHOW hnsw.ef_search")).scalar_one() == str(vector.EF_SEARCH)
+    finally:
+        drop_scope(sessions, big)
+        drop_scope(sessions, small)

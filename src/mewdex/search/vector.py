@@ -17,7 +17,7 @@ from mewdex.search.generations import GenerationRef, current_generation
 from mewdex.search.vector_index import distance_sql
 
 # HNSW search settings (bench/scale.py measures recall@10 against an exact scan and latency for
-# several values; see docs/scaling.md): ``ef_search`` and candidate rows per wanted meme (a meme
+# several values; see docs/search-at-scale.md): ``ef_search`` and candidate rows per wanted meme (a meme
 # has one row per semantic field). Iterative scans (relaxed order) keep scanning the index until
 # enough rows pass the scope/generation/filter conditions, so a small scope next to a large one
 # still gets its own k best; with custom plans (see SEARCH_CONNECTION_OPTIONS) the planner scans a
