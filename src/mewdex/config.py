@@ -53,6 +53,13 @@ class Settings(BaseSettings):
     search_concurrency: int = Field(
         default=8, ge=1, le=64, description="Searches one process runs at once (their legs have a pool of their own)."
     )
+    pg_shared_buffers: str | None = Field(
+        default=None,
+        description="Embedded PostgreSQL shared_buffers (e.g. `2GB`); unset = 1/8 of the machine's memory.",
+    )
+    pg_work_mem: str | None = Field(
+        default=None, description="Embedded PostgreSQL work_mem (e.g. `32MB`); unset = memory / 512, 4–64 MB."
+    )
     search_wait_seconds: float = Field(
         default=5.0, ge=0, description="How long a search waits for a free slot before answering 503 `overloaded`."
     )

@@ -77,6 +77,9 @@ def embedded_url(pgdata: Path) -> str:
     """
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     ep = _quiet_imports()
+    fresh = not (pgdata / "PG_VERSION").exists()
+    if not fresh and not is_running(pgdata):
+        write_server_config(pgdata)  # read by the start below
     try:
         server = ep.get_server(pgdata, cleanup_mode=None)
     except Exception as exc:  # the wheel raises CalledProcessError, TimeoutExpired, AssertionError…
@@ -85,7 +88,64 @@ def embedded_url(pgdata: Path) -> str:
         ) from exc
     _close_socket_dir(pgdata)
     uri = _require_password(pgdata, server.get_uri())
+    if fresh and write_server_config(pgdata):  # initdb'd and started just now: what can change without a restart
+        import psycopg
+
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
     return uri.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+CONFIG_FILE = "mewdex.conf"
+MB = 1024 * 1024
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+def server_settings(memory_bytes: int | None = None) -> dict[str, str]:
+    """The embedded server's sizing from the machine's memory (``memory_bytes``, default: physical
+    memory), each overridable where noted:
+
+    - ``shared_buffers`` = memory / 8, 128 MB–8 GB (``MEWDEX_PG_SHARED_BUFFERS``): the HNSW graphs
+      and postings a search walks stay in the server's cache (at 100k memes the vector working set is
+      about 2 GB; 128 MB, the default, doubled the vector statements' time);
+    - ``work_mem`` = memory / 512, 4–64 MB (``MEWDEX_PG_WORK_MEM``): per sort/hash node;
+    - ``maintenance_work_mem`` = memory / 16, 64 MB–2 GB: HNSW builds stay in memory;
+    - ``effective_cache_size`` = memory / 2: the planner's idea of the OS cache.
+    """
+    from mewdex.config import get_settings
+
+    if memory_bytes is None:
+        memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    settings = get_settings()
+    return {
+        "shared_buffers": settings.pg_shared_buffers or f"{_clamp(memory_bytes // 8, 128 * MB, 8192 * MB) // MB}MB",
+        "work_mem": settings.pg_work_mem or f"{_clamp(memory_bytes // 512, 4 * MB, 64 * MB) // MB}MB",
+        "maintenance_work_mem": f"{_clamp(memory_bytes // 16, 64 * MB, 2048 * MB) // MB}MB",
+        "effective_cache_size": f"{max(memory_bytes // 2, 256 * MB) // MB}MB",
+    }
+
+
+def write_server_config(pgdata: Path) -> bool:
+    """Write :func:`server_settings` to ``pgdata/mewdex.conf`` and include it from ``postgresql.conf``
+    (once); returns whether the file changed (it applies at the server's next start or reload)."""
+    conf = pgdata / "postgresql.conf"
+    if not conf.exists():
+        return False
+    include = f"include_if_exists = '{CONFIG_FILE}'"
+    if include not in conf.read_text():
+        with open(conf, "a") as f:  # appended in place: the file keeps its owner (the server's user)
+            f.write(f"\n# mewdex: sizing from the machine's memory (mewdex.db.embedded.server_settings)\n{include}\n")
+    body = "# written by mewdex at every start; override with MEWDEX_PG_* settings\n"
+    body += "".join(f"{k} = '{v}'\n" for k, v in server_settings().items())
+    path = pgdata / CONFIG_FILE
+    if path.exists() and path.read_text() == body:
+        return False
+    path.write_text(body)
+    path.chmod(0o644)
+    return True
 
 
 def is_running(pgdata: Path) -> bool:

@@ -106,16 +106,27 @@ def session_scope() -> Iterator[Session]:
         yield session
 
 
-def get_search_sessionmaker() -> sessionmaker[Session]:
+def get_search_sessionmaker(options: str = "") -> sessionmaker[Session]:
     """Sessions of the search legs' own pool (``pool_sizes()["search_pool"]`` connections; see there):
     a search holds a connection of the main pool (its request's) while its legs run, so they must not
-    wait for one from that pool."""
+    wait for one from that pool.
+
+    The pool's connections are in autocommit (a leg reads with single statements: no BEGIN/COMMIT
+    round trips) and carry ``options`` (libpq ``-c name=value`` settings, given by the first caller:
+    the search service's HNSW settings and plan mode)."""
     global _search_engine, _search_sessions
     engine = get_engine()
     with _lock:
         if _search_sessions is None:
             size = pool_sizes(get_settings())["search_pool"]
-            _search_engine = create_engine(engine.url, pool_size=size, max_overflow=0, pool_pre_ping=True)
+            _search_engine = create_engine(
+                engine.url,
+                pool_size=size,
+                max_overflow=0,
+                pool_pre_ping=True,
+                isolation_level="AUTOCOMMIT",
+                connect_args={"options": options} if options else {},
+            )
             event.listen(_search_engine, "connect", _register_vector)
             _search_sessions = sessionmaker(_search_engine, expire_on_commit=False)
         return _search_sessions

@@ -72,3 +72,13 @@ def evaluate(
         "recall_at_10": round(recall / evaluated, 4) if evaluated else None,
         "mrr_at_10": round(mrr / evaluated, 4) if evaluated else None,
     }
+
+
+def recall_at_k(approximate: list[list], exact: list[list], k: int = K) -> float:
+    """Mean over queries of |approximate[:k] ∩ exact[:k]| / |exact[:k]| (an index's recall against an
+    exact scan; 1.0 for no queries, a query whose exact list is empty counts 1.0)."""
+    if not exact:
+        return 1.0
+    pairs = zip(approximate, exact, strict=True)
+    shares = [len(set(a[:k]) & set(e[:k])) / len(e[:k]) if e[:k] else 1.0 for a, e in pairs]
+    return sum(shares) / len(shares)

@@ -19,8 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -56,6 +59,52 @@ def current_generation(session: Session, scope_id: str, leg: str) -> SearchGener
         )
         .where(SearchHead.scope_id == scope_id, SearchHead.model == leg)
     ).scalar_one_or_none()
+
+
+@dataclass(frozen=True)
+class GenerationRef:
+    """What a vector leg needs of a generation: its id, model id and dimensions."""
+
+    id: UUID
+    model: str
+    dimensions: int
+
+    @classmethod
+    def of(cls, generation: SearchGeneration) -> GenerationRef:
+        return cls(generation.id, generation.model, generation.dimensions)
+
+
+#: Seconds a cached head is trusted without being seen (every vector search also reads the head in
+#: its statement and drops a stale entry at once, so this only bounds memory of idle scopes).
+HEAD_CACHE_SECONDS = 300.0
+_heads: dict[tuple[str, str], tuple[float, GenerationRef]] = {}
+_heads_lock = threading.Lock()
+
+
+def cached_generation(session: Session, scope_id: str, leg: str) -> GenerationRef | None:
+    """:func:`current_generation` of (scope, leg), remembered per process (no statement on a hit).
+    Callers check the head their search statement returns and :func:`forget_generation` when it moved."""
+    key = (scope_id, leg)
+    now = time.monotonic()
+    with _heads_lock:
+        hit = _heads.get(key)
+    if hit is not None and now - hit[0] < HEAD_CACHE_SECONDS:
+        return hit[1]
+    generation = current_generation(session, scope_id, leg)
+    if generation is None:  # not remembered: the scope's first meme creates it
+        return None
+    ref = GenerationRef.of(generation)
+    with _heads_lock:
+        if len(_heads) > 10_000:
+            _heads.clear()
+        _heads[key] = (now, ref)
+    return ref
+
+
+def forget_generation(scope_id: str, leg: str) -> None:
+    """Drop the cached head of (scope, leg)."""
+    with _heads_lock:
+        _heads.pop((scope_id, leg), None)
 
 
 def building_generation(session: Session, scope_id: str, model: str) -> SearchGeneration | None:

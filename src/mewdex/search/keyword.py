@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from mewdex.db.models import MemeSearchDocument, MemeSearchTerm, utcnow
 from mewdex.dto.search import SearchFilters
 from mewdex.library.listing import exists_sql
-from mewdex.search.text import fold, has_han, tokenize
+from mewdex.search.text import fold, has_han, is_han, tokenize
 
 # Term frequency multipliers per context field (measured by bench/lab_text_recipe.py).
 FIELD_WEIGHTS = {"name": 2.0, "ocr": 1.0, "labels": 0.5, "vision": 1.0}
@@ -23,6 +23,11 @@ PHRASE_FIELD = "phrase"
 BM25_K1 = 1.2
 BM25_B = 0.75
 MAX_TERM_LENGTH = 255
+# Postings read per query term (in impact order) and memes scored exactly: see _BM25_SQL.
+POSTINGS_PER_TERM = 5000
+RESCORE = 400
+# Re-weight a scope's postings when its average document length moved this much (relative).
+IMPACT_DRIFT = 0.1
 
 
 @dataclass(frozen=True)
@@ -38,8 +43,18 @@ def index_document(session: Session, scope_id: str, meme_id: UUID, metadata_hash
     ``fields`` is :func:`mewdex.pipeline.context.keyword_document`'s output: space-joined folded
     tokens per field (``name``, ``ocr``, ``labels``) and ``phrase``, the folded text that exact
     phrases are matched in.
+
+    The scope's statistics (documents, total length, document frequencies) follow in the same
+    transaction by triggers (migration 0012). Postings carry their BM25 ``impact`` computed with
+    the scope's ``impact_avgdl``; when the scope's average length has moved more than
+    :data:`IMPACT_DRIFT` from it, every posting of the scope is re-weighted (:func:`refresh_impacts`).
     """
-    tf: defaultdict[str, float] = defaultdict(float)  # term -> Σ field weights
+    index_documents(session, scope_id, [(meme_id, metadata_hash, fields)])
+
+
+def term_frequencies(fields: dict[str, str]) -> dict[str, float]:
+    """``{term: Σ field weights}`` of a keyword document (terms longer than MAX_TERM_LENGTH dropped)."""
+    tf: defaultdict[str, float] = defaultdict(float)
     for field, value in fields.items():
         if field == PHRASE_FIELD:
             continue
@@ -47,48 +62,124 @@ def index_document(session: Session, scope_id: str, meme_id: UUID, metadata_hash
         for term in value.split():
             if len(term) <= MAX_TERM_LENGTH:
                 tf[term] += weight
-    document = dict(
-        scope_id=scope_id,
-        meme_id=meme_id,
-        metadata_hash=metadata_hash,
-        folded_text=fields.get(PHRASE_FIELD, ""),
-        term_count=float(sum(tf.values())),
-        updated_at=utcnow(),
-    )
-    stmt = insert(MemeSearchDocument).values(**document)
+    return dict(tf)
+
+
+def index_documents(session: Session, scope_id: str, documents: list[tuple[UUID, str, dict[str, str]]]) -> None:
+    """:func:`index_document` for many memes of one scope at once: ``[(meme_id, metadata_hash, fields)]``
+    (distinct memes), in four statements."""
+    if not documents:
+        return
+    tfs = [term_frequencies(fields) for _, _, fields in documents]
+    lengths = [float(sum(tf.values())) for tf in tfs]
+    now = utcnow()
+    rows = [
+        dict(
+            scope_id=scope_id,
+            meme_id=meme_id,
+            metadata_hash=metadata_hash,
+            folded_text=fields.get(PHRASE_FIELD, ""),
+            term_count=length,
+            updated_at=now,
+        )
+        for (meme_id, metadata_hash, fields), length in zip(documents, lengths, strict=True)
+    ]
+    stmt = insert(MemeSearchDocument).values(rows)
     session.execute(
         stmt.on_conflict_do_update(
             index_elements=["scope_id", "meme_id"],
             set_={k: stmt.excluded[k] for k in ("metadata_hash", "folded_text", "term_count", "updated_at")},
         )
     )
+    ids = [meme_id for meme_id, _, _ in documents]
+    session.execute(delete(MemeSearchTerm).where(MemeSearchTerm.scope_id == scope_id, MemeSearchTerm.meme_id.in_(ids)))
+    avgdl = refresh_impacts(session, scope_id)
+    postings = [
+        {
+            "scope_id": scope_id,
+            "meme_id": meme_id,
+            "term": t,
+            "tf": w,
+            "doc_length": length,
+            "impact": saturation(w, length, avgdl),
+        }
+        for (meme_id, _, _), length, tf in zip(documents, lengths, tfs, strict=True)
+        for t, w in tf.items()
+    ]
+    if postings:
+        session.execute(insert(MemeSearchTerm), postings)
+
+
+def saturation(tf: float, doc_length: float, avgdl: float) -> float:
+    """BM25's term-frequency part: ``tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl))`` (the posting's
+    contribution before the term's IDF)."""
+    return tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * doc_length / max(avgdl, 1.0)))
+
+
+def refresh_impacts(session: Session, scope_id: str, *, force: bool = False) -> float:
+    """The average length the scope's posting impacts use; re-weights every posting of the scope
+    first when the current average has drifted more than :data:`IMPACT_DRIFT` from it (or ``force``).
+
+    Runs after the document write (the statistics row is locked by then: the scope's writers take
+    their turn, so all postings of a scope share one reference length)."""
+    row = session.execute(
+        text("SELECT n_documents, total_length, impact_avgdl FROM meme_search_scope_stats WHERE scope_id = :s"),
+        {"s": scope_id},
+    ).first()
+    if row is None or row[0] <= 0:
+        return 1.0
+    current = max(row[1] / row[0], 1.0)
+    reference = row[2]
+    if not force and reference > 0 and abs(current - reference) <= IMPACT_DRIFT * reference:
+        return reference
     session.execute(
-        delete(MemeSearchTerm).where(MemeSearchTerm.scope_id == scope_id, MemeSearchTerm.meme_id == meme_id)
+        text(
+            "UPDATE meme_search_terms SET impact = tf * (:k1 + 1) / (tf + :k1 * (1 - :b + :b * doc_length / :avgdl))"
+            " WHERE scope_id = :s"
+        ),
+        {"k1": BM25_K1, "b": BM25_B, "avgdl": current, "s": scope_id},
     )
-    if tf:
-        session.execute(
-            insert(MemeSearchTerm),
-            [{"scope_id": scope_id, "meme_id": meme_id, "term": t, "tf": w} for t, w in tf.items()],
-        )
+    session.execute(
+        text("UPDATE meme_search_scope_stats SET impact_avgdl = :a WHERE scope_id = :s"), {"a": current, "s": scope_id}
+    )
+    return current
 
 
+# Top-k by impact: every query term's best POSTINGS_PER_TERM postings (by impact, an index range
+# scan, whatever the library's size or its neighbours'), their memes' upper bound Σ idf·impact;
+# the RESCORE best of those get their exact BM25 score from their postings of the query terms
+# (current statistics). A scope whose terms have at most POSTINGS_PER_TERM postings is ranked
+# exactly as plain BM25 ranks it.
 _BM25_SQL = """
     WITH stats AS (
-        SELECT count(*)::float AS n, greatest(avg(term_count), 1.0) AS avgdl
-        FROM meme_search_documents WHERE scope_id = :scope
+        SELECT n_documents::float8 AS n, greatest(total_length / greatest(n_documents, 1), 1.0) AS avgdl
+        FROM meme_search_scope_stats WHERE scope_id = :scope
     ),
-    df AS (
-        SELECT term, count(*)::float AS df FROM meme_search_terms
-        WHERE scope_id = :scope AND term = ANY(:terms) GROUP BY term
+    q AS (
+        SELECT t.term, ln(1 + (stats.n - t.df + 0.5) / (t.df + 0.5)) AS idf
+        FROM meme_search_term_stats t CROSS JOIN stats
+        WHERE t.scope_id = :scope AND t.term = ANY(CAST(:terms AS varchar[]))
+    ),
+    candidates AS (
+        SELECT top.meme_id FROM (
+            SELECT p.meme_id, sum(q.idf * p.impact) AS bound
+            FROM q CROSS JOIN LATERAL (
+                SELECT p.meme_id, p.impact FROM meme_search_terms p
+                WHERE p.scope_id = :scope AND p.term = q.term{filters}
+                ORDER BY p.impact DESC
+                LIMIT :per_term
+            ) p
+            GROUP BY p.meme_id
+            ORDER BY bound DESC, p.meme_id
+            LIMIT :rescore
+        ) top
     )
     SELECT p.meme_id,
-           sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-               * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * d.term_count / stats.avgdl))) AS score
-    FROM meme_search_terms p
-    JOIN df ON df.term = p.term
-    JOIN meme_search_documents d ON d.scope_id = p.scope_id AND d.meme_id = p.meme_id
+           sum(q.idf * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.doc_length / stats.avgdl))) AS score
+    FROM candidates c
+    JOIN meme_search_terms p ON p.scope_id = :scope AND p.meme_id = c.meme_id
+    JOIN q ON q.term = p.term
     CROSS JOIN stats
-    WHERE p.scope_id = :scope AND p.term = ANY(:terms){filters}
     GROUP BY p.meme_id
     ORDER BY score DESC, p.meme_id
     LIMIT :limit
@@ -101,12 +192,21 @@ def phrase_worthy(folded: str) -> bool:
     return han >= 2 or len(folded) - han >= 4
 
 
+# Exact phrases: a Chinese phrase (two characters too) is looked up by its scope-prefixed Han
+# bigrams (GIN, migration 0012: only this scope's documents that hold every bigram are read), other
+# phrases by the trigram index; LIKE then checks the whole phrase.
 _PHRASE_SQL = """
-    SELECT meme_id FROM meme_search_documents
-    WHERE scope_id = :scope AND folded_text LIKE :pattern ESCAPE '\\'{filters}
-    ORDER BY length(folded_text), meme_id
+    SELECT d.meme_id FROM meme_search_documents d
+    WHERE d.scope_id = :scope AND {lookup}d.folded_text LIKE :pattern ESCAPE '\\'{filters}
+    ORDER BY length(d.folded_text), d.meme_id
     LIMIT :limit
     """
+_BIGRAMS = "mewdex_han_bigram_keys(d.scope_id, d.folded_text) @> CAST(:bigrams AS text[]) AND "
+
+
+def han_bigram_keys(scope_id: str, folded: str) -> list[str]:
+    """The scope-prefixed Han character bigrams of ``folded`` (as SQL's ``mewdex_han_bigram_keys``)."""
+    return sorted({f"{scope_id} {a}{b}" for a, b in zip(folded, folded[1:], strict=False) if is_han(a) and is_han(b)})
 
 
 def search(
@@ -114,25 +214,29 @@ def search(
 ) -> list[KeywordHit]:
     """Keyword hits for ``query`` in the scope, best first: exact-phrase hits, then by BM25 score.
 
-    ``filters`` narrow the memes inside both queries (BM25 statistics stay those of the whole scope,
-    so a kept meme scores as it would unfiltered)."""
+    One statement (one round trip). ``filters`` narrow the memes inside both parts (BM25 statistics
+    stay those of the whole scope, so a kept meme scores as it would unfiltered)."""
     terms = sorted(set(tokenize(query)))
-    where, filter_params = exists_sql(filters, "p.meme_id")
-    scores: dict[UUID, float] = {}
-    if terms:
-        params = {"scope": scope_id, "terms": terms, "k1": BM25_K1, "b": BM25_B, "limit": limit, **filter_params}
-        scores = {row[0]: float(row[1]) for row in session.execute(text(_BM25_SQL.format(filters=where)), params)}
     phrase = fold(query).strip()
-    phrase_ids: list[UUID] = []
+    parts: list[str] = []
+    params: dict = {"scope": scope_id, "limit": limit}
+    if terms:
+        where, filter_params = exists_sql(filters, "p.meme_id")
+        params |= {"terms": terms, "k1": BM25_K1, "b": BM25_B, "per_term": POSTINGS_PER_TERM}
+        params |= {"rescore": max(RESCORE, 2 * limit), **filter_params}
+        parts.append(f"SELECT meme_id, score, false AS phrase, 0 AS ord FROM ({_BM25_SQL.format(filters=where)}) bm25")
     if phrase_worthy(phrase):
-        pattern = "%" + phrase.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        where, filter_params = exists_sql(filters, "meme_search_documents.meme_id")
-        phrase_ids = list(
-            session.execute(
-                text(_PHRASE_SQL.format(filters=where)),
-                {"scope": scope_id, "pattern": pattern, "limit": limit, **filter_params},
-            ).scalars()
-        )
+        where, filter_params = exists_sql(filters, "d.meme_id")
+        bigrams = han_bigram_keys(scope_id, phrase)
+        params |= {"pattern": "%" + phrase.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"}
+        params |= {"bigrams": bigrams, **filter_params}
+        sql = _PHRASE_SQL.format(lookup=_BIGRAMS if bigrams else "", filters=where)
+        parts.append(f"SELECT meme_id, NULL::float8, true, row_number() OVER () AS ord FROM ({sql}) phrase")
+    if not parts:
+        return []
+    rows = session.execute(text(" UNION ALL ".join(f"({p})" for p in parts)), params).all()
+    scores = {m: float(score) for m, score, is_phrase, _ in rows if not is_phrase}
+    phrase_ids = [m for m, _, is_phrase, _ in sorted((r for r in rows if r[2]), key=lambda r: r[3])]
     phrase_set = set(phrase_ids)
     hits = [KeywordHit(m, scores.get(m, 0.0), True) for m in phrase_ids]
     hits.sort(key=lambda h: -h.score)

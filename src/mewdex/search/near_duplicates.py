@@ -27,11 +27,15 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import MemeNearDuplicate
+from mewdex.search.vector import nearest_images
 from mewdex.search.vector_index import distance_sql, ensure_index
 
 PHASH_MAX_DISTANCE = 4  # bench/visual.py grid: see the module docstring
 COSINE_MIN = 0.94
 NEAR_DUPLICATE_CANDIDATES = 10
+PHASH_BANDS = 5  # mewdex_phash_bands: 3+3+3+3+4 hex digits (migration 0012)
+_PHASH_DISTANCE = "bit_count(('x' || (extensions->'visual'->>'phash'))::bit(64) # ('x' || :h)::bit(64))"
+_PHASH_BANDS = "mewdex_phash_bands(scope_id, (extensions -> 'visual') ->> 'phash')"
 # Near-duplicate pairs live in meme_near_duplicates (model MemeNearDuplicate, migration 0002).
 near_duplicates = cast(Table, MemeNearDuplicate.__table__)
 
@@ -66,13 +70,31 @@ def find_near_duplicates(
 ) -> dict[Any, dict[str, Any]]:
     """Other memes of the scope close to this one: ``{meme_id: {"phash_distance", "cosine"}}``."""
     found: dict[Any, dict[str, Any]] = {}
-    if phash:
+    if phash and phash_max <= PHASH_BANDS - 1:
+        # Candidates share one of the hash's bands (GIN, migration 0012): within PHASH_BANDS − 1 bits
+        # at most that many hex digits differ, so one band of the five is equal. No scan of the scope;
+        # the keys carry the scope (no scope_id condition, which would tempt the planner into
+        # scanning the scope when its statistics are stale).
         rows = session.execute(
             text(
+                f"""
+                SELECT id, {_PHASH_DISTANCE} AS d FROM memes
+                WHERE {_PHASH_BANDS} && mewdex_phash_bands(:scope, :h) AND id <> :id
+                ORDER BY d, id LIMIT :limit
                 """
-                SELECT id, bit_count(('x' || (extensions->'visual'->>'phash'))::bit(64) # ('x' || :h)::bit(64)) AS d
+            ),
+            {"h": phash, "scope": scope_id, "id": meme_id, "limit": limit},
+        ).all()
+        for other, d in rows:
+            if d <= phash_max:
+                found.setdefault(other, {"phash_distance": None, "cosine": None})["phash_distance"] = int(d)
+    elif phash:  # thresholds beyond the bands' guarantee: compare with every meme of the scope
+        rows = session.execute(
+            text(
+                f"""
+                SELECT id, {_PHASH_DISTANCE} AS d
                 FROM memes
-                WHERE scope_id = :scope AND id <> :id AND extensions->'visual'->>'phash' ~ '^[0-9a-f]{16}$'
+                WHERE scope_id = :scope AND id <> :id AND extensions->'visual'->>'phash' ~ '^[0-9a-f]{{16}}$'
                 ORDER BY d LIMIT :limit
                 """
             ),
@@ -82,8 +104,8 @@ def find_near_duplicates(
             if d <= phash_max:
                 found.setdefault(other, {"phash_distance": None, "cosine": None})["phash_distance"] = int(d)
     if vector is not None:
-        for other, cosine in nearest_visual(
-            session, scope_id, vector, limit, model, preprocess_version, exclude=meme_id
+        for other, cosine in nearest_images(
+            session, scope_id, vector, limit, model=model, preprocess_version=preprocess_version, exclude=meme_id
         ):
             if cosine >= cosine_min:
                 found.setdefault(other, {"phash_distance": None, "cosine": None})["cosine"] = round(cosine, 5)
@@ -121,49 +143,6 @@ def find_near_duplicates(
         ).all():
             found[other]["cosine"] = round(float(cosine), 5)
     return found
-
-
-def nearest_visual(
-    session: Session,
-    scope_id: str,
-    vector: np.ndarray,
-    limit: int,
-    model: str,
-    preprocess_version: str,
-    *,
-    exclude=None,
-) -> list[tuple[Any, float]]:
-    """``[(meme_id, cosine)]`` of the scope's memes nearest to ``vector`` (HNSW, iterative scan)."""
-    dims = len(vector)
-    session.execute(
-        text(
-            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true)"
-        ),
-        {"ef": str(max(40, limit * 4))},
-    )
-    dist = distance_sql(dims)
-    rows = session.execute(
-        text(
-            f"""
-            SELECT meme_id, 1 - distance FROM (
-                SELECT meme_id, {dist} AS distance FROM meme_visual_embeddings
-                WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND preprocess_version = :pv
-                  AND (CAST(:exclude AS uuid) IS NULL OR meme_id <> CAST(:exclude AS uuid))
-                ORDER BY {dist} LIMIT :limit
-            ) nearest ORDER BY distance
-            """
-        ),
-        {
-            "query": np.asarray(vector, dtype=np.float32),
-            "model": model,
-            "dims": dims,
-            "scope": scope_id,
-            "pv": preprocess_version,
-            "exclude": str(exclude) if exclude is not None else None,
-            "limit": limit,
-        },
-    ).all()
-    return [(m, float(c)) for m, c in rows]
 
 
 def record_near_duplicates(

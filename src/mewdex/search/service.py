@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import cast
 from uuid import UUID
 
+import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -154,23 +157,63 @@ def _slots() -> tuple[threading.BoundedSemaphore, ThreadPoolExecutor]:
 
 
 def _run_leg(leg: str, scope_id: str, query: str, filters: SearchFilters | None = None) -> tuple[list[UUID], set[UUID]]:
-    """One leg's ranked meme ids and, for the keyword leg, the exact-phrase matches."""
-    with get_search_sessionmaker().begin() as session:
+    """One leg's ranked meme ids and, for the keyword leg, the exact-phrase matches.
+
+    A leg is a function of (scope, query, filters) returning its ranked candidates; each runs on its
+    own connection of the search-leg pool (autocommit, HNSW settings and custom plans set on the
+    connection), in one statement when the scope's head is cached."""
+    with get_search_sessionmaker(vector.SEARCH_CONNECTION_OPTIONS)() as session:
         if leg == "keyword":
             hits = keyword.search(session, scope_id, query, CANDIDATES, filters)
             return [h.meme_id for h in hits], {h.meme_id for h in hits if h.phrase}
-        # The active generation's own model embeds the query (while a new model's generation is
-        # being built, the old one keeps serving).
-        generation = generations.current_generation(session, scope_id, leg)
+        return _vector_leg(session, leg, scope_id, query, filters), set()
+
+
+def _vector_leg(session: Session, leg: str, scope_id: str, query: str, filters: SearchFilters | None) -> list[UUID]:
+    """The active generation's own model embeds the query (while a new model's generation is being
+    built, the old one keeps serving); a head that moved since it was cached is read again once."""
+    hits: list = []
+    for attempt in range(2):  # the second time from the database (the cached head may be stale)
+        if attempt:
+            generations.forget_generation(scope_id, leg)
+        generation = generations.cached_generation(session, scope_id, leg)
         if generation is None:
-            return [], set()
+            return []
         embedder = models.embedder_for_model(generation.model)
         if embedder is None or embedder.dimensions != generation.dimensions:
+            if not attempt:
+                continue
             raise BackendUnavailable(
                 f"the model of the active {leg} generation ({generation.model}) is not available", backend=leg
             )
-        q = embedder.embed_query(query)
-        return [h.meme_id for h in vector.search(session, scope_id, leg, q, CANDIDATES, filters)], set()
+        q = query_embedding(embedder, query)
+        hits, head = vector.search_generation(session, scope_id, leg, generation, q, CANDIDATES, filters)
+        if head == generation.id:
+            break
+    return [h.meme_id for h in hits]
+
+
+QUERY_CACHE_SIZE = 1024
+_query_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+_query_cache_lock = threading.Lock()
+
+
+def query_embedding(embedder, query: str) -> np.ndarray:
+    """``embedder.embed_query(query)``, remembered for the last QUERY_CACHE_SIZE (model, query) pairs
+    (search-as-you-type repeats its prefixes; the vector is read-only)."""
+    key = (embedder.model, query)
+    with _query_cache_lock:
+        vector = _query_cache.get(key)
+        if vector is not None:
+            _query_cache.move_to_end(key)
+            return vector
+    vector = np.asarray(embedder.embed_query(query), dtype=np.float32)
+    vector.setflags(write=False)
+    with _query_cache_lock:
+        _query_cache[key] = vector
+        while len(_query_cache) > QUERY_CACHE_SIZE:
+            _query_cache.popitem(last=False)
+    return vector
 
 
 def hydrate(
@@ -180,19 +223,23 @@ def hydrate(
     ``snippet`` and, for text search, the ``confidence`` (:mod:`mewdex.search.confidence`)."""
     if not ids:
         return []
-    memes = {
-        m.id: m
-        for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()
+    rows = {
+        row.id: row
+        for row in session.execute(
+            select(
+                Meme.id, Meme.display_name, Meme.sha256, Meme.meme_context["ocr_text"].astext.label("ocr_text")
+            ).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))
+        )
     }
     return [
         SearchHit(
-            **meme_ref(m).model_dump(),
-            score=round(scores[m.id], 6),
-            snippet=(m.meme_context.get("ocr_text") or "")[:200],
-            confidence=(confidences or {}).get(m.id),
+            **meme_ref(cast(Meme, row)).model_dump(),
+            score=round(scores[row.id], 6),
+            snippet=(row.ocr_text or "")[:200],
+            confidence=(confidences or {}).get(row.id),
         )
-        for m in (memes.get(i) for i in ids)
-        if m is not None
+        for row in (rows.get(i) for i in ids)
+        if row is not None
     ]
 
 

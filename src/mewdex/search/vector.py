@@ -13,13 +13,36 @@ from sqlalchemy.orm import Session
 
 from mewdex.dto.search import SearchFilters
 from mewdex.library.listing import exists_sql
-from mewdex.search.generations import current_generation
+from mewdex.search.generations import GenerationRef, current_generation
 from mewdex.search.vector_index import distance_sql
 
-# pgvector iterative index scans: with a filter, HNSW keeps scanning until enough rows pass it.
-_ITERATIVE_SCAN = text(
-    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true)"
+# HNSW search settings (bench/scale.py measures recall@10 against an exact scan and latency for
+# several values; see docs/search-at-scale.md): ``ef_search`` and candidate rows per wanted meme (a meme
+# has one row per semantic field). Iterative scans (relaxed order) keep scanning the index until
+# enough rows pass the scope/generation/filter conditions, so a small scope next to a large one
+# still gets its own k best; with custom plans (see SEARCH_CONNECTION_OPTIONS) the planner scans a
+# small scope exactly instead.
+EF_SEARCH = 200
+ROWS_PER_MEME = 3
+
+#: libpq ``options`` of the search legs' connections: the HNSW settings and custom plans (the best
+#: plan of a vector or keyword statement depends on the scope's size; a generic plan of the vector
+#: statement could not use the per-model partial index either). Set once per connection, so a leg
+#: runs one statement.
+SEARCH_CONNECTION_OPTIONS = (
+    f"-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search={EF_SEARCH} -c plan_cache_mode=force_custom_plan"
 )
+
+
+def hnsw_settings(session: Session, ef_search: int) -> None:
+    """The same settings for this transaction only (sessions of other pools: image search, duplicates)."""
+    session.execute(
+        text(
+            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true),"
+            " set_config('plan_cache_mode', 'force_custom_plan', true)"
+        ),
+        {"ef": str(ef_search)},
+    )
 
 
 @dataclass(frozen=True)
@@ -42,45 +65,70 @@ def search(
     """The ``limit`` memes nearest to ``query`` ((d,) float32, L2-normalised, embedded with the
     active generation's model), best field per meme; ``filters`` narrow the memes inside the HNSW
     query (the iterative scan keeps going until enough rows pass them). ``generation``: search that
-    generation instead of the active one (the eval gate measures a candidate).
+    generation instead of the active one (the eval gate measures a candidate). Any session (sets the
+    HNSW settings for its transaction); the search service calls :func:`search_generation` instead.
 
     Returns [] when the scope has no generation for ``leg`` or its dimensions differ from the query's.
     """
     generation = generation or current_generation(session, scope_id, leg)
     if generation is None or generation.dimensions != query.shape[0]:
         return []
-    session.execute(_ITERATIVE_SCAN, {"ef": str(max(40, limit * 4))})
-    dist = distance_sql(generation.dimensions)
+    hnsw_settings(session, max(EF_SEARCH, limit))
+    hits, _ = search_generation(session, scope_id, leg, GenerationRef.of(generation), query, limit, filters)
+    return hits
+
+
+def search_generation(
+    session: Session,
+    scope_id: str,
+    leg: str,
+    generation: GenerationRef,
+    query: np.ndarray,
+    limit: int,
+    filters: SearchFilters | None = None,
+) -> tuple[list[VectorHit], UUID | None]:
+    """One statement: the ``limit`` memes of ``generation`` nearest to ``query`` (best field per meme,
+    from ``limit × ROWS_PER_MEME`` nearest rows) and the generation the scope's head for ``leg``
+    points at now (the caller's cached ``generation`` is stale when they differ). HNSW settings come
+    from the connection (:data:`SEARCH_CONNECTION_OPTIONS`) or :func:`hnsw_settings`."""
+    dims = generation.dimensions
+    if dims != query.shape[0]:
+        return [], None
+    dist = distance_sql(dims)
     where, filter_params = exists_sql(filters, "meme_embeddings.meme_id")
     rows = session.execute(
         text(
             f"""
-            SELECT meme_id, field, 1 - distance AS similarity FROM (
+            SELECT NULL::uuid, NULL::varchar, NULL::float8,
+                   (SELECT active_generation_id FROM search_heads WHERE scope_id = :scope AND model = :leg)
+            UNION ALL
+            (SELECT meme_id, field, distance, NULL::uuid FROM (
                 SELECT meme_id, field, {dist} AS distance
                 FROM meme_embeddings
                 WHERE model = :model AND dimensions = :dims
                   AND scope_id = :scope AND generation_id = :generation AND item_status = 'ready'{where}
                 ORDER BY {dist}
                 LIMIT :candidates
-            ) nearest
-            ORDER BY distance
+            ) nearest ORDER BY distance)
             """
         ),
         {
             "query": query.astype(np.float32),
             "model": generation.model,
-            "dims": generation.dimensions,
+            "dims": dims,
             "scope": scope_id,
+            "leg": leg,
             "generation": generation.id,
-            "candidates": limit * 4,
+            "candidates": limit * ROWS_PER_MEME,
             **filter_params,
         },
     ).all()
+    head = next((r[3] for r in rows if r[0] is None), None)
     best: dict[UUID, VectorHit] = {}
-    for meme_id, field, similarity in rows:
+    for meme_id, field, distance, _ in sorted((r for r in rows if r[0] is not None), key=lambda r: r[2]):
         if meme_id not in best:
-            best[meme_id] = VectorHit(meme_id, float(similarity), field)
-    return list(best.values())[:limit]
+            best[meme_id] = VectorHit(meme_id, float(1 - distance), field)
+    return list(best.values())[:limit], head
 
 
 def nearest_images(
@@ -97,7 +145,7 @@ def nearest_images(
     """``[(meme_id, cosine)]`` of the scope's memes whose visual embedding is nearest to ``vector``
     (HNSW with iterative scans), narrowed by ``filters`` inside the query; ``exclude``: one meme to skip."""
     dims = len(vector)
-    session.execute(_ITERATIVE_SCAN, {"ef": str(max(40, limit * 4))})
+    hnsw_settings(session, max(EF_SEARCH, limit))
     dist = distance_sql(dims)
     where, filter_params = exists_sql(filters, "meme_visual_embeddings.meme_id")
     rows = session.execute(

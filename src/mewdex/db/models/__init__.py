@@ -67,5 +67,6 @@ from mewdex.db.models.search import (
     SearchMigrationState,
 )
 from mewdex.db.models.search_marks import SearchMark
+from mewdex.db.models.search_stats import MemeSearchScopeStats, MemeSearchTermStats
 
 __all__ = [name for name in dir() if not name.startswith("_")]

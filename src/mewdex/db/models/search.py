@@ -19,6 +19,7 @@ from uuid import UUID
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
+    REAL,
     BigInteger,
     CheckConstraint,
     DateTime,
@@ -221,17 +222,27 @@ class MemeSearchDocument(Base):
             postgresql_using="gin",
             postgresql_ops={"folded_text": "gin_trgm_ops"},
         ),
+        # Chinese phrases (two characters included) by their scope-prefixed Han bigrams (migration 0012).
+        Index(
+            "ix_meme_search_documents_bigrams",
+            text("mewdex_han_bigram_keys(scope_id, folded_text)"),
+            postgresql_using="gin",
+        ),
     )
 
 
 class MemeSearchTerm(Base):
-    """One keyword term of a meme with its field-weighted term frequency (inverted-index posting)."""
+    """One keyword term of a meme with its field-weighted term frequency (inverted-index posting),
+    the document's length and the posting's ``impact`` (BM25's term-frequency part with the scope's
+    ``impact_avgdl``), read in ``impact`` order a bounded number of rows per term."""
 
     __tablename__ = "meme_search_terms"
     scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     term: Mapped[str] = mapped_column(String(255), primary_key=True)
     meme_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
     tf: Mapped[float] = mapped_column(Float, nullable=False)
+    doc_length: Mapped[float] = mapped_column(REAL, nullable=False)
+    impact: Mapped[float] = mapped_column(REAL, nullable=False)
 
     __table_args__ = (
         ForeignKeyConstraint(
@@ -241,4 +252,5 @@ class MemeSearchTerm(Base):
         ),
         CheckConstraint("tf > 0", name="ck_meme_search_terms_tf"),
         Index("ix_meme_search_terms_meme", "scope_id", "meme_id"),
+        Index("ix_meme_search_terms_impact", "scope_id", "term", text("impact DESC"), "meme_id"),
     )
