@@ -128,6 +128,8 @@ def test_the_model_searches_shows_memes_and_streams_with_usage_metered(sessions,
         )
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         events = _sse(r.text)
+        # The title comes from a call of its own, in parallel (usually before "done").
+        wait_until(lambda: c.get(f"/api/v1/conversations/{cid}").json()["name"] == "Cat memes", what="the title")
         usage = c.get("/api/v1/usage", params={"group_by": "kind"}).json()
         conversation = c.get(f"/api/v1/conversations/{cid}").json()
     names = [n for n, _ in events]
@@ -369,8 +371,7 @@ def test_the_llm_title_is_applied_in_the_users_language_unless_renamed_or_cleare
     assert (
         "Chinese" in title_request["messages"][0]["content"] and title_request["max_tokens"] == agent.TITLE_MAX_TOKENS
     )
-    with sessions.begin() as session:
-        assert session.get(Conversation, uuid.UUID(cid)).name == "猫咪表情"
+    wait_until(lambda: _name(sessions, cid) == "猫咪表情", what="the title")
 
     # A title still in flight when the user renames: dropped.
     monkeypatch.setattr(chat, "TITLE_WAIT_SECONDS", 0.05)
@@ -393,6 +394,11 @@ def test_the_llm_title_is_applied_in_the_users_language_unless_renamed_or_cleare
         assert session.get(Conversation, uuid.UUID(renamed)).name == "mine"
         back = session.get(Conversation, uuid.UUID(cleared))
         assert back.name == conversations.DEFAULT_TITLE and back.auto_title_pending is True
+
+
+def _name(sessions, cid: str) -> str:
+    with sessions.begin() as session:
+        return session.get(Conversation, uuid.UUID(cid)).name
 
 
 def _chat_events(sessions, scope) -> list[UsageEvent]:
