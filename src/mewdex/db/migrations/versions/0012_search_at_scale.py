@@ -20,14 +20,14 @@ scope-bounded keys for two-character Chinese phrases and for perceptual-hash nea
 Existing rows are backfilled (statistics, lengths and impacts).
 
 Revision ID: 0012
-Revises: 0009
+Revises: 0011
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0009"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
