@@ -36,6 +36,9 @@ import httpx
 from mewdex.config import get_settings
 
 log = logging.getLogger(__name__)
+# httpx logs each request line with its full URL at INFO; URLs may carry secrets (a Telegram bot
+# token is part of the path), so only its warnings reach the log.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 MAX_REDIRECTS = 3
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)

@@ -56,6 +56,8 @@ def test_bind_message_meme_another_revoke(sessions, account, telegram):  # noqa:
     memes = [m for m in fake.sent_to(uid) if m["method"] in ("sendPhoto", "sendAnimation")]
     assert len(memes) == 3 and all(m["uploaded"] for m in memes)
     assert "cat" in memes[0]["caption"] and memes[1]["caption"] is None
+    gaps = [b["at"] - a["at"] for a, b in zip(memes, memes[1:], strict=False)]
+    assert min(gaps) >= 0.75, f"about one message per second per chat: {gaps}"
     first_page = {m["file_id"] for m in memes}
 
     fake.user_message(uid, "换一个")
@@ -286,3 +288,86 @@ def test_the_fake_speaks_the_bot_api_to_python_telegram_bot(telegram):  # noqa: 
     asyncio.run(scenario())
     assert telegram.sent_to(42)[0]["uploaded"] is True and telegram.sent_to(42)[1]["uploaded"] is False
     time.sleep(0)
+
+
+def test_the_bot_token_never_reaches_a_log_or_an_answer(sessions, account, telegram, caplog):  # noqa: F811
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    uid = new_user_id()
+    _bound(sessions, account, uid)
+    telegram.fail_next("sendPhoto", 400, "Bad Request: chat not found")
+    from mewdex.channels import delivery
+
+    with sessions.begin() as session:
+        delivery.send_meme(session, user_id=account.user_id, channel="telegram", meme_id=account.memes["cat one"])
+    drain(sessions, account)
+    with client_for(account.scope) as client:
+        answers = client.get("/api/v1/channels").text + client.get("/api/v1/channels/deliveries").text
+    assert "chat not found" in answers
+    secret_part = telegram.token.split(":", 1)[1]
+    assert secret_part not in caplog.text and secret_part not in answers
+
+
+def test_the_fake_pushes_webhooks_with_the_secret_to_a_live_server(sessions, account, telegram, settings_env):  # noqa: F811
+    """Webhook mode over real HTTP: the app serves on a port, the fake Telegram posts each update to
+    the registered URL with the secret header; a push with another secret is refused."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from conftest import app_for, wait_until
+    from mewdex.channels import telegram as tg
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings_env(MEWDEX_PUBLIC_URL=f"http://127.0.0.1:{port}")
+    server = uvicorn.Server(uvicorn.Config(app_for(None), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 60, 0.1, "the app to serve")
+        assert tg.ensure_mode(sessions) == "webhook"
+        uid = new_user_id()
+        _bound(sessions, account, uid)
+        telegram.user_message(uid, "slacking")
+        assert telegram.pushes == [200]
+        drain(sessions, account)
+        [meme] = telegram.sent_to(uid)
+        assert meme["method"] == "sendPhoto" and "slacking" in meme["caption"]
+        telegram.webhook["secret_token"] = "forged"
+        telegram.user_message(uid, "cat")
+        assert telegram.pushes == [200, 401]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        settings_env(MEWDEX_PUBLIC_URL="")
+        tg.ensure_mode(sessions)
+
+
+def test_without_a_token_telegram_is_offered_as_not_configured(account, settings_env):  # noqa: F811
+    settings_env(MEWDEX_TELEGRAM_BOT_TOKEN="")
+    with client_for(account.scope) as client:
+        channels = {c["name"]: c for c in client.get("/api/v1/channels").json()["channels"]}
+        assert channels["telegram"]["configured"] is False and channels["webhook"]["configured"] is True
+        refused = client.post("/api/v1/channels/telegram/link")
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "channel_not_configured"
+        page = client.get("/settings/channels")
+        assert page.status_code == 200 and "MEWDEX_TELEGRAM_BOT_TOKEN" in page.text
+
+
+def test_a_photo_is_fetched_from_telegram_and_searched_by_image(sessions, account, telegram):  # noqa: F811
+    from channel_helpers import image_bytes
+
+    uid = new_user_id()
+    _bound(sessions, account, uid)
+    telegram.user_message(uid, None, photo=image_bytes("png", seed=7))
+    poll(sessions)
+    drain(sessions, account)
+    assert [c["method"] for c in telegram.calls if c["method"] == "getFile"] == ["getFile"]
+    replies = telegram.sent_to(uid)
+    assert replies, "the photo is answered"
+    first = replies[0]
+    assert (first.get("caption") or first.get("text") or "").startswith(("These memes look like", "No memes look like"))

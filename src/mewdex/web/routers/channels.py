@@ -97,7 +97,7 @@ def list_channels(session: Session = Depends(db_session), scope: ScopeContext = 
 
 
 @router.get("/api/v1/channels/deliveries", response_model=dto.DeliveryList)
-def list_deliveries(
+def channel_deliveries(
     channel: str | None = Query(None, max_length=32),
     limit: int = Query(50, ge=1, le=200),
     session: Session = Depends(db_session),
@@ -115,7 +115,7 @@ def telegram_link(session: Session = Depends(db_session), scope: ScopeContext = 
 
 
 @router.post("/api/v1/channels/webhook", response_model=dto.WebhookCreated, status_code=201)
-def webhook_create(
+def channel_webhook_create(
     body: dto.WebhookCreate, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
 ):
     """Bind (or re-bind) the webhook channel to ``url`` with a new signing secret, shown this once."""
@@ -126,7 +126,7 @@ def webhook_create(
 
 
 @router.delete("/api/v1/channels/{channel}", response_model=dto.ChannelBinding)
-def revoke(channel: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+def channel_revoke(channel: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Revoke at once: inbound from that chat is treated as unbound, queued deliveries are cancelled."""
     return binding_view(bindings.revoke(session, scope.scope_id, channel))
 
@@ -149,3 +149,33 @@ async def telegram_webhook(
     from fastapi.concurrency import run_in_threadpool
 
     return {"ok": True, "queued": await run_in_threadpool(work)}
+
+
+# ------------------------------------------------------------------ the page
+
+
+@router.get("/settings/channels", include_in_schema=False)
+def channels_page(
+    request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
+    """The Channels settings page: bindings, the Telegram link, the webhook (secret shown once), the log."""
+    from sqlalchemy import select
+
+    from mewdex.db.models import Meme
+    from mewdex.web.routers.pages import render
+
+    rows = bindings.list_bindings(session, scope.scope_id)
+    log = delivery.list_deliveries(session, scope.scope_id, limit=50)
+    ids = {d.meme_id for d in log if d.meme_id}
+    names = dict(session.execute(select(Meme.id, Meme.display_name).where(Meme.id.in_(ids))).all()) if ids else {}
+    by_channel = {b.channel: binding_view(b) for b in rows}
+    return render(
+        request,
+        "channels.html",
+        {
+            "page": "channels",
+            "channels": channel_infos(),
+            "bindings": by_channel,
+            "deliveries": [{**delivery_view(d), "meme_name": names.get(d.meme_id)} for d in log],
+        },
+    )

@@ -1,0 +1,127 @@
+"""The Channels page in a real browser against a real ``mewdex serve`` with a worker process: Telegram
+through the fake Bot API server in long-polling mode (the worker's scheduled ``telegram_polling``
+task), linked from the page with the deep link, a message answered with memes, the delivery log
+with a success and a platform error, the webhook added with its secret shown once, unlink; and
+screenshots (desktop and 375 px, en and zh)."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+
+import pytest
+
+from channel_helpers import add_meme
+from conftest import drop_scope, new_scope, wait_until
+from fakes.telegram_server import FakeTelegram
+from fakes.webhook_receiver import WebhookReceiver
+from ui_helpers import DESKTOP, SCREENSHOTS, browser, start_server  # noqa: F401
+
+NARROW = {"width": 375, "height": 812}
+
+
+@pytest.fixture(scope="module")
+def channel_server(mewdex_env, sessions, store, tmp_path_factory):
+    fake = FakeTelegram(token=f"{random.randrange(10**8, 10**9)}:AAFake{uuid.uuid4().hex}")
+    receiver = WebhookReceiver()
+    scope = new_scope(sessions, "t-chui")
+    for name in ("cat one", "cat two", "cat three"):
+        add_meme(sessions, store, scope, name)
+    add_meme(sessions, store, scope, "dancing cat", "gif")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MEWDEX_TELEGRAM_BOT_TOKEN", fake.token)
+    mp.setenv("MEWDEX_TELEGRAM_API_URL", fake.url)
+    mp.setenv("MEWDEX_TELEGRAM_POLL_SECONDS", "2")
+    mp.setenv("MEWDEX_EGRESS_ALLOW_HOSTS", json.dumps([f"127.0.0.1:{fake.port}", f"127.0.0.1:{receiver.port}"]))
+    try:
+        server = start_server(mewdex_env, scope, tmp_path_factory.mktemp("serve") / "channels.log", workers=1)
+    finally:
+        mp.undo()
+    yield server, fake, receiver
+    server.stop()
+    fake.close()
+    receiver.close()
+    drop_scope(sessions, scope)
+
+
+def _page(browser, viewport=DESKTOP, locale="en-US"):  # noqa: F811
+    context = browser.new_context(viewport=viewport, locale=locale)
+    context.set_default_timeout(20_000)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("dialog", lambda dialog: dialog.accept())
+    return context, pg, errors
+
+
+def test_link_telegram_chat_log_webhook_and_unlink(browser, channel_server):  # noqa: F811
+    server, fake, receiver = channel_server
+    uid = random.randrange(10**9, 10**10)
+    context, pg, errors = _page(browser)
+    try:
+        pg.goto(server.url + "/settings/channels")
+        pg.click("#channel-telegram [data-action='telegram-link']")
+        link = pg.wait_for_selector("#channel-telegram .telegram-link a[href^='https://t.me/']").get_attribute("href")
+        assert link.startswith(f"https://t.me/{fake.username}?start=")
+        fake.user_message(uid, "/start " + link.split("start=", 1)[1])
+        wait_until(lambda: fake.sent_to(uid), 60, 0.3, "the bind confirmation (worker polls Telegram)")
+        fake.user_message(uid, "cat")
+        wait_until(lambda: len(fake.sent_to(uid)) >= 4, 60, 0.3, "three memes back")
+        fake.blocked.add(str(uid))
+        fake.user_message(uid, "dancing")
+        pg.reload()
+        wait_until(
+            lambda: server.get("/api/v1/channels/deliveries").json()["deliveries"][0]["status"] == "failed",
+            60,
+            0.3,
+            "the blocked send to be logged as failed",
+        )
+        fake.blocked.discard(str(uid))
+        pg.reload()
+        assert pg.locator("#channel-telegram .channel-state.ok").count() == 1
+        assert pg.locator("table.deliveries tr[data-status='sent']").count() >= 4
+        assert pg.locator("table.deliveries tr[data-status='failed']").count() == 1
+        assert "channel_blocked" in pg.inner_text("table.deliveries tr[data-status='failed']")
+
+        pg.fill("#channel-webhook input[name='url']", receiver.url)
+        pg.click("#channel-webhook button[type='submit']")
+        secret = pg.wait_for_selector("#channel-webhook .webhook-secret:not([hidden]) code").inner_text()
+        assert secret.startswith("whsec_")
+        pg.screenshot(path=str(_shot("channels-desktop-en")), full_page=True)
+        pg.reload()
+        assert secret not in pg.content(), "the secret is shown once"
+        assert pg.locator("#channel-webhook .channel-state.ok").count() == 1
+
+        pg.click("#channel-webhook [data-action='revoke-channel']")
+        pg.wait_for_function("() => !document.querySelector('#channel-webhook .channel-state.ok')")
+    finally:
+        context.close()
+    assert not errors, errors
+
+
+@pytest.mark.parametrize(
+    "viewport,locale,name",
+    [
+        (NARROW, "en-US", "channels-375-en"),
+        (NARROW, "zh-CN", "channels-375-zh"),
+        (DESKTOP, "zh-CN", "channels-desktop-zh"),
+    ],
+)
+def test_screenshots_and_no_horizontal_scroll(browser, channel_server, viewport, locale, name):  # noqa: F811
+    server, _fake, _receiver = channel_server
+    context, pg, errors = _page(browser, viewport, locale)
+    try:
+        pg.goto(server.url + "/settings/channels")
+        pg.click("#channel-telegram [data-action='telegram-link']")
+        pg.wait_for_selector("#channel-telegram .telegram-link:not([hidden])")
+        pg.screenshot(path=str(_shot(name)), full_page=True)
+        assert pg.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
+    finally:
+        context.close()
+    assert not errors, errors
+
+
+def _shot(name: str):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS / f"{name}.png"
