@@ -42,6 +42,7 @@ def test_a_newcomer_creates_a_weekday_0900_shanghai_schedule_and_sees_the_next_f
         pg.fill("#sched-name", "上班")
         pg.fill("#sched-prompt", "上班")
         assert pg.input_value("#sched-preset") == "weekdays"
+        assert pg.locator("#sched-notify option").count() == 1  # no channel bound: only the conversation
         pg.fill("#sched-time", "09:00")
         pg.fill("#sched-tz", "Asia/Shanghai")
         assert pg.input_value("#sched-cron") == "0 9 * * 1-5"

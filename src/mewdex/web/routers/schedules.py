@@ -99,7 +99,7 @@ def run_view(run: ScheduledJobRun, tz: str) -> dict[str, Any]:
 
 
 @router.get("/preview", response_model=dto.SchedulePreview)
-def preview(
+def preview_schedule(
     cron_expr: str = Query(..., alias="cron", max_length=200, description="5-field cron expression"),
     tz: str = Query(cron.DEFAULT_TZ, max_length=100, description="IANA time zone"),
     after: str | None = Query(None, max_length=64, description="ISO instant; default now"),
@@ -111,47 +111,49 @@ def preview(
 
 
 @router.get("", response_model=dto.ScheduleList)
-def list_all(session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+def list_schedules(session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     """``{"items"}`` newest first: the caller's jobs (an admin: everyone's)."""
     return {"items": [view(j) for j in jobs.list_jobs(session, who)]}
 
 
 @router.post("", response_model=dto.Schedule, status_code=201)
-def create(body: dto.ScheduleCreate, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+def create_schedule(body: dto.ScheduleCreate, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     """A new enabled job in the caller's scope; its first run is the first slot after now."""
     return view(jobs.create(session, who, body.model_dump()))
 
 
 @router.get("/{job_id}", response_model=dto.Schedule)
-def read(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+def read_schedule(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     return view(jobs.get(session, who, job_id))
 
 
 @router.patch("/{job_id}", response_model=dto.Schedule)
-def patch(job_id: str, body: dto.SchedulePatch, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+def patch_schedule(
+    job_id: str, body: dto.SchedulePatch, session: Session = Depends(db_session), who: Viewer = Depends(viewer)
+):
     """Change the given fields; a new ``cron``/``tz`` moves the next run."""
     return view(jobs.update(session, who, job_id, body.model_dump(exclude_unset=True)))
 
 
 @router.delete("/{job_id}", response_model=dto.Schedule)
-def delete(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+def delete_schedule(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     """Delete the job (its runs and conversations stay); answers the job as it was deleted."""
     return view(jobs.delete(session, who, job_id))
 
 
 @router.post("/{job_id}/pause", response_model=dto.Schedule)
-def pause(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+def pause_schedule(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     return view(jobs.pause(session, who, job_id))
 
 
 @router.post("/{job_id}/resume", response_model=dto.Schedule)
-def resume(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
+def resume_schedule(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     """Enable again (clears an automatic disable and its failure count); the next run is after now."""
     return view(jobs.resume(session, who, job_id))
 
 
 @router.get("/{job_id}/runs", response_model=dto.ScheduleRunList)
-def list_runs(
+def list_schedule_runs(
     job_id: str,
     limit: int = Query(50, ge=1, le=200),
     session: Session = Depends(db_session),

@@ -92,6 +92,16 @@
     for (const z of all) list.append(node("option", {value: z}));
   }
 
+  // Delivery targets: the caller's active channel bindings (telegram, webhook, …), when there are any.
+  async function loadChannels() {
+    const r = await api("GET", "/api/v1/channels");
+    if (!r.ok || !r.body.bindings) return;
+    const select = el("sched-notify");
+    for (const b of r.body.bindings) {
+      if (b.status === "active") select.append(node("option", {value: b.channel}, b.channel));
+    }
+  }
+
   // ---------------------------------------------------------------- jobs
 
   function stateText(job) {
@@ -113,6 +123,7 @@
     head.append(node("strong", {}, job.name), " ", node("code", {}, job.cron), " ", node("span", {class: "muted"}, job.tz));
     const meta = node("div", {class: "sched-job-meta"});
     meta.append(node("span", {}, `${t("js.sched_prompt")}: ${job.prompt}`));
+    if (job.notify) meta.append(node("span", {}, t("js.sched_sends_to", {target: job.notify.channel || job.notify.type})));
     if (job.enabled) {
       meta.append(node("span", {class: "sched-job-next"},
         t("js.sched_next", {local: job.next_run.local_display, utc: job.next_run.utc.slice(11, 16)})));
@@ -181,6 +192,8 @@
       name: el("sched-name").value.trim(), prompt: el("sched-prompt").value.trim(),
       cron: cronInput.value.trim(), tz: tz.value.trim(), mode: el("sched-mode").value,
     };
+    const channel = el("sched-notify").value;
+    if (channel) body.notify = {type: "channel", channel};
     const r = await api("POST", "/api/v1/schedules", body);
     if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
     toast(t("js.sched_created", {name: r.body.name}));
@@ -199,4 +212,5 @@
   showFields();
   preview();
   loadJobs();
+  loadChannels();
 })();
