@@ -345,3 +345,29 @@ def test_the_fake_pushes_webhooks_with_the_secret_to_a_live_server(sessions, acc
         thread.join(timeout=30)
         settings_env(MEWDEX_PUBLIC_URL="")
         tg.ensure_mode(sessions)
+
+
+def test_without_a_token_telegram_is_offered_as_not_configured(account, settings_env):  # noqa: F811
+    settings_env(MEWDEX_TELEGRAM_BOT_TOKEN="")
+    with client_for(account.scope) as client:
+        channels = {c["name"]: c for c in client.get("/api/v1/channels").json()["channels"]}
+        assert channels["telegram"]["configured"] is False and channels["webhook"]["configured"] is True
+        refused = client.post("/api/v1/channels/telegram/link")
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "channel_not_configured"
+        page = client.get("/settings/channels")
+        assert page.status_code == 200 and "MEWDEX_TELEGRAM_BOT_TOKEN" in page.text
+
+
+def test_a_photo_is_fetched_from_telegram_and_searched_by_image(sessions, account, telegram):  # noqa: F811
+    from channel_helpers import image_bytes
+
+    uid = new_user_id()
+    _bound(sessions, account, uid)
+    telegram.user_message(uid, None, photo=image_bytes("png", seed=7))
+    poll(sessions)
+    drain(sessions, account)
+    assert [c["method"] for c in telegram.calls if c["method"] == "getFile"] == ["getFile"]
+    replies = telegram.sent_to(uid)
+    assert replies, "the photo is answered"
+    first = replies[0]
+    assert (first.get("caption") or first.get("text") or "").startswith(("These memes look like", "No memes look like"))

@@ -33,7 +33,12 @@ import with :func:`base.register_adapter` (add the module to :data:`base.ADAPTER
         def binding_config(self, inbound: Inbound) -> dict: ...       # config a bind code creates
         def bind_help(self, lang: str) -> str: ...                    # reply to an unbound sender ("en"/"zh")
 
+        # optional: def configured(self) -> bool: ...  (the admin set the channel up; the Channels page shows it)
+
     register_adapter(WeComAdapter())
+
+    def schedules() -> list[Schedule]: ...   # optional, module level: periodic work (a poller), collected
+                                             # by mewdex.channels.tasks.schedules() into the runtime's schedules
 
 - ``send_meme`` / ``send_text`` run inside the ``channel_delivery`` task (no transaction held). They
   return :class:`base.Sent` (the platform's message id) or raise :class:`base.DeliveryFailed` with
@@ -54,6 +59,11 @@ import with :func:`base.register_adapter` (add the module to :data:`base.ADAPTER
   (``scope_id``, ``user_id``, ``channel``, ``identity``, ``config``); per-binding state (a cursor,
   a context token) is written with :func:`bindings.update_config`. :func:`bindings.new_bind_code`
   / :func:`bindings.redeem_bind_code` are the one-time codes.
+- Task types of a channel module (a poller, an upload) register with ``queue.registry.task_type`` in
+  lane :data:`delivery.LANE` (``channel``) or a lane of their own; :data:`base.ADAPTER_MODULES` is
+  imported by ``mewdex.channels.tasks``, which the runtime loads in every process.
+- The Channels page lists every registered adapter; its texts are ``channels.name.<name>`` (en/zh
+  catalogues already hold telegram, webhook, onebot, wecom, clawbot).
 - Per-bot state: ``channel_bots`` (``update_offset``, ``username``, ``webhook_url``); reusable
   upload ids: ``channel_media_cache`` (per bot, by content SHA-256 and ``media_kind``, optional
   ``expires_at``).

@@ -187,6 +187,9 @@ class TelegramAdapter:
     command_prefixes: ClassVar[tuple[str, ...]] = ("/",)
     outbound_only: ClassVar[bool] = False
 
+    def configured(self) -> bool:
+        return bool(get_settings().telegram_bot_token)
+
     def target_of(self, binding: Binding) -> str:
         return str(binding.config.get("chat_id") or binding.identity)
 

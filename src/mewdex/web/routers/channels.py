@@ -97,7 +97,7 @@ def list_channels(session: Session = Depends(db_session), scope: ScopeContext = 
 
 
 @router.get("/api/v1/channels/deliveries", response_model=dto.DeliveryList)
-def list_deliveries(
+def channel_deliveries(
     channel: str | None = Query(None, max_length=32),
     limit: int = Query(50, ge=1, le=200),
     session: Session = Depends(db_session),
@@ -115,7 +115,7 @@ def telegram_link(session: Session = Depends(db_session), scope: ScopeContext = 
 
 
 @router.post("/api/v1/channels/webhook", response_model=dto.WebhookCreated, status_code=201)
-def webhook_create(
+def channel_webhook_create(
     body: dto.WebhookCreate, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
 ):
     """Bind (or re-bind) the webhook channel to ``url`` with a new signing secret, shown this once."""
@@ -126,7 +126,7 @@ def webhook_create(
 
 
 @router.delete("/api/v1/channels/{channel}", response_model=dto.ChannelBinding)
-def revoke(channel: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+def channel_revoke(channel: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Revoke at once: inbound from that chat is treated as unbound, queued deliveries are cancelled."""
     return binding_view(bindings.revoke(session, scope.scope_id, channel))
 
