@@ -64,7 +64,7 @@ class FakeNapCat:
         headers = {"X-Self-ID": str(self.self_id), "X-Client-Role": self.role, "User-Agent": "OneBot/11"}
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
-        self._ws = connect(self.url, additional_headers=headers, open_timeout=10)
+        self._ws = connect(self.url, additional_headers=headers, open_timeout=10).__enter__()
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
         self._send({"time": int(time.time()), "self_id": self.self_id, "post_type": "meta_event",

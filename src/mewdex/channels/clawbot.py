@@ -23,6 +23,14 @@ Every request goes through :mod:`mewdex.egress`.
 * **The window**: a bot may write only after the person wrote, at most :data:`WINDOW_SENDS` messages
   per inbound message and within :data:`WINDOW_SECONDS` of it (Tencent says 24 h; observed expiry is
   shorter, so mewdex stops at 20 h). :func:`window_state` says whether a send fits.
+
+The channel (the framework's adapter contract, :mod:`mewdex.channels.base`): :func:`start_login` /
+:func:`login_status` / :func:`complete_login` bind the person who scanned (``bot_token`` and
+``latest_context_token`` sealed); the ``clawbot_polling`` task (lane ``clawbot_poll``, scheduled every
+``MEWDEX_CLAWBOT_POLL_SECONDS``) long-polls every active binding, queues the messages and reopens the
+window (``context_token_at``, ``sends_since_ctx``) with the cursor in one transaction;
+:class:`ClawBotAdapter` reserves window places before it sends and refuses with
+``channel_window_closed`` past the window.
 """
 
 from __future__ import annotations

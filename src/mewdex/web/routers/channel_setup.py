@@ -115,9 +115,16 @@ async def onebot_ws(websocket: WebSocket, access_token: str | None = Query(None)
     try:
         while True:
             try:
-                raw = await asyncio.wait_for(websocket.receive_text(), CHECK_REVOKED_SECONDS)
+                message = await asyncio.wait_for(websocket.receive(), CHECK_REVOKED_SECONDS)
             except TimeoutError:
-                raw = None
+                message = None
+            if message is not None and message["type"] == "websocket.disconnect":
+                break
+            raw = (
+                None
+                if message is None
+                else message.get("text") or (message.get("bytes") or b"").decode(errors="replace")
+            )
             now = asyncio.get_running_loop().time()
             if now - checked >= CHECK_REVOKED_SECONDS:
                 checked = now
@@ -147,7 +154,8 @@ async def onebot_ws(websocket: WebSocket, access_token: str | None = Query(None)
         pass
     finally:
         onebot.registry.remove(channel)
-        await run_in_threadpool(onebot.detach, sessions, scope_id)
+        if onebot.registry.get(self_id) is None:  # not replaced by a newer connection of the same bot
+            await run_in_threadpool(onebot.detach, sessions, scope_id)
 
 
 @router.post(onebot.EVENTS_PATH, include_in_schema=False)
