@@ -145,11 +145,11 @@ def refresh_impacts(session: Session, scope_id: str, *, force: bool = False) -> 
     return current
 
 
-# Top-k by impact: every query term's best POSTINGS_PER_TERM postings (by impact, an index range
-# scan, whatever the library's size or its neighbours'), their memes' upper bound Σ idf·impact;
-# the RESCORE best of those get their exact BM25 score from their postings of the query terms
-# (current statistics). A scope whose terms have at most POSTINGS_PER_TERM postings is ranked
-# exactly as plain BM25 ranks it.
+# Top-k by impact: every query term's best POSTINGS_PER_TERM postings (by impact: an index-only
+# range scan whatever the library's size or its neighbours', the index carries tf and length) give
+# their memes a partial BM25 score with the current statistics; the RESCORE best of those get their
+# full score from all their postings of the query terms. A scope whose terms have at most
+# POSTINGS_PER_TERM postings is ranked exactly as plain BM25 ranks it.
 _BM25_SQL = """
     WITH stats AS (
         SELECT n_documents::float8 AS n, greatest(total_length / greatest(n_documents, 1), 1.0) AS avgdl
@@ -162,15 +162,16 @@ _BM25_SQL = """
     ),
     candidates AS (
         SELECT top.meme_id FROM (
-            SELECT p.meme_id, sum(q.idf * p.impact) AS bound
-            FROM q CROSS JOIN LATERAL (
-                SELECT p.meme_id, p.impact FROM meme_search_terms p
+            SELECT p.meme_id,
+                   sum(q.idf * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.doc_length / stats.avgdl))) AS partial
+            FROM q CROSS JOIN stats CROSS JOIN LATERAL (
+                SELECT p.meme_id, p.tf, p.doc_length FROM meme_search_terms p
                 WHERE p.scope_id = :scope AND p.term = q.term{filters}
                 ORDER BY p.impact DESC
                 LIMIT :per_term
             ) p
             GROUP BY p.meme_id
-            ORDER BY bound DESC, p.meme_id
+            ORDER BY partial DESC, p.meme_id
             LIMIT :rescore
         ) top
     )

@@ -252,5 +252,12 @@ class MemeSearchTerm(Base):
         ),
         CheckConstraint("tf > 0", name="ck_meme_search_terms_tf"),
         Index("ix_meme_search_terms_meme", "scope_id", "meme_id"),
-        Index("ix_meme_search_terms_impact", "scope_id", "term", text("impact DESC"), "meme_id"),
+        Index(
+            "ix_meme_search_terms_impact",
+            "scope_id",
+            "term",
+            text("impact DESC"),
+            "meme_id",
+            postgresql_include=["tf", "doc_length"],
+        ),
     )

@@ -7,7 +7,8 @@ scope-bounded keys for two-character Chinese phrases and for perceptual-hash nea
   documents (every path: upsert, delete, cascades from memes and scopes).
 - ``meme_search_terms`` gains ``doc_length`` (the document's ``term_count``) and ``impact`` (BM25's
   term-frequency part, computed with the scope's ``impact_avgdl``) and the index
-  ``(scope_id, term, impact DESC, meme_id)`` that a query reads a bounded number of rows of per term.
+  ``(scope_id, term, impact DESC, meme_id) INCLUDE (tf, doc_length)`` that a query reads a bounded
+  number of rows of per term (index-only).
 - ``mewdex_han_bigram_keys(scope, folded_text)``: the scope-prefixed Han character bigrams of a
   document, GIN-indexed, so a Chinese phrase (two characters included) is found without a scan.
 - ``mewdex_phash_bands(scope, phash)``: five scope-prefixed bands of a 64-bit perceptual hash
@@ -148,6 +149,7 @@ def upgrade() -> None:
         "ix_meme_search_terms_impact",
         "meme_search_terms",
         ["scope_id", "term", sa.text("impact DESC"), "meme_id"],
+        postgresql_include=["tf", "doc_length"],
     )
     op.execute(FUNCTIONS)
     op.execute(TRIGGERS)
