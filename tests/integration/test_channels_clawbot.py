@@ -184,3 +184,23 @@ def test_expired_qr(account, fake):  # noqa: F811
         answer = client.get(f"/api/v1/channels/clawbot/login/{qr['qrcode']}").json()
         assert answer == {"status": "expired", "binding": None}
         assert client.get("/api/v1/channels").json()["bindings"] == []
+
+
+def test_a_login_answers_only_the_account_that_started_it(sessions, account, fake):  # noqa: F811
+    """A QR code id is not a credential: another account polling it gets 404 and iLink is not asked;
+    a finished login cannot be completed a second time."""
+    from channel_helpers import new_scope
+
+    other = new_scope(sessions, "t-ch-other")
+    with client_for(account.scope) as client:
+        qr = client.post("/api/v1/channels/clawbot/login").json()
+    fake.scan(qr["qrcode"])
+    fake.confirm(qr["qrcode"], PERSON)
+    with client_for(other) as intruder:
+        stolen = intruder.get(f"/api/v1/channels/clawbot/login/{qr['qrcode']}")
+        assert stolen.status_code == 404 and stolen.json()["error"]["code"] == "not_found"
+        assert intruder.get("/api/v1/channels/clawbot/login/invented").status_code == 404
+        assert intruder.get("/api/v1/channels").json()["bindings"] == []
+    with client_for(account.scope) as client:
+        assert client.get(f"/api/v1/channels/clawbot/login/{qr['qrcode']}").json()["status"] == "confirmed"
+        assert client.get(f"/api/v1/channels/clawbot/login/{qr['qrcode']}").status_code == 404

@@ -203,6 +203,40 @@ def redeem_bind_code(session: Session, channel: str, code: str) -> ChannelBindCo
     return row
 
 
+def issue_login(session: Session, *, scope_id: str, user_id: UUID | None, channel: str, login_id: str) -> None:
+    """Record that the platform login ``login_id`` (e.g. a ClawBot QR code id) was started by
+    ``scope_id``, so that only its starter may poll or complete it (valid :data:`BIND_CODE_TTL_SECONDS`)."""
+    session.add(
+        ChannelBindCode(
+            code_sha256=_code_hash("login:" + login_id),
+            channel=channel,
+            scope_id=scope_id,
+            user_id=user_id,
+            expires_at=utcnow() + timedelta(seconds=BIND_CODE_TTL_SECONDS),
+        )
+    )
+
+
+def login_started_by(session: Session, *, scope_id: str, channel: str, login_id: str) -> bool:
+    """Whether ``scope_id`` started the platform login ``login_id`` (:func:`issue_login`), unexpired
+    and not yet completed."""
+    row = session.get(ChannelBindCode, _code_hash("login:" + login_id))
+    return (
+        row is not None
+        and row.channel == channel
+        and row.scope_id == scope_id
+        and row.used_at is None
+        and row.expires_at > utcnow()
+    )
+
+
+def finish_login(session: Session, *, channel: str, login_id: str) -> None:
+    """Mark the platform login ``login_id`` completed (a second poll finds nothing)."""
+    row = session.get(ChannelBindCode, _code_hash("login:" + login_id), with_for_update=True)
+    if row is not None and row.channel == channel:
+        row.used_at = utcnow()
+
+
 # ------------------------------------------------------------------ the standing conversation
 
 

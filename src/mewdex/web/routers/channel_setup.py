@@ -24,7 +24,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, Response
 from sqlalchemy.orm import Session
 
-from mewdex.channels import clawbot, onebot, wecom
+from mewdex.channels import bindings, clawbot, onebot, wecom
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.wecom_crypto import WeComCryptoError
 from mewdex.db.engine import get_sessionmaker
@@ -257,15 +257,33 @@ async def wecom_callback(
 async def clawbot_login(scope: ScopeContext = Depends(current_scope)):
     """A new WeChat login QR code to scan (the bot QR login of the iLink bot API)."""
     try:
-        return await run_in_threadpool(clawbot.start_login)
+        qr = await run_in_threadpool(clawbot.start_login)
     except clawbot.ClawBotError as exc:
         raise _platform_error(exc) from None
+
+    def remember() -> None:  # only the caller may poll and complete this login
+        with get_sessionmaker().begin() as session:
+            bindings.issue_login(
+                session,
+                scope_id=scope.scope_id,
+                user_id=_user_id(session, scope),
+                channel=clawbot.NAME,
+                login_id=qr["qrcode"],
+            )
+
+    await run_in_threadpool(remember)
+    return qr
 
 
 @router.get("/api/v1/channels/clawbot/login/{qrcode}", response_model=dto.ClawBotLoginStatus)
 async def clawbot_login_status(qrcode: str, scope: ScopeContext = Depends(current_scope)):
     """The login's state; ``confirmed`` binds the scanning person to the caller (bot token sealed)."""
-    if len(qrcode) > 200:
+    def started_here() -> bool:
+        with get_sessionmaker()() as session:
+            return bindings.login_started_by(session, scope_id=scope.scope_id, channel=clawbot.NAME, login_id=qrcode)
+
+    # Another account's (or an expired, finished or invented) login is not asked about upstream.
+    if len(qrcode) > 200 or not await run_in_threadpool(started_here):
         raise ApiError(404, "not_found", "no such login")
     try:
         status = await run_in_threadpool(clawbot.login_status, qrcode)
@@ -279,6 +297,7 @@ async def clawbot_login_status(qrcode: str, scope: ScopeContext = Depends(curren
             row = clawbot.complete_login(
                 session, scope_id=scope.scope_id, user_id=_user_id(session, scope), status=status
             )
+            bindings.finish_login(session, channel=clawbot.NAME, login_id=qrcode)
             return binding_view(row)
 
     return {"status": "confirmed", "binding": await run_in_threadpool(bind)}
