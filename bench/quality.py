@@ -8,7 +8,11 @@ each vvquest caption (its file stem) as the query, the share found first.
 R@k is the share of a query's relevant memes in the top k; Rcap@10 divides by min(|relevant|, 10)
 instead; S@10 is the share of queries with any relevant meme in the top 10.
 
-Run: .venv/bin/python bench/quality.py [--data-dir DIR]
+``--reindex`` (with ``--data-dir``) re-runs the search recipe over the stored meme contexts first
+(keyword documents, and the text embeddings of memes whose embedded fields changed): the cheap loop
+after a change to :mod:`mewdex.search.documents`, without OCR or the visual model again.
+
+Run: .venv/bin/python bench/quality.py [--data-dir DIR] [--reindex]
 """
 
 from __future__ import annotations
@@ -55,9 +59,52 @@ def known_item(run, mapping) -> tuple[float, list[str]]:
     return 1 - len(misses) / len(paths), misses
 
 
+def reindex(sessions, scope) -> None:
+    """Rebuild keyword documents and text embeddings from the stored contexts with the current
+    recipe; a field text already embedded by the same model keeps its vector (only new texts are
+    embedded)."""
+    from sqlalchemy import select
+
+    from mewdex.db.models import Meme, MemeEmbedding
+    from mewdex.inference import models
+    from mewdex.pipeline.base import context_hash
+    from mewdex.pipeline.context import semantic_fields
+    from mewdex.pipeline.stages import write_keyword_document
+    from mewdex.search.generations import write_targets, write_vectors
+
+    embedders, embedded = models.text_embedders(), 0
+    with sessions.begin() as session:
+        ids = session.scalars(select(Meme.id).where(Meme.scope_id == scope.scope_id)).all()
+    for meme_id in ids:
+        with sessions.begin() as session:
+            meme = session.get(Meme, meme_id)
+            if not meme.meme_context:
+                continue
+            write_keyword_document(session, meme)
+            stored = {
+                (model, document): vector
+                for model, document, vector in session.execute(
+                    select(MemeEmbedding.model, MemeEmbedding.semantic_document, MemeEmbedding.embedding).where(
+                        MemeEmbedding.scope_id == scope.scope_id, MemeEmbedding.meme_id == meme_id
+                    )
+                )
+            }
+            for leg, embedder in embedders.items():
+                texts = semantic_fields(meme.meme_context, embedder=leg)
+                new = [t for t in dict.fromkeys(texts.values()) if (embedder.model, t) not in stored]
+                vectors = dict(zip(new, embedder.embed_passages(new) if new else [], strict=True))
+                embedded += len(new)
+                items = [(k, t, vectors[t] if t in vectors else stored[(embedder.model, t)]) for k, t in texts.items()]
+                metadata_hash = meme.search_metadata_hash or context_hash(meme.meme_context)
+                for generation in write_targets(session, meme.scope_id, leg, embedder.model, embedder.dimensions):
+                    write_vectors(session, generation, meme, metadata_hash, items)
+    print(f"reindexed {len(ids)} memes, embedded {embedded} new field texts")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-dir", help="reuse a data dir that already holds the processed corpus")
+    parser.add_argument("--reindex", action="store_true", help="re-run the search recipe over stored contexts")
     args = parser.parse_args()
     data_dir = corpus.use_data_dir(args.data_dir)
     print(f"data dir: {data_dir}")
@@ -72,6 +119,8 @@ def main() -> None:
     with sessions.begin() as session:
         if status(session, scope)["memes"] == 0:
             corpus.prepare()
+    if args.reindex:
+        reindex(sessions, scope)
     mapping = corpus.path_to_meme_ids()
     queries = corpus.dev_queries()
 

@@ -38,6 +38,14 @@ def test_query_ranks_its_meme_first(sample, sessions, query, expected):
         assert results[0] == expected, results
 
 
+@pytest.mark.parametrize(
+    ("query", "bare"),
+    [("grumpy cat meme", "grumpy cat"), ("不屑表情包", "不屑"), ("a picture of change my mind", "change my mind")],
+)
+def test_words_that_only_name_the_medium_do_not_change_the_ranking(sample, sessions, query, bare):
+    assert ranked(sessions, sample, query) == ranked(sessions, sample, bare)
+
+
 def test_chinese_caption_found_from_a_part_of_it(sample, sessions):
     assert ranked(sessions, sample, "字我都不信")[0] == "vvquest/一个字我都不信.png"
 

@@ -320,6 +320,23 @@ def test_semantic_fields_omit_empty_fields_and_cap_ocr():
     assert len(semantic_fields(long)["ocr"]) == 1000
 
 
+@pytest.mark.parametrize(
+    ("query", "cleaned"),
+    [
+        ("grumpy cat meme", "grumpy cat"),
+        ("reaction gif of a man tapping his temple", "a man tapping his temple"),
+        ("a picture of a dog at a computer", "a dog at a computer"),
+        ("熊猫头表情包", "熊猫头"),
+        ("卡通兔子的动图", "卡通兔子的"),
+        ("meme", "meme"),  # nothing else left: the query itself
+        ("表情包", "表情包"),
+        ("gifted memento templeton", "gifted memento templeton"),  # whole words only
+    ],
+)
+def test_clean_query_drops_words_that_only_name_the_medium(query, cleaned):
+    assert search_text.clean_query(query) == cleaned
+
+
 # ----------------------------------------------------------------------------- keyword document
 
 

@@ -25,7 +25,7 @@ from mewdex.dto.search import SearchFilters, SearchHit, SearchResults
 from mewdex.inference import models
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.listing import meme_ref
-from mewdex.search import generations, keyword, steps, variants, vector
+from mewdex.search import generations, keyword, steps, text, variants, vector
 from mewdex.search.confidence import confidence
 from mewdex.search.fusion import rrf
 
@@ -106,7 +106,8 @@ def _search(
     started = time.perf_counter()
     query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
     filters = None if filters is None or filters.empty else filters
-    futures = {leg: executor.submit(_run_leg, leg, scope.scope_id, query, filters) for leg in legs}
+    cleaned = text.clean_query(query)  # the legs search what a meme shows or says, not "meme"/"表情包"
+    futures = {leg: executor.submit(_run_leg, leg, scope.scope_id, cleaned, filters) for leg in legs}
     # Optional steps (issue 15): rewritten queries through the same legs, extra legs (remote embeddings).
     futures |= steps.submit_extra(executor, _run_leg, scope, query, legs, LEGS, filters, CANDIDATES)
     rankings: dict[str, list[UUID]] = {}

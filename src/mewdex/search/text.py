@@ -25,7 +25,7 @@ import threading
 import unicodedata
 from functools import lru_cache
 
-__all__ = ["fold", "tokenize", "split_compound", "is_han", "has_han", "has_latin"]
+__all__ = ["fold", "tokenize", "split_compound", "is_han", "has_han", "has_latin", "clean_query"]
 
 _WS = re.compile(r"\s+")
 
@@ -193,3 +193,23 @@ def tokenize(text: str) -> list[str]:
             out.append(joined)
         out.extend(parts)
     return [x for x in dict.fromkeys(out) if x]
+
+
+# ----------------------------------------------------------------------------- queries
+
+# Words that name the medium, not what a meme shows or says ("cat meme", "熊猫头表情包", "picture of a
+# dog"): in a library of memes they match nothing specific, so the legs search without them.
+_MEDIUM_WORDS = re.compile(
+    r"\b(?:(?:an?|the)\s+)?(?:image|picture|photo|pic|screenshot)s?\s+of\b|"
+    r"\b(?:reaction\s+)?(?:memes?|gifs?|templates?)(?:\s+of)?\b|"
+    r"表情包|表情图|表情|动图|图片",
+    re.I,
+)
+
+
+def clean_query(query: str) -> str:
+    """``query`` without the words that only name the medium (``meme``, ``gif``, ``picture of``,
+    ``表情包``, ``动图``…), whitespace collapsed; the query itself when nothing else would be left
+    (fewer than two letters/ideographs), so ``"meme"`` still searches for ``meme``."""
+    cleaned = _WS.sub(" ", _MEDIUM_WORDS.sub(" ", query or "")).strip(" ,，、;；:：-")
+    return cleaned if sum(ch.isalnum() for ch in cleaned) >= 2 else (query or "").strip()
