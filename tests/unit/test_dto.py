@@ -43,7 +43,9 @@ FULL = {
     "animated": False,
     "animated_preview_url": None,
     "thumbnails": {"still": "available"},
-    "near_duplicates": [{**BRIEF, "relation": "duplicate_of", "kind": "duplicate", "phash_distance": 2, "cosine": 0.97}],
+    "near_duplicates": [
+        {**BRIEF, "relation": "duplicate_of", "kind": "duplicate", "phash_distance": 2, "cosine": 0.97}
+    ],
     "context_status": "ready",
     "meme_context": {"ocr_text": "hi"},
     "provenance": {"source": "upload"},

@@ -1,4 +1,4 @@
-""""This is the meme I wanted" marks (issue 15, point 7)."""
+""" "This is the meme I wanted" marks (issue 15, point 7)."""
 
 from __future__ import annotations
 

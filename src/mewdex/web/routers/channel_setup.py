@@ -278,6 +278,7 @@ async def clawbot_login(scope: ScopeContext = Depends(current_scope)):
 @router.get("/api/v1/channels/clawbot/login/{qrcode}", response_model=dto.ClawBotLoginStatus)
 async def clawbot_login_status(qrcode: str, scope: ScopeContext = Depends(current_scope)):
     """The login's state; ``confirmed`` binds the scanning person to the caller (bot token sealed)."""
+
     def started_here() -> bool:
         with get_sessionmaker()() as session:
             return bindings.login_started_by(session, scope_id=scope.scope_id, channel=clawbot.NAME, login_id=qrcode)

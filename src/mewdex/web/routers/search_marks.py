@@ -1,4 +1,4 @@
-""""This is the meme I wanted" marks (issue 15, point 7; services in :mod:`mewdex.search.marks`):
+""" "This is the meme I wanted" marks (issue 15, point 7; services in :mod:`mewdex.search.marks`):
 
 * ``POST /api/v1/search/marks`` ``{query, meme_id}`` → 201 the mark (marking again returns it)
 * ``GET /api/v1/search/marks`` → the scope's marks, newest first (``mewdex eval --marks`` measures them)
