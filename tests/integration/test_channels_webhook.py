@@ -111,3 +111,14 @@ def test_send_meme_validates_its_input(sessions, account):  # noqa: F811
         with sessions.begin() as session, pytest.raises(ChannelError) as refused:
             delivery.send_meme(session, user_id=account.user_id, **kwargs)
         assert refused.value.code == code, kwargs
+
+
+def test_send_text_refuses_an_unknown_source_as_send_meme_does(sessions, account):  # noqa: F811
+    from mewdex.channels import delivery
+    from mewdex.channels.errors import ChannelError
+
+    meme = {"meme_id": account.memes["cat one"]}
+    for send, what in ((delivery.send_text, {"text": "hi"}), (delivery.send_meme, meme)):
+        with sessions.begin() as session, pytest.raises(ChannelError) as refused:
+            send(session, user_id=account.user_id, channel="webhook", source="spam", **what)
+        assert refused.value.code == "invalid_request"

@@ -85,6 +85,35 @@ def _binding_target(session: Session, scope_id: str, channel: str) -> tuple[Any,
     return row, adapter(channel).target_of(bindings.view(row))
 
 
+def _check_source(source: str) -> None:
+    if source not in SOURCES:
+        raise ChannelError("invalid_request", f"source must be one of {', '.join(SOURCES)}")
+
+
+def _enqueue_to_binding(
+    session: Session,
+    *,
+    scope_id: str,
+    channel: str,
+    source: str,
+    conversation_id: UUID | str | None,
+    **what: Any,
+) -> ChannelDelivery:
+    """Queue ``what`` (``kind``, ``meme_id``, ``text_``) to the scope's active binding of ``channel``:
+    the one path of :func:`send_meme` and :func:`send_text` (target resolved)."""
+    row, target = _binding_target(session, scope_id, channel)
+    return _enqueue(
+        session,
+        scope_id=scope_id,
+        user_id=row.user_id,
+        channel=channel,
+        target=target,
+        source=source,
+        conversation_id=UUID(str(conversation_id)) if conversation_id else None,
+        **what,
+    )
+
+
 def send_meme(
     session: Session,
     *,
@@ -103,8 +132,7 @@ def send_meme(
     over :data:`MAX_CAPTION_CHARS`, unknown ``source``)."""
     scope_id = bindings.scope_of_user(session, user_id)
     adapter(channel)
-    if source not in SOURCES:
-        raise ChannelError("invalid_request", f"source must be one of {', '.join(SOURCES)}")
+    _check_source(source)
     if caption is not None and len(caption) > MAX_CAPTION_CHARS:
         raise ChannelError("invalid_request", f"the caption is over {MAX_CAPTION_CHARS} characters")
     try:
@@ -113,18 +141,15 @@ def send_meme(
         raise ChannelError("not_found", "no such meme") from None
     if session.execute(select(Meme.id).where(Meme.id == mid, Meme.scope_id == scope_id)).scalar_one_or_none() is None:
         raise ChannelError("not_found", "no such meme")
-    row, target = _binding_target(session, scope_id, channel)
-    return _enqueue(
+    return _enqueue_to_binding(
         session,
         scope_id=scope_id,
-        user_id=row.user_id,
         channel=channel,
-        target=target,
+        source=source,
+        conversation_id=conversation_id,
         kind="meme",
         meme_id=mid,
         text_=caption,
-        source=source,
-        conversation_id=UUID(str(conversation_id)) if conversation_id else None,
     )
 
 
@@ -139,19 +164,17 @@ def send_text(
 ) -> ChannelDelivery:
     """Queue a text message to the user's active binding of ``channel``; errors as :func:`send_meme`."""
     scope_id = bindings.scope_of_user(session, user_id)
+    _check_source(source)
     if not text.strip() or len(text) > MAX_TEXT_CHARS:
         raise ChannelError("invalid_request", f"the text must have 1 to {MAX_TEXT_CHARS} characters")
-    row, target = _binding_target(session, scope_id, channel)
-    return _enqueue(
+    return _enqueue_to_binding(
         session,
         scope_id=scope_id,
-        user_id=row.user_id,
         channel=channel,
-        target=target,
+        source=source,
+        conversation_id=conversation_id,
         kind="text",
         text_=text,
-        source=source,
-        conversation_id=UUID(str(conversation_id)) if conversation_id else None,
     )
 
 
