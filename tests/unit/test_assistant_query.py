@@ -48,3 +48,26 @@ def test_animated_and_collection_filters():
     named = parse("摸鱼合集里的加班", {"摸鱼合集": "c1", "合集": "c2"})
     assert (named.collection_id, named.query) == ("c1", "加班")
     assert parse("cats from Work Memes", {"work memes": "c3"}).query == "cats"
+
+
+@pytest.mark.parametrize(
+    ("message", "query"),
+    [
+        # 表示 is part of the description, not chat phrasing (bench/assistant.py lost q057 to it)
+        ("来个表示对方说的话完全不可信的表情", "表示对方说的话完全不可信"),
+        # a closing quote that closes a quotation stays; the apostrophe inside opens nothing
+        ("send me a meme for news anchor screaming 'we'll do it live'", "news anchor screaming 'we'll do it live'"),
+        ("I need a reaction for “do it live”!", "do it live"),  # quotes around the whole query go
+        ("来个他说“我不信”的表情", "他说“我不信”"),
+        ("can you find me a meme about it's fine'", "it's fine"),
+    ],
+)
+def test_the_description_survives_the_chat_phrasing(message, query):
+    assert parse(message).query == query
+
+
+def test_a_long_description_keeps_its_animated_word_and_still_filters():
+    long = parse("send me a meme for animated line drawing of a cat slapping a table like a drummer")
+    assert (long.query, long.animated) == ("animated line drawing of a cat slapping a table like a drummer", True)
+    short = parse("send me an animated dancing cat")
+    assert (short.query, short.animated) == ("dancing cat", True)

@@ -41,7 +41,8 @@ _EN_PREFIX = re.compile(
     re.IGNORECASE,
 )
 _ZH_PREFIX = re.compile(
-    r"^(?:请|麻烦)?你?(?:给我|帮我)?(?:来|发|找|搜|要|整)(?:一?个|一?张|点|些|一下)(?:关于|表示)?"
+    r"^(?:请|麻烦)?你?(?:给我|帮我)?(?:来|发|找|搜|要|整)(?:一?个|一?张|点|些|一下)(?:关于)?"
+    # "来个表示不信的表情" keeps 表示: it is part of what is described, and the search reads it
     r"|^(?:请|麻烦)?(?:给我|帮我)(?:来|发|找|搜|要|整)?(?:一?个|一?张|点|些)"
 )
 _CHAT_SUFFIXES = re.compile(
@@ -50,6 +51,10 @@ _CHAT_SUFFIXES = re.compile(
     re.IGNORECASE,
 )
 _EDGE_PUNCT = " \t\n\"'“”‘’「」『』.,!?;:。，！？；：、…~～"
+_QUOTE_PAIRS = {"'": "'", '"': '"', "“": "”", "‘": "’", "「": "」", "『": "』"}
+# A description longer than this keeps its "animated"/"gif" word: the word is part of what the picture
+# shows ("animated line drawing of a cat …"), and the filter alone would change what the vectors read.
+_SHORT_REQUEST_WORDS = 4
 
 
 @dataclass
@@ -62,6 +67,22 @@ class ParsedMessage:
     collection_id: str | None = None
     collection_name: str | None = None
     follow_up: bool = False
+
+
+def _strip_edges(text: str) -> str:
+    """``text`` without punctuation at its ends, except a closing quote that closes a quotation
+    inside it ("… screaming 'we'll do it live'" keeps its last quote; an apostrophe opens nothing)."""
+    stripped = text.strip(_EDGE_PUNCT)
+    if not stripped:
+        return stripped
+    trailing = text[text.find(stripped) + len(stripped) :]
+    for closing in (ch for ch in trailing if ch in _QUOTE_PAIRS.values()):
+        for opener in (o for o, c in _QUOTE_PAIRS.items() if c == closing):
+            # a paired opener anywhere; a straight quote only where a word starts (not "we'll")
+            pattern = re.escape(opener) if opener != closing else r"(?:^|\s)" + re.escape(opener) + r"\S"
+            if re.search(pattern, stripped):
+                return stripped + closing
+    return stripped
 
 
 def _bare(text: str) -> str:
@@ -77,10 +98,10 @@ def strip_chat_phrasing(text: str, *, keep_if_empty: bool = True) -> str:
     """``text`` without the request around the query ("来个摸鱼的表情" → "摸鱼"; "send me a meme for
     monday mornings" → "monday mornings"); when nothing would remain, the text itself
     (``keep_if_empty``) or ""."""
-    query = text.strip(_EDGE_PUNCT)
-    query = _EN_PREFIX.sub("", query, count=1).strip(_EDGE_PUNCT)
-    query = _ZH_PREFIX.sub("", query, count=1).strip(_EDGE_PUNCT)
-    query = _CHAT_SUFFIXES.sub("", query, count=1).strip(_EDGE_PUNCT)
+    query = _strip_edges(text)
+    query = _strip_edges(_EN_PREFIX.sub("", query, count=1))
+    query = _strip_edges(_ZH_PREFIX.sub("", query, count=1))
+    query = _strip_edges(_CHAT_SUFFIXES.sub("", query, count=1))
     return query or (text.strip() if keep_if_empty else "")
 
 
@@ -93,7 +114,9 @@ def parse(text: str, collections: dict[str, str] | None = None) -> ParsedMessage
     animated = None
     if _ANIMATED.search(query):
         animated = True
-        query = _ANIMATED.sub(" ", query)
+        without = _ANIMATED.sub(" ", query)
+        if len(strip_chat_phrasing(without, keep_if_empty=False).split()) <= _SHORT_REQUEST_WORDS:
+            query = without  # "来个猫的动图", "send me a cat gif": the word was the filter, not the subject
     collection_id = collection_name = None
     known = collections or {}
     for name in sorted(known, key=len, reverse=True):
