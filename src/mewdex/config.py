@@ -47,6 +47,13 @@ class Settings(BaseSettings):
     worker_memory_limit_mb: int = Field(
         default=16384, ge=0, description="Address-space limit (RLIMIT_AS) of each `mewdex worker` process; 0 = none."
     )
+    worker_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="CPU niceness each `mewdex worker` process adds to itself (0 = none): background processing "
+        "yields the CPU to interactive requests (search, pages) instead of sharing it evenly.",
+    )
     api_concurrency: int = Field(
         default=40, ge=1, le=1000, description="Requests `serve` works on at once (threads); sizes the database pool."
     )

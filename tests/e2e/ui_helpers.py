@@ -71,7 +71,10 @@ class UiServer:
 def start_server(mewdex_env, scope, log: Path, *, workers: int = 0, timeout: float = 120) -> UiServer:
     """Start ``mewdex serve`` on a free port for ``scope``; wait until ``/health`` answers ok."""
     port = free_port()
-    env = {**os.environ, **mewdex_env.env, "MEWDEX_DEFAULT_SCOPE": scope.scope_id, "NO_COLOR": "1"}
+    # The single-user local install (no login) unless the caller's environment says otherwise, whatever
+    # accounts earlier tests created in this database (`auto` would then ask for a login).
+    env = {"MEWDEX_AUTH": "none", **os.environ, **mewdex_env.env}
+    env |= {"MEWDEX_DEFAULT_SCOPE": scope.scope_id, "NO_COLOR": "1"}
     out = log.open("w")
     process = subprocess.Popen(
         [str(MEWDEX_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],

@@ -12,7 +12,7 @@ import uuid
 
 from sqlalchemy import text
 
-from conftest import MEWDEX_BIN
+from conftest import MEWDEX_BIN, wait_until
 
 
 def enqueue_noops(
@@ -78,6 +78,20 @@ def stop_workers(procs, sig=signal.SIGTERM, timeout: float = 30) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def wait_started(sessions, procs, timeout: float = 120) -> None:
+    """Wait until each worker process is connected to the database (its SIGTERM handler is installed by
+    then, so a stop is a clean exit 0 rather than death by the signal during start-up)."""
+    from mewdex.runtime import WORKER_APPLICATION_PREFIX
+
+    def connected() -> bool:
+        with sessions.begin() as session:
+            names = session.execute(text("SELECT application_name FROM pg_stat_activity")).scalars().all()
+        workers = [n for n in names if n and n.startswith(WORKER_APPLICATION_PREFIX)]
+        return all(any(n.endswith(f":{p.pid}") for n in workers) for p in procs)
+
+    wait_until(connected, timeout, 0.2, "the worker processes to connect")
 
 
 def status_counts(sessions, scope) -> dict[str, int]:

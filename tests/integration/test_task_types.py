@@ -24,7 +24,7 @@ from conftest import wait_until
 from mewdex.db.models import Task
 from mewdex.queue import registry
 from mewdex.queue.scheduler import Schedule, Scheduler, enqueue_slot
-from queue_helpers import start_workers, status_counts, stop_workers
+from queue_helpers import start_workers, status_counts, stop_workers, wait_started
 
 TASK_MODULE = '''
 """A task type of the test: echoes its payload from inside the worker process."""
@@ -101,6 +101,7 @@ def test_a_task_type_registered_by_the_test_runs_in_real_worker_processes(sessio
             0.2,
             "the test's task type to run",
         )
+        wait_started(sessions, procs)  # one may still be starting (the other did all the work): exit 0 needs it up
     finally:
         stop_workers(procs)
     with sessions.begin() as session:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -94,6 +95,18 @@ def _print_setup_code() -> None:
         )
 
 
+def _lower_priority() -> None:
+    """Add ``MEWDEX_WORKER_NICE`` to this worker's niceness: on a small machine the pipeline (OCR,
+    embeddings) would otherwise take half the CPU from searches; with it, searches come first and the
+    pipeline uses what is left (bench/load.py measures the effect)."""
+    nice = get_settings().worker_nice
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:  # not permitted here: run at the normal priority
+            pass
+
+
 def _limit_memory() -> None:
     """Cap this worker's address space (``MEWDEX_WORKER_MEMORY_LIMIT_MB``): an image that slips past
     the decode budgets fails its task with MemoryError instead of taking the machine down."""
@@ -132,6 +145,7 @@ def worker(
     lane_list = [lane.strip() for lane in lanes.split(",") if lane.strip()] if lanes else None
     _setup_logging()
     _limit_memory()
+    _lower_priority()
     try:
         released = run_worker(concurrency, lane_list, grace, parent_pid, announce=console.print)
     except EmbeddedDatabaseError as exc:
