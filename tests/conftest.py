@@ -59,6 +59,9 @@ TEST_ENV = {
     "MEWDEX_RETRY_MAX_SECONDS": "0",
     "MEWDEX_WORKER_POLL_SECONDS": "0.2",
     "MEWDEX_LOG_LEVEL": "WARNING",
+    # Test workers share two cores with the test processes and their databases: at the default niceness
+    # (10) they would get a tenth of a busy CPU and miss the tests' deadlines.
+    "MEWDEX_WORKER_NICE": "0",
 }
 
 # Corpus files of the shared sample (paths below each source's ``images/``), ≤ 30 with the cases.

@@ -62,8 +62,10 @@ def start_workers(
         args = [str(MEWDEX_BIN), "worker", "--concurrency", str(concurrency)]
         if lanes:
             args += ["--lanes", lanes]
-        log = open(mewdex_env.data_dir / f"worker-{uuid.uuid4().hex[:6]}.log", "w")
-        procs.append(subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        path = mewdex_env.data_dir / f"worker-{uuid.uuid4().hex[:6]}.log"
+        proc = subprocess.Popen(args, env=env, stdout=path.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        proc.log_path = path  # type: ignore[attr-defined]  # read by exit_code() when a test fails
+        procs.append(proc)
     return procs
 
 
@@ -78,6 +80,15 @@ def stop_workers(procs, sig=signal.SIGTERM, timeout: float = 30) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def exit_code(proc: subprocess.Popen, timeout: float = 30) -> int:
+    """``proc.wait(timeout)``; a worker still running by then fails the test with the end of its log."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        tail = proc.log_path.read_text(errors="replace")[-3000:]  # type: ignore[attr-defined]
+        raise AssertionError(f"worker {proc.pid} still running after {timeout} s; its log ends:\n{tail}") from None
 
 
 def wait_started(sessions, procs, timeout: float = 120) -> None:

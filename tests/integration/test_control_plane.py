@@ -25,6 +25,7 @@ from mewdex.queue import registry
 from mewdex.queue import tasks as queue
 from queue_helpers import (
     enqueue_noops,
+    exit_code,
     start_workers,
     status_counts,
     stop_workers,
@@ -212,14 +213,14 @@ def test_sigterm_finishes_within_grace_or_releases(sessions, scope, lane, worker
     [proc] = workers(1, concurrency=1, lanes=lane, extra_env={"MEWDEX_WORKER_GRACE_SECONDS": "20"})
     wait_until(lambda: status_counts(sessions, scope).get("running") == 1, 30, what="the claim")
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
+    assert exit_code(proc) == 0
     assert status_counts(sessions, scope) == {"succeeded": 1}  # finished within the grace period
 
     [slow] = enqueue_noops(sessions, scope, 1, lane=lane, payload={"sleep": 60})
     [proc] = workers(1, concurrency=1, lanes=lane, extra_env={"MEWDEX_WORKER_GRACE_SECONDS": "0.5"})
     wait_until(lambda: status_counts(sessions, scope).get("running") == 1, 30, what="the claim")
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
+    assert exit_code(proc) == 0
     with sessions.begin() as session:
         t = session.get(Task, slow)
         assert t.status == "queued" and t.lease_owner is None and t.max_attempts == 4  # the attempt is given back

@@ -957,11 +957,19 @@ def test_a_streaming_upload_holds_no_database_connection_and_uploads_per_user_ar
         await app(scope, receive, send)
         results[index] = state["status"]
 
-    idle = get_engine().pool.checkedout()  # connections other threads of this process hold (earlier tests' servers)
+    async def fewest_checked_out() -> int:
+        """The fewest connections checked out over 0.2 s: other threads of this process (earlier tests'
+        servers) take and return some now and then; a request that holds one holds it the whole time."""
+        samples = []
+        for _ in range(10):
+            samples.append(get_engine().pool.checkedout())
+            await asyncio.sleep(0.02)
+        return min(samples)
 
     async def main():
         nonlocal release
         release = asyncio.Event()
+        idle = await fewest_checked_out()
         results = {}
         tasks = [asyncio.create_task(one_upload(results, i)) for i in range(5)]
         for _ in range(200):
@@ -969,8 +977,7 @@ def test_a_streaming_upload_holds_no_database_connection_and_uploads_per_user_ar
             if len(seen_checked_out) >= 4 and len(results) >= 1:
                 break
         refused = dict(results)
-        await asyncio.sleep(0.2)
-        held = get_engine().pool.checkedout() - idle  # four bodies are mid-stream now
+        held = await fewest_checked_out() - idle  # four bodies are mid-stream now
         release.set()
         await asyncio.gather(*tasks)
         return refused, results, held
@@ -978,7 +985,7 @@ def test_a_streaming_upload_holds_no_database_connection_and_uploads_per_user_ar
     refused, results, held = asyncio.run(main())
     assert list(refused.values()) == [429]  # the fifth at once is refused …
     assert sorted(results.values()) == [422, 422, 422, 422, 429]  # … the others finish (an empty form)
-    assert len(seen_checked_out) == 4 and held == 0  # no connection was held while bodies streamed
+    assert len(seen_checked_out) == 4 and held <= 0  # no connection was held while bodies streamed
 
 
 # ---------------------------------------------------------------- 4. every route: ids and CSRF
