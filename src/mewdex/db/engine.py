@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import Settings, get_settings
@@ -45,10 +46,10 @@ def get_engine() -> Engine:
                 pool_size=sizes["pool_size"],
                 max_overflow=sizes["max_overflow"],
                 pool_timeout=10,
-                pool_pre_ping=True,
                 connect_args=_application_name(),
             )
             event.listen(_engine, "connect", _register_vector)
+            _ping_when_idle(_engine)
             _sessions = sessionmaker(_engine, expire_on_commit=False)
         return _engine
 
@@ -81,6 +82,34 @@ def pool_sizes(settings: Settings) -> dict[str, int]:
         "max_overflow": 10,
         "search_pool": SEARCH_LEGS * settings.search_concurrency,
     }
+
+
+#: A pooled connection idle at least this long (seconds) is pinged before use; one in steady use is
+#: not: a ping per checkout was a round trip per request and three per search (a fifth of the
+#: search statements under load). A connection that breaks while in use (the database restarted)
+#: fails that statement, and SQLAlchemy then replaces every pooled connection older than it.
+IDLE_PING_SECONDS = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Pessimistic disconnect handling for connections idle ≥ :data:`IDLE_PING_SECONDS`: a dead one
+    is replaced at checkout (``DisconnectionError`` makes the pool open a new one)."""
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi_connection, record) -> None:
+        record.info["checked_in_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection, record, _proxy) -> None:
+        checked_in_at = record.info.get("checked_in_at")
+        if checked_in_at is None or time.monotonic() - checked_in_at < IDLE_PING_SECONDS:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:
+            raise exc.DisconnectionError(f"the idle connection is gone: {error}") from error
+        if not alive:
+            raise exc.DisconnectionError("the idle connection is gone")
 
 
 def _register_vector(dbapi_connection, _record) -> None:
@@ -123,11 +152,11 @@ def get_search_sessionmaker(options: str = "") -> sessionmaker[Session]:
                 engine.url,
                 pool_size=size,
                 max_overflow=0,
-                pool_pre_ping=True,
                 isolation_level="AUTOCOMMIT",
                 connect_args={"options": options} if options else {},
             )
             event.listen(_search_engine, "connect", _register_vector)
+            _ping_when_idle(_search_engine)
             _search_sessions = sessionmaker(_search_engine, expire_on_commit=False)
         return _search_sessions
 

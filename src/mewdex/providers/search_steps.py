@@ -361,11 +361,10 @@ def remote_leg(scope: ScopeContext, query: str, filters: SearchFilters | None, l
     from mewdex.platform.errors import PlatformError
 
     sessions = get_search_sessionmaker()
-    with sessions.begin() as session:
-        generation = generations.current_generation(session, scope.scope_id, LEG)
-        if generation is None:
-            return None
-        session.expunge(generation)
+    with sessions() as session:  # no connection at all when the head (or its absence) is cached
+        generation = generations.cached_generation(session, scope.scope_id, LEG, remember_none=True)
+    if generation is None:
+        return None
     split = _split_model_id(generation.model)
     key = ("embed", scope.scope_id, generation.model, query)
     q = _answers.get(key)
@@ -384,7 +383,10 @@ def remote_leg(scope: ScopeContext, query: str, filters: SearchFilters | None, l
             raise BackendUnavailable("the scope's embedding connector changed since the remote generation", backend=LEG)
         _answers.put(key, q)
     with sessions.begin() as session:
-        hits = vector.search(session, scope.scope_id, LEG, q, limit, filters, generation=generation)
+        vector.hnsw_settings(session, max(vector.EF_SEARCH, limit))
+        hits, head = vector.search_generation(session, scope.scope_id, LEG, generation, q, limit, filters)
+    if head != generation.id:  # the head moved since it was cached: the next search reads it again
+        generations.forget_generation(scope.scope_id, LEG)
     return [h.meme_id for h in hits]
 
 

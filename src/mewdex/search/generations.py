@@ -77,21 +77,33 @@ class GenerationRef:
 #: Seconds a cached head is trusted without being seen (every vector search also reads the head in
 #: its statement and drops a stale entry at once, so this only bounds memory of idle scopes).
 HEAD_CACHE_SECONDS = 300.0
-_heads: dict[tuple[str, str], tuple[float, GenerationRef]] = {}
+#: Seconds "this scope has no generation for the leg" is trusted (``remember_none``): an optional leg
+#: (remote embeddings) that most scopes never build costs no statement per search, and one that is
+#: built is searched within this long.
+NO_HEAD_CACHE_SECONDS = 10.0
+_heads: dict[tuple[str, str], tuple[float, GenerationRef | None]] = {}
 _heads_lock = threading.Lock()
 
 
-def cached_generation(session: Session, scope_id: str, leg: str) -> GenerationRef | None:
+def cached_generation(
+    session: Session, scope_id: str, leg: str, *, remember_none: bool = False
+) -> GenerationRef | None:
     """:func:`current_generation` of (scope, leg), remembered per process (no statement on a hit).
-    Callers check the head their search statement returns and :func:`forget_generation` when it moved."""
+    Callers check the head their search statement returns and :func:`forget_generation` when it moved.
+    ``remember_none``: remember "no generation" too, for :data:`NO_HEAD_CACHE_SECONDS` (otherwise
+    it is not remembered: the scope's first meme creates it)."""
     key = (scope_id, leg)
     now = time.monotonic()
     with _heads_lock:
         hit = _heads.get(key)
-    if hit is not None and now - hit[0] < HEAD_CACHE_SECONDS:
-        return hit[1]
+    if hit is not None and now - hit[0] < (HEAD_CACHE_SECONDS if hit[1] is not None else NO_HEAD_CACHE_SECONDS):
+        if hit[1] is not None or remember_none:
+            return hit[1]
     generation = current_generation(session, scope_id, leg)
-    if generation is None:  # not remembered: the scope's first meme creates it
+    if generation is None:
+        if remember_none:
+            with _heads_lock:
+                _heads[key] = (now, None)
         return None
     ref = GenerationRef.of(generation)
     with _heads_lock:
@@ -224,6 +236,7 @@ def _point_head(session: Session, scope_id: str, leg: str, generation: SearchGen
             set_={"active_generation_id": generation.id, "active_generation_model": generation.model},
         )
     )
+    forget_generation(scope_id, leg)  # this process sees the new head at once (others on their next search)
 
 
 def _snapshot_hash(leg: str, model: str, dimensions: int, reason: str) -> str:

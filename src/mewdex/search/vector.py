@@ -103,13 +103,15 @@ def search_generation(
                    (SELECT active_generation_id FROM search_heads WHERE scope_id = :scope AND model = :leg)
             UNION ALL
             (SELECT meme_id, field, distance, NULL::uuid FROM (
-                SELECT meme_id, field, {dist} AS distance
-                FROM meme_embeddings
-                WHERE model = :model AND dimensions = :dims
-                  AND scope_id = :scope AND generation_id = :generation AND item_status = 'ready'{where}
-                ORDER BY {dist}
-                LIMIT :candidates
-            ) nearest ORDER BY distance)
+                SELECT DISTINCT ON (meme_id) meme_id, field, distance FROM (
+                    SELECT meme_id, field, {dist} AS distance
+                    FROM meme_embeddings
+                    WHERE model = :model AND dimensions = :dims
+                      AND scope_id = :scope AND generation_id = :generation AND item_status = 'ready'{where}
+                    ORDER BY {dist}
+                    LIMIT :candidates
+                ) nearest ORDER BY meme_id, distance, field
+            ) best ORDER BY distance, meme_id LIMIT :limit)
             """
         ),
         {
@@ -120,15 +122,15 @@ def search_generation(
             "leg": leg,
             "generation": generation.id,
             "candidates": limit * ROWS_PER_MEME,
+            "limit": limit,
             **filter_params,
         },
     ).all()
+    # One row is the head (meme id NULL); the others are the memes, nearest first, best field each.
     head = next((r[3] for r in rows if r[0] is None), None)
-    best: dict[UUID, VectorHit] = {}
-    for meme_id, field, distance, _ in sorted((r for r in rows if r[0] is not None), key=lambda r: r[2]):
-        if meme_id not in best:
-            best[meme_id] = VectorHit(meme_id, float(1 - distance), field)
-    return list(best.values())[:limit], head
+    return [
+        VectorHit(meme_id, 1 - distance, field) for meme_id, field, distance, _ in rows if meme_id is not None
+    ], head
 
 
 def nearest_images(
