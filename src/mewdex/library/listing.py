@@ -155,31 +155,51 @@ def meme_brief(meme: Meme) -> MemeBrief:
 
 def meme_full(session: Session, meme: Meme, *, near_duplicates: list[dict[str, Any]]) -> MemeDto:
     """The full meme DTO; ``near_duplicates`` from :func:`mewdex.search.image_search.near_duplicates_of`."""
-    from mewdex.library.thumbnails import thumbnail_status
+    return memes_full(session, [meme], near_duplicates={meme.id: near_duplicates})[0]
 
-    jobs, stages = latest_job_stages(session, meme.scope_id, [meme.id])
-    job = jobs.get(meme.id)
-    image = meme.extensions.get("image", {})
-    return MemeDto(
-        **meme_brief(meme).model_dump(),
-        media_type=MEDIA_TYPES_BY_EXTENSION[meme.extension],
-        **{k: image.get(k) for k in ("width", "height", "frames", "duration_ms", "animated")},
-        animated_preview_url=f"/media/{meme.id}/thumbnail?animated=1" if image.get("animated") else None,
-        thumbnails=thumbnail_status(session, meme),
-        near_duplicates=[NearDuplicate(**d) for d in near_duplicates],
-        context_status=meme.context_status,
-        meme_context=meme.meme_context,
-        provenance=meme.provenance,
-        job=None if job is None else JobBrief(id=str(job.id), status=job.status, error=job.error),
-        stages={
-            s.stage: StageStatus(
-                status=s.status, planned=s.planned, skip_reason=s.skip_reason, attempts=s.attempt_count, error=s.error
+
+def memes_full(
+    session: Session, memes: list[Meme], *, near_duplicates: dict[UUID, list[dict[str, Any]]]
+) -> list[MemeDto]:
+    """:func:`meme_full` of several memes of one scope (a page of the library), in order, with a
+    fixed number of statements (jobs, stages, thumbnails), not a few per meme."""
+    from mewdex.library.thumbnails import thumbnail_statuses
+
+    if not memes:
+        return []
+    jobs, stages = latest_job_stages(session, memes[0].scope_id, [m.id for m in memes])
+    thumbnails = thumbnail_statuses(session, memes)
+    out = []
+    for meme in memes:
+        job = jobs.get(meme.id)
+        image = meme.extensions.get("image", {})
+        out.append(
+            MemeDto(
+                **meme_brief(meme).model_dump(),
+                media_type=MEDIA_TYPES_BY_EXTENSION[meme.extension],
+                **{k: image.get(k) for k in ("width", "height", "frames", "duration_ms", "animated")},
+                animated_preview_url=f"/media/{meme.id}/thumbnail?animated=1" if image.get("animated") else None,
+                thumbnails=thumbnails[meme.id],
+                near_duplicates=[NearDuplicate(**d) for d in near_duplicates.get(meme.id, [])],
+                context_status=meme.context_status,
+                meme_context=meme.meme_context,
+                provenance=meme.provenance,
+                job=None if job is None else JobBrief(id=str(job.id), status=job.status, error=job.error),
+                stages={
+                    s.stage: StageStatus(
+                        status=s.status,
+                        planned=s.planned,
+                        skip_reason=s.skip_reason,
+                        attempts=s.attempt_count,
+                        error=s.error,
+                    )
+                    for s in stages.get(meme.id, [])
+                },
+                revision=meme.revision,
+                updated_at=meme.updated_at.isoformat(),
             )
-            for s in stages.get(meme.id, [])
-        },
-        revision=meme.revision,
-        updated_at=meme.updated_at.isoformat(),
-    )
+        )
+    return out
 
 
 def filtered_memes(scope_id: str, filters: SearchFilters | None, *, name: str | None = None):

@@ -347,16 +347,32 @@ def current_thumbnail(session: Session, meme, profile: str):
 
 def thumbnail_status(session: Session, meme) -> dict[str, Any]:
     """``{profile: status}`` of the meme's current-content rows (for the meme JSON)."""
+    return thumbnail_statuses(session, [meme])[meme.id]
+
+
+def thumbnail_statuses(session: Session, memes: list) -> dict[Any, dict[str, Any]]:
+    """:func:`thumbnail_status` of several memes of one scope in one statement: ``{meme_id: {profile: status}}``."""
     from mewdex.db.models import DerivedImageThumbnail
 
+    out: dict[Any, dict[str, Any]] = {m.id: {} for m in memes}
+    if not memes:
+        return out
+    current = {m.id: m.sha256 for m in memes}
     rows = session.execute(
-        select(DerivedImageThumbnail.profile, DerivedImageThumbnail.status).where(
-            DerivedImageThumbnail.scope_id == meme.scope_id,
-            DerivedImageThumbnail.meme_id == meme.id,
-            DerivedImageThumbnail.source_sha256 == meme.sha256,
+        select(
+            DerivedImageThumbnail.meme_id,
+            DerivedImageThumbnail.source_sha256,
+            DerivedImageThumbnail.profile,
+            DerivedImageThumbnail.status,
+        ).where(
+            DerivedImageThumbnail.scope_id == memes[0].scope_id,
+            DerivedImageThumbnail.meme_id.in_(list(current)),
         )
     ).all()
-    return {p: s for p, s in rows}
+    for meme_id, sha256, profile, status in rows:
+        if current.get(meme_id) == sha256:
+            out[meme_id][profile] = status
+    return out
 
 
 def needs_rebuild(session: Session, store, namespace: str, meme, animated: bool | None) -> bool:

@@ -150,41 +150,49 @@ def near_duplicates_of(session: Session, scope_id: str, meme_id) -> list[dict[st
     older one) or ``duplicated_by``, and ``kind`` is ``duplicate`` (same caption) or ``variant``
     (another caption on the same template; :func:`mewdex.search.variants.pair_kind`)."""
     meme_id = meme_id if isinstance(meme_id, UUID) else UUID(str(meme_id))
+    return near_duplicates_of_many(session, scope_id, [meme_id])[meme_id]
+
+
+def near_duplicates_of_many(session: Session, scope_id: str, meme_ids: list[UUID]) -> dict[UUID, list[dict[str, Any]]]:
+    """:func:`near_duplicates_of` for several memes at once (two statements, whatever their number):
+    ``{meme_id: pairs}`` with every id of ``meme_ids`` present."""
+    wanted = set(meme_ids)
+    out: dict[UUID, list[dict[str, Any]]] = {m: [] for m in meme_ids}
+    if not wanted:
+        return out
     t = near_duplicates_table
     rows = (
         session.execute(
-            select(t).where(t.c.scope_id == scope_id, or_(t.c.meme_id == meme_id, t.c.duplicate_of == meme_id))
+            select(t).where(t.c.scope_id == scope_id, or_(t.c.meme_id.in_(wanted), t.c.duplicate_of.in_(wanted)))
         )
         .mappings()
         .all()
     )
-    others = {r["duplicate_of"] if r["meme_id"] == meme_id else r["meme_id"]: r for r in rows}
-    memes = (
-        {
-            m.id: m
-            for m in session.execute(
-                select(Meme).where(Meme.scope_id == scope_id, Meme.id.in_([*others, meme_id]))
-            ).scalars()
-        }
-        if others
-        else {}
-    )
-    mine = meme_caption(memes[meme_id]) if meme_id in memes else ""
-    out = []
-    for other, r in others.items():
-        m = memes.get(other)
-        if m is None:
-            continue
-        out.append(
-            {
-                **_meme_brief(m),
-                "relation": "duplicate_of" if r["meme_id"] == meme_id else "duplicated_by",
-                "kind": pair_kind(mine, meme_caption(m)),
-                "phash_distance": r["phash_distance"],
-                "cosine": r["cosine"],
-            }
-        )
-    out.sort(key=lambda d: (d["relation"] != "duplicate_of", -(d["cosine"] or 0)))
+    if not rows:
+        return out
+    involved = {r["meme_id"] for r in rows} | {r["duplicate_of"] for r in rows}
+    memes = {
+        m.id: m for m in session.execute(select(Meme).where(Meme.scope_id == scope_id, Meme.id.in_(involved))).scalars()
+    }
+    captions = {m_id: meme_caption(m) for m_id, m in memes.items()}
+    for r in rows:
+        for mine, other, relation in (
+            (r["meme_id"], r["duplicate_of"], "duplicate_of"),
+            (r["duplicate_of"], r["meme_id"], "duplicated_by"),
+        ):
+            if mine not in wanted or other not in memes:
+                continue
+            out[mine].append(
+                {
+                    **_meme_brief(memes[other]),
+                    "relation": relation,
+                    "kind": pair_kind(captions.get(mine, ""), captions[other]),
+                    "phash_distance": r["phash_distance"],
+                    "cosine": r["cosine"],
+                }
+            )
+    for pairs in out.values():
+        pairs.sort(key=lambda d: (d["relation"] != "duplicate_of", -(d["cosine"] or 0)))
     return out
 
 

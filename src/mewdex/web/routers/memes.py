@@ -23,7 +23,7 @@ from mewdex.library import memes as library
 from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
 from mewdex.library.scopes import storage_namespace
 from mewdex.queue import backpressure
-from mewdex.search.image_search import near_duplicates_of
+from mewdex.search.image_search import near_duplicates_of_many
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body
@@ -45,7 +45,15 @@ def get_meme(session: Session, scope: ScopeContext, meme_id: str) -> Meme:
 
 def meme_dto(session: Session, meme: Meme) -> MemeDto:
     """The full meme shape (:class:`mewdex.dto.memes.Meme`)."""
-    return listing.meme_full(session, meme, near_duplicates=near_duplicates_of(session, meme.scope_id, meme.id))
+    return memes_dto(session, [meme])[0]
+
+
+def memes_dto(session: Session, memes: list[Meme]) -> list[MemeDto]:
+    """:func:`meme_dto` of a page of memes of one scope (a fixed number of statements)."""
+    if not memes:
+        return []
+    near = near_duplicates_of_many(session, memes[0].scope_id, [m.id for m in memes])
+    return listing.memes_full(session, memes, near_duplicates=near)
 
 
 def meme_dict(session: Session, meme: Meme) -> dict:
@@ -304,7 +312,7 @@ def list_memes(
         limit=limit,
         cursor=cursor,
     )
-    return MemePage(items=[meme_dto(session, m) for m in page.memes], next_cursor=page.next_cursor)
+    return MemePage(items=memes_dto(session, page.memes), next_cursor=page.next_cursor)
 
 
 def _if_match(value: str | None) -> int | None:
