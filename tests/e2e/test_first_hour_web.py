@@ -5,11 +5,15 @@ and the single-user /admin page. Screenshots at desktop and 375 px, in English a
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, corpus_available
-from ui_helpers import DESKTOP, SCREENSHOTS, browser, page, search_server, work_server  # noqa: F401
+from conftest import CORPUS, TEST_ENV, MewdexEnv, corpus_available
+from mewdex.db.models import ScopeContext
+from ui_helpers import DESKTOP, SCREENSHOTS, browser, page, search_server, start_server, work_server  # noqa: F401
 
 PHONE = {"width": 375, "height": 812}
 needs_corpus = pytest.mark.skipif(not corpus_available(), reason=f"corpus not found at {CORPUS}")
@@ -111,12 +115,29 @@ def test_a_rejected_upload_shows_as_rejected(page, work_server, tmp_path):
     page.shot("upload-rejected-en")
 
 
+@pytest.fixture(scope="module")
+def fresh_install():
+    """``mewdex serve`` on a data dir of its own: no account exists (the shared test database has
+    the accounts other tests created)."""
+    from mewdex.db.embedded import stop
+
+    data_dir = Path(tempfile.mkdtemp(prefix="mewdex-fresh-"))  # short: the socket path has a length limit
+    env = MewdexEnv(data_dir, {**TEST_ENV, "MEWDEX_DATA_DIR": str(data_dir)})
+    server = start_server(env, ScopeContext("local"), data_dir / "serve.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+        stop(data_dir / "pgdata")
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 @pytest.mark.parametrize("locale,lang", [("en-US", "en"), ("zh-CN", "zh")])
-def test_single_user_admin_explains_how_to_add_accounts(browser, work_server, locale, lang):
+def test_single_user_admin_explains_how_to_add_accounts(browser, fresh_install, locale, lang):
     context = browser.new_context(viewport=DESKTOP, locale=locale)
     pg = context.new_page()
     try:
-        pg.goto(work_server.url + "/admin")
+        pg.goto(fresh_install.url + "/admin")
         box = pg.locator("#single-user")
         assert "mewdex user create" in box.inner_text()
         assert pg.locator("table.admin-users").count() == 0
