@@ -62,6 +62,10 @@ TEST_ENV = {
     # Test workers share two cores with the test processes and their databases: at the default niceness
     # (10) they would get a tenth of a busy CPU and miss the tests' deadlines.
     "MEWDEX_WORKER_NICE": "0",
+    # Every worker also serves the internal lanes (maintenance, channel polling), so a test's worker may
+    # hold another test's long-poll task when it is stopped: it is released after 5 s, not the default 30
+    # (tests of the grace period set their own).
+    "MEWDEX_WORKER_GRACE_SECONDS": "5",
 }
 
 # Corpus files of the shared sample (paths below each source's ``images/``), ≤ 30 with the cases.
