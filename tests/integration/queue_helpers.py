@@ -64,7 +64,7 @@ def start_workers(
             args += ["--lanes", lanes]
         path = mewdex_env.data_dir / f"worker-{uuid.uuid4().hex[:6]}.log"
         proc = subprocess.Popen(args, env=env, stdout=path.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-        proc.log_path = path  # type: ignore[attr-defined]  # read by exit_code() when a test fails
+        proc.log_path = path  # type: ignore[attr-defined]  # read by log_tail() when a test fails
         procs.append(proc)
     return procs
 
@@ -82,13 +82,18 @@ def stop_workers(procs, sig=signal.SIGTERM, timeout: float = 30) -> None:
             p.wait()
 
 
+def log_tail(proc: subprocess.Popen, chars: int = 3000) -> str:
+    """The end of the log of a worker from :func:`start_workers` (for failure messages)."""
+    return proc.log_path.read_text(errors="replace")[-chars:]  # type: ignore[attr-defined]
+
+
 def exit_code(proc: subprocess.Popen, timeout: float = 30) -> int:
     """``proc.wait(timeout)``; a worker still running by then fails the test with the end of its log."""
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        tail = proc.log_path.read_text(errors="replace")[-3000:]  # type: ignore[attr-defined]
-        raise AssertionError(f"worker {proc.pid} still running after {timeout} s; its log ends:\n{tail}") from None
+        message = f"worker {proc.pid} still running after {timeout} s; its log ends:\n{log_tail(proc)}"
+        raise AssertionError(message) from None
 
 
 def wait_started(sessions, procs, timeout: float = 120) -> None:

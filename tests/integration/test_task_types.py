@@ -24,7 +24,7 @@ from conftest import wait_until
 from mewdex.db.models import Task
 from mewdex.queue import registry
 from mewdex.queue.scheduler import Schedule, Scheduler, enqueue_slot
-from queue_helpers import start_workers, status_counts, stop_workers, wait_started
+from queue_helpers import log_tail, start_workers, status_counts, stop_workers, wait_started
 
 TASK_MODULE = '''
 """A task type of the test: echoes its payload from inside the worker process."""
@@ -126,7 +126,7 @@ def test_a_task_type_registered_by_the_test_runs_in_real_worker_processes(sessio
             {"l": task_module["lane"]},
         ).scalar_one()
         assert held == 0
-    assert [p.returncode for p in procs] == [0, 0], [p.log_path.read_text(errors="replace")[-2000:] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [log_tail(p) for p in procs]
 
 
 def test_the_worker_entry_point_imports_neither_fastapi_nor_the_web_layer():

@@ -96,9 +96,9 @@ def _print_setup_code() -> None:
 
 
 def _lower_priority() -> None:
-    """Add ``MEWDEX_WORKER_NICE`` to this worker's niceness: on a small machine the pipeline (OCR,
-    embeddings) would otherwise take half the CPU from searches; with it, searches come first and the
-    pipeline uses what is left (bench/load.py measures the effect)."""
+    """Add ``MEWDEX_WORKER_NICE`` to this worker's niceness, so that on a busy small machine the
+    pipeline (OCR, embeddings) yields the CPU to searches and pages instead of sharing it evenly.
+    (bench/load.py's uploads are tiny and showed no difference; real images cost far more.)"""
     nice = get_settings().worker_nice
     if nice:
         try:

@@ -6,7 +6,7 @@ predicate every caller uses), "the latest processing job of each meme" and the m
   (``EXISTS (SELECT 1 FROM memes WHERE memes.scope_id = … AND memes.id = <leg>.meme_id AND …)``),
   listings use it in their ``WHERE``.
 * :data:`LATEST_JOB_STATUS_SQL` / :func:`latest_jobs` — the latest job of a meme (by ``created_at``).
-* :func:`meme_brief` / :func:`meme_full` — ORM rows to :mod:`mewdex.dto.memes` shapes.
+* :func:`meme_brief` / :func:`memes_full` — ORM rows to :mod:`mewdex.dto.memes` shapes.
 """
 
 from __future__ import annotations
@@ -153,16 +153,12 @@ def meme_brief(meme: Meme) -> MemeBrief:
     )
 
 
-def meme_full(session: Session, meme: Meme, *, near_duplicates: list[dict[str, Any]]) -> MemeDto:
-    """The full meme DTO; ``near_duplicates`` from :func:`mewdex.search.image_search.near_duplicates_of`."""
-    return memes_full(session, [meme], near_duplicates={meme.id: near_duplicates})[0]
-
-
 def memes_full(
     session: Session, memes: list[Meme], *, near_duplicates: dict[UUID, list[dict[str, Any]]]
 ) -> list[MemeDto]:
-    """:func:`meme_full` of several memes of one scope (a page of the library), in order, with a
-    fixed number of statements (jobs, stages, thumbnails), not a few per meme."""
+    """The full meme DTOs of memes of one scope (one meme, or a page of the library), in order, with a
+    fixed number of statements (jobs, stages, thumbnails), not a few per meme. ``near_duplicates``:
+    ``{meme_id: pairs}`` from :func:`mewdex.search.image_search.near_duplicates_of_many`."""
     from mewdex.library.thumbnails import thumbnail_statuses
 
     if not memes:

@@ -345,13 +345,9 @@ def current_thumbnail(session: Session, meme, profile: str):
     ).scalar_one_or_none()
 
 
-def thumbnail_status(session: Session, meme) -> dict[str, Any]:
-    """``{profile: status}`` of the meme's current-content rows (for the meme JSON)."""
-    return thumbnail_statuses(session, [meme])[meme.id]
-
-
 def thumbnail_statuses(session: Session, memes: list) -> dict[Any, dict[str, Any]]:
-    """:func:`thumbnail_status` of several memes of one scope in one statement: ``{meme_id: {profile: status}}``."""
+    """``{meme_id: {profile: status}}`` of the current-content thumbnail rows of memes of one scope
+    (for the meme JSON), in one statement."""
     from mewdex.db.models import DerivedImageThumbnail
 
     out: dict[Any, dict[str, Any]] = {m.id: {} for m in memes}
