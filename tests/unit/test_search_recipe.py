@@ -294,11 +294,35 @@ def drake():
 def test_semantic_fields_each_text_once(drake):
     fields = semantic_fields(drake)
     assert fields == {
-        "name": drake["name_text"],
+        "name": "yes drake",
         "ocr": "when the code compiles",
-        "name_ocr": f"{drake['name_text']}; when the code compiles",
+        "name_ocr": "yes drake; when the code compiles",
         "labels": "cat, 猫, dog",
+        "folder": "drake",
     }
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "folder"),
+    [
+        # the import's top folders are not the meme's name, only its nearest folder is
+        ("vvquest/images/我也喜欢你.png", "我也喜欢你 vvquest", "vvquest"),
+        ("chinesebqb/images/genshin/原神-不了不了这伤身体.jpg", "原神 不了不了这伤身体 genshin", "chinesebqb genshin"),
+        # a generic stem: the name is the nearest folder's words
+        ("memes/memegen/images/grumpycat/default.jpg", "grumpy cat", "gen grumpy cat"),
+        ("drake/drake.jpg", "drake", "drake"),
+        ("IMG_2034.JPG", "", ""),
+    ],
+)
+def test_name_field_is_the_memes_own_words_and_folders_are_a_field_of_their_own(path, name, folder):
+    c = build_meme_context(relative_path=path, display_name=path.rsplit("/", 1)[-1], ocr_lines=[])
+    fields = semantic_fields(c)
+    assert fields.get("name", "") == name
+    assert fields.get("folder", "") == folder
+
+
+def test_name_without_folders_keeps_the_whole_name_text():
+    assert semantic_fields({"name_text": "grumpy cat"}) == {"name": "grumpy cat"}
 
 
 def test_semantic_fields_per_embedder_follow_the_measured_field_sets(drake):

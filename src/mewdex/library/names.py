@@ -26,6 +26,7 @@ import unicodedata
 import regex
 
 # The one name rule lives below the library (accounts use it too); re-exported here for name code.
+from mewdex.library import generic_words
 from mewdex.platform.errors import _KEPT_FORMAT
 from mewdex.platform.errors import strip_format_characters as strip_format_characters
 
@@ -215,18 +216,8 @@ def _graphemes(text: str) -> list[str]:
     return _GRAPHEME.findall(text)
 
 
-#: Folder/file names that say nothing about the image (compared after case folding, digits removed);
-#: used by the import names below and the analysis recipe (pipeline.context).
-GENERIC_NAMES = frozenset(
-    """
-    image images img imgs pic pics picture pictures photo photos download downloads default
-    meme memes gif gifs jpg jpeg png webp file files new folder untitled screenshot screenshots
-    screen shot capture tmp temp misc other others unknown copy export exports upload uploads
-    sticker stickers emoji emojis emoticon emoticons reaction reactions wechat weixin qq
-    camera dcim pxl wx wp mmexport inbox saved save favorites favourites collection
-    表情 表情包 图片 图像 截图 下载 新建文件夹 未命名 收藏 其他 其它 素材
-    """.split()
-)
+#: Folder/file names that say nothing about the image: one list, in :mod:`mewdex.library.generic_words`.
+GENERIC_NAMES = generic_words.GENERIC_NAMES
 
 
 # File stems that say nothing about the picture: camera, messenger, download and screenshot names,

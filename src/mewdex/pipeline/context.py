@@ -35,7 +35,7 @@ from mewdex.search.documents import (  # the search recipe built from a context,
     keyword_document,
     semantic_fields,
 )
-from mewdex.search.text import fold, has_han, split_compound, tokenize
+from mewdex.search.text import fold, has_han, is_generic_segment, readable_words, split_compound, tokenize
 
 __all__ = [
     "CONTEXT_VERSION",
@@ -58,10 +58,6 @@ LABEL_MIN_SCORE = 0.0
 #: Folder/file names that say nothing about the image: one list, in mewdex.library.names.
 GENERIC_NAMES = names.GENERIC_NAMES
 
-_COUNTER = re.compile(
-    r"^(?:img|image|images|pic|photo|dsc|dscn|pxl|mmexport|wx|screenshot)?[\s_\-.()]*\d*[\s_\-.()]*\d*$", re.I
-)
-
 # Watermark / platform noise on video screenshots and reposts (checked per line).
 _WATERMARK = re.compile(
     r"(@\S+|https?://|www\.|\.com\b|\.cn\b|\bbv[0-9a-z]{8,}\b|\bav\d{5,}\b|"
@@ -81,39 +77,6 @@ def _norm_stem(name: str) -> str:
     return base
 
 
-def _is_generic(segment: str) -> bool:
-    f = fold(segment)
-    if not f:
-        return True
-    if _COUNTER.match(f):
-        return True
-    core = re.sub(r"[\d\s_\-.()]+", " ", f).strip()
-    if not core:
-        return True
-    return all(w in GENERIC_NAMES for w in core.split())
-
-
-def _readable_words(segment: str) -> list[str]:
-    """Human-readable words of one path segment: ``004_SmirkBoy`` -> ['smirk', 'boy'],
-    ``那年那兔那些事-万箭穿心的痛`` -> ['那年那兔那些事', '万箭穿心的痛'], counters dropped."""
-    seg = unicodedata.normalize("NFKC", segment)
-    words: list[str] = []
-    for chunk in re.split(r"[\s_\-.,，。、()（）\[\]【】+&]+", seg):
-        if not chunk:
-            continue
-        if has_han(chunk):
-            # keep Han text whole (readable for the embedders); strip counters glued to it
-            w = re.sub(r"^\d+|\d+$", "", chunk).strip()
-            if w and not _is_generic(w):
-                words.append(fold(w))
-            continue
-        for part in split_compound(chunk):
-            if part.isdigit() or part in GENERIC_NAMES:
-                continue
-            words.append(part)
-    return words
-
-
 def name_parts(relative_path: str, display_name: str | None = None) -> dict[str, Any]:
     """Split a stored path into name evidence.
 
@@ -125,11 +88,11 @@ def name_parts(relative_path: str, display_name: str | None = None) -> dict[str,
     rel = (relative_path or "").replace("\\", "/").strip("/")
     parts = [p for p in rel.split("/") if p and p not in (".", "..")]
     stem = _norm_stem(display_name) if display_name else (_norm_stem(parts[-1]) if parts else "")
-    folders = [p for p in parts[:-1] if not _is_generic(p)]
-    stem_words = [] if _is_generic(stem) else _readable_words(stem)
+    folders = [p for p in parts[:-1] if not is_generic_segment(p)]
+    stem_words = [] if is_generic_segment(stem) else readable_words(stem)
     folder_words: list[str] = []
     for f in folders:
-        folder_words.extend(_readable_words(f))
+        folder_words.extend(readable_words(f))
     return {
         "stem": stem,
         "folders": folders,
@@ -302,7 +265,7 @@ def build_meme_context(
     name_text = " ".join(stem_words + folder_words)
 
     tokens: list[str] = []
-    raw_segments = ([] if _is_generic(np_["stem"]) else [np_["stem"]]) + list(np_["folders"])
+    raw_segments = ([] if is_generic_segment(np_["stem"]) else [np_["stem"]]) + list(np_["folders"])
     for w in stem_words + folder_words + raw_segments:
         # raw segments add the joined compounds (``smirkboy``, ``grumpycat``)
         w = re.sub(r"\d+", " ", unicodedata.normalize("NFKC", w))
@@ -341,6 +304,6 @@ def _readable_title(stem: str) -> list[str]:
     out = []
     for chunk in re.split(r"[_\-]+", seg):
         chunk = re.sub(r"\d+$", "", chunk).strip()
-        if chunk and not _is_generic(chunk):
+        if chunk and not is_generic_segment(chunk):
             out.append(chunk if has_han(chunk) else " ".join(split_compound(chunk)))
     return out or [seg]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from mewdex.inference.models import TEXT_LEGS
-from mewdex.search.text import fold, tokenize
+from mewdex.search.text import fold, readable_words, tokenize
 
 #: Bump when the context recipe changes (goes into the stage idempotency key and every search
 #: generation's snapshot hash).
@@ -21,9 +21,13 @@ CONTEXT_VERSION = "ctx-1"
 #: OCR texts win on for unrelated queries). Image labels are scored by USE-m only: in e5 they
 #: were the longest text to embed (~40 % of the stage's time) and the dev queries scored the same
 #: without them (bench/quality.py, MRR@10 0.371 without vs 0.369 with).
+#: The folder words are a field of their own for both (issue 19): in the name they diluted the
+#: file's own words with the import's top folders (``vvquest``, ``chinesebqb``) shared by hundreds of
+#: memes; on their own they still match a query about the collection (bench/quality.py: S@10
+#: 0.600 → 0.625, MRR@10 0.351 → 0.396).
 FIELDS_BY_EMBEDDER: dict[str, tuple[str, ...]] = {
-    "e5": ("name", "ocr", "vision"),
-    "use": ("name", "name_ocr", "labels", "vision"),
+    "e5": ("name", "ocr", "folder", "vision"),
+    "use": ("name", "name_ocr", "labels", "folder", "vision"),
 }
 # ``vision`` (the vision model's titles, descriptions and usage, only when a provider analysed the
 # meme) is scored by both: it is the text that says what the image shows.
@@ -47,10 +51,30 @@ def vision_terms(context: dict[str, Any]) -> str:
     return " ; ".join([vision_text(context), vision.get("text_in_image") or "", *[str(x) for x in lists]]).strip(" ;")
 
 
+def name_and_folder(context: dict[str, Any]) -> tuple[str, str]:
+    """``(name, folder)`` texts of a context: the meme's own words — the file stem's (or the display
+    name's), plus the nearest folder's (all of them when the stem is generic: ``drake/default.jpg`` →
+    ``"drake"``) — and the words of every folder on its path (``"chinesebqb genshin"``).
+
+    Derived from ``name_text`` and ``folders`` so that contexts stored before the split give the same
+    result (a reindex applies it without reading the images again). A context without ``folders``
+    keeps its whole ``name_text`` as the name."""
+    name_words = (context.get("name_text") or "").split()
+    per_folder = [readable_words(f) for f in context.get("folders") or []]
+    folder_words = [w for words in per_folder for w in words]
+    if not folder_words:
+        return " ".join(name_words), ""
+    in_folders = set(folder_words)
+    own = [w for w in name_words if w not in in_folders] + (per_folder[-1] if per_folder else [])
+    return " ".join(dict.fromkeys(own)), " ".join(dict.fromkeys(folder_words))
+
+
 def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dict[str, str]:
     """Texts to embed, one vector per field; empty fields omitted.
 
-    ``name``     readable name words (stem + folder), e.g. ``"grumpy cat"``;
+    ``name``     the meme's own name words (stem + nearest folder, :func:`name_and_folder`), e.g.
+                 ``"grumpy cat"``;
+    ``folder``   the words of every folder on its path, e.g. ``"chinesebqb genshin"``;
     ``ocr``      cleaned OCR text (lines joined with ``"; "``), capped at 1000 characters;
     ``name_ocr`` ``name + "; " + ocr`` (only when both exist);
     ``labels``   image labels joined with ``", "`` (zh and en names both);
@@ -62,7 +86,7 @@ def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dic
     Search scores an image per embedder by the max cosine over its field vectors.
     """
     fields: dict[str, str] = {}
-    name = (context.get("name_text") or "").strip()
+    name, folder = name_and_folder(context)
     if name:
         fields["name"] = name
     ocr = "; ".join(line["text"] for line in context.get("ocr_lines") or [] if line.get("text"))
@@ -74,6 +98,8 @@ def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dic
     labels = ", ".join(context.get("labels") or [])
     if labels.strip():
         fields["labels"] = labels
+    if folder:
+        fields["folder"] = folder
     described = vision_text(context)
     if described:
         fields["vision"] = described

@@ -25,7 +25,19 @@ import threading
 import unicodedata
 from functools import lru_cache
 
-__all__ = ["fold", "tokenize", "split_compound", "is_han", "has_han", "has_latin", "clean_query"]
+from mewdex.library.generic_words import GENERIC_NAMES
+
+__all__ = [
+    "fold",
+    "tokenize",
+    "split_compound",
+    "is_han",
+    "has_han",
+    "has_latin",
+    "clean_query",
+    "is_generic_segment",
+    "readable_words",
+]
 
 _WS = re.compile(r"\s+")
 
@@ -213,3 +225,45 @@ def clean_query(query: str) -> str:
     (fewer than two letters/ideographs), so ``"meme"`` still searches for ``meme``."""
     cleaned = _WS.sub(" ", _MEDIUM_WORDS.sub(" ", query or "")).strip(" ,，、;；:：-")
     return cleaned if sum(ch.isalnum() for ch in cleaned) >= 2 else (query or "").strip()
+
+
+# --------------------------------------------------------------------------- path segments
+
+_COUNTER = re.compile(
+    r"^(?:img|image|images|pic|photo|dsc|dscn|pxl|mmexport|wx|screenshot)?[\s_\-.()]*\d*[\s_\-.()]*\d*$", re.I
+)
+
+
+def is_generic_segment(segment: str) -> bool:
+    """Whether a path segment (file stem or folder name) says nothing about the image: empty, a
+    counter or camera/messenger pattern (``IMG_2034``, ``mmexport1699``), or only generic words."""
+    f = fold(segment)
+    if not f:
+        return True
+    if _COUNTER.match(f):
+        return True
+    core = re.sub(r"[\d\s_\-.()]+", " ", f).strip()
+    if not core:
+        return True
+    return all(w in GENERIC_NAMES for w in core.split())
+
+
+def readable_words(segment: str) -> list[str]:
+    """Human-readable words of one path segment: ``004_SmirkBoy`` -> ['smirk', 'boy'],
+    ``那年那兔那些事-万箭穿心的痛`` -> ['那年那兔那些事', '万箭穿心的痛'], counters dropped."""
+    seg = unicodedata.normalize("NFKC", segment)
+    words: list[str] = []
+    for chunk in re.split(r"[\s_\-.,，。、()（）\[\]【】+&]+", seg):
+        if not chunk:
+            continue
+        if has_han(chunk):
+            # keep Han text whole (readable for the embedders); strip counters glued to it
+            w = re.sub(r"^\d+|\d+$", "", chunk).strip()
+            if w and not is_generic_segment(w):
+                words.append(fold(w))
+            continue
+        for part in split_compound(chunk):
+            if part.isdigit() or part in GENERIC_NAMES:
+                continue
+            words.append(part)
+    return words
