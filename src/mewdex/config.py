@@ -23,6 +23,10 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, description="External PostgreSQL ≥ 15 with pgvector; unset = embedded."
     )
+    search_database_url: str | None = Field(
+        default=None,
+        description="A read replica (hot standby) of the database that the search legs read; unset = the main one.",
+    )
     blob_store: str | None = Field(
         default=None, description="s3://bucket/prefix = blobs on an S3-compatible store; unset = the data dir."
     )

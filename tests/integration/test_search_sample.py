@@ -167,3 +167,37 @@ def client_for_sample(sample):
 
     with client_for(sample.scope) as c:
         yield c
+
+
+def test_search_legs_read_through_the_search_database_url(sample, sessions, monkeypatch):
+    """``MEWDEX_SEARCH_DATABASE_URL``: the legs' pool connects there (here a read-only role on the same
+    server stands in for a hot standby, so a leg that wrote would fail) and ranks as before."""
+    from sqlalchemy import text
+
+    from mewdex.config import get_settings
+    from mewdex.db.engine import get_engine, get_search_sessionmaker, reset_engine
+
+    query = "I don't believe a single word he says"
+    before = ranked(sessions, sample, query)
+    with sessions.begin() as session:
+        session.execute(
+            text(
+                "DO $$ BEGIN CREATE ROLE mewdex_search_reader LOGIN PASSWORD 'reader-pw';"
+                " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+            )
+        )
+        session.execute(text("ALTER ROLE mewdex_search_reader SET default_transaction_read_only = on"))
+        session.execute(text("GRANT USAGE ON SCHEMA public TO mewdex_search_reader"))
+        session.execute(text("GRANT SELECT ON ALL TABLES IN SCHEMA public TO mewdex_search_reader"))
+    replica = get_engine().url.set(username="mewdex_search_reader", password="reader-pw")
+    monkeypatch.setenv("MEWDEX_SEARCH_DATABASE_URL", replica.render_as_string(hide_password=False))
+    get_settings.cache_clear()
+    reset_engine()
+    try:
+        assert ranked(sessions, sample, query) == before
+        with get_search_sessionmaker()() as session:
+            assert session.execute(text("SELECT current_user")).scalar() == "mewdex_search_reader"
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+        reset_engine()

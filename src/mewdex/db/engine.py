@@ -26,12 +26,16 @@ SEARCH_LEGS = 3  # keyword, e5, use: the connections one search's legs hold at o
 def database_url(settings: Settings) -> str:
     """``MEWDEX_DATABASE_URL`` (driver normalised to psycopg 3), else the embedded server's URL."""
     if settings.database_url:
-        url = settings.database_url
-        for prefix in ("postgresql://", "postgres://"):
-            if url.startswith(prefix):
-                return "postgresql+psycopg://" + url[len(prefix) :]
-        return url
+        return _psycopg(settings.database_url)
     return embedded_url(settings.pgdata)
+
+
+def _psycopg(url: str) -> str:
+    """``postgresql://…`` / ``postgres://…`` as SQLAlchemy's psycopg 3 URL; other URLs unchanged."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
 
 
 def get_engine() -> Engine:
@@ -142,14 +146,16 @@ def get_search_sessionmaker(options: str = "") -> sessionmaker[Session]:
 
     The pool's connections are in autocommit (a leg reads with single statements: no BEGIN/COMMIT
     round trips) and carry ``options`` (libpq ``-c name=value`` settings, given by the first caller:
-    the search service's HNSW settings and plan mode)."""
+    the search service's HNSW settings and plan mode). They go to ``MEWDEX_SEARCH_DATABASE_URL``
+    when set (a read replica: the legs only read), else to the main database."""
     global _search_engine, _search_sessions
     engine = get_engine()
     with _lock:
         if _search_sessions is None:
-            size = pool_sizes(get_settings())["search_pool"]
+            settings = get_settings()
+            size = pool_sizes(settings)["search_pool"]
             _search_engine = create_engine(
-                engine.url,
+                _psycopg(settings.search_database_url) if settings.search_database_url else engine.url,
                 pool_size=size,
                 max_overflow=0,
                 isolation_level="AUTOCOMMIT",
