@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from importlib import metadata
 from typing import Protocol, runtime_checkable
 
@@ -72,14 +73,49 @@ def _normalise(x: np.ndarray) -> np.ndarray:
     return (x / n).astype(np.float32, copy=False)
 
 
+#: Passage vectors remembered per embedder (by text): many memes share a field's text (a folder's
+#: words, common label sets), and a text embeds to the same vector every time. 4,096 × ≤ 2 KB.
+PASSAGE_CACHE_SIZE = 4096
+
+
 class _LazyEmbedder:
     backend = "?"
+    dimensions: int
 
     def __init__(self, threads: int | None = 1) -> None:
         self.threads = threads
         self._lock = threading.RLock()
         self._impl = None
         self._failure: str | None = None
+        self._passages: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        """``(len(texts), dimensions)`` float32, L2-normalised rows; a text embedded before (one of the
+        last :data:`PASSAGE_CACHE_SIZE`) is not embedded again. Raises BackendUnavailable."""
+        texts = [t or "" for t in texts]
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for t in dict.fromkeys(texts):
+                if t in self._passages:
+                    self._passages.move_to_end(t)
+                    found[t] = self._passages[t]
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            for t, v in zip(missing, self._embed_passages(missing), strict=True):
+                v = np.array(v, dtype=np.float32)
+                v.setflags(write=False)
+                found[t] = v
+            with self._lock:
+                for t in missing:
+                    self._passages[t] = found[t]
+                while len(self._passages) > PASSAGE_CACHE_SIZE:
+                    self._passages.popitem(last=False)
+        return np.stack([found[t] for t in texts])
+
+    def _embed_passages(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - overridden
+        raise NotImplementedError
 
     def _load(self):  # pragma: no cover - overridden
         raise NotImplementedError
@@ -142,11 +178,8 @@ class E5Embedder(_LazyEmbedder):
         if self.threads and self._omp_set is not None:
             self._omp_set(int(self.threads))
 
-    def embed_passages(self, texts: list[str]) -> np.ndarray:
+    def _embed_passages(self, texts: list[str]) -> np.ndarray:
         m = self._get()
-        texts = [t or "" for t in texts]
-        if not texts:
-            return np.zeros((0, self.dimensions), dtype=np.float32)
         with self._lock:
             self._limit()
             out = m.passage(texts)
@@ -185,11 +218,8 @@ class UseEmbedder(_LazyEmbedder):
             raise RuntimeError(f"unexpected output shape {v.shape}")
         return m
 
-    def embed_passages(self, texts: list[str]) -> np.ndarray:
+    def _embed_passages(self, texts: list[str]) -> np.ndarray:
         m = self._get()
-        texts = [t or "" for t in texts]
-        if not texts:
-            return np.zeros((0, self.dimensions), dtype=np.float32)
         with self._lock:
             out = m.encode(texts)
         return _normalise(np.asarray(out).reshape(len(texts), self.dimensions))
