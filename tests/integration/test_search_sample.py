@@ -175,7 +175,7 @@ def test_search_legs_read_through_the_search_database_url(sample, sessions, monk
     from sqlalchemy import text
 
     from mewdex.config import get_settings
-    from mewdex.db.engine import get_engine, get_search_sessionmaker, reset_engine
+    from mewdex.db.engine import get_engine, get_primary_search_sessionmaker, get_search_sessionmaker, reset_engine
 
     query = "I don't believe a single word he says"
     before = ranked(sessions, sample, query)
@@ -195,9 +195,18 @@ def test_search_legs_read_through_the_search_database_url(sample, sessions, monk
     reset_engine()
     try:
         assert ranked(sessions, sample, query) == before
+        with sessions.begin() as session:  # no leg fell back to "degraded" on the replica
+            assert service.search(session, sample.scope, query, 10).degraded == []
         with get_search_sessionmaker()() as session:
             assert session.execute(text("SELECT current_user")).scalar() == "mewdex_search_reader"
+        # what a search writes (the optional steps' metering) goes to the main database
+        with get_primary_search_sessionmaker().begin() as session:
+            assert session.execute(text("SELECT current_user")).scalar() != "mewdex_search_reader"
+            assert session.execute(text("SHOW transaction_read_only")).scalar() == "off"
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()
         reset_engine()
+        with sessions.begin() as session:
+            session.execute(text("DROP OWNED BY mewdex_search_reader"))
+            session.execute(text("DROP ROLE mewdex_search_reader"))

@@ -311,6 +311,8 @@ def test_semantic_fields_each_text_once(drake):
         # a generic stem: the name is the nearest folder's words
         ("memes/memegen/images/grumpycat/default.jpg", "grumpy cat", "gen grumpy cat"),
         ("drake/drake.jpg", "drake", "drake"),
+        # a stem word that a farther folder repeats stays in the name
+        ("cats/funny/cats_sleeping.jpg", "cats sleeping funny", "cats funny"),
         ("IMG_2034.JPG", "", ""),
     ],
 )
@@ -319,6 +321,21 @@ def test_name_field_is_the_memes_own_words_and_folders_are_a_field_of_their_own(
     fields = semantic_fields(c)
     assert fields.get("name", "") == name
     assert fields.get("folder", "") == folder
+
+
+def test_a_renamed_meme_keeps_its_name_even_when_a_folder_repeats_it():
+    c = build_meme_context(relative_path="cats/funny/IMG_1.jpg", display_name="cats", ocr_lines=[])
+    assert semantic_fields(c)["name"] == "cats funny"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["cats/funny/cats_sleeping.jpg", "memegen/grumpycat/default.jpg", "drake/yes.jpg", "vvquest/images/不屑.png"],
+)
+def test_contexts_stored_before_stem_words_give_the_same_fields(path):
+    c = build_meme_context(relative_path=path, display_name=path.rsplit("/", 1)[-1], ocr_lines=[])
+    old = {k: v for k, v in c.items() if k != "stem_words"}
+    assert semantic_fields(old) == semantic_fields(c)
 
 
 def test_name_without_folders_keeps_the_whole_name_text():

@@ -20,6 +20,8 @@ _engine: Engine | None = None
 _sessions: sessionmaker[Session] | None = None
 _search_engine: Engine | None = None
 _search_sessions: sessionmaker[Session] | None = None
+_primary_search_engine: Engine | None = None
+_primary_search_sessions: sessionmaker[Session] | None = None
 SEARCH_LEGS = 3  # keyword, e5, use: the connections one search's legs hold at once
 
 
@@ -167,12 +169,38 @@ def get_search_sessionmaker(options: str = "") -> sessionmaker[Session]:
         return _search_sessions
 
 
+def get_primary_search_sessionmaker() -> sessionmaker[Session]:
+    """Sessions for what a search does besides its legs' reads, on the main database: the optional
+    search steps' metered provider calls write grant reservations, usage events and audits.
+
+    Without ``MEWDEX_SEARCH_DATABASE_URL`` this is the legs' pool (:func:`get_search_sessionmaker`);
+    with it (the legs read a replica, where writes fail), a pool of the same size on the main
+    database, created on first use. Never the request's pool, for the reason given there."""
+    global _primary_search_engine, _primary_search_sessions
+    settings = get_settings()
+    if not settings.search_database_url:
+        return get_search_sessionmaker()
+    engine = get_engine()
+    with _lock:
+        if _primary_search_sessions is None:
+            _primary_search_engine = create_engine(
+                engine.url,
+                pool_size=pool_sizes(settings)["search_pool"],
+                max_overflow=0,
+                connect_args=_application_name(),
+            )
+            event.listen(_primary_search_engine, "connect", _register_vector)
+            _ping_when_idle(_primary_search_engine)
+            _primary_search_sessions = sessionmaker(_primary_search_engine, expire_on_commit=False)
+        return _primary_search_sessions
+
+
 def reset_engine() -> None:
     """Dispose the engines (tests that switch data dirs, and after ``fork``)."""
-    global _engine, _sessions, _search_engine, _search_sessions
+    global _engine, _sessions, _search_engine, _search_sessions, _primary_search_engine, _primary_search_sessions
     with _lock:
-        for engine in (_engine, _search_engine):
+        for engine in (_engine, _search_engine, _primary_search_engine):
             if engine is not None:
                 engine.dispose()
-        _engine = _search_engine = None
-        _sessions = _search_sessions = None
+        _engine = _search_engine = _primary_search_engine = None
+        _sessions = _search_sessions = _primary_search_sessions = None

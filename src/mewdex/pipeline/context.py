@@ -55,7 +55,7 @@ OCR_MIN_SCORE = 0.6
 #: Labels below this score are dropped.
 LABEL_MIN_SCORE = 0.0
 
-#: Folder/file names that say nothing about the image: one list, in mewdex.library.names.
+#: Folder/file names that say nothing about the image: one list, in mewdex.library.generic_words.
 GENERIC_NAMES = names.GENERIC_NAMES
 
 # Watermark / platform noise on video screenshots and reposts (checked per line).
@@ -245,7 +245,8 @@ def build_meme_context(
 
         {"version": "ctx-1",
          "title": str,                    # display title: caption-like name, else OCR, else folder
-         "name_text": str,                # readable words of stem (+ folder), e.g. "drake yes"
+         "name_text": str,                # readable words of stem (+ folder), e.g. "yes drake"
+         "stem_words": [str],             # the stem's (or display name's) words alone, e.g. ["yes"]
          "folder": str | None,            # nearest non-generic folder name, raw
          "folders": [str],
          "source_name_tokens": [str],     # folded keyword tokens from stem + folders
@@ -288,6 +289,7 @@ def build_meme_context(
         "version": CONTEXT_VERSION,
         "title": title,
         "name_text": name_text,
+        "stem_words": stem_words,
         "folder": np_["folders"][-1] if np_["folders"] else None,
         "folders": np_["folders"],
         "source_name_tokens": tokens,

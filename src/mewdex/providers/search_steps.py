@@ -18,7 +18,8 @@ operation ``provider.chat`` / ``provider.embedding``, usage kind ``chat`` / ``em
 over budget) and bounded by ``search_llm_timeout_seconds`` with no SDK retries; a search step that
 fails, is refused or is late leaves the plain result. Answers are cached in-process for
 :data:`CACHE_SECONDS` (search-as-you-type repeats queries), so a repeated query costs nothing.
-Search-time calls use the search-leg connection pool (:func:`mewdex.db.engine.get_search_sessionmaker`).
+Search-time calls use a pool apart from the request's, on the main database even when the legs read a
+replica (:func:`mewdex.db.engine.get_primary_search_sessionmaker`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
-from mewdex.db.engine import get_search_sessionmaker
+from mewdex.db.engine import get_primary_search_sessionmaker
 from mewdex.db.models import Meme, ScopeContext, SearchGeneration
 from mewdex.dto.search import SearchFilters
 from mewdex.providers import openai_compat, policy
@@ -96,7 +97,7 @@ def clear_caches() -> None:
 def _policy(scope_id: str) -> dict[str, Any]:
     found = _policies.get(scope_id)
     if found is None:
-        with get_search_sessionmaker().begin() as session:
+        with get_primary_search_sessionmaker().begin() as session:
             found = policy.for_scope(session, scope_id)
         _policies.put(scope_id, found)
     return found
@@ -106,7 +107,7 @@ def _model(scope: ScopeContext, purpose: str) -> openai_compat.ModelClient | Non
     """The scope's model for ``purpose`` with the search step's timeout and no retries; None when
     it has no usable connector."""
     try:
-        with get_search_sessionmaker().begin() as session:
+        with get_primary_search_sessionmaker().begin() as session:
             return openai_compat.chat_client(
                 session, scope, purpose, timeout=get_settings().search_llm_timeout_seconds, max_retries=0
             )
@@ -115,13 +116,13 @@ def _model(scope: ScopeContext, purpose: str) -> openai_compat.ModelClient | Non
 
 
 def _metered(model: openai_compat.ModelClient, scope: ScopeContext, call, *, operation: str, kind: str, event: str):
-    """:func:`openai_compat.metered_call` on the search-leg pool; None when refused or failed
+    """:func:`openai_compat.metered_call` on the primary search pool; None when refused or failed
     (already metered and audited)."""
     from mewdex.platform.errors import PlatformError
 
     try:
         return openai_compat.metered_call(
-            get_search_sessionmaker(), scope, model, call, operation=operation, kind=kind, event=event
+            get_primary_search_sessionmaker(), scope, model, call, operation=operation, kind=kind, event=event
         ).value
     except (ProviderError, PlatformError) as exc:
         log.info("search: %s not used (%s)", event, exc.code)
@@ -260,7 +261,7 @@ def rerank(scope: ScopeContext, query: str, ids: list[UUID]) -> list[UUID] | Non
     model = _model(scope, "chat")
     if model is None:
         return None
-    with get_search_sessionmaker().begin() as session:
+    with get_primary_search_sessionmaker().begin() as session:
         memes = {
             m.id: m
             for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()
@@ -360,7 +361,7 @@ def remote_leg(scope: ScopeContext, query: str, filters: SearchFilters | None, l
     from mewdex.inference.errors import BackendUnavailable
     from mewdex.platform.errors import PlatformError
 
-    sessions = get_search_sessionmaker()
+    sessions = get_primary_search_sessionmaker()
     with sessions() as session:  # no connection at all when the head (or its absence) is cached
         generation = generations.cached_generation(session, scope.scope_id, LEG, remember_none=True)
     if generation is None:

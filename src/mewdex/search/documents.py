@@ -24,7 +24,7 @@ CONTEXT_VERSION = "ctx-1"
 #: The folder words are a field of their own for both (issue 19): in the name they diluted the
 #: file's own words with the import's top folders (``vvquest``, ``chinesebqb``) shared by hundreds of
 #: memes; on their own they still match a query about the collection (bench/quality.py: S@10
-#: 0.600 → 0.625, MRR@10 0.351 → 0.396).
+#: 0.600 → 0.625, MRR@10 0.351 → 0.395).
 FIELDS_BY_EMBEDDER: dict[str, tuple[str, ...]] = {
     "e5": ("name", "ocr", "folder", "vision"),
     "use": ("name", "name_ocr", "labels", "folder", "vision"),
@@ -56,17 +56,30 @@ def name_and_folder(context: dict[str, Any]) -> tuple[str, str]:
     name's), plus the nearest folder's (all of them when the stem is generic: ``drake/default.jpg`` →
     ``"drake"``) — and the words of every folder on its path (``"chinesebqb genshin"``).
 
-    Derived from ``name_text`` and ``folders`` so that contexts stored before the split give the same
-    result (a reindex applies it without reading the images again). A context without ``folders``
-    keeps its whole ``name_text`` as the name."""
+    From the context's ``stem_words``, ``name_text`` and ``folders``; a context stored before
+    ``stem_words`` existed has them inferred from ``name_text`` (:func:`_stem_words`), so a reindex
+    applies the split without reading the images again. A context without ``folders`` keeps its whole
+    ``name_text`` as the name."""
     name_words = (context.get("name_text") or "").split()
     per_folder = [readable_words(f) for f in context.get("folders") or []]
-    folder_words = [w for words in per_folder for w in words]
+    folder_words = list(dict.fromkeys(w for words in per_folder for w in words))
     if not folder_words:
         return " ".join(name_words), ""
-    in_folders = set(folder_words)
-    own = [w for w in name_words if w not in in_folders] + (per_folder[-1] if per_folder else [])
-    return " ".join(dict.fromkeys(own)), " ".join(dict.fromkeys(folder_words))
+    stem = context.get("stem_words")
+    own = (list(stem) if isinstance(stem, list) else _stem_words(name_words, folder_words)) + per_folder[-1]
+    return " ".join(dict.fromkeys(own)), " ".join(folder_words)
+
+
+def _stem_words(name_words: list[str], folder_words: list[str]) -> list[str]:
+    """The stem's words of a context stored before ``stem_words`` was: ``name_text`` is the stem's
+    words + the folder words not among them (:func:`mewdex.pipeline.context.name_parts`), so the
+    shortest prefix whose rest is exactly that (ambiguous only when the stem's words are the first
+    folder words, where this reads them as folder words)."""
+    for k in range(len(name_words) + 1):
+        stem = name_words[:k]
+        if name_words[k:] == [w for w in folder_words if w not in stem]:
+            return stem
+    return name_words  # not built by name_parts: all of it is the name
 
 
 def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dict[str, str]:
