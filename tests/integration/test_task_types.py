@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -24,7 +25,7 @@ from conftest import wait_until
 from mewdex.db.models import Task
 from mewdex.queue import registry
 from mewdex.queue.scheduler import Schedule, Scheduler, enqueue_slot
-from queue_helpers import log_tail, start_workers, status_counts, stop_workers, wait_started
+from queue_helpers import exit_code, log_tail, start_workers, status_counts, stop_workers, wait_started
 
 TASK_MODULE = '''
 """A task type of the test: echoes its payload from inside the worker process."""
@@ -53,6 +54,11 @@ def on_failure(session, task, outcome):  # in the transaction that records the f
 @task_type(NAME, lane="{lane}", retry=RetryPolicy(max_attempts={attempts}, base_seconds=0, cap_seconds=0),
            on_success=on_success, on_failure=on_failure)
 def echo(ctx: TaskContext) -> dict:
+    if ctx.payload.get("linger"):  # leaves a thread pool's worker busy for 2 minutes behind it
+        import concurrent.futures
+        import time
+
+        concurrent.futures.ThreadPoolExecutor(1).submit(time.sleep, 120)
     if ctx.payload.get("fail") == "always" or (ctx.payload.get("fail") == "first" and ctx.claim.attempt_count == 1):
         raise TaskError("flaky", "failed on purpose")
     return {{"echo": ctx.payload["value"], "pid": os.getpid(), "attempt": ctx.claim.attempt_count,
@@ -203,3 +209,34 @@ def test_a_scheduler_ticks_once_per_interval_after_its_first(sessions, scope):
     with sessions.begin() as session:
         lanes = set(session.execute(select(Task.lane).where(Task.scope_id == scope.scope_id)).scalars())
     assert lanes == {registry.get("noop").lane}
+
+
+def test_a_stopped_worker_exits_although_a_handler_left_a_thread_running(sessions, scope, mewdex_env, task_module):
+    """Interpreter shutdown joins every thread pool's workers; a stopped worker must not wait for what
+    a handler left behind (a long poll), or it outlives its grace period and gets killed."""
+    env = {
+        "MEWDEX_TASK_MODULES": json.dumps([task_module["module"]]),
+        "MEWDEX_WORKER_POLL_SECONDS": "0.05",
+        "PYTHONPATH": os.pathsep.join([task_module["path"], os.environ.get("PYTHONPATH", "")]),
+    }
+    sys.path.insert(0, task_module["path"])
+    try:
+        __import__(task_module["module"])
+    finally:
+        sys.path.remove(task_module["path"])
+    with sessions.begin() as session:
+        session.execute(text(f"CREATE TABLE {task_module['table']} (task_id text, note text)"))
+        registry.submit(
+            session, scope_id=scope.scope_id, task_type=task_module["name"], payload={"value": 1, "linger": True}
+        )
+    procs = start_workers(mewdex_env, 1, concurrency=1, lanes=task_module["lane"], extra_env=env)
+    try:
+        wait_until(lambda: status_counts(sessions, scope) == {"succeeded": 1}, 120, 0.2, "the lingering task to run")
+        wait_started(sessions, procs)
+        procs[0].send_signal(signal.SIGTERM)
+        assert exit_code(procs[0], timeout=20) == 0, log_tail(procs[0])
+        assert "mewdex worker: stopped" in log_tail(procs[0])
+    finally:
+        stop_workers(procs)
+        with sessions.begin() as session:
+            session.execute(text(f"DROP TABLE {task_module['table']}"))

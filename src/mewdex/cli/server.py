@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from typing import Annotated
 
 import typer
@@ -153,6 +155,14 @@ def worker(
         raise typer.Exit(1) from exc
     if released:
         err.print(f"released {released} running tasks back to the queue")
+    console.print("mewdex worker: stopped")
+    # Every task is finished or handed back: end the process here. The interpreter's own shutdown
+    # would wait for anything a handler left running (a thread pool's worker in a long poll, a native
+    # library's threads): a stopped worker then outlived its grace period until it was killed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(0)
 
 
 def migrate() -> None:
