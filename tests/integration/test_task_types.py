@@ -74,27 +74,27 @@ def task_module(tmp_path):
     name, lane, module = f"test_echo_{suffix}", f"t-echo-{suffix}", f"mewdex_test_tasks_{suffix}"
     table = f"test_hook_log_{suffix}"
     (tmp_path / f"{module}.py").write_text(TASK_MODULE.format(name=name, lane=lane, attempts=2, table=table))
-    return {"name": name, "lane": lane, "module": module, "path": str(tmp_path), "table": table}
+    sys.path.insert(0, str(tmp_path))
+    try:  # the test process registers it too, as every process does (MEWDEX_TASK_MODULES)
+        registry.load([module])
+    finally:
+        sys.path.remove(str(tmp_path))
+    env = {  # the workers' environment that loads it
+        "MEWDEX_TASK_MODULES": json.dumps([module]),
+        "MEWDEX_WORKER_POLL_SECONDS": "0.05",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    return {"name": name, "lane": lane, "module": module, "table": table, "env": env}
 
 
 def test_a_task_type_registered_by_the_test_runs_in_real_worker_processes(sessions, scope, mewdex_env, task_module):
-    env = {
-        "MEWDEX_TASK_MODULES": json.dumps([task_module["module"]]),
-        "MEWDEX_WORKER_POLL_SECONDS": "0.05",
-        "PYTHONPATH": os.pathsep.join([task_module["path"], os.environ.get("PYTHONPATH", "")]),
-    }
-    sys.path.insert(0, task_module["path"])
-    try:
-        registry.load([task_module["module"]])
-    finally:
-        sys.path.remove(task_module["path"])
+    env = task_module["env"]
     ids = {}
     with sessions.begin() as session:
         session.execute(text(f"CREATE TABLE {task_module['table']} (task_id text, note text)"))
         for i in range(8):
             fail = {0: "first", 1: "always"}.get(i)
-            # the test process registers it too, as every process does (MEWDEX_TASK_MODULES)
-            task = registry.submit(
+            task = registry.submit(  # known here too: the fixture registered it in this process
                 session, scope_id=scope.scope_id, task_type=task_module["name"], payload={"value": i, "fail": fail}
             )
             assert (task.lane, task.max_attempts) == (task_module["lane"], 2)  # the type's lane and policy
@@ -214,16 +214,7 @@ def test_a_scheduler_ticks_once_per_interval_after_its_first(sessions, scope):
 def test_a_stopped_worker_exits_although_a_handler_left_a_thread_running(sessions, scope, mewdex_env, task_module):
     """Interpreter shutdown joins every thread pool's workers; a stopped worker must not wait for what
     a handler left behind (a long poll), or it outlives its grace period and gets killed."""
-    env = {
-        "MEWDEX_TASK_MODULES": json.dumps([task_module["module"]]),
-        "MEWDEX_WORKER_POLL_SECONDS": "0.05",
-        "PYTHONPATH": os.pathsep.join([task_module["path"], os.environ.get("PYTHONPATH", "")]),
-    }
-    sys.path.insert(0, task_module["path"])
-    try:
-        __import__(task_module["module"])
-    finally:
-        sys.path.remove(task_module["path"])
+    env = task_module["env"]
     with sessions.begin() as session:
         session.execute(text(f"CREATE TABLE {task_module['table']} (task_id text, note text)"))
         registry.submit(

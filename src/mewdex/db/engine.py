@@ -8,8 +8,9 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, exc
+from sqlalchemy import URL, Engine, create_engine, event, exc
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import Settings, get_settings
@@ -47,17 +48,23 @@ def get_engine() -> Engine:
         if _engine is None:
             settings = get_settings()
             sizes = pool_sizes(settings)
-            _engine = create_engine(
+            _engine, _sessions = _pool(
                 database_url(settings),
                 pool_size=sizes["pool_size"],
                 max_overflow=sizes["max_overflow"],
                 pool_timeout=10,
                 connect_args=_application_name(),
             )
-            event.listen(_engine, "connect", _register_vector)
-            _ping_when_idle(_engine)
-            _sessions = sessionmaker(_engine, expire_on_commit=False)
         return _engine
+
+
+def _pool(url: str | URL, **options: Any) -> tuple[Engine, sessionmaker[Session]]:
+    """An engine on ``url`` with ``options`` (``create_engine``'s), pgvector's types registered on
+    every connection and idle connections pinged (:func:`_ping_when_idle`), and its sessionmaker."""
+    engine = create_engine(url, **options)
+    event.listen(engine, "connect", _register_vector)
+    _ping_when_idle(engine)
+    return engine, sessionmaker(engine, expire_on_commit=False)
 
 
 def _application_name() -> dict:
@@ -156,16 +163,13 @@ def get_search_sessionmaker(options: str = "") -> sessionmaker[Session]:
         if _search_sessions is None:
             settings = get_settings()
             size = pool_sizes(settings)["search_pool"]
-            _search_engine = create_engine(
+            _search_engine, _search_sessions = _pool(
                 _psycopg(settings.search_database_url) if settings.search_database_url else engine.url,
                 pool_size=size,
                 max_overflow=0,
                 isolation_level="AUTOCOMMIT",
                 connect_args={"options": options} if options else {},
             )
-            event.listen(_search_engine, "connect", _register_vector)
-            _ping_when_idle(_search_engine)
-            _search_sessions = sessionmaker(_search_engine, expire_on_commit=False)
         return _search_sessions
 
 
@@ -183,15 +187,12 @@ def get_primary_search_sessionmaker() -> sessionmaker[Session]:
     engine = get_engine()
     with _lock:
         if _primary_search_sessions is None:
-            _primary_search_engine = create_engine(
+            _primary_search_engine, _primary_search_sessions = _pool(
                 engine.url,
                 pool_size=pool_sizes(settings)["search_pool"],
                 max_overflow=0,
                 connect_args=_application_name(),
             )
-            event.listen(_primary_search_engine, "connect", _register_vector)
-            _ping_when_idle(_primary_search_engine)
-            _primary_search_sessions = sessionmaker(_primary_search_engine, expire_on_commit=False)
         return _primary_search_sessions
 
 

@@ -385,10 +385,8 @@ def remote_leg(scope: ScopeContext, query: str, filters: SearchFilters | None, l
         _answers.put(key, q)
     with sessions.begin() as session:
         vector.hnsw_settings(session, max(vector.EF_SEARCH, limit))
-        hits, head = vector.search_generation(session, scope.scope_id, LEG, generation, q, limit, filters)
-    if head != generation.id:  # the head moved since it was cached: the next search reads it again
-        generations.forget_generation(scope.scope_id, LEG)
-    return [h.meme_id for h in hits]
+        hits, _ = vector.search_generation(session, scope.scope_id, LEG, generation, q, limit, filters)
+    return [h.meme_id for h in hits]  # a head that moved is read again by the next search
 
 
 # ------------------------------------------------------------------ the remote generation

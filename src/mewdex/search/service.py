@@ -175,7 +175,7 @@ def _vector_leg(session: Session, leg: str, scope_id: str, query: str, filters: 
     built, the old one keeps serving); a head that moved since it was cached is read again once."""
     hits: list = []
     for attempt in range(2):  # the second time from the database (the cached head may be stale)
-        if attempt:
+        if attempt:  # the search forgot a head that moved; an unusable model's head is forgotten here
             generations.forget_generation(scope_id, leg)
         generation = generations.cached_generation(session, scope_id, leg)
         if generation is None:

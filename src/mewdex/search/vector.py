@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from mewdex.dto.search import SearchFilters
 from mewdex.library.listing import exists_sql
-from mewdex.search.generations import GenerationRef, current_generation
+from mewdex.search.generations import GenerationRef, current_generation, forget_generation
 from mewdex.search.vector_index import distance_sql
 
 # HNSW search settings (bench/scale.py measures recall@10 against an exact scan and latency for
@@ -89,7 +89,8 @@ def search_generation(
 ) -> tuple[list[VectorHit], UUID | None]:
     """One statement: the ``limit`` memes of ``generation`` nearest to ``query`` (best field per meme,
     from ``limit × ROWS_PER_MEME`` nearest rows) and the generation the scope's head for ``leg``
-    points at now (the caller's cached ``generation`` is stale when they differ). HNSW settings come
+    points at now (the caller's cached ``generation`` is stale when they differ: the process's cached
+    head is then forgotten, :func:`~mewdex.search.generations.forget_generation`). HNSW settings come
     from the connection (:data:`SEARCH_CONNECTION_OPTIONS`) or :func:`hnsw_settings`."""
     dims = generation.dimensions
     if dims != query.shape[0]:
@@ -128,6 +129,8 @@ def search_generation(
     ).all()
     # One row is the head (meme id NULL); the others are the memes, nearest first, best field each.
     head = next((r[3] for r in rows if r[0] is None), None)
+    if head != generation.id:  # the head moved (or another generation was searched): read it afresh next time
+        forget_generation(scope_id, leg)
     return [
         VectorHit(meme_id, 1 - distance, field) for meme_id, field, distance, _ in rows if meme_id is not None
     ], head
