@@ -315,6 +315,20 @@ def test_recall_at_k():
     np.testing.assert_equal(recall_at_k([[2, 1]], [[1, 2]], 2), 1.0)
 
 
+def test_distance_recall_counts_ties_as_found():
+    from mewdex.search.evaluation import distance_recall_at_k
+
+    # ids differ, similarities tie: found (id recall would say 1/3)
+    assert distance_recall_at_k([[0.9, 0.8, 0.8]], [[0.9, 0.8, 0.8]], 3) == 1.0
+    # a worse third result is a miss; epsilon absorbs float noise only
+    assert distance_recall_at_k([[0.9, 0.8, 0.7]], [[0.9, 0.8, 0.8]], 3) == pytest.approx(2 / 3)
+    assert distance_recall_at_k([[0.9, 0.8, 0.7995]], [[0.9, 0.8, 0.8]], 3) == 1.0
+    # fewer results than the exact list; no queries; an empty exact list
+    assert distance_recall_at_k([[0.9]], [[0.9, 0.5]], 10) == 0.5
+    assert distance_recall_at_k([], [], 10) == 1.0
+    assert distance_recall_at_k([[0.3]], [[]], 10) == 1.0
+
+
 def _flip(phash: int, bits: list[int]) -> int:
     for b in bits:
         phash ^= 1 << b

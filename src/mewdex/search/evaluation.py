@@ -82,3 +82,25 @@ def recall_at_k(approximate: list[list], exact: list[list], k: int = K) -> float
     pairs = zip(approximate, exact, strict=True)
     shares = [len(set(a[:k]) & set(e[:k])) / len(e[:k]) if e[:k] else 1.0 for a, e in pairs]
     return sum(shares) / len(shares)
+
+
+def distance_recall_at_k(
+    approximate: list[list[float]], exact: list[list[float]], k: int = K, epsilon: float = 1e-3
+) -> float:
+    """Recall that counts ties as found (ANN-benchmarks' definition): per query, the share of the
+    approximate top ``k`` whose similarity is at least the exact ``k``-th similarity minus ``epsilon``,
+    over ``len(exact[:k])``. Inputs are similarities (cosine; best first), not ids: where many
+    near-equal neighbours compete for the last places (clones, one folder's memes), an index that
+    returns equally near ones is not missing anything, which :func:`recall_at_k` would count as
+    misses. 1.0 for no queries; a query whose exact list is empty counts 1.0."""
+    if not exact:
+        return 1.0
+    shares = []
+    for a, e in zip(approximate, exact, strict=True):
+        e = e[:k]
+        if not e:
+            shares.append(1.0)
+            continue
+        threshold = min(e) - epsilon
+        shares.append(min(sum(1 for s in a[:k] if s >= threshold), len(e)) / len(e))
+    return sum(shares) / len(shares)
