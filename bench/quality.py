@@ -85,7 +85,9 @@ def reindex(sessions, scope) -> None:
                 (model, document): vector
                 for model, document, vector in session.execute(
                     select(MemeEmbedding.model, MemeEmbedding.semantic_document, MemeEmbedding.embedding).where(
-                        MemeEmbedding.scope_id == scope.scope_id, MemeEmbedding.meme_id == meme_id
+                        MemeEmbedding.scope_id == scope.scope_id,
+                        MemeEmbedding.meme_id == meme_id,
+                        MemeEmbedding.embedding.is_not(None),  # a member's text is embedded again
                     )
                 )
             }

@@ -42,6 +42,9 @@ EMPTY_SCOPE = "bench-import"
 NOISE = 0.4  # norm of the uniform noise added to a clone's unit vectors (cosine to source ≈ 0.92)
 SWEEP_EF = (40, 100, 200, 400)
 SWEEP_ROWS = (2, 3, 4)
+#: Fields whose vectors clones copy exactly (``--exact-fields``): a clone stands for another meme of
+#: its source's folder, so in a real library its folder text, hence its folder vector, is the same.
+EXACT_FIELDS: tuple[str, ...] = ()
 
 
 def parse_size(text: str) -> int:
@@ -93,8 +96,11 @@ def load_source(source_dir: Path, target_conn) -> dict:
             embeddings += [
                 (leg, *row)
                 for row in src.execute(
-                    "SELECT meme_id, field, embedding FROM meme_embeddings WHERE generation_id = %s"
-                    " AND item_status = 'ready'",
+                    # a member row (no vector of its own: a shared text) takes its carrier's
+                    "SELECT e.meme_id, e.field, coalesce(e.embedding, (SELECT c.embedding FROM meme_embeddings c"
+                    " WHERE c.generation_id = e.generation_id AND c.field = e.field"
+                    " AND c.semantic_document_hash = e.semantic_document_hash AND c.embedding IS NOT NULL LIMIT 1))"
+                    " FROM meme_embeddings e WHERE e.generation_id = %s AND e.item_status = 'ready'",
                     (generation,),
                 ).fetchall()
             ]
@@ -259,12 +265,24 @@ def grow(sessions, scope_id: str, target: int, source: dict, log) -> int:
                         INSERT INTO meme_embeddings (scope_id, generation_id, meme_id, field, model, dimensions,
                             embedding, semantic_document, semantic_document_hash, metadata_hash, image_sha256,
                             meme_revision, item_status)
-                        SELECT :s, :g, m.id, e.field, :model, :dims, {_noise_sql("e.embedding", str(dims))},
-                            '', 'bench', 'bench', m.sha, 1, 'ready'
+                        SELECT :s, :g, m.id, e.field, :model, :dims,
+                            CASE WHEN e.field = ANY(CAST(:exact AS varchar[])) THEN e.embedding
+                                 ELSE {_noise_sql("e.embedding", str(dims))} END,
+                            '',
+                            CASE WHEN e.field = ANY(CAST(:exact AS varchar[])) THEN md5(e.embedding::text)
+                                 ELSE md5(m.id::text || e.field) END,
+                            'bench', m.sha, 1, 'ready'
                         FROM bench_clones m JOIN bench_source_embeddings e ON e.src = m.src AND e.leg = :leg
                         """
                     ),
-                    {"s": scope_id, "g": generation, "model": model, "dims": dims, "leg": leg},
+                    {
+                        "s": scope_id,
+                        "g": generation,
+                        "model": model,
+                        "dims": dims,
+                        "leg": leg,
+                        "exact": list(EXACT_FIELDS),
+                    },
                 )
             if source["visual"]:
                 model, pv, dims = source["visual"]
@@ -281,6 +299,8 @@ def grow(sessions, scope_id: str, target: int, source: dict, log) -> int:
                     {"s": scope_id},
                 )
             keyword.refresh_impacts(session, scope_id)
+            if EXACT_FIELDS:  # a shared text's vector stays in its first carriers only, as the product writes it
+                generations.share_vectors(session, scope_id)
         added += n
         log(f"  {scope_id}: {have + added} memes ({time.perf_counter() - started:.0f}s)")
     if rebuild:
@@ -447,8 +467,8 @@ def measure_vectors(scope_id: str, queries: list[str]) -> dict:
         vectors = [service.query_embedding(embedder, q) for q in queries]
         exact, exact_sims = [], []
         with sessions.begin() as session:
+            # exact: HNSW serves only index scans; bitmap scans stay on for the shared texts' members
             session.execute(text("SET LOCAL enable_indexscan = off"))
-            session.execute(text("SET LOCAL enable_bitmapscan = off"))
             for v in vectors:
                 hits, _ = vector.search_generation(session, scope_id, leg, generation, v, 10)
                 exact.append([h.meme_id for h in hits])
@@ -538,8 +558,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="measured rounds over the queries (default 1)")
     parser.add_argument("--no-import", action="store_true", help="skip the import of 20 real images")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument(
+        "--exact-fields",
+        default="",
+        help="comma-separated fields whose vectors clones copy without noise (e.g. folder: a real"
+        " folder's memes share one folder vector); default none",
+    )
     args = parser.parse_args()
     sizes = sorted(parse_size(s) for s in args.memes)
+    global EXACT_FIELDS
+    EXACT_FIELDS = tuple(f.strip() for f in args.exact_fields.split(",") if f.strip())
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else print
 
     data_dir = Path(args.data_dir).resolve()

@@ -97,21 +97,36 @@ def search_generation(
         return [], None
     dist = distance_sql(dims)
     where, filter_params = exists_sql(filters, "meme_embeddings.meme_id")
+    member_where, _ = exists_sql(filters, "m.meme_id")
+    # The nearest carrier rows from the HNSW graph, plus the members sharing each one's text (NULL
+    # embedding, same distance; see generations.write_vectors), then the best field per meme.
     rows = session.execute(
         text(
             f"""
+            WITH nearest AS MATERIALIZED (
+                SELECT meme_id, field, semantic_document_hash AS digest, {dist} AS distance
+                FROM meme_embeddings
+                WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND generation_id = :generation
+                  AND item_status = 'ready' AND embedding IS NOT NULL{where}
+                ORDER BY {dist}
+                LIMIT :candidates
+            )
             SELECT NULL::uuid, NULL::varchar, NULL::float8,
                    (SELECT active_generation_id FROM search_heads WHERE scope_id = :scope AND model = :leg)
             UNION ALL
             (SELECT meme_id, field, distance, NULL::uuid FROM (
                 SELECT DISTINCT ON (meme_id) meme_id, field, distance FROM (
-                    SELECT meme_id, field, {dist} AS distance
-                    FROM meme_embeddings
-                    WHERE model = :model AND dimensions = :dims
-                      AND scope_id = :scope AND generation_id = :generation AND item_status = 'ready'{where}
-                    ORDER BY {dist}
-                    LIMIT :candidates
-                ) nearest ORDER BY meme_id, distance, field
+                    SELECT meme_id, field, distance FROM nearest
+                    UNION ALL
+                    SELECT shared.meme_id, n.field, n.distance FROM nearest n CROSS JOIN LATERAL (
+                        SELECT m.meme_id FROM meme_embeddings m
+                        WHERE m.scope_id = :scope AND m.generation_id = :generation AND m.field = n.field
+                          AND left(m.semantic_document_hash, 16) = left(n.digest, 16)
+                          AND m.semantic_document_hash = n.digest
+                          AND m.embedding IS NULL AND m.item_status = 'ready'{member_where}
+                        LIMIT :limit
+                    ) shared
+                ) found ORDER BY meme_id, distance, field
             ) best ORDER BY distance, meme_id LIMIT :limit)
             """
         ),

@@ -6,7 +6,9 @@ Deliberate changes from seed 000:
   (``embedding::vector(N)``, see :mod:`mewdex.search.vector_index`), so a model change never
   needs a column change.
 - ``meme_embeddings`` holds one row per semantic *field* of a meme (name, OCR text, labels…):
-  search takes the best field per meme, which measured better than one concatenated document.
+  search takes the best field per meme, which measured better than one concatenated document. A
+  text many memes share (a folder's words) keeps its vector in at most ``CARRIERS_PER_TEXT`` rows;
+  the others' ``embedding`` is NULL (:func:`mewdex.search.generations.write_vectors`).
 - ``meme_search_documents`` and ``meme_search_terms`` are new: the keyword leg's BM25 inverted
   index (jieba / word terms, folded) and folded text for exact phrases.
 """
@@ -115,6 +117,24 @@ class MemeEmbedding(Base):
             name="ck_embedding_dimensions",
         ),
         Index("ix_embeddings_generation_status", "scope_id", "generation_id", "item_status"),
+        # A shared text's carriers (rows with the vector) and members (NULL: not in the HNSW graph);
+        # see mewdex.search.generations.write_vectors and migration 0015.
+        Index(
+            "ix_meme_embeddings_text_carriers",
+            "scope_id",
+            "generation_id",
+            "field",
+            text("left(semantic_document_hash, 16)"),
+            postgresql_where=text("embedding IS NOT NULL"),
+        ),
+        Index(
+            "ix_meme_embeddings_text_members",
+            "scope_id",
+            "generation_id",
+            "field",
+            text("left(semantic_document_hash, 16)"),
+            postgresql_where=text("embedding IS NULL"),
+        ),
     )
 
 
