@@ -98,8 +98,11 @@ def search_generation(
     dist = distance_sql(dims)
     where, filter_params = exists_sql(filters, "meme_embeddings.meme_id")
     member_where, _ = exists_sql(filters, "m.meme_id")
-    # The nearest carrier rows from the HNSW graph, plus the members sharing each one's text (NULL
-    # embedding, same distance; see generations.write_vectors), then the best field per meme.
+    # The nearest carrier rows from the HNSW graph, plus the members sharing their texts (NULL
+    # embedding, the carrier's distance; see generations.write_vectors), nearest carriers first and
+    # no more member rows than nearest rows (the loop stops there: a big folder's members tie, and
+    # only the first `limit` memes are wanted), then the best field per meme. Members are matched on
+    # the 64-bit text key alone, read from their index without touching the table.
     rows = session.execute(
         text(
             f"""
@@ -118,14 +121,16 @@ def search_generation(
                 SELECT DISTINCT ON (meme_id) meme_id, field, distance FROM (
                     SELECT meme_id, field, distance FROM nearest
                     UNION ALL
-                    SELECT shared.meme_id, n.field, n.distance FROM nearest n CROSS JOIN LATERAL (
+                    (SELECT shared.meme_id, n.field, n.distance
+                     FROM (SELECT field, digest, distance FROM nearest ORDER BY distance) n
+                     CROSS JOIN LATERAL (
                         SELECT m.meme_id FROM meme_embeddings m
                         WHERE m.scope_id = :scope AND m.generation_id = :generation AND m.field = n.field
                           AND left(m.semantic_document_hash, 16) = left(n.digest, 16)
-                          AND m.semantic_document_hash = n.digest
                           AND m.embedding IS NULL AND m.item_status = 'ready'{member_where}
                         LIMIT :limit
-                    ) shared
+                     ) shared
+                     ORDER BY n.distance LIMIT :candidates)
                 ) found ORDER BY meme_id, distance, field
             ) best ORDER BY distance, meme_id LIMIT :limit)
             """
