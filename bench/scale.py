@@ -473,12 +473,12 @@ def measure_vectors(scope_id: str, queries: list[str]) -> dict:
                 hits, _ = vector.search_generation(session, scope_id, leg, generation, v, 10)
                 exact.append([h.meme_id for h in hits])
                 exact_sims.append([h.similarity for h in hits])
-        rows_default = vector.ROWS_PER_MEME
+        rows_default, chosen_rows = dict(vector.ROWS_PER_MEME), vector.rows_per_meme(leg)
         sweep = []
         try:
             for ef in SWEEP_EF:
                 for rows in SWEEP_ROWS:
-                    vector.ROWS_PER_MEME = rows
+                    vector.ROWS_PER_MEME = {**rows_default, leg: rows}
                     got, got_sims, ms = [], [], []
                     with sessions.begin() as session:
                         vector.hnsw_settings(session, ef)
@@ -498,7 +498,7 @@ def measure_vectors(scope_id: str, queries: list[str]) -> dict:
                             # ties with the exact 10th count as found (clones are near-equal)
                             "recall@10_ties": round(distance_recall_at_k(got_sims, exact_sims, 10), 4),
                             **figures(ms),
-                            "chosen": ef == vector.EF_SEARCH and rows == rows_default,
+                            "chosen": ef == vector.EF_SEARCH and rows == chosen_rows,
                         }
                     )
         finally:
