@@ -190,12 +190,24 @@ def test_rerank_reorders_the_top_results_by_their_contexts(world, sessions):
     assert _audit_events(sessions, world["definition_id"])[0] == ("rerank", "ok")
 
 
-def test_remote_leg_is_built_searched_and_gated(world, sessions, mewdex_env):
-    from mewdex.db.models import ExternalSystemDefinition, SearchGeneration
+def test_remote_leg_is_built_searched_and_gated(world, sessions, store, mewdex_env):
+    from mewdex.db.models import ExternalSystemDefinition, Meme, SearchGeneration
+    from mewdex.library.memes import add_image
     from mewdex.providers import connectors, search_steps
     from mewdex.search import generations, marks
+    from mewdex.search.documents import semantic_fields
 
     scope, ids = world["scope"], world["ids"]
+    for n, name in enumerate(("okapi", "tapir")):  # two memes of one folder: its words are a shared text
+        add_image(
+            sessions,
+            store,
+            scope,
+            _png(40 + n),
+            filename=f"{name}.png",
+            provenance={"relative_path": f"zoo/{name}.png"},
+        )
+    drain_queue(sessions, scope, timeout=120)
     assert _search(sessions, scope, "giraffe", legs=("keyword", "e5", "use")).legs.get("remote", 0) == 0
     with sessions.begin() as session:
         search_steps.start_remote_build(session, scope)
@@ -207,6 +219,14 @@ def test_remote_leg_is_built_searched_and_gated(world, sessions, mewdex_env):
     assert found.results[0].id == str(ids["pancake giraffe"])
     assert "remote" in _search(sessions, scope, "pancake giraffe", legs=("keyword", "e5", "use")).legs  # fused
     assert ("embedding", "ok") in _audit_events(sessions, world["definition_id"])
+    # The sync pays for each distinct field text once (memes share label sets, folders' words).
+    embedded = [r["body"].get("input") for r in world["fake"].requests if r["path"].endswith("/embeddings")]
+    sync = next(i for i in embedded if isinstance(i, list) and len(i) > 1)
+    with sessions.begin() as session:
+        contexts = session.execute(select(Meme.meme_context).where(Meme.scope_id == scope.scope_id)).scalars()
+        fields = [t for c in contexts for t in semantic_fields(c).values()]
+    assert len(fields) > len(set(fields))  # the folder's words repeat
+    assert sorted(sync) == sorted(set(fields))
 
     # Marks: what these queries should find.
     with sessions.begin() as session:

@@ -522,8 +522,9 @@ def sync(ctx: TaskContext) -> dict[str, Any]:
             texts += list(found.values())
         if not texts:
             continue
+        unique = list(dict.fromkeys(texts))  # a folder's words repeat on each of its memes: paid for once
         try:
-            got, vectors = embed_texts(sessions, scope, texts, task_id=claim.task_id)
+            got, vectors = embed_texts(sessions, scope, unique, task_id=claim.task_id)
         except ProviderError as exc:
             raise RemoteEmbeddingError(exc.code, exc.message, retryable=exc.retryable) from None
         except PlatformError as exc:
@@ -546,10 +547,9 @@ def sync(ctx: TaskContext) -> dict[str, Any]:
                 session.flush()
                 target_id = fresh.id
             generation = session.get_one(SearchGeneration, target_id)
-            at = 0
+            by_text = dict(zip(unique, vectors, strict=True))
             for meme, fields in items:
-                rows = [(name, text, vectors[at + n]) for n, (name, text) in enumerate(fields)]
-                at += len(fields)
+                rows = [(name, text, by_text[text]) for name, text in fields]
                 stored = session.execute(
                     select(Meme).where(Meme.scope_id == meme.scope_id, Meme.id == meme.id)
                 ).scalar_one_or_none()
