@@ -135,3 +135,119 @@ def test_share_vectors_turns_extra_copies_into_members(sessions, library):
         assert share_vectors(session, library.scope.scope_id) == MEMES - CARRIERS_PER_TEXT
         assert _carriers(session, library.scope.scope_id, "cats") == CARRIERS_PER_TEXT
     assert len(_search(sessions, library, library.folder)) == MEMES
+
+
+def _near(rng, cos: float) -> np.ndarray:
+    """A unit vector at cosine ``cos`` from the first axis (the query :data:`AXIS`)."""
+    other = rng.normal(size=DIMS).astype(np.float32)
+    other[0] = 0
+    v = cos * AXIS + np.sqrt(1 - cos * cos) * other / np.linalg.norm(other)
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+AXIS = np.eye(DIMS, dtype=np.float32)[0]
+
+
+def test_members_that_pass_a_filter_are_found_when_their_carriers_do_not(sessions):
+    rng = np.random.default_rng(11)
+    scope = new_scope(sessions, "shared")
+    try:
+        with sessions.begin() as session:
+            generation = active_generation(session, scope.scope_id, MODEL, DIMS)
+            # written first, the two PNGs carry the folder's vector; the four GIFs are its members
+            memes = [_meme(session, scope.scope_id, i, ".png" if i < 2 else ".gif") for i in range(6)]
+            folder = _near(rng, 0.99)
+            for meme in memes:
+                write_vectors(
+                    session,
+                    generation,
+                    meme,
+                    "h",
+                    [("folder", "cats", folder), ("name", f"n {meme.id}", _near(rng, 0.1))],
+                )
+        with sessions.begin() as session:
+            hits = vector.search(
+                session, scope.scope_id, MODEL, AXIS, 20, SearchFilters(formats=["gif"]), generation=generation
+            )
+        assert {h.meme_id for h in hits if h.field == "folder"} == {m.id for m in memes[2:]}
+        assert not {h.meme_id for h in hits} & {m.id for m in memes[:2]}  # the carriers themselves are filtered out
+    finally:
+        drop_scope(sessions, scope)
+
+
+def test_memes_sharing_two_texts_do_not_crowd_out_the_next_folder(sessions):
+    """A generic name makes the name field equal the folder's words: both are shared texts, each
+    with two carriers. The next folder's members still fill the places after the first folder's."""
+    from mewdex.search.generations import GenerationRef
+
+    rng = np.random.default_rng(12)
+    scope = new_scope(sessions, "shared")
+    try:
+        with sessions.begin() as session:
+            generation = active_generation(session, scope.scope_id, MODEL, DIMS)
+            a_folder, a_name, b_folder = _near(rng, 0.99), _near(rng, 0.98), _near(rng, 0.97)
+            for i in range(7):
+                meme = _meme(session, scope.scope_id, i)
+                write_vectors(session, generation, meme, "h", [("folder", "a", a_folder), ("name", "a", a_name)])
+            for i in range(10):
+                meme = _meme(session, scope.scope_id, 100 + i)
+                items = [("folder", "b", b_folder), ("name", f"b {meme.id}", _near(rng, 0.0))]
+                write_vectors(session, generation, meme, "h", items)
+            for i in range(30):
+                meme = _meme(session, scope.scope_id, 200 + i)
+                write_vectors(session, generation, meme, "h", [("name", f"far {meme.id}", _near(rng, 0.5))])
+        with sessions.begin() as session:
+            vector.hnsw_settings(session, vector.EF_SEARCH)
+            hits, _ = vector.search_generation(session, scope.scope_id, "e5", GenerationRef.of(generation), AXIS, 10)
+        assert [round(h.similarity, 2) for h in hits] == [0.99] * 7 + [0.97] * 3
+    finally:
+        drop_scope(sessions, scope)
+
+
+def test_a_member_deleted_meanwhile_is_not_the_heir(sessions, library):
+    """The last carrier goes while another transaction is deleting a member: the trigger passes over
+    that member (it does not wait for it) and hands the vector to one that stays."""
+    import threading
+
+    def folder_rows(session):
+        return session.execute(
+            text("SELECT meme_id, embedding IS NOT NULL FROM meme_embeddings WHERE scope_id = :s AND field = 'folder'"),
+            {"s": library.scope.scope_id},
+        ).all()
+
+    with sessions.begin() as session:
+        carriers = [m for m, carries in folder_rows(session) if carries]
+        session.execute(text("DELETE FROM memes WHERE id = :m"), {"m": carriers[0]})  # one carrier left
+    with sessions.begin() as session:
+        rows = folder_rows(session)
+    last = next(m for m, carries in rows if carries)
+    members = {m for m, carries in rows if not carries}
+    with sessions.begin() as session:  # the member a plain lookup of the text's members finds first
+        first = session.execute(
+            text(
+                "SELECT meme_id FROM meme_embeddings WHERE scope_id = :s AND field = 'folder'"
+                " AND embedding IS NULL AND item_status = 'ready' LIMIT 1"
+            ),
+            {"s": library.scope.scope_id},
+        ).scalar_one()
+    deleting = sessions()
+    deleting.begin()
+    deleting.execute(text("DELETE FROM memes WHERE id = :m"), {"m": first})  # not committed yet
+
+    def delete_last():
+        with sessions.begin() as session:
+            session.execute(text("SET LOCAL lock_timeout = '10s'"))
+            session.execute(text("DELETE FROM memes WHERE id = :m"), {"m": last})
+
+    worker = threading.Thread(target=delete_last)
+    worker.start()
+    try:
+        worker.join(timeout=5)
+        waited = worker.is_alive()
+    finally:
+        deleting.commit()
+        deleting.close()
+        worker.join()
+    assert not waited  # the trigger did not wait for the other transaction's member
+    hits = _search(sessions, library, library.folder)
+    assert {h.meme_id for h in hits if h.field == "folder"} == members - {first}

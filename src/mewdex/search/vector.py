@@ -31,6 +31,11 @@ ROWS_PER_MEME: dict[str, int] = {"e5": 2, "use": 3}
 DEFAULT_ROWS_PER_MEME = 3
 
 
+#: Member rows read per wanted meme (a meme is a member of at most one text per field, and a leg has
+#: at most 5 fields).
+MEMBER_ROWS_PER_MEME = 5
+
+
 def rows_per_meme(leg: str) -> int:
     """Candidate rows per wanted meme for ``leg``'s HNSW statement."""
     return ROWS_PER_MEME.get(leg, DEFAULT_ROWS_PER_MEME)
@@ -107,18 +112,30 @@ def search_generation(
     if dims != query.shape[0]:
         return [], None
     dist = distance_sql(dims)
-    where, filter_params = exists_sql(filters, "meme_embeddings.meme_id")
-    member_where, _ = exists_sql(filters, "m.meme_id")
+    keeps, filter_params = exists_sql(filters, "meme_embeddings.meme_id")
+    member_keeps, _ = exists_sql(filters, "m.meme_id")
+    # With filters, a carrier that fails them still leads to its text's members that pass: it enters
+    # `nearest` when it or one of them passes, and is itself a result only when it passes.
+    passes = keeps.removeprefix(" AND ") if keeps else "true"
+    where = (
+        f" AND ({passes} OR EXISTS (SELECT 1 FROM meme_embeddings m"
+        " WHERE m.scope_id = :scope AND m.generation_id = :generation AND m.field = meme_embeddings.field"
+        " AND left(m.semantic_document_hash, 16) = left(meme_embeddings.semantic_document_hash, 16)"
+        f" AND m.embedding IS NULL AND m.item_status = 'ready'{member_keeps}))"
+        if keeps
+        else ""
+    )
     # The nearest carrier rows from the HNSW graph, plus the members sharing their texts (NULL
-    # embedding, the carrier's distance; see generations.write_vectors), nearest carriers first and
-    # no more member rows than nearest rows (the loop stops there: a big folder's members tie, and
-    # only the first `limit` memes are wanted), then the best field per meme. Members are matched on
-    # the 64-bit text key alone, read from their index without touching the table.
+    # embedding, the carrier's distance; see generations.write_vectors): each text's members looked
+    # up once, nearest texts first, at most MEMBER_ROWS_PER_MEME × limit member rows (the loop stops
+    # there: a big folder's members tie, and only the first `limit` memes are wanted; a meme can be
+    # a member of several texts), then the best field per meme. Members are matched on the 64-bit
+    # text key alone, read from their index.
     rows = session.execute(
         text(
             f"""
             WITH nearest AS MATERIALIZED (
-                SELECT meme_id, field, semantic_document_hash AS digest, {dist} AS distance
+                SELECT meme_id, field, semantic_document_hash AS digest, {dist} AS distance, {passes} AS passes
                 FROM meme_embeddings
                 WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND generation_id = :generation
                   AND item_status = 'ready' AND embedding IS NOT NULL{where}
@@ -130,18 +147,19 @@ def search_generation(
             UNION ALL
             (SELECT meme_id, field, distance, NULL::uuid FROM (
                 SELECT DISTINCT ON (meme_id) meme_id, field, distance FROM (
-                    SELECT meme_id, field, distance FROM nearest
+                    SELECT meme_id, field, distance FROM nearest WHERE passes
                     UNION ALL
-                    (SELECT shared.meme_id, n.field, n.distance
-                     FROM (SELECT field, digest, distance FROM nearest ORDER BY distance) n
+                    (SELECT shared.meme_id, t.field, t.distance
+                     FROM (SELECT field, digest, min(distance) AS distance FROM nearest
+                           GROUP BY field, digest ORDER BY 3) t
                      CROSS JOIN LATERAL (
                         SELECT m.meme_id FROM meme_embeddings m
-                        WHERE m.scope_id = :scope AND m.generation_id = :generation AND m.field = n.field
-                          AND left(m.semantic_document_hash, 16) = left(n.digest, 16)
-                          AND m.embedding IS NULL AND m.item_status = 'ready'{member_where}
+                        WHERE m.scope_id = :scope AND m.generation_id = :generation AND m.field = t.field
+                          AND left(m.semantic_document_hash, 16) = left(t.digest, 16)
+                          AND m.embedding IS NULL AND m.item_status = 'ready'{member_keeps}
                         LIMIT :limit
                      ) shared
-                     ORDER BY n.distance LIMIT :candidates)
+                     ORDER BY t.distance LIMIT :member_rows)
                 ) found ORDER BY meme_id, distance, field
             ) best ORDER BY distance, meme_id LIMIT :limit)
             """
@@ -154,6 +172,7 @@ def search_generation(
             "leg": leg,
             "generation": generation.id,
             "candidates": limit * rows_per_meme(leg),
+            "member_rows": limit * MEMBER_ROWS_PER_MEME,
             "limit": limit,
             **filter_params,
         },

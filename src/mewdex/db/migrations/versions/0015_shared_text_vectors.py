@@ -43,22 +43,28 @@ def upgrade() -> None:
     op.execute(
         """
         CREATE FUNCTION mewdex_promote_text_carrier() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            heir uuid;
         BEGIN
-            IF NOT EXISTS (
+            IF EXISTS (
                 SELECT 1 FROM meme_embeddings c
                 WHERE c.scope_id = OLD.scope_id AND c.generation_id = OLD.generation_id AND c.field = OLD.field
                   AND left(c.semantic_document_hash, 16) = left(OLD.semantic_document_hash, 16)
                   AND c.semantic_document_hash = OLD.semantic_document_hash AND c.embedding IS NOT NULL
             ) THEN
-                UPDATE meme_embeddings m SET embedding = OLD.embedding
-                WHERE (m.scope_id, m.generation_id, m.meme_id, m.field) = (
-                    SELECT e.scope_id, e.generation_id, e.meme_id, e.field FROM meme_embeddings e
-                    WHERE e.scope_id = OLD.scope_id AND e.generation_id = OLD.generation_id AND e.field = OLD.field
-                      AND left(e.semantic_document_hash, 16) = left(OLD.semantic_document_hash, 16)
-                      AND e.semantic_document_hash = OLD.semantic_document_hash
-                      AND e.embedding IS NULL AND e.item_status = 'ready'
-                    LIMIT 1
-                );
+                RETURN NULL;
+            END IF;
+            -- a member no other transaction holds (one being deleted is skipped, not waited for)
+            SELECT e.meme_id INTO heir FROM meme_embeddings e
+            WHERE e.scope_id = OLD.scope_id AND e.generation_id = OLD.generation_id AND e.field = OLD.field
+              AND left(e.semantic_document_hash, 16) = left(OLD.semantic_document_hash, 16)
+              AND e.semantic_document_hash = OLD.semantic_document_hash
+              AND e.embedding IS NULL AND e.item_status = 'ready'
+            LIMIT 1 FOR UPDATE SKIP LOCKED;
+            IF heir IS NOT NULL THEN
+                UPDATE meme_embeddings SET embedding = OLD.embedding
+                WHERE scope_id = OLD.scope_id AND generation_id = OLD.generation_id AND meme_id = heir
+                  AND field = OLD.field;
             END IF;
             RETURN NULL;
         END $$
