@@ -39,7 +39,10 @@ def upgrade() -> None:
     )
     # Row-level and queued to the end of the statement: when several carriers of one text go in one
     # statement, the first call promotes a member and the next ones see it. A member is any 'ready'
-    # row of the text without a vector.
+    # row of the text without a vector. Its lookups need the table's statistics to take the partial
+    # indexes: without them (a table filled since the last analyze) the planner walks the primary key
+    # over the whole generation per deleted row (10,000 deletions: 4.3 s instead of 0.01 s without
+    # the trigger); autovacuum's analyze, and the one at the end of this migration, provide them.
     op.execute(
         """
         CREATE FUNCTION mewdex_promote_text_carrier() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -88,6 +91,7 @@ def upgrade() -> None:
           AND m.meme_id = r.meme_id AND m.field = r.field
         """
     )
+    op.execute("ANALYZE meme_embeddings")
 
 
 def downgrade() -> None:
