@@ -42,9 +42,6 @@ EMPTY_SCOPE = "bench-import"
 NOISE = 0.4  # norm of the uniform noise added to a clone's unit vectors (cosine to source ≈ 0.92)
 SWEEP_EF = (40, 100, 200, 400)
 SWEEP_ROWS = (2, 3, 4)
-#: Fields whose vectors clones copy exactly (``--exact-fields``): a clone stands for another meme of
-#: its source's folder, so in a real library its folder text, hence its folder vector, is the same.
-EXACT_FIELDS: tuple[str, ...] = ()
 
 
 def parse_size(text: str) -> int:
@@ -155,8 +152,10 @@ def _noise_sql(column: str, dims: str) -> str:
     )
 
 
-def grow(sessions, scope_id: str, target: int, source: dict, log) -> int:
-    """Add clones to ``scope_id`` until it holds ``target`` memes; returns how many were added."""
+def grow(sessions, scope_id: str, target: int, source: dict, log, exact_fields: tuple[str, ...] = ()) -> int:
+    """Add clones to ``scope_id`` until it holds ``target`` memes; returns how many were added.
+    ``exact_fields``: fields whose vectors clones copy without noise (``--exact-fields``): a clone
+    stands for another meme of its source's folder, so in a real library its folder vector is the same."""
     from sqlalchemy import text
 
     from mewdex.db.models import ScopeContext
@@ -281,7 +280,7 @@ def grow(sessions, scope_id: str, target: int, source: dict, log) -> int:
                         "model": model,
                         "dims": dims,
                         "leg": leg,
-                        "exact": list(EXACT_FIELDS),
+                        "exact": list(exact_fields),
                     },
                 )
             if source["visual"]:
@@ -299,7 +298,7 @@ def grow(sessions, scope_id: str, target: int, source: dict, log) -> int:
                     {"s": scope_id},
                 )
             keyword.refresh_impacts(session, scope_id)
-            if EXACT_FIELDS:  # a shared text's vector stays in its first carriers only, as the product writes it
+            if exact_fields:  # a shared text's vector stays in its first carriers only, as the product writes it
                 generations.share_vectors(session, scope_id)
         added += n
         log(f"  {scope_id}: {have + added} memes ({time.perf_counter() - started:.0f}s)")
@@ -566,8 +565,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     sizes = sorted(parse_size(s) for s in args.memes)
-    global EXACT_FIELDS
-    EXACT_FIELDS = tuple(f.strip() for f in args.exact_fields.split(",") if f.strip())
+    exact_fields = tuple(f.strip() for f in args.exact_fields.split(",") if f.strip())
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else print
 
     data_dir = Path(args.data_dir).resolve()
@@ -608,8 +606,8 @@ def main() -> None:
     try:
         for size in sizes:
             t = time.perf_counter()
-            added = grow(sessions, scope_id, size, source, log)
-            grow(sessions, SMALL_SCOPE, 100, source, log)
+            added = grow(sessions, scope_id, size, source, log, exact_fields)
+            grow(sessions, SMALL_SCOPE, 100, source, log, exact_fields)
             build_s = time.perf_counter() - t
             vacuum(get_engine())
             log(f"{size} memes ready (+{added} in {build_s:.0f}s); measuring")

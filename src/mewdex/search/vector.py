@@ -31,14 +31,25 @@ ROWS_PER_MEME: dict[str, int] = {"e5": 2, "use": 3}
 DEFAULT_ROWS_PER_MEME = 3
 
 
+def rows_per_meme(leg: str) -> int:
+    """Candidate rows per wanted meme for ``leg``'s HNSW statement."""
+    return ROWS_PER_MEME.get(leg, DEFAULT_ROWS_PER_MEME)
+
+
 #: Member rows read per wanted meme (a meme is a member of at most one text per field, and a leg has
 #: at most 5 fields).
 MEMBER_ROWS_PER_MEME = 5
 
 
-def rows_per_meme(leg: str) -> int:
-    """Candidate rows per wanted meme for ``leg``'s HNSW statement."""
-    return ROWS_PER_MEME.get(leg, DEFAULT_ROWS_PER_MEME)
+def _members_of(field: str, digest: str, filters_sql: str) -> str:
+    """SQL condition on ``meme_embeddings m``: a member (no vector of its own) of the text ``field`` /
+    ``digest`` (SQL expressions) in the statement's scope and generation, kept by ``filters_sql``;
+    matched on the 64-bit text key of the members' partial index."""
+    return (
+        f"m.scope_id = :scope AND m.generation_id = :generation AND m.field = {field}"
+        f" AND left(m.semantic_document_hash, 16) = left({digest}, 16)"
+        f" AND m.embedding IS NULL AND m.item_status = 'ready'{filters_sql}"
+    )
 
 
 #: libpq ``options`` of the search legs' connections: the HNSW settings and custom plans (the best
@@ -118,10 +129,8 @@ def search_generation(
     # `nearest` when it or one of them passes, and is itself a result only when it passes.
     passes = keeps.removeprefix(" AND ") if keeps else "true"
     where = (
-        f" AND ({passes} OR EXISTS (SELECT 1 FROM meme_embeddings m"
-        " WHERE m.scope_id = :scope AND m.generation_id = :generation AND m.field = meme_embeddings.field"
-        " AND left(m.semantic_document_hash, 16) = left(meme_embeddings.semantic_document_hash, 16)"
-        f" AND m.embedding IS NULL AND m.item_status = 'ready'{member_keeps}))"
+        f" AND ({passes} OR EXISTS (SELECT 1 FROM meme_embeddings m WHERE"
+        f" {_members_of('meme_embeddings.field', 'meme_embeddings.semantic_document_hash', member_keeps)}))"
         if keeps
         else ""
     )
@@ -129,8 +138,7 @@ def search_generation(
     # embedding, the carrier's distance; see generations.write_vectors): each text's members looked
     # up once, nearest texts first, at most MEMBER_ROWS_PER_MEME × limit member rows (the loop stops
     # there: a big folder's members tie, and only the first `limit` memes are wanted; a meme can be
-    # a member of several texts), then the best field per meme. Members are matched on the 64-bit
-    # text key alone, read from their index.
+    # a member of several texts), then the best field per meme.
     rows = session.execute(
         text(
             f"""
@@ -154,9 +162,7 @@ def search_generation(
                            GROUP BY field, digest ORDER BY 3) t
                      CROSS JOIN LATERAL (
                         SELECT m.meme_id FROM meme_embeddings m
-                        WHERE m.scope_id = :scope AND m.generation_id = :generation AND m.field = t.field
-                          AND left(m.semantic_document_hash, 16) = left(t.digest, 16)
-                          AND m.embedding IS NULL AND m.item_status = 'ready'{member_keeps}
+                        WHERE {_members_of("t.field", "t.digest", member_keeps)}
                         LIMIT :limit
                      ) shared
                      ORDER BY t.distance LIMIT :member_rows)

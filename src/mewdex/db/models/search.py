@@ -133,7 +133,6 @@ class MemeEmbedding(Base):
             "generation_id",
             "field",
             text("left(semantic_document_hash, 16)"),
-            postgresql_include=["meme_id"],
             postgresql_where=text("embedding IS NULL AND item_status = 'ready'"),
         ),
     )

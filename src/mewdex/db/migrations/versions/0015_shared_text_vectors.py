@@ -32,9 +32,8 @@ KEY = "scope_id, generation_id, field, left(semantic_document_hash, 16)"
 
 def upgrade() -> None:
     op.execute(f"CREATE INDEX ix_meme_embeddings_text_carriers ON meme_embeddings ({KEY}) WHERE embedding IS NOT NULL")
-    # members: read index-only by search (the 64-bit text key, the meme id)
     op.execute(
-        f"CREATE INDEX ix_meme_embeddings_text_members ON meme_embeddings ({KEY}) INCLUDE (meme_id)"
+        f"CREATE INDEX ix_meme_embeddings_text_members ON meme_embeddings ({KEY})"
         " WHERE embedding IS NULL AND item_status = 'ready'"
     )
     # Row-level and queued to the end of the statement: when several carriers of one text go in one
