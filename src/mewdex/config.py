@@ -84,6 +84,12 @@ class Settings(BaseSettings):
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_max_seconds: float = Field(default=300.0, ge=0)
     ocr_threads: int = Field(default=1, ge=1)
+    query_embedding_threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="OpenMP threads that embed one search query with e5; unset = min(2, cores).",
+    )
     log_level: str = "INFO"
     # Collection ZIP import (library.packages): limits on what an archive may inflate to.
     zip_max_items: int = Field(default=500, ge=1)

@@ -225,3 +225,30 @@ def test_a_cancelled_reindex_fails_its_generation_and_search_keeps_the_active_on
         assert session.get(SearchGeneration, building.id).status == "failed"
         assert generations.current_generation(session, scope.scope_id, "e5").id == active
     assert _top(sessions, scope, "drake yes")[0][0] == ids[1]
+
+
+def test_a_search_embeds_its_query_once_per_vector_leg_before_the_legs_start(
+    hash_models, sessions, store, scope, monkeypatch
+):
+    """The query is embedded first (the legs then find it in the query cache): once per vector leg's
+    model, every embedding before any leg starts, and the fused answer is the same as the legs'."""
+    _add_with_context(sessions, store, scope, 1, "grumpy cat")
+    _add_with_context(sessions, store, scope, 2, "surprised pikachu")
+    events: list[tuple[str, str]] = []
+    for name in ("hash16", "hash16u"):
+        embedder = models.text_embedder(name)
+        real = embedder.embed_query
+        monkeypatch.setattr(
+            embedder, "embed_query", lambda q, real=real, m=embedder.model: events.append(("embed", m)) or real(q)
+        )
+    run_leg = service._run_leg
+    monkeypatch.setattr(service, "_run_leg", lambda leg, *a: events.append(("leg", leg)) or run_leg(leg, *a))
+    service._query_cache.clear()
+
+    ids, degraded = _top(sessions, scope, "grumpy cat", legs=("keyword", "e5", "use"))
+
+    assert degraded == [] and len(ids) == 2
+    embeds = [e for e in events if e[0] == "embed"]
+    assert sorted(embeds) == [("embed", "hash-hash16-16d@test-1"), ("embed", "hash-hash16u-16d@test-1")]
+    assert events[: len(embeds)] == embeds  # every embedding before the first leg
+    assert sorted(leg for kind, leg in events if kind == "leg") == ["e5", "keyword", "use"]

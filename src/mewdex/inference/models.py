@@ -26,7 +26,7 @@ def ocr_engine():
 def _e5():
     from mewdex.inference.embedders import E5Embedder
 
-    return E5Embedder()
+    return E5Embedder(query_threads=get_settings().query_embedding_threads)
 
 
 def _use():

@@ -107,6 +107,7 @@ def _search(
     query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
     filters = None if filters is None or filters.empty else filters
     cleaned = text.clean_query(query)  # the legs search what a meme shows or says, not "meme"/"表情包"
+    embed_queries(session, scope.scope_id, cleaned, legs)
     futures = {leg: executor.submit(_run_leg, leg, scope.scope_id, cleaned, filters) for leg in legs}
     # Optional steps (issue 15): rewritten queries through the same legs, extra legs (remote embeddings).
     futures |= steps.submit_extra(executor, _run_leg, scope, query, legs, LEGS, filters, CANDIDATES)
@@ -168,6 +169,25 @@ def _run_leg(leg: str, scope_id: str, query: str, filters: SearchFilters | None 
             hits = keyword.search(session, scope_id, query, CANDIDATES, filters)
             return [h.meme_id for h in hits], {h.meme_id for h in hits if h.phrase}
         return _vector_leg(session, leg, scope_id, query, filters), set()
+
+
+def embed_queries(session: Session, scope_id: str, query: str, legs: tuple[str, ...]) -> None:
+    """Embed ``query`` for each vector leg of ``legs`` (its active generation's model) into the query
+    cache, before the legs start: alone, e5's OpenMP team has the cores, while beside the legs'
+    statements it stalls at its barriers whenever PostgreSQL takes one (bench/scale.py, 100k memes,
+    2 cores: fused p50 / p95 38.5 / 54.3 ms with the embedding inside the leg on 1 thread, 37.0 /
+    47.7 with it first on 2). A leg whose model cannot embed reports that itself."""
+    for leg in legs:
+        if leg == "keyword":
+            continue
+        generation = generations.cached_generation(session, scope_id, leg)
+        embedder = models.embedder_for_model(generation.model) if generation is not None else None
+        if embedder is None or generation is None or embedder.dimensions != generation.dimensions:
+            continue
+        try:
+            query_embedding(embedder, query)
+        except BackendUnavailable:
+            continue
 
 
 def _vector_leg(session: Session, leg: str, scope_id: str, query: str, filters: SearchFilters | None) -> list[UUID]:
