@@ -445,8 +445,13 @@ def measure_keyword_vs_plain(scope_id: str, queries: list[str]) -> dict:
     }
 
 
+def _float32_distance(dimensions: int, param: str = "query") -> str:
+    """The cosine distance in float32 (the indexes and the search compare half-precision copies)."""
+    return f"(embedding::vector({int(dimensions)}) <=> CAST(:{param} AS vector({int(dimensions)})))"
+
+
 def measure_vectors(scope_id: str, queries: list[str]) -> dict:
-    """Per vector leg: recall@10 (memes) of the HNSW statement vs an exact scan, and its latency,
+    """Per vector leg: recall@10 (memes) of the HNSW statement vs an exact float32 scan, and its latency,
     per ``ef_search`` × candidate rows per meme."""
     from sqlalchemy import text
 
@@ -465,13 +470,18 @@ def measure_vectors(scope_id: str, queries: list[str]) -> dict:
         embedder = models.embedder_for_model(generation.model)
         vectors = [service.query_embedding(embedder, q) for q in queries]
         exact, exact_sims = [], []
-        with sessions.begin() as session:
-            # exact: HNSW serves only index scans; bitmap scans stay on for the shared texts' members
-            session.execute(text("SET LOCAL enable_indexscan = off"))
-            for v in vectors:
-                hits, _ = vector.search_generation(session, scope_id, leg, generation, v, 10)
-                exact.append([h.meme_id for h in hits])
-                exact_sims.append([h.similarity for h in hits])
+        half_precision = vector.distance_sql
+        vector.distance_sql = _float32_distance  # the reference is exact in the rows' own precision
+        try:
+            with sessions.begin() as session:
+                # exact: HNSW serves only index scans; bitmap scans stay on for the shared texts' members
+                session.execute(text("SET LOCAL enable_indexscan = off"))
+                for v in vectors:
+                    hits, _ = vector.search_generation(session, scope_id, leg, generation, v, 10)
+                    exact.append([h.meme_id for h in hits])
+                    exact_sims.append([h.similarity for h in hits])
+        finally:
+            vector.distance_sql = half_precision
         rows_default, chosen_rows = dict(vector.ROWS_PER_MEME), vector.rows_per_meme(leg)
         sweep = []
         try:

@@ -46,3 +46,49 @@ def test_migrations_at_head_match_the_models(fresh_engine):
     # No known false positive of autogenerate applies to this schema today (expression and partial
     # indexes compare cleanly on PostgreSQL 18 with Alembic ≥ 1.13); list any added here with why.
     assert diff == [], "models and migrations differ:\n" + "\n".join(map(repr, diff))
+
+
+def test_migration_0016_moves_the_hnsw_indexes_to_half_precision_and_back(fresh_engine):
+    """An HNSW index built over float32 vectors before 0016 is rebuilt over halfvec copies (same name
+    and predicate), and the downgrade restores the float32 one; search's expression uses the index."""
+    from alembic import command
+
+    from mewdex.db.migrate import alembic_config
+    from mewdex.search.vector_index import HNSW_WITH, distance_sql, index_name
+
+    upgrade(fresh_engine, "0015")
+    name = index_name("meme_embeddings", "old-model", 8)
+    with fresh_engine.begin() as conn:  # what ensure_index created before 0016
+        conn.execute(
+            text(
+                f"CREATE INDEX {name} ON meme_embeddings USING hnsw ((embedding::vector(8)) vector_cosine_ops)"
+                f" {HNSW_WITH} WHERE model = 'old-model' AND dimensions = 8"
+            )
+        )
+
+    def definition() -> str:
+        with fresh_engine.connect() as conn:
+            return conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"), {"n": name}).scalar_one()
+
+    upgrade(fresh_engine)
+    half = definition()
+    assert "::halfvec(8)) halfvec_cosine_ops" in half and "old-model" in half and "m='32'" in half
+    with fresh_engine.begin() as conn:
+        conn.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                text(
+                    "EXPLAIN SELECT meme_id FROM meme_embeddings WHERE model = 'old-model' AND dimensions = 8"
+                    f" ORDER BY {distance_sql(8, 'q')} LIMIT 5"
+                ),
+                {"q": "[1,0,0,0,0,0,0,0]"},
+            )
+        )
+    assert name in plan, plan
+
+    cfg = alembic_config()
+    with fresh_engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0015")
+    assert "::vector(8)) vector_cosine_ops" in definition()

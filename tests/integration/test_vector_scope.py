@@ -9,6 +9,7 @@ from sqlalchemy import text
 from conftest import drop_scope, new_scope
 from mewdex.search import vector
 from mewdex.search.generations import active_generation
+from mewdex.search.vector_index import distance_sql
 
 MODEL = "vec01-test-model"
 DIMS = 16
@@ -73,7 +74,7 @@ def test_small_scope_next_to_a_large_one_gets_its_own_best(sessions):
                 for r in session.execute(
                     text(
                         f"EXPLAIN SELECT meme_id FROM meme_embeddings WHERE model = :m AND dimensions = {DIMS} "
-                        f"ORDER BY embedding::vector({DIMS}) <=> CAST(:q AS vector({DIMS})) LIMIT 5"
+                        f"ORDER BY {distance_sql(DIMS, 'q')} LIMIT 5"
                     ),
                     {"m": MODEL, "q": query},
                 )

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from mewdex.db.models import MemeNearDuplicate
 from mewdex.search.vector import nearest_images
-from mewdex.search.vector_index import distance_sql, ensure_index
+from mewdex.search.vector_index import ensure_index, exact_distance_sql
 
 PHASH_MAX_DISTANCE = 4  # bench/visual.py grid: see the module docstring
 COSINE_MIN = 0.94
@@ -127,7 +127,7 @@ def find_near_duplicates(
         for other, cosine in session.execute(
             text(
                 f"""
-                SELECT meme_id, 1 - {distance_sql(dims)} FROM meme_visual_embeddings
+                SELECT meme_id, 1 - {exact_distance_sql(dims)} FROM meme_visual_embeddings
                 WHERE scope_id = :scope AND model = :model AND dimensions = :dims
                   AND preprocess_version = :pv AND meme_id = ANY(:ids)
                 """

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from mewdex.dto.search import SearchFilters
 from mewdex.library.listing import exists_sql
 from mewdex.search.generations import GenerationRef, current_generation, forget_generation
-from mewdex.search.vector_index import distance_sql
+from mewdex.search.vector_index import distance_sql, exact_distance_sql
 
 # HNSW search settings (bench/scale.py measures recall@10 against an exact scan and latency for
 # several values; see docs/search-at-scale.md): ``ef_search`` and candidate rows per wanted meme (a meme
@@ -122,7 +122,7 @@ def search_generation(
     dims = generation.dimensions
     if dims != query.shape[0]:
         return [], None
-    dist = distance_sql(dims)
+    dist, exact = distance_sql(dims), exact_distance_sql(dims)  # found in half precision, ranked in full
     keeps, filter_params = exists_sql(filters, "meme_embeddings.meme_id")
     member_keeps, _ = exists_sql(filters, "m.meme_id")
     # With filters, a carrier that fails them still leads to its text's members that pass: it enters
@@ -143,7 +143,7 @@ def search_generation(
         text(
             f"""
             WITH nearest AS MATERIALIZED (
-                SELECT meme_id, field, semantic_document_hash AS digest, {dist} AS distance, {passes} AS passes
+                SELECT meme_id, field, semantic_document_hash AS digest, {exact} AS distance, {passes} AS passes
                 FROM meme_embeddings
                 WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND generation_id = :generation
                   AND item_status = 'ready' AND embedding IS NOT NULL{where}
@@ -207,13 +207,13 @@ def nearest_images(
     (HNSW with iterative scans), narrowed by ``filters`` inside the query; ``exclude``: one meme to skip."""
     dims = len(vector)
     hnsw_settings(session, max(EF_SEARCH, limit))
-    dist = distance_sql(dims)
+    dist, exact = distance_sql(dims), exact_distance_sql(dims)  # found in half precision, ranked in full
     where, filter_params = exists_sql(filters, "meme_visual_embeddings.meme_id")
     rows = session.execute(
         text(
             f"""
             SELECT meme_id, 1 - distance FROM (
-                SELECT meme_id, {dist} AS distance FROM meme_visual_embeddings
+                SELECT meme_id, {exact} AS distance FROM meme_visual_embeddings
                 WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND preprocess_version = :pv
                   AND (CAST(:exclude AS uuid) IS NULL OR meme_id <> CAST(:exclude AS uuid)){where}
                 ORDER BY {dist} LIMIT :limit

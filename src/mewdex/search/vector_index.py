@@ -1,4 +1,9 @@
-"""Per-(model, dimensions) partial HNSW expression indexes over the dimensionless vector columns."""
+"""Per-(model, dimensions) partial HNSW expression indexes over the dimensionless vector columns.
+
+The indexes hold half-precision copies (``embedding::halfvec(N)``, pgvector's ``halfvec``): half the
+bytes of a float32 graph, so twice the graph stays in memory (migration 0016; bench/scale.py at 100k
+measures recall@10 against an exact float32 scan, docs/search-at-scale.md). The rows keep float32.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ def index_name(table: str, model: str, dimensions: int) -> str:
 
 
 def ensure_index(session: Session, table: str, model: str, dimensions: int) -> None:
-    """Create (if missing) ``USING hnsw ((embedding::vector(N)) vector_cosine_ops) WITH (…) WHERE model = '…'``.
+    """Create (if missing) ``USING hnsw ((embedding::halfvec(N)) halfvec_cosine_ops) WITH (…) WHERE model = '…'``.
 
     Queries must use the same expression and predicate (see :func:`distance_sql`) to use it.
     """
@@ -31,13 +36,21 @@ def ensure_index(session: Session, table: str, model: str, dimensions: int) -> N
     session.execute(
         text(
             f"CREATE INDEX IF NOT EXISTS {index_name(table, model, dimensions)} ON {table} "
-            f"USING hnsw ((embedding::vector({int(dimensions)})) vector_cosine_ops) {HNSW_WITH} "
+            f"USING hnsw ((embedding::halfvec({int(dimensions)})) halfvec_cosine_ops) {HNSW_WITH} "
             f"WHERE model = '{literal}' AND dimensions = {int(dimensions)}"
         )
     )
 
 
 def distance_sql(dimensions: int, param: str = "query") -> str:
-    """SQL for the cosine distance between the row's embedding and ``:param`` (index-compatible)."""
+    """SQL for the cosine distance between the row's embedding and ``:param``, both in half precision
+    (the HNSW indexes' expression, so the planner can use them; an exact scan computes the same)."""
+    d = int(dimensions)
+    return f"(embedding::halfvec({d}) <=> CAST(:{param} AS halfvec({d})))"
+
+
+def exact_distance_sql(dimensions: int, param: str = "query") -> str:
+    """The same cosine distance in the rows' own float32: what search reports and ranks its
+    candidates by, once the index (in half precision) has found them."""
     d = int(dimensions)
     return f"(embedding::vector({d}) <=> CAST(:{param} AS vector({d})))"

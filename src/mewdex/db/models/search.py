@@ -2,9 +2,9 @@
 
 Deliberate changes from seed 000:
 - vector columns are ``vector`` with no fixed dimension, next to ``model`` and ``dimensions``
-  columns; each (model, dimensions) gets its own partial HNSW expression index
-  (``embedding::vector(N)``, see :mod:`mewdex.search.vector_index`), so a model change never
-  needs a column change.
+  columns; each (model, dimensions) gets its own partial HNSW expression index over half-precision
+  copies (``embedding::halfvec(N)``, see :mod:`mewdex.search.vector_index`), so a model change
+  never needs a column change.
 - ``meme_embeddings`` holds one row per semantic *field* of a meme (name, OCR text, labels…):
   search takes the best field per meme, which measured better than one concatenated document. A
   text many memes share (a folder's words) keeps its vector in at most ``CARRIERS_PER_TEXT`` rows;
