@@ -445,11 +445,6 @@ def measure_keyword_vs_plain(scope_id: str, queries: list[str]) -> dict:
     }
 
 
-def _float32_distance(dimensions: int, param: str = "query") -> str:
-    """The cosine distance in float32 (the indexes and the search compare half-precision copies)."""
-    return f"(embedding::vector({int(dimensions)}) <=> CAST(:{param} AS vector({int(dimensions)})))"
-
-
 def measure_vectors(scope_id: str, queries: list[str]) -> dict:
     """Per vector leg: recall@10 (memes) of the HNSW statement vs an exact float32 scan, and its latency,
     per ``ef_search`` × candidate rows per meme."""
@@ -459,6 +454,7 @@ def measure_vectors(scope_id: str, queries: list[str]) -> dict:
     from mewdex.inference import models
     from mewdex.search import generations, service, vector
     from mewdex.search.evaluation import distance_recall_at_k, recall_at_k
+    from mewdex.search.vector_index import exact_distance_sql
 
     out: dict = {}
     sessions = get_sessionmaker()
@@ -471,7 +467,7 @@ def measure_vectors(scope_id: str, queries: list[str]) -> dict:
         vectors = [service.query_embedding(embedder, q) for q in queries]
         exact, exact_sims = [], []
         half_precision = vector.distance_sql
-        vector.distance_sql = _float32_distance  # the reference is exact in the rows' own precision
+        vector.distance_sql = exact_distance_sql  # the reference is exact in the rows' own precision
         try:
             with sessions.begin() as session:
                 # exact: HNSW serves only index scans; bitmap scans stay on for the shared texts' members

@@ -50,7 +50,8 @@ def test_migrations_at_head_match_the_models(fresh_engine):
 
 def test_migration_0016_moves_the_hnsw_indexes_to_half_precision_and_back(fresh_engine):
     """An HNSW index built over float32 vectors before 0016 is rebuilt over halfvec copies (same name
-    and predicate), and the downgrade restores the float32 one; search's expression uses the index."""
+    and predicate), and the downgrade restores the float32 one (dropping one too wide for float32
+    HNSW); search's expression uses the index."""
     from alembic import command
 
     from mewdex.db.migrate import alembic_config
@@ -87,8 +88,19 @@ def test_migration_0016_moves_the_hnsw_indexes_to_half_precision_and_back(fresh_
         )
     assert name in plan, plan
 
+    wide = index_name("meme_embeddings", "remote-model", 3072)  # a remote model's width: over vector's 2,000
+    with fresh_engine.begin() as conn:
+        conn.execute(
+            text(
+                f"CREATE INDEX {wide} ON meme_embeddings USING hnsw ((embedding::halfvec(3072)) halfvec_cosine_ops)"
+                " WHERE model = 'remote-model' AND dimensions = 3072"
+            )
+        )
+
     cfg = alembic_config()
     with fresh_engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0015")
     assert "::vector(8)) vector_cosine_ops" in definition()
+    with fresh_engine.connect() as conn:  # float32 HNSW cannot hold it: dropped, and the downgrade went through
+        assert conn.execute(text("SELECT count(*) FROM pg_indexes WHERE indexname = :n"), {"n": wide}).scalar() == 0

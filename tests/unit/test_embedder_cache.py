@@ -42,11 +42,10 @@ def test_the_cache_keeps_the_most_recent_texts(monkeypatch):
     assert calls == [["a", "b"], ["c"], ["b"]]
 
 
-def test_e5_queries_do_not_wait_for_passages_and_agree_when_concurrent():
+def test_e5_queries_do_not_wait_for_passages_and_agree_beside_them():
     """A search's query is embedded while a worker's batch of passages holds the model (its lock),
-    and queries embedded at once from several threads get the vectors they get one at a time."""
+    and queries embedded while passage batches run in the engine get the vectors they get alone."""
     import threading
-    from concurrent.futures import ThreadPoolExecutor
 
     embedder = embedders.E5Embedder(query_threads=2)
     queries = ["猫猫震惊", "surprised pikachu", "我太难了", "cat on a keyboard", "打工人 加班"] * 4
@@ -57,11 +56,45 @@ def test_e5_queries_do_not_wait_for_passages_and_agree_when_concurrent():
         thread.start()
         assert done.wait(30), "the query waited for the passages' lock"
         thread.join()
-    with ThreadPoolExecutor(4) as pool:
-        together = list(pool.map(embedder.embed_query, queries))
-    for a, b in zip(alone, together, strict=True):
+    stop, batches = threading.Event(), []
+
+    def passages() -> None:  # uncached texts, so every batch runs the engine
+        while not stop.is_set():
+            n = len(batches)
+            batches.append(embedder.embed_passages([f"第{n}张 passage {n} {k}" for k in range(8)]))
+
+    worker = threading.Thread(target=passages)
+    worker.start()
+    try:
+        beside = [embedder.embed_query(q) for q in queries]
+    finally:
+        stop.set()
+        worker.join()
+    assert len(batches) >= 2  # the queries ran while batches did
+    for a, b in zip(alone, beside, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
     assert not np.allclose(alone[0], alone[1])
+
+
+def test_e5_queries_work_in_a_forked_child():
+    """A child forked after the parent embedded queries gets a query thread of its own (the parent's
+    is not in it): its query is embedded, the same as in the parent."""
+    import multiprocessing
+
+    global _FORKED
+    _FORKED = embedders.E5Embedder(query_threads=1)
+    parent = _FORKED.embed_query("熊猫头 无语")
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        child = pool.apply_async(_embed_in_child, ("熊猫头 无语",)).get(timeout=60)
+    np.testing.assert_allclose(parent, child, atol=1e-6)
+
+
+_FORKED: embedders.E5Embedder | None = None  # the parent's embedder, inherited by the forked child
+
+
+def _embed_in_child(query: str) -> np.ndarray:
+    assert _FORKED is not None
+    return _FORKED.embed_query(query)
 
 
 def test_use_keeps_numpys_blas_to_its_threads():

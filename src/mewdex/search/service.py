@@ -175,12 +175,12 @@ def embed_queries(session: Session, scope_id: str, query: str, legs: tuple[str, 
     """Embed ``query`` for each vector leg of ``legs`` (its active generation's model) into the query
     cache, before the legs start: alone, e5's OpenMP team has the cores, while beside the legs'
     statements it stalls at its barriers whenever PostgreSQL takes one (bench/scale.py, 100k memes,
-    2 cores: fused p50 / p95 38.5 / 54.3 ms with the embedding inside the leg on 1 thread, 37.0 /
-    47.7 with it first on 2). A leg whose model cannot embed reports that itself."""
+    2 cores: fused p50 / p95 38.5 / 54.3 ms with the embedding inside the leg on 1 thread, 36.8 /
+    49.7 with it first on 2). A leg whose model cannot embed reports that itself."""
     for leg in legs:
         if leg == "keyword":
             continue
-        generation = generations.cached_generation(session, scope_id, leg)
+        generation = generations.cached_generation(session, scope_id, leg, remember_none=True)
         embedder = models.embedder_for_model(generation.model) if generation is not None else None
         if embedder is None or generation is None or embedder.dimensions != generation.dimensions:
             continue

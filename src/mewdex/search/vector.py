@@ -24,9 +24,11 @@ from mewdex.search.vector_index import distance_sql, exact_distance_sql
 # small scope exactly instead.
 EF_SEARCH = 200
 #: Candidate rows per wanted meme, per leg (others: :data:`DEFAULT_ROWS_PER_MEME`). Rows beyond
-#: ``ef_search`` make pgvector continue the scan iteratively: at 100k memes e5 with 2 rows (200 ≤ 200)
-#: took 11.6 / 26.2 ms p50 / p95 at recall@10 0.997 counting ties, against 23.9 / 38.2 ms and 1.000
-#: with 3; USE needs 3 (0.554 with 2). bench/quality.py is the same with either.
+#: ``ef_search`` make pgvector continue the scan iteratively: at 100k memes (float32 graphs) e5 with
+#: 2 rows (200 ≤ 200) took 11.6 / 26.2 ms p50 / p95 at recall@10 0.997 counting ties, against 23.9 /
+#: 38.2 ms and 1.000 with 3; USE needs 3 (0.554 with 2). Over the half-precision graphs (migration
+#: 0016): e5 0.987 with 2 rows, 0.990 with 3; USE 0.728 with 3, 0.699 with 2. bench/quality.py is the
+#: same with either.
 ROWS_PER_MEME: dict[str, int] = {"e5": 2, "use": 3}
 DEFAULT_ROWS_PER_MEME = 3
 
@@ -206,7 +208,7 @@ def nearest_images(
     """``[(meme_id, cosine)]`` of the scope's memes whose visual embedding is nearest to ``vector``
     (HNSW with iterative scans), narrowed by ``filters`` inside the query; ``exclude``: one meme to skip."""
     dims = len(vector)
-    hnsw_settings(session, max(EF_SEARCH, limit))
+    hnsw_settings(session, max(EF_SEARCH, 2 * limit))
     dist, exact = distance_sql(dims), exact_distance_sql(dims)  # found in half precision, ranked in full
     where, filter_params = exists_sql(filters, "meme_visual_embeddings.meme_id")
     rows = session.execute(
@@ -216,8 +218,8 @@ def nearest_images(
                 SELECT meme_id, {exact} AS distance FROM meme_visual_embeddings
                 WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND preprocess_version = :pv
                   AND (CAST(:exclude AS uuid) IS NULL OR meme_id <> CAST(:exclude AS uuid)){where}
-                ORDER BY {dist} LIMIT :limit
-            ) nearest ORDER BY distance
+                ORDER BY {dist} LIMIT :candidates
+            ) nearest ORDER BY distance LIMIT :limit
             """
         ),
         {
@@ -227,6 +229,7 @@ def nearest_images(
             "scope": scope_id,
             "pv": preprocess_version,
             "exclude": str(exclude) if exclude is not None else None,
+            "candidates": 2 * limit,  # slack for the half-precision order: the float32 one picks the best
             "limit": limit,
             **filter_params,
         },

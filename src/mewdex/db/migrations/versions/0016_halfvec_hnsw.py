@@ -27,8 +27,9 @@ _HALF = (re.compile(r"::vector\((\d+)\)\) vector_cosine_ops"), r"::halfvec(\1)) 
 _FULL = (re.compile(r"::halfvec\((\d+)\)\) halfvec_cosine_ops"), r"::vector(\1)) vector_cosine_ops")
 
 
-def _rebuild(rewrite: tuple[re.Pattern[str], str]) -> None:
-    """Recreate each HNSW index of the vector tables whose definition ``rewrite`` changes (same name)."""
+def _rebuild(rewrite: tuple[re.Pattern[str], str], max_dimensions: int) -> None:
+    """Recreate each HNSW index of the vector tables whose definition ``rewrite`` changes (same name);
+    one wider than ``max_dimensions`` is dropped (the models of remote connectors can be that wide)."""
     pattern, replacement = rewrite
     rows = (
         op.get_bind()
@@ -41,15 +42,21 @@ def _rebuild(rewrite: tuple[re.Pattern[str], str]) -> None:
         .all()
     )
     for name, definition in rows:
-        rebuilt = pattern.sub(replacement, definition)
-        if rebuilt != definition:
-            op.execute(f'DROP INDEX "{name}"')
-            op.execute(rebuilt)
+        match = pattern.search(definition)
+        if match is None:
+            continue
+        op.execute(f'DROP INDEX "{name}"')
+        if int(match.group(1)) <= max_dimensions:  # a float32 HNSW index takes ≤ 2,000: a wider one is only dropped
+            op.execute(pattern.sub(replacement, definition))
+
+
+#: pgvector's HNSW limits: 4,000 dimensions over halfvec, 2,000 over vector.
+HALFVEC_MAX_DIMENSIONS, VECTOR_MAX_DIMENSIONS = 4000, 2000
 
 
 def upgrade() -> None:
-    _rebuild(_HALF)
+    _rebuild(_HALF, HALFVEC_MAX_DIMENSIONS)
 
 
 def downgrade() -> None:
-    _rebuild(_FULL)
+    _rebuild(_FULL, VECTOR_MAX_DIMENSIONS)
