@@ -197,6 +197,33 @@ def test_concurrent_schedulers_enqueue_each_slot_once(sessions, scope):
         assert enqueue_slot(session, schedule, slots[0]) is None
 
 
+def test_the_schedulers_statements_read_an_index_not_every_task(sessions, scope):
+    """A schedule's slot lookup and prune find its tasks through an index: a library keeps three
+    pipeline tasks per meme, and every tick of every schedule runs both statements."""
+    from sqlalchemy import event
+
+    schedule = Schedule(f"test-{uuid.uuid4().hex[:8]}", "noop", 60, scope.scope_id)
+    statements: list[tuple[str, object]] = []
+    with sessions.begin() as session:
+        connection = session.connection()
+
+        def capture(conn, cursor, statement, parameters, context, executemany):
+            if " tasks" in statement and statement.lstrip().upper().startswith(("SELECT", "DELETE")):
+                statements.append((statement, parameters))
+
+        event.listen(connection, "before_cursor_execute", capture)
+        try:
+            assert enqueue_slot(session, schedule, 7) is not None
+        finally:
+            event.remove(connection, "before_cursor_execute", capture)
+        assert any(s.lstrip().upper().startswith("DELETE") for s, _ in statements)
+        assert any(s.lstrip().upper().startswith("SELECT") for s, _ in statements)
+        session.execute(text("SET LOCAL enable_seqscan = off"))  # the test database is small
+        for statement, parameters in statements:
+            plan = "\n".join(r[0] for r in connection.exec_driver_sql("EXPLAIN " + statement, parameters))
+            assert "ix_tasks_standalone_dedupe" in plan, plan  # not the scope's every task (scan or index)
+
+
 def test_a_scheduler_ticks_once_per_interval_after_its_first(sessions, scope):
     schedule = Schedule(f"test-{uuid.uuid4().hex[:8]}", "noop", 10, scope.scope_id)
     t0 = 1_000_000_000.0

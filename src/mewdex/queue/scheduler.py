@@ -70,7 +70,12 @@ def enqueue_slot(session: Session, schedule: Schedule, slot: int) -> Task | None
     session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
     exists = session.execute(
         select(Task.id)
-        .where(Task.scope_id == schedule.scope_id, Task.task_type == schedule.task_type, Task.dedupe_key == key)
+        .where(
+            Task.scope_id == schedule.scope_id,
+            Task.task_type == schedule.task_type,
+            Task.dedupe_key == key,
+            Task.submission_mode == "standalone",  # ix_tasks_standalone_dedupe: no scan of all tasks
+        )
         .limit(1)
     ).first()
     if exists is not None:
@@ -93,6 +98,7 @@ def _prune(session: Session, schedule: Schedule) -> None:
         delete(Task).where(
             Task.scope_id == schedule.scope_id,
             Task.task_type == schedule.task_type,
+            Task.submission_mode == "standalone",  # ix_tasks_standalone_dedupe
             Task.dedupe_key.like(f"schedule:{schedule.name}:%"),
             Task.status.in_(("succeeded", "failed")),
             Task.completed_at < before,

@@ -164,6 +164,15 @@ class Task(Base):
             unique=True,
             postgresql_where=text("status IN ('queued','running') AND dedupe_key IS NOT NULL"),
         ),
+        # The scheduler's slot lookup and prune (queue.scheduler): standalone tasks by type and key,
+        # whatever their status, without reading the pipeline's three tasks per meme.
+        Index(
+            "ix_tasks_standalone_dedupe",
+            "scope_id",
+            "task_type",
+            "dedupe_key",
+            postgresql_where=text("submission_mode = 'standalone'"),
+        ),
         Index("ix_tasks_claimable", "scope_id", "status", "available_at", "lease_expires_at"),
         Index("ix_tasks_lane_queue", "lane", "status", "available_at"),
         Index(
