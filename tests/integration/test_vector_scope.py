@@ -85,3 +85,31 @@ def test_small_scope_next_to_a_large_one_gets_its_own_best(sessions):
     finally:
         drop_scope(sessions, big)
         drop_scope(sessions, small)
+
+
+def test_ensure_index_replaces_a_float32_index_of_its_name(sessions):
+    """An index made by a process of a version before migration 0016 (float32 graph, same name) is
+    rebuilt over half precision: search's expression could not use it."""
+    from mewdex.search.vector_index import HNSW_WITH, ensure_index, index_name
+
+    model = "vec-old-process-model"
+    name = index_name("meme_embeddings", model, DIMS)
+    try:
+        with sessions.begin() as session:
+            session.execute(
+                text(
+                    f"CREATE INDEX {name} ON meme_embeddings USING hnsw ((embedding::vector({DIMS})) vector_cosine_ops)"
+                    f" {HNSW_WITH} WHERE model = '{model}' AND dimensions = {DIMS}"
+                )
+            )
+        with sessions.begin() as session:
+            ensure_index(session, "meme_embeddings", model, DIMS)
+            ensure_index(session, "meme_embeddings", model, DIMS)  # and then leaves it alone
+        with sessions.begin() as session:
+            definition = session.execute(
+                text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"), {"n": name}
+            ).scalar_one()
+        assert f"::halfvec({DIMS})) halfvec_cosine_ops" in definition and model in definition
+    finally:
+        with sessions.begin() as session:
+            session.execute(text(f"DROP INDEX IF EXISTS {name}"))

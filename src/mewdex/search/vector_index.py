@@ -30,12 +30,20 @@ def index_name(table: str, model: str, dimensions: int) -> str:
 def ensure_index(session: Session, table: str, model: str, dimensions: int) -> None:
     """Create (if missing) ``USING hnsw ((embedding::halfvec(N)) halfvec_cosine_ops) WITH (…) WHERE model = '…'``.
 
-    Queries must use the same expression and predicate (see :func:`distance_sql`) to use it.
+    Queries must use the same expression and predicate (see :func:`distance_sql`) to use it. An index
+    of that name over float32 vectors (made by a process of a version before migration 0016, e.g.
+    during a rolling upgrade) is replaced: search could not use it.
     """
+    name = index_name(table, model, dimensions)
+    definition = session.execute(
+        text("SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND indexname = :n"), {"n": name}
+    ).scalar_one_or_none()
+    if definition is not None and "halfvec_cosine_ops" not in definition:
+        session.execute(text(f"DROP INDEX IF EXISTS {name}"))
     literal = model.replace("'", "''")
     session.execute(
         text(
-            f"CREATE INDEX IF NOT EXISTS {index_name(table, model, dimensions)} ON {table} "
+            f"CREATE INDEX IF NOT EXISTS {name} ON {table} "
             f"USING hnsw ((embedding::halfvec({int(dimensions)})) halfvec_cosine_ops) {HNSW_WITH} "
             f"WHERE model = '{literal}' AND dimensions = {int(dimensions)}"
         )
