@@ -58,14 +58,15 @@ def noise(text_: str) -> list[float]:
 @pytest.fixture
 def world(sessions, store, settings_env):
     """A scope with the memes of :data:`NAMES` processed, a platform ``openai_compatible``
-    definition (chat + embeddings) on the fake server, and a 1 s step timeout."""
+    definition (chat + embeddings) on the fake server, and a 10 s step timeout (the first call builds
+    the connector's client: under the CI's load 1 s was not always enough; the slow-model test sets 1 s)."""
     from mewdex.library.memes import add_image
     from mewdex.providers import connectors, search_steps
 
     with FakeOpenAI() as fake:
         settings_env(
             MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([fake.host_port]),
-            MEWDEX_SEARCH_LLM_TIMEOUT_SECONDS="1",
+            MEWDEX_SEARCH_LLM_TIMEOUT_SECONDS="10",
             MEWDEX_PROVIDER_MAX_RETRIES="0",
         )
         fake.embed_by_model = {"fake-embed": bag_of_words(), "fake-embed-noise": noise, "fake-embed-2": bag_of_words()}
@@ -158,8 +159,9 @@ def test_llm_enhance_rewrites_a_query_metered_cached_and_off_by_default(world, s
         assert event.kind == "chat" and event.units["outcome"] == "ok" and event.cost_cny > 0
 
 
-def test_a_slow_or_failing_model_leaves_the_plain_result(world, sessions):
+def test_a_slow_or_failing_model_leaves_the_plain_result(world, sessions, settings_env):
     fake, scope, ids = world["fake"], world["scope"], world["ids"]
+    settings_env(MEWDEX_SEARCH_LLM_TIMEOUT_SECONDS="1")
     _policy(sessions, scope, llm_enhance=True, llm_rerank=True)
     plain = [str(ids["grumpy cat"])]
     fake.script(Reply.delay(4.0, Reply.json({"zh": [], "en": ["cat one"], "keywords": []})))
