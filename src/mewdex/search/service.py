@@ -181,13 +181,20 @@ def embed_queries(session: Session, scope_id: str, query: str, legs: tuple[str, 
         if leg == "keyword":
             continue
         generation = generations.cached_generation(session, scope_id, leg, remember_none=True)
-        embedder = models.embedder_for_model(generation.model) if generation is not None else None
-        if embedder is None or generation is None or embedder.dimensions != generation.dimensions:
+        embedder = _embedder_of(generation) if generation is not None else None
+        if embedder is None:
             continue
         try:
             query_embedding(embedder, query)
         except BackendUnavailable:
             continue
+
+
+def _embedder_of(generation: generations.GenerationRef):
+    """The registered embedder of ``generation``'s model when it gives vectors of the generation's
+    dimensions, else None (the model is gone, or changed its width)."""
+    embedder = models.embedder_for_model(generation.model)
+    return embedder if embedder is not None and embedder.dimensions == generation.dimensions else None
 
 
 def _vector_leg(session: Session, leg: str, scope_id: str, query: str, filters: SearchFilters | None) -> list[UUID]:
@@ -200,8 +207,8 @@ def _vector_leg(session: Session, leg: str, scope_id: str, query: str, filters: 
         generation = generations.cached_generation(session, scope_id, leg)
         if generation is None:
             return []
-        embedder = models.embedder_for_model(generation.model)
-        if embedder is None or embedder.dimensions != generation.dimensions:
+        embedder = _embedder_of(generation)
+        if embedder is None:
             if not attempt:
                 continue
             raise BackendUnavailable(

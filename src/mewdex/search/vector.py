@@ -208,7 +208,8 @@ def nearest_images(
     """``[(meme_id, cosine)]`` of the scope's memes whose visual embedding is nearest to ``vector``
     (HNSW with iterative scans), narrowed by ``filters`` inside the query; ``exclude``: one meme to skip."""
     dims = len(vector)
-    hnsw_settings(session, max(EF_SEARCH, 2 * limit))
+    candidates = 2 * limit  # slack for the half-precision order: the float32 one picks the best
+    hnsw_settings(session, max(EF_SEARCH, candidates))
     dist, exact = distance_sql(dims), exact_distance_sql(dims)  # found in half precision, ranked in full
     where, filter_params = exists_sql(filters, "meme_visual_embeddings.meme_id")
     rows = session.execute(
@@ -229,7 +230,7 @@ def nearest_images(
             "scope": scope_id,
             "pv": preprocess_version,
             "exclude": str(exclude) if exclude is not None else None,
-            "candidates": 2 * limit,  # slack for the half-precision order: the float32 one picks the best
+            "candidates": candidates,
             "limit": limit,
             **filter_params,
         },
