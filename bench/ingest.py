@@ -2,6 +2,10 @@
 and the models-only floor with the ratio end to end / floor (issue 14: the goal is ≥ 0.8).
 
 Run: .venv/bin/python bench/ingest.py [--workers 2] [--data-dir DIR] [--limit N] [--json]
+
+Where the time goes: the end-to-end run's CPU per image of the worker processes (model loading
+included), the PostgreSQL server (every backend, exited ones too) and this process (the import), and
+the machine's idle CPU time over the run, beside the floor's core time per image.
 (workers are child processes, as in ``mewdex import --wait``; MEWDEX_WORKER_MODE=thread compares threads;
 ``--limit N`` takes N files spread over the corpus, for a quick check: model loading then weighs more)
 
@@ -19,6 +23,7 @@ import argparse
 import hashlib
 import json
 import multiprocessing
+import resource
 import time
 from pathlib import Path
 
@@ -44,6 +49,59 @@ def stage_rates() -> dict[str, dict]:
             stage: {"tasks": n, "busy_seconds": round(float(s), 1), "images_per_s_per_worker": round(n / float(s), 2)}
             for stage, n, s in session.execute(sql)
         }
+
+
+def _postgres_cpu_seconds() -> float:
+    """CPU seconds of the data dir's PostgreSQL server so far: the postmaster, its live backends and
+    the ones that exited (the postmaster's reaped children)."""
+    import psutil
+
+    from mewdex.config import get_settings
+
+    pid_file = get_settings().data_dir / "pgdata" / "postmaster.pid"
+    try:
+        postmaster = psutil.Process(int(pid_file.read_text().split()[0]))
+        own = postmaster.cpu_times()
+        total = own.user + own.system + own.children_user + own.children_system
+        for child in postmaster.children(recursive=True):
+            try:
+                times = child.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                pass
+        return total
+    except (OSError, ValueError, psutil.Error):  # an outside server (MEWDEX_DATABASE_URL): not measured
+        return float("nan")
+
+
+def cpu_split(run) -> tuple[dict, dict]:
+    """``run()``'s result, and its CPU milliseconds per image: ``workers`` (child processes, measured
+    when they have exited), ``postgres``, ``importer`` (this process) and ``idle`` (the machine's)."""
+    import psutil
+
+    from mewdex.runtime import prepare_database
+
+    prepare_database()  # the server runs before the first reading
+    self0, children0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    pg0, machine0 = _postgres_cpu_seconds(), psutil.cpu_times()
+    result = run()
+    self1, children1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    pg1, machine1 = _postgres_cpu_seconds(), psutil.cpu_times()
+    n = max(1, result["status"]["memes"])
+
+    def per_image(seconds: float) -> float:
+        return round(seconds * 1000 / n, 1)
+
+    def used(a, b) -> float:
+        return (b.ru_utime - a.ru_utime) + (b.ru_stime - a.ru_stime)
+
+    idle = (machine1.idle + machine1.iowait) - (machine0.idle + machine0.iowait)
+    return result, {
+        "workers": per_image(used(children0, children1)),
+        "postgres": per_image(pg1 - pg0),
+        "importer": per_image(used(self0, self1)),
+        "idle": per_image(idle),
+    }
 
 
 _FLOOR: dict = {}
@@ -117,7 +175,7 @@ def main() -> None:
     args = parser.parse_args()
     data_dir = corpus.use_data_dir(args.data_dir)
     print(f"data dir: {data_dir}")
-    result = corpus.prepare(workers=args.workers, limit=args.limit)
+    result, cpu = cpu_split(lambda: corpus.prepare(workers=args.workers, limit=args.limit))
     memes = result["status"]["memes"]
     from mewdex.config import get_settings
 
@@ -145,12 +203,20 @@ def main() -> None:
         f"{args.workers} processes, models loaded first)"
     )
     print(f"ratio:       {ratio:.2f} end to end / models only (goal ≥ 0.8)")
+    floor_cpu = round(args.workers * floor["seconds"] * 1000 / max(1, floor["images"]), 1)
+    print(
+        f"CPU per image (ms, end to end): workers {cpu['workers']} (model loading included), PostgreSQL "
+        f"{cpu['postgres']}, importing process {cpu['importer']}, machine idle {cpu['idle']}; "
+        f"models only: {floor_cpu} core-ms per image"
+    )
     if args.json:
         figures = {
             "memes": memes,
             "end_to_end_images_per_s": round(end_to_end, 2),
             "models_only": floor,
             "ratio": round(ratio, 3),
+            "cpu_ms_per_image": cpu,
+            "models_only_core_ms_per_image": floor_cpu,
             "stages": stage_rates(),
             "workers": args.workers,
             "worker_mode": mode,

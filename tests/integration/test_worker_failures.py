@@ -5,6 +5,8 @@ expires."""
 from __future__ import annotations
 
 import errno
+import threading
+import time
 import uuid
 
 from sqlalchemy import text
@@ -12,6 +14,7 @@ from sqlalchemy import text
 from mewdex.db.models import Task
 from mewdex.queue import registry
 from mewdex.queue.registry import RetryPolicy, TaskType
+from mewdex.queue.tasks import Lane
 from mewdex.queue.worker import Worker
 
 
@@ -110,3 +113,120 @@ def test_any_exception_in_the_success_hook_is_a_retryable_failure(sessions, scop
         assert (task.status, task.attempt_count) == ("failed", 3)  # its retry policy's 3 attempts, then failed
         assert task.error["code"] == "write_back_failed"
         assert _held_slots(session, tt.lane) == 0
+
+
+# ------------------------------------------------------------------ the write-back overlapping the next task
+
+
+def _run_in_thread(worker: Worker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _wait_for(sessions, task_ids: list[str], status: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with sessions.begin() as session:
+            if all(session.get(Task, t).status == status for t in task_ids):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"tasks not {status} within {timeout}s")
+
+
+def test_run_starts_the_next_task_while_the_last_ones_write_back_is_in_flight(sessions, scope):
+    """Under ``run`` a hook's write-back runs beside the next handler (the models are not idle meanwhile),
+    one at a time and in order; both end succeeded with their slots freed."""
+    events: list[tuple[str, str, float]] = []
+
+    def handler(ctx):
+        events.append(("run", ctx.claim.task_id, time.monotonic()))
+        return {"ok": 1}
+
+    def on_success(session, claim, task, result, batch_id):
+        events.append(("write-back", claim.task_id, time.monotonic()))
+        time.sleep(0.5)  # a slow write-back
+        events.append(("written", claim.task_id, time.monotonic()))
+        return False
+
+    tt = _register(on_success=on_success, handler=handler)
+    first, second = _submit(sessions, scope, tt), _submit(sessions, scope, tt)
+    worker = Worker(sessions, lanes=[tt.lane])
+    thread = _run_in_thread(worker)
+    try:
+        _wait_for(sessions, [first, second], "succeeded")
+    finally:
+        worker.stop_event.set()
+        thread.join(10)
+    at = {(kind, task): t for kind, task, t in events}
+    # the second handler ran before the first write-back was done (inline, it would start after it)
+    assert at[("run", second)] < at[("written", first)]
+    assert at[("written", first)] <= at[("write-back", second)]  # one write-back in flight at most, in order
+    with sessions.begin() as session:
+        assert _held_slots(session, tt.lane) == 0
+
+
+def test_a_stopping_worker_finishes_the_write_back_in_flight(sessions, scope):
+    started = threading.Event()
+
+    def on_success(session, claim, task, result, batch_id):
+        started.set()
+        time.sleep(0.8)
+        return False
+
+    tt = _register(on_success=on_success)
+    task_id = _submit(sessions, scope, tt)
+    worker = Worker(sessions, lanes=[tt.lane])
+    thread = _run_in_thread(worker)
+    assert started.wait(20)
+    worker.stop_event.set()  # while the write-back is in flight
+    thread.join(20)
+    assert not thread.is_alive()
+    with sessions.begin() as session:  # run() returned only after it committed
+        assert session.get(Task, task_id).status == "succeeded"
+        assert _held_slots(session, tt.lane) == 0
+
+
+def test_a_failing_write_back_in_flight_takes_the_failure_path(sessions, scope):
+    def on_success(session, claim, task, result, batch_id):
+        if claim.attempt_count == 1:
+            raise ValueError("a bug in the hook")
+        return False
+
+    tt = _register(on_success=on_success)
+    task_id = _submit(sessions, scope, tt)
+    worker = Worker(sessions, lanes=[tt.lane])
+    thread = _run_in_thread(worker)
+    try:
+        _wait_for(sessions, [task_id], "succeeded")
+    finally:
+        worker.stop_event.set()
+        thread.join(10)
+    with sessions.begin() as session:
+        task = session.get(Task, task_id)
+        assert task.attempt_count == 2
+        assert [e["code"] for e in task.error_history] == ["write_back_failed"]
+        assert _held_slots(session, tt.lane) == 0
+
+
+def test_a_lane_of_one_slot_claims_again_as_soon_as_the_write_back_frees_it(sessions, scope):
+    """The task in write-back still holds the lane's only slot, so the next claim finds nothing; the loop
+    then waits for the write-back and claims at once instead of sleeping its poll interval."""
+    done: list[float] = []
+
+    def on_success(session, claim, task, result, batch_id):
+        done.append(time.monotonic())
+        return False
+
+    tt = _register(on_success=on_success)
+    registry.register_lane(Lane(tt.lane, concurrency=lambda: 1))
+    ids = [_submit(sessions, scope, tt) for _ in range(4)]
+    worker = Worker(sessions, lanes=[tt.lane])
+    worker.settings = worker.settings.model_copy(update={"worker_poll_seconds": 5.0})
+    thread = _run_in_thread(worker)
+    try:
+        _wait_for(sessions, ids, "succeeded", timeout=12)  # 3 poll sleeps would take 15 s
+    finally:
+        worker.stop_event.set()
+        thread.join(10)
+    assert len(done) == 4 and done[-1] - done[0] < 4.0

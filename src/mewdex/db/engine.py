@@ -83,15 +83,16 @@ def pool_sizes(settings: Settings) -> dict[str, int]:
     process uses only what it needs):
 
     - the main pool (requests, workers, maintenance): ``pool_size`` = ``api_concurrency`` (request
-      threads, one connection each) + 2 × in-process worker threads (``workers`` in thread mode: the
-      worker's and its heartbeat's) + 4 (scheduler, maintenance, health, start-up); ``max_overflow`` 10
+      threads, one connection each) + 3 × in-process worker threads (``workers`` in thread mode: the
+      worker's, its heartbeat's and its writer thread's) + 4 (scheduler, maintenance, health,
+      start-up); ``max_overflow`` 10
       for async routes that open their own transactions;
     - the search-leg pool (:func:`get_search_sessionmaker`): ``search_pool`` = 3 legs ×
       ``search_concurrency``, exactly one per leg thread, so a leg never waits for a connection and
       never takes one from the main pool that its request holds one of."""
     threads = settings.workers if settings.worker_mode == "thread" else 0
     return {
-        "pool_size": settings.api_concurrency + 2 * threads + 4,
+        "pool_size": settings.api_concurrency + 3 * threads + 4,
         "max_overflow": 10,
         "search_pool": SEARCH_LEGS * settings.search_concurrency,
     }
