@@ -204,6 +204,8 @@ def main() -> None:
     )
     print(f"ratio:       {ratio:.2f} end to end / models only (goal ≥ 0.8)")
     floor_cpu = round(args.workers * floor["seconds"] * 1000 / max(1, floor["images"]), 1)
+    if mode == "thread":
+        print("(MEWDEX_WORKER_MODE=thread: the workers are threads of this process, counted as the importing one)")
     print(
         f"CPU per image (ms, end to end): workers {cpu['workers']} (model loading included), PostgreSQL "
         f"{cpu['postgres']}, importing process {cpu['importer']}, machine idle {cpu['idle']}; "

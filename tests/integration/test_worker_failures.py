@@ -11,11 +11,11 @@ import uuid
 
 from sqlalchemy import text
 
-from mewdex.db.models import Task
+from mewdex.db.models import ImageProcessingAttempt, Task
 from mewdex.queue import registry
 from mewdex.queue.registry import RetryPolicy, TaskType
 from mewdex.queue.tasks import Lane
-from mewdex.queue.worker import Worker
+from mewdex.queue.worker import Worker, WorkerPool
 
 
 def _register(on_success=None, handler=None) -> TaskType:
@@ -166,29 +166,35 @@ def test_run_starts_the_next_task_while_the_last_ones_write_back_is_in_flight(se
         assert _held_slots(session, tt.lane) == 0
 
 
-def test_a_stopping_worker_finishes_the_write_back_in_flight(sessions, scope):
+def test_a_pool_stopped_during_a_write_back_in_flight_lets_it_commit(sessions, scope):
+    """Past the grace period too: ``mewdex worker`` exits with os._exit right after ``stop()``, which would
+    roll the write-back back and leave the task running until its lease expired."""
     started = threading.Event()
+    threads: list[str] = []
 
     def on_success(session, claim, task, result, batch_id):
+        threads.append(threading.current_thread().name)
         started.set()
-        time.sleep(0.8)
+        time.sleep(1.5)
         return False
 
     tt = _register(on_success=on_success)
     task_id = _submit(sessions, scope, tt)
-    worker = Worker(sessions, lanes=[tt.lane])
-    thread = _run_in_thread(worker)
+    pool = WorkerPool(sessions, 1, lanes=[tt.lane])
+    pool.start()
     assert started.wait(20)
-    worker.stop_event.set()  # while the write-back is in flight
-    thread.join(20)
-    assert not thread.is_alive()
-    with sessions.begin() as session:  # run() returned only after it committed
+    assert pool.stop(grace=0) == 0  # nothing to release: the task's result was written
+    with sessions.begin() as session:
         assert session.get(Task, task_id).status == "succeeded"
         assert _held_slots(session, tt.lane) == 0
+    assert "write-back" in threads[0]  # it was the writer thread's
 
 
 def test_a_failing_write_back_in_flight_takes_the_failure_path(sessions, scope):
+    threads: list[str] = []
+
     def on_success(session, claim, task, result, batch_id):
+        threads.append(threading.current_thread().name)
         if claim.attempt_count == 1:
             raise ValueError("a bug in the hook")
         return False
@@ -207,6 +213,34 @@ def test_a_failing_write_back_in_flight_takes_the_failure_path(sessions, scope):
         assert task.attempt_count == 2
         assert [e["code"] for e in task.error_history] == ["write_back_failed"]
         assert _held_slots(session, tt.lane) == 0
+    assert all("write-back" in name for name in threads)
+
+
+def test_a_write_back_in_flight_that_loses_its_connection_hands_the_task_back(sessions, scope):
+    threads: list[str] = []
+
+    def on_success(session, claim, task, result, batch_id):
+        threads.append(threading.current_thread().name)
+        if claim.attempt_count == 1:  # the server ends this connection mid-write-back
+            session.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
+        return False
+
+    tt = _register(on_success=on_success)
+    task_id = _submit(sessions, scope, tt)
+    worker = Worker(sessions, lanes=[tt.lane])
+    thread = _run_in_thread(worker)
+    try:
+        _wait_for(sessions, [task_id], "succeeded")
+    finally:
+        worker.stop_event.set()
+        thread.join(10)
+    with sessions.begin() as session:
+        task = session.get(Task, task_id)
+        assert task.attempt_count == 2  # handed back at once, not after its lease expired
+        first = session.get(ImageProcessingAttempt, (task.scope_id, task_id, 1))
+        assert (first.state, first.error["code"]) == ("failed", "database_unavailable")
+        assert _held_slots(session, tt.lane) == 0
+    assert len(threads) == 2 and all("write-back" in name for name in threads)
 
 
 def test_a_lane_of_one_slot_claims_again_as_soon_as_the_write_back_frees_it(sessions, scope):

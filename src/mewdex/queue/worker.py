@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -40,6 +40,8 @@ from mewdex.queue.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 MAINTENANCE_SECONDS = 1.0
+#: How long a stopping pool waits, past its grace period, for each worker's write-back in flight.
+WRITE_BACK_GRACE_SECONDS = 10.0
 
 
 def serving_lanes(lanes: list[str] | None) -> list[str]:
@@ -102,15 +104,28 @@ class Worker:
                         continue
                     self.stop_event.wait(self.settings.worker_poll_seconds)
         finally:
-            self.flush()
-            writer, self._writer = self._writer, None
-            writer.shutdown(wait=True)
+            writer = self._writer
+            try:
+                self.flush()
+            finally:
+                self._writer = None
+                writer.shutdown(wait=True)
 
     def _wait_write_back(self) -> None:
-        """Wait for the write-back in flight, if any (it handles its own errors)."""
-        in_flight, self._in_flight = self._in_flight, None
+        """Wait for the write-back in flight, if any (it handles its own errors). Worker thread only."""
+        in_flight = self._in_flight
         if in_flight is not None:
             in_flight.result()
+            self._in_flight = None
+
+    def finish_write_back(self, timeout: float) -> bool:
+        """From another thread (a stopping pool): wait up to ``timeout`` seconds for the write-back in
+        flight; True when none is left (a process that exits at once would roll it back)."""
+        in_flight = self._in_flight
+        if in_flight is None:
+            return True
+        done, _ = wait([in_flight], timeout=timeout)
+        return bool(done)
 
     def flush(self) -> None:
         """Finish the write-back in flight, then write back a completed task still waiting for the next
@@ -214,10 +229,14 @@ class Worker:
                     tt.crash_code if tt else "task_crashed",
                     f"the task failed unexpectedly ({type(exc).__name__}); the server log has the details",
                 )
-        self._wait_write_back()  # one write-back in flight at most; results are written in claim order
-        if error is None and tt is not None and tt.on_success is not None and self._writer is not None:
-            self._in_flight = self._writer.submit(self._write_back_in_background, claim, tt, result)
-            return
+            # One write-back in flight at most, written in claim order; this task's lease is still
+            # extended while it waits for the last one.
+            self._wait_write_back()
+        writer = self._writer
+        if writer is not None and error is None and tt is not None and tt.on_success is not None:
+            if not self.stop_event.is_set():  # a stopping worker writes back inline (see WorkerPool.stop)
+                self._in_flight = writer.submit(self._write_back_in_background, claim, tt, result)
+                return
         self._write_back(claim, tt, result, error)
 
     def _write_back(self, claim: queue.Claim, tt: TaskType | None, result: Any, error: TaskError | None) -> None:
@@ -428,6 +447,12 @@ class WorkerPool:
         for t in self.threads:
             if t.ident is not None:
                 t.join(max(0.0, deadline - time.monotonic()))
+        # A write-back in flight past the grace period is a finished task's result: let it commit (its
+        # statements take milliseconds) rather than roll it back with the process (`mewdex worker` exits
+        # with os._exit) and leave the task running until its lease expires.
+        for w in self.workers:
+            if not w.finish_write_back(WRITE_BACK_GRACE_SECONDS):
+                log.warning("worker %s: a write-back was still in flight at exit; the lease reaper retries it", w.owner)
         released = sum(w.release_current() for w in self.workers if w.current is not None)
         if released:
             log.warning("released %d running tasks back to the queue", released)
