@@ -60,7 +60,10 @@ def context_hash(context: dict[str, Any]) -> str:
 
 
 def load_meme(session: Session, scope_id: str, meme_id) -> Meme | None:
-    """The meme, row-locked (the write-back locks the meme before the job)."""
+    """The meme, row-locked (the write-back locks the meme before the job). The lock is ``FOR NO KEY
+    UPDATE``, as an UPDATE of the row takes: it orders the stages of one meme, while rows that only
+    reference the meme (another image's near-duplicate pair, a collection item) are written beside it
+    instead of making the stage wait for their transaction."""
     return session.execute(
-        select(Meme).where(Meme.scope_id == scope_id, Meme.id == meme_id).with_for_update()
+        select(Meme).where(Meme.scope_id == scope_id, Meme.id == meme_id).with_for_update(key_share=True)
     ).scalar_one_or_none()

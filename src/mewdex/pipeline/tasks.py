@@ -46,7 +46,7 @@ def snapshot(session: Session, claim: queue.Claim) -> MemeSnapshot | None:
         select(Meme, Scope.storage_namespace)
         .join(Scope, Scope.id == Meme.scope_id)
         .where(Meme.scope_id == claim.scope_id, Meme.id == claim.target_meme_id)
-        .with_for_update(of=Meme)
+        .with_for_update(of=Meme, key_share=True)  # FOR NO KEY UPDATE: see load_meme
     ).one_or_none()
     if row is None:
         return None

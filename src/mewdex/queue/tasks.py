@@ -118,20 +118,32 @@ def new_task_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
+# Rows that exist are skipped before the insert: ON CONFLICT alone waits for any transaction that has
+# updated the conflicting row and not committed yet, which a claim does to its slot rows and its
+# scope's fairness row. A stage hand-off enqueuing in its write-back (the meme row locked) then waited
+# for a claim whose on_claim waited for that meme: a deadlock (seen on the corpus once in five
+# `bench/ingest.py` runs, where near-duplicate pairs hold the meme of another image).
 _ENSURE_LANE_SQL = text(
     """
     WITH l AS (
         INSERT INTO task_lane_slots (lane, slot_number)
         SELECT CAST(:lane AS varchar), n FROM generate_series(0, :slots - 1) n
+        WHERE NOT EXISTS (SELECT 1 FROM task_lane_slots s WHERE s.lane = CAST(:lane AS varchar) AND s.slot_number = n)
         ON CONFLICT DO NOTHING
     ), r AS (
         INSERT INTO task_lane_resource_slots (lane, resource_key, slot_number)
         SELECT CAST(:lane AS varchar), CAST(:key AS varchar), n FROM generate_series(0, :slots - 1) n
+        WHERE NOT EXISTS (SELECT 1 FROM task_lane_resource_slots s
+                          WHERE s.lane = CAST(:lane AS varchar) AND s.resource_key = CAST(:key AS varchar)
+                            AND s.slot_number = n)
         ON CONFLICT DO NOTHING
     )
     INSERT INTO task_lane_fairness (lane, resource_key, scope_id, last_dispatch_sequence, created_at, updated_at)
     SELECT CAST(:lane AS varchar), CAST(:key AS varchar), CAST(:scope AS varchar), 0, now(), now()
     WHERE CAST(:scope AS varchar) IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM task_lane_fairness f
+                      WHERE f.lane = CAST(:lane AS varchar) AND f.resource_key = CAST(:key AS varchar)
+                        AND f.scope_id = CAST(:scope AS varchar))
     ON CONFLICT DO NOTHING
     """
 )

@@ -1,0 +1,105 @@
+"""Write-backs that must not wait for other workers' transactions (a wait there once closed a deadlock
+during ingest): ensuring a lane's rows beside a claim in progress, and the pipeline's meme lock beside a
+transaction that only references the meme."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+import pytest
+from sqlalchemy import text
+
+from mewdex.db.models import Meme
+from mewdex.pipeline import tasks as pipeline_tasks
+from mewdex.pipeline.base import load_meme
+from mewdex.queue import tasks as queue
+
+
+@pytest.fixture
+def other_transaction(sessions):
+    """A second session with a transaction left open (rolled back at the end)."""
+    session = sessions()
+    session.begin()
+    yield session
+    session.rollback()
+    session.close()
+
+
+def _impatient(session) -> None:
+    session.execute(text("SET LOCAL lock_timeout = '1s'"))  # waiting fails the test instead of hanging it
+
+
+def test_enqueue_does_not_wait_for_a_claim_that_has_not_committed(sessions, scope, other_transaction):
+    lane = f"t-lock-{uuid.uuid4().hex[:8]}"
+    with sessions.begin() as session:
+        queue.ensure_lane(session, lane, scope_id=scope.scope_id)
+    # what a claim does in its transaction: its lane slot, resource slot and the scope's fairness row
+    params = {"l": lane, "s": scope.scope_id}
+    other_transaction.execute(text("UPDATE task_lane_slots SET lease_owner = 'w' WHERE lane = :l"), params)
+    other_transaction.execute(text("UPDATE task_lane_resource_slots SET lease_owner = 'w' WHERE lane = :l"), params)
+    other_transaction.execute(
+        text("UPDATE task_lane_fairness SET last_dispatch_sequence = 7 WHERE lane = :l AND scope_id = :s"), params
+    )
+    with sessions.begin() as session:  # a stage hand-off in a write-back
+        _impatient(session)
+        task = queue.enqueue(session, scope_id=scope.scope_id, task_type="noop", lane=lane)
+    assert task.status == "queued"
+
+
+def test_a_new_lane_still_gets_its_rows(sessions, scope):
+    lane = f"t-lock-{uuid.uuid4().hex[:8]}"
+    with sessions.begin() as session:
+        queue.ensure_lane(session, lane, scope_id=scope.scope_id)
+        queue.ensure_lane(session, lane, scope_id=scope.scope_id)  # idempotent
+        counts = session.execute(
+            text(
+                "SELECT (SELECT count(*) FROM task_lane_slots WHERE lane = :l),"
+                " (SELECT count(*) FROM task_lane_resource_slots WHERE lane = :l),"
+                " (SELECT count(*) FROM task_lane_fairness WHERE lane = :l AND scope_id = :s)"
+            ),
+            {"l": lane, "s": scope.scope_id},
+        ).one()
+    assert tuple(counts) == (queue.MAX_LANE_SLOTS, queue.MAX_LANE_SLOTS, 1)
+
+
+def test_the_stage_meme_lock_does_not_wait_for_a_row_that_references_the_meme(sessions, scope, other_transaction):
+    data = uuid.uuid4().bytes
+    with sessions.begin() as session:
+        meme = Meme(
+            scope_id=scope.scope_id,
+            storage_key=f"{hashlib.sha256(data).hexdigest()}.png",
+            extension=".png",
+            size_bytes=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+        session.add(meme)
+        session.flush()
+        meme_id = meme.id
+    # what inserting a row with a foreign key to the meme takes (another image's near-duplicate pair)
+    other_transaction.execute(text("SELECT 1 FROM memes WHERE id = :m FOR KEY SHARE"), {"m": meme_id})
+    with sessions.begin() as session:  # a write-back
+        _impatient(session)
+        assert load_meme(session, scope.scope_id, meme_id) is not None
+    claim = queue.Claim(
+        scope_id=scope.scope_id,
+        task_id="t",
+        task_type="visual_embedding_generation",
+        lane="visual",
+        payload={},
+        processing_job_id=None,
+        image_stage="visual",
+        target_meme_id=meme_id,
+        claim_generation=1,
+        attempt_count=1,
+        max_attempts=3,
+    )
+    with sessions.begin() as session:  # a claim's on_claim
+        _impatient(session)
+        assert pipeline_tasks.snapshot(session, claim) is not None
+    with sessions.begin() as session:  # the lock still orders two stages of one meme
+        load_meme(session, scope.scope_id, meme_id)
+        with sessions.begin() as second:
+            _impatient(second)
+            with pytest.raises(Exception, match="lock timeout"):
+                load_meme(second, scope.scope_id, meme_id)
