@@ -5,6 +5,7 @@ transaction that only references the meme."""
 from __future__ import annotations
 
 import hashlib
+import threading
 import uuid
 
 import pytest
@@ -13,6 +14,7 @@ from sqlalchemy import text
 from mewdex.db.models import Meme
 from mewdex.pipeline import tasks as pipeline_tasks
 from mewdex.pipeline.base import load_meme
+from mewdex.pipeline.name_repair import repair_names
 from mewdex.queue import tasks as queue
 
 
@@ -63,19 +65,25 @@ def test_a_new_lane_still_gets_its_rows(sessions, scope):
     assert tuple(counts) == (queue.MAX_LANE_SLOTS, queue.MAX_LANE_SLOTS, 1)
 
 
-def test_the_stage_meme_lock_does_not_wait_for_a_row_that_references_the_meme(sessions, scope, other_transaction):
+def _meme(sessions, scope, display_name: str = "image"):
     data = uuid.uuid4().bytes
     with sessions.begin() as session:
         meme = Meme(
             scope_id=scope.scope_id,
             storage_key=f"{hashlib.sha256(data).hexdigest()}.png",
+            display_name=display_name,
+            name_source="automatic",
             extension=".png",
             size_bytes=len(data),
             sha256=hashlib.sha256(data).hexdigest(),
         )
         session.add(meme)
         session.flush()
-        meme_id = meme.id
+        return meme.id
+
+
+def test_the_stage_meme_lock_does_not_wait_for_a_row_that_references_the_meme(sessions, scope, other_transaction):
+    meme_id = _meme(sessions, scope)
     # what inserting a row with a foreign key to the meme takes (another image's near-duplicate pair)
     other_transaction.execute(text("SELECT 1 FROM memes WHERE id = :m FOR KEY SHARE"), {"m": meme_id})
     with sessions.begin() as session:  # a write-back
@@ -103,3 +111,18 @@ def test_the_stage_meme_lock_does_not_wait_for_a_row_that_references_the_meme(se
             _impatient(second)
             with pytest.raises(Exception, match="lock timeout"):
                 load_meme(second, scope.scope_id, meme_id)
+
+
+def test_name_repair_does_not_wait_for_a_row_that_references_a_meme(sessions, scope, other_transaction):
+    """The repair locks a batch of memes; a visual write-back holding a key-share lock on one of them (its
+    near-duplicate pair) while it waits for the repair's next meme was a deadlock."""
+    meme_id = _meme(sessions, scope, display_name="IMG_2034")
+    other_transaction.execute(text("SELECT 1 FROM memes WHERE id = :m FOR KEY SHARE"), {"m": meme_id})
+    done: list[dict] = []
+    thread = threading.Thread(target=lambda: done.append(repair_names(sessions, scope.scope_id)), daemon=True)
+    thread.start()
+    thread.join(10)
+    finished = not thread.is_alive()
+    other_transaction.rollback()  # lets a waiting repair finish before the test ends
+    thread.join(10)
+    assert finished and done[0]["checked"] >= 1

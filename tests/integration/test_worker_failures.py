@@ -190,6 +190,32 @@ def test_a_pool_stopped_during_a_write_back_in_flight_lets_it_commit(sessions, s
     assert "write-back" in threads[0]  # it was the writer thread's
 
 
+def test_a_worker_told_to_stop_during_a_handler_writes_its_result_back_inline(sessions, scope):
+    """Its thread keeps the task as ``current`` while writing back, so a pool releasing the running tasks
+    after the grace period waits for that write-back instead of finding nothing to release."""
+    threads: list[str] = []
+    worker = Worker(sessions, lanes=[])
+
+    def handler(ctx):
+        worker.stop_event.set()  # SIGTERM arrives while the task runs
+        return {"ok": 1}
+
+    def on_success(session, claim, task, result, batch_id):
+        threads.append(threading.current_thread().name)
+        assert worker.current is not None and worker.current.task_id == claim.task_id
+        return False
+
+    tt = _register(on_success=on_success, handler=handler)
+    worker.lanes = [tt.lane]
+    task_id = _submit(sessions, scope, tt)
+    thread = _run_in_thread(worker)
+    thread.join(20)
+    assert not thread.is_alive()
+    with sessions.begin() as session:
+        assert session.get(Task, task_id).status == "succeeded"
+    assert len(threads) == 1 and "write-back" not in threads[0]
+
+
 def test_a_failing_write_back_in_flight_takes_the_failure_path(sessions, scope):
     threads: list[str] = []
 

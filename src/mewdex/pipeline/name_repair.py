@@ -48,7 +48,11 @@ def repair_names(sessions: sessionmaker[Session], scope_id: str, *, batch: int =
             query = select(Meme).where(Meme.scope_id == scope_id, Meme.name_source != "manual")
             if after is not None:
                 query = query.where(Meme.id > after)
-            memes = session.execute(query.order_by(Meme.id).limit(batch).with_for_update()).scalars().all()
+            # FOR NO KEY UPDATE, as the stages' meme lock: a near-duplicate pair being written (a key-share
+            # lock on its older meme) must not wait for this batch, nor this batch for it
+            memes = (
+                session.execute(query.order_by(Meme.id).limit(batch).with_for_update(key_share=True)).scalars().all()
+            )
             if not memes:
                 return {"checked": checked, "renamed": renamed}
             for meme in memes:

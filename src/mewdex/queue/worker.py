@@ -40,7 +40,7 @@ from mewdex.queue.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 MAINTENANCE_SECONDS = 1.0
-#: How long a stopping pool waits, past its grace period, for each worker's write-back in flight.
+#: How long a stopping pool waits, past its grace period, for its workers' write-backs in flight.
 WRITE_BACK_GRACE_SECONDS = 10.0
 
 
@@ -86,6 +86,8 @@ class Worker:
         # The writer thread of ``run`` (None: write-backs are inline) and its write-back in flight.
         self._writer: ThreadPoolExecutor | None = None
         self._in_flight: Future[None] | None = None
+        # Checking stop_event and handing a write-back over is one step for a stopping pool's thread.
+        self._hand_over = threading.Lock()
 
     def run(self) -> None:
         log.info("worker %s started (lanes %s)", self.owner, ",".join(self.lanes))
@@ -121,7 +123,8 @@ class Worker:
     def finish_write_back(self, timeout: float) -> bool:
         """From another thread (a stopping pool): wait up to ``timeout`` seconds for the write-back in
         flight; True when none is left (a process that exits at once would roll it back)."""
-        in_flight = self._in_flight
+        with self._hand_over:  # after stop_event is set: no write-back is handed over later than this
+            in_flight = self._in_flight
         if in_flight is None:
             return True
         done, _ = wait([in_flight], timeout=timeout)
@@ -234,9 +237,10 @@ class Worker:
             self._wait_write_back()
         writer = self._writer
         if writer is not None and error is None and tt is not None and tt.on_success is not None:
-            if not self.stop_event.is_set():  # a stopping worker writes back inline (see WorkerPool.stop)
-                self._in_flight = writer.submit(self._write_back_in_background, claim, tt, result)
-                return
+            with self._hand_over:
+                if not self.stop_event.is_set():  # a stopping worker writes back inline (see WorkerPool.stop)
+                    self._in_flight = writer.submit(self._write_back_in_background, claim, tt, result)
+                    return
         self._write_back(claim, tt, result, error)
 
     def _write_back(self, claim: queue.Claim, tt: TaskType | None, result: Any, error: TaskError | None) -> None:
@@ -447,13 +451,15 @@ class WorkerPool:
         for t in self.threads:
             if t.ident is not None:
                 t.join(max(0.0, deadline - time.monotonic()))
+        released = sum(w.release_current() for w in self.workers if w.current is not None)
         # A write-back in flight past the grace period is a finished task's result: let it commit (its
         # statements take milliseconds) rather than roll it back with the process (`mewdex worker` exits
-        # with os._exit) and leave the task running until its lease expires.
+        # with os._exit) and leave the task running until its lease expires. After the release: the
+        # running tasks are handed back first, within the time the parent process allows.
+        until = time.monotonic() + WRITE_BACK_GRACE_SECONDS
         for w in self.workers:
-            if not w.finish_write_back(WRITE_BACK_GRACE_SECONDS):
+            if not w.finish_write_back(max(0.0, until - time.monotonic())):
                 log.warning("worker %s: a write-back was still in flight at exit; the lease reaper retries it", w.owner)
-        released = sum(w.release_current() for w in self.workers if w.current is not None)
         if released:
             log.warning("released %d running tasks back to the queue", released)
         return released
@@ -566,7 +572,8 @@ class WorkerProcesses:
         for child in self.children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace + 10  # the child releases its task after `grace`
+        # the child releases its task after `grace`, then lets a write-back in flight commit
+        deadline = time.monotonic() + grace + WRITE_BACK_GRACE_SECONDS + 10
         killed = 0
         for child in self.children:
             try:
