@@ -201,12 +201,7 @@ class Worker:
             self._execute(claim, registry.get(claim.task_type), prepared)
         except Exception as exc:
             if is_connection_lost(exc):  # once the database is back, the task goes back to the queue at once
-                hand_back(
-                    self.sessions,
-                    claim,
-                    wait_seconds=self.settings.worker_lease_seconds,
-                    on_released=lambda session, task: registry.failure_outcome(session, task, "retrying"),
-                )
+                self._hand_back(claim)
             raise
         finally:
             self.current = None
@@ -277,14 +272,19 @@ class Worker:
                 log.exception("task %s (%s): its write-back failed unexpectedly", claim.task_id, claim.task_type)
                 return
             try:
-                hand_back(
-                    self.sessions,
-                    claim,
-                    wait_seconds=self.settings.worker_lease_seconds,
-                    on_released=lambda session, task: registry.failure_outcome(session, task, "retrying"),
-                )
+                self._hand_back(claim)
             except Exception as again:  # the lease reaper takes the task back instead
                 log_loop_error(log, f"task {claim.task_id}: handing it back failed", again)
+
+    def _hand_back(self, claim: queue.Claim) -> None:
+        """After a lost connection: once the database answers, the claimed task goes back to the queue at
+        once (its type's failure hook sees ``retrying``); see :func:`~mewdex.queue.reconnect.hand_back`."""
+        hand_back(
+            self.sessions,
+            claim,
+            wait_seconds=self.settings.worker_lease_seconds,
+            on_released=lambda session, task: registry.failure_outcome(session, task, "retrying"),
+        )
 
     @staticmethod
     def _write_back_error(claim: queue.Claim, tt: TaskType | None, exc: Exception) -> TaskError:
