@@ -124,14 +124,21 @@ def _run_in_thread(worker: Worker) -> threading.Thread:
     return thread
 
 
-def _wait_for(sessions, task_ids: list[str], status: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with sessions.begin() as session:
-            if all(session.get(Task, t).status == status for t in task_ids):
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"tasks not {status} within {timeout}s")
+def _run_loop_until_succeeded(worker: Worker, sessions, task_ids: list[str], timeout: float = 30) -> None:
+    """Run ``worker.run`` in a thread until every task succeeded (AssertionError after ``timeout``
+    seconds), then stop the worker and wait for its loop to end."""
+    thread = _run_in_thread(worker)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with sessions.begin() as session:
+                if all(session.get(Task, t).status == "succeeded" for t in task_ids):
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"tasks not succeeded within {timeout}s")
+    finally:
+        worker.stop_event.set()
+        thread.join(10)
 
 
 def test_run_starts_the_next_task_while_the_last_ones_write_back_is_in_flight(sessions, scope):
@@ -160,12 +167,7 @@ def test_run_starts_the_next_task_while_the_last_ones_write_back_is_in_flight(se
     # in the internal lanes (a channel's long poll) must not be what the loop runs meanwhile
     worker = Worker(sessions, lanes=[tt.lane], maintenance=False)
     worker.lanes = [tt.lane]
-    thread = _run_in_thread(worker)
-    try:
-        _wait_for(sessions, ids, "succeeded", timeout=60)
-    finally:
-        worker.stop_event.set()
-        thread.join(10)
+    _run_loop_until_succeeded(worker, sessions, ids, timeout=60)
     assert overlapped == [True]
     first, second = events[0][1], next(task for kind, task in events if kind == "run" and task != events[0][1])
     # one write-back in flight at most, in claim order
@@ -241,12 +243,7 @@ def test_a_failing_write_back_in_flight_takes_the_failure_path(sessions, scope):
     tt = _register(on_success=on_success)
     task_id = _submit(sessions, scope, tt)
     worker = Worker(sessions, lanes=[tt.lane])
-    thread = _run_in_thread(worker)
-    try:
-        _wait_for(sessions, [task_id], "succeeded")
-    finally:
-        worker.stop_event.set()
-        thread.join(10)
+    _run_loop_until_succeeded(worker, sessions, [task_id])
     with sessions.begin() as session:
         task = session.get(Task, task_id)
         assert task.attempt_count == 2
@@ -267,12 +264,7 @@ def test_a_write_back_in_flight_that_loses_its_connection_hands_the_task_back(se
     tt = _register(on_success=on_success)
     task_id = _submit(sessions, scope, tt)
     worker = Worker(sessions, lanes=[tt.lane])
-    thread = _run_in_thread(worker)
-    try:
-        _wait_for(sessions, [task_id], "succeeded")
-    finally:
-        worker.stop_event.set()
-        thread.join(10)
+    _run_loop_until_succeeded(worker, sessions, [task_id])
     with sessions.begin() as session:
         task = session.get(Task, task_id)
         assert task.attempt_count == 2  # handed back at once, not after its lease expired
@@ -296,10 +288,5 @@ def test_a_lane_of_one_slot_claims_again_as_soon_as_the_write_back_frees_it(sess
     ids = [_submit(sessions, scope, tt) for _ in range(4)]
     worker = Worker(sessions, lanes=[tt.lane])
     worker.settings = worker.settings.model_copy(update={"worker_poll_seconds": 5.0})
-    thread = _run_in_thread(worker)
-    try:
-        _wait_for(sessions, ids, "succeeded", timeout=12)  # 3 poll sleeps would take 15 s
-    finally:
-        worker.stop_event.set()
-        thread.join(10)
+    _run_loop_until_succeeded(worker, sessions, ids, timeout=12)  # 3 poll sleeps would take 15 s
     assert len(done) == 4 and done[-1] - done[0] < 4.0
