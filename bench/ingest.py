@@ -2,10 +2,6 @@
 and the models-only floor with the ratio end to end / floor (issue 14: the goal is ≥ 0.8).
 
 Run: .venv/bin/python bench/ingest.py [--workers 2] [--data-dir DIR] [--limit N] [--json]
-
-Where the time goes: the end-to-end run's CPU per image of the worker processes (model loading
-included), the PostgreSQL server (every backend, exited ones too) and this process (the import), and
-the machine's idle CPU time over the run, beside the floor's core time per image.
 (workers are child processes, as in ``mewdex import --wait``; MEWDEX_WORKER_MODE=thread compares threads;
 ``--limit N`` takes N files spread over the corpus, for a quick check: model loading then weighs more)
 
@@ -15,6 +11,10 @@ frames are decoded apart, as the stages need them), the visual model on up to 4 
 first (and middle) frame, the meme context, and the e5 and USE passage embeddings of its fields. No
 database, no queue, no blob store, no thumbnails: everything end to end spends beyond it is the
 pipeline's overhead.
+
+Where the time goes: the end-to-end run's CPU per image of the worker processes (model loading
+included), the PostgreSQL server (every backend, exited ones too) and this process (the import), and
+the machine's idle CPU time over the run, beside the floor's core time per image.
 """
 
 from __future__ import annotations
