@@ -47,7 +47,7 @@ def get_engine() -> Engine:
     with _lock:
         if _engine is None:
             settings = get_settings()
-            sizes = pool_sizes(settings)
+            sizes = pool_sizes(settings, _worker_threads)
             _engine, _sessions = _pool(
                 database_url(settings),
                 pool_size=sizes["pool_size"],
@@ -78,19 +78,38 @@ def _application_name() -> dict:
     return {"application_name": f"{command}:{os.getpid()}"[:63]}
 
 
-def pool_sizes(settings: Settings) -> dict[str, int]:
+#: Worker threads of this process when it is a ``mewdex worker`` process (set by
+#: :func:`size_for_worker_threads` before the engine exists); None: ``workers`` in thread mode.
+_worker_threads: int | None = None
+
+
+def size_for_worker_threads(threads: int) -> None:
+    """Size this process's main pool for ``threads`` worker threads (``mewdex worker -c N``, whose
+    threads the settings do not count). Call before the engine is created; raises ``RuntimeError``
+    after."""
+    global _worker_threads
+    with _lock:
+        if _engine is not None:
+            raise RuntimeError("the engine exists already: size its pool before first use")
+        _worker_threads = threads
+
+
+def pool_sizes(settings: Settings, worker_threads: int | None = None) -> dict[str, int]:
     """The connection pools of a process, from its settings (connections are opened on demand, so a
     process uses only what it needs):
 
     - the main pool (requests, workers, maintenance): ``pool_size`` = ``api_concurrency`` (request
-      threads, one connection each) + 3 × in-process worker threads (``workers`` in thread mode: the
-      worker's, its heartbeat's and its writer thread's) + 4 (scheduler, maintenance, health,
-      start-up); ``max_overflow`` 10
-      for async routes that open their own transactions;
+      threads, one connection each) + 3 × in-process worker threads (``worker_threads``, else
+      ``workers`` in thread mode: the worker's, its heartbeat's and its writer thread's) + 4
+      (scheduler, maintenance, health, start-up); ``max_overflow`` 10 for async routes that open
+      their own transactions;
     - the search-leg pool (:func:`get_search_sessionmaker`): ``search_pool`` = 3 legs ×
       ``search_concurrency``, exactly one per leg thread, so a leg never waits for a connection and
       never takes one from the main pool that its request holds one of."""
-    threads = settings.workers if settings.worker_mode == "thread" else 0
+    if worker_threads is not None:
+        threads = worker_threads
+    else:
+        threads = settings.workers if settings.worker_mode == "thread" else 0
     return {
         "pool_size": settings.api_concurrency + 3 * threads + 4,
         "max_overflow": 10,

@@ -13,7 +13,7 @@ import socket
 import threading
 
 from mewdex.config import get_settings
-from mewdex.db.engine import get_engine, get_sessionmaker
+from mewdex.db.engine import get_engine, get_sessionmaker, size_for_worker_threads
 from mewdex.db.migrate import upgrade
 from mewdex.queue import registry
 from mewdex.runtime import maintenance
@@ -150,6 +150,7 @@ def run_worker(
         signal.signal(sig, lambda *_: stop.set())
     if parent_pid is not None:
         die_with_parent(parent_pid)
+    size_for_worker_threads(concurrency)
     prepare_database()
     if stop.is_set():
         return 0

@@ -1,0 +1,41 @@
+"""The main pool of a ``mewdex worker -c N`` process counts its N threads (db.engine.pool_sizes)."""
+
+import json
+import os
+import subprocess
+import sys
+
+_PROBE = """
+import json, sys
+from mewdex.config import get_settings
+from mewdex.db import engine
+threads = int(sys.argv[1])
+if threads:
+    engine.size_for_worker_threads(threads)
+pool = engine.get_engine().pool
+try:
+    engine.size_for_worker_threads(1)
+    late = "accepted"
+except RuntimeError:
+    late = "refused"
+print(json.dumps({"size": pool.size(), "api": get_settings().api_concurrency, "late": late}))
+"""
+
+
+def _probe(threads: int) -> dict:
+    # A URL no server answers: creating the engine opens no connection.
+    env = {**os.environ, "MEWDEX_DATABASE_URL": "postgresql://nobody@127.0.0.1:9/none", "MEWDEX_WORKER_MODE": "process"}
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(threads)], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_worker_process_sizes_its_pool_for_its_threads() -> None:
+    worker = _probe(20)
+    plain = _probe(0)
+    # three connections per thread (its own, its heartbeat's, its writer's) on top of the base
+    assert worker["size"] == plain["size"] + 3 * 20
+    assert plain["size"] == plain["api"] + 4
+    # sizing an engine that exists would be silently ignored: refused instead
+    assert worker["late"] == "refused"
