@@ -610,11 +610,9 @@ def main() -> None:
         log(f"processing the corpus into {source_dir} (once)")
         corpus.use_data_dir(str(source_dir))
         corpus.prepare(log=log)
-        from mewdex.db.embedded import stop
         from mewdex.db.engine import reset_engine
 
-        reset_engine()
-        stop(source_dir / "pgdata")
+        reset_engine()  # its server stays up for load_source below, which stops it
     corpus.use_data_dir(str(data_dir))
 
     from mewdex.db.embedded import stop
