@@ -309,8 +309,18 @@ def test_pipeline_and_image_search_are_metered(auth_app, sessions, store, drain)
     )
     assert r.status_code == 200, r.text
     kinds = {g["key"]: g["events"] for g in u.client.get("/api/v1/usage", params={"group_by": "kind"}).json()["groups"]}
-    assert kinds.get("analysis") == 1 and kinds.get("embedding", 0) >= 1 and kinds.get("image_search") == 1
+    # one embedding event per text leg (e5, USE), written together, each the owner's
+    assert kinds.get("analysis") == 1 and kinds.get("embedding") == 2 and kinds.get("image_search") == 1
     with sessions.begin() as session:
+        embedding = session.execute(
+            text(
+                "SELECT model_profile, user_id IS NOT NULL, units FROM usage_events"
+                " WHERE scope_id = :s AND kind = 'embedding' ORDER BY model_profile"
+            ),
+            {"s": u.scope_id},
+        ).all()
+        assert len({profile for profile, _, _ in embedding}) == 2
+        assert all(owned and units["passages"] >= 1 for _, owned, units in embedding)
         task_ids = (
             session.execute(
                 text("SELECT task_id FROM usage_events WHERE scope_id = :s AND kind = 'analysis'"), {"s": u.scope_id}

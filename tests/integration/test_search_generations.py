@@ -252,3 +252,31 @@ def test_a_search_embeds_its_query_once_per_vector_leg_before_the_legs_start(
     assert sorted(embeds) == [("embed", "hash-hash16-16d@test-1"), ("embed", "hash-hash16u-16d@test-1")]
     assert events[: len(embeds)] == embeds  # every embedding before the first leg
     assert sorted(leg for kind, leg in events if kind == "leg") == ["e5", "keyword", "use"]
+
+
+def test_write_targets_reads_every_legs_generations_in_one_statement(hash_models, sessions, store, scope):
+    """The text-embedding write-back's lookup: each leg's active generation and the one being built
+    for its model, for both legs at once (it used to take two statements per leg)."""
+    from sqlalchemy import event
+
+    _add_with_context(sessions, store, scope, 0, NAMES[0])  # both legs have an active generation
+    use_model, new_e5 = "hash-hash16u-16d@test-1", "hash-hash24-24d@test-1"
+    with sessions.begin() as session:
+        building = generations.start_build(session, scope.scope_id, "e5", new_e5, 24, reason="model_changed")
+    statements: list[str] = []
+
+    def count(_conn, _cursor, statement, *_args) -> None:
+        statements.append(statement)
+
+    engine = sessions.kw["bind"]
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        with sessions.begin() as session:
+            targets = generations.write_targets(session, scope.scope_id, {"e5": (new_e5, 24), "use": (use_model, 16)})
+            wanted = {leg: [(g.id, g.model) for g in gens] for leg, gens in targets.items()}
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    # e5's active generation uses the old model: only the build gets the new vectors
+    assert wanted["e5"] == [(building.id, new_e5)]
+    assert [model for _, model in wanted["use"]] == [use_model]
+    assert len(statements) == 1

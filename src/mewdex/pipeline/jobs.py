@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from sqlalchemy import exists, select, text
+from sqlalchemy.exc import NoResultFound
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
@@ -248,12 +249,24 @@ def _queue_stage(
     return task
 
 
-def load_job(session: Session, scope_id: str, job_id) -> ImageProcessingJob:
-    return session.execute(
-        select(ImageProcessingJob)
+def _job_and_stages(
+    session: Session, scope_id: str, job_id
+) -> tuple[ImageProcessingJob, dict[str, ImageProcessingStage]]:
+    """The job (row-locked) and its stages by name, in one statement; ``NoResultFound`` when the
+    job does not exist."""
+    rows = session.execute(
+        select(ImageProcessingJob, ImageProcessingStage)
+        .outerjoin(
+            ImageProcessingStage,
+            (ImageProcessingStage.scope_id == ImageProcessingJob.scope_id)
+            & (ImageProcessingStage.job_id == ImageProcessingJob.id),
+        )
         .where(ImageProcessingJob.scope_id == scope_id, ImageProcessingJob.id == job_id)
-        .with_for_update()
-    ).scalar_one()
+        .with_for_update(of=ImageProcessingJob)
+    ).all()
+    if not rows:
+        raise NoResultFound(f"no processing job {job_id} in scope {scope_id}")
+    return rows[0][0], {stage.stage: stage for _, stage in rows if stage is not None}
 
 
 _STAGE_STARTED_SQL = text(
@@ -305,8 +318,7 @@ def stage_succeeded(session: Session, task: Task, batch_id: str | None) -> Task 
     """Record a stage's success and hand off to the next planned stage (never rejected); the next
     stage's task joins ``batch_id``, the batch of ``task`` (``queue.batches.batch_of``). Returns
     that task, or None when the job is done."""
-    job = load_job(session, task.scope_id, task.processing_job_id)
-    stages = _stages(session, job)
+    job, stages = _job_and_stages(session, task.scope_id, task.processing_job_id)
     stage = stages[_stage_name(task)]
     stage.status = "succeeded"
     stage.error = None
@@ -315,8 +327,8 @@ def stage_succeeded(session: Session, task: Task, batch_id: str | None) -> Task 
 
 def stage_retrying(session: Session, task: Task) -> None:
     """A stage attempt failed and will be retried at ``task.available_at``."""
-    job = load_job(session, task.scope_id, task.processing_job_id)
-    stage = _stages(session, job)[_stage_name(task)]
+    job, stages = _job_and_stages(session, task.scope_id, task.processing_job_id)
+    stage = stages[_stage_name(task)]
     stage.status = "queued"
     stage.error = task.error
     stage.retry_at = task.available_at
@@ -326,8 +338,8 @@ def stage_retrying(session: Session, task: Task) -> None:
 def stage_unknown(session: Session, task: Task) -> None:
     """The stage's worker died after an external call started: stage and job are ``unknown_execution``
     (never replayed automatically; a retry on request resumes it)."""
-    job = load_job(session, task.scope_id, task.processing_job_id)
-    stage = _stages(session, job)[_stage_name(task)]
+    job, stages = _job_and_stages(session, task.scope_id, task.processing_job_id)
+    stage = stages[_stage_name(task)]
     stage.status = "unknown_execution"
     stage.error = task.error
     job.status = "unknown_execution"
@@ -336,8 +348,7 @@ def stage_unknown(session: Session, task: Task) -> None:
 
 def stage_failed(session: Session, task: Task) -> None:
     """A stage failed for good: the job fails and the later planned stages are blocked."""
-    job = load_job(session, task.scope_id, task.processing_job_id)
-    stages = _stages(session, job)
+    job, stages = _job_and_stages(session, task.scope_id, task.processing_job_id)
     stage = stages[_stage_name(task)]
     stage.status = "failed"
     stage.error = task.error
@@ -352,8 +363,7 @@ def stage_failed(session: Session, task: Task) -> None:
 def stage_requeued(session: Session, task: Task) -> None:
     """A failed or unknown stage task is queued again on request: the stage, the job and the later
     planned stages it had blocked are active again."""
-    job = load_job(session, task.scope_id, task.processing_job_id)
-    stages = _stages(session, job)
+    job, stages = _job_and_stages(session, task.scope_id, task.processing_job_id)
     stage = stages[_stage_name(task)]
     stage.status = "queued"
     stage.error = None

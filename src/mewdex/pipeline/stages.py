@@ -179,8 +179,11 @@ class TextEmbeddingStage:
 
     def apply(self, session: Session, meme: Meme, output: dict[str, Any]) -> None:
         metadata_hash = meme.search_metadata_hash or context_hash(meme.meme_context)
+        targets = write_targets(
+            session, meme.scope_id, {leg: (role["model"], role["dimensions"]) for leg, role in output.items()}
+        )
         for leg, role in output.items():
-            for generation in write_targets(session, meme.scope_id, leg, role["model"], role["dimensions"]):
+            for generation in targets[leg]:
                 write_vectors(session, generation, meme, metadata_hash, role["items"])
         from mewdex.providers import search_steps
 

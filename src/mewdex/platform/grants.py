@@ -40,7 +40,7 @@ def reserve(
     """
     if check_budget and operation in ANALYSIS_OPERATIONS:
         _check_analysis_budget(session, scope)
-    session.execute(
+    created = session.execute(
         insert(OperationGrant)
         .values(
             scope_id=scope.scope_id,
@@ -56,7 +56,10 @@ def reserve(
             updated_at=utcnow(),
         )
         .on_conflict_do_nothing(index_elements=["scope_id", "operation", "idempotency_key"])
-    )
+        .returning(OperationGrant)
+    ).scalar_one_or_none()
+    if created is not None:  # new, so this transaction holds it
+        return created
     grant = session.execute(
         select(OperationGrant)
         .where(

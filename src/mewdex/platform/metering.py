@@ -41,16 +41,20 @@ def meter_stage(session: Session, claim, output: Any, model_profile: str) -> Non
             units={"images": 1, "ocr_lines": len(lines) if isinstance(lines, list) else 0},
         )
     elif stage == "text_embedding":
-        for role in (output or {}).values():
-            usage.record(
-                session,
-                scope_id=claim.scope_id,
-                kind="embedding",
-                model_profile=role["model"],
-                units={"passages": len(role["items"])},
-                task_id=claim.task_id,
-                idempotency_key=f"task:{claim.task_id}:{role['model']}",
-            )
+        usage.record_all(
+            session,
+            claim.scope_id,
+            [
+                usage.Usage(
+                    "embedding",
+                    role["model"],
+                    {"passages": len(role["items"])},
+                    task_id=claim.task_id,
+                    idempotency_key=f"task:{claim.task_id}:{role['model']}",
+                )
+                for role in (output or {}).values()
+            ],
+        )
 
 
 def meter_image_search(session: Session, scope: ScopeContext, model_profile: str) -> None:

@@ -7,6 +7,7 @@ otherwise (``MEWDEX_PRICES='{"profile": {"unit": CNY per unit}}'``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -32,6 +33,18 @@ def price(model_profile: str, units: dict[str, Any]) -> Decimal:
     return total.quantize(Decimal("0.000001"))
 
 
+@dataclass(frozen=True)
+class Usage:
+    """One metered call: ``units`` of ``model_profile`` (priced by :func:`price` unless ``cost``)."""
+
+    kind: str
+    model_profile: str
+    units: dict[str, Any]
+    task_id: str | None = None
+    idempotency_key: str | None = None
+    cost: Decimal | None = None
+
+
 def record(
     session: Session,
     *,
@@ -45,18 +58,33 @@ def record(
 ) -> None:
     """Write one usage event for the scope's owner (``user_id`` NULL in single-user mode); a second
     write with the same ``idempotency_key`` is a no-op."""
+    record_all(session, scope_id, [Usage(kind, model_profile, units, task_id, idempotency_key, cost)])
+
+
+def record_all(session: Session, scope_id: str, events: list[Usage]) -> None:
+    """:func:`record` for several events of one scope, in one statement."""
+    if not events:
+        return
+    owner = select(User.user_id).where(User.scope_id == scope_id).scalar_subquery()
+    now = utcnow()
     stmt = insert(UsageEvent).values(
-        user_id=select(User.user_id).where(User.scope_id == scope_id).scalar_subquery(),
-        scope_id=scope_id,
-        task_id=task_id,
-        kind=kind,
-        model_profile=model_profile,
-        units=units,
-        cost_cny=price(model_profile, units) if cost is None else cost,
-        idempotency_key=idempotency_key,
-        created_at=utcnow(),
+        [
+            {
+                "user_id": owner,
+                "scope_id": scope_id,
+                "task_id": e.task_id,
+                "kind": e.kind,
+                "model_profile": e.model_profile,
+                "units": e.units,
+                "cost_cny": price(e.model_profile, e.units) if e.cost is None else e.cost,
+                "idempotency_key": e.idempotency_key,
+                "created_at": now,
+            }
+            for e in events
+        ]
     )
-    session.execute(stmt.on_conflict_do_nothing(index_elements=["idempotency_key"]) if idempotency_key else stmt)
+    # events without a key never conflict (NULLs are distinct)
+    session.execute(stmt.on_conflict_do_nothing(index_elements=["idempotency_key"]))
 
 
 def month_cost(session: Session, scope_id: str, kinds: tuple[str, ...] = ("analysis",)) -> Decimal:

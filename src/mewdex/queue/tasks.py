@@ -61,7 +61,9 @@ class Claim:
     max_attempts: int
     lane_resource_key: str = GLOBAL_LANE_RESOURCE_KEY
     owner: str = ""
-    in_batch: bool = False
+    #: The batch the task belongs to, read by the claim (None: in none). Membership is only ever
+    #: added, at enqueue, so it still holds at the write-back.
+    batch_id: str | None = None
 
 
 class StaleClaim(Exception):
@@ -311,7 +313,8 @@ _CLAIM_SQL = text(
         JOIN cand ON cand.scope_id = upd.scope_id AND cand.id = upd.id
     )
     SELECT (SELECT count(*) FROM cand) AS candidates, upd.*,
-           EXISTS (SELECT 1 FROM task_batch_items i WHERE i.scope_id = upd.scope_id AND i.task_id = upd.id) AS in_batch
+           (SELECT i.batch_id FROM task_batch_items i WHERE i.scope_id = upd.scope_id AND i.task_id = upd.id
+            LIMIT 1) AS batch_id
     FROM (VALUES (1)) AS one(x) LEFT JOIN upd ON true
     """
 )
@@ -366,7 +369,7 @@ def claim(
         max_attempts=row["max_attempts"],
         lane_resource_key=row["lane_resource_key"],
         owner=owner,
-        in_batch=row["in_batch"],
+        batch_id=row["batch_id"],
     )
 
 

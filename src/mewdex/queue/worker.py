@@ -151,8 +151,8 @@ class Worker:
                         claim.task_id,
                         claim.claim_generation,
                     )
-                elif claim.in_batch:
-                    batches.task_ended(session, claim.scope_id, claim.task_id)
+                elif claim.batch_id is not None:
+                    batches.finalize_if_done(session, claim.scope_id, claim.batch_id)
         except Exception as exc:
             tt = registry.get(claim.task_type)
             error = self._write_back_error(claim, tt, exc)
@@ -311,7 +311,7 @@ class Worker:
         """Fenced write-back: lock the task (StaleClaim when the claim is stale), run the type's
         ``on_success`` hook, mark it succeeded, and end its batch membership unless the hook handed off."""
         task = queue.fenced(session, claim)
-        batch_id = batches.batch_of(session, claim.scope_id, claim.task_id) if claim.in_batch else None
+        batch_id = claim.batch_id
         assert tt.on_success is not None
         handed_off = tt.on_success(session, claim, task, result, batch_id)
         queue.complete(session, claim, result if tt.store_result else None)

@@ -253,19 +253,44 @@ def _snapshot_hash(leg: str, model: str, dimensions: int, reason: str) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def write_targets(session: Session, scope_id: str, leg: str, model: str, dimensions: int) -> list[SearchGeneration]:
-    """The generations a meme's freshly embedded ``leg`` vectors (from ``model``) belong in: the
-    active one when it uses that model, and the one being built for it. When the active one uses
-    another model and nothing is being built, a build is started (the model changed)."""
-    active = current_generation(session, scope_id, leg)
-    if active is None:
-        return [active_generation(session, scope_id, leg, dimensions, model)]
-    targets = [active] if (active.model, active.dimensions) == (model, dimensions) else []
-    building = building_generation(session, scope_id, model)
-    if building is None and not targets:
-        building = start_build(session, scope_id, leg, model, dimensions, reason="model_changed")
-    if building is not None and building.dimensions == dimensions:
-        targets.append(building)
+def write_targets(
+    session: Session, scope_id: str, embedded: dict[str, tuple[str, int]]
+) -> dict[str, list[SearchGeneration]]:
+    """The generations a meme's freshly embedded vectors belong in, per leg of ``embedded`` =
+    ``{leg: (model, dimensions)}``: the leg's active generation when it uses that model, and the one
+    being built for the model. When the active one uses another model and nothing is being built, a
+    build is started (the model changed); a leg with no generation gets one. One statement reads
+    every leg's active and building generations."""
+    models = [model for model, _ in embedded.values()]
+    rows = session.execute(
+        select(SearchGeneration, SearchHead.model)
+        .outerjoin(
+            SearchHead,
+            (SearchHead.scope_id == SearchGeneration.scope_id)
+            & (SearchHead.active_generation_id == SearchGeneration.id)
+            & SearchHead.model.in_(list(embedded)),
+        )
+        .where(
+            SearchGeneration.scope_id == scope_id,
+            SearchHead.model.is_not(None)
+            | (SearchGeneration.model.in_(models) & SearchGeneration.status.in_(("building", "ready"))),
+        )
+        .order_by(SearchGeneration.created_at.desc())
+    ).all()
+    targets: dict[str, list[SearchGeneration]] = {}
+    for leg, (model, dimensions) in embedded.items():
+        active = next((g for g, head in rows if head == leg), None)
+        if active is None:
+            targets[leg] = [active_generation(session, scope_id, leg, dimensions, model)]
+            continue
+        # building_generation's rule: the newest of the model's building or ready generations
+        building = next((g for g, _ in rows if g.model == model and g.status in ("building", "ready")), None)
+        wanted = [active] if (active.model, active.dimensions) == (model, dimensions) else []
+        if building is None and not wanted:
+            building = start_build(session, scope_id, leg, model, dimensions, reason="model_changed")
+        if building is not None and building.dimensions == dimensions:
+            wanted.append(building)
+        targets[leg] = wanted
     return targets
 
 
