@@ -290,3 +290,53 @@ def test_a_lane_of_one_slot_claims_again_as_soon_as_the_write_back_frees_it(sess
     worker.settings = worker.settings.model_copy(update={"worker_poll_seconds": 5.0})
     _run_loop_until_succeeded(worker, sessions, ids, timeout=12)  # 3 poll sleeps would take 15 s
     assert len(done) == 4 and done[-1] - done[0] < 4.0
+
+
+def test_the_next_tasks_lease_is_renewed_while_it_waits_for_the_last_write_back(sessions, scope, settings_env):
+    """The next task's handler is done, but its own write-back must wait for the one in flight: its
+    heartbeat keeps renewing its lease meanwhile, so a slow write-back cannot get it reaped."""
+    settings_env(MEWDEX_WORKER_LEASE_SECONDS="5", MEWDEX_WORKER_HEARTBEAT_SECONDS="1")
+    first_writing, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def handler(ctx):
+        ran.append(ctx.claim.task_id)
+        return {"ok": 1}
+
+    def on_success(session, claim, task, result, batch_id):
+        if not first_writing.is_set():
+            first_writing.set()
+            release.wait(30)  # the first write-back stays open past the next task's lease
+        return False
+
+    tt = _register(on_success=on_success, handler=handler)
+    ids = [_submit(sessions, scope, tt), _submit(sessions, scope, tt)]
+    worker = Worker(sessions, lanes=[tt.lane], maintenance=False)
+    thread = _run_in_thread(worker)
+    try:
+        assert first_writing.wait(20)
+        deadline = time.monotonic() + 20
+        while len(ran) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(ran) == 2, "the next task did not run while the first one was writing back"
+        time.sleep(7)  # past the 5 s lease the next task was claimed with
+        with sessions.begin() as session:
+            status, renewed = session.execute(
+                text("SELECT status, lease_expires_at > now() FROM tasks WHERE scope_id = :s AND id = :i"),
+                {"s": scope.scope_id, "i": ran[1]},
+            ).one()
+        assert (status, renewed) == ("running", True)
+    finally:
+        release.set()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with sessions.begin() as session:
+                tasks = [session.get(Task, t) for t in ids]
+                if all(t.status == "succeeded" for t in tasks):
+                    break
+            time.sleep(0.05)
+        assert [(t.status, t.attempt_count) for t in tasks] == [("succeeded", 1), ("succeeded", 1)]
+    finally:
+        worker.stop_event.set()
+        thread.join(10)
