@@ -163,6 +163,7 @@ def create_job(
         auto_name=auto_name,
         processing_mode=mode,
         status="queued",
+        current_stage=next((stage for stage in STAGES if stages_plan[stage] is None), None),
     )
     session.add(job)
     session.flush()
@@ -177,11 +178,11 @@ def create_job(
         )
         for stage in STAGES
     }
+    first = _next_planned(session, job, after=None, stages=stages)
+    # queued before the stage rows are written, so they are inserted with its id (no UPDATE after)
+    _queue_stage(session, job, first, batch_id, parked=batch_id is not None)
     session.add_all(stages.values())
     session.flush()
-    task = _queue_stage(session, job, _next_planned(session, job, after=None, stages=stages), batch_id)
-    if task is not None and batch_id is not None:
-        batches.park(session, task.scope_id, task.id)
     return job
 
 
@@ -220,13 +221,21 @@ def _next_planned(
 
 
 def _queue_stage(
-    session: Session, job: ImageProcessingJob, stage: ImageProcessingStage | None, batch_id: str | None = None
+    session: Session,
+    job: ImageProcessingJob,
+    stage: ImageProcessingStage | None,
+    batch_id: str | None = None,
+    *,
+    parked: bool = False,
 ) -> Task | None:
+    """Queue ``stage``'s task (the job succeeds when None) and record it on the stage and the job;
+    with ``batch_id`` the task joins that batch, ``parked`` until :func:`batches.feed` releases it."""
     if stage is None:
         job.status = "succeeded"
         job.current_stage = None
         job.completed_at = utcnow()
         return None
+    parking: dict[str, Any] = {"available_at": queue.PARKED_AT} if parked else {}
     task = queue.enqueue(
         session,
         scope_id=job.scope_id,
@@ -240,6 +249,7 @@ def _queue_stage(
         target_meme_id=job.meme_id,
         target_image_sha256=job.image_sha256,
         analysis_policy=job.processing_config.get("analysis_policy") if stage.stage == "agent" else None,
+        **parking,
     )
     stage.task_id = task.id
     stage.status = "queued"
