@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -588,14 +589,22 @@ class WorkerProcesses:
 _child_log = logging.getLogger("mewdex.worker.child")
 
 
+#: A child's log line (``cli.common``'s format: date, time, level, …): relayed at its own level.
+_CHILD_LEVEL = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+
+
 def _relay_stderr(child: subprocess.Popen[bytes]) -> None:
-    """Pass a child worker's stderr lines to this process's logging (WARNING, as written), so they go
-    where this process's logs go (above a progress bar, never through it)."""
+    """Pass a child worker's stderr lines to this process's logging, so they go where this process's
+    logs go (above a progress bar, never through it): a log line at its level (an ``import --wait``
+    at WARNING hides the children's INFO lines), anything else (a traceback's lines) as WARNING."""
     assert child.stderr is not None
     for raw in child.stderr:
         line = raw.decode("utf-8", "replace").rstrip()
         if line:
-            _child_log.warning("[worker %s] %s", child.pid, line)
+            level = _CHILD_LEVEL.match(line)
+            _child_log.log(
+                getattr(logging, level.group(1)) if level else logging.WARNING, "[worker %s] %s", child.pid, line
+            )
 
 
 def exit_reason(returncode: int) -> str:
