@@ -7,12 +7,12 @@ import hashlib
 import pytest
 from sqlalchemy import func, select, text
 
-from conftest import case_file
+from conftest import case_file, drop_scope, new_scope
 from it_helpers import meme, stage_states
 from mewdex.db.models import ImageProcessingJob, Meme, MemeEmbedding, MemeSearchDocument, Scope, Task
 from mewdex.library.memes import add_image
 from mewdex.pipeline.jobs import create_job
-from mewdex.pipeline.status import status
+from mewdex.pipeline.status import pending_memes, status
 from mewdex.queue import tasks as queue
 from mewdex.queue.registry import lane_names
 from mewdex.queue.worker import Worker
@@ -123,6 +123,23 @@ def test_status_counts_of_the_sample(sample, sessions):
         "agent": {"queued": 0, "running": 0, "succeeded": n, "failed": 0},
         "text_embedding": {"queued": 0, "running": 0, "succeeded": n, "failed": 0},
     }
+
+
+def test_pending_memes_counts_this_scopes_memes_until_their_last_stage_ends(sessions, store, scope, drain):
+    """What `mewdex import --wait` polls: memes with a stage queued or running, from the active tasks."""
+    add_case(sessions, store, scope, "img04_palette_trns.png")
+    add_case(sessions, store, scope, "img05_ocr_hello_transparent.png")
+    other = new_scope(sessions)
+    try:
+        add_case(sessions, store, other, "img04_palette_trns.png")
+        with sessions.begin() as session:
+            assert (pending_memes(session, scope), pending_memes(session, other)) == (2, 1)
+        drain(scope, other)
+        with sessions.begin() as session:
+            assert (pending_memes(session, scope), pending_memes(session, other)) == (0, 0)
+            assert status(session, scope)["stages"]["text_embedding"]["succeeded"] == 2
+    finally:
+        drop_scope(sessions, other)
 
 
 # --- failures, retries, fencing (own scopes) ------------------------------------------------------

@@ -259,8 +259,10 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool,
 
 
 def _wait_for_processing(quiet: bool) -> None:
-    """Show processing progress, counted in memes, until no stage in the library is queued or running.
-    Worker log lines go above the bar (the bar's console is the log handler's while it runs)."""
+    """Show processing progress, counted in the memes waiting when it began (and any added since),
+    until no stage in the library is queued or running. Each poll reads only the active tasks, not
+    the library. Worker log lines go above the bar (the bar's console is the log handler's while it
+    runs)."""
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.scopes import default_scope
     from mewdex.pipeline.status import pending_memes, status
@@ -269,14 +271,18 @@ def _wait_for_processing(quiet: bool) -> None:
     scope = default_scope()
     with _progress() as progress, _logs_above(progress):
         bar = progress.add_task("processing memes", total=None)
+        total = left = 0
         while True:
+            done = total - left
             with sessions.begin() as session:
-                counts = status(session, scope)
                 left = pending_memes(session, scope)
-            progress.update(bar, total=counts["memes"], completed=counts["memes"] - left)
+            total = max(total, done + left)  # memes added meanwhile (another import) join the total
+            progress.update(bar, total=total, completed=total - left)
             if left == 0:
                 break
             time.sleep(1.0)
+    with sessions.begin() as session:
+        counts = status(session, scope)
     failed = {s: c.get("failed", 0) for s, c in counts["stages"].items() if c.get("failed")}
     if not quiet:
         console.print("processing done" + (f"; [red]failed: {failed}[/red]" if failed else ""))
