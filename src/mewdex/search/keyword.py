@@ -147,42 +147,48 @@ def refresh_impacts(session: Session, scope_id: str, *, force: bool = False) -> 
 
 # Top-k by impact: every query term's best POSTINGS_PER_TERM postings (by impact: an index-only
 # range scan whatever the library's size or its neighbours', the index carries tf and length) give
-# their memes a partial BM25 score with the current statistics; the RESCORE best of those get their
-# full score from all their postings of the query terms. A scope whose terms have at most
-# POSTINGS_PER_TERM postings is ranked exactly as plain BM25 ranks it.
+# their memes a partial BM25 score with the current statistics. When no query term has more postings
+# than that, the partial scores are the scores: plain BM25's ranking exactly. Otherwise the RESCORE
+# best get their full score from their own postings of the query terms, looked up per meme (a join
+# on the terms read every posting of every query term instead: at 1M memes, p95 111 → 27 ms).
 _BM25_SQL = """
     WITH stats AS (
         SELECT n_documents::float8 AS n, greatest(total_length / greatest(n_documents, 1), 1.0) AS avgdl
         FROM meme_search_scope_stats WHERE scope_id = :scope
     ),
     q AS (
-        SELECT t.term, ln(1 + (stats.n - t.df + 0.5) / (t.df + 0.5)) AS idf
+        SELECT t.term, t.df, ln(1 + (stats.n - t.df + 0.5) / (t.df + 0.5)) AS idf
         FROM meme_search_term_stats t CROSS JOIN stats
         WHERE t.scope_id = :scope AND t.term = ANY(CAST(:terms AS varchar[]))
     ),
-    candidates AS (
-        SELECT top.meme_id FROM (
-            SELECT p.meme_id,
-                   sum(q.idf * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.doc_length / stats.avgdl))) AS partial
-            FROM q CROSS JOIN stats CROSS JOIN LATERAL (
-                SELECT p.meme_id, p.tf, p.doc_length FROM meme_search_terms p
-                WHERE p.scope_id = :scope AND p.term = q.term{filters}
-                ORDER BY p.impact DESC
-                LIMIT :per_term
-            ) p
-            GROUP BY p.meme_id
-            ORDER BY partial DESC, p.meme_id
-            LIMIT :rescore
-        ) top
-    )
-    SELECT p.meme_id,
-           sum(q.idf * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.doc_length / stats.avgdl))) AS score
-    FROM candidates c
-    JOIN meme_search_terms p ON p.scope_id = :scope AND p.meme_id = c.meme_id
-    JOIN q ON q.term = p.term
-    CROSS JOIN stats
-    GROUP BY p.meme_id
-    ORDER BY score DESC, p.meme_id
+    top AS (
+        SELECT p.meme_id,
+               sum(q.idf * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.doc_length / stats.avgdl))) AS partial
+        FROM q CROSS JOIN stats CROSS JOIN LATERAL (
+            SELECT p.meme_id, p.tf, p.doc_length FROM meme_search_terms p
+            WHERE p.scope_id = :scope AND p.term = q.term{filters}
+            ORDER BY p.impact DESC
+            LIMIT :per_term
+        ) p
+        GROUP BY p.meme_id
+        ORDER BY partial DESC, p.meme_id
+        LIMIT :rescore
+    ),
+    exact AS (SELECT coalesce(max(q.df), 0) <= :per_term AS every_posting_read FROM q)
+    (SELECT top.meme_id, top.partial AS score FROM top WHERE (SELECT every_posting_read FROM exact))
+    UNION ALL
+    (SELECT c.meme_id,
+            sum(p.idf * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.doc_length / stats.avgdl)))
+     FROM top c
+     CROSS JOIN LATERAL (
+         SELECT q.idf, p.tf, p.doc_length FROM q
+         JOIN meme_search_terms p ON p.scope_id = :scope AND p.term = q.term AND p.meme_id = c.meme_id
+         OFFSET 0  -- kept a per-meme lookup: the planner would join every posting of the terms instead
+     ) p
+     CROSS JOIN stats
+     WHERE NOT (SELECT every_posting_read FROM exact)
+     GROUP BY c.meme_id)
+    ORDER BY score DESC, meme_id
     LIMIT :limit
     """
 
