@@ -6,10 +6,12 @@ Used by quality.py, ingest.py, search_latency.py, load.py and assistant.py. The 
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -21,13 +23,27 @@ SOURCES = ("memegen", "vvquest", "chinesebqb")
 
 
 def use_data_dir(path: str | None) -> Path:
-    """Point this process's settings at ``path`` (or a fresh temp dir); returns it."""
-    data_dir = Path(path) if path else Path(tempfile.mkdtemp(prefix="mewdex-bench-"))
+    """Point this process's settings at ``path`` (or a fresh temp dir, whose database server is
+    stopped and which is removed when the process exits: pass a path to keep one); returns it."""
+    if path:
+        data_dir = Path(path)
+    else:
+        data_dir = Path(tempfile.mkdtemp(prefix="mewdex-bench-"))
+        atexit.register(_remove_temp_dir, data_dir)
     os.environ["MEWDEX_DATA_DIR"] = str(data_dir)
     from mewdex.config import get_settings
 
     get_settings.cache_clear()
     return data_dir
+
+
+def _remove_temp_dir(data_dir: Path) -> None:
+    from mewdex.db.embedded import stop
+    from mewdex.db.engine import reset_engine
+
+    reset_engine()  # its connections closed before the server stops
+    stop(data_dir / "pgdata")
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def corpus_roots() -> list[Path]:
