@@ -22,14 +22,16 @@ CORPUS = Path(os.environ.get("MEWDEX_CORPUS", REPO.parent / "shared" / "data" / 
 SOURCES = ("memegen", "vvquest", "chinesebqb")
 
 
-def use_data_dir(path: str | None) -> Path:
-    """Point this process's settings at ``path`` (or a fresh temp dir, whose database server is
-    stopped and which is removed when the process exits: pass a path to keep one); returns it."""
+def use_data_dir(path: str | None, *, throwaway: bool = False) -> Path:
+    """Point this process's settings at ``path`` (or a fresh temp dir); returns it. A temp dir's
+    database server is stopped when the process exits (the dir stays, to be reused with
+    ``--data-dir``); with ``throwaway`` the temp dir is removed too (a bench that needs a fresh one
+    every run)."""
     if path:
         data_dir = Path(path)
     else:
         data_dir = Path(tempfile.mkdtemp(prefix="mewdex-bench-"))
-        atexit.register(_remove_temp_dir, data_dir)
+        atexit.register(_stop_temp_dir, data_dir, throwaway)
     os.environ["MEWDEX_DATA_DIR"] = str(data_dir)
     from mewdex.config import get_settings
 
@@ -37,13 +39,14 @@ def use_data_dir(path: str | None) -> Path:
     return data_dir
 
 
-def _remove_temp_dir(data_dir: Path) -> None:
+def _stop_temp_dir(data_dir: Path, remove: bool) -> None:
     from mewdex.db.embedded import stop
     from mewdex.db.engine import reset_engine
 
     reset_engine()  # its connections closed before the server stops
     stop(data_dir / "pgdata")
-    shutil.rmtree(data_dir, ignore_errors=True)
+    if remove:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def corpus_roots() -> list[Path]:

@@ -3,7 +3,8 @@ and the models-only floor with the ratio end to end / floor (issue 14: the goal 
 
 Run: .venv/bin/python bench/ingest.py [--workers 2] [--data-dir DIR] [--limit N] [--json]
 (workers are child processes, as in ``mewdex import --wait``; MEWDEX_WORKER_MODE=thread compares threads;
-``--limit N`` takes N files spread over the corpus, for a quick check: model loading then weighs more)
+``--limit N`` takes N files spread over the corpus, for a quick check: model loading then weighs more;
+without ``--data-dir`` the run's fresh temp data dir is removed, its database server stopped, at exit)
 
 The floor is what the models alone cost on the same unique images, in as many processes as workers,
 with the models loaded before the clock starts: decode (once for a still image; an animation's OCR
@@ -173,7 +174,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="only N files, spread over the corpus (a quick check)")
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object")
     args = parser.parse_args()
-    data_dir = corpus.use_data_dir(args.data_dir)
+    data_dir = corpus.use_data_dir(args.data_dir, throwaway=True)  # every run imports into a fresh one
     print(f"data dir: {data_dir}")
     result, cpu = cpu_split(lambda: corpus.prepare(workers=args.workers, limit=args.limit))
     memes = result["status"]["memes"]
