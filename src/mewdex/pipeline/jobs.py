@@ -152,6 +152,7 @@ def create_job(
     config["analysis_policy"].update(scope_analysis_policy(session, meme.scope_id))
     ready = set() if mode == "full_retry" or new_meme else ready_stages(session, meme)
     stages_plan = plan(config["stages"], ready, mode)
+    first = next((stage for stage in STAGES if stages_plan[stage] is None), None)  # the first planned stage
     job = ImageProcessingJob(
         scope_id=meme.scope_id,
         meme_id=meme.id,
@@ -163,7 +164,7 @@ def create_job(
         auto_name=auto_name,
         processing_mode=mode,
         status="queued",
-        current_stage=next((stage for stage in STAGES if stages_plan[stage] is None), None),
+        current_stage=first,
     )
     session.add(job)
     session.flush()
@@ -178,9 +179,8 @@ def create_job(
         )
         for stage in STAGES
     }
-    first = _next_planned(session, job, after=None, stages=stages)
     # queued before the stage rows are written, so they are inserted with its id (no UPDATE after)
-    _queue_stage(session, job, first, batch_id, parked=batch_id is not None)
+    _queue_stage(session, job, stages[first] if first else None, batch_id, parked=batch_id is not None)
     session.add_all(stages.values())
     session.flush()
     return job
