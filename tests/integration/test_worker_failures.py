@@ -54,6 +54,14 @@ def _submit(sessions, scope, tt: TaskType) -> str:
         return registry.submit(session, scope_id=scope.scope_id, task_type=tt.name, payload={}).id
 
 
+def _only_its_lane(worker: Worker, tt: TaskType) -> Worker:
+    """Serve ``tt``'s lane alone, not the internal lanes every worker also serves: in a full run earlier
+    tests leave tasks there (a channel's long poll, ``maintenance``), and a worker that claims one of
+    those holds it as ``current`` where the test expects its own task or none."""
+    worker.lanes = [tt.lane]
+    return worker
+
+
 def test_a_full_disk_in_the_success_hook_retries_at_once_and_frees_the_slot(sessions, scope):
     calls = []
 
@@ -64,7 +72,7 @@ def test_a_full_disk_in_the_success_hook_retries_at_once_and_frees_the_slot(sess
 
     tt = _register(on_success=on_success)
     task_id = _submit(sessions, scope, tt)
-    worker = Worker(sessions, lanes=[tt.lane])
+    worker = _only_its_lane(Worker(sessions, lanes=[tt.lane]), tt)
     # the write-back raises: before the fix this escaped and left the task running until its lease expired
     task = _run_until(worker, sessions, task_id, lambda t: t.attempt_count == 1 and t.status != "running")
     assert task.status == "queued" and task.lease_owner is None
@@ -88,7 +96,7 @@ def test_a_result_that_cannot_be_stored_fails_the_task_not_the_next_claim(sessio
     tt = _register(handler=handler)
     task_id = _submit(sessions, scope, tt)
     other_id = _submit(sessions, scope, tt)
-    worker = Worker(sessions, lanes=[tt.lane])
+    worker = _only_its_lane(Worker(sessions, lanes=[tt.lane]), tt)
     _run_until(worker, sessions, other_id, lambda t: t.status == "succeeded")
     _run_until(worker, sessions, task_id, lambda t: t.status == "succeeded")
     with sessions.begin() as session:
@@ -106,7 +114,7 @@ def test_any_exception_in_the_success_hook_is_a_retryable_failure(sessions, scop
 
     tt = _register(on_success=on_success)
     task_id = _submit(sessions, scope, tt)
-    worker = Worker(sessions, lanes=[tt.lane])
+    worker = _only_its_lane(Worker(sessions, lanes=[tt.lane]), tt)
     _run_until(worker, sessions, task_id, lambda t: t.status == "failed")
     with sessions.begin() as session:
         task = session.get(Task, task_id)
@@ -165,8 +173,7 @@ def test_run_starts_the_next_task_while_the_last_ones_write_back_is_in_flight(se
     ids = [_submit(sessions, scope, tt), _submit(sessions, scope, tt)]
     # only this lane, as a pool's worker thread (no inline maintenance): the tasks that earlier tests left
     # in the internal lanes (a channel's long poll) must not be what the loop runs meanwhile
-    worker = Worker(sessions, lanes=[tt.lane], maintenance=False)
-    worker.lanes = [tt.lane]
+    worker = _only_its_lane(Worker(sessions, lanes=[tt.lane], maintenance=False), tt)
     _run_loop_until_succeeded(worker, sessions, ids, timeout=60)
     assert overlapped == [True]
     first, second = events[0][1], next(task for kind, task in events if kind == "run" and task != events[0][1])
@@ -196,6 +203,8 @@ def test_a_pool_stopped_during_a_write_back_in_flight_lets_it_commit(sessions, s
     tt = _register(on_success=on_success)
     task_id = _submit(sessions, scope, tt)
     pool = WorkerPool(sessions, 1, lanes=[tt.lane])
+    for worker in pool.workers:  # else the thread may claim an earlier test's leftover next: released
+        _only_its_lane(worker, tt)
     pool.start()
     assert started.wait(20)
     assert pool.stop(grace=0) == 0  # nothing to release: the task's result was written
@@ -221,7 +230,7 @@ def test_a_worker_told_to_stop_during_a_handler_writes_its_result_back_inline(se
         return False
 
     tt = _register(on_success=on_success, handler=handler)
-    worker.lanes = [tt.lane]
+    _only_its_lane(worker, tt)
     task_id = _submit(sessions, scope, tt)
     thread = _run_in_thread(worker)
     thread.join(20)
@@ -242,7 +251,7 @@ def test_a_failing_write_back_in_flight_takes_the_failure_path(sessions, scope):
 
     tt = _register(on_success=on_success)
     task_id = _submit(sessions, scope, tt)
-    worker = Worker(sessions, lanes=[tt.lane])
+    worker = _only_its_lane(Worker(sessions, lanes=[tt.lane]), tt)
     _run_loop_until_succeeded(worker, sessions, [task_id])
     with sessions.begin() as session:
         task = session.get(Task, task_id)
@@ -263,7 +272,7 @@ def test_a_write_back_in_flight_that_loses_its_connection_hands_the_task_back(se
 
     tt = _register(on_success=on_success)
     task_id = _submit(sessions, scope, tt)
-    worker = Worker(sessions, lanes=[tt.lane])
+    worker = _only_its_lane(Worker(sessions, lanes=[tt.lane]), tt)
     _run_loop_until_succeeded(worker, sessions, [task_id])
     with sessions.begin() as session:
         task = session.get(Task, task_id)
@@ -286,7 +295,7 @@ def test_a_lane_of_one_slot_claims_again_as_soon_as_the_write_back_frees_it(sess
     tt = _register(on_success=on_success)
     registry.register_lane(Lane(tt.lane, concurrency=lambda: 1))
     ids = [_submit(sessions, scope, tt) for _ in range(4)]
-    worker = Worker(sessions, lanes=[tt.lane])
+    worker = _only_its_lane(Worker(sessions, lanes=[tt.lane]), tt)
     worker.settings = worker.settings.model_copy(update={"worker_poll_seconds": 5.0})
     _run_loop_until_succeeded(worker, sessions, ids, timeout=12)  # 3 poll sleeps would take 15 s
     assert len(done) == 4 and done[-1] - done[0] < 4.0
@@ -311,8 +320,7 @@ def test_the_next_tasks_lease_is_renewed_while_it_waits_for_the_last_write_back(
 
     tt = _register(on_success=on_success, handler=handler)
     ids = [_submit(sessions, scope, tt), _submit(sessions, scope, tt)]
-    worker = Worker(sessions, lanes=[tt.lane], maintenance=False)
-    worker.lanes = [tt.lane]  # not the internal lanes: an earlier test's channel long poll is no next task
+    worker = _only_its_lane(Worker(sessions, lanes=[tt.lane], maintenance=False), tt)
     thread = _run_in_thread(worker)
     try:
         assert first_writing.wait(20)
