@@ -5,7 +5,12 @@ from a processed corpus (``--source``: a data dir as bench/quality.py leaves it;
 corpus is imported and processed into ``DIR/source`` first): each clone has its source's keyword
 document plus one random noise term, its text vectors (every field, both legs) and visual vector
 with uniform noise (a clone's cosine to its source is about 0.92), its pHash with a few bits
-flipped. Next to it, a 100-meme scope ``bench-small`` built the same way. Then, in-process:
+flipped. With ``--clone-vectors mix`` a clone's text vectors also take in a second, random source's
+vector of the same field with a random weight in [0, 1) before the noise: the ~N/935 clones of a
+source then spread between it and the others instead of forming one tight cluster per source (an
+HNSW graph over such clusters, and queries far from every passage as USE's are, need a much wider
+scan to find the exact 10 nearest; see docs/search-at-scale.md). Next to it, a 100-meme scope
+``bench-small`` built the same way. Then, in-process:
 
 - per leg and fused p50/p95 over the dev queries and 60 known-item captions (query embedding
   included: the query cache is emptied before each search; fused also with the cache warm);
@@ -155,10 +160,21 @@ def _noise_sql(column: str, dims: str) -> str:
     )
 
 
-def grow(sessions, scope_id: str, target: int, source: dict, log, exact_fields: tuple[str, ...] = ()) -> int:
+def grow(
+    sessions,
+    scope_id: str,
+    target: int,
+    source: dict,
+    log,
+    exact_fields: tuple[str, ...] = (),
+    clone_vectors: str = "noise",
+) -> int:
     """Add clones to ``scope_id`` until it holds ``target`` memes; returns how many were added.
     ``exact_fields``: fields whose vectors clones copy without noise (``--exact-fields``): a clone
-    stands for another meme of its source's folder, so in a real library its folder vector is the same."""
+    stands for another meme of its source's folder, so in a real library its folder vector is the same.
+    ``clone_vectors``: ``"noise"`` (source vector + noise) or ``"mix"`` (source vector + a random weight
+    in [0, 1) × a random second source's vector of the same field, when it has one, + noise), for the
+    fields not in ``exact_fields``."""
     from sqlalchemy import text
 
     from mewdex.db.models import ScopeContext
@@ -212,10 +228,13 @@ def grow(sessions, scope_id: str, target: int, source: dict, log, exact_fields: 
                     "CREATE TEMP TABLE bench_clones ON COMMIT DROP AS"
                     " SELECT gen_random_uuid() AS id, s.*, md5(random()::text) || md5(random()::text) AS sha,"
                     " 'n' || floor(random() * 5000)::int AS noise,"
+                    " mate.src AS mate, g.mate_weight,"
                     " (1::bigint << floor(random() * 63)::int) | (1::bigint << floor(random() * 63)::int)"
                     "   | (1::bigint << floor(random() * 63)::int) AS flip"
-                    " FROM generate_series(CAST(:start AS int), CAST(:stop AS int)) AS g(i)"
+                    " FROM (SELECT i, floor(random() * CAST(:n_source AS int))::int AS mate_n, random() AS mate_weight"
+                    "       FROM generate_series(CAST(:start AS int), CAST(:stop AS int)) AS i) g"
                     " JOIN bench_source_memes s ON s.n = g.i % CAST(:n_source AS int)"
+                    " JOIN bench_source_memes mate ON mate.n = g.mate_n"
                 ),
                 {"start": have + added, "stop": have + added + n - 1, "n_source": n_source},
             )
@@ -260,6 +279,12 @@ def grow(sessions, scope_id: str, target: int, source: dict, log, exact_fields: 
                 ),
                 {"s": scope_id, "k1": keyword.BM25_K1, "b": keyword.BM25_B, "avgdl": avgdl},
             )
+            mixed = (
+                "e.embedding + coalesce(e2.embedding * array_fill(m.mate_weight, ARRAY[{dims}])::vector,"
+                " array_fill(0, ARRAY[{dims}])::vector)"
+                if clone_vectors == "mix"
+                else "e.embedding"
+            )
             for leg, (generation, model, dims) in gens.items():
                 session.execute(
                     text(
@@ -269,12 +294,13 @@ def grow(sessions, scope_id: str, target: int, source: dict, log, exact_fields: 
                             meme_revision, item_status)
                         SELECT :s, :g, m.id, e.field, :model, :dims,
                             CASE WHEN e.field = ANY(CAST(:exact AS varchar[])) THEN e.embedding
-                                 ELSE {_noise_sql("e.embedding", str(dims))} END,
+                                 ELSE {_noise_sql(mixed.format(dims=dims), str(dims))} END,
                             '',
                             CASE WHEN e.field = ANY(CAST(:exact AS varchar[])) THEN md5(e.embedding::text)
                                  ELSE md5(m.id::text || e.field) END,
                             'bench', m.sha, 1, 'ready'
                         FROM bench_clones m JOIN bench_source_embeddings e ON e.src = m.src AND e.leg = :leg
+                        LEFT JOIN bench_source_embeddings e2 ON e2.src = m.mate AND e2.leg = :leg AND e2.field = e.field
                         """
                     ),
                     {
@@ -628,6 +654,13 @@ def main() -> None:
         help="comma-separated fields whose vectors clones copy without noise (e.g. folder: a real"
         " folder's memes share one folder vector); default none",
     )
+    parser.add_argument(
+        "--clone-vectors",
+        choices=("noise", "mix"),
+        default="noise",
+        help="a clone's text vectors: its source's + noise (default), or mixed first with a random second"
+        " source's (spread between sources instead of one tight cluster per source)",
+    )
     args = parser.parse_args()
     sizes = sorted(parse_size(s) for s in args.memes)
     exact_fields = tuple(f.strip() for f in args.exact_fields.split(",") if f.strip())
@@ -664,13 +697,13 @@ def main() -> None:
     queries = bench_queries()
     rng = random.Random(14)
     images = sorted(p for p in (corpus.CORPUS / "chinesebqb" / "images").rglob("*") if p.is_file())
-    results: dict = {"queries": len(queries), "sizes": {}}
+    results: dict = {"queries": len(queries), "clone_vectors": args.clone_vectors, "sizes": {}}
     workers = None
     try:
         for size in sizes:
             t = time.perf_counter()
-            added = grow(sessions, scope_id, size, source, log, exact_fields)
-            grow(sessions, SMALL_SCOPE, 100, source, log, exact_fields)
+            added = grow(sessions, scope_id, size, source, log, exact_fields, args.clone_vectors)
+            grow(sessions, SMALL_SCOPE, 100, source, log, exact_fields, args.clone_vectors)
             build_s = time.perf_counter() - t
             vacuum(get_engine())
             log(f"{size} memes ready (+{added} in {build_s:.0f}s); measuring")
@@ -711,7 +744,7 @@ def main() -> None:
             entry["size"] = database_size(sessions, memes)
             results["sizes"][str(size)] = entry
             if not args.json:
-                report(size, entry)
+                report(size, entry, args.clone_vectors)
     finally:
         if workers is not None:
             workers.stop()
@@ -730,8 +763,8 @@ def main() -> None:
         print(f"\ndata dir: {data_dir} (MEWDEX_DATA_DIR={data_dir} mewdex serve)")
 
 
-def report(size: int, e: dict) -> None:
-    print(f"\n=== {size:,} memes (+{e['added']:,} built in {e['build_seconds']}s) ===")
+def report(size: int, e: dict, clone_vectors: str = "noise") -> None:
+    print(f"\n=== {size:,} memes (+{e['added']:,} built in {e['build_seconds']}s; clone vectors: {clone_vectors}) ===")
     print(f"  {'':28s} {'p50 ms':>8s} {'p95 ms':>8s}   {'100-meme scope p50/p95':>24s}")
     for leg in ("keyword", "e5", "use", "fused", "fused_cached_embedding"):
         a, b = e["legs"][leg], e["small_scope"][leg]
