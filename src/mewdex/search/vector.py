@@ -27,8 +27,9 @@ EF_SEARCH = 200
 #: ``ef_search`` make pgvector continue the scan iteratively: at 100k memes (float32 graphs) e5 with
 #: 2 rows (200 ≤ 200) took 11.6 / 26.2 ms p50 / p95 at recall@10 0.997 counting ties, against 23.9 /
 #: 38.2 ms and 1.000 with 3; USE needs 3 (0.554 with 2). Over the half-precision graphs (migration
-#: 0016): e5 0.987 with 2 rows, 0.990 with 3; USE 0.728 with 3, 0.699 with 2. bench/quality.py is the
-#: same with either.
+#: 0016): e5 0.987 with 2 rows, 0.990 with 3; USE 0.728 with 3, 0.699 with 2. On clones spread between
+#: sources (``bench/scale.py --clone-vectors mix``, 100k, by id): e5 0.994 with 2; USE 0.959 with 3, 0.934 with 2.
+#: bench/quality.py is the same with either.
 ROWS_PER_MEME: dict[str, int] = {"e5": 2, "use": 3}
 DEFAULT_ROWS_PER_MEME = 3
 
