@@ -537,18 +537,24 @@ class WorkerProcesses:
                     self._delay[i] = first if ran >= self.STABLE_SECONDS else min(cap, max(first, 2 * self._delay[i]))
                     self._due[i] = now + self._delay[i]
                     self.last_exit = exit_reason(code)
-                    log.error(
-                        "worker process %d %s after %.0f s; restarting it in %.0f s",
-                        child.pid,
-                        self.last_exit,
-                        ran,
-                        self._delay[i],
-                    )
+                    # A clean exit is a stop this process shares: a terminal's Ctrl-C or a service manager
+                    # signals the whole process group, and the child may end before this process has set
+                    # `_stopping`. It is said only if the restart happens (the pool did not stop meanwhile).
+                    if code != 0:
+                        log.error(
+                            "worker process %d %s after %.0f s; restarting it in %.0f s",
+                            child.pid,
+                            self.last_exit,
+                            ran,
+                            self._delay[i],
+                        )
                 elif now >= (self._due[i] or now):
                     self.children[i] = self._spawn()
                     self._started[i], self._due[i] = now, None
                     self.restarts += 1
-                    log.warning("worker process restarted: pid %d (was %d)", self.children[i].pid, child.pid)
+                    log.warning(
+                        "worker process restarted: pid %d (was %d, %s)", self.children[i].pid, child.pid, self.last_exit
+                    )
 
     def status(self) -> dict[str, Any]:
         """``{"processes", "alive", "pids", "lanes", "restarts", "last_exit"}`` of the child workers (for
