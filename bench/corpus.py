@@ -23,12 +23,17 @@ SOURCES = ("memegen", "vvquest", "chinesebqb")
 
 
 def use_data_dir(path: str | None, *, throwaway: bool = False) -> Path:
-    """Point this process's settings at ``path`` (or a fresh temp dir); returns it. A temp dir's
-    database server is stopped when the process exits (the dir stays, to be reused with
-    ``--data-dir``); with ``throwaway`` the temp dir is removed too (a bench that needs a fresh one
-    every run)."""
+    """Point this process's settings at ``path`` (or a fresh temp dir); returns it. The database
+    server this process starts is stopped when it exits: a temp dir's always (the dir stays, to be
+    reused with ``--data-dir``; with ``throwaway`` it is removed too, for a bench that needs a fresh
+    one every run), ``path``'s when none was running there before (one already running, e.g. a
+    ``mewdex serve``'s, is left as it was)."""
     if path:
         data_dir = Path(path)
+        from mewdex.db.embedded import is_running
+
+        if not is_running(data_dir / "pgdata"):
+            atexit.register(_stop_temp_dir, data_dir, False)
     else:
         data_dir = Path(tempfile.mkdtemp(prefix="mewdex-bench-"))
         atexit.register(_stop_temp_dir, data_dir, throwaway)
