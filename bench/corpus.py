@@ -28,15 +28,11 @@ def use_data_dir(path: str | None, *, throwaway: bool = False) -> Path:
     reused with ``--data-dir``; with ``throwaway`` it is removed too, for a bench that needs a fresh
     one every run), ``path``'s when none was running there before (one already running, e.g. a
     ``mewdex serve``'s, is left as it was)."""
-    if path:
-        data_dir = Path(path)
-        from mewdex.db.embedded import is_running
+    from mewdex.db.embedded import is_running
 
-        if not is_running(data_dir / "pgdata"):
-            atexit.register(_stop_temp_dir, data_dir, False)
-    else:
-        data_dir = Path(tempfile.mkdtemp(prefix="mewdex-bench-"))
-        atexit.register(_stop_temp_dir, data_dir, throwaway)
+    data_dir = Path(path) if path else Path(tempfile.mkdtemp(prefix="mewdex-bench-"))
+    if not is_running(data_dir / "pgdata"):
+        atexit.register(_stop_server, data_dir, throwaway and not path)
     os.environ["MEWDEX_DATA_DIR"] = str(data_dir)
     from mewdex.config import get_settings
 
@@ -44,7 +40,7 @@ def use_data_dir(path: str | None, *, throwaway: bool = False) -> Path:
     return data_dir
 
 
-def _stop_temp_dir(data_dir: Path, remove: bool) -> None:
+def _stop_server(data_dir: Path, remove: bool) -> None:
     from mewdex.db.embedded import stop
     from mewdex.db.engine import reset_engine
 

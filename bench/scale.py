@@ -494,7 +494,13 @@ def recall_sample(queries: list[str], n: int | None) -> list[str]:
     return [queries[i * len(queries) // n] for i in range(n)]
 
 
-def measure_vectors(scope_id: str, queries: list[str], recall_queries: int | None = None) -> dict:
+def measure_vectors(
+    scope_id: str,
+    queries: list[str],
+    recall_queries: int | None = None,
+    sweep_ef: tuple[int, ...] = SWEEP_EF,
+    sweep_rows: tuple[int, ...] = SWEEP_ROWS,
+) -> dict:
     """Per vector leg: recall@10 (memes) of the HNSW statement vs an exact float32 scan, and its latency,
     per ``ef_search`` × candidate rows per meme, over ``recall_queries`` of the queries (all when None:
     each exact reference is a scan of the leg's rows, about 10 s per query at 1M memes)."""
@@ -531,8 +537,8 @@ def measure_vectors(scope_id: str, queries: list[str], recall_queries: int | Non
         rows_default, chosen_rows = dict(vector.ROWS_PER_MEME), vector.rows_per_meme(leg)
         sweep = []
         try:
-            for ef in SWEEP_EF:
-                for rows in SWEEP_ROWS:
+            for ef in sweep_ef:
+                for rows in sweep_rows:
                     vector.ROWS_PER_MEME = {**rows_default, leg: rows}
                     got, got_sims, ms = [], [], []
                     with sessions.begin() as session:
@@ -655,6 +661,16 @@ def main() -> None:
         " folder's memes share one folder vector); default none",
     )
     parser.add_argument(
+        "--sweep-ef",
+        default=",".join(map(str, SWEEP_EF)),
+        help="comma-separated ef_search values of the recall sweep (default %(default)s)",
+    )
+    parser.add_argument(
+        "--sweep-rows",
+        default=",".join(map(str, SWEEP_ROWS)),
+        help="comma-separated candidate rows per meme of the recall sweep (default %(default)s)",
+    )
+    parser.add_argument(
         "--clone-vectors",
         choices=("noise", "mix"),
         default="noise",
@@ -664,6 +680,8 @@ def main() -> None:
     args = parser.parse_args()
     sizes = sorted(parse_size(s) for s in args.memes)
     exact_fields = tuple(f.strip() for f in args.exact_fields.split(",") if f.strip())
+    sweep_ef = tuple(int(x) for x in args.sweep_ef.split(","))
+    sweep_rows = tuple(int(x) for x in args.sweep_rows.split(","))
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else print
 
     data_dir = Path(args.data_dir).resolve()
@@ -712,7 +730,7 @@ def main() -> None:
             entry["keyword_vs_plain_bm25"] = measure_keyword_vs_plain(scope_id, queries)
             recall_queries = args.recall_queries or (None if size <= RECALL_ALL_UP_TO else RECALL_SAMPLE)
             entry["recall_queries"] = len(recall_sample(queries, recall_queries))
-            entry["vector_sweep"] = measure_vectors(scope_id, queries, recall_queries)
+            entry["vector_sweep"] = measure_vectors(scope_id, queries, recall_queries, sweep_ef, sweep_rows)
             entry["small_scope"] = measure_legs(SMALL_SCOPE, queries, args.rounds)
             entry["small_scope"]["keyword_vs_plain_bm25"] = measure_keyword_vs_plain(SMALL_SCOPE, queries)
             if not args.no_import:
