@@ -105,36 +105,14 @@ def queries() -> list[str]:
 
 def prepare_subset(count: int, workers: int) -> None:
     """Import the first ``count`` corpus images (round-robin over the sources) and process them."""
-    from mewdex.db.engine import get_sessionmaker
-    from mewdex.library.importer import collect, import_paths
-    from mewdex.library.scopes import default_scope
-    from mewdex.pipeline.status import pending, status
-    from mewdex.runtime import prepare_database, start_workers
-    from mewdex.storage import blob_store
-
     per_source = [sorted(p for p in (root / "images").rglob("*") if p.is_file()) for root in corpus.corpus_roots()]
     chosen: list[Path] = []
     while len(chosen) < count and any(per_source):
         for files in per_source:
             if files and len(chosen) < count:
                 chosen.append(files.pop(0))
-    prepare_database()
-    sessions, scope = get_sessionmaker(), default_scope()
-    pool = start_workers(workers)
-    started = time.perf_counter()
-    summary = import_paths(sessions, blob_store(), scope, collect(chosen))
-    print(
-        f"imported {len(chosen)} files: {summary.created} created, {summary.duplicates} duplicates, "
-        f"{summary.skipped} skipped; processing…",
-        flush=True,
-    )
-    while True:
-        with sessions.begin() as session:
-            if pending(status(session, scope)) == 0:
-                break
-        time.sleep(1)
-    pool.stop()
-    print(f"library ready in {time.perf_counter() - started:.0f} s", flush=True)
+    result = corpus.prepare(workers=workers, paths=chosen, log=lambda line: print(line, flush=True))
+    print(f"library ready in {result['total_seconds']:.0f} s", flush=True)
 
 
 async def mixed_load(client: httpx.AsyncClient, seconds: float, searchers: int, uploaders: int) -> Recorder:
