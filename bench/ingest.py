@@ -15,7 +15,8 @@ pipeline's overhead.
 
 Where the time goes: the end-to-end run's CPU per image of the worker processes (model loading
 included), the PostgreSQL server (every backend, exited ones too) and this process (the import), and
-the machine's idle CPU time over the run, beside the floor's core time per image.
+the machine's idle CPU time over the run, beside the floor's core time per image; and the ratio those
+give, with the bound that PostgreSQL, the import and idle time alone leave (:func:`ratio_shares`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import hashlib
 import json
 import multiprocessing
+import os
 import resource
 import time
 from pathlib import Path
@@ -102,6 +104,22 @@ def cpu_split(run) -> tuple[dict, dict]:
         "postgres": per_image(pg1 - pg0),
         "importer": per_image(used(self0, self1)),
         "idle": per_image(idle),
+    }
+
+
+def ratio_shares(cpu: dict, floor_core_ms: float, workers: int) -> dict:
+    """The ratio from the CPU split: end to end, the machine's cores spend (workers + PostgreSQL + import
+    + idle) core-ms per image; the floor spends ``floor_core_ms`` on ``workers`` cores. ``estimate`` is
+    the ratio these give (other processes' CPU not counted), ``bound`` the same with the workers
+    spending nothing beyond the models: what PostgreSQL and the import alone leave reachable."""
+    cores = os.cpu_count() or 1
+    rest = cpu["postgres"] + cpu["importer"] + cpu["idle"]
+    floor_wall = floor_core_ms / max(1, workers)
+    return {
+        "cores": cores,
+        "workers_overhead": round(cpu["workers"] - floor_core_ms, 1),
+        "estimate": round(floor_wall / ((cpu["workers"] + rest) / cores), 3),
+        "bound": round(floor_wall / ((floor_core_ms + rest) / cores), 3),
     }
 
 
@@ -212,8 +230,15 @@ def main() -> None:
         f"{cpu['postgres']}, importing process {cpu['importer']}, machine idle {cpu['idle']}; "
         f"models only: {floor_cpu} core-ms per image"
     )
+    shares = ratio_shares(cpu, floor_cpu, args.workers)
+    print(
+        f"ratio split: models {floor_cpu} + the workers' overhead {shares['workers_overhead']} + PostgreSQL "
+        f"{cpu['postgres']} + import {cpu['importer']} + idle {cpu['idle']} core-ms per image on {shares['cores']} "
+        f"cores: ratio ≈ {shares['estimate']:.2f}; with no overhead in the workers at all ≤ {shares['bound']:.2f}"
+    )
     if args.json:
         figures = {
+            "ratio_split": shares,
             "memes": memes,
             "end_to_end_images_per_s": round(end_to_end, 2),
             "models_only": floor,
