@@ -6,9 +6,14 @@ Runs on a temporary embedded PostgreSQL (or ``MEWDEX_DATABASE_URL``). For each w
 - throughput: tasks / (last completion − first start), from the task rows (process start-up excluded);
 - claim latency p50/p95: while the workers drain, this process times ``claim`` + commit (asking for
   work until the task is claimed and ready to start) ``--probes`` times;
-- with ``--explain``: ``EXPLAIN (ANALYZE, BUFFERS)`` of one claim over a full backlog.
+- with ``--explain``: ``EXPLAIN (ANALYZE, BUFFERS)`` of one claim over a full backlog;
+- with ``--batch-tail N``: the end of an N-task batch, where each ending task asks whether the batch
+  still has an active member (``batches.has_active_member``), with the planner's statistics taken
+  while 30 % of the tasks were queued: ms per check while the newest 200 end one by one, beside the
+  join of members and tasks alone (the check before it, now its fallback). ``--workers 0`` skips the
+  throughput runs.
 
-    python bench/task_queue.py [--tasks 2000] [--threads 2] [--workers 1,2,4] [--explain]
+    python bench/task_queue.py [--tasks 2000] [--threads 2] [--workers 1,2,4] [--explain] [--batch-tail 300000]
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2,4", help="worker process counts to measure")
     ap.add_argument("--probes", type=int, default=200)
     ap.add_argument("--explain", action="store_true")
+    ap.add_argument("--batch-tail", type=int, metavar="N", help="time the batch-end check of an N-task batch")
     args = ap.parse_args()
 
     data_dir = Path(tempfile.mkdtemp(prefix="mewdex-bench-queue-"))
@@ -52,8 +58,13 @@ def main() -> None:
         sessions = get_sessionmaker()
         if args.explain:
             explain(sessions, args.tasks)
-        print(f"{'workers':>7} {'threads':>7} {'tasks':>6} {'tasks/s':>8} {'claim p50 ms':>12} {'claim p95 ms':>12}")
-        for count in [int(x) for x in args.workers.split(",")]:
+        if args.batch_tail:
+            batch_tail(sessions, args.batch_tail)
+        counts = [int(x) for x in args.workers.split(",") if int(x) > 0]
+        if counts:
+            header = f"{'workers':>7} {'threads':>7} {'tasks':>6} {'tasks/s':>8}"
+            print(f"{header} {'claim p50 ms':>12} {'claim p95 ms':>12}")
+        for count in counts:
             scope = ScopeContext(f"bench-{uuid.uuid4().hex[:8]}")
             with sessions.begin() as session:
                 ensure_scope(session, scope)
@@ -144,6 +155,72 @@ def run(sessions, scope, count: int, args) -> tuple[float, float, float]:
     latencies.sort()
     p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))] if latencies else float("nan")
     return rate, statistics.median(latencies) if latencies else float("nan"), p95
+
+
+def batch_tail(sessions, n: int, tail: int = 200) -> None:
+    """The batch-end check over the tail of an n-task batch (see the module doc): the last ``tail``
+    tasks end one by one, oldest first, each in its own transaction, and after each end both checks
+    run as a write-back would run them; prints p50 / p95 / max ms per check."""
+    from sqlalchemy import text
+
+    from mewdex.db.models import ScopeContext
+    from mewdex.library.scopes import ensure_scope
+    from mewdex.queue import batches
+
+    scope = ScopeContext(f"bench-{uuid.uuid4().hex[:8]}")
+    with sessions.begin() as session:
+        ensure_scope(session, scope)
+        batch_id = batches.create(session, scope.scope_id).batch_id
+    enqueue(sessions, scope, f"bench-{uuid.uuid4().hex[:6]}", n)
+    params = {"s": scope.scope_id, "b": batch_id}
+    with sessions.begin() as session:
+        session.execute(
+            text(
+                "INSERT INTO task_batch_items (scope_id, batch_id, task_id) "
+                "SELECT scope_id, CAST(:b AS varchar), id FROM tasks WHERE scope_id = :s"
+            ),
+            params,
+        )
+        session.execute(
+            text("UPDATE tasks SET status = 'succeeded' WHERE scope_id = :s AND random() >= 0.3"), params
+        )  # the middle of the batch, when autovacuum last analysed the tables
+        session.execute(text("ANALYZE tasks"))
+        session.execute(text("ANALYZE task_batch_items"))
+        left = list(  # the tail: the newest tasks (the last stages are queued last), oldest first
+            session.execute(
+                text("SELECT id FROM tasks WHERE scope_id = :s ORDER BY ctid DESC LIMIT :k"), {**params, "k": tail}
+            ).scalars()
+        )[::-1]
+        session.execute(
+            text(
+                "UPDATE tasks SET status = CASE WHEN id = ANY(:left) THEN 'queued' ELSE 'succeeded' END "
+                "WHERE scope_id = :s"
+            ),
+            {**params, "left": left},
+        )
+    checks = {
+        "has_active_member": lambda session: batches.has_active_member(session, scope.scope_id, batch_id),
+        "members ⋈ tasks alone": lambda session: session.execute(batches._ACTIVE_SQL, params).scalar_one(),
+    }
+    times: dict[str, list[float]] = {name: [] for name in checks}
+    for k, task_id in enumerate(left):
+        with sessions.begin() as session:
+            session.execute(
+                text("UPDATE tasks SET status = 'succeeded' WHERE scope_id = :s AND id = :t"), {**params, "t": task_id}
+            )
+        for name, check in checks.items():
+            with sessions.begin() as session:
+                t0 = time.perf_counter()
+                active = check(session)
+                times[name].append((time.perf_counter() - t0) * 1000)
+            assert active == (k < len(left) - 1), name
+    print(f"batch tail: {n} tasks, the last {len(left)} ending one by one, statistics from 30 % queued; ms per check")
+    for name, ms in times.items():
+        ms.sort()
+        print(
+            f"  {name:<24} p50 {statistics.median(ms):7.2f}  p95 {ms[int(0.95 * (len(ms) - 1))]:7.2f}  "
+            f"max {ms[-1]:7.2f}"
+        )
 
 
 def explain(sessions, n: int) -> None:

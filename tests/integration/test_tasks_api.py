@@ -95,6 +95,45 @@ def test_batch_finalised_once_with_summary(client, sessions, scope, drain):
     assert client.get("/api/v1/batches/batch-missing").status_code == 404
 
 
+def test_batch_active_member_check_reads_the_scopes_active_tasks_then_the_members(sessions, scope, monkeypatch):
+    """has_active_member reads the scope's first ACTIVE_PROBE running and queued tasks; a scope with
+    more active tasks than that, none of those read in the batch, is answered from the members."""
+    from mewdex.queue import batches
+
+    monkeypatch.setattr(batches, "ACTIVE_PROBE", 3)
+    with sessions.begin() as session:
+        batch_id = batches.create(session, scope.scope_id).batch_id
+    members = enqueue_noops(sessions, scope, 2, batch_id=batch_id)
+    others = enqueue_noops(sessions, scope, 5)  # available later than the members
+
+    def active() -> bool:
+        with sessions.begin() as session:
+            return batches.has_active_member(session, scope.scope_id, batch_id)
+
+    def set_status(ids: list[str], status: str, later: bool = False) -> None:
+        with sessions.begin() as session:
+            session.execute(
+                text(
+                    "UPDATE tasks SET status = :st, available_at = available_at + "
+                    "CASE WHEN :later THEN interval '1 hour' ELSE interval '0' END "
+                    "WHERE scope_id = :s AND id = ANY(:ids)"
+                ),
+                {"st": status, "later": later, "s": scope.scope_id, "ids": ids},
+            )
+
+    assert active()  # a member among the first queued tasks read
+    set_status(members, "succeeded")
+    assert not active()  # 3 of the 5 other queued tasks read, none a member: the members say none
+    set_status(members[:1], "queued", later=True)
+    assert active()  # queued behind the 5 others: not read first, found among the members
+    set_status(others, "succeeded")
+    assert active()  # the only active task of the scope, read first
+    set_status(members[:1], "running")
+    assert active()
+    set_status(members[:1], "failed")
+    assert not active()
+
+
 def test_health_reports_queues_and_workers(client, sessions, scope, settings_env):
     settings_env(MEWDEX_AUTH="none")  # the details are for admins: here the local admin of no-login mode
     enqueue_noops(sessions, scope, 2, lane="embedding")
