@@ -16,7 +16,7 @@ pipeline's overhead.
 Where the time goes: the end-to-end run's CPU per image of the worker processes (model loading
 included), the PostgreSQL server (every backend, exited ones too) and this process (the import), and
 the machine's idle CPU time over the run, beside the floor's core time per image; and the ratio those
-give, with the bound that PostgreSQL, the import and idle time alone leave (:func:`ratio_shares`).
+give, with the bound that PostgreSQL, the import and the idle time leave (:func:`ratio_shares`).
 """
 
 from __future__ import annotations
@@ -108,10 +108,11 @@ def cpu_split(run) -> tuple[dict, dict]:
 
 
 def ratio_shares(cpu: dict, floor_core_ms: float, workers: int) -> dict:
-    """The ratio from the CPU split: end to end, the machine's cores spend (workers + PostgreSQL + import
-    + idle) core-ms per image; the floor spends ``floor_core_ms`` on ``workers`` cores. ``estimate`` is
-    the ratio these give (other processes' CPU not counted), ``bound`` the same with the workers
-    spending nothing beyond the models: what PostgreSQL and the import alone leave reachable."""
+    """The ratio from the CPU split, for worker processes on a machine with as many cores as workers
+    (``--workers`` = cores): end to end, the cores spend (workers + PostgreSQL + import + idle) core-ms
+    per image; the floor spends ``floor_core_ms`` (its wall time × workers). ``estimate`` is the ratio
+    these give (other processes' CPU not counted), ``bound`` the same with the workers spending nothing
+    beyond the models: what PostgreSQL, the import and the idle time leave reachable."""
     cores = os.cpu_count() or 1
     rest = cpu["postgres"] + cpu["importer"] + cpu["idle"]
     floor_wall = floor_core_ms / max(1, workers)
@@ -231,11 +232,13 @@ def main() -> None:
         f"models only: {floor_cpu} core-ms per image"
     )
     shares = ratio_shares(cpu, floor_cpu, args.workers)
-    print(
-        f"ratio split: models {floor_cpu} + the workers' overhead {shares['workers_overhead']} + PostgreSQL "
-        f"{cpu['postgres']} + import {cpu['importer']} + idle {cpu['idle']} core-ms per image on {shares['cores']} "
-        f"cores: ratio ≈ {shares['estimate']:.2f}; with no overhead in the workers at all ≤ {shares['bound']:.2f}"
-    )
+    if mode == "process" and args.workers == shares["cores"]:  # what ratio_shares assumes
+        print(
+            f"ratio split: models {floor_cpu} + the workers' overhead {shares['workers_overhead']} + PostgreSQL "
+            f"{cpu['postgres']} + import {cpu['importer']} + idle {cpu['idle']} core-ms per image on "
+            f"{shares['cores']} cores: ratio ≈ {shares['estimate']:.2f}; with no overhead in the workers at all "
+            f"≤ {shares['bound']:.2f}"
+        )
     if args.json:
         figures = {
             "ratio_split": shares,

@@ -1,6 +1,7 @@
 """Queue benchmark: no-op throughput and claim latency with 1, 2 and 4 ``mewdex worker`` processes.
 
-Runs on a temporary embedded PostgreSQL (or ``MEWDEX_DATABASE_URL``). For each worker count it enqueues
+Runs on a temporary embedded PostgreSQL, restarted once so that it runs with mewdex's sizing (or on
+``MEWDEX_DATABASE_URL``). For each worker count it enqueues
 ``--tasks`` no-op tasks in a lane of its own, starts the worker processes (``--threads`` each), and reports:
 
 - throughput: tasks / (last completion − first start), from the task rows (process start-up excluded);
@@ -55,6 +56,15 @@ def main() -> None:
 
     try:
         upgrade(get_engine())
+        if not os.environ.get("MEWDEX_DATABASE_URL"):
+            # Restarted, so that the server runs with its sizing (shared_buffers = memory / 8), as one
+            # that has started before does: the first start of a fresh data dir runs with 128 MB.
+            from mewdex.db.embedded import ensure_running
+            from mewdex.db.engine import reset_engine
+
+            reset_engine()
+            stop(data_dir.resolve() / "pgdata")
+            ensure_running(data_dir.resolve() / "pgdata")
         sessions = get_sessionmaker()
         if args.explain:
             explain(sessions, args.tasks)
@@ -174,6 +184,8 @@ def batch_tail(sessions, n: int, tail: int = 200) -> None:
     enqueue(sessions, scope, f"bench-{uuid.uuid4().hex[:6]}", n)
     params = {"s": scope.scope_id, "b": batch_id}
     with sessions.begin() as session:
+        for table in ("tasks", "task_batch_items"):  # no autovacuum ANALYZE in the middle of the tail
+            session.execute(text(f"ALTER TABLE {table} SET (autovacuum_enabled = false)"))
         session.execute(
             text(
                 "INSERT INTO task_batch_items (scope_id, batch_id, task_id) "
@@ -181,20 +193,20 @@ def batch_tail(sessions, n: int, tail: int = 200) -> None:
             ),
             params,
         )
-        session.execute(
-            text("UPDATE tasks SET status = 'succeeded' WHERE scope_id = :s AND random() >= 0.3"), params
-        )  # the middle of the batch, when autovacuum last analysed the tables
-        session.execute(text("ANALYZE tasks"))
-        session.execute(text("ANALYZE task_batch_items"))
-        left = list(  # the tail: the newest tasks (the last stages are queued last), oldest first
+        left = list(  # the tail: the last rows inserted (a pipeline's last stages are queued last)
             session.execute(
                 text("SELECT id FROM tasks WHERE scope_id = :s ORDER BY ctid DESC LIMIT :k"), {**params, "k": tail}
             ).scalars()
         )[::-1]
+        session.execute(  # the middle of the batch, when autovacuum last analysed the tables
+            text("UPDATE tasks SET status = 'succeeded' WHERE scope_id = :s AND random() >= 0.3 AND id <> ALL(:left)"),
+            {**params, "left": left},
+        )
+        session.execute(text("ANALYZE tasks"))
+        session.execute(text("ANALYZE task_batch_items"))
         session.execute(
             text(
-                "UPDATE tasks SET status = CASE WHEN id = ANY(:left) THEN 'queued' ELSE 'succeeded' END "
-                "WHERE scope_id = :s"
+                "UPDATE tasks SET status = 'succeeded' WHERE scope_id = :s AND status = 'queued' AND id <> ALL(:left)"
             ),
             {**params, "left": left},
         )

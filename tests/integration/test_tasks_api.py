@@ -101,14 +101,20 @@ def test_batch_active_member_check_reads_the_scopes_active_tasks_then_the_member
     from mewdex.queue import batches
 
     monkeypatch.setattr(batches, "ACTIVE_PROBE", 3)
+    joins = []
+    join = batches._members_active
+    monkeypatch.setattr(batches, "_members_active", lambda *a: joins.append(a) or join(*a))
     with sessions.begin() as session:
         batch_id = batches.create(session, scope.scope_id).batch_id
     members = enqueue_noops(sessions, scope, 2, batch_id=batch_id)
     others = enqueue_noops(sessions, scope, 5)  # available later than the members
 
-    def active() -> bool:
+    def active(*, joined: bool = False) -> bool:
+        del joins[:]
         with sessions.begin() as session:
-            return batches.has_active_member(session, scope.scope_id, batch_id)
+            answer = batches.has_active_member(session, scope.scope_id, batch_id)
+        assert bool(joins) == joined, "answered from the join" if joins else "answered from the tasks read"
+        return answer
 
     def set_status(ids: list[str], status: str, later: bool = False) -> None:
         with sessions.begin() as session:
@@ -123,13 +129,16 @@ def test_batch_active_member_check_reads_the_scopes_active_tasks_then_the_member
 
     assert active()  # a member among the first queued tasks read
     set_status(members, "succeeded")
-    assert not active()  # 3 of the 5 other queued tasks read, none a member: the members say none
+    assert not active(joined=True)  # 3 of the 5 other queued tasks read, none a member
     set_status(members[:1], "queued", later=True)
-    assert active()  # queued behind the 5 others: not read first, found among the members
+    assert active(joined=True)  # queued behind the 5 others: not among those read
     set_status(others, "succeeded")
-    assert active()  # the only active task of the scope, read first
+    assert active()  # the only active task of the scope
     set_status(members[:1], "running")
     assert active()
+    set_status(others[:4], "running")  # running before the member: 3 of the 5 running read
+    assert active(joined=True)
+    set_status(others[:4], "succeeded")
     set_status(members[:1], "failed")
     assert not active()
 

@@ -122,9 +122,9 @@ def summary(session: Session, scope_id: str, batch_id: str) -> dict[str, Any]:
 ACTIVE_PROBE = 256
 
 # The scope's first ACTIVE_PROBE running and first ACTIVE_PROBE queued tasks, read in the order of
-# ix_tasks_claimable (scope_id, status, available_at: with that ORDER BY … LIMIT the index is the plan
-# whatever the statistics say; parked tasks sort last), checked against the batch's members:
-# (found, the larger of the two counts read).
+# ix_tasks_claimable (scope_id, status, available_at; with that ORDER BY … LIMIT an index scan stops
+# after ACTIVE_PROBE rows, where any other plan sorts the scope's active tasks; parked tasks sort
+# last), checked against the batch's members: (found, the larger of the two counts read).
 _ACTIVE_PROBE_SQL = text(
     """
     WITH a AS MATERIALIZED (
@@ -153,13 +153,20 @@ def has_active_member(session: Session, scope_id: str, batch_id: str) -> bool:
 
     Reads at most :data:`ACTIVE_PROBE` of the scope's running and queued tasks first: at the end of a
     large batch almost none are, and the planner, with statistics from the middle of the import
-    (most tasks active), chose a sequential scan of every task of every scope for the join of
-    members and tasks, in the write-back of each of the batch's last tasks (a 300,000-task batch:
-    73 ms per task; bench/task_queue.py --batch-tail). Only a scope with more active tasks than
-    that, none of them in the batch, is answered from the batch's members."""
+    (many tasks active), chose a sequential scan of every task of every scope for the join of
+    members and tasks, in the write-back of each of the batch's last tasks (bench/task_queue.py
+    --batch-tail 300000: 3.8–5.8 ms p50 per check, growing with the tasks table, against 0.9–1.5;
+    bench/ingest.py: 3.0 → 0.6 ms per call). Only a scope with more running or more
+    unparked queued tasks than that, none of those read in the batch (e.g. a second import's), is
+    answered from the join, as before."""
     found, most = session.execute(_ACTIVE_PROBE_SQL, {"s": scope_id, "b": batch_id, "k": ACTIVE_PROBE}).one()
     if found or most < ACTIVE_PROBE:  # every running and queued task of the scope was read
         return bool(found)
+    return _members_active(session, scope_id, batch_id)
+
+
+def _members_active(session: Session, scope_id: str, batch_id: str) -> bool:
+    """The join of the batch's members with their tasks (the planner picks the side to start from)."""
     return bool(session.execute(_ACTIVE_SQL, {"s": scope_id, "b": batch_id}).scalar_one())
 
 
