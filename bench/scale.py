@@ -279,9 +279,8 @@ def grow(
                 ),
                 {"s": scope_id, "k1": keyword.BM25_K1, "b": keyword.BM25_B, "avgdl": avgdl},
             )
-            mixed = (
-                "e.embedding + coalesce(e2.embedding * array_fill(m.mate_weight, ARRAY[{dims}])::vector,"
-                " array_fill(0, ARRAY[{dims}])::vector)"
+            mixed = (  # a source without a vector of that field for the mate: its own vector
+                "coalesce(e.embedding + e2.embedding * array_fill(m.mate_weight, ARRAY[{dims}])::vector, e.embedding)"
                 if clone_vectors == "mix"
                 else "e.embedding"
             )

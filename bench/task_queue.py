@@ -212,7 +212,7 @@ def batch_tail(sessions, n: int, tail: int = 200) -> None:
         )
     checks = {
         "has_active_member": lambda session: batches.has_active_member(session, scope.scope_id, batch_id),
-        "members ⋈ tasks alone": lambda session: session.execute(batches._ACTIVE_SQL, params).scalar_one(),
+        "members ⋈ tasks alone": lambda session: batches._members_active(session, scope.scope_id, batch_id),
     }
     times: dict[str, list[float]] = {name: [] for name in checks}
     for k, task_id in enumerate(left):
