@@ -32,6 +32,7 @@ from mewdex.web.routers import (
     health,
     memes,
     pages,
+    pwa,
     schedules,
     schedules_page,
     search,
@@ -108,6 +109,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         channel_setup,
         schedules,
         schedules_page,
+        pwa,
     ):
         app.include_router(module.router)
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.

@@ -46,10 +46,14 @@ FORWARDED_HEADERS = frozenset(
         b"x-real-ip",
     }
 )
+# The Web Share Target's fallback (web/routers/pwa.py): reads no body, stores nothing, redirects.
+SHARE_TARGET_PATH = "/share-target"
 SESSION_COOKIE = "mewdex_session"  # platform.sessions.COOKIE_NAME (kept here: this module sits below platform)
 SESSION_COOKIES = (SESSION_COOKIE, "__Host-" + SESSION_COOKIE)  # plain http / Secure (platform.sessions.cookie_names)
 # State changes that need no credential: they are how one gets one.
-ANONYMOUS_BODY_PATHS = frozenset({"/api/v1/auth/login", "/api/v1/auth/signup", "/api/v1/auth/logout"})
+ANONYMOUS_BODY_PATHS = frozenset(
+    {"/api/v1/auth/login", "/api/v1/auth/signup", "/api/v1/auth/logout", SHARE_TARGET_PATH}
+)
 # Chat platforms' inbound endpoints: no session; each route checks its platform's own secret or signature.
 CHANNEL_CALLBACK_PREFIX = "/channels/"
 UPLOAD_OVERHEAD_BYTES = 1024 * 1024  # multipart headers and boundaries around the files
@@ -222,7 +226,7 @@ def body_limit(method: str, path: str) -> tuple[int, str]:
     """``(most bytes, error code)`` of a request body to ``path`` (module doc, 3)."""
     settings = get_settings()
     if method == "POST":
-        if path == "/api/v1/memes":
+        if path in ("/api/v1/memes", SHARE_TARGET_PATH):
             return UPLOAD_REQUEST_BYTES + UPLOAD_OVERHEAD_BYTES, "upload_too_large"
         if path in ("/api/v1/search/image", "/ui/search/image"):
             return settings.max_upload_bytes + UPLOAD_OVERHEAD_BYTES, "upload_too_large"

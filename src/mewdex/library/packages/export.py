@@ -149,6 +149,9 @@ def export_to_file(
     return plan
 
 
-def content_disposition(filename: str) -> str:
+def content_disposition(filename: str, disposition: str = "attachment") -> str:
+    """A ``Content-Disposition`` value (RFC 6266) naming ``filename``: an ASCII ``filename`` fallback
+    and the UTF-8 ``filename*``; path separators and control characters become ``_``."""
+    filename = "".join("_" if ord(c) < 32 or ord(c) == 127 or c in "/\\" else c for c in filename)
     ascii_name = filename.encode("ascii", "replace").decode().replace("?", "_").replace('"', "_")
-    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename)}"
+    return f"{disposition}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename)}"

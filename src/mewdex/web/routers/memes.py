@@ -21,6 +21,7 @@ from mewdex.dto.memes import MemePage, RenameRequest, UploadResponse
 from mewdex.library import listing
 from mewdex.library import memes as library
 from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
+from mewdex.library.packages import content_disposition
 from mewdex.library.scopes import storage_namespace
 from mewdex.queue import backpressure
 from mewdex.search.image_search import near_duplicates_of_many
@@ -77,12 +78,24 @@ def read_meme(
 @router.get("/media/{meme_id}")
 @router.head("/media/{meme_id}", include_in_schema=False)
 def media(
-    meme_id: str, request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+    meme_id: str,
+    request: Request,
+    download: bool = Query(False, description="true: ``Content-Disposition: attachment`` (save, not show)"),
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
 ):
-    """Original bytes with their real ``Content-Type``, ``ETag`` (sha256) and a year-long immutable cache."""
+    """Original bytes with their real ``Content-Type``, ``ETag`` (sha256), a year-long immutable cache
+    and ``Content-Disposition`` naming the file ``<name><extension>`` (``inline``; ``attachment`` with
+    ``?download=1``), so a saved or shared image keeps its name and type."""
     meme = get_meme(session, scope, meme_id)
     etag = f'"{meme.sha256}"'
-    headers = {"ETag": etag, "Cache-Control": "private, max-age=31536000, immutable"}
+    headers = {
+        "ETag": etag,
+        "Cache-Control": "private, max-age=31536000, immutable",
+        "Content-Disposition": content_disposition(
+            f"{meme.display_name}{meme.extension}", "attachment" if download else "inline"
+        ),
+    }
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers=headers)
     namespace = storage_namespace(session, scope.scope_id)

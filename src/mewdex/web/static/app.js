@@ -88,6 +88,30 @@ async function copyImage(id) {
   }
 }
 
+const EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp"};
+
+// Share (phones; shown where the browser has the Web Share API): the image itself as a file named
+// "<name>.<ext>", or its link where files cannot be shared. A cancelled share says nothing.
+async function shareMeme(holder) {
+  const id = holder.dataset.id;
+  try {
+    const resp = await fetch(`/media/${id}`);
+    if (!resp.ok) throw new Error(String(resp.status));
+    const blob = await resp.blob();
+    const name = (holder.dataset.name || "meme") + (holder.dataset.ext || EXTENSIONS[blob.type] || "");
+    const file = new File([blob], name, {type: blob.type});
+    if (navigator.canShare && navigator.canShare({files: [file]})) {
+      await navigator.share({files: [file], title: holder.dataset.name || ""});
+    } else {
+      await navigator.share({url: await mediaLink(id), title: holder.dataset.name || ""});
+    }
+  } catch (e) {
+    if (e && e.name === "AbortError") return;
+    toast(t("js.share_failed"), "error");
+  }
+}
+if (navigator.share) document.documentElement.classList.add("can-share");
+
 // Signed in (login required): a signed, expiring link that works in chats without a session.
 async function mediaLink(id) {
   if (window.mewdexCsrfToken && window.mewdexCsrfToken()) {
@@ -387,6 +411,7 @@ document.addEventListener("click", (e) => {
   const id = holder && holder.dataset.id;
   switch (action) {
     case "copy-image": copyImage(id); break;
+    case "share": shareMeme(holder); break;
     case "copy-link": mediaLink(id).then(copyText).then((ok) => toast(ok ? t("js.copied_link") : t("js.copy_failed"), ok ? "ok" : "error")); break;
     case "close-dialog": dialog.close(); break;
     case "toggle-nav": toggleNav(el.getAttribute("aria-expanded") !== "true"); break;
@@ -653,6 +678,30 @@ function uploadPage() {
     pump();
   }
 
+  // Pictures shared to the installed app (Web Share Target): the service worker left them in Cache
+  // Storage and sent the browser here with ?shared=N; they go through the normal upload path.
+  async function receiveShared() {
+    const shared = new URLSearchParams(location.search).get("shared");
+    if (shared === null) return;
+    history.replaceState(null, "", "/upload");
+    if (shared === "unavailable" || shared === "failed" || !("caches" in window)) {
+      $("#upload-summary").textContent = t(shared === "failed" ? "js.shared_failed" : "js.shared_unavailable");
+      return;
+    }
+    const cache = await caches.open("mewdex-shared");
+    const files = [];
+    for (const request of await cache.keys()) {
+      const resp = await cache.match(request);
+      const blob = await resp.blob();
+      const name = decodeURIComponent(resp.headers.get("X-Filename") || "shared");
+      files.push(new File([blob], name, {type: blob.type}));
+      await cache.delete(request);
+    }
+    if (files.length) add(files);
+    else $("#upload-summary").textContent = t("js.shared_none");
+  }
+  receiveShared();
+
   input.addEventListener("change", () => { add([...input.files]); input.value = ""; });
   drop.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); input.click(); } });
   ["dragenter", "dragover"].forEach((ev) => drop.addEventListener(ev, (e) => { e.preventDefault(); drop.classList.add("over"); }));
@@ -669,6 +718,11 @@ document.body.addEventListener("htmx:beforeRequest", (e) => {
 });
 
 // ------------------------------------------------------------------ start
+
+// The installable app's service worker (static/sw.js: the shell when offline, the share target).
+if ("serviceWorker" in navigator && window.isSecureContext) {
+  navigator.serviceWorker.register("/sw.js").catch(() => { /* the site works without it */ });
+}
 
 const pages = {search: searchPage, library: libraryPage, upload: uploadPage};
 (pages[document.body.dataset.page] || (() => {}))();

@@ -129,7 +129,7 @@
   }
 
   function card(m) {
-    const li = node("li", {class: "card chat-card", "data-id": m.meme_id});
+    const li = node("li", {class: "card chat-card", "data-id": m.meme_id, "data-name": m.display_name});
     const a = node("a", {class: "card-open", href: m.page_url, target: "_blank", rel: "noopener"});
     a.append(node("img", {src: m.thumbnail_url, alt: m.display_name, loading: "lazy", decoding: "async"}));
     a.append(node("span", {class: "name"}, m.display_name));
@@ -139,7 +139,10 @@
                                "aria-label": t("js.copy_image")}), "copy"),
       withIcon(node("button", {type: "button", "data-action": "copy-link", title: t("js.copy_link"),
                                "aria-label": t("js.copy_link")}), "link"),
-      withIcon(node("a", {href: m.media_url, download: m.display_name, title: t("js.download"),
+      withIcon(node("button", {type: "button", "data-action": "share", title: t("js.share"),
+                               "aria-label": t("js.share")}), "share"),
+      // download="" keeps the server's file name (Content-Disposition: name and extension)
+      withIcon(node("a", {href: `${m.media_url}?download=1`, download: "", title: t("js.download"),
                           "aria-label": t("js.download")}), "download"),
     );
     li.append(a, actions);
