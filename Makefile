@@ -51,12 +51,14 @@ browser:
 		|| echo "warning: could not install Debian chromium; the browser tests will be skipped"
 
 # The code checks run first and fail the build (seconds; config in pyproject.toml): lint, format,
-# types (strict for the queue and its task-type API), import contracts (docs/architecture.md).
+# types (strict for the queue and its task-type API), import contracts (docs/architecture.md), and
+# declared dependencies (deptry: every import of src/ is declared, every runtime dependency is used).
 check: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/deptry src
 
 # Two test processes (pytest-xdist), one test file at a time each; every process has its own embedded
 # PostgreSQL (tests/conftest.py), so the run takes about half as long on two cores.
