@@ -404,9 +404,10 @@ def cdn_url() -> str:
 
 
 def qr_svg(content: str) -> str:
-    """An SVG QR code of ``content`` (what the Channels page shows to scan)."""
+    """An SVG QR code of ``content`` (what the Channels page shows to scan): always a full QR code
+    (``segno.make`` picks a Micro QR for short content, which WeChat cannot scan)."""
     buffer = io.BytesIO()
-    segno.make(content, error="m").save(buffer, kind="svg", scale=4, border=2, xmldecl=False, svgns=True)
+    segno.make_qr(content, error="m").save(buffer, kind="svg", scale=4, border=2, xmldecl=False, svgns=True)
     return buffer.getvalue().decode()
 
 
