@@ -102,6 +102,7 @@ def test_every_api_operation_that_takes_a_body_documents_it(spec):
         "/api/v1/auth/logout",
         "/api/v1/auth/logout-everywhere",
         "/api/v1/admin/disk-usage/rescan",
+        "/api/v1/admin/users/{user_id}/reset-link",
         "/api/v1/connectors/connections/{connection_id}/verify",
         "/api/v1/admin/connectors/{definition_id}/grants/{user_id}",
         "/api/v1/conversations/{conversation_id}/restore",

@@ -20,6 +20,8 @@ class User(UserBrief):
     disabled: bool
     scope_id: str
     created_at: Timestamp | None = None
+    time_zone: str | None = Field(None, description="IANA zone the pages show times in; null: the browser's")
+    language: Literal["en", "zh"] | None = Field(None, description="page language; null: the browser's")
 
 
 class Quota(Dto):
@@ -108,6 +110,28 @@ class UsageSummary(Dto):
     group_by: Literal["day", "kind", "model_profile", "user"]
     groups: list[UsageGroup]
     total: UsageTotal
+
+
+class ResetLink(Dto):
+    """A one-time password reset link (shown once; works once, until ``expires_at``)."""
+
+    url: str = Field(description="``<base>/reset#mdr_…``")
+    expires_at: Timestamp
+
+
+class CreatedUser(Dto):
+    user: AdminUser
+    reset_link: ResetLink | None = Field(None, description="made when no password was given: the user sets one")
+
+
+class InstanceUsage(Dto):
+    """The whole instance: accounts, memes and stored bytes, this month's analysis cost (CNY)."""
+
+    users: int
+    users_disabled: int
+    memes: int
+    storage_bytes: int
+    analysis_cost_this_month: float
 
 
 class InstanceSettings(Dto):

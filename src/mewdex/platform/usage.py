@@ -121,3 +121,30 @@ def summary(session: Session, *, start: datetime, end: datetime, group_by: str, 
         "groups": groups,
         "total": {"events": sum(g["events"] for g in groups), "cost": round(sum(g["cost"] for g in groups), 6)},
     }
+
+
+def instance_usage(session: Session) -> dict:
+    """The whole instance (:class:`mewdex.dto.users.InstanceUsage`): ``{"users", "users_disabled",
+    "memes", "storage_bytes", "analysis_cost_this_month"}`` — memes and bytes from every account's
+    kept-exact disk usage row, cost in CNY over every scope this calendar month (UTC)."""
+    from mewdex.db.models import UserDiskUsage
+
+    accounts, disabled = session.execute(
+        select(func.count(), func.count().filter(User.disabled.is_(True))).select_from(User)
+    ).one()
+    memes, stored = session.execute(
+        select(func.coalesce(func.sum(UserDiskUsage.file_count), 0), func.coalesce(func.sum(UserDiskUsage.bytes_used), 0))
+    ).one()
+    start = utcnow().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    cost = session.execute(
+        select(func.coalesce(func.sum(UsageEvent.cost_cny), 0)).where(
+            UsageEvent.kind == "analysis", UsageEvent.created_at >= start
+        )
+    ).scalar_one()
+    return {
+        "users": int(accounts),
+        "users_disabled": int(disabled),
+        "memes": int(memes),
+        "storage_bytes": int(stored),
+        "analysis_cost_this_month": float(cost),
+    }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import cast
+from typing import Literal, cast
 
 import bcrypt
 from sqlalchemy import Table, func, select
@@ -221,7 +221,8 @@ def _keep_an_admin(session: Session, user: User) -> None:
 
 
 def user_dict(user: User) -> dict:
-    """``{"id", "email", "name", "role", "disabled", "scope_id", "created_at"}`` (:class:`mewdex.dto.users.User`)."""
+    """``{"id", "email", "name", "role", "disabled", "scope_id", "created_at", "time_zone", "language"}``
+    (:class:`mewdex.dto.users.User`)."""
     return UserDto(
         id=str(user.user_id),
         email=user.email,
@@ -230,8 +231,53 @@ def user_dict(user: User) -> dict:
         disabled=user.disabled,
         scope_id=user.scope_id,
         created_at=user.created_at.isoformat() if user.created_at else None,
+        time_zone=user.time_zone,
+        language=cast(Literal["en", "zh"] | None, user.language),
     ).model_dump()
 
 
 def list_users(session: Session) -> list[User]:
     return list(session.execute(select(User).order_by(User.created_at, User.user_id)).scalars())
+
+
+MAX_TIME_ZONE_CHARS = 64
+LANGUAGES = ("en", "zh")
+
+
+def check_time_zone(name: str) -> str:
+    """The IANA zone name, stripped (``Asia/Shanghai``, ``UTC``); 422 ``timezone_invalid`` for an
+    unknown, empty, over-64-character or path-like name."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    value = name.strip() if isinstance(name, str) else ""
+    if not value or len(value) > MAX_TIME_ZONE_CHARS or value.startswith("/") or ".." in value or "\x00" in value:
+        raise PlatformError("timezone_invalid", "unknown time zone (use an IANA name, e.g. Asia/Shanghai)")
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise PlatformError("timezone_invalid", "unknown time zone (use an IANA name, e.g. Asia/Shanghai)") from None
+    return value
+
+
+def set_preferences(
+    user: User, *, time_zone: str | None = None, language: str | None = None, fields: set[str] | None = None
+) -> None:
+    """Set the account's time zone (IANA name; 422 ``timezone_invalid``) and page language (``en`` or
+    ``zh``; 422 ``language_invalid``). Only the names in ``fields`` change (all given ones when None);
+    a field in ``fields`` set to None goes back to the browser's choice."""
+    fields = fields if fields is not None else {k for k, v in (("time_zone", time_zone), ("language", language)) if v}
+    if "time_zone" in fields:
+        user.time_zone = None if time_zone is None else check_time_zone(time_zone)
+    if "language" in fields:
+        if language is not None and language not in LANGUAGES:
+            raise PlatformError("language_invalid", "language is en or zh", {"allowed": list(LANGUAGES)})
+        user.language = language
+
+
+def default_time_zone(user: User, browser_zone: str | None) -> None:
+    """At sign-in: an account without a time zone takes the browser's (ignored when not a known zone)."""
+    if user.time_zone is None and browser_zone:
+        try:
+            user.time_zone = check_time_zone(browser_zone)
+        except PlatformError:
+            pass

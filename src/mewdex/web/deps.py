@@ -135,3 +135,9 @@ def parse_id(value: str, what: str = "meme") -> UUID:
         return UUID(value)
     except ValueError:
         raise ApiError(404, "not_found", f"{what} not found") from None
+
+
+def public_base_url(request: Request) -> str:
+    """The base links handed to people start with: ``MEWDEX_PUBLIC_URL`` when set, else the request's
+    own base URL (no trailing slash)."""
+    return (get_settings().public_url or str(request.base_url)).rstrip("/")

@@ -52,7 +52,7 @@ SESSION_COOKIE = "mewdex_session"  # platform.sessions.COOKIE_NAME (kept here: t
 SESSION_COOKIES = (SESSION_COOKIE, "__Host-" + SESSION_COOKIE)  # plain http / Secure (platform.sessions.cookie_names)
 # State changes that need no credential: they are how one gets one.
 ANONYMOUS_BODY_PATHS = frozenset(
-    {"/api/v1/auth/login", "/api/v1/auth/signup", "/api/v1/auth/logout", SHARE_TARGET_PATH}
+    {"/api/v1/auth/login", "/api/v1/auth/signup", "/api/v1/auth/logout", "/api/v1/auth/reset", SHARE_TARGET_PATH}
 )
 # Chat platforms' inbound endpoints: no session; each route checks its platform's own secret or signature.
 CHANNEL_CALLBACK_PREFIX = "/channels/"

@@ -33,6 +33,7 @@ from mewdex.db.models.pipeline import (
 from mewdex.db.models.platform import (
     ApiToken,
     LoginFailure,
+    PasswordResetLink,
     PlatformSetting,
     UsageEvent,
     User,

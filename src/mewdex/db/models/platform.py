@@ -66,9 +66,16 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
     # Bumped by a password change/reset or disabling: signed links of older epochs stop working.
     auth_epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default=text("0"))
+    # The account's IANA time zone for the pages' times (NULL until the first sign-in from a browser
+    # sets it from Intl.DateTimeFormat; the account page changes it) and its page language (NULL: the
+    # browser's Accept-Language / the language switch decide).
+    time_zone: Mapped[str | None] = mapped_column(Text)
+    language: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         CheckConstraint("role IN ('user','admin')", name="ck_users_role"),
+        CheckConstraint("language IS NULL OR language IN ('en','zh')", name="ck_users_language"),
+        CheckConstraint("time_zone IS NULL OR length(time_zone) BETWEEN 1 AND 64", name="ck_users_time_zone"),
         CheckConstraint("quota_storage_bytes IS NULL OR quota_storage_bytes >= 0", name="ck_users_quota_storage"),
         CheckConstraint("quota_memes IS NULL OR quota_memes >= 0", name="ck_users_quota_memes"),
         CheckConstraint(
@@ -118,6 +125,21 @@ class ApiToken(Base):
         ),
         Index("ix_api_tokens_user", "user_id"),
     )
+
+
+class PasswordResetLink(Base):
+    """A one-time password reset link an admin made for a user: only the sha256 of the link's token
+    is stored; ``used_at`` is set by the one reset it allows."""
+
+    __tablename__ = "password_reset_links"
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[UUID] = mapped_column(Uuid, ForeignKey("users.user_id", ondelete="CASCADE"), nullable=False)
+    created_by: Mapped[UUID | None] = mapped_column(Uuid, ForeignKey("users.user_id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = created_at()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_password_reset_links_user", "user_id"),)
 
 
 class LoginFailure(Base):

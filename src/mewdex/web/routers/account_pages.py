@@ -1,15 +1,30 @@
-"""Account pages of the web UI: ``/login`` (sign in, sign up, sign out) and ``/admin`` (users with
-disk use, quota bars and this month's analysis cost; 404 for non-admins). Browsers that open a
-page without a session while login is required are sent to ``/login`` (see :mod:`mewdex.web.errors`)."""
+"""Account pages of the web UI.
+
+* ``/login`` — sign in, sign up (when open), and on a new install the setup page that creates the
+  admin with the one-time setup code;
+* ``/settings`` — the account page: language and time zone, API tokens (made with scopes and an
+  expiry, shown once, revoked), password change, sign out everywhere (single-user mode: language only);
+* ``/reset`` — set a new password with an admin's one-time link (``/reset#mdr_…``);
+* ``/admin`` — instance usage, the sign-up switch, users (disk use, quota bars, this month's analysis
+  cost; disable/enable, quotas, reset links) and new accounts; 404 for non-admins.
+
+Each page is a template of sections, one partial per section (``templates/account/``,
+``templates/admin/``); the token and user lists are also fragments (``/ui/account/tokens``,
+``/ui/admin/users``) the page reloads after a change. Changes go through the JSON API. Browsers that
+open a page without a session while login is required are sent to ``/login`` (see
+:mod:`mewdex.web.errors`).
+"""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 from sqlalchemy.orm import Session
 
-from mewdex.platform import sessions, users
+from mewdex.db.models import User, utcnow
+from mewdex.platform import sessions, tokens, usage, users
+from mewdex.platform.auth import Principal
 from mewdex.platform.instance import get_setting
-from mewdex.web.deps import db_session, require_admin, session_cookie_names
+from mewdex.web.deps import current_principal, current_user, db_session, require_admin, session_cookie_names
 from mewdex.web.routers.admin import admin_user_dict
 from mewdex.web.routers.pages import render
 
@@ -40,14 +55,93 @@ def login_page(request: Request, next: str = "/", session: Session = Depends(db_
     )
 
 
-@router.get("/admin", dependencies=[Depends(require_admin)])
-def admin_page(request: Request, session: Session = Depends(db_session)):
+# ------------------------------------------------------------------ the account page
+
+
+def _token_rows(session: Session, user: User) -> list[dict]:
+    """The user's tokens, live ones first (newest first), each with ``state`` live|expired|revoked."""
+    now = utcnow()
+    rows = []
+    for row in tokens.list_tokens(session, user):
+        state = "revoked" if row.revoked_at else "expired" if row.expires_at and row.expires_at <= now else "live"
+        rows.append({**tokens.token_dict(row), "state": state})
+    rows.reverse()
+    rows.sort(key=lambda r: r["state"] != "live")
+    return rows
+
+
+@router.get("/settings")
+def account_page(
+    request: Request, principal: Principal = Depends(current_principal), session: Session = Depends(db_session)
+):
+    user = principal.user
+    return render(
+        request,
+        "account.html",
+        {
+            "page": "account",
+            "account": users.user_dict(user) if user is not None else None,
+            "is_admin": principal.is_admin,
+            "tokens": _token_rows(session, user) if user is not None else [],
+            "now_iso": utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+    )
+
+
+@router.get("/ui/account/tokens")
+def token_rows_fragment(request: Request, user: User = Depends(current_user), session: Session = Depends(db_session)):
+    return render(request, "account/token_rows.html", {"tokens": _token_rows(session, user)})
+
+
+@router.get("/reset")
+def reset_page(request: Request):
+    """The reset form; the link's token is after ``#`` (the script reads it; the server never sees it here)."""
+    return render(request, "reset.html", {"page": "reset"})
+
+
+# ------------------------------------------------------------------ the admin page
+
+
+def _user_rows(session: Session) -> list[dict]:
+    """Every account as the admin API shows it, plus ``override``: its own quota fields (None: the default)."""
+    return [
+        {
+            **admin_user_dict(session, u),
+            "override": {
+                "storage_bytes": u.quota_storage_bytes,
+                "memes": u.quota_memes,
+                "analysis_cost_per_month": (
+                    float(u.quota_analysis_cost_per_month) if u.quota_analysis_cost_per_month is not None else None
+                ),
+            },
+        }
+        for u in users.list_users(session)
+    ]
+
+
+def _me_id(principal: Principal) -> str | None:
+    return str(principal.user.user_id) if principal.user is not None else None
+
+
+@router.get("/admin")
+def admin_page(
+    request: Request, principal: Principal = Depends(require_admin), session: Session = Depends(db_session)
+):
     return render(
         request,
         "admin.html",
         {
             "page": "admin",
-            "users": [admin_user_dict(session, u) for u in users.list_users(session)],
+            "users": _user_rows(session),
+            "me_id": _me_id(principal),
             "signup_enabled": bool(get_setting(session, "signup_enabled", False)),
+            "instance": usage.instance_usage(session),
         },
     )
+
+
+@router.get("/ui/admin/users")
+def user_rows_fragment(
+    request: Request, principal: Principal = Depends(require_admin), session: Session = Depends(db_session)
+):
+    return render(request, "admin/user_rows.html", {"users": _user_rows(session), "me_id": _me_id(principal)})

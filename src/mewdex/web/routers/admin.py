@@ -1,6 +1,9 @@
 """Admin endpoints (404 for non-admins, like a missing route):
 
 * ``GET /api/v1/admin/users`` → ``{"users": [{…user, "quota", "disk", "analysis_cost_this_month"}]}``
+* ``POST /api/v1/admin/users`` ``{email, name?, role?, password?}`` → 201 ``{"user", "reset_link"}``
+* ``POST /api/v1/admin/users/{id}/reset-link`` → 201 ``{"url", "expires_at"}`` (one-time)
+* ``GET /api/v1/admin/instance`` → accounts, memes, stored bytes, this month's analysis cost
 * ``PATCH /api/v1/admin/users/{id}`` ``{role?, disabled?, quota?: {storage_bytes?, memes?,
   analysis_cost_per_month?}}`` (a quota field set to null returns to the configured default)
 * ``GET /api/v1/admin/usage?from=&to=&group_by=day|kind|model_profile|user`` (all users)
@@ -13,7 +16,9 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from fastapi import APIRouter, Depends, Query
+import secrets
+
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
@@ -22,14 +27,17 @@ from mewdex.db.models import User
 from mewdex.dto.users import (
     AdminUser,
     AdminUserList,
+    CreatedUser,
     InstanceSettings,
+    InstanceUsage,
     RescanResult,
+    ResetLink,
     UsageSummary,
 )
-from mewdex.platform import quotas, usage, users
+from mewdex.platform import password_reset, quotas, usage, users
 from mewdex.platform.auth import Principal
 from mewdex.platform.instance import get_setting, set_setting
-from mewdex.web.deps import db_session, parse_id, require_admin
+from mewdex.web.deps import db_session, parse_id, public_base_url, require_admin
 from mewdex.web.errors import ApiError, error_responses
 from mewdex.web.routers.usage import time_range
 
@@ -53,6 +61,13 @@ class UserPatch(BaseModel):
     quota: QuotaPatch | None = None
 
 
+class NewUser(BaseModel):
+    email: str
+    name: str | None = None
+    role: str | None = None  # user (default) | admin
+    password: str | None = None  # none: the answer carries a one-time link where the user sets it
+
+
 class SettingsPatch(BaseModel):
     signup_enabled: bool | None = None
 
@@ -69,6 +84,50 @@ def admin_user_dict(session: Session, user: User) -> dict:
 @router.get("/users", response_model=AdminUserList)
 def list_users(session: Session = Depends(db_session)):
     return {"users": [admin_user_dict(session, u) for u in users.list_users(session)]}
+
+
+def _reset_link(request: Request, session: Session, user: User, admin: Principal) -> dict:
+    token, expires_at = password_reset.create_link(session, user, created_by=admin.user)
+    return {"url": f"{public_base_url(request)}/reset#{token}", "expires_at": expires_at.isoformat()}
+
+
+@router.post("/users", status_code=201, response_model=CreatedUser)
+def create_user(
+    body: NewUser,
+    request: Request,
+    admin: Principal = Depends(require_admin),
+    session: Session = Depends(db_session),
+):
+    """A new account (sign-up need not be open; ``role`` default user, admin for an installation's
+    first account). Without ``password`` the account gets an unusable
+    random one and the answer's ``reset_link`` (one-time, 24 h) lets the person choose theirs.
+    409 ``email_taken``; 422 ``email_invalid``, ``role_invalid``, the password rules."""
+    if body.role is not None and body.role not in ("user", "admin"):
+        raise ApiError(422, "role_invalid", "role must be user or admin")
+    password = body.password if body.password is not None else secrets.token_urlsafe(32)
+    user = users.create_user(session, body.email, password, name=body.name, role=body.role)
+    link = _reset_link(request, session, user, admin) if body.password is None else None
+    return {"user": admin_user_dict(session, user), "reset_link": link}
+
+
+@router.post("/users/{user_id}/reset-link", status_code=201, response_model=ResetLink)
+def reset_link(
+    user_id: str, request: Request, admin: Principal = Depends(require_admin), session: Session = Depends(db_session)
+):
+    """A one-time link (24 h) where the user sets a new password (``/reset#mdr_…``; shown only here);
+    an older unused link of the user stops working. Using it ends the user's sessions and revokes
+    their API tokens. 409 ``user_disabled`` (enable the account first)."""
+    user = users.get_user(session, parse_id(user_id, "user"))
+    if user is None:
+        raise ApiError(404, "not_found", "user not found")
+    return _reset_link(request, session, user, admin)
+
+
+@router.get("/instance", response_model=InstanceUsage)
+def instance(session: Session = Depends(db_session)):
+    """The whole instance: ``{"users", "users_disabled", "memes", "storage_bytes",
+    "analysis_cost_this_month"}`` (memes and bytes of every account; cost in CNY, this month)."""
+    return usage.instance_usage(session)
 
 
 @router.patch("/users/{user_id}", response_model=AdminUser)

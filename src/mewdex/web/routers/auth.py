@@ -3,9 +3,12 @@
 * ``POST /api/v1/auth/signup`` ``{email, password, name?}`` → 201 ``{"user", "csrf_token"}`` (signed in)
 * ``POST /api/v1/auth/login`` ``{email, password}`` → 200 ``{"user", "csrf_token"}`` + session cookie
 * ``POST /api/v1/auth/logout`` → 204
+* ``POST /api/v1/auth/logout-everywhere`` → 204 (every session of the caller ends)
 * ``POST /api/v1/auth/password`` ``{current_password, new_password}`` → 204 (other sessions end)
+* ``POST /api/v1/auth/reset`` ``{token, new_password}`` → 204 (an admin's one-time reset link)
 * ``GET /api/v1/me`` → ``{"user", "auth", "quota", "disk", "analysis_cost_this_month"}``
-* ``POST /api/v1/tokens`` ``{name}`` → 201 ``{"id", "name", "token", …}`` (the token is shown once)
+* ``PATCH /api/v1/me`` ``{time_zone?, language?}`` → the user (null: back to the browser's)
+* ``POST /api/v1/tokens`` ``{name, scopes?, expires_in_days?}`` → 201 ``{"id", "name", "token", …}`` (shown once)
 * ``GET /api/v1/tokens``, ``DELETE /api/v1/tokens/{id}``
 * ``GET /api/v1/memes/{id}/signed-url?ttl_seconds=&thumbnail=`` → ``{"url", "expires_at"}``
 """
@@ -22,7 +25,8 @@ from sqlalchemy.orm import Session
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, User
 from mewdex.dto.users import Me, NewToken, SignedIn, SignedUrl, TokenList
-from mewdex.platform import media_urls, quotas, sessions, tokens, usage, users
+from mewdex.dto.users import User as UserDto
+from mewdex.platform import media_urls, password_reset, quotas, sessions, tokens, usage, users
 from mewdex.platform.auth import Principal, auth_mode
 from mewdex.web.deps import (
     bind_host,
@@ -32,6 +36,7 @@ from mewdex.web.deps import (
     parse_id,
     session_cookie_names,
 )
+from mewdex.web import i18n
 from mewdex.web.errors import ApiError, error_responses
 from mewdex.web.security import client_ip, cookies_secure
 
@@ -43,11 +48,23 @@ class SignupRequest(BaseModel):
     password: str
     name: str | None = None
     setup_code: str | None = None
+    time_zone: str | None = None  # the browser's IANA zone
 
 
 class LoginRequest(BaseModel):
     email: str
     password: str
+    time_zone: str | None = None  # the browser's IANA zone: the account's when it has none yet
+
+
+class ResetRequest(BaseModel):
+    token: str
+    new_password: str
+
+
+class PreferencesPatch(BaseModel):
+    time_zone: str | None = None  # IANA name; null: the browser's
+    language: str | None = None  # en | zh; null: the browser's
 
 
 class PasswordRequest(BaseModel):
@@ -94,6 +111,7 @@ def signup(body: SignupRequest, request: Request, response: Response, session: S
     user = users.create_user(
         session, body.email, body.password, name=body.name, check_signup=True, setup_code=body.setup_code
     )
+    users.default_time_zone(user, body.time_zone)
     csrf = _sign_in(request, response, session, user)
     return {"user": users.user_dict(user), "csrf_token": csrf}
 
@@ -106,7 +124,10 @@ def login(body: LoginRequest, request: Request, response: Response, session: Ses
     Secure cookies). 401
     ``invalid_credentials`` for any failure; 429 ``rate_limited`` with ``Retry-After``."""
     user = sessions.authenticate(session, body.email, body.password, _client_ip(request))
+    users.default_time_zone(user, body.time_zone)
     csrf = _sign_in(request, response, session, user)
+    if user.language:  # the account's page language follows it to this browser
+        response.set_cookie(i18n.COOKIE, user.language, max_age=365 * 24 * 3600, samesite="lax")
     return {"user": users.user_dict(user), "csrf_token": csrf}
 
 
@@ -142,6 +163,30 @@ def change_password(
     users.change_password(session, user, body.current_password, body.new_password)
     sessions.end_all_sessions(session, user, keep=principal.session_value)
     return Response(status_code=204)
+
+
+@router.post("/auth/reset", status_code=204, responses=error_responses(410))
+def reset_password(body: ResetRequest, request: Request, session: Session = Depends(db_session)) -> Response:
+    """Set a new password with a one-time reset link's token (``/reset#mdr_…``, made by an admin);
+    the link is used up, every session and API token of the account ends. Not signed in afterwards:
+    sign in with the new password. 410 ``reset_link_invalid`` (used, expired, unknown, or the account
+    is disabled); 422 ``password_too_short``/``password_too_long``/``password_invalid`` (the link
+    stays usable)."""
+    password_reset.reset_password(session, body.token, body.new_password)
+    response = Response(status_code=204)
+    _sign_out(request, response)
+    return response
+
+
+@router.patch("/me", response_model=UserDto)
+def update_me(body: PreferencesPatch, user: User = Depends(current_user), session: Session = Depends(db_session)):
+    """The account's preferences: ``time_zone`` (IANA name, e.g. ``Asia/Shanghai``: the zone pages show
+    times in) and ``language`` (``en``/``zh``); a field sent as null goes back to the browser's
+    choice, a field left out stays. 422 ``timezone_invalid``, ``language_invalid``; 409
+    ``no_accounts`` in single-user mode."""
+    users.set_preferences(user, time_zone=body.time_zone, language=body.language, fields=body.model_fields_set)
+    session.flush()
+    return users.user_dict(user)
 
 
 @router.get("/me", response_model=Me)

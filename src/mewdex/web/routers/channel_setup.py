@@ -46,9 +46,9 @@ def _user_id(session: Session, scope: ScopeContext):
 
 
 def _base_url(request: Request) -> str:
-    from mewdex.config import get_settings
+    from mewdex.web.deps import public_base_url
 
-    return (get_settings().public_url or str(request.base_url)).rstrip("/")
+    return public_base_url(request)
 
 
 def _platform_error(exc: clawbot.ClawBotError) -> ApiError:

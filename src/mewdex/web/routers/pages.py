@@ -20,6 +20,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -54,12 +55,18 @@ def _filesize(n: float | None) -> str:
     return ""
 
 
-def _when(value: datetime | str | None) -> str:
-    if value is None:
-        return ""
+def _when(value: datetime | str | None) -> Markup:
+    """An instant as ``<time datetime="…Z" data-when>2026-12-03 18:33 UTC</time>``: the page's
+    times.js rewrites the text in the reader's time zone (the account's, else the browser's) and the
+    page's language with ``Intl.DateTimeFormat``; the UTC text is what a script-less reader sees."""
+    if value is None or value == "":
+        return Markup("")
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    utc = value.astimezone(UTC)
+    return Markup('<time datetime="{}" data-when>{}</time>').format(
+        utc.strftime("%Y-%m-%dT%H:%M:%SZ"), utc.strftime("%Y-%m-%d %H:%M UTC")
+    )
 
 
 templates.env.filters["filesize"] = _filesize
@@ -82,6 +89,7 @@ def render(request: Request, name: str, context: dict | None = None, status_code
     principal = getattr(request.state, "principal", None)
     if principal is not None and principal.user is not None:  # accounts exist: who is signed in
         base["signed_in"] = {"email": principal.user.email, "admin": principal.is_admin}
+        base["time_zone"] = principal.user.time_zone  # times.js shows times in it (else the browser's)
     return templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
 
 

@@ -77,9 +77,15 @@
     for (const run of r.body.runs) next.append(runItem(run, r.body.tz));
   }
 
+  // A run's wall time in the schedule's own zone, in the page's language (a weekday in Chinese on the
+  // Chinese page); the API's local_display is English.
+  const wallTime = (run, zone) => window.mewdexTime.format(run.utc, {
+    timeZone: zone, weekday: "short", year: "numeric", month: "2-digit", day: "2-digit",
+    hour: "2-digit", minute: "2-digit", hourCycle: "h23"});
+
   function runItem(run, zone) {
     const li = node("li", {class: "sched-run"});
-    li.append(node("strong", {}, run.local_display), " ",
+    li.append(node("strong", {}, wallTime(run, zone)), " ",
               node("span", {class: "muted"}, `${zone} (UTC${run.utc_offset}) · ${run.utc.slice(0, 16).replace("T", " ")} UTC`));
     return li;
   }
@@ -126,7 +132,7 @@
     if (job.notify) meta.append(node("span", {}, t("js.sched_sends_to", {target: job.notify.channel || job.notify.type})));
     if (job.enabled) {
       meta.append(node("span", {class: "sched-job-next"},
-        t("js.sched_next", {local: job.next_run.local_display, utc: job.next_run.utc.slice(11, 16)})));
+        t("js.sched_next", {local: wallTime(job.next_run, job.tz), utc: job.next_run.utc.slice(11, 16)})));
     }
     meta.append(node("span", {class: "sched-state"}, stateText(job)));
     if (job.last_status) meta.append(node("span", {}, t("js.sched_last", {status: t(`status.${job.last_status}`)})));
@@ -178,7 +184,7 @@
       if (run.conversation_id) {
         detailCell.append(" ", node("a", {href: `/chat?c=${run.conversation_id}`}, t("js.sched_conversation")));
       }
-      tr.append(node("td", {}, run.slot.local_display), node("td", {}, run.slot.utc.slice(0, 16).replace("T", " ")),
+      tr.append(node("td", {}, wallTime(run.slot, job.tz)), node("td", {}, run.slot.utc.slice(0, 16).replace("T", " ")),
                 node("td", {}, t(`status.${run.status}`)), node("td", {}, t(`js.sched_delivery_${run.delivery_status}`)),
                 detailCell);
       body.append(tr);
