@@ -1,0 +1,126 @@
+"""The account and admin APIs behind the account pages, over real HTTP against the real database:
+preferences (time zone, language), one-time password reset links, accounts made by the admin, the
+instance usage."""
+
+from __future__ import annotations
+
+from accounts_helpers import PASSWORD, auth_app, bearer  # noqa: F401
+
+
+def code(r) -> str:
+    return r.json()["error"]["code"]
+
+
+def test_time_zone_defaults_from_the_browser_once_and_the_account_changes_it(auth_app):
+    user = auth_app.new("tz")
+    c = auth_app.client()
+    r = c.post("/api/v1/auth/login", json={"email": user.email, "password": PASSWORD, "time_zone": "Asia/Shanghai"})
+    assert r.status_code == 200 and r.json()["user"]["time_zone"] == "Asia/Shanghai"
+    # a later sign-in from a browser elsewhere does not overwrite the account's zone
+    r = c.post("/api/v1/auth/login", json={"email": user.email, "password": PASSWORD, "time_zone": "Europe/Berlin"})
+    assert r.json()["user"]["time_zone"] == "Asia/Shanghai"
+    csrf = {"X-CSRF-Token": r.json()["csrf_token"]}
+    r = c.patch("/api/v1/me", json={"time_zone": "America/New_York", "language": "zh"}, headers=csrf)
+    assert r.status_code == 200, r.text
+    assert (r.json()["time_zone"], r.json()["language"]) == ("America/New_York", "zh")
+    for bad in ("Mars/Olympus", "../etc/passwd", "", "x" * 65):
+        r = c.patch("/api/v1/me", json={"time_zone": bad}, headers=csrf)
+        assert (r.status_code, code(r)) == (422, "timezone_invalid"), bad
+    r = c.patch("/api/v1/me", json={"language": "fr"}, headers=csrf)
+    assert (r.status_code, code(r)) == (422, "language_invalid")
+    r = c.patch("/api/v1/me", json={"language": None}, headers=csrf)  # back to the browser's; the zone stays
+    assert (r.json()["language"], r.json()["time_zone"]) == (None, "America/New_York")
+    # the page carries the zone for times.js, and a sign-in brings the account's language along
+    r = c.patch("/api/v1/me", json={"language": "zh"}, headers=csrf)
+    fresh = auth_app.client()
+    r = fresh.post("/api/v1/auth/login", json={"email": user.email, "password": PASSWORD})
+    assert r.cookies.get("mewdex_lang") == "zh"
+    page = fresh.get("/settings")
+    assert page.status_code == 200 and 'data-tz="America/New_York"' in page.text and 'lang="zh-CN"' in page.text
+
+
+def test_an_unknown_browser_zone_at_sign_in_is_ignored(auth_app):
+    user = auth_app.new("tzbad")
+    r = auth_app.client().post(
+        "/api/v1/auth/login", json={"email": user.email, "password": PASSWORD, "time_zone": "Not/AZone"}
+    )
+    assert r.status_code == 200 and r.json()["user"]["time_zone"] is None
+
+
+def test_reset_link_works_once_ends_sessions_and_tokens(auth_app):
+    admin = auth_app.new("resetadmin", admin=True)
+    user = auth_app.new("resetuser")
+    r = admin.client.post(f"/api/v1/admin/users/{user.user_id}/reset-link", headers={"X-CSRF-Token": admin.csrf})
+    assert r.status_code == 201, r.text
+    url = r.json()["url"]
+    assert "/reset#mdr_" in url
+    token = url.split("#", 1)[1]
+    anon = auth_app.client()
+    r = anon.post("/api/v1/auth/reset", json={"token": token, "new_password": "short"})
+    assert (r.status_code, code(r)) == (422, "password_too_short")  # the link is not used up by a refusal
+    r = anon.post("/api/v1/auth/reset", json={"token": token, "new_password": "a brand new password"})
+    assert r.status_code == 204, r.text
+    r = anon.post("/api/v1/auth/reset", json={"token": token, "new_password": "another new password"})
+    assert (r.status_code, code(r)) == (410, "reset_link_invalid")
+    assert user.client.get("/api/v1/me").status_code == 401  # the user's session ended
+    assert anon.get("/api/v1/me", headers=bearer(user.token)).status_code == 401  # and the token
+    r = anon.post("/api/v1/auth/login", json={"email": user.email, "password": "a brand new password"})
+    assert r.status_code == 200
+    # a newer link voids the older unused one; a disabled account gets no link
+    first = admin.client.post(f"/api/v1/admin/users/{user.user_id}/reset-link", headers={"X-CSRF-Token": admin.csrf})
+    second = admin.client.post(f"/api/v1/admin/users/{user.user_id}/reset-link", headers={"X-CSRF-Token": admin.csrf})
+    old = first.json()["url"].split("#", 1)[1]
+    r = anon.post("/api/v1/auth/reset", json={"token": old, "new_password": "a brand new password"})
+    assert (r.status_code, code(r)) == (410, "reset_link_invalid")
+    r = admin.client.patch(
+        f"/api/v1/admin/users/{user.user_id}", json={"disabled": True}, headers={"X-CSRF-Token": admin.csrf}
+    )
+    assert r.status_code == 200
+    newest = second.json()["url"].split("#", 1)[1]
+    r = anon.post("/api/v1/auth/reset", json={"token": newest, "new_password": "a brand new password"})
+    assert (r.status_code, code(r)) == (410, "reset_link_invalid")  # disabled: the link does not work
+    r = admin.client.post(f"/api/v1/admin/users/{user.user_id}/reset-link", headers={"X-CSRF-Token": admin.csrf})
+    assert (r.status_code, code(r)) == (409, "user_disabled")
+    # users cannot make links; garbage tokens are just invalid
+    assert user.client.post(f"/api/v1/admin/users/{admin.user_id}/reset-link").status_code in (401, 404)
+    for junk in ("", "mdr_x", "x" * 500):
+        r = anon.post("/api/v1/auth/reset", json={"token": junk, "new_password": "a brand new password"})
+        assert (r.status_code, code(r)) == (410, "reset_link_invalid")
+
+
+def test_admin_creates_accounts_with_a_password_link_and_sees_instance_usage(auth_app, sessions):
+    from sqlalchemy import text
+
+    from accounts_helpers import delete_users
+
+    admin = auth_app.new("mkadmin", admin=True)
+    h = {"X-CSRF-Token": admin.csrf}
+    before = admin.client.get("/api/v1/admin/instance").json()
+    email = f"made-{admin.user_id[:8]}@example.com"
+    r = admin.client.post("/api/v1/admin/users", json={"email": email, "name": "Made"}, headers=h)
+    assert r.status_code == 201, r.text
+    made = r.json()
+    try:
+        assert made["user"]["role"] == "user" and made["user"]["email"] == email
+        assert made["reset_link"]["url"].split("#")[1].startswith("mdr_")
+        r = admin.client.post("/api/v1/admin/users", json={"email": email.upper()}, headers=h)
+        assert (r.status_code, code(r)) == (409, "email_taken")
+        r = admin.client.post("/api/v1/admin/users", json={"email": "x@example.com", "role": "root"}, headers=h)
+        assert (r.status_code, code(r)) == (422, "role_invalid")
+        # the person sets a password with the link and signs in
+        anon = auth_app.client()
+        token = made["reset_link"]["url"].split("#")[1]
+        assert anon.post("/api/v1/auth/reset", json={"token": token, "new_password": PASSWORD}).status_code == 204
+        assert anon.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD}).status_code == 200
+        after = admin.client.get("/api/v1/admin/instance").json()
+        assert after["users"] == before["users"] + 1
+        assert set(after) == {"users", "users_disabled", "memes", "storage_bytes", "analysis_cost_this_month"}
+        # not for users: 404 like a missing route
+        user = auth_app.new("notadmin")
+        assert user.client.get("/api/v1/admin/instance").status_code == 404
+        assert user.client.post("/api/v1/admin/users", json={"email": "y@example.com"}, headers={
+            "X-CSRF-Token": user.csrf}).status_code == 404
+    finally:
+        delete_users(sessions, [made["user"]["id"]])
+        with sessions.begin() as session:
+            assert session.execute(text("SELECT count(*) FROM users WHERE email = :e"), {"e": email}).scalar() == 0
