@@ -85,24 +85,25 @@ def sign_in(pg, server, email: str, password: str, next_path: str = "/") -> None
     pg.wait_for_load_state()
 
 
-def shoot_everywhere(browser, server, path: str, name: str, *, email: str | None = None, ready: str = "main h1"):
-    """``account-<name>-<size>-<lang>.png`` of ``path`` at both sizes in both languages; no page
+def shoot_everywhere(browser, server, pages: dict[str, str], *, email: str | None = None):
+    """``account-<name>-<size>-<lang>.png`` of each ``{name: path}`` at both sizes in both languages
+    (one browser context, signed in as ``email`` when given, per size and language); no page
     overflows sideways at 375 px."""
     for lang in LOCALES:
         for size in SIZES:
             context = context_for(browser, lang, size)
-            set_lang(context, server, lang)
             pg = new_page(context)
             try:
                 if email:
                     sign_in(pg, server, email, State.admin_password)
-                    set_lang(context, server, lang)  # over the account's language that signing in brought
-                pg.goto(server.url + path)
-                pg.locator(ready).first.wait_for()
-                pg.wait_for_timeout(100)  # times.js and the page script ran (both deferred)
-                pg.screenshot(path=str(SCREENSHOTS / f"account-{name}-{size}-{lang}.png"), full_page=True)
-                if size == "375":
-                    assert pg.evaluate("() => document.documentElement.scrollWidth <= innerWidth + 1"), (name, lang)
+                set_lang(context, server, lang)  # over the account's language that signing in brought
+                for name, path in pages.items():
+                    pg.goto(server.url + path)
+                    pg.wait_for_load_state()
+                    pg.wait_for_function("() => !document.querySelector('time[data-when]:not([data-local])')")
+                    pg.screenshot(path=str(SCREENSHOTS / f"account-{name}-{size}-{lang}.png"), full_page=True)
+                    if size == "375":
+                        assert pg.evaluate("() => document.documentElement.scrollWidth <= innerWidth + 1"), (name, lang)
                 assert not pg.errors, pg.errors
             finally:
                 context.close()
@@ -112,7 +113,7 @@ def test_setup_page_explains_and_creates_the_admin_with_the_printed_code(browser
     log = acct.log.read_text()
     found = re.search(r"one-time setup code (\S+)", log)
     assert found, log
-    shoot_everywhere(browser, acct, "/login", "setup", ready="#setup-notice")
+    shoot_everywhere(browser, acct, {"setup": "/login"})
     context = context_for(browser, "zh")
     set_lang(context, acct, "zh")
     pg = new_page(context)
@@ -286,20 +287,27 @@ def test_times_show_in_the_accounts_zone_and_the_pages_language(browser, acct):
         utc = datetime.fromisoformat(stamp.get_attribute("datetime").replace("Z", "+00:00"))
         shown = stamp.inner_text()
         tokyo = utc + timedelta(hours=9)
-        assert f"{tokyo.year}年{tokyo.month}月{tokyo.day}日" in shown and f"{tokyo.hour:02d}:{tokyo.minute:02d}" in shown
+        assert (
+            f"{tokyo.year}年{tokyo.month}月{tokyo.day}日" in shown and f"{tokyo.hour:02d}:{tokyo.minute:02d}" in shown
+        )
         assert "UTC" in stamp.get_attribute("title")  # the server's UTC text stays as the hover title
         # the schedule preview: weekdays in Chinese on the Chinese page
         pg.goto(acct.url + "/schedules")
         first_run = pg.locator("#sched-next li").first
         first_run.wait_for()
         run_text = first_run.inner_text()
-        assert re.search(r"周[一二三四五六日]", run_text) and not re.search(r"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b", run_text)
+        assert re.search(r"周[一二三四五六日]", run_text) and not re.search(
+            r"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b", run_text
+        )
         assert not pg.errors, pg.errors
     finally:
         context.close()
 
 
 def test_screenshots_of_the_account_and_admin_pages(browser, acct):
-    shoot_everywhere(browser, acct, "/settings", "settings", email=State.admin_email, ready="#account-tokens")
-    shoot_everywhere(browser, acct, "/admin", "admin", email=State.admin_email, ready="#admin-users")
-    shoot_everywhere(browser, acct, "/reset#mdr_example", "reset", ready="#reset-form")
+    shoot_everywhere(
+        browser,
+        acct,
+        {"settings": "/settings", "admin": "/admin", "reset": "/reset#mdr_example"},
+        email=State.admin_email,
+    )

@@ -118,8 +118,12 @@ def test_admin_creates_accounts_with_a_password_link_and_sees_instance_usage(aut
         # not for users: 404 like a missing route
         user = auth_app.new("notadmin")
         assert user.client.get("/api/v1/admin/instance").status_code == 404
-        assert user.client.post("/api/v1/admin/users", json={"email": "y@example.com"}, headers={
-            "X-CSRF-Token": user.csrf}).status_code == 404
+        assert (
+            user.client.post(
+                "/api/v1/admin/users", json={"email": "y@example.com"}, headers={"X-CSRF-Token": user.csrf}
+            ).status_code
+            == 404
+        )
     finally:
         delete_users(sessions, [made["user"]["id"]])
         with sessions.begin() as session:

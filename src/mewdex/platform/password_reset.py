@@ -77,7 +77,10 @@ def reset_password(session: Session, token: str, new_password: str) -> User:
         raise PlatformError("reset_link_invalid", "this reset link is used up, expired or not valid; ask the admin")
     users.password_bytes(new_password)  # the 422 rules before the link is used up
     used = session.execute(
-        update(PasswordResetLink).where(*_live_link(token)).values(used_at=utcnow()).returning(PasswordResetLink.user_id)
+        update(PasswordResetLink)
+        .where(*_live_link(token))
+        .values(used_at=utcnow())
+        .returning(PasswordResetLink.user_id)
     ).first()
     if used is None:  # a concurrent reset used it first
         raise PlatformError("reset_link_invalid", "this reset link is used up, expired or not valid; ask the admin")

@@ -133,7 +133,9 @@ def instance_usage(session: Session) -> dict:
         select(func.count(), func.count().filter(User.disabled.is_(True))).select_from(User)
     ).one()
     memes, stored = session.execute(
-        select(func.coalesce(func.sum(UserDiskUsage.file_count), 0), func.coalesce(func.sum(UserDiskUsage.bytes_used), 0))
+        select(
+            func.coalesce(func.sum(UserDiskUsage.file_count), 0), func.coalesce(func.sum(UserDiskUsage.bytes_used), 0)
+        )
     ).one()
     start = utcnow().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     cost = session.execute(

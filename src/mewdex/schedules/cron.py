@@ -116,7 +116,9 @@ def _iso_utc(instant: datetime) -> str:
 
 
 def run_view(instant: datetime, tz: str) -> dict[str, str]:
-    """One run as :class:`mewdex.dto.schedules.PreviewRun`: UTC, local ISO, ``Mon 2026-12-07 09:00``, offset."""
+    """One run as :class:`mewdex.dto.schedules.PreviewRun`: UTC, local ISO, ``Mon 2026-12-07 09:00``, offset.
+    ``local_display`` is English (the CLI's); the web page formats ``utc`` in the run's zone and the
+    page's language itself (``times.js``), so the Chinese page shows 周一, not Mon."""
     local = instant.astimezone(zone(tz))
     offset = local.strftime("%z")
     return {

@@ -124,9 +124,7 @@ def _me_id(principal: Principal) -> str | None:
 
 
 @router.get("/admin")
-def admin_page(
-    request: Request, principal: Principal = Depends(require_admin), session: Session = Depends(db_session)
-):
+def admin_page(request: Request, principal: Principal = Depends(require_admin), session: Session = Depends(db_session)):
     return render(
         request,
         "admin.html",

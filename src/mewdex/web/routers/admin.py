@@ -13,10 +13,9 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from decimal import Decimal
-
-import secrets
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field

@@ -28,6 +28,7 @@ from mewdex.dto.users import Me, NewToken, SignedIn, SignedUrl, TokenList
 from mewdex.dto.users import User as UserDto
 from mewdex.platform import media_urls, password_reset, quotas, sessions, tokens, usage, users
 from mewdex.platform.auth import Principal, auth_mode
+from mewdex.web import i18n
 from mewdex.web.deps import (
     bind_host,
     current_principal,
@@ -36,7 +37,6 @@ from mewdex.web.deps import (
     parse_id,
     session_cookie_names,
 )
-from mewdex.web import i18n
 from mewdex.web.errors import ApiError, error_responses
 from mewdex.web.security import client_ip, cookies_secure
 

@@ -108,6 +108,7 @@
     const token = decodeURIComponent(location.hash.slice(1));
     // The token stays in this page only: the address bar loses it, so it is not kept in history.
     if (token) history.replaceState(null, "", location.pathname);
+    else el("reset-error").textContent = errorText({error: {code: "reset_link_invalid"}}, 410);
     resetForm.addEventListener("submit", async (event) => {
       event.preventDefault();
       const error = el("reset-error");

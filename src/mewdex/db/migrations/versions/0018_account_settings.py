@@ -18,9 +18,7 @@ def upgrade() -> None:
     op.add_column("users", sa.Column("time_zone", sa.Text(), nullable=True))
     op.add_column("users", sa.Column("language", sa.Text(), nullable=True))
     op.create_check_constraint("ck_users_language", "users", "language IS NULL OR language IN ('en','zh')")
-    op.create_check_constraint(
-        "ck_users_time_zone", "users", "time_zone IS NULL OR length(time_zone) BETWEEN 1 AND 64"
-    )
+    op.create_check_constraint("ck_users_time_zone", "users", "time_zone IS NULL OR length(time_zone) BETWEEN 1 AND 64")
     op.create_table(
         "password_reset_links",
         sa.Column("token_hash", sa.String(length=64), nullable=False),
