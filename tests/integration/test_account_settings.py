@@ -14,6 +14,8 @@ def code(r) -> str:
 def test_time_zone_defaults_from_the_browser_once_and_the_account_changes_it(auth_app):
     user = auth_app.new("tz")
     c = auth_app.client()
+    r = c.post("/api/v1/auth/login", json={"email": user.email, "password": PASSWORD, "time_zone": "Not/AZone"})
+    assert r.status_code == 200 and r.json()["user"]["time_zone"] is None  # an unknown zone is ignored
     r = c.post("/api/v1/auth/login", json={"email": user.email, "password": PASSWORD, "time_zone": "Asia/Shanghai"})
     assert r.status_code == 200 and r.json()["user"]["time_zone"] == "Asia/Shanghai"
     # a later sign-in from a browser elsewhere does not overwrite the account's zone
@@ -37,14 +39,6 @@ def test_time_zone_defaults_from_the_browser_once_and_the_account_changes_it(aut
     assert r.cookies.get("mewdex_lang") == "zh"
     page = fresh.get("/settings")
     assert page.status_code == 200 and 'data-tz="America/New_York"' in page.text and 'lang="zh-CN"' in page.text
-
-
-def test_an_unknown_browser_zone_at_sign_in_is_ignored(auth_app):
-    user = auth_app.new("tzbad")
-    r = auth_app.client().post(
-        "/api/v1/auth/login", json={"email": user.email, "password": PASSWORD, "time_zone": "Not/AZone"}
-    )
-    assert r.status_code == 200 and r.json()["user"]["time_zone"] is None
 
 
 def test_reset_link_works_once_ends_sessions_and_tokens(auth_app):
@@ -128,3 +122,16 @@ def test_admin_creates_accounts_with_a_password_link_and_sees_instance_usage(aut
         delete_users(sessions, [made["user"]["id"]])
         with sessions.begin() as session:
             assert session.execute(text("SELECT count(*) FROM users WHERE email = :e"), {"e": email}).scalar() == 0
+
+
+def test_account_page_in_single_user_mode_has_no_account_parts(settings_env):
+    from conftest import client_for
+
+    settings_env(MEWDEX_AUTH="none")
+    with client_for() as c:
+        page = c.get("/settings")
+        assert page.status_code == 200
+        assert 'id="account-single-user"' in page.text and 'id="prefs-form"' in page.text
+        assert 'id="account-tokens"' not in page.text and 'id="password-form"' not in page.text
+        r = c.patch("/api/v1/me", json={"time_zone": "UTC"})
+        assert (r.status_code, code(r)) == (409, "no_accounts")
