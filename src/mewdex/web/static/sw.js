@@ -12,6 +12,7 @@ const SHELL_FILES = [
   "/static/mewdex.css",
   "/static/app.js",
   "/static/auth.js",
+  "/static/times.js",
   "/static/htmx.min.js",
   "/static/icons/icon.svg",
   "/static/icons/icon-192.png",
