@@ -206,6 +206,12 @@ def test_password_change_signs_out_other_browsers(browser, acct):
         other_pg.wait_for_url(re.compile(r".*/login\b.*"))
         r = httpx.post(acct.url + "/api/v1/auth/login", json={"email": State.admin_email, "password": PASSWORD})
         assert r.status_code == 401
+        # sign out everywhere: the other browser signs in again, then both are out
+        sign_in(other_pg, acct, State.admin_email, State.admin_password, "/library")
+        pg.locator("#sign-out-everywhere").click()
+        pg.wait_for_url(re.compile(r".*/login\b.*"))
+        other_pg.goto(acct.url + "/library")
+        other_pg.wait_for_url(re.compile(r".*/login\b.*"))
         assert not pg.errors and not other_pg.errors
     finally:
         context.close()
