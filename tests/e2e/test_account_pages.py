@@ -102,6 +102,8 @@ def shoot_everywhere(browser, server, pages: dict[str, str], *, email: str | Non
                     pg.goto(server.url + path)
                     pg.wait_for_load_state()
                     pg.wait_for_function("() => !document.querySelector('time[data-when]:not([data-local])')")
+                    if name == "schedules":
+                        pg.locator("#sched-next li").first.wait_for()  # the preview, in the page's language
                     pg.screenshot(path=str(SCREENSHOTS / f"account-{name}-{size}-{lang}.png"), full_page=True)
                     if size == "375":
                         assert pg.evaluate("() => document.documentElement.scrollWidth <= innerWidth + 1"), (name, lang)
@@ -315,6 +317,6 @@ def test_screenshots_of_the_account_and_admin_pages(browser, acct):
     shoot_everywhere(
         browser,
         acct,
-        {"settings": "/settings", "admin": "/admin", "reset": "/reset#mdr_example"},
+        {"settings": "/settings", "admin": "/admin", "reset": "/reset#mdr_example", "schedules": "/schedules"},
         email=State.admin_email,
     )

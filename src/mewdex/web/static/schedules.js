@@ -1,5 +1,5 @@
 // The schedules page (/schedules): a cron builder with presets (every weekday / week / day at a
-// time) or the raw expression, the zone (the browser's by default), the next five runs from
+// time) or the raw expression, the zone (the account's, else the browser's, by default), the next five runs from
 // /api/v1/schedules/preview while editing, the jobs with pause / resume / delete, and a job's run
 // history. Uses app.js's helpers (t, api, toast, errorText); server text goes in as textContent only.
 "use strict";
@@ -79,9 +79,11 @@
 
   // A run's wall time in the schedule's own zone, in the page's language (a weekday in Chinese on the
   // Chinese page); the API's local_display is English.
-  const wallTime = (run, zone) => window.mewdexTime.format(run.utc, {
-    timeZone: zone, weekday: "short", year: "numeric", month: "2-digit", day: "2-digit",
-    hour: "2-digit", minute: "2-digit", hourCycle: "h23"});
+  const wallTime = (run, zone) => {
+    const part = (options) => window.mewdexTime.format(run.utc, {timeZone: zone, ...options});
+    return [part({weekday: "short"}), part({year: "numeric", month: "2-digit", day: "2-digit"}),
+            part({hour: "2-digit", minute: "2-digit", hourCycle: "h23"})].join(" ");
+  };
 
   function runItem(run, zone) {
     const li = node("li", {class: "sched-run"});
@@ -91,7 +93,7 @@
   }
 
   function zones() {
-    const local = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    const local = window.mewdexTime.zone();  // the account's zone, else the browser's
     if (local) tz.value = local;
     const all = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
     const list = el("sched-zones");

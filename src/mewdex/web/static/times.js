@@ -21,7 +21,8 @@
   function format(iso, options = {}) {
     const date = new Date(iso);
     if (Number.isNaN(date.getTime())) return String(iso || "");
-    const base = options.weekday || options.hour ? {} : {dateStyle: "medium", timeStyle: "short"};
+    const parts = ["weekday", "year", "month", "day", "hour", "minute", "dateStyle", "timeStyle"];
+    const base = parts.some((k) => k in options) ? {} : {dateStyle: "medium", timeStyle: "short"};
     const opts = {...base, ...options};
     if (!supported(opts.timeZone)) opts.timeZone = zone();
     return formatter(opts).format(date);
