@@ -47,7 +47,8 @@ def serve(
     from mewdex.config import get_settings as cached_settings
 
     cached_settings.cache_clear()
-    forget = announce_server(f"http://{host or settings.host}:{port or settings.port}")
+    bound = host or settings.host
+    forget = announce_server(f"http://{f'[{bound}]' if ':' in bound else bound}:{port or settings.port}")
     try:
         uvicorn.run(
             "mewdex.web.app:create_app",
