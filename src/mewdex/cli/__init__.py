@@ -18,6 +18,7 @@ from mewdex.cli.common import console, err
 for _param in (typer.core.TyperOption, typer.core.TyperArgument):
     _param.display_type_rich = lambda self, ctx: self.metavar or ""  # type: ignore[method-assign]  # typer has no option for it
 
+
 class _Mewdex(typer.Typer):
     """The command group; a setting that cannot be used (:class:`mewdex.config.ConfigError`, raised by
     the first command that reads the settings) ends any command with one line per bad setting and exit

@@ -74,7 +74,9 @@ def search(
     with get_sessionmaker().begin() as session:
         response = service.search(session, default_scope(), query, n)
     settings = get_settings()
-    _print_results(response.as_dict(), as_json, remote.connectable(f"http://{_url_host(settings.host)}:{settings.port}"))
+    _print_results(
+        response.as_dict(), as_json, remote.connectable(f"http://{_url_host(settings.host)}:{settings.port}")
+    )
 
 
 def _url_host(host: str) -> str:
