@@ -133,6 +133,10 @@ def test_login_search_and_logout_against_the_running_server(served):
     assert table.returncode == 0, table.stderr
     assert f"{url}/memes/{account['meme_id']}" in table.stdout.replace("\n", "").replace("│", "").replace(" ", "")
 
+    # `similar` asks the server too: its answer for a meme whose visual stage has not run.
+    similar = run(env, "similar", account["meme_id"])
+    assert similar.returncode == 1 and "visual_not_ready" in similar.stderr, similar.stderr
+
     bogus = run(env, "search", "loginbear", MEWDEX_TOKEN="mdx_not_a_token")
     assert bogus.returncode == 1 and len(lines(bogus.stderr)) == 1 and "token was refused" in bogus.stderr
 

@@ -106,11 +106,36 @@ def similar(
     n: Annotated[int, typer.Option("-n", min=1, max=50, help="Number of results.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response (full ids).")] = False,
 ) -> None:
-    """Memes that look like an image file or like a meme of the library (a full id or 8+ characters of one)."""
+    """Memes that look like an image file or like a meme of the library (a full id or 8+ characters of one).
+    Asks the server running on this data dir when there is one (as `mewdex search` does), else loads the
+    image model here."""
+    from mewdex.cli import remote
     from mewdex.inference.errors import BackendUnavailable
     from mewdex.library.images import ImageError
     from mewdex.search.image_search import MemeNotEmbedded, similar_cli
 
+    local = remote.local_server()
+    if local is not None:
+        path = Path(target).expanduser()
+        token = remote.token_for(local)
+        try:
+            if path.is_file():
+                answer = remote.call(
+                    local,
+                    token,
+                    "POST",
+                    "/api/v1/search/image",
+                    files={"file": (path.name, path.read_bytes())},
+                    data={"n_results": str(n)},
+                )
+            else:
+                meme_id = target if _full_uuid(target) else str(_meme_uuid(target))
+                answer = remote.call(local, token, "GET", f"/api/v1/memes/{meme_id}/similar", params={"n_results": n})
+        except remote.Unreachable:
+            err.print(f"note: the server recorded at {local.url} does not answer; searching here")
+        else:
+            _print_results(answer, as_json, local.url)
+            return
     _prepare()
     if not Path(target).expanduser().is_file():
         target = str(_meme_uuid(target))  # a meme id, or a prefix of one
@@ -126,6 +151,16 @@ def similar(
         err.print(f"[red]error:[/red] the image model is unavailable: {exc}")
         raise typer.Exit(3) from None
     _print_results(response, as_json)
+
+
+def _full_uuid(value: str) -> bool:
+    from uuid import UUID
+
+    try:
+        UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def reindex(
