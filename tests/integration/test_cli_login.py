@@ -1,6 +1,7 @@
 """The CLI as a client of the running server (issue 35, item 3): a real ``mewdex serve`` with login
 required, ``mewdex login`` / ``logout``, ``mewdex search`` asking that server with the stored token (links
-on its port), a 401 that says how to sign in, and a bad setting that stops a command in one line."""
+on its port), a 401 that says how to sign in; and settings (item 11): a list setting written with commas
+works for serve and the commands, a bad one stops a command and serve in one line."""
 
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ def served(mewdex_env, sessions, tmp_path_factory):
         "MEWDEX_AUTH": "required",
         "MEWDEX_BCRYPT_ROUNDS": "4",
         "XDG_CONFIG_HOME": str(config_home),
+        # a list setting written the natural way (issue 35, item 11): serve and every command take it
+        "MEWDEX_EGRESS_ALLOW_HOSTS": "127.0.0.1:9000, minio.lan:9000",
         "COLUMNS": "250",
         "NO_COLOR": "1",
     }
@@ -126,12 +129,10 @@ def test_login_search_and_logout_against_the_running_server(served):
     assert token.startswith("mdx_") and entry["url"] == url
 
     # The server answers (its scope: the account's meme), and links use the server's own port.
-    found = run(env, "search", "loginbear", "--json")
-    assert found.returncode == 0, found.stderr
-    assert [r["id"] for r in json.loads(found.stdout)["results"]] == [account["meme_id"]]
     table = run(env, "search", "loginbear")
     assert table.returncode == 0, table.stderr
-    assert f"{url}/memes/{account['meme_id']}" in table.stdout.replace("\n", "").replace("│", "").replace(" ", "")
+    flat = table.stdout.replace("\n", "").replace("│", "").replace(" ", "")
+    assert "1results" in flat and f"{url}/memes/{account['meme_id']}" in flat
 
     # `similar` asks the server too: its answer for a meme whose visual stage has not run.
     similar = run(env, "similar", account["meme_id"])
@@ -147,8 +148,8 @@ def test_login_search_and_logout_against_the_running_server(served):
     assert revoked.returncode == 1 and "token was refused" in revoked.stderr
 
 
-def test_a_bad_setting_stops_a_command_and_serve_in_one_line(served):
-    _url, env, _account = served
+def test_a_bad_setting_stops_a_command_and_serve_in_one_line(mewdex_env):
+    env = {**os.environ, **mewdex_env.env, "NO_COLOR": "1", "COLUMNS": "250"}
     for command in (("status",), ("serve", "--port", str(_free_port()))):
         bad = run(env, *command, MEWDEX_EGRESS_ALLOW_HOSTS='["127.0.0.1:9000"')
         assert bad.returncode == 2 and "Traceback" not in bad.stderr
@@ -156,5 +157,3 @@ def test_a_bad_setting_stops_a_command_and_serve_in_one_line(served):
             "error: MEWDEX_EGRESS_ALLOW_HOSTS='[\"127.0.0.1:9000\"' is not valid (Expecting ',' delimiter: line 1 "
             "column 18 (char 17)); expected e.g. MEWDEX_EGRESS_ALLOW_HOSTS=127.0.0.1:9000,minio.lan:9000"
         ]
-    natural = run(env, "status", "--json", MEWDEX_EGRESS_ALLOW_HOSTS="127.0.0.1:9000, minio.lan:9000")
-    assert natural.returncode == 0, natural.stderr
