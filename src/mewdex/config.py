@@ -9,7 +9,7 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -367,12 +367,15 @@ def _expected(name: str) -> str:
         return str(field.examples[0])
     default = field.get_default(call_default_factory=True)
     if isinstance(default, bool):
-        return "true or false"
+        return "true" if not default else "false"
     if default not in (None, [], {}) and not isinstance(default, (list, dict)):
         return str(default)
-    return {"int": "10", "float": "2.5", "Path": "/srv/mewdex"}.get(
-        getattr(field.annotation, "__name__", ""), "a value"
-    )
+    kinds = [field.annotation, *get_args(field.annotation)]
+    names = {getattr(kind, "__name__", "") for kind in kinds}
+    for kind, example in (("bool", "true"), ("int", "10"), ("float", "2.5"), ("Path", "/srv/mewdex")):
+        if kind in names:
+            return example
+    return "a value"
 
 
 def describe_config_error(exc: ValidationError) -> list[str]:
@@ -395,7 +398,7 @@ def describe_config_error(exc: ValidationError) -> list[str]:
         if isinstance(given, (dict, list)) and not given:
             shown = "(unset)"
         expected = _expected(name)
-        example = expected if expected in ("true or false", "a value") else f"{variable}={expected}"
+        example = expected if expected == "a value" else f"{variable}={expected}"
         lines.append(f"{variable}={shown} is not valid ({reason}); expected e.g. {example}")
     return list(dict.fromkeys(lines)) or [str(exc).splitlines()[0]]
 
