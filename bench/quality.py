@@ -97,6 +97,7 @@ def name_figures(sessions, scope) -> dict:
                 examples.append(name)
     per_folder = Counter((folder_of(provenance), name) for name, _context, provenance in rows)
     shared = sum(n for n in per_folder.values() if n > 1)
+    shared_examples = [f"{folder}/{name} ×{n}" for (folder, name), n in per_folder.items() if n > 1][:8]
     return {
         "memes": len(rows),
         "captioned": captioned,
@@ -105,6 +106,7 @@ def name_figures(sessions, scope) -> dict:
         "kinds": dict(kinds),
         "examples": examples,
         "shared_in_folder": shared,
+        "shared_examples": shared_examples,
     }
 
 
@@ -116,6 +118,8 @@ def print_names(label: str, figures: dict) -> None:
     )
     if figures["examples"]:
         print(f"  e.g. {', '.join(figures['examples'])}")
+    if figures["shared_examples"]:
+        print(f"  shared: {', '.join(figures['shared_examples'])}")
 
 
 def reindex(sessions, scope) -> None:

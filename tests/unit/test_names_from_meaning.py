@@ -100,7 +100,8 @@ def test_collection_names_by_path():
         ("yes", "words"),
         ("grumpycat", "words"),
         ("sad-bush", "words"),
-        ("Drake Hotline Bling 2", "words"),  # several words and a small number: a title
+        ("Drake Hotline Bling 2", "words"),  # several words and a number: a title
+        ("原神-一发1980包夜6480", "words"),
         ("一个字我都不信", "words"),  # Chinese words
         ("原神-害怕", "words"),
         ("那年那兔那些事-不约", "words"),

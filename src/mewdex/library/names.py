@@ -309,8 +309,9 @@ def _dictionary_word(token: str) -> bool:
 
 
 def name_kind(name: str) -> str:
-    """What a file stem or display name says (:data:`NAME_KINDS`). A numbered series has a counter of
-    two digits or more, or any counter behind one word; a template id is one lower-case ASCII token of
+    """What a file stem or display name says (:data:`NAME_KINDS`). A numbered series has a zero-padded
+    counter (``003``), or any counter behind one word (``小猪佩奇11``; ``Drake Hotline Bling 2`` and
+    ``原神-一发1980包夜6480`` are words); a template id is one lower-case ASCII token of
     at most 2 characters, or of at most 8 that is no English word (``oag``, ``3hd``, ``tenguy``; not
     ``drake``, ``yes``). Pure; Chinese names are words unless numbered (``小猪佩奇1``)."""
     text = unicodedata.normalize("NFKC", name or "").strip()
@@ -319,7 +320,7 @@ def name_kind(name: str) -> str:
     if _NUMBERED_PREFIX.match(text):
         return "serial"
     if (m := _NUMBERED_SUFFIX.match(text)) and any(ch.isalpha() for ch in m["words"]):
-        if len(m["n"]) >= 2 or not _TOKEN_SEPARATORS.search(m["words"].strip()):
+        if (len(m["n"]) >= 2 and m["n"].startswith("0")) or not _TOKEN_SEPARATORS.search(m["words"].strip()):
             return "serial"
     if regex.fullmatch(r"[a-z0-9]+", text) and (
         len(text) <= 2 or (len(text) <= _MAX_ID_CHARS and not _dictionary_word(text))

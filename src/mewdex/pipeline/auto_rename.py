@@ -150,12 +150,11 @@ def readable_name(session: Session, meme: Meme, *, captioned_only: bool = False)
         caption = caption_name(meme.meme_context or {})
         if caption is None and captioned_only:
             return None
-        wanted = caption or meme.display_name
-    elif captioned_only:
-        return None
-    elif meme.name_source == "automatic":
-        wanted = meme.display_name
+        unique = unique_in_folder(session, meme, caption or meme.display_name)
+    elif meme.name_source == "automatic" and not captioned_only:
+        unique = unique_in_folder(session, meme, meme.display_name)
+        if unique != meme.display_name and (caption := caption_name(meme.meme_context or {})) is not None:
+            unique = unique_in_folder(session, meme, caption)  # a namesake: its caption tells it apart
     else:
         return None
-    unique = unique_in_folder(session, meme, wanted)
     return unique if unique != meme.display_name else None
