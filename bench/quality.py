@@ -8,11 +8,17 @@ each vvquest caption (its file stem) as the query, the share found first.
 R@k is the share of a query's relevant memes in the top k; Rcap@10 divides by min(|relevant|, 10)
 instead; S@10 is the share of queries with any relevant meme in the top 10.
 
+``--names`` reports how readable the memes' names are instead: the share of memes with a caption (OCR
+text, or a vision model's title/description) whose name is still a serial, a template id or a generic
+stem (:func:`mewdex.library.names.name_kind`), and names shared inside one folder; with
+``--repair-names`` it prints that before and after running the name repair (``mewdex repair-names``,
+which names such memes from their caption and numbers namesakes in a folder).
+
 ``--reindex`` (with ``--data-dir``) re-runs the search recipe over the stored meme contexts first
 (keyword documents, and the text embeddings of memes whose embedded fields changed): the cheap loop
 after a change to :mod:`mewdex.search.documents`, without OCR or the visual model again.
 
-Run: .venv/bin/python bench/quality.py [--data-dir DIR] [--reindex]
+Run: .venv/bin/python bench/quality.py [--data-dir DIR] [--reindex] [--names [--repair-names]]
 """
 
 from __future__ import annotations
@@ -57,6 +63,63 @@ def known_item(run, mapping) -> tuple[float, list[str]]:
         if not ranked or ranked[0] != mapping[path]:
             misses.append(path)
     return 1 - len(misses) / len(paths), misses
+
+
+def name_figures(sessions, scope) -> dict:
+    """Readable names: memes with a caption, those of them named by a serial/id/generic stem (with up
+    to 12 examples), and memes sharing a name with another of their folder."""
+    from collections import Counter
+
+    from sqlalchemy import select
+
+    from mewdex.db.models import Meme
+    from mewdex.library.names import name_kind
+    from mewdex.pipeline.auto_rename import folder_of
+
+    with sessions.begin() as session:
+        rows = session.execute(
+            select(Meme.display_name, Meme.meme_context, Meme.provenance).where(Meme.scope_id == scope.scope_id)
+        ).all()
+    captioned, unreadable, examples = 0, 0, []
+    kinds: Counter = Counter()
+    for name, context, _provenance in rows:
+        context = context or {}
+        vision = context.get("vision") or {}
+        caption = (context.get("ocr_text") or "") + "".join(str(vision.get(k) or "") for k in ("title_en", "title_zh"))
+        if sum(ch.isalnum() for ch in caption) < 2:
+            continue
+        captioned += 1
+        kind = name_kind(name)
+        kinds[kind] += 1
+        if kind != "words":
+            unreadable += 1
+            if len(examples) < 12:
+                examples.append(name)
+    per_folder = Counter((folder_of(provenance), name) for name, _context, provenance in rows)
+    shared = sum(n for n in per_folder.values() if n > 1)
+    shared_examples = [f"{folder}/{name} ×{n}" for (folder, name), n in per_folder.items() if n > 1][:8]
+    return {
+        "memes": len(rows),
+        "captioned": captioned,
+        "unreadable": unreadable,
+        "share": unreadable / captioned if captioned else 0.0,
+        "kinds": dict(kinds),
+        "examples": examples,
+        "shared_in_folder": shared,
+        "shared_examples": shared_examples,
+    }
+
+
+def print_names(label: str, figures: dict) -> None:
+    print(
+        f"{label}: {figures['unreadable']} of {figures['captioned']} memes with a caption are named by a serial, "
+        f"an id or a generic stem ({figures['share']:.1%}; kinds {figures['kinds']}); "
+        f"{figures['shared_in_folder']} of {figures['memes']} memes share their name with another of their folder"
+    )
+    if figures["examples"]:
+        print(f"  e.g. {', '.join(figures['examples'])}")
+    if figures["shared_examples"]:
+        print(f"  shared: {', '.join(figures['shared_examples'])}")
 
 
 def reindex(sessions, scope) -> None:
@@ -107,6 +170,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-dir", help="reuse a data dir that already holds the processed corpus")
     parser.add_argument("--reindex", action="store_true", help="re-run the search recipe over stored contexts")
+    parser.add_argument("--names", action="store_true", help="report how readable the names are (no retrieval)")
+    parser.add_argument("--repair-names", action="store_true", help="with --names: before and after the repair")
     args = parser.parse_args()
     data_dir = corpus.use_data_dir(args.data_dir)
     print(f"data dir: {data_dir}")
@@ -123,6 +188,18 @@ def main() -> None:
             corpus.prepare()
     if args.reindex:
         reindex(sessions, scope)
+    if args.names:
+        print_names("names", name_figures(sessions, scope))
+        if args.repair_names:
+            import time
+
+            from mewdex.pipeline.name_repair import repair_names
+
+            started = time.perf_counter()
+            done = repair_names(sessions, scope.scope_id)
+            print(f"name repair: {done} in {time.perf_counter() - started:.1f}s")
+            print_names("after the repair", name_figures(sessions, scope))
+        return
     mapping = corpus.path_to_meme_ids()
     queries = corpus.dev_queries()
 

@@ -5,13 +5,15 @@ Every setting is documented in the README's configuration table; keep the two in
 
 from __future__ import annotations
 
+import json
+import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -99,7 +101,11 @@ class Settings(BaseSettings):
     zip_max_total_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     zip_max_ratio: float = Field(default=100.0, gt=1)
     # Search generations: the registered text embedder of each vector leg (JSON object).
-    text_models: dict[str, str] = Field(default_factory=lambda: {"e5": "e5", "use": "use"})
+    text_models: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=lambda: {"e5": "e5", "use": "use"},
+        description='Leg → registered embedder, as JSON {"e5": "e5"} or leg=model pairs (e5=e5,use=use).',
+        examples=["e5=e5,use=use"],
+    )
 
     # Processing control plane (queue lanes, back-pressure, analysis cost; issue 7).
     lane_concurrency_default: int = Field(
@@ -108,9 +114,10 @@ class Settings(BaseSettings):
     lane_concurrency_visual: int = Field(default=8, ge=1, le=8)
     lane_concurrency_agent: int = Field(default=4, ge=1, le=8)
     lane_concurrency_embedding: int = Field(default=8, ge=1, le=8)
-    resource_concurrency: dict[str, int] = Field(
+    resource_concurrency: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict,
-        description='JSON {"lane/resource_key": n}: slots of one resource key (default: the lane\'s).',
+        description='JSON {"lane/resource_key": n} or key=n pairs: slots of one resource key (default: the lane\'s).',
+        examples=["visual/openai=2,agent/openai=1"],
     )
     agent_backpressure: int = Field(
         default=32, ge=1, description="Queued agent tasks per scope before interactive submissions get 429 queue_full."
@@ -122,8 +129,10 @@ class Settings(BaseSettings):
         default=None, ge=0, description="Frozen into each job's analysis_policy."
     )
     analysis_max_cost_per_scope_day: float | None = Field(default=None, ge=0)
-    task_modules: list[str] = Field(
-        default_factory=list, description="JSON list of extra modules to import at start-up that register task types."
+    task_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Extra modules to import at start-up that register task types (comma-separated or a JSON list).",
+        examples=["mypkg.tasks,otherpkg.tasks"],
     )
 
     def lane_concurrency(self, lane: str) -> int:
@@ -146,12 +155,39 @@ class Settings(BaseSettings):
     quota_storage_bytes: int | None = Field(default=None, ge=0, description="Per-user default; unset = unlimited.")
     quota_memes: int | None = Field(default=None, ge=0)
     quota_analysis_cost_per_month: float | None = Field(default=None, ge=0)
-    prices: dict[str, dict[str, float]] = Field(
-        default_factory=dict, description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.'
+    prices: Annotated[dict[str, dict[str, float]], NoDecode] = Field(
+        default_factory=dict,
+        description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.',
+        examples=['{"gpt-4o-mini": {"tokens_in": 1e-6}}'],
     )
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
     disk_low_bytes: int = Field(default=1024**3, ge=0, description="/health warns below this much free space.")
+
+    @field_validator("allowed_hosts", "trusted_proxies", "egress_allow_hosts", "task_modules", mode="before")
+    @classmethod
+    def _list_setting(cls, value: Any) -> Any:
+        """A list setting: a JSON list, or comma-separated items (``a:1, b:2``); empty = none."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [item.strip() for item in text.split(",") if item.strip()]
+
+    @field_validator("text_models", "resource_concurrency", "prices", mode="before")
+    @classmethod
+    def _mapping_setting(cls, value: Any) -> Any:
+        """A mapping setting: a JSON object, or comma-separated ``key=value`` pairs; empty = none."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("{"):
+            return json.loads(text)
+        pairs = [item.strip() for item in text.split(",") if item.strip()]
+        if any("=" not in pair for pair in pairs):
+            raise ValueError("expected a JSON object or key=value pairs separated by commas")
+        return {key.strip(): val.strip() for key, val in (pair.split("=", 1) for pair in pairs)}
 
     @field_validator("blob_store")
     @classmethod
@@ -187,17 +223,22 @@ class Settings(BaseSettings):
     )
 
     # Security (README "Security"): who may reach the server and how much a request may send.
-    allowed_hosts: list[str] = Field(
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="JSON list of extra Host names served (localhost, 127.0.0.1, [::1] always are); others get 421.",
+        description="Extra Host names served, comma-separated or a JSON list (localhost, 127.0.0.1, [::1] always "
+        "are); others get 421.",
+        examples=["memes.example.org,192.168.1.20"],
     )
-    trusted_proxies: list[str] = Field(
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="JSON list of proxy addresses/networks whose X-Forwarded-For/Forwarded is believed.",
+        description="Proxy addresses/networks whose X-Forwarded-For/Forwarded is believed (comma-separated or JSON).",
+        examples=["127.0.0.1,10.0.0.0/8"],
     )
-    egress_allow_hosts: list[str] = Field(
+    egress_allow_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description='JSON list of "host:port" that outgoing requests may reach although private (http allowed).',
+        description="host:port pairs that outgoing requests may reach although private (http allowed), "
+        "comma-separated or a JSON list.",
+        examples=["127.0.0.1:9000,minio.lan:9000"],
     )
     signup_quota_storage_bytes: int = Field(
         default=1024**3, ge=0, description="Storage limit of an account made by sign-up."
@@ -307,7 +348,69 @@ def parse_blob_store_url(url: str) -> tuple[str, str]:
     return parts.netloc, "".join(s + "/" for s in segments)
 
 
+class ConfigError(ValueError):
+    """Settings that cannot be used; ``str()`` is one line per bad setting: its variable, the value given
+    (hidden for secrets) and an example of what is expected."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+_SECRET_WORDS = ("key", "token", "secret", "password", "database_url")
+
+
+def _expected(name: str) -> str:
+    """An example value of setting ``name`` (its ``examples``, else its default, else its type)."""
+    field = Settings.model_fields[name]
+    if field.examples:
+        return str(field.examples[0])
+    default = field.get_default(call_default_factory=True)
+    if isinstance(default, bool):
+        return "true" if not default else "false"
+    if default not in (None, [], {}) and not isinstance(default, (list, dict)):
+        return str(default)
+    kinds = [field.annotation, *get_args(field.annotation)]
+    names = {getattr(kind, "__name__", "") for kind in kinds}
+    for kind, example in (("bool", "true"), ("int", "10"), ("float", "2.5"), ("Path", "/srv/mewdex")):
+        if kind in names:
+            return example
+    return "a value"
+
+
+def describe_config_error(exc: ValidationError) -> list[str]:
+    """One line per bad setting of a :class:`Settings` validation error: ``MEWDEX_X='given' is not valid
+    (why); expected e.g. MEWDEX_X=example``. Cross-setting checks keep their own message."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        loc = error.get("loc") or ()
+        name = str(loc[0]) if loc else ""
+        reason = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        if name not in Settings.model_fields:
+            lines.append(reason)
+            continue
+        variable = f"MEWDEX_{name.upper()}"
+        given = error.get("input")
+        if len(loc) > 1:  # an item inside a list/mapping: show the whole value given and where it failed
+            given = os.environ.get(variable, given)
+            reason = ".".join(str(part) for part in loc[1:]) + ": " + reason
+        shown = "(hidden)" if any(word in name for word in _SECRET_WORDS) else f"'{given}'"
+        if isinstance(given, (dict, list)) and not given:
+            shown = "(unset)"
+        expected = _expected(name)
+        example = expected if expected == "a value" else f"{variable}={expected}"
+        lines.append(f"{variable}={shown} is not valid ({reason}); expected e.g. {example}")
+    return list(dict.fromkeys(lines)) or [str(exc).splitlines()[0]]
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The settings of this process; tests call ``get_settings.cache_clear()`` after changing env."""
-    return Settings()
+    """The settings of this process; tests call ``get_settings.cache_clear()`` after changing env.
+
+    Raises:
+        ConfigError: a setting (environment or ``.env``) is not valid; one line per bad setting.
+    """
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigError(describe_config_error(exc)) from None

@@ -269,6 +269,12 @@ def guarded_client(timeout: float = 60.0, connect_timeout: float = 5.0):
     )
 
 
+def operator_client(timeout: float = 60.0) -> httpx.Client:
+    """A client for the server the operator named (no address checks, ``trust_env=False``, cookies
+    kept across its requests: a sign-in then a call with the session). Close it (``with``)."""
+    return httpx.Client(trust_env=False, timeout=timeout)
+
+
 def operator_request(
     method: str, url: str, *, headers: dict[str, str] | None = None, timeout: float = 60.0, **kw
 ) -> EgressResponse:

@@ -45,7 +45,8 @@ def _meme(scope, name: str, **fields) -> Meme:
 @pytest.fixture
 def library(sessions, scope):
     """CATS memes matching "cat" (by rank: cat 0 best), one animated cat GIF, one "slacking" meme in
-    the collection 摸鱼合集."""
+    the collection 摸鱼合集. Only the slacking meme's text is an exact-phrase field: the other
+    memes are keyword hits alone, weak matches (:mod:`mewdex.search.confidence`)."""
     with sessions.begin() as session:
         cats = [_meme(scope, f"cat {i}") for i in range(CATS)]
         gif = _meme(scope, "dancing cat", extension=".gif", extensions={"image": {"animated": True}})
@@ -69,7 +70,7 @@ def library(sessions, scope):
             scope.scope_id,
             slack.id,
             "h",
-            {"name": "slacking off at work", "ocr": "", "labels": "", "phrase": ""},
+            {"name": "slacking off at work", "ocr": "", "labels": "", "phrase": "slacking off at work"},
         )
         collection = MemeCollection(scope_id=scope.scope_id, name="摸鱼合集")
         session.add(collection)
@@ -140,6 +141,38 @@ def test_filters_parsed_from_the_message(sessions, scope, library):
     chat_phrasing = chat.post(sessions, scope, cid, "来个slacking off at work的表情")["reply"]
     assert chat_phrasing["memes"][0]["meme_id"] == library["slack"]
     assert "找到" in chat_phrasing["content"]  # answered in the user's language
+
+
+def test_a_request_searches_what_it_asks_for_and_weak_matches_are_told(sessions, scope, library):
+    """Issue 35, item 6: "给我一张表示无语的表情包" searches 无语 (search's own query cleaning); when no
+    result is a strong match the reply says so, in the page's language, with what would help."""
+    from mewdex.providers import policy
+
+    cid = _conversation(sessions, scope)
+    nothing = chat.post(sessions, scope, cid, "给我一张表示无语的表情包")["reply"]
+    assert nothing["memes"] == [] and nothing["content"].startswith("没有找到“无语”的表情。")
+    assert "连接器" in nothing["content"] and "视觉模型" in nothing["content"]
+    with sessions.begin() as session:
+        state = session.execute(
+            select(Message.payload).where(Message.conversation_id == uuid.UUID(cid), Message.idx == 1)
+        ).scalar_one()["mewdex"]
+    assert state["query"] == "无语"
+    # Words the keyword leg finds, but never together as a phrase: every result is weak.
+    weak = chat.post(sessions, scope, cid, "send me a meme about work cats", lang="en")["reply"]
+    assert weak["memes"] and weak["content"].startswith("Nothing matches “work cats” well")
+    assert "Connectors" in weak["content"] and "Here are memes" not in weak["content"]
+    in_zh = chat.post(sessions, scope, cid, "send me a meme about work cats", lang="zh")["reply"]
+    assert in_zh["content"].startswith("没有和“work cats”很匹配的表情") and "找到了" not in in_zh["content"]
+    with sessions.begin() as session:  # with a vision model on, uploading such memes is what is left
+        policy.update(session, scope, vision=True)
+    uploaded = chat.post(sessions, scope, cid, "send me a meme about work cats", lang="en")["reply"]
+    assert "Upload a few memes like this" in uploaded["content"] and "Connectors" not in uploaded["content"]
+    strong = chat.post(sessions, scope, cid, "来个slacking off at work的表情", lang="en")["reply"]
+    assert strong["content"].startswith("Here are memes for “slacking off at work”")
+    with client_for(scope) as c:  # the page's language: its cookie (or Accept-Language), else the message's
+        c.cookies.set("mewdex_lang", "zh")
+        page = c.post(f"/api/v1/conversations/{cid}/messages", json={"content": "slacking off at work"}).json()
+        assert page["reply"]["content"].startswith("找到了“slacking off at work”的表情")
 
 
 def test_a_title_that_arrives_after_the_conversation_was_cleared_is_dropped(sessions, scope):

@@ -72,3 +72,101 @@ def test_repair_is_a_registered_task_type(sessions, scope):
         )
         assert len(tasks) == 1
         session.delete(tasks[0])
+
+
+# --- names people can read (issue 35, item 4) ---------------------------------------------------
+
+LUXUN = "chinesebqb/images/037_LuXun"
+
+
+def _captioned(sessions, store, scope, seed: bytes, relative_path: str, name: str, caption: str | None, **row):
+    """A processed meme (context ready) imported from ``relative_path``, named ``name``, whose OCR read ``caption``."""
+    from conftest import case_file
+
+    meme_id = _add(
+        sessions, store, scope, case_file("img04_palette_trns.png").read_bytes() + seed, "x.png", relative_path
+    )
+    lines = [{"text": caption, "score": 0.95}] if caption else []
+    with sessions.begin() as session:
+        m = session.get(Meme, UUID(meme_id))
+        m.display_name, m.name_source, m.context_status = name, row.get("name_source", "automatic"), "ready"
+        m.meme_context = {"ocr_lines": lines, "ocr_text": caption or "", "language": "zh"}
+    return meme_id
+
+
+def test_serial_names_take_their_caption_and_never_share_one_in_a_folder(sessions, store, scope):
+    from mewdex.db.models import MemeNearDuplicate
+
+    said = "我没说过这句话"
+    first = _captioned(sessions, store, scope, b"1", f"{LUXUN}/download-1.jpg", "037_LuXun", said)
+    second = _captioned(sessions, store, scope, b"2", f"{LUXUN}/download-4.jpg", "037_LuXun", said)
+    bare = _captioned(sessions, store, scope, b"3", f"{LUXUN}/images.jpg", "037_LuXun", None)
+    bare_too = _captioned(sessions, store, scope, b"4", f"{LUXUN}/0.jpg", "037_LuXun", None)
+    variant = _captioned(sessions, store, scope, b"5", f"{LUXUN}/download-5.jpg", "037_LuXun", said)
+    elsewhere = _captioned(
+        sessions, store, scope, b"6", "other/LuXun00001.jpg", "LuXun00001", said, name_source="uploaded"
+    )
+    manual = _captioned(sessions, store, scope, b"7", f"{LUXUN}/KumamotoBear00025.jpg", "KumamotoBear00025", said)
+    memes_service.rename(sessions, scope, manual, "KumamotoBear00025")
+    words = _captioned(sessions, store, scope, b"8", f"{LUXUN}/yes.jpg", "yes", said, name_source="uploaded")
+    with sessions.begin() as session:  # a variant of the first meme (same template): it may share its name
+        session.add(MemeNearDuplicate(scope_id=scope.scope_id, meme_id=UUID(variant), duplicate_of=UUID(first)))
+
+    name_repair.repair_names(sessions, scope.scope_id)
+
+    def name(meme_id):
+        return meme(sessions, scope, meme_id).display_name
+
+    # The oldest keeps the plain name; a variant of it (same template) may share it.
+    assert [name(first), name(second), name(variant)] == [said, f"{said} 2", said]
+    assert {name(bare), name(bare_too)} == {"037_LuXun", "037_LuXun 2"}  # no caption: numbered, never shared
+    assert name(elsewhere) == said  # another folder
+    assert (name(manual), name(words)) == ("KumamotoBear00025", "yes")  # a person's name, a name of words
+    assert meme(sessions, scope, first).name_source == "automatic"
+    assert name_repair.repair_names(sessions, scope.scope_id)["renamed"] == 0  # idempotent
+
+
+def test_the_context_stage_names_a_serial_from_its_caption_and_a_folder_imported_directly_keeps_its_name(
+    sessions, store, scope, tmp_path
+):
+    """New memes: the context stage's write-back renames ``KumamotoBear00025`` from what it says; a folder
+    imported on its own gives its files its name as importing its parent does."""
+    import shutil
+
+    from conftest import case_file
+    from mewdex.library.importer import collect, import_paths
+    from mewdex.pipeline.context import build_meme_context
+    from mewdex.pipeline.stages import ContextStage
+
+    bear = tmp_path / "009_KumamotoBear"
+    cat = tmp_path / "memegen" / "images" / "grumpycat"
+    for folder in (bear, cat):
+        folder.mkdir(parents=True)
+    shutil.copyfile(case_file("img05_ocr_hello_transparent.png"), bear / "KumamotoBear00025.png")
+    shutil.copyfile(case_file("img04_palette_trns.png"), cat / "default.png")
+    ids = {}
+    for folder in (bear, cat):
+        import_paths(
+            sessions,
+            store,
+            scope,
+            collect([folder]),
+            on_result=lambda item, r: ids.__setitem__(item.path.name, r.meme_id),
+        )
+    grumpy = meme(sessions, scope, ids["default.png"])
+    assert (grumpy.display_name, grumpy.name_source) == ("grumpycat", "automatic")
+    assert grumpy.provenance["relative_path"] == "default.png"  # relative to the folder imported, as before
+
+    with sessions.begin() as session:
+        for meme_id, lines in ((ids["KumamotoBear00025.png"], ["hello there"]), (ids["default.png"], [])):
+            row = session.get(Meme, UUID(meme_id))
+            context = build_meme_context(
+                relative_path=name_repair.import_path(row.provenance),
+                display_name=row.display_name,
+                ocr_lines=[{"text": t, "score": 0.99} for t in lines],
+            )
+            ContextStage().apply(session, row, context)
+    named = meme(sessions, scope, ids["KumamotoBear00025.png"])
+    assert (named.display_name, named.name_source) == ("hello there", "automatic")
+    grumpy = meme(sessions, scope, ids["default.png"])
+    assert grumpy.display_name == "grumpycat" and grumpy.meme_context["folders"] == ["grumpycat"]

@@ -19,6 +19,9 @@ from mewdex.assistant.query import is_follow_up, parse, strip_chat_phrasing
         ("send me a meme for monday mornings", "monday mornings"),
         ("can you find me a meme about cats please", "cats"),
         ("send me a meme for 一个字我都不信", "一个字我都不信"),
+        ("给我一张表示无语的表情包", "无语"),
+        ("来一张表示无语的表情", "无语"),
+        ("a meme about mondays", "mondays"),
         # meme phrases that only look like chat phrasing stay whole
         ("来日方长", "来日方长"),
         ("给我滚", "给我滚"),
@@ -71,3 +74,10 @@ def test_a_long_description_keeps_its_animated_word_and_still_filters():
     assert (long.query, long.animated) == ("animated line drawing of a cat slapping a table like a drummer", True)
     short = parse("send me an animated dancing cat")
     assert (short.query, short.animated) == ("dancing cat", True)
+
+
+def test_the_assistant_and_search_clean_queries_with_one_function():
+    from mewdex.search.text import clean_query
+
+    for message in ("给我一张表示无语的表情包", "send me a meme for monday mornings", "来个摸鱼的表情"):
+        assert clean_query(message) == parse(message).query == clean_query(parse(message).query)

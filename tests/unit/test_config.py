@@ -43,3 +43,71 @@ def test_worker_nice_out_of_range_is_rejected(monkeypatch):
     monkeypatch.setenv("MEWDEX_WORKER_NICE", "20")
     with pytest.raises(ValidationError):
         Settings(_env_file=None)
+
+
+# --- settings that forgive (issue 35, item 11) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("127.0.0.1:9000", ["127.0.0.1:9000"]),
+        ("127.0.0.1:9000, minio.lan:9000 ,", ["127.0.0.1:9000", "minio.lan:9000"]),
+        ('["127.0.0.1:9000", "minio.lan:9000"]', ["127.0.0.1:9000", "minio.lan:9000"]),
+        ("", []),
+    ],
+)
+def test_list_settings_take_commas_or_json(monkeypatch, value, expected):
+    for name in ("EGRESS_ALLOW_HOSTS", "ALLOWED_HOSTS", "TRUSTED_PROXIES"):
+        monkeypatch.setenv(f"MEWDEX_{name}", value)
+    settings = Settings(_env_file=None)
+    assert settings.egress_allow_hosts == settings.allowed_hosts == settings.trusted_proxies == expected
+
+
+def test_mapping_settings_take_pairs_or_json(monkeypatch):
+    monkeypatch.setenv("MEWDEX_TEXT_MODELS", "e5=e5, use=use")
+    monkeypatch.setenv("MEWDEX_RESOURCE_CONCURRENCY", '{"visual/openai": 2}')
+    settings = Settings(_env_file=None)
+    assert settings.text_models == {"e5": "e5", "use": "use"}
+    assert settings.resource_concurrency == {"visual/openai": 2}
+    monkeypatch.setenv("MEWDEX_RESOURCE_CONCURRENCY", "visual/openai=2,agent/openai=1")
+    assert Settings(_env_file=None).resource_concurrency == {"visual/openai": 2, "agent/openai": 1}
+
+
+@pytest.mark.parametrize(
+    "variable, value, example",
+    [
+        ("MEWDEX_EGRESS_ALLOW_HOSTS", '["127.0.0.1:9000"', "MEWDEX_EGRESS_ALLOW_HOSTS=127.0.0.1:9000,minio.lan:9000"),
+        ("MEWDEX_PORT", "eighty", "MEWDEX_PORT=8275"),
+        ("MEWDEX_AUTH", "sometimes", "MEWDEX_AUTH=auto"),
+        ("MEWDEX_RESOURCE_CONCURRENCY", "visual/openai", "MEWDEX_RESOURCE_CONCURRENCY=visual/openai=2"),
+        ("MEWDEX_PRICES", '{"m": {"tokens_in": "cheap"}}', 'MEWDEX_PRICES={"gpt-4o-mini"'),
+    ],
+)
+def test_a_bad_setting_is_one_line_with_the_value_and_an_example(monkeypatch, variable, value, example):
+    from mewdex.config import ConfigError, get_settings
+
+    monkeypatch.setenv(variable, value)
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as info:
+            get_settings()
+    finally:
+        get_settings.cache_clear()
+    assert len(info.value.lines) == 1 and "\n" not in info.value.lines[0]
+    line = info.value.lines[0]
+    assert line.startswith(f"{variable}='{value}' is not valid (") and example in line, line
+
+
+def test_a_secret_setting_never_shows_its_value(monkeypatch):
+    from mewdex.config import Settings as S
+    from mewdex.config import describe_config_error
+
+    class Strict(S):  # a secret-named setting that fails validation (none of the real ones can)
+        openai_api_key: int | None = None
+
+    monkeypatch.setenv("MEWDEX_OPENAI_API_KEY", "sk-do-not-print")
+    with pytest.raises(ValidationError) as info:
+        Strict(_env_file=None)
+    lines = describe_config_error(info.value)
+    assert "sk-do-not-print" not in "".join(lines) and "(hidden)" in lines[0]

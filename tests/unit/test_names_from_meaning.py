@@ -73,3 +73,69 @@ def test_collection_names_by_path():
     assert collection_name_for(("vvquest", "images")) == "vvquest"
     assert collection_name_for(("images",)) is None
     assert collection_name_for(("猫猫", "deep")) == "猫猫/deep"
+
+
+# --- names people can read (issue 35, item 4) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("KumamotoBear00025", "serial"),
+        ("Penguin00122", "serial"),
+        ("037_LuXun", "serial"),
+        ("004_SmirkBoy", "serial"),
+        ("cat_2020", "serial"),
+        ("小猪佩奇1", "serial"),  # Chinese: a name with a counter is a series
+        ("小猪佩奇11", "serial"),
+        ("熊猫头 003", "serial"),
+        ("oag", "id"),
+        ("ll", "id"),
+        ("bd", "id"),
+        ("tenguy", "id"),
+        ("3hd", "id"),
+        ("default", "generic"),
+        ("IMG_2034", "generic"),
+        ("drake", "words"),
+        ("yes", "words"),
+        ("grumpycat", "words"),
+        ("sad-bush", "words"),
+        ("Drake Hotline Bling 2", "words"),  # several words and a number: a title
+        ("原神-一发1980包夜6480", "words"),
+        ("一个字我都不信", "words"),  # Chinese words
+        ("原神-害怕", "words"),
+        ("那年那兔那些事-不约", "words"),
+        ("第3集", "words"),
+        ("2020年的我", "words"),
+    ],
+)
+def test_name_kinds(name, kind):
+    from mewdex.library.names import is_readable_name, name_kind
+
+    assert name_kind(name) == kind
+    assert is_readable_name(name) == (kind == "words")
+
+
+def test_caption_names():
+    from mewdex.pipeline.auto_rename import CAPTION_NAME_CHARS, caption_name
+
+    lines = [{"text": "我没说过", "score": 0.9}, {"text": "这句话", "score": 0.9}]
+    assert caption_name({"ocr_lines": lines, "language": "zh"}) == "我没说过 这句话"
+    vision = {"title_en": "Cat judging you", "title_zh": "审视你的猫"}
+    assert caption_name({"ocr_lines": [], "vision": vision, "language": "zh"}) == "审视你的猫"
+    assert caption_name({"ocr_lines": [], "vision": vision, "language": "en"}) == "Cat judging you"
+    assert caption_name({"ocr_lines": [{"text": "2020", "score": 0.9}]}) is None  # a number is no name
+    assert caption_name({}) is None
+    long = caption_name({"ocr_lines": [{"text": "when the build breaks on friday evening again and again"}]})
+    assert long == "when the build breaks on friday evening…" and len(long) <= CAPTION_NAME_CHARS
+
+
+def test_import_path_keeps_the_imported_folders_own_name():
+    from mewdex.library.names import import_path
+
+    direct = {"source": "folder_import", "root": "/data/memegen/images/grumpycat", "relative_path": "default.jpg"}
+    parent = {"source": "folder_import", "root": "/data/memegen", "relative_path": "images/grumpycat/default.jpg"}
+    assert import_path(direct) == "grumpycat/default.jpg"
+    assert import_path(parent) == "images/grumpycat/default.jpg"
+    assert import_path({"source": "upload", "relative_path": "x.png"}) == "x.png"
+    assert import_path({}) == ""

@@ -368,7 +368,17 @@ def test_semantic_fields_omit_empty_fields_and_cap_ocr():
         ("reaction gif of a man tapping his temple", "a man tapping his temple"),
         ("a picture of a dog at a computer", "a dog at a computer"),
         ("熊猫头表情包", "熊猫头"),
-        ("卡通兔子的动图", "卡通兔子的"),
+        ("卡通兔子的动图", "卡通兔子"),
+        # the request around what is asked for goes too (issue 35, item 6)
+        ("给我一张表示无语的表情包", "无语"),
+        ("来一张表示无语的", "无语"),
+        ("表示无语", "无语"),
+        ("send me a meme for monday mornings", "monday mornings"),
+        ("a meme about cats", "cats"),
+        ("来个表示对方说的话完全不可信的表情", "表示对方说的话完全不可信"),  # 表示 before a clause stays
+        ("给我滚", "给我滚"),  # meme phrases that only look like requests stay whole
+        ("不值得同情的", "不值得同情的"),
+        ("我说这叫做严重的脑残’", "我说这叫做严重的脑残’"),  # no request: the words as typed
         ("meme", "meme"),  # nothing else left: the query itself
         ("表情包", "表情包"),
         ("gifted memento templeton", "gifted memento templeton"),  # whole words only

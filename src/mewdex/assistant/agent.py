@@ -66,8 +66,10 @@ SYSTEM_PROMPT = (
     "candidate's text and description when unsure, then call show_memes with the 1-3 best ids and "
     "say in one or two short sentences, in the user's language, why they fit. When the user asks for "
     'another one ("换一个", "another", "more"), show memes not shown before (earlier replies list '
-    "what they showed). Use only ids that a tool returned. Manage collections only when asked "
-    "(list_collections, create_collection, add_to_collection)."
+    "what they showed). Use only ids that a tool returned. Each search result has a confidence: when "
+    "none is high, nothing matches well; say so plainly instead of claiming a fit, and suggest what "
+    "would help (a vision model under Connectors describes what memes mean; or uploading such memes). "
+    "Manage collections only when asked (list_collections, create_collection, add_to_collection)."
 )
 FINAL_STEP_PROMPT = "No more tool calls are possible: answer the user now with what you have."
 SUMMARY_PROMPT = (
@@ -92,7 +94,7 @@ _IDS = {"type": "array", "items": _ID, "minItems": 1}
 TOOL_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "search_memes": (
         "Search the user's memes by what they should express (any language). Returns id, "
-        "display_name, snippet (text in the image) and score, best first.",
+        "display_name, snippet (text in the image), score and confidence (high, medium, low), best first.",
         _schema(
             {
                 "query": {"type": "string", "description": "a few words: feeling, situation, text"},

@@ -47,6 +47,11 @@ class Run:
     image: bytes | None
     user_message: dict[str, Any]
     title_version: int | None = None  # the auto-title this message claimed (None: not the first)
+    lang: str | None = None  # the page's language (en/zh) for the reply's own words; None: the message's
+
+    @property
+    def language(self) -> str:
+        return self.lang if self.lang in ("en", "zh") else retrieval.language(self.text)
 
 
 def message_view(message: Message) -> dict[str, Any]:
@@ -111,8 +116,10 @@ def begin(
     conversation_id: Any,
     text: str | None,
     image: bytes | None = None,
+    lang: str | None = None,
 ) -> Run:
-    """Store the user's message (next ``idx`` under the conversation's row lock) and start a run.
+    """Store the user's message (next ``idx`` under the conversation's row lock) and start a run;
+    ``lang`` (``en``/``zh``) is the page's language the reply's own words use (None: the message's).
 
     Raises ``AssistantError``: ``not_found``, ``message_empty``, ``message_too_long`` (422)."""
     owner = runs.new_owner()
@@ -133,7 +140,7 @@ def begin(
             conversation.name = " ".join(text.split())[: conversations.AUTO_TITLE_CHARS]
         view = message_view(message)
         cid = conversation.conversation_id
-    return Run(scope, cid, owner, text, image, view, version if text else None)
+    return Run(scope, cid, owner, text, image, view, version if text else None, lang)
 
 
 def _chunks(text: str) -> list[str]:
@@ -171,7 +178,7 @@ def stream(sessions: sessionmaker[Session], run: Run) -> Iterator[Event]:
         if model is not None:
             yield from _model_reply(sessions, run, model, sent)
         else:
-            note = agent.fallback_note(problem, retrieval.language(run.text)) if problem else None
+            note = agent.fallback_note(problem, run.language) if problem else None
             if problem:
                 sent.model_run = {"fallback": problem}
             yield from _retrieval_reply(sessions, run, sent, note)
@@ -188,7 +195,7 @@ def _retrieval_reply(
 ) -> Iterator[Event]:
     delay = get_settings().assistant_stream_delay_ms / 1000
     try:
-        reply = retrieval.answer(sessions, run.scope, run.conversation_id, run.text, run.image)
+        reply = retrieval.answer(sessions, run.scope, run.conversation_id, run.text, run.image, run.lang)
     except BackendUnavailable as exc:
         sent.error = ("backend_unavailable", str(exc))
     except (DomainError, ImageError) as exc:
@@ -272,7 +279,7 @@ def _model_reply(sessions: sessionmaker[Session], run: Run, model, sent: _Sent) 
             model.client.close()
         sent.usage = worker.usage
     sent.model_run = {"steps": worker.steps, "tools": worker.tools_called}
-    lang = retrieval.language(run.text)
+    lang = run.language
     if worker.error is not None and not worker.stop.is_set():
         sent.model_run["fallback"] = worker.error.code
         if not sent.shown:
@@ -387,9 +394,11 @@ def post(
     conversation_id: Any,
     text: str | None,
     image: bytes | None = None,
+    lang: str | None = None,
 ) -> dict[str, Any]:
-    """Answer without streaming: ``{"user_message", "reply", "run_status", "error"}``."""
-    run = begin(sessions, scope, conversation_id, text, image)
+    """Answer without streaming: ``{"user_message", "reply", "run_status", "error"}`` (``lang``: as
+    :func:`begin`)."""
+    run = begin(sessions, scope, conversation_id, text, image, lang)
     result: dict[str, Any] = {"user_message": run.user_message, "reply": None, "run_status": "idle", "error": None}
     for name, data in stream(sessions, run):
         if name == "done":

@@ -1,10 +1,13 @@
-"""Reading a chat message as a search: chat phrasing stripped, obvious filters parsed, follow-ups
-("换一个", "another", "more") recognised. Pure functions, no database."""
+"""Reading a chat message as a search: chat phrasing stripped (by search's query cleaning, one
+function for both), obvious filters parsed, follow-ups ("换一个", "another", "more") recognised. Pure
+functions, no database."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from mewdex.search import text as search_text
 
 FOLLOW_UPS = {
     "换一个",
@@ -33,25 +36,7 @@ FOLLOW_UPS = {
     "different one",
 }
 _ANIMATED = re.compile(r"的?(?:动图|动态图)|\bgifs?\b|\banimated\b|\banimation\b", re.IGNORECASE)
-# Chat phrasing around the thing asked for ("来个……的表情", "send me a meme for …"); each applies once.
-_EN_PREFIX = re.compile(
-    r"^(?:(?:please|pls)\s+)?(?:(?:can|could|would) you\s+)?(?:(?:send|give|show|find|get)(?:\s+me)?"
-    r"|i need|i want|need|want)\s+(?:(?:a|an|some|the)\s+)?(?:(?:meme|memes|gif|gifs|image|picture|sticker|"
-    r"reaction|reaction image)\s+)?(?:(?:for|about|of|that says|saying|with|when)\s+)?",
-    re.IGNORECASE,
-)
-_ZH_PREFIX = re.compile(
-    r"^(?:请|麻烦)?你?(?:给我|帮我)?(?:来|发|找|搜|要|整)(?:一?个|一?张|点|些|一下)(?:关于)?"
-    # "来个表示不信的表情" keeps 表示: it is part of what is described, and the search reads it
-    r"|^(?:请|麻烦)?(?:给我|帮我)(?:来|发|找|搜|要|整)?(?:一?个|一?张|点|些)"
-)
-_CHAT_SUFFIXES = re.compile(
-    r"(?:的)?(?:表情包?|梗图|图片)(?:吧|呗|啊|呀)?$|的(?:图|动图)(?:吧|呗|啊|呀)?$"
-    r"|\s+(?:meme|memes|reaction|gif|please|pls)$",
-    re.IGNORECASE,
-)
 _EDGE_PUNCT = " \t\n\"'“”‘’「」『』.,!?;:。，！？；：、…~～"
-_QUOTE_PAIRS = {"'": "'", '"': '"', "“": "”", "‘": "’", "「": "」", "『": "』"}
 # A description longer than this keeps its "animated"/"gif" word: the word is part of what the picture
 # shows ("animated line drawing of a cat …"), and the filter alone would change what the vectors read.
 _SHORT_REQUEST_WORDS = 4
@@ -69,22 +54,6 @@ class ParsedMessage:
     follow_up: bool = False
 
 
-def _strip_edges(text: str) -> str:
-    """``text`` without punctuation at its ends, except a closing quote that closes a quotation
-    inside it ("… screaming 'we'll do it live'" keeps its last quote; an apostrophe opens nothing)."""
-    stripped = text.strip(_EDGE_PUNCT)
-    if not stripped:
-        return stripped
-    trailing = text[text.find(stripped) + len(stripped) :]
-    for closing in (ch for ch in trailing if ch in _QUOTE_PAIRS.values()):
-        for opener in (o for o, c in _QUOTE_PAIRS.items() if c == closing):
-            # a paired opener anywhere; a straight quote only where a word starts (not "we'll")
-            pattern = re.escape(opener) if opener != closing else r"(?:^|\s)" + re.escape(opener) + r"\S"
-            if re.search(pattern, stripped):
-                return stripped + closing
-    return stripped
-
-
 def _bare(text: str) -> str:
     return " ".join(text.strip(_EDGE_PUNCT).split()).lower()
 
@@ -95,14 +64,9 @@ def is_follow_up(text: str) -> bool:
 
 
 def strip_chat_phrasing(text: str, *, keep_if_empty: bool = True) -> str:
-    """``text`` without the request around the query ("来个摸鱼的表情" → "摸鱼"; "send me a meme for
-    monday mornings" → "monday mornings"); when nothing would remain, the text itself
-    (``keep_if_empty``) or ""."""
-    query = _strip_edges(text)
-    query = _strip_edges(_EN_PREFIX.sub("", query, count=1))
-    query = _strip_edges(_ZH_PREFIX.sub("", query, count=1))
-    query = _strip_edges(_CHAT_SUFFIXES.sub("", query, count=1))
-    return query or (text.strip() if keep_if_empty else "")
+    """``text`` without the request around the query: search's own query cleaning
+    (:func:`mewdex.search.text.strip_request`: "给我一张表示无语的表情包" → "无语")."""
+    return search_text.strip_request(text, keep_if_empty=keep_if_empty)
 
 
 def parse(text: str, collections: dict[str, str] | None = None) -> ParsedMessage:

@@ -22,8 +22,10 @@ from mewdex.db.models import Meme, Message, ScopeContext
 from mewdex.dto.search import SearchFilters, SearchHit
 from mewdex.library import collections as library_collections
 from mewdex.library.listing import filtered_memes
+from mewdex.providers import policy
 from mewdex.search import image_search
 from mewdex.search import service as search_service
+from mewdex.search.confidence import strong_match
 
 PAGE = 3
 RESULT_LIST = 30
@@ -105,6 +107,10 @@ def _texts(lang: str) -> dict[str, str]:
             "none_image": "没有找到相像的表情。",
             "end": "这个列表里的表情都给你看过了，换个说法试试？",
             "first": "先告诉我你想要什么样的表情。",
+            "weak": "没有和“{q}”很匹配的表情，下面是最接近的几张。",
+            "help_vision": "在“连接器”里接入视觉模型，它会读懂每张表情的意思，这类说法就能搜到了；"
+            "或者上传几张这样的表情。",
+            "help_upload": "上传几张这样的表情，下次就能找到。",
         }
     return {
         "found": "Here are memes for “{q}”:",
@@ -115,16 +121,28 @@ def _texts(lang: str) -> dict[str, str]:
         "none_image": "No memes look like that image.",
         "end": "That was every meme in this list; try other words?",
         "first": "Tell me what kind of meme you want first.",
+        "weak": "Nothing matches “{q}” well; these are the closest I have.",
+        "help_vision": "A vision model (under Connectors) describes what each meme means, so requests like "
+        "this can find it; or upload a few memes like this.",
+        "help_upload": "Upload a few memes like this and they will turn up next time.",
     }
 
 
 def answer(
-    sessions: sessionmaker[Session], scope: ScopeContext, conversation_id: UUID, text: str, image: bytes | None = None
+    sessions: sessionmaker[Session],
+    scope: ScopeContext,
+    conversation_id: UUID,
+    text: str,
+    image: bytes | None = None,
+    lang: str | None = None,
 ) -> Reply:
-    """The retrieval-only reply to ``text`` (and ``image``: a search by image, with the text's filters).
+    """The retrieval-only reply to ``text`` (and ``image``: a search by image, with the text's filters),
+    in ``lang`` (``en``/``zh``: the page's language; None: the message's). When no result of a text
+    search is a strong match (:func:`mewdex.search.confidence.strong_match`) the reply says so and
+    what would help, instead of presenting the closest memes as found.
 
     Raises the search's errors: ``ImageError`` (bad image), ``BackendUnavailable`` (visual model)."""
-    lang = language(text) if text.strip() else "en"
+    lang = lang if lang in ("en", "zh") else (language(text) if text.strip() else "en")
     t = _texts(lang)
     if image is not None:
         filters = None
@@ -151,7 +169,14 @@ def answer(
             t["next"] + (" " + t["more"] if more else ""), memes, {**state, "offset": min(new_offset, len(results))}
         )
     query, hits = search_ids(sessions, scope, text)
-    return _first_page(hits, query, t["found"].format(q=query), t["none"].format(q=query or text.strip()), t)
+    none = t["none"].format(q=query or text.strip())
+    levels = [h.confidence for h in hits]
+    if query and (not hits or (None not in levels and not strong_match(levels))):
+        with sessions.begin() as session:
+            vision = bool(policy.for_scope(session, scope.scope_id).get("vision"))
+        help_text = t["help_upload"] if vision else t["help_vision"]
+        return _first_page(hits, query, f"{t['weak'].format(q=query)} {help_text}", f"{none} {help_text}", t)
+    return _first_page(hits, query, t["found"].format(q=query), none, t)
 
 
 def _first_page(hits: list[SearchHit], query: str, found: str, none: str, t: dict[str, str]) -> Reply:

@@ -53,6 +53,7 @@ def _filters(session: Session, scope: ScopeContext, animated: bool | None, colle
 def _hits(results) -> list[dict[str, Any]]:
     return [
         {"id": h.id, "display_name": h.display_name, "media_url": h.media_url, "score": h.score, "snippet": h.snippet}
+        | ({"confidence": h.confidence} if h.confidence is not None else {})
         for h in results
     ]
 
@@ -66,7 +67,8 @@ def search_memes(
     collection: str | None = None,
 ) -> list[dict[str, Any]]:
     """The ``n`` (1–20) best memes for ``query`` (chat phrasing stripped), optionally only animated
-    ones or one collection's (name or id): ``[{"id", "display_name", "media_url", "score", "snippet"}]``."""
+    ones or one collection's (name or id): ``[{"id", "display_name", "media_url", "score", "snippet",
+    "confidence"}]`` (``confidence``: high | medium | low, :mod:`mewdex.search.confidence`)."""
     n = _n(n)
     text = chat_query.strip_chat_phrasing((query or "").strip())[: search_service.MAX_QUERY_CHARS]
     if not text:

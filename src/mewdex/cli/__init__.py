@@ -11,14 +11,35 @@ from typing import Annotated
 import typer
 import typer.core
 
-from mewdex.cli import assistant, library, providers, schedules, search, server, tasks, thumbnails, users
+from mewdex.cli import assistant, library, providers, remote, schedules, search, server, tasks, thumbnails, users
 from mewdex.cli.common import console, err
 
 # Help without type tags (<bool>, <list[Path]>): an option's name and help say what it takes; ranges stay.
 for _param in (typer.core.TyperOption, typer.core.TyperArgument):
     _param.display_type_rich = lambda self, ctx: self.metavar or ""  # type: ignore[method-assign]  # typer has no option for it
 
-app = typer.Typer(
+
+class _Mewdex(typer.Typer):
+    """The command group; a setting that cannot be used (:class:`mewdex.config.ConfigError`, raised by
+    the first command that reads the settings) ends any command with one line per bad setting and exit
+    status 2, never a traceback."""
+
+    def __call__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204 - click's signature
+        try:
+            return super().__call__(*args, **kwargs)
+        except ValueError as exc:
+            from rich.markup import escape
+
+            from mewdex.config import ConfigError  # loaded already when it was raised
+
+            if not isinstance(exc, ConfigError):
+                raise
+            for line in exc.lines:
+                err.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+            raise SystemExit(2) from None
+
+
+app = _Mewdex(
     help="mewdex — a self-hosted meme library searched in natural language.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -71,6 +92,8 @@ app.command()(server.migrate)
 app.command("import")(library.import_)
 app.command("export")(library.export_)
 app.command()(search.search)
+app.command()(remote.login)
+app.command()(remote.logout)
 app.command()(search.similar)
 app.command()(library.rename)
 app.command()(library.delete)

@@ -132,28 +132,3 @@ def running_server() -> str | None:
         return str(record["url"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def _remote(server: str, token: str | None, method: str, path: str, *, fallback: bool = False, **kw) -> dict | None:
-    """One API call to a mewdex server; exits 1 with the server's error code on failure (with
-    ``fallback``: returns None instead, so the caller can do the work locally)."""
-    from mewdex import egress
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        response = egress.operator_request(method, server.rstrip("/") + path, headers=headers, timeout=60, **kw)
-    except egress.EgressError as exc:
-        if fallback:
-            return None
-        err.print(f"[red]error:[/red] {exc.message}")
-        raise typer.Exit(1) from None
-    if response.status >= 400 and fallback and response.status in (401, 403, 421):
-        return None
-    if response.status >= 400:
-        try:
-            error = response.json()["error"]
-            err.print(f"[red]error:[/red] {error['code']}: {error['message']}")
-        except Exception:
-            err.print(f"[red]error:[/red] HTTP {response.status}")
-        raise typer.Exit(1)
-    return response.json()

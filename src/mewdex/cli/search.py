@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from mewdex.cli.common import _meme_uuid, _prepare, _progress, _remote, console, err, get_settings, running_server
+from mewdex.cli.common import _meme_uuid, _prepare, _progress, console, err, get_settings
 
 
 def search(
@@ -32,9 +31,11 @@ def search(
     ] = None,
 ) -> None:
     """Search the library: rank, name, a snippet of its text and a link per result. Asks the server
-    running on this data dir when there is one (fast), else the local database as its admin; with
-    --server URL a server elsewhere (its API token comes from MEWDEX_TOKEN or a hidden prompt, never from
-    the command line where other local users could read it)."""
+    running on this data dir when there is one (fast; links point at it), with the API token of
+    `mewdex login` or MEWDEX_TOKEN; only when no server runs, the local database as its admin (the models
+    load here). With --server URL a server elsewhere (its token from `mewdex login --server URL`,
+    MEWDEX_TOKEN or a hidden prompt, never from the command line where other local users could read it)."""
+    from mewdex.cli import remote
     from mewdex.dto.search import MAX_QUERY_CHARS
 
     query = query.strip()
@@ -43,20 +44,27 @@ def search(
         raise typer.Exit(2)
     body = {"query": query, "n_results": n}
     if server:
-        token = os.environ.get("MEWDEX_TOKEN") or (
+        target = remote.named_server(server)
+        token = remote.token_for(target) or (
             typer.prompt("API token (mdx_…)", hide_input=True, default="", show_default=False)
             if sys.stdin.isatty()
             else None
         )
-        remote = _remote(server, token or None, "POST", "/api/v1/search", json=body)
-        assert remote is not None  # without fallback a failed call exits
-        _print_results(remote, as_json, server)
+        try:
+            answer = remote.call(target, token or None, "POST", "/api/v1/search", json=body)
+        except remote.Unreachable:
+            err.print(f"[red]error:[/red] nothing answers at {target.url}")
+            raise typer.Exit(1) from None
+        _print_results(answer, as_json, target.url)
         return
-    local = running_server()
+    local = remote.local_server()
     if local is not None:  # the running server has the models loaded: no start-up here
-        answer = _remote(local, os.environ.get("MEWDEX_TOKEN"), "POST", "/api/v1/search", json=body, fallback=True)
-        if answer is not None:
-            _print_results(answer, as_json, local)
+        try:
+            answer = remote.call(local, remote.token_for(local), "POST", "/api/v1/search", json=body)
+        except remote.Unreachable:  # its record outlived it (killed): nothing runs, search here
+            err.print(f"note: the server recorded at {local.url} does not answer; searching here")
+        else:
+            _print_results(answer, as_json, local.url)
             return
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.scopes import default_scope
@@ -66,7 +74,13 @@ def search(
     with get_sessionmaker().begin() as session:
         response = service.search(session, default_scope(), query, n)
     settings = get_settings()
-    _print_results(response.as_dict(), as_json, f"http://{settings.host}:{settings.port}")
+    _print_results(
+        response.as_dict(), as_json, remote.connectable(f"http://{_url_host(settings.host)}:{settings.port}")
+    )
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _print_results(response: dict, as_json: bool, base_url: str | None = None) -> None:
@@ -92,11 +106,36 @@ def similar(
     n: Annotated[int, typer.Option("-n", min=1, max=50, help="Number of results.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON response (full ids).")] = False,
 ) -> None:
-    """Memes that look like an image file or like a meme of the library (a full id or 8+ characters of one)."""
+    """Memes that look like an image file or like a meme of the library (a full id or 8+ characters of one).
+    Asks the server running on this data dir when there is one (as `mewdex search` does), else loads the
+    image model here."""
+    from mewdex.cli import remote
     from mewdex.inference.errors import BackendUnavailable
     from mewdex.library.images import ImageError
     from mewdex.search.image_search import MemeNotEmbedded, similar_cli
 
+    local = remote.local_server()
+    if local is not None:
+        path = Path(target).expanduser()
+        token = remote.token_for(local)
+        try:
+            if path.is_file():
+                answer = remote.call(
+                    local,
+                    token,
+                    "POST",
+                    "/api/v1/search/image",
+                    files={"file": (path.name, path.read_bytes())},
+                    data={"n_results": str(n)},
+                )
+            else:
+                meme_id = target if _full_uuid(target) else str(_meme_uuid(target))
+                answer = remote.call(local, token, "GET", f"/api/v1/memes/{meme_id}/similar", params={"n_results": n})
+        except remote.Unreachable:
+            err.print(f"note: the server recorded at {local.url} does not answer; searching here")
+        else:
+            _print_results(answer, as_json, local.url)
+            return
     _prepare()
     if not Path(target).expanduser().is_file():
         target = str(_meme_uuid(target))  # a meme id, or a prefix of one
@@ -112,6 +151,16 @@ def similar(
         err.print(f"[red]error:[/red] the image model is unavailable: {exc}")
         raise typer.Exit(3) from None
     _print_results(response, as_json)
+
+
+def _full_uuid(value: str) -> bool:
+    from uuid import UUID
+
+    try:
+        UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def reindex(

@@ -16,7 +16,10 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (default MEWDEX_HOST, 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default MEWDEX_PORT, 8275).")] = None,
     workers: Annotated[
-        int | None, typer.Option(help="Workers (default MEWDEX_WORKERS; MEWDEX_WORKER_MODE says processes or threads).")
+        int | None,
+        typer.Option(
+            min=0, max=32, help="Workers (default MEWDEX_WORKERS; MEWDEX_WORKER_MODE says processes or threads)."
+        ),
     ] = None,
 ) -> None:
     """Serve the web UI and the API, with workers processing the queue."""
@@ -47,7 +50,8 @@ def serve(
     from mewdex.config import get_settings as cached_settings
 
     cached_settings.cache_clear()
-    forget = announce_server(f"http://{host or settings.host}:{port or settings.port}")
+    bound = host or settings.host
+    forget = announce_server(f"http://{f'[{bound}]' if ':' in bound else bound}:{port or settings.port}")
     try:
         uvicorn.run(
             "mewdex.web.app:create_app",

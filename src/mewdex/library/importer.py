@@ -33,9 +33,9 @@ class ImportItem:
 
     @property
     def folder(self) -> str | None:
-        """The file's own folder name when it is below the import root (it names memes with generic stems)."""
-        parent = self.path.parent
-        return parent.name if parent != self.root and self.path != self.root else None
+        """The file's own folder name (it names memes with generic stems): also the import root's own name
+        for a file directly in it, as when its parent folder is imported."""
+        return self.path.parent.name or None
 
     @property
     def folder_parts(self) -> tuple[str, ...]:

@@ -281,3 +281,71 @@ def folder_named(name: str, folder: str | None) -> bool:
         return normalize_display_name(folder) == name
     except ValueError:
         return False
+
+
+# ----------------------------------------------------------------------------- what a name says
+
+#: ``words`` (a person can read what the meme is: ``drake``, ``一个字我都不信``, ``Drake Hotline Bling 2``),
+#: ``generic`` (says nothing: :func:`is_generic_stem`), ``serial`` (a numbered series: ``KumamotoBear00025``,
+#: ``037_LuXun``, ``小猪佩奇1``, ``cat_2020``) or ``id`` (a short template id: memegen's ``oag``, ``ll``, ``bd``,
+#: ``tenguy``).
+NAME_KINDS = ("words", "generic", "serial", "id")
+# A counter in front: ``037_LuXun``, ``004-SmirkBoy`` (two digits or more, then a separator).
+_NUMBERED_PREFIX = regex.compile(r"\A\d{2,}[\s_\-.]+\S")
+# A counter behind: ``KumamotoBear00025``, ``小猪佩奇1``, ``cat_2020``, ``Penguin 12 (2)``.
+_NUMBERED_SUFFIX = regex.compile(r"\A(?P<words>.*?[^\d\s_\-.#])[\s_\-.#]*(?P<n>\d+)(?:\s*[(（]\d+[)）])?\Z")
+_TOKEN_SEPARATORS = regex.compile(r"[\s_\-.·]")
+# A template id is short: ``tenguy`` is one, ``grumpycat`` already reads as words (split as they are searched).
+_MAX_ID_CHARS = 8
+
+
+def _dictionary_word(token: str) -> bool:
+    """Whether ``token`` (lower-case ASCII) is one word of ``wordninja``'s English word list."""
+    try:
+        import wordninja
+    except ImportError:  # optional, as for search: without it only very short tokens count as ids
+        return len(token) > 2
+    return token in wordninja.DEFAULT_LANGUAGE_MODEL._wordcost  # the list it splits with
+
+
+def name_kind(name: str) -> str:
+    """What a file stem or display name says (:data:`NAME_KINDS`). A numbered series has a zero-padded
+    counter (``003``), or any counter behind one word (``小猪佩奇11``; ``Drake Hotline Bling 2`` and
+    ``原神-一发1980包夜6480`` are words); a template id is one lower-case ASCII token of
+    at most 2 characters, or of at most 8 that is no English word (``oag``, ``3hd``, ``tenguy``; not
+    ``drake``, ``yes``). Pure; Chinese names are words unless numbered (``小猪佩奇1``)."""
+    text = unicodedata.normalize("NFKC", name or "").strip()
+    if is_generic_stem(text):
+        return "generic"
+    if _NUMBERED_PREFIX.match(text):
+        return "serial"
+    if (m := _NUMBERED_SUFFIX.match(text)) and any(ch.isalpha() for ch in m["words"]):
+        if (len(m["n"]) >= 2 and m["n"].startswith("0")) or not _TOKEN_SEPARATORS.search(m["words"].strip()):
+            return "serial"
+    if regex.fullmatch(r"[a-z0-9]+", text) and (
+        len(text) <= 2 or (len(text) <= _MAX_ID_CHARS and not _dictionary_word(text))
+    ):
+        return "id"
+    return "words"
+
+
+def is_readable_name(name: str) -> bool:
+    """Whether ``name`` is made of words (:func:`name_kind`), not a generic stem, a serial or an id."""
+    return name_kind(name) == "words"
+
+
+def import_path(provenance: dict | None) -> str:
+    """The path a meme was imported under (``provenance.relative_path``, ``/``-separated), with the import
+    root's own folder name in front when the file lay directly in it: importing ``…/memegen/images/grumpycat``
+    gives its files the folder words ``grumpycat``, as importing ``…/memegen`` does. ``""`` when unknown."""
+    provenance = provenance or {}
+    relative = provenance.get("relative_path")
+    if not isinstance(relative, str) or not relative:
+        return ""
+    relative = relative.replace("\\", "/")
+    root = provenance.get("root")
+    if "/" not in relative and provenance.get("source") == "folder_import" and isinstance(root, str) and root:
+        folder = re.split(r"[/\\]", root.rstrip("/\\"))[-1]
+        if folder:
+            return f"{folder}/{relative}"
+    return relative

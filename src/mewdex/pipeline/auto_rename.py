@@ -1,4 +1,6 @@
-"""The ``auto_rename`` stage: names a meme from its context title when its job asked for it.
+"""The ``auto_rename`` stage: names a meme from its context title when its job asked for it; and
+:func:`readable_name`, the name a meme with a serial or id name gets from its caption (the context stage
+and the name repair apply it).
 
 Planned only for jobs with ``auto_name`` (upload option ``auto_name``). It never overwrites a
 name a person gave (``name_source = manual``, checked under the meme's row lock at write-back, so
@@ -10,13 +12,23 @@ bumps the meme's revision and is journaled as a completed ``rename`` storage ope
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any
 
+import regex
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, StorageOperation, utcnow
-from mewdex.library.names import is_valid_display_name, normalize_display_name
+from mewdex.library.names import import_path, is_readable_name, is_valid_display_name, normalize_display_name
+from mewdex.search.near_duplicates import near_duplicates
 from mewdex.storage.journal import name_fingerprint
+
+#: A name from a caption keeps this many characters (a long caption is cut on a word/character boundary).
+CAPTION_NAME_CHARS = 40
+#: Namesakes in one folder are numbered ``name 2`` … up to this; past it the name is shared.
+MAX_NAMESAKES = 100
+_GRAPHEME = regex.compile(r"\X")
 
 
 class AutoRenameStage:
@@ -53,3 +65,96 @@ class AutoRenameStage:
         meme.name_source = "automatic"
         meme.revision += 1
         meme.updated_at = utcnow()
+
+
+def caption_name(context: dict[str, Any]) -> str | None:
+    """A name from what the meme says or shows: its caption (the OCR lines kept by the context, in
+    reading order), else the vision model's title in the meme's language; cut to
+    :data:`CAPTION_NAME_CHARS` and normalized; None when neither gives a name made of words."""
+    lines = [str(line.get("text") or "").strip() for line in context.get("ocr_lines") or [] if isinstance(line, dict)]
+    vision = context.get("vision") or {}
+    titles = ("title_zh", "title_en") if context.get("language") == "zh" else ("title_en", "title_zh")
+    for candidate in [" ".join(line for line in lines if line), *(vision.get(k) for k in titles)]:
+        if not isinstance(candidate, str) or not candidate.strip():
+            continue
+        try:
+            name = normalize_display_name(_shorten(" ".join(candidate.split())))
+        except ValueError:
+            continue
+        if is_readable_name(name) and sum(ch.isalnum() for ch in name) >= 2:
+            return name
+    return None
+
+
+def _shorten(text: str) -> str:
+    """``text`` cut to :data:`CAPTION_NAME_CHARS` characters: at the last space when there is one in its
+    second half (words stay whole), else on a grapheme boundary; ``…`` marks the cut."""
+    if len(text) <= CAPTION_NAME_CHARS:
+        return text
+    kept, size = [], 0
+    for cluster in _GRAPHEME.findall(text):
+        if size + len(cluster) > CAPTION_NAME_CHARS - 1:
+            break
+        kept.append(cluster)
+        size += len(cluster)
+    cut = "".join(kept)
+    space = cut.rfind(" ")
+    if not text[len(cut)].isspace() and space >= CAPTION_NAME_CHARS // 2:  # a word was cut: drop it
+        cut = cut[:space]
+    return cut.rstrip(" ,，、.。;；:：-") + "…"
+
+
+def folder_of(provenance: dict[str, Any] | None) -> str:
+    """The folder a meme was imported from (:func:`~mewdex.library.names.import_path`'s parent; ``""`` for
+    uploads and files of unknown origin): names are unique within it."""
+    parent = PurePosixPath(import_path(provenance)).parent.as_posix()
+    return "" if parent == "." else parent
+
+
+def unique_in_folder(session: Session, meme: Meme, name: str) -> str:
+    """``name``, or ``name 2``, ``name 3``… the first that no other meme of the meme's folder has (memes
+    that are near-duplicates of it, variants of one template, may share it). Serialised per folder by a
+    transaction-scoped advisory lock, so two memes renamed at once never pick the same number."""
+    folder = folder_of(meme.provenance)
+    session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(f"names:{meme.scope_id}:{folder}", 0))))
+    candidates = [name] + [f"{name} {i}" for i in range(2, MAX_NAMESAKES + 1)]
+    candidates = [c for c in candidates if is_valid_display_name(c)]
+    rows = session.execute(
+        select(Meme.id, Meme.display_name, Meme.provenance).where(
+            Meme.scope_id == meme.scope_id, Meme.display_name.in_(candidates), Meme.id != meme.id
+        )
+    ).all()
+    taken = {n for mid, n, provenance in rows if folder_of(provenance) == folder}
+    if not taken:
+        return name
+    t = near_duplicates
+    pairs = session.execute(
+        select(t.c.meme_id, t.c.duplicate_of).where(
+            t.c.scope_id == meme.scope_id, or_(t.c.meme_id == meme.id, t.c.duplicate_of == meme.id)
+        )
+    ).all()
+    variants = {a for pair in pairs for a in pair} - {meme.id}
+    taken = {n for mid, n, provenance in rows if folder_of(provenance) == folder and mid not in variants}
+    return next((c for c in candidates if c not in taken), name)
+
+
+def readable_name(session: Session, meme: Meme, *, captioned_only: bool = False) -> str | None:
+    """The name ``meme`` should have instead of its current one, or None to keep it: a serial, id or
+    generic name (:func:`~mewdex.library.names.name_kind`) becomes its :func:`caption_name` when it has
+    one; any name not given by a person is made unique in its folder (:func:`unique_in_folder`). A
+    manual name, and a file name made of words, never change (``captioned_only``: only a name from a
+    caption, no numbering). Call with the meme's row locked."""
+    if meme.name_source == "manual":
+        return None
+    if not is_readable_name(meme.display_name):
+        caption = caption_name(meme.meme_context or {})
+        if caption is None and captioned_only:
+            return None
+        unique = unique_in_folder(session, meme, caption or meme.display_name)
+    elif meme.name_source == "automatic" and not captioned_only:
+        unique = unique_in_folder(session, meme, meme.display_name)
+        if unique != meme.display_name and (caption := caption_name(meme.meme_context or {})) is not None:
+            unique = unique_in_folder(session, meme, caption)  # a namesake: its caption tells it apart
+    else:
+        return None
+    return unique if unique != meme.display_name else None

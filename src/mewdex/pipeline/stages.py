@@ -16,7 +16,8 @@ from mewdex.db.models import Meme, ScopeContext
 from mewdex.inference import models
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError, load_frames
-from mewdex.pipeline.auto_rename import AutoRenameStage
+from mewdex.library.names import import_path
+from mewdex.pipeline.auto_rename import AutoRenameStage, readable_name
 from mewdex.pipeline.base import (  # noqa: F401 - the stage contract, re-exported for callers of this module
     CONTEXT_STAGE,
     STAGE_VERSIONS,
@@ -35,7 +36,8 @@ from mewdex.search.generations import write_targets, write_vectors
 class ContextStage:
     """Local analysis (stored stage name ``agent``): OCR on the first (and, when animated, middle)
     frame composited onto white, plus name tokens from the stored path → ``meme_context``; also
-    refreshes the keyword document."""
+    refreshes the keyword document, and names a meme whose name is a serial or an id from its
+    caption (:func:`~mewdex.pipeline.auto_rename.readable_name`)."""
 
     name = CONTEXT_STAGE
 
@@ -51,7 +53,7 @@ class ContextStage:
         except BackendUnavailable as exc:
             raise StageError("backend_unavailable", str(exc)) from exc
         context = build_meme_context(
-            relative_path=meme.provenance.get("relative_path") or meme.display_name,
+            relative_path=import_path(meme.provenance) or meme.display_name,
             display_name=meme.display_name,
             ocr_lines=lines,
             labels=meme.meme_context.get("labels"),
@@ -68,6 +70,9 @@ class ContextStage:
         meme.context_status = "ready"
         meme.text_input_status = "eligible"
         meme.search_metadata_hash = context_hash(output)
+        # A serial or id name (KumamotoBear00025, oag) becomes the caption; namesakes in a folder are numbered.
+        if (name := readable_name(session, meme)) is not None:
+            AutoRenameStage().apply(session, meme, {"name": name})
         write_keyword_document(session, meme)
 
 

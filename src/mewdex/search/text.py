@@ -35,6 +35,7 @@ __all__ = [
     "has_han",
     "has_latin",
     "clean_query",
+    "strip_request",
     "is_generic_segment",
     "readable_words",
 ]
@@ -217,13 +218,72 @@ _MEDIUM_WORDS = re.compile(
     r"表情包|表情图|表情|动图|图片",
     re.I,
 )
+# The request around the thing asked for ("给我一张……的表情包", "send me a meme for …"); each applies once.
+_EN_REQUEST = re.compile(
+    r"^(?:(?:please|pls)\s+)?(?:(?:can|could|would) you\s+)?(?:(?:send|give|show|find|get)(?:\s+me)?"
+    r"|i need|i want|need|want)\s+(?:(?:a|an|some|the)\s+)?(?:(?:meme|memes|gif|gifs|image|picture|sticker|"
+    r"reaction|reaction image)\s+)?(?:(?:for|about|of|that says|saying|with|when)\s+)?"
+    # "a meme about mondays", "memes for when the build breaks"
+    r"|^(?:(?:a|an|some|the)\s+)?(?:meme|memes|gif|gifs|sticker|stickers|reaction|reactions)\s+"
+    r"(?:for|about|that says|saying|when)\s+",
+    re.IGNORECASE,
+)
+_ZH_REQUEST = re.compile(
+    r"^(?:请|麻烦)?你?(?:给我|帮我)?(?:来|发|找|搜|要|整)(?:一?个|一?张|点|些|一下)(?:关于)?"
+    r"|^(?:请|麻烦)?(?:给我|帮我)(?:来|发|找|搜|要|整)?(?:一?个|一?张|点|些)"
+)
+_REQUEST_SUFFIX = re.compile(
+    r"(?:的)?(?:表情包?|梗图|图片)(?:吧|呗|啊|呀)?$|的(?:图|动图)(?:吧|呗|啊|呀)?$"
+    r"|\s+(?:meme|memes|reaction|gif|please|pls)$",
+    re.IGNORECASE,
+)
+# "表示无语" asks for 无语: before a word (a feeling, a reaction) 表示/表达 only says "that means";
+# before a clause ("表示对方说的话完全不可信") it is part of the description and stays.
+_MEANING = re.compile(r"^(?:用来)?(?:表示|表达|形容|代表)(?=\S{1,4}$)")
+_EDGE_PUNCT = " \t\n\"'“”‘’「」『』.,!?;:。，！？；：、…~～"
+_QUOTE_PAIRS = {"'": "'", '"': '"', "“": "”", "‘": "’", "「": "」", "『": "』"}
+
+
+def _strip_edges(text: str) -> str:
+    """``text`` without punctuation at its ends, except a closing quote that closes a quotation
+    inside it ("… screaming 'we'll do it live'" keeps its last quote; an apostrophe opens nothing)."""
+    stripped = text.strip(_EDGE_PUNCT)
+    if not stripped:
+        return stripped
+    trailing = text[text.find(stripped) + len(stripped) :]
+    for closing in (ch for ch in trailing if ch in _QUOTE_PAIRS.values()):
+        for opener in (o for o, c in _QUOTE_PAIRS.items() if c == closing):
+            # a paired opener anywhere; a straight quote only where a word starts (not "we'll")
+            pattern = re.escape(opener) if opener != closing else r"(?:^|\s)" + re.escape(opener) + r"\S"
+            if re.search(pattern, stripped):
+                return stripped + closing
+    return stripped
+
+
+def strip_request(text: str, *, keep_if_empty: bool = True) -> str:
+    """``text`` without the request around what is asked for ("给我一张表示无语的表情包" → "无语";
+    "来个摸鱼的表情" → "摸鱼"; "send me a meme for monday mornings" → "monday mornings"); meme phrases
+    that only look like requests ("来日方长", "给我滚") stay whole. When nothing would remain: the
+    text itself (``keep_if_empty``) or ""."""
+    query = _strip_edges(text or "")
+    asked = _strip_edges(_ZH_REQUEST.sub("", _strip_edges(_EN_REQUEST.sub("", query, count=1)), count=1))
+    query = _strip_edges(_REQUEST_SUFFIX.sub("", asked, count=1))
+    if asked != _strip_edges(text or ""):  # "来一张无语的": after a request, a trailing 的 only ties it on
+        query = _strip_edges(re.sub(r"的$", "", query))
+    query = _strip_edges(_MEANING.sub("", query, count=1))
+    return query or ((text or "").strip() if keep_if_empty else "")
 
 
 def clean_query(query: str) -> str:
-    """``query`` without the words that only name the medium (``meme``, ``gif``, ``picture of``,
-    ``表情包``, ``动图``…), whitespace collapsed; the query itself when nothing else would be left
-    (fewer than two letters/ideographs), so ``"meme"`` still searches for ``meme``."""
-    cleaned = _WS.sub(" ", _MEDIUM_WORDS.sub(" ", query or "")).strip(" ,，、;；:：-")
+    """What the legs search for: ``query`` without the request around it (:func:`strip_request`) and
+    without the words that only name the medium (``meme``, ``gif``, ``picture of``, ``表情包``,
+    ``动图``…), whitespace collapsed; the query itself when nothing else would be left (fewer than
+    two letters/ideographs), so ``"meme"`` still searches for ``meme``. The one query cleaning of
+    search and the assistant."""
+    asked = strip_request(query or "", keep_if_empty=False)
+    if not asked or asked == _strip_edges(query or ""):  # no request around it: the words as typed
+        asked = query or ""
+    cleaned = _WS.sub(" ", _MEDIUM_WORDS.sub(" ", asked)).strip(" ,，、;；:：-")
     return cleaned if sum(ch.isalnum() for ch in cleaned) >= 2 else (query or "").strip()
 
 

@@ -81,6 +81,15 @@ def request_locale(request: Request) -> str:
     return parse_accept_language(request.headers.get("accept-language")) or DEFAULT_LOCALE
 
 
+def page_language(request: Request) -> str | None:
+    """The language the page that sent ``request`` shows (the cookie's, else Accept-Language's best
+    supported one), or None when the request names none (a script): the caller then decides."""
+    cookie = request.cookies.get(COOKIE)
+    if cookie in LOCALES:
+        return cookie
+    return parse_accept_language(request.headers.get("accept-language"))
+
+
 def client_messages(locale: str) -> dict[str, str]:
     """The messages the page scripts need (``js.*``, ``error.*``, ``status.*``, ``stage.*``)."""
     merged = {**catalogue(DEFAULT_LOCALE), **catalogue(locale)}

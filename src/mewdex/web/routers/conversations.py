@@ -24,6 +24,7 @@ from mewdex.db.models import Conversation, ScopeContext
 from mewdex.dto import assistant as dto
 from mewdex.web.deps import current_scope, db_session, streaming_scope
 from mewdex.web.errors import ApiError
+from mewdex.web.i18n import page_language
 from mewdex.web.uploads import read_query_image, upload_slot
 
 router = APIRouter(prefix="/api/v1/conversations", tags=["assistant"])
@@ -190,14 +191,15 @@ async def post_message(conversation_id: str, request: Request, scope: ScopeConte
         # Another scope's conversation answers 404 before the body's fault is told.
         await run_in_threadpool(_exists, sessions, scope, conversation_id)
         raise ApiError(422, "invalid_request", 'the body must be {"content": "…"} (at most 2000 characters)')
+    lang = page_language(request)
     if "text/event-stream" in request.headers.get("accept", ""):
-        run = await run_in_threadpool(chat.begin, sessions, scope, conversation_id, content, image)
+        run = await run_in_threadpool(chat.begin, sessions, scope, conversation_id, content, image, lang)
         return StreamingResponse(
             _sse(chat.stream(sessions, run)),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
-    return await run_in_threadpool(chat.post, sessions, scope, conversation_id, content, image)
+    return await run_in_threadpool(chat.post, sessions, scope, conversation_id, content, image, lang)
 
 
 def _exists(sessions, scope: ScopeContext, conversation_id: str) -> None:
