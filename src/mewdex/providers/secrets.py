@@ -12,7 +12,8 @@ value without revealing it.
 A sealed value is a JSON object ``{"v": 1, "kid": str, "nonce": b64, "ct": b64}`` (12-byte random
 nonce; the GCM tag is part of ``ct``); the optional ``aad`` binds it to where it is stored.
 :func:`rotate_key` makes a new active key (:func:`mewdex.providers.sealed_fields.rotate`
-re-encrypts every sealed field of the database and drops the keys nothing references). :func:`hint` gives the only form of a secret shown to anyone
+re-encrypts every sealed field of the database and drops the keys nothing references).
+:func:`hint` gives the only form of a secret shown to anyone
 (``sk-…a1b2``). Errors: :class:`SecretError` (``secret_key_missing``, ``secret_undecryptable``).
 """
 
