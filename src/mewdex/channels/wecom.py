@@ -126,9 +126,7 @@ def _request(method: str, url: str, what: str, **kw) -> dict[str, Any]:
     try:
         response = fetch(method, url, timeout=kw.pop("timeout", 15.0), **kw)
     except EgressError as exc:
-        raise WeComError(
-            exc.code, f"WeCom {what} failed: {exc.message}", retryable=exc.code == "egress_failed"
-        ) from None
+        raise WeComError(exc.code, f"WeCom {what} failed: {exc.message}", retryable=exc.retryable) from None
     if response.status >= 500:
         raise WeComError("wecom_api_error", f"WeCom {what} answered HTTP {response.status}", retryable=True)
     try:

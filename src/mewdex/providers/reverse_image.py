@@ -248,7 +248,7 @@ def lookup(
                 _call_serpapi(connection, image_url) if image_url else _call_yandex(connection, image)
             )
         except EgressError as exc:
-            raise ProviderError(exc.code, exc.message, retryable=exc.code == "egress_failed") from None
+            raise ProviderError(exc.code, exc.message, retryable=exc.retryable) from None
         return CallResult(results, {"images": 1, "requests": 1}, status, size)
 
     try:
