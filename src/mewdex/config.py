@@ -108,6 +108,13 @@ class Settings(BaseSettings):
     lane_concurrency_visual: int = Field(default=8, ge=1, le=8)
     lane_concurrency_agent: int = Field(default=4, ge=1, le=8)
     lane_concurrency_embedding: int = Field(default=8, ge=1, le=8)
+    channel_scope_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=8,
+        description="Channel tasks (deliveries, inbound messages) one account runs at once, all processes: "
+        "its share of the `channel` lane.",
+    )
     resource_concurrency: dict[str, int] = Field(
         default_factory=dict,
         description='JSON {"lane/resource_key": n}: slots of one resource key (default: the lane\'s).',

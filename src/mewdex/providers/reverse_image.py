@@ -107,6 +107,8 @@ def _call_yandex(connection: Connection, image: bytes) -> tuple[dict[str, list[s
         content_types=("application/json",),
         max_bytes=2 * 1024 * 1024,
         timeout=_timeout(),
+        deadline=2 * _timeout(),
+        retries=0,  # a 429 is provider_rate_limited: metered as such and retried later by the task
     )
     _check_status(response)
     images = response.json().get("images") or []
@@ -129,6 +131,8 @@ def _call_serpapi(connection: Connection, image_url: str) -> tuple[dict[str, lis
         content_types=("application/json",),
         max_bytes=2 * 1024 * 1024,
         timeout=_timeout(),
+        deadline=2 * _timeout(),
+        retries=0,  # a 429 is provider_rate_limited: metered as such and retried later by the task
     )
     _check_status(response)
     body = response.json()
