@@ -156,6 +156,18 @@ class Settings(BaseSettings):
     prices: dict[str, dict[str, float]] = Field(
         default_factory=dict, description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.'
     )
+    schedule_max_jobs_per_account: int = Field(
+        default=20, ge=1, description="Scheduled jobs one account may have (admins can change it at run time)."
+    )
+    schedule_min_interval_minutes: int = Field(
+        default=5,
+        ge=1,
+        le=1440,
+        description="Shortest gap between two runs a job's cron may ask for (admins can change it at run time).",
+    )
+    schedule_keep_run_conversations: int = Field(
+        default=20, ge=1, description="An isolated job keeps the conversations of its latest runs; older are deleted."
+    )
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
     disk_low_bytes: int = Field(default=1024**3, ge=0, description="/health warns below this much free space.")
