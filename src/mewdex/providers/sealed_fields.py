@@ -108,7 +108,7 @@ def _walk(sessions: sessionmaker[Session], column: SealedColumn, work: Callable[
     last: tuple[Any, ...] | None = None
     while True:
         with sessions.begin() as session:
-            query = select(column.model).order_by(*keys).limit(BATCH_ROWS)
+            query: Any = select(column.model).order_by(*keys).limit(BATCH_ROWS)
             if last is not None:
                 query = query.where(tuple_(*keys) > tuple_(*last))
             if lock:
