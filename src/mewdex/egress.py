@@ -22,9 +22,10 @@
   ``egress_deadline``), a response size cap counted while streaming, an optional content-type
   allow-list.
 * A 408 or 429 answer is retried (at most ``retries`` times) after its ``Retry-After`` (seconds or
-  an HTTP date; 1 s, then 2 s, without one) when that wait fits in the deadline and
-  :data:`MAX_RETRY_WAIT_SECONDS`; otherwise the answer is returned (:attr:`EgressResponse.retry_after`
-  tells the caller how long to wait, e.g. to reschedule a task).
+  an HTTP date; a 408 without one after 1 s, then 2 s) when that wait fits in the deadline and
+  :data:`MAX_RETRY_WAIT_SECONDS`; otherwise (or a 429 without ``Retry-After``) the answer is
+  returned (:attr:`EgressResponse.retry_after` tells the caller how long to wait, e.g. to
+  reschedule a task).
 * Errors are :class:`EgressError` with a stable code; messages name the host, never headers,
   query strings or bodies (which may hold secrets).
 
@@ -387,9 +388,11 @@ def fetch(
                 response.close()
             if result.status in RETRY_STATUSES and attempts < retries:
                 wait = result.retry_after
-                wait = float(2**attempts) if wait is None else wait
+                if wait is None and result.status == 408:
+                    wait = float(2**attempts)
                 left = budget.left()
-                if wait <= MAX_RETRY_WAIT_SECONDS and (left is None or wait < left):
+                # a 429 without Retry-After is the caller's (a platform may say how long in its body)
+                if wait is not None and wait <= MAX_RETRY_WAIT_SECONDS and (left is None or wait < left):
                     attempts += 1
                     log.info("egress: %s answered %s, retry %d in %.1f s", target.host, result.status, attempts, wait)
                     time.sleep(wait)

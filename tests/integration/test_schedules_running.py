@@ -399,7 +399,13 @@ def test_two_worker_processes_and_a_clock_moved_across_100_slots_run_each_slot_o
     clock_file = tmp_path / "clock"
     clock_file.write_text((T0 - timedelta(seconds=1)).isoformat())
     job = _job(sessions, scope)
-    procs = start_workers(mewdex_env, 2, concurrency=2, extra_env={"MEWDEX_SCHEDULES_CLOCK_FILE": str(clock_file)})
+    procs = start_workers(
+        mewdex_env,
+        2,
+        concurrency=2,
+        # every run's conversation is kept, to count the pushes
+        extra_env={"MEWDEX_SCHEDULES_CLOCK_FILE": str(clock_file), "MEWDEX_SCHEDULE_KEEP_RUN_CONVERSATIONS": "100"},
+    )
     try:
         for i in range(100):
             clock_file.write_text((T0 + timedelta(minutes=i, seconds=1)).isoformat())

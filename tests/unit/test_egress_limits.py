@@ -109,7 +109,7 @@ def test_408_and_429_are_retried_after_retry_after(servers):
     result = egress.fetch("POST", busy.url + "/hook", json={"n": 1})
     assert result.status == 200 and result.content == b"done"
     assert [r[0] for r in busy.requests] == ["POST"] * 3 and all(r[3] == b'{"n":1}' for r in busy.requests)
-    assert time.monotonic() - started >= 1.0 + 1.0  # Retry-After 1 s, then 1 s (none given)
+    assert time.monotonic() - started >= 1.0 + 1.0  # Retry-After 1 s, then 1 s (a 408 without one)
 
     # a wait longer than the call may take is the caller's: the answer comes back with it
     later = servers(lambda h: _answer(h, 429, b"slow down", {"Retry-After": "120"}))
@@ -117,6 +117,9 @@ def test_408_and_429_are_retried_after_retry_after(servers):
     result = egress.fetch("POST", later.url + "/hook", json={}, deadline=20.0)
     assert result.status == 429 and result.retry_after == 120 and len(later.requests) == 1
     assert time.monotonic() - started < 2
+    # a 429 without Retry-After is the caller's (Telegram puts retry_after in its body)
+    bare = servers(lambda h: _answer(h, 429, b"{}"))
+    assert egress.fetch("GET", bare.url + "/x").status == 429 and len(bare.requests) == 1
     assert egress.parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
 
 
