@@ -114,6 +114,13 @@ class Settings(BaseSettings):
     lane_concurrency_visual: int = Field(default=8, ge=1, le=8)
     lane_concurrency_agent: int = Field(default=4, ge=1, le=8)
     lane_concurrency_embedding: int = Field(default=8, ge=1, le=8)
+    channel_scope_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=8,
+        description="Channel tasks (deliveries, inbound messages) one account runs at once, all processes: "
+        "its share of the `channel` lane.",
+    )
     resource_concurrency: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict,
         description='JSON {"lane/resource_key": n} or key=n pairs: slots of one resource key (default: the lane\'s).',
@@ -159,6 +166,18 @@ class Settings(BaseSettings):
         default_factory=dict,
         description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.',
         examples=['{"gpt-4o-mini": {"tokens_in": 1e-6}}'],
+    )
+    schedule_max_jobs_per_account: int = Field(
+        default=20, ge=1, description="Scheduled jobs one account may have (admins can change it at run time)."
+    )
+    schedule_min_interval_minutes: int = Field(
+        default=5,
+        ge=1,
+        le=1440,
+        description="Shortest gap between two runs a job's cron may ask for (admins can change it at run time).",
+    )
+    schedule_keep_run_conversations: int = Field(
+        default=20, ge=1, description="An isolated job keeps the conversations of its latest runs; older are deleted."
     )
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)

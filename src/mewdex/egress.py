@@ -11,9 +11,21 @@
   addresses are refused — unless ``host:port`` is allow-listed. The connection goes to the address
   that was checked (no second resolution: DNS rebinding cannot swap it), with the original name as
   ``Host`` and TLS SNI/certificate name.
-* Redirects are followed by hand, at most :data:`MAX_REDIRECTS`, each one checked again.
-* ``trust_env=False`` (no proxy or netrc from the environment), connect/read timeouts, a response
-  size cap counted while streaming, an optional content-type allow-list.
+* Redirects are followed by hand, at most :data:`MAX_REDIRECTS`, each one checked again. To another
+  origin (scheme, host or port; ``http`` → ``https`` on the same host excepted, as httpx does) the
+  credential headers are dropped (``Authorization``, ``Proxy-Authorization``, ``Cookie``,
+  ``Api-Key``, ``X-Api-Key`` and any the caller names in ``secret_headers``), and a 307/308 that would
+  re-send a body there is refused (``egress_redirect_refused``): the body may hold credentials too.
+* ``trust_env=False`` (no proxy or netrc from the environment), connect/read timeouts, an overall
+  ``deadline`` per call (:data:`DEFAULT_DEADLINE_SECONDS`, redirects and retries included; enforced on
+  every socket read and write, so a server that trickles a byte at a time is cut there:
+  ``egress_deadline``), a response size cap counted while streaming, an optional content-type
+  allow-list.
+* A 408 or 429 answer is retried (at most ``retries`` times) after its ``Retry-After`` (seconds or
+  an HTTP date; a 408 without one after 1 s, then 2 s) when that wait fits in the deadline and
+  :data:`MAX_RETRY_WAIT_SECONDS`; otherwise (or a 429 without ``Retry-After``) the answer is
+  returned (:attr:`EgressResponse.retry_after` tells the caller how long to wait, e.g. to
+  reschedule a task).
 * Errors are :class:`EgressError` with a stable code; messages name the host, never headers,
   query strings or bodies (which may hold secrets).
 
@@ -25,12 +37,16 @@ Imports only the standard library, httpx (httpx2 for SDK clients) and :mod:`mewd
 
 from __future__ import annotations
 
+import email.utils
 import ipaddress
 import logging
 import socket
+import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from urllib.parse import urljoin, urlsplit
 
+import httpcore
 import httpx
 
 from mewdex.config import get_settings
@@ -42,17 +58,30 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 MAX_REDIRECTS = 3
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)
+#: the whole of one :func:`fetch` (connects, redirects, retries, every byte), seconds
+DEFAULT_DEADLINE_SECONDS = 60.0
+#: the longest ``Retry-After`` :func:`fetch` waits itself; a longer one is the caller's to honour
+MAX_RETRY_WAIT_SECONDS = 10.0
+RETRY_STATUSES = (408, 429)
+#: headers never sent to another origin on a redirect
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "api-key", "x-api-key"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class EgressError(Exception):
     """A refused or failed outgoing request. ``code``: ``egress_scheme_refused``,
     ``egress_address_refused``, ``egress_unresolvable``, ``egress_too_many_redirects``,
-    ``egress_too_large``, ``egress_content_type``, ``egress_failed``."""
+    ``egress_redirect_refused``, ``egress_too_large``, ``egress_content_type``, ``egress_deadline``
+    (the call's overall deadline passed), ``egress_failed``."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code, self.message = code, message
+
+    @property
+    def retryable(self) -> bool:
+        """True for failures worth another try later (no answer, or the deadline passed)."""
+        return self.code in ("egress_failed", "egress_deadline")
 
 
 @dataclass
@@ -64,6 +93,11 @@ class EgressResponse:
     content: bytes
     url: str
     redirects: list[str] = field(default_factory=list)
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds the server asked to wait (``Retry-After``: seconds or an HTTP date), or None."""
+        return parse_retry_after(self.headers.get("retry-after"))
 
     @property
     def content_type(self) -> str:
@@ -161,6 +195,116 @@ def _pinned_url(url: str, target: Target) -> str:
     return f"{target.scheme}://{address}:{target.port}{path}" + (f"?{parts.query}" if parts.query else "")
 
 
+def parse_retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` value in seconds (≥ 0), from seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+class _Deadline:
+    """The instant a call must be over (``time.monotonic``); None: no deadline."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.at = None if seconds is None else time.monotonic() + seconds
+
+    def left(self) -> float | None:
+        return None if self.at is None else self.at - time.monotonic()
+
+    def expired(self) -> bool:
+        left = self.left()
+        return left is not None and left <= 0
+
+    def bound(self, timeout: float | None, error: type[Exception]) -> float | None:
+        """``timeout`` cut to what is left; ``error`` (an httpcore timeout) when nothing is."""
+        left = self.left()
+        if left is None:
+            return timeout
+        if left <= 0:
+            raise error("the call's deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A socket stream whose every read, write and TLS handshake ends by the call's deadline."""
+
+    def __init__(self, inner: httpcore.NetworkStream, deadline: _Deadline) -> None:
+        self._inner, self._deadline = inner, deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, self._deadline.bound(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, self._deadline.bound(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
+        inner = self._inner.start_tls(
+            ssl_context, server_hostname, self._deadline.bound(timeout, httpcore.ConnectTimeout)
+        )
+        return _DeadlineStream(inner, self._deadline)
+
+    def get_extra_info(self, info: str):
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    def __init__(self, deadline: _Deadline) -> None:
+        self._inner, self._deadline = httpcore.SyncBackend(), deadline
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        timeout = self._deadline.bound(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(
+            self._inner.connect_tcp(host, port, timeout, local_address, socket_options), self._deadline
+        )
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):  # pragma: no cover - never used
+        raise httpcore.ConnectError("unix sockets are not reachable through egress")
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class _DeadlineTransport(httpx.HTTPTransport):
+    """httpx's transport over a connection pool whose sockets honour one :class:`_Deadline`."""
+
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__(verify=True, trust_env=False)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(verify=True, trust_env=False),
+            network_backend=_DeadlineBackend(deadline),
+        )
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = (parts.scheme or "").lower()
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def _keeps_credentials(old: str, new: str) -> bool:
+    """Same origin, or the same host moving from ``http`` to ``https`` on the default ports (httpx's rule)."""
+    a, b = _origin(old), _origin(new)
+    return a == b or (a[1] == b[1] and a[0] == "http" and b[0] == "https" and a[2] == 80 and b[2] == 443)
+
+
 def fetch(
     method: str,
     url: str,
@@ -171,16 +315,28 @@ def fetch(
     max_bytes: int = DEFAULT_MAX_BYTES,
     content_types: tuple[str, ...] | None = None,
     timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+    deadline: float | None = DEFAULT_DEADLINE_SECONDS,
+    secret_headers: tuple[str, ...] = (),
+    retries: int = 2,
 ) -> EgressResponse:
     """One guarded request (module doc). ``content_types``: accepted media types of the final
-    response (e.g. ``("application/json",)``; ``"image/"`` accepts any image). Raises
+    response (e.g. ``("application/json",)``; ``"image/"`` accepts any image). ``timeout``: per
+    connect/read/write; ``deadline``: seconds for the whole call (None: none); ``secret_headers``:
+    more header names to drop on a cross-origin redirect; ``retries``: 408/429 retries. Raises
     :class:`EgressError`."""
     redirects: list[str] = []
-    with httpx.Client(trust_env=False, timeout=timeout, follow_redirects=False, verify=True) as client:
-        for _ in range(MAX_REDIRECTS + 1):
+    budget = _Deadline(deadline)
+    dropped = CREDENTIAL_HEADERS | {h.lower() for h in secret_headers}
+    current = dict(headers or {})
+    attempts = 0
+    with httpx.Client(
+        transport=_DeadlineTransport(budget), trust_env=False, timeout=timeout, follow_redirects=False
+    ) as client:
+        hops = 0
+        while hops <= MAX_REDIRECTS:
             target = check_url(url)
             request_headers = {
-                **(headers or {}),
+                **current,
                 "Host": target.host if target.port == _DEFAULT_PORTS[target.scheme] else f"{target.host}:{target.port}",
             }
             request = client.build_request(
@@ -194,13 +350,23 @@ def fetch(
             try:
                 response = client.send(request, stream=True)
             except httpx.HTTPError as exc:
-                raise EgressError("egress_failed", f"request to {target.host} failed: {type(exc).__name__}") from None
+                raise _failed(target, exc, budget) from None
             try:
                 if response.is_redirect and "location" in response.headers:
+                    hops += 1
                     redirects.append(url)
-                    url = urljoin(url, response.headers["location"])
+                    new_url = urljoin(url, response.headers["location"])
                     if response.status_code in (301, 302, 303) and method.upper() != "HEAD":
                         method, content, json = "GET", None, None
+                        current = {k: v for k, v in current.items() if k.lower() != "content-type"}
+                    if not _keeps_credentials(url, new_url):
+                        if content is not None or json is not None:
+                            raise EgressError(
+                                "egress_redirect_refused",
+                                f"{target.host} redirected a request with a body to another origin",
+                            )
+                        current = {k: v for k, v in current.items() if k.lower() not in dropped}
+                    url = new_url
                     continue
                 body = bytearray()
                 for chunk in response.iter_bytes():
@@ -217,9 +383,20 @@ def fetch(
                     redirects,
                 )
             except httpx.HTTPError as exc:
-                raise EgressError("egress_failed", f"request to {target.host} failed: {type(exc).__name__}") from None
+                raise _failed(target, exc, budget) from None
             finally:
                 response.close()
+            if result.status in RETRY_STATUSES and attempts < retries:
+                wait = result.retry_after
+                if wait is None and result.status == 408:
+                    wait = float(2**attempts)
+                left = budget.left()
+                # a 429 without Retry-After is the caller's (a platform may say how long in its body)
+                if wait is not None and wait <= MAX_RETRY_WAIT_SECONDS and (left is None or wait < left):
+                    attempts += 1
+                    log.info("egress: %s answered %s, retry %d in %.1f s", target.host, result.status, attempts, wait)
+                    time.sleep(wait)
+                    continue
             if content_types is not None and not any(
                 result.content_type == t or (t.endswith("/") and result.content_type.startswith(t))
                 for t in content_types
@@ -227,6 +404,12 @@ def fetch(
                 raise EgressError("egress_content_type", f"{target.host} answered {result.content_type or 'no type'}")
             return result
     raise EgressError("egress_too_many_redirects", f"more than {MAX_REDIRECTS} redirects")
+
+
+def _failed(target: Target, exc: Exception, budget: _Deadline) -> EgressError:
+    if budget.expired():
+        return EgressError("egress_deadline", f"the call to {target.host} ran past its deadline")
+    return EgressError("egress_failed", f"request to {target.host} failed: {type(exc).__name__}")
 
 
 def _guarded_transport_class():

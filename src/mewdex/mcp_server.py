@@ -127,7 +127,9 @@ def build(caller: Callable[[], Caller], *, http: bool = False, base_url: str = "
         """Find the memes that look most like one of the user's memes (visual neighbours)."""
         return _run(caller, "read", tools.more_like_this, meme_id, n)
 
-    @server.tool()
+    # Unstructured: a ``list[Any]`` output schema made the SDK serialise the Image object with
+    # pydantic, which fails ("Error executing tool get_meme") whenever the meme has a picture.
+    @server.tool(structured_output=False)
     def get_meme(meme_id: str) -> list[Any]:
         """One meme: its name, context (OCR text, description, tags), collections, and its picture."""
         facts, data, fmt = _run(caller, "read", tools.get_meme, meme_id)

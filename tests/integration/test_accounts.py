@@ -179,7 +179,9 @@ def test_admin_manages_users_quotas_signup_and_is_hidden_from_users(auth_app, se
     assert admin.client.patch(f"/api/v1/admin/users/{u.user_id}", json={"role": "user"}, headers=h).status_code == 200
     # sign-up off
     assert admin.client.patch("/api/v1/admin/settings", json={"signup_enabled": False}, headers=h).json() == {
-        "signup_enabled": False
+        "signup_enabled": False,
+        "schedule_max_jobs_per_account": 20,
+        "schedule_min_interval_minutes": 5,
     }
     try:
         r = auth_app.client().post("/api/v1/auth/signup", json={"email": "late@example.com", "password": PASSWORD})

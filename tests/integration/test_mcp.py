@@ -5,6 +5,7 @@ only the caller's scope."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -137,7 +138,29 @@ async def _http(url: str, token: str | None, calls):
             return await calls(client)
 
 
-def test_mcp_over_streamable_http_with_bearer_tokens_and_scopes(server, accounts):
+def _give_picture(sessions, scope_id: str, meme_id: str) -> bytes:
+    """Store a real PNG as the meme's original (what an upload leaves), so get_meme has a picture."""
+    import io
+
+    from PIL import Image as PILImage
+
+    from mewdex.db.scopes import storage_namespace
+    from mewdex.storage import blob_store
+
+    buffer = io.BytesIO()
+    PILImage.new("RGB", (8, 8), (200, 30, 30)).save(buffer, format="PNG")
+    with sessions.begin() as session:
+        meme = session.execute(select(Meme).where(Meme.id == uuid.UUID(meme_id))).scalar_one()
+        meme.size_bytes = len(buffer.getvalue())
+        meme.sha256 = hashlib.sha256(buffer.getvalue()).hexdigest()
+        meme.storage_key = meme.sha256 + ".png"
+        blob_store().put(storage_namespace(session, scope_id), meme.storage_key, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def test_mcp_over_streamable_http_with_bearer_tokens_and_scopes(server, accounts, sessions):
+    png = _give_picture(sessions, accounts["scope"], accounts["memes"][0])
+
     async def as_reader(client):
         names = {t.name for t in (await client.list_tools()).tools}
         assert names >= {
@@ -153,6 +176,13 @@ def test_mcp_over_streamable_http_with_bearer_tokens_and_scopes(server, accounts
         assert found[0]["id"] == accounts["memes"][0]
         meme = await client.call_tool("get_meme", {"meme_id": accounts["memes"][1]})
         assert json.loads(meme.content[0].text)["display_name"] == "monday morning coffee"
+        # One's own meme with a picture, read token: the facts and the image (it was "Error executing
+        # tool get_meme" while the tool's list[Any] result had an output schema).
+        pictured = await client.call_tool("get_meme", {"meme_id": accounts["memes"][0]})
+        assert not pictured.is_error, pictured.content[0].text
+        assert json.loads(pictured.content[0].text)["id"] == accounts["memes"][0]
+        assert pictured.content[1].type == "image"
+        assert base64.b64decode(pictured.content[1].data) == png
         denied = await client.call_tool("add_to_collection", {"collection": "faves", "meme_ids": [found[0]["id"]]})
         assert denied.is_error and "insufficient_scope" in denied.content[0].text
         refused = await client.call_tool("create_collection", {"name": "new one"})

@@ -409,7 +409,7 @@ def test_env_configuration_creates_and_updates_the_platform_definition(fake, ses
 
 
 def test_secrets_rotate_reencrypts_every_stored_secret(fake, sessions, people, monkeypatch, tmp_path):
-    from mewdex.providers import connectors, secrets
+    from mewdex.providers import connectors, sealed_fields, secrets
     from mewdex.providers.openai_compat import chat_client
 
     (alice_id, alice_scope), _ = people
@@ -423,7 +423,7 @@ def test_secrets_rotate_reencrypts_every_stored_secret(fake, sessions, people, m
             config={"base_url": fake.base_url, "chat_model": "fake-chat"},
         )
         definition_id, old_kid = d.definition_id, d.credentials["api_key"]["kid"]
-    result = connectors.rotate_secrets(sessions)
+    result = sealed_fields.rotate(sessions)
     assert result["reencrypted"] >= 1
     from mewdex.db.models import ScopeContext
 

@@ -1,6 +1,7 @@
 """Reverse image search against a fake SerpApi that speaks its real response shapes (issue 15,
 point 5): the signed thumbnail URL and key SerpApi gets, results and SerpApi's "no results"
-answer (both cached by sha256), and every branch that gives no result — refused by the budget
+answer (both cached by sha256 in the scope that paid for them; an account without a grant gets
+nothing), and every branch that gives no result — refused by the budget
 (no call), a refused key (401), out of searches (429), a server error (500), a timeout, no public
 URL — each recorded as a failed lookup with its code (never the key or the signed URL), metered
 and audited, never cached."""
@@ -142,21 +143,40 @@ def test_serpapi_gets_a_signed_thumbnail_url_and_its_results_are_cached(serpapi,
         assert {"exp", "kid", "u", "sig"} <= set(link)
         assert time.time() < int(link["exp"][0]) <= time.time() + 600  # valid 10 minutes at most
 
-        # Same bytes in another scope: from the cache, no second call, no cost.
-        other = new_scope(sessions, "t-lens")
+        # Same bytes in another account: the cache is the scope's own. Without a grant it gets
+        # nothing (no cached result, no row telling the image was looked up, no call); granted, it
+        # makes (and pays for) its own call.
+        from accounts_helpers import delete_users
+        from mewdex.db.models import ScopeContext
+        from mewdex.platform.users import create_user
+        from mewdex.providers import connectors
+
+        with sessions.begin() as session:
+            user = create_user(session, f"lens-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
+            other, other_id = ScopeContext(user.scope_id), str(user.user_id)
+            session.execute(
+                text("UPDATE external_system_definitions SET visibility = 'selected' WHERE definition_id = :d"),
+                {"d": serpapi.definition_id},
+            )
         try:
             twin = Meme(sessions, store, other, 1)
-            assert _lookup(sessions, other, twin) == found and len(serpapi.requests) == 1
-            assert _events(sessions, other) == [("hit", False, "success", None, False, found)]
-            assert _usage(sessions, other) == []
+            assert _lookup(sessions, other, twin) is None and len(serpapi.requests) == 1
+            assert _events(sessions, other) == [] and _usage(sessions, other) == []
+            with sessions.begin() as session:
+                connectors.grant(session, serpapi.definition_id, other_id)
+            assert _lookup(sessions, other, twin) == found and len(serpapi.requests) == 2
+            assert [e[:3] for e in _events(sessions, other)] == [("miss", True, "success")]
+            assert _usage(sessions, other) == [("ok", Decimal("0.050000"))]
+            # ... and the same bytes again in that account come from its own cache
+            assert _lookup(sessions, other, twin) == found and len(serpapi.requests) == 2
         finally:
-            drop_scope(sessions, other)
+            delete_users(sessions, [other_id])
 
         # SerpApi's "no results" answer (200 + error + status Success) is an empty result, cached too.
         blank = Meme(sessions, store, scope, 2)
         serpapi.script(FakeSerpApi.no_results())
         assert _lookup(sessions, scope, blank) == {"titles": [], "pages": []}
-        assert _lookup(sessions, scope, blank) == {"titles": [], "pages": []} and len(serpapi.requests) == 2
+        assert _lookup(sessions, scope, blank) == {"titles": [], "pages": []} and len(serpapi.requests) == 3
         assert [e[:3] for e in _events(sessions, scope)] == [
             ("miss", True, "success"),
             ("miss", True, "empty"),

@@ -47,6 +47,12 @@ def _meme(scope, name: str) -> Meme:
     )
 
 
+@pytest.fixture(autouse=True)
+def every_minute(settings_env):
+    """These tests move a clock across every-minute slots: allow a 1-minute interval."""
+    settings_env(MEWDEX_SCHEDULE_MIN_INTERVAL_MINUTES="1")
+
+
 @pytest.fixture
 def library(sessions, scope):
     """N_MEMES memes found by "上班" (keyword-indexed; no model needed)."""
@@ -393,7 +399,13 @@ def test_two_worker_processes_and_a_clock_moved_across_100_slots_run_each_slot_o
     clock_file = tmp_path / "clock"
     clock_file.write_text((T0 - timedelta(seconds=1)).isoformat())
     job = _job(sessions, scope)
-    procs = start_workers(mewdex_env, 2, concurrency=2, extra_env={"MEWDEX_SCHEDULES_CLOCK_FILE": str(clock_file)})
+    procs = start_workers(
+        mewdex_env,
+        2,
+        concurrency=2,
+        # every run's conversation is kept, to count the pushes
+        extra_env={"MEWDEX_SCHEDULES_CLOCK_FILE": str(clock_file), "MEWDEX_SCHEDULE_KEEP_RUN_CONVERSATIONS": "100"},
+    )
     try:
         for i in range(100):
             clock_file.write_text((T0 + timedelta(minutes=i, seconds=1)).isoformat())
@@ -470,3 +482,62 @@ def test_channel_target_without_a_binding_fails_the_run_with_the_reason(sessions
     drain_queue(sessions, account.scope, timeout=120)
     (run,) = _runs(sessions, job.job_id)
     assert (run.status, run.error_code, run.attempts) == ("error", "channel_not_bound", 1), run.error
+
+
+def test_job_limit_minimum_interval_metered_runs_and_pruned_conversations(sessions, scope, library, settings_env):
+    """Issue 31, finding 6: an account has at most MEWDEX_SCHEDULE_MAX_JOBS_PER_ACCOUNT jobs and a
+    cron may not run more often than MEWDEX_SCHEDULE_MIN_INTERVAL_MINUTES (both changed at run time
+    by an admin); each run is a priced usage event (counted against the budget); an isolated job
+    keeps only its latest run conversations."""
+    from mewdex.db.models import UsageEvent
+    from mewdex.platform import instance
+    from mewdex.platform.grants import BUDGET_KINDS
+    from mewdex.schedules.errors import ScheduleError
+
+    settings_env(MEWDEX_SCHEDULE_MIN_INTERVAL_MINUTES="5", MEWDEX_SCHEDULE_MAX_JOBS_PER_ACCOUNT="2")
+    for every_minute in ("* * * * *", "*/2 * * * *", "0,3 9 * * *", "0-1 0 1 * *"):
+        with pytest.raises(ScheduleError) as err, sessions.begin() as session:
+            jobs.create(session, Viewer(scope), {"name": "x", "prompt": "上班", "cron": every_minute, "tz": "UTC"})
+        assert err.value.code == "schedule_too_frequent", every_minute
+    first = _job(sessions, scope, cron="*/5 * * * *")
+    with pytest.raises(ScheduleError) as err, sessions.begin() as session:
+        jobs.update(session, Viewer(scope), first.job_id, {"cron": "*/4 * * * *"})
+    assert err.value.code == "schedule_too_frequent"
+    _job(sessions, scope, cron="0 9 * * *")
+    with pytest.raises(ScheduleError) as err:
+        _job(sessions, scope, cron="0 10 * * *")
+    assert err.value.code == "schedule_limit_reached" and err.value.details == {"max_jobs": 2}
+    with sessions.begin() as session:  # the admin raises the limit at run time
+        instance.set_setting(session, "schedule_max_jobs_per_account", 3)
+    try:
+        _job(sessions, scope, cron="0 10 * * *")
+        with pytest.raises(ScheduleError) as err:
+            _job(sessions, scope, cron="0 11 * * *")
+        assert err.value.details == {"max_jobs": 3}
+    finally:
+        with sessions.begin() as session:
+            instance.set_setting(session, "schedule_max_jobs_per_account", None)
+    with sessions.begin() as session:
+        session.execute(update(ScheduledJob).where(ScheduledJob.scope_id == scope.scope_id).values(deleted_at=T0))
+
+    settings_env(
+        MEWDEX_SCHEDULE_MIN_INTERVAL_MINUTES="1",
+        MEWDEX_SCHEDULE_KEEP_RUN_CONVERSATIONS="2",
+        MEWDEX_PRICES=json.dumps({"schedule": {"runs": 0.5}}),
+    )
+    busy = _job(sessions, scope, mode="isolated")
+    for i in range(4):
+        _dispatch(sessions, T0 + timedelta(minutes=i, seconds=1))
+        drain_queue(sessions, scope)
+    runs = _runs(sessions, busy.job_id)
+    assert [r.status for r in runs] == ["ok"] * 4
+    with sessions.begin() as session:
+        events = session.execute(
+            select(UsageEvent.kind, UsageEvent.cost_cny).where(UsageEvent.scope_id == scope.scope_id)
+        ).all()
+        assert sorted(events) == [("schedule_run", Decimal("0.5"))] * 4 and "schedule_run" in BUDGET_KINDS
+        kept = session.execute(
+            select(Conversation.conversation_id).where(Conversation.scheduled_job_id == busy.job_id)
+        ).scalars()
+        assert set(kept) == {runs[-1].conversation_id, runs[-2].conversation_id}
+    assert [r.conversation_id is None for r in _runs(sessions, busy.job_id)] == [True, True, False, False]

@@ -20,14 +20,13 @@ from mewdex.assistant import conversations
 from mewdex.channels.base import Binding, adapter
 from mewdex.channels.errors import ChannelError
 from mewdex.db.models import ChannelBindCode, ChannelBinding, ChannelDelivery, Conversation, ScopeContext, utcnow
-from mewdex.providers import secrets
+from mewdex.providers import sealed_fields, secrets
 
 BIND_CODE_TTL_SECONDS = 15 * 60
 TITLES = {"telegram": "Telegram", "webhook": "Webhook", "onebot": "QQ", "wecom": "WeCom", "clawbot": "WeChat"}
 
 
-def _aad(scope_id: str, channel: str, key: str) -> str:
-    return f"channel_bindings:{scope_id}:{channel}:{key}"
+_aad = sealed_fields.channel_binding_aad
 
 
 def seal_config(scope_id: str, channel: str, config: dict[str, Any]) -> dict[str, Any]:

@@ -114,9 +114,7 @@ def _json(method: str, url: str, what: str, *, token: str | None = None, body=No
     try:
         response = fetch(method, url, headers=headers(token), json=body, timeout=timeout)
     except EgressError as exc:
-        raise ClawBotError(
-            exc.code, f"ClawBot {what} failed: {exc.message}", retryable=exc.code == "egress_failed"
-        ) from None
+        raise ClawBotError(exc.code, f"ClawBot {what} failed: {exc.message}", retryable=exc.retryable) from None
     if response.status in (401, 403):
         raise ClawBotError("clawbot_session_expired", f"ClawBot refused the bot token ({response.status})")
     if response.status >= 400:

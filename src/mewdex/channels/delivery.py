@@ -1,8 +1,9 @@
 """Outbound messages as queue work, with the delivery log.
 
-Every send is a ``channel_deliveries`` row plus one ``channel_delivery`` task (lane ``channel``,
-external, :data:`MAX_ATTEMPTS` attempts with backoff). The handler checks the binding is still
-active (a revoked binding's deliveries are cancelled and never sent), waits for the chat's pace slot
+Every send is a ``channel_deliveries`` row plus one ``channel_delivery`` task (lane ``channel``, at
+most ``MEWDEX_CHANNEL_SCOPE_CONCURRENCY`` of one scope running at once, external,
+:data:`MAX_ATTEMPTS` attempts with backoff). The handler checks the binding is still active (a
+revoked binding's deliveries are cancelled and never sent), waits for the chat's pace slot
 (:func:`reserve_slot`: the adapter's ``min_send_interval`` per chat, across all processes), sends
 through the adapter, and writes the outcome on the row: ``sent`` with the platform's message id, or
 the platform's error code and text. A ``retry_after`` the platform asked for delays the next attempt
@@ -27,11 +28,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.channels import bindings
 from mewdex.channels.base import DeliveryFailed, MemeFile, adapter, current_delivery
 from mewdex.channels.errors import ChannelError
+from mewdex.config import get_settings
 from mewdex.db.models import ChannelDelivery, Meme, ScopeContext, Task, utcnow
 from mewdex.db.scopes import ensure_scope, storage_namespace
 from mewdex.egress import EgressError
 from mewdex.queue import registry
-from mewdex.queue.registry import RetryPolicy, TaskContext, TaskError, task_type
+from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, TaskError, register_lane, task_type
 
 log = logging.getLogger(__name__)
 LANE = "channel"
@@ -42,6 +44,9 @@ UNBOUND_SCOPE = "__system__"
 MAX_CAPTION_CHARS = 1024
 MAX_TEXT_CHARS = 4000
 SOURCES = ("assistant", "schedule", "bind", "test", "api")
+# Every account's channel work shares this lane; each scope gets at most its share of the slots
+# (MEWDEX_CHANNEL_SCOPE_CONCURRENCY), so one account's slow endpoint cannot hold them all.
+register_lane(Lane(LANE, scope_share=lambda: get_settings().channel_scope_concurrency))
 
 
 def _enqueue(
@@ -324,6 +329,7 @@ def _attempt_started(ctx: TaskContext) -> tuple[UUID, dict[str, Any] | None]:
 @task_type(
     TASK_TYPE,
     lane=LANE,
+    resource_per_scope=True,
     external=True,
     retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, base_seconds=2.0, cap_seconds=300.0),
     on_failure=_on_failure,

@@ -139,7 +139,7 @@ def _bind(sessions: sessionmaker[Session], inbound: Inbound, t: dict[str, str]) 
         return {"outcome": "bind_refused", "code": exc.code}
 
 
-@task_type(TASK_TYPE, lane=delivery.LANE, retry=RetryPolicy(max_attempts=1))
+@task_type(TASK_TYPE, lane=delivery.LANE, resource_per_scope=True, retry=RetryPolicy(max_attempts=1))
 def inbound_task(ctx: TaskContext) -> dict[str, Any]:
     """Handle one queued inbound message (:func:`handle`); one attempt (a retry could answer twice)."""
     return handle(ctx.sessions, Inbound.from_payload(ctx.payload))

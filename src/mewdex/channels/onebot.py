@@ -301,9 +301,7 @@ def call_http(api_url: str, access_token: str, action: str, params: dict[str, An
     try:
         response = fetch("POST", f"{api_url.rstrip('/')}/{action}", headers=headers, json=params, timeout=30.0)
     except EgressError as exc:
-        raise OneBotError(
-            exc.code, f"OneBot {action} failed: {exc.message}", retryable=exc.code == "egress_failed"
-        ) from None
+        raise OneBotError(exc.code, f"OneBot {action} failed: {exc.message}", retryable=exc.retryable) from None
     if response.status in (401, 403):
         raise OneBotError(
             "onebot_action_failed", f"OneBot refused the access token ({response.status})", response.status

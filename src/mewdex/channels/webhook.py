@@ -76,6 +76,7 @@ class WebhookAdapter:
                 exc.message,
                 platform_code=exc.status_code or exc.code,
                 platform_error=exc.message,
+                retry_after=(exc.details or {}).get("retry_after"),
                 retryable=exc.retryable,
             ) from None
         return Sent(message_id)

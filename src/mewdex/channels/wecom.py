@@ -51,7 +51,7 @@ from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import utcnow
 from mewdex.egress import EgressError, fetch
 from mewdex.platform import instance
-from mewdex.providers import secrets
+from mewdex.providers import sealed_fields, secrets
 
 log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://qyapi.weixin.qq.com"
@@ -126,9 +126,7 @@ def _request(method: str, url: str, what: str, **kw) -> dict[str, Any]:
     try:
         response = fetch(method, url, timeout=kw.pop("timeout", 15.0), **kw)
     except EgressError as exc:
-        raise WeComError(
-            exc.code, f"WeCom {what} failed: {exc.message}", retryable=exc.code == "egress_failed"
-        ) from None
+        raise WeComError(exc.code, f"WeCom {what} failed: {exc.message}", retryable=exc.retryable) from None
     if response.status >= 500:
         raise WeComError("wecom_api_error", f"WeCom {what} answered HTTP {response.status}", retryable=True)
     try:
@@ -302,7 +300,7 @@ _BIND_TEXT = re.compile(r"^\s*(?:/?bind\s+|绑定\s*)?([A-Za-z0-9_-]{32})\s*$", 
 
 
 def _aad(field: str) -> str:
-    return f"platform_settings:{APP_SETTING}:{field}"
+    return sealed_fields.platform_setting_aad(APP_SETTING, field)
 
 
 def configure_app(

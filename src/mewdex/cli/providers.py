@@ -1,4 +1,4 @@
-"""``mewdex secrets rotate`` and ``mewdex connectors …`` (list, create, grant, revoke, verify, audits):
+"""``mewdex secrets rotate|status`` and ``mewdex connectors …`` (list, create, grant, revoke, verify, audits):
 acts on the local database as its admin, through :mod:`mewdex.providers.connectors`."""
 
 from __future__ import annotations
@@ -17,12 +17,52 @@ def _sessions():
     return get_sessionmaker()
 
 
-def secrets_rotate() -> None:
-    """Make a new secret key and re-encrypt every stored secret with it (old keys are dropped)."""
-    from mewdex.providers.connectors import rotate_secrets
+def secrets_rotate(
+    resume: bool = typer.Option(
+        False, "--resume", help="Finish an interrupted rotation with the current key (no new key)."
+    ),
+) -> None:
+    """Make a new secret key and re-encrypt every sealed secret in the database with it (connector
+    credentials, channel binding secrets, the WeCom app), in batches; a key is dropped only once
+    nothing it sealed is left."""
+    from mewdex.providers import sealed_fields
 
-    result = rotate_secrets(_sessions())
-    console.print(f"re-encrypted {result['reencrypted']} secret(s); dropped {result['dropped_keys']} old key(s)")
+    def progress(column: str, done: int) -> None:
+        err.print(f"{column}: {done} re-encrypted so far", markup=False, highlight=False)
+
+    result = sealed_fields.rotate(_sessions(), new_key=not resume, progress=progress)
+    console.print(
+        f"active key {result['active']}; re-encrypted {result['reencrypted']} secret(s); "
+        f"dropped {result['dropped_keys']} old key(s)",
+        markup=False,
+        highlight=False,
+    )
+    if result["unreadable"]:
+        err.print(
+            f"[yellow]warning:[/yellow] {result['unreadable']} stored secret(s) were sealed with a key that is "
+            "gone and cannot be read (see `mewdex secrets status`); enter them again"
+        )
+
+
+def secrets_status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Each secret key (never the key itself) and how many stored secrets it still seals."""
+    from mewdex.providers import sealed_fields
+
+    found = sealed_fields.status(_sessions())
+    if as_json:
+        console.print_json(json.dumps(found))
+        return
+    for key in found["keys"]:
+        columns = ", ".join(f"{name} {n}" for name, n in sorted(key["by_column"].items()))
+        console.print(
+            f"{key['kid']}  {'active' if key['active'] else '      '}  {key['source']:<11} "
+            f"{key['secrets']:>6} secret(s)" + (f"  ({columns})" if columns else ""),
+            markup=False,
+            highlight=False,
+        )
+    missing = sum(k["secrets"] for k in found["keys"] if k["source"] == "missing")
+    if missing:
+        err.print(f"[yellow]warning:[/yellow] {missing} stored secret(s) name a key no key ring holds")
 
 
 def connectors_list() -> None:

@@ -136,6 +136,8 @@ class InstanceUsage(Dto):
 
 class InstanceSettings(Dto):
     signup_enabled: bool
+    schedule_max_jobs_per_account: int
+    schedule_min_interval_minutes: int
 
 
 class RescanResult(Dto):

@@ -17,7 +17,7 @@ from mewdex.platform.errors import PlatformError
 
 ANALYSIS_OPERATIONS = ("analysis.agent", "analysis.reverse_image_search", "provider.chat", "provider.embedding")
 # Usage kinds the monthly budget (``analysis_cost_per_month``) counts: every metered outside call.
-BUDGET_KINDS = ("analysis", "chat", "embedding", "reverse_image_search")
+BUDGET_KINDS = ("analysis", "chat", "embedding", "reverse_image_search", "schedule_run")
 
 
 def reserve(

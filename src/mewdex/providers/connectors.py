@@ -38,7 +38,7 @@ from mewdex.db.models import (
     User,
     utcnow,
 )
-from mewdex.providers import secrets
+from mewdex.providers import sealed_fields, secrets
 from mewdex.providers.errors import ProviderError
 
 log = logging.getLogger(__name__)
@@ -126,12 +126,8 @@ def _open_all(sealed: dict[str, Any], aad: str) -> dict[str, str]:
         raise ProviderError("secret_undecryptable", exc.message) from None
 
 
-def _definition_aad(definition_id) -> str:
-    return f"external_system_definitions:{definition_id}"
-
-
-def _system_aad(external_system_id) -> str:
-    return f"external_systems:{external_system_id}"
+_definition_aad = sealed_fields.definition_aad
+_system_aad = sealed_fields.system_aad
 
 
 # ------------------------------------------------------------------ definitions
@@ -624,29 +620,6 @@ def grants_of(session: Session, definition_id) -> list[User]:
             .order_by(User.email)
         ).scalars()
     )
-
-
-# ------------------------------------------------------------------ key rotation
-
-
-def rotate_secrets(sessions: sessionmaker) -> dict[str, int]:
-    """``mewdex secrets rotate``: a new active key, every stored secret re-encrypted with it (one
-    transaction), then keys that seal nothing dropped. Returns ``{"reencrypted", "dropped_keys"}``."""
-    new_kid = secrets.rotate_key()
-    count = 0
-    with sessions.begin() as session:
-        for row in session.execute(select(ExternalSystemDefinition).with_for_update()).scalars():
-            if row.credentials:
-                plain = _open_all(row.credentials, _definition_aad(row.definition_id))
-                row.credentials = {k: secrets.seal(v, _definition_aad(row.definition_id)) for k, v in plain.items()}
-                count += len(plain)
-        for row in session.execute(select(ExternalSystem).with_for_update()).scalars():
-            if row.credentials:
-                plain = _open_all(row.credentials, _system_aad(row.external_system_id))
-                row.credentials = {k: secrets.seal(v, _system_aad(row.external_system_id)) for k, v in plain.items()}
-                count += len(plain)
-    dropped = secrets.drop_unused_keys({new_kid})
-    return {"reencrypted": count, "dropped_keys": len(dropped)}
 
 
 def _check_choice(field_name: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -2,8 +2,10 @@
 the image bytes) and ``serpapi_google_lens`` (needs a public image URL: a signed thumbnail link valid
 10 minutes under ``MEWDEX_PUBLIC_URL``; ``public_url_missing`` without it).
 
-:func:`lookup` follows the scope's policy (``forbid``: no call at all), answers from the cache by
-image sha256 (a second meme with the same bytes costs nothing), otherwise makes one metered call
+:func:`lookup` follows the scope's policy (``forbid``: no call at all), needs a usable connector (the
+grant is checked before anything else), answers from the scope's own cache by image sha256 (a second
+meme of the same account with the same bytes costs nothing; another account's lookups are never
+read), otherwise makes one metered call
 (operation ``analysis.reverse_image_search``, usage kind ``reverse_image_search``, price per request
 ``config.price_per_request`` CNY) and writes a ``reverse_image_usage_events`` row for every lookup:
 cache hits, refusals (budget) and failures too. Results: ``{"titles": [...], "pages": [...]}``
@@ -105,6 +107,8 @@ def _call_yandex(connection: Connection, image: bytes) -> tuple[dict[str, list[s
         content_types=("application/json",),
         max_bytes=2 * 1024 * 1024,
         timeout=_timeout(),
+        deadline=2 * _timeout(),
+        retries=0,  # a 429 is provider_rate_limited: metered as such and retried later by the task
     )
     _check_status(response)
     images = response.json().get("images") or []
@@ -127,6 +131,8 @@ def _call_serpapi(connection: Connection, image_url: str) -> tuple[dict[str, lis
         content_types=("application/json",),
         max_bytes=2 * 1024 * 1024,
         timeout=_timeout(),
+        deadline=2 * _timeout(),
+        retries=0,  # a 429 is provider_rate_limited: metered as such and retried later by the task
     )
     _check_status(response)
     body = response.json()
@@ -172,9 +178,22 @@ def lookup(
     from mewdex.providers.openai_compat import CallResult, ModelClient, Price, metered_call
 
     with sessions.begin() as session:
+        # The grant first: a scope that may not use any reverse-image connector learns nothing, not
+        # even that an image was looked up before.
+        connection = None
+        for provider in PROVIDERS:
+            try:
+                connection = connectors.resolve(session, scope, provider)
+                break
+            except ProviderError:
+                continue
+        if connection is None:
+            return None
+        # The cache is the scope's own: results another account paid for are never handed out.
         cached = session.execute(
             select(ReverseImageUsageEvent.result, ReverseImageUsageEvent.provider)
             .where(
+                ReverseImageUsageEvent.scope_id == scope.scope_id,
                 ReverseImageUsageEvent.cache_key == sha256,
                 ReverseImageUsageEvent.outcome.in_(("success", "empty")),
                 ReverseImageUsageEvent.provider_called.is_(True),
@@ -196,15 +215,6 @@ def lookup(
                 cached.result,
             )
             return dict(cached.result or {})
-        connection = None
-        for provider in PROVIDERS:
-            try:
-                connection = connectors.resolve(session, scope, provider)
-                break
-            except ProviderError:
-                continue
-        if connection is None:
-            return None
         provider = connection.provider
 
         def _failed(session: Session, called: bool, code: str, retryable: bool = False) -> None:
@@ -242,7 +252,7 @@ def lookup(
                 _call_serpapi(connection, image_url) if image_url else _call_yandex(connection, image)
             )
         except EgressError as exc:
-            raise ProviderError(exc.code, exc.message, retryable=exc.code == "egress_failed") from None
+            raise ProviderError(exc.code, exc.message, retryable=exc.retryable) from None
         return CallResult(results, {"images": 1, "requests": 1}, status, size)
 
     try:

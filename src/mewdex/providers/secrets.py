@@ -2,14 +2,18 @@
 
 Keys: ``MEWDEX_SECRET_KEY`` (32 bytes, base64 or 64 hex digits) is the active key when set;
 otherwise the key ring ``<data dir>/secret.keys`` (JSON ``{"active": kid, "keys": {kid: b64}}``,
-mode 0600, created on first use) holds the active key and older ones still needed to decrypt.
+mode 0600, created on first use) holds the active key and older ones still needed to decrypt. Every
+change of the ring (its first creation too) happens under an exclusive ``flock`` of
+``secret.keys.lock`` and is written to a unique temporary file, then renamed: processes starting at
+once agree on one key (the first to take the lock makes it, the others read it).
 A key id (``kid``) is the first 12 hex digits of the key's SHA-256, so it says which key sealed a
 value without revealing it.
 
 A sealed value is a JSON object ``{"v": 1, "kid": str, "nonce": b64, "ct": b64}`` (12-byte random
 nonce; the GCM tag is part of ``ct``); the optional ``aad`` binds it to where it is stored.
-:func:`rotate_key` makes a new active key (:func:`mewdex.providers.connectors.rotate_secrets`
-re-encrypts the stored values). :func:`hint` gives the only form of a secret shown to anyone
+:func:`rotate_key` makes a new active key (:func:`mewdex.providers.sealed_fields.rotate`
+re-encrypts every sealed field of the database and drops the keys nothing references).
+:func:`hint` gives the only form of a secret shown to anyone
 (``sk-…a1b2``). Errors: :class:`SecretError` (``secret_key_missing``, ``secret_undecryptable``).
 """
 
@@ -17,11 +21,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import secrets as _random
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,33 +78,65 @@ def _read_ring() -> dict[str, Any]:
 
 
 def _write_ring(ring: dict[str, Any]) -> None:
+    """Replace the ring file atomically (a unique 0600 temporary file, fsynced, then renamed); the
+    caller holds :func:`_ring_lock`."""
     path = keyring_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(ring, handle)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=".secret.keys.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(ring, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def _ring_lock() -> Iterator[None]:
+    """The thread lock and an exclusive ``flock`` of ``secret.keys.lock`` (every process): held while
+    the ring is read, changed and written."""
+    path = keyring_path().with_name(KEYRING_NAME + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _lock:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
 
 
 def _keys() -> tuple[str, dict[str, bytes]]:
-    """(active kid, every known key by kid); creates the key ring on first use."""
-    with _lock:
-        ring = _read_ring()
-        keys = {kid: base64.b64decode(value) for kid, value in ring.get("keys", {}).items()}
-        env = get_settings().secret_key
-        if env:
-            key = _decode_key(env)
-            keys[key_id(key)] = key
-            return key_id(key), keys
-        if not ring.get("active"):
-            key = AESGCM.generate_key(bit_length=256)
-            kid = key_id(key)
-            ring = {"active": kid, "keys": {**ring.get("keys", {}), kid: base64.b64encode(key).decode()}}
-            _write_ring(ring)
-            keys[kid] = key
-        return ring["active"], keys
+    """(active kid, every known key by kid); creates the key ring on first use (under the lock,
+    read again there: of several processes starting at once, one makes the key)."""
+    ring = _read_ring()
+    env = get_settings().secret_key
+    if not env and not ring.get("active"):
+        with _ring_lock():
+            ring = _read_ring()
+            if not ring.get("active"):
+                key = AESGCM.generate_key(bit_length=256)
+                ring = {
+                    "active": key_id(key),
+                    "keys": {**ring.get("keys", {}), key_id(key): base64.b64encode(key).decode()},
+                }
+                _write_ring(ring)
+    keys = {kid: base64.b64decode(value) for kid, value in ring.get("keys", {}).items()}
+    if env:
+        key = _decode_key(env)
+        keys[key_id(key)] = key
+        return key_id(key), keys
+    return ring["active"], keys
+
+
+def ring_key_ids() -> list[str]:
+    """The kids of the key ring (not the environment key), in the ring's order."""
+    return list(_read_ring().get("keys", {}))
 
 
 def active_key_id() -> str:
@@ -140,7 +180,7 @@ def rotate_key() -> str:
     re-encrypts values sealed with older keys). Returns the active kid."""
     if get_settings().secret_key:
         return active_key_id()
-    with _lock:
+    with _ring_lock():
         ring = _read_ring()
         key = AESGCM.generate_key(bit_length=256)
         kid = key_id(key)
@@ -152,7 +192,7 @@ def rotate_key() -> str:
 def drop_unused_keys(used: set[str]) -> list[str]:
     """Remove key-ring keys that seal nothing any more (``used``: kids still in use); the active
     key always stays. Returns the removed kids."""
-    with _lock:
+    with _ring_lock():
         ring = _read_ring()
         keep = used | {ring.get("active")}
         removed = [kid for kid in ring.get("keys", {}) if kid not in keep]

@@ -64,8 +64,10 @@ def send(
     timeout: float = 15.0,
 ) -> int:
     """POST ``{"type", "timestamp", "data"}`` to the connection's URL, signed; returns the status.
-    Raises :class:`ProviderError` (``provider_failed`` for a non-2xx answer or no answer; egress
-    codes). ``message_id`` (default a new ``msg_…``) lets a receiver drop a repeated delivery."""
+    Raises :class:`ProviderError` (``provider_failed`` for a non-2xx answer or no answer, retryable
+    for 5xx, 408 and 429 — ``details["retry_after"]``: the seconds a 408/429 asked for; egress
+    codes). The whole call ends within ``2 × timeout`` seconds. ``message_id`` (default a new
+    ``msg_…``) lets a receiver drop a repeated delivery."""
     message_id = message_id or f"msg_{uuid.uuid4().hex}"
     timestamp = int(time.time())
     body = json.dumps(
@@ -81,15 +83,28 @@ def send(
     status, size, error = None, None, None
     try:
         response = fetch(
-            "POST", connection.config["url"], headers=headers, content=body, max_bytes=64 * 1024, timeout=timeout
+            "POST",
+            connection.config["url"],
+            headers=headers,
+            content=body,
+            max_bytes=64 * 1024,
+            timeout=timeout,
+            deadline=2 * timeout,
+            secret_headers=("webhook-signature",),
         )
         status, size = response.status, len(response.content)
         if not 200 <= status < 300:
+            # 408/429 were already retried by egress while the wait fit; the rest is the queue's
+            wait = response.retry_after if status in (408, 429) else None
             error = ProviderError(
-                "provider_failed", f"the webhook answered {status}", retryable=status >= 500, status_code=status
+                "provider_failed",
+                f"the webhook answered {status}",
+                {"retry_after": wait} if wait is not None else None,
+                retryable=status >= 500 or status in (408, 429),
+                status_code=status,
             )
     except EgressError as exc:
-        error = ProviderError(exc.code, exc.message, retryable=exc.code == "egress_failed")
+        error = ProviderError(exc.code, exc.message, retryable=exc.retryable)
     with sessions.begin() as session:
         connectors.audit(
             session,

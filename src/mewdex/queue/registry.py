@@ -165,6 +165,9 @@ class TaskType:
     """One kind of work.
 
     - ``lane`` / ``resource_key``: where its tasks queue (:func:`mewdex.queue.tasks.enqueue` defaults);
+      ``resource_per_scope``: each scope's tasks use their own resource key instead
+      (:func:`mewdex.queue.tasks.scope_resource_key`), so the lane's ``scope_share`` caps what one
+      scope runs at once;
     - ``pressure_lane``: the lane whose back-pressure limit its submissions count against (a type whose
       tasks hand off into that lane, e.g. the first image stage), None = its own lane;
     - ``external``: the handler calls something outside the machine; it must call
@@ -178,6 +181,7 @@ class TaskType:
     handler: Handler
     lane: str = "default"
     resource_key: str = GLOBAL_LANE_RESOURCE_KEY
+    resource_per_scope: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     external: bool = False
     on_claim: ClaimHook | None = None
@@ -229,7 +233,9 @@ def submit(
     the active task with the same dedupe key instead when there is one. KeyError for an unknown type."""
     tt = TASK_TYPES[task_type]
     fields.setdefault("lane", tt.lane)
-    fields.setdefault("lane_resource_key", tt.resource_key)
+    fields.setdefault(
+        "lane_resource_key", queue.scope_resource_key(scope_id) if tt.resource_per_scope else tt.resource_key
+    )
     fields.setdefault("max_attempts", tt.retry.attempts())
     return queue.enqueue(
         session, scope_id=scope_id, task_type=task_type, dedupe_key=dedupe_key, payload=payload, **fields

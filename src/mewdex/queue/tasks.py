@@ -10,7 +10,9 @@ slots (``task_lane_slots``, slot numbers below the lane's concurrency) and one o
 slots (``task_lane_resource_slots``) until the task ends, is requeued, or its lease is reaped, so the
 per-lane concurrency holds across every worker process. Among scopes with runnable work in a lane the
 claim goes to the one whose ``task_lane_fairness.last_dispatch_sequence`` is lowest (least recently
-served): round-robin across scopes, whatever their backlog.
+served): round-robin across scopes, whatever their backlog. In a lane whose types use per-scope
+resource keys (``scope:<id>``, :func:`scope_resource_key`), the lane's ``scope_share`` caps what one
+scope runs at once: the rest of the lane stays free for the others.
 """
 
 from __future__ import annotations
@@ -82,9 +84,24 @@ class Lane:
     backpressure: Callable[[], int] | None = None
     #: listed with zero counts on the tasks page and ``/health`` (False: internal lanes, shown only when busy)
     listed: bool = True
+    #: running tasks at once of one scope, for the types of the lane with per-scope resource keys
+    #: (:func:`scope_resource_key`; None: the lane's concurrency); a ``MEWDEX_RESOURCE_CONCURRENCY``
+    #: entry for one key wins
+    scope_share: Callable[[], int] | None = None
 
     def cap(self) -> int:
         return self.concurrency() if self.concurrency is not None else get_settings().lane_concurrency(self.name)
+
+    def scope_cap(self) -> int | None:
+        return None if self.scope_share is None else min(MAX_LANE_SLOTS, max(1, self.scope_share()))
+
+
+SCOPE_RESOURCE_PREFIX = "scope:"
+
+
+def scope_resource_key(scope_id: str) -> str:
+    """The resource key of a type whose tasks take a per-scope share of their lane (``scope:<id>``)."""
+    return SCOPE_RESOURCE_PREFIX + scope_id
 
 
 LANES: dict[str, Lane] = {}
@@ -220,7 +237,8 @@ def enqueue(
 _CLAIM_SQL = text(
     """
     WITH caps AS MATERIALIZED (
-        SELECT c.lane, c.cap FROM unnest(CAST(:lanes AS varchar[]), CAST(:caps AS int[])) AS c(lane, cap)
+        SELECT c.lane, c.cap, c.rcap
+        FROM unnest(CAST(:lanes AS varchar[]), CAST(:caps AS int[]), CAST(:rdefaults AS int[])) AS c(lane, cap, rcap)
         WHERE EXISTS (SELECT 1 FROM task_lane_slots s
                       WHERE s.lane = c.lane AND s.slot_number < c.cap AND s.task_id IS NULL)
     ),
@@ -232,6 +250,7 @@ _CLAIM_SQL = text(
             JOIN caps ON caps.lane = f.lane
             CROSS JOIN LATERAL (
                 SELECT caps.cap, coalesce(CAST(CAST(:rcaps AS jsonb) ->> (f.lane || '/' || f.resource_key) AS int),
+                                          CASE WHEN f.resource_key LIKE 'scope:%' THEN caps.rcap END,
                                           caps.cap) AS rcap
             ) k
             WHERE EXISTS (SELECT 1 FROM task_lane_resource_slots r
@@ -320,15 +339,17 @@ _CLAIM_SQL = text(
 )
 
 
-def lane_caps(lanes: list[str]) -> tuple[list[int], dict[str, int]]:
+def lane_caps(lanes: list[str]) -> tuple[list[int], dict[str, int], list[int | None]]:
     """Concurrency of each lane (its :class:`Lane` declaration, by default the setting
-    ``MEWDEX_LANE_CONCURRENCY_<LANE>``) and the resource-key overrides."""
+    ``MEWDEX_LANE_CONCURRENCY_<LANE>``), the resource-key overrides and each lane's default
+    per-scope share (None: the lane's concurrency)."""
     settings = get_settings()
     caps = [
         min(MAX_LANE_SLOTS, lane.cap()) if (lane := LANES.get(name)) else settings.lane_concurrency(name)
         for name in lanes
     ]
-    return caps, dict(settings.resource_concurrency)
+    rdefaults = [lane.scope_cap() if (lane := LANES.get(name)) else None for name in lanes]
+    return caps, dict(settings.resource_concurrency), rdefaults
 
 
 def claim(
@@ -342,11 +363,18 @@ def claim(
     row (state ``prepared``) is written in the same statement. Commit the session to make the claim
     visible.
     """
-    caps, rcaps = lane_caps(lanes)
+    caps, rcaps, rdefaults = lane_caps(lanes)
     row = (
         session.execute(
             _CLAIM_SQL,
-            {"lanes": list(lanes), "caps": caps, "rcaps": json.dumps(rcaps), "owner": owner, "lease": lease_seconds},
+            {
+                "lanes": list(lanes),
+                "caps": caps,
+                "rcaps": json.dumps(rcaps),
+                "rdefaults": rdefaults,
+                "owner": owner,
+                "lease": lease_seconds,
+            },
         )
         .mappings()
         .one()

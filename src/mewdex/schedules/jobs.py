@@ -6,6 +6,11 @@ whether it is an admin, who sees every scope's jobs). Another owner's (or a dele
 its ``cron``/``tz`` change or it is resumed; afterwards always from the previous slot
 (:mod:`mewdex.schedules.dispatch`).
 
+Limits (:func:`limits`): an account has at most ``schedule_max_jobs_per_account`` jobs
+(``schedule_limit_reached``, 409) and a job's cron may not run more often than every
+``schedule_min_interval_minutes`` (``schedule_too_frequent``, 422); both are settings
+(``MEWDEX_SCHEDULE_…``) an admin can change at run time (``PATCH /api/v1/admin/settings``).
+
 ``notify`` (optional, the guaranteed delivery target besides the conversation):
 ``{"type": "webhook", "definition_id": "<webhook connector definition>"}`` or
 ``{"type": "channel", "channel": "<a channel binding of the owner, e.g. telegram>"}``.
@@ -19,11 +24,12 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ScheduledJob, ScheduledJobRun, ScopeContext, utcnow
-from mewdex.platform import owners
+from mewdex.config import get_settings
+from mewdex.db.models import ScheduledJob, ScheduledJobRun, Scope, ScopeContext, utcnow
+from mewdex.platform import instance, owners
 from mewdex.schedules import clock, cron
 from mewdex.schedules.errors import ScheduleError
 
@@ -45,6 +51,45 @@ EDITABLE = (
     "cost_cap_cny",
     "model_profile",
 )
+
+
+LIMIT_SETTINGS = ("schedule_max_jobs_per_account", "schedule_min_interval_minutes")
+
+
+def limits(session: Session) -> dict[str, int]:
+    """``{"schedule_max_jobs_per_account", "schedule_min_interval_minutes"}``: the admin's run-time
+    value (``platform_settings``) of each, else the setting's."""
+    settings = get_settings()
+    return {
+        key: int(value) if (value := instance.get_setting(session, key, None)) is not None else getattr(settings, key)
+        for key in LIMIT_SETTINGS
+    }
+
+
+def _check_interval(session: Session, expr: str) -> None:
+    minimum = limits(session)["schedule_min_interval_minutes"]
+    gap = cron.shortest_gap_minutes(expr)
+    if gap < minimum:
+        raise ScheduleError(
+            "schedule_too_frequent",
+            f"{expr!r} runs every {gap:g} minute(s); schedules run at most every {minimum} minutes",
+            {"min_interval_minutes": minimum},
+        )
+
+
+def _check_job_count(session: Session, scope_id: str) -> None:
+    maximum = limits(session)["schedule_max_jobs_per_account"]
+    count = session.execute(
+        select(func.count())
+        .select_from(ScheduledJob)
+        .where(ScheduledJob.scope_id == scope_id, ScheduledJob.deleted_at.is_(None))
+    ).scalar_one()
+    if count >= maximum:
+        raise ScheduleError(
+            "schedule_limit_reached",
+            f"this account has {count} schedules, the most it may have; delete one first",
+            {"max_jobs": maximum},
+        )
 
 
 @dataclass(frozen=True)
@@ -134,6 +179,7 @@ def _check(values: dict[str, Any], session: Session, scope_id: str) -> dict[str,
             out[key] = _text(value, "prompt", MAX_PROMPT)
         elif key == "cron":
             out[key] = cron.check_cron(value)
+            _check_interval(session, out[key])
         elif key == "tz":
             cron.zone(value)
             out[key] = str(value).strip()
@@ -204,13 +250,17 @@ def create(session: Session, viewer: Viewer, values: dict[str, Any], *, now: dat
     """A new enabled job in the viewer's scope (its owner: the scope's user). ``values``: ``name``,
     ``prompt``, ``cron`` (required), ``tz`` (default Asia/Shanghai), ``mode``, ``notify``,
     ``timeout_seconds``, ``expires_at``, ``max_runs``, ``cost_cap_cny``, ``model_profile``.
-    Raises ``ScheduleError`` (``schedule_invalid``, ``cron_invalid``, ``timezone_invalid``, …)."""
+    Raises ``ScheduleError`` (``schedule_invalid``, ``cron_invalid``, ``timezone_invalid``,
+    ``schedule_too_frequent``, ``schedule_limit_reached``, …)."""
     for required in ("name", "prompt", "cron"):
         if values.get(required) is None:
             raise ScheduleError("schedule_invalid", f"{required} is required")
     scope_id = viewer.scope.scope_id
     checked = _check({k: v for k, v in values.items() if k in EDITABLE}, session, scope_id)
     checked.setdefault("tz", cron.DEFAULT_TZ)
+    # one account's creations queue here (its scope row locked), so parallel requests cannot pass the limit
+    session.execute(select(Scope.id).where(Scope.id == scope_id).with_for_update())
+    _check_job_count(session, scope_id)
     owner = owners.user_for_scope(session, scope_id)
     job = ScheduledJob(scope_id=scope_id, user_id=owner.user_id if owner else None, enabled=True, **checked)
     _next_from_now(job, now or clock.now())

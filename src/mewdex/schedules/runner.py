@@ -3,10 +3,13 @@
 
 A run (1) gives the job's prompt to the retrieval-only assistant (the prompt is the query) and
 chooses the best meme the job has not sent in its last :data:`NO_REPEAT_RUNS` runs; (2) records a
-``push`` message with that meme in the job's conversation (``isolated``: a new one per run;
-``persistent``: the bound one, ``bound_task_id``); (3) delivers it to ``notify``; all within
+``push`` message with that meme in the job's conversation (``isolated``: a new one per run, the
+latest ``MEWDEX_SCHEDULE_KEEP_RUN_CONVERSATIONS`` kept; ``persistent``: the bound one,
+``bound_task_id``); (3) delivers it to ``notify``; all within
 ``timeout_seconds`` (0: no limit). Steps an earlier attempt finished are not repeated (the chosen
 meme and the conversation are kept on the run row).
+
+Every run that ran (ok, or failed for good) is a usage event (kind ``schedule_run``, :func:`_meter`).
 
 Failures: a retryable error is retried by the queue with backoff (``RetryPolicy``); a run that
 failed for good counts against the job, which is disabled after :data:`DISABLE_AFTER_FAILURES`
@@ -20,10 +23,11 @@ import time
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from mewdex.assistant import chat, conversations, retrieval
+from mewdex.config import get_settings
 from mewdex.db.models import Conversation, ScheduledJob, ScheduledJobRun, ScopeContext, Task, utcnow
 from mewdex.dto.search import SearchHit
 from mewdex.queue.registry import RetryPolicy, TaskContext, TaskError, TaskType, register_task_type
@@ -34,6 +38,7 @@ from mewdex.schedules.dispatch import RUN_LANE, RUN_TASK_TYPE
 from mewdex.search import service as search_service
 
 NO_REPEAT_RUNS = 10
+RUN_USAGE_KIND = "schedule_run"
 DISABLE_AFTER_FAILURES = 3
 MAX_ATTEMPTS = 3
 
@@ -85,7 +90,45 @@ def _conversation(session: Session, job: ScheduledJob, scope: ScopeContext) -> C
     conversation.auto_title_pending = False
     if job.mode == "persistent":
         job.bound_task_id = conversation.conversation_id
+    else:
+        session.flush()
+        prune_run_conversations(session, job)
     return conversation
+
+
+def prune_run_conversations(session: Session, job: ScheduledJob) -> int:
+    """Delete the job's run conversations older than its latest ``MEWDEX_SCHEDULE_KEEP_RUN_CONVERSATIONS``
+    (an isolated job makes one per run; their runs keep their rows, ``conversation_id`` emptied).
+    Returns how many were deleted."""
+    old = (
+        select(Conversation.conversation_id)
+        .where(Conversation.scheduled_job_id == job.job_id, Conversation.scope_id == job.scope_id)
+        .order_by(Conversation.created_at.desc(), Conversation.conversation_id.desc())
+        .offset(get_settings().schedule_keep_run_conversations)
+    )
+    if job.bound_task_id is not None:
+        old = old.where(Conversation.conversation_id != job.bound_task_id)
+    ids = list(session.execute(old).scalars())
+    if ids:
+        session.execute(delete(Conversation).where(Conversation.conversation_id.in_(ids)))
+    return len(ids)
+
+
+def _meter(session: Session, task: Task, run: ScheduledJobRun) -> None:
+    """Count a run that ran (ok or failed for good) in the owner's usage: kind ``schedule_run``, model
+    profile ``schedule``, units ``{"runs": 1}`` — priced by ``MEWDEX_PRICES`` (``{"schedule": {"runs":
+    CNY}}``, free without), and then counted against the monthly budget like any metered call."""
+    from mewdex.platform import usage
+
+    usage.record(
+        session,
+        scope_id=run.scope_id,
+        kind=RUN_USAGE_KIND,
+        model_profile="schedule",
+        units={"runs": 1, "job_id": str(run.job_id)},
+        task_id=task.id,
+        idempotency_key=f"schedule_run:{run.run_id}",
+    )
 
 
 def _caption(job_name: str, hit: SearchHit) -> str:
@@ -218,6 +261,7 @@ def on_success(session: Session, claim: Claim, task: Task, result: Any, batch_id
         return
     delivery = result.get("delivery") or {"type": "none"}
     run.status, run.error, run.error_code = "ok", None, None
+    _meter(session, task, run)
     kind = str(delivery.get("type"))
     run.delivery_status = {"none": "none", "channel": "queued"}.get(kind, "succeeded")
     run.delivery_detail = delivery
@@ -237,6 +281,8 @@ def on_failure(session: Session, task: Task, outcome: str) -> None:
     if outcome == "retrying":
         return
     run.status, run.finished_at = "error", utcnow()
+    if outcome != "cancelled":
+        _meter(session, task, run)
     job = session.get(ScheduledJob, run.job_id, with_for_update=True)
     if outcome == "unknown_execution":  # died during the delivery: never resent
         run.delivery_status = "unknown"

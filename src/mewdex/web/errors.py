@@ -68,6 +68,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "reset_link_invalid": 410,
     "user_disabled": 409,
     "schedule_invalid": 422,
+    "schedule_too_frequent": 422,
+    "schedule_limit_reached": 409,
     "run_not_active": 409,
     "connector_name_taken": 409,
     "connector_unverified": 409,

@@ -69,6 +69,9 @@ class NewUser(BaseModel):
 
 class SettingsPatch(BaseModel):
     signup_enabled: bool | None = None
+    #: run-time values of the schedule limits; null: back to the ``MEWDEX_SCHEDULE_…`` setting
+    schedule_max_jobs_per_account: int | None = Field(None, ge=1, le=100000)
+    schedule_min_interval_minutes: int | None = Field(None, ge=1, le=1440)
 
 
 def admin_user_dict(session: Session, user: User) -> dict:
@@ -164,16 +167,28 @@ def all_usage(
     return usage.summary(session, start=start, end=end, group_by=group_by)
 
 
+def _instance_settings(session: Session) -> dict:
+    from mewdex.schedules import jobs
+
+    return {"signup_enabled": bool(get_setting(session, "signup_enabled", False)), **jobs.limits(session)}
+
+
 @router.get("/settings", response_model=InstanceSettings)
 def read_settings(session: Session = Depends(db_session)):
-    return {"signup_enabled": bool(get_setting(session, "signup_enabled", False))}
+    """Instance settings an admin changes at run time: sign-up, and the schedule limits in force."""
+    return _instance_settings(session)
 
 
 @router.patch("/settings", response_model=InstanceSettings)
 def patch_settings(body: SettingsPatch, session: Session = Depends(db_session)):
+    from mewdex.schedules import jobs
+
     if body.signup_enabled is not None:
         set_setting(session, "signup_enabled", body.signup_enabled)
-    return {"signup_enabled": bool(get_setting(session, "signup_enabled", False))}
+    for key in jobs.LIMIT_SETTINGS:
+        if key in body.model_fields_set:
+            set_setting(session, key, getattr(body, key))
+    return _instance_settings(session)
 
 
 @router.post("/disk-usage/rescan", response_model=RescanResult)

@@ -1,0 +1,64 @@
+"""The ``channel`` lane is shared by every account, each with a share of its slots (issue 31,
+finding 4): one scope's many slow deliveries hold at most ``MEWDEX_CHANNEL_SCOPE_CONCURRENCY``
+slots, another scope's delivery is claimed at once, and a finished delivery frees its share."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+from conftest import drop_scope, new_scope
+from mewdex.queue import registry
+from mewdex.queue import tasks as queue
+
+
+def _claim(sessions, owner: str):
+    with sessions.begin() as session:
+        return queue.claim(session, owner=owner, lanes=["channel"], lease_seconds=120)
+
+
+def test_one_scope_takes_only_its_share_of_the_channel_lane(sessions):
+    share = 2  # MEWDEX_CHANNEL_SCOPE_CONCURRENCY's default, of the lane's 8 slots
+    busy, quiet = new_scope(sessions, "t-busy"), new_scope(sessions, "t-quiet")
+    mine = {busy.scope_id, quiet.scope_id}
+    claimed = []
+    try:
+        with sessions.begin() as session:
+            for _ in range(6):  # e.g. every-minute schedules delivering to a slow webhook
+                registry.submit(
+                    session,
+                    scope_id=busy.scope_id,
+                    task_type="channel_delivery",
+                    payload={"delivery_id": str(uuid.uuid4())},
+                )
+        for n in range(6):
+            found = _claim(sessions, f"w{n}")
+            if found is not None:
+                claimed.append(found)
+        assert Counter(c.scope_id for c in claimed if c.scope_id in mine) == {busy.scope_id: share}
+        # the busy scope's other deliveries wait; another account's delivery runs at once
+        with sessions.begin() as session:
+            registry.submit(
+                session,
+                scope_id=quiet.scope_id,
+                task_type="channel_delivery",
+                payload={"delivery_id": str(uuid.uuid4())},
+            )
+        found = _claim(sessions, "w-quiet")
+        assert found is not None and found.scope_id == quiet.scope_id
+        claimed.append(found)
+        assert _claim(sessions, "w-more") is None
+        # one of the busy scope's deliveries ends: the next one takes its place
+        first = next(c for c in claimed if c.scope_id == busy.scope_id)
+        with sessions.begin() as session:
+            queue.release_slots(session, first.scope_id, first.task_id)
+        claimed.remove(first)
+        found = _claim(sessions, "w-next")
+        assert found is not None and found.scope_id == busy.scope_id
+        claimed.append(found)
+    finally:
+        with sessions.begin() as session:
+            for c in claimed:
+                queue.release_slots(session, c.scope_id, c.task_id)
+        drop_scope(sessions, busy)
+        drop_scope(sessions, quiet)
