@@ -83,6 +83,8 @@ def test_link_telegram_chat_log_webhook_and_unlink(browser, channel_server):  # 
         fake.blocked.discard(str(uid))
         pg.reload()
         assert pg.locator("#channel-telegram .channel-state.ok").count() == 1
+        linked = pg.locator(f"table.linked tr[data-channel='telegram'][data-linked='{uid}']")
+        assert linked.count() == 1 and linked.locator("[data-action='revoke-channel']").count() == 1
         assert pg.locator("table.deliveries tr[data-status='sent']").count() >= 4
         assert pg.locator("table.deliveries tr[data-status='failed']").count() == 1
         assert "channel_blocked" in pg.inner_text("table.deliveries tr[data-status='failed']")

@@ -34,7 +34,7 @@ import re
 import secrets as _random
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -222,7 +222,7 @@ class ActionChannel:
         self_id: str,
         send: Callable[[str], Awaitable[None]],
         scope_id: str | None = None,
-        close: Callable[[], Awaitable[None]] | None = None,
+        close: Callable[[], Coroutine[Any, Any, None]] | None = None,
     ):
         self.self_id = self_id
         self.scope_id = scope_id  # the binding the connection's token authenticated
