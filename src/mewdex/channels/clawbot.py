@@ -429,7 +429,9 @@ def login_status(qrcode: str) -> dict[str, Any]:
 
 def complete_login(session: Session, *, scope_id: str, user_id: UUID | None, status: dict[str, Any]) -> ChannelBinding:
     """Bind the scanning person (``status`` = a ``confirmed`` answer): seed 004's ``bot_token``*,
-    ``bot_im_id``, ``user_im_id``, ``base_url``; the window starts closed (they have not written)."""
+    ``bot_im_id``, ``user_im_id``, ``base_url``; the window starts closed (they have not written).
+    The binding awaits the chat's confirmation: the person's first message is answered with "Link
+    this chat to mewdex account …? Reply YES", and only YES puts it in force."""
     base = str(status.get("baseurl") or api_url()).rstrip("/")
     return bindings.bind(
         session,
@@ -448,6 +450,9 @@ def complete_login(session: Session, *, scope_id: str, user_id: UUID | None, sta
             "sends_since_ctx": 0,
             "get_updates_buf": "",
             "poll_error": None,
+            # The scan binds nothing yet: the person confirms in the chat (a QR someone else sent
+            # would otherwise link their WeChat to that account unawares).
+            bindings.PENDING_KEY: True,
         },
     )
 
