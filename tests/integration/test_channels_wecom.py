@@ -230,8 +230,14 @@ def test_replay_window_and_signature_bytes(sessions, account, wecom):  # noqa: F
 
     fake, crypt = wecom
     bind(sessions, account, crypt)
-    query, body = message_callback(crypt, MEMBER, "slacking off")
     with client(None) as c:
+        query, body = message_callback(crypt, MEMBER, "slacking off")
+        crafted = c.post("/channels/wecom/callback", params={**query, "msg_signature": "é" * 40}, content=body)
+        assert crafted.status_code == 401 and crafted.json()["error"]["code"] == "channel_webhook_secret_invalid"
+        check, _echo = verification_query(crypt)
+        crafted = c.get("/channels/wecom/callback", params={**check, "msg_signature": "签名" * 20})
+        assert crafted.status_code == 401
+        query, body = message_callback(crypt, MEMBER, "slacking off")
         assert c.post("/channels/wecom/callback", params=query, content=body).status_code == 200
         drain(sessions, account)
         assert conversation_length(sessions, account) == 2
@@ -241,10 +247,4 @@ def test_replay_window_and_signature_bytes(sessions, account, wecom):  # noqa: F
         query, body = message_callback(crypt, MEMBER, "slacking off", timestamp=int(time.time()) - 400)
         stale = c.post("/channels/wecom/callback", params=query, content=body)
         assert stale.status_code == 401 and stale.json()["error"]["code"] == "channel_request_expired"
-        query, body = message_callback(crypt, MEMBER, "slacking off")
-        crafted = c.post("/channels/wecom/callback", params={**query, "msg_signature": "é" * 40}, content=body)
-        assert crafted.status_code == 401 and crafted.json()["error"]["code"] == "channel_webhook_secret_invalid"
-        check, _echo = verification_query(crypt)
-        crafted = c.get("/channels/wecom/callback", params={**check, "msg_signature": "签名" * 20})
-        assert crafted.status_code == 401
     assert conversation_length(sessions, account) == 2
