@@ -229,22 +229,25 @@ def test_replay_window_and_signature_bytes(sessions, account, wecom):  # noqa: F
     import time
 
     fake, crypt = wecom
-    bind(sessions, account, crypt)
-    with client(None) as c:
-        query, body = message_callback(crypt, MEMBER, "slacking off")
+    with client(account.scope) as c:  # one app for the whole test (each start-up costs seconds)
+        for text in (f"bind {c.post('/api/v1/channels/wecom/link').json()['code']}", "YES"):
+            query, body = message_callback(crypt, MEMBER, text)
+            assert c.post("/channels/wecom/callback", params=query, content=body).status_code == 200
+            drain(sessions, account)
+        query, body = message_callback(crypt, MEMBER, "qqzxv")
         crafted = c.post("/channels/wecom/callback", params={**query, "msg_signature": "é" * 40}, content=body)
         assert crafted.status_code == 401 and crafted.json()["error"]["code"] == "channel_webhook_secret_invalid"
         check, _echo = verification_query(crypt)
         crafted = c.get("/channels/wecom/callback", params={**check, "msg_signature": "签名" * 20})
         assert crafted.status_code == 401
-        query, body = message_callback(crypt, MEMBER, "slacking off")
+        query, body = message_callback(crypt, MEMBER, "qqzxv")
         assert c.post("/channels/wecom/callback", params=query, content=body).status_code == 200
         drain(sessions, account)
         assert conversation_length(sessions, account) == 2
         assert c.post("/channels/wecom/callback", params=query, content=body).status_code == 200
         drain(sessions, account)
         assert conversation_length(sessions, account) == 2, "the replayed callback was not taken in again"
-        query, body = message_callback(crypt, MEMBER, "slacking off", timestamp=int(time.time()) - 400)
+        query, body = message_callback(crypt, MEMBER, "qqzxv", timestamp=int(time.time()) - 400)
         stale = c.post("/channels/wecom/callback", params=query, content=body)
         assert stale.status_code == 401 and stale.json()["error"]["code"] == "channel_request_expired"
     assert conversation_length(sessions, account) == 2
