@@ -381,34 +381,32 @@ def test_a_link_is_confirmed_in_the_chat(sessions, account, other_account, teleg
     """Binding fixation: a link someone else sent does not bind the chat that opens it until that
     chat says YES to the named account; until then it answers nothing but the question, and the
     chat's own account can still link it. The Channels page lists the linked chat with Remove."""
+    from mewdex.channels import delivery
+    from mewdex.channels.errors import ChannelError
     from mewdex.db.models import User
 
     fake, uid = telegram, new_user_id()
+
+    def say(text: str, acct) -> str:
+        fake.user_message(uid, text)
+        poll(sessions)
+        drain(sessions, acct)
+        return fake.sent_to(uid)[-1].get("text") or ""
+
     with client_for(other_account.scope) as client:  # the attacker's link, sent to the victim
-        code = client.post("/api/v1/channels/telegram/link").json()["code"]
-    fake.user_message(uid, f"/start {code}")
-    poll(sessions)
-    drain(sessions, other_account)
-    with sessions.begin() as session:
-        email = session.get(User, other_account.user_id).email
-    question = fake.sent_to(uid)[-1]["text"]
-    assert f"{email[0]}…@example.com" in question and "Reply YES" in question and email not in question
-    fake.user_message(uid, "cat")
-    poll(sessions)
-    drain(sessions, other_account)
-    assert not [m for m in fake.sent_to(uid) if m["method"] in ("sendPhoto", "sendAnimation")]
-    assert "Reply YES" in fake.sent_to(uid)[-1]["text"], "a pending link answers only its question"
-    with client_for(other_account.scope) as client:
+        question = say(f"/start {client.post('/api/v1/channels/telegram/link').json()['code']}", other_account)
+        with sessions.begin() as session:
+            email = session.get(User, other_account.user_id).email
+        assert f"{email[0]}…@example.com" in question and "Reply YES" in question and email not in question
+        assert "Reply YES" in say("cat", other_account), "a pending link answers only its question"
+        assert not [m for m in fake.sent_to(uid) if m["method"] in ("sendPhoto", "sendAnimation")]
         [pending] = [b for b in client.get("/api/v1/channels").json()["bindings"] if b["channel"] == "telegram"]
         assert pending["config"]["pending_confirmation"] is True
-        from mewdex.channels import delivery
-        from mewdex.channels.errors import ChannelError
-
         with sessions.begin() as session, pytest.raises(ChannelError):
             delivery.send_text(session, user_id=other_account.user_id, channel="telegram", text="spy")
 
-    bind(sessions, account, fake, uid)  # the chat's owner links it to their own account: it may
-    assert "Linked" in fake.sent_to(uid)[-1]["text"]
-    with client_for(account.scope) as client:
+    with client_for(account.scope) as client:  # the chat's owner links it to their own account: it may
+        assert "Reply YES" in say(f"/start {client.post('/api/v1/channels/telegram/link').json()['code']}", account)
+        assert "Linked" in say("YES", account)
         page = client.get("/settings/channels").text
-    assert f"<code>{uid}</code>" in page and 'data-action="revoke-channel"' in page
+    assert f'data-linked="{uid}"' in page and 'data-action="revoke-channel"' in page
