@@ -260,6 +260,19 @@ def test_the_bot_proves_its_number(sessions, account, other_account, server):  #
         "Channels page" in taken.value.message and f"mewdex channels release onebot {VICTIM_QQ}" in taken.value.message
     )
 
+    # The admin's way to reclaim it: the holder's binding is revoked, the number is free again.
+    from typer.testing import CliRunner
+
+    from mewdex.cli import app
+
+    released = CliRunner().invoke(app, ["channels", "release", "onebot", str(VICTIM_QQ)])
+    assert released.exit_code == 0, released.output
+    with sessions.begin() as session:
+        assert onebot.bindings.get(session, account.scope.scope_id, "onebot").status == "revoked"
+        row = onebot.bindings.get(session, other_account.scope.scope_id, "onebot", lock=True)
+        onebot.attach(session, row, str(VICTIM_QQ), connected=False)  # now it may hold the number
+    assert CliRunner().invoke(app, ["channels", "release", "onebot", "10001"]).exit_code == 1
+
 
 def test_http_events_replay_window(sessions, settings_env, account, server):  # noqa: F811
     """HTTP POST mode: an event outside ±5 minutes is refused, a repeated one too."""
