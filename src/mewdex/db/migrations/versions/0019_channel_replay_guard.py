@@ -2,15 +2,15 @@
 nonce, a OneBot HTTP event's message id) is remembered per realm for the replay window, so a
 captured request cannot be sent again; rows expire with the window and are pruned as new ones come.
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018"
-down_revision = "0017"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
