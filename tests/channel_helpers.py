@@ -69,9 +69,7 @@ def add_meme(sessions, store, scope, name: str, kind: str = "png") -> str:
         return str(meme.id)
 
 
-@pytest.fixture
-def account(sessions, store):
-    """A user with a personal scope and memes: three cats (png) and a dancing cat (gif), "slacking off"."""
+def _account(sessions, store):
     from mewdex.db.models import User
 
     scope = new_scope(sessions, "t-ch")
@@ -89,6 +87,18 @@ def account(sessions, store):
     with sessions.begin() as session:
         session.execute(text("DELETE FROM users WHERE user_id = :u"), {"u": user_id})
         session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": scope.scope_id})
+
+
+@pytest.fixture
+def account(sessions, store):
+    """A user with a personal scope and memes: three cats (png) and a dancing cat (gif), "slacking off"."""
+    yield from _account(sessions, store)
+
+
+@pytest.fixture
+def other_account(sessions, store):
+    """A second account like :func:`account` (another tenant)."""
+    yield from _account(sessions, store)
 
 
 @pytest.fixture

@@ -279,6 +279,12 @@ class Settings(BaseSettings):
     clawbot_poll_seconds: int = Field(
         default=25, ge=2, le=35, description="One clawbot_polling task long-polls getupdates this long."
     )
+    channel_guest_messages_per_minute: int = Field(
+        default=6,
+        ge=0,
+        le=600,
+        description="Messages a minute per chat answered for people other than the binding's owner (0: none).",
+    )
 
     # Outside systems (providers): secrets at rest, the env-configured OpenAI-compatible endpoint.
     secret_key: str | None = Field(

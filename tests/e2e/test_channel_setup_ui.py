@@ -116,8 +116,13 @@ def test_wecom_app_and_member_bound_from_the_page(browser, setup_server):  # noq
         assert r.status_code == 200, r.text
         query, body = message_callback(WXBizMsgCrypt("pageToken", aes_key, wecom.corp_id), "lisi", code)
         assert httpx.post(server.url + "/channels/wecom/callback", params=query, content=body).status_code == 200
-        wait_until(lambda: wecom.sent, 60, 0.3, "the bind confirmation")
-        assert "Linked" in wecom.sent[-1]["text"]["content"]
+        wait_until(lambda: wecom.sent, 60, 0.3, "the question the chat is asked")
+        assert "Reply YES" in wecom.sent[-1]["text"]["content"]
+        pg.reload()
+        assert pg.locator("table.linked tr[data-linked='lisi'] .delivery-status").count() == 1, "shown as pending"
+        query, body = message_callback(WXBizMsgCrypt("pageToken", aes_key, wecom.corp_id), "lisi", "YES")
+        assert httpx.post(server.url + "/channels/wecom/callback", params=query, content=body).status_code == 200
+        wait_until(lambda: "Linked" in wecom.sent[-1]["text"]["content"], 60, 0.3, "the bind confirmation")
         pg.reload()
         assert "lisi" in pg.inner_text("#channel-wecom .channel-state.ok")
     finally:
@@ -135,11 +140,18 @@ def test_wechat_qr_scanned_from_the_page(browser, setup_server):  # noqa: F811
         qrcode = claw.latest_qrcode()
         claw.scan(qrcode)
         token = claw.confirm(qrcode, "wxid_page@im.wechat")
-        pg.wait_for_selector("#channel-clawbot .channel-state.ok", timeout=30_000)  # the page reloads when linked
-        assert "wxid_page@im.wechat" in pg.inner_text("#channel-clawbot .channel-state.ok")
+        pg.wait_for_selector("#channel-clawbot .channel-state.pending", timeout=30_000)  # reloaded: awaits YES
+        assert "wxid_page@im.wechat" in pg.inner_text("#channel-clawbot .channel-state.pending")
+        claw.user_says(token, "hi")  # the chat confirms the link it is asked about
+        texts = lambda: [m["item_list"][0]["text_item"]["text"] for m in claw.sent if m["item_list"][0]["type"] == 1]  # noqa: E731
+        wait_until(lambda: any("Reply YES" in t for t in texts()), 90, 0.3, "the question (the worker's polling)")
+        claw.user_says(token, "YES")
+        wait_until(lambda: any("Linked" in t for t in texts()), 90, 0.3, "the confirmation")
         claw.user_says(token, "cat")
         wait_until(lambda: len([m for m in claw.sent if m["item_list"][0]["type"] == 2]) >= 3, 90, 0.3,
                    "memes through the CDN (the worker's scheduled polling)")  # fmt: skip
+        pg.reload()
+        assert "wxid_page@im.wechat" in pg.inner_text("#channel-clawbot .channel-state.ok")
     finally:
         context.close()
     assert not errors, errors

@@ -65,9 +65,12 @@ def test_link_telegram_chat_log_webhook_and_unlink(browser, channel_server):  # 
         link = pg.wait_for_selector("#channel-telegram .telegram-link a[href^='https://t.me/']").get_attribute("href")
         assert link.startswith(f"https://t.me/{fake.username}?start=")
         fake.user_message(uid, "/start " + link.split("start=", 1)[1])
-        wait_until(lambda: fake.sent_to(uid), 60, 0.3, "the bind confirmation (worker polls Telegram)")
+        wait_until(lambda: fake.sent_to(uid), 60, 0.3, "the bind question (worker polls Telegram)")
+        assert "Reply YES" in fake.sent_to(uid)[0]["text"]
+        fake.user_message(uid, "YES")
+        wait_until(lambda: len(fake.sent_to(uid)) >= 2, 60, 0.3, "the bind confirmation")
         fake.user_message(uid, "cat")
-        wait_until(lambda: len(fake.sent_to(uid)) >= 4, 60, 0.3, "three memes back")
+        wait_until(lambda: len(fake.sent_to(uid)) >= 5, 60, 0.3, "three memes back")
         fake.blocked.add(str(uid))
         fake.user_message(uid, "dancing")
         pg.reload()
@@ -80,6 +83,8 @@ def test_link_telegram_chat_log_webhook_and_unlink(browser, channel_server):  # 
         fake.blocked.discard(str(uid))
         pg.reload()
         assert pg.locator("#channel-telegram .channel-state.ok").count() == 1
+        linked = pg.locator(f"table.linked tr[data-channel='telegram'][data-linked='{uid}']")
+        assert linked.count() == 1 and linked.locator("[data-action='revoke-channel']").count() == 1
         assert pg.locator("table.deliveries tr[data-status='sent']").count() >= 4
         assert pg.locator("table.deliveries tr[data-status='failed']").count() == 1
         assert "channel_blocked" in pg.inner_text("table.deliveries tr[data-status='failed']")

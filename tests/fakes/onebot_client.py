@@ -5,9 +5,10 @@
 ``Authorization: Bearer <token>``, ``User-Agent: OneBot/11`` — sends the lifecycle ``connect`` event,
 then message events on demand (:meth:`private`, :meth:`group`), and answers every action frame
 ``{"action", "params", "echo"}`` with ``{"status": "ok", "retcode": 0, "data": {"message_id"},
-"echo"}`` (1404 for an unknown action, or what :meth:`fail_next` scripts). Actions received are in
-``fake.actions`` (newest last). ``fake.closed`` is set when mewdex closes the socket (its close code
-in ``fake.close_code``).
+"echo"}`` (1404 for an unknown action, or what :meth:`fail_next` scripts); ``get_login_info`` with the
+QQ it is logged in as (``login_id``, by default its ``self_id``; counted in ``fake.login_queries``,
+not in ``fake.actions``). Actions received are in ``fake.actions`` (newest last). ``fake.closed`` is
+set when mewdex closes the socket (its close code in ``fake.close_code``).
 
 :class:`FakeOneBotHTTP` is the HTTP side of the HTTP POST mode: an HTTP API server answering
 ``POST /<action>`` (Bearer token checked) and :meth:`FakeOneBotHTTP.post_event` to post an event to
@@ -47,8 +48,19 @@ def _answer(action: dict[str, Any], message_ids, failures: list[tuple[int, str]]
 
 
 class FakeNapCat:
-    def __init__(self, url: str, self_id: int, token: str | None, *, role: str = "Universal", connect_now=True):
+    def __init__(
+        self,
+        url: str,
+        self_id: int,
+        token: str | None,
+        *,
+        role: str = "Universal",
+        connect_now=True,
+        login_id: int | None = None,
+    ):
         self.url, self.self_id, self.token, self.role = url, self_id, token, role
+        self.login_id = self_id if login_id is None else login_id
+        self.login_queries = 0
         self.actions: list[dict[str, Any]] = []
         self.closed = threading.Event()
         self.close_code: int | None = None
@@ -79,7 +91,11 @@ class FakeNapCat:
         try:
             for raw in self._ws:
                 frame = json.loads(raw)
-                if "action" in frame:
+                if frame.get("action") == "get_login_info":
+                    self.login_queries += 1
+                    info = {"user_id": self.login_id, "nickname": "fake bot"}
+                    self._send({"status": "ok", "retcode": 0, "data": info, "echo": frame.get("echo")})
+                elif "action" in frame:
                     self.actions.append(frame)
                     self._send(_answer(frame, self._message_ids, self._failures))
         except ConnectionClosed:
@@ -97,10 +113,11 @@ class FakeNapCat:
         self._send({"time": int(time.time()), "self_id": self.self_id, "post_type": "meta_event",
                     "meta_event_type": "heartbeat", "status": status, "interval": 30000})  # fmt: skip
 
-    def private(self, user_id: int, text: str) -> int:
-        """Send a private message event from ``user_id``; returns its message id."""
+    def private(self, user_id: int, text: str, *, self_id: int | None = None) -> int:
+        """Send a private message event from ``user_id`` (``self_id``: the bot the event names, by
+        default this one's); returns its message id."""
         message_id = next(self._ids)
-        self._send(private_event(self.self_id, user_id, text, message_id))
+        self._send(private_event(self.self_id if self_id is None else self_id, user_id, text, message_id))
         return message_id
 
     def group(self, group_id: int, user_id: int, text: str, *, at_self: bool = False) -> int:

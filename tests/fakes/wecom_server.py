@@ -188,9 +188,11 @@ def message_callback(
     msg_id: str | None = None,
     agent_id: int | str = 1000002,
     msg_type: str = "text",
+    timestamp: int | None = None,
 ) -> tuple[dict[str, str], bytes]:
-    """The query and XML body of one encrypted, signed message callback (``msg_type`` ``text``)."""
-    ts, nonce = str(int(time.time())), str(secrets.randbelow(10**9))
+    """The query and XML body of one encrypted, signed message callback (``msg_type`` ``text``;
+    ``timestamp``: Unix seconds, by default now)."""
+    ts, nonce = str(int(time.time()) if timestamp is None else timestamp), str(secrets.randbelow(10**9))
     msg_id = msg_id or str(secrets.randbelow(10**18))
     inner = (
         f"<xml><ToUserName><![CDATA[{crypt.receive_id}]]></ToUserName>"

@@ -68,21 +68,37 @@ def scan_and_bind(acct, fake) -> str:
     binding = confirmed["binding"]
     assert binding["identity"] == PERSON and binding["config"]["user_im_id"] == PERSON
     assert token not in json.dumps(confirmed), "the bot token is never shown"
+    assert binding["config"]["pending_confirmation"] is True, "the chat has yet to confirm"
     return token
+
+
+def confirm_in_chat(sessions, acct, fake, token: str) -> None:
+    """The person writes to the bot, is asked to confirm the link, answers YES."""
+    fake.user_says(token, "hi")
+    poll(sessions)
+    drain(sessions, acct)
+    assert "Reply YES" in fake.sent[-1]["item_list"][0]["text_item"]["text"]
+    fake.user_says(token, "YES")
+    poll(sessions)
+    drain(sessions, acct)
+    assert "Linked" in fake.sent[-1]["item_list"][0]["text_item"]["text"]
+    assert not binding_row(sessions, acct).config["pending_confirmation"]
 
 
 def test_bind_message_meme_revoke(sessions, account, fake):  # noqa: F811
     token = scan_and_bind(account, fake)
     row = binding_row(sessions, account)
     assert token not in json.dumps(row.config), "sealed at rest"
+    confirm_in_chat(sessions, account, fake, token)
+    before = len(fake.sent)
 
     fake.user_says(token, "cat")
     assert poll(sessions) == 1
-    assert binding_row(sessions, account).config["get_updates_buf"] == "1", "the cursor is kept in the binding"
+    assert binding_row(sessions, account).config["get_updates_buf"] == "3", "the cursor is kept in the binding"
     assert poll(sessions) == 0, "a message is taken in once"
     drain(sessions, account)
-    images = [m for m in fake.sent if m["item_list"][0]["type"] == 2]
-    texts = [m for m in fake.sent if m["item_list"][0]["type"] == 1]
+    images = [m for m in fake.sent[before:] if m["item_list"][0]["type"] == 2]
+    texts = [m for m in fake.sent[before:] if m["item_list"][0]["type"] == 1]
     assert len(images) == 3 and texts and "cat" in texts[0]["item_list"][0]["text_item"]["text"]
     with sessions.begin() as session:
         originals = {
@@ -108,6 +124,11 @@ def test_window_refuses_proactive_sends(sessions, account, fake):  # noqa: F811
     from mewdex.channels import bindings, delivery
 
     token = scan_and_bind(account, fake)
+    confirm_in_chat(sessions, account, fake, token)
+    with sessions.begin() as session:  # as if the person had not written since (no context token)
+        binding = bindings.get(session, account.scope.scope_id, "clawbot", lock=True)
+        bindings.update_config(session, binding, {"latest_context_token": None, "context_token_at": None})
+    fake.sent.clear()
 
     def send(meme: str = "cat one") -> ChannelDelivery:
         with sessions.begin() as session:
@@ -152,9 +173,7 @@ def test_platform_refusals_are_failed_deliveries(sessions, account, fake):  # no
     from mewdex.channels import delivery
 
     token = scan_and_bind(account, fake)
-    fake.user_says(token, "hi")
-    poll(sessions)
-    drain(sessions, account)
+    confirm_in_chat(sessions, account, fake, token)
     fake.advance(25 * 3600)  # WeChat's own clock says the context expired: ret -2, never a silent success
     with sessions.begin() as session:
         delivery_id = delivery.send_text(session, user_id=account.user_id, channel="clawbot", text="late").delivery_id

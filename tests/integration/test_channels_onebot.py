@@ -13,9 +13,9 @@ import time
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
-from channel_helpers import account  # noqa: F401 - fixture
+from channel_helpers import account, other_account  # noqa: F401 - fixtures
 from conftest import app_for, client_for, drain_queue, wait_until
 from fakes.onebot_client import FakeNapCat, FakeOneBotHTTP, group_event, private_event, signed_post
 from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
@@ -177,3 +177,244 @@ def test_http_post_mode(sessions, settings_env, account, server):  # noqa: F811
         assert len(sent_images(api.actions)) == 3
     finally:
         api.close()
+
+
+# ------------------------------------------------------------------ tenants (issue 31)
+
+VICTIM_QQ = 3889000222
+ATTACKER_QQ = 3889000333
+STRANGER = 55555
+
+
+def connected_as(sessions, acct, qq) -> bool:
+    with sessions.begin() as session:
+        row = session.execute(
+            select(ChannelBinding).where(
+                ChannelBinding.scope_id == acct.scope.scope_id, ChannelBinding.channel == "onebot"
+            )
+        ).scalar_one()
+        return row.identity == str(qq) and bool(row.config.get("connected"))
+
+
+def scope_rows(sessions, acct, model) -> list:
+    with sessions.begin() as session:
+        return list(session.execute(select(model).where(model.scope_id == acct.scope.scope_id)).scalars())
+
+
+def test_a_socket_is_its_own_bindings_only(sessions, account, other_account, server):  # noqa: F811
+    """The attacker's own token and bot, events naming the victim's bot: nothing reaches the victim
+    (no task in its scope, no conversation, no send through its bot), and the attacker's claim of the
+    victim's number on a second socket is refused."""
+    from websockets.exceptions import InvalidStatus
+
+    from mewdex.db.models import Conversation, Task
+
+    ws_url = f"ws://{server}/channels/onebot/ws"
+    victim, attacker = account, other_account
+    victim_token = bind(victim, owner_qq=str(FRIEND))["access_token"]
+    attacker_token = bind(attacker, owner_qq=str(FRIEND + 1))["access_token"]
+    with FakeNapCat(ws_url, VICTIM_QQ, victim_token) as real, FakeNapCat(ws_url, ATTACKER_QQ, attacker_token) as evil:
+        wait_until(lambda: connected_as(sessions, victim, VICTIM_QQ), timeout=15, what="the victim's bot")
+        wait_until(lambda: connected_as(sessions, attacker, ATTACKER_QQ), timeout=15, what="the attacker's bot")
+        evil.private(STRANGER, "cat", self_id=VICTIM_QQ)
+        evil.group(777, STRANGER, "cat", at_self=True)  # a real event of its own bot: answered in its scope
+        wait_until(lambda: scope_rows(sessions, attacker, Task), timeout=15, what="the attacker's own event")
+        drain_queue(sessions, victim.scope, attacker.scope, SYSTEM, timeout=120)
+        assert not scope_rows(sessions, victim, Task), "nothing was queued in the victim's scope"
+        assert not scope_rows(sessions, victim, Conversation), "the victim's assistant never ran"
+        assert not scope_rows(sessions, victim, ChannelDelivery) and real.actions == []
+        assert all(a["params"].get("group_id") == 777 for a in evil.actions), "only the attacker's own chat"
+        # Claiming the victim's number on the attacker's token (a bot that lies about its login).
+        try:
+            with FakeNapCat(ws_url, VICTIM_QQ, attacker_token, login_id=VICTIM_QQ) as squat:
+                assert squat.closed.wait(15), "the attacker's claim of the victim's QQ is refused"
+        except InvalidStatus:
+            pass  # refused at the handshake: refused as well
+        assert connected_as(sessions, victim, VICTIM_QQ), "the victim's bot keeps its binding"
+        assert not real.closed.is_set()
+        assert real.login_queries == 1 and evil.login_queries == 1, "each bot proved its number"
+
+
+def test_the_bot_proves_its_number(sessions, account, other_account, server):  # noqa: F811
+    """A number typed in (HTTP mode) or claimed in ``X-Self-ID`` is not an identity until the bot
+    proves it; a bot whose login differs from its claim is refused; a proven number held by another
+    account is refused with the way to reclaim it."""
+    from mewdex.channels import onebot
+    from mewdex.channels.errors import ChannelError
+
+    ws_url = f"ws://{server}/channels/onebot/ws"
+    squatter = bind(other_account, mode="http", self_id=str(VICTIM_QQ), api_url="http://127.0.0.1:9")
+    assert squatter["binding"]["identity"] is None, "a typed-in number is only a claim"
+    token = bind(account, owner_qq=str(FRIEND))["access_token"]
+    with FakeNapCat(ws_url, VICTIM_QQ, token, login_id=ATTACKER_QQ) as liar:
+        assert liar.closed.wait(15), "X-Self-ID differs from the logged-in QQ: refused"
+    assert not connected_as(sessions, account, VICTIM_QQ)
+    with FakeNapCat(ws_url, VICTIM_QQ, token):
+        wait_until(lambda: connected_as(sessions, account, VICTIM_QQ), timeout=15, what="the real owner's bot")
+    with sessions.begin() as session:
+        row = onebot.bindings.get(session, other_account.scope.scope_id, "onebot", lock=True)
+        with pytest.raises(ChannelError) as taken:
+            onebot.attach(session, row, str(VICTIM_QQ))
+    assert taken.value.code == "channel_identity_taken"
+    assert (
+        "Channels page" in taken.value.message and f"mewdex channels release onebot {VICTIM_QQ}" in taken.value.message
+    )
+
+    # The admin's way to reclaim it: the holder's binding is revoked, the number is free again.
+    from typer.testing import CliRunner
+
+    from mewdex.cli import app
+
+    released = CliRunner().invoke(app, ["channels", "release", "onebot", str(VICTIM_QQ)])
+    assert released.exit_code == 0, released.output
+    with sessions.begin() as session:
+        assert onebot.bindings.get(session, account.scope.scope_id, "onebot").status == "revoked"
+        row = onebot.bindings.get(session, other_account.scope.scope_id, "onebot", lock=True)
+        onebot.attach(session, row, str(VICTIM_QQ), connected=False)  # now it may hold the number
+    assert CliRunner().invoke(app, ["channels", "release", "onebot", "10001"]).exit_code == 1
+
+
+def test_http_events_replay_window(sessions, settings_env, account, server):  # noqa: F811
+    """HTTP POST mode: an event outside ±5 minutes is refused, a repeated one too."""
+    api = FakeOneBotHTTP(BOT_QQ + 2, token="")
+    try:
+        settings_env(MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([api.host]))
+        bound = bind(account, mode="http", self_id=str(BOT_QQ + 2), api_url=api.url, owner_qq=str(FRIEND))
+        events = f"http://{server}/channels/onebot/events"
+        body, headers = signed_post(bound["access_token"], group_event(BOT_QQ + 2, 9, FRIEND, "cat", 501))
+        assert httpx.post(events, content=body, headers=headers).status_code == 204
+        again = httpx.post(events, content=body, headers=headers)
+        assert again.status_code == 409 and again.json()["error"]["code"] == "channel_request_replayed"
+        stale = {**group_event(BOT_QQ + 2, 9, FRIEND, "cat", 502), "time": int(time.time()) - 360}
+        body, headers = signed_post(bound["access_token"], stale)
+        old = httpx.post(events, content=body, headers=headers)
+        assert old.status_code == 401 and old.json()["error"]["code"] == "channel_request_expired"
+    finally:
+        api.close()
+
+
+def test_a_non_ascii_signature_is_a_401(sessions, account, server):  # noqa: F811
+    """A crafted ``X-Signature`` with characters outside ASCII is refused (401), not a 500."""
+    from mewdex.channels import onebot
+
+    bound = bind(account, mode="http", self_id=str(BOT_QQ + 3), api_url="http://127.0.0.1:9")
+    with sessions.begin() as session:  # as if its first signed event had proven the number
+        row = onebot.bindings.get(session, account.scope.scope_id, "onebot", lock=True)
+        if row.identity is None:
+            onebot.attach(session, row, str(BOT_QQ + 3), connected=False)
+    body, headers = signed_post(bound["access_token"], group_event(BOT_QQ + 3, 9, FRIEND, "cat", 601))
+    for forged in ("sha1=\xe9\xe9".encode("latin-1"), "sha1=签名".encode()):
+        crafted = httpx.post(
+            f"http://{server}/channels/onebot/events", content=body, headers={**headers, "X-Signature": forged}
+        )
+        assert crafted.status_code == 401 and crafted.json()["error"]["code"] == "channel_webhook_secret_invalid"
+
+
+def test_disabling_the_owner_stops_chats_sends_and_schedules(sessions, account, server):  # noqa: F811
+    """Disabling an account closes its open socket at once, cancels its queued sends, refuses its
+    bot and pauses its schedules; enabling restores them; deleting removes bindings and jobs."""
+    from websockets.exceptions import InvalidStatus
+
+    from mewdex.channels import delivery
+    from mewdex.channels.errors import ChannelError
+    from mewdex.db.models import ScheduledJob, User
+    from mewdex.platform import users
+    from mewdex.schedules import jobs
+
+    ws_url = f"ws://{server}/channels/onebot/ws"
+    token = bind(account, owner_qq=str(FRIEND))["access_token"]
+    viewer = jobs.Viewer(account.scope)
+    with sessions.begin() as session:
+        job_id = jobs.create(session, viewer, {"name": "daily", "prompt": "cat", "cron": "0 9 * * *"}).job_id
+    with FakeNapCat(ws_url, VICTIM_QQ, token) as napcat:
+        wait_until(lambda: connected_as(sessions, account, VICTIM_QQ), timeout=15, what="the bot")
+        with sessions.begin() as session:
+            queued = delivery.send_text(session, user_id=account.user_id, channel="onebot", text="x").delivery_id
+            users.set_disabled(session, session.get(User, account.user_id), True)
+        assert napcat.closed.wait(4), "the socket closes at once (not at the next periodic check)"
+    with pytest.raises(InvalidStatus):
+        FakeNapCat(ws_url, VICTIM_QQ, token)
+    with sessions.begin() as session:
+        assert session.get(ChannelDelivery, queued).status == "cancelled"
+        job = session.get(ScheduledJob, job_id)
+        assert (job.enabled, job.disabled_reason) == (False, jobs.OWNER_DISABLED_REASON)
+        with pytest.raises(ChannelError) as refused:
+            delivery.send_text(session, user_id=account.user_id, channel="onebot", text="x")
+        assert refused.value.code == "channel_owner_disabled"
+
+    with sessions.begin() as session:
+        users.set_disabled(session, session.get(User, account.user_id), False)
+    with sessions.begin() as session:
+        job = session.get(ScheduledJob, job_id)
+        assert job.enabled and job.disabled_reason is None
+    with FakeNapCat(ws_url, VICTIM_QQ, token):
+        wait_until(lambda: connected_as(sessions, account, VICTIM_QQ), timeout=15, what="the bot after enabling")
+
+    with sessions.begin() as session:
+        users.delete_user(session, session.get(User, account.user_id))
+    assert not scope_rows(sessions, account, ChannelBinding)
+    with sessions.begin() as session:
+        assert session.get(ScheduledJob, job_id) is None
+    with pytest.raises(InvalidStatus):
+        FakeNapCat(ws_url, VICTIM_QQ, token)
+
+
+def user_messages(sessions, acct) -> int:
+    from mewdex.db.models import Conversation, Message
+
+    with sessions.begin() as session:
+        return len(
+            session.execute(
+                select(Message.message_id)
+                .join(Conversation, Conversation.conversation_id == Message.conversation_id)
+                .where(Conversation.scope_id == acct.scope.scope_id, Message.payload["role"].astext == "user")
+            ).all()
+        )
+
+
+def test_strangers_get_retrieval_only_within_a_rate_limit(sessions, settings_env, account, server):  # noqa: F811
+    """In a QQ group, only the binding's owner (owner_qq) reaches the chat model and its write tools;
+    a stranger's messages get plain search answers, a few a minute per chat."""
+    import uuid
+
+    from fakes.openai_server import FakeOpenAI, Reply
+    from mewdex.db.models import MemeCollection, Task
+    from mewdex.providers import connectors
+
+    with FakeOpenAI() as fake:
+        settings_env(
+            MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([fake.host_port]),
+            MEWDEX_PROVIDER_MAX_RETRIES="0",
+            MEWDEX_CHANNEL_GUEST_MESSAGES_PER_MINUTE="2",
+        )
+        fake.handler = lambda body: (
+            Reply.text("done") if fake.tool_results(body) else Reply.tool_call("create_collection", {"name": "chat"})
+        )
+        with sessions.begin() as session:
+            definition_id = connectors.create_definition(
+                session, provider="openai_compatible", name=f"chat-{uuid.uuid4().hex[:6]}", visibility="all",
+                credentials={"api_key": fake.api_key}, config={"base_url": fake.base_url, "chat_model": "fake-chat"},
+            ).definition_id  # fmt: skip
+        try:
+            token = bind(account, owner_qq=str(FRIEND))["access_token"]
+            with FakeNapCat(f"ws://{server}/channels/onebot/ws", VICTIM_QQ, token) as napcat:
+                wait_until(lambda: connected_as(sessions, account, VICTIM_QQ), timeout=15, what="the bot")
+                for n in range(3):
+                    napcat.group(888, STRANGER, f"make a collection {n}", at_self=True)
+                wait_until(lambda: len(scope_rows(sessions, account, Task)) >= 3, what="three queued messages")
+                drain(sessions, account)
+                assert not fake.chat_requests(), "a stranger never reaches the chat model"
+                assert not scope_rows(sessions, account, MemeCollection), "nor its write tools"
+                assert user_messages(sessions, account) == 2, "the third is over the chat's limit: not answered"
+                assert napcat.actions and all(a["params"]["group_id"] == 888 for a in napcat.actions)
+                napcat.group(888, FRIEND, "make a collection", at_self=True)
+                wait_until(lambda: drain(sessions, account) is None and fake.chat_requests(), timeout=30)
+                assert [c.name for c in scope_rows(sessions, account, MemeCollection)] == ["chat"], "the owner may"
+        finally:
+            with sessions.begin() as session:
+                session.execute(
+                    text("DELETE FROM external_system_audits WHERE definition_id = :d"), {"d": definition_id}
+                )
+                session.execute(
+                    text("DELETE FROM external_system_definitions WHERE definition_id = :d"), {"d": definition_id}
+                )

@@ -11,7 +11,7 @@ import time
 import pytest
 from sqlalchemy import select
 
-from channel_helpers import account, new_user_id, telegram  # noqa: F401 - fixtures
+from channel_helpers import account, new_user_id, other_account, telegram  # noqa: F401 - fixtures
 from conftest import client_for, drain_queue
 from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
 
@@ -36,6 +36,10 @@ def bind(sessions, acct, fake, user_id: int) -> None:
     link = answer.json()
     assert link["url"] == f"https://t.me/{fake.username}?start={link['code']}"
     fake.user_message(user_id, f"/start {link['code']}")
+    assert poll(sessions) == 1
+    drain(sessions, acct)
+    assert "Reply YES" in fake.sent_to(user_id)[-1]["text"]
+    fake.user_message(user_id, "yes")
     assert poll(sessions) == 1
     drain(sessions, acct)
 
@@ -371,3 +375,38 @@ def test_a_photo_is_fetched_from_telegram_and_searched_by_image(sessions, accoun
     assert replies, "the photo is answered"
     first = replies[0]
     assert (first.get("caption") or first.get("text") or "").startswith(("These memes look like", "No memes look like"))
+
+
+def test_a_link_is_confirmed_in_the_chat(sessions, account, other_account, telegram):  # noqa: F811
+    """Binding fixation: a link someone else sent does not bind the chat that opens it until that
+    chat says YES to the named account; until then it answers nothing but the question, and the
+    chat's own account can still link it. The Channels page lists the linked chat with Remove."""
+    from mewdex.channels import delivery
+    from mewdex.channels.errors import ChannelError
+    from mewdex.db.models import User
+
+    fake, uid = telegram, new_user_id()
+
+    def say(text: str, acct) -> str:
+        fake.user_message(uid, text)
+        poll(sessions)
+        drain(sessions, acct)
+        return fake.sent_to(uid)[-1].get("text") or ""
+
+    with client_for(other_account.scope) as client:  # the attacker's link, sent to the victim
+        question = say(f"/start {client.post('/api/v1/channels/telegram/link').json()['code']}", other_account)
+        with sessions.begin() as session:
+            email = session.get(User, other_account.user_id).email
+        assert f"{email[0]}…@example.com" in question and "Reply YES" in question and email not in question
+        assert "Reply YES" in say("cat", other_account), "a pending link answers only its question"
+        assert not [m for m in fake.sent_to(uid) if m["method"] in ("sendPhoto", "sendAnimation")]
+        [pending] = [b for b in client.get("/api/v1/channels").json()["bindings"] if b["channel"] == "telegram"]
+        assert pending["config"]["pending_confirmation"] is True
+        with sessions.begin() as session, pytest.raises(ChannelError):
+            delivery.send_text(session, user_id=other_account.user_id, channel="telegram", text="spy")
+
+    with client_for(account.scope) as client:  # the chat's owner links it to their own account: it may
+        assert "Reply YES" in say(f"/start {client.post('/api/v1/channels/telegram/link').json()['code']}", account)
+        assert "Linked" in say("YES", account)
+        page = client.get("/settings/channels").text
+    assert f'data-linked="{uid}"' in page and 'data-action="revoke-channel"' in page

@@ -80,6 +80,8 @@ def bind(sessions, acct, crypt) -> None:
     assert r.status_code == 200, r.text
     post_message(crypt, f"bind {r.json()['code']}")
     drain(sessions, acct)
+    post_message(crypt, "YES")  # the chat confirms the link it was asked about
+    drain(sessions, acct)
 
 
 def test_callback_url_verification(wecom):
@@ -209,3 +211,43 @@ def test_channels_page_offers_qq_wecom_and_wechat(account):  # noqa: F811
         ):
             assert marker in page.text, marker
         assert "连接 QQ 机器人" in c.get("/settings/channels", headers={"Accept-Language": "zh"}).text
+
+
+def conversation_length(sessions, acct) -> int:
+    from uuid import UUID
+
+    from mewdex.db.models import Conversation
+
+    with sessions.begin() as session:
+        row = session.execute(select(ChannelBinding).where(ChannelBinding.scope_id == acct.scope.scope_id)).scalar_one()
+        return session.get(Conversation, UUID(row.config["chat_task_id"])).next_message_idx
+
+
+def test_replay_window_and_signature_bytes(sessions, account, wecom):  # noqa: F811
+    """A captured callback sent again after its first task ended is taken in once; one more than 5
+    minutes old is refused; a msg_signature with characters outside ASCII is a 401, not a 500."""
+    import time
+
+    fake, crypt = wecom
+    with client(account.scope) as c:  # one app for the whole test (each start-up costs seconds)
+        for text in (f"bind {c.post('/api/v1/channels/wecom/link').json()['code']}", "YES"):
+            query, body = message_callback(crypt, MEMBER, text)
+            assert c.post("/channels/wecom/callback", params=query, content=body).status_code == 200
+            drain(sessions, account)
+        query, body = message_callback(crypt, MEMBER, "qqzxv")
+        crafted = c.post("/channels/wecom/callback", params={**query, "msg_signature": "é" * 40}, content=body)
+        assert crafted.status_code == 401 and crafted.json()["error"]["code"] == "channel_webhook_secret_invalid"
+        check, _echo = verification_query(crypt)
+        crafted = c.get("/channels/wecom/callback", params={**check, "msg_signature": "签名" * 20})
+        assert crafted.status_code == 401
+        query, body = message_callback(crypt, MEMBER, "qqzxv")
+        assert c.post("/channels/wecom/callback", params=query, content=body).status_code == 200
+        drain(sessions, account)
+        assert conversation_length(sessions, account) == 2
+        assert c.post("/channels/wecom/callback", params=query, content=body).status_code == 200
+        drain(sessions, account)
+        assert conversation_length(sessions, account) == 2, "the replayed callback was not taken in again"
+        query, body = message_callback(crypt, MEMBER, "qqzxv", timestamp=int(time.time()) - 400)
+        stale = c.post("/channels/wecom/callback", params=query, content=body)
+        assert stale.status_code == 401 and stale.json()["error"]["code"] == "channel_request_expired"
+    assert conversation_length(sessions, account) == 2

@@ -166,15 +166,16 @@ class _Sent:
     model_run: dict[str, Any] | None = None  # payload["mewdex_model"]: steps, tools, fallback
 
 
-def stream(sessions: sessionmaker[Session], run: Run) -> Iterator[Event]:
+def stream(sessions: sessionmaker[Session], run: Run, *, retrieval_only: bool = False) -> Iterator[Event]:
     """The run's events; always ends the run (also when the consumer stops early). With a chat model
     (:func:`agent.chat_model`) the model answers with tools; without one, or when the model fails
-    or the budget is spent, the retrieval-only reply (after a note saying why)."""
+    or the budget is spent, the retrieval-only reply (after a note saying why). ``retrieval_only``:
+    never the chat model nor its tools (a chat message from someone other than the binding's owner)."""
     yield "message", run.user_message
     sent = _Sent()
     finished = False
     try:
-        model, problem = agent.chat_model(sessions, run.scope)
+        model, problem = (None, None) if retrieval_only else agent.chat_model(sessions, run.scope)
         if model is not None:
             yield from _model_reply(sessions, run, model, sent)
         else:
@@ -395,12 +396,14 @@ def post(
     text: str | None,
     image: bytes | None = None,
     lang: str | None = None,
+    *,
+    retrieval_only: bool = False,
 ) -> dict[str, Any]:
     """Answer without streaming: ``{"user_message", "reply", "run_status", "error"}`` (``lang``: as
-    :func:`begin`)."""
+    :func:`begin`; ``retrieval_only``: as :func:`stream`)."""
     run = begin(sessions, scope, conversation_id, text, image, lang)
     result: dict[str, Any] = {"user_message": run.user_message, "reply": None, "run_status": "idle", "error": None}
-    for name, data in stream(sessions, run):
+    for name, data in stream(sessions, run, retrieval_only=retrieval_only):
         if name == "done":
             result["reply"], result["run_status"] = data["message"], data["run_status"]
         elif name == "error":

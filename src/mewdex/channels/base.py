@@ -75,7 +75,14 @@ class Inbound:
     - ``text``: the message text with the bot's mention removed;
     - ``images``: platform references of attached images, fetched by :meth:`ChannelAdapter.fetch_image`;
     - ``bind_code``: a one-time code the message carries (Telegram ``/start <code>``), or None;
-    - ``message_id``: the platform's id (dedupe), ``extra``: adapter-specific JSON (e.g. a context token).
+    - ``message_id``: the platform's id (dedupe), ``extra``: adapter-specific JSON (e.g. a context token);
+    - ``scope_id``: the binding the transport authenticated (a OneBot socket's or HTTP signature's
+      token, a ClawBot poller's bot token), or None where the platform itself vouches for
+      ``sender`` (Telegram's secret header, WeCom's signature: the binding is the sender's). When
+      set, the message belongs to that binding only, and only while its identity is ``sender``;
+      never to a binding a field of the payload names;
+    - ``author``: who wrote it, when that is not ``sender`` (a QQ user writing to the bound bot);
+      compared with the owner recorded at binding time (write tools answer only the owner).
     """
 
     channel: str
@@ -88,6 +95,13 @@ class Inbound:
     bind_code: str | None = None
     message_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    scope_id: str | None = None
+    author: str | None = None
+
+    @property
+    def person(self) -> str:
+        """The platform id of whoever wrote the message (``author``, else ``sender``)."""
+        return self.author or self.sender
 
     def as_payload(self) -> dict[str, Any]:
         return {
@@ -101,6 +115,8 @@ class Inbound:
             "bind_code": self.bind_code,
             "message_id": self.message_id,
             "extra": self.extra,
+            "scope_id": self.scope_id,
+            "author": self.author,
         }
 
     @classmethod

@@ -23,6 +23,7 @@ from mewdex.db.models import ChannelBindCode, ChannelBinding, ChannelDelivery, C
 from mewdex.providers import sealed_fields, secrets
 
 BIND_CODE_TTL_SECONDS = 15 * 60
+PENDING_KEY = "pending_confirmation"
 TITLES = {"telegram": "Telegram", "webhook": "Webhook", "onebot": "QQ", "wecom": "WeCom", "clawbot": "WeChat"}
 
 
@@ -69,11 +70,34 @@ def get(session: Session, scope_id: str, channel: str, *, lock: bool = False) ->
 
 
 def active(session: Session, scope_id: str, channel: str, *, lock: bool = False) -> ChannelBinding:
-    """The scope's active binding to ``channel``; ``channel_not_bound`` otherwise."""
+    """The scope's active, confirmed binding to ``channel``; ``channel_not_bound`` otherwise (also
+    while the chat has not confirmed it: :func:`pending`)."""
     row = get(session, scope_id, channel, lock=lock)
     if row is None or row.status != "active":
         raise ChannelError("channel_not_bound", f"no active {channel} binding")
+    if pending(row):
+        raise ChannelError("channel_not_bound", f"the {channel} chat has not confirmed the link yet")
     return row
+
+
+def pending(row: ChannelBinding) -> bool:
+    """Whether the chat has yet to confirm this binding (a bind code was used; the chat was asked
+    "Link this chat to mewdex account …? Reply YES"). A pending binding answers nothing but that
+    question, and another account's code may replace it."""
+    return bool((row.config or {}).get(PENDING_KEY))
+
+
+def confirm(session: Session, row: ChannelBinding) -> None:
+    """The chat said YES: the binding is in force."""
+    update_config(session, row, {PENDING_KEY: False})
+
+
+def owner_of(row: ChannelBinding) -> str | None:
+    """The platform account of the binding's owner, recorded at binding time (``owner_id``; a
+    OneBot binding's ``owner_qq``; else the bound identity): the only person whose messages may
+    use the assistant's write tools."""
+    config = row.config or {}
+    return config.get("owner_id") or config.get("owner_qq") or row.identity
 
 
 def scope_of_user(session: Session, user_id: UUID | str | None) -> str:
@@ -125,7 +149,10 @@ def bind(
     if identity is not None:
         other = find_by_identity(session, channel, identity)
         if other is not None and other.scope_id != scope_id:
-            raise ChannelError("channel_identity_taken", f"this {channel} chat is bound to another account")
+            if not pending(other):
+                raise ChannelError("channel_identity_taken", f"this {channel} chat is bound to another account")
+            other.status, other.revoked_at = "revoked", utcnow()  # never confirmed: it holds nothing
+            session.flush()
     row = get(session, scope_id, channel, lock=True)
     if row is None:
         row = ChannelBinding(scope_id=scope_id, channel=channel, user_id=user_id, config={})

@@ -62,6 +62,7 @@ from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelBinding
 from mewdex.egress import EgressError, fetch
+from mewdex.platform import owners
 from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, register_lane, task_type
 from mewdex.queue.scheduler import Schedule
 
@@ -426,7 +427,9 @@ def login_status(qrcode: str) -> dict[str, Any]:
 
 def complete_login(session: Session, *, scope_id: str, user_id: UUID | None, status: dict[str, Any]) -> ChannelBinding:
     """Bind the scanning person (``status`` = a ``confirmed`` answer): seed 004's ``bot_token``*,
-    ``bot_im_id``, ``user_im_id``, ``base_url``; the window starts closed (they have not written)."""
+    ``bot_im_id``, ``user_im_id``, ``base_url``; the window starts closed (they have not written).
+    The binding awaits the chat's confirmation: the person's first message is answered with "Link
+    this chat to mewdex account …? Reply YES", and only YES puts it in force."""
     base = str(status.get("baseurl") or api_url()).rstrip("/")
     return bindings.bind(
         session,
@@ -438,12 +441,16 @@ def complete_login(session: Session, *, scope_id: str, user_id: UUID | None, sta
             "bot_token": str(status["bot_token"]),
             "bot_im_id": str(status["ilink_bot_id"]),
             "user_im_id": str(status["ilink_user_id"]),
+            "owner_id": str(status["ilink_user_id"]),
             "base_url": base,
             "latest_context_token": None,
             "context_token_at": None,
             "sends_since_ctx": 0,
             "get_updates_buf": "",
             "poll_error": None,
+            # The scan binds nothing yet: the person confirms in the chat (a QR someone else sent
+            # would otherwise link their WeChat to that account unawares).
+            bindings.PENDING_KEY: True,
         },
     )
 
@@ -468,6 +475,8 @@ def _poll_binding(sessions: sessionmaker[Session], scope_id: str, view: Binding,
         row = bindings.get(session, scope_id, NAME, lock=True)
         if row is None or row.status != "active" or row.identity != view.identity:
             return 0  # revoked (or re-bound) while polling: nothing of this poll is taken in
+        if not owners.owner_active(session, scope_id):
+            return 0  # the owner was disabled while polling
         changes: dict[str, Any] = {"get_updates_buf": cursor, "poll_error": None}
         for message in filter(None, map(parse_message, raw)):
             if message.from_user_id != view.identity:
@@ -482,7 +491,8 @@ def _poll_binding(sessions: sessionmaker[Session], scope_id: str, view: Binding,
                 inbound.submit(
                     session,
                     Inbound(channel=NAME, sender=message.from_user_id, chat=message.from_user_id, text=message.text,
-                            images=message.images, message_id=message.message_id or None),
+                            images=message.images, message_id=message.message_id or None,
+                            scope_id=scope_id),  # the binding whose bot token polled it
                 )  # fmt: skip
                 count += 1
         bindings.update_config(session, row, changes)
@@ -497,7 +507,8 @@ def poll_once(sessions: sessionmaker[Session], seconds: float) -> int:
         rows = session.execute(
             select(ChannelBinding).where(ChannelBinding.channel == NAME, ChannelBinding.status == "active")
         ).scalars()
-        views = [(row.scope_id, bindings.view(row)) for row in rows]
+        # A disabled owner's bindings are not polled (their poller stops; enabling resumes it).
+        views = [(row.scope_id, bindings.view(row)) for row in rows if owners.owner_active(session, row.scope_id)]
     if not views:
         return 0
     with ThreadPoolExecutor(max_workers=min(MAX_POLLERS, len(views))) as pool:

@@ -10,6 +10,9 @@ the platform's error code and text. A ``retry_after`` the platform asked for del
 at least that long. When the attempts are used up the row is ``failed`` with the reason; a worker
 that died mid-send leaves it ``unknown`` (never sent twice). Nothing fails silently.
 
+A disabled owner's deliveries are cancelled (``channel_owner_disabled``) and new ones refused
+(:func:`mewdex.platform.owners.owner_active`, the rule every channel path asks).
+
 Public API (schedules and the inbound path call these, in the caller's transaction):
 :func:`send_meme`, :func:`send_text`, :func:`list_deliveries`.
 """
@@ -32,6 +35,7 @@ from mewdex.config import get_settings
 from mewdex.db.models import ChannelDelivery, Meme, ScopeContext, Task, utcnow
 from mewdex.db.scopes import ensure_scope, storage_namespace
 from mewdex.egress import EgressError
+from mewdex.platform import owners
 from mewdex.queue import registry
 from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, TaskError, register_lane, task_type
 
@@ -86,6 +90,8 @@ def _enqueue(
 
 
 def _binding_target(session: Session, scope_id: str, channel: str) -> tuple[Any, str]:
+    if not owners.owner_active(session, scope_id):
+        raise ChannelError("channel_owner_disabled", "the account is disabled: nothing is sent for it")
     row = bindings.active(session, scope_id, channel)
     return row, adapter(channel).target_of(bindings.view(row))
 
@@ -199,8 +205,19 @@ def reply_meme(session: Session, binding_row: Any, target: str, meme_id: str, ca
     )
 
 
-def reply_text(session: Session, binding_row: Any | None, channel: str, target: str, text: str, conversation_id=None):
-    """Queue a text answering an inbound message; ``binding_row`` None: an unbound sender (system scope)."""
+def reply_text(
+    session: Session,
+    binding_row: Any | None,
+    channel: str,
+    target: str,
+    text: str,
+    conversation_id=None,
+    *,
+    source: str | None = None,
+):
+    """Queue a text answering an inbound message; ``binding_row`` None: an unbound sender (system
+    scope). ``source`` ``bind``: part of linking the chat (sent while the binding awaits the chat's
+    confirmation; other sends to a pending binding are not)."""
     if binding_row is None:
         ensure_scope(session, ScopeContext(UNBOUND_SCOPE))
     return _enqueue(
@@ -211,7 +228,7 @@ def reply_text(session: Session, binding_row: Any | None, channel: str, target: 
         target=target,
         kind="text",
         text_=text[:MAX_TEXT_CHARS],
-        source="assistant" if binding_row is not None else "bind",
+        source=source or ("assistant" if binding_row is not None else "bind"),
         conversation_id=conversation_id,
         bound=binding_row is not None,
     )
@@ -308,8 +325,11 @@ def _attempt_started(ctx: TaskContext) -> tuple[UUID, dict[str, Any] | None]:
         binding = None
         if row.bound:
             found = bindings.get(session, row.scope_id, row.channel)
-            if found is None or found.status != "active":
+            if found is None or found.status != "active" or (bindings.pending(found) and row.source != "bind"):
                 row.status, row.error_code = "cancelled", "channel_binding_revoked"
+                return delivery_id, None
+            if not owners.owner_active(session, row.scope_id):
+                row.status, row.error_code = "cancelled", "channel_owner_disabled"
                 return delivery_id, None
             binding = bindings.view(found)
         row.attempts += 1

@@ -34,7 +34,7 @@ import re
 import secrets as _random
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -49,6 +49,7 @@ from mewdex.channels.errors import ChannelError
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelBinding, Meme
 from mewdex.egress import EgressError, fetch
+from mewdex.platform import owners
 
 ACTION_TIMEOUT = 30.0
 
@@ -70,8 +71,10 @@ def sign_body(secret: str, body: bytes) -> str:
 
 
 def verify_signature(secret: str, body: bytes, header: str | None) -> bool:
-    """Whether ``header`` is the HMAC-SHA1 signature of the raw ``body`` (constant-time)."""
-    return bool(header) and hmac.compare_digest(sign_body(secret, body), (header or "").strip().lower())
+    """Whether ``header`` is the HMAC-SHA1 signature of the raw ``body`` (constant-time, over bytes:
+    a header with characters outside ASCII is simply not the signature)."""
+    given = (header or "").strip().lower().encode("utf-8", "surrogateescape")
+    return bool(given) and hmac.compare_digest(sign_body(secret, body).encode(), given)
 
 
 def bearer_token(authorization: str | None, query_token: str | None = None) -> str:
@@ -214,9 +217,17 @@ class ActionChannel:
 
     _echo = itertools.count(1)
 
-    def __init__(self, self_id: str, send: Callable[[str], Awaitable[None]]):
+    def __init__(
+        self,
+        self_id: str,
+        send: Callable[[str], Awaitable[None]],
+        scope_id: str | None = None,
+        close: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    ):
         self.self_id = self_id
+        self.scope_id = scope_id  # the binding the connection's token authenticated
         self._send = send
+        self._close = close
         self._pending: dict[str, asyncio.Future] = {}
         self.loop = asyncio.get_running_loop()
 
@@ -244,6 +255,11 @@ class ActionChannel:
         if future is not None and not future.done():
             future.set_result(frame)
         return True
+
+    def hang_up(self) -> None:
+        """Close the socket from any thread (the account was disabled, the binding revoked)."""
+        if self._close is not None:
+            asyncio.run_coroutine_threadsafe(self._close(), self.loop)
 
     def close(self) -> None:
         for future in self._pending.values():
@@ -287,6 +303,11 @@ class ConnectionRegistry:
     def count(self) -> int:
         with self._lock:
             return len(self._by_key)
+
+    def of_scope(self, scope_id: str) -> list[ActionChannel]:
+        """This process's connections authenticated as ``scope_id``'s binding."""
+        with self._lock:
+            return [c for c in self._by_key.values() if c.scope_id == scope_id]
 
 
 registry = ConnectionRegistry()
@@ -375,13 +396,14 @@ def create_binding(
         "access_token": token,
         "token_sha256": _token_hash(token),
         "owner_qq": str(owner_qq) if owner_qq else None,
+        "owner_id": str(owner_qq) if owner_qq else None,
         "api_url": (api_url or "").rstrip("/") or None,
+        "claimed_self_id": str(self_id) if self_id else None,
         "connected": False,
     }
-    row = bindings.bind(
-        session, scope_id=scope_id, user_id=user_id, channel=NAME, identity=str(self_id) if self_id else None,
-        config=config,
-    )  # fmt: skip
+    # The bot's number is the binding's identity only once the bot proves it (attach): a number
+    # typed here claims nothing and locks nobody out.
+    row = bindings.bind(session, scope_id=scope_id, user_id=user_id, channel=NAME, identity=None, config=config)
     return row, token
 
 
@@ -398,16 +420,35 @@ def binding_for_token(session: Session, token: str) -> ChannelBinding | None:
     ).scalar_one_or_none()
 
 
-def attach(session: Session, row: ChannelBinding, self_id: str) -> None:
-    """Record that ``row``'s bot (``self_id``) connected: it becomes the binding's identity.
-    ``channel_identity_taken`` (409) when that bot is bound to another account."""
-    if not re.fullmatch(r"[1-9][0-9]{4,14}", self_id):
-        raise ChannelError("channel_config_invalid", "X-Self-ID must be the bot's QQ number")
+QQ_NUMBER = re.compile(r"[1-9][0-9]{4,14}")
+
+
+def reclaim_hint(self_id: str) -> str:
+    """How the real owner of QQ ``self_id`` gets it back from the account that holds it."""
+    return (
+        f"the QQ bot {self_id} is linked to another mewdex account: that account can remove it on its "
+        f"Channels page, or an admin can release it with `mewdex channels release onebot {self_id}`"
+    )
+
+
+def attach(session: Session, row: ChannelBinding, self_id: str, *, connected: bool = True) -> None:
+    """Record that ``row``'s bot proved it is QQ ``self_id`` (a ``get_login_info`` answer on the
+    socket its token authenticated, or an event signed with its token): the number becomes the
+    binding's identity. Called only after that proof. ``channel_identity_taken`` (409, the message
+    says how to reclaim it: :func:`reclaim_hint`) when another account holds that number."""
+    if not QQ_NUMBER.fullmatch(self_id):
+        raise ChannelError("channel_config_invalid", "the bot's QQ number is not a QQ number")
     if row.identity != self_id:
-        bindings.bind(
-            session, scope_id=row.scope_id, user_id=row.user_id, channel=NAME, identity=self_id, config=row.config
-        )
-    bindings.update_config(session, row, {"connected": True})
+        try:
+            bindings.bind(
+                session, scope_id=row.scope_id, user_id=row.user_id, channel=NAME, identity=self_id, config=row.config
+            )
+        except ChannelError as exc:
+            if exc.code == "channel_identity_taken":
+                raise ChannelError("channel_identity_taken", reclaim_hint(self_id)) from None
+            raise
+    if connected:
+        bindings.update_config(session, row, {"connected": True})
 
 
 def detach(sessions: sessionmaker[Session], scope_id: str) -> None:
@@ -419,17 +460,23 @@ def detach(sessions: sessionmaker[Session], scope_id: str) -> None:
 
 
 def still_active(sessions: sessionmaker[Session], scope_id: str, token: str) -> bool:
-    """Whether the binding a connection authenticated as is still active with the same token (a
-    revoked or re-keyed binding closes its connection)."""
+    """Whether the binding a connection authenticated as is still active with the same token and
+    its owner still enabled (a revoked or re-keyed binding, or a disabled account, closes its
+    connection)."""
     with sessions.begin() as session:
         row = bindings.get(session, scope_id, NAME)
         return bool(
-            row is not None and row.status == "active" and (row.config or {}).get("token_sha256") == _token_hash(token)
+            row is not None
+            and row.status == "active"
+            and (row.config or {}).get("token_sha256") == _token_hash(token)
+            and owners.owner_active(session, scope_id)
         )
 
 
-def inbound_of(event: dict[str, Any]) -> Inbound | None:
-    """The framework's :class:`Inbound` of a message event (sender = the bot: the binding's identity)."""
+def inbound_of(event: dict[str, Any], scope_id: str | None = None) -> Inbound | None:
+    """The framework's :class:`Inbound` of a message event (sender = the bot: the binding's
+    identity; ``author`` = the QQ user who wrote; ``scope_id`` = the binding the transport
+    authenticated)."""
     message = parse_event(event)
     if message is None or not message.self_id or message.user_id == message.self_id:
         return None
@@ -444,35 +491,75 @@ def inbound_of(event: dict[str, Any]) -> Inbound | None:
         mentioned=message.mentioned,
         message_id=f"{message.self_id}:{message.message_id}" if message.message_id else None,
         extra={"user_id": message.user_id},
+        scope_id=scope_id,
+        author=message.user_id,
     )
 
 
-def accept_event(session: Session, event: dict[str, Any]) -> str:
-    """Queue one event's message for the assistant (``queued``/``ignored``)."""
+def accept_event(session: Session, event: dict[str, Any], *, scope_id: str, self_id: str) -> str:
+    """Queue one event's message for the assistant, as a message of the binding its connection
+    authenticated (``scope_id``, whose bot proved it is QQ ``self_id``): ``queued``/``ignored``, or
+    ``dropped`` (logged) for an event that names another bot — the payload never chooses the
+    binding."""
     from mewdex.channels import inbound
 
-    found = inbound_of(event)
+    if str(event.get("self_id", "")) != self_id:
+        log.warning(
+            "onebot: an event for QQ %s arrived on the connection of QQ %s (scope %s); dropped",
+            str(event.get("self_id", ""))[:20], self_id, scope_id,
+        )  # fmt: skip
+        return "dropped"
+    found = inbound_of(event, scope_id)
     if found is None:
         return "ignored"
-    inbound.submit(session, found)
-    return "queued"
+    return "queued" if inbound.submit(session, found) is not None else "ignored"
+
+
+def _http_candidates(session: Session, self_id: str) -> list[ChannelBinding]:
+    """The active http-mode bindings that hold QQ ``self_id`` or claimed it and await its proof."""
+    rows = session.execute(
+        select(ChannelBinding).where(
+            ChannelBinding.channel == NAME,
+            ChannelBinding.status == "active",
+            ChannelBinding.config["mode"].astext == "http",
+            (ChannelBinding.identity == self_id)
+            | (ChannelBinding.identity.is_(None) & (ChannelBinding.config["claimed_self_id"].astext == self_id)),
+        )
+    ).scalars()
+    return sorted(rows, key=lambda r: r.identity is None)  # the proven holder first
 
 
 def accept_http_event(session: Session, self_id: str | None, signature: str | None, body: bytes) -> str:
-    """An HTTP POST event: the binding of ``X-Self-ID`` (http mode), its token checks
-    ``X-Signature``. ``channel_webhook_secret_invalid`` (401) otherwise; ``invalid_request`` for a
-    body that is not a JSON object."""
-    row = bindings.find_by_identity(session, NAME, str(self_id or ""))
-    config = bindings.open_config(row.scope_id, NAME, row.config or {}) if row is not None else {}
-    if row is None or config.get("mode") != "http" or not verify_signature(config["access_token"], body, signature):
+    """An HTTP POST event. The binding is the one whose token signed the body (``X-Signature``)
+    among those holding or claiming ``X-Self-ID``; the event's ``self_id`` must be that number.
+    The first signed event of a claimed number is its proof (:func:`attach`). An event older or
+    newer than :data:`replay.WINDOW_SECONDS` (its ``time``), or one seen before (its message id), is
+    refused. Errors: ``channel_webhook_secret_invalid`` (401), ``channel_request_expired`` (401),
+    ``channel_request_replayed`` (409), ``channel_identity_taken`` (409), ``invalid_request`` (422)."""
+    from mewdex.channels import replay
+
+    claimed = str(self_id or "").strip()
+    row = None
+    if QQ_NUMBER.fullmatch(claimed):
+        for candidate in _http_candidates(session, claimed):
+            config = bindings.open_config(candidate.scope_id, NAME, candidate.config or {})
+            if verify_signature(config["access_token"], body, signature):
+                row = candidate
+                break
+    if row is None:
         raise ChannelError("channel_webhook_secret_invalid", "the event's X-Signature does not match")
     try:
         event = json.loads(body)
     except ValueError:
         raise ChannelError("invalid_request", "the event is not JSON") from None
-    if not isinstance(event, dict) or str(event.get("self_id", "")) != str(self_id):
+    if not isinstance(event, dict) or str(event.get("self_id", "")) != claimed:
         raise ChannelError("invalid_request", "the event is not a OneBot event of this bot")
-    return accept_event(session, event)
+    replay.check_time(event.get("time"))
+    nonce = f"onebot:{event.get('message_id')}" if event.get("message_id") is not None else None
+    replay.remember(session, f"onebot:{row.scope_id}", nonce or "body:" + hashlib.sha256(body).hexdigest())
+    if row.identity is None:
+        attach(session, row, claimed, connected=False)
+    return accept_event(session, event, scope_id=row.scope_id, self_id=claimed)
 
 
 def _target(target: str) -> tuple[str, str]:
@@ -619,8 +706,12 @@ class RelayListener:
             request = json.loads(payload)
         except ValueError:
             return
+        if request.get("hang_up"):  # an account was disabled, a binding revoked: close its sockets here
+            for held in registry.of_scope(str(request["hang_up"])):
+                held.hang_up()
+            return
         channel = registry.get(str(request.get("self_id", "")))
-        if channel is None:
+        if channel is None or channel.scope_id != request.get("scope_id"):
             return  # another process holds this bot's connection (or none does)
         future = asyncio.run_coroutine_threadsafe(_serve_request(channel, request), channel.loop)
 
@@ -639,6 +730,15 @@ class RelayListener:
 
 
 relay = RelayListener()
+
+
+def hang_up(session: Session, scope_id: str) -> None:
+    """Close ``scope_id``'s OneBot sockets in whichever process holds them, when ``session``
+    commits (a NOTIFY on :data:`RELAY_OUT`; each socket also checks :func:`still_active` on every
+    frame and every few seconds)."""
+    from sqlalchemy import func as sql_func
+
+    session.execute(select(sql_func.pg_notify(RELAY_OUT, json.dumps({"hang_up": scope_id}))))
 
 
 class OneBotAdapter:
@@ -672,7 +772,9 @@ class OneBotAdapter:
     def _send(self, binding: Binding | None, target: str, meme: MemeFile | None, text: str | None) -> Sent:
         http = binding is not None and binding.config.get("mode") == "http"
         if binding is None or not binding.identity or not (http or binding.config.get("connected")):
-            raise DeliveryFailed("onebot_not_connected", "no QQ bot is connected for this binding", retry_after=30)
+            raise DeliveryFailed(
+                "onebot_not_connected", "no QQ bot has connected and proven its number for this binding", retry_after=30
+            )
         kind, number = _target(target)
         try:
             if http:

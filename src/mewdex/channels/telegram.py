@@ -42,6 +42,7 @@ from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Meme, ScopeContext
 from mewdex.egress import EgressError, fetch
+from mewdex.platform import owners
 from mewdex.queue import registry
 from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, register_lane, task_type
 from mewdex.queue.scheduler import Schedule
@@ -439,8 +440,9 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
     sender = str((query.get("from") or {}).get("id"))
     with sessions.begin() as session:
         row = bindings.find_by_identity(session, NAME, sender)
-        scope_id = row.scope_id if row is not None else None
-    if scope_id is None:
+        usable = row is not None and not bindings.pending(row) and owners.owner_active(session, row.scope_id)
+        scope_id = row.scope_id if row is not None and usable else None
+    if scope_id is None:  # unbound, not confirmed yet, or a disabled owner's: no library
         call(
             "answerInlineQuery",
             {

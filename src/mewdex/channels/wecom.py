@@ -401,11 +401,19 @@ def inbound_of(message: InboundMessage) -> Inbound | None:
 
 def accept_callback(session: Session, msg_signature: str, timestamp: str, nonce: str, body: bytes) -> str:
     """Verify, decrypt and queue one callback (the web route answers an empty 200 at once: WeCom
-    retries after 5 s). Returns what happened (``queued`` or ``ignored``). Raises
-    :class:`.wecom_crypto.WeComCryptoError` (401) or ``channel_not_configured`` (409)."""
-    from mewdex.channels import inbound
+    retries after 5 s). Returns what happened: ``queued``, ``ignored``, or ``duplicate`` (the same
+    signed request — timestamp and nonce — seen within the replay window: taken in once only).
+    Raises :class:`.wecom_crypto.WeComCryptoError` (401), ``channel_request_expired`` (401: a
+    timestamp more than 5 minutes off) or ``channel_not_configured`` (409)."""
+    from mewdex.channels import inbound, replay
 
-    message = parse_callback(require_app(session), msg_signature, timestamp, nonce, body)
+    app = require_app(session)
+    message = parse_callback(app, msg_signature, timestamp, nonce, body)
+    replay.check_time(timestamp)  # signed with the body: a captured callback is stale after the window
+    try:
+        replay.remember(session, f"wecom:{app.corp_id}", f"nonce:{timestamp}:{nonce}")
+    except ChannelError:
+        return "duplicate"  # WeCom resends a callback it got no answer to in 5 s: answered once
     found = inbound_of(message)
     if found is None:
         return "ignored"

@@ -106,8 +106,9 @@ class WXBizMsgCrypt:
 
     def check_signature(self, msg_signature: str, timestamp: str, nonce: str, encrypt: str) -> None:
         """Raises :class:`WeComCryptoError` ``wecom_signature_invalid`` unless the signature matches."""
-        expected = signature(self.token, timestamp, nonce, encrypt)
-        if not hmac.compare_digest(expected, (msg_signature or "").lower()):
+        expected = signature(self.token, timestamp, nonce, encrypt).encode()
+        given = (msg_signature or "").lower().encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(expected, given):  # bytes: a non-ASCII signature is just wrong
             raise WeComCryptoError("wecom_signature_invalid", "the callback's msg_signature does not match")
 
     def verify_url(self, msg_signature: str, timestamp: str, nonce: str, echostr: str) -> str:

@@ -11,7 +11,19 @@ from typing import Annotated
 import typer
 import typer.core
 
-from mewdex.cli import assistant, library, providers, remote, schedules, search, server, tasks, thumbnails, users
+from mewdex.cli import (
+    assistant,
+    channels,
+    library,
+    providers,
+    remote,
+    schedules,
+    search,
+    server,
+    tasks,
+    thumbnails,
+    users,
+)
 from mewdex.cli.common import console, err
 
 # Help without type tags (<bool>, <list[Path]>): an option's name and help say what it takes; ranges stay.
@@ -85,6 +97,8 @@ generations_app = typer.Typer(
     help="Search generations: the eval-gated switch, the remote embedding leg.", no_args_is_help=True
 )
 app.add_typer(generations_app, name="generations")
+channels_app = typer.Typer(help="Chat channels: release an identity another account holds.", no_args_is_help=True)
+app.add_typer(channels_app, name="channels")
 
 app.command()(server.serve)
 app.command()(server.worker)
@@ -108,6 +122,7 @@ user_app.command("disable")(users.user_disable)
 user_app.command("reset-password")(users.user_reset_password)
 user_app.command("list")(users.user_list)
 db_app.command("stop")(server.db_stop)
+channels_app.command("release")(channels.channels_release)
 tasks_app.command("list")(tasks.tasks_list)
 tasks_app.command("show")(tasks.tasks_show)
 tasks_app.command("retry")(tasks.tasks_retry)

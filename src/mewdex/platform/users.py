@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from typing import Literal, cast
 
 import bcrypt
@@ -198,16 +199,55 @@ def set_role(session: Session, user: User, role: str) -> None:
     user.role = role
 
 
+#: ``hook(session, user, event)`` run in the transaction of an account's ``disabled`` / ``enabled`` /
+#: ``deleted`` change. The layers above the platform register theirs at import (the channels close
+#: the account's sockets and cancel its queued sends; the schedules pause and restore its jobs), so
+#: every entry point that changes an account (admin API, CLI) does all of it.
+AccountHook = Callable[[Session, User, str], None]
+_ACCOUNT_HOOKS: dict[str, AccountHook] = {}
+
+
+def on_account_change(name: str, hook: AccountHook) -> None:
+    """Register ``hook`` under ``name`` (idempotent: a re-import replaces it)."""
+    _ACCOUNT_HOOKS[name] = hook
+
+
+def _account_changed(session: Session, user: User, event: str) -> None:
+    for hook in list(_ACCOUNT_HOOKS.values()):
+        hook(session, user, event)
+
+
 def set_disabled(session: Session, user: User, disabled: bool) -> None:
-    """Disabling ends the user's sessions at once (tokens stop working too: they check the user)."""
+    """Disabling ends the user's sessions at once (tokens stop working too: they check the user),
+    and the account hooks stop the rest: its chat sockets close, its queued sends are cancelled, its
+    schedules pause. Enabling restores the schedules (chats resume by themselves: every path asks
+    :func:`mewdex.platform.owners.owner_active`)."""
     from mewdex.db.models import UserSession
 
     if disabled and user.role == "admin":
         _keep_an_admin(session, user)
+    changed = bool(user.disabled) != disabled
     user.disabled = disabled
     if disabled:
         bump_epoch(user)
         session.execute(cast(Table, UserSession.__table__).delete().where(UserSession.user_id == user.user_id))
+    if changed:
+        session.flush()
+        _account_changed(session, user, "disabled" if disabled else "enabled")
+
+
+def delete_user(session: Session, user: User) -> None:
+    """Delete the account: the hooks remove its channel bindings and its scheduled jobs, then the
+    user row goes (its sessions, tokens and grants with it; the library of its scope stays, owned
+    by no one and served to no one: :func:`mewdex.platform.owners.owner_active` is False for it).
+    409 ``last_admin`` for the last enabled admin."""
+    if user.role == "admin" and not user.disabled:
+        _keep_an_admin(session, user)
+    bump_epoch(user)
+    session.flush()
+    _account_changed(session, user, "deleted")
+    session.delete(user)
+    session.flush()
 
 
 def _keep_an_admin(session: Session, user: User) -> None:

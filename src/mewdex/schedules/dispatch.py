@@ -26,7 +26,9 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ScheduledJob, ScheduledJobRun
+from mewdex.db.models import ScheduledJob, ScheduledJobRun, User, utcnow
+from mewdex.platform import owners
+from mewdex.platform.users import on_account_change
 from mewdex.queue import registry
 from mewdex.queue.maintenance import MAINTENANCE_LANE
 from mewdex.queue.registry import RetryPolicy, TaskContext, task_type
@@ -175,6 +177,10 @@ def dispatch_due(session: Session, now: datetime | None = None) -> list[dict[str
     )
     out = []
     for job in due_jobs:
+        if not owners.owner_active(session, job.scope_id):  # the account hook paused it; a straggler waits
+            jobs.disable(job, jobs.OWNER_DISABLED_REASON)
+            out.append({"job_id": str(job.job_id), "skipped": "owner_disabled"})
+            continue
         try:
             with session.begin_nested():
                 out.append(_dispatch_job(session, job, now))
@@ -183,6 +189,26 @@ def dispatch_due(session: Session, now: datetime | None = None) -> list[dict[str
             jobs.disable(job, f"schedule error: {exc}")
             job.last_status, job.last_error = "error", str(exc)[:500]
     return out
+
+
+def on_account(session: Session, user: User, event: str) -> None:
+    """Pause an account's jobs when it is disabled (``disabled_reason`` :data:`jobs.OWNER_DISABLED_REASON`),
+    restore those (next slot after now) when it is enabled, delete them when it is deleted."""
+    live = select(ScheduledJob).where(ScheduledJob.scope_id == user.scope_id, ScheduledJob.deleted_at.is_(None))
+    if event == "disabled":
+        for job in session.execute(live.where(ScheduledJob.enabled.is_(True)).with_for_update()).scalars():
+            jobs.disable(job, jobs.OWNER_DISABLED_REASON)
+    elif event == "enabled":
+        paused = live.where(ScheduledJob.disabled_reason == jobs.OWNER_DISABLED_REASON).with_for_update()
+        for job in session.execute(paused).scalars():
+            job.enabled, job.disabled_reason, job.disabled_at = True, None, None
+            jobs.restart_from(job, clock.now())
+    elif event == "deleted":
+        for job in session.execute(live.with_for_update()).scalars():
+            job.enabled, job.deleted_at = False, utcnow()
+
+
+on_account_change("schedules", on_account)
 
 
 @task_type("scheduled_job_dispatch", lane=MAINTENANCE_LANE, retry=RetryPolicy(max_attempts=1))

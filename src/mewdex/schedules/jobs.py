@@ -310,6 +310,14 @@ def delete(session: Session, viewer: Viewer, job_id: Any) -> ScheduledJob:
     return job
 
 
+OWNER_DISABLED_REASON = "paused: the owner's account is disabled"
+
+
+def restart_from(job: ScheduledJob, now: datetime) -> None:
+    """The job's next slot is the first after ``now`` (slots missed while it was stopped are not run)."""
+    _next_from_now(job, now)
+
+
 def disable(job: ScheduledJob, reason: str) -> None:
     """Stop a (locked) job automatically, keeping ``reason`` for its owner."""
     job.enabled, job.disabled_reason, job.disabled_at = False, reason[:500], utcnow()

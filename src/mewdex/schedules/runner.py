@@ -30,6 +30,7 @@ from mewdex.assistant import chat, conversations, retrieval
 from mewdex.config import get_settings
 from mewdex.db.models import Conversation, ScheduledJob, ScheduledJobRun, ScopeContext, Task, utcnow
 from mewdex.dto.search import SearchHit
+from mewdex.platform import owners
 from mewdex.queue.registry import RetryPolicy, TaskContext, TaskError, TaskType, register_task_type
 from mewdex.queue.tasks import Claim
 from mewdex.schedules import jobs
@@ -149,6 +150,8 @@ def run_job(ctx: TaskContext) -> dict[str, Any]:
             return {"status": "skipped", "reason": "the job was deleted"}
         if not job.enabled and job.disabled_reason is None:
             return {"status": "skipped", "reason": "the job is paused"}
+        if not owners.owner_active(session, job.scope_id):
+            return {"status": "skipped", "reason": "the owner's account is disabled"}
         run.status, run.attempts = "running", run.attempts + 1
         run.started_at = run.started_at or utcnow()
         snapshot = {

@@ -8,6 +8,7 @@ from mewdex.db.models.channels import (
     ChannelBot,
     ChannelChatPacing,
     ChannelDelivery,
+    ChannelInboundNonce,
     ChannelMediaCache,
 )
 from mewdex.db.models.library import (

@@ -162,3 +162,16 @@ class ChannelMediaCache(Base):
     file_id: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ChannelInboundNonce(Base):
+    """A signed inbound request already taken in (``realm``: ``wecom:<corp id>`` or
+    ``onebot:<scope>``; ``nonce``: the request's nonce or message id), remembered until
+    ``expires_at`` (the replay window) so the same request is refused if sent again."""
+
+    __tablename__ = "channel_inbound_nonces"
+    realm: Mapped[str] = mapped_column(Text, primary_key=True)
+    nonce: Mapped[str] = mapped_column(Text, primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+    __table_args__ = (Index("ix_channel_inbound_nonces_expires", "expires_at"),)

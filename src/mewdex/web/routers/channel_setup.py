@@ -38,6 +38,7 @@ from mewdex.web.routers.channels import binding_view
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["channels"])
 CHECK_REVOKED_SECONDS = 5.0
+PROOF_TIMEOUT_SECONDS = 15.0
 
 
 def _user_id(session: Session, scope: ScopeContext):
@@ -84,33 +85,77 @@ def onebot_bind(
 
 @router.websocket(onebot.WS_PATH)
 async def onebot_ws(websocket: WebSocket, access_token: str | None = Query(None)):
-    """The reverse WebSocket: authenticated by the binding's token (``Authorization: Bearer`` or
-    ``?access_token=``); events are queued for the assistant, action answers matched by ``echo``."""
+    """The reverse WebSocket. The token (``Authorization: Bearer`` or ``?access_token=``) decides
+    the binding, once, for the life of the connection; ``X-Self-ID`` is only a claim until the bot
+    proves it with a ``get_login_info`` answer on this socket (then the number becomes the binding's
+    identity). Every event is that binding's: one naming another bot (``self_id``) is dropped and
+    logged. A revoked or re-keyed binding, or a disabled owner, closes the socket."""
     token = onebot.bearer_token(websocket.headers.get("authorization"), access_token)
-    self_id = (websocket.headers.get("x-self-id") or "").strip()
+    claimed = (websocket.headers.get("x-self-id") or "").strip()
     role = (websocket.headers.get("x-client-role") or "Universal").strip().lower()
     sessions = get_sessionmaker()
 
     def authenticate() -> str | None:
         with sessions.begin() as session:
             row = onebot.binding_for_token(session, token)
-            if row is None:
+            if row is None or not owners.owner_active(session, row.scope_id):
                 return None
-            onebot.attach(session, row, self_id)
             return row.scope_id
 
-    try:
-        scope_id = await run_in_threadpool(authenticate) if token and role in ("universal", "event") else None
-    except ChannelError as exc:
-        log.warning("onebot: connection of %s refused (%s)", self_id or "?", exc.code)
-        scope_id = None
+    scope_id = None
+    if token and role in ("universal", "event") and onebot.QQ_NUMBER.fullmatch(claimed):
+        scope_id = await run_in_threadpool(authenticate)
     if scope_id is None:
+        log.warning("onebot: connection claiming QQ %s refused (token, role or number)", claimed[:20] or "?")
         await websocket.close(code=1008)
         return
     await websocket.accept()
-    channel = onebot.ActionChannel(self_id, websocket.send_text)
-    onebot.registry.add(channel)
-    onebot.relay.ensure_started()
+
+    async def hang_up(reason: str = "") -> None:
+        try:
+            await websocket.close(code=1008, reason=reason[:120])
+        except RuntimeError:  # already closed
+            pass
+
+    channel = onebot.ActionChannel(claimed, websocket.send_text, scope_id, hang_up)
+    proven = asyncio.Event()
+
+    async def prove() -> None:
+        """Ask the bot who it is; only a matching answer makes the claim the binding's identity."""
+        try:
+            info = await channel.call("get_login_info", {}, PROOF_TIMEOUT_SECONDS)
+        except onebot.OneBotError as exc:
+            log.warning("onebot: QQ %s did not answer get_login_info (%s); closing", claimed, exc.code)
+            await hang_up("get_login_info unanswered")
+            return
+        if str(info.get("user_id", "")) != claimed:
+            log.warning(
+                "onebot: the bot logged in as %s claimed QQ %s; closing", str(info.get("user_id"))[:20], claimed
+            )
+            await hang_up("X-Self-ID is not the logged-in QQ")
+            return
+
+        def record() -> str | None:
+            with sessions.begin() as session:
+                row = bindings.get(session, scope_id, onebot.NAME, lock=True)
+                if row is None or row.status != "active" or not owners.owner_active(session, scope_id):
+                    return "the binding is gone"
+                try:
+                    onebot.attach(session, row, claimed)
+                except ChannelError as exc:
+                    return exc.message
+            return None
+
+        problem = await run_in_threadpool(record)
+        if problem is not None:
+            log.warning("onebot: QQ %s not linked to scope %s: %s", claimed, scope_id, problem)
+            await hang_up(problem)
+            return
+        onebot.registry.add(channel)
+        onebot.relay.ensure_started()
+        proven.set()
+
+    proof = asyncio.create_task(prove())
     checked = asyncio.get_running_loop().time()
     try:
         while True:
@@ -129,7 +174,7 @@ async def onebot_ws(websocket: WebSocket, access_token: str | None = Query(None)
             if now - checked >= CHECK_REVOKED_SECONDS:
                 checked = now
                 if not await run_in_threadpool(onebot.still_active, sessions, scope_id, token):
-                    await websocket.close(code=1008)
+                    await hang_up()
                     break
             if raw is None:
                 continue
@@ -140,21 +185,27 @@ async def onebot_ws(websocket: WebSocket, access_token: str | None = Query(None)
             if not isinstance(frame, dict) or channel.resolve(frame):
                 continue
             if frame.get("post_type") == "message":
+                if not proven.is_set():
+                    log.warning(
+                        "onebot: a message on the connection of QQ %s before it proved its number; dropped", claimed
+                    )
+                    continue
 
                 def queue(event=frame) -> str:
                     if not onebot.still_active(sessions, scope_id, token):
                         return "revoked"
                     with sessions.begin() as session:
-                        return onebot.accept_event(session, event)
+                        return onebot.accept_event(session, event, scope_id=scope_id, self_id=claimed)
 
                 if await run_in_threadpool(queue) == "revoked":
-                    await websocket.close(code=1008)
+                    await hang_up()
                     break
     except WebSocketDisconnect:
         pass
     finally:
+        proof.cancel()
         onebot.registry.remove(channel)
-        if onebot.registry.get(self_id) is None:  # not replaced by a newer connection of the same bot
+        if proven.is_set() and onebot.registry.get(claimed) is None:  # not replaced by a newer connection
             await run_in_threadpool(onebot.detach, sessions, scope_id)
 
 

@@ -158,7 +158,8 @@ async def telegram_webhook(
 def channels_page(
     request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
 ):
-    """The Channels settings page: bindings, the Telegram link, the webhook (secret shown once), the log."""
+    """The Channels settings page: the linked chats (each with Remove; a link awaiting the chat's YES
+    says so), the Telegram link, the webhook (secret shown once), the log."""
     from sqlalchemy import select
 
     from mewdex.db.models import Meme
@@ -176,6 +177,7 @@ def channels_page(
             "page": "channels",
             "channels": channel_infos(),
             "bindings": by_channel,
+            "linked": [binding_view(b) for b in rows if b.status == "active"],
             "deliveries": [{**delivery_view(d), "meme_name": names.get(d.meme_id)} for d in log],
         },
     )
