@@ -17,7 +17,7 @@ from mewdex import mcp_server, runtime
 from mewdex.config import get_settings
 from mewdex.db import supervisor
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
-from mewdex.web import errors, failures, security
+from mewdex.web import errors, failures, metrics, security
 from mewdex.web.guards import RequestGuards
 from mewdex.web.hygiene import JsonTextGuard
 from mewdex.web.routers import (
@@ -59,6 +59,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         # Requests worked on at once (sync routes run on these threads); the database pool is sized
         # from the same setting (db.engine.pool_sizes), so a request never waits for its connection.
         to_thread.current_default_thread_limiter().total_tokens = get_settings().api_concurrency
+        _app.state.shutting_down = False
+        metrics.watch_shutdown(_app)  # /readyz answers 503 from the first signal on
         runtime.prepare_database()
         threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
         stop = threading.Event()
@@ -70,6 +72,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         _app.state.worker_pool = pool
         async with mcp_http.running():  # the MCP transport's task group (/mcp)
             yield
+        _app.state.shutting_down = True
         stop.set()
         if scheduler is not None:
             scheduler.stop()
@@ -88,7 +91,9 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     app.add_middleware(RequestGuards)
     app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
     security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
+    app.add_middleware(metrics.HttpMetrics)  # outermost: every answer counts, refusals included
     for module in (
+        metrics,
         health,
         search,
         search_marks,
