@@ -23,6 +23,7 @@ from mewdex.web.hygiene import JsonTextGuard
 from mewdex.web.routers import (
     account_pages,
     admin,
+    api_docs,
     auth,
     channel_setup,
     chat_page,
@@ -83,6 +84,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         title="mewdex",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc come from api_docs (assets served here, CSP-clean)
+        redoc_url=None,
         responses=errors.error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
     )
     app.state.bind_host = host or get_settings().host
@@ -120,5 +123,6 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.
     for path in mcp_http.PATHS:
         app.router.routes.append(Route(path, endpoint=mcp_http, include_in_schema=False))
+    api_docs.install(app)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     return app

@@ -64,6 +64,11 @@ PAGE_CSP = (
     "frame-ancestors 'none'; form-action 'self'"
 )
 MEDIA_CSP = "default-src 'none'; sandbox"
+# ReDoc (/redoc, web/routers/api_docs.py) writes its styles into <style> elements at run time
+# (styled-components, no nonce support in its standalone bundle) and runs its search index in a
+# worker made from a blob of its own script: inline styles and blob workers are allowed there,
+# scripts still only this server's.
+REDOC_CSP = PAGE_CSP + "; style-src 'self' 'unsafe-inline'; worker-src 'self' blob:"
 
 
 async def refuse(
@@ -342,7 +347,8 @@ class SecurityHeaders:
                         (b"cross-origin-resource-policy", b"same-origin"),
                     ]
                 else:
-                    headers += [(b"content-security-policy", PAGE_CSP.encode()), (b"x-frame-options", b"DENY")]
+                    csp = REDOC_CSP if path == "/redoc" else PAGE_CSP
+                    headers += [(b"content-security-policy", csp.encode()), (b"x-frame-options", b"DENY")]
                 message = {**message, "headers": headers}
             await send(message)
 
