@@ -168,18 +168,17 @@ def test_metrics_only_for_loopback_admins_and_the_allow_list(auth_app, settings_
     assert r.status_code == 201, r.text
     admin_token = r.json()["token"]
     foreign = TestClient(auth_app.app, **FOREIGN_PEER)  # the app runs already (its accounts' clients)
-    if True:
-        unknown = foreign.get("/no-such-path")
-        r = foreign.get("/metrics")
-        assert r.status_code == 404 and r.json() == unknown.json()
-        assert foreign.get("/metrics", headers=bearer(user.token)).status_code == 404
-        assert foreign.get("/metrics", headers={"X-Forwarded-For": "127.0.0.1"}).status_code == 404
-        assert foreign.get("/metrics", headers=bearer(admin.token)).status_code == 404  # a token without "admin"
-        r = foreign.get("/metrics", headers=bearer(admin_token))
-        assert r.status_code == 200 and "mewdex_queue_depth" in r.text
-        settings_env(MEWDEX_METRICS_ALLOW='["203.0.113.0/24"]')
-        assert foreign.get("/metrics").status_code == 200
-        assert foreign.get("/livez").status_code == 200  # probes answer anyone
+    unknown = foreign.get("/no-such-path")
+    r = foreign.get("/metrics")
+    assert r.status_code == 404 and r.json() == unknown.json()
+    assert foreign.get("/metrics", headers=bearer(user.token)).status_code == 404
+    assert foreign.get("/metrics", headers={"X-Forwarded-For": "127.0.0.1"}).status_code == 404
+    assert foreign.get("/metrics", headers=bearer(admin.token)).status_code == 404  # a token without "admin"
+    r = foreign.get("/metrics", headers=bearer(admin_token))
+    assert r.status_code == 200 and "mewdex_queue_depth" in r.text
+    settings_env(MEWDEX_METRICS_ALLOW='["203.0.113.0/24"]')
+    assert foreign.get("/metrics").status_code == 200
+    assert foreign.get("/livez").status_code == 200  # probes answer anyone
     local = TestClient(auth_app.app, **LOCAL_CLIENT)
     assert local.get("/metrics").status_code == 200
     assert local.get("/metrics", headers={"X-Forwarded-For": "198.51.100.1"}).status_code == 404
