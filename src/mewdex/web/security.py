@@ -18,7 +18,8 @@
    larger ``Content-Length`` or a stream that passes the limit is answered 413
    ``request_too_large`` while streaming (the route sees a disconnect).
 4. :class:`SecurityHeaders` — ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy`` on every
-   answer; pages get a strict CSP with ``frame-ancestors 'none'``; ``/media/`` a sandbox CSP and
+   answer; pages get a strict CSP with ``frame-ancestors 'none'`` (``/redoc`` also allows inline
+   styles and blob workers: :data:`REDOC_CSP`); ``/media/`` a sandbox CSP and
    ``Cross-Origin-Resource-Policy: same-origin``.
 """
 
