@@ -100,7 +100,9 @@ def test_probes_and_metrics_series(client, scope, sessions, settings_env):
     assert ready.status_code == 200 and ready.json() == {"status": "ready"}, ready.text
     assert client.post("/api/v1/search", json={"query": "cat"}).status_code == 200
 
-    r = client.get("/metrics")
+    with sessions() as held:  # a connection of the main pool in use during the scrape
+        held.connection()
+        r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     m = parse(r.text)
     assert value(m, "mewdex_database_up") == 1
@@ -124,7 +126,7 @@ def test_probes_and_metrics_series(client, scope, sessions, settings_env):
     # Workers, database pool, disk.
     assert value(m, "mewdex_worker_restarts_total") == 0
     assert value(m, "mewdex_workers_configured") == 0
-    assert value(m, "mewdex_db_pool_in_use", pool="main") >= 1  # this scrape's own connection
+    assert value(m, "mewdex_db_pool_in_use", pool="main") >= 1  # the one held above
     assert value(m, "mewdex_db_pool_waiting", pool="main") == 0
     assert value(m, "mewdex_db_pool_size", pool="main") >= 1
     assert value(m, "mewdex_disk_free_bytes") > 0
