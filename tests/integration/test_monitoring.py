@@ -180,7 +180,9 @@ def test_metrics_only_for_loopback_admins_and_the_allow_list(auth_app, settings_
     assert r.status_code == 200 and "mewdex_queue_depth" in r.text
     settings_env(MEWDEX_METRICS_ALLOW='["203.0.113.0/24"]')
     assert foreign.get("/metrics").status_code == 200
-    assert foreign.get("/livez").status_code == 200  # probes answer anyone
+    assert foreign.get("/livez").status_code == 200  # probes answer anyone, whatever the Host
+    assert foreign.get("/readyz", headers={"Host": "10.1.2.3:8275"}).status_code == 200
+    assert foreign.get("/metrics", headers={"Host": "10.1.2.3:8275"}).status_code == 421
     local = TestClient(auth_app.app, **LOCAL_CLIENT)
     assert local.get("/metrics").status_code == 200
     assert local.get("/metrics", headers={"X-Forwarded-For": "198.51.100.1"}).status_code == 404
