@@ -98,7 +98,7 @@ class Conversation(Base):
             "conversation_id",
             postgresql_where=text("deleted_at IS NULL AND scheduled_job_id IS NULL"),
         ),
-        Index(  # retention of schedule-run conversations (migration 0018)
+        Index(  # retention of schedule-run conversations (migration 0019)
             "ix_conversations_scheduled_updated",
             "updated_at",
             postgresql_where=text("scheduled_job_id IS NOT NULL"),

@@ -4,15 +4,15 @@ Retention deletes finished rows oldest first in small batches (``runtime.retenti
 ``/metrics`` counts the rows of its last five minutes; without these, each batch and each scrape
 read the whole table (the tasks table keeps three rows per meme until retention prunes them).
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018"
-down_revision = "0017"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
