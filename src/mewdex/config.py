@@ -182,6 +182,34 @@ class Settings(BaseSettings):
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
     disk_low_bytes: int = Field(default=1024**3, ge=0, description="/health warns below this much free space.")
+    search_replica_max_lag_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="The search legs read the main database while the replica is this far behind (or unreachable).",
+    )
+
+    # Operations (README "Monitoring"): who may scrape /metrics, and how long finished work is kept.
+    metrics_allow: list[str] = Field(
+        default_factory=list,
+        description="JSON list of addresses/networks that may read /metrics besides loopback and admin tokens.",
+    )
+    retention_task_days: float = Field(
+        default=14.0, gt=0, description="Succeeded tasks (and their attempts) are deleted this long after they ended."
+    )
+    retention_delivery_days: float = Field(
+        default=90.0, gt=0, description="Sent and cancelled channel deliveries are deleted after this long."
+    )
+    retention_audit_days: float = Field(
+        default=365.0, gt=0, description="Connector audit rows of successful calls are deleted after this long."
+    )
+    retention_schedule_conversation_days: float = Field(
+        default=30.0,
+        gt=0,
+        description="Conversations of successful isolated schedule runs are deleted after this long.",
+    )
+    retention_batch_rows: int = Field(
+        default=1000, ge=10, le=100_000, description="Rows one retention statement deletes (one short transaction)."
+    )
 
     @field_validator("allowed_hosts", "trusted_proxies", "egress_allow_hosts", "task_modules", mode="before")
     @classmethod

@@ -227,7 +227,7 @@ def _require_password(pgdata: Path, uri: str) -> str:
     lock_path = password_file(pgdata).with_suffix(".lock")
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if hba.read_text() == HBA_SCRAM:
+        if hba.read_text().startswith(HBA_SCRAM):  # lines an admin added after mewdex's (replication) stay
             return with_password
         with psycopg.connect(uri.replace("postgresql://", "postgresql://", 1), autocommit=True) as conn:
             conn.execute("SET password_encryption = 'scram-sha-256'")

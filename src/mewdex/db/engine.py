@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import URL, Engine, create_engine, event, exc
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
 from mewdex.config import Settings, get_settings
 from mewdex.db.embedded import embedded_url
@@ -23,6 +24,9 @@ _search_engine: Engine | None = None
 _search_sessions: sessionmaker[Session] | None = None
 _primary_search_engine: Engine | None = None
 _primary_search_sessions: sessionmaker[Session] | None = None
+_search_fallback_engine: Engine | None = None
+_search_fallback_sessions: sessionmaker[Session] | None = None
+REPLICA_CONNECT_TIMEOUT_SECONDS = 3
 SEARCH_LEGS = 3  # keyword, e5, use: the connections one search's legs hold at once
 
 
@@ -58,10 +62,29 @@ def get_engine() -> Engine:
         return _engine
 
 
+class WaitCountingPool(QueuePool):
+    """SQLAlchemy's ``QueuePool`` that counts the threads waiting for a connection (``waiting``; read
+    by ``/metrics`` beside ``checkedout()``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.waiting = 0
+        self._waiting_lock = threading.Lock()
+
+    def _do_get(self) -> Any:
+        with self._waiting_lock:
+            self.waiting += 1
+        try:
+            return super()._do_get()
+        finally:
+            with self._waiting_lock:
+                self.waiting -= 1
+
+
 def _pool(url: str | URL, **options: Any) -> tuple[Engine, sessionmaker[Session]]:
     """An engine on ``url`` with ``options`` (``create_engine``'s), pgvector's types registered on
     every connection and idle connections pinged (:func:`_ping_when_idle`), and its sessionmaker."""
-    engine = create_engine(url, **options)
+    engine = create_engine(url, poolclass=WaitCountingPool, **options)
     event.listen(engine, "connect", _register_vector)
     _ping_when_idle(engine)
     return engine, sessionmaker(engine, expire_on_commit=False)
@@ -168,7 +191,7 @@ def session_scope() -> Iterator[Session]:
         yield session
 
 
-def get_search_sessionmaker(options: str = "") -> sessionmaker[Session]:
+def get_search_sessionmaker(options: str = "", *, primary: bool = False) -> sessionmaker[Session]:
     """Sessions of the search legs' own pool (``pool_sizes()["search_pool"]`` connections; see there):
     a search holds a connection of the main pool (its request's) while its legs run, so they must not
     wait for one from that pool.
@@ -176,21 +199,54 @@ def get_search_sessionmaker(options: str = "") -> sessionmaker[Session]:
     The pool's connections are in autocommit (a leg reads with single statements: no BEGIN/COMMIT
     round trips) and carry ``options`` (libpq ``-c name=value`` settings, given by the first caller:
     the search service's HNSW settings and plan mode). They go to ``MEWDEX_SEARCH_DATABASE_URL``
-    when set (a read replica: the legs only read), else to the main database."""
-    global _search_engine, _search_sessions
+    when set (a read replica: the legs only read), else to the main database. ``primary=True``: the
+    same kind of pool on the main database, where the legs read while the replica is unreachable or
+    lagging (:mod:`mewdex.db.replica`; created on first use; without a replica, the one pool)."""
+    global _search_engine, _search_sessions, _search_fallback_engine, _search_fallback_sessions
     engine = get_engine()
+    settings = get_settings()
     with _lock:
+        if primary and settings.search_database_url:
+            if _search_fallback_sessions is None:
+                _search_fallback_engine, _search_fallback_sessions = _pool(
+                    engine.url,
+                    pool_size=pool_sizes(settings)["search_pool"],
+                    max_overflow=0,
+                    isolation_level="AUTOCOMMIT",
+                    connect_args={"options": options} if options else {},
+                )
+            return _search_fallback_sessions
         if _search_sessions is None:
-            settings = get_settings()
             size = pool_sizes(settings)["search_pool"]
+            connect_args: dict[str, Any] = {"options": options} if options else {}
+            if settings.search_database_url:  # a replica that went away must not hold a search for long
+                connect_args["connect_timeout"] = REPLICA_CONNECT_TIMEOUT_SECONDS
             _search_engine, _search_sessions = _pool(
                 _psycopg(settings.search_database_url) if settings.search_database_url else engine.url,
                 pool_size=size,
                 max_overflow=0,
                 isolation_level="AUTOCOMMIT",
-                connect_args={"options": options} if options else {},
+                connect_args=connect_args,
             )
         return _search_sessions
+
+
+def search_engine() -> Engine | None:
+    """The search legs' engine (the replica's when ``MEWDEX_SEARCH_DATABASE_URL`` is set), None before
+    the first search of this process."""
+    return _search_engine
+
+
+def pools() -> dict[str, Any]:
+    """This process's connection pools by name (``main``, ``search``, ``search_primary``,
+    ``search_writes``): the SQLAlchemy pool of each one created so far (for ``/metrics``)."""
+    named = {
+        "main": _engine,
+        "search": _search_engine,
+        "search_primary": _search_fallback_engine,
+        "search_writes": _primary_search_engine,
+    }
+    return {name: engine.pool for name, engine in named.items() if engine is not None}
 
 
 def get_primary_search_sessionmaker() -> sessionmaker[Session]:
@@ -219,9 +275,10 @@ def get_primary_search_sessionmaker() -> sessionmaker[Session]:
 def reset_engine() -> None:
     """Dispose the engines (tests that switch data dirs, and after ``fork``)."""
     global _engine, _sessions, _search_engine, _search_sessions, _primary_search_engine, _primary_search_sessions
+    global _search_fallback_engine, _search_fallback_sessions
     with _lock:
-        for engine in (_engine, _search_engine, _primary_search_engine):
+        for engine in (_engine, _search_engine, _primary_search_engine, _search_fallback_engine):
             if engine is not None:
                 engine.dispose()
-        _engine = _search_engine = _primary_search_engine = None
-        _sessions = _search_sessions = _primary_search_sessions = None
+        _engine = _search_engine = _primary_search_engine = _search_fallback_engine = None
+        _sessions = _search_sessions = _primary_search_sessions = _search_fallback_sessions = None

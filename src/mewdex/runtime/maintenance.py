@@ -13,6 +13,7 @@ task type            what it does                           every
 ``disk_rescan``      per-user disk usage drift              ``MEWDEX_DISK_RESCAN_SECONDS``
 ``thumbnail_reconcile`` missing or stale thumbnails         24 h, every user scope
 ``scheduled_job_dispatch`` due cron jobs → run tasks       1 s (``schedules.dispatch``)
+``retention``        old finished work (``runtime.retention``)  600 s, small batches
 ==================== ====================================== ===========================
 """
 
@@ -29,6 +30,7 @@ from mewdex.config import get_settings
 from mewdex.queue import maintenance as queue_maintenance
 from mewdex.queue.registry import RetryPolicy, TaskContext, task_type
 from mewdex.queue.scheduler import Schedule
+from mewdex.runtime import retention as rules
 from mewdex.schedules import dispatch
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,13 @@ def thumbnail_reconcile(ctx: TaskContext) -> dict[str, Any]:
     return {s: reconcile(ctx.sessions, store, s, max_pixels=max_pixels).as_dict() for s in scope_ids}
 
 
+@task_type("retention", lane=LANE, retry=_ONCE)
+def retention(ctx: TaskContext) -> dict[str, Any]:
+    """Delete finished work past its retention (:mod:`mewdex.runtime.retention`); ``{"deleted": {rule:
+    rows}, "batches", "seconds", "complete"}``."""
+    return rules.run(ctx.sessions)
+
+
 def schedules() -> list[Schedule]:
     """The built-in maintenance schedules (all in the system scope)."""
     return [
@@ -93,6 +102,7 @@ def schedules() -> list[Schedule]:
         Schedule("storage_recovery", "storage_recovery", RECOVERY_INTERVAL_SECONDS, SYSTEM_SCOPE),
         Schedule("disk_rescan", "disk_rescan", lambda: get_settings().disk_rescan_seconds, SYSTEM_SCOPE),
         Schedule("thumbnail_reconcile", "thumbnail_reconcile", RECONCILE_INTERVAL_SECONDS, SYSTEM_SCOPE),
+        Schedule("retention", "retention", rules.INTERVAL_SECONDS, SYSTEM_SCOPE),
         Schedule("conversation_run_reaping", "conversation_run_reaping", runs.REAPING_INTERVAL_SECONDS, SYSTEM_SCOPE),
         *channel_tasks.schedules(),
         Schedule(

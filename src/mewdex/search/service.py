@@ -12,9 +12,12 @@ from uuid import UUID
 
 import numpy as np
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex import telemetry
 from mewdex.config import get_settings
+from mewdex.db import replica
 from mewdex.db.engine import SEARCH_LEGS, get_search_sessionmaker
 from mewdex.db.models import Meme, ScopeContext
 from mewdex.dto.errors import DomainError
@@ -132,6 +135,7 @@ def _search(
     keyword_hits = set(rankings.get("keyword", ()))
     levels = {m: confidence(scores[m], keyword_hit=m in keyword_hits, phrase=m in phrase) for m in ordered}
     results = hydrate(session, scope, ordered, scores, levels)
+    telemetry.SEARCH_LATENCY.observe(time.perf_counter() - started)
     return SearchResponse(
         results=results,
         took_ms=(time.perf_counter() - started) * 1000,
@@ -163,12 +167,39 @@ def _run_leg(leg: str, scope_id: str, query: str, filters: SearchFilters | None 
 
     A leg is a function of (scope, query, filters) returning its ranked candidates; each runs on its
     own connection of the search-leg pool (autocommit, HNSW settings and custom plans set on the
-    connection), in one statement when the scope's head is cached."""
-    with get_search_sessionmaker(vector.SEARCH_CONNECTION_OPTIONS)() as session:
+    connection), in one statement when the scope's head is cached. With a replica
+    (``MEWDEX_SEARCH_DATABASE_URL``) the leg reads there while :func:`mewdex.db.replica.state` allows,
+    else (and when its replica connection fails) on the main database."""
+    options = vector.SEARCH_CONNECTION_OPTIONS
+    on_replica = replica.configured() and replica.state(options).use
+    if on_replica:
+        try:
+            return _leg_on(get_search_sessionmaker(options), "replica", leg, scope_id, query, filters)
+        except OperationalError as exc:  # the replica went away (or cancelled the read): ask the primary
+            if getattr(exc.orig, "sqlstate", None) == QUERY_CANCELED:
+                raise  # a statement timeout is not the replica's fault; the primary would time out too
+            replica.mark_unreachable()
+            telemetry.SEARCH_REPLICA_FALLBACKS.labels(reason="unreachable").inc()
+    elif replica.configured():
+        telemetry.SEARCH_REPLICA_FALLBACKS.labels(reason=replica.state(options).reason or "unreachable").inc()
+    return _leg_on(get_search_sessionmaker(options, primary=True), "primary", leg, scope_id, query, filters)
+
+
+QUERY_CANCELED = "57014"  # SQLSTATE of a statement timeout or cancel
+
+
+def _leg_on(
+    sessions: sessionmaker[Session], database: str, leg: str, scope_id: str, query: str, filters: SearchFilters | None
+) -> tuple[list[UUID], set[UUID]]:
+    started = time.perf_counter()
+    with sessions() as session:
         if leg == "keyword":
             hits = keyword.search(session, scope_id, query, CANDIDATES, filters)
-            return [h.meme_id for h in hits], {h.meme_id for h in hits if h.phrase}
-        return _vector_leg(session, leg, scope_id, query, filters), set()
+            result = [h.meme_id for h in hits], {h.meme_id for h in hits if h.phrase}
+        else:
+            result = _vector_leg(session, leg, scope_id, query, filters), set()
+    telemetry.SEARCH_LEG_LATENCY.labels(leg=leg, database=database).observe(time.perf_counter() - started)
+    return result
 
 
 def embed_queries(session: Session, scope_id: str, query: str, legs: tuple[str, ...]) -> None:

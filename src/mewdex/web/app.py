@@ -17,12 +17,13 @@ from mewdex import mcp_server, runtime
 from mewdex.config import get_settings
 from mewdex.db import supervisor
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
-from mewdex.web import errors, failures, security
+from mewdex.web import errors, failures, metrics, security
 from mewdex.web.guards import RequestGuards
 from mewdex.web.hygiene import JsonTextGuard
 from mewdex.web.routers import (
     account_pages,
     admin,
+    api_docs,
     auth,
     channel_setup,
     chat_page,
@@ -59,6 +60,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         # Requests worked on at once (sync routes run on these threads); the database pool is sized
         # from the same setting (db.engine.pool_sizes), so a request never waits for its connection.
         to_thread.current_default_thread_limiter().total_tokens = get_settings().api_concurrency
+        _app.state.shutting_down = False
+        metrics.watch_shutdown(_app)  # /readyz answers 503 from the first signal on
         runtime.prepare_database()
         threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
         stop = threading.Event()
@@ -70,6 +73,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         _app.state.worker_pool = pool
         async with mcp_http.running():  # the MCP transport's task group (/mcp)
             yield
+        _app.state.shutting_down = True
         stop.set()
         if scheduler is not None:
             scheduler.stop()
@@ -80,6 +84,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         title="mewdex",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc come from api_docs (assets served here, CSP-clean)
+        redoc_url=None,
         responses=errors.error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
     )
     app.state.bind_host = host or get_settings().host
@@ -88,7 +94,9 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     app.add_middleware(RequestGuards)
     app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
     security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
+    app.add_middleware(metrics.HttpMetrics)  # outermost: every answer counts, refusals included
     for module in (
+        metrics,
         health,
         search,
         search_marks,
@@ -115,5 +123,6 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.
     for path in mcp_http.PATHS:
         app.router.routes.append(Route(path, endpoint=mcp_http, include_in_schema=False))
+    api_docs.install(app)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     return app

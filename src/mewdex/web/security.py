@@ -4,7 +4,7 @@
    ``127.0.0.1``, ``[::1]``, the bind address when it is a concrete IP, or a name in
    ``MEWDEX_ALLOWED_HOSTS``. Anything else gets **421** ``host_not_allowed`` before any other
    work. This defeats DNS rebinding: a page on ``rebind.example:8275`` whose name is re-pointed at
-   127.0.0.1 still sends ``Host: rebind.example:8275``.
+   127.0.0.1 still sends ``Host: rebind.example:8275``. The probes (:data:`PROBE_PATHS`) answer any Host.
 2. :class:`PeerRule` — decides whether the request comes from *this machine*: the TCP peer is a
    loopback address and the request carries none of ``Forwarded``, ``X-Forwarded-*``,
    ``X-Real-IP`` (a reverse proxy, tunnel or ``ssh -R`` on 127.0.0.1 adds them or is a trusted
@@ -18,7 +18,8 @@
    larger ``Content-Length`` or a stream that passes the limit is answered 413
    ``request_too_large`` while streaming (the route sees a disconnect).
 4. :class:`SecurityHeaders` — ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy`` on every
-   answer; pages get a strict CSP with ``frame-ancestors 'none'``; ``/media/`` a sandbox CSP and
+   answer; pages get a strict CSP with ``frame-ancestors 'none'`` (``/redoc`` also allows inline
+   styles and blob workers: :data:`REDOC_CSP`); ``/media/`` a sandbox CSP and
    ``Cross-Origin-Resource-Policy: same-origin``.
 """
 
@@ -56,6 +57,9 @@ ANONYMOUS_BODY_PATHS = frozenset(
 )
 # Chat platforms' inbound endpoints: no session; each route checks its platform's own secret or signature.
 CHANNEL_CALLBACK_PREFIX = "/channels/"
+# Liveness and readiness probes answer whatever the Host: an orchestrator probes the pod's address,
+# and they carry no data a rebinding page could want (README "Monitoring").
+PROBE_PATHS = frozenset({"/livez", "/readyz"})
 UPLOAD_OVERHEAD_BYTES = 1024 * 1024  # multipart headers and boundaries around the files
 UPLOAD_REQUEST_BYTES = 200 * 1024 * 1024  # one upload request (1–20 files), POST /api/v1/memes
 
@@ -64,6 +68,11 @@ PAGE_CSP = (
     "frame-ancestors 'none'; form-action 'self'"
 )
 MEDIA_CSP = "default-src 'none'; sandbox"
+# ReDoc (/redoc, web/routers/api_docs.py) writes its styles into <style> elements at run time
+# (styled-components, no nonce support in its standalone bundle) and runs its search index in a
+# worker made from a blob of its own script: inline styles and blob workers are allowed there,
+# scripts still only this server's.
+REDOC_CSP = PAGE_CSP + "; style-src 'self' 'unsafe-inline'; worker-src 'self' blob:"
 
 
 async def refuse(
@@ -128,7 +137,7 @@ class HostAllowList:
         self.app, self.bind_host = app, bind_host
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] in ("http", "websocket"):
+        if scope["type"] in ("http", "websocket") and scope.get("path") not in PROBE_PATHS:
             host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
             if not host_allowed(host, allowed_hosts(self.bind_host)):
                 if scope["type"] == "websocket":
@@ -342,7 +351,8 @@ class SecurityHeaders:
                         (b"cross-origin-resource-policy", b"same-origin"),
                     ]
                 else:
-                    headers += [(b"content-security-policy", PAGE_CSP.encode()), (b"x-frame-options", b"DENY")]
+                    csp = REDOC_CSP if path == "/redoc" else PAGE_CSP
+                    headers += [(b"content-security-policy", csp.encode()), (b"x-frame-options", b"DENY")]
                 message = {**message, "headers": headers}
             await send(message)
 

@@ -98,6 +98,11 @@ class Conversation(Base):
             "conversation_id",
             postgresql_where=text("deleted_at IS NULL AND scheduled_job_id IS NULL"),
         ),
+        Index(  # retention of schedule-run conversations (migration 0019)
+            "ix_conversations_scheduled_updated",
+            "updated_at",
+            postgresql_where=text("scheduled_job_id IS NOT NULL"),
+        ),
         Index(
             "ix_conversations_active_runs",
             "run_status",

@@ -123,6 +123,7 @@ class ChannelDelivery(Base):
         ),
         CheckConstraint("kind IN ('meme','text')", name="ck_channel_deliveries_kind"),
         Index("ix_channel_deliveries_scope_created", "scope_id", "created_at"),
+        Index("ix_channel_deliveries_created", "created_at"),  # retention, /metrics (migration 0019)
     )
 
 

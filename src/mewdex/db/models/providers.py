@@ -145,6 +145,7 @@ class ExternalSystemAudit(Base):
     __table_args__ = (
         Index("ix_external_system_audits_scope_created", "scope_id", "created_at"),
         Index("ix_external_system_audits_definition_created", "definition_id", "created_at"),
+        Index("ix_external_system_audits_created", "created_at"),  # retention, /metrics (migration 0019)
     )
 
 

@@ -166,6 +166,12 @@ class Task(Base):
         ),
         # The scheduler's slot lookup and prune (queue.scheduler): standalone tasks by type and key,
         # whatever their status, without reading the pipeline's three tasks per meme.
+        # Retention (oldest finished first) and /metrics' last five minutes (migration 0019).
+        Index(
+            "ix_tasks_finished_completed",
+            "completed_at",
+            postgresql_where=text("status IN ('succeeded','failed')"),
+        ),
         Index(
             "ix_tasks_standalone_dedupe",
             "scope_id",
