@@ -4,15 +4,15 @@ Retention deletes finished rows oldest first in small batches (``runtime.retenti
 ``/metrics`` counts the rows of its last five minutes; without these, each batch and each scrape
 read the whole table (the tasks table keeps three rows per meme until retention prunes them).
 
-Revision ID: 0019
-Revises: 0018
+Revision ID: 0020
+Revises: 0019
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0019"
-down_revision = "0018"
+revision = "0020"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 
