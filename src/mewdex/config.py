@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -376,6 +377,24 @@ class Settings(BaseSettings):
     telegram_storage_chat_id: str | None = Field(
         default=None, description="Chat the bot uploads memes to for inline mode (their file_id is cached)."
     )
+
+    # Backups (README "Backups and upgrades"): scheduled by the periodic scheduler when a destination is set.
+    backup_dest: str | None = Field(
+        default=None, description="Scheduled backups go here: a directory or s3://bucket/prefix (unset: none)."
+    )
+    backup_cron: str = Field(default="0 3 * * *", description="When scheduled backups run (cron, UTC).")
+    backup_keep: int = Field(default=7, ge=1, description="Scheduled backups keep this many snapshots.")
+
+    @field_validator("backup_cron")
+    @classmethod
+    def _backup_cron(cls, value: str) -> str:
+        from cronsim import CronSim, CronSimError
+
+        try:
+            CronSim(value, datetime.now(UTC))
+        except CronSimError as exc:
+            raise ValueError(f"MEWDEX_BACKUP_CRON is not a cron expression: {exc}") from None
+        return value
 
     @property
     def blob_root(self) -> Path:

@@ -1,7 +1,7 @@
 """The ``mewdex`` command line (typer), one module per command group: :mod:`.server` (serve, worker,
 migrate, db), :mod:`.library` (import, export, rename, delete, status), :mod:`.search` (search,
-similar, reindex), :mod:`.thumbnails`, :mod:`.users` (user), :mod:`.tasks`. The console script is
-``mewdex = "mewdex.cli:app"``; commands are registered here, in the order ``--help`` lists them.
+similar, reindex), :mod:`.thumbnails`, :mod:`.users` (user), :mod:`.tasks`, :mod:`.ops` (backup,
+restore, doctor). The console script is ``mewdex = "mewdex.cli:app"``; commands are registered here, in the order ``--help`` lists them.
 Every command starts through :mod:`mewdex.runtime` (never the web layer, except ``serve``)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from mewdex.cli import (
     assistant,
     channels,
     library,
+    ops,
     providers,
     remote,
     schedules,
@@ -115,6 +116,9 @@ app.command("repair-names")(library.repair_names)
 thumbnails_app.command("reconcile")(thumbnails.thumbnails_reconcile)
 app.command("status")(library.status_)
 app.command()(search.reindex)
+app.command()(ops.backup)
+app.command()(ops.restore)
+app.command()(ops.doctor)
 app.command()(assistant.mcp)
 user_app.command("create")(users.user_create)
 user_app.command("promote")(users.user_promote)

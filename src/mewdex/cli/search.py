@@ -167,32 +167,41 @@ def reindex(
     model: Annotated[
         str | None, typer.Option(help="Rebuild only the leg using this model (leg name, registered name or model id).")
     ] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Process the build here and wait until it is active.")] = False,
+    scope: Annotated[
+        str | None, typer.Option(help="Rebuild only this library (scope id); default: every library with memes.")
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Process the builds here and wait until they are active.")
+    ] = False,
 ) -> None:
-    """Build new search generations from the current meme contexts with the configured text models
-    (MEWDEX_TEXT_MODELS); search keeps serving the active ones until each new one is complete."""
+    """Build new search generations of every library (every scope with memes) from the current meme
+    contexts with the configured text models (MEWDEX_TEXT_MODELS); search keeps serving the active
+    ones until each new one is complete and has passed the eval gate."""
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.scopes import default_scope
     from mewdex.search import generations
 
     _prepare()
-    scope = default_scope()
     sessions = get_sessionmaker()
     try:
         with sessions.begin() as session:
+            scopes = [scope] if scope else (generations.indexed_scopes(session) or [default_scope().scope_id])
             built = [
-                (g.id, g.model, g.dimensions) for g in generations.start_reindex(session, scope.scope_id, model=model)
+                (s, g.id, g.model, g.dimensions)
+                for s in scopes
+                for g in generations.start_reindex(session, s, model=model)
             ]
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    for gid, name, dims in built:
-        console.print(f"building generation {gid} with {name} ({dims}-d)")
+    for scope_id, gid, name, dims in built:
+        console.print(f"{scope_id}: building generation {gid} with {name} ({dims}-d)")
     if not wait:
-        console.print("the build runs in `mewdex serve` or `mewdex worker`; progress: GET /api/v1/search/status")
+        console.print("the builds run in `mewdex serve` or `mewdex worker`; progress: the admin page, `mewdex doctor`")
         return
     from mewdex.queue.worker import WorkerPool
 
+    ours = {str(g[1]) for g in built}
     pool = WorkerPool(sessions, 1)
     pool.start()
     try:
@@ -200,24 +209,27 @@ def reindex(
             bar = progress.add_task("reindexing", total=None)
             while True:
                 with sessions.begin() as session:
-                    state = generations.status(session, scope.scope_id)
-                building = [leg["building"] for leg in state["legs"].values() if leg["building"]]
-                ours = [b for b in building if b["id"] in {str(g[0]) for g in built}]
-                if not ours:
-                    break
-                if any(b["task"] and b["task"]["status"] == "failed" for b in ours):
+                    running = [b for b in generations.builds(session) if b["id"] in ours and b["status"] == "building"]
+                if not running or any(b["task_status"] == "failed" for b in running):
                     break
                 progress.update(
-                    bar, total=sum(b["memes_total"] for b in ours), completed=sum(b["memes_done"] for b in ours)
+                    bar, total=sum(b["memes_total"] for b in running), completed=sum(b["memes_done"] for b in running)
                 )
                 time.sleep(0.5)
     finally:
         pool.stop()
     with sessions.begin() as session:
-        state = generations.status(session, scope.scope_id)
-    for leg, entry in state["legs"].items():
-        active = entry["active"]
-        console.print(
-            f"{leg}: active {active['model'] if active else '-'} ({active['memes'] if active else 0} memes)"
-            + ("" if entry["building"] is None else f"; [red]still building: {entry['building']['task']}[/red]")
-        )
+        for scope_id in scopes:
+            state = generations.status(session, scope_id)
+            for leg, entry in state["legs"].items():
+                active = entry["active"]
+                building = entry["building"]
+                console.print(
+                    f"{scope_id} {leg}: active {active['model'] if active else '-'} ({active['memes'] if active else 0}"
+                    " memes)"
+                    + (
+                        ""
+                        if building is None
+                        else f"; [red]not switched ({building['status']}): {building['task']}[/red]"
+                    )
+                )

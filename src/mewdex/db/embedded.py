@@ -69,6 +69,13 @@ def _close_socket_dir(pgdata: Path) -> None:
         log.warning("could not restrict the socket directory %s: %s", socket_dir, exc)
 
 
+def client_binary(name: str) -> Path:
+    """The embedded server's own client program ``name`` (``pg_dump``, ``pg_restore``, ``psql``…): the
+    same PostgreSQL version as the server, newer than or equal to any external server mewdex supports."""
+    ep = _quiet_imports()
+    return Path(ep.__file__).parent / "pginstall" / "bin" / name
+
+
 def embedded_url(pgdata: Path) -> str:
     """Start or attach to the server for ``pgdata``; returns a ``postgresql+psycopg://`` URL over its
     Unix socket, with the server's password (scram-sha-256; see :func:`_require_password`).

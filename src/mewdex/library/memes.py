@@ -181,6 +181,9 @@ def add_image(
 def _undo_upload(sessions: sessionmaker[Session], store, scope: ScopeContext, namespace: str, key: str, op_id) -> None:
     """Compensate an upload whose meme row was never created: remove its blob unless a meme uses it."""
     with sessions.begin() as session:
+        if journal.removal_deferred(session):  # a backup runs: finished when it ends
+            journal.defer(session, op_id)
+            return
         journal.remove_blob_if_unused(session, store, scope.scope_id, namespace, key, except_op=op_id)
         journal.compensate(session, op_id)
 
@@ -339,6 +342,9 @@ def delete(
     failpoints.hit("delete.after_rows_deleted")
     with sessions.begin() as session:
         op = session.get_one(StorageOperation, op_id, with_for_update=True)
+        if journal.removal_deferred(session):  # a backup runs: its snapshot may still need the files
+            journal.defer(session, op_id)
+            return
         journal.remove_blob_if_unused(session, store, scope.scope_id, namespace, key)
         failpoints.hit("delete.after_blob_delete")
         journal.remove_thumbnails_if_unused(session, store, scope.scope_id, namespace, op.thumbnail_keys)

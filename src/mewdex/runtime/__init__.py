@@ -30,6 +30,7 @@ TASK_TYPE_MODULES = (
     "mewdex.search.generations",
     "mewdex.search.eval_gate",  # the eval gate every generation switch passes
     "mewdex.runtime.maintenance",
+    "mewdex.runtime.backup",  # backup_check, backup (scheduled backups)
     "mewdex.assistant.runs",
     "mewdex.channels.tasks",
     "mewdex.schedules.dispatch",
@@ -64,7 +65,45 @@ def prepare_database() -> None:
         ensure_scope(session, ScopeContext(SYSTEM_SCOPE))
     recover_storage()
     generations.check_text_models(get_sessionmaker())
+    check_search_recipe()
     configure_providers()
+
+
+SEARCH_RECIPE_SETTING = "search_recipe"
+
+
+def check_search_recipe() -> list[str]:
+    """Start-up check: when the search recipe (:func:`mewdex.search.documents.recipe`) differs from
+    the one the stored vectors were built with (``platform_settings.search_recipe``), start a rebuild
+    of every leg of every library (``search_reindex`` tasks, reason ``recipe_changed``; each new
+    generation is switched to through the eval gate; progress on the admin page). The first start
+    records the recipe. Returns the scopes whose rebuild was started."""
+    from sqlalchemy import text
+
+    from mewdex.platform.instance import get_setting, set_setting
+    from mewdex.search import generations
+    from mewdex.search.documents import recipe
+
+    current = recipe()
+    with get_sessionmaker().begin() as session:
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('search_recipe', 0))"))
+        stored = get_setting(session, SEARCH_RECIPE_SETTING, None)
+        if stored == current:
+            return []
+        scopes = generations.indexed_scopes(session) if stored is not None else []
+        for scope_id in scopes:
+            generations.start_reindex(session, scope_id, reason="recipe_changed")
+        set_setting(session, SEARCH_RECIPE_SETTING, current)
+    if scopes:
+        log.warning(
+            "search: the search recipe changed (%s → %s): rebuilding the vectors of %d librar%s in the background "
+            "(task type search_reindex; search serves the old ones until each new one passes the eval gate)",
+            stored,
+            current,
+            len(scopes),
+            "y" if len(scopes) == 1 else "ies",
+        )
+    return scopes
 
 
 def configure_providers() -> None:

@@ -14,6 +14,8 @@ task type            what it does                           every
 ``thumbnail_reconcile`` missing or stale thumbnails         24 h, every user scope
 ``scheduled_job_dispatch`` due cron jobs → run tasks       1 s (``schedules.dispatch``)
 ``retention``        old finished work (``runtime.retention``)  600 s, small batches
+``backup_check``     a due ``MEWDEX_BACKUP_CRON`` run →     60 s (``runtime.backup``)
+                     one ``backup`` task
 ==================== ====================================== ===========================
 """
 
@@ -38,6 +40,7 @@ SYSTEM_SCOPE = "__system__"
 LANE = queue_maintenance.MAINTENANCE_LANE
 RECOVERY_INTERVAL_SECONDS = 300
 RECONCILE_INTERVAL_SECONDS = 24 * 3600
+BACKUP_CHECK_SECONDS = 60
 _ONCE = RetryPolicy(max_attempts=1)
 
 
@@ -105,6 +108,7 @@ def schedules() -> list[Schedule]:
         Schedule("retention", "retention", rules.INTERVAL_SECONDS, SYSTEM_SCOPE),
         Schedule("conversation_run_reaping", "conversation_run_reaping", runs.REAPING_INTERVAL_SECONDS, SYSTEM_SCOPE),
         *channel_tasks.schedules(),
+        Schedule("backup_check", "backup_check", BACKUP_CHECK_SECONDS, SYSTEM_SCOPE),
         Schedule(
             "scheduled_job_dispatch",
             "scheduled_job_dispatch",

@@ -5,6 +5,8 @@ the keyword leg indexes (:func:`keyword_document`). Pure functions; no database.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from mewdex.inference.models import TEXT_LEGS
@@ -13,6 +15,16 @@ from mewdex.search.text import fold, readable_words, tokenize
 #: Bump when the context recipe changes (goes into the stage idempotency key and every search
 #: generation's snapshot hash).
 CONTEXT_VERSION = "ctx-1"
+#: Bump when what the vector legs embed changes without a context change (``semantic_fields``).
+SEMANTIC_VERSION = 1
+
+
+def recipe() -> str:
+    """The search recipe's fingerprint (16 hex digits): the context version, the semantic recipe's
+    version and which fields each embedder scores. When it differs from the one the vectors were
+    built with, every library's vectors are rebuilt (``mewdex.runtime.check_search_recipe``)."""
+    payload = {"context": CONTEXT_VERSION, "semantic": SEMANTIC_VERSION, "fields": FIELDS_BY_EMBEDDER}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 #: Which semantic fields each embedder scores (max over these fields), measured in

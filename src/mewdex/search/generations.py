@@ -494,10 +494,13 @@ def check_text_models(sessions: sessionmaker[Session], scope_ids: list[str] | No
     return messages
 
 
-def start_reindex(session: Session, scope_id: str, *, model: str | None = None) -> list[SearchGeneration]:
+def start_reindex(
+    session: Session, scope_id: str, *, model: str | None = None, reason: str = "requested"
+) -> list[SearchGeneration]:
     """``mewdex reindex``: build a fresh generation of each leg (or only the legs whose leg name,
-    registered name or model id is ``model``) with its configured model, from current contexts.
-    ValueError when ``model`` matches no configured leg."""
+    registered name or model id is ``model``) with its configured model, from current contexts
+    (``reason``: ``requested``, ``recipe_changed``; in the task's payload). ValueError when ``model``
+    matches no configured leg."""
     from mewdex.inference import models
 
     configured = get_settings().text_models
@@ -508,7 +511,51 @@ def start_reindex(session: Session, scope_id: str, *, model: str | None = None) 
     ]
     if not legs:
         raise ValueError(f"no configured leg uses {model!r} (MEWDEX_TEXT_MODELS = {configured})")
-    return [start_build(session, scope_id, leg, e.model, e.dimensions, reason="requested") for leg, e in legs]
+    return [start_build(session, scope_id, leg, e.model, e.dimensions, reason=reason) for leg, e in legs]
+
+
+def indexed_scopes(session: Session) -> list[str]:
+    """The scopes that have memes (what ``mewdex reindex`` rebuilds), sorted."""
+    return list(session.execute(select(Meme.scope_id).distinct().order_by(Meme.scope_id)).scalars())
+
+
+def builds(session: Session) -> list[dict[str, Any]]:
+    """Every generation being built or waiting for a forced switch (``ready``), all scopes, oldest
+    first: ``[{"scope_id", "id", "model", "status", "reason", "memes_done", "memes_total", "progress",
+    "task_status", "error"}]`` (the admin page's rebuild progress)."""
+    rows = session.execute(
+        select(SearchGeneration)
+        .where(SearchGeneration.status.in_(("building", "ready")))
+        .order_by(SearchGeneration.created_at)
+    ).scalars()
+    out = []
+    for generation in rows:
+        done, total = progress(session, generation)
+        task = session.execute(
+            select(Task)
+            .where(
+                Task.scope_id == generation.scope_id,
+                Task.task_type == REINDEX_TASK_TYPE,
+                Task.dedupe_key == str(generation.id),
+            )
+            .order_by(Task.created_at.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+        out.append(
+            {
+                "scope_id": generation.scope_id,
+                "id": str(generation.id),
+                "model": generation.model,
+                "status": generation.status,
+                "reason": (task.payload or {}).get("reason") if task is not None else None,
+                "memes_done": done,
+                "memes_total": total,
+                "progress": round(done / total, 4) if total else 1.0,
+                "task_status": task.status if task is not None else None,
+                "error": task.error if task is not None else None,
+            }
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- the build task

@@ -18,6 +18,15 @@ The three operations and what recovery does with an interrupted one:
 A blob is "in use" while a meme row references it or another open upload is about to. Checks and
 removals of one key run under a transaction-scoped advisory lock on ``(scope, key)`` that uploads
 also take when they prepare, so a delete never removes a blob an upload has just written.
+
+**Backup lease.** A running backup (:mod:`mewdex.runtime.backup`) holds the advisory lock
+:data:`BACKUP_LEASE_KEY` exclusively on its own connection from before its database snapshot until
+its last blob is copied. Every blob removal first takes that lock shared for its transaction
+(:func:`removal_deferred`): while a backup holds it, the removal is deferred: the operation stays
+open with ``error.code = "deferred_by_backup"`` (the meme's rows are gone as usual, only its files
+stay), and :func:`finish_deferred` completes it when the backup ends (storage recovery would too).
+The backup takes its lease only after the removals in flight commit, so any removal that did not see
+the lease was of rows its snapshot no longer has.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import exists, func, select, text
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import DerivedImageThumbnail, Meme, Scope, StorageOperation, utcnow
@@ -35,6 +44,24 @@ from mewdex.storage.blobs import thumbnail_namespace
 
 log = logging.getLogger(__name__)
 OPEN = ("prepared", "file_applied")
+#: The backup lease's advisory lock (``pg_advisory_lock`` key, 64-bit): "mewdexbk".
+BACKUP_LEASE_KEY = 0x6D65776465786B62
+DEFERRED = "deferred_by_backup"
+
+
+def removal_deferred(session: Session) -> bool:
+    """True while a backup holds its lease: blob removals must wait (see the module docstring).
+    Otherwise takes the lease shared for the caller's transaction, so no backup starts its snapshot
+    before the caller commits."""
+    return not session.execute(
+        text("SELECT pg_try_advisory_xact_lock_shared(:k)"), {"k": BACKUP_LEASE_KEY}
+    ).scalar_one()
+
+
+def defer(session: Session, op_id) -> None:
+    """Leave operation ``op_id`` open for :func:`finish_deferred` (a backup holds its lease)."""
+    op = session.get_one(StorageOperation, op_id)
+    op.error = {"code": DEFERRED, "message": "a backup was running; the files are removed when it ends"}
 
 
 def lock_key(session: Session, scope_id: str, key: str) -> None:
@@ -181,7 +208,10 @@ def recover(session: Session, store, *, older_than_seconds: float = 60.0) -> dic
         .order_by(StorageOperation.created_at)
         .with_for_update(of=StorageOperation, skip_locked=True)
     ).all()
-    counts = {"completed": 0, "compensated": 0, "blocked": 0}
+    counts = {"completed": 0, "compensated": 0, "blocked": 0, "deferred": 0}
+    if ops and removal_deferred(session):
+        counts["deferred"] = len(ops)  # every kind may remove a file: all wait for the backup to end
+        return counts
     for op, namespace in ops:
         try:
             with session.begin_nested():
@@ -193,6 +223,33 @@ def recover(session: Session, store, *, older_than_seconds: float = 60.0) -> dic
         counts[op.status] += 1
     if ops:
         log.info("storage recovery: %s", counts)
+    return counts
+
+
+def finish_deferred(session: Session, store) -> dict[str, int]:
+    """Complete the operations deferred by a backup (:func:`defer`), whatever their age; call after
+    the backup released its lease. Returns counts by outcome (``recover``'s)."""
+    ops = session.execute(
+        select(StorageOperation, Scope.storage_namespace)
+        .join(Scope, Scope.id == StorageOperation.scope_id)
+        .where(StorageOperation.status.in_(OPEN), StorageOperation.error["code"].astext == DEFERRED)
+        .order_by(StorageOperation.created_at)
+        .with_for_update(of=StorageOperation, skip_locked=True)
+    ).all()
+    counts = {"completed": 0, "compensated": 0, "blocked": 0, "deferred": 0}
+    if ops and removal_deferred(session):
+        counts["deferred"] = len(ops)
+        return counts
+    for op, namespace in ops:
+        try:
+            with session.begin_nested():
+                op.error = None
+                _recover_one(session, store, op, str(namespace))
+        except Exception as exc:
+            log.exception("finishing deferred storage operation %s failed", op.id)
+            op.status = "blocked"
+            op.error = {"code": "recovery_failed", "message": f"{type(exc).__name__}: {exc}"}
+        counts[op.status] += 1
     return counts
 
 
