@@ -1,7 +1,8 @@
 """The ``mewdex`` command line (typer), one module per command group: :mod:`.server` (serve, worker,
 migrate, db), :mod:`.library` (import, export, rename, delete, status), :mod:`.search` (search,
 similar, reindex), :mod:`.thumbnails`, :mod:`.users` (user), :mod:`.tasks`, :mod:`.ops` (backup,
-restore, doctor). The console script is ``mewdex = "mewdex.cli:app"``; commands are registered here, in the order ``--help`` lists them.
+restore, doctor). The console script is ``mewdex = "mewdex.cli:app"``; commands are registered here,
+in the order ``--help`` lists them.
 Every command starts through :mod:`mewdex.runtime` (never the web layer, except ``serve``)."""
 
 from __future__ import annotations

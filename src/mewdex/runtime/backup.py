@@ -95,7 +95,8 @@ class _Quiet:
 class Target(Protocol):
     """A backup destination: the shared blob store and the snapshots' files."""
 
-    blobs: BlobStore
+    @property
+    def blobs(self) -> BlobStore: ...
 
     def describe(self) -> str: ...
 
@@ -169,7 +170,11 @@ class S3Target:
             addressing_style=settings.s3_addressing_style,
         )
         self.url, self.client, self.bucket, self.prefix = url, base.client, base.bucket, base.prefix
-        self.blobs = s3.S3BlobStore(self.client, self.bucket, self.prefix + "blobs/")
+        self._blobs = s3.S3BlobStore(self.client, self.bucket, self.prefix + "blobs/")
+
+    @property
+    def blobs(self) -> BlobStore:
+        return self._blobs
 
     def describe(self) -> str:
         return self.url
@@ -294,8 +299,8 @@ def mewdex_version() -> str:
         return "unknown"
 
 
-COUNTED = ("scopes", "users", "memes", "derived_image_thumbnails", "meme_collections", "channel_bindings")
-COUNTED += ("external_system_definitions", "external_systems", "scheduled_jobs", "conversations")
+COUNTED: tuple[str, ...] = ("scopes", "users", "memes", "derived_image_thumbnails", "meme_collections")
+COUNTED += ("channel_bindings", "external_system_definitions", "external_systems", "scheduled_jobs", "conversations")
 
 
 def _snapshot_facts(cur) -> tuple[str, dict[str, int], list[dict[str, Any]]]:
@@ -626,7 +631,7 @@ def verify(target: Target, name: str, manifest: dict[str, Any], tmp: Path, progr
         digest = hashlib.sha256()
         try:
             with target.blobs.open(blob["namespace"], blob["key"]) as handle:
-                for chunk in iter(lambda h=handle: h.read(CHUNK), b""):
+                while chunk := handle.read(CHUNK):
                     digest.update(chunk)
         except FileNotFoundError:
             raise BackupError("backup_incomplete", f"{rel} is missing from the backup") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from mewdex.config import get_settings
@@ -109,23 +110,23 @@ def sealed_secrets(session) -> list[tuple[str, Callable[[], object]]]:
         aad = connectors._definition_aad(definition.definition_id)
         for field, value in (definition.credentials or {}).items():
             if secrets.is_sealed(value):
-                out.append((f"connector {definition.name!r} {field}", lambda v=value, a=aad: secrets.open_sealed(v, a)))
+                out.append((f"connector {definition.name!r} {field}", partial(secrets.open_sealed, value, aad)))
     for system in session.execute(select(ExternalSystem)).scalars():
         aad = connectors._system_aad(system.external_system_id)
         for field, value in (system.credentials or {}).items():
             if secrets.is_sealed(value):
                 where = f"personal connector {system.name!r} {field}"
-                out.append((where, lambda v=value, a=aad: secrets.open_sealed(v, a)))
+                out.append((where, partial(secrets.open_sealed, value, aad)))
     for binding in session.execute(select(ChannelBinding)).scalars():
         if any(secrets.is_sealed(v) for v in (binding.config or {}).values()):
             out.append(
                 (
                     f"{binding.channel} binding {binding.id}",
-                    lambda b=binding: bindings.open_config(b.scope_id, b.channel, b.config or {}),
+                    partial(bindings.open_config, binding.scope_id, binding.channel, binding.config or {}),
                 )
             )
     if get_setting(session, wecom.APP_SETTING, None):
-        out.append(("the WeCom app", lambda: wecom.load_app(session)))
+        out.append(("the WeCom app", partial(wecom.load_app, session)))
     return out
 
 

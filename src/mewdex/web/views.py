@@ -348,3 +348,17 @@ def parse_uuid(value: str) -> UUID | None:
         return UUID(value) if value else None
     except ValueError:
         return None
+
+
+def operations_view(session: Session) -> dict[str, Any]:
+    """The admin page's operations section: ``{"backup": mewdex.runtime.backup.health(), "schedule":
+    {"dest", "cron", "keep"} | None, "rebuilds": mewdex.search.generations.builds()}``."""
+    from mewdex.config import get_settings
+    from mewdex.runtime.backup import health
+    from mewdex.search.generations import builds
+
+    settings = get_settings()
+    schedule = None
+    if settings.backup_dest:
+        schedule = {"dest": settings.backup_dest, "cron": settings.backup_cron, "keep": settings.backup_keep}
+    return {"backup": health(session), "schedule": schedule, "rebuilds": builds(session)}

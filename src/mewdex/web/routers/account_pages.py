@@ -27,6 +27,7 @@ from mewdex.platform.instance import get_setting
 from mewdex.web.deps import current_principal, current_user, db_session, require_admin, session_cookie_names
 from mewdex.web.routers.admin import admin_user_dict
 from mewdex.web.routers.pages import render
+from mewdex.web.views import operations_view
 
 router = APIRouter(include_in_schema=False)
 
@@ -134,6 +135,7 @@ def admin_page(request: Request, principal: Principal = Depends(require_admin), 
             "me_id": _me_id(principal),
             "signup_enabled": bool(get_setting(session, "signup_enabled", False)),
             "instance": usage.instance_usage(session),
+            "operations": operations_view(session),
         },
     )
 

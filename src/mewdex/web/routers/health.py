@@ -16,6 +16,7 @@ from mewdex.db.engine import get_engine, get_sessionmaker
 
 # ``mewdex worker`` processes connect with this application_name prefix (runtime.run_worker sets PGAPPNAME).
 from mewdex.runtime import WORKER_APPLICATION_PREFIX
+from mewdex.runtime.backup import health as backup_health
 from mewdex.storage import blob_store
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,8 @@ async def health(request: Request):
     worker`` processes connected to the database (its children included); ``queues`` has per lane the
     tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch); ``disk`` is
     ``{"free_bytes", "low"}`` of the blob store's file system (``low`` below ``MEWDEX_DISK_LOW_BYTES``:
-    uploads will soon fail with 507), and ``warnings`` lists such conditions.
+    uploads will soon fail with 507), ``backup`` is ``{"configured", "last", "stale"}`` (the last backup's
+    result, :func:`mewdex.runtime.backup.health`), and ``warnings`` lists such conditions.
 
     Runs on threads of its own, so it answers while every request thread is busy."""
     global _limiter
@@ -139,8 +141,12 @@ def _health(request: Request):
             {"p": f"{WORKER_APPLICATION_PREFIX}:%"},
         ).scalar_one()
         depth = queue_depth(session)
+        backups = backup_health(session)
     free = blob_store().free_bytes()  # None: an object store (no free-space figure)
     low = free is not None and free < get_settings().disk_low_bytes
+    warnings = [f"disk_space_low: {free} bytes free in the data dir"] if low else []
+    if backups["stale"]:
+        warnings.append("backup_stale: no successful backup within twice the MEWDEX_BACKUP_CRON interval")
     return JSONResponse(
         {
             "status": status,
@@ -149,7 +155,8 @@ def _health(request: Request):
             "workers": {"pool": pool.status() if pool is not None else None, "processes": processes},
             "queues": depth,
             "disk": {"free_bytes": free, "low": low},
-            "warnings": [f"disk_space_low: {free} bytes free in the data dir"] if low else [],
+            "backup": backups,
+            "warnings": warnings,
         },
         status_code=code,
     )
