@@ -121,7 +121,7 @@ def sealed_secrets(session) -> list[tuple[str, Callable[[], object]]]:
         if any(secrets.is_sealed(v) for v in (binding.config or {}).values()):
             out.append(
                 (
-                    f"{binding.channel} binding {binding.id}",
+                    f"the {binding.channel} binding of scope {binding.scope_id!r}",
                     partial(bindings.open_config, binding.scope_id, binding.channel, binding.config or {}),
                 )
             )

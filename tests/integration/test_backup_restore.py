@@ -1,0 +1,354 @@
+"""Backups and restores (issue 34, item 1): a library with memes, a collection, a connector credential,
+a webhook channel binding and a schedule is backed up by the real ``mewdex backup`` while uploads run,
+restored by ``mewdex restore`` into a new data dir, served by ``mewdex serve`` on another port, and
+answers the same; a second backup copies no blob twice; a damaged backup is refused by name.
+
+One module-scoped setup (one backup, one restore, one server): the checks share it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import select, text
+
+from channel_helpers import add_meme, image_bytes
+from conftest import MEWDEX_BIN, TEST_ENV, client_for, drop_scope, new_scope, wait_until
+from fakes.webhook_receiver import WebhookReceiver
+from s3_helpers import free_port
+
+QUERIES = ["grumpy cat", "dancing", "office work"]
+NAMES = ["grumpy cat", "cat in a box", "dancing dog", "office work meme", "sleepy cat at work"]
+API_KEY = "sk-backup-test-0123456789"
+
+
+def _cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    full = {**os.environ, **env, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run([str(MEWDEX_BIN), *args], env=full, capture_output=True, text=True, timeout=timeout)
+
+
+def _json(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.stdout.strip(), f"no output (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _search(client, query: str) -> list[str]:
+    r = client.post("/api/v1/search", json={"query": query, "n_results": 5})
+    assert r.status_code == 200, r.text
+    return [hit["id"] for hit in r.json()["results"]]
+
+
+def _collections(client) -> dict[str, list[str]]:
+    out = {}
+    for brief in client.get("/api/v1/collections").json()["collections"]:
+        full = client.get(f"/api/v1/collections/{brief['id']}").json()
+        out[brief["name"]] = sorted(item["id"] for item in full["items"])
+    return out
+
+
+class Library:
+    """The source library (a scope of the session's data dir) and what it answered before the backup."""
+
+    def __init__(self, scope, memes, receiver, secret, dest, first, uploaded_during):
+        self.scope, self.memes, self.receiver, self.secret = scope, memes, receiver, secret
+        self.dest, self.first, self.uploaded_during = dest, first, uploaded_during
+        self.searches: dict[str, list[str]] = {}
+        self.collections: dict[str, list[str]] = {}
+        self.schedules: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def library(mewdex_env, sessions, store):
+    from mewdex.platform import media_urls
+    from mewdex.providers import connectors
+
+    receiver = WebhookReceiver().__enter__()
+    allow = json.dumps([f"127.0.0.1:{receiver.port}"])
+    os.environ["MEWDEX_EGRESS_ALLOW_HOSTS"] = allow
+    from mewdex.config import get_settings
+
+    get_settings.cache_clear()
+    scope = new_scope(sessions, "bk")
+    memes = {name: add_meme(sessions, store, scope, name) for name in NAMES}
+    memes["dancing gif"] = add_meme(sessions, store, scope, "dancing cat gif", "gif")
+    definition_name = f"backup-test-{uuid.uuid4().hex[:8]}"
+    with sessions.begin() as session:
+        connectors.create_definition(
+            session,
+            provider="openai_compatible",
+            name=definition_name,
+            config={"base_url": "https://llm.example.com/v1"},
+            credentials={"api_key": API_KEY},
+        )
+    with client_for(scope) as client:
+        made = client.post("/api/v1/channels/webhook", json={"url": receiver.url})
+        assert made.status_code == 201, made.text
+        secret = made.json()["secret"]
+        job = client.post("/api/v1/schedules", json={"name": "早安", "prompt": "猫", "cron": "0 9 * * *"})
+        assert job.status_code == 201, job.text
+        brief = client.post("/api/v1/collections", json={"name": "cats"}).json()
+        cats = [memes["grumpy cat"], memes["cat in a box"], memes["sleepy cat at work"]]
+        assert client.post(f"/api/v1/collections/{brief['id']}/items", json={"meme_ids": cats}).status_code == 200
+        searches = {q: _search(client, q) for q in QUERIES}
+        signed_link = media_urls.sign(None, f"/media/{memes['grumpy cat']}", 3600)[0]
+        assert client.get(signed_link).status_code == 200
+        collections = _collections(client)
+        schedules = [j["name"] for j in client.get("/api/v1/schedules").json()["items"]]
+    assert all(searches.values()), searches
+
+    # The backup runs in its own process while this one keeps uploading through the journaled path.
+    dest = Path(tempfile.mkdtemp(prefix="mewdex-backup-dest-"))
+    uploaded: list[str] = []
+    stop = threading.Event()
+
+    def upload() -> None:
+        from mewdex.library.memes import add_image
+
+        n = 0
+        while not stop.is_set():
+            n += 1
+            result = add_image(
+                sessions, store, scope, image_bytes(seed=10_000 + n), filename=f"during {n}.png", provenance={},
+                process=False,
+            )  # fmt: skip
+            uploaded.append(result.meme_id)
+            time.sleep(0.2)
+
+    uploader = threading.Thread(target=upload, daemon=True)
+    uploader.start()
+    try:
+        first = _json(_cli(mewdex_env.env, "backup", str(dest), "--json"))
+    finally:
+        stop.set()
+        uploader.join(10)
+    lib = Library(scope, memes, receiver, secret, dest, first, uploaded)
+    lib.searches, lib.collections, lib.schedules = searches, collections, schedules
+    lib.definition_name = definition_name  # type: ignore[attr-defined]
+    lib.signed_link = signed_link  # type: ignore[attr-defined]
+    yield lib
+    receiver.__exit__(None, None, None)
+    os.environ.pop("MEWDEX_EGRESS_ALLOW_HOSTS", None)
+    get_settings.cache_clear()
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM external_system_definitions WHERE name = :n"), {"n": definition_name})
+    drop_scope(sessions, scope)
+    shutil.rmtree(dest, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def restored(library):
+    """The backup restored into a new data dir, served on another port (no login: the library's scope)."""
+    from mewdex.db.embedded import stop
+
+    data_dir = Path(tempfile.mkdtemp(prefix="mewdex-restored-"))
+    env = {
+        **TEST_ENV,
+        "MEWDEX_DATA_DIR": str(data_dir),
+        "MEWDEX_DEFAULT_SCOPE": library.scope.scope_id,
+        "MEWDEX_AUTH": "none",
+        "MEWDEX_EGRESS_ALLOW_HOSTS": json.dumps([f"127.0.0.1:{library.receiver.port}"]),
+    }
+    summary = _json(_cli(env, "restore", str(library.dest), "--json", timeout=300))
+    port = free_port()
+    log = open(data_dir / "serve.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [str(MEWDEX_BIN), "serve", "--port", str(port), "--workers", "0"],
+        env={**os.environ, **env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert proc.poll() is None, (data_dir / "serve.log").read_text()[-3000:]
+        try:
+            return httpx.get(base + "/health", timeout=2).status_code in (200, 503)
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(up, timeout=180, interval=0.5, what="the restored server")
+        with httpx.Client(base_url=base, timeout=60) as client:
+            yield {"summary": summary, "client": client, "env": env, "data_dir": data_dir}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        stop(data_dir.resolve() / "pgdata")
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_backup_covers_the_library_and_its_keys(library, sessions):
+    first = library.first
+    manifest = json.loads((library.dest / first["snapshot"] / "manifest.json").read_text())
+    assert manifest["schema_revision"] == first["schema_revision"] and manifest["mewdex_version"]
+    assert {"database.dump", "secret.keys", "keys/media_signing.json"} <= set(manifest["files"])
+    for rel, facts in manifest["files"].items():
+        data = (library.dest / first["snapshot"] / rel).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == facts["sha256"], rel
+    keys = {b["key"] for b in manifest["blobs"]}
+    with sessions.begin() as session:
+        stored = session.execute(
+            text("SELECT storage_key FROM memes WHERE id = ANY(CAST(:ids AS uuid[]))"),
+            {"ids": list(library.memes.values())},
+        ).scalars()
+        assert set(stored) <= keys
+    assert first["blobs"]["missing"] == 0 and first["blobs"]["copied"] + first["blobs"]["reused"] == len(keys)
+    assert library.uploaded_during, "uploads ran while the backup did"
+
+
+def test_restored_library_answers_the_same(library, restored, sessions, store):
+    from mewdex.db.models import Meme
+
+    client = restored["client"]
+    assert restored["summary"]["migrated_to"] == library.first["schema_revision"]
+    assert {q: _search(client, q) for q in QUERIES} == library.searches
+    assert _collections(client) == library.collections
+    assert [j["name"] for j in client.get("/api/v1/schedules").json()["items"]] == library.schedules
+    with sessions.begin() as session:
+        source = {
+            str(m.id): m for m in session.execute(select(Meme).where(Meme.scope_id == library.scope.scope_id)).scalars()
+        }
+    listed = client.get("/api/v1/memes", params={"limit": 200}).json()
+    restored_ids = {m["id"] for m in listed["items"]}
+    assert listed["next_cursor"] is None
+    assert set(library.memes.values()) <= restored_ids <= set(source)
+    assert client.get(library.signed_link).status_code == 200, "the media signing keys came back"
+    for meme_id in restored_ids:  # every meme of the snapshot came back with its file, uploads included
+        media = client.get(f"/media/{meme_id}")
+        assert media.status_code == 200, (meme_id, media.text)
+        assert hashlib.sha256(media.content).hexdigest() == source[meme_id].sha256
+
+
+SECRETS_SCRIPT = """
+import hashlib, json, sys
+from sqlalchemy import select
+from mewdex.channels import bindings, webhook
+from mewdex.db.engine import get_sessionmaker
+from mewdex.db.models import ChannelBinding, ExternalSystemDefinition
+from mewdex.providers import connectors
+with get_sessionmaker().begin() as session:
+    named = ExternalSystemDefinition.name == sys.argv[1]
+    d = session.execute(select(ExternalSystemDefinition).where(named)).scalar_one()
+    key = connectors._open_all(d.credentials, connectors._definition_aad(d.definition_id))["api_key"]
+    row = session.execute(select(ChannelBinding).where(ChannelBinding.scope_id == sys.argv[2])).scalar_one()
+    binding = bindings.view(row)
+webhook.ADAPTER.send_text(binding, webhook.ADAPTER.target_of(binding), "restored")
+from mewdex.runtime.doctor import check_secrets
+print(json.dumps({"api_key_sha256": hashlib.sha256(key.encode()).hexdigest(), "secrets": check_secrets()}))
+"""
+
+
+def test_restored_secrets_decrypt_and_the_webhook_signs_with_the_same_secret(library, restored):
+    library.receiver.secret = library.secret
+    before = len(library.receiver.requests)
+    proc = subprocess.run(
+        [str(MEWDEX_BIN.parent / "python"), "-c", SECRETS_SCRIPT, library.definition_name, library.scope.scope_id],
+        env={**os.environ, **restored["env"]},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answer = _json(proc)
+    assert answer["api_key_sha256"] == hashlib.sha256(API_KEY.encode()).hexdigest()
+    assert answer["secrets"]["status"] == "ok", answer["secrets"]  # mewdex doctor's check: every sealed secret
+    assert int(answer["secrets"]["message"].split()[0]) >= 2
+    [request] = library.receiver.requests[before:]
+    assert request["verdict"] == "ok", request
+    assert library.receiver.events[-1]["data"] == {"text": "restored"}
+
+
+def test_second_backup_copies_only_new_blobs(library, sessions, store):
+    from mewdex.runtime.backup import backup
+
+    blobs_dir = library.dest / "blobs"
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in blobs_dir.rglob("*") if p.is_file()}
+    new_id = add_meme(sessions, store, library.scope, "a meme after the first backup")
+    second = backup(library.dest)
+    after = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in blobs_dir.rglob("*") if p.is_file()}
+    assert all(after[p] == v for p, v in before.items()), "a blob of the first backup was written again"
+    new_files = set(after) - set(before)
+    assert second["blobs"]["copied"] == len(new_files) >= 1
+    assert second["blobs"]["reused"] == second["blobs"]["total"] - second["blobs"]["copied"]
+    with sessions.begin() as session:
+        sha = session.execute(text("SELECT sha256 FROM memes WHERE id = :i"), {"i": new_id}).scalar_one()
+    assert any(p.name.startswith(sha) for p in new_files)
+    assert second["snapshot"] != library.first["snapshot"]
+
+
+def test_restore_refuses_damage_a_newer_backup_and_a_full_target(library, restored):
+    from mewdex.runtime.backup import BackupError, restore
+
+    snapshot = library.dest / library.first["snapshot"]
+    with pytest.raises(BackupError) as full:  # this process's data dir holds data: refused without --force
+        restore(snapshot)
+    assert full.value.code == "restore_target_not_empty" and "--force" in full.value.message
+
+    copy = Path(tempfile.mkdtemp(prefix="mewdex-damaged-"))
+    try:
+        shutil.copytree(snapshot, copy / snapshot.name)
+        os.symlink(library.dest / "blobs", copy / "blobs")
+        manifest = json.loads((snapshot / "manifest.json").read_text())
+        manifest["schema_revision"] = "9999_from_the_future"
+        (copy / snapshot.name / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(BackupError) as newer:
+            restore(copy)
+        assert newer.value.code == "backup_too_new" and "upgrade mewdex first" in newer.value.message
+
+        shutil.copyfile(snapshot / "manifest.json", copy / snapshot.name / "manifest.json")
+        dump = copy / snapshot.name / "database.dump"
+        data = bytearray(dump.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        dump.write_bytes(bytes(data))
+        damaged = _cli(restored["env"], "restore", str(copy), "--force", "--json")
+        error = _json(damaged)["error"]
+        assert damaged.returncode == 1 and error["code"] == "backup_corrupted", damaged.stdout
+        assert f"{snapshot.name}/database.dump" in error["message"]
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+    assert restored["client"].get("/api/v1/memes").status_code == 200, "a refused restore touched nothing"
+
+
+def test_blob_deletion_waits_for_a_running_backup(library, sessions, store):
+    """The backup lease: a meme deleted while a backup runs keeps its file until the backup ends."""
+    import psycopg
+
+    from mewdex.db.engine import get_engine
+    from mewdex.db.scopes import storage_namespace
+    from mewdex.library import memes
+    from mewdex.storage import journal
+
+    meme_id = add_meme(sessions, store, library.scope, "deleted during a backup")
+    with sessions.begin() as session:
+        key = session.execute(text("SELECT storage_key FROM memes WHERE id = :i"), {"i": meme_id}).scalar_one()
+        namespace = storage_namespace(session, library.scope.scope_id)
+    url = get_engine().url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as lease:
+        lease.execute("SELECT pg_advisory_lock(%s)", (journal.BACKUP_LEASE_KEY,))
+        memes.delete(sessions, store, library.scope, uuid.UUID(meme_id))
+        assert store.exists(namespace, key), "removed while a backup held its lease"
+        with sessions.begin() as session:
+            counts = journal.recover(session, store, older_than_seconds=0)
+        assert counts["deferred"] >= 1 and store.exists(namespace, key)
+    with sessions.begin() as session:
+        assert journal.finish_deferred(session, store)["completed"] >= 1
+        states = session.execute(
+            text("SELECT status FROM storage_operations WHERE source_key = :k AND operation_type = 'delete'"),
+            {"k": key},
+        ).scalars()
+        assert set(states) == {"completed"}
+    assert not store.exists(namespace, key)
