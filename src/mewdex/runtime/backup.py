@@ -347,16 +347,13 @@ def backup(dest: str | Path, *, keep: int | None = None, progress: Progress | No
     "seconds"}``. Raises :class:`BackupError`; the result (either way) is recorded for ``/health``."""
     started = time.monotonic()
     progress = progress or _Quiet()
-    target = open_target(dest)
     try:
-        summary = _backup(target, progress, keep)
+        summary = _backup(open_target(dest), progress, keep)
     except BackupError as exc:
-        record_result({"status": "failed", "code": exc.code, "message": exc.message, "dest": target.describe()})
+        record_result({"status": "failed", "code": exc.code, "message": exc.message, "dest": str(dest)})
         raise
     except Exception as exc:
-        record_result(
-            {"status": "failed", "code": "backup_failed", "message": type(exc).__name__, "dest": target.describe()}
-        )
+        record_result({"status": "failed", "code": "backup_failed", "message": type(exc).__name__, "dest": str(dest)})
         raise
     summary["seconds"] = round(time.monotonic() - started, 3)
     record_result({"status": "ok", **{k: summary[k] for k in ("snapshot", "dest", "counts", "blobs", "seconds")}})

@@ -1,0 +1,217 @@
+"""Scheduled backups (``backup_check`` → ``backup`` through the periodic scheduler's queue), their last
+result on ``/health`` and the admin page, ``mewdex doctor``, ``mewdex reindex`` over every library and
+the start-up rebuild when the search recipe changed (issue 34, items 1 and 6)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+from typer.testing import CliRunner
+
+from channel_helpers import add_meme
+from conftest import client_for, drain_queue, drop_scope, new_scope
+
+
+def _run_schedule(sessions, name: str) -> None:
+    """Enqueue one slot of the built-in schedule ``name`` and run the system scope's queue with a real worker."""
+    from mewdex.db.models import ScopeContext
+    from mewdex.library.scopes import ensure_scope
+    from mewdex.queue.scheduler import enqueue_slot
+    from mewdex.runtime.maintenance import SYSTEM_SCOPE, schedules
+
+    [schedule] = [s for s in schedules() if s.name == name]
+    with sessions.begin() as session:
+        ensure_scope(session, ScopeContext(SYSTEM_SCOPE))  # what every entry point's start-up makes
+        enqueue_slot(session, schedule, random.randrange(10**12, 10**13))
+    drain_queue(sessions, ScopeContext(SYSTEM_SCOPE), timeout=180)
+
+
+def _pretend_checked_minutes_ago(sessions, minutes: int) -> None:
+    from mewdex.platform.instance import get_setting, set_setting
+    from mewdex.runtime.backup import SCHEDULE_STATE_SETTING
+
+    with sessions.begin() as session:
+        state = dict(get_setting(session, SCHEDULE_STATE_SETTING, None) or {})
+        state["after"] = (datetime.now(UTC) - timedelta(minutes=minutes)).isoformat()
+        set_setting(session, SCHEDULE_STATE_SETTING, state)
+
+
+def _backup_tasks(sessions) -> list[tuple[str, str]]:
+    with sessions.begin() as session:
+        return [
+            tuple(row)
+            for row in session.execute(
+                text(
+                    "SELECT status, coalesce(error->>'code', '') FROM tasks WHERE task_type = 'backup'"
+                    " ORDER BY created_at"
+                )
+            ).all()
+        ]
+
+
+@pytest.fixture
+def no_backup_state(sessions):
+    from mewdex.runtime.backup import LAST_BACKUP_SETTING, SCHEDULE_STATE_SETTING
+
+    def clear():
+        with sessions.begin() as session:
+            session.execute(
+                text("DELETE FROM platform_settings WHERE key IN (:a, :b)"),
+                {"a": LAST_BACKUP_SETTING, "b": SCHEDULE_STATE_SETTING},
+            )
+            session.execute(text("DELETE FROM tasks WHERE task_type IN ('backup', 'backup_check')"))
+
+    clear()
+    yield
+    clear()
+
+
+def test_scheduled_backups_run_keep_n_and_show_on_health_and_the_admin_page(
+    sessions, settings_env, tmp_path, no_backup_state
+):
+    dest = tmp_path / "scheduled"
+    settings_env(
+        MEWDEX_BACKUP_DEST=str(dest), MEWDEX_BACKUP_CRON="*/5 * * * *", MEWDEX_BACKUP_KEEP="1", MEWDEX_AUTH="none"
+    )
+    _run_schedule(sessions, "backup_check")  # the first check only starts counting: nothing is due yet
+    assert _backup_tasks(sessions) == []
+    _pretend_checked_minutes_ago(sessions, 6)  # a run of */5 fell since the last check
+    _run_schedule(sessions, "backup_check")
+    assert _backup_tasks(sessions) == [("succeeded", "")]
+    _run_schedule(sessions, "backup_check")  # checked just now: nothing due again
+    assert len(_backup_tasks(sessions)) == 1
+    first = sorted(p.name for p in dest.iterdir() if p.name != "blobs")
+
+    _pretend_checked_minutes_ago(sessions, 6)
+    _run_schedule(sessions, "backup_check")
+    assert _backup_tasks(sessions) == [("succeeded", ""), ("succeeded", "")]
+    snapshots = sorted(p.name for p in dest.iterdir() if p.name != "blobs")
+    assert len(snapshots) == 1 and snapshots != first, "MEWDEX_BACKUP_KEEP=1 keeps the newest snapshot only"
+
+    with client_for() as client:
+        health = client.get("/health").json()
+        assert health["backup"]["configured"] is True and health["backup"]["stale"] is False
+        assert health["backup"]["last"]["status"] == "ok" and health["backup"]["last"]["snapshot"] == snapshots[0]
+        page = client.get("/admin", headers={"Accept-Language": "en"}).text
+        assert 'data-status="ok"' in page and snapshots[0] in page and "*/5 * * * *" in page
+        zh = client.get("/admin", headers={"Accept-Language": "zh-CN"}).text
+        assert "上次备份" in zh and snapshots[0] in zh
+
+        settings_env(MEWDEX_BACKUP_DEST="ftp://nowhere/backups")  # a failure is recorded and shown
+        _pretend_checked_minutes_ago(sessions, 6)
+        _run_schedule(sessions, "backup_check")
+        assert _backup_tasks(sessions)[-1] == ("failed", "backup_dest_invalid")
+        last = client.get("/health").json()["backup"]["last"]
+        assert last["status"] == "failed" and last["code"] == "backup_dest_invalid" and last["last_ok_at"]
+        assert 'data-status="failed"' in client.get("/admin").text
+
+
+def test_doctor_reports_a_failed_backup_with_its_fix_and_exits_1(sessions, settings_env, no_backup_state):
+    from mewdex.cli import app
+    from mewdex.runtime.backup import record_result
+
+    settings_env(MEWDEX_BACKUP_DEST="/srv/backups/mewdex")
+    record_result({"status": "failed", "code": "backup_store_failed", "message": "disk full", "dest": "/srv"})
+    result = CliRunner().invoke(app, ["doctor", "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    checks = {c["name"]: c for c in report["checks"]}
+    assert list(checks) == [
+        "database", "migrations", "disk", "secrets", "models", "egress", "search_index", "backups",
+    ]  # fmt: skip
+    assert report["ok"] is False
+    assert checks["backups"]["status"] == "problem" and "backup_store_failed" in checks["backups"]["message"]
+    assert checks["backups"]["fix"] == "mewdex backup /srv/backups/mewdex"
+    assert checks["database"]["status"] == checks["migrations"]["status"] == "ok"
+    assert checks["secrets"]["status"] == "ok" and checks["models"]["status"] == "ok"
+
+    settings_env(MEWDEX_EGRESS_ALLOW_HOSTS='["no-port-here"]')
+    result = CliRunner().invoke(app, ["doctor"])
+    assert result.exit_code == 1
+    assert (
+        re.search(r"problem\s+egress: .*no-port-here", result.stdout) and "MEWDEX_EGRESS_ALLOW_HOSTS" in result.stdout
+    )
+
+
+@pytest.fixture
+def two_libraries(sessions, store):
+    scopes = [new_scope(sessions, "rx"), new_scope(sessions, "rx")]
+    for i, scope in enumerate(scopes):
+        add_meme(sessions, store, scope, f"reindex meme {i}")
+    yield scopes
+    with sessions.begin() as session:  # builds this test started in other tests' scopes are not theirs to run
+        session.execute(
+            text(
+                "DELETE FROM search_generations g USING tasks t WHERE t.task_type = 'search_reindex'"
+                " AND t.dedupe_key = g.id::text AND t.payload->>'reason' IN ('recipe_changed', 'requested')"
+                " AND t.created_at > now() - interval '10 minutes' AND g.status IN ('building', 'ready')"
+            )
+        )
+        session.execute(
+            text(
+                "DELETE FROM tasks WHERE task_type = 'search_reindex' AND status IN ('queued', 'running')"
+                " AND payload->>'reason' IN ('recipe_changed', 'requested')"
+            )
+        )
+    for scope in scopes:
+        drop_scope(sessions, scope)
+
+
+def _reindex_tasks(sessions, scope_ids) -> dict[str, str]:
+    with sessions.begin() as session:
+        rows = session.execute(
+            text(
+                "SELECT scope_id, payload->>'reason' FROM tasks WHERE task_type = 'search_reindex'"
+                " AND scope_id = ANY(:s) AND status = 'queued'"
+            ),
+            {"s": scope_ids},
+        ).all()
+    return dict(rows)
+
+
+def test_a_search_recipe_change_queues_a_rebuild_of_every_library_shown_on_the_admin_page(
+    sessions, settings_env, two_libraries
+):
+    from mewdex.platform.instance import set_setting
+    from mewdex.runtime import SEARCH_RECIPE_SETTING, check_search_recipe
+    from mewdex.search.documents import recipe
+
+    ids = [s.scope_id for s in two_libraries]
+    check_search_recipe()  # records the current recipe if no start did yet
+    assert check_search_recipe() == [], "an unchanged recipe queues nothing"
+    with sessions.begin() as session:
+        set_setting(session, SEARCH_RECIPE_SETTING, "recipe-of-an-older-release")
+    started = check_search_recipe()
+    assert set(ids) <= set(started)
+    assert _reindex_tasks(sessions, ids) == dict.fromkeys(ids, "recipe_changed")
+    with sessions.begin() as session:
+        assert (
+            session.execute(
+                text("SELECT value FROM platform_settings WHERE key = :k"), {"k": SEARCH_RECIPE_SETTING}
+            ).scalar_one()
+            == recipe()
+        )
+    assert check_search_recipe() == [], "recorded: the next start queues nothing"
+
+    settings_env(MEWDEX_AUTH="none")
+    with client_for() as client:
+        page = client.get("/admin", headers={"Accept-Language": "en"}).text
+        assert 'id="admin-rebuilds"' in page and "the search recipe changed" in page
+        assert all(scope_id in page for scope_id in ids)
+        assert "搜索配方已更新" in client.get("/admin", headers={"Accept-Language": "zh-CN"}).text
+
+
+def test_reindex_covers_every_library(sessions, two_libraries):
+    from mewdex.cli import app
+
+    ids = [s.scope_id for s in two_libraries]
+    result = CliRunner().invoke(app, ["reindex"])
+    assert result.exit_code == 0, result.output
+    for scope_id in ids:
+        assert re.search(rf"{scope_id}: building generation \S+\s+with \S+", result.stdout), result.stdout
+    assert _reindex_tasks(sessions, ids) == dict.fromkeys(ids, "requested")
