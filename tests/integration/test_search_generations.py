@@ -191,9 +191,9 @@ def test_status_api_shape(scope):
 
 
 def test_cli_reindex_starts_a_build_that_the_queue_completes(mewdex_env, sessions, scope, drain):
-    proc = mewdex_env.cli("reindex", "--model", "use", scope=scope.scope_id, check=True)
+    proc = mewdex_env.cli("reindex", "--model", "use", "--scope", scope.scope_id, check=True)
     assert "building generation" in proc.stdout and proc.stdout.count("building generation") == 1
-    assert mewdex_env.cli("reindex", "--model", "nope", scope=scope.scope_id).returncode == 2
+    assert mewdex_env.cli("reindex", "--model", "nope", "--scope", scope.scope_id).returncode == 2
     with sessions.begin() as session:
         assert generations.status(session, scope.scope_id)["legs"]["use"]["building"]["task"]["status"] == "queued"
     drain(scope)
