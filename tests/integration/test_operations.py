@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import random
 import re
+import tempfile
+import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -15,6 +18,7 @@ from typer.testing import CliRunner
 
 from channel_helpers import add_meme
 from conftest import client_for, drain_queue, drop_scope, new_scope
+from s3_helpers import s3_server  # noqa: F401 - fixture
 
 
 def _run_schedule(sessions, name: str) -> None:
@@ -215,3 +219,42 @@ def test_reindex_covers_every_library(sessions, two_libraries):
     for scope_id in ids:
         assert re.search(rf"{scope_id}: building generation \S+\s+with \S+", result.stdout), result.stdout
     assert _reindex_tasks(sessions, ids) == dict.fromkeys(ids, "requested")
+
+
+def test_backup_to_s3_is_content_addressed_verifiable_and_pruned(sessions, store, settings_env, s3_server):
+    """DEST = s3://bucket/prefix with the S3 store's settings: the same layout, checks and pruning."""
+    from mewdex.runtime.backup import backup, read_manifest, resolve_source, verify
+
+    env = s3_server.env("unused")
+    settings_env(
+        **{k: v for k, v in env.items() if k != "MEWDEX_BLOB_STORE"}
+    )  # the endpoint and credentials; the library's own blobs stay local
+    dest = s3_server.url(f"backups-{uuid.uuid4().hex[:8]}")
+    scope = new_scope(sessions, "s3bk")
+    try:
+        add_meme(sessions, store, scope, "s3 backup meme")
+        first = backup(dest)
+        assert first["blobs"]["copied"] >= 1 and first["blobs"]["missing"] == 0
+        add_meme(sessions, store, scope, "another s3 backup meme")
+        second = backup(dest, keep=1)
+        assert second["blobs"]["copied"] == 1, "only the new meme's file is sent again"
+        assert second["removed_snapshots"] == [first["snapshot"]]
+        target, name = resolve_source(dest)
+        assert name == second["snapshot"]
+        manifest = read_manifest(target, name)
+        with tempfile.TemporaryDirectory() as tmp:
+            local = verify(target, name, manifest, Path(tmp), _Silent())
+            assert set(local) == set(manifest["files"]) and "database.dump" in local
+        kept = {(b["namespace"], b["key"]) for b in manifest["blobs"]}
+        stored = {(ns, key) for ns in {n for n, _ in kept} for key in target.blobs.iter_keys(ns)}
+        assert stored == kept, "pruning left exactly the blobs the kept snapshot lists"
+    finally:
+        drop_scope(sessions, scope)
+
+
+class _Silent:
+    def phase(self, name, total):
+        pass
+
+    def advance(self, steps=1):
+        pass
