@@ -320,6 +320,9 @@ def test_restore_refuses_damage_a_newer_backup_and_a_full_target(library, restor
         assert f"{snapshot.name}/database.dump" in error["message"]
     finally:
         shutil.rmtree(copy, ignore_errors=True)
+    in_use = _cli(restored["env"], "restore", str(snapshot), "--force", "--json")  # its server still runs
+    assert in_use.returncode == 1 and _json(in_use)["error"]["code"] == "restore_target_in_use"
+    assert "mewdex serve:" in _json(in_use)["error"]["message"]
     assert restored["client"].get("/api/v1/memes").status_code == 200, "a refused restore touched nothing"
 
 

@@ -26,6 +26,7 @@ that holds data unless ``force``.
 
 Errors: :class:`BackupError` with a stable ``code`` (``backup_running``, ``backup_not_found``,
 ``backup_incomplete``, ``backup_corrupted``, ``backup_too_new``, ``restore_target_not_empty``,
+``restore_target_in_use``,
 ``backup_dest_invalid``, ``pg_dump_failed``, ``pg_restore_failed``, ``backup_store_failed``);
 messages name files, never a credential.
 """
@@ -544,13 +545,20 @@ def last_result(session) -> dict[str, Any] | None:
 def health(session) -> dict[str, Any]:
     """``/health``'s ``backup`` entry: ``{"configured": bool, "last": last_result | None, "stale":
     bool}``; ``stale``: scheduled backups are configured (``MEWDEX_BACKUP_DEST``) and the last
-    successful backup is older than twice their interval (at least a day), or there is none."""
+    successful backup — or, without one, the start of the schedule — is older than twice their
+    interval (at least a day)."""
+    from mewdex.platform.instance import get_setting
+
     settings = get_settings()
     last = last_result(session)
     stale = False
     if settings.backup_dest:
-        ok_at = (last or {}).get("last_ok_at")
-        stale = ok_at is None or datetime.now(UTC) - datetime.fromisoformat(ok_at) > stale_after(settings.backup_cron)
+        # since the last good backup, or since scheduled backups started (the first check) when none
+        since = (last or {}).get("last_ok_at") or (get_setting(session, SCHEDULE_STATE_SETTING, None) or {}).get(
+            "since"
+        )
+        if since is not None:
+            stale = datetime.now(UTC) - datetime.fromisoformat(since) > stale_after(settings.backup_cron)
     return {"configured": bool(settings.backup_dest), "last": last, "stale": stale}
 
 
@@ -648,6 +656,16 @@ def _database_has_tables(url: str, env: dict[str, str]) -> bool:
         )
 
 
+def _other_clients(url: str, env: dict[str, str]) -> list[str]:
+    """``application_name`` of the other client connections to the target database."""
+    with _connect(url, env) as conn:
+        rows = conn.execute(
+            "SELECT DISTINCT coalesce(nullif(application_name, ''), 'unnamed client') FROM pg_stat_activity"
+            " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND datname = current_database()"
+        ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
 def target_contents(manifest: dict[str, Any]) -> list[str]:
     """What the restore target already holds (empty: it may be filled): tables in the database, key
     files in the data dir, blobs of the backup's namespaces in the store."""
@@ -691,6 +709,11 @@ def restore(src: str | Path, *, force: bool = False, progress: Progress | None =
     url, env = _libpq()
     with tempfile.TemporaryDirectory(prefix="mewdex-restore-") as tmp_dir:
         local = verify(target, name, manifest, Path(tmp_dir), progress)
+        if force and (others := _other_clients(url, env)):
+            raise BackupError(
+                "restore_target_in_use",
+                f"other processes use the target database ({', '.join(others)}): stop mewdex serve and workers first",
+            )
         progress.phase("restoring the database", None)
         reset_engine()
         if force:
@@ -761,7 +784,7 @@ def backup_check(ctx: TaskContext) -> dict[str, Any]:
         session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('backup_check', 0))"))
         state = dict(get_setting(session, SCHEDULE_STATE_SETTING, None) or {})
         if state.get("cron") != settings.backup_cron or "after" not in state:
-            state.update(cron=settings.backup_cron, after=now.isoformat())
+            state.update(cron=settings.backup_cron, after=now.isoformat(), since=now.isoformat())
             set_setting(session, SCHEDULE_STATE_SETTING, state)
             return {"queued": None}
         due = cronmath.next_run(settings.backup_cron, "UTC", datetime.fromisoformat(state["after"]))
