@@ -96,37 +96,24 @@ def check_disk() -> Check:
 
 def sealed_secrets(session) -> list[tuple[str, Callable[[], object]]]:
     """Every sealed secret stored now, as ``(where, open)``: ``open()`` decrypts it (raises when it
-    cannot). Walks the places that seal secrets today: connector definitions and personal systems,
-    channel bindings, the WeCom app."""
+    cannot). Walks the registry of sealed columns (:data:`mewdex.providers.sealed_fields.SEALED_COLUMNS`),
+    each value with the AAD it was sealed with."""
     from sqlalchemy import select
 
-    from mewdex.channels import bindings, wecom
-    from mewdex.db.models import ChannelBinding, ExternalSystem, ExternalSystemDefinition
-    from mewdex.platform.instance import get_setting
-    from mewdex.providers import connectors, secrets
+    from mewdex.providers import secrets
+    from mewdex.providers.sealed_fields import SEALED_COLUMNS
 
     out: list[tuple[str, Callable[[], object]]] = []
-    for definition in session.execute(select(ExternalSystemDefinition)).scalars():
-        aad = connectors._definition_aad(definition.definition_id)
-        for field, value in (definition.credentials or {}).items():
-            if secrets.is_sealed(value):
-                out.append((f"connector {definition.name!r} {field}", partial(secrets.open_sealed, value, aad)))
-    for system in session.execute(select(ExternalSystem)).scalars():
-        aad = connectors._system_aad(system.external_system_id)
-        for field, value in (system.credentials or {}).items():
-            if secrets.is_sealed(value):
-                where = f"personal connector {system.name!r} {field}"
-                out.append((where, partial(secrets.open_sealed, value, aad)))
-    for binding in session.execute(select(ChannelBinding)).scalars():
-        if any(secrets.is_sealed(v) for v in (binding.config or {}).values()):
-            out.append(
-                (
-                    f"the {binding.channel} binding of scope {binding.scope_id!r}",
-                    partial(bindings.open_config, binding.scope_id, binding.channel, binding.config or {}),
-                )
-            )
-    if get_setting(session, wecom.APP_SETTING, None):
-        out.append(("the WeCom app", partial(wecom.load_app, session)))
+    for column in SEALED_COLUMNS:
+        for row in session.execute(select(column.model)).scalars():
+            value = getattr(row, column.column)
+            if not isinstance(value, dict):
+                continue
+            key = "/".join(str(getattr(row, k)) for k in column.key)
+            for member, sealed in value.items():
+                if secrets.is_sealed(sealed):
+                    where = f"{column.name}[{key}].{member}"
+                    out.append((where, partial(secrets.open_sealed, sealed, column.aad(row, member))))
     return out
 
 
