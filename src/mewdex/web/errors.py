@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mewdex.dto.errors import DomainError, ErrorBody, ErrorDetail, error_body  # noqa: F401 (re-exported)
@@ -207,10 +207,3 @@ def install(app: FastAPI) -> None:
             return page
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, _exc: Exception):
-        # Starlette's last resort (it logs the exception and re-raises it after answering): a page
-        # request sees the error page, anything else the plain 500 as before.
-        if wants_page(request) and (page := error_page(request, 500, "internal_error")) is not None:
-            return page
-        return PlainTextResponse("Internal Server Error", status_code=500)

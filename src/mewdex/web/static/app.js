@@ -814,13 +814,15 @@ function uploadPage() {
 
 // The task list polls every 2 s while "live" is ticked (the check lives here, not in an hx-trigger
 // filter: the Content-Security-Policy allows no eval). The poll waits while the keyboard focus is in the
-// list (on a Retry or Cancel button), so a refresh never takes the focus away; a swap the page asked
-// for (a filter, after Retry) puts the focus back on the same task's row.
+// list (on a Retry or Cancel button), so a refresh never takes it away; any other swap (a filter, after
+// Retry, a poll after a mouse click) puts the focus back on the same task's row.
 document.body.addEventListener("htmx:beforeRequest", (e) => {
   const live = document.getElementById("tasks-live");
   const list = document.getElementById("task-live");
   if (!e.detail.elt || e.detail.elt !== list) return;
-  if ((live && !live.checked) || list.contains(document.activeElement)) e.preventDefault();
+  const el = document.activeElement;
+  const keyboardFocusInside = el && list.contains(el) && el.matches(":focus-visible");
+  if ((live && !live.checked) || keyboardFocusInside) e.preventDefault();
 });
 let taskFocus = null;
 document.body.addEventListener("htmx:beforeSwap", (e) => {
