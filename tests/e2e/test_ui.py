@@ -289,6 +289,7 @@ def test_every_page_renders_without_horizontal_scroll(browser, work_server, sess
     context.close()
     assert not errors
 
+
 # ------------------------------------------------------------------ the search box while typing (issue 35)
 
 TYPED = "change my mind, grumpy cat is mad"  # 33 characters
@@ -374,7 +375,9 @@ def test_try_examples_search_when_clicked(page, search_server):
 # ------------------------------------------------------------------ progress, tasks, header, chat (issue 35)
 
 
-def test_progress_shows_on_search_library_and_tasks_and_focus_stays_on_cancel(page, work_server, sessions, store, drain):
+def test_progress_shows_on_search_library_and_tasks_and_focus_stays_on_cancel(
+    page, work_server, sessions, store, drain
+):
     """The "N of M still being processed" notes, the batch's "x of y" on the tasks page, lanes named like
     their tasks, and the keyboard focus kept on Cancel through the live refresh."""
     from mewdex.library.memes import add_image
@@ -437,7 +440,8 @@ def test_progress_shows_on_search_library_and_tasks_and_focus_stays_on_cancel(pa
 
 def test_one_header_layout_on_every_page_and_an_html_404(browser, work_server):
     paths = ["/", "/library", "/upload", "/collections", "/chat", "/schedules", "/tasks", "/settings/channels"]
-    header = """() => [...document.querySelectorAll('.topbar .brand, .topbar nav a, .topbar .nav-toggle, .topbar .lang a')]
+    header = """() => [...document.querySelectorAll(
+        '.topbar .brand, .topbar nav a, .topbar .nav-toggle, .topbar .lang a')]
         .filter((el) => el.offsetParent).map((el) => { const r = el.getBoundingClientRect();
         return [el.textContent.trim(), Math.round(r.x), Math.round(r.y), Math.round(r.width)]; })"""
     for viewport, lang in ((DESKTOP, "en"), (PHONE, "zh")):

@@ -12,7 +12,8 @@ PAGE = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
 
 
 @pytest.mark.parametrize(
-    "language,lang,title", [("en-US,en;q=0.9", 'lang="en"', "Not found"), ("zh-CN,zh;q=0.9", 'lang="zh-CN"', "找不到页面")]
+    "language,lang,title",
+    [("en-US,en;q=0.9", 'lang="en"', "Not found"), ("zh-CN,zh;q=0.9", 'lang="zh-CN"', "找不到页面")],
 )
 def test_an_unknown_page_is_an_html_404_in_the_pages_language(client, language, lang, title):
     r = client.get("/settings-that-do-not-exist", headers={**PAGE, "Accept-Language": language})

@@ -6,6 +6,7 @@ A browser opening a page (a GET that accepts ``text/html``, outside ``/api/``, `
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -132,20 +133,31 @@ def wants_page(request: Request) -> bool:
     )
 
 
+# The pages' renderer (``routers.pages.render``: template name, context, status → response), which
+# registers itself when the pages are loaded; the routers import this module, not the other way.
+PageRenderer = Callable[..., Response]
+_render_page: PageRenderer | None = None
+
+
+def set_page_renderer(render: PageRenderer) -> None:
+    global _render_page
+    _render_page = render
+
+
 def error_page(
     request: Request, status: int, code: str | None = None, headers: dict[str, str] | None = None
 ) -> Response | None:
     """The HTML error page for ``status`` in the request's language; None when it cannot be rendered
     (the caller then answers with JSON)."""
-    from mewdex.web.routers import pages  # the page renderer (its module imports this one)
-
+    if _render_page is None:
+        return None
     try:
         if status == 404:
-            response = pages.render(request, "not_found.html", {"page": "none"}, status_code=404)
+            response = _render_page(request, "not_found.html", {"page": "none"}, status_code=404)
         else:
             kind = _PAGE_KINDS.get(status, "server" if status >= 500 else "bad_request")
             context = {"page": "none", "status": status, "kind": kind, "code": code}
-            response = pages.render(request, "error.html", context, status_code=status)
+            response = _render_page(request, "error.html", context, status_code=status)
     except Exception:  # noqa: BLE001 — a page that cannot render (database gone) falls back to JSON
         return None
     response.headers.update(headers or {})
@@ -206,4 +218,3 @@ def install(app: FastAPI) -> None:
         if wants_page(request) and (page := error_page(request, exc.status_code, code)) is not None:
             return page
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
-

@@ -32,7 +32,7 @@ from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError
 from mewdex.search import image_search, service
 from mewdex.search.confidence import strong_match
-from mewdex.web import i18n, views
+from mewdex.web import errors, i18n, views
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
 from mewdex.web.routers.health import page_state
@@ -91,6 +91,9 @@ def render(request: Request, name: str, context: dict | None = None, status_code
         base["signed_in"] = {"email": principal.user.email, "admin": principal.is_admin}
         base["time_zone"] = principal.user.time_zone  # times.js shows times in it (else the browser's)
     return templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
+
+
+errors.set_page_renderer(render)  # error pages for browsers (mewdex.web.errors.error_page)
 
 
 def _not_found(request: Request):
