@@ -12,6 +12,7 @@ import re
 import shutil
 import zipfile
 
+import httpx
 import pytest
 from PIL import Image
 
@@ -406,6 +407,11 @@ def test_progress_shows_on_search_library_and_tasks_and_focus_stays_on_cancel(
     assert "Image analysis" in legend and "Text and context" in legend and "Search index" in legend
     assert page.locator("#bulk-collection option").first.get_attribute("value") == ""
     page.shot("library-progress")
+    created = httpx.post(work_server.url + "/api/v1/collections", json={"name": "placeholder check"}, timeout=30)
+    assert created.status_code in (200, 201), created.text
+    page.goto(f"{work_server.url}/memes/{ids[0]}")
+    options = page.locator("form[data-action-form=add-to-collection] select option")
+    assert options.first.get_attribute("value") == "" and options.count() >= 2  # a placeholder, not the first
 
     page.goto(work_server.url + "/tasks")
     batch = page.locator(f".batch[data-batch='{batch_id}']")
