@@ -58,7 +58,7 @@ INSTRUMENT = """() => {
     requestAnimationFrame(() => {
       const now = performance.now();
       if (t0 !== null) window.__lat.push(now - t0);
-      if (last !== null) window.__final[q] = now - last;
+      window.__final[q] = last === null ? null : now - last;
     });
     window.__t0 = null;
   });
@@ -77,7 +77,7 @@ def _warm_up(page, queries: list[str]) -> None:
     box = page.locator("#q")
     for query in queries[:5]:  # models and caches
         box.fill(query)
-        page.wait_for_function("q => document.querySelector('#results .result-meta')?.dataset.query === q", arg=query)
+        page.wait_for_function("q => q in window.__final", arg=query, timeout=60_000)
 
 
 def measure(url: str, queries: list[str], rounds: int) -> list[float]:
@@ -105,8 +105,9 @@ def measure(url: str, queries: list[str], rounds: int) -> list[float]:
     return sorted(timings)
 
 
-def measure_typed(url: str, queries: list[str], delay_ms: int) -> list[tuple[str, int, float]]:
-    """``(query, search requests, final-result latency ms)`` for each query typed key by key."""
+def measure_typed(url: str, queries: list[str], delay_ms: int) -> list[tuple[str, int, float, float]]:
+    """``(query, search requests, final-result latency ms, the server's search ms of those results)`` for
+    each query typed key by key."""
     from playwright.sync_api import sync_playwright
 
     out = []
@@ -125,17 +126,19 @@ def measure_typed(url: str, queries: list[str], delay_ms: int) -> list[tuple[str
             page.evaluate("() => { window.__final = {}; }")
             sent.clear()
             box.press_sequentially(query, delay=delay_ms)
-            page.wait_for_function("q => q in window.__final", arg=query.strip(), timeout=30_000)
+            page.wait_for_function("q => q in window.__final", arg=query, timeout=30_000)
             page.wait_for_timeout(350)  # a search sent after the results would be counted too
-            out.append((query, len(sent), page.evaluate("q => window.__final[q]", query.strip())))
+            took = page.evaluate("() => document.querySelector('#results .result-meta')?.dataset.tookMs ?? null")
+            out.append((query, len(sent), page.evaluate("q => window.__final[q]", query), float(took or "nan")))
         browser.close()
     return out
 
 
-def report_typed(rows: list[tuple[str, int, float]], delay_ms: int) -> None:
-    counts = [n for _, n, _ in rows]
-    keys = sum(len(q) for q, _, _ in rows)
-    final = sorted(ms for _, _, ms in rows)
+def report_typed(rows: list[tuple[str, int, float, float]], delay_ms: int) -> None:
+    counts = [r[1] for r in rows]
+    keys = sum(len(r[0]) for r in rows)
+    final = sorted(r[2] for r in rows)
+    server = sorted(r[3] for r in rows if r[3] == r[3])  # NaN: a state without results (no time shown)
     p95 = final[int(0.95 * (len(final) - 1))]
     print(
         f"typed {len(rows)} queries key by key ({delay_ms} ms between keys, {keys} keys): "
@@ -143,8 +146,14 @@ def report_typed(rows: list[tuple[str, int, float]], delay_ms: int) -> None:
         f"final-result latency after the last key p50 {statistics.median(final):.0f} ms, p95 {p95:.0f} ms, "
         f"max {final[-1]:.0f} ms (250 ms pause included; target ≤ 3 requests per query, p95 ≤ 550 ms)"
     )
-    for query, n, ms in rows:
-        if len(query) == len(TYPED_33) and query == TYPED_33:
+    if server:
+        print(
+            f"  of which the server's search (its took_ms) p50 {statistics.median(server):.0f} ms, "
+            f"p95 {server[int(0.95 * (len(server) - 1))]:.0f} ms: page overhead p50 "
+            f"{statistics.median(final) - statistics.median(server):.0f} ms"
+        )
+    for query, n, ms, _took in rows:
+        if query == TYPED_33:
             print(f"  the 33-character query {query!r}: {n} requests, final results {ms:.0f} ms after the last key")
 
 

@@ -453,6 +453,7 @@ function searchPage() {
   const form = $("#search-form");
   let timer = null;
   let inflight = null;  // the AbortController of the search in flight
+  let inflightKey = null;  // and its query string
   let busyTries = 0;
 
   function params() {
@@ -499,9 +500,11 @@ function searchPage() {
     if (!retry) busyTries = 0;
     const p = params();
     const key = p.toString();
+    if (inflight && inflightKey === key && !retry) return;  // this very search is already on its way
     if (inflight) inflight.abort();
     const controller = new AbortController();
     inflight = controller;
+    inflightKey = key;
     results.setAttribute("aria-busy", "true");
     let resp;
     let body = "";
