@@ -24,7 +24,9 @@ def test_enter_in_the_search_box_opens_the_first_result(page, search_server, sam
     page.goto(search_server.url + "/")
     page.fill("#q", "grumpy cat")
     want = sample.ids["memegen/grumpycat/default.jpg"]
-    page.wait_for_function("id => document.querySelector('#results .card')?.dataset.id === id", arg=want)
+    # The server's first search loads the query models: give it the time a cold, busy machine needs.
+    first = "id => document.querySelector('#results .card')?.dataset.id === id"
+    page.wait_for_function(first, arg=want, timeout=60_000)
     page.wait_for_selector("#results .result-meta[data-query='grumpy cat']")
     page.press("#q", "Enter")
     dialog = page.locator("#detail-dialog")

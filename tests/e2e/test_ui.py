@@ -7,14 +7,16 @@ server of its own scope (``work_server``), seeded through the real library servi
 from __future__ import annotations
 
 import io
+import json
 import re
 import shutil
 import zipfile
 
+import httpx
 import pytest
 from PIL import Image
 
-from conftest import CORPUS, corpus_available
+from conftest import CORPUS, corpus_available, wait_until
 from ui_helpers import DESKTOP, PHONE, SCREENSHOTS, browser, page, search_server, work_server  # noqa: F401
 
 pytestmark = [
@@ -287,3 +289,209 @@ def test_every_page_renders_without_horizontal_scroll(browser, work_server, sess
         assert overflow <= 1, f"{path} scrolls sideways by {overflow}px at {viewport['width']}px"
     context.close()
     assert not errors
+
+
+# ------------------------------------------------------------------ the search box while typing (issue 35)
+
+TYPED = "change my mind, grumpy cat is mad"  # 33 characters
+HUMAN_DELAY_MS = 110  # between key presses: about 9 characters a second
+
+
+def searches(pg) -> list[str]:
+    """The search requests the page sends (their URLs), recorded from now on."""
+    seen: list[str] = []
+    pg.on("request", lambda r: seen.append(r.url) if "/ui/search?" in r.url else None)
+    return seen
+
+
+def shown_query(pg) -> str | None:
+    return pg.evaluate("() => document.querySelector('#results .result-meta')?.dataset.query ?? null")
+
+
+def test_a_typed_query_sends_few_searches_and_ends_on_its_results(page, search_server):
+    assert len(TYPED) == 33
+    page.goto(search_server.url + "/")
+    console_errors: list[str] = []
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    sent = searches(page)
+    page.locator("#q").press_sequentially(TYPED, delay=HUMAN_DELAY_MS)
+    wait_until(lambda: shown_query(page) == TYPED, 30, 0.1, "the results of the whole query")
+    page.wait_for_timeout(400)  # nothing more is sent once typing stopped
+    assert 1 <= len(sent) <= 3, sent
+    assert "q=change+my+mind%2C+grumpy+cat+is+mad" in sent[-1]
+    assert page.locator("#results .card").count() > 0
+    assert "q=change" in page.url  # the address keeps the query
+    assert not console_errors, console_errors
+    page.shot("daily-search-typed")
+
+
+def test_an_overloaded_search_says_so_then_asks_again_after_retry_after(page, search_server):
+    page.goto(search_server.url + "/")
+    answered: list[int] = []
+
+    def route(r):
+        if not answered:  # the first search: every slot busy, as the server answers it
+            answered.append(503)
+            body = json.dumps({"error": {"code": "overloaded", "message": "too many searches", "details": None}})
+            r.fulfill(status=503, headers={"Retry-After": "1"}, content_type="application/json", body=body)
+        else:
+            answered.append(200)
+            r.continue_()
+
+    page.route("**/ui/search?*", route)
+    page.fill("#q", "drake")
+    page.wait_for_selector("#results .state.error")
+    error = page.locator("#results .state.error").inner_text()
+    assert "too many searches are running at once" in error and "searching again in 1 s" in error
+    page.shot("daily-search-overloaded")
+    wait_until(lambda: shown_query(page) == "drake", 15, 0.1, "the search asked again")
+    assert answered == [503, 200]
+    assert page.locator("#results .card").count() > 0
+
+
+def test_a_failed_search_shows_an_error_with_retry_in_the_results(page, search_server):
+    page.context.add_cookies([{"name": "mewdex_lang", "value": "zh", "url": search_server.url}])
+    page.goto(search_server.url + "/")
+    page.route("**/ui/search?*", lambda r: r.abort("connectionrefused"))
+    page.fill("#q", "grumpy cat")
+    page.wait_for_selector("#results .state.error [data-action=retry-search]")
+    assert "无法连接服务器" in page.locator("#results").inner_text()
+    assert page.locator("#results .state.idle").count() == 0  # never the idle hint after a failed search
+    page.shot("daily-search-failed-zh")
+    page.unroute("**/ui/search?*")
+    page.click("#results [data-action=retry-search]")
+    wait_until(lambda: shown_query(page) == "grumpy cat", 15, 0.1, "the results after Retry")
+
+
+def test_try_examples_search_when_clicked(page, search_server):
+    page.set_viewport_size(PHONE)
+    page.goto(search_server.url + "/")
+    sent = searches(page)
+    page.click("#results .examples a[data-query='drake']")
+    wait_until(lambda: shown_query(page) == "drake", 15, 0.1, "the example's results")
+    assert page.input_value("#q") == "drake" and len(sent) == 1
+    assert page.locator("#results .card").count() > 0
+
+
+# ------------------------------------------------------------------ progress, tasks, header, chat (issue 35)
+
+
+def test_progress_shows_on_search_library_and_tasks_and_focus_stays_on_cancel(
+    page, work_server, sessions, store, drain
+):
+    """The "N of M still being processed" notes, the batch's "x of y" on the tasks page, lanes named like
+    their tasks, and the keyboard focus kept on Cancel through the live refresh."""
+    from mewdex.library.memes import add_image
+    from mewdex.queue import batches
+
+    scope = work_server.scope
+    drain(scope)  # earlier tests' work out of the way
+    with sessions.begin() as session:
+        batch_id = batches.create(session, scope.scope_id).batch_id
+    ids = []
+    for name in ("memegen/ants/default.jpg", "memegen/apcr/default.jpg"):  # files no other test adds
+        source, rel = name.split("/", 1)
+        data = (CORPUS / source / "images" / rel).read_bytes()
+        result = add_image(sessions, store, scope, data, filename=rel, provenance={"test": "e2e"}, batch_id=batch_id)
+        assert result.status == "created", result
+        ids.append(result.meme_id)
+    with sessions.begin() as session:
+        batches.seal(session, scope.scope_id, batch_id)
+
+    page.goto(work_server.url + "/")
+    note = page.locator(".search-hero .progress-note")
+    assert note.get_attribute("data-pending") == "2" and "2 of" in note.inner_text()
+    assert note.locator("a[href='/tasks']").count() == 1
+    page.goto(work_server.url + "/library")
+    assert "2 of" in page.locator(".progress-note").inner_text()
+    legend = page.locator("#chip-legend").inner_text()  # the 图/文/索 (Image/Text/Index) chips explained
+    assert "Image analysis" in legend and "Text and context" in legend and "Search index" in legend
+    assert page.locator("#bulk-collection option").first.get_attribute("value") == ""
+    page.shot("library-progress")
+    created = httpx.post(work_server.url + "/api/v1/collections", json={"name": "placeholder check"}, timeout=30)
+    assert created.status_code in (200, 201), created.text
+    page.goto(f"{work_server.url}/memes/{ids[0]}")
+    options = page.locator("form[data-action-form=add-to-collection] select option")
+    assert options.first.get_attribute("value") == "" and options.count() >= 2  # a placeholder, not the first
+
+    page.goto(work_server.url + "/tasks")
+    batch = page.locator(f".batch[data-batch='{batch_id}']")
+    assert "0 of 2 memes processed" in batch.inner_text()
+    # Lanes are named like the tasks they run.
+    task_name = page.locator(f"tr[data-task]:has(a[href='/memes/{ids[0]}']) td:first-child a").inner_text()
+    assert page.locator(".lane:has([data-lane=visual]) .lane-name").inner_text() == task_name == "Image analysis"
+    page.shot("tasks-batch")
+
+    # Keyboard focus on Cancel survives the 2 s refresh (the poll waits), and after Cancel it is back
+    # on the same task's row.
+    polls = []
+    page.on("request", lambda r: polls.append(r.url) if "/ui/tasks" in r.url else None)
+    row = f"tr[data-task]:has(a[href='/memes/{ids[0]}'])"
+    task_id = page.locator(row).get_attribute("data-task")
+    page.locator(f"{row} a[href^='/tasks/']").focus()
+    page.keyboard.press("Tab")  # to the row's links, then its Cancel button, by keyboard
+    page.keyboard.press("Tab")
+    focused = "() => [document.activeElement.dataset.action, document.activeElement.closest('tr')?.dataset.task]"
+    assert page.evaluate(focused) == ["cancel-task", task_id]
+    page.wait_for_timeout(2600)
+    assert polls == [] and page.evaluate(focused) == ["cancel-task", task_id]
+    page.keyboard.press("Enter")
+    wait_until(lambda: page.evaluate(focused)[1] == task_id and polls, 10, 0.1, "the focus back on the row")
+    page.wait_for_selector(f"tr[data-task='{task_id}'][data-status=failed]")
+    assert page.evaluate(focused)[1] == task_id
+    page.locator("h1").click()  # focus out of the list: the live refresh runs again
+    done = "1 of 2 memes processed · 1 failed"
+    wait_until(lambda: done in page.locator(f".batch[data-batch='{batch_id}']").inner_text(), 10, 0.2, "x of y")
+    page.shot("tasks-batch-after-cancel")
+
+
+def test_one_header_layout_on_every_page_and_an_html_404(browser, work_server):
+    paths = ["/", "/library", "/upload", "/collections", "/chat", "/schedules", "/tasks", "/settings/channels"]
+    header = """() => [...document.querySelectorAll(
+        '.topbar .brand, .topbar nav a, .topbar .nav-toggle, .topbar .lang a')]
+        .filter((el) => el.offsetParent).map((el) => { const r = el.getBoundingClientRect();
+        return [el.textContent.trim(), Math.round(r.x), Math.round(r.y), Math.round(r.width)]; })"""
+    for viewport, lang in ((DESKTOP, "en"), (PHONE, "zh")):
+        context = browser.new_context(viewport=viewport)
+        context.add_cookies([{"name": "mewdex_lang", "value": lang, "url": work_server.url}])
+        pg = context.new_page()
+        layouts = {}
+        for path in [*paths, "/no-such-page"]:
+            response = pg.goto(work_server.url + path)
+            layouts[path] = pg.evaluate(header)
+            if path == "/no-such-page":  # a page in the page's language, not an API error body
+                assert response.status == 404 and "text/html" in response.headers["content-type"]
+                assert pg.evaluate("document.documentElement.lang") == ("zh-CN" if lang == "zh" else "en")
+                title = pg.locator("main h1").inner_text()
+                assert title == ("找不到页面" if lang == "zh" else "Not found")
+                pg.screenshot(path=str(SCREENSHOTS / f"not-found-{viewport['width']}-{lang}.png"))
+        first = layouts["/"]
+        assert len(first) >= 4
+        for path, layout in layouts.items():
+            assert layout == first, f"{path}: the header differs from the search page's at {viewport['width']}px"
+        context.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_chat_on_a_phone_folds_the_conversations_and_the_placeholder_fits(browser, work_server, lang):
+    context = browser.new_context(viewport={"width": 375, "height": 800})
+    context.add_cookies([{"name": "mewdex_lang", "value": lang, "url": work_server.url}])
+    pg = context.new_page()
+    pg.goto(work_server.url + "/chat")
+    toggle = pg.locator("#chat-side-toggle")
+    toggle.wait_for()
+    assert not pg.locator("#chat-search").is_visible()  # folded: the conversation and the box come first
+    box = pg.locator("#chat-input").bounding_box()
+    assert box["y"] + box["height"] <= 800
+    fits = pg.evaluate(
+        """() => { const el = document.getElementById('chat-input'); const s = getComputedStyle(el);
+        const ctx = document.createElement('canvas').getContext('2d'); ctx.font = `${s.fontSize} ${s.fontFamily}`;
+        const room = el.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+        return ctx.measureText(el.placeholder).width <= room; }"""
+    )
+    assert fits, "the message box's placeholder is cut off at 375 px"
+    pg.screenshot(path=str(SCREENSHOTS / f"chat-375-{lang}.png"))
+    toggle.click()
+    assert pg.locator("#chat-search").is_visible() and toggle.get_attribute("aria-expanded") == "true"
+    pg.screenshot(path=str(SCREENSHOTS / f"chat-375-{lang}-list.png"))
+    context.close()

@@ -1,13 +1,18 @@
-"""API errors: stable snake_case codes in ``{"error": {"code", "message", "details"}}`` with the right status."""
+"""API errors: stable snake_case codes in ``{"error": {"code", "message", "details"}}`` with the right status.
+
+A browser opening a page (a GET that accepts ``text/html``, outside ``/api/``, ``/ui/``, ``/media/`` and
+``/static/``) gets the same status as an HTML page in its language instead (``error.html``,
+``not_found.html``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mewdex.dto.errors import DomainError, ErrorBody, ErrorDetail, error_body  # noqa: F401 (re-exported)
@@ -113,14 +118,61 @@ def error_responses(*statuses: int) -> dict:
     return {status: {"model": ErrorBody} for status in statuses}
 
 
+# Paths whose answers are never whole pages (JSON, fragments the page scripts swap in, files).
+_NOT_PAGES = ("/api/", "/ui/", "/media/", "/static/", "/mcp")
+# The error page's wording by status (``errorpage.<kind>.title`` / ``.body``); 404 has a page of its own.
+_PAGE_KINDS = {401: "forbidden", 403: "forbidden", 429: "busy", 503: "unavailable"}
+
+
+def wants_page(request: Request) -> bool:
+    """Whether the request is a browser opening a page (so an error answers as an HTML page)."""
+    return (
+        request.method in ("GET", "HEAD")
+        and "text/html" in request.headers.get("accept", "")
+        and not request.url.path.startswith(_NOT_PAGES)
+    )
+
+
+# The pages' renderer (``routers.pages.render``: template name, context, status → response), which
+# registers itself when the pages are loaded; the routers import this module, not the other way.
+PageRenderer = Callable[..., Response]
+_render_page: PageRenderer | None = None
+
+
+def set_page_renderer(render: PageRenderer) -> None:
+    global _render_page
+    _render_page = render
+
+
+def error_page(
+    request: Request, status: int, code: str | None = None, headers: dict[str, str] | None = None
+) -> Response | None:
+    """The HTML error page for ``status`` in the request's language; None when it cannot be rendered
+    (the caller then answers with JSON)."""
+    if _render_page is None:
+        return None
+    try:
+        if status == 404:
+            response = _render_page(request, "not_found.html", {"page": "none"}, status_code=404)
+        else:
+            kind = _PAGE_KINDS.get(status, "server" if status >= 500 else "bad_request")
+            context = {"page": "none", "status": status, "kind": kind, "code": code}
+            response = _render_page(request, "error.html", context, status_code=status)
+    except Exception:  # noqa: BLE001 — a page that cannot render (database gone) falls back to JSON
+        return None
+    response.headers.update(headers or {})
+    return response
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(DomainError)
     async def _domain_error(request: Request, exc: DomainError):
         if isinstance(exc, ApiError):
             return _api_error(request, exc)
-        return JSONResponse(
-            error_body(exc.code, exc.message, exc.details), status_code=http_status(exc.code), headers=exc.headers
-        )
+        status = http_status(exc.code)
+        if wants_page(request) and (page := error_page(request, status, exc.code, exc.headers)) is not None:
+            return page
+        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=status, headers=exc.headers)
 
     from mewdex.library.packages import (
         PackageError,  # not a DomainError yet (library/packages.py is being split)
@@ -141,6 +193,8 @@ def install(app: FastAPI) -> None:
         ):
             # A browser opening a page without a session: the sign-in page, then back here.
             return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+        if wants_page(request) and (page := error_page(request, exc.status, exc.code, exc.headers)) is not None:
+            return page
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
 
     from mewdex.queue.backpressure import QueueFull
@@ -152,11 +206,15 @@ def install(app: FastAPI) -> None:
         )
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError):
+    async def _validation(request: Request, exc: RequestValidationError):
+        if wants_page(request) and (page := error_page(request, 422, "invalid_request")) is not None:
+            return page
         details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in exc.errors()]
         return JSONResponse(error_body("invalid_request", "the request is not valid", details), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException):
+    async def _http(request: Request, exc: StarletteHTTPException):
         code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        if wants_page(request) and (page := error_page(request, exc.status_code, code)) is not None:
+            return page
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)

@@ -1,4 +1,5 @@
-"""Answers for failures no route handles itself: a lost database and unexpected errors, always JSON.
+"""Answers for failures no route handles itself: a lost database and unexpected errors, as JSON (a
+browser opening a page gets the same status as the HTML error page, :func:`mewdex.web.errors.error_page`).
 
 * The database is gone (:func:`mewdex.db.supervisor.is_connection_lost`, or the supervisor already
   knows of an outage): ``503 database_unavailable`` with ``Retry-After``; the log says so once per
@@ -20,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from mewdex.db import supervisor
 from mewdex.storage.blobs import BlobStoreError
-from mewdex.web.errors import error_body
+from mewdex.web.errors import error_body, error_page, wants_page
 
 log = logging.getLogger(__name__)
 BLOB_STORE_RETRY_SECONDS = 5
@@ -42,9 +43,12 @@ def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
     @app.exception_handler(DBAPIError)
-    async def _database_error(_request: Request, exc: DBAPIError):
+    async def _database_error(request: Request, exc: DBAPIError):
         if supervisor.is_connection_lost(exc) or supervisor.unavailable_since() is not None:
             supervisor.note_refused(f"{type(exc.orig).__name__}: {supervisor.first_line(exc.orig)}")
+            retry = {"Retry-After": str(supervisor.RETRY_AFTER_SECONDS)}
+            if wants_page(request) and (page := error_page(request, 503, "database_unavailable", retry)) is not None:
+                return page
             return database_unavailable_response()
         raise exc  # any other database error is a bug: the 500 below
 
@@ -58,7 +62,10 @@ def install(app: FastAPI) -> None:
         )
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, _exc: Exception):
+    async def _unexpected(request: Request, _exc: Exception):
+        close = {"Connection": "close"}
+        if wants_page(request) and (page := error_page(request, 500, "internal_error", close)) is not None:
+            return page
         return JSONResponse(
             error_body("internal_error", "an unexpected error occurred"),
             status_code=500,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Select, and_, func, not_, select
+from sqlalchemy import Select, and_, func, not_, select, text
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import (
@@ -159,6 +159,26 @@ def meme_count(session: Session, scope: ScopeContext) -> int:
     return session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id)).scalar_one()
 
 
+@dataclass
+class Processing:
+    """Memes whose processing is queued or running (``pending``) out of all the scope's memes (``total``)."""
+
+    pending: int
+    total: int
+
+
+def processing(session: Session, scope: ScopeContext) -> Processing:
+    """How many of the scope's memes are still being processed (a processing job queued or running)."""
+    pending = session.execute(
+        text(
+            "SELECT count(DISTINCT meme_id) FROM image_processing_jobs "
+            "WHERE scope_id = :s AND status IN ('queued', 'running')"
+        ),
+        {"s": scope.scope_id},
+    ).scalar_one()
+    return Processing(pending=pending, total=meme_count(session, scope) if pending else 0)
+
+
 def memes_by_id(session: Session, scope: ScopeContext, ids: list[UUID]) -> dict[UUID, Meme]:
     if not ids:
         return {}
@@ -287,6 +307,71 @@ def lane_depths(session: Session, scope: ScopeContext) -> list[dict[str, Any]]:
     ):
         counts.setdefault(lane, {"lane": lane, "queued": 0, "running": 0})[status] = n
     return list(counts.values())
+
+
+@dataclass
+class BatchProgress:
+    """One bulk submission (an import, a retry of many memes) as the tasks page shows it: ``done`` of
+    ``total`` memes processed (``unit`` ``memes``), or of tasks for a batch of other work (``tasks``)."""
+
+    batch_id: str
+    created_at: Any
+    done: int
+    total: int
+    failed: int
+    unit: str
+    complete: bool
+
+
+BATCHES_SHOWN = 5
+# A finished batch stays on the tasks page this long, so its "x of x" is seen.
+BATCH_SHOWN_AFTER_SECONDS = 600
+
+_BATCH_PROGRESS_SQL = text(
+    """
+    SELECT b.batch_id, b.created_at, b.finalizer_state = 'complete' AS complete,
+           count(DISTINCT j.id) AS jobs,
+           count(DISTINCT j.id) FILTER (WHERE j.status NOT IN ('queued', 'running')) AS jobs_done,
+           count(DISTINCT j.id) FILTER (WHERE j.status IN ('failed', 'blocked', 'unknown_execution')) AS jobs_failed,
+           count(DISTINCT t.id) AS tasks,
+           count(DISTINCT t.id) FILTER (WHERE t.status NOT IN ('queued', 'running')) AS tasks_done,
+           count(DISTINCT t.id) FILTER (WHERE t.status = 'failed') AS tasks_failed
+    FROM (SELECT * FROM task_batches
+          WHERE scope_id = :s
+            AND (finalizer_state <> 'complete' OR finalized_at > now() - make_interval(secs => :recent))
+          ORDER BY created_at DESC LIMIT :n) b
+    JOIN task_batch_items i ON i.scope_id = b.scope_id AND i.batch_id = b.batch_id
+    JOIN tasks t ON t.scope_id = i.scope_id AND t.id = i.task_id
+    LEFT JOIN image_processing_stages st ON st.scope_id = i.scope_id AND st.task_id = i.task_id
+    LEFT JOIN image_processing_jobs j ON j.scope_id = st.scope_id AND j.id = st.job_id
+    GROUP BY b.batch_id, b.created_at, b.finalizer_state
+    ORDER BY b.created_at DESC
+    """
+)
+
+
+def batch_progress(session: Session, scope: ScopeContext) -> list[BatchProgress]:
+    """The scope's newest unfinished batches (and those finished in the last
+    :data:`BATCH_SHOWN_AFTER_SECONDS`), newest first: image work counts memes (their processing jobs,
+    a meme done when its job ended, failed or not); other work counts the batch's tasks."""
+    rows = session.execute(
+        _BATCH_PROGRESS_SQL, {"s": scope.scope_id, "recent": BATCH_SHOWN_AFTER_SECONDS, "n": BATCHES_SHOWN}
+    ).mappings()
+    out = []
+    for r in rows:
+        by_meme = r["jobs"] > 0
+        out.append(
+            BatchProgress(
+                batch_id=r["batch_id"],
+                created_at=r["created_at"],
+                done=r["jobs_done"] if by_meme else r["tasks_done"],
+                total=r["jobs"] if by_meme else r["tasks"],
+                failed=r["jobs_failed"] if by_meme else r["tasks_failed"],
+                unit="memes" if by_meme else "tasks",
+                complete=r["complete"],
+            )
+        )
+    return out
 
 
 def task_types(session: Session, scope: ScopeContext) -> list[str]:

@@ -32,7 +32,7 @@ from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError
 from mewdex.search import image_search, service
 from mewdex.search.confidence import strong_match
-from mewdex.web import i18n, views
+from mewdex.web import errors, i18n, views
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
 from mewdex.web.routers.health import page_state
@@ -93,6 +93,9 @@ def render(request: Request, name: str, context: dict | None = None, status_code
     return templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
 
 
+errors.set_page_renderer(render)  # error pages for browsers (mewdex.web.errors.error_page)
+
+
 def _not_found(request: Request):
     return render(request, "not_found.html", {"page": "none"}, status_code=404)
 
@@ -131,9 +134,14 @@ def _search_context(
     if len(query) > service.MAX_QUERY_CHARS:
         return {**context, "state": "error", "error": "error.query_too_long"}
     started = time.perf_counter()
-    response = service.search(
-        session, scope, query, SEARCH_RESULTS, filters=_filters(collection, animated), fold_variants=fold
-    )
+    try:
+        response = service.search(
+            session, scope, query, SEARCH_RESULTS, filters=_filters(collection, animated), fold_variants=fold
+        )
+    except service.Overloaded as exc:
+        # Every search slot stayed busy: the page says so (503 with the server's Retry-After; the
+        # search box's script tries again after it) instead of an API error body.
+        return {**context, "state": "error", "error": "error.overloaded", "retry_after": _retry_after(exc)}
     return _results_context(
         session,
         scope,
@@ -143,6 +151,23 @@ def _search_context(
         started,
         {r.id: r.confidence for r in response.results},
     )
+
+
+def _retry_after(exc: service.Overloaded) -> int:
+    try:
+        return max(1, int((exc.headers or {}).get("Retry-After", "1")))
+    except ValueError:
+        return 1
+
+
+def _search_response(request: Request, template: str, context: dict):
+    """The search page or fragment; 503 with ``Retry-After`` when the search was refused as overloaded."""
+    context = {**context, "retry_href": "/?" + request.url.query if request.url.query else "/"}
+    retry_after = context.get("retry_after")
+    response = render(request, template, context, status_code=200 if retry_after is None else 503)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response
 
 
 def _filters(collection: str, animated: bool) -> SearchFilters:
@@ -187,7 +212,7 @@ def index(
     scope: ScopeContext = Depends(current_scope),
 ):
     context = _search_context(session, scope, q, collection, animated, fold)
-    return render(
+    return _search_response(
         request,
         "search.html",
         {
@@ -197,6 +222,7 @@ def index(
             "animated": animated,
             "fold": fold,
             "collections": views.collections(session, scope),
+            "processing": views.processing(session, scope),
         },
     )
 
@@ -211,7 +237,7 @@ def search_fragment(
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
-    return render(
+    return _search_response(
         request, "partials/search_results.html", _search_context(session, scope, q, collection, animated, fold)
     )
 
@@ -391,6 +417,7 @@ def library(
             "collections": views.collections(session, scope),
             "sorts": list(views.SORTS),
             "states": views.MEME_STATES,
+            "processing": views.processing(session, scope),
         },
     )
 
@@ -506,6 +533,7 @@ def _tasks_context(session: Session, scope: ScopeContext, status: str, task_type
     return {
         "tasks": views.tasks(session, scope, status=status, task_type=task_type, stage=stage),
         "depths": views.lane_depths(session, scope),
+        "batches": views.batch_progress(session, scope),
         "filters": {"status": status, "type": task_type, "stage": stage},
     }
 

@@ -344,7 +344,10 @@ async function cancelTask(button) {
 
 function afterTaskChange(button) {
   if (button.dataset.reload) location.reload();
-  else if (button.closest("#task-live") && window.htmx) htmx.trigger("#tasks-form", "submit");
+  else if (button.closest("#task-live") && window.htmx) {
+    taskFocus = {task: button.dataset.task, action: button.dataset.action};  // back on this task's row
+    htmx.trigger("#tasks-form", "submit");
+  }
   else if (button.closest(".detail")) reloadDetail();
 }
 
@@ -437,36 +440,135 @@ document.addEventListener("click", (e) => {
 
 // ------------------------------------------------------------------ search page
 
+// Search as you type: a search starts once typing pauses for SEARCH_DEBOUNCE_MS (Enter, a filter or the
+// box's clear button start it at once); starting one aborts the one in flight, whose answer is for text
+// typed past, so a tab has one search at a time. An `overloaded` answer (503) is asked again after its
+// Retry-After; any other failure shows an error with a retry button in the results area.
+const SEARCH_DEBOUNCE_MS = 250;
+const SEARCH_BUSY_RETRIES = 5;
+
 function searchPage() {
   const q = $("#q");
   const results = $("#results");
   const form = $("#search-form");
-  document.body.addEventListener("htmx:afterSwap", (e) => {
-    if (e.detail.target !== results) return;
-    const params = new URLSearchParams(new FormData(form));
-    for (const [k, v] of [...params]) if (!v) params.delete(k);
-    history.replaceState(null, "", params.toString() ? `/?${params}` : "/");
+  let timer = null;
+  let inflight = null;  // the AbortController of the search in flight
+  let inflightKey = null;  // and its query string
+  let busyTries = 0;
+
+  function params() {
+    const p = new URLSearchParams(new FormData(form));
+    for (const [k, v] of [...p]) if (!v) p.delete(k);
+    return p;
+  }
+
+  function schedule(delay = SEARCH_DEBOUNCE_MS) {
+    clearTimeout(timer);
+    timer = setTimeout(() => search(), delay);
+  }
+
+  function show(html, p) {
+    results.innerHTML = html;
+    if (window.htmx) htmx.process(results);
+    preselectLastCollection(results);
+    results.dispatchEvent(new CustomEvent("mewdex:results", {bubbles: true, detail: {query: p.get("q") || ""}}));
+  }
+
+  function failed(message) {
+    const box = document.createElement("div");
+    box.className = "state error";
+    box.setAttribute("role", "alert");
+    const title = document.createElement("h2");
+    title.textContent = t("js.search_failed_title");
+    const text = document.createElement("p");
+    text.textContent = message;
+    const again = document.createElement("button");
+    again.type = "button";
+    again.dataset.action = "retry-search";
+    again.textContent = t("js.retry");
+    const note = document.createElement("p");
+    note.className = "retry-note";
+    const row = document.createElement("p");
+    row.append(again);
+    box.append(title, text, note, row);
+    results.replaceChildren(box);
+    results.dispatchEvent(new CustomEvent("mewdex:results", {bubbles: true, detail: {error: true}}));
+  }
+
+  async function search({retry = false} = {}) {
+    clearTimeout(timer);
+    if (!retry) busyTries = 0;
+    const p = params();
+    const key = p.toString();
+    if (inflight && inflightKey === key && !retry) return;  // this very search is already on its way
+    if (inflight) inflight.abort();
+    const controller = new AbortController();
+    inflight = controller;
+    inflightKey = key;
+    results.setAttribute("aria-busy", "true");
+    let resp;
+    let body = "";
+    try {
+      resp = await fetch(`/ui/search?${key}`, {signal: controller.signal, headers: {"Accept": "text/html"}});
+      body = await resp.text();
+    } catch (e) {
+      if (controller.signal.aborted) return;  // typed past: the newer search owns the results area
+      inflight = null;
+      results.removeAttribute("aria-busy");
+      failed(t("js.offline"));
+      return;
+    }
+    if (inflight !== controller) return;
+    inflight = null;
+    results.removeAttribute("aria-busy");
+    const html = (resp.headers.get("Content-Type") || "").startsWith("text/html");
+    if (resp.ok || html) {
+      show(body, p);
+      shownKey = resp.ok ? key : null;
+      history.replaceState(null, "", key ? `/?${key}` : "/");
+    } else {
+      let data = null;
+      try { data = JSON.parse(body); } catch (e) { /* not JSON */ }
+      failed(errorText(data, resp.status));
+      shownKey = null;
+    }
+    if (resp.status === 503 && busyTries < SEARCH_BUSY_RETRIES) {
+      busyTries++;
+      const seconds = Math.max(1, parseInt(resp.headers.get("Retry-After"), 10) || 1);
+      const note = $(".retry-note", results);
+      if (note) note.textContent = t("js.search_retrying", {seconds});
+      timer = setTimeout(() => { if (params().toString() === key) search({retry: true}); }, seconds * 1000);
+    }
+  }
+  let shownKey = params().toString();  // the search the results area shows (null: an error)
+
+  q.addEventListener("input", (e) => {
+    if (e.isComposing) return;  // an IME is still composing: search once the text is committed
+    if (params().toString() === shownKey && !inflight) { clearTimeout(timer); return; }
+    schedule();
   });
-  document.body.addEventListener("htmx:sendError", () => toast(t("js.offline"), "error"));
-  document.body.addEventListener("htmx:responseError", () => toast(t("js.search_failed"), "error"));
-  // Loading state: the results are marked busy (CSS dims them and shows a bar) while a search runs.
-  document.body.addEventListener("htmx:beforeRequest", (e) => {
-    if (e.detail.target === results) results.setAttribute("aria-busy", "true");
+  q.addEventListener("compositionend", () => schedule());
+  q.addEventListener("search", () => { if (!q.value) search(); });  // the box's clear button
+  form.addEventListener("change", (e) => { if (e.target !== q) search(); });  // a filter
+  form.addEventListener("submit", (e) => { e.preventDefault(); search(); });
+  results.addEventListener("click", (e) => {
+    const el = e.target.closest("[data-action=retry-search], [data-action=example-search]");
+    if (!el || e.ctrlKey || e.metaKey || e.shiftKey || e.button !== 0) return;
+    e.preventDefault();
+    if (el.dataset.action === "example-search") { q.value = el.dataset.query; q.focus(); }
+    search();
   });
-  const settled = (e) => { if (e.detail.target === results) results.removeAttribute("aria-busy"); };
-  document.body.addEventListener("htmx:afterSwap", settled);
-  document.body.addEventListener("htmx:afterRequest", settled);
   // Enter in the search box opens the first result (as the hint says) once the results shown are for
-  // this text (the server marks them with data-query); otherwise it runs the search.
+  // this text (the server marks them with data-query); otherwise it runs the search now.
   q.addEventListener("keydown", (e) => {
     if (e.key !== "Enter" || e.isComposing) return;
     const first = $("#results .card a[href^='/memes/']");
     const shown = $("#results .result-meta")?.dataset.query;
     e.preventDefault();
-    if (first && shown === q.value.trim()) {
+    if (first && shown === q.value.trim() && !inflight) {
       first.click();
     } else {
-      htmx.trigger(form, "submit");
+      search();
     }
   });
 
@@ -476,11 +578,13 @@ function searchPage() {
     data.append("file", file);
     if (form.collection.value) data.append("collection", form.collection.value);
     if (form.animated.checked) data.append("animated", "true");
+    clearTimeout(timer);
+    if (inflight) { inflight.abort(); inflight = null; }  // the picture replaces any text search
     results.setAttribute("aria-busy", "true");
     try {
       const resp = await fetch("/ui/search/image", {method: "POST", body: data});
-      results.innerHTML = await resp.text();
-      if (window.htmx) htmx.process(results);
+      show(await resp.text(), new URLSearchParams());
+      shownKey = null;
     } catch (e) {
       toast(t("js.offline"), "error");
     } finally {
@@ -540,6 +644,7 @@ async function bulkRetry() {
 
 async function bulkAdd() {
   const collection = $("#bulk-collection").value;
+  if (!collection) { toast(t("js.choose_collection"), "error"); $("#bulk-collection").focus(); return; }
   const r = await api("POST", `/api/v1/collections/${collection}/items`, {meme_ids: [...selected]});
   if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
   rememberCollection(collection);
@@ -711,10 +816,31 @@ function uploadPage() {
 }
 
 // The task list polls every 2 s while "live" is ticked (the check lives here, not in an hx-trigger
-// filter: the Content-Security-Policy allows no eval).
+// filter: the Content-Security-Policy allows no eval). The poll waits while the keyboard focus is in the
+// list (on a Retry or Cancel button), so a refresh never takes it away; any other swap (a filter, after
+// Retry, a poll after a mouse click) puts the focus back on the same task's row.
 document.body.addEventListener("htmx:beforeRequest", (e) => {
   const live = document.getElementById("tasks-live");
-  if (e.detail.elt && e.detail.elt.id === "task-live" && live && !live.checked) e.preventDefault();
+  const list = document.getElementById("task-live");
+  if (!e.detail.elt || e.detail.elt !== list) return;
+  const el = document.activeElement;
+  const keyboardFocusInside = el && list.contains(el) && el.matches(":focus-visible");
+  if ((live && !live.checked) || keyboardFocusInside) e.preventDefault();
+});
+let taskFocus = null;
+document.body.addEventListener("htmx:beforeSwap", (e) => {
+  const list = document.getElementById("task-live");
+  if (!list || e.detail.target !== list) return;
+  const el = document.activeElement;
+  const row = el && list.contains(el) ? el.closest("[data-task]") : null;
+  if (row) taskFocus = {task: row.dataset.task, action: el.dataset.action || null};
+});
+document.body.addEventListener("htmx:afterSwap", (e) => {
+  if (!taskFocus || e.detail.target.id !== "task-live") return;
+  const row = $(`tr[data-task="${CSS.escape(taskFocus.task)}"]`, e.detail.target);
+  const target = row && ($(`[data-action="${taskFocus.action}"]`, row) || $("button, a", row));
+  taskFocus = null;
+  if (target) target.focus();
 });
 
 // ------------------------------------------------------------------ start

@@ -110,8 +110,19 @@
     log.replaceChildren();
     for (const msg of m.body.items) renderMessage(msg);
     $$("li[data-conversation]", list).forEach((li) => li.classList.toggle("is-current", li.dataset.conversation === id));
+    toggleSide(false);
     scrollDown();
   }
+
+  // Phones (CSS folds the list below 700 px): the toggle opens and closes it; opening a conversation closes it.
+  const sideToggle = el("chat-side-toggle");
+  function toggleSide(open) {
+    root.classList.toggle("side-open", open);
+    sideToggle.setAttribute("aria-expanded", String(open));
+  }
+  sideToggle.hidden = false;
+  root.classList.add("has-side-toggle");
+  sideToggle.addEventListener("click", () => toggleSide(!root.classList.contains("side-open")));
 
   // ---------------------------------------------------------------- messages
 
