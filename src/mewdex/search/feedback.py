@@ -82,8 +82,10 @@ EVENTS_PER_QUERY = 50
 #: USE puts paraphrases at 0.6–0.9 and unrelated requests below 0.5; e5's cosines crowd in 0.75–0.95).
 MODEL_LEGS = ("use", "e5")
 MIN_SIMILARITY = {"use": 0.6, "e5": 0.9}
+#: The cosine at which a past query would count nothing: a neighbour counts (cos − floor) / (1 − floor).
+SIMILARITY_FLOOR = {"use": 0.3, "e5": 0.8}
 #: The most the leg adds to a meme's fused score (RRF with k = 5: a meme first in every leg has 0.58).
-LIFT = 0.6
+LIFT = 1.0
 #: A meme whose net feedback for this meaning is at or below this leaves the results.
 DROP_AT = -0.5
 
@@ -460,27 +462,27 @@ def leg(
     keeps, filter_params = exists_sql(filters, "e.meme_id")
     params |= filter_params
     rows = session.execute(text(_LEG_HEAD.format(neighbours=neighbours, filters=keeps)), params).all()
-    result = score(rows, params["min_sim"])
+    result = score(rows, params["min_sim"], SIMILARITY_FLOOR.get(leg_name, 0.0))
     result.took_ms = (time.perf_counter() - started) * 1000
     return result
 
 
-def similarity_weight(sim: float, min_sim: float, exact: bool) -> float:
-    """How much a past query counts for this one: 1 for the same query, else its cosine's place
-    between the model's threshold and 1 (0 at the threshold)."""
+def similarity_weight(sim: float, min_sim: float, exact: bool, floor: float = 0.0) -> float:
+    """How much a past query counts for this one: 1 for the same query; 0 below ``min_sim``; else
+    the cosine's place between ``floor`` and 1."""
     if exact:
         return 1.0
     if sim < min_sim:
         return 0.0
-    return max(0.0, min(1.0, (sim - min_sim) / max(1e-6, 1.0 - min_sim))) ** 0.5
+    return max(0.0, min(1.0, (sim - floor) / max(1e-6, 1.0 - floor)))
 
 
-def score(rows, min_sim: float) -> LegResult:
+def score(rows, min_sim: float, floor: float = 0.0) -> LegResult:
     """Net feedback per meme from ``(meme_id, kind, query, age_seconds, sim, exact)`` rows."""
     result = LegResult()
     best_why: dict[UUID, float] = {}
     for meme_id, kind, query, age, sim, exact in rows:
-        w = similarity_weight(float(sim), min_sim, bool(exact))
+        w = similarity_weight(float(sim), min_sim, bool(exact), floor)
         if w <= 0:
             continue
         decay = 0.5 ** (max(0.0, float(age)) / 86400.0 / HALF_LIFE_DAYS)

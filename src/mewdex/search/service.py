@@ -138,8 +138,10 @@ def _search(
     keyword_hits = set(rankings.get("keyword", ()))
     scores, dropped = fuse_feedback(base, fb, phrase, keyword_hits)
     phrase -= dropped
-    # Exact phrase matches rank first; among them, and among the rest, by fused score.
-    ranked = sorted((m for m in scores if m not in dropped), key=lambda m: (m not in phrase, -scores[m]))
+    # Exact phrase matches and memes chosen for this very query rank first; among them, and among the
+    # rest, by fused score.
+    first = phrase | ({m for m in fb.exact if fb.net.get(m, 0.0) > 0} if fb is not None else set())
+    ranked = sorted((m for m in scores if m not in dropped), key=lambda m: (m not in first, -scores[m]))
     ranked = steps.rerank(executor, scope, query, ranked)  # optional LLM rerank
     if fold_variants:
         ranked = variants.fold(ranked, variants.template_groups(session, scope.scope_id))
