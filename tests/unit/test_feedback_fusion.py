@@ -46,3 +46,24 @@ def test_fusion_lifts_drops_rejections_and_never_overtakes_a_strong_lexical_matc
     assert scores[B] > scores[A]
     assert fuse_feedback(base, feedback.LegResult(), set(), set()) == (base, set())
     assert fuse_feedback(base, None, set(), set()) == (base, set())
+
+
+def test_the_account_page_partial_renders_in_both_languages():
+    from functools import partial
+
+    from mewdex.web import i18n
+    from mewdex.web.routers.pages import templates
+
+    template = templates.env.get_template("partials/feedback_section.html")
+    summary = {"learning_enabled": False, "events": 3, "queries": 2, "by_kind": dict.fromkeys(feedback.KINDS, 0)}
+    summary["by_kind"] |= {"mark": 2, "rejected": 1}
+    for lang, words in (
+        ("en", ("Learn from my choices", "marked ✓: 2", "skipped: 1")),
+        ("zh", ("从我的选择中学习", "跳过: 1")),
+    ):
+        html = template.render({"_": partial(i18n.translate, lang), "feedback": summary})
+        assert all(w in html for w in words) and "feedback.kind" not in html
+        assert 'data-action="feedback-learning">' in html  # unchecked: learning is off
+        assert 'href="/api/v1/feedback/export"' in html and 'data-action="feedback-clear"' in html
+    empty = template.render({"_": partial(i18n.translate, "en"), "feedback": {**summary, "events": 0}})
+    assert "Nothing learned yet." in empty and "disabled" in empty
