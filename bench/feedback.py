@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument(
         "--data-dir", help="reuse a data dir that already holds the processed corpus (or a scale library)"
     )
-    parser.add_argument("--events", type=int, default=10_000, help="synthetic feedback events for the cost part")
+    parser.add_argument("--events", type=int, default=10_000, help="synthetic feedback events for the cost part (0: no cost part)")
     parser.add_argument("--queries", type=int, default=3_000, help="distinct synthetic queries of those events")
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds over the queries")
     parser.add_argument(
@@ -149,7 +149,8 @@ def main() -> None:
             with sessions.begin() as session:
                 print(f"{len(queries)} queries, {status(session, scope)['memes']} memes")
             simulate(sessions, scope, queries)
-        cost(sessions, scope, queries, args.events, args.queries, args.rounds)
+        if args.events > 0:
+            cost(sessions, scope, queries, args.events, args.queries, args.rounds)
     finally:
         with sessions.begin() as session:
             feedback.clear(session, scope)
@@ -203,6 +204,9 @@ def simulate(sessions, scope, queries: list[dict]) -> None:
                 rows.append((q["type"], first_relevant(top, relevant(q))))
                 if learn and top and top[0] == chosen[q["qid"]]:
                     firsts += 1
+                elif learn:
+                    rank = top.index(chosen[q["qid"]]) + 1 if chosen[q["qid"]] in top else None
+                    print(f"    not first: {q['qid']} {REWORDED[q['qid']]!r}: the chosen meme at {rank}")
             sums[f"reworded {'with' if learn else 'without'}"].append(metrics(rows))
         _print_pair(
             sums["reworded without"][-1], sums["reworded with"][-1], f"reworded repeats ({len(reworded)} queries)"

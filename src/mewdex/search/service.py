@@ -177,26 +177,29 @@ def fuse_feedback(
     """``(scores, dropped)``: the fused scores with the feedback leg's lift added (memes it found that
     no other leg did join in) and the memes rejected for this meaning (net ≤ ``feedback.DROP_AT``).
 
-    A strong lexical match — an exact phrase, or a keyword hit with a fused score of at least
-    ``confidence.HIGH_MIN_SCORE`` — is never overtaken by a lift that came from another query's
-    feedback: such a lift stops just below the best strong match (feedback given for this very query
-    may go above it: the person said so)."""
+    A strong lexical match — an exact phrase (those rank first anyway), or a keyword hit with a fused
+    score of at least ``confidence.HIGH_MIN_SCORE`` — is never buried by lifts that came from other
+    queries' feedback: one lifted meme at most (the best) may pass the best strong match, the others stop
+    just below it, so it stays second at worst (feedback given for this very query may go above it:
+    the person said so)."""
     if fb is None or fb.empty:
         return base, set()
     scores = dict(base)
     strong = [base[m] for m in base if m in phrase or (m in keyword_hits and base[m] >= HIGH_MIN_SCORE)]
     ceiling = max(strong, default=None)
     dropped: set[UUID] = set()
+    over: list[UUID] = []  # neighbour-lifted memes that would pass the best strong match
     for m, net in fb.net.items():
         if net <= feedback.DROP_AT:
             dropped.add(m)
             continue
         was = base.get(m, 0.0)
-        lifted = was + feedback.lift(net)
+        scores[m] = was + feedback.lift(net)
         is_strong = m in phrase or (m in keyword_hits and was >= HIGH_MIN_SCORE)
-        if net > 0 and ceiling is not None and not is_strong and m not in fb.exact:
-            lifted = min(lifted, max(was, ceiling - 1e-6))
-        scores[m] = lifted
+        if net > 0 and ceiling is not None and not is_strong and m not in fb.exact and scores[m] >= ceiling:
+            over.append(m)
+    for m in sorted(over, key=lambda m: -scores[m])[1:]:
+        scores[m] = max(base.get(m, 0.0), ceiling - 1e-6)  # type: ignore[operator]
     return scores, dropped
 
 
