@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument(
         "--data-dir", help="reuse a data dir that already holds the processed corpus (or a scale library)"
     )
-    parser.add_argument("--events", type=int, default=10_000, help="synthetic feedback events for the cost part (0: no cost part)")
+    parser.add_argument("--events", type=int, default=10_000, help="synthetic events for the cost part (0: none)")
     parser.add_argument("--queries", type=int, default=3_000, help="distinct synthetic queries of those events")
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds over the queries")
     parser.add_argument(
