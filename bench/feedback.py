@@ -189,10 +189,14 @@ def simulate(sessions, scope, queries: list[dict]) -> None:
                         feedback.record(session, scope, q["query"], wrong, "rejected", "assistant")
                         actions["rejected"] += 1
         print(f"\n[{round_name}] the user gave feedback on {len(train)} queries: {dict(actions)}")
+        lists: dict[bool, list[list[str]]] = {}
         for learn in (False, True):
-            rows = [(q["type"], first_relevant(ranked(q["query"], learn), relevant(q))) for q in test]
+            lists[learn] = [ranked(q["query"], learn) for q in test]
+            rows = [(q["type"], first_relevant(top, relevant(q))) for q, top in zip(test, lists[learn], strict=True)]
             figures = metrics(rows)
             sums[f"held-out {'with' if learn else 'without'}"].append(figures)
+        changed = [q["qid"] for q, a, b in zip(test, lists[False], lists[True], strict=True) if a != b]
+        print(f"  held-out queries whose top 10 the leg changed: {len(changed)} {changed}")
         _print_pair(sums["held-out without"][-1], sums["held-out with"][-1], f"held-out half ({len(test)} queries)")
         # Reworded repeats of the chosen queries.
         reworded = [q for q in train if q["qid"] in chosen and q["qid"] in REWORDED]
