@@ -32,12 +32,17 @@ def test_score_weighs_similarity_kind_count_and_recency_and_rejections_count_aga
 
 def test_fusion_lifts_drops_rejections_and_never_overtakes_a_strong_lexical_match():
     base = {A: 0.55, B: 0.30, C: 0.25}  # A: the exact-caption match
-    fb = feedback.LegResult(net={B: 1.0, D: 2.0, C: -1.0})  # from a neighbour query's feedback
+    fb = feedback.LegResult(net={B: 1.0, D: 2.0, C: -1.0}, closest={B: 0.9, D: 0.9}, reworded_at=0.5)
     scores, dropped = fuse_feedback(base, fb, phrase=set(), keyword_hits={A})
     assert dropped == {C}
     assert scores[B] > base[B] and scores[D] > 0  # lifted, and D (no other leg found it) joins
     # One lifted meme at most (the best) passes the strong match, which stays second at worst.
     assert sorted(scores, key=lambda m: -scores[m])[:3] == [D, A, B]
+    # A lift from a different request (not this one reworded) never passes it.
+    fb.closest = {B: 0.3, D: 0.3}
+    scores, _ = fuse_feedback(base, fb, phrase=set(), keyword_hits={A})
+    top = sorted(scores, key=lambda m: -scores[m])[:3]
+    assert top[0] == A and set(top[1:]) == {B, D}
     # Feedback for this very query may go above it: the person said so.
     exact = feedback.LegResult(net={B: 2.0}, exact={B})
     scores, _ = fuse_feedback(base, exact, phrase=set(), keyword_hits={A})

@@ -87,6 +87,9 @@ MODEL_LEGS = ("use", "e5")
 MIN_SIMILARITY = {"use": 0.54, "e5": 0.93}
 #: The cosine at which a past query would count nothing: a neighbour counts (cos − floor) / (1 − floor).
 SIMILARITY_FLOOR = {"use": 0.45, "e5": 0.9}
+#: The cosine from which a past query is the same request reworded (dev queries: rewordings ≥ 0.62,
+#: different requests ≤ 0.56): only such a lift may pass a strong lexical match (see ``fuse_feedback``).
+REWORDED_SIMILARITY = {"use": 0.6, "e5": 0.96}
 #: The most the leg adds to a meme's fused score (RRF with k = 5: a meme first in every leg has 0.58).
 LIFT = 1.5
 #: A meme whose net feedback for this meaning is at or below this leaves the results.
@@ -108,6 +111,10 @@ class LegResult:
     exact: set[UUID] = field(default_factory=set)
     why: dict[UUID, str] = field(default_factory=dict)
     took_ms: float = 0.0
+    #: per meme, the similarity weight of the closest past query that chose it (1 for this very query)
+    closest: dict[UUID, float] = field(default_factory=dict)
+    #: the weight from which a past query is this same request reworded (:data:`REWORDED_SIMILARITY`)
+    reworded_at: float = 1.0
 
     @property
     def empty(self) -> bool:
@@ -465,7 +472,9 @@ def leg(
     keeps, filter_params = exists_sql(filters, "e.meme_id")
     params |= filter_params
     rows = session.execute(text(_LEG_HEAD.format(neighbours=neighbours, filters=keeps)), params).all()
-    result = score(rows, params["min_sim"], SIMILARITY_FLOOR.get(leg_name, 0.0))
+    floor = SIMILARITY_FLOOR.get(leg_name, 0.0)
+    result = score(rows, params["min_sim"], floor)
+    result.reworded_at = similarity_weight(REWORDED_SIMILARITY.get(leg_name, 1.0), 0.0, False, floor)
     result.took_ms = (time.perf_counter() - started) * 1000
     return result
 
@@ -493,6 +502,8 @@ def score(rows, min_sim: float, floor: float = 0.0) -> LegResult:
         result.net[meme_id] = result.net.get(meme_id, 0.0) + contribution
         if exact:
             result.exact.add(meme_id)
+        if contribution > 0:
+            result.closest[meme_id] = max(result.closest.get(meme_id, 0.0), w)
         if contribution > best_why.get(meme_id, 0.0):
             best_why[meme_id] = contribution
             result.why[meme_id] = query

@@ -179,9 +179,9 @@ def fuse_feedback(
 
     A strong lexical match — an exact phrase (those rank first anyway), or a keyword hit with a fused
     score of at least ``confidence.HIGH_MIN_SCORE`` — is never buried by lifts that came from other
-    queries' feedback: one lifted meme at most (the best) may pass the best strong match, the others stop
-    just below it, so it stays second at worst (feedback given for this very query may go above it:
-    the person said so)."""
+    queries' feedback: one lifted meme at most may pass the best strong match, and only one chosen for
+    this same request reworded (``feedback.REWORDED_SIMILARITY``); the others stop just below it, so it
+    stays second at worst (feedback given for this very query may go above it: the person said so)."""
     if fb is None or fb.empty:
         return base, set()
     scores = dict(base)
@@ -198,8 +198,10 @@ def fuse_feedback(
         is_strong = m in phrase or (m in keyword_hits and was >= HIGH_MIN_SCORE)
         if net > 0 and ceiling is not None and not is_strong and m not in fb.exact and scores[m] >= ceiling:
             over.append(m)
-    for m in sorted(over, key=lambda m: -scores[m])[1:]:
-        scores[m] = max(base.get(m, 0.0), ceiling - 1e-6)  # type: ignore[operator]
+    passing = sorted((m for m in over if fb.closest.get(m, 0.0) >= fb.reworded_at), key=lambda m: -scores[m])[:1]
+    for m in over:
+        if m not in passing:
+            scores[m] = max(base.get(m, 0.0), ceiling - 1e-6)  # type: ignore[operator]
     return scores, dropped
 
 
