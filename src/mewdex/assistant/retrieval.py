@@ -6,7 +6,8 @@ assistant message's ``payload["mewdex"]`` (``{"results": [id], "offset": n, "sho
 the last page is ``results[shown:offset]``), so a follow-up never repeats a meme of that list.
 
 Learning (issue 33): the message after a reply judges the page it showed — "换一个"/"another" records
-it as ``rejected`` for the reply's query, a new request as ``kept`` (:func:`learn_from_last_page`); the
+it as ``rejected`` for the reply's query, a new request as ``kept`` (the same request again records
+nothing: it was not what was wanted; :func:`learn_from_last_page`); the
 search reads that feedback back, so a rejected meme stops coming for that kind of request.
 """
 
@@ -110,6 +111,12 @@ def learn_from_last_page(session: Session, scope: ScopeContext, state: dict[str,
     return feedback.record_many(session, scope, query, list(shown), kind, "assistant")
 
 
+def _same_request(query: str, text: str) -> bool:
+    """Whether the message ``text`` asks for ``query`` again (folded as feedback compares queries)."""
+    asked = chat_query.parse(text).query
+    return bool(query) and feedback.fold_key(asked) == feedback.fold_key(query)
+
+
 def _page(session: Session, scope: ScopeContext, results: list[str], offset: int) -> list[SearchHit]:
     ids = [UUID(i) for i in results[offset : offset + PAGE]]
     return search_service.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))
@@ -192,7 +199,8 @@ def answer(
         )
     with sessions.begin() as session:  # a new request: what the last reply showed was kept
         state = last_state(session, conversation_id)
-        if state is not None:
+        asked_again = state is not None and _same_request(str(state.get("query") or ""), text)
+        if state is not None and not asked_again:  # the same request again: it was not what was wanted
             learn_from_last_page(session, scope, state, "kept")
     query, hits = search_ids(sessions, scope, text)
     none = t["none"].format(q=query or text.strip())

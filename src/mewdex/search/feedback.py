@@ -92,6 +92,9 @@ SIMILARITY_FLOOR = {"use": 0.45, "e5": 0.9}
 REWORDED_SIMILARITY = {"use": 0.6, "e5": 0.96}
 #: The most the leg adds to a meme's fused score (RRF with k = 5: a meme first in every leg has 0.58).
 LIFT = 1.5
+#: Net feedback for this very query from which a result counts as chosen (``high`` confidence): a
+#: download or more; a meme only kept from an assistant's answer is not.
+CHOSEN = 0.5
 #: A meme whose net feedback for this meaning is at or below this leaves the results.
 DROP_AT = -0.5
 
