@@ -3,16 +3,16 @@ downloaded, shared, sent, kept or rejected for a query, per scope), ``search_fee
 past query's embedding per text model; per-model HNSW indexes are created at run time like those of
 ``meme_embeddings``) and ``search_feedback_settings`` (learning on or off per scope).
 
-Revision ID: 0019
-Revises: 0018
+Revision ID: 0021
+Revises: 0020
 """
 
 import sqlalchemy as sa
 from alembic import op
 from pgvector.sqlalchemy import Vector
 
-revision = "0019"
-down_revision = "0018"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
