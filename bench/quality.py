@@ -225,6 +225,13 @@ def main() -> None:
         f"\ndefault MRR@10 {results['default']['all']['MRR@10']:.3f} vs best single leg {best_leg:.3f} "
         f"(gap {results['default']['all']['MRR@10'] - best_leg:+.3f})"
     )
+    # Meaning over shared characters (issue 33, item 3): the semantic match should outrank a caption
+    # that only shares characters with the query.
+    probe, semantic, shared = "一个字我都不信", "我根本不信这个东西", "原神-我派蒙大字不识一个"
+    with sessions.begin() as session:
+        names = [r.display_name for r in service.search(session, scope, probe, 10, learn=False).results]
+    ranks = {n: (names.index(n) + 1 if n in names else None) for n in (semantic, shared)}
+    print(f"\n{probe!r}: top 3 {names[:3]}; {semantic!r} at {ranks[semantic]}, {shared!r} at {ranks[shared]}")
     share, misses = known_item(runner(None), mapping)
     print(f"known-item (vvquest file stem as query) found first: {share:.3f} ({len(misses)} misses)")
     for path in misses[:20]:

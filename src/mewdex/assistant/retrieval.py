@@ -2,8 +2,13 @@
 the reply shows the best :data:`PAGE` memes; follow-ups page on through the same result list.
 
 The result list (up to :data:`RESULT_LIST` meme ids) and how far it was shown travel in the
-assistant message's ``payload["mewdex"]`` (``{"results": [id], "offset": n, "query": q}``), so a
-follow-up never repeats a meme of that list.
+assistant message's ``payload["mewdex"]`` (``{"results": [id], "offset": n, "shown": i, "query": q}``:
+the last page is ``results[shown:offset]``), so a follow-up never repeats a meme of that list.
+
+Learning (issue 33): the message after a reply judges the page it showed — "换一个"/"another" records
+it as ``rejected`` for the reply's query, a new request as ``kept`` (the same request again records
+nothing: it was not what was wanted; :func:`learn_from_last_page`); the
+search reads that feedback back, so a rejected meme stops coming for that kind of request.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from mewdex.dto.search import SearchFilters, SearchHit
 from mewdex.library import collections as library_collections
 from mewdex.library.listing import filtered_memes
 from mewdex.providers import policy
-from mewdex.search import image_search
+from mewdex.search import feedback, image_search
 from mewdex.search import service as search_service
 from mewdex.search.confidence import strong_match
 
@@ -89,6 +94,27 @@ def last_state(session: Session, conversation_id: UUID) -> dict[str, Any] | None
         .limit(1)
     ).scalar_one_or_none()
     return None if row is None else row.get("mewdex")
+
+
+def learn_from_last_page(session: Session, scope: ScopeContext, state: dict[str, Any], kind: str) -> int:
+    """Record ``kind`` feedback (``rejected`` on "换一个"/"another", ``kept`` when the conversation
+    moves on) for the memes the reply with ``state`` showed, under the query it searched
+    (:func:`mewdex.search.feedback.record_many`; nothing for a search by image or with learning off).
+    Each reply's page is judged once: by the message that follows it."""
+    query = str(state.get("query") or "").strip()
+    results = state.get("results") or []
+    offset = int(state.get("offset") or 0)
+    start = int(state.get("shown", max(0, offset - PAGE)))
+    shown = results[start:offset]
+    if not query or not shown:
+        return 0
+    return feedback.record_many(session, scope, query, list(shown), kind, "assistant")
+
+
+def _same_request(query: str, text: str) -> bool:
+    """Whether the message ``text`` asks for ``query`` again (folded as feedback compares queries)."""
+    asked = chat_query.parse(text).query
+    return bool(query) and feedback.fold_key(asked) == feedback.fold_key(query)
 
 
 def _page(session: Session, scope: ScopeContext, results: list[str], offset: int) -> list[SearchHit]:
@@ -160,14 +186,22 @@ def answer(
             if state is None:
                 return Reply(t["first"])
             results, offset = state.get("results") or [], int(state.get("offset") or 0)
+            learn_from_last_page(session, scope, state, "rejected")  # "换一个": not what was wanted
             memes = _page(session, scope, results, offset)
         if not memes:
-            return Reply(t["end"], state={**state, "offset": len(results)})
+            return Reply(t["end"], state={**state, "offset": len(results), "shown": len(results)})
         new_offset = offset + PAGE
         more = new_offset < len(results)
         return Reply(
-            t["next"] + (" " + t["more"] if more else ""), memes, {**state, "offset": min(new_offset, len(results))}
+            t["next"] + (" " + t["more"] if more else ""),
+            memes,
+            {**state, "offset": min(new_offset, len(results)), "shown": offset},
         )
+    with sessions.begin() as session:  # a new request: what the last reply showed was kept
+        state = last_state(session, conversation_id)
+        asked_again = state is not None and _same_request(str(state.get("query") or ""), text)
+        if state is not None and not asked_again:  # the same request again: it was not what was wanted
+            learn_from_last_page(session, scope, state, "kept")
     query, hits = search_ids(sessions, scope, text)
     none = t["none"].format(q=query or text.strip())
     levels = [h.confidence for h in hits]
@@ -187,5 +221,5 @@ def _first_page(hits: list[SearchHit], query: str, found: str, none: str, t: dic
     return Reply(
         found + (" " + t["more"] if more else ""),
         hits[:PAGE],
-        {"results": results, "offset": min(PAGE, len(results)), "query": query},
+        {"results": results, "offset": min(PAGE, len(results)), "shown": 0, "query": query},
     )

@@ -1,8 +1,8 @@
 """The ``mewdex`` command line (typer), one module per command group: :mod:`.server` (serve, worker,
 migrate, db), :mod:`.library` (import, export, rename, delete, status), :mod:`.search` (search,
 similar, reindex), :mod:`.thumbnails`, :mod:`.users` (user), :mod:`.tasks`, :mod:`.ops` (backup,
-restore, doctor). The console script is ``mewdex = "mewdex.cli:app"``; commands are registered here,
-in the order ``--help`` lists them.
+restore, doctor), :mod:`.feedback`. The console script is ``mewdex = "mewdex.cli:app"``; commands are
+registered here, in the order ``--help`` lists them.
 Every command starts through :mod:`mewdex.runtime` (never the web layer, except ``serve``)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import typer.core
 from mewdex.cli import (
     assistant,
     channels,
+    feedback,
     library,
     ops,
     providers,
@@ -95,6 +96,10 @@ schedule_app = typer.Typer(
     help="Cron jobs that send memes: add, list, runs, pause, resume, delete.", no_args_is_help=True
 )
 app.add_typer(schedule_app, name="schedule")
+feedback_app = typer.Typer(
+    help="What mewdex learned from your choices: list, export, clear, learning on|off.", no_args_is_help=True
+)
+app.add_typer(feedback_app, name="feedback")
 generations_app = typer.Typer(
     help="Search generations: the eval-gated switch, the remote embedding leg.", no_args_is_help=True
 )
@@ -148,6 +153,10 @@ schedule_app.command("runs")(schedules.schedule_runs)
 schedule_app.command("pause")(schedules.schedule_pause)
 schedule_app.command("resume")(schedules.schedule_resume)
 schedule_app.command("delete")(schedules.schedule_delete)
+feedback_app.command("list")(feedback.feedback_list)
+feedback_app.command("export")(feedback.feedback_export)
+feedback_app.command("clear")(feedback.feedback_clear)
+feedback_app.command("learning")(feedback.feedback_learning)
 generations_app.command("activate")(providers.generations_activate)
 generations_app.command("remote")(providers.generations_remote)
 

@@ -82,11 +82,14 @@ class SearchRequest(SearchFilters):
 class SearchHit(MemeRef):
     """A search result: the meme's reference, its fused ``score`` (cosine for image search), an OCR
     ``snippet`` and, for text search, ``confidence``: ``high`` | ``medium`` | ``low``, calibrated on
-    the dev queries (see ``mewdex.search.confidence``; null for image search)."""
+    the dev queries (see ``mewdex.search.confidence``; null for image search); ``why`` / ``why_query``
+    when the feedback leg lifted it (``mewdex.search.feedback``; else null)."""
 
     score: float
     snippet: str
     confidence: Literal["high", "medium", "low"] | None = None
+    why: str | None = None  # "you picked this for '…'": lifted by what was chosen for a query of that meaning
+    why_query: str | None = None  # that query, as typed then
 
 
 class SearchResults(Dto):

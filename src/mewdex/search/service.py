@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import cast
 from uuid import UUID
 
-import numpy as np
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -25,12 +23,15 @@ from mewdex.dto.search import (
     MAX_QUERY_CHARS as MAX_QUERY_CHARS,  # re-exported: the pages and the CLI check it
 )
 from mewdex.dto.search import SearchFilters, SearchHit, SearchResults
-from mewdex.inference import models
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.listing import meme_ref
-from mewdex.search import generations, keyword, steps, text, variants, vector
-from mewdex.search.confidence import confidence
+from mewdex.search import feedback, generations, keyword, steps, text, variants, vector
+from mewdex.search.confidence import HIGH_MIN_SCORE, confidence
 from mewdex.search.fusion import rrf
+from mewdex.search.query_vectors import QUERY_CACHE_SIZE as QUERY_CACHE_SIZE
+from mewdex.search.query_vectors import _query_cache as _query_cache  # the benches clear it
+from mewdex.search.query_vectors import embedder_of as _embedder_of
+from mewdex.search.query_vectors import query_embedding as query_embedding
 
 LEGS = ("keyword", "e5", "use")
 CANDIDATES = 100
@@ -52,6 +53,7 @@ class SearchResponse:
     took_ms: float
     legs: dict[str, int] = field(default_factory=dict)
     degraded: list[str] = field(default_factory=list)
+    feedback_ms: float | None = None  # the feedback leg's own time (bench/feedback.py)
 
     def to_dto(self) -> SearchResults:
         return SearchResults(results=self.results, took_ms=round(self.took_ms, 1))
@@ -71,10 +73,15 @@ def search(
     filters: SearchFilters | None = None,
     offset: int = 0,
     fold_variants: bool = False,
+    learn: bool = True,
 ) -> SearchResponse:
     """Search the scope for ``query`` (1–500 chars); ``legs`` picks the legs (default all, fused).
     ``fold_variants`` keeps only the best-ranked meme of each template group ("show 1 per template",
     :mod:`mewdex.search.variants`).
+
+    ``learn``: fuse the feedback leg (:mod:`mewdex.search.feedback`: what the scope's user chose or
+    rejected before for queries of this meaning; a lifted hit says ``why``). It is read on the
+    caller's ``session`` while the other legs run, and is off for a scope with learning off.
 
     ``filters`` narrow every leg inside its SQL (so a kept meme ranks as it would among all, and
     a filter never empties a page that has matches further down); ``offset`` skips that many of
@@ -90,7 +97,7 @@ def search(
     if not gate.acquire(timeout=get_settings().search_wait_seconds):
         raise Overloaded(message="too many searches at once; try again in a moment", headers={"Retry-After": "1"})
     try:
-        return _search(session, scope, query, n_results, legs, executor, filters, offset, fold_variants)
+        return _search(session, scope, query, n_results, legs, executor, filters, offset, fold_variants, learn)
     finally:
         gate.release()
 
@@ -105,6 +112,7 @@ def _search(
     filters: SearchFilters | None,
     offset: int,
     fold_variants: bool = False,
+    learn: bool = True,
 ) -> SearchResponse:
     started = time.perf_counter()
     query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
@@ -114,6 +122,7 @@ def _search(
     futures = {leg: executor.submit(_run_leg, leg, scope.scope_id, cleaned, filters) for leg in legs}
     # Optional steps (issue 15): rewritten queries through the same legs, extra legs (remote embeddings).
     futures |= steps.submit_extra(executor, _run_leg, scope, query, legs, LEGS, filters, CANDIDATES)
+    fb = _feedback_leg(session, scope.scope_id, query, cleaned, filters) if learn else None
     rankings: dict[str, list[UUID]] = {}
     degraded: list[str] = []
     phrase: set[UUID] = set()
@@ -125,23 +134,88 @@ def _search(
             continue
         rankings[leg] = ranked
         phrase |= leg_phrase
-    scores = rrf(rankings, k=RRF_K, weights=steps.weights(LEG_WEIGHTS, rankings))
-    # Exact phrase matches rank first; among them, and among the rest, by fused score.
-    ranked = sorted(scores, key=lambda m: (m not in phrase, -scores[m]))
+    base = rrf(rankings, k=RRF_K, weights=steps.weights(LEG_WEIGHTS, rankings))
+    keyword_hits = set(rankings.get("keyword", ()))
+    scores, dropped = fuse_feedback(base, fb, phrase, keyword_hits)
+    phrase -= dropped
+    # Exact phrase matches and memes chosen for this very query rank first; among them, and among the
+    # rest, by fused score.
+    first = phrase | ({m for m in fb.exact if fb.net.get(m, 0.0) > 0} if fb is not None else set())
+    ranked = sorted((m for m in scores if m not in dropped), key=lambda m: (m not in first, -scores[m]))
     ranked = steps.rerank(executor, scope, query, ranked)  # optional LLM rerank
     if fold_variants:
         ranked = variants.fold(ranked, variants.template_groups(session, scope.scope_id))
     ordered = ranked[offset : offset + n_results]
-    keyword_hits = set(rankings.get("keyword", ()))
-    levels = {m: confidence(scores[m], keyword_hit=m in keyword_hits, phrase=m in phrase) for m in ordered}
-    results = hydrate(session, scope, ordered, scores, levels)
+    levels = {m: _level(m, base, fb, keyword_hits, phrase) for m in ordered}
+    why = {m: fb.why[m] for m in ordered if fb is not None and fb.net.get(m, 0.0) > 0 and m in fb.why}
+    results = hydrate(session, scope, ordered, scores, levels, why)
     telemetry.SEARCH_LATENCY.observe(time.perf_counter() - started)
+    legs_used = {k: len(v) for k, v in rankings.items()}
+    if fb is not None:
+        legs_used["feedback"] = len(fb.net)
     return SearchResponse(
         results=results,
         took_ms=(time.perf_counter() - started) * 1000,
-        legs={k: len(v) for k, v in rankings.items()},
+        legs=legs_used,
         degraded=degraded,
+        feedback_ms=fb.took_ms if fb is not None else None,
     )
+
+
+def _feedback_leg(
+    session: Session, scope_id: str, query: str, cleaned: str, filters: SearchFilters | None
+) -> feedback.LegResult:
+    """The feedback leg on the caller's session (the other legs run on their own connections meanwhile):
+    the preferred model's query vector comes from the query cache :func:`embed_queries` filled."""
+    vectors = feedback.query_vectors(session, scope_id, cleaned)
+    return feedback.leg(session, scope_id, query, vectors[0] if vectors else None, filters)
+
+
+def fuse_feedback(
+    base: dict[UUID, float], fb: feedback.LegResult | None, phrase: set[UUID], keyword_hits: set[UUID]
+) -> tuple[dict[UUID, float], set[UUID]]:
+    """``(scores, dropped)``: the fused scores with the feedback leg's lift added (memes it found that
+    no other leg did join in) and the memes rejected for this meaning (net ≤ ``feedback.DROP_AT``).
+
+    A strong lexical match — an exact phrase (those rank first anyway), or a keyword hit with a fused
+    score of at least ``confidence.HIGH_MIN_SCORE`` — is never buried by lifts that came from other
+    queries' feedback: one lifted meme at most may pass the best strong match, and only one chosen for
+    this same request reworded (``feedback.REWORDED_SIMILARITY``); the others stop just below it, so it
+    stays second at worst (feedback given for this very query may go above it: the person said so)."""
+    if fb is None or fb.empty:
+        return base, set()
+    scores = dict(base)
+    strong = [base[m] for m in base if m in phrase or (m in keyword_hits and base[m] >= HIGH_MIN_SCORE)]
+    ceiling = max(strong, default=None)
+    dropped: set[UUID] = set()
+    over: list[UUID] = []  # neighbour-lifted memes that would pass the best strong match
+    for m, net in fb.net.items():
+        if net <= feedback.DROP_AT:
+            dropped.add(m)
+            continue
+        was = base.get(m, 0.0)
+        scores[m] = was + feedback.lift(net)
+        is_strong = m in phrase or (m in keyword_hits and was >= HIGH_MIN_SCORE)
+        if net > 0 and ceiling is not None and not is_strong and m not in fb.exact and scores[m] >= ceiling:
+            over.append(m)
+    passing = sorted((m for m in over if fb.closest.get(m, 0.0) >= fb.reworded_at), key=lambda m: -scores[m])[:1]
+    for m in over:
+        if m not in passing:
+            scores[m] = max(base.get(m, 0.0), ceiling - 1e-6)  # type: ignore[operator]
+    return scores, dropped
+
+
+def _level(m: UUID, base: dict[UUID, float], fb: feedback.LegResult | None, keyword_hits: set[UUID], phrase: set[UUID]):
+    """The result's confidence: of its fused score without feedback; ``high`` when this very query's
+    feedback chose it deliberately (net ≥ ``feedback.CHOSEN``: a mark, a send, a copy… — not only kept
+    from an assistant's answer), at least ``medium`` when a query of the same meaning chose it."""
+    level = confidence(base.get(m, 0.0), keyword_hit=m in keyword_hits, phrase=m in phrase)
+    net = fb.net.get(m, 0.0) if fb is not None else 0.0
+    if net >= feedback.CHOSEN and fb is not None and m in fb.exact:
+        return "high"
+    if net > 0 and level == "low":
+        return "medium"
+    return level
 
 
 _slots_lock = threading.Lock()
@@ -221,13 +295,6 @@ def embed_queries(session: Session, scope_id: str, query: str, legs: tuple[str, 
             continue
 
 
-def _embedder_of(generation: generations.GenerationRef):
-    """The registered embedder of ``generation``'s model when it gives vectors of the generation's
-    dimensions, else None (the model is gone, or changed its width)."""
-    embedder = models.embedder_for_model(generation.model)
-    return embedder if embedder is not None and embedder.dimensions == generation.dimensions else None
-
-
 def _vector_leg(session: Session, leg: str, scope_id: str, query: str, filters: SearchFilters | None) -> list[UUID]:
     """The active generation's own model embeds the query (while a new model's generation is being
     built, the old one keeps serving); a head that moved since it was cached is read again once."""
@@ -252,34 +319,17 @@ def _vector_leg(session: Session, leg: str, scope_id: str, query: str, filters: 
     return [h.meme_id for h in hits]
 
 
-QUERY_CACHE_SIZE = 1024
-_query_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
-_query_cache_lock = threading.Lock()
-
-
-def query_embedding(embedder, query: str) -> np.ndarray:
-    """``embedder.embed_query(query)``, remembered for the last QUERY_CACHE_SIZE (model, query) pairs
-    (search-as-you-type repeats its prefixes; the vector is read-only)."""
-    key = (embedder.model, query)
-    with _query_cache_lock:
-        vector = _query_cache.get(key)
-        if vector is not None:
-            _query_cache.move_to_end(key)
-            return vector
-    vector = np.asarray(embedder.embed_query(query), dtype=np.float32)
-    vector.setflags(write=False)
-    with _query_cache_lock:
-        _query_cache[key] = vector
-        while len(_query_cache) > QUERY_CACHE_SIZE:
-            _query_cache.popitem(last=False)
-    return vector
-
-
 def hydrate(
-    session: Session, scope: ScopeContext, ids: list[UUID], scores: dict, confidences: dict | None = None
+    session: Session,
+    scope: ScopeContext,
+    ids: list[UUID],
+    scores: dict,
+    confidences: dict | None = None,
+    why: dict[UUID, str] | None = None,
 ) -> list[SearchHit]:
     """``ids`` (in order) as search hits of the scope: the meme reference, ``score``, an OCR
-    ``snippet`` and, for text search, the ``confidence`` (:mod:`mewdex.search.confidence`)."""
+    ``snippet`` and, for text search, the ``confidence`` (:mod:`mewdex.search.confidence`) and ``why``
+    (``why``: meme → the past query the feedback leg lifted it for)."""
     if not ids:
         return []
     rows = {
@@ -296,6 +346,8 @@ def hydrate(
             score=round(scores[row.id], 6),
             snippet=(row.ocr_text or "")[:200],
             confidence=(confidences or {}).get(row.id),
+            why=feedback.why_text((why or {})[row.id]) if row.id in (why or {}) else None,
+            why_query=(why or {}).get(row.id),
         )
         for row in (rows.get(i) for i in ids)
         if row is not None

@@ -68,6 +68,7 @@ from mewdex.db.models.search import (
     SearchHead,
     SearchMigrationState,
 )
+from mewdex.db.models.search_feedback import SearchFeedbackEvent, SearchFeedbackQuery, SearchFeedbackSetting
 from mewdex.db.models.search_marks import SearchMark
 from mewdex.db.models.search_stats import MemeSearchScopeStats, MemeSearchTermStats
 

@@ -23,11 +23,14 @@ from mewdex.library import memes as library
 from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
 from mewdex.library.packages import content_disposition
 from mewdex.library.scopes import storage_namespace
+from mewdex.platform.auth import Principal
 from mewdex.queue import backpressure
+from mewdex.search import feedback
 from mewdex.search.image_search import near_duplicates_of_many
 from mewdex.storage import blob_store
-from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
+from mewdex.web.deps import current_principal, current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body
+from mewdex.web.guards import cross_site
 from mewdex.web.media import blob_response
 from mewdex.web.security import UPLOAD_REQUEST_BYTES
 from mewdex.web.uploads import memory_slot, read_upload, upload_slot
@@ -81,13 +84,24 @@ def media(
     meme_id: str,
     request: Request,
     download: bool = Query(False, description="true: ``Content-Disposition: attachment`` (save, not show)"),
+    q: str | None = Query(None, max_length=2000, description="the search this download came from (feedback)"),
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
+    principal: Principal = Depends(current_principal),
 ):
     """Original bytes with their real ``Content-Type``, ``ETag`` (sha256), a year-long immutable cache
     and ``Content-Disposition`` naming the file ``<name><extension>`` (``inline``; ``attachment`` with
-    ``?download=1``), so a saved or shared image keeps its name and type."""
+    ``?download=1``), so a saved or shared image keeps its name and type.
+
+    ``q``: the search whose result was downloaded (the result cards' download link): recorded as
+    ``download`` feedback (learning, :mod:`mewdex.search.feedback`) for a GET of the account itself
+    from this site (not a signed link, not a read-only token, not a request from another site)."""
     meme = get_meme(session, scope, meme_id)
+    if q and request.method == "GET" and _may_learn(request, principal):
+        try:
+            feedback.record(session, scope, q, meme.id, "download", "search")
+        except feedback.FeedbackError:
+            pass  # an empty or overlong query: the download itself goes on
     etag = f'"{meme.sha256}"'
     headers = {
         "ETag": etag,
@@ -105,6 +119,13 @@ def media(
     if found is None:
         raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
     return found
+
+
+def _may_learn(request: Request, principal: Principal) -> bool:
+    """Whether a GET may write feedback: the account's own request from this site."""
+    if principal.via == "signed_url" or not principal.may("write"):
+        return False
+    return not cross_site({k.lower(): v for k, v in request.headers.items()})
 
 
 # ---------------------------------------------------------------- upload, list, rename, delete

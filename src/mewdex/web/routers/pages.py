@@ -150,6 +150,7 @@ def _search_context(
         {r.id: r.snippet for r in response.results},
         started,
         {r.id: r.confidence for r in response.results},
+        {r.id: r.why_query for r in response.results if r.why_query},
     )
 
 
@@ -178,9 +179,10 @@ def _filters(collection: str, animated: bool) -> SearchFilters:
     )
 
 
-def _results_context(session, scope, context, ids, snippets, started, confidences=None) -> dict:
+def _results_context(session, scope, context, ids, snippets, started, confidences=None, whys=None) -> dict:
     """The results fragment's context; with ``confidences`` (text search: id → high|medium|low) the
-    ``low`` ones move under "weaker matches", and all of them when none is ``high`` ("no strong match")."""
+    ``low`` ones move under "weaker matches", and all of them when none is ``high`` ("no strong match");
+    ``whys``: id → the past query the feedback leg lifted it for ("you picked this for …")."""
     memes = views.memes_by_id(session, scope, ids)
     cards = views.cards(session, scope, [memes[i] for i in ids if i in memes], with_stages=False)
     weaker: list = []
@@ -197,6 +199,7 @@ def _results_context(session, scope, context, ids, snippets, started, confidence
         "weaker": weaker,
         "no_strong_match": confidences is not None and not cards and bool(weaker),
         "snippets": {str(k): v for k, v in snippets.items()},
+        "whys": {str(k): v for k, v in (whys or {}).items()},
         "took_ms": round((time.perf_counter() - started) * 1000),
     }
 

@@ -318,6 +318,20 @@ document.addEventListener("submit", (e) => {
 
 // ------------------------------------------------------------------ actions
 
+// What mewdex learned (issue 33; partials/feedback_section.html): learning on/off and forgetting it all.
+async function feedbackLearning(box) {
+  const r = await api("PUT", "/api/v1/feedback/settings", {learning_enabled: box.checked});
+  if (!r.ok) { box.checked = !box.checked; toast(errorText(r.body, r.status), "error"); return; }
+  toast(t(box.checked ? "js.feedback_on" : "js.feedback_off"));
+}
+
+async function feedbackClear(button) {
+  const r = await api("DELETE", "/api/v1/feedback");
+  if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
+  toast(t("js.feedback_cleared"));
+  location.reload();
+}
+
 async function markWanted(button) {
   // "This is the meme I wanted" (issue 15): the marks form the scope's query set for the eval gate.
   const r = await api("POST", "/api/v1/search/marks", {query: button.dataset.query, meme_id: memeOf(button).dataset.id});
@@ -428,6 +442,8 @@ document.addEventListener("click", (e) => {
     case "retry-task": retryTask(el); break;
     case "cancel-task": cancelTask(el); break;
     case "mark-wanted": markWanted(el); break;
+    case "feedback-learning": feedbackLearning(el); break;
+    case "feedback-clear": feedbackClear(el); break;
     case "pick-image": $("#image-file").click(); break;
     case "select-all": selectAll(); break;
     case "bulk-retry": bulkRetry(); break;

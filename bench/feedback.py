@@ -1,0 +1,344 @@
+"""Learning from feedback (issue 33): a simulated user on the development queries, and the leg's cost.
+
+1. The development queries are split in two halves (alternately in file order, so each type is in
+   both). For the first half a simulated user searches; the first relevant meme in the top 50 is
+   marked (even positions) or sent (odd positions); a query with none there rejects the first
+   irrelevant meme of the three the assistant shows. Then the second half is measured with and
+   without the feedback leg (S@10, MRR@10, overall and per query type). Then the same with the halves
+   swapped (the feedback cleared in between).
+2. Reworded repeats: each chosen query of the first half, reworded by hand (:data:`REWORDED`), is
+   searched with the leg: the share that finds the chosen meme first, and S@10 / MRR@10 of the
+   rewordings with and without the leg.
+3. Cost: the leg alone (one statement on the caller's session) p50 / p95 in ms, and the fused
+   search with and without it, after ``--events`` synthetic events (random memes, ``--queries``
+   distinct synthetic queries with random unit vectors per model) are added to the library's own.
+   The library is the data dir's: the corpus (~940 memes), or a large one built by bench/scale.py
+   (``--data-dir /tmp/scale --cost-only``). The leg's statement reads only the feedback tables
+   (memes are read only when filters are given), so its cost follows the events and distinct
+   queries, not the library's size.
+
+The scope's feedback is cleared at the start and at the end (the data dir stays reusable by
+quality.py). Timings on a shared machine are noisy: compare the ratios.
+
+Run: .venv/bin/python bench/feedback.py [--data-dir DIR] [--events 10000] [--queries 3000] [--cost-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+import uuid
+from collections import defaultdict
+
+import numpy as np
+
+import corpus
+
+#: A small rewording of each development query (the meaning kept, other words).
+REWORDED = {
+    "q104": "戴绿色军帽的小白兔卡通表情",
+    "q108": "熊本县那只脸蛋红红的黑熊吉祥物",
+    "q111": "篮球明星咧着嘴哈哈大笑的脸",
+    "q114": "一脸坏笑的外国小男孩",
+    "q051": "男生在街上回头看美女，身边的女朋友很嫌弃",
+    "q054": "勉强笑着、心里很痛苦的老大爷",
+    "q081": "Zhang Weiwei meme: I don't believe a word of it",
+    "q050": "glum American politicians sure that you will not turn up to vote",
+    "q057": "对方说的话根本不能信",
+    "q064": "不要慌，冷静一点",
+    "q067": "太可笑了，简直荒唐透顶",
+    "q070": "跟对方表白自己的心意",
+    "q073": "怀疑对方脑子有毛病",
+    "q076": "有个好消息想和大家分享",
+    "q082": "别睡了，赶紧起来陪我打游戏",
+    "q085": "上班摸鱼划水，什么都不干",
+    "q088": "躲在墙角偷偷地看着你",
+    "q091": "越想越生气，渐渐想动手了",
+    "q094": "你这是犯法的，等着坐牢吧",
+    "q097": "惊讶到嘴巴张得很大",
+    "q100": "委婉地拒绝别人的邀请",
+    "q058": "实在忍不住了，笑出了声",
+    "q061": "看呆了，目瞪口呆盯着屏幕",
+    "q001": "man turns to look at another woman while his girlfriend is disgusted",
+    "q004": "cartoon dog sipping coffee in a burning room saying this is fine",
+    "q007": "a car cutting across the lanes to make the exit at the last moment",
+    "q010": "old man forcing a smile while suffering inside",
+    "q013": "businessman with a faceless mannequin head in front of a stock chart going up",
+    "q016": "guy tapping his head with a sly smile, clever loophole",
+    "q019": "Boromir with his fingers in a circle saying one does not simply do it",
+    "q022": "a cat that always frowns angrily",
+    "q025": "line-drawing animation of a cat drumming on a table",
+    "q028": "a villain's plan on a flip chart where the last step fails",
+    "q031": "cartoon detectives pull the ghost mask off the bad guy",
+    "q034": "Kermit the frog drinking tea after a passive-aggressive comment",
+    "q037": "South Park ski instructor warning you are going to have a bad time",
+    "q040": "a dog at a computer keyboard with no idea what it is doing",
+    "q043": "talk show host yelling that everybody in the audience wins a prize",
+    "q046": "wrestling boss in a chair getting more and more excited",
+    "q049": "news anchor yelling we'll do it live",
+}
+TOP = 50
+ASSISTANT_PAGE = 3
+
+
+def halves(queries: list[dict]) -> tuple[list[dict], list[dict]]:
+    return queries[0::2], queries[1::2]
+
+
+def metrics(rows: list[tuple[str, int | None]]) -> dict[str, dict[str, float]]:
+    """``{group: {"S@10", "MRR@10", "n"}}`` from ``(type, rank of the first relevant or None)``."""
+    groups: dict[str, list[int | None]] = defaultdict(list)
+    for qtype, rank in rows:
+        groups["all"].append(rank)
+        groups[f"type={qtype}"].append(rank)
+    return {
+        g: {
+            "S@10": sum(1 for r in ranks if r is not None and r <= 10) / len(ranks),
+            "MRR@10": sum(1 / r for r in ranks if r is not None and r <= 10) / len(ranks),
+            "n": len(ranks),
+        }
+        for g, ranks in sorted(groups.items())
+    }
+
+
+def first_relevant(ranked: list[str], relevant: set[str]) -> int | None:
+    return next((i for i, m in enumerate(ranked, 1) if m in relevant), None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--data-dir", help="reuse a data dir that already holds the processed corpus (or a scale library)"
+    )
+    parser.add_argument("--events", type=int, default=10_000, help="synthetic events for the cost part (0: none)")
+    parser.add_argument("--queries", type=int, default=3_000, help="distinct synthetic queries of those events")
+    parser.add_argument("--rounds", type=int, default=3, help="timing rounds over the queries")
+    parser.add_argument(
+        "--cost-only", action="store_true", help="only the cost part (any library, e.g. bench/scale.py's)"
+    )
+    args = parser.parse_args()
+    data_dir = corpus.use_data_dir(args.data_dir)
+    print(f"data dir: {data_dir}")
+    from sqlalchemy import func, select
+
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.db.models import Meme
+    from mewdex.library.scopes import default_scope
+    from mewdex.pipeline.status import status
+    from mewdex.runtime import prepare_database
+    from mewdex.search import feedback
+
+    prepare_database()
+    sessions, scope = get_sessionmaker(), default_scope()
+    with sessions.begin() as session:
+        memes = session.execute(
+            select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id)
+        ).scalar_one()
+        if memes == 0 and not args.cost_only:
+            corpus.prepare()
+        elif memes == 0:
+            raise SystemExit("--cost-only needs a library in the data dir")
+    with sessions.begin() as session:
+        feedback.clear(session, scope)
+        feedback.set_learning(session, scope, True)
+    queries = corpus.dev_queries()
+    try:
+        if not args.cost_only:
+            with sessions.begin() as session:
+                print(f"{len(queries)} queries, {status(session, scope)['memes']} memes")
+            simulate(sessions, scope, queries)
+        if args.events > 0:
+            cost(sessions, scope, queries, args.events, args.queries, args.rounds)
+    finally:
+        with sessions.begin() as session:
+            feedback.clear(session, scope)
+
+
+def simulate(sessions, scope, queries: list[dict]) -> None:
+    from mewdex.search import feedback, service
+
+    mapping = corpus.path_to_meme_ids()
+
+    def relevant(q: dict) -> set[str]:
+        return {mapping[p] for p in q["relevant"] if p in mapping}
+
+    def ranked(query: str, learn: bool, n: int = 10) -> list[str]:
+        with sessions.begin() as session:
+            return [r.id for r in service.search(session, scope, query, n, learn=learn).results]
+
+    sums: dict[str, list] = defaultdict(list)
+    for round_name, (train, test) in (("A→B", halves(queries)), ("B→A", halves(queries)[::-1])):
+        with sessions.begin() as session:
+            feedback.clear(session, scope)
+        chosen: dict[str, str] = {}
+        actions: dict[str, int] = defaultdict(int)
+        for i, q in enumerate(train):
+            top = ranked(q["query"], True, TOP)
+            rank = first_relevant(top, relevant(q))
+            with sessions.begin() as session:
+                if rank is not None:
+                    kind = "mark" if i % 2 == 0 else "send"
+                    feedback.record(session, scope, q["query"], top[rank - 1], kind, "search")
+                    chosen[q["qid"]] = top[rank - 1]
+                    actions[kind] += 1
+                else:
+                    wrong = next((m for m in top[:ASSISTANT_PAGE] if m not in relevant(q)), None)
+                    if wrong is not None:
+                        feedback.record(session, scope, q["query"], wrong, "rejected", "assistant")
+                        actions["rejected"] += 1
+        print(f"\n[{round_name}] the user gave feedback on {len(train)} queries: {dict(actions)}")
+        lists: dict[bool, list[list[str]]] = {}
+        for learn in (False, True):
+            lists[learn] = [ranked(q["query"], learn) for q in test]
+            rows = [(q["type"], first_relevant(top, relevant(q))) for q, top in zip(test, lists[learn], strict=True)]
+            figures = metrics(rows)
+            sums[f"held-out {'with' if learn else 'without'}"].append(figures)
+        changed = [q["qid"] for q, a, b in zip(test, lists[False], lists[True], strict=True) if a != b]
+        print(f"  held-out queries whose top 10 the leg changed: {len(changed)} {changed}")
+        _print_pair(sums["held-out without"][-1], sums["held-out with"][-1], f"held-out half ({len(test)} queries)")
+        # Reworded repeats of the chosen queries.
+        reworded = [q for q in train if q["qid"] in chosen and q["qid"] in REWORDED]
+        firsts = 0
+        for learn in (False, True):
+            rows = []
+            for q in reworded:
+                top = ranked(REWORDED[q["qid"]], learn)
+                rows.append((q["type"], first_relevant(top, relevant(q))))
+                if learn and top and top[0] == chosen[q["qid"]]:
+                    firsts += 1
+                elif learn:
+                    rank = top.index(chosen[q["qid"]]) + 1 if chosen[q["qid"]] in top else None
+                    print(f"    not first: {q['qid']} {REWORDED[q['qid']]!r}: the chosen meme at {rank}")
+            sums[f"reworded {'with' if learn else 'without'}"].append(metrics(rows))
+        _print_pair(
+            sums["reworded without"][-1], sums["reworded with"][-1], f"reworded repeats ({len(reworded)} queries)"
+        )
+        share = firsts / max(1, len(reworded))
+        print(f"  reworded repeats with the chosen meme first: {firsts}/{len(reworded)} = {share:.3f}")
+        sums["firsts"].append((firsts, len(reworded)))
+    found, total = (sum(x) for x in zip(*sums["firsts"], strict=True))
+    print(f"\nboth rounds: reworded repeats with the chosen meme first {found}/{total} = {found / max(1, total):.3f}")
+    _print_pair(
+        _mean(sums["held-out without"]), _mean(sums["held-out with"]), "both rounds, held-out halves (mean of rounds)"
+    )
+
+
+def _mean(results: list[dict]) -> dict:
+    groups = set().union(*results)
+    return {
+        g: {m: statistics.fmean(r[g][m] for r in results if g in r) for m in ("S@10", "MRR@10", "n")} for g in groups
+    }
+
+
+def _print_pair(without: dict, with_: dict, title: str) -> None:
+    print(f"  {title}")
+    print(
+        f"    {'group':34s} {'n':>4s}  {'S@10 w/o':>8s} {'S@10 with':>9s} {'MRR w/o':>8s} {'MRR with':>8s}  ΔS / ΔMRR"
+    )
+    for g in sorted(without):
+        a, b = without[g], with_[g]
+        print(
+            f"    {g:34s} {a['n']:4.0f}  {a['S@10']:8.3f} {b['S@10']:9.3f} {a['MRR@10']:8.3f} {b['MRR@10']:8.3f}"
+            f"  {b['S@10'] - a['S@10']:+.3f} / {b['MRR@10'] - a['MRR@10']:+.3f}"
+        )
+
+
+def cost(sessions, scope, queries: list[dict], events: int, distinct: int, rounds: int) -> None:
+    """Synthetic events, then the leg's p50/p95 alone and the fused search's with and without it."""
+    from sqlalchemy import select, text
+
+    from mewdex.db.models import Meme
+    from mewdex.search import feedback, service, vector_index
+
+    rng = np.random.default_rng(7)
+    with sessions.begin() as session:
+        memes = session.execute(select(Meme.id).where(Meme.scope_id == scope.scope_id).limit(200_000)).scalars().all()
+        library = len(memes)
+        models = {
+            model: vec.shape[0] for _leg, model, vec in feedback.query_vectors(session, scope.scope_id, "warm up")
+        }
+    if not models:
+        raise SystemExit("no text model generation in this library")
+    keys = [f"synthetic query {i}" for i in range(distinct)]
+    started = time.perf_counter()
+    with sessions.begin() as session:
+        for start in range(0, events, 5000):
+            n = min(5000, events - start)
+            session.execute(
+                text(
+                    "INSERT INTO search_feedback_events (event_id, scope_id, meme_id, query, query_key, kind, source,"
+                    " created_at) SELECT e, :s, m, q, q, k, 'search', now() - (a * interval '1 day')"
+                    " FROM unnest(CAST(:e AS uuid[]), CAST(:m AS uuid[]), CAST(:q AS text[]), CAST(:k AS text[]),"
+                    " CAST(:a AS float8[])) AS t(e, m, q, k, a)"
+                ),
+                {
+                    "s": scope.scope_id,
+                    "e": [uuid.uuid4() for _ in range(n)],
+                    "m": [memes[int(i)] for i in rng.integers(0, library, n)],
+                    "q": [keys[int(i)] for i in rng.integers(0, distinct, n)],
+                    "k": [random.choice(feedback.KINDS) for _ in range(n)],
+                    "a": [float(x) for x in rng.uniform(0, 365, n)],
+                },
+            )
+        for model, dims in models.items():
+            vectors = rng.normal(size=(distinct, dims)).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            for start in range(0, distinct, 1000):
+                session.execute(
+                    text(
+                        "INSERT INTO search_feedback_queries (scope_id, model, query_key, dimensions, embedding)"
+                        " SELECT :s, :model, k, :d, CAST(v AS vector)"
+                        " FROM unnest(CAST(:k AS text[]), CAST(:v AS text[])) AS t(k, v) ON CONFLICT DO NOTHING"
+                    ),
+                    {
+                        "s": scope.scope_id,
+                        "model": model,
+                        "d": dims,
+                        "k": keys[start : start + 1000],
+                        "v": ["[" + ",".join(f"{x:.6f}" for x in v) + "]" for v in vectors[start : start + 1000]],
+                    },
+                )
+            vector_index.ensure_index(session, feedback.TABLE, model, dims)
+        session.execute(text("ANALYZE search_feedback_events; ANALYZE search_feedback_queries"))
+    print(
+        f"\ncost: {library} memes, {events} synthetic events over {distinct} distinct queries "
+        f"(+ {len(models)} model(s)) written in {time.perf_counter() - started:.1f}s"
+    )
+    texts = [q["query"] for q in queries]
+    leg_ms: list[float] = []
+    with_ms: list[float] = []
+    without_ms: list[float] = []
+    with sessions.begin() as session:  # warm: the query cache and the statements' pages
+        for query in texts:
+            service.search(session, scope, query, 10)
+    for _ in range(rounds):
+        for query in texts:
+            with sessions.begin() as session:
+                vectors = feedback.query_vectors(session, scope.scope_id, query)
+                t0 = time.perf_counter()
+                feedback.leg(session, scope.scope_id, query, vectors[0] if vectors else None)
+                leg_ms.append((time.perf_counter() - t0) * 1000)
+            for learn, sink in ((True, with_ms), (False, without_ms)):
+                with sessions.begin() as session:
+                    t0 = time.perf_counter()
+                    service.search(session, scope, query, 10, learn=learn)
+                    sink.append((time.perf_counter() - t0) * 1000)
+
+    def pct(values: list[float], p: float) -> float:
+        return float(np.percentile(values, p))
+
+    print(
+        f"  the leg alone:           p50 {pct(leg_ms, 50):6.2f} ms  p95 {pct(leg_ms, 95):6.2f} ms  ({len(leg_ms)} runs)"
+    )
+    print(f"  fused search with it:    p50 {pct(with_ms, 50):6.2f} ms  p95 {pct(with_ms, 95):6.2f} ms")
+    print(f"  fused search without it: p50 {pct(without_ms, 50):6.2f} ms  p95 {pct(without_ms, 95):6.2f} ms")
+    print(
+        f"  added by the leg: p50 {pct(with_ms, 50) - pct(without_ms, 50):+.2f} ms, p95 "
+        f"{pct(with_ms, 95) - pct(without_ms, 95):+.2f} ms (ratio p95 {pct(with_ms, 95) / pct(without_ms, 95):.2f})"
+    )
+
+
+if __name__ == "__main__":
+    main()

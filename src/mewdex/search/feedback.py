@@ -1,0 +1,524 @@
+"""Learning from feedback (issue 33): what a person marked, copied, downloaded, shared, sent, kept
+or rejected after a search, kept per scope, and the feedback leg that lifts those memes for later
+queries of the same meaning.
+
+Events (``search_feedback_events``) are written by the paths that see a choice — a ✓ mark
+(:mod:`mewdex.search.marks`), a download from a result (``/media/{id}?q=…``), the assistant's result
+lists (kept when the conversation moves on, rejected with "换一个"/"another"), and the buttons that
+call ``POST /api/v1/feedback`` — through :func:`record`, the one writing function. Each distinct query
+of a scope is embedded once per active text model (``search_feedback_queries``; the vectors come from
+the search's query cache, :mod:`mewdex.search.query_vectors`).
+
+The leg (:func:`leg`): the scope's past queries nearest to this one — the same query first (its folded
+key), then up to :data:`NEIGHBOURS` by cosine over the preferred model's per-model HNSW index (USE,
+else e5: both multilingual, so a ✓ for "打工人下班累瘫了" helps "exhausted office worker after work") —
+and their events give each meme ``Σ similarity × kind weight × recency`` (:data:`KIND_WEIGHTS`,
+half-life :data:`HALF_LIFE_DAYS`; a rejection counts against). The search service fuses it
+(:func:`mewdex.search.service.search`): a lift of at most :data:`LIFT` fused-score units, saturating
+with the count; memes rejected for this meaning drop out; a strong lexical or exact-phrase match is
+never buried by lifts from other queries' feedback (it stays second at worst).
+
+A scope with learning off (:func:`set_learning`) writes no events and reads none.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import unicodedata
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast
+from uuid import UUID
+
+import numpy as np
+from sqlalchemy import CursorResult, delete, func, select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from mewdex.db.models import Meme, ScopeContext, utcnow
+from mewdex.db.models.search_feedback import (
+    FEEDBACK_KINDS,
+    FEEDBACK_SOURCES,
+    SearchFeedbackEvent,
+    SearchFeedbackQuery,
+    SearchFeedbackSetting,
+)
+from mewdex.dto.errors import DomainError
+from mewdex.dto.search import SearchFilters
+from mewdex.inference.errors import BackendUnavailable
+from mewdex.library.listing import exists_sql
+from mewdex.search import generations, vector_index
+from mewdex.search import text as search_text
+from mewdex.search.query_vectors import embedder_of, query_embedding
+from mewdex.search.vector import hnsw_settings
+
+KINDS = FEEDBACK_KINDS
+SOURCES = FEEDBACK_SOURCES
+MAX_QUERY = 500
+TABLE = "search_feedback_queries"
+
+#: How much one event of a kind says (a rejection counts against).
+KIND_WEIGHTS: dict[str, float] = {
+    "mark": 1.0,
+    "send": 1.0,
+    "share": 0.8,
+    "copy": 0.6,
+    "download": 0.5,
+    "kept": 0.3,
+    "rejected": -1.0,
+}
+#: An event's weight halves every this many days.
+HALF_LIFE_DAYS = 120.0
+#: Past queries read per search (nearest by the preferred model), besides the same query.
+NEIGHBOURS = 16
+#: Events read per past query (newest first).
+EVENTS_PER_QUERY = 50
+#: The text legs whose model embeds past queries, in order of preference, with the cosine below which
+#: a past query is not "the same meaning". Measured on the development queries and their rewordings
+#: (bench/feedback.py's REWORDED): USE puts a rewording at 0.62–0.95 (median 0.86), two different
+#: queries sharing a relevant meme (mostly across languages) at 0.44–0.56, and unrelated pairs at
+#: ≤ 0.539 (the highest, "别慌，保持冷静" / "实在憋不住了，笑出声"): 0.54 keeps every unrelated pair out.
+#: e5's cosines crowd together (rewordings 0.91–0.99, unrelated pairs up to 0.92): a fallback only.
+MODEL_LEGS = ("use", "e5")
+MIN_SIMILARITY = {"use": 0.54, "e5": 0.93}
+#: The cosine at which a past query would count nothing: a neighbour counts (cos − floor) / (1 − floor).
+SIMILARITY_FLOOR = {"use": 0.45, "e5": 0.9}
+#: The cosine from which a past query is the same request reworded (dev queries: rewordings ≥ 0.62,
+#: different requests ≤ 0.56): only such a lift may pass a strong lexical match (see ``fuse_feedback``).
+REWORDED_SIMILARITY = {"use": 0.6, "e5": 0.96}
+#: The most the leg adds to a meme's fused score (RRF with k = 5: a meme first in every leg has 0.58).
+LIFT = 1.5
+#: Net feedback for this very query from which a result counts as chosen (``high`` confidence): a
+#: download or more; a meme only kept from an assistant's answer is not.
+CHOSEN = 0.5
+#: A meme whose net feedback for this meaning is at or below this leaves the results.
+DROP_AT = -0.5
+
+
+class FeedbackError(DomainError):
+    """``query_empty`` / ``query_too_long`` / ``feedback_kind_invalid`` / ``feedback_source_invalid``
+    (422), ``not_found`` (404: no such meme in the scope)."""
+
+
+@dataclass
+class LegResult:
+    """The leg's answer for one query: ``net`` feedback per meme (positive lifts, negative sinks),
+    ``exact`` (memes with feedback for this very query), ``why`` (the query a lifted meme was chosen
+    for, as typed) and ``took_ms``."""
+
+    net: dict[UUID, float] = field(default_factory=dict)
+    exact: set[UUID] = field(default_factory=set)
+    why: dict[UUID, str] = field(default_factory=dict)
+    took_ms: float = 0.0
+    #: per meme, the similarity weight of the closest past query that chose it (1 for this very query)
+    closest: dict[UUID, float] = field(default_factory=dict)
+    #: the weight from which a past query is this same request reworded (:data:`REWORDED_SIMILARITY`)
+    reworded_at: float = 1.0
+
+    @property
+    def empty(self) -> bool:
+        return not self.net
+
+
+def fold_key(query: str) -> str:
+    """A query as feedback and marks compare it: NFKC, case-folded, runs of spaces as one."""
+    return " ".join(unicodedata.normalize("NFKC", query).casefold().split())
+
+
+def normalise(query: str) -> tuple[str, str]:
+    """``(text, key)``: the query as stored (spaces collapsed, medium words such as "表情包" / "meme"
+    removed as search removes them) and its folded comparison key. Raises ``FeedbackError``
+    ``query_empty`` / ``query_too_long``."""
+    raw = " ".join(str(query or "").split())
+    if not raw:
+        raise FeedbackError("query_empty", "the query is empty")
+    if len(raw) > MAX_QUERY:
+        raise FeedbackError("query_too_long", f"the query is over {MAX_QUERY} characters")
+    return raw, fold_key(search_text.clean_query(raw))
+
+
+# ---------------------------------------------------------------------------------------- settings
+
+
+def learning_enabled(session: Session, scope_id: str) -> bool:
+    """Whether the scope learns from feedback (on unless turned off)."""
+    value = session.execute(
+        select(SearchFeedbackSetting.learning_enabled).where(SearchFeedbackSetting.scope_id == scope_id)
+    ).scalar_one_or_none()
+    return True if value is None else bool(value)
+
+
+def set_learning(session: Session, scope: ScopeContext, enabled: bool) -> bool:
+    """Turn learning on or off for the scope (an account's own scope); returns the new value. Off: no
+    event is written and search reads none; the stored events stay until :func:`clear`."""
+    stmt = insert(SearchFeedbackSetting).values(scope_id=scope.scope_id, learning_enabled=enabled, updated_at=utcnow())
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["scope_id"], set_={"learning_enabled": enabled, "updated_at": stmt.excluded.updated_at}
+        )
+    )
+    return enabled
+
+
+# ----------------------------------------------------------------------------------------- writing
+
+
+def record(
+    session: Session,
+    scope: ScopeContext,
+    query: str,
+    meme_id: UUID | str,
+    kind: str,
+    source: str,
+    *,
+    embed: bool = True,
+) -> SearchFeedbackEvent | None:
+    """Record that, for ``query``, the scope's user gave ``meme_id`` feedback ``kind`` (one of
+    :data:`KINDS`) from ``source`` (one of :data:`SOURCES`). In the caller's transaction; None when
+    the scope has learning off (nothing written).
+
+    ``embed``: store the query's embedding for each active text model if it has none yet (from the
+    query cache when a search just embedded it; otherwise the model runs here, ~10–50 ms on CPU). A
+    model that cannot embed is skipped: the event still counts for the same query.
+
+    Raises ``FeedbackError``: ``query_empty`` / ``query_too_long`` / ``feedback_kind_invalid`` /
+    ``feedback_source_invalid`` (422), ``not_found`` (404: no such meme in the scope)."""
+    if kind not in KINDS:
+        raise FeedbackError("feedback_kind_invalid", f"kind must be one of {', '.join(KINDS)}")
+    if source not in SOURCES:
+        raise FeedbackError("feedback_source_invalid", f"source must be one of {', '.join(SOURCES)}")
+    raw, key = normalise(query)
+    try:
+        mid = UUID(str(meme_id))
+    except ValueError:
+        raise FeedbackError("not_found", "meme not found") from None
+    found = session.execute(select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id == mid)).scalar_one_or_none()
+    if found is None:
+        raise FeedbackError("not_found", "meme not found")
+    if not learning_enabled(session, scope.scope_id):
+        return None
+    event = SearchFeedbackEvent(
+        event_id=uuid.uuid4(),
+        scope_id=scope.scope_id,
+        meme_id=mid,
+        query=raw,
+        query_key=key,
+        kind=kind,
+        source=source,
+        created_at=utcnow(),
+    )
+    session.add(event)
+    session.flush()
+    if embed:
+        embed_query(session, scope.scope_id, raw, key)
+    return event
+
+
+def record_many(
+    session: Session, scope: ScopeContext, query: str, meme_ids: list[UUID | str], kind: str, source: str
+) -> int:
+    """:func:`record` for several memes of one query (memes no longer in the scope are skipped);
+    returns how many were written (0 with learning off or an empty query)."""
+    written = 0
+    for meme_id in meme_ids:
+        try:
+            if record(session, scope, query, meme_id, kind, source) is not None:
+                written += 1
+        except FeedbackError as exc:
+            if exc.code in ("query_empty", "query_too_long"):
+                return written
+            continue  # a meme deleted since it was shown
+    return written
+
+
+def query_vectors(session: Session, scope_id: str, query: str) -> list[tuple[str, str, np.ndarray]]:
+    """``[(leg, model, vector)]`` of ``query`` (cleaned as search cleans it) for each leg of
+    :data:`MODEL_LEGS` whose active generation's model can embed it, in order of preference."""
+    cleaned = search_text.clean_query(query)
+    found = []
+    for leg in MODEL_LEGS:
+        generation = generations.cached_generation(session, scope_id, leg, remember_none=True)
+        embedder = embedder_of(generation) if generation is not None else None
+        if embedder is None:
+            continue
+        try:
+            found.append((leg, generation.model, query_embedding(embedder, cleaned)))  # type: ignore[union-attr]
+        except BackendUnavailable:
+            continue
+    return found
+
+
+_indexed: set[tuple[str, int]] = set()
+_indexed_lock = threading.Lock()
+
+
+def embed_query(session: Session, scope_id: str, query: str, key: str) -> int:
+    """Store ``query``'s embedding under ``key`` for each active text model that has none yet (and
+    make sure the model's HNSW index exists); returns the rows written."""
+    have = set(
+        session.execute(
+            select(SearchFeedbackQuery.model).where(
+                SearchFeedbackQuery.scope_id == scope_id, SearchFeedbackQuery.query_key == key
+            )
+        ).scalars()
+    )
+    written = 0
+    for _leg, model, vector in query_vectors(session, scope_id, query):
+        if model in have:
+            continue
+        dims = int(vector.shape[0])
+        with _indexed_lock:
+            fresh = (model, dims) not in _indexed
+        if fresh:
+            vector_index.ensure_index(session, TABLE, model, dims)
+            with _indexed_lock:
+                _indexed.add((model, dims))
+        session.execute(
+            insert(SearchFeedbackQuery)
+            .values(
+                scope_id=scope_id,
+                model=model,
+                query_key=key,
+                dimensions=dims,
+                embedding=np.asarray(vector, dtype=np.float32),
+                created_at=utcnow(),
+            )
+            .on_conflict_do_nothing()
+        )
+        written += 1
+    return written
+
+
+# ---------------------------------------------------------------------------- see, export, clear
+
+
+def event_dict(e: SearchFeedbackEvent) -> dict[str, Any]:
+    """One event as the API and the CLI show it."""
+    return {
+        "id": str(e.event_id),
+        "query": e.query,
+        "meme_id": str(e.meme_id),
+        "kind": e.kind,
+        "source": e.source,
+        "created_at": e.created_at.isoformat(),
+    }
+
+
+def list_events(
+    session: Session, scope: ScopeContext, *, limit: int = 100, before: datetime | None = None
+) -> list[SearchFeedbackEvent]:
+    """The scope's events, newest first (``before``: older than that time only)."""
+    stmt = select(SearchFeedbackEvent).where(SearchFeedbackEvent.scope_id == scope.scope_id)
+    if before is not None:
+        stmt = stmt.where(SearchFeedbackEvent.created_at < before)
+    stmt = stmt.order_by(SearchFeedbackEvent.created_at.desc(), SearchFeedbackEvent.event_id).limit(limit)
+    return list(session.execute(stmt).scalars())
+
+
+def summary(session: Session, scope: ScopeContext) -> dict[str, Any]:
+    """``{"learning_enabled", "events", "queries", "by_kind": {kind: n}}`` of the scope."""
+    rows = session.execute(
+        select(SearchFeedbackEvent.kind, func.count())
+        .where(SearchFeedbackEvent.scope_id == scope.scope_id)
+        .group_by(SearchFeedbackEvent.kind)
+    ).all()
+    queries = session.execute(
+        select(func.count(func.distinct(SearchFeedbackEvent.query_key))).where(
+            SearchFeedbackEvent.scope_id == scope.scope_id
+        )
+    ).scalar_one()
+    by_kind = {k: 0 for k in KINDS} | {k: int(n) for k, n in rows}
+    return {
+        "learning_enabled": learning_enabled(session, scope.scope_id),
+        "events": sum(by_kind.values()),
+        "queries": int(queries),
+        "by_kind": by_kind,
+    }
+
+
+def export(session: Session, scope: ScopeContext, batch: int = 1000) -> Iterator[dict[str, Any]]:
+    """Every event of the scope, oldest first, as :func:`event_dict` (read in batches)."""
+    after: tuple[datetime, UUID] | None = None
+    while True:
+        stmt = select(SearchFeedbackEvent).where(SearchFeedbackEvent.scope_id == scope.scope_id)
+        if after is not None:
+            stmt = stmt.where(
+                (SearchFeedbackEvent.created_at > after[0])
+                | ((SearchFeedbackEvent.created_at == after[0]) & (SearchFeedbackEvent.event_id > after[1]))
+            )
+        rows = list(
+            session.execute(
+                stmt.order_by(SearchFeedbackEvent.created_at, SearchFeedbackEvent.event_id).limit(batch)
+            ).scalars()
+        )
+        yield from (event_dict(e) for e in rows)
+        if len(rows) < batch:
+            return
+        after = (rows[-1].created_at, rows[-1].event_id)
+
+
+def clear(session: Session, scope: ScopeContext) -> int:
+    """Delete every event of the scope and its stored query embeddings; returns the events deleted.
+    From the next search on, nothing of it counts."""
+    result = cast(
+        CursorResult[Any],
+        session.execute(delete(SearchFeedbackEvent).where(SearchFeedbackEvent.scope_id == scope.scope_id)),
+    )
+    session.execute(delete(SearchFeedbackQuery).where(SearchFeedbackQuery.scope_id == scope.scope_id))
+    return int(result.rowcount or 0)
+
+
+def delete_event(session: Session, scope: ScopeContext, event_id: UUID) -> bool:
+    """Delete one event of the scope (and its query's embeddings when it was the query's last);
+    False when there is none with that id."""
+    key = session.execute(
+        delete(SearchFeedbackEvent)
+        .where(SearchFeedbackEvent.scope_id == scope.scope_id, SearchFeedbackEvent.event_id == event_id)
+        .returning(SearchFeedbackEvent.query_key)
+    ).scalar_one_or_none()
+    if key is None:
+        return False
+    _forget_unused_query(session, scope.scope_id, key)
+    return True
+
+
+def forget(session: Session, scope: ScopeContext, query: str, meme_id: UUID, kind: str) -> int:
+    """Delete the scope's events of ``kind`` for (``query``, ``meme_id``): what removing a mark
+    withdraws. Returns the events deleted."""
+    try:
+        _raw, key = normalise(query)
+    except FeedbackError:
+        return 0
+    result = cast(
+        CursorResult[Any],
+        session.execute(
+            delete(SearchFeedbackEvent).where(
+                SearchFeedbackEvent.scope_id == scope.scope_id,
+                SearchFeedbackEvent.query_key == key,
+                SearchFeedbackEvent.meme_id == meme_id,
+                SearchFeedbackEvent.kind == kind,
+            )
+        ),
+    )
+    _forget_unused_query(session, scope.scope_id, key)
+    return int(result.rowcount or 0)
+
+
+def _forget_unused_query(session: Session, scope_id: str, key: str) -> None:
+    session.execute(
+        text(
+            "DELETE FROM search_feedback_queries q WHERE q.scope_id = :s AND q.query_key = :k"
+            " AND NOT EXISTS (SELECT 1 FROM search_feedback_events e WHERE e.scope_id = :s AND e.query_key = :k)"
+        ),
+        {"s": scope_id, "k": key},
+    )
+
+
+# ------------------------------------------------------------------------------------------- leg
+
+_LEG_HEAD = """
+    WITH enabled AS (
+        SELECT coalesce((SELECT learning_enabled FROM search_feedback_settings WHERE scope_id = :scope), true) AS on_
+    ),
+    near AS (
+        SELECT CAST(:key AS text) AS query_key, 1.0::float8 AS sim{neighbours}
+    ),
+    best AS (SELECT query_key, max(sim) AS sim FROM near GROUP BY query_key)
+    SELECT e.meme_id, e.kind, e.query, extract(epoch FROM now() - e.created_at) AS age, best.sim,
+           best.query_key = :key AS exact
+    FROM best CROSS JOIN enabled
+    CROSS JOIN LATERAL (
+        SELECT meme_id, kind, query, created_at FROM search_feedback_events e
+        WHERE e.scope_id = :scope AND e.query_key = best.query_key{filters}
+        ORDER BY created_at DESC LIMIT :per_query
+    ) e
+    WHERE enabled.on_ AND (best.sim >= :min_sim OR best.query_key = :key)
+    """
+_NEIGHBOURS = """
+        UNION ALL
+        SELECT query_key, 1 - {exact} FROM (
+            SELECT query_key, embedding FROM search_feedback_queries
+            WHERE scope_id = :scope AND model = :model AND dimensions = :dims
+            ORDER BY {dist} LIMIT :neighbours
+        ) n"""
+
+
+def leg(
+    session: Session,
+    scope_id: str,
+    query: str,
+    vector: tuple[str, str, np.ndarray] | None = None,
+    filters: SearchFilters | None = None,
+) -> LegResult:
+    """The feedback leg for ``query`` (as searched) in the scope: one statement (plus the HNSW
+    settings for the transaction when a ``vector`` — ``(leg, model, embedding)`` of the query, see
+    :func:`query_vectors` — looks up neighbours). ``filters`` keep only the memes that pass them (as
+    the other legs). Empty with learning off or no feedback."""
+    started = time.perf_counter()
+    key = fold_key(search_text.clean_query(" ".join(query.split())))
+    params: dict[str, Any] = {"scope": scope_id, "key": key, "per_query": EVENTS_PER_QUERY}
+    neighbours = ""
+    leg_name = "exact"
+    if vector is not None:
+        leg_name, model, q = vector
+        dims = int(q.shape[0])
+        neighbours = _NEIGHBOURS.format(
+            exact=vector_index.exact_distance_sql(dims), dist=vector_index.distance_sql(dims)
+        )
+        params |= {"model": model, "dims": dims, "query": np.asarray(q, dtype=np.float32), "neighbours": NEIGHBOURS}
+        hnsw_settings(session, max(40, NEIGHBOURS))
+    params["min_sim"] = MIN_SIMILARITY.get(leg_name, 1.0)
+    keeps, filter_params = exists_sql(filters, "e.meme_id")
+    params |= filter_params
+    rows = session.execute(text(_LEG_HEAD.format(neighbours=neighbours, filters=keeps)), params).all()
+    floor = SIMILARITY_FLOOR.get(leg_name, 0.0)
+    result = score(rows, params["min_sim"], floor)
+    result.reworded_at = similarity_weight(REWORDED_SIMILARITY.get(leg_name, 1.0), 0.0, False, floor)
+    result.took_ms = (time.perf_counter() - started) * 1000
+    return result
+
+
+def similarity_weight(sim: float, min_sim: float, exact: bool, floor: float = 0.0) -> float:
+    """How much a past query counts for this one: 1 for the same query; 0 below ``min_sim``; else
+    the cosine's place between ``floor`` and 1."""
+    if exact:
+        return 1.0
+    if sim < min_sim:
+        return 0.0
+    return max(0.0, min(1.0, (sim - floor) / max(1e-6, 1.0 - floor)))
+
+
+def score(rows, min_sim: float, floor: float = 0.0) -> LegResult:
+    """Net feedback per meme from ``(meme_id, kind, query, age_seconds, sim, exact)`` rows."""
+    result = LegResult()
+    best_why: dict[UUID, float] = {}
+    for meme_id, kind, query, age, sim, exact in rows:
+        w = similarity_weight(float(sim), min_sim, bool(exact), floor)
+        if w <= 0:
+            continue
+        decay = 0.5 ** (max(0.0, float(age)) / 86400.0 / HALF_LIFE_DAYS)
+        contribution = w * KIND_WEIGHTS.get(kind, 0.0) * decay
+        result.net[meme_id] = result.net.get(meme_id, 0.0) + contribution
+        if exact:
+            result.exact.add(meme_id)
+        if contribution > 0:
+            result.closest[meme_id] = max(result.closest.get(meme_id, 0.0), w)
+        if contribution > best_why.get(meme_id, 0.0):
+            best_why[meme_id] = contribution
+            result.why[meme_id] = query
+    return result
+
+
+def lift(net: float) -> float:
+    """The fused-score change for a meme's net feedback: ± :data:`LIFT` at most, saturating with the
+    count (tanh)."""
+    return LIFT * math.tanh(net)
+
+
+def why_text(query: str) -> str:
+    """The result's explanation: ``you picked this for 'query'``."""
+    return f"you picked this for '{query}'"

@@ -1,0 +1,183 @@
+"""Learning from feedback (issue 33) on the processed sample (real models, real search): a choice made
+for a query in one language lifts that meme for a paraphrase in the other, with ``why``; clearing
+removes the effect; the assistant's "换一个" makes a rejected meme stop coming back; the per-account
+off switch; feedback never crosses scopes; downloads from a result and the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from PIL import Image
+from sqlalchemy import select
+
+from conftest import client_for, drop_scope, new_scope
+
+ZH = "打工人下班累瘫了"
+EN = "exhausted office worker after work"
+
+
+@pytest.fixture
+def learned(sample, sessions):
+    """The sample's scope, its feedback cleared and learning back on afterwards (the sample is shared)."""
+    from mewdex.search import feedback
+
+    yield sample.scope
+    with sessions.begin() as session:
+        feedback.clear(session, sample.scope)
+        feedback.set_learning(session, sample.scope, True)
+        from mewdex.db.models import SearchMark
+
+        session.query(SearchMark).filter(SearchMark.scope_id == sample.scope.scope_id).delete()
+
+
+def _search(c, query: str, n: int = 30) -> list[dict]:
+    r = c.post("/api/v1/search", json={"query": query, "n_results": n})
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
+def _rank(results: list[dict], meme_id: str) -> int | None:
+    return next((i for i, r in enumerate(results, 1) if r["id"] == meme_id), None)
+
+
+def test_a_mark_lifts_the_meme_for_a_paraphrase_in_the_other_language_and_clearing_removes_it(learned, mewdex_env):
+    with client_for(learned) as c:
+        before = _search(c, EN)
+        assert before and all(r["why"] is None for r in before)
+        chosen = before[-1]["id"]  # the weakest result: nothing about it says "office worker"
+        r = c.post("/api/v1/search/marks", json={"query": ZH, "meme_id": chosen})
+        assert r.status_code == 201, r.text
+        listed = c.get("/api/v1/feedback").json()
+        assert [(e["kind"], e["query"], e["meme_id"]) for e in listed["events"]] == [("mark", ZH, chosen)]
+        assert listed["summary"]["by_kind"]["mark"] == 1 and listed["summary"]["learning_enabled"] is True
+
+        after = _search(c, EN)
+        rank = _rank(after, chosen)
+        assert rank is not None and rank <= 3, (rank, _rank(before, chosen))
+        assert after[rank - 1]["why"] == f"you picked this for '{ZH}'" and after[rank - 1]["why_query"] == ZH
+        exact = _search(c, ZH)
+        assert exact[0]["id"] == chosen and exact[0]["confidence"] == "high"  # this very query: first
+
+        exported = c.get("/api/v1/feedback/export")
+        assert exported.status_code == 200 and "attachment" in exported.headers["content-disposition"]
+        assert [e["meme_id"] for e in exported.json()["events"]] == [chosen]
+
+        assert c.delete("/api/v1/feedback").json() == {"deleted": 1}
+        cleared = _search(c, EN)
+        assert _rank(cleared, chosen) == _rank(before, chosen) and all(r["why"] is None for r in cleared)
+        assert c.get("/api/v1/feedback").json()["events"] == []
+
+
+def test_strong_exact_caption_match_stays_first_over_a_neighbours_lift(learned):
+    from mewdex.search import feedback
+
+    with client_for(learned) as c:
+        caption = _search(c, "一个字我都不信")
+        top = caption[0]["id"]
+        assert caption[0]["confidence"] == "high"
+        other = caption[-1]["id"]
+        for kind in ("mark", "send", "share"):  # a lot of feedback for a query of the same meaning
+            assert c.post("/api/v1/feedback", json={"query": "我一个字也不信", "meme_id": other, "kind": kind}).json()[
+                "recorded"
+            ]
+        again = _search(c, "一个字我都不信")
+        assert again[0]["id"] == top  # never overtaken by another query's feedback
+        assert _rank(again, other) is not None and _rank(again, other) < _rank(caption, other)
+        assert feedback.LIFT > 0
+
+
+def test_another_rejects_what_was_shown_and_it_stops_coming_back(learned, sessions):
+    from mewdex.assistant import chat, conversations
+    from mewdex.db.models import SearchFeedbackEvent
+
+    with sessions.begin() as session:
+        cid = conversations.create(session, learned).conversation_id
+    first = chat.post(sessions, learned, cid, "来个不屑的表情")["reply"]
+    shown = [m["meme_id"] for m in first["memes"]]
+    assert shown
+    chat.post(sessions, learned, cid, "换一个")
+    with sessions.begin() as session:
+        events = session.execute(
+            select(SearchFeedbackEvent.kind, SearchFeedbackEvent.query, SearchFeedbackEvent.meme_id).where(
+                SearchFeedbackEvent.scope_id == learned.scope_id
+            )
+        ).all()
+    assert sorted((k, q, str(m)) for k, q, m in events) == sorted(("rejected", "不屑", m) for m in shown)
+    again = chat.post(sessions, learned, cid, "来个不屑的表情")["reply"]
+    assert not set(shown) & {m["meme_id"] for m in again["memes"]}
+
+    def kinds() -> set[str]:
+        with sessions.begin() as session:
+            return set(
+                session.execute(
+                    select(SearchFeedbackEvent.kind).where(SearchFeedbackEvent.scope_id == learned.scope_id)
+                ).scalars()
+            )
+
+    assert kinds() == {"rejected"}  # asking the same again keeps nothing
+    chat.post(sessions, learned, cid, "来个不约的表情")
+    assert kinds() == {"rejected", "kept"}  # another request: the page shown before it was kept
+    with client_for(learned) as c:  # the search page too: rejected for this meaning
+        assert not set(shown) & {r["id"] for r in _search(c, "不屑")}
+
+
+def test_learning_off_records_nothing_and_uses_nothing_per_account(learned, sample):
+    with client_for(learned) as c:
+        target = _search(c, EN)[-1]["id"]
+        assert c.post("/api/v1/feedback", json={"query": EN, "meme_id": target, "kind": "copy"}).status_code == 201
+        assert _search(c, EN)[0]["id"] == target
+        assert c.put("/api/v1/feedback/settings", json={"learning_enabled": False}).json() == {
+            "learning_enabled": False
+        }
+        off = c.post("/api/v1/feedback", json={"query": EN, "meme_id": target, "kind": "share"})
+        assert off.status_code == 201 and off.json() == {"recorded": False, "event": None}
+        assert _search(c, EN)[0]["id"] != target and all(r["why"] is None for r in _search(c, EN))
+        assert c.get("/api/v1/feedback/settings").json() == {"learning_enabled": False}
+        c.put("/api/v1/feedback/settings", json={"learning_enabled": True})
+        assert _search(c, EN)[0]["id"] == target  # kept while off, used again when back on
+        # Downloads from a result are feedback; a request from another site is not.
+        assert c.get(f"/media/{target}", params={"q": "tired office worker"}).status_code == 200
+        c.get(f"/media/{target}", params={"q": "planted"}, headers={"Sec-Fetch-Site": "cross-site"})
+        kinds = [(e["kind"], e["query"]) for e in c.get("/api/v1/feedback").json()["events"]]
+        assert ("download", "tired office worker") in kinds and all(q != "planted" for _, q in kinds)
+        bad = c.post("/api/v1/feedback", json={"query": " ", "meme_id": target, "kind": "copy"})
+        assert bad.status_code == 422 and bad.json()["error"]["code"] == "query_empty"
+        wrong = c.post("/api/v1/feedback", json={"query": EN, "meme_id": target, "kind": "liked"})
+        assert wrong.status_code == 422
+
+
+def test_feedback_never_crosses_scopes(learned, sessions, store, mewdex_env):
+    from mewdex.library.memes import add_image
+    from mewdex.search import feedback
+
+    with client_for(learned) as c:
+        chosen = _search(c, EN)[-1]["id"]
+        c.post("/api/v1/feedback", json={"query": ZH, "meme_id": chosen, "kind": "mark"})
+    other = new_scope(sessions, "t-feedback")
+    try:
+        buffer = io.BytesIO()
+        Image.new("RGB", (16, 16), (1, 2, 3)).save(buffer, "PNG")
+        own = add_image(sessions, store, other, buffer.getvalue(), filename="own.png", provenance={}, process=False)
+        with sessions.begin() as session:
+            vectors = feedback.query_vectors(session, learned.scope_id, EN)
+            assert vectors  # the sample's text models
+            assert feedback.leg(session, learned.scope_id, EN, vectors[0]).net  # its own scope sees it
+            assert feedback.leg(session, other.scope_id, EN, vectors[0]).empty
+            assert feedback.leg(session, other.scope_id, ZH).empty
+        with client_for(other) as c:
+            assert c.get("/api/v1/feedback").json()["events"] == []
+            foreign = c.post("/api/v1/feedback", json={"query": ZH, "meme_id": chosen, "kind": "mark"})
+            assert foreign.status_code == 404
+            assert c.delete("/api/v1/feedback").json() == {"deleted": 0}
+            assert c.post("/api/v1/feedback", json={"query": ZH, "meme_id": str(own.meme_id), "kind": "send"}).json()[
+                "recorded"
+            ]
+        with client_for(learned) as c:  # the other scope's clear left this one's alone
+            assert [e["meme_id"] for e in c.get("/api/v1/feedback").json()["events"]] == [chosen]
+        # The CLI: the local library's feedback (MEWDEX_DEFAULT_SCOPE), as JSON lines.
+        out = mewdex_env.cli("feedback", "export", scope=learned.scope_id, check=True)
+        assert [json.loads(line)["meme_id"] for line in out.stdout.splitlines()] == [chosen]
+    finally:
+        drop_scope(sessions, other)
