@@ -74,6 +74,44 @@ def test_search_as_you_type_shows_the_right_meme_first(page, search_server, samp
     page.shot(f"search-{'zh' if query[0] > 'z' else 'en'}")
 
 
+def test_copying_a_result_teaches_search_that_query(browser, search_server, sample, sessions):  # noqa: F811
+    """Copy image on a search result records a ``copy`` choice for the query typed (issue 33's feedback);
+    the same button on a meme page, with no query, records nothing. The events are removed afterwards
+    (the sample is shared by every search test of this process)."""
+    from sqlalchemy import delete, select
+
+    from mewdex.db.models import SearchFeedbackEvent
+
+    want = sample.ids["vvquest/一个字我都不信.png"]
+    context = browser.new_context(viewport=DESKTOP, locale="zh-CN")
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=search_server.url)
+    pg = context.new_page()
+
+    def events():
+        with sessions() as s:
+            rows = s.execute(
+                select(SearchFeedbackEvent.query, SearchFeedbackEvent.kind, SearchFeedbackEvent.source).where(
+                    SearchFeedbackEvent.scope_id == sample.scope.scope_id, SearchFeedbackEvent.meme_id == want
+                )
+            )
+            return [tuple(r) for r in rows]
+
+    try:
+        pg.goto(search_server.url + "/?q=一个字我都不信")
+        pg.wait_for_function("id => document.querySelector('#results .card')?.dataset.id === id", arg=want)
+        pg.locator(f"#results .card[data-id='{want}'] [data-action=copy-image]").click()
+        wait_until(lambda: events() == [("一个字我都不信", "copy", "search")], 15, 0.2, "the copy to be recorded")
+        pg.goto(f"{search_server.url}/memes/{want}")
+        pg.locator(".detail .actions [data-action=copy-image]").click()
+        pg.wait_for_selector("#toast.show")
+        pg.wait_for_timeout(500)  # give a (wrong) request the time to land
+        assert events() == [("一个字我都不信", "copy", "search")]
+    finally:
+        context.close()
+        with sessions.begin() as s:
+            s.execute(delete(SearchFeedbackEvent).where(SearchFeedbackEvent.scope_id == sample.scope.scope_id))
+
+
 def test_keyboard_slash_enter_escape_and_detail_dialog(page, search_server, sample):
     page.goto(search_server.url + "/library")
     page.keyboard.press("/")  # no search box here: goes to search

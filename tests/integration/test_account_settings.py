@@ -133,5 +133,7 @@ def test_account_page_in_single_user_mode_has_no_account_parts(settings_env):
         assert page.status_code == 200
         assert 'id="account-single-user"' in page.text and 'id="prefs-form"' in page.text
         assert 'id="account-tokens"' not in page.text and 'id="password-form"' not in page.text
+        # what search learned from this library's choices: seen, exported and cleared here too
+        assert 'class="feedback-section"' in page.text and 'href="/api/v1/feedback/export"' in page.text
         r = c.patch("/api/v1/me", json={"time_zone": "UTC"})
         assert (r.status_code, code(r)) == (409, "no_accounts")

@@ -20,11 +20,19 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import User, utcnow
+from mewdex.db.models import ScopeContext, User, utcnow
 from mewdex.platform import sessions, tokens, usage, users
 from mewdex.platform.auth import Principal
 from mewdex.platform.instance import get_setting
-from mewdex.web.deps import current_principal, current_user, db_session, require_admin, session_cookie_names
+from mewdex.search import feedback
+from mewdex.web.deps import (
+    current_principal,
+    current_scope,
+    current_user,
+    db_session,
+    require_admin,
+    session_cookie_names,
+)
 from mewdex.web.routers.admin import admin_user_dict
 from mewdex.web.routers.pages import render
 from mewdex.web.views import operations_view
@@ -73,7 +81,10 @@ def _token_rows(session: Session, user: User) -> list[dict]:
 
 @router.get("/settings")
 def account_page(
-    request: Request, principal: Principal = Depends(current_principal), session: Session = Depends(db_session)
+    request: Request,
+    principal: Principal = Depends(current_principal),
+    scope: ScopeContext = Depends(current_scope),
+    session: Session = Depends(db_session),
 ):
     user = principal.user
     return render(
@@ -85,6 +96,7 @@ def account_page(
             "is_admin": principal.is_admin,
             "tokens": _token_rows(session, user) if user is not None else [],
             "now_iso": utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "feedback": feedback.summary(session, scope),
         },
     )
 

@@ -83,9 +83,20 @@ async function copyImage(id) {
     const png = await asPng(await resp.blob());
     await navigator.clipboard.write([new ClipboardItem({"image/png": png})]);
     toast(t("js.copied_image"));
+    return true;
   } catch (e) {
     toast(t("js.copy_image_failed"), "error");
+    return false;
   }
+}
+
+// A meme copied or shared from search results is a choice for that query (POST /api/v1/feedback;
+// README "Learning from your choices"). Elsewhere there is no query, so nothing is learned.
+function reportChoice(holder, kind) {
+  const meta = holder && holder.closest("#results") && document.querySelector("#results .result-meta[data-query]");
+  const query = meta ? meta.dataset.query.trim() : "";
+  if (!query) return;
+  api("POST", "/api/v1/feedback", {query, meme_id: holder.dataset.id, kind, source: "search"});
 }
 
 const EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp"};
@@ -105,6 +116,7 @@ async function shareMeme(holder) {
     } else {
       await navigator.share({url: await mediaLink(id), title: holder.dataset.name || ""});
     }
+    reportChoice(holder, "share");
   } catch (e) {
     if (e && e.name === "AbortError") return;
     toast(t("js.share_failed"), "error");
@@ -427,7 +439,7 @@ document.addEventListener("click", (e) => {
   const holder = memeOf(el);
   const id = holder && holder.dataset.id;
   switch (action) {
-    case "copy-image": copyImage(id); break;
+    case "copy-image": copyImage(id).then((ok) => { if (ok) reportChoice(holder, "copy"); }); break;
     case "share": shareMeme(holder); break;
     case "copy-link": mediaLink(id).then(copyText).then((ok) => toast(ok ? t("js.copied_link") : t("js.copy_failed"), ok ? "ok" : "error")); break;
     case "close-dialog": dialog.close(); break;
