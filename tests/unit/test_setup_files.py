@@ -39,5 +39,5 @@ def test_readme_opens_with_a_five_line_quickstart_and_two_commands():
     head = readme.split("## ", 1)[0]
     block = head.split("```sh\n", 1)[1].split("```", 1)[0]
     assert len(block.strip().splitlines()) == 5
-    two = readme.split("## Two commands", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    two = readme.split("## Quick start", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     assert len(two.strip().splitlines()) == 2
