@@ -1,4 +1,4 @@
-"""Account commands: ``user create|promote|disable|reset-password|list``."""
+"""Account commands: ``user create|promote|disable|delete|reset-password|list``."""
 
 from __future__ import annotations
 
@@ -88,6 +88,33 @@ def user_disable(
         console.print(f"{user.email} is {'enabled' if enable else 'disabled'}")
 
     _platform_call(run)
+
+
+def user_delete(
+    email: str,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete an account and its whole library (memes, collections, conversations, schedules,
+    channel links, and its files). Asks first unless --yes; cannot be undone."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library import accounts
+    from mewdex.platform.errors import PlatformError
+
+    _prepare()
+    with get_sessionmaker().begin() as session:
+        user = _user_or_exit(session, email)
+        user_id, memes = user.user_id, accounts.library_size(session, user)
+    if not yes and not typer.confirm(
+        f"Delete {email} and its library ({memes} meme(s) and their files)? This cannot be undone"
+    ):
+        err.print("nothing deleted")
+        raise typer.Exit(1)
+    try:
+        deleted = accounts.delete_account_now(get_sessionmaker(), user_id)
+    except PlatformError as exc:
+        err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
+        raise typer.Exit(1) from None
+    console.print(f"deleted {deleted.email}: {deleted.memes} meme(s), {deleted.blobs} file(s)")
 
 
 def user_reset_password(

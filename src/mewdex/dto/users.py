@@ -48,6 +48,16 @@ class AdminUserList(Dto):
     users: list[AdminUser]
 
 
+class DeletedUser(Dto):
+    """An account deleted with its library: what went."""
+
+    id: str
+    email: str
+    scope_id: str
+    memes: int = Field(description="memes of the account's library deleted with it")
+    blobs: int = Field(description="files removed from the blob store (originals and thumbnails)")
+
+
 class SignedIn(Dto):
     user: User
     csrf_token: str

@@ -61,6 +61,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "signup_failed": 409,
     "grant_not_acquired": 409,
     "last_admin": 409,
+    "cannot_delete_self": 409,
+    "account_busy": 409,
     "too_many_tokens": 409,
     "blob_missing": 409,
     "task_not_retryable": 409,

@@ -6,6 +6,8 @@
 * ``GET /api/v1/admin/instance`` → accounts, memes, stored bytes, this month's analysis cost
 * ``PATCH /api/v1/admin/users/{id}`` ``{role?, disabled?, quota?: {storage_bytes?, memes?,
   analysis_cost_per_month?}}`` (a quota field set to null returns to the configured default)
+* ``DELETE /api/v1/admin/users/{id}`` → ``{"id", "email", "scope_id", "memes", "blobs"}``: the account
+  and its whole library (rows and files); 409 ``cannot_delete_self``, ``last_admin``, ``account_busy``
 * ``GET /api/v1/admin/usage?from=&to=&group_by=day|kind|model_profile|user`` (all users)
 * ``GET|PATCH /api/v1/admin/settings`` ``{signup_enabled}``
 * ``POST /api/v1/admin/disk-usage/rescan`` → ``{"corrected": {user_id: {"bytes", "files"}}}``
@@ -27,6 +29,7 @@ from mewdex.dto.users import (
     AdminUser,
     AdminUserList,
     CreatedUser,
+    DeletedUser,
     InstanceSettings,
     InstanceUsage,
     RescanResult,
@@ -153,6 +156,21 @@ def patch_user(user_id: str, body: UserPatch, session: Session = Depends(db_sess
             user.quota_analysis_cost_per_month = None if cost is None else Decimal(str(cost))
     session.flush()
     return admin_user_dict(session, user)
+
+
+@router.delete("/users/{user_id}", response_model=DeletedUser)
+def delete_user(user_id: str, admin: Principal = Depends(require_admin)):
+    """Delete the account and its library: its memes, collections, conversations, schedules, channel
+    bindings, tasks and usage rows, then its blobs and thumbnails (:mod:`mewdex.library.accounts`).
+    404 ``not_found``; 409 ``cannot_delete_self`` (an admin deletes another account),
+    ``last_admin``, ``account_busy`` (a task of the account is running: disable it and retry)."""
+    from mewdex.library import accounts
+
+    uid = parse_id(user_id, "user")
+    if admin.user is not None and admin.user.user_id == uid:
+        raise ApiError(409, "cannot_delete_self", "you cannot delete your own account; another admin can")
+    deleted = accounts.delete_account_now(get_sessionmaker(), uid)
+    return {"id": str(uid), **deleted.as_dict()}
 
 
 @router.get("/usage", response_model=UsageSummary)

@@ -153,6 +153,10 @@
         r = await api("PATCH", `/api/v1/admin/users/${id}`, {disabled: true});
       } else if (button.dataset.action === "enable-user") {
         r = await api("PATCH", `/api/v1/admin/users/${id}`, {disabled: false});
+      } else if (button.dataset.action === "delete-user") {
+        if (!confirm(t("js.user_delete_confirm", {email}))) return;
+        r = await api("DELETE", `/api/v1/admin/users/${id}`);
+        if (r.ok) { showError(el("users-error"), null); toast(t("js.user_deleted", {email})); refresh("users-changed"); return; }
       } else if (button.dataset.action === "reset-link") {
         r = await api("POST", `/api/v1/admin/users/${id}/reset-link`);
         if (r.ok) { showResetLink(email, r.body); showError(el("users-error"), null); return; }
