@@ -237,10 +237,10 @@ def set_disabled(session: Session, user: User, disabled: bool) -> None:
 
 
 def delete_user(session: Session, user: User) -> None:
-    """Delete the account: the hooks remove its channel bindings and its scheduled jobs, then the
-    user row goes (its sessions, tokens and grants with it; the library of its scope stays, owned
-    by no one and served to no one: :func:`mewdex.platform.owners.owner_active` is False for it).
-    409 ``last_admin`` for the last enabled admin."""
+    """Delete the user row: the hooks remove its channel bindings and its scheduled jobs, then the
+    row goes (its sessions, tokens and grants with it). Its scope's library is
+    :func:`mewdex.library.accounts.delete_account`'s to delete (the one caller: never leave a
+    library owned by no one). 409 ``last_admin`` for the last enabled admin."""
     if user.role == "admin" and not user.disabled:
         _keep_an_admin(session, user)
     bump_epoch(user)
