@@ -310,6 +310,30 @@ def test_a_non_ascii_signature_is_a_401(sessions, account, server):  # noqa: F81
         assert crafted.status_code == 401 and crafted.json()["error"]["code"] == "channel_webhook_secret_invalid"
 
 
+def test_crafted_ids_in_a_signed_event_are_not_a_500(sessions, account, server):  # noqa: F811
+    """A signed event whose ids are not QQ numbers (a 2,000-character message id, a group id that is
+    an object, a user id with letters) is not a message: 204 with nothing queued, never a 500."""
+    from mewdex.db.models import Task
+
+    bound = bind(account, mode="http", self_id=str(BOT_QQ + 4), api_url="http://127.0.0.1:9")
+    events = f"http://{server}/channels/onebot/events"
+    crafted = [
+        {**private_event(BOT_QQ + 4, FRIEND, "cat"), "message_id": "9" * 2000},
+        {**group_event(BOT_QQ + 4, 9, FRIEND, "cat", 602, at_self=True), "group_id": {"x": "y" * 2000}},
+        {**private_event(BOT_QQ + 4, FRIEND, "cat", 603), "user_id": "1" * 1500},
+        {**private_event(BOT_QQ + 4, FRIEND, "cat", 604), "user_id": "12ab"},
+    ]
+    for event in crafted:
+        body, headers = signed_post(bound["access_token"], event)
+        r = httpx.post(events, content=body, headers=headers)
+        assert r.status_code == 204, r.text
+    with sessions.begin() as session:
+        queued = session.execute(
+            select(Task).where(Task.scope_id == account.scope.scope_id, Task.task_type == "channel_inbound")
+        ).all()
+    assert queued == []
+
+
 def test_disabling_the_owner_stops_chats_sends_and_schedules(sessions, account, server):  # noqa: F811
     """Disabling an account closes its open socket at once, cancels its queued sends, refuses its
     bot and pauses its schedules; enabling restores them; deleting removes bindings and jobs."""

@@ -160,10 +160,32 @@ class InboundMessage:
     images: tuple[str, ...] = ()
 
 
+#: a user or group id in an event (QQ numbers; lenient about length, never more than 20 digits)
+CHAT_ID = re.compile(r"[0-9]{1,20}")
+#: a OneBot message id: an int32 (some implementations send negative ones), as a number or its digits
+MESSAGE_ID = re.compile(r"-?[0-9]{1,20}")
+
+
+def _id_of(value: Any, pattern: re.Pattern[str]) -> str | None:
+    """``value`` (an int or a string of digits) as its digits when it matches ``pattern``; None otherwise
+    (an object, a float, a 2,000-character string: not an id a platform sends)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    text = str(value).strip()
+    return text if pattern.fullmatch(text) else None
+
+
 def parse_event(event: dict[str, Any]) -> InboundMessage | None:
-    """The message in an event; None for other events (lifecycle, heartbeat, notice, request) and for
-    messages the bot sent itself (``message_sent``)."""
+    """The message in an event; None for other events (lifecycle, heartbeat, notice, request), for
+    messages the bot sent itself (``message_sent``) and for events whose ids are not QQ numbers
+    (``user_id``, a group's ``group_id``: up to 20 digits) or message ids (``message_id``, when present)."""
     if event.get("post_type") != "message" or event.get("message_type") not in ("private", "group"):
+        return None
+    user = _id_of(event.get("user_id"), CHAT_ID)
+    group = _id_of(event.get("group_id"), CHAT_ID) if event["message_type"] == "group" else None
+    message_id = _id_of(event["message_id"], MESSAGE_ID) if event.get("message_id") is not None else ""
+    if user is None or message_id is None or (event["message_type"] == "group" and group is None):
+        log.info("onebot: a message event whose ids are not QQ numbers; ignored")
         return None
     self_id = str(event.get("self_id", ""))
     segments = segments_of(event.get("message", event.get("raw_message", "")))
@@ -171,7 +193,6 @@ def parse_event(event: dict[str, Any]) -> InboundMessage | None:
     mentioned = any(
         s.get("type") == "at" and str(s["data"].get("qq", "")) in (self_id, "all") and self_id for s in segments
     )
-    group = event.get("group_id")
     images = tuple(
         str(s["data"]["url"])
         for s in segments
@@ -180,11 +201,11 @@ def parse_event(event: dict[str, Any]) -> InboundMessage | None:
     return InboundMessage(
         self_id=self_id,
         message_type=str(event["message_type"]),
-        user_id=str(event.get("user_id", "")),
-        group_id=str(group) if group is not None and event["message_type"] == "group" else None,
+        user_id=user,
+        group_id=group,
         text=text,
         mentioned=mentioned,
-        message_id=str(event.get("message_id", "")),
+        message_id=message_id,
         images=images[:1],
     )
 

@@ -37,7 +37,7 @@ _NOT_SCOPE_DATA = frozenset({"users", "scopes", "image_naming_pools"})
 class DeletedAccount:
     """What went: the account's ``email``, ``scope_id``, ``memes`` (rows) and ``blobs`` (files)."""
 
-    email: str
+    email: str | None
     scope_id: str
     memes: int
     blobs: int
@@ -48,7 +48,9 @@ class DeletedAccount:
 
 def library_size(session: Session, user: User) -> int:
     """How many memes the account's library holds (what a confirmation prompt names)."""
-    return int(session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == user.scope_id)).scalar_one())
+    return int(
+        session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == user.scope_id)).scalar_one()
+    )
 
 
 def delete_account(session: Session, user: User) -> tuple[DeletedAccount, list[str]]:
@@ -59,11 +61,14 @@ def delete_account(session: Session, user: User) -> tuple[DeletedAccount, list[s
     is running)."""
     scope_id = user.scope_id
     session.execute(select(Scope.id).where(Scope.id == scope_id).with_for_update())
-    running = session.execute(
-        select(func.count()).select_from(TaskLaneSlot).where(TaskLaneSlot.task_scope_id == scope_id)
-    ).scalar_one() or session.execute(
-        select(func.count()).select_from(Task).where(Task.scope_id == scope_id, Task.status == "running")
-    ).scalar_one()
+    running = (
+        session.execute(
+            select(func.count()).select_from(TaskLaneSlot).where(TaskLaneSlot.task_scope_id == scope_id)
+        ).scalar_one()
+        or session.execute(
+            select(func.count()).select_from(Task).where(Task.scope_id == scope_id, Task.status == "running")
+        ).scalar_one()
+    )
     if running:
         raise PlatformError(
             "account_busy", "a task of this account is running; disable the account, wait a minute and retry"
