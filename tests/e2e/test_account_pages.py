@@ -264,6 +264,11 @@ def test_admin_creates_a_user_whose_link_works_once_disables_them_and_flips_sign
         quota.locator("input[name=memes]").fill("2")
         quota.locator("button[type=submit]").click()
         wait_until(lambda: "0 / 2" in pg.locator(f"tr[data-email='{email}']").inner_text(), 10, 0.1, "quota")
+        # delete (after the confirmation): the row goes and the friend is signed out for good
+        pg.locator(f"tr[data-email='{email}'] [data-action=delete-user]").click()
+        pg.locator(f"tr[data-email='{email}']").wait_for(state="detached")
+        user_pg.goto(acct.url + "/library")
+        user_pg.wait_for_url(re.compile(r".*/login\b.*"))
         # sign-up: closed → open (the sign-in page offers "Create account") → closed
         anon = httpx.get(acct.url + "/login").text
         assert 'value="signup"' not in anon
