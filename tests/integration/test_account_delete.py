@@ -95,6 +95,17 @@ def test_admin_deletes_an_account_with_its_library_rows_and_files(auth_app, sess
 def test_cli_user_delete_asks_first(auth_app, sessions, store):
     victim = auth_app.new("clidel")
     add_meme(sessions, store, victim.scope_id, png(960), name="c.png")
+    # a task of the account holding a worker: refused (409 account_busy), nothing deleted
+    from mewdex.queue import registry
+
+    with sessions.begin() as session:
+        task = registry.submit(session, scope_id=victim.scope_id, task_type="noop", payload={})
+        session.execute(text("UPDATE tasks SET status = 'running' WHERE id = :t"), {"t": task.id})
+        task_id = task.id
+    busy = _cli("user", "delete", victim.email, "--yes")
+    assert busy.exit_code == 1 and "account_busy" in busy.output
+    with sessions.begin() as session:
+        session.execute(text("UPDATE tasks SET status = 'succeeded' WHERE id = :t"), {"t": task_id})
     refused = _cli("user", "delete", victim.email, input="n\n")
     assert refused.exit_code == 1 and "1 meme(s)" in refused.output
     assert "memes.scope_id" in _scope_rows(sessions, victim.scope_id)
