@@ -249,6 +249,15 @@ def test_admin_creates_a_user_whose_link_works_once_disables_them_and_flips_sign
         again.locator("#reset-form button[type=submit]").click()
         wait_until(lambda: "already used" in again.locator("#reset-error").inner_text(), 10, 0.1, "used link")
         again.close()
+        # a mangled link (a stray "%") says so, and the new password never goes into the address
+        mangled = new_page(user_ctx)
+        mangled.goto(acct.url + "/reset#mdr_%E0%A4%A")
+        mangled.fill("#reset-form input[name=new_password]", NEW_PASSWORD)
+        mangled.fill("#reset-form input[name=confirm_password]", NEW_PASSWORD)
+        mangled.locator("#reset-form button[type=submit]").click()
+        wait_until(lambda: mangled.locator("#reset-error").inner_text(), 10, 0.1, "mangled link refused")
+        assert "password" not in mangled.url and not mangled.errors, (mangled.url, mangled.errors)
+        mangled.close()
         sign_in(user_pg, acct, email, PASSWORD, "/library")
         # disabling signs the friend out at once; enabling lets them sign in again
         row.locator("[data-action=disable-user]").click()

@@ -137,3 +137,125 @@ def test_account_page_in_single_user_mode_has_no_account_parts(settings_env):
         assert 'class="feedback-section"' in page.text and 'href="/api/v1/feedback/export"' in page.text
         r = c.patch("/api/v1/me", json={"time_zone": "UTC"})
         assert (r.status_code, code(r)) == (409, "no_accounts")
+
+
+def test_a_token_makes_no_token_beyond_its_own_scopes_or_lifetime(auth_app):
+    admin = auth_app.new("tokadmin", admin=True)
+    h = {"X-CSRF-Token": admin.csrf}
+    r = admin.client.post(
+        "/api/v1/tokens", json={"name": "rw", "scopes": ["read", "write"], "expires_in_days": 30}, headers=h
+    )
+    parent = r.json()
+    anon = auth_app.client()
+    # an admin's read+write token cannot mint an admin-scoped one (the browser session can)
+    r = anon.post("/api/v1/tokens", json={"name": "esc", "scopes": ["admin", "read"]}, headers=bearer(parent["token"]))
+    assert (r.status_code, code(r)) == (403, "insufficient_scope")
+    r = admin.client.post("/api/v1/tokens", json={"name": "adm", "scopes": ["admin", "read"]}, headers=h)
+    assert r.status_code == 201 and r.json()["scopes"] == ["read", "admin"]
+    # a token made with a token never outlives it
+    for asked in (None, 365):
+        r = anon.post(
+            "/api/v1/tokens", json={"name": "child", "expires_in_days": asked}, headers=bearer(parent["token"])
+        )
+        assert r.status_code == 201 and r.json()["expires_at"] == parent["expires_at"], r.text
+    r = anon.post("/api/v1/tokens", json={"name": "short", "expires_in_days": 1}, headers=bearer(parent["token"]))
+    assert r.json()["expires_at"] < parent["expires_at"]
+    # pages show one account's data: the Back button after signing out must not bring them back
+    assert admin.client.get("/settings").headers["cache-control"] == "no-store"
+
+
+def test_quota_cost_beyond_the_column_is_refused_not_a_500(auth_app):
+    admin = auth_app.new("costadmin", admin=True)
+    user = auth_app.new("costuser")
+    url, h = f"/api/v1/admin/users/{user.user_id}", {"X-CSRF-Token": admin.csrf}
+    for cost in (1e6, 999999.9999999):
+        r = admin.client.patch(url, json={"quota": {"analysis_cost_per_month": cost}}, headers=h)
+        assert (r.status_code, code(r)) == (422, "invalid_request"), r.text
+    r = admin.client.patch(url, json={"quota": {"analysis_cost_per_month": 999999}}, headers=h)
+    assert r.status_code == 200 and r.json()["quota"]["analysis_cost_per_month"] == 999999
+
+
+def test_reset_links_die_with_a_password_change_or_disabling(auth_app):
+    admin = auth_app.new("voidadmin", admin=True)
+    user = auth_app.new("voiduser")
+    h, anon = {"X-CSRF-Token": admin.csrf}, auth_app.client()
+
+    def link() -> str:
+        r = admin.client.post(f"/api/v1/admin/users/{user.user_id}/reset-link", headers=h)
+        return r.json()["url"].split("#", 1)[1]
+
+    def reset(token: str):
+        return anon.post("/api/v1/auth/reset", json={"token": token, "new_password": "taken over password"})
+
+    token = link()  # the user then changes the password: whoever else holds the link is locked out
+    r = user.client.post(
+        "/api/v1/auth/password",
+        json={"current_password": PASSWORD, "new_password": "my own new password"},
+        headers={"X-CSRF-Token": user.csrf},
+    )
+    assert r.status_code == 204, r.text
+    assert (reset(token).status_code, code(reset(token))) == (410, "reset_link_invalid")
+    token = link()  # disabling voids it; enabling again does not bring it back
+    for disabled in (True, False):
+        r = admin.client.patch(f"/api/v1/admin/users/{user.user_id}", json={"disabled": disabled}, headers=h)
+        assert r.status_code == 200
+    assert code(reset(token)) == "reset_link_invalid"
+
+
+def test_two_admins_disabling_each_other_at_once_leave_one(auth_app, sessions):
+    import threading
+    import uuid
+
+    from sqlalchemy import text
+
+    from conftest import wait_until
+    from mewdex.db.models import User
+    from mewdex.platform import users
+    from mewdex.platform.errors import PlatformError
+
+    x, y = auth_app.new("racex", admin=True), auth_app.new("racey", admin=True)
+    with sessions.begin() as session:  # x and y are the only enabled admins
+        others = (
+            session.execute(
+                text(
+                    "UPDATE users SET disabled = true WHERE role = 'admin' AND NOT disabled AND user_id NOT IN (:x, :y) RETURNING user_id"
+                ),
+                {"x": x.user_id, "y": y.user_id},
+            )
+            .scalars()
+            .all()
+        )
+    outcome: dict = {}
+
+    def y_disables_x() -> None:
+        with sessions.begin() as session:
+            try:
+                users.set_disabled(session, session.get(User, uuid.UUID(x.user_id)), True)
+                outcome["y"] = "disabled x"
+            except PlatformError as exc:
+                outcome["y"] = exc.code
+
+    def waiting_on_a_lock() -> bool:
+        with sessions.begin() as session:
+            return bool(
+                session.execute(
+                    text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                ).scalar()
+            )
+
+    first = sessions()
+    try:
+        users.set_disabled(first, first.get(User, uuid.UUID(y.user_id)), True)  # x disables y, not committed yet
+        other = threading.Thread(target=y_disables_x)
+        other.start()
+        wait_until(lambda: not other.is_alive() or waiting_on_a_lock(), 10, 0.05, "y's request to finish or wait")
+        first.commit()
+        other.join(10)
+        assert outcome == {"y": "last_admin"}
+    finally:
+        first.close()
+        with sessions.begin() as session:
+            session.execute(
+                text("UPDATE users SET disabled = false WHERE user_id = ANY(:ids)"),
+                {"ids": [*others, uuid.UUID(x.user_id), uuid.UUID(y.user_id)]},
+            )

@@ -8,6 +8,7 @@ scope), ``required`` (a session cookie, an API token or a signed media URL is ne
 from __future__ import annotations
 
 import ipaddress
+from datetime import datetime
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -27,6 +28,7 @@ class Principal:
     via: str
     session_value: str | None = None
     token_scopes: frozenset[str] | None = None  # an API token's scopes; None: not a token (no limit)
+    token_expires_at: datetime | None = None  # an API token's expiry (None: never, or not a token)
 
     def may(self, token_scope: str) -> bool:
         """Whether a token principal holds ``token_scope`` (``read``/``write``/``admin``); others may."""

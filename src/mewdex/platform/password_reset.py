@@ -33,6 +33,9 @@ def create_link(session: Session, user: User, *, created_by: User | None) -> tup
     409 ``user_disabled`` for a disabled account (enable it first)."""
     if user.disabled:
         raise PlatformError("user_disabled", "the account is disabled; enable it before resetting its password")
+    # One link at a time even when two are asked for at once (a double click): the user's row is locked
+    # until this transaction commits, so the second request's delete sees the first one's link.
+    session.execute(select(User.user_id).where(User.user_id == user.user_id).with_for_update())
     session.execute(
         delete(PasswordResetLink).where(PasswordResetLink.user_id == user.user_id, PasswordResetLink.used_at.is_(None))
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from sqlalchemy import select, update
@@ -29,10 +29,18 @@ def _digest(token: str) -> str:
 
 
 def create_token(
-    session: Session, user: User, name: str, *, scopes: list[str] | None = None, expires_in_days: int | None = None
+    session: Session,
+    user: User,
+    name: str,
+    *,
+    scopes: list[str] | None = None,
+    expires_in_days: int | None = None,
+    within: tuple[frozenset[str], datetime | None] | None = None,
 ) -> tuple[ApiToken, str]:
     """``(row, plaintext token)``; ``scopes`` default ``read``+``write``; ``expires_in_days`` None =
-    never. 422 ``name_required``/``name_too_long``/``scope_invalid``/``expiry_invalid``; 403
+    never. ``within``: ``(scopes, expires_at)`` of the API token the request came with — the new
+    token gets no scope it lacks (403 ``insufficient_scope``) and never outlives it.
+    422 ``name_required``/``name_too_long``/``scope_invalid``/``expiry_invalid``; 403
     ``admin_required`` (an ``admin`` scope for a non-admin); 409 ``too_many_tokens``."""
     name = clean_text(name, "name", max_chars=100)
     if not name:
@@ -48,6 +56,14 @@ def create_token(
         raise PlatformError("admin_required", "only admins can make tokens with the admin scope")
     if expires_in_days is not None and not 1 <= expires_in_days <= MAX_EXPIRY_DAYS:
         raise PlatformError("expiry_invalid", f"expires_in_days is 1..{MAX_EXPIRY_DAYS}")
+    if within is not None:
+        beyond = [s for s in wanted if s not in within[0]]
+        if beyond:
+            raise PlatformError(
+                "insufficient_scope",
+                "an API token cannot make a token with scopes it lacks",
+                {"needed": beyond[0]},
+            )
     live = session.execute(
         select(ApiToken.token_id).where(ApiToken.user_id == user.user_id, ApiToken.revoked_at.is_(None))
     ).all()
@@ -55,6 +71,8 @@ def create_token(
         raise PlatformError("too_many_tokens", f"at most {MAX_TOKENS_PER_USER} live tokens per user")
     plain = PREFIX + secrets.token_urlsafe(32)
     expires_at = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
+    if within is not None and within[1] is not None:
+        expires_at = within[1] if expires_at is None else min(expires_at, within[1])
     row = ApiToken(
         user_id=user.user_id,
         name=name,

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from typing import Literal, cast
 
 import bcrypt
-from sqlalchemy import Table, func, select
+from sqlalchemy import Table, delete, func, select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
-from mewdex.db.models import ScopeContext, User
+from mewdex.db.models import PasswordResetLink, ScopeContext, User
 from mewdex.db.scopes import default_scope, ensure_scope
 from mewdex.dto.users import User as UserDto
 from mewdex.platform.errors import PlatformError, clean_text
@@ -177,12 +177,20 @@ def change_password(session: Session, user: User, current: str, new: str) -> Non
 
 
 def set_password(session: Session, user: User, new: str) -> None:
-    """The new password; the user's API tokens are revoked and signed links die (the auth epoch moves)."""
+    """The new password; the user's API tokens are revoked, signed links die (the auth epoch moves) and
+    unused password reset links stop working."""
     from mewdex.platform.tokens import revoke_all
 
     user.password_hash = hash_password(new)
     bump_epoch(user)
     revoke_all(session, user)
+    _void_reset_links(session, user)
+
+
+def _void_reset_links(session: Session, user: User) -> None:
+    session.execute(
+        delete(PasswordResetLink).where(PasswordResetLink.user_id == user.user_id, PasswordResetLink.used_at.is_(None))
+    )
 
 
 def bump_epoch(user: User) -> None:
@@ -219,7 +227,8 @@ def _account_changed(session: Session, user: User, event: str) -> None:
 
 def set_disabled(session: Session, user: User, disabled: bool) -> None:
     """Disabling ends the user's sessions at once (tokens stop working too: they check the user),
-    and the account hooks stop the rest: its chat sockets close, its queued sends are cancelled, its
+    voids unused password reset links (enabling the account again does not bring them back), and
+    the account hooks stop the rest: its chat sockets close, its queued sends are cancelled, its
     schedules pause. Enabling restores the schedules (chats resume by themselves: every path asks
     :func:`mewdex.platform.owners.owner_active`)."""
     from mewdex.db.models import UserSession
@@ -231,6 +240,7 @@ def set_disabled(session: Session, user: User, disabled: bool) -> None:
     if disabled:
         bump_epoch(user)
         session.execute(cast(Table, UserSession.__table__).delete().where(UserSession.user_id == user.user_id))
+        _void_reset_links(session, user)
     if changed:
         session.flush()
         _account_changed(session, user, "disabled" if disabled else "enabled")
@@ -250,7 +260,13 @@ def delete_user(session: Session, user: User) -> None:
     session.flush()
 
 
+ADMINS_LOCK = 0x6D657764_0002  # serialises changes that could leave no enabled admin
+
+
 def _keep_an_admin(session: Session, user: User) -> None:
+    """409 ``last_admin`` unless another enabled admin remains. Two admins demoting or disabling each
+    other at once must not both pass: the check holds a transaction lock until the change commits."""
+    session.execute(select(func.pg_advisory_xact_lock(ADMINS_LOCK)))
     others = session.execute(
         select(func.count())
         .select_from(User)

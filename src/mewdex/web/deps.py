@@ -72,7 +72,11 @@ def _resolve_principal(request: Request, session: Session) -> Principal:
         if found is None:
             raise ApiError(401, "invalid_token", "the API token is invalid, expired or revoked")
         principal = Principal(
-            ScopeContext(found[1].scope_id), found[1], "token", token_scopes=frozenset(found[0].scopes or ())
+            ScopeContext(found[1].scope_id),
+            found[1],
+            "token",
+            token_scopes=frozenset(found[0].scopes or ()),
+            token_expires_at=found[0].expires_at,
         )
         needed = "write" if request.method in STATE_CHANGING else "read"
         if not principal.may(needed):

@@ -54,7 +54,7 @@ router = APIRouter(
 class QuotaPatch(BaseModel):
     storage_bytes: int | None = Field(None, ge=0, le=2**62)
     memes: int | None = Field(None, ge=0, le=2**31 - 1)
-    analysis_cost_per_month: float | None = Field(None, ge=0, le=1e6)
+    analysis_cost_per_month: float | None = Field(None, ge=0, le=999_999)  # CNY; the column is NUMERIC(12, 6)
 
 
 class UserPatch(BaseModel):

@@ -209,13 +209,22 @@ def me(request: Request, principal: Principal = Depends(current_principal), sess
 
 
 @router.post("/tokens", status_code=201, response_model=NewToken)
-def create_token(body: TokenRequest, user: User = Depends(current_user), session: Session = Depends(db_session)):
+def create_token(
+    body: TokenRequest,
+    principal: Principal = Depends(current_principal),
+    user: User = Depends(current_user),
+    session: Session = Depends(db_session),
+):
     """A new API token: ``{"id", "name", "prefix", "scopes", "created_at", "expires_at", "last_used_at",
     "revoked_at", "token"}``; ``token`` (``mdx_…``) is shown only here. ``scopes``: ``read`` (GET),
     ``write`` (changes), ``admin`` (the admin API; admins only), default read+write; ``expires_in_days``
-    default never. 422 ``name_required``/``name_too_long``/``scope_invalid``/``expiry_invalid``; 403
-    ``admin_required``."""
-    row, plain = tokens.create_token(session, user, body.name, scopes=body.scopes, expires_in_days=body.expires_in_days)
+    default never; a request made with an API token gets a token with none of the scopes it lacks (403
+    ``insufficient_scope``) that expires no later than it. 422
+    ``name_required``/``name_too_long``/``scope_invalid``/``expiry_invalid``; 403 ``admin_required``."""
+    within = (principal.token_scopes, principal.token_expires_at) if principal.token_scopes is not None else None
+    row, plain = tokens.create_token(
+        session, user, body.name, scopes=body.scopes, expires_in_days=body.expires_in_days, within=within
+    )
     return {**tokens.token_dict(row), "token": plain}
 
 

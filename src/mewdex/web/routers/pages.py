@@ -74,7 +74,8 @@ templates.env.filters["when"] = _when
 
 
 def render(request: Request, name: str, context: dict | None = None, status_code: int = 200):
-    """Render ``name`` in the request's language (``_`` translates, ``messages`` feeds the scripts)."""
+    """Render ``name`` in the request's language (``_`` translates, ``messages`` feeds the scripts);
+    ``Cache-Control: no-store``."""
     locale = i18n.request_locale(request)
     base = {
         "_": partial(i18n.translate, locale),
@@ -90,7 +91,10 @@ def render(request: Request, name: str, context: dict | None = None, status_code
     if principal is not None and principal.user is not None:  # accounts exist: who is signed in
         base["signed_in"] = {"email": principal.user.email, "admin": principal.is_admin}
         base["time_zone"] = principal.user.time_zone  # times.js shows times in it (else the browser's)
-    return templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
+    response = templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
+    # Pages show one account's data: never kept for the Back button after signing out, nor by a proxy.
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 errors.set_page_renderer(render)  # error pages for browsers (mewdex.web.errors.error_page)

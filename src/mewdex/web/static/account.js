@@ -105,10 +105,13 @@
   // ------------------------------------------------------------ reset page
   const resetForm = el("reset-form");
   if (resetForm) {
-    const token = decodeURIComponent(location.hash.slice(1));
+    // A mangled link (a stray "%") must not stop this script: the form would then be sent the browser's
+    // way, with the new password in the address.
+    let token = "";
+    try { token = decodeURIComponent(location.hash.slice(1)); } catch (e) { token = ""; }
     // The token stays in this page only: the address bar loses it, so it is not kept in history.
-    if (token) history.replaceState(null, "", location.pathname);
-    else el("reset-error").textContent = errorText({error: {code: "reset_link_invalid"}}, 410);
+    if (location.hash) history.replaceState(null, "", location.pathname);
+    if (!token) el("reset-error").textContent = errorText({error: {code: "reset_link_invalid"}}, 410);
     resetForm.addEventListener("submit", async (event) => {
       event.preventDefault();
       const error = el("reset-error");
