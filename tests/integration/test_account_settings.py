@@ -259,3 +259,11 @@ def test_two_admins_disabling_each_other_at_once_leave_one(auth_app, sessions):
                 text("UPDATE users SET disabled = false WHERE user_id = ANY(:ids)"),
                 {"ids": [*others, uuid.UUID(x.user_id), uuid.UUID(y.user_id)]},
             )
+
+
+def test_signing_in_returns_to_the_page_with_its_query(auth_app):
+    # a picture shared to the installed app while signed out: /upload?shared=1 must survive the sign-in
+    r = auth_app.client().get("/upload?shared=1", headers={"accept": "text/html"}, follow_redirects=False)
+    assert (r.status_code, r.headers["location"]) == (303, "/login?next=/upload%3Fshared%3D1")
+    page = auth_app.client().get(r.headers["location"])
+    assert 'data-next="/upload?shared=1"' in page.text

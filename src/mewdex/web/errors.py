@@ -193,8 +193,10 @@ def install(app: FastAPI) -> None:
             and "text/html" in request.headers.get("accept", "")
             and not request.url.path.startswith("/api/")
         ):
-            # A browser opening a page without a session: the sign-in page, then back here.
-            return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+            # A browser opening a page without a session: the sign-in page, then back here, query included
+            # (``/upload?shared=N`` is how the installed app's shared pictures find the upload page).
+            here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(f"/login?next={quote(here, safe='/')}", status_code=303)
         if wants_page(request) and (page := error_page(request, exc.status, exc.code, exc.headers)) is not None:
             return page
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
