@@ -19,6 +19,22 @@
     }
   }
 
+  // A form sends one request at a time: a double click must not make two tokens or two accounts (the
+  // submit button is disabled until the answer is in).
+  function onSubmit(form, handler) {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      if (form.dataset.busy) return;
+      const button = form.querySelector("button[type=submit]");
+      form.dataset.busy = "1";
+      if (button) button.disabled = true;
+      try { await handler(event); } finally {
+        delete form.dataset.busy;
+        if (button) button.disabled = false;
+      }
+    });
+  }
+
   // ------------------------------------------------------------ preferences (language, time zone)
   const prefs = el("prefs-form");
   if (prefs) {
@@ -51,8 +67,7 @@
   // ------------------------------------------------------------ API tokens
   const tokenForm = el("token-form");
   if (tokenForm) {
-    tokenForm.addEventListener("submit", async (event) => {
-      event.preventDefault();
+    onSubmit(tokenForm, async () => {
       const scopes = Array.from(tokenForm.querySelectorAll("input[name=scope]:checked"), (c) => c.value);
       const days = tokenForm.expires_in_days.value;
       const r = await api("POST", "/api/v1/tokens", {
@@ -79,8 +94,7 @@
 
   // ------------------------------------------------------------ password, sessions
   const passwordForm = el("password-form");
-  if (passwordForm) passwordForm.addEventListener("submit", async (event) => {
-    event.preventDefault();
+  if (passwordForm) onSubmit(passwordForm, async () => {
     const error = el("password-error");
     if (passwordForm.new_password.value !== passwordForm.confirm_password.value) {
       error.textContent = t("js.passwords_differ");
@@ -112,8 +126,7 @@
     // The token stays in this page only: the address bar loses it, so it is not kept in history.
     if (location.hash) history.replaceState(null, "", location.pathname);
     if (!token) el("reset-error").textContent = errorText({error: {code: "reset_link_invalid"}}, 410);
-    resetForm.addEventListener("submit", async (event) => {
-      event.preventDefault();
+    onSubmit(resetForm, async () => {
       const error = el("reset-error");
       if (resetForm.new_password.value !== resetForm.confirm_password.value) {
         error.textContent = t("js.passwords_differ");
@@ -147,7 +160,11 @@
     const number = (value, scale = 1) => (value.trim() === "" ? null : Math.round(parseFloat(value) * scale));
     users.addEventListener("click", async (event) => {
       const button = event.target.closest("button[data-action]");
-      if (!button) return;
+      if (!button || button.disabled) return;
+      button.disabled = true;  // one request per click: a second reset link would void the one shown
+      try { await userAction(button); } finally { button.disabled = false; }
+    });
+    async function userAction(button) {
       const row = button.closest("[data-user]");
       const id = row.dataset.user, email = row.dataset.email;
       let r;
@@ -168,7 +185,7 @@
       showError(el("users-error"), null);
       toast(t("js.user_saved", {email}));
       refresh("users-changed");
-    });
+    }
     users.addEventListener("submit", async (event) => {
       const form = event.target.closest("form[data-action=save-quota]");
       if (!form) return;
@@ -184,8 +201,7 @@
     });
   }
   const createForm = el("create-user-form");
-  if (createForm) createForm.addEventListener("submit", async (event) => {
-    event.preventDefault();
+  if (createForm) onSubmit(createForm, async () => {
     const r = await api("POST", "/api/v1/admin/users", {
       email: createForm.email.value, name: createForm.name.value.trim() || null, role: createForm.role.value});
     if (!r.ok) { showError(el("create-user-error"), r); return; }
