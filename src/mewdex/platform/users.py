@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Literal, cast
 
 import bcrypt
@@ -300,13 +301,30 @@ MAX_TIME_ZONE_CHARS = 64
 LANGUAGES = ("en", "zh")
 
 
+@lru_cache(maxsize=1)
+def _zone_names() -> frozenset[str]:
+    """The IANA zone names of the installed tz database, less ``localtime`` (the server's own zone,
+    not a name a browser knows); ``posix/…``, ``right/…`` and ``posixrules`` are not in it either."""
+    from zoneinfo import available_timezones
+
+    return frozenset(available_timezones()) - {"localtime"}
+
+
 def check_time_zone(name: str) -> str:
     """The IANA zone name, stripped (``Asia/Shanghai``, ``UTC``); 422 ``timezone_invalid`` for an
-    unknown, empty, over-64-character or path-like name."""
+    unknown, empty, over-64-character or path-like name, and for the tz database's files that are not
+    zone names a browser knows (``localtime``, ``posixrules``, ``posix/…``, ``right/…``)."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     value = name.strip() if isinstance(name, str) else ""
-    if not value or len(value) > MAX_TIME_ZONE_CHARS or value.startswith("/") or ".." in value or "\x00" in value:
+    if (
+        not value
+        or len(value) > MAX_TIME_ZONE_CHARS
+        or value.startswith("/")
+        or ".." in value
+        or "\x00" in value
+        or value not in _zone_names()
+    ):
         raise PlatformError("timezone_invalid", "unknown time zone (use an IANA name, e.g. Asia/Shanghai)")
     try:
         ZoneInfo(value)
