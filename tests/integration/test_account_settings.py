@@ -228,7 +228,8 @@ def test_two_admins_disabling_each_other_at_once_leave_one(auth_app, sessions):
         others = (
             session.execute(
                 text(
-                    "UPDATE users SET disabled = true WHERE role = 'admin' AND NOT disabled AND user_id NOT IN (:x, :y) RETURNING user_id"
+                    "UPDATE users SET disabled = true WHERE role = 'admin' AND NOT disabled"
+                    " AND user_id NOT IN (:x, :y) RETURNING user_id"
                 ),
                 {"x": x.user_id, "y": y.user_id},
             )

@@ -8,8 +8,8 @@ scope), ``required`` (a session cookie, an API token or a signed media URL is ne
 from __future__ import annotations
 
 import ipaddress
-from datetime import datetime
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.orm import Session
 
