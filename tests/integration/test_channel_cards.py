@@ -68,27 +68,25 @@ def test_token_saved_on_the_page_is_sealed_used_at_once_and_the_environment_wins
     with pytest.raises(ChannelError) as caught:
         telegram.token()
     assert caught.value.code == "channel_not_configured"
-    assert "data-telegram-state=\"not-configured\"" in page_client.get("/settings/channels").text
+    assert 'data-telegram-state="not-configured"' in page_client.get("/settings/channels").text
 
 
-@pytest.mark.parametrize(
-    "public_url,wecom_warned,telegram_warned",
-    [
-        ("", True, False),  # no public URL: WeCom cannot call back; Telegram polls (no callback needed)
-        ("http://127.0.0.1:8275", True, True),  # webhook mode at a loopback URL
-        ("http://localhost:8275/", True, True),
-        ("https://memes.example.org", False, False),
-    ],
-)
-def test_loopback_public_url_warns_on_the_cards_that_need_a_callback(
-    page_client, settings_env, public_url, wecom_warned, telegram_warned
-):
-    settings_env(MEWDEX_PUBLIC_URL=public_url)
-    page = page_client.get("/settings/channels")
-    assert page.status_code == 200
-    assert _warnings(page.text) == {"wecom": wecom_warned, "telegram": telegram_warned}
-    if wecom_warned:
-        assert "MEWDEX_PUBLIC_URL" in page.text
+LOOPBACK_CASES = [
+    ("", True, False),  # no public URL: WeCom cannot call back; Telegram polls (no callback needed)
+    ("http://127.0.0.1:8275", True, True),  # Telegram's webhook mode at a loopback URL
+    ("http://localhost:8275/", True, True),
+    ("https://memes.example.org", False, False),
+]
+
+
+def test_loopback_public_url_warns_on_the_cards_that_need_a_callback(page_client, settings_env):
+    for public_url, wecom_warned, telegram_warned in LOOPBACK_CASES:
+        settings_env(MEWDEX_PUBLIC_URL=public_url)
+        page = page_client.get("/settings/channels")
+        assert page.status_code == 200
+        assert _warnings(page.text) == {"wecom": wecom_warned, "telegram": telegram_warned}, public_url
+        if wecom_warned:
+            assert "MEWDEX_PUBLIC_URL" in page.text
 
 
 def _warnings(html: str) -> dict[str, bool]:
