@@ -200,7 +200,9 @@ def rotate(
             nonlocal unreadable
             value = getattr(row, column.column)
             members = [(m, v) for m, v in _sealed_members(value) if v["kid"] != kid]
-            changed, done = dict(value or {}), 0
+            if not members:  # nothing to re-seal (also any value that is not a JSON object)
+                return 0
+            changed, done = dict(value), 0
             for member, sealed in members:
                 aad = column.aad(row, member)
                 try:
