@@ -361,7 +361,9 @@ class Settings(BaseSettings):
 
     # Channels (issue 17): Telegram (webhook mode when MEWDEX_PUBLIC_URL is set, long polling otherwise).
     telegram_bot_token: str | None = Field(
-        default=None, description="The installation's Telegram bot token (from @BotFather; never logged)."
+        default=None,
+        description="The installation's Telegram bot token (from @BotFather; never logged); wins over the one "
+        "saved on the Channels page.",
     )
     telegram_webhook_secret: str | None = Field(
         default=None,

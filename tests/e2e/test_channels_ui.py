@@ -122,6 +122,10 @@ def test_screenshots_and_no_horizontal_scroll(browser, channel_server, viewport,
         pg.wait_for_selector("#channel-telegram .telegram-link:not([hidden])")
         pg.screenshot(path=str(_shot(name)), full_page=True)
         assert pg.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
+        # the token set in the environment: the card says it wins; nothing overflows its card
+        assert "MEWDEX_TELEGRAM_BOT_TOKEN" in pg.text_content("#channel-telegram [data-token-env]")
+        cards = "[...document.querySelectorAll('.channel')]"
+        assert pg.evaluate(f"{cards}.every((e) => e.scrollWidth <= e.clientWidth + 1)")
     finally:
         context.close()
     assert not errors, errors

@@ -6,6 +6,7 @@ reuse, inline mode, webhook mode with the secret header, and python-telegram-bot
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -52,7 +53,13 @@ def test_bind_message_meme_another_revoke(sessions, account, telegram):  # noqa:
         listed = client.get("/api/v1/channels").json()
     [binding] = [b for b in listed["bindings"] if b["channel"] == "telegram"]
     assert binding["status"] == "active" and binding["identity"] == str(uid) and binding["conversation_id"]
-    assert {"name": "telegram", "configured": True, "mode": "polling"} in listed["channels"]
+    [info] = [c for c in listed["channels"] if c["name"] == "telegram"]
+    assert {k: info[k] for k in ("configured", "mode", "token_source")} == {
+        "configured": True,
+        "mode": "polling",
+        "token_source": "environment",
+    }
+    assert info["token_hint"] and fake.token not in json.dumps(listed)
 
     fake.user_message(uid, "cat")
     poll(sessions)
@@ -359,7 +366,7 @@ def test_without_a_token_telegram_is_offered_as_not_configured(account, settings
         refused = client.post("/api/v1/channels/telegram/link")
         assert refused.status_code == 409 and refused.json()["error"]["code"] == "channel_not_configured"
         page = client.get("/settings/channels")
-        assert page.status_code == 200 and "MEWDEX_TELEGRAM_BOT_TOKEN" in page.text
+        assert page.status_code == 200 and 'data-telegram-state="not-configured"' in page.text
 
 
 def test_a_photo_is_fetched_from_telegram_and_searched_by_image(sessions, account, telegram):  # noqa: F811

@@ -19,6 +19,7 @@ WEBHOOK_SECRET = "whsec_rotation-test-551122"
 ONEBOT_TOKEN = "onebot-access-token-8877"
 CLAWBOT_TOKEN = "clawbot-bot-token-6655@im.bot"
 WECOM_SECRET = "wecom-app-secret-zz-4433"
+TELEGRAM_TOKEN = "123456789:AAtelegram-rotation-token-0011223344"
 
 
 def _bind(session, scope_id: str, channel: str, config: dict) -> None:
@@ -40,13 +41,15 @@ def _bind(session, scope_id: str, channel: str, config: dict) -> None:
 def sealed_everywhere(sessions):
     """A scope bound to webhook, OneBot and ClawBot (secrets sealed), the WeCom app configured, and a
     platform connector with an API key; the WeCom setting as it was is put back afterwards."""
-    from mewdex.channels import wecom
+    from mewdex.channels import telegram, wecom
     from mewdex.platform import instance
     from mewdex.providers import connectors
 
     scope = new_scope(sessions, "t-rot")
     with sessions.begin() as session:
         saved_wecom = instance.get_setting(session, wecom.APP_SETTING, None)
+        saved_telegram = instance.get_setting(session, telegram.TOKEN_SETTING, None)
+        telegram.set_stored_token(session, TELEGRAM_TOKEN)
         _bind(session, scope.scope_id, "webhook", {"url": "https://hooks.example.org/x", "secret": WEBHOOK_SECRET})
         _bind(session, scope.scope_id, "onebot", {"mode": "ws", "access_token": ONEBOT_TOKEN})
         _bind(session, scope.scope_id, "clawbot", {"bot_token": CLAWBOT_TOKEN, "base_url": "https://ilink.example"})
@@ -73,13 +76,17 @@ def sealed_everywhere(sessions):
             session.execute(text("DELETE FROM platform_settings WHERE key = :k"), {"k": wecom.APP_SETTING})
         else:
             instance.set_setting(session, wecom.APP_SETTING, saved_wecom)
+        if saved_telegram is None:
+            instance.delete_setting(session, telegram.TOKEN_SETTING)
+        else:
+            instance.set_setting(session, telegram.TOKEN_SETTING, saved_telegram)
         session.execute(text("DELETE FROM external_system_audits WHERE definition_id = :d"), {"d": definition_id})
         session.execute(text("DELETE FROM external_system_definitions WHERE definition_id = :d"), {"d": definition_id})
     drop_scope(sessions, scope)
 
 
 def _opened(sessions, scope_id: str, definition_id) -> dict[str, str]:
-    from mewdex.channels import bindings, wecom
+    from mewdex.channels import bindings, telegram, wecom
     from mewdex.providers import connectors
 
     with sessions.begin() as session:
@@ -93,6 +100,7 @@ def _opened(sessions, scope_id: str, definition_id) -> dict[str, str]:
             "onebot": found["onebot"]["access_token"],
             "clawbot": found["clawbot"]["bot_token"],
             "wecom": wecom.load_app(session).secret,
+            "telegram": telegram.configured_token()[0],
             "connector": connectors._open_all(definition.credentials, connectors._definition_aad(definition_id))[
                 "api_key"
             ],
@@ -104,6 +112,7 @@ EXPECTED = {
     "onebot": ONEBOT_TOKEN,
     "clawbot": CLAWBOT_TOKEN,
     "wecom": WECOM_SECRET,
+    "telegram": TELEGRAM_TOKEN,
     "connector": "sk-rotation-test-000111",
 }
 
@@ -136,7 +145,7 @@ def test_secrets_rotate_keeps_channel_and_wecom_secrets_readable(mewdex_env, ses
     by_kid = {k["kid"]: k for k in status["keys"]}
     assert old_kid not in by_kid  # nothing references it any more: dropped
     assert by_kid[new_kid]["by_column"]["channel_bindings.config"] >= 3
-    assert by_kid[new_kid]["by_column"]["platform_settings.value"] >= 3
+    assert by_kid[new_kid]["by_column"]["platform_settings.value"] >= 4
     assert by_kid[new_kid]["by_column"]["external_system_definitions.credentials"] >= 1
     assert status["total"] == by_kid[new_kid]["secrets"]
     shown = rotated.output + json.dumps(status)
@@ -191,4 +200,13 @@ def test_every_module_that_seals_is_covered_by_the_registry():
         for path in root.rglob("*.py")
         if "secrets.seal(" in path.read_text() and path.name not in ("secrets.py", "sealed_fields.py")
     )
-    assert sealing == ["channels/bindings.py", "channels/wecom.py", "providers/connectors.py"]
+    assert sealing == ["channels/bindings.py", "channels/telegram.py", "channels/wecom.py", "providers/connectors.py"]
+
+
+def test_sealed_instance_settings_are_registered():
+    """The settings that seal members name the keys the registry lists (WeCom app, Telegram token)."""
+    from mewdex.channels import telegram, wecom
+    from mewdex.providers.sealed_fields import SEALED_SETTINGS
+
+    assert SEALED_SETTINGS[wecom.APP_SETTING] == wecom.APP_SECRET_FIELDS
+    assert SEALED_SETTINGS[telegram.TOKEN_SETTING] == ("token",)

@@ -1,6 +1,8 @@
 """Telegram (Bot API over plain HTTPS through :mod:`mewdex.egress`; no client library at run time).
 
-Configuration: ``MEWDEX_TELEGRAM_BOT_TOKEN`` (the installation's bot), ``MEWDEX_TELEGRAM_API_URL``
+Configuration: the installation's bot token — ``MEWDEX_TELEGRAM_BOT_TOKEN`` when set, else the one the
+admin saved on the Channels page (:func:`set_stored_token`, sealed in ``platform_settings``; read on
+every use, so a new token works without a restart) — ``MEWDEX_TELEGRAM_API_URL``
 (default ``https://api.telegram.org``), ``MEWDEX_TELEGRAM_WEBHOOK_SECRET`` (unset: derived from the
 token). Calls are ``POST <api>/bot<token>/<method>``; answers ``{"ok": true, "result"}`` or
 ``{"ok": false, "error_code", "description", "parameters": {"retry_after"}}``.
@@ -26,6 +28,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import time
 import uuid
 from typing import Any, ClassVar
@@ -42,7 +45,8 @@ from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Meme, ScopeContext
 from mewdex.egress import EgressError, fetch
-from mewdex.platform import owners
+from mewdex.platform import instance, owners
+from mewdex.providers import sealed_fields, secrets
 from mewdex.queue import registry
 from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, register_lane, task_type
 from mewdex.queue.scheduler import Schedule
@@ -64,12 +68,71 @@ register_lane(Lane(POLL_LANE, concurrency=lambda: 1, listed=False))
 # ------------------------------------------------------------------ the Bot API
 
 
+TOKEN_SETTING = "channel_telegram_bot"
+TOKEN_SHAPE = re.compile(r"[0-9]{3,20}:[A-Za-z0-9_-]{20,100}")
+
+
+def _token_aad() -> str:
+    return sealed_fields.platform_setting_aad(TOKEN_SETTING, "token")
+
+
+def _stored(session: Session) -> dict[str, Any] | None:
+    value = instance.get_setting(session, TOKEN_SETTING, None)
+    return value if isinstance(value, dict) and secrets.is_sealed(value.get("token")) else None
+
+
+def configured_token() -> tuple[str | None, str | None]:
+    """``(token, source)``: ``MEWDEX_TELEGRAM_BOT_TOKEN`` (source ``environment``) wins over the
+    admin's sealed setting (``settings``); ``(None, None)`` when neither is set or the stored one
+    cannot be opened (its key is gone; logged without the token)."""
+    env = get_settings().telegram_bot_token
+    if env:
+        return env, "environment"
+    with get_sessionmaker()() as session:
+        stored = _stored(session)
+    if stored is None:
+        return None, None
+    try:
+        return secrets.open_sealed(stored["token"], _token_aad()), "settings"
+    except secrets.SecretError:
+        log.warning("telegram: the stored bot token cannot be opened (its key is missing)")
+        return None, None
+
+
 def token() -> str:
-    """The bot token; ``channel_not_configured`` (409) when unset."""
-    value = get_settings().telegram_bot_token
+    """The bot token (:func:`configured_token`); ``channel_not_configured`` (409) when there is none."""
+    value, _source = configured_token()
     if not value:
-        raise ChannelError("channel_not_configured", "Telegram is not set up (MEWDEX_TELEGRAM_BOT_TOKEN)")
+        raise ChannelError(
+            "channel_not_configured",
+            "Telegram is not set up (the admin sets the bot token on the Channels page or MEWDEX_TELEGRAM_BOT_TOKEN)",
+        )
     return value
+
+
+def token_status() -> dict[str, Any]:
+    """What the Channels page shows: ``{"configured", "source": "environment" | "settings" | None,
+    "hint"}`` (the token's last 4 characters at most; never the token)."""
+    value, source = configured_token()
+    return {"configured": bool(value), "source": source, "hint": secrets.hint(value) if value else ""}
+
+
+def set_stored_token(session: Session, value: str | None) -> dict[str, Any]:
+    """Save (sealed) or, with ``None``/empty, remove the admin's bot token in the caller's
+    transaction; :func:`token_status` afterwards. ``channel_config_invalid`` (422) for a value that
+    is not a BotFather token (``<digits>:<35 characters>``). The environment variable still wins."""
+    value = (value or "").strip()
+    if value and not TOKEN_SHAPE.fullmatch(value):
+        raise ChannelError("channel_config_invalid", "that is not a bot token (123456789:AA… from @BotFather)")
+    if value:
+        instance.set_setting(session, TOKEN_SETTING, {"token": secrets.seal(value, _token_aad())})
+    else:
+        instance.delete_setting(session, TOKEN_SETTING)
+    session.flush()
+    env = get_settings().telegram_bot_token
+    if env:
+        return {"configured": True, "source": "environment", "hint": secrets.hint(env)}
+    return {"configured": bool(value), "source": "settings" if value else None, "hint": secrets.hint(value)}
 
 
 def bot_id() -> str:
@@ -189,7 +252,7 @@ class TelegramAdapter:
     outbound_only: ClassVar[bool] = False
 
     def configured(self) -> bool:
-        return bool(get_settings().telegram_bot_token)
+        return configured_token()[0] is not None
 
     def target_of(self, binding: Binding) -> str:
         return str(binding.config.get("chat_id") or binding.identity)
@@ -398,8 +461,8 @@ def ensure_mode(sessions: sessionmaker[Session]) -> str:
 def telegram_polling(ctx: TaskContext) -> dict[str, Any]:
     """Keep Telegram's inbound going for :attr:`telegram_poll_seconds`: register the webhook (public
     URL) or long-poll ``getUpdates``. ``{"mode", "updates"}``; ``{"skipped"}`` without a token."""
-    if not get_settings().telegram_bot_token:
-        return {"skipped": "MEWDEX_TELEGRAM_BOT_TOKEN is not set"}
+    if configured_token()[0] is None:  # read each run: a token saved on the page starts polling here
+        return {"skipped": "no bot token (Channels page or MEWDEX_TELEGRAM_BOT_TOKEN)"}
     try:
         if ensure_mode(ctx.sessions) == "webhook":
             return {"mode": "webhook", "updates": 0}

@@ -25,6 +25,22 @@ class ChannelInfo(Dto):
     name: str
     configured: bool = Field(description="The admin has set the channel up (e.g. a Telegram bot token)")
     mode: str | None = Field(None, description="Telegram: webhook (public URL) or polling")
+    token_source: str | None = Field(
+        None, description="Telegram: where the bot token comes from (environment | settings), None when unset"
+    )
+    token_hint: str | None = Field(None, description="Telegram: the token's last characters (never the token)")
+
+
+class TelegramTokenSet(Dto):
+    token: str | None = Field(
+        None, max_length=200, description="A bot token from @BotFather; empty or null removes the saved one"
+    )
+
+
+class TelegramTokenStatus(Dto):
+    configured: bool
+    source: str | None = Field(None, description="environment (MEWDEX_TELEGRAM_BOT_TOKEN wins) | settings | None")
+    hint: str = Field(description="The token's last characters (never the token)")
 
 
 class ChannelList(Dto):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -24,6 +24,10 @@ def set_setting(session: Session, key: str, value: Any) -> None:
     session.execute(
         stmt.on_conflict_do_update(index_elements=["key"], set_={"value": stmt.excluded.value, "updated_at": utcnow()})
     )
+
+
+def delete_setting(session: Session, key: str) -> None:
+    session.execute(delete(PlatformSetting).where(PlatformSetting.key == key))
 
 
 def media_signing_key(session: Session) -> bytes:

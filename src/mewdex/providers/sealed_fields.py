@@ -9,8 +9,9 @@ format lives in one place:
 * ``external_systems.credentials`` — a user's own connection credentials;
 * ``channel_bindings.config`` — a binding's secret fields (webhook ``secret``, OneBot
   ``access_token``, ClawBot ``bot_token`` and ``latest_context_token``);
-* ``platform_settings.value`` — instance settings with sealed members (the WeCom app's ``secret``,
-  ``token``, ``encoding_aes_key``).
+* ``platform_settings.value`` — instance settings with sealed members (:data:`SEALED_SETTINGS`: the
+  WeCom app's ``secret``, ``token``, ``encoding_aes_key``; the Telegram bot ``token`` saved on the
+  Channels page).
 
 :func:`rotate` (``mewdex secrets rotate``) makes a new active key, re-seals every value of every
 registered column whose key is not the active one — in batches of :data:`BATCH_ROWS` rows, each
@@ -54,6 +55,14 @@ def channel_binding_aad(scope_id: str, channel: str, field: str) -> str:
 def platform_setting_aad(key: str, field: str) -> str:
     """AAD of one sealed member of an instance setting (e.g. ``wecom_app``'s ``secret``)."""
     return f"platform_settings:{key}:{field}"
+
+
+SEALED_SETTINGS: dict[str, tuple[str, ...]] = {
+    "channel_wecom_app": ("secret", "token", "encoding_aes_key"),
+    "channel_telegram_bot": ("token",),
+}
+"""The instance settings (``platform_settings.key``) with sealed members, and those members: every
+sealed member of a ``platform_settings`` row is rotated; this names the ones that are expected."""
 
 
 @dataclass(frozen=True)
@@ -191,7 +200,9 @@ def rotate(
             nonlocal unreadable
             value = getattr(row, column.column)
             members = [(m, v) for m, v in _sealed_members(value) if v["kid"] != kid]
-            changed, done = dict(value or {}), 0
+            if not members:  # nothing to re-seal (also any value that is not a JSON object)
+                return 0
+            changed, done = dict(value), 0
             for member, sealed in members:
                 aad = column.aad(row, member)
                 try:

@@ -9,7 +9,10 @@ Errors: 404 ``channel_unknown`` / ``channel_not_bound``, 409 ``channel_not_confi
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from sqlalchemy.orm import Session
@@ -22,7 +25,7 @@ from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
 from mewdex.dto import channels as dto
 from mewdex.platform import owners
-from mewdex.web.deps import current_scope, db_session
+from mewdex.web.deps import current_scope, db_session, require_admin
 from mewdex.web.errors import ApiError
 
 router = APIRouter(tags=["channels"])
@@ -77,7 +80,13 @@ def channel_infos() -> list[dict[str, Any]]:
         configured = getattr(adapter, "configured", None)
         info: dict[str, Any] = {"name": name, "configured": bool(configured()) if configured else True}
         if name == telegram.NAME:
-            info["mode"] = "webhook" if get_settings().public_url else "polling"
+            status = telegram.token_status()
+            info.update(
+                configured=status["configured"],
+                mode="webhook" if get_settings().public_url else "polling",
+                token_source=status["source"],
+                token_hint=status["hint"],
+            )
         infos.append(info)
     return infos
 
@@ -112,6 +121,23 @@ def channel_deliveries(
 def telegram_link(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """A one-time deep link ``https://t.me/<bot>?start=<code>``: the chat that opens it (Start) is bound."""
     return telegram.link(session, get_sessionmaker(), scope_id=scope.scope_id, user_id=_user_id(session, scope))
+
+
+@router.put("/api/v1/channels/telegram/token", response_model=dto.TelegramTokenStatus)
+def telegram_token_set(
+    body: dto.TelegramTokenSet, session: Session = Depends(db_session), _admin=Depends(require_admin)
+):
+    """Save the installation's bot token (admin; sealed; empty removes it). It is used at once, without
+    a restart; ``MEWDEX_TELEGRAM_BOT_TOKEN``, when set, still wins (``source: environment``).
+    422 ``channel_config_invalid`` for a value that is not a bot token."""
+    return telegram.set_stored_token(session, body.token)
+
+
+def public_url_loopback() -> bool:
+    """Whether the URL platforms would call back is this machine only (``MEWDEX_PUBLIC_URL`` unset, or
+    naming 127.0.0.1 / localhost / ::1): WeCom and Telegram's webhook mode cannot reach it."""
+    host = (urlsplit(get_settings().public_url or "").hostname or "").lower()
+    return host in ("", "localhost", "::1") or host.startswith("127.") or host.endswith(".localhost")
 
 
 @router.post("/api/v1/channels/webhook", response_model=dto.WebhookCreated, status_code=201)
@@ -151,6 +177,59 @@ async def telegram_webhook(
     return {"ok": True, "queued": await run_in_threadpool(work)}
 
 
+# ------------------------------------------------------------------ the guides
+
+GUIDES = ("telegram", "onebot", "wecom", "clawbot", "webhook")
+
+
+def guides_dir() -> Path:
+    """``docs/channels`` of the source tree (``src/mewdex/…/../../docs``); absent in an install from a wheel."""
+    import mewdex
+
+    return Path(mewdex.__file__).resolve().parent.parent.parent / "docs" / "channels"
+
+
+@lru_cache(maxsize=len(GUIDES))
+def _guide_html(path: Path, mtime: float) -> tuple[str, str]:
+    """``(title, body HTML)`` of one guide: CommonMark + tables, raw HTML in the markdown escaped
+    (``html`` off), links to a sibling ``x.md`` pointed at its page."""
+    from markdown_it import MarkdownIt
+
+    text = path.read_text(encoding="utf-8")
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+    tokens = md.parse(text)
+    title = path.stem
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open" and tok.tag == "h1" and i + 1 < len(tokens):
+            title = tokens[i + 1].content
+            break
+    for tok in tokens:
+        for child in tok.children or ():
+            href = child.attrGet("href") if child.type == "link_open" else None
+            if isinstance(href, str) and href.endswith(".md") and "/" not in href:
+                child.attrSet("href", f"/help/channels/{href[:-3]}")
+            elif isinstance(href, str) and href.startswith(("http://", "https://")):
+                child.attrSet("target", "_blank")
+                child.attrSet("rel", "noopener")
+    return title, md.renderer.render(tokens, md.options, {})
+
+
+@router.get("/help/channels/{name}", include_in_schema=False)
+def channel_guide(name: str, request: Request, _scope: ScopeContext = Depends(current_scope)):
+    """A channel's set-up guide (``docs/channels/<name>.md``) as a page in the site's layout; the
+    HTML 404 page for an unknown name or when the docs are not installed (a wheel install)."""
+    from markupsafe import Markup
+
+    from mewdex.web.routers.pages import render
+
+    path = guides_dir() / f"{name}.md"
+    if name not in GUIDES or not path.is_file():
+        missing = name in GUIDES
+        return render(request, "guide_missing.html", {"page": "channels", "name": name, "missing": missing}, 404)
+    title, body = _guide_html(path, path.stat().st_mtime)
+    return render(request, "guide.html", {"page": "channels", "name": name, "title": title, "body": Markup(body)})
+
+
 # ------------------------------------------------------------------ the page
 
 
@@ -178,6 +257,8 @@ def channels_page(
             "channels": channel_infos(),
             "bindings": by_channel,
             "linked": [binding_view(b) for b in rows if b.status == "active"],
+            "public_url": get_settings().public_url,
+            "loopback": public_url_loopback(),
             "deliveries": [{**delivery_view(d), "meme_name": names.get(d.meme_id)} for d in log],
         },
     )

@@ -1,5 +1,6 @@
 // The Channels page's QQ (OneBot), WeCom and WeChat ClawBot blocks: connect a QQ bot (its token shown
-// once), the WeCom app (admin) and a member's bind code, the WeChat login QR polled until confirmed.
+// once; the card then says it waits for the bot, polling the bindings until the bot connects), the
+// WeCom app (admin) and a member's bind code, the WeChat login QR polled until confirmed.
 "use strict";
 (() => {
   const section = (el) => el.closest("[data-channel]");
@@ -55,6 +56,7 @@
       $(".onebot-ws", box).textContent = r.body.ws_url;
       $(".onebot-token", box).textContent = r.body.access_token;
       $(".onebot-secret", box).hidden = false;
+      waitForBot(box);
       return;
     }
     const body = {corp_id: form.elements.corp_id.value.trim(), agent_id: Number(form.elements.agent_id.value)};
@@ -67,6 +69,36 @@
     toast(t("js.channel_wecom_saved"));
     setTimeout(() => location.reload(), 600);
   });
+
+  // After Connect (or on a page whose QQ bot is not connected): "waiting for the bot to connect" until
+  // the binding says connected (every ONEBOT_POLL_MS; stops when connected, unlinked or after an hour).
+  const ONEBOT_POLL_MS = 3000;
+  let waiting = null;
+  function waitForBot(box) {
+    const wait = $(".onebot-wait", box);
+    const done = $(".onebot-connected", box);
+    wait.textContent = t("js.onebot_waiting");
+    wait.hidden = false;
+    done.hidden = true;
+    if (waiting) clearTimeout(waiting);
+    const until = Date.now() + 3600 * 1000;
+    const tick = async () => {
+      waiting = null;
+      const r = await api("GET", "/api/v1/channels");
+      const b = r.ok ? r.body.bindings.find((x) => x.channel === "onebot" && x.status === "active") : null;
+      if (r.ok && !b) { wait.hidden = true; return; }  // unlinked meanwhile
+      if (b && b.config.connected) {
+        wait.hidden = true;
+        done.textContent = t("js.onebot_connected", {qq: b.identity || ""});
+        done.hidden = false;
+        return;
+      }
+      if (Date.now() < until) waiting = setTimeout(tick, ONEBOT_POLL_MS);
+    };
+    waiting = setTimeout(tick, ONEBOT_POLL_MS);
+  }
+  const onebotBox = document.querySelector("[data-channel='onebot']");
+  if (onebotBox && $(".onebot-wait", onebotBox) && !$(".onebot-wait", onebotBox).hidden) waitForBot(onebotBox);
 
   // The admin's WeCom form shows what is stored (never a secret) and the callback URL to enter.
   const admin = document.querySelector("[data-channel-form='wecom-app']");

@@ -1,0 +1,135 @@
+"""The Channels page's cards (issue 35, item 9): the Telegram bot token the admin saves on the page
+(sealed in ``platform_settings``, used at once, ``MEWDEX_TELEGRAM_BOT_TOKEN`` still wins and the card
+says so), the loopback public-URL warning on the cards that need a callback, and the channel guides
+served as pages (raw HTML in the markdown escaped; a clear 404 page when the docs are not there)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import text
+
+from conftest import client_for
+
+PAGE_TOKEN = "987654321:AAPageSavedTokenForTests_0123456789xyz"
+ENV_TOKEN = "111222333:AAEnvironmentTokenForTests_9876543210"
+
+
+@pytest.fixture
+def page_client(scope, sessions, settings_env):
+    settings_env(MEWDEX_TELEGRAM_BOT_TOKEN="", MEWDEX_PUBLIC_URL="")
+    with client_for(scope) as c:
+        yield c
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM platform_settings WHERE key = 'channel_telegram_bot'"))
+
+
+def _telegram(client) -> dict:
+    return next(c for c in client.get("/api/v1/channels").json()["channels"] if c["name"] == "telegram")
+
+
+def test_token_saved_on_the_page_is_sealed_used_at_once_and_the_environment_wins(page_client, sessions, settings_env):
+    from mewdex.channels import telegram
+    from mewdex.channels.errors import ChannelError
+    from mewdex.providers import secrets
+
+    assert _telegram(page_client)["configured"] is False
+    bad = page_client.put("/api/v1/channels/telegram/token", json={"token": "not a token"})
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "channel_config_invalid"
+
+    saved = page_client.put("/api/v1/channels/telegram/token", json={"token": PAGE_TOKEN})
+    assert saved.status_code == 200, saved.text
+    assert saved.json() == {"configured": True, "source": "settings", "hint": "…9xyz"}
+    with sessions.begin() as session:
+        stored = session.execute(
+            text("SELECT value FROM platform_settings WHERE key = 'channel_telegram_bot'")
+        ).scalar_one()
+    assert secrets.is_sealed(stored["token"]) and PAGE_TOKEN not in json.dumps(stored)
+    assert telegram.token() == PAGE_TOKEN and telegram.bot_id() == "987654321"  # no restart
+    info = _telegram(page_client)
+    assert info["configured"] and info["token_source"] == "settings"
+    page = page_client.get("/settings/channels").text
+    assert PAGE_TOKEN not in page and "data-token-saved" in page and "data-token-env" not in page
+    assert "telegram-link" in page  # the card now offers linking
+
+    settings_env(MEWDEX_TELEGRAM_BOT_TOKEN=ENV_TOKEN)
+    assert telegram.token() == ENV_TOKEN
+    assert _telegram(page_client)["token_source"] == "environment"
+    page = page_client.get("/settings/channels").text
+    assert "data-token-env" in page and "MEWDEX_TELEGRAM_BOT_TOKEN" in page and ENV_TOKEN not in page
+    again = page_client.put("/api/v1/channels/telegram/token", json={"token": PAGE_TOKEN})
+    assert again.json()["source"] == "environment" and PAGE_TOKEN not in again.text
+
+    settings_env(MEWDEX_TELEGRAM_BOT_TOKEN="")
+    assert telegram.token() == PAGE_TOKEN
+    removed = page_client.put("/api/v1/channels/telegram/token", json={"token": ""})
+    assert removed.json() == {"configured": False, "source": None, "hint": ""}
+    with pytest.raises(ChannelError) as caught:
+        telegram.token()
+    assert caught.value.code == "channel_not_configured"
+    assert 'data-telegram-state="not-configured"' in page_client.get("/settings/channels").text
+
+
+LOOPBACK_CASES = [
+    ("", True, False),  # no public URL: WeCom cannot call back; Telegram polls (no callback needed)
+    ("http://127.0.0.1:8275", True, True),  # Telegram's webhook mode at a loopback URL
+    ("http://localhost:8275/", True, True),
+    ("https://memes.example.org", False, False),
+]
+
+
+def test_loopback_public_url_warns_on_the_cards_that_need_a_callback(page_client, settings_env):
+    for public_url, wecom_warned, telegram_warned in LOOPBACK_CASES:
+        settings_env(MEWDEX_PUBLIC_URL=public_url)
+        page = page_client.get("/settings/channels")
+        assert page.status_code == 200
+        assert _warnings(page.text) == {"wecom": wecom_warned, "telegram": telegram_warned}, public_url
+        if wecom_warned:
+            assert "MEWDEX_PUBLIC_URL" in page.text
+
+
+def _warnings(html: str) -> dict[str, bool]:
+    from html.parser import HTMLParser
+
+    found = {"wecom": False, "telegram": False}
+
+    class Walk(HTMLParser):
+        card: str | None = None
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "section" and "data-channel" in a:
+                self.card = a["data-channel"]
+            if a.get("data-warning") == "public-url" and self.card in found:
+                found[self.card] = True
+
+    Walk().feed(html)
+    return found
+
+
+def test_guides_are_pages_with_raw_html_escaped_and_a_404_page_without_docs(page_client, monkeypatch, tmp_path):
+    from mewdex.web.routers import channels
+
+    for name in channels.GUIDES:
+        page = page_client.get(f"/help/channels/{name}")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), name
+        assert 'class="guide"' in page.text and "<h1>" in page.text and "<header" in page.text
+    assert "BotFather" in page_client.get("/help/channels/telegram").text
+    unknown = page_client.get("/help/channels/../../README")
+    assert unknown.status_code == 404
+    nope = page_client.get("/help/channels/discord")
+    assert nope.status_code == 404 and nope.headers["content-type"].startswith("text/html")
+    assert "data-guide-missing" in nope.text
+
+    (tmp_path / "webhook.md").write_text(
+        "# Hook\n\n<script>alert(1)</script>\n\n<b onclick=x()>bold</b> see [QQ](onebot.md)\n"
+    )
+    monkeypatch.setattr(channels, "guides_dir", lambda: tmp_path)
+    page = page_client.get("/help/channels/webhook")
+    assert page.status_code == 200
+    assert "<script>alert(1)" not in page.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+    assert "<b onclick" not in page.text
+    assert 'href="/help/channels/onebot"' in page.text  # a sibling guide's link points at its page
+    missing = page_client.get("/help/channels/telegram")  # not in the (monkeypatched) docs folder
+    assert missing.status_code == 404 and "docs/channels" in missing.text
