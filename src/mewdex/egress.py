@@ -16,7 +16,8 @@
   credential headers are dropped (``Authorization``, ``Proxy-Authorization``, ``Cookie``,
   ``Api-Key``, ``X-Api-Key`` and any the caller names in ``secret_headers``), and a 307/308 that would
   re-send a body there is refused (``egress_redirect_refused``): the body may hold credentials too.
-* ``trust_env=False`` (no proxy or netrc from the environment), connect/read timeouts, an overall
+* ``trust_env=False`` (no proxy or netrc from the environment), connect/read timeouts (a wait past
+  one: ``egress_timeout``), an overall
   ``deadline`` per call (:data:`DEFAULT_DEADLINE_SECONDS`, redirects and retries included; enforced on
   every socket read and write, so a server that trickles a byte at a time is cut there:
   ``egress_deadline``), a response size cap counted while streaming, an optional content-type
@@ -66,13 +67,16 @@ RETRY_STATUSES = (408, 429)
 #: headers never sent to another origin on a redirect
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "api-key", "x-api-key"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+#: the codes of a call the other side did not answer in time
+TIMEOUT_CODES = ("egress_timeout", "egress_deadline")
 
 
 class EgressError(Exception):
     """A refused or failed outgoing request. ``code``: ``egress_scheme_refused``,
     ``egress_address_refused``, ``egress_unresolvable``, ``egress_too_many_redirects``,
-    ``egress_redirect_refused``, ``egress_too_large``, ``egress_content_type``, ``egress_deadline``
-    (the call's overall deadline passed), ``egress_failed``."""
+    ``egress_redirect_refused``, ``egress_too_large``, ``egress_content_type``, ``egress_timeout``
+    (a connect/read/write wait ran past its timeout), ``egress_deadline`` (the call's overall deadline
+    passed), ``egress_failed`` (no answer for another reason: refused connection, reset, TLS)."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
@@ -80,8 +84,8 @@ class EgressError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """True for failures worth another try later (no answer, or the deadline passed)."""
-        return self.code in ("egress_failed", "egress_deadline")
+        """True for failures worth another try later (no answer, a timeout, or the deadline passed)."""
+        return self.code in TIMEOUT_CODES or self.code == "egress_failed"
 
 
 @dataclass
@@ -409,6 +413,8 @@ def fetch(
 def _failed(target: Target, exc: Exception, budget: _Deadline) -> EgressError:
     if budget.expired():
         return EgressError("egress_deadline", f"the call to {target.host} ran past its deadline")
+    if isinstance(exc, httpx.TimeoutException):
+        return EgressError("egress_timeout", f"{target.host} did not answer in time ({type(exc).__name__})")
     return EgressError("egress_failed", f"request to {target.host} failed: {type(exc).__name__}")
 
 

@@ -223,3 +223,20 @@ def test_a_login_answers_only_the_account_that_started_it(sessions, account, fak
     with client_for(account.scope) as client:
         assert client.get(f"/api/v1/channels/clawbot/login/{qr['qrcode']}").json()["status"] == "confirmed"
         assert client.get(f"/api/v1/channels/clawbot/login/{qr['qrcode']}").status_code == 404
+
+
+def test_a_long_poll_that_times_out_is_an_empty_batch_and_keeps_the_cursor(fake):
+    """The poll's timeout is told by egress's timeout code (``egress_timeout``), not by the text of
+    the error: an unanswered long poll is no news, the cursor unchanged."""
+    import time
+
+    from mewdex.channels import clawbot
+
+    token = "1f2e3d@im.bot:timeout-test"
+    fake.tokens[token] = {"bot_id": "1f2e3d@im.bot", "user_id": PERSON, "expired": False}
+    fake.long_poll_seconds = 8.0  # holds past the client's read timeout (timeout + 5 s)
+    started = time.monotonic()
+    assert clawbot.get_updates(fake.url, token, "5", timeout=0.3) == ([], "5")
+    assert 5.0 <= time.monotonic() - started < 8.0
+    fake.long_poll_seconds = 0.3  # answered in time: an empty batch too, not an error
+    assert clawbot.get_updates(fake.url, token, "5", timeout=2.0) == ([], "5")

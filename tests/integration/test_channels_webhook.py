@@ -7,8 +7,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from datetime import datetime
+from urllib.parse import urlsplit
 
 import pytest
+from sqlalchemy import select
 
 from channel_helpers import account  # noqa: F401 - fixture
 from conftest import client_for, drain_queue
@@ -56,6 +59,15 @@ def test_webhook_bind_sign_deliver_retry_fail_revoke(sessions, store, account, r
     [event] = receiver.events
     assert event["type"] == "channel.meme" and event["data"]["meme_id"] == account.memes["cat one"]
     assert event["data"]["caption"] == "for you"
+    with sessions.begin() as session:
+        queued = session.execute(select(ChannelDelivery.created_at).order_by(ChannelDelivery.created_at.desc())).first()
+    # the body's timestamp: when the delivery was queued, ISO 8601 UTC; the signed header: Unix seconds
+    assert event["timestamp"].endswith("Z") and datetime.fromisoformat(event["timestamp"]) == queued[0].replace(
+        microsecond=queued[0].microsecond // 1000 * 1000
+    )
+    assert receiver.requests[-1]["headers"]["webhook-timestamp"].isdigit()
+    # no MEWDEX_PUBLIC_URL: no address to link to, so a small image goes inline
+    assert "image_url" not in event["data"]
     image = base64.b64decode(event["data"]["image_base64"])
     assert hashlib.sha256(image).hexdigest() == event["data"]["sha256"]
 
@@ -122,3 +134,47 @@ def test_send_text_refuses_an_unknown_source_as_send_meme_does(sessions, account
         with sessions.begin() as session, pytest.raises(ChannelError) as refused:
             send(session, user_id=account.user_id, channel="webhook", source="spam", **what)
         assert refused.value.code == "invalid_request"
+
+
+def test_a_meme_goes_as_a_signed_expiring_link_under_the_public_url(
+    sessions,
+    store,
+    account,
+    receiver,
+    settings_env,  # noqa: F811
+):
+    """With ``MEWDEX_PUBLIC_URL`` the body carries no image bytes but a signed link that opens that
+    one file until it expires; without it a large image is left out rather than inlined."""
+    import time
+
+    from mewdex.channels import webhook as channel
+
+    with client_for(account.scope) as client:
+        receiver.secret = client.post("/api/v1/channels/webhook", json={"url": receiver.url}).json()["secret"]
+    settings_env(MEWDEX_PUBLIC_URL="https://memes.example.org/", MEWDEX_MEDIA_URL_TTL_SECONDS="600")
+    assert _send(sessions, account, "dancing cat")["status"] == "sent"
+    data = receiver.events[-1]["data"]
+    assert "image_base64" not in data and len(receiver.requests[-1]["body"]) < 2048
+    link = urlsplit(data["image_url"])
+    assert (link.scheme, link.netloc, link.path) == (
+        "https",
+        "memes.example.org",
+        f"/media/{account.memes['dancing cat']}",
+    )
+    expires = datetime.fromisoformat(data["image_expires_at"]).timestamp()
+    assert 590 <= expires - time.time() <= 601
+    with client_for() as anonymous:  # the link alone opens the file: no session, no token
+        opened = anonymous.get(f"{link.path}?{link.query}")
+        assert opened.status_code == 200 and hashlib.sha256(opened.content).hexdigest() == data["sha256"]
+        tampered = anonymous.get(f"/media/{account.memes['cat one']}?{link.query}")
+        assert tampered.status_code == 401 and tampered.json()["error"]["code"] == "signature_invalid"
+
+    settings_env(MEWDEX_PUBLIC_URL="")
+    small = channel.INLINE_IMAGE_BYTES
+    channel.INLINE_IMAGE_BYTES = 16  # every test meme is "large" now
+    try:
+        assert _send(sessions, account, "cat two")["status"] == "sent"
+    finally:
+        channel.INLINE_IMAGE_BYTES = small
+    data = receiver.events[-1]["data"]
+    assert data["image_omitted"] == "public_url_missing" and "image_base64" not in data and "image_url" not in data

@@ -196,7 +196,7 @@ def test_serpapi_gets_a_signed_thumbnail_url_and_its_results_are_cached(serpapi,
     [
         (FakeSerpApi.out_of_searches(), "provider_rate_limited", True, 429),
         (FakeSerpApi.server_error(), "provider_failed", True, 500),
-        (FakeSerpApi.slow(3.0), "egress_failed", True, None),
+        (FakeSerpApi.slow(3.0), "egress_timeout", True, None),
         ("bad-key", "provider_failed", False, 401),
     ],
     ids=["out-of-searches-429", "server-error-500", "timeout", "key-refused-401"],

@@ -398,3 +398,36 @@ def test_the_nearest_memes_titles_go_into_the_vision_prompt(vision_world, sessio
     hinted = [p for p in prompts[1:] if "It's a Trap / Admiral Ackbar warns of a trap" in p]
     assert len(hinted) == 1, prompts[1:]
     assert "Titles of visually similar memes in this library (hints):" in hinted[0]
+
+
+def test_each_analysis_closes_its_client_and_leaves_no_connection_open(vision_world, sessions, monkeypatch):
+    """The SDK client an analysis makes is closed when it ends (a refusal too): repeated analyses
+    hold no client and no socket to the model server."""
+    import psutil
+    from PIL import Image
+
+    from mewdex.providers import openai_compat, vision
+    from mewdex.providers.errors import ProviderError
+
+    fake, scope = vision_world["fake"], vision_world["scope"]
+    made = []
+    real = openai_compat.sdk_client
+    monkeypatch.setattr(openai_compat, "sdk_client", lambda *a, **kw: made.append(real(*a, **kw)) or made[-1])
+    fake.script(Reply.json(_answer(1, "one")), Reply.refusal("no"), Reply.json(_answer(2, "two")))
+    frames = [Image.new("RGB", (64, 48), "red")]
+    outcomes = []
+    for n in range(3):
+        try:
+            result = vision.analyze(sessions, scope, frames=frames, ocr_text="", file_name=f"{n}.png", folders=[])
+            outcomes.append(result["description_en"])
+        except ProviderError as exc:
+            outcomes.append(exc.code)
+    assert outcomes == ["one", "provider_refused", "two"]
+    assert len(made) == 3 and all(client.is_closed() for client in made)
+    port = int(fake.host_port.rsplit(":", 1)[1])
+    open_to_fake = [
+        c
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED"
+    ]
+    assert open_to_fake == []

@@ -102,6 +102,24 @@ def test_a_trickling_server_is_cut_at_the_deadline(servers, in_headers):
     assert egress.DEFAULT_DEADLINE_SECONDS <= 60
 
 
+def test_a_read_timeout_has_its_own_code_and_a_refused_connection_does_not(servers):
+    def silent(handler):
+        time.sleep(1.5)  # answers after the caller's read timeout
+        _answer(handler, 200)
+
+    server = servers(silent)
+    with pytest.raises(egress.EgressError) as err:
+        egress.fetch("GET", server.url + "/slow", timeout=0.3, deadline=10.0)
+    assert err.value.code == "egress_timeout" and err.value.retryable
+    assert err.value.code in egress.TIMEOUT_CODES and "did not answer in time" in err.value.message
+    closed = servers(lambda h: _answer(h, 200))
+    closed.close()  # nothing listens there any more
+    with pytest.raises(egress.EgressError) as err:
+        egress.fetch("GET", closed.url + "/gone", timeout=0.3, deadline=10.0)
+    assert err.value.code == "egress_failed" and err.value.retryable
+    assert err.value.code not in egress.TIMEOUT_CODES
+
+
 def test_408_and_429_are_retried_after_retry_after(servers):
     answers = iter([(429, {"Retry-After": "1"}), (408, {}), (200, {})])
     busy = servers(lambda h: _answer(h, *(lambda a: (a[0], b"done", a[1]))(next(answers))))

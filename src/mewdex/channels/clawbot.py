@@ -61,7 +61,7 @@ from mewdex.channels.errors import ChannelError
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelBinding
-from mewdex.egress import EgressError, fetch
+from mewdex.egress import TIMEOUT_CODES, EgressError, fetch
 from mewdex.platform import owners
 from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, register_lane, task_type
 from mewdex.queue.scheduler import Schedule
@@ -195,15 +195,16 @@ def parse_message(raw: dict[str, Any]) -> InboundMessage | None:
 
 
 def get_updates(base_url: str, bot_token: str, cursor: str, timeout: float = LONG_POLL_SECONDS) -> tuple[list, str]:
-    """One long poll: ``(raw messages, next cursor)``. A poll that times out is an empty batch with
-    the same cursor. ``ret`` -14 is ``clawbot_session_expired``; other ``ret`` ≠ 0 ``clawbot_api_error``."""
+    """One long poll: ``(raw messages, next cursor)``. A poll that times out (``egress_timeout`` /
+    ``egress_deadline``) is an empty batch with the same cursor; any other egress failure raises.
+    ``ret`` -14 is ``clawbot_session_expired``; other ``ret`` ≠ 0 ``clawbot_api_error``."""
     body = {"get_updates_buf": cursor or "", "base_info": _base_info()}
     try:
         data = _json(
             "POST", _url(base_url, "getupdates"), "getupdates", token=bot_token, body=body, timeout=timeout + 5
         )
     except ClawBotError as exc:
-        if exc.code == "egress_failed" and "Timeout" in exc.message:
+        if exc.code in TIMEOUT_CODES:  # the long poll ended without an answer: nothing new
             return [], cursor
         raise
     ret = int(data.get("ret") or data.get("errcode") or 0)

@@ -74,7 +74,8 @@ class Price:
 @dataclass
 class ModelClient:
     """What :func:`chat_client` gives: ``client`` (``openai.OpenAI``), ``model``, ``price``,
-    ``connection`` (definition id/revision, no secret in its repr) and ``purpose``."""
+    ``connection`` (definition id/revision, no secret in its repr) and ``purpose``. It owns an HTTP
+    connection pool: use it as a context manager (or call :meth:`close`) when the work is done."""
 
     client: openai.OpenAI | None  # None: a provider called over plain HTTP (reverse image search)
     model: str
@@ -85,6 +86,17 @@ class ModelClient:
     @property
     def model_profile(self) -> str:
         return f"{self.connection.name}/{self.model}"
+
+    def close(self) -> None:
+        """Close the SDK client and its connection pool (idempotent)."""
+        if self.client is not None:
+            self.client.close()
+
+    def __enter__(self) -> ModelClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _validate_config(config: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,9 @@ validated against :data:`CONTEXT_SCHEMA`.
 Same SDK calls for the fake and a real endpoint: ``response_format`` ``json_schema`` (strict)
 first; an endpoint that rejects it (400/422) gets JSON mode (``json_object``) with the schema in
 the prompt; an answer that does not validate gets one repair request (JSON mode, the error
-quoted). A refusal raises ``provider_refused``. All requests of one analysis are one metered call
+quoted). A refusal raises ``provider_refused``. The connection's SDK client is made for one analysis
+(its one to three requests share a keep-alive connection) and closed when it ends, failures
+included. All requests of one analysis are one metered call
 (:func:`mewdex.providers.openai_compat.metered_call`, operation ``analysis.agent``, usage kind
 ``analysis``, audit event ``vision_analysis``).
 """
@@ -204,8 +206,6 @@ def analyze(
     Raises :class:`ProviderError` (``connector_unavailable`` before anything is reserved,
     ``provider_failed``/``provider_rate_limited`` (retryable), ``provider_invalid_output``,
     ``provider_refused``) or ``PlatformError`` ``quota_exceeded`` (refused before any call)."""
-    with sessions.begin() as session:
-        model = openai_compat.chat_client(session, scope, "vision")
     images = jpeg_data_urls(frames)
     content: list[dict[str, Any]] = [
         {
@@ -284,20 +284,23 @@ def analyze(
                 ) from None
         return openai_compat.CallResult(parsed.model_dump(), totals, detail={"modes": modes})
 
-    result = openai_compat.metered_call(
-        sessions,
-        scope,
-        model,
-        call,
-        operation="analysis.agent",
-        kind="analysis",
-        event="vision_analysis",
-        idempotency_key=f"task:{task_id}:vision" if task_id else None,
-        task_id=task_id,
-        resource_id=resource_id,
-        before_call=before_call,
-        max_cost=max_cost,
-    )
+    with sessions.begin() as session:
+        model = openai_compat.chat_client(session, scope, "vision")
+    with model:  # one client for the analysis's requests, closed with its pool whatever happens
+        result = openai_compat.metered_call(
+            sessions,
+            scope,
+            model,
+            call,
+            operation="analysis.agent",
+            kind="analysis",
+            event="vision_analysis",
+            idempotency_key=f"task:{task_id}:vision" if task_id else None,
+            task_id=task_id,
+            resource_id=resource_id,
+            before_call=before_call,
+            max_cost=max_cost,
+        )
     cost = model.price.cost(result.units)
     return {
         **result.value,

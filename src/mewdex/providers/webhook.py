@@ -1,7 +1,10 @@
 """The ``webhook`` provider: an outgoing HTTP POST signed per Standard Webhooks
-(https://www.standardwebhooks.com): headers ``webhook-id``, ``webhook-timestamp`` (Unix seconds)
-and ``webhook-signature: v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>``, where the key is
-the base64 part of the ``whsec_…`` secret. Used by the Schedules issue.
+(https://www.standardwebhooks.com): headers ``webhook-id``, ``webhook-timestamp`` (the send time,
+integer Unix seconds, as the specification requires) and ``webhook-signature: v1,<base64
+HMAC-SHA256(key, "{id}.{timestamp}.{body}")>``, where the key is the base64 part of the ``whsec_…``
+secret. The body is ``{"type", "timestamp", "data"}`` with ``timestamp`` the event's time in ISO
+8601 UTC (``2026-12-03T08:30:15.250Z``), as the specification recommends; a retry resends the same
+event time. Used by schedules and the webhook channel.
 
 Config: ``{"url": "https://…"}`` (must pass the egress guard). Credentials: ``{"secret": "whsec_…"}``
 (:func:`new_secret` makes one). :func:`send` posts one event and audits it (``webhook``).
@@ -16,6 +19,7 @@ import json
 import secrets as _random
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,6 +46,13 @@ def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(digest).decode()
 
 
+def iso_time(moment: datetime) -> str:
+    """``moment`` as ISO 8601 UTC with milliseconds and ``Z`` (a naive one is taken as UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _validate_config(config: dict[str, Any]) -> dict[str, Any]:
     url = str(config.get("url") or "").strip()
     parts = urlsplit(url)
@@ -61,17 +72,20 @@ def send(
     *,
     task_id: str | None = None,
     message_id: str | None = None,
+    occurred_at: datetime | None = None,
     timeout: float = 15.0,
 ) -> int:
     """POST ``{"type", "timestamp", "data"}`` to the connection's URL, signed; returns the status.
+    ``timestamp``: ``occurred_at`` (the event's time; default now) in ISO 8601 UTC.
     Raises :class:`ProviderError` (``provider_failed`` for a non-2xx answer or no answer, retryable
     for 5xx, 408 and 429 — ``details["retry_after"]``: the seconds a 408/429 asked for; egress
     codes). The whole call ends within ``2 × timeout`` seconds. ``message_id`` (default a new
     ``msg_…``) lets a receiver drop a repeated delivery."""
     message_id = message_id or f"msg_{uuid.uuid4().hex}"
     timestamp = int(time.time())
+    event_time = iso_time(occurred_at or datetime.now(UTC))
     body = json.dumps(
-        {"type": event_type, "timestamp": timestamp, "data": data}, ensure_ascii=False, separators=(",", ":")
+        {"type": event_type, "timestamp": event_time, "data": data}, ensure_ascii=False, separators=(",", ":")
     ).encode()
     headers = {
         "content-type": "application/json",

@@ -1,7 +1,8 @@
 """Delivering a run's meme to the job's ``notify`` target: the one place every run goes through.
 
 - ``{"type": "webhook", "definition_id"}``: a signed POST (Standard Webhooks, :mod:`mewdex.providers.webhook`)
-  of event ``schedule.run`` with ``{"job", "run", "meme", "caption", "conversation_id"}``; its
+  of event ``schedule.run`` with ``{"job", "run", "meme", "caption", "conversation_id"}`` (the body's
+  ``timestamp``: the run's slot, ISO 8601 UTC); its
   ``webhook-id`` is ``msg_<run id>`` on every attempt, so a receiver drops a repeated delivery;
 - ``{"type": "channel", "channel"}``: the owner's binding of that channel (``telegram``, ``webhook``,
   …): queued through :func:`mewdex.channels.delivery.send_meme` (source ``schedule``); the channel's
@@ -13,6 +14,7 @@ Raises :class:`DeliveryError` (``code``, ``retryable``); returns a small JSON-ab
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -76,7 +78,13 @@ def _webhook(sessions: sessionmaker[Session], notify: dict[str, Any], push: Push
     message_id = f"msg_{push.run_id.hex}"
     try:
         status = webhook.send(
-            sessions, connection, "schedule.run", data, message_id=message_id, timeout=max(0.5, timeout)
+            sessions,
+            connection,
+            "schedule.run",
+            data,
+            message_id=message_id,
+            occurred_at=datetime.fromisoformat(push.slot),
+            timeout=max(0.5, timeout),
         )
     except ProviderError as exc:
         raise DeliveryError(exc.code, exc.message, retryable=bool(getattr(exc, "retryable", True))) from None
