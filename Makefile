@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test check install bench clean-data browser fuzz lock
+.PHONY: run test test-fast check install bench clean-data browser fuzz lock
 
 # Dependencies come from lock files (exact, tested versions); mewdex itself is installed on top.
 # `make run` installs the runtime set only (requirements.lock); `make test` adds the test tools
@@ -64,6 +64,15 @@ check: $(TEST_STAMP)
 # PostgreSQL (tests/conftest.py), so the run takes about half as long on two cores.
 test: $(TEST_STAMP) check browser
 	$(BIN)/pytest -q -n 2 --dist loadfile
+
+# The edit loop: the unit tests and a few integration files over the core paths (schema against the
+# migrations, the HTTP API, the queue, search on the sample corpus, a signed webhook), two processes,
+# no code checks and no browser: under 2 minutes on 2 cores. `make test` before a commit runs all.
+FAST_TESTS := tests/unit tests/integration/test_schema_contract.py tests/integration/test_web_api.py \
+	tests/integration/test_queue_semantics.py tests/integration/test_search_sample.py \
+	tests/integration/test_webhook_provider.py
+test-fast: $(TEST_STAMP)
+	$(BIN)/pytest -q -n 2 --dist loadfile $(FAST_TESTS)
 
 # Schemathesis over the OpenAPI schema as a signed-in user, 200 examples per operation
 # (make test runs the same with 15).
