@@ -76,7 +76,7 @@ def test_n_results_and_result_shape(sample, sessions):
     body = response.as_dict()
     assert set(body) == {"results", "took_ms"}
     for r in body["results"]:
-        assert set(r) == {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence"}
+        assert set(r) == {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence", "why", "why_query"}
         assert r["media_url"] == f"/media/{r['id']}"
     scores = [r["score"] for r in body["results"]]
     assert all(isinstance(s, float) for s in scores)

@@ -101,6 +101,8 @@ TASK = {
                         "media_url": "/media/m",
                         "snippet": "",
                         "confidence": "medium",
+                        "why": None,
+                        "why_query": None,
                     }
                 ],
                 "took_ms": 1.5,
