@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from accounts_helpers import auth_app  # noqa: F401
 from mewdex.search import service
 
 PAGE = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
@@ -68,3 +69,13 @@ def test_an_overloaded_search_answers_an_error_page_with_retry_after(client, set
     assert "同时进行的搜索太多" in fragment.text and 'href="/?q=cat"' in fragment.text
     assert "too many searches are running at once" in page.text
     assert client.get("/ui/search?q=cat").status_code == 200  # a free slot: results again
+
+
+def test_a_404_page_keeps_the_signed_in_header(auth_app):
+    """An unknown address has no route to say who is signed in; its page still shows the account's
+    header (Admin, "Signed in as", Sign out) like every other page."""
+    admin = auth_app.new("err404", admin=True)
+    r = admin.client.get("/settings-that-do-not-exist", headers=PAGE)
+    assert r.status_code == 404 and admin.email in r.text and 'href="/admin"' in r.text
+    anonymous = auth_app.client().get("/settings-that-do-not-exist", headers=PAGE)
+    assert anonymous.status_code in (302, 303, 307, 404) and admin.email not in anonymous.text

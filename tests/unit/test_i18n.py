@@ -106,3 +106,12 @@ def test_translate_formats_and_falls_back():
         i18n.error_text("zh", {"code": "image_corrupt", "message": "x"}) == i18n.catalogue("zh")["error.image_corrupt"]
     )
     assert i18n.error_text("en", {"code": "weird_code", "message": "it broke"}) == "it broke"
+
+
+def test_no_message_shows_markdown_backticks():
+    """Pages print messages as text: a backtick would show literally (write “…” or <code> in the template)."""
+    from mewdex.web import i18n
+
+    for locale in i18n.LOCALES:
+        literal = [k for k, v in i18n.catalogue(locale).items() if "`" in v]
+        assert literal == [], (locale, literal)

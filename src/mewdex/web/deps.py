@@ -52,12 +52,13 @@ def bind_host(request: Request) -> str:
 def current_principal(request: Request, session: Session = Depends(db_session)) -> Principal:
     """The caller; 401 ``auth_required`` / ``invalid_token`` / ``signature_invalid``, 403 ``csrf_failed``.
     Also kept in ``request.state.principal`` (pages show who is signed in)."""
-    principal = _resolve_principal(request, session)
+    principal = resolve_principal(request, session)
     request.state.principal = principal
     return principal
 
 
-def _resolve_principal(request: Request, session: Session) -> Principal:
+def resolve_principal(request: Request, session: Session) -> Principal:
+    """The caller of ``request`` (:func:`current_principal` without keeping it); raises as it does."""
     params = request.query_params
     if request.url.path.startswith("/media/") and any(k in params for k in ("sig", "exp", "kid", "u")):
         valid, link_user = media_urls.verify(session, request.url.path, params)

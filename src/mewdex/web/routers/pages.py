@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from mewdex.config import get_settings
+from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import STAGES, ScopeContext
 from mewdex.dto.search import SearchFilters
 from mewdex.inference import visual_model
@@ -32,7 +33,7 @@ from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError
 from mewdex.search import image_search, service
 from mewdex.search.confidence import strong_match
-from mewdex.web import errors, i18n, views
+from mewdex.web import deps, errors, i18n, views
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
 from mewdex.web.routers.health import page_state
@@ -73,6 +74,16 @@ templates.env.filters["filesize"] = _filesize
 templates.env.filters["when"] = _when
 
 
+def _error_page_principal(request: Request):
+    """Who is signed in, for an error page no route resolved it for (an unknown path); None when it
+    cannot be told (no credential, a bad one, the database gone)."""
+    try:
+        with get_sessionmaker()() as session:
+            return deps.resolve_principal(request, session)
+    except Exception:  # noqa: BLE001 — the error page is shown anyway, without the account
+        return None
+
+
 def render(request: Request, name: str, context: dict | None = None, status_code: int = 200):
     """Render ``name`` in the request's language (``_`` translates, ``messages`` feeds the scripts);
     ``Cache-Control: no-store``."""
@@ -88,6 +99,8 @@ def render(request: Request, name: str, context: dict | None = None, status_code
         "server_state": page_state(request),  # the header's badge: ok / degraded / unavailable
     }
     principal = getattr(request.state, "principal", None)
+    if principal is None and status_code >= 400:
+        principal = _error_page_principal(request)  # an error page keeps the header of the signed-in pages
     if principal is not None and principal.user is not None:  # accounts exist: who is signed in
         base["signed_in"] = {"email": principal.user.email, "admin": principal.is_admin}
         base["time_zone"] = principal.user.time_zone  # times.js shows times in it (else the browser's)
