@@ -458,6 +458,12 @@ def guarded_client(timeout: float = 60.0, connect_timeout: float = 5.0):
     )
 
 
+#: What :func:`operator_client`'s requests raise: any transport failure, and the refused connection
+#: among them (a caller tells "no server there" from other failures without importing the client).
+OperatorError = httpx.HTTPError
+OperatorConnectError = httpx.ConnectError
+
+
 def operator_client(timeout: float = 60.0) -> httpx.Client:
     """A client for the server the operator named (no address checks, ``trust_env=False``, cookies
     kept across its requests: a sign-in then a call with the session). Close it (``with``)."""

@@ -55,7 +55,7 @@ def yandex(settings_env):
     server.server_close()
 
 
-def test_reverse_image_lookup_is_cached_by_sha256_metered_and_forbid_makes_no_call(yandex, sessions, store, tmp_path):
+def test_reverse_image_lookup_is_cached_per_account_metered_and_forbid_makes_no_call(yandex, sessions, store, tmp_path):
     if not corpus_available():
         pytest.skip("corpus not found")
     from accounts_helpers import delete_users
@@ -93,7 +93,8 @@ def test_reverse_image_lookup_is_cached_by_sha256_metered_and_forbid_makes_no_ca
             shutil.copyfile(CORPUS / "memegen" / "images" / "ackbar" / "default.jpg", folder / "pic.jpg")
             import_paths(sessions, store, scope, collect([folder]))
             drain_queue(sessions, scope, timeout=300)
-        assert len(calls) == 1  # the second meme with the same bytes (another scope) costs nothing
+        # The cache is per account (issue 31, finding 9): the same bytes in another library are its own call.
+        assert len(calls) == 2
         assert calls[0]["auth"] == f"Api-Key {API_KEY}" and calls[0]["body"]["folderId"] == "b1g"
         with sessions.begin() as session:
             for scope in scopes:
@@ -112,23 +113,39 @@ def test_reverse_image_lookup_is_cached_by_sha256_metered_and_forbid_makes_no_ca
             )
             assert [(e.cache_status, e.provider_called, e.outcome) for e in events] == [
                 ("miss", True, "success"),
-                ("hit", False, "success"),
+                ("miss", True, "success"),
             ]
             costs = session.execute(
                 select(UsageEvent.cost_cny).where(
                     UsageEvent.kind == "reverse_image_search", UsageEvent.scope_id.in_([s.scope_id for s in scopes])
                 )
             ).all()
-            assert [float(c[0]) for c in costs] == [0.02]
+            assert [float(c[0]) for c in costs] == [0.02, 0.02]
             stored = json.dumps([e.result for e in events]) + json.dumps([e.error for e in events])
             assert API_KEY not in stored
+            # the same account analysing the same bytes again: a cache hit, no call, nothing metered
+            again = session.execute(select(Meme).where(Meme.scope_id == scopes[1].scope_id)).scalar_one()
+            jobs.create_job(session, again, mode="full_retry")
+        drain_queue(sessions, scopes[1], timeout=300)
+        assert len(calls) == 2
+        with sessions.begin() as session:
+            last = (
+                session.execute(
+                    select(ReverseImageUsageEvent)
+                    .where(ReverseImageUsageEvent.scope_id == scopes[1].scope_id)
+                    .order_by(ReverseImageUsageEvent.created_at.desc())
+                )
+                .scalars()
+                .first()
+            )
+            assert (last.cache_status, last.provider_called) == ("hit", False)
             # forbid: re-analysis makes no call and writes no lookup
             policy.update(session, scopes[0], reverse_image_search="forbid")
             meme = session.execute(select(Meme).where(Meme.scope_id == scopes[0].scope_id)).scalar_one()
             session.execute(text("DELETE FROM reverse_image_usage_events WHERE cache_key = :k"), {"k": meme.sha256})
             jobs.create_job(session, meme, mode="full_retry")
         drain_queue(sessions, scopes[0], timeout=300)
-        assert len(calls) == 1
+        assert len(calls) == 2
         with sessions.begin() as session:
             assert (
                 session.execute(

@@ -22,7 +22,7 @@ from mewdex.dto.search import SearchFilters
 from mewdex.pipeline import visual
 from mewdex.search import image_search, keyword, service
 
-SEARCH_HIT_KEYS = {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence"}
+SEARCH_HIT_KEYS = {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence", "why", "why_query"}
 
 MEMES = 260  # more than the 200 hits the pages used to fetch and filter afterwards
 DIMS = 16

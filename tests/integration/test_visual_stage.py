@@ -21,7 +21,7 @@ from mewdex.pipeline import stages, visual
 from mewdex.pipeline.stages import MemeSnapshot, StageError
 from mewdex.search import image_search, near_duplicates
 
-SEARCH_HIT_KEYS = {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence"}
+SEARCH_HIT_KEYS = {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence", "why", "why_query"}
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 

@@ -119,17 +119,15 @@ def login_hint(server: Server) -> str:
 def call(server: Server, token: str | None, method: str, path: str, *, timeout: float = 60, **kw: Any) -> Any:
     """One API call; returns the JSON answer (None when empty). Raises :class:`Unreachable` when the
     connection is refused; any other failure exits 1 with one line (a 401 says how to sign in)."""
-    import httpx
-
     from mewdex import egress
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         with egress.operator_client(timeout) as client:
             response = client.request(method, server.url + path, headers=headers, **kw)
-    except httpx.ConnectError:
+    except egress.OperatorConnectError:
         raise Unreachable(server.url) from None
-    except httpx.HTTPError as exc:
+    except egress.OperatorError as exc:
         err.print(f"[red]error:[/red] cannot reach {server.url}: {type(exc).__name__}")
         raise typer.Exit(1) from None
     code, message = _error(response)
@@ -189,15 +187,13 @@ def login(
     """Sign in to the running server and keep an API token for the commands run here (search, …), in
     your config dir, readable by you only. The password is asked (hidden), or read from standard input
     when that is not a terminal."""
-    import httpx
-
     from mewdex import egress
 
     target = _target(server)
     with egress.operator_client(60) as client:
         try:
             me = client.get(target.url + "/api/v1/me")
-        except httpx.HTTPError as exc:
+        except egress.OperatorError as exc:
             err.print(f"[red]error:[/red] cannot reach {target.url}: {type(exc).__name__}")
             raise typer.Exit(1) from None
         if me.status_code == 200 and (me.json().get("auth") or {}).get("mode") == "none":
