@@ -6,6 +6,8 @@ import pytest
 
 from mewdex.search import service
 
+SEARCH_HIT_KEYS = {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence", "why", "why_query"}
+
 
 def ranked(sessions, sample, query, n=10, legs=service.LEGS) -> list[str]:
     """Sample keys (``<source>/<relative path>``) of the results, best first."""
@@ -76,7 +78,7 @@ def test_n_results_and_result_shape(sample, sessions):
     body = response.as_dict()
     assert set(body) == {"results", "took_ms"}
     for r in body["results"]:
-        assert set(r) == {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence", "why", "why_query"}
+        assert set(r) == SEARCH_HIT_KEYS
         assert r["media_url"] == f"/media/{r['id']}"
     scores = [r["score"] for r in body["results"]]
     assert all(isinstance(s, float) for s in scores)

@@ -9,6 +9,8 @@ from mewdex.library.images import sniff_format
 
 MEDIA = {"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
 
+SEARCH_HIT_KEYS = {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence", "why", "why_query"}
+
 
 @pytest.fixture(scope="module")
 def client(sample):
@@ -36,7 +38,7 @@ def test_search_returns_the_caption_first(client, sample):
     assert 1 <= len(body["results"]) <= 5
     first = body["results"][0]
     assert first["id"] == sample.ids["vvquest/一个字我都不信.png"]
-    assert set(first) == {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence", "why", "why_query"}
+    assert set(first) == SEARCH_HIT_KEYS
     assert first["display_name"] == "一个字我都不信"
     assert "一个字我都不信" in first["snippet"]
     assert first["media_url"] == f"/media/{first['id']}"
