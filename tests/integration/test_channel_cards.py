@@ -18,7 +18,8 @@ ENV_TOKEN = "111222333:AAEnvironmentTokenForTests_9876543210"
 
 @pytest.fixture
 def page_client(scope, sessions, settings_env):
-    settings_env(MEWDEX_TELEGRAM_BOT_TOKEN="", MEWDEX_PUBLIC_URL="")
+    # the single-user admin on this machine, whatever accounts other tests of this process left
+    settings_env(MEWDEX_TELEGRAM_BOT_TOKEN="", MEWDEX_PUBLIC_URL="", MEWDEX_AUTH="none")
     with client_for(scope) as c:
         yield c
     with sessions.begin() as session:

@@ -86,6 +86,38 @@ def test_search_in_an_empty_library(mewdex_env, scope):
     assert proc.returncode == 0, proc.stderr
     body = json.loads(proc.stdout)
     assert body["results"] == [] and isinstance(body["took_ms"], (int, float))
+    assert "still being processed" not in proc.stderr
+
+
+def test_search_says_when_memes_are_still_being_processed(mewdex_env, scope, tmp_path):
+    """Right after an import nothing is searchable yet: the CLI says so (on stderr; --json stays JSON)."""
+    mewdex_env.cli("import", str(make_folder(tmp_path / "in")), "--json", scope=scope.scope_id, check=True)
+    proc = mewdex_env.cli("search", "palette", "--json", scope=scope.scope_id, check=True)
+    assert isinstance(json.loads(proc.stdout)["results"], list)
+    assert "still being processed" in proc.stderr and "mewdex status" in proc.stderr
+
+
+def test_a_command_where_no_library_is_says_it_made_a_new_one(tmp_path):
+    """Run from another folder, the default ./.mewdex is another, empty library: the command says so."""
+    from conftest import TEST_ENV
+
+    data_dir = tmp_path / "elsewhere" / ".mewdex"
+    env = {**os.environ, **TEST_ENV, "MEWDEX_DATA_DIR": str(data_dir), "COLUMNS": "300", "NO_COLOR": "1"}
+    env.pop("MEWDEX_DATABASE_URL", None)
+    env.pop("MEWDEX_DEFAULT_SCOPE", None)
+
+    def status():
+        return subprocess.run(
+            [str(MEWDEX_BIN), "status", "--json"], env=env, capture_output=True, text=True, timeout=300, check=True
+        )
+
+    try:
+        first = status()
+        assert json.loads(first.stdout)["memes"] == 0
+        assert f"no library was at {data_dir}" in " ".join(first.stderr.split())
+        assert "no library" not in status().stderr  # the second time it is the library there
+    finally:
+        subprocess.run([str(MEWDEX_BIN), "db", "stop", "--force"], env=env, capture_output=True, timeout=120)
 
 
 @pytest.mark.parametrize("args", [["search", "   "], ["search", "x" * 501], ["search", "x", "-n", "51"]])

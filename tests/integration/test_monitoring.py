@@ -100,7 +100,10 @@ def test_probes_and_metrics_series(client, scope, sessions, settings_env):
     assert ready.status_code == 200 and ready.json() == {"status": "ready"}, ready.text
     assert client.post("/api/v1/search", json={"query": "cat"}).status_code == 200
 
-    with sessions() as held:  # a connection of the main pool in use during the scrape
+    from mewdex.db.engine import get_sessionmaker
+
+    # a connection of the process's current main pool (the one /metrics reports) in use during the scrape
+    with get_sessionmaker()() as held:
         held.connection()
         r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")

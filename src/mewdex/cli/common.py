@@ -43,14 +43,26 @@ def _setup_logging() -> None:
 
 
 def _prepare():
+    """Start (or reach) the database and bring it to the current schema; a command that finds no library
+    where ``MEWDEX_DATA_DIR`` points says it made a new, empty one there (run from another folder, the
+    relative default ``./.mewdex`` is another library)."""
+    from mewdex.config import get_settings
     from mewdex.db.embedded import EmbeddedDatabaseError
     from mewdex.runtime import prepare_database
 
+    settings = get_settings()
+    new_library = settings.database_url is None and not settings.pgdata.exists()
     try:
         prepare_database()
     except EmbeddedDatabaseError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
+    if new_library:
+        err.print(
+            f"[yellow]note:[/yellow] no library was at {settings.data_dir.resolve()}: made a new, empty one there "
+            "(MEWDEX_DATA_DIR says where mewdex keeps its data; by default ./.mewdex of the folder you run it in)",
+            soft_wrap=True,
+        )
 
 
 def _progress() -> Progress:

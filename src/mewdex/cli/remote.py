@@ -116,12 +116,22 @@ def login_hint(server: Server) -> str:
     return "mewdex login" if server.local else f"mewdex login --server {server.url}"
 
 
-def call(server: Server, token: str | None, method: str, path: str, *, timeout: float = 60, **kw: Any) -> Any:
+def call(
+    server: Server, token: str | None, method: str, path: str, *, timeout: float = 60, quiet: bool = False, **kw: Any
+) -> Any:
     """One API call; returns the JSON answer (None when empty). Raises :class:`Unreachable` when the
-    connection is refused; any other failure exits 1 with one line (a 401 says how to sign in)."""
+    connection is refused; any other failure exits 1 with one line (a 401 says how to sign in).
+    ``quiet``: a side question — any failure returns None and prints nothing."""
     from mewdex import egress
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if quiet:
+        try:
+            with egress.operator_client(timeout) as client:
+                response = client.request(method, server.url + path, headers=headers, **kw)
+            return response.json() if response.status_code < 400 and response.content else None
+        except (egress.OperatorError, ValueError):
+            return None
     try:
         with egress.operator_client(timeout) as client:
             response = client.request(method, server.url + path, headers=headers, **kw)

@@ -65,18 +65,35 @@ def search(
             err.print(f"note: the server recorded at {local.url} does not answer; searching here")
         else:
             _print_results(answer, as_json, local.url)
+            pending = remote.call(
+                local, remote.token_for(local), "GET", "/api/v1/memes?status=pending&limit=1", quiet=True
+            )
+            _note_processing(bool(isinstance(pending, dict) and pending.get("items")))
             return
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.scopes import default_scope
+    from mewdex.pipeline.status import pending_memes
     from mewdex.search import service
 
     _prepare()
     with get_sessionmaker().begin() as session:
         response = service.search(session, default_scope(), query, n)
+        still = pending_memes(session, default_scope())
     settings = get_settings()
     _print_results(
         response.as_dict(), as_json, remote.connectable(f"http://{_url_host(settings.host)}:{settings.port}")
     )
+    _note_processing(still > 0)
+
+
+def _note_processing(pending: bool) -> None:
+    """Right after an import, memes still being processed cannot be found yet: say so (on stderr, so
+    ``--json`` output stays JSON), as the search page does."""
+    if pending:
+        err.print(
+            "note: some memes are still being processed and cannot be found yet; `mewdex status` shows how far",
+            soft_wrap=True,
+        )
 
 
 def _url_host(host: str) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.db.models import Task
@@ -101,7 +101,10 @@ def _prune(session: Session, schedule: Schedule) -> None:
             Task.submission_mode == "standalone",  # ix_tasks_standalone_dedupe
             Task.dedupe_key.like(f"schedule:{schedule.name}:%"),
             Task.status.in_(("succeeded", "failed")),
-            Task.completed_at < before,
+            # An expression, not the bare column: retention's index on finished tasks' completed_at
+            # (ix_tasks_finished_completed) would otherwise tempt the planner to walk every finished
+            # task older than the cutoff (nearly all of them) instead of this schedule's few.
+            func.coalesce(Task.completed_at, before) < before,
         )
     )
 

@@ -29,7 +29,7 @@ router = APIRouter(include_in_schema=False)
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 SHARED_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"]  # the formats mewdex stores
-THEME_COLOR = "#2f6f4e"  # the icon's green (static/icons/icon.svg)
+THEME_COLOR = "#e4572e"  # the UI accent (mewdex.css --accent), the icon's background
 
 
 def manifest(locale: str) -> dict:
