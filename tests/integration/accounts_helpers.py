@@ -35,6 +35,23 @@ def delete_users(sessions, user_ids) -> None:
                 session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": scope_id})
 
 
+def own_scope_users(session, prefixes: list[str], password: str = PASSWORD, **kw) -> tuple[list, list[str]]:
+    """``(users, made)``: a user per prefix, each owning a new scope of its own, never the
+    installation's shared default scope (which the first account of an installation takes, with the
+    memes already in it). When no account exists yet, one placeholder first account is made before
+    them; ``made`` lists every user id made (the placeholder too) for :func:`delete_users`."""
+    from mewdex.platform.users import any_users, create_user
+
+    made: list[str] = []
+    if not any_users(session):
+        first = create_user(session, f"first-{uuid.uuid4().hex[:8]}@example.com", password, role="user")
+        made.append(str(first.user_id))
+    users = [create_user(session, f"{p}-{uuid.uuid4().hex[:8]}@example.com", password, **kw) for p in prefixes]
+    assert all(u.scope_id != "local" for u in users)
+    made += [str(u.user_id) for u in users]
+    return users, made
+
+
 @pytest.fixture
 def auth_app(settings_env, sessions):
     """``(app, accounts)``: the real app with login required; ``accounts.new()`` signs up a user."""

@@ -309,16 +309,13 @@ def test_a_failing_model_falls_back_to_retrieval_with_a_note(sessions, scope, li
 
 
 def test_a_spent_budget_refuses_the_model_before_any_call(sessions, model):
-    from accounts_helpers import delete_users
+    from accounts_helpers import delete_users, own_scope_users
     from mewdex.db.models import User
-    from mewdex.platform.users import create_user
 
     with sessions.begin() as session:
-        # (the installation's first account owns the shared default scope: a second one is used)
-        first = create_user(session, f"first-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
-        user = create_user(session, f"budget-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
+        (user,), made = own_scope_users(session, ["budget"], role="user")
         user.quota_analysis_cost_per_month = Decimal(0)
-        user_ids, scope = [user.user_id, first.user_id], ScopeContext(user.scope_id)
+        user_ids, scope = [uuid.UUID(u) for u in made[::-1]], ScopeContext(user.scope_id)
     try:
         cid = _conversation(sessions, scope)
         events = _events(sessions, scope, cid, "send me a meme for mondays")

@@ -11,11 +11,9 @@ import os
 import signal
 import socket
 import subprocess
-import uuid
 
 import httpx
 import pytest
-from sqlalchemy import text
 
 from conftest import MEWDEX_BIN, wait_until
 from mewdex.db.models import Meme
@@ -34,12 +32,12 @@ def _free_port() -> int:
 def served(mewdex_env, sessions, tmp_path_factory):
     """``(url, env, account)``: ``mewdex serve`` (login required, no workers) on a free port; an account
     whose scope holds one meme the keyword leg finds by the word ``loginbear``."""
-    from mewdex.platform.users import create_user
+    from accounts_helpers import delete_users, own_scope_users
 
-    email = f"cli-{uuid.uuid4().hex[:8]}@example.com"
     with sessions.begin() as session:
-        user = create_user(session, email, PASSWORD, role="user")
-        user_id, scope_id = str(user.user_id), user.scope_id
+        (user,), made = own_scope_users(session, ["cli"], PASSWORD, role="user")
+        email = user.email
+        scope_id = user.scope_id
         sha = hashlib.sha256(email.encode()).hexdigest()
         meme = Meme(
             scope_id=scope_id,
@@ -95,9 +93,7 @@ def served(mewdex_env, sessions, tmp_path_factory):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        with sessions.begin() as session:
-            session.execute(text("DELETE FROM users WHERE user_id = :u"), {"u": user_id})
-            session.execute(text("DELETE FROM scopes WHERE id = :s AND id <> 'local'"), {"s": scope_id})
+        delete_users(sessions, made)
 
 
 def run(env: dict, *args: str, stdin: str | None = None, **extra: str) -> subprocess.CompletedProcess:

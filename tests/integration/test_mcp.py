@@ -19,7 +19,7 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from conftest import MEWDEX_BIN, wait_until
 from mewdex.db.models import Meme, MemeCollectionItem, ScopeContext
@@ -55,15 +55,11 @@ def _library(sessions, scope_id: str, captions: list[str]) -> list[str]:
 @pytest.fixture
 def accounts(sessions):
     """Two users with memes; ``rw``/``ro`` tokens of the first, ``other`` of the second."""
+    from accounts_helpers import delete_users, own_scope_users
     from mewdex.platform.tokens import create_token
-    from mewdex.platform.users import create_user
 
-    made = []
     with sessions.begin() as session:
-        a = create_user(session, f"mcp-a-{uuid.uuid4().hex[:8]}@example.com", "correct horse battery")
-        b = create_user(session, f"mcp-b-{uuid.uuid4().hex[:8]}@example.com", "correct horse battery")
-        session.flush()
-        made = [a.user_id, b.user_id]
+        (a, b), made = own_scope_users(session, ["mcp-a", "mcp-b"])
         rw = create_token(session, a, "rw", scopes=["read", "write"])[1]
         ro = create_token(session, a, "ro", scopes=["read"])[1]
         other = create_token(session, b, "other", scopes=["read", "write"])[1]
@@ -81,13 +77,7 @@ def accounts(sessions):
         "memes": memes,
         "secret": secret[0],
     }
-    with sessions.begin() as session:
-        for user_id in made:
-            session.execute(text("DELETE FROM api_tokens WHERE user_id = :u"), {"u": user_id})
-            session.execute(text("DELETE FROM user_sessions WHERE user_id = :u"), {"u": user_id})
-        for scope_id in scopes:
-            session.execute(text("DELETE FROM memes WHERE scope_id = :s"), {"s": scope_id})
-            session.execute(text("DELETE FROM meme_collections WHERE scope_id = :s"), {"s": scope_id})
+    delete_users(sessions, made)  # their scopes too, and all that hangs on them
 
 
 @pytest.fixture

@@ -192,20 +192,17 @@ def test_egress_guard_stops_the_sdk_without_an_allow_listed_host(settings_env):
 
 @pytest.fixture
 def people(sessions):
-    from mewdex.platform.users import create_user
-
-    made = []
-    with sessions.begin() as session:
-        for n in range(3):  # the installation's first account owns the shared default scope: skip it
-            user = create_user(session, f"conn{n}-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
-            made.append((user.user_id, user.scope_id))
-    yield made[1:]
-    from accounts_helpers import delete_users
+    from accounts_helpers import delete_users, own_scope_users
 
     with sessions.begin() as session:
-        session.execute(text("DELETE FROM external_system_audits WHERE user_id = ANY(:u)"), {"u": [m[0] for m in made]})
-        session.execute(text("DELETE FROM external_systems WHERE user_id = ANY(:u)"), {"u": [m[0] for m in made]})
-    delete_users(sessions, [str(m[0]) for m in made])
+        users, made = own_scope_users(session, ["conn0", "conn1"], role="user")
+        people = [(u.user_id, u.scope_id) for u in users]
+    yield people
+    with sessions.begin() as session:
+        made_ids = [uuid.UUID(m) for m in made]
+        session.execute(text("DELETE FROM external_system_audits WHERE user_id = ANY(:u)"), {"u": made_ids})
+        session.execute(text("DELETE FROM external_systems WHERE user_id = ANY(:u)"), {"u": made_ids})
+    delete_users(sessions, made)
 
 
 def _user(session, user_id):

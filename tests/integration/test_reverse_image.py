@@ -58,22 +58,16 @@ def yandex(settings_env):
 def test_reverse_image_lookup_is_cached_per_account_metered_and_forbid_makes_no_call(yandex, sessions, store, tmp_path):
     if not corpus_available():
         pytest.skip("corpus not found")
-    from accounts_helpers import delete_users
+    from accounts_helpers import delete_users, own_scope_users
     from mewdex.db.models import Meme, ReverseImageUsageEvent, ScopeContext, UsageEvent
     from mewdex.library.importer import collect, import_paths
     from mewdex.pipeline import jobs
-    from mewdex.platform.users import create_user
     from mewdex.providers import connectors, policy
     from mewdex.search.service import search
 
     base_url, calls = yandex
     with sessions.begin() as session:
-        first = create_user(session, f"first-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
-        users = [
-            create_user(session, f"rev{n}-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
-            for n in range(2)
-        ]
-        ids = [first.user_id] + [u.user_id for u in users]
+        users, ids = own_scope_users(session, ["rev0", "rev1"], role="user")
         scopes = [ScopeContext(u.scope_id) for u in users]
         d = connectors.create_definition(
             session,

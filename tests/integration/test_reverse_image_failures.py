@@ -146,13 +146,12 @@ def test_serpapi_gets_a_signed_thumbnail_url_and_its_results_are_cached(serpapi,
         # Same bytes in another account: the cache is the scope's own. Without a grant it gets
         # nothing (no cached result, no row telling the image was looked up, no call); granted, it
         # makes (and pays for) its own call.
-        from accounts_helpers import delete_users
+        from accounts_helpers import delete_users, own_scope_users
         from mewdex.db.models import ScopeContext
-        from mewdex.platform.users import create_user
         from mewdex.providers import connectors
 
         with sessions.begin() as session:
-            user = create_user(session, f"lens-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
+            (user,), other_ids = own_scope_users(session, ["lens"], role="user")
             other, other_id = ScopeContext(user.scope_id), str(user.user_id)
             session.execute(
                 text("UPDATE external_system_definitions SET visibility = 'selected' WHERE definition_id = :d"),
@@ -170,7 +169,7 @@ def test_serpapi_gets_a_signed_thumbnail_url_and_its_results_are_cached(serpapi,
             # ... and the same bytes again in that account come from its own cache
             assert _lookup(sessions, other, twin) == found and len(serpapi.requests) == 2
         finally:
-            delete_users(sessions, [other_id])
+            delete_users(sessions, other_ids)
 
         # SerpApi's "no results" answer (200 + error + status Success) is an empty result, cached too.
         blank = Meme(sessions, store, scope, 2)
@@ -237,18 +236,13 @@ def test_a_failed_lookup_is_recorded_metered_audited_and_not_cached(
 
 
 def test_budget_refusal_and_missing_public_url_make_no_call(serpapi, sessions, store, settings_env):
-    from accounts_helpers import delete_users
+    from accounts_helpers import delete_users, own_scope_users
     from mewdex.db.models import ScopeContext, User
-    from mewdex.platform.users import create_user
 
     with sessions.begin() as session:
-        users = [
-            create_user(session, f"lens{n}-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
-            for n in range(2)  # the installation's first account owns the default scope: use the second
-        ]
-        ids = [str(u.user_id) for u in users]
-        scope = ScopeContext(users[1].scope_id)
-        session.get(User, users[1].user_id).quota_analysis_cost_per_month = Decimal(0)
+        (user,), ids = own_scope_users(session, ["lens"], role="user")
+        scope = ScopeContext(user.scope_id)
+        session.get(User, user.user_id).quota_analysis_cost_per_month = Decimal(0)
     try:
         meme = Meme(sessions, store, scope, 4)
         assert _lookup(sessions, scope, meme) is None
@@ -259,7 +253,7 @@ def test_budget_refusal_and_missing_public_url_make_no_call(serpapi, sessions, s
 
         settings_env(MEWDEX_PUBLIC_URL="")
         with sessions.begin() as session:
-            session.get(User, users[1].user_id).quota_analysis_cost_per_month = None
+            session.get(User, user.user_id).quota_analysis_cost_per_month = None
         assert _lookup(sessions, scope, meme) is None and serpapi.requests == []
         assert _events(sessions, scope)[-1] == ("miss", False, "failed", "public_url_missing", False, None)
 

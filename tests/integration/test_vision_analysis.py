@@ -78,8 +78,8 @@ def vision_world(sessions, store, settings_env, tmp_path):
     paths = [p for p in paths if p.is_file()]
     if len(paths) < 20:
         pytest.skip("corpus files missing")
+    from accounts_helpers import delete_users, own_scope_users
     from mewdex.db.models import ScopeContext
-    from mewdex.platform.users import create_user
     from mewdex.providers import connectors, policy
 
     with FakeOpenAI() as fake:
@@ -98,11 +98,7 @@ def vision_world(sessions, store, settings_env, tmp_path):
             answers[_sent_sha(path.read_bytes())] = _answer(n, description)
         fake.handler = lambda request: Reply.json(answers[hashlib.sha256(FakeOpenAI.images(request)[0]).hexdigest()])
         with sessions.begin() as session:
-            # the installation's first account owns the shared default scope: never be that one
-            first = create_user(session, f"first-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
-            user = create_user(session, f"vision-{uuid.uuid4().hex[:6]}@example.com", "a long password 1", role="user")
-            assert user.scope_id != first.scope_id
-            first_id = first.user_id
+            (user,), made = own_scope_users(session, ["vision"], role="user")
             user_id, scope = user.user_id, ScopeContext(user.scope_id)
             definition = connectors.create_definition(
                 session,
@@ -127,14 +123,13 @@ def vision_world(sessions, store, settings_env, tmp_path):
             "definition_id": definition_id,
             "target": root / "img_007.jpg",
         }
-        from accounts_helpers import delete_users
 
         with sessions.begin() as session:
             session.execute(text("DELETE FROM external_system_audits WHERE definition_id = :d"), {"d": definition_id})
             session.execute(
                 text("DELETE FROM external_system_definitions WHERE definition_id = :d"), {"d": definition_id}
             )
-        delete_users(sessions, [str(user_id), str(first_id)])
+        delete_users(sessions, made)
 
 
 def test_vision_analysis_feeds_search_meters_and_audits(vision_world, sessions, store):
