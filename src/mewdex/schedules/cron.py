@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
@@ -80,13 +80,15 @@ GAP_SAMPLE_RUNS = 2000
 
 @lru_cache(maxsize=512)
 def zone(name: str) -> ZoneInfo:
-    """The IANA zone ``name``; raises ``ScheduleError`` ``timezone_invalid`` for an unknown name
-    (or a path-like one)."""
-    if not isinstance(name, str) or not name.strip() or name.startswith("/") or ".." in name:
-        raise ScheduleError("timezone_invalid", f"unknown time zone {name!r} (use an IANA name, e.g. Asia/Shanghai)")
+    """The IANA zone ``name``; raises ``ScheduleError`` ``timezone_invalid`` for a name that the
+    account's time zone would refuse too (:func:`mewdex.platform.users.check_time_zone`, the one rule:
+    unknown, path-like, or a tz-database file no browser names, such as ``localtime``)."""
+    from mewdex.platform.errors import PlatformError
+    from mewdex.platform.users import check_time_zone
+
     try:
-        return ZoneInfo(name.strip())
-    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo(check_time_zone(name))
+    except PlatformError:
         raise ScheduleError(
             "timezone_invalid", f"unknown time zone {name!r} (use an IANA name, e.g. Asia/Shanghai)"
         ) from None
