@@ -133,7 +133,8 @@ def reindex(sessions, scope) -> None:
     from mewdex.pipeline.base import context_hash
     from mewdex.pipeline.context import semantic_fields
     from mewdex.pipeline.stages import write_keyword_document
-    from mewdex.search.generations import write_targets, write_vectors
+    from mewdex.search.generations import write_targets
+    from mewdex.search.vector_rows import write_vectors
 
     embedders, embedded = models.text_embedders(), 0
     with sessions.begin() as session:

@@ -179,7 +179,7 @@ def grow(
 
     from mewdex.db.models import ScopeContext
     from mewdex.library.scopes import ensure_scope
-    from mewdex.search import generations, keyword
+    from mewdex.search import generations, keyword, vector_rows
     from mewdex.search.vector_index import ensure_index, index_name
 
     indexes = [("meme_embeddings", model, dims) for model, dims in source["legs"].values()]
@@ -327,7 +327,7 @@ def grow(
                 )
             keyword.refresh_impacts(session, scope_id)
             if exact_fields:  # a shared text's vector stays in its first carriers only, as the product writes it
-                generations.share_vectors(session, scope_id)
+                vector_rows.share_vectors(session, scope_id)
         added += n
         log(f"  {scope_id}: {have + added} memes ({time.perf_counter() - started:.0f}s)")
     if rebuild:

@@ -13,7 +13,8 @@ from sqlalchemy import text
 from conftest import drop_scope, new_scope
 from mewdex.dto.search import SearchFilters
 from mewdex.search import vector
-from mewdex.search.generations import CARRIERS_PER_TEXT, active_generation, share_vectors, write_vectors
+from mewdex.search.generations import active_generation
+from mewdex.search.vector_rows import CARRIERS_PER_TEXT, share_vectors, write_vectors
 
 MODEL = "shared-text-test-model"
 DIMS = 16

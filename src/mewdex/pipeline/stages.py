@@ -30,7 +30,8 @@ from mewdex.pipeline.base import (  # noqa: F401 - the stage contract, re-export
 from mewdex.pipeline.context import build_meme_context, keyword_document, semantic_fields
 from mewdex.pipeline.visual import VisualStage
 from mewdex.search import keyword
-from mewdex.search.generations import write_targets, write_vectors
+from mewdex.search.generations import write_targets
+from mewdex.search.vector_rows import write_vectors
 
 
 class ContextStage:

@@ -29,6 +29,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -52,7 +54,6 @@ CACHE_SECONDS = 600.0
 POLICY_SECONDS = 5.0
 SYNC_TASK_TYPE = "remote_embedding_sync"
 SYNC_LANE = "embedding"
-SYNC_BATCH = 32
 
 
 class _TtlCache:
@@ -401,15 +402,11 @@ def start_remote_build(session: Session, scope: ScopeContext, *, force: bool = F
     generation for the scope's current embedding model when none exists for it (``rebuild``: a
     fresh one even if one does), fills in missing memes, and switches through the eval gate
     (``force``: even when it measures worse)."""
-    from mewdex.queue import tasks as queue
-
-    queue.enqueue(
+    registry.submit(
         session,
         scope_id=scope.scope_id,
         task_type=SYNC_TASK_TYPE,
-        lane=SYNC_LANE,
         dedupe_key=f"remote-sync:{scope.scope_id}",
-        max_attempts=get_settings().task_max_attempts,
         payload={"force": force, "rebuild": rebuild},
     )
 
@@ -430,26 +427,6 @@ def scope_uses_remote(session: Session, scope_id: str) -> bool:
     )
 
 
-def _missing(session: Session, generation: SearchGeneration, after, skip: set[UUID]) -> list[Meme]:
-    from mewdex.db.models import MemeEmbedding
-
-    has_rows = (
-        select(MemeEmbedding.meme_id)
-        .where(
-            MemeEmbedding.scope_id == generation.scope_id,
-            MemeEmbedding.generation_id == generation.id,
-            MemeEmbedding.meme_id == Meme.id,
-        )
-        .exists()
-    )
-    query = select(Meme).where(Meme.scope_id == generation.scope_id, Meme.context_status == "ready", ~has_rows)
-    if after is not None:
-        query = query.where(Meme.id > after)
-    if skip:
-        query = query.where(Meme.id.not_in(list(skip)))
-    return list(session.execute(query.order_by(Meme.id).limit(SYNC_BATCH)).scalars())
-
-
 def _lookup(sessions, scope: ScopeContext, queries: list[str], model_name: str | None, task_id=None):
     """``text -> vector`` over ``queries`` embedded now in one metered call (the eval gate's)."""
     if not queries:
@@ -459,13 +436,60 @@ def _lookup(sessions, scope: ScopeContext, queries: list[str], model_name: str |
     return table.__getitem__
 
 
-def sync(ctx: TaskContext) -> dict[str, Any]:
-    """The ``remote_embedding_sync`` task (see :func:`start_remote_build`)."""
-    from mewdex.platform.errors import PlatformError
-    from mewdex.queue import tasks as queue
-    from mewdex.search.documents import semantic_fields
-    from mewdex.search.vector_index import ensure_index
+@dataclass(frozen=True)
+class _RemoteEmbed:
+    """:class:`generations.Embed` with the scope's embedding connector (model id ``model``; a
+    connector switched to another model mid-build fails the task with ``connector_changed``)."""
 
+    sessions: sessionmaker
+    scope: ScopeContext
+    model: str
+    definition_id: str
+    task_id: str
+    leg: str = LEG
+
+    def fields(self, context: dict[str, Any]) -> dict[str, str]:
+        from mewdex.search.documents import semantic_fields
+
+        return semantic_fields(context)
+
+    def passages(self, texts: list[str]) -> list[np.ndarray]:
+        with _task_errors():
+            got, vectors = embed_texts(self.sessions, self.scope, texts, task_id=self.task_id)
+        if got != self.model:
+            raise RemoteEmbeddingError("connector_changed", "the embedding connector changed during the sync")
+        return vectors
+
+    def gate_embedders(self, candidate: generations.GenerationRef, current: generations.GenerationRef | None):
+        with self.sessions.begin() as session:
+            queries = eval_gate.gate_queries(session, self.scope.scope_id)
+        split = _split_model_id(current.model) if current is not None else None
+        with _task_errors():
+            embed_candidate = _lookup(self.sessions, self.scope, queries, None, self.task_id)
+            # another connector's model cannot embed its queries here: not measured against it
+            embed_current = None
+            if split is not None and split[0] == self.definition_id:
+                embed_current = _lookup(self.sessions, self.scope, queries, split[1], self.task_id)
+        return embed_candidate, embed_current
+
+
+@contextmanager
+def _task_errors():
+    """A refused or failed connector call as a :class:`RemoteEmbeddingError` of the same code."""
+    from mewdex.platform.errors import PlatformError
+
+    try:
+        yield
+    except ProviderError as exc:
+        raise RemoteEmbeddingError(exc.code, exc.message, retryable=exc.retryable) from None
+    except PlatformError as exc:
+        raise RemoteEmbeddingError(exc.code, exc.message, retryable=False) from None
+
+
+def sync(ctx: TaskContext) -> dict[str, Any]:
+    """The ``remote_embedding_sync`` task (see :func:`start_remote_build`): :func:`generations.build`
+    of the target generation with the scope's embedding connector. Returns ``{"embedded",
+    "generation_id", "eval_gate"}``."""
     sessions, claim = ctx.sessions, ctx.claim
     scope = ScopeContext(claim.scope_id)
     with sessions.begin() as session:
@@ -473,10 +497,8 @@ def sync(ctx: TaskContext) -> dict[str, Any]:
             model = openai_compat.chat_client(session, scope, "embedding")
         except ProviderError as exc:
             raise RemoteEmbeddingError(exc.code, exc.message, retryable=False) from None
+        model.close()
         wanted = model_id(model.connection, model.model)
-        definition_id = str(model.connection.definition_id)
-        if model.client is not None:
-            model.client.close()
         active = generations.current_generation(session, scope.scope_id, LEG)
         target = generations.building_generation(session, scope.scope_id, wanted)
         if claim.payload.get("rebuild") and target is not None and target.status == "ready":
@@ -485,108 +507,10 @@ def sync(ctx: TaskContext) -> dict[str, Any]:
         if target is None and active is not None and active.model == wanted and not claim.payload.get("rebuild"):
             target = active
         target_id = target.id if target is not None else None
-    skip: set[UUID] = set()
-    after = None
-    embedded = 0
-    while True:
-        with sessions.begin() as session:
-            generation = session.get(SearchGeneration, target_id) if target_id else None
-            batch = (
-                _missing(session, generation, after, skip)
-                if generation
-                else list(
-                    session.execute(
-                        select(Meme)
-                        .where(
-                            Meme.scope_id == scope.scope_id,
-                            Meme.context_status == "ready",
-                            *([Meme.id > after] if after is not None else []),
-                        )
-                        .order_by(Meme.id)
-                        .limit(SYNC_BATCH)
-                    ).scalars()
-                )
-            )
-            for meme in batch:
-                session.expunge(meme)
-        if not batch:
-            break
-        after = batch[-1].id
-        items: list[tuple[Meme, list[tuple[str, str]]]] = []
-        texts: list[str] = []
-        for meme in batch:
-            found = semantic_fields(meme.meme_context)
-            if not found:
-                skip.add(meme.id)
-            items.append((meme, list(found.items())))
-            texts += list(found.values())
-        if not texts:
-            continue
-        unique = list(dict.fromkeys(texts))  # a folder's words repeat on each of its memes: paid for once
-        try:
-            got, vectors = embed_texts(sessions, scope, unique, task_id=claim.task_id)
-        except ProviderError as exc:
-            raise RemoteEmbeddingError(exc.code, exc.message, retryable=exc.retryable) from None
-        except PlatformError as exc:
-            raise RemoteEmbeddingError(exc.code, exc.message, retryable=False) from None
-        if got != wanted:
-            raise RemoteEmbeddingError("connector_changed", "the embedding connector changed during the sync")
-        with sessions.begin() as session:
-            queue.fenced(session, claim)
-            if target_id is None:  # the first batch tells the dimensions
-                dims = int(vectors[0].shape[0])
-                ensure_index(session, "meme_embeddings", wanted, dims)
-                fresh = SearchGeneration(
-                    scope_id=scope.scope_id,
-                    model=wanted,
-                    dimensions=dims,
-                    status="building",
-                    source_snapshot_hash=f"remote:{claim.task_id}"[:64],
-                )
-                session.add(fresh)
-                session.flush()
-                target_id = fresh.id
-            generation = session.get_one(SearchGeneration, target_id)
-            by_text = dict(zip(unique, vectors, strict=True))
-            for meme, fields in items:
-                rows = [(name, text, by_text[text]) for name, text in fields]
-                stored = session.execute(
-                    select(Meme).where(Meme.scope_id == meme.scope_id, Meme.id == meme.id)
-                ).scalar_one_or_none()
-                if stored is None or not rows:
-                    continue
-                generations.write_vectors(session, generation, stored, stored.search_metadata_hash or "", rows)
-                embedded += 1
-    if target_id is None:
-        return {"embedded": 0, "generation_id": None}
-    with sessions.begin() as session:
-        generation = session.get_one(SearchGeneration, target_id)
-        switch = generation.status == "building" or (generation.status == "ready" and claim.payload.get("force"))
-        current = generations.current_generation(session, scope.scope_id, LEG)
-        current_split = _split_model_id(current.model) if current is not None else None
-        if current_split is not None and current_split[0] != definition_id:
-            current_split = None  # another connector's model: its queries cannot be embedded here
-        queries = eval_gate.gate_queries(session, scope.scope_id) if switch else []
-    embed_candidate = embed_current = None
-    if switch:  # the gate's queries, embedded before the switch's transaction (no outside call inside it)
-        embed_candidate = _lookup(sessions, scope, queries, None, claim.task_id)
-        if current_split is not None and current is not None and current.id != target_id:
-            embed_current = _lookup(sessions, scope, queries, current_split[1], claim.task_id)
-    with sessions.begin() as session:
-        task = queue.fenced(session, claim)
-        generation = session.get_one(SearchGeneration, target_id)
-        verdict: dict[str, Any] = {"passed": True, "reason": "already_active"}
-        if switch and generation.status in ("building", "ready"):
-            verdict = generations.activate(
-                session,
-                generation,
-                LEG,
-                embed_candidate=embed_candidate,
-                embed_current=embed_current,
-                force=bool(claim.payload.get("force")),
-            )
-        task.message = f"{embedded} memes embedded; eval gate: {verdict.get('reason')}"
-    return {"embedded": embedded, "generation_id": str(target_id), "eval_gate": verdict}
+    embed = _RemoteEmbed(sessions, scope, wanted, str(model.connection.definition_id), claim.task_id)
+    built = generations.build(ctx, target_id, embed)
+    generation_id = str(built.generation_id) if built.generation_id is not None else None
+    return {"embedded": built.embedded, "generation_id": generation_id, "eval_gate": built.verdict}
 
 
 registry.register_task_type(registry.TaskType(SYNC_TASK_TYPE, sync, lane=SYNC_LANE))

@@ -21,13 +21,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol
 from uuid import UUID
 
-from sqlalchemy import CursorResult, delete, func, select, text
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -36,11 +36,11 @@ from mewdex.db.models import Meme, MemeEmbedding, SearchGeneration, SearchHead, 
 from mewdex.queue import registry
 from mewdex.queue.registry import TaskContext, TaskError
 from mewdex.search.vector_index import ensure_index
+from mewdex.search.vector_rows import write_vectors
 
 log = logging.getLogger(__name__)
 REINDEX_TASK_TYPE = "search_reindex"
 REINDEX_LANE = "embedding"
-REINDEX_BATCH = 32
 
 
 def _lock(session: Session, scope_id: str, key: str) -> None:
@@ -299,8 +299,6 @@ def start_build(
 ) -> SearchGeneration:
     """Start (or join) building a new generation of ``leg`` with ``model``: the generation row
     (status ``building``) and its ``search_reindex`` task, in the caller's transaction."""
-    from mewdex.queue import tasks as queue
-
     _lock(session, scope_id, f"build:{model}")
     generation = building_generation(session, scope_id, model)
     if generation is None:
@@ -316,111 +314,14 @@ def start_build(
         session.flush()
     # Deduplicated on the generation: joins its queued/running task, or resumes a build whose
     # task died (the build skips memes that already have vectors).
-    queue.enqueue(
+    registry.submit(
         session,
         scope_id=scope_id,
         task_type=REINDEX_TASK_TYPE,
-        lane=REINDEX_LANE,
         dedupe_key=str(generation.id),
-        max_attempts=get_settings().task_max_attempts,
         payload={"generation_id": str(generation.id), "leg": leg, "reason": reason},
     )
     return generation
-
-
-#: At most this many rows of one (scope, generation, field, text) carry the text's vector; the rest
-#: of the memes sharing the text (a folder's words, a generic name, a label set) keep ``embedding``
-#: NULL and search gives them their carrier's distance. Identical vectors in bulk break an HNSW graph
-#: (a group larger than ``ef_construction`` links only to itself and traps searches: at 10k memes
-#: with one folder vector per folder, e5 recall@10 fell to 0.62). Migration 0015 holds the trigger
-#: that hands a deleted carrier's vector to a member.
-CARRIERS_PER_TEXT = 2
-
-
-def write_vectors(
-    session: Session, generation: SearchGeneration, meme: Any, metadata_hash: str, items: list[tuple[str, str, Any]]
-) -> None:
-    """Replace the meme's rows in ``generation`` by ``items`` = [(field, document, vector)]; a row
-    stores its vector only while its text has fewer than :data:`CARRIERS_PER_TEXT` carriers in the
-    generation (one statement finds them). ``meme`` needs ``scope_id``, ``id``, ``sha256``, ``revision``."""
-    session.execute(
-        delete(MemeEmbedding).where(
-            MemeEmbedding.scope_id == meme.scope_id,
-            MemeEmbedding.generation_id == generation.id,
-            MemeEmbedding.meme_id == meme.id,
-        )
-    )
-    hashed = [
-        (field, document, vector, hashlib.sha256(document.encode()).hexdigest()) for field, document, vector in items
-    ]
-    carriers = _carriers(session, meme.scope_id, generation.id, [(f, h) for f, _, _, h in hashed])
-    for field, document, vector, digest in hashed:
-        carries = carriers.get((field, digest), 0) < CARRIERS_PER_TEXT
-        session.add(
-            MemeEmbedding(
-                scope_id=meme.scope_id,
-                generation_id=generation.id,
-                meme_id=meme.id,
-                field=field,
-                model=generation.model,
-                dimensions=generation.dimensions,
-                embedding=vector if carries else None,
-                semantic_document=document[:6000],
-                semantic_document_hash=digest,
-                metadata_hash=metadata_hash,
-                image_sha256=meme.sha256,
-                meme_revision=meme.revision,
-                item_status="ready",
-            )
-        )
-
-
-def share_vectors(session: Session, scope_id: str) -> int:
-    """Keep the vector of each shared text in its first :data:`CARRIERS_PER_TEXT` rows (by meme id)
-    of the scope's generations and clear it in the others (members); returns how many were cleared.
-    For rows written without :func:`write_vectors` (bench/scale.py's clones)."""
-    result = session.execute(
-        text(
-            """
-            UPDATE meme_embeddings m SET embedding = NULL
-            FROM (
-                SELECT generation_id, meme_id, field,
-                       row_number() OVER (PARTITION BY generation_id, field, semantic_document_hash
-                                          ORDER BY meme_id) AS n
-                FROM meme_embeddings WHERE scope_id = :scope AND embedding IS NOT NULL
-            ) r
-            WHERE r.n > :carriers AND m.scope_id = :scope AND m.generation_id = r.generation_id
-              AND m.meme_id = r.meme_id AND m.field = r.field
-            """
-        ),
-        {"scope": scope_id, "carriers": CARRIERS_PER_TEXT},
-    )
-    return cast(CursorResult[Any], result).rowcount
-
-
-def _carriers(session: Session, scope_id: str, generation_id: UUID, keys: list[tuple[str, str]]) -> dict:
-    """``{(field, text hash): rows carrying its vector}`` in the generation, for ``keys``."""
-    if not keys:
-        return {}
-    rows = session.execute(
-        text(
-            """
-            SELECT e.field, e.semantic_document_hash, count(*) FROM meme_embeddings e
-            JOIN unnest(CAST(:fields AS varchar[]), CAST(:hashes AS varchar[])) AS k(field, digest)
-              ON e.field = k.field AND left(e.semantic_document_hash, 16) = left(k.digest, 16)
-             AND e.semantic_document_hash = k.digest
-            WHERE e.scope_id = :scope AND e.generation_id = :generation AND e.embedding IS NOT NULL
-            GROUP BY 1, 2
-            """
-        ),
-        {
-            "scope": scope_id,
-            "generation": generation_id,
-            "fields": [f for f, _ in keys],
-            "hashes": [h for _, h in keys],
-        },
-    ).all()
-    return {(field, digest): n for field, digest, n in rows}
 
 
 def configured_mismatches(session: Session, embedders: dict, scope_ids: list[str] | None = None) -> list[dict]:
@@ -558,7 +459,10 @@ def builds(session: Session) -> list[dict[str, Any]]:
     return out
 
 
-# --------------------------------------------------------------------------- the build task
+# --------------------------------------------------------------------------- building a generation
+
+#: Memes per batch of a build: read, embedded (their distinct texts in one call) and written together.
+BUILD_BATCH = 32
 
 
 class ReindexError(TaskError):
@@ -569,24 +473,36 @@ def _eligible(scope_id: str):
     return (Meme.scope_id == scope_id, Meme.context_status == "ready")
 
 
-def _missing_batch(
-    session: Session, generation: SearchGeneration, after: UUID | None, exclude: AbstractSet[UUID] = frozenset()
+def missing(
+    session: Session,
+    scope_id: str,
+    generation_id: UUID | None,
+    *,
+    after: UUID | None = None,
+    exclude: AbstractSet[UUID] = frozenset(),
+    limit: int = BUILD_BATCH,
 ) -> list[Meme]:
-    has_rows = (
-        select(MemeEmbedding.meme_id)
-        .where(
-            MemeEmbedding.scope_id == generation.scope_id,
-            MemeEmbedding.generation_id == generation.id,
-            MemeEmbedding.meme_id == Meme.id,
+    """The next ``limit`` memes with a context (by id, after ``after``, not in ``exclude``) whose
+    vectors the generation lacks: no rows there, or rows of another metadata hash than the meme's
+    (re-analysed since they were written). ``generation_id`` None (not created yet): every such meme."""
+    query = select(Meme).where(*_eligible(scope_id))
+    if generation_id is not None:
+        current = (
+            select(MemeEmbedding.meme_id)
+            .where(
+                MemeEmbedding.scope_id == scope_id,
+                MemeEmbedding.generation_id == generation_id,
+                MemeEmbedding.meme_id == Meme.id,
+                Meme.search_metadata_hash.is_(None) | (MemeEmbedding.metadata_hash == Meme.search_metadata_hash),
+            )
+            .exists()
         )
-        .exists()
-    )
-    query = select(Meme).where(*_eligible(generation.scope_id), ~has_rows)
+        query = query.where(~current)
     if after is not None:
         query = query.where(Meme.id > after)
     if exclude:
         query = query.where(Meme.id.not_in(list(exclude)))
-    return list(session.execute(query.order_by(Meme.id).limit(REINDEX_BATCH)).scalars())
+    return list(session.execute(query.order_by(Meme.id).limit(limit)).scalars())
 
 
 def progress(session: Session, generation: SearchGeneration) -> tuple[int, int]:
@@ -600,108 +516,213 @@ def progress(session: Session, generation: SearchGeneration) -> tuple[int, int]:
     return done, total
 
 
-class ReindexTask:
-    """Queue handler of ``search_reindex`` tasks (run by the worker with a heartbeat).
+QueryEmbedder = Callable[[str], Any]
 
-    Resumable: memes that already have rows in the generation are skipped, so a retried or
-    re-claimed task continues where the last one stopped. Every write goes through the claim's
-    fencing, so a worker that lost its lease writes nothing.
-    """
+
+class Embed(Protocol):
+    """How :func:`build` embeds for one leg. ``leg``: the head's leg name; ``model``: the generation's
+    model id; ``fields``: a meme context's texts to embed (field → text, empty when none);
+    ``passages``: vectors of distinct texts, in order (one call per batch; raises a
+    :class:`TaskError` with the leg's code); ``gate_embedders``: the eval gate's query embedders of
+    the candidate and of the current generation (None: not measurable), called outside any
+    transaction (it may call out)."""
+
+    @property
+    def leg(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    def fields(self, context: dict[str, Any]) -> dict[str, str]: ...
+
+    def passages(self, texts: list[str]) -> Sequence[Any]: ...
+
+    def gate_embedders(
+        self, candidate: GenerationRef, current: GenerationRef | None
+    ) -> tuple[QueryEmbedder | None, QueryEmbedder | None]: ...
+
+
+@dataclass(frozen=True)
+class Built:
+    """What :func:`build` did: the generation (None: nothing to embed, none created), the memes this
+    run wrote, the memes with vectors there at the end, and the eval gate's verdict (``reason``
+    ``already_active`` / ``waiting_for_force`` when no switch was due)."""
+
+    generation_id: UUID | None
+    embedded: int
+    memes: int
+    verdict: dict[str, Any]
+
+
+def build(ctx: TaskContext, generation_id: UUID | None, embed: Embed) -> Built:
+    """Fill the scope's generation ``generation_id`` (None: create a ``building`` one for
+    ``embed.model`` with the first batch's dimensions) with the vectors of every meme with a context
+    that lacks them there (:func:`missing`), then switch the head through the eval gate when a
+    switch is due (``building``; ``ready`` with the payload's ``force``).
+
+    Batches of :data:`BUILD_BATCH` memes are embedded outside any transaction and written in one
+    fenced transaction (a worker that lost its lease writes nothing), with the task's progress. A
+    meme deleted or re-analysed while its batch was embedded is skipped (never old vectors under a
+    new metadata hash): the next pass embeds its new context. The switch happens only when a pass
+    finds nothing missing under the head's lock; memes that came meanwhile are built first.
+    Resumable: a retried task continues where the last one stopped. Raises what ``embed`` raises."""
+    from mewdex.queue import tasks as queue
+
+    sessions, claim = ctx.sessions, ctx.claim
+    scope_id, force = claim.scope_id, bool(claim.payload.get("force"))
+    empty: set[UUID] = set()  # memes whose context has nothing to embed for this leg
+    embedded = 0
+    while True:
+        after = None
+        while batch := _read(sessions, scope_id, generation_id, after, empty):
+            after = batch[-1].id
+            fields = [embed.fields(meme.meme_context or {}) for meme in batch]
+            texts = list(dict.fromkeys(t for found in fields for t in found.values()))  # a shared text once
+            vectors = dict(zip(texts, embed.passages(texts), strict=True)) if texts else {}
+            with sessions.begin() as session:
+                task = queue.fenced(session, claim)
+                if generation_id is None:
+                    if not vectors:
+                        empty.update(meme.id for meme in batch)
+                        continue
+                    generation_id = _create(session, scope_id, embed, len(next(iter(vectors.values()))))
+                generation = session.get_one(SearchGeneration, generation_id)
+                for meme, found in zip(batch, fields, strict=True):
+                    stored = session.execute(
+                        select(Meme).where(Meme.scope_id == scope_id, Meme.id == meme.id)
+                    ).scalar_one_or_none()
+                    if stored is None or stored.search_metadata_hash != meme.search_metadata_hash:
+                        continue  # deleted, or re-analysed meanwhile: the next pass embeds its new context
+                    items = [(field, document, vectors[document]) for field, document in found.items()]
+                    write_vectors(session, generation, stored, stored.search_metadata_hash or "", items)
+                    if items:
+                        embedded += 1
+                    else:
+                        empty.add(meme.id)
+                session.flush()
+                done, total = progress(session, generation)
+                task.progress = done / total if total else 1.0
+                task.message = f"{done}/{total} memes"
+        if generation_id is None:
+            return Built(None, embedded, 0, {"passed": True, "forced": False, "reason": "nothing_to_embed"})
+        with sessions.begin() as session:
+            generation = session.get_one(SearchGeneration, generation_id)
+            due = generation.status == "building" or (generation.status == "ready" and force)
+            head = current_generation(session, scope_id, embed.leg)
+            seen = head.id if head is not None else None
+            current = GenerationRef.of(head) if head is not None and head.id != generation_id else None
+            candidate = GenerationRef.of(generation)
+        # The gate's queries are embedded before the switch's transaction (no outside call inside it).
+        embed_candidate, embed_current = embed.gate_embedders(candidate, current) if due else (None, None)
+        with sessions.begin() as session:
+            task = queue.fenced(session, claim)
+            _lock(session, scope_id, f"head:{embed.leg}")
+            if missing(session, scope_id, generation_id, exclude=empty, limit=1):
+                continue  # memes came or changed meanwhile: build them first
+            head = current_generation(session, scope_id, embed.leg)
+            if due and (head.id if head is not None else None) != seen:
+                continue  # the head moved meanwhile: measure against the new one
+            generation = session.get_one(SearchGeneration, generation_id)
+            done, _ = progress(session, generation)
+            if due and generation.status in ("building", "ready"):
+                verdict = activate(
+                    session,
+                    generation,
+                    embed.leg,
+                    embed_candidate=embed_candidate,
+                    embed_current=embed_current,
+                    force=force,
+                )
+                task.message = f"{'active' if verdict['passed'] else 'refused by the eval gate'}: {done} memes"
+            else:
+                active = generation.status == "active"
+                reason = "already_active" if active else "waiting_for_force"
+                verdict = {"passed": active, "forced": False, "reason": reason}
+                task.message = f"{generation.status}: {done} memes"
+            return Built(generation_id, embedded, done, verdict)
+
+
+def _read(
+    sessions: sessionmaker[Session], scope_id: str, generation_id: UUID | None, after: UUID | None, empty: set[UUID]
+) -> list[Meme]:
+    """:func:`missing`, detached from its session (read in a transaction of its own)."""
+    with sessions.begin() as session:
+        batch = missing(session, scope_id, generation_id, after=after, exclude=empty)
+        for meme in batch:
+            session.expunge(meme)
+    return batch
+
+
+def _create(session: Session, scope_id: str, embed: Embed, dimensions: int) -> UUID:
+    """A ``building`` generation of ``embed.model`` (with its HNSW index); returns its id."""
+    ensure_index(session, "meme_embeddings", embed.model, dimensions)
+    generation = SearchGeneration(
+        scope_id=scope_id,
+        model=embed.model,
+        dimensions=dimensions,
+        status="building",
+        source_snapshot_hash=_snapshot_hash(embed.leg, embed.model, dimensions, "build"),
+    )
+    session.add(generation)
+    session.flush()
+    return generation.id
+
+
+@dataclass(frozen=True)
+class _LocalEmbed:
+    """:class:`Embed` with a registered text embedder (the ``e5`` / ``use`` legs)."""
+
+    leg: str
+    model: str
+    embedder: Any
+
+    def fields(self, context: dict[str, Any]) -> dict[str, str]:
+        from mewdex.search.documents import semantic_fields
+
+        return semantic_fields(context, embedder=self.leg)
+
+    def passages(self, texts: list[str]) -> Sequence[Any]:
+        from mewdex.inference.errors import BackendUnavailable
+
+        try:
+            return list(self.embedder.embed_passages(texts))
+        except BackendUnavailable as exc:
+            raise ReindexError("backend_unavailable", str(exc)) from exc
+
+    def gate_embedders(
+        self, candidate: GenerationRef, current: GenerationRef | None
+    ) -> tuple[QueryEmbedder | None, QueryEmbedder | None]:
+        from mewdex.inference import models
+
+        previous = models.embedder_for_model(current.model) if current is not None else None
+        usable = previous is not None and current is not None and previous.dimensions == current.dimensions
+        return self.embedder.embed_query, previous.embed_query if usable and previous is not None else None
+
+
+class ReindexTask:
+    """Queue handler of ``search_reindex`` tasks (run by the worker with a heartbeat): :func:`build`
+    of the payload's ``building`` generation with the leg's registered embedder."""
 
     task_type = REINDEX_TASK_TYPE
 
     def run(self, ctx: TaskContext) -> dict:
-        """Build the generation named by the task's payload and switch the head to it; returns the result."""
+        """Build the generation named by the task's payload and switch the head to it; returns
+        ``{"generation_id", "memes", "eval_gate"}`` (or ``{"generation_id", "skipped"}``)."""
         from mewdex.inference import models
-        from mewdex.inference.errors import BackendUnavailable
-        from mewdex.queue import tasks as queue
-        from mewdex.search.documents import semantic_fields
 
-        sessions, claim = ctx.sessions, ctx.claim
-        generation_id = UUID(claim.payload["generation_id"])
-        leg = claim.payload["leg"]
-        with sessions.begin() as session:
+        generation_id = UUID(ctx.claim.payload["generation_id"])
+        with ctx.sessions.begin() as session:
             generation = session.get(SearchGeneration, generation_id)
             if generation is None or generation.status != "building":
                 return {"generation_id": str(generation_id), "skipped": "not building"}
-            session.expunge(generation)
-        embedder = models.embedder_for_model(generation.model)
-        if embedder is None or embedder.dimensions != generation.dimensions:
+            model, dimensions = generation.model, generation.dimensions
+        embedder = models.embedder_for_model(model)
+        if embedder is None or embedder.dimensions != dimensions:
             raise ReindexError(
-                "model_unavailable",
-                f"no registered text embedder is {generation.model} ({generation.dimensions}-d)",
-                retryable=False,
+                "model_unavailable", f"no registered text embedder is {model} ({dimensions}-d)", retryable=False
             )
-        without_fields: set[UUID] = set()  # memes whose context has nothing to embed for this leg
-        while True:
-            after = None
-            while True:
-                with sessions.begin() as session:
-                    batch = _missing_batch(session, generation, after, without_fields)
-                    for meme in batch:
-                        session.expunge(meme)
-                if not batch:
-                    break
-                after = batch[-1].id
-                vectors = []
-                try:
-                    for meme in batch:
-                        texts = semantic_fields(meme.meme_context, embedder=leg)
-                        embedded = embedder.embed_passages(list(texts.values())) if texts else []
-                        vectors.append([(k, texts[k], embedded[i]) for i, k in enumerate(texts)])
-                        if not texts:
-                            without_fields.add(meme.id)
-                except BackendUnavailable as exc:
-                    raise ReindexError("backend_unavailable", str(exc)) from exc
-                with sessions.begin() as session:
-                    task = queue.fenced(session, claim)
-                    for meme, items in zip(batch, vectors, strict=False):
-                        current = session.execute(
-                            select(Meme).where(Meme.scope_id == meme.scope_id, Meme.id == meme.id)
-                        ).scalar_one_or_none()
-                        if current is None or current.search_metadata_hash != meme.search_metadata_hash:
-                            continue  # deleted, or re-analysed meanwhile: its stage writes the new vectors
-                        write_vectors(session, generation, current, current.search_metadata_hash or "", items)
-                    session.flush()
-                    done, total = progress(session, generation)
-                    task.progress = done / total if total else 1.0
-                    task.message = f"{done}/{total} memes"
-            with sessions.begin() as session:
-                task = queue.fenced(session, claim)
-                verdict = self._switch(session, generation, leg, without_fields, bool(claim.payload.get("force")))
-                if verdict is not None:
-                    done, total = progress(session, generation)
-                    state = "active" if verdict["passed"] else "refused by the eval gate"
-                    task.message = f"{state}: {done} memes"
-                    return {"generation_id": str(generation.id), "memes": done, "eval_gate": verdict}
-
-    def _switch(
-        self,
-        session: Session,
-        generation: SearchGeneration,
-        leg: str,
-        without_fields: set[UUID],
-        force: bool = False,
-    ) -> dict[str, Any] | None:
-        """Point the head at the generation through the eval gate (:func:`activate`), if every meme
-        with a context has vectors there (None: some came meanwhile, build them first)."""
-        from mewdex.inference import models
-
-        _lock(session, generation.scope_id, f"head:{leg}")
-        if _missing_batch(session, generation, None, without_fields):
-            return None
-        old = current_generation(session, generation.scope_id, leg)
-        candidate = models.embedder_for_model(generation.model)
-        previous = models.embedder_for_model(old.model) if old is not None else None
-        usable = previous is not None and old is not None and previous.dimensions == old.dimensions
-        return activate(
-            session,
-            generation,
-            leg,
-            embed_candidate=candidate.embed_query if candidate is not None else None,
-            embed_current=previous.embed_query if usable and previous is not None else None,
-            force=force,
-        )
+        built = build(ctx, generation_id, _LocalEmbed(ctx.claim.payload["leg"], model, embedder))
+        return {"generation_id": str(generation_id), "memes": built.memes, "eval_gate": built.verdict}
 
     def failed(self, session: Session, task: Task, outcome: str) -> None:
         """The task failed for good (failed, cancelled): the building generation fails (search keeps the

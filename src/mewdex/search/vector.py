@@ -138,7 +138,7 @@ def search_generation(
         else ""
     )
     # The nearest carrier rows from the HNSW graph, plus the members sharing their texts (NULL
-    # embedding, the carrier's distance; see generations.write_vectors): each text's members looked
+    # embedding, the carrier's distance; see vector_rows.write_vectors): each text's members looked
     # up once, nearest texts first, at most MEMBER_ROWS_PER_MEME × limit member rows (the loop stops
     # there: a big folder's members tie, and only the first `limit` memes are wanted; a meme can be
     # a member of several texts), then the best field per meme.

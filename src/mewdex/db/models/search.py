@@ -8,7 +8,7 @@ Deliberate changes from seed 000:
 - ``meme_embeddings`` holds one row per semantic *field* of a meme (name, OCR text, labels…):
   search takes the best field per meme, which measured better than one concatenated document. A
   text many memes share (a folder's words) keeps its vector in at most ``CARRIERS_PER_TEXT`` rows;
-  the others' ``embedding`` is NULL (:func:`mewdex.search.generations.write_vectors`).
+  the others' ``embedding`` is NULL (:func:`mewdex.search.vector_rows.write_vectors`).
 - ``meme_search_documents`` and ``meme_search_terms`` are new: the keyword leg's BM25 inverted
   index (jieba / word terms, folded) and folded text for exact phrases.
 """
@@ -118,7 +118,7 @@ class MemeEmbedding(Base):
         ),
         Index("ix_embeddings_generation_status", "scope_id", "generation_id", "item_status"),
         # A shared text's carriers (rows with the vector) and members (NULL: not in the HNSW graph);
-        # see mewdex.search.generations.write_vectors and migration 0015.
+        # see mewdex.search.vector_rows.write_vectors and migration 0015.
         Index(
             "ix_meme_embeddings_text_carriers",
             "scope_id",
