@@ -306,7 +306,8 @@ def test_metered_call_reserves_commits_releases_and_refuses_over_budget(fake, se
     from mewdex.platform.errors import PlatformError
     from mewdex.providers import connectors
     from mewdex.providers.errors import ProviderError
-    from mewdex.providers.openai_compat import CallResult, chat_client, metered_call, usage_units
+    from mewdex.providers.metering import CallResult, metered_call
+    from mewdex.providers.openai_compat import chat_client, usage_units
 
     (alice_id, alice_scope), _ = people
     scope = ScopeContext(alice_scope)

@@ -265,3 +265,69 @@ def test_remote_leg_is_built_searched_and_gated(world, sessions, store, mewdex_e
     assert better.status == "active"
     with sessions.begin() as session:
         assert session.get(SearchGeneration, worse.id).status == "retired"
+
+
+def test_a_re_analysed_meme_gets_fresh_remote_vectors_under_its_new_hash(world, sessions):
+    """A meme re-analysed while the remote sync embeds its batch, and one re-analysed after its remote
+    vectors were built, both end with vectors of their new context under their new metadata hash:
+    never the old snapshot's vectors under the new hash, never old vectors kept."""
+    import numpy as np
+
+    from mewdex.db.models import Meme, MemeEmbedding
+    from mewdex.pipeline.base import context_hash
+    from mewdex.providers import search_steps
+    from mewdex.search import generations
+    from mewdex.search.documents import semantic_fields
+
+    fake, scope, ids = world["fake"], world["scope"], world["ids"]
+    words = bag_of_words()
+
+    def re_analyse(meme_id: uuid.UUID, ocr: str) -> None:
+        """A new context and metadata hash (the context stage), then the remote leg's sync is asked
+        for (the text-embedding stage)."""
+        with sessions.begin() as session:
+            meme = session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id)).scalar_one()
+            context = {**meme.meme_context, "ocr_lines": [{"text": ocr}]}
+            meme.meme_context, meme.search_metadata_hash = context, context_hash(context)
+            search_steps.start_remote_build(session, scope)
+
+    during, after = ids["submarine volcano"], ids["grumpy cat"]
+    reanalysed: list[str] = []
+
+    def embed(text_: str) -> list[float]:
+        if not reanalysed and "volcano" in text_:  # the sync's batch is being embedded right now
+            re_analyse(during, "walrus tuba")
+            reanalysed.append(text_)
+        return words(text_)
+
+    fake.embed_by_model["fake-embed"] = embed
+    with sessions.begin() as session:
+        search_steps.start_remote_build(session, scope)
+    drain_queue(sessions, scope, timeout=120)
+    assert reanalysed
+    re_analyse(after, "okapi saxophone")  # after its vectors were built
+    drain_queue(sessions, scope, timeout=120)
+
+    with sessions.begin() as session:
+        generation = generations.current_generation(session, scope.scope_id, "remote")
+        assert generation is not None
+        for meme_id in (during, after):
+            meme = session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id)).scalar_one()
+            rows = (
+                session.execute(
+                    select(MemeEmbedding).where(
+                        MemeEmbedding.scope_id == scope.scope_id,
+                        MemeEmbedding.generation_id == generation.id,
+                        MemeEmbedding.meme_id == meme_id,
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            assert {r.field: r.semantic_document for r in rows} == semantic_fields(meme.meme_context)
+            assert {r.metadata_hash for r in rows} == {meme.search_metadata_hash}
+            for row in rows:
+                if row.embedding is not None:
+                    assert np.allclose(np.asarray(row.embedding), words(row.semantic_document), atol=1e-5)
+    for query, meme_id in (("walrus tuba", during), ("okapi saxophone", after)):
+        assert _search(sessions, scope, query, legs=("remote",)).results[0].id == str(meme_id)

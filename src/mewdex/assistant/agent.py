@@ -14,7 +14,7 @@ consumes its :attr:`Agent.events` and sets :attr:`Agent.stop` on cancel):
    (``tool_choice`` ``none``). Tool calls
    run in the caller's scope; ``show_memes`` delivers memes (``meme`` events; they become the reply's
    ``artifact_refs``); text is streamed as ``delta`` events;
-3. every model call is one :func:`~mewdex.providers.openai_compat.metered_call` (operation
+3. every model call is one :func:`~mewdex.providers.metering.metered_call` (operation
    ``provider.chat``, usage kind ``chat``, units with the tokens and ``conversation_id``): refused
    with ``quota_exceeded`` before any call once the owner's monthly budget is spent.
 
@@ -45,7 +45,7 @@ from mewdex.dto.errors import DomainError
 from mewdex.dto.search import SearchHit
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError
-from mewdex.providers import openai_compat
+from mewdex.providers import metering, openai_compat
 from mewdex.providers.errors import ProviderError
 from mewdex.search import service as search_service
 
@@ -406,12 +406,12 @@ class Agent:
             extra["max_tokens"] = max_tokens
         sdk_messages = cast("list[ChatCompletionMessageParam]", messages)  # plain dicts of that shape
 
-        def call() -> openai_compat.CallResult:
+        def call() -> metering.CallResult:
             if not stream:
                 answer = client.chat.completions.create(model=model.model, messages=sdk_messages, **extra)
                 message = answer.choices[0].message
                 step = _Step(text=message.content or "", refusal=getattr(message, "refusal", None))
-                return openai_compat.CallResult(step, self._units(openai_compat.usage_units(answer.usage), purpose))
+                return metering.CallResult(step, self._units(openai_compat.usage_units(answer.usage), purpose))
             step, usage, sent = _Step(), None, ""
             try:
                 with client.chat.completions.stream(
@@ -457,9 +457,9 @@ class Agent:
                     "requests": 1,
                     "estimated": True,
                 }
-            return openai_compat.CallResult(step, self._units(units, purpose))
+            return metering.CallResult(step, self._units(units, purpose))
 
-        result = openai_compat.metered_call(
+        result = metering.metered_call(
             self.sessions,
             self.scope,
             model,
@@ -636,7 +636,7 @@ def auto_title(
     client = model.client
     assert client is not None
 
-    def call() -> openai_compat.CallResult:
+    def call() -> metering.CallResult:
         answer = client.chat.completions.create(
             model=model.model,
             messages=[
@@ -646,25 +646,21 @@ def auto_title(
             max_tokens=TITLE_MAX_TOKENS,
         )
         units = {**openai_compat.usage_units(answer.usage), "purpose": "title", "conversation_id": str(conversation_id)}
-        return openai_compat.CallResult(answer.choices[0].message.content or "", units)
+        return metering.CallResult(answer.choices[0].message.content or "", units)
 
-    try:
-        result = openai_compat.metered_call(
-            sessions,
-            scope,
-            model,
-            call,
-            operation="provider.chat",
-            idempotency_key=f"title:{conversation_id}:{version}",
-            kind="chat",
-            event="chat",
-            resource_id=str(conversation_id),
-        )
-    except DomainError as exc:
-        log.info("auto-title failed: %s", exc.code)
+    result = metering.optional_call(
+        sessions,
+        scope,
+        model,
+        call,
+        operation="provider.chat",
+        idempotency_key=f"title:{conversation_id}:{version}",
+        kind="chat",
+        event="chat",
+        resource_id=str(conversation_id),
+    )
+    if result is None:
         return False
-    finally:
-        client.close()
     title = clean_title(result.value)
     cost = model.price.cost(result.units)
     with sessions.begin() as session:

@@ -175,7 +175,8 @@ def lookup(
     if policy != "auto":
         return None
     from mewdex.platform.errors import PlatformError
-    from mewdex.providers.openai_compat import CallResult, ModelClient, Price, metered_call
+    from mewdex.providers.metering import CallResult, metered_call
+    from mewdex.providers.openai_compat import ModelClient, Price
 
     with sessions.begin() as session:
         # The grant first: a scope that may not use any reverse-image connector learns nothing, not

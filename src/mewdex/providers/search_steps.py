@@ -13,7 +13,7 @@ module: every entry point loads it).
   generation is built by the ``remote_embedding_sync`` task (:func:`start_remote_build`), which
   also keeps it up to date as memes are analysed, and switches through the eval gate.
 
-Every call is metered like any provider call (:func:`mewdex.providers.openai_compat.metered_call`:
+Every call is metered like any provider call (:func:`mewdex.providers.metering.metered_call`:
 operation ``provider.chat`` / ``provider.embedding``, usage kind ``chat`` / ``embedding``, refused
 over budget) and bounded by ``search_llm_timeout_seconds`` with no SDK retries; a search step that
 fails, is refused or is late leaves the plain result. Answers are cached in-process for
@@ -42,7 +42,7 @@ from mewdex.config import get_settings
 from mewdex.db.engine import get_primary_search_sessionmaker
 from mewdex.db.models import Meme, ScopeContext, SearchGeneration
 from mewdex.dto.search import SearchFilters
-from mewdex.providers import openai_compat, policy
+from mewdex.providers import metering, openai_compat, policy
 from mewdex.providers.errors import ProviderError
 from mewdex.queue import registry
 from mewdex.queue.registry import TaskContext, TaskError
@@ -117,25 +117,16 @@ def _model(scope: ScopeContext, purpose: str) -> openai_compat.ModelClient | Non
 
 
 def _metered(model: openai_compat.ModelClient, scope: ScopeContext, call, *, operation: str, kind: str, event: str):
-    """:func:`openai_compat.metered_call` on the primary search pool; None when refused or failed
-    (already metered and audited)."""
-    from mewdex.platform.errors import PlatformError
-
-    try:
-        return openai_compat.metered_call(
-            get_primary_search_sessionmaker(), scope, model, call, operation=operation, kind=kind, event=event
-        ).value
-    except (ProviderError, PlatformError) as exc:
-        log.info("search: %s not used (%s)", event, exc.code)
-        return None
-    finally:
-        if model.client is not None:
-            model.client.close()
+    """The value of :func:`metering.optional_call` on the primary search pool (None: refused or failed)."""
+    result = metering.optional_call(
+        get_primary_search_sessionmaker(), scope, model, call, operation=operation, kind=kind, event=event
+    )
+    return result.value if result is not None else None
 
 
 def _json_chat(model: openai_compat.ModelClient, messages: list[dict], schema: dict, name: str):
     """One JSON answer: ``json_schema`` (strict) first, JSON mode with the schema in the prompt when
-    the endpoint rejects it (400/422). Returns :class:`openai_compat.CallResult` of the parsed
+    the endpoint rejects it (400/422). Returns :class:`metering.CallResult` of the parsed
     object; raises ValueError for an answer that is not a JSON object."""
     import openai
 
@@ -162,7 +153,7 @@ def _json_chat(model: openai_compat.ModelClient, messages: list[dict], schema: d
     value = json.loads((message.content or "").strip().removeprefix("```json").strip("`"))
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
-    return openai_compat.CallResult(value, units)
+    return metering.CallResult(value, units)
 
 
 def _strings(value: Any, limit: int) -> list[str]:
@@ -324,17 +315,17 @@ def embed_texts(
     if model_name and model_name != model.model:
         model.model, model.price = model_name, openai_compat.price_for(model.connection, model_name)
 
-    def call() -> openai_compat.CallResult:
+    def call() -> metering.CallResult:
         assert model.client is not None
         answer = model.client.embeddings.create(model=model.model, input=texts)
         vectors = [d.embedding for d in sorted(answer.data, key=lambda d: d.index)]
         if len(vectors) != len(texts):
             raise ValueError("the endpoint answered another number of embeddings")
         units = {"input_tokens": int(getattr(answer.usage, "prompt_tokens", 0) or 0), "requests": 1}
-        return openai_compat.CallResult(vectors, units, detail={"inputs": len(texts)})
+        return metering.CallResult(vectors, units, detail={"inputs": len(texts)})
 
-    try:
-        result = openai_compat.metered_call(
+    with model:
+        result = metering.metered_call(
             sessions,
             scope,
             model,
@@ -344,9 +335,6 @@ def embed_texts(
             event="embedding",
             task_id=task_id,
         )
-    finally:
-        assert model.client is not None
-        model.client.close()
     out = []
     for raw in result.value:
         v = np.asarray(raw, dtype=np.float32)

@@ -9,7 +9,7 @@ the prompt; an answer that does not validate gets one repair request (JSON mode,
 quoted). A refusal raises ``provider_refused``. The connection's SDK client is made for one analysis
 (its one to three requests share a keep-alive connection) and closed when it ends, failures
 included. All requests of one analysis are one metered call
-(:func:`mewdex.providers.openai_compat.metered_call`, operation ``analysis.agent``, usage kind
+(:func:`mewdex.providers.metering.metered_call`, operation ``analysis.agent``, usage kind
 ``analysis``, audit event ``vision_analysis``).
 """
 
@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.orm import sessionmaker
 
 from mewdex.db.models import ScopeContext
-from mewdex.providers import openai_compat
+from mewdex.providers import metering, openai_compat
 from mewdex.providers.errors import ProviderError
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,7 @@ def analyze(
     content += [{"type": "image_url", "image_url": {"url": url, "detail": "low"}} for url in images]
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": content}]
 
-    def call() -> openai_compat.CallResult:
+    def call() -> metering.CallResult:
         totals = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0, "images": len(images), "requests": 0}
         modes: list[str] = []
 
@@ -282,12 +282,12 @@ def analyze(
                     "the model's answer does not match the schema after one repair",
                     retryable=True,
                 ) from None
-        return openai_compat.CallResult(parsed.model_dump(), totals, detail={"modes": modes})
+        return metering.CallResult(parsed.model_dump(), totals, detail={"modes": modes})
 
     with sessions.begin() as session:
         model = openai_compat.chat_client(session, scope, "vision")
     with model:  # one client for the analysis's requests, closed with its pool whatever happens
-        result = openai_compat.metered_call(
+        result = metering.metered_call(
             sessions,
             scope,
             model,
