@@ -388,7 +388,8 @@ class RemoteEmbeddingError(TaskError):
 def start_remote_build(session: Session, scope: ScopeContext, *, force: bool = False, rebuild: bool = False) -> None:
     """Queue the scope's ``remote_embedding_sync`` task (deduplicated per scope): it builds a
     generation for the scope's current embedding model when none exists for it (``rebuild``: a
-    fresh one even if one does), fills in missing memes, and switches through the eval gate
+    fresh one even if one does), embeds the memes it lacks or holds vectors of an older context
+    of (:func:`generations.build`), and switches through the eval gate
     (``force``: even when it measures worse)."""
     registry.submit(
         session,
@@ -433,7 +434,7 @@ class _RemoteEmbed:
     scope: ScopeContext
     model: str
     definition_id: str
-    task_id: str
+    task_id: str | None
     leg: str = LEG
 
     def fields(self, context: dict[str, Any]) -> dict[str, str]:
@@ -451,9 +452,10 @@ class _RemoteEmbed:
     def gate_embedders(self, candidate: generations.GenerationRef, current: generations.GenerationRef | None):
         with self.sessions.begin() as session:
             queries = eval_gate.gate_queries(session, self.scope.scope_id)
+        own = _split_model_id(candidate.model)
         split = _split_model_id(current.model) if current is not None else None
         with _task_errors():
-            embed_candidate = _lookup(self.sessions, self.scope, queries, None, self.task_id)
+            embed_candidate = _lookup(self.sessions, self.scope, queries, own[1] if own else None, self.task_id)
             # another connector's model cannot embed its queries here: not measured against it
             embed_current = None
             if split is not None and split[0] == self.definition_id:
@@ -511,8 +513,9 @@ steps.register_leg(LEG, remote_leg, weight=1.0)
 def activate_generation(sessions: sessionmaker, scope: ScopeContext, generation_id, *, force: bool = False) -> dict:
     """Switch one of the scope's complete generations (``building`` finished or ``ready``: refused
     by the gate) to active through the eval gate (``force``: even when it measures worse). Local
-    legs embed the gate's queries with their registered models, the remote leg with its connector.
-    Returns the gate's result. Raises ValueError (unknown generation, not complete, no model)."""
+    legs embed the gate's queries with their registered models, the remote leg with its connector
+    (the gate's embedders of :func:`generations.build`). Returns the gate's result. Raises
+    ValueError (unknown generation, not complete, no model, the connector not usable)."""
     from mewdex.inference import models
 
     with sessions.begin() as session:
@@ -523,38 +526,29 @@ def activate_generation(sessions: sessionmaker, scope: ScopeContext, generation_
             raise ValueError(f"the generation is {generation.status}, not waiting for a switch")
         session.expunge(generation)
     split = _split_model_id(generation.model)
-    with sessions.begin() as session:
-        queries = eval_gate.gate_queries(session, scope.scope_id)
+    embed: generations.Embed
     if split is not None:
-        leg = LEG
-        embed_candidate = _lookup(sessions, scope, queries, split[1])
-
-        def embed_old(model: str):
-            old = _split_model_id(model)
-            return _lookup(sessions, scope, queries, old[1]) if old is not None and old[0] == split[0] else None
-
+        embed = _RemoteEmbed(sessions, scope, generation.model, split[0], None)
     else:
         legs = [leg for leg, e in models.text_embedders().items() if e.model == generation.model]
         embedder = models.embedder_for_model(generation.model)
         if not legs or embedder is None:
             raise ValueError(f"no configured leg uses {generation.model}")
-        leg = legs[0]
-        embed_candidate = embedder.embed_query
-
-        def embed_old(model: str):
-            old = models.embedder_for_model(model)
-            return old.embed_query if old is not None else None
-
+        embed = generations.LocalEmbed(legs[0], generation.model, embedder)
     with sessions.begin() as session:
-        current = generations.current_generation(session, scope.scope_id, leg)
-    embed_current = embed_old(current.model) if current is not None and current.id != generation.id else None
+        current = generations.current_generation(session, scope.scope_id, embed.leg)
+        previous = (
+            generations.GenerationRef.of(current) if current is not None and current.id != generation.id else None
+        )
+    try:
+        embed_candidate, embed_current = embed.gate_embedders(generations.GenerationRef.of(generation), previous)
+    except RemoteEmbeddingError as exc:
+        raise ValueError(f"the embedding connector is not usable ({exc.code})") from None
     with sessions.begin() as session:
         if generation.status == "building":
-            from mewdex.search.generations import progress
-
-            done, total = progress(session, generation)
+            done, total = generations.progress(session, generation)
             if done < total:
                 raise ValueError(f"the generation is still building ({done}/{total} memes)")
         return generations.activate(
-            session, generation, leg, embed_candidate=embed_candidate, embed_current=embed_current, force=force
+            session, generation, embed.leg, embed_candidate=embed_candidate, embed_current=embed_current, force=force
         )

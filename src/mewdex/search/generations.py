@@ -669,7 +669,7 @@ def _create(session: Session, scope_id: str, embed: Embed, dimensions: int) -> U
 
 
 @dataclass(frozen=True)
-class _LocalEmbed:
+class LocalEmbed:
     """:class:`Embed` with a registered text embedder (the ``e5`` / ``use`` legs)."""
 
     leg: str
@@ -721,7 +721,7 @@ class ReindexTask:
             raise ReindexError(
                 "model_unavailable", f"no registered text embedder is {model} ({dimensions}-d)", retryable=False
             )
-        built = build(ctx, generation_id, _LocalEmbed(ctx.claim.payload["leg"], model, embedder))
+        built = build(ctx, generation_id, LocalEmbed(ctx.claim.payload["leg"], model, embedder))
         return {"generation_id": str(generation_id), "memes": built.memes, "eval_gate": built.verdict}
 
     def failed(self, session: Session, task: Task, outcome: str) -> None:
