@@ -170,12 +170,12 @@ class FakeTelegram:
             }
         return self._add_update({"message": message})
 
-    def inline_query(self, user_id: int, query: str, offset: str = "") -> dict[str, Any]:
+    def inline_query(self, user_id: int, query: str, offset: str = "", language_code: str = "en") -> dict[str, Any]:
         return self._add_update(
             {
                 "inline_query": {
                     "id": f"iq{self.next_update_id}",
-                    "from": {"id": user_id, "is_bot": False, "first_name": "Tester"},
+                    "from": {"id": user_id, "is_bot": False, "first_name": "Tester", "language_code": language_code},
                     "query": query,
                     "offset": offset,
                 }

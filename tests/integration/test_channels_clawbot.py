@@ -15,7 +15,7 @@ from sqlalchemy import select
 from channel_helpers import account  # noqa: F401 - fixture
 from conftest import client_for, drain_queue
 from fakes.clawbot_server import FakeClawBot
-from mewdex.db.models import ChannelBinding, ChannelDelivery, Meme, ScopeContext
+from mewdex.db.models import ChannelBinding, ChannelDelivery, Meme, ScopeContext, User
 
 SYSTEM = ScopeContext("__system__")
 PERSON = "o9cq80_person@im.wechat"
@@ -167,6 +167,15 @@ def test_window_refuses_proactive_sends(sessions, account, fake):  # noqa: F811
     sent = len(fake.sent)
     row = send()
     assert (row.error_code, row.platform_code) == ("channel_window_closed", "expired") and len(fake.sent) == sent
+    assert row.platform_error.startswith("more than 20 hours since you last wrote")
+    with sessions.begin() as session:  # the refusal is worded in the account's language
+        session.get(User, account.user_id).language = "zh"
+    try:
+        row = send()
+        assert row.platform_code == "expired" and "已超过 20 小时" in row.platform_error and len(fake.sent) == sent
+    finally:
+        with sessions.begin() as session:
+            session.get(User, account.user_id).language = None
 
 
 def test_platform_refusals_are_failed_deliveries(sessions, account, fake):  # noqa: F811

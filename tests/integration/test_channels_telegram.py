@@ -231,15 +231,20 @@ def test_inline_mode_offers_cached_memes(sessions, account, telegram, settings_e
     _bound(sessions, account, uid)
     telegram.inline_query(uid, "cat")
     telegram.inline_query(new_user_id(), "cat")  # an unbound user
+    telegram.inline_query(new_user_id(), "猫", language_code="zh-hans")  # an unbound user whose Telegram is in Chinese
     poll(sessions)
     drain(sessions, account)
-    bound_answer, unbound_answer = telegram.inline_answers
+    bound_answer, unbound_answer, unbound_zh = sorted(
+        telegram.inline_answers, key=lambda a: int(a["inline_query_id"][2:])
+    )
     results = bound_answer["results"]
     assert 1 <= len(results) <= 50 and {r["type"] for r in results} == {"photo", "gif"}
     assert {r["id"] for r in results} <= set(account.memes.values())
     uploads = len(telegram.sent_to(storage_chat))
     assert uploads == len(results), "each meme uploaded once to get its file_id"
     assert unbound_answer["results"] == [] and unbound_answer["button"]["start_parameter"] == "link"
+    assert unbound_answer["button"]["text"] == "Link your mewdex library"
+    assert unbound_zh["results"] == [] and unbound_zh["button"]["text"] == "绑定你的 mewdex 表情库"
     telegram.inline_query(uid, "cat")
     poll(sessions)
     drain(sessions, account)

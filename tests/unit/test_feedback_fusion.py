@@ -57,7 +57,7 @@ def test_fusion_lifts_drops_rejections_and_never_overtakes_a_strong_lexical_matc
 def test_the_account_page_partial_renders_in_both_languages():
     from functools import partial
 
-    from mewdex.web import i18n
+    from mewdex.dto import i18n
     from mewdex.web.routers.pages import templates
 
     template = templates.env.get_template("partials/feedback_section.html")

@@ -1,18 +1,23 @@
-"""The web UI's message catalogues: complete in both languages, used for every string, and the
-language picked from the cookie or Accept-Language."""
+"""The message catalogues (``mewdex.dto.i18n``): complete in both languages, used for every string of
+the pages and for what the channels and the assistant say; and the page language picked from the
+cookie or Accept-Language (``mewdex.web.i18n``)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 import pytest
 from starlette.requests import Request
 
-from mewdex.web import i18n
+from mewdex.dto import i18n
+from mewdex.web import i18n as web_i18n
 
-WEB = Path(i18n.__file__).parent
+SRC = Path(i18n.__file__).parents[1]
+WEB = SRC / "web"
 TEMPLATES = sorted((WEB / "templates").rglob("*.html"))
+CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 
 
 def test_catalogues_have_the_same_keys_and_no_empty_message():
@@ -91,12 +96,12 @@ def _request(headers: dict[str, str]) -> Request:
     ],
 )
 def test_language_from_accept_language(header, expected):
-    assert i18n.request_locale(_request({"Accept-Language": header})) == expected
+    assert web_i18n.request_locale(_request({"Accept-Language": header})) == expected
 
 
 def test_cookie_wins_over_accept_language_and_bad_cookie_is_ignored():
-    assert i18n.request_locale(_request({"Accept-Language": "zh-CN", "Cookie": "mewdex_lang=en"})) == "en"
-    assert i18n.request_locale(_request({"Accept-Language": "zh-CN", "Cookie": "mewdex_lang=xx"})) == "zh"
+    assert web_i18n.request_locale(_request({"Accept-Language": "zh-CN", "Cookie": "mewdex_lang=en"})) == "en"
+    assert web_i18n.request_locale(_request({"Accept-Language": "zh-CN", "Cookie": "mewdex_lang=xx"})) == "zh"
 
 
 def test_translate_formats_and_falls_back():
@@ -110,8 +115,92 @@ def test_translate_formats_and_falls_back():
 
 def test_no_message_shows_markdown_backticks():
     """Pages print messages as text: a backtick would show literally (write “…” or <code> in the template)."""
-    from mewdex.web import i18n
-
     for locale in i18n.LOCALES:
         literal = [k for k, v in i18n.catalogue(locale).items() if "`" in v]
         assert literal == [], (locale, literal)
+
+
+def test_the_pages_use_the_same_catalogues():
+    assert web_i18n.translate is i18n.translate and web_i18n.catalogue is i18n.catalogue
+    assert web_i18n.client_messages("zh")["js.copied"] == i18n.catalogue("zh")["js.copied"]
+    assert i18n.translate("xx", "assistant.first") == i18n.catalogue("en")["assistant.first"], "unknown: English"
+
+
+def test_every_literal_key_translated_below_the_web_layer_exists():
+    """``translate(lang, "key")`` in the channels, the assistant and the other layers under the web."""
+    keys, used = set(i18n.catalogue("en")), set()
+    for path in SRC.rglob("*.py"):
+        if WEB not in path.parents:
+            used |= set(re.findall(r"""\btranslate\(\s*[\w.()"' ]+,\s*["']([a-z_.]+)["']""", path.read_text()))
+    assert {"bot.bind.confirm", "bot.bind_help.telegram", "assistant.capped"} <= used, "the scan finds the calls"
+    assert sorted(k for k in used - keys if not k.endswith(".")) == []  # "prefix." + value: tested below
+
+
+def test_what_channels_and_the_assistant_say_comes_from_both_catalogues():
+    from mewdex.assistant import agent, retrieval
+    from mewdex.channels import clawbot
+    from mewdex.channels.base import adapter, load_adapters
+
+    load_adapters()
+    en, zh = i18n.catalogue("en"), i18n.catalogue("zh")
+    for name in ("telegram", "onebot", "wecom", "clawbot"):
+        assert adapter(name).bind_help("en") == en[f"bot.bind_help.{name}"]
+        assert adapter(name).bind_help("zh") == zh[f"bot.bind_help.{name}"]
+    for state in ("no_context", "expired", "quota"):
+        assert clawbot.window_text(state) != clawbot.window_text(state, "zh")
+    assert "20" in clawbot.window_text("expired", "zh") and "10" in clawbot.window_text("quota")
+    notes = {
+        (code, lang, search): agent.fallback_note(code, lang, search=search)
+        for code in ("quota_exceeded", "provider_failed")
+        for lang in i18n.LOCALES
+        for search in (True, False)
+    }
+    assert len(set(notes.values())) == len(notes) == 8
+    assert all(bool(CJK.search(note)) == (lang == "zh") for (_c, lang, _s), note in notes.items())
+    # retrieval's t("key") are "assistant.<key>"
+    for key in re.findall(r"""\bt\(["'](\w+)["']""", Path(retrieval.__file__).read_text()):
+        assert f"assistant.{key}" in en, key
+
+
+# CJK literals in channels and the assistant that are not words said to a person: what a message is
+# parsed for (a whole module: assistant/query.py), the title's cleanup, protocol values.
+PARSING_MODULES = {"assistant/query.py"}  # follow-ups and filters in the user's words
+PARSING = {
+    "标题:",  # the auto-title's cleanup
+    "标题：",
+    "。.",
+    " \"'“”‘’「」『』*#",
+    "是",  # a YES in the chat
+    "是的",
+    "确认",
+    ".!！。",
+    "[动画表情]",  # QQ's own summary of a sticker
+    r"^\s*(?:/?bind\s+|绑定\s*)?([A-Za-z0-9_-]{32})\s*$",  # a WeCom bind code
+}
+
+
+def test_channels_and_the_assistant_hold_no_hard_coded_chinese_words():
+    """Every sentence a chat or the assistant's reply shows is a catalogue key (docstrings aside)."""
+    found = []
+    for package in ("channels", "assistant"):
+        for path in sorted((SRC / package).rglob("*.py")):
+            rel, tree = path.relative_to(SRC).as_posix(), ast.parse(path.read_text())
+            if rel in PARSING_MODULES:
+                continue
+            skip = {  # docstrings and prompts to the model
+                id(node.body[0].value)
+                for node in ast.walk(tree)
+                if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and node.body
+                and isinstance(node.body[0], ast.Expr)
+            } | {
+                id(node.value)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id.endswith("PROMPT") for t in node.targets)
+            }
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+                    if CJK.search(node.value) and node.value not in PARSING:
+                        found.append((rel, node.lineno, node.value[:40]))
+    assert found == [], found

@@ -3,11 +3,11 @@ pipeline work is named like that work (the "Image analysis" tasks queue in the "
 
 from __future__ import annotations
 
+from mewdex.dto import i18n
 from mewdex.pipeline.tasks import CONTEXT_LANE
 from mewdex.queue import registry
 from mewdex.queue.tasks import lane_names
 from mewdex.runtime import TASK_TYPE_MODULES
-from mewdex.web import i18n
 
 
 def built_in_task_types() -> list[str]:

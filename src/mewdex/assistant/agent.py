@@ -42,6 +42,7 @@ from mewdex.assistant.errors import AssistantError
 from mewdex.config import get_settings
 from mewdex.db.models import Message, ScopeContext
 from mewdex.dto.errors import DomainError
+from mewdex.dto.i18n import translate
 from mewdex.dto.search import SearchHit
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError
@@ -158,15 +159,8 @@ def chat_model(
 def fallback_note(code: str, lang: str, *, search: bool = True) -> str:
     """The line a reply starts with when the chat model could not answer it (``search``: a plain
     search answers instead), or ends with when it failed after showing memes."""
-    if lang == "zh":
-        said = "本月的聊天模型预算已用完" if code == "quota_exceeded" else f"聊天模型暂时无法回答（{code}）"
-        return said + ("，先用普通搜索回答：" if search else "。")
-    said = (
-        "This month's chat model budget is spent"
-        if code == "quota_exceeded"
-        else f"The chat model could not answer ({code})"
-    )
-    return said + ("; here is a plain search instead:" if search else ".")
+    key = "assistant.fallback." + ("quota" if code == "quota_exceeded" else "failed") + ("_search" if search else "")
+    return translate(lang, key, code=code)
 
 
 @dataclass

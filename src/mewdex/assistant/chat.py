@@ -30,6 +30,7 @@ from mewdex.assistant.errors import AssistantError
 from mewdex.config import get_settings
 from mewdex.db.models import Artifact, Conversation, Message, ScopeContext
 from mewdex.dto.errors import DomainError
+from mewdex.dto.i18n import translate
 from mewdex.dto.search import SearchHit
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library.images import ImageError
@@ -291,9 +292,7 @@ def _model_reply(sessions: sessionmaker[Session], run: Run, model, sent: _Sent) 
             yield "delta", {"text": piece}
     elif worker.capped and not worker.stop.is_set():
         sent.model_run["capped"] = True
-        piece = ("\n\n" if sent.text else "") + (
-            f"（已达到 {worker.steps} 步上限）" if lang == "zh" else f"(stopped after {worker.steps} steps)"
-        )
+        piece = ("\n\n" if sent.text else "") + translate(lang, "assistant.capped", n=worker.steps)
         sent.text += piece
         yield "delta", {"text": piece}
     if titler is not None:

@@ -14,6 +14,7 @@ search reads that feedback back, so a rejected meme stops coming for that kind o
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -24,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.assistant import query as chat_query
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, Message, ScopeContext
+from mewdex.dto.i18n import translate
 from mewdex.dto.search import SearchFilters, SearchHit
 from mewdex.library import collections as library_collections
 from mewdex.library.listing import filtered_memes
@@ -122,38 +124,6 @@ def _page(session: Session, scope: ScopeContext, results: list[str], offset: int
     return search_service.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))
 
 
-def _texts(lang: str) -> dict[str, str]:
-    if lang == "zh":
-        return {
-            "found": "找到了“{q}”的表情：",
-            "found_image": "这些表情和你的图片相像：",
-            "more": "说“换一个”看更多。",
-            "next": "再来几个：",
-            "none": "没有找到“{q}”的表情。",
-            "none_image": "没有找到相像的表情。",
-            "end": "这个列表里的表情都给你看过了，换个说法试试？",
-            "first": "先告诉我你想要什么样的表情。",
-            "weak": "没有和“{q}”很匹配的表情，下面是最接近的几张。",
-            "help_vision": "在“连接器”里接入视觉模型，它会读懂每张表情的意思，这类说法就能搜到了；"
-            "或者上传几张这样的表情。",
-            "help_upload": "上传几张这样的表情，下次就能找到。",
-        }
-    return {
-        "found": "Here are memes for “{q}”:",
-        "found_image": "These memes look like your image:",
-        "more": "Say “another” for more.",
-        "next": "Here are more:",
-        "none": "No memes found for “{q}”.",
-        "none_image": "No memes look like that image.",
-        "end": "That was every meme in this list; try other words?",
-        "first": "Tell me what kind of meme you want first.",
-        "weak": "Nothing matches “{q}” well; these are the closest I have.",
-        "help_vision": "A vision model (under Connectors) describes what each meme means, so requests like "
-        "this can find it; or upload a few memes like this.",
-        "help_upload": "Upload a few memes like this and they will turn up next time.",
-    }
-
-
 def answer(
     sessions: sessionmaker[Session],
     scope: ScopeContext,
@@ -169,7 +139,10 @@ def answer(
 
     Raises the search's errors: ``ImageError`` (bad image), ``BackendUnavailable`` (visual model)."""
     lang = lang if lang in ("en", "zh") else (language(text) if text.strip() else "en")
-    t = _texts(lang)
+
+    def t(key: str, **values: object) -> str:
+        return translate(lang, "assistant." + key, **values)
+
     if image is not None:
         filters = None
         if text.strip():
@@ -179,21 +152,21 @@ def answer(
             hits = image_search.search_by_image(
                 session, scope, image, RESULT_LIST, max_pixels=get_settings().max_pixels, filters=filters
             ).results
-        return _first_page(hits, "", t["found_image"], t["none_image"], t)
+        return _first_page(hits, "", t("found_image"), t("none_image"), t)
     if chat_query.is_follow_up(text):
         with sessions.begin() as session:
             state = last_state(session, conversation_id)
             if state is None:
-                return Reply(t["first"])
+                return Reply(t("first"))
             results, offset = state.get("results") or [], int(state.get("offset") or 0)
             learn_from_last_page(session, scope, state, "rejected")  # "换一个": not what was wanted
             memes = _page(session, scope, results, offset)
         if not memes:
-            return Reply(t["end"], state={**state, "offset": len(results), "shown": len(results)})
+            return Reply(t("end"), state={**state, "offset": len(results), "shown": len(results)})
         new_offset = offset + PAGE
         more = new_offset < len(results)
         return Reply(
-            t["next"] + (" " + t["more"] if more else ""),
+            t("next") + (" " + t("more") if more else ""),
             memes,
             {**state, "offset": min(new_offset, len(results)), "shown": offset},
         )
@@ -203,23 +176,23 @@ def answer(
         if state is not None and not asked_again:  # the same request again: it was not what was wanted
             learn_from_last_page(session, scope, state, "kept")
     query, hits = search_ids(sessions, scope, text)
-    none = t["none"].format(q=query or text.strip())
+    none = t("none", q=query or text.strip())
     levels = [h.confidence for h in hits]
     if query and (not hits or (None not in levels and not strong_match(levels))):
         with sessions.begin() as session:
             vision = bool(policy.for_scope(session, scope.scope_id).get("vision"))
-        help_text = t["help_upload"] if vision else t["help_vision"]
-        return _first_page(hits, query, f"{t['weak'].format(q=query)} {help_text}", f"{none} {help_text}", t)
-    return _first_page(hits, query, t["found"].format(q=query), none, t)
+        help_text = t("help_upload") if vision else t("help_vision")
+        return _first_page(hits, query, f"{t('weak', q=query)} {help_text}", f"{none} {help_text}", t)
+    return _first_page(hits, query, t("found", q=query), none, t)
 
 
-def _first_page(hits: list[SearchHit], query: str, found: str, none: str, t: dict[str, str]) -> Reply:
+def _first_page(hits: list[SearchHit], query: str, found: str, none: str, t: Callable[[str], str]) -> Reply:
     if not hits:
         return Reply(none, state={"results": [], "offset": 0, "query": query})
     results = [h.id for h in hits]
     more = len(results) > PAGE
     return Reply(
-        found + (" " + t["more"] if more else ""),
+        found + (" " + t("more") if more else ""),
         hits[:PAGE],
         {"results": results, "offset": min(PAGE, len(results)), "shown": 0, "query": query},
     )

@@ -61,6 +61,7 @@ from mewdex.channels.errors import ChannelError
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelBinding
+from mewdex.dto.i18n import translate
 from mewdex.egress import TIMEOUT_CODES, EgressError, fetch
 from mewdex.platform import owners
 from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, register_lane, task_type
@@ -540,11 +541,10 @@ def _failure(exc: ClawBotError) -> DeliveryFailed:
     )  # fmt: skip
 
 
-_WINDOW_TEXT = {
-    "no_context": "WeChat lets the bot write only after you wrote to it: send it a message first",
-    "expired": "more than 20 hours since you last wrote to the bot: WeChat would not deliver; send it a message",
-    "quota": "10 messages sent since you last wrote to the bot: WeChat would not deliver more; send it a message",
-}
+def window_text(state: str, lang: str = "en") -> str:
+    """Why a send does not fit the window (:func:`window_state`'s ``state``) in ``lang`` (``en``/``zh``;
+    the delivery's failure, in the language its account set, else English)."""
+    return translate(lang, f"bot.clawbot.window.{state}", hours=WINDOW_SECONDS // 3600, sends=WINDOW_SENDS)
 
 
 class ClawBotAdapter:
@@ -565,9 +565,7 @@ class ClawBotAdapter:
         )
 
     def bind_help(self, lang: str) -> str:
-        if lang == "zh":
-            return "请在 mewdex 的“渠道”页面扫描微信二维码完成绑定。"
-        return "Scan the WeChat QR code on mewdex's Channels page to link this chat."
+        return translate(lang, "bot.bind_help.clawbot")
 
     def fetch_image(self, ref: str) -> bytes:
         return download_image(ref, cdn_url())
@@ -583,7 +581,9 @@ class ClawBotAdapter:
             used = int(config.get("sends_since_ctx") or 0)
             state = window_state(config.get("context_token_at"), used + sends - 1)
             if state != "open":
-                raise DeliveryFailed("channel_window_closed", _WINDOW_TEXT[state], platform_code=state)
+                owner = owners.user_for_scope(session, row.scope_id)  # its words in the account's language
+                text = window_text(state, (owner.language if owner is not None else None) or "en")
+                raise DeliveryFailed("channel_window_closed", text, platform_code=state)
             bindings.update_config(session, row, {"sends_since_ctx": used + sends})
             return config
 

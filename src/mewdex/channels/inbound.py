@@ -35,6 +35,7 @@ from mewdex.config import get_settings
 from mewdex.db.models import ChannelBinding, ScopeContext, Task
 from mewdex.db.scopes import ensure_scope
 from mewdex.dto.errors import DomainError
+from mewdex.dto.i18n import error_text, translate
 from mewdex.egress import EgressError
 from mewdex.platform import owners
 from mewdex.queue import registry
@@ -44,27 +45,6 @@ log = logging.getLogger(__name__)
 TASK_TYPE = "channel_inbound"
 GUEST_LIMIT_KEY = "guest:"  # channel_chat_pacing rows of the guests' rate limit: ("guest:<channel>", chat)
 YES = frozenset({"yes", "y", "是", "是的", "确认"})
-
-# The chat-side texts live here, in both languages, because the channels layer may not import the
-# web layer's i18n catalogues (the replies go to chats, not to pages).
-_TEXTS = {
-    "en": {
-        "bound": "Linked. Send me a word or a feeling and I answer with a meme; say “another” for more.",
-        "confirm": "Link this chat to mewdex account {account}? Reply YES to link it (or ignore this).",
-        "code_invalid": "That link has expired or was used already. Get a new one on mewdex's Channels page.",
-        "taken": "This chat is already linked to another mewdex account.",
-        "failed": "Sorry, that did not work: {message}",
-        "local": "(this server's library)",
-    },
-    "zh": {
-        "bound": "已绑定。发一个词或一种心情，我回你一张表情；说“换一个”看更多。",
-        "confirm": "要把这个聊天绑定到 mewdex 账户 {account} 吗？回复 YES（或“确认”）完成绑定；不回复则不绑定。",
-        "code_invalid": "这个链接已过期或已用过。请在 mewdex 的“渠道”页面重新获取。",
-        "taken": "这个聊天已绑定到另一个 mewdex 账户。",
-        "failed": "抱歉，没有成功：{message}",
-        "local": "（本服务器的表情库）",
-    },
-}
 
 
 def binding_of(session: Session, inbound: Inbound) -> ChannelBinding | None:
@@ -103,12 +83,12 @@ def _lang(inbound: Inbound) -> str:
     return language(inbound.text) if inbound.text.strip() else "en"
 
 
-def account_label(session: Session, scope_id: str, t: dict[str, str]) -> str:
+def account_label(session: Session, scope_id: str, lang: str) -> str:
     """The account a binding links to, as the chat is shown it: ``a…@example.com`` (the address's
     first character and its domain), or the local library in single-user mode."""
     user = owners.user_for_scope(session, scope_id)
     if user is None or not user.email:
-        return t["local"]
+        return translate(lang, "bot.account.local")
     local, _, domain = user.email.partition("@")
     return f"{local[:1]}…@{domain}"
 
@@ -143,13 +123,13 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
     channel = adapter(inbound.channel)
     if not addressed(inbound, channel.command_prefixes):
         return {"outcome": "ignored"}
-    t = _TEXTS[_lang(inbound)]
+    lang = _lang(inbound)
     if inbound.bind_code:
-        return _bind(sessions, inbound, t)
+        return _bind(sessions, inbound, lang)
     with sessions.begin() as session:
         row = binding_of(session, inbound)
         if row is None:
-            delivery.reply_text(session, None, inbound.channel, inbound.chat, channel.bind_help(_lang(inbound)))
+            delivery.reply_text(session, None, inbound.channel, inbound.chat, channel.bind_help(lang))
             return {"outcome": "unbound"}
         if not owners.owner_active(session, row.scope_id):
             return {"outcome": "owner_disabled"}
@@ -157,9 +137,11 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
             if inbound.text.strip().lower().rstrip(".!！。") in YES:
                 bindings.confirm(session, row)
                 bindings.standing_conversation(session, row)
-                delivery.reply_text(session, row, inbound.channel, inbound.chat, t["bound"], source="bind")
+                delivery.reply_text(
+                    session, row, inbound.channel, inbound.chat, translate(lang, "bot.bind.bound"), source="bind"
+                )
                 return {"outcome": "bound", "scope_id": row.scope_id}
-            question = t["confirm"].format(account=account_label(session, row.scope_id, t))
+            question = translate(lang, "bot.bind.confirm", account=account_label(session, row.scope_id, lang))
             delivery.reply_text(session, row, inbound.channel, inbound.chat, question, source="bind")
             return {"outcome": "confirm_asked"}
         guest = inbound.person != bindings.owner_of(row)
@@ -191,8 +173,9 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
             return {"outcome": "owner_disabled"}
         reply = result.get("reply")
         if reply is None:
-            message = (result.get("error") or {}).get("message") or "no answer"
-            delivery.reply_text(session, row, inbound.channel, inbound.chat, t["failed"].format(message=message))
+            message = error_text(lang, result.get("error")) or translate(lang, "bot.no_answer")
+            failed = translate(lang, "bot.failed", message=message)
+            delivery.reply_text(session, row, inbound.channel, inbound.chat, failed)
             return {"outcome": "failed", "error": result.get("error")}
         memes = reply.get("memes") or []
         for i, card in enumerate(memes):
@@ -205,7 +188,7 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
     return {"outcome": "answered", "memes": len(memes), "guest": guest}
 
 
-def _bind(sessions: sessionmaker[Session], inbound: Inbound, t: dict[str, str]) -> dict[str, Any]:
+def _bind(sessions: sessionmaker[Session], inbound: Inbound, lang: str) -> dict[str, Any]:
     """A bind code: the chat is linked pending its confirmation (it is asked to reply YES, naming
     the account the code belongs to), so a code someone else sent cannot link a chat unawares."""
     channel = adapter(inbound.channel)
@@ -227,12 +210,14 @@ def _bind(sessions: sessionmaker[Session], inbound: Inbound, t: dict[str, str]) 
                     bindings.PENDING_KEY: True,
                 },
             )
-            question = t["confirm"].format(account=account_label(session, used.scope_id, t))
+            question = translate(lang, "bot.bind.confirm", account=account_label(session, used.scope_id, lang))
             delivery.reply_text(session, row, inbound.channel, inbound.chat, question, source="bind")
         return {"outcome": "confirm_asked", "scope_id": used.scope_id}
     except ChannelError as exc:
         with sessions.begin() as session:
-            text_ = t["taken"] if exc.code == "channel_identity_taken" else t["code_invalid"]
+            text_ = translate(
+                lang, "bot.bind.taken" if exc.code == "channel_identity_taken" else "bot.bind.code_invalid"
+            )
             delivery.reply_text(session, None, inbound.channel, inbound.chat, text_)
         return {"outcome": "bind_refused", "code": exc.code}
 

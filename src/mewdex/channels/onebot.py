@@ -48,6 +48,7 @@ from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sen
 from mewdex.channels.errors import ChannelError
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelBinding, Meme
+from mewdex.dto.i18n import translate
 from mewdex.egress import EgressError, fetch
 from mewdex.platform import owners
 
@@ -783,9 +784,7 @@ class OneBotAdapter:
         return {}
 
     def bind_help(self, lang: str) -> str:
-        if lang == "zh":
-            return "这个 QQ 机器人还没有绑定 mewdex 账户。"
-        return "This QQ bot is not linked to a mewdex account."
+        return translate(lang, "bot.bind_help.onebot")
 
     def fetch_image(self, ref: str) -> bytes:
         return fetch("GET", ref, content_types=("image/",), max_bytes=20 * 1024 * 1024).content

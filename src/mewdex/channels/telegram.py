@@ -44,6 +44,7 @@ from mewdex.channels.errors import ChannelError
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Meme, ScopeContext
+from mewdex.dto.i18n import translate
 from mewdex.egress import EgressError, fetch
 from mewdex.platform import instance, owners
 from mewdex.providers import sealed_fields, secrets
@@ -261,11 +262,7 @@ class TelegramAdapter:
         return {"chat_id": message.sender, "bot_id": bot_id()}
 
     def bind_help(self, lang: str) -> str:
-        if lang == "zh":
-            return "这个聊天还没有绑定 mewdex。请在 mewdex 的“渠道”页面点“绑定 Telegram”，再打开它给出的链接。"
-        return (
-            "This chat is not linked to mewdex yet. On mewdex's Channels page press “Link Telegram” and open the link."
-        )
+        return translate(lang, "bot.bind_help.telegram")
 
     def fetch_image(self, ref: str) -> bytes:
         info = call("getFile", {"file_id": ref})
@@ -493,9 +490,16 @@ def _inline_result(meme_id: str, kind: str, file_id: str) -> dict[str, Any]:
     return {"type": "photo", "id": meme_id, "photo_file_id": file_id}
 
 
+def _user_lang(update: dict[str, Any]) -> str:
+    """``zh`` when the sender's Telegram app is set to Chinese (``from.language_code``), else ``en``."""
+    code = str((update.get("from") or {}).get("language_code") or "")
+    return "zh" if code.lower().startswith("zh") else "en"
+
+
 def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int:
     """Answer an inline query (``@bot 无语``) with up to :data:`INLINE_MAX` memes of the sender's
-    library; an unbound sender gets no results and a button that opens the bot. Returns how many."""
+    library; an unbound sender gets no results and a button that opens the bot (in the language of
+    their Telegram app). Returns how many."""
     from mewdex.assistant.retrieval import search_ids
     from mewdex.db.scopes import storage_namespace
     from mewdex.storage import blob_store
@@ -513,7 +517,7 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
                 "results": [],
                 "cache_time": 0,
                 "is_personal": True,
-                "button": {"text": "Link your mewdex library", "start_parameter": "link"},
+                "button": {"text": translate(_user_lang(query), "bot.telegram.inline_link"), "start_parameter": "link"},
             },
         )
         return 0

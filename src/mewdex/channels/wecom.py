@@ -49,6 +49,7 @@ from mewdex.channels.errors import ChannelError
 from mewdex.channels.wecom_crypto import WeComCryptoError, WXBizMsgCrypt, decode_aes_key
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import utcnow
+from mewdex.dto.i18n import translate
 from mewdex.egress import EgressError, fetch
 from mewdex.platform import instance
 from mewdex.providers import sealed_fields, secrets
@@ -478,12 +479,7 @@ class WeComAdapter:
         return {"wecom_userid": inbound.sender}
 
     def bind_help(self, lang: str) -> str:
-        if lang == "zh":
-            return "还没有绑定 mewdex 账户：在 mewdex 的“渠道”页面点“绑定企业微信”，把得到的绑定码发给我。"
-        return (
-            "This WeCom account is not linked to mewdex yet: open mewdex's Channels page, choose WeCom "
-            "and send me the code it shows."
-        )
+        return translate(lang, "bot.bind_help.wecom")
 
     def fetch_image(self, ref: str) -> bytes:
         return fetch("GET", ref, content_types=("image/",), max_bytes=20 * 1024 * 1024).content

@@ -1,59 +1,38 @@
-"""Message catalogues of the web UI (``web/locales/{en,zh}.json``) and the request's language.
+"""The request's language, and what the pages need of the message catalogues.
 
-Every string a page shows comes from a catalogue: templates call ``_("key", name=value)``
+The catalogues and :func:`~mewdex.dto.i18n.translate` live in :mod:`mewdex.dto.i18n` (below the
+web layer, so the channels and the assistant use them too); they are re-exported here for the
+pages. Every string a page shows comes from a catalogue: templates call ``_("key", name=value)``
 (``str.format`` placeholders), and the page scripts get the ``js.*``, ``error.*``, ``status.*``
-and ``stage.*`` keys as JSON. The language is the ``mewdex_lang`` cookie when set (the switch
-in the header sets it), else the best match of ``Accept-Language``, else English.
+and ``stage.*`` keys as JSON. The language is the ``mewdex_lang`` cookie when set (the switch in
+the header and signing in with an account's language set it), else the best match of
+``Accept-Language``, else English.
 """
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from pathlib import Path
-
 from starlette.requests import Request
 
-LOCALES = ("en", "zh")
-DEFAULT_LOCALE = "en"
+from mewdex.dto.i18n import DEFAULT_LOCALE, LOCALES, catalogue, error_text, translate
+
+__all__ = [
+    "CLIENT_PREFIXES",
+    "COOKIE",
+    "DEFAULT_LOCALE",
+    "HTML_LANG",
+    "LOCALES",
+    "catalogue",
+    "client_messages",
+    "error_text",
+    "page_language",
+    "parse_accept_language",
+    "request_locale",
+    "translate",
+]
+
 COOKIE = "mewdex_lang"
 HTML_LANG = {"en": "en", "zh": "zh-CN"}
 CLIENT_PREFIXES = ("js.", "error.", "status.", "stage.")
-_DIR = Path(__file__).parent / "locales"
-
-
-@cache
-def catalogue(locale: str) -> dict[str, str]:
-    """The flat ``{key: message}`` catalogue of ``locale`` (one of :data:`LOCALES`)."""
-    return json.loads((_DIR / f"{locale}.json").read_text(encoding="utf-8"))
-
-
-def translate(locale: str, key: str, /, **values: object) -> str:
-    """The message ``key`` in ``locale``, formatted with ``values``.
-
-    A missing message falls back to English, then to the key's last segment (a dynamic key such as
-    ``task_type.<new type>`` still shows the raw value rather than nothing).
-    """
-    if values.get("n") == 1:  # singular form when the catalogue has one ("<key>.one")
-        key = key + ".one" if (key + ".one") in catalogue(DEFAULT_LOCALE) else key
-    message = catalogue(locale).get(key) or catalogue(DEFAULT_LOCALE).get(key)
-    if message is None:
-        return key.rsplit(".", 1)[-1]
-    return message.format(**values) if values else message
-
-
-def error_text(locale: str, error: dict | None) -> str:
-    """Words for a stored ``{"code", "message"}`` error: the catalogue's ``error.<code>``, else its message, else
-    the code."""
-    if not error:
-        return ""
-    code = str(error.get("code") or "")
-    return (
-        catalogue(locale).get(f"error.{code}")
-        or catalogue(DEFAULT_LOCALE).get(f"error.{code}")
-        or error.get("message")
-        or code
-    )
 
 
 def parse_accept_language(header: str | None) -> str | None:
