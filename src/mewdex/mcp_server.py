@@ -1,9 +1,10 @@
 """The MCP server (issue 16), built with the official ``mcp`` SDK (v2: ``MCPServer``).
 
-Tools: ``search_memes``, ``search_by_image``, ``more_like_this``, ``get_meme``,
-``list_collections`` (token scope ``read``), ``add_to_collection`` and ``create_collection``
-(``write``), all through :mod:`mewdex.assistant.tools`, in the
-caller's scope only. Two transports:
+Tools: the MCP surface of :mod:`mewdex.assistant.catalogue` (``search_memes``, ``search_by_image``,
+``more_like_this``, ``get_meme``, ``list_collections`` with token scope ``read``;
+``create_collection`` and ``add_to_collection`` with ``write``), registered from the catalogue
+(arguments model as input schema, output model as structured output; ``get_meme`` also returns the
+picture as an image block), in the caller's scope only. Two transports:
 
 * stdio: ``mewdex mcp`` — the local scope with read and write, or (``--token``) the scope and token
   scopes of a personal API token taken from ``MEWDEX_TOKEN`` or a hidden prompt;
@@ -19,7 +20,7 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio.to_thread
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -27,14 +28,15 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, create_model
 
-from mewdex.assistant import tools
+from mewdex.assistant import catalogue
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ScopeContext
-from mewdex.dto.errors import DomainError
-from mewdex.inference.errors import BackendUnavailable
-from mewdex.library.images import ImageError
 from mewdex.platform import tokens
 
 PATH = "/mcp"
@@ -84,16 +86,49 @@ def http_caller() -> Caller:
     return Caller(ScopeContext(access.subject), frozenset(access.scopes))
 
 
-def _run(caller: Callable[[], Caller], needed: str, fn: Callable[..., Any], *args: Any) -> Any:
-    who = caller()
-    if needed not in who.scopes:
-        raise ToolError(f"insufficient_scope: this token lacks the {needed!r} scope")
-    try:
-        return fn(get_sessionmaker(), who.scope, *args)
-    except (DomainError, ImageError) as exc:
-        raise ToolError(f"{exc.code}: {exc.message}") from None
-    except BackendUnavailable as exc:
-        raise ToolError(f"backend_unavailable: {exc}") from None
+def _arguments_model(tool: catalogue.Tool) -> type[ArgModelBase]:
+    """The tool's arguments model as the SDK validates arguments (its ``ArgModelBase``)."""
+    return cast("type[ArgModelBase]", type(tool.args.__name__, (tool.args, ArgModelBase), {}))
+
+
+def _output_model(tool: catalogue.Tool) -> tuple[Any, bool]:
+    """The SDK's output model of ``tool.output`` and whether the result is wrapped in ``{"result"}``
+    (structured content is an object; a list goes in ``result``)."""
+    if isinstance(tool.output, type) and issubclass(tool.output, BaseModel):
+        return tool.output, False
+    return create_model(f"{tool.name}_output", result=(tool.output, ...)), True
+
+
+def _register(tool: catalogue.Tool, caller: Callable[[], Caller]) -> Tool:
+    """The catalogue's ``tool`` as an SDK tool: ``insufficient_scope`` without the token scope it
+    needs, the catalogue's errors as ``code: message`` tool errors."""
+
+    def run(**arguments: Any) -> Any:
+        who = caller()
+        if tool.access not in who.scopes:
+            raise ToolError(f"insufficient_scope: this token lacks the {tool.access!r} scope")
+        try:
+            result = catalogue.call(tool.name, catalogue.ToolContext(get_sessionmaker(), who.scope), arguments)
+        except catalogue.ToolFailure as exc:
+            raise ToolError(str(exc)) from None
+        if isinstance(result, catalogue.Pictured):
+            content: list[Any] = [TextContent(text=json.dumps(result.value, ensure_ascii=False, default=str))]
+            if result.data is not None:
+                content.append(Image(data=result.data, format=result.format).to_image_content())
+            return CallToolResult(content=content, structured_content=result.value)
+        return result
+
+    args = _arguments_model(tool)
+    output, wrap = _output_model(tool)
+    return Tool(
+        fn=run,
+        name=tool.name,
+        description=tool.description + (" Needs a token with `write`." if tool.access == "write" else ""),
+        parameters=args.model_json_schema(by_alias=True),
+        fn_metadata=FuncMetadata(arg_model=args, output_model=output, wrap_output=wrap),
+        is_async=False,
+        annotations=ToolAnnotations(read_only_hint=tool.access == "read"),
+    )
 
 
 def build(caller: Callable[[], Caller], *, http: bool = False, base_url: str = "http://127.0.0.1") -> MCPServer:
@@ -107,53 +142,13 @@ def build(caller: Callable[[], Caller], *, http: bool = False, base_url: str = "
             required_scopes=["read"],
             validate_token_resource=False,
         )
-    server = MCPServer("mewdex", instructions=INSTRUCTIONS, token_verifier=verifier, auth=auth)
-
-    @server.tool()
-    def search_memes(
-        query: str, n: int = 5, animated: bool | None = None, collection: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Find memes in the user's library for what they want to say ("I don't believe a word", "摸鱼").
-        n: 1-20 results; animated: only GIFs/animations; collection: only that collection (name or id)."""
-        return _run(caller, "read", tools.search_memes, query, n, animated, collection)
-
-    @server.tool()
-    def search_by_image(image_base64: str, n: int = 5) -> list[dict[str, Any]]:
-        """Find the memes that look most like an image (base64-encoded PNG/JPEG/GIF/WEBP bytes)."""
-        return _run(caller, "read", tools.search_by_image, image_base64, n)
-
-    @server.tool()
-    def more_like_this(meme_id: str, n: int = 5) -> list[dict[str, Any]]:
-        """Find the memes that look most like one of the user's memes (visual neighbours)."""
-        return _run(caller, "read", tools.more_like_this, meme_id, n)
-
-    # Unstructured: a ``list[Any]`` output schema made the SDK serialise the Image object with
-    # pydantic, which fails ("Error executing tool get_meme") whenever the meme has a picture.
-    @server.tool(structured_output=False)
-    def get_meme(meme_id: str) -> list[Any]:
-        """One meme: its name, context (OCR text, description, tags), collections, and its picture."""
-        facts, data, fmt = _run(caller, "read", tools.get_meme, meme_id)
-        content: list[Any] = [json.dumps(facts, ensure_ascii=False)]
-        if data is not None:
-            content.append(Image(data=data, format=fmt))
-        return content
-
-    @server.tool()
-    def list_collections() -> list[dict[str, Any]]:
-        """The user's collections with their member counts."""
-        return _run(caller, "read", tools.list_collections)
-
-    @server.tool()
-    def add_to_collection(collection: str, meme_ids: list[str]) -> dict[str, Any]:
-        """Add memes to a collection (name or id; a new name creates it). Needs a token with `write`."""
-        return _run(caller, "write", tools.add_to_collection, collection, meme_ids)
-
-    @server.tool()
-    def create_collection(name: str) -> dict[str, Any]:
-        """Create an empty collection. Needs a token with `write`."""
-        return _run(caller, "write", tools.create_collection, name)
-
-    return server
+    return MCPServer(
+        "mewdex",
+        instructions=INSTRUCTIONS,
+        token_verifier=verifier,
+        auth=auth,
+        tools=[_register(tool, caller) for tool in catalogue.offered("mcp")],
+    )
 
 
 def http_app(base_url: str = "http://127.0.0.1"):

@@ -172,7 +172,7 @@ def test_with_a_chat_model_the_page_shows_it_working_then_streams_its_words_card
     from sqlalchemy import text
 
     from fakes.openai_server import FakeOpenAI, Reply
-    from mewdex.assistant import agent
+    from mewdex.assistant import prompts
     from mewdex.providers import connectors
 
     meme_id = sample.ids["vvquest/一个字我都不信.png"]
@@ -180,7 +180,7 @@ def test_with_a_chat_model_the_page_shows_it_working_then_streams_its_words_card
 
     def model(body):
         messages = body["messages"]
-        if messages[0]["content"] != agent.SYSTEM_PROMPT:
+        if messages[0]["content"] != prompts.SYSTEM_PROMPT:
             return Reply.text("不信")  # the title
         if messages[-1]["role"] == "user":
             return Reply.delay(1.5, Reply.tool_call("search_memes", {"query": messages[-1]["content"]}))

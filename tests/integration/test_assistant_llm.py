@@ -16,7 +16,7 @@ from sqlalchemy import select, text
 
 from conftest import client_for, wait_until
 from fakes.openai_server import FakeOpenAI, Reply
-from mewdex.assistant import agent, chat, conversations, runs
+from mewdex.assistant import agent, catalogue, chat, conversations, prompts, runs, titles
 from mewdex.db.models import Conversation, Message, ScopeContext, UsageEvent
 from test_assistant import _conversation, _meme, library  # noqa: F401 — the fixture
 
@@ -49,11 +49,11 @@ class Model:
     @staticmethod
     def kind(body: dict) -> str:
         system = (body.get("messages") or [{}])[0].get("content") or ""
-        if system == agent.SYSTEM_PROMPT:
+        if system == prompts.SYSTEM_PROMPT:
             return "reply"
-        if system == agent.SUMMARY_PROMPT:
+        if system == prompts.SUMMARY_PROMPT:
             return "summary"
-        return "title" if system.startswith(agent.TITLE_PROMPT[:30]) else "other"
+        return "title" if system.startswith(prompts.TITLE_PROMPT[:30]) else "other"
 
     def __call__(self, body: dict) -> Reply:
         kind = self.kind(body)
@@ -150,7 +150,7 @@ def test_the_model_searches_shows_memes_and_streams_with_usage_metered(sessions,
     steps = model.requests()
     assert len(steps) == 3 and all(s["stream"] and s["stream_options"] == {"include_usage": True} for s in steps)
     offered = {t["function"]["name"] for t in steps[0]["tools"]}
-    assert offered == set(agent.TOOL_SPECS) - {"search_by_image"}
+    assert offered == {t.name for t in catalogue.offered("agent")} - {"search_by_image"}
     found = json.loads(next(iter(FakeOpenAI.tool_results(steps[1]).values())))
     assert [h["id"] for h in found][:2] == cats[:2] and "media_url" not in found[0]
     shown = json.loads(list(FakeOpenAI.tool_results(steps[2]).values())[-1])
@@ -277,7 +277,7 @@ def test_the_step_cap_ends_the_loop_and_the_last_step_may_not_call_tools(session
     events = _events(sessions, scope, cid, "cat")
     steps = model.requests()
     assert len(steps) == 3 and "tool_choice" not in steps[1] and steps[2]["tool_choice"] == "none"
-    assert steps[2]["messages"][-1] == {"role": "system", "content": agent.FINAL_STEP_PROMPT}
+    assert steps[2]["messages"][-1] == {"role": "system", "content": prompts.FINAL_STEP_PROMPT}
     assert events[-1][1]["message"]["content"].endswith("(stopped after 3 steps)")
     assert events[-1][1]["run_status"] == "idle"
 
@@ -366,7 +366,7 @@ def test_the_llm_title_is_applied_in_the_users_language_unless_renamed_or_cleare
     _events(sessions, scope, cid, "来个猫的表情")
     title_request = model.requests("title")[-1]
     assert (
-        "Chinese" in title_request["messages"][0]["content"] and title_request["max_tokens"] == agent.TITLE_MAX_TOKENS
+        "Chinese" in title_request["messages"][0]["content"] and title_request["max_tokens"] == titles.TITLE_MAX_TOKENS
     )
     wait_until(lambda: _name(sessions, cid) == "猫咪表情", what="the title")
 

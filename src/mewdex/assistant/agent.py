@@ -1,5 +1,6 @@
-"""The assistant with a chat model: a tool-calling loop over :mod:`mewdex.assistant.tools`, the
-context window (``context_base_idx`` + ``context_summary``) and the auto-title.
+"""The assistant with a chat model: a tool-calling loop over the tools of
+:mod:`mewdex.assistant.catalogue` and the context window (``context_base_idx`` +
+``context_summary``). Its prompts are in :mod:`.prompts`, conversation titles in :mod:`.titles`.
 
 The model is the scope owner's ``openai_compatible`` connector with a ``chat_model``
 (:func:`chat_model`); without one the assistant is retrieval-only (:mod:`.retrieval`).
@@ -11,8 +12,9 @@ consumes its :attr:`Agent.events` and sets :attr:`Agent.stop` on cancel):
    ``context_base_idx`` on; past ``MEWDEX_ASSISTANT_CONTEXT_MESSAGES`` messages the older half is
    folded into ``context_summary`` by the model first (:meth:`Agent.fold`);
 2. up to ``MEWDEX_ASSISTANT_MAX_STEPS`` streamed model calls; the last one may not call tools
-   (``tool_choice`` ``none``). Tool calls
-   run in the caller's scope; ``show_memes`` delivers memes (``meme`` events; they become the reply's
+   (``tool_choice`` ``none``). Tool calls are dispatched by name through the catalogue (arguments
+   validated by the tool's model; a refusal goes back to the model as the tool's error) and run
+   in the caller's scope; ``show_memes`` delivers memes (``meme`` events; they become the reply's
    ``artifact_refs``); text is streamed as ``delta`` events;
 3. every model call is one :func:`~mewdex.providers.metering.metered_call` (operation
    ``provider.chat``, usage kind ``chat``, units with the tokens and ``conversation_id``): refused
@@ -37,108 +39,68 @@ from openai.types.chat import ChatCompletionMessageParam
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.assistant import conversations, retrieval, tools
-from mewdex.assistant.errors import AssistantError
+from mewdex.assistant import catalogue, conversations
+from mewdex.assistant.prompts import FINAL_STEP_PROMPT, SUMMARY_PROMPT, SYSTEM_PROMPT
 from mewdex.config import get_settings
 from mewdex.db.models import Message, ScopeContext
 from mewdex.dto.errors import DomainError
 from mewdex.dto.i18n import translate
 from mewdex.dto.search import SearchHit
-from mewdex.inference.errors import BackendUnavailable
-from mewdex.library.images import ImageError
 from mewdex.providers import metering, openai_compat
 from mewdex.providers.errors import ProviderError
 from mewdex.search import service as search_service
 
 log = logging.getLogger(__name__)
 
-SHOW_PER_CALL = 5
 SHOW_PER_REPLY = 10
-SEARCH_DEFAULT_N = 8
-TITLE_MAX_TOKENS = 32
 SUMMARY_MAX_TOKENS = 400
 # Text the model gets back from a tool is cut here (a long context field must not eat the window).
 TOOL_RESULT_CHARS = 6000
 
-SYSTEM_PROMPT = (
-    "You are mewdex, the assistant of the user's own meme library. Find the memes that fit what the "
-    "user wants to say. Call search_memes with a few words of the feeling or situation (in the "
-    "user's language; try other words or English when nothing fits), use get_meme to read a "
-    "candidate's text and description when unsure, then call show_memes with the 1-3 best ids and "
-    "say in one or two short sentences, in the user's language, why they fit. When the user asks for "
-    'another one ("换一个", "another", "more"), show memes not shown before (earlier replies list '
-    "what they showed). Use only ids that a tool returned. Each search result has a confidence: when "
-    "none is high, nothing matches well; say so plainly instead of claiming a fit, and suggest what "
-    "would help (a vision model under Connectors describes what memes mean; or uploading such memes). "
-    "Manage collections only when asked (list_collections, create_collection, add_to_collection)."
-)
-FINAL_STEP_PROMPT = "No more tool calls are possible: answer the user now with what you have."
-SUMMARY_PROMPT = (
-    "Summarise the conversation below between a user and a meme assistant in at most 120 words, "
-    "in the user's language: what the user was looking for, their preferences, the memes shown "
-    "(keep their ids) and anything still open. Answer with the summary only."
-)
-TITLE_PROMPT = (
-    "Write a short title (at most 6 words, or 12 characters of Chinese/Japanese) for a chat that "
-    "starts with the user's message below. Use the language of the message ({language}). Answer "
-    "with the title only, no quotes."
-)
-
-
-def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
-
-
-_N = {"type": "integer", "minimum": 1, "maximum": tools.MAX_RESULTS, "description": "how many results"}
-_ID = {"type": "string", "description": "a meme id that a tool returned"}
-_IDS = {"type": "array", "items": _ID, "minItems": 1}
-TOOL_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
-    "search_memes": (
-        "Search the user's memes by what they should express (any language). Returns id, "
-        "display_name, snippet (text in the image), score and confidence (high, medium, low), best first.",
-        _schema(
-            {
-                "query": {"type": "string", "description": "a few words: feeling, situation, text"},
-                "n": _N,
-                "animated": {"type": "boolean", "description": "true: only GIFs/animations"},
-                "collection": {"type": "string", "description": "only this collection (name or id)"},
-            },
-            ["query"],
-        ),
-    ),
-    "search_by_image": (
-        "Find the memes that look most like the image the user attached to this message.",
-        _schema({"n": _N}, []),
-    ),
-    "more_like_this": (
-        "Find memes that look like one meme (visual neighbours).",
-        _schema({"meme_id": _ID, "n": _N}, ["meme_id"]),
-    ),
-    "get_meme": (
-        "Read one meme: name, text in the image, description, emotions, tags, usage, collections.",
-        _schema({"meme_id": _ID}, ["meme_id"]),
-    ),
-    "show_memes": (
-        f"Show memes to the user as cards (1-{SHOW_PER_CALL} ids, best first). This is how the user "
-        "gets memes: memes you only mention in text are not shown.",
-        _schema({"meme_ids": {**_IDS, "maxItems": SHOW_PER_CALL}}, ["meme_ids"]),
-    ),
-    "list_collections": ("The user's collections with their sizes.", _schema({}, [])),
-    "create_collection": ("Create an empty collection.", _schema({"name": {"type": "string"}}, ["name"])),
-    "add_to_collection": (
-        "Add memes to a collection (name or id; a new name creates it).",
-        _schema({"collection": {"type": "string"}, "meme_ids": {**_IDS, "maxItems": 100}}, ["collection", "meme_ids"]),
-    ),
-}
-
 
 def tool_definitions(*, with_image: bool) -> list[dict[str, Any]]:
-    """The tools in the Chat Completions shape (``search_by_image`` only when an image is attached)."""
+    """The catalogue's chat tools in the Chat Completions shape: the arguments model's JSON Schema
+    cleaned for function calling (:func:`function_parameters`); a tool that takes the attached image
+    only when one is attached."""
     return [
-        {"type": "function", "function": {"name": name, "description": text, "parameters": params}}
-        for name, (text, params) in TOOL_SPECS.items()
-        if with_image or name != "search_by_image"
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": function_parameters(t)},
+        }
+        for t in catalogue.offered("agent")
+        if with_image or t.attachment is None
     ]
+
+
+def function_parameters(tool: catalogue.Tool) -> dict[str, Any]:
+    """``tool.args``' JSON Schema as a function's parameters: no titles, no ``$ref`` (inlined), an
+    optional argument as its plain type (``anyOf [X, null]`` with a null default becomes ``X``),
+    and without the argument the chat fills itself (``tool.attachment``)."""
+    schema = tool.args.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def clean(node: Any) -> Any:
+        if isinstance(node, list):
+            return [clean(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            return clean({**defs[node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}})
+        node = {k: v for k, v in node.items() if k != "title"}
+        options = node.get("anyOf")
+        if isinstance(options, list) and {"type": "null"} in options and len(options) == 2:
+            (plain,) = (o for o in options if o != {"type": "null"})
+            rest = {k: v for k, v in node.items() if k != "anyOf" and not (k == "default" and v is None)}
+            node = {**plain, **rest}
+        return {k: clean(v) for k, v in node.items()}
+
+    params = clean(schema)
+    if tool.attachment:
+        params["properties"].pop(tool.attachment, None)
+        params["required"] = [r for r in params.get("required", []) if r != tool.attachment]
+    params.setdefault("properties", {})
+    params.setdefault("required", [])
+    return params
 
 
 def chat_model(
@@ -479,7 +441,8 @@ class Agent:
     # ------------------------------------------------------------------ tools
 
     def _tool(self, name: str, arguments: str) -> str:
-        """Run one tool call; the result (or ``{"error": {"code", "message"}}``) as JSON text."""
+        """Run one tool call of the catalogue; the result (or ``{"error": {"code", "message"}}``: bad
+        JSON, an unknown tool, arguments its model refuses, the service's error) as JSON text."""
         try:
             args = json.loads(arguments or "{}")
             if not isinstance(args, dict):
@@ -487,62 +450,19 @@ class Agent:
         except ValueError:
             return _json({"error": {"code": "invalid_request", "message": "the arguments are not a JSON object"}})
         try:
-            result = self._dispatch(name, args)
-        except (DomainError, ImageError) as exc:
+            tool = catalogue.BY_NAME.get(name)
+            if tool is None or "agent" not in tool.surfaces:
+                raise catalogue.ToolFailure("invalid_request", f"there is no tool {name!r}")
+            args = catalogue.attach(tool, args, self.image)
+            result = catalogue.call(name, catalogue.ToolContext(self.sessions, self.scope, self._show), args)
+        except catalogue.ToolFailure as exc:
             result = {"error": {"code": exc.code, "message": exc.message}}
-        except BackendUnavailable as exc:
-            result = {"error": {"code": "backend_unavailable", "message": str(exc)}}
-        except TypeError:
-            result = {"error": {"code": "invalid_request", "message": f"wrong arguments for {name}"}}
-        text = _json(result)
+        text = _json(_brief(result.value if isinstance(result, catalogue.Pictured) else result))
         return text if len(text) <= TOOL_RESULT_CHARS else text[:TOOL_RESULT_CHARS] + "…"
 
-    def _dispatch(self, name: str, args: dict[str, Any]) -> Any:
-        s, scope = self.sessions, self.scope
-        if name == "search_memes":
-            return _brief(
-                tools.search_memes(
-                    s,
-                    scope,
-                    str(args.get("query") or ""),
-                    args.get("n") or SEARCH_DEFAULT_N,
-                    args.get("animated"),
-                    args.get("collection"),
-                )
-            )
-        if name == "search_by_image":
-            if self.image is None:
-                raise AssistantError("invalid_request", "no image is attached to this message")
-            return _brief(self._image_search(int(args.get("n") or SEARCH_DEFAULT_N)))
-        if name == "more_like_this":
-            return _brief(
-                tools.more_like_this(s, scope, str(args.get("meme_id") or ""), args.get("n") or SEARCH_DEFAULT_N)
-            )
-        if name == "get_meme":
-            facts, _data, _fmt = tools.get_meme(s, scope, str(args.get("meme_id") or ""))
-            facts.pop("media_url", None)
-            return facts
-        if name == "show_memes":
-            return self._show(args.get("meme_ids"))
-        if name == "list_collections":
-            return tools.list_collections(s, scope)
-        if name == "create_collection":
-            return tools.create_collection(s, scope, str(args.get("name") or ""))
-        if name == "add_to_collection":
-            return tools.add_to_collection(
-                s, scope, str(args.get("collection") or ""), list(args.get("meme_ids") or [])
-            )
-        raise AssistantError("invalid_request", f"there is no tool {name!r}")
-
-    def _image_search(self, n: int) -> list[dict[str, Any]]:
-        import base64
-
-        assert self.image is not None
-        return tools.search_by_image(self.sessions, self.scope, base64.b64encode(self.image).decode(), n)
-
-    def _show(self, meme_ids: Any) -> dict[str, Any]:
-        if not isinstance(meme_ids, list) or not 1 <= len(meme_ids) <= SHOW_PER_CALL:
-            raise AssistantError("invalid_request", f"meme_ids must hold 1-{SHOW_PER_CALL} ids")
+    def _show(self, meme_ids: list[str]) -> dict[str, Any]:
+        """show_memes (1-``SHOW_PER_CALL`` ids, checked by its arguments model): ``meme`` events
+        for the caller's memes not shown before, at most ``SHOW_PER_REPLY`` per reply."""
         wanted, not_found, again = [], [], []
         for raw in meme_ids:
             try:
@@ -576,91 +496,15 @@ class Agent:
         return result
 
 
-def _brief(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Search hits as the model gets them (no URLs: they cost tokens and are no use to it)."""
-    return [{k: v for k, v in h.items() if k != "media_url"} for h in hits]
+def _brief(value: Any) -> Any:
+    """A result as the model gets it: without ``media_url`` (in a dict, or the dicts of a list: URLs
+    cost tokens and are no use to it)."""
+    if isinstance(value, list):
+        return [_brief(v) for v in value]
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if k != "media_url"}
+    return value
 
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
-
-
-# ---------------------------------------------------------------------- titles
-
-
-def title_model(sessions: sessionmaker[Session], scope: ScopeContext) -> openai_compat.ModelClient | None:
-    """The model that titles conversations: ``MEWDEX_ASSISTANT_TITLE_MODEL`` on the chat connector
-    (its price from the connector's price table), else the chat model; None when titles are off
-    (``MEWDEX_ASSISTANT_LLM_TITLES=false``) or there is no chat model."""
-    settings = get_settings()
-    if not settings.assistant_llm_titles:
-        return None
-    model, _problem = chat_model(sessions, scope)
-    if model is None:
-        return None
-    if settings.assistant_title_model:
-        name = settings.assistant_title_model
-        model = openai_compat.ModelClient(
-            model.client, name, openai_compat.price_for(model.connection, name), model.connection, "chat"
-        )
-    return model
-
-
-def clean_title(text: str) -> str:
-    """The model's answer as a title: one line, no surrounding quotes, "Title:" or trailing dot."""
-    line = next((ln for ln in (text or "").splitlines() if ln.strip()), "")
-    line = line.strip().removeprefix("Title:").removeprefix("标题：").removeprefix("标题:").strip()
-    return line.strip(" \"'“”‘’「」『』*#").rstrip("。.").strip()
-
-
-def auto_title(
-    sessions: sessionmaker[Session],
-    scope: ScopeContext,
-    conversation_id: UUID,
-    version: int,
-    text: str,
-    model: openai_compat.ModelClient,
-) -> bool:
-    """Title the conversation from its first message ``text`` with ``model`` (one metered call) and
-    store it only if the conversation is still on auto-title ``version`` (a rename or a clear in
-    the meantime drops it: :func:`conversations.apply_auto_title`). True if stored; a failed call
-    leaves the provisional title (the message itself)."""
-    language = "Chinese" if retrieval.language(text) == "zh" else "the message's language"
-
-    client = model.client
-    assert client is not None
-
-    def call() -> metering.CallResult:
-        answer = client.chat.completions.create(
-            model=model.model,
-            messages=[
-                {"role": "system", "content": TITLE_PROMPT.format(language=language)},
-                {"role": "user", "content": text[:1000]},
-            ],
-            max_tokens=TITLE_MAX_TOKENS,
-        )
-        units = {**openai_compat.usage_units(answer.usage), "purpose": "title", "conversation_id": str(conversation_id)}
-        return metering.CallResult(answer.choices[0].message.content or "", units)
-
-    result = metering.optional_call(
-        sessions,
-        scope,
-        model,
-        call,
-        operation="provider.chat",
-        idempotency_key=f"title:{conversation_id}:{version}",
-        kind="chat",
-        event="chat",
-        resource_id=str(conversation_id),
-    )
-    if result is None:
-        return False
-    title = clean_title(result.value)
-    cost = model.price.cost(result.units)
-    with sessions.begin() as session:
-        stored = conversations.apply_auto_title(session, scope, conversation_id, version, title) if title else False
-        conversation = conversations.get(session, scope, conversation_id, lock=True, include_deleted=True)
-        conversation.tokens_prompt += int(result.units.get("input_tokens") or 0)
-        conversation.tokens_completion += int(result.units.get("output_tokens") or 0)
-        conversation.cost_cny = (conversation.cost_cny or Decimal(0)) + cost
-    return stored

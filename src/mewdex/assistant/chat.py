@@ -25,7 +25,7 @@ from uuid import UUID
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.assistant import agent, conversations, retrieval, runs
+from mewdex.assistant import agent, conversations, retrieval, runs, titles
 from mewdex.assistant.errors import AssistantError
 from mewdex.config import get_settings
 from mewdex.db.models import Artifact, Conversation, Message, ScopeContext
@@ -304,11 +304,11 @@ def _start_title(sessions: sessionmaker[Session], run: Run) -> threading.Thread 
     auto-title and titles by model are on)."""
     if run.title_version is None or not run.text:
         return None
-    model = agent.title_model(sessions, run.scope)
+    model = titles.title_model(sessions, run.scope)
     if model is None:
         return None
     thread = threading.Thread(
-        target=agent.auto_title,
+        target=titles.auto_title,
         args=(sessions, run.scope, run.conversation_id, run.title_version, run.text, model),
         name="assistant-title",
         daemon=True,

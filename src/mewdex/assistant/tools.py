@@ -1,5 +1,5 @@
-"""The assistant's tools over mewdex's own services: what the MCP server and the chat model
-(:mod:`mewdex.assistant.agent`) call.
+"""The assistant's tools over mewdex's own services: the handlers of :mod:`mewdex.assistant.catalogue`,
+which the MCP server and the chat model (:mod:`mewdex.assistant.agent`) are built from.
 
 Every tool takes ``sessions`` and the caller's :class:`ScopeContext` (never from the arguments), so a
 tool only ever sees the caller's memes and collections. Errors are ``AssistantError`` /
@@ -30,6 +30,8 @@ from mewdex.search import service as search_service
 from mewdex.storage import blob_store
 
 MAX_RESULTS = 20
+DEFAULT_RESULTS = 8  # n when the caller gives none (the catalogue's arguments models use it too)
+MAX_ADD_IDS = 100  # add_to_collection: ids per call
 MAX_IMAGE_BYTES = 1024 * 1024  # get_meme's image: the still thumbnail, or the original when it is small
 
 
@@ -62,7 +64,7 @@ def search_memes(
     sessions: sessionmaker[Session],
     scope: ScopeContext,
     query: str,
-    n: int = 5,
+    n: int = DEFAULT_RESULTS,
     animated: bool | None = None,
     collection: str | None = None,
 ) -> list[dict[str, Any]]:
@@ -80,7 +82,7 @@ def search_memes(
 
 
 def search_by_image(
-    sessions: sessionmaker[Session], scope: ScopeContext, image_base64: str, n: int = 5
+    sessions: sessionmaker[Session], scope: ScopeContext, image_base64: str, n: int = DEFAULT_RESULTS
 ) -> list[dict[str, Any]]:
     """The ``n`` memes that look most like the image (base64, ≤ ``MEWDEX_MAX_UPLOAD_BYTES``); the
     score is the cosine similarity. Errors: ``invalid_request`` (not base64), the image's codes."""
@@ -99,7 +101,7 @@ def search_by_image(
 
 
 def more_like_this(
-    sessions: sessionmaker[Session], scope: ScopeContext, meme_id: str, n: int = 5
+    sessions: sessionmaker[Session], scope: ScopeContext, meme_id: str, n: int = DEFAULT_RESULTS
 ) -> list[dict[str, Any]]:
     """The ``n`` memes that look most like the caller's meme ``meme_id`` (itself excluded; score =
     cosine similarity of the image embeddings). Errors: ``not_found``, ``meme_not_embedded`` (its
@@ -183,10 +185,10 @@ def list_collections(sessions: sessionmaker[Session], scope: ScopeContext) -> li
 def add_to_collection(
     sessions: sessionmaker[Session], scope: ScopeContext, collection: str, meme_ids: list[str]
 ) -> dict[str, Any]:
-    """Add memes (1–100 ids) to a collection (name or id; created when the name is new):
+    """Add memes (1–``MAX_ADD_IDS`` ids) to a collection (name or id; created when the name is new):
     ``{"collection_id", "name", "added"}``. Errors: ``not_found`` (a meme not the caller's)."""
-    if not meme_ids or len(meme_ids) > 100:
-        raise AssistantError("invalid_request", "meme_ids must hold 1–100 ids")
+    if not meme_ids or len(meme_ids) > MAX_ADD_IDS:
+        raise AssistantError("invalid_request", f"meme_ids must hold 1–{MAX_ADD_IDS} ids")
     with sessions.begin() as session:
         ids = [_meme(session, scope, m).id for m in meme_ids]
         try:
