@@ -222,6 +222,8 @@ def test_tools_only_reach_the_callers_memes(sessions, scope, library, model):
                         ("create_collection", {"name": "faves"}),
                         ("no_such_tool", {}),
                         ("search_memes", "{not json"),
+                        ("search_memes", {"query": "cat", "n": 99}),  # over the catalogue's bound
+                        ("show_memes", {"meme_ids": []}),
                     ]
                 ),
                 Reply.text("done"),
@@ -236,6 +238,9 @@ def test_tools_only_reach_the_callers_memes(sessions, scope, library, model):
         assert answers[2]["error"]["code"] == "not_found"
         assert answers[3]["name"] == "faves"
         assert answers[4]["error"]["code"] == "invalid_request" and answers[5]["error"]["code"] == "invalid_request"
+        # Arguments the tool's model refuses go back to the model as the tool's error, naming the field.
+        assert answers[6]["error"]["code"] == "invalid_request" and "n:" in answers[6]["error"]["message"]
+        assert answers[7]["error"]["code"] == "invalid_request" and "meme_ids" in answers[7]["error"]["message"]
         from mewdex.assistant import tools
 
         assert [c["name"] for c in tools.list_collections(sessions, scope)] == ["faves", "摸鱼合集"]

@@ -173,6 +173,9 @@ def test_mcp_over_streamable_http_with_bearer_tokens_and_scopes(server, accounts
         assert json.loads(pictured.content[0].text)["id"] == accounts["memes"][0]
         assert pictured.content[1].type == "image"
         assert base64.b64decode(pictured.content[1].data) == png
+        # ... and the facts as structured content too, under get_meme's output schema.
+        assert pictured.structured_content["id"] == accounts["memes"][0]
+        assert pictured.structured_content["display_name"] == "I don't believe a single word"
         denied = await client.call_tool("add_to_collection", {"collection": "faves", "meme_ids": [found[0]["id"]]})
         assert denied.is_error and "insufficient_scope" in denied.content[0].text
         refused = await client.call_tool("create_collection", {"name": "new one"})
