@@ -108,7 +108,7 @@ def _register(tool: catalogue.Tool, caller: Callable[[], Caller]) -> Tool:
         if tool.access not in who.scopes:
             raise ToolError(f"insufficient_scope: this token lacks the {tool.access!r} scope")
         try:
-            result = catalogue.call(tool.name, catalogue.ToolContext(get_sessionmaker(), who.scope), arguments)
+            result = catalogue.call(tool, catalogue.ToolContext(get_sessionmaker(), who.scope), arguments)
         except catalogue.ToolFailure as exc:
             raise ToolError(str(exc)) from None
         if isinstance(result, catalogue.Pictured):

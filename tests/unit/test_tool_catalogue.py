@@ -86,7 +86,7 @@ def test_a_change_in_an_arguments_model_shows_in_both(monkeypatch):
     # ... and validates calls on both surfaces (before any handler runs).
     context = catalogue.ToolContext(None, READER.scope)  # type: ignore[arg-type] — never reached
     try:
-        catalogue.call("search_memes", context, {"query": "cat", "n": 5})
+        catalogue.call(catalogue.find("search_memes", "agent"), context, {"query": "cat", "n": 5})
     except catalogue.ToolFailure as exc:
         assert exc.code == "invalid_request" and "n:" in exc.message
     else:

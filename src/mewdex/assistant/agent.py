@@ -450,18 +450,16 @@ class Agent:
         except ValueError:
             return _json({"error": {"code": "invalid_request", "message": "the arguments are not a JSON object"}})
         try:
-            tool = catalogue.BY_NAME.get(name)
-            if tool is None or "agent" not in tool.surfaces:
-                raise catalogue.ToolFailure("invalid_request", f"there is no tool {name!r}")
-            args = catalogue.attach(tool, args, self.image)
-            result = catalogue.call(name, catalogue.ToolContext(self.sessions, self.scope, self._show), args)
+            tool = catalogue.find(name, "agent")
+            context = catalogue.ToolContext(self.sessions, self.scope, self._show)
+            result = catalogue.call(tool, context, catalogue.attach(tool, args, self.image))
         except catalogue.ToolFailure as exc:
             result = {"error": {"code": exc.code, "message": exc.message}}
         text = _json(_brief(result.value if isinstance(result, catalogue.Pictured) else result))
         return text if len(text) <= TOOL_RESULT_CHARS else text[:TOOL_RESULT_CHARS] + "…"
 
     def _show(self, meme_ids: list[str]) -> dict[str, Any]:
-        """show_memes (1-``SHOW_PER_CALL`` ids, checked by its arguments model): ``meme`` events
+        """show_memes (1-``catalogue.SHOW_PER_CALL`` ids, checked by its arguments model): ``meme`` events
         for the caller's memes not shown before, at most ``SHOW_PER_REPLY`` per reply."""
         wanted, not_found, again = [], [], []
         for raw in meme_ids:

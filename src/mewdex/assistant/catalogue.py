@@ -286,17 +286,22 @@ def offered(surface: Surface) -> list[Tool]:
     return [t for t in CATALOGUE if surface in t.surfaces]
 
 
-def call(name: str, context: ToolContext, arguments: dict[str, Any]) -> Any:
-    """Run tool ``name`` with raw ``arguments`` (validated by its model) in ``context``'s scope: the
-    handler's result (:class:`Pictured` for a picture). Raises :class:`ToolFailure`:
-    ``invalid_request`` (unknown tool, arguments the model refuses) or the service's code."""
+def find(name: str, surface: Surface) -> Tool:
+    """The tool ``name`` offered on ``surface``. Raises :class:`ToolFailure` ``invalid_request``."""
     tool = BY_NAME.get(name)
-    if tool is None:
+    if tool is None or surface not in tool.surfaces:
         raise ToolFailure("invalid_request", f"there is no tool {name!r}")
+    return tool
+
+
+def call(tool: Tool, context: ToolContext, arguments: dict[str, Any]) -> Any:
+    """Run ``tool`` with raw ``arguments`` (validated by its model) in ``context``'s scope: the
+    handler's result (:class:`Pictured` for a picture). Raises :class:`ToolFailure`:
+    ``invalid_request`` (arguments the model refuses) or the service's code."""
     try:
         args = tool.args.model_validate(arguments)
     except ValidationError as exc:
-        raise ToolFailure("invalid_request", _problems(name, exc)) from None
+        raise ToolFailure("invalid_request", _problems(tool.name, exc)) from None
     try:
         return tool.handler(context, args)
     except (DomainError, ImageError) as exc:
