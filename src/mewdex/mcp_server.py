@@ -127,7 +127,10 @@ def _register(tool: catalogue.Tool, caller: Callable[[], Caller]) -> Tool:
         parameters=args.model_json_schema(by_alias=True),
         fn_metadata=FuncMetadata(arg_model=args, output_model=output, wrap_output=wrap),
         is_async=False,
-        annotations=ToolAnnotations(read_only_hint=tool.access == "read"),
+        # Write tools only create and add: nothing is removed or overwritten.
+        annotations=ToolAnnotations(
+            read_only_hint=tool.access == "read", destructive_hint=False if tool.access == "write" else None
+        ),
     )
 
 

@@ -58,6 +58,7 @@ def test_agent_and_mcp_offer_the_catalogues_tools_with_the_same_arguments():
                     assert _plain(theirs["properties"][arg]).get(key) == spec[key], (name, arg, key)
         assert set(ours["required"]) <= set(theirs.get("required", []))
         assert mcp[name].annotations.read_only_hint == (catalogue.BY_NAME[name].access == "read")
+    assert mcp["add_to_collection"].annotations.destructive_hint is False
     assert chat["search_memes"]["parameters"]["properties"]["n"]["default"] == 8
     assert mcp["search_memes"].input_schema["properties"]["n"]["default"] == 8
     # Function calling gets plain JSON Schema: no titles, no $defs, optional arguments as their type,

@@ -1,12 +1,13 @@
 """The assistant's tools, each declared once: the chat model (:mod:`mewdex.assistant.agent`) and the
 MCP server (:mod:`mewdex.mcp_server`) are both built from :data:`CATALOGUE`.
 
-A :class:`Tool` is a name, a description, a pydantic arguments model (defaults and bounds live
-there and nowhere else), its access (``read`` or ``write``: MCP asks the token for that scope),
-where it is offered (``surfaces``), an output model (MCP's structured output) and a handler
-``handler(context, args)`` over :mod:`mewdex.assistant.tools`. :func:`call` validates the
-arguments, runs the handler in the context's scope and turns every expected failure into a
-:class:`ToolFailure` (``code``, ``message``) that each surface reports as a tool error.
+A :class:`Tool` is a name, a description, a pydantic arguments model (both surfaces take their
+schema, defaults and bounds from it), its access (``read`` or ``write``: MCP asks the token for
+that scope), where it is offered (``surfaces``), an output model (MCP's structured output) and a
+handler ``handler(context, args)`` over :mod:`mewdex.assistant.tools`. :func:`find` picks a tool
+by name for a surface; :func:`call` validates the arguments, runs the handler in the context's
+scope and turns every expected failure into a :class:`ToolFailure` (``code``, ``message``) that
+each surface reports as a tool error (never an exception to the chat model).
 """
 
 from __future__ import annotations
