@@ -211,7 +211,7 @@ CATALOGUE: tuple[Tool, ...] = (
     Tool(
         "search_memes",
         "Search the user's memes by what they should express, in any language (\"I don't believe a "
-        'word", "摸鱼"). Returns id, display_name, snippet (text in the image), score and '
+        'word", "monday morning"). Returns id, display_name, snippet (text in the image), score and '
         "confidence (high, medium, low), best first.",
         SearchMemesArgs,
         "read",
