@@ -1,29 +1,16 @@
-"""The adapter contract of a channel and the registry of adapters (see the package docstring).
+"""The adapter contract of a channel (see the package docstring) and the types it speaks:
+:class:`MemeFile`, :class:`Binding`, :class:`Inbound`, :class:`Sent`, :class:`DeliveryFailed`.
 
-An adapter is registered once, at import of its module, with :func:`register_adapter`; the
-framework finds it by name with :func:`adapter`. :data:`ADAPTER_MODULES` lists the built-in
-adapter modules (imported by :func:`load_adapters`, which every entry point's task-type loading
-triggers through :mod:`mewdex.channels.delivery`).
+Adapters are registered and found by name in :mod:`mewdex.channels.registry`
+(``register_adapter``, ``adapter``), which also declares which channels exist.
 """
 
 from __future__ import annotations
 
-import importlib
 import io
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
-
-from mewdex.channels.errors import ChannelError
-
-# Built-in adapter modules; a new channel adds its module here (one line) — nothing else changes.
-ADAPTER_MODULES = (
-    "mewdex.channels.telegram",
-    "mewdex.channels.webhook",
-    "mewdex.channels.onebot",
-    "mewdex.channels.wecom",
-    "mewdex.channels.clawbot",
-)
 
 
 @dataclass(frozen=True)
@@ -195,37 +182,9 @@ class ChannelAdapter(Protocol):
         ...
 
 
-ADAPTERS: dict[str, ChannelAdapter] = {}
-
 #: The id of the delivery being sent, while an adapter's ``send_*`` runs (None otherwise): a stable
 #: idempotency key for platforms that take one (the same on every retry of that delivery).
 current_delivery: ContextVar[str | None] = ContextVar("current_delivery", default=None)
-
-
-def register_adapter(instance: ChannelAdapter) -> ChannelAdapter:
-    """Register ``instance`` under ``instance.name`` (a module does this once, at import)."""
-    ADAPTERS[instance.name] = instance
-    return instance
-
-
-def load_adapters() -> None:
-    """Import the built-in adapter modules that exist (a module another branch has not added yet is skipped)."""
-    for module in ADAPTER_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-
-
-def adapter(name: str) -> ChannelAdapter:
-    """The adapter of ``name``; ``ChannelError("channel_unknown")`` (404) otherwise."""
-    if name not in ADAPTERS:
-        load_adapters()
-    found = ADAPTERS.get(name)
-    if found is None:
-        raise ChannelError("channel_unknown", f"no channel named {name!r}")
-    return found
 
 
 def addressed(inbound: Inbound, prefixes: tuple[str, ...] = ("/",)) -> bool:

@@ -17,8 +17,9 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from mewdex.assistant import conversations
-from mewdex.channels.base import Binding, adapter
+from mewdex.channels.base import Binding
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.registry import adapter
 from mewdex.db.models import ChannelBindCode, ChannelBinding, ChannelDelivery, Conversation, ScopeContext, utcnow
 from mewdex.providers import sealed_fields, secrets
 
@@ -59,6 +60,34 @@ def view(row: ChannelBinding) -> Binding:
         identity=row.identity,
         config=open_config(row.scope_id, row.channel, row.config or {}),
     )
+
+
+def api_view(row: ChannelBinding) -> dict[str, Any]:
+    """``row`` as the API shows it (``dto.channels.ChannelBinding``): its config without the
+    adapter's secret fields and without nested objects."""
+    from mewdex.channels.registry import ADAPTERS
+
+    secret = set(ADAPTERS[row.channel].secret_fields) if row.channel in ADAPTERS else set()
+    config = {k: v for k, v in (row.config or {}).items() if k not in secret and not isinstance(v, dict)}
+    return {
+        "channel": row.channel,
+        "status": row.status,
+        "identity": row.identity,
+        "config": config,
+        "conversation_id": config.get("chat_task_id"),
+        "created_at": row.created_at.isoformat(),
+        "updated_at": row.updated_at.isoformat(),
+        "revoked_at": row.revoked_at.isoformat() if row.revoked_at is not None else None,
+    }
+
+
+def owner_user_id(session: Session, scope_id: str) -> UUID | None:
+    """The id of the account whose personal scope is ``scope_id`` (None for single-user mode's local
+    scope): the ``user_id`` a binding made by a signed-in caller records."""
+    from mewdex.platform import owners
+
+    owner = owners.user_for_scope(session, scope_id)
+    return owner.user_id if owner is not None else None
 
 
 def get(session: Session, scope_id: str, channel: str, *, lock: bool = False) -> ChannelBinding | None:

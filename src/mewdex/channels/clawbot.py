@@ -56,8 +56,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings
-from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, register_adapter
+from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.registry import Channel, register_adapter
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelBinding
@@ -618,3 +619,6 @@ class ClawBotAdapter:
 
 
 register_adapter(ClawBotAdapter())
+
+
+CHANNEL = Channel(name=NAME, modules=(__name__,), errors={"clawbot_session_expired": 502})

@@ -29,8 +29,9 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings
-from mewdex.channels.base import DeliveryFailed, MemeFile, adapter, current_delivery
+from mewdex.channels.base import DeliveryFailed, MemeFile, current_delivery
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.registry import adapter
 from mewdex.config import get_settings
 from mewdex.db.models import ChannelDelivery, Meme, ScopeContext, Task, utcnow
 from mewdex.db.scopes import ensure_scope, storage_namespace

@@ -29,8 +29,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.assistant import chat
 from mewdex.assistant.retrieval import language
 from mewdex.channels import bindings, delivery
-from mewdex.channels.base import Inbound, adapter, addressed
+from mewdex.channels.base import Inbound, addressed
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.registry import adapter
 from mewdex.config import get_settings
 from mewdex.db.models import ChannelBinding, ScopeContext, Task
 from mewdex.db.scopes import ensure_scope

@@ -44,8 +44,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings
-from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, register_adapter
+from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.registry import Channel, register_adapter
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelBinding, Meme
 from mewdex.dto.i18n import translate
@@ -789,6 +790,10 @@ class OneBotAdapter:
     def fetch_image(self, ref: str) -> bytes:
         return fetch("GET", ref, content_types=("image/",), max_bytes=20 * 1024 * 1024).content
 
+    def owner_gone(self, session: Session, scope_id: str) -> None:
+        """The owner was disabled or deleted: close their sockets (:func:`hang_up`)."""
+        hang_up(session, scope_id)
+
     def _send(self, binding: Binding | None, target: str, meme: MemeFile | None, text: str | None) -> Sent:
         http = binding is not None and binding.config.get("mode") == "http"
         if binding is None or not binding.identity or not (http or binding.config.get("connected")):
@@ -817,3 +822,6 @@ class OneBotAdapter:
 
 
 register_adapter(OneBotAdapter())
+
+
+CHANNEL = Channel(name=NAME, modules=(__name__,), errors={"onebot_not_connected": 503})

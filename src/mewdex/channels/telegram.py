@@ -38,9 +38,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings, inbound, state
-from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, register_adapter
+from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent
 from mewdex.channels.delivery import LANE
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.registry import Channel, register_adapter
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Meme, ScopeContext
@@ -254,6 +255,17 @@ class TelegramAdapter:
 
     def configured(self) -> bool:
         return configured_token()[0] is not None
+
+    def status(self) -> dict[str, Any]:
+        """The Channels page's entry: ``configured``, ``mode`` (``webhook`` with a public URL, else
+        ``polling``), ``token_source`` and ``token_hint`` (never the token)."""
+        token = token_status()
+        return {
+            "configured": token["configured"],
+            "mode": "webhook" if get_settings().public_url else "polling",
+            "token_source": token["source"],
+            "token_hint": token["hint"],
+        }
 
     def target_of(self, binding: Binding) -> str:
         return str(binding.config.get("chat_id") or binding.identity)
@@ -573,3 +585,6 @@ def link(session: Session, sessions: sessionmaker[Session], *, scope_id: str, us
     username = bot_username(sessions)
     code = bindings.new_bind_code(session, scope_id=scope_id, user_id=user_id, channel=NAME)
     return {"url": f"https://t.me/{username}?start={code}", "code": code}
+
+
+CHANNEL = Channel(name=NAME, modules=(__name__,))

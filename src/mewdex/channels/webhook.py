@@ -28,8 +28,9 @@ from uuid import UUID
 from sqlalchemy.orm import Session
 
 from mewdex.channels import bindings
-from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, current_delivery, register_adapter
+from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, current_delivery
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.registry import Channel, register_adapter
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelDelivery, User
@@ -154,3 +155,6 @@ def connect(session: Session, *, scope_id: str, user_id: UUID | None, url: str) 
         config={"url": config["url"], "secret": secret},
     )
     return row, secret
+
+
+CHANNEL = Channel(name=NAME, modules=(__name__,))

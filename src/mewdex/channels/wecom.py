@@ -44,8 +44,9 @@ from uuid import UUID
 from sqlalchemy.orm import Session
 
 from mewdex.channels import bindings, state
-from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, register_adapter
+from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.registry import Channel, register_adapter
 from mewdex.channels.wecom_crypto import WeComCryptoError, WXBizMsgCrypt, decode_aes_key
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import utcnow
@@ -516,3 +517,6 @@ class WeComAdapter:
 
 
 register_adapter(WeComAdapter())
+
+
+CHANNEL = Channel(name=NAME, modules=(__name__,), errors={"wecom_ip_not_trusted": 502})

@@ -122,6 +122,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         pwa,
     ):
         app.include_router(module.router)
+    for channel_router in channel_routes.channel_routers():  # each channel package's own (its registry entry)
+        app.include_router(channel_router)
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.
     for path in mcp_http.PATHS:
         app.router.routes.append(Route(path, endpoint=mcp_http, include_in_schema=False))

@@ -27,23 +27,10 @@ class ApiError(DomainError):
 
 
 # The one map from a domain error's code to the HTTP status the API answers with; codes not listed
-# are request faults (422).
+# are request faults (422). The channels' codes are declared by the channel packages
+# (:func:`mewdex.channels.registry.error_statuses`) and merged in by :func:`http_status`.
 STATUS_BY_CODE: dict[str, int] = {
     "not_found": 404,
-    "channel_unknown": 404,
-    "channel_not_bound": 404,
-    "bind_code_invalid": 404,
-    "channel_webhook_secret_invalid": 401,
-    "channel_request_expired": 401,
-    "channel_request_replayed": 409,
-    "channel_owner_disabled": 409,
-    "channel_not_configured": 409,
-    "channel_identity_taken": 409,
-    "channel_window_closed": 409,
-    "channel_platform_error": 502,
-    "wecom_ip_not_trusted": 502,  # WeCom 60020: this server's IP is not in the app's trusted IPs
-    "clawbot_session_expired": 502,  # iLink ret -14: the WeChat login must be scanned again
-    "onebot_not_connected": 503,  # no process holds the QQ bot's reverse WebSocket
     "invalid_credentials": 401,
     "auth_required": 401,
     "invalid_token": 401,
@@ -111,8 +98,13 @@ STATUS_BY_CODE: dict[str, int] = {
 
 
 def http_status(code: str) -> int:
-    """The HTTP status of a domain error code (:data:`STATUS_BY_CODE`; 422 when not listed)."""
-    return STATUS_BY_CODE.get(code, 422)
+    """The HTTP status of a domain error code (:data:`STATUS_BY_CODE`, then the channels' codes;
+    422 when not listed)."""
+    if code in STATUS_BY_CODE:
+        return STATUS_BY_CODE[code]
+    from mewdex.channels.registry import error_statuses
+
+    return error_statuses().get(code, 422)
 
 
 def error_responses(*statuses: int) -> dict:

@@ -9,6 +9,7 @@ Errors: 404 ``channel_unknown`` / ``channel_not_bound``, 409 ``channel_not_confi
 
 from __future__ import annotations
 
+import importlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,15 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Depends, Header, Query, Request
 from sqlalchemy.orm import Session
 
-from mewdex.channels import bindings, delivery, telegram
+from mewdex.channels import bindings, delivery, registry, telegram
 from mewdex.channels import webhook as webhook_channel
-from mewdex.channels.base import ADAPTERS, load_adapters
+from mewdex.channels.registry import WebKit
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
+from mewdex.db.models import ChannelDelivery, ScopeContext
 from mewdex.dto import channels as dto
 from mewdex.platform import owners
-from mewdex.web.deps import current_scope, db_session, require_admin
+from mewdex.web.deps import current_scope, db_session, public_base_url, require_admin
 from mewdex.web.errors import ApiError
 
 router = APIRouter(tags=["channels"])
@@ -35,19 +36,20 @@ def _iso(value) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def binding_view(row: ChannelBinding) -> dict[str, Any]:
-    secret = set(ADAPTERS[row.channel].secret_fields) if row.channel in ADAPTERS else set()
-    config = {k: v for k, v in (row.config or {}).items() if k not in secret and not isinstance(v, dict)}
-    return {
-        "channel": row.channel,
-        "status": row.status,
-        "identity": row.identity,
-        "config": config,
-        "conversation_id": config.get("chat_task_id"),
-        "created_at": row.created_at.isoformat(),
-        "updated_at": row.updated_at.isoformat(),
-        "revoked_at": _iso(row.revoked_at),
-    }
+binding_view = bindings.api_view
+
+
+def web_kit() -> WebKit:
+    """What a channel package's routes get of the web layer (:class:`mewdex.channels.registry.WebKit`)."""
+    return WebKit(
+        db_session=db_session, current_scope=current_scope, require_admin=require_admin, public_base_url=public_base_url
+    )
+
+
+def channel_routers() -> list[APIRouter]:
+    """The routers of the channel packages that have routes (``CHANNEL.routes``), in registry order."""
+    kit = web_kit()
+    return [importlib.import_module(c.routes).router(kit) for c in registry.channels() if c.routes]
 
 
 def delivery_view(d: ChannelDelivery) -> dict[str, Any]:
@@ -74,19 +76,16 @@ def delivery_view(d: ChannelDelivery) -> dict[str, Any]:
 
 
 def channel_infos() -> list[dict[str, Any]]:
-    load_adapters()
+    """The channels of this installation as the Channels page and ``GET /api/v1/channels`` list them:
+    ``name``, ``configured`` and what the adapter's optional ``status()`` adds."""
     infos = []
-    for name, adapter in ADAPTERS.items():
+    for name in (c.name for c in registry.channels()):
+        adapter = registry.ADAPTERS[name]
         configured = getattr(adapter, "configured", None)
         info: dict[str, Any] = {"name": name, "configured": bool(configured()) if configured else True}
-        if name == telegram.NAME:
-            status = telegram.token_status()
-            info.update(
-                configured=status["configured"],
-                mode="webhook" if get_settings().public_url else "polling",
-                token_source=status["source"],
-                token_hint=status["hint"],
-            )
+        status = getattr(adapter, "status", None)
+        if status is not None:
+            info.update(status())
         infos.append(info)
     return infos
 

@@ -1,0 +1,172 @@
+"""What every chat platform call shares: one error, one JSON call, one mapping to a failed delivery,
+one multipart encoder, one inbound image fetch. Every request goes through :mod:`mewdex.egress`.
+
+* :class:`PlatformError`: a failed call. ``code`` is ours (``<channel>_*`` such as
+  ``wecom_ip_not_trusted``, ``channel_window_closed``, :data:`NOT_JSON`, or the ``egress_*`` code of
+  a call that got no answer); ``platform_code`` / ``platform_error`` are the platform's own (an
+  errcode, a ``ret``, a ``retcode``, an HTTP status) and are what the delivery log shows.
+* :func:`call_json`: one request whose answer is JSON. The retry rule, the same for every channel
+  (and for the providers, through :attr:`mewdex.egress.EgressError.retryable`): no answer
+  (``egress_failed``), a timeout (``egress_timeout``, ``egress_deadline``) and an HTTP 5xx are
+  retryable; a refusal (4xx, an address the guard refuses) is not.
+* :func:`failure`: a :class:`PlatformError` as :class:`~mewdex.channels.base.DeliveryFailed`
+  (``egress_*`` → ``channel_unreachable``; the channel's own codes through its map; anything else
+  ``channel_platform_error``).
+* :func:`multipart`: a ``multipart/form-data`` body (fields and files).
+* :func:`fetch_image`: the bytes of an inbound image at a platform's URL.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mewdex.channels.base import DeliveryFailed
+from mewdex.egress import EgressError, fetch
+
+#: ``code`` of an answer that is not JSON (or not the JSON shape asked for)
+NOT_JSON = "platform_not_json"
+#: the largest inbound image :func:`fetch_image` takes by default (bytes)
+IMAGE_MAX_BYTES = 20 * 1024 * 1024
+
+
+class PlatformError(Exception):
+    """A failed platform call (module doc): ``code``, ``message`` (names the platform and the call,
+    never a token), ``platform_code`` (the platform's own code, as it sent it, or None),
+    ``platform_error`` (its text), ``retryable``, ``retry_after`` (seconds the platform asked to wait)."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        platform_code: int | str | None = None,
+        platform_error: str = "",
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ):
+        super().__init__(message)
+        self.code, self.message = code, message
+        self.platform_code, self.platform_error = platform_code, platform_error
+        self.retryable, self.retry_after = retryable or retry_after is not None, retry_after
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A platform's JSON answer: the HTTP ``status``, the parsed ``data`` (a dict; a JSON value of
+    another shape is :data:`NOT_JSON`) and the response ``headers`` (lower-case names)."""
+
+    status: int
+    data: dict[str, Any]
+    headers: Mapping[str, str]
+
+
+def call_json(
+    method: str,
+    url: str,
+    *,
+    platform: str,
+    what: str,
+    error_code: str,
+    headers: dict[str, str] | None = None,
+    json: Any = None,
+    content: bytes | None = None,
+    timeout: float = 15.0,
+    max_bytes: int | None = None,
+    refused: Mapping[int, str] | None = None,
+    errors_in_body: bool = False,
+) -> Answer:
+    """One call whose answer is a JSON object. ``platform`` (``"WeCom"``) and ``what`` (the call's
+    name) word the messages; ``error_code`` is the code of a refusal.
+
+    Raises :class:`PlatformError`: the ``egress_*`` code when there was no answer (retryable per
+    :attr:`EgressError.retryable`); ``refused[status]`` for a status the caller names (401/403: a
+    stale token); ``error_code`` for any other HTTP ≥ 400 (5xx retryable) unless ``errors_in_body``
+    (the platform explains its refusals in a JSON body the caller reads: Telegram); :data:`NOT_JSON`
+    for an answer that is not a JSON object (retryable after a 5xx). ``platform_code`` is the HTTP
+    status in each case that had an answer."""
+    kw: dict[str, Any] = {} if max_bytes is None else {"max_bytes": max_bytes}
+    try:
+        response = fetch(method, url, headers=headers, json=json, content=content, timeout=timeout, **kw)
+    except EgressError as exc:
+        raise PlatformError(exc.code, f"{platform} {what} failed: {exc.message}", retryable=exc.retryable) from None
+    status = response.status
+    if refused and status in refused:
+        raise PlatformError(refused[status], f"{platform} refused {what} ({status})", status)
+    if status >= 400 and not errors_in_body:
+        raise PlatformError(error_code, f"{platform} {what} answered HTTP {status}", status, retryable=status >= 500)
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise PlatformError(
+            NOT_JSON, f"{platform} {what} did not answer a JSON object (HTTP {status})", status, retryable=status >= 500
+        )
+    return Answer(status, data, response.headers)
+
+
+def failure(exc: PlatformError | EgressError, codes: Mapping[str, str] | None = None) -> DeliveryFailed:
+    """``exc`` as the framework's :class:`DeliveryFailed`: ``codes`` maps the channel's own codes to
+    the delivery's (``{"wecom_user_invalid": "channel_blocked"}``; a code mapped to itself stays);
+    ``egress_*`` codes (no answer) become ``channel_unreachable``, ``channel_*`` codes stay, any other
+    ``channel_platform_error``. The platform's code (else ours) and text go to the delivery log."""
+    if isinstance(exc, EgressError):
+        exc = PlatformError(exc.code, exc.message, retryable=exc.retryable)
+    if codes and exc.code in codes:
+        code = codes[exc.code]
+    elif exc.code.startswith("egress_"):
+        code = "channel_unreachable"
+    elif exc.code.startswith("channel_"):
+        code = exc.code
+    else:
+        code = "channel_platform_error"
+    return DeliveryFailed(
+        code,
+        exc.message,
+        platform_code=exc.platform_code if exc.platform_code is not None else exc.code,
+        platform_error=exc.platform_error or exc.message,
+        retry_after=exc.retry_after,
+        retryable=exc.retryable,
+    )
+
+
+def _quoted(value: str) -> str:
+    """A header parameter value without the characters that would end it (quotes, line breaks)."""
+    return value.replace('"', "").replace("\r", "").replace("\n", "")
+
+
+def multipart(
+    fields: Mapping[str, Any] | None = None,
+    files: Mapping[str, tuple[str, bytes, str]] | None = None,
+    *,
+    file_length: bool = False,
+) -> tuple[bytes, str]:
+    """A ``multipart/form-data`` body and its ``content-type`` header value. ``fields``: name →
+    value (a string as it is, anything else as JSON); ``files``: name → ``(file name, bytes,
+    content type)``; ``file_length`` adds ``filelength=<bytes>`` to each file's disposition (WeCom's
+    media upload asks for it)."""
+    boundary = f"mewdex-{uuid.uuid4().hex}"
+    out = bytearray()
+    for name, value in (fields or {}).items():
+        text = value if isinstance(value, str) else _json.dumps(value, ensure_ascii=False)
+        out += f'--{boundary}\r\nContent-Disposition: form-data; name="{_quoted(name)}"\r\n\r\n'.encode()
+        out += text.encode() + b"\r\n"
+    for name, (filename, data, content_type) in (files or {}).items():
+        length = f"; filelength={len(data)}" if file_length else ""
+        out += (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{_quoted(name)}"; '
+            f'filename="{_quoted(filename)}"{length}\r\nContent-Type: {content_type}\r\n\r\n'
+        ).encode()
+        out += data + b"\r\n"
+    out += f"--{boundary}--\r\n".encode()
+    return bytes(out), f"multipart/form-data; boundary={boundary}"
+
+
+def fetch_image(url: str, max_bytes: int = IMAGE_MAX_BYTES) -> bytes:
+    """The bytes of an inbound image at ``url`` (an ``image/*`` answer of at most ``max_bytes``).
+    Raises :class:`~mewdex.egress.EgressError` (the inbound task treats it as an unreadable image)."""
+    return fetch("GET", url, content_types=("image/",), max_bytes=max_bytes).content
