@@ -23,7 +23,7 @@ from fakes.clawbot_server import FakeClawBot
 from fakes.onebot_client import FakeNapCat
 from fakes.telegram_server import FakeTelegram
 from fakes.wecom_server import FakeWeCom, message_callback
-from mewdex.channels.wecom_crypto import WXBizMsgCrypt
+from mewdex.channels.wecom.crypto import WXBizMsgCrypt
 from ui_helpers import DESKTOP, SCREENSHOTS, browser, start_server  # noqa: F401
 
 BOT_QQ, FRIEND = 2900111222, 1900111222

@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from mewdex.channels.wecom_crypto import WXBizMsgCrypt, signature
+from mewdex.channels.wecom.crypto import WXBizMsgCrypt, signature
 
 
 class FakeWeCom:

@@ -236,7 +236,8 @@ def test_restored_library_answers_the_same(library, restored, sessions, store):
 SECRETS_SCRIPT = """
 import hashlib, json, sys
 from sqlalchemy import select
-from mewdex.channels import bindings, webhook
+from mewdex.channels import bindings
+from mewdex.channels.webhook import adapter as webhook
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelBinding, ExternalSystemDefinition
 from mewdex.providers import connectors

@@ -31,8 +31,8 @@ def _telegram(client) -> dict:
 
 
 def test_token_saved_on_the_page_is_sealed_used_at_once_and_the_environment_wins(page_client, sessions, settings_env):
-    from mewdex.channels import telegram
     from mewdex.channels.errors import ChannelError
+    from mewdex.channels.telegram import api as telegram
     from mewdex.providers import secrets
 
     assert _telegram(page_client)["configured"] is False
@@ -110,16 +110,17 @@ def _warnings(html: str) -> dict[str, bool]:
 
 
 def test_guides_are_pages_with_raw_html_escaped_and_a_404_page_without_docs(page_client, monkeypatch, tmp_path):
+    from mewdex.channels import registry
     from mewdex.web.routers import channels
 
-    for name in channels.GUIDES:
+    for name in (c.name for c in registry.channels()):
         page = page_client.get(f"/help/channels/{name}")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), name
         assert 'class="guide"' in page.text and "<h1>" in page.text and "<header" in page.text
     assert "BotFather" in page_client.get("/help/channels/telegram").text
     unknown = page_client.get("/help/channels/../../README")
     assert unknown.status_code == 404
-    nope = page_client.get("/help/channels/discord")
+    nope = page_client.get("/help/channels/myspace")  # no such channel
     assert nope.status_code == 404 and nope.headers["content-type"].startswith("text/html")
     assert "data-guide-missing" in nope.text
 

@@ -1,4 +1,4 @@
-"""The ClawBot protocol layer (``mewdex.channels.clawbot``) against the fake iLink server: QR login,
+"""The ClawBot protocol layer (``mewdex.channels.clawbot.api``) against the fake iLink server: QR login,
 long polling with the cursor, sends within and past the window, the CDN upload with its MD5 check."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from fakes.clawbot_server import FakeClawBot
-from mewdex.channels import clawbot
+from mewdex.channels.clawbot import api as clawbot
+from mewdex.channels.platform import PlatformError
 
 
 @pytest.fixture
@@ -88,13 +89,13 @@ def test_window_quota_and_expiry_are_failed_deliveries(fake):
     message = clawbot.parse_message(fake.user_says(token, "hi"))
     for i in range(10):
         clawbot.send_message(fake.url, token, message.from_user_id, message.context_token, clawbot.text_item(str(i)))
-    with pytest.raises(clawbot.ClawBotError) as err:
+    with pytest.raises(PlatformError) as err:
         clawbot.send_message(fake.url, token, message.from_user_id, message.context_token, clawbot.text_item("11"))
-    assert (err.value.code, err.value.ret) == ("channel_window_closed", -2)
+    assert (err.value.code, err.value.platform_code) == ("channel_window_closed", -2)
     message = clawbot.parse_message(fake.user_says(token, "again"))
     clawbot.send_message(fake.url, token, message.from_user_id, message.context_token, clawbot.text_item("ok"))
     fake.advance(25 * 3600)
-    with pytest.raises(clawbot.ClawBotError) as err:
+    with pytest.raises(PlatformError) as err:
         clawbot.send_message(fake.url, token, message.from_user_id, message.context_token, clawbot.text_item("late"))
     assert err.value.code == "channel_window_closed"
     assert len(fake.sent) == 11
@@ -104,11 +105,11 @@ def test_session_expiry_and_other_rets(fake):
     token = login(fake)["bot_token"]
     message = clawbot.parse_message(fake.user_says(token, "hi"))
     fake.fail_next(-5)
-    with pytest.raises(clawbot.ClawBotError) as err:
+    with pytest.raises(PlatformError) as err:
         clawbot.send_message(fake.url, token, message.from_user_id, message.context_token, clawbot.text_item("x"))
-    assert (err.value.code, err.value.ret) == ("clawbot_send_failed", -5)
+    assert (err.value.code, err.value.platform_code) == ("clawbot_send_failed", -5)
     fake.expire_session(token)
-    with pytest.raises(clawbot.ClawBotError) as err:
+    with pytest.raises(PlatformError) as err:
         clawbot.get_updates(fake.url, token, "0", timeout=2)
     assert err.value.code == "clawbot_session_expired"
 

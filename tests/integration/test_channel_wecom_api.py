@@ -1,4 +1,4 @@
-"""The WeCom protocol layer (``mewdex.channels.wecom``) against the fake WeCom server: tokens,
+"""The WeCom protocol layer (``mewdex.channels.wecom.api``) against the fake WeCom server: tokens,
 uploads, sends, image conversion and WeCom's error codes, over real HTTP through the egress guard."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 
 from fakes.wecom_server import FakeWeCom, message_callback
-from mewdex.channels import wecom
+from mewdex.channels.platform import PlatformError
+from mewdex.channels.wecom import api as wecom
 
 
 @pytest.fixture
@@ -69,10 +70,10 @@ def test_untrusted_ip_is_a_clear_error(fake):
     app = app_of(fake)
     wecom.forget_token(app)
     fake.inject(60020, "not allow to access from your ip, hint: [1700000000_1_2], from ip: 203.0.113.9")
-    with pytest.raises(wecom.WeComError) as err:
+    with pytest.raises(PlatformError) as err:
         wecom.send_text(app, "zhangsan", "hi")
     assert err.value.code == "wecom_ip_not_trusted"
-    assert err.value.errcode == 60020
+    assert err.value.platform_code == 60020
     assert "trusted IPs" in err.value.message
     assert not err.value.retryable
     assert fake.sent == []
@@ -81,20 +82,20 @@ def test_untrusted_ip_is_a_clear_error(fake):
 def test_wrong_secret_and_unknown_member(fake):
     bad = app_of(fake, secret="wrong")
     wecom.forget_token(bad)
-    with pytest.raises(wecom.WeComError) as err:
+    with pytest.raises(PlatformError) as err:
         wecom.send_text(bad, "zhangsan", "hi")
     assert err.value.code == "wecom_credentials_invalid"
     assert "wrong" not in err.value.message
     app = app_of(fake)
-    with pytest.raises(wecom.WeComError) as err:
+    with pytest.raises(PlatformError) as err:
         wecom.send_text(app, "lisi", "hi")
-    assert (err.value.code, err.value.errcode) == ("wecom_user_invalid", 81013)
+    assert (err.value.code, err.value.platform_code) == ("wecom_user_invalid", 81013)
 
 
 def test_busy_is_retryable(fake):
     app = app_of(fake)
     fake.inject(-1, "system busy")
-    with pytest.raises(wecom.WeComError) as err:
+    with pytest.raises(PlatformError) as err:
         wecom.send_text(app, "zhangsan", "hi")
     assert err.value.retryable
 

@@ -37,7 +37,7 @@ def fake(settings_env):
 
 
 def poll(sessions) -> int:
-    from mewdex.channels import clawbot
+    from mewdex.channels.clawbot import inbound as clawbot
 
     return clawbot.poll_once(sessions, 1)
 
@@ -239,7 +239,7 @@ def test_a_long_poll_that_times_out_is_an_empty_batch_and_keeps_the_cursor(fake)
     the error: an unanswered long poll is no news, the cursor unchanged."""
     import time
 
-    from mewdex.channels import clawbot
+    from mewdex.channels.clawbot import api as clawbot
 
     token = "1f2e3d@im.bot:timeout-test"
     fake.tokens[token] = {"bot_id": "1f2e3d@im.bot", "user_id": PERSON, "expired": False}

@@ -239,8 +239,8 @@ def test_the_bot_proves_its_number(sessions, account, other_account, server):  #
     """A number typed in (HTTP mode) or claimed in ``X-Self-ID`` is not an identity until the bot
     proves it; a bot whose login differs from its claim is refused; a proven number held by another
     account is refused with the way to reclaim it."""
-    from mewdex.channels import onebot
     from mewdex.channels.errors import ChannelError
+    from mewdex.channels.onebot import setup as onebot
 
     ws_url = f"ws://{server}/channels/onebot/ws"
     squatter = bind(other_account, mode="http", self_id=str(VICTIM_QQ), api_url="http://127.0.0.1:9")
@@ -295,7 +295,7 @@ def test_http_events_replay_window(sessions, settings_env, account, server):  # 
 
 def test_a_non_ascii_signature_is_a_401(sessions, account, server):  # noqa: F811
     """A crafted ``X-Signature`` with characters outside ASCII is refused (401), not a 500."""
-    from mewdex.channels import onebot
+    from mewdex.channels.onebot import setup as onebot
 
     bound = bind(account, mode="http", self_id=str(BOT_QQ + 3), api_url="http://127.0.0.1:9")
     with sessions.begin() as session:  # as if its first signed event had proven the number

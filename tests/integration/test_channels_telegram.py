@@ -24,7 +24,7 @@ def drain(sessions, acct) -> None:
 
 
 def poll(sessions) -> int:
-    from mewdex.channels import telegram as tg
+    from mewdex.channels.telegram import inbound as tg
 
     return tg.poll_once(sessions, timeout=0)
 
@@ -204,7 +204,7 @@ def test_unbound_sender_gets_how_to_bind_only(sessions, account, telegram):  # n
 def test_groups_answer_only_when_mentioned_or_commanded(sessions, account, telegram):  # noqa: F811
     uid, group = new_user_id(), -new_user_id()
     _bound(sessions, account, uid)
-    from mewdex.channels import telegram as tg
+    from mewdex.channels.telegram import api as tg
 
     tg.bot_username(sessions)
     telegram.user_message(uid, "cat", chat_id=group, chat_type="supergroup")
@@ -253,7 +253,7 @@ def test_inline_mode_offers_cached_memes(sessions, account, telegram, settings_e
 
 
 def test_webhook_mode_registers_the_secret_and_checks_it(sessions, account, telegram, settings_env):  # noqa: F811
-    from mewdex.channels import telegram as tg
+    from mewdex.channels.telegram import inbound as tg
 
     settings_env(MEWDEX_PUBLIC_URL="https://memes.example.org")
     assert tg.ensure_mode(sessions) == "webhook"
@@ -334,7 +334,7 @@ def test_the_fake_pushes_webhooks_with_the_secret_to_a_live_server(sessions, acc
     import uvicorn
 
     from conftest import app_for, wait_until
-    from mewdex.channels import telegram as tg
+    from mewdex.channels.telegram import inbound as tg
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -147,7 +147,7 @@ def test_a_meme_goes_as_a_signed_expiring_link_under_the_public_url(
     one file until it expires; without it a large image is left out rather than inlined."""
     import time
 
-    from mewdex.channels import webhook as channel
+    from mewdex.channels.webhook import adapter as channel
 
     with client_for(account.scope) as client:
         receiver.secret = client.post("/api/v1/channels/webhook", json={"url": receiver.url}).json()["secret"]

@@ -16,7 +16,7 @@ from accounts_helpers import auth_app  # noqa: F401 - fixture
 from channel_helpers import account  # noqa: F401 - fixture
 from conftest import app_for, drain_queue
 from fakes.wecom_server import FakeWeCom, message_callback, verification_query
-from mewdex.channels.wecom_crypto import WXBizMsgCrypt
+from mewdex.channels.wecom.crypto import WXBizMsgCrypt
 from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
 
 SYSTEM = ScopeContext("__system__")
@@ -42,7 +42,7 @@ def client(scope, admin: bool = False):
 @pytest.fixture
 def wecom(settings_env, sessions):
     """The fake WeCom and the app set up through the admin API; yields ``(fake, crypt)``."""
-    from mewdex.channels import wecom as wc
+    from mewdex.channels.wecom import setup as wc
     from mewdex.platform import instance
 
     aes_key = base64.b64encode(os.urandom(32)).decode()[:43]

@@ -41,7 +41,8 @@ def _bind(session, scope_id: str, channel: str, config: dict) -> None:
 def sealed_everywhere(sessions):
     """A scope bound to webhook, OneBot and ClawBot (secrets sealed), the WeCom app configured, and a
     platform connector with an API key; the WeCom setting as it was is put back afterwards."""
-    from mewdex.channels import telegram, wecom
+    from mewdex.channels.telegram import setup as telegram
+    from mewdex.channels.wecom import setup as wecom
     from mewdex.platform import instance
     from mewdex.providers import connectors
 
@@ -86,7 +87,9 @@ def sealed_everywhere(sessions):
 
 
 def _opened(sessions, scope_id: str, definition_id) -> dict[str, str]:
-    from mewdex.channels import bindings, telegram, wecom
+    from mewdex.channels import bindings
+    from mewdex.channels.telegram import setup as telegram
+    from mewdex.channels.wecom import setup as wecom
     from mewdex.providers import connectors
 
     with sessions.begin() as session:
@@ -205,7 +208,8 @@ def test_every_module_that_seals_is_covered_by_the_registry():
 
 def test_sealed_instance_settings_are_registered():
     """The settings that seal members name the keys the registry lists (WeCom app, Telegram token)."""
-    from mewdex.channels import telegram, wecom
+    from mewdex.channels.telegram import setup as telegram
+    from mewdex.channels.wecom import setup as wecom
     from mewdex.providers.sealed_fields import SEALED_SETTINGS
 
     assert SEALED_SETTINGS[wecom.APP_SETTING] == wecom.APP_SECRET_FIELDS

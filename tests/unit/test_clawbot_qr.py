@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import segno
 
-from mewdex.channels.clawbot import qr_svg
+from mewdex.channels.clawbot.setup import qr_svg
 
 
 def test_short_content_still_gives_a_full_qr_code():

@@ -138,10 +138,10 @@ def test_every_literal_key_translated_below_the_web_layer_exists():
 
 def test_what_channels_and_the_assistant_say_comes_from_both_catalogues():
     from mewdex.assistant import agent, retrieval
-    from mewdex.channels import clawbot
-    from mewdex.channels.base import adapter, load_adapters
+    from mewdex.channels.clawbot import adapter as clawbot
+    from mewdex.channels.registry import adapter, load
 
-    load_adapters()
+    load()
     en, zh = i18n.catalogue("en"), i18n.catalogue("zh")
     for name in ("telegram", "onebot", "wecom", "clawbot"):
         assert adapter(name).bind_help("en") == en[f"bot.bind_help.{name}"]

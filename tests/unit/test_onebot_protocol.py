@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 
-from mewdex.channels import onebot
+from mewdex.channels.onebot import inbound as onebot_inbound
+from mewdex.channels.onebot import protocol as onebot
+from mewdex.channels.platform import PlatformError
 
 
 def test_private_and_group_events():
@@ -65,9 +67,9 @@ def test_bearer_token():
 def test_failed_answer_raises():
     import pytest
 
-    with pytest.raises(onebot.OneBotError) as err:
+    with pytest.raises(PlatformError) as err:
         onebot.check_answer({"status": "failed", "retcode": 1404, "message": "不支持的Api"}, "send_x")
-    assert err.value.retcode == 1404 and "1404" in err.value.message
+    assert err.value.platform_code == 1404 and "1404" in err.value.message
     assert onebot.check_answer({"status": "ok", "retcode": 0, "data": {"message_id": 3}}, "x") == {"message_id": 3}
 
 
@@ -75,6 +77,6 @@ def test_an_attached_picture_is_an_inbound_image():
     event = {"post_type": "message", "message_type": "private", "self_id": 10001, "user_id": 42, "message_id": 8,
              "message": [{"type": "image", "data": {"file": "abc.image", "url": "https://multimedia.nt.qq.com.cn/x"}},
                          {"type": "text", "data": {"text": "像这个"}}]}  # fmt: skip
-    inbound = onebot.inbound_of(event)
+    inbound = onebot_inbound.inbound_of(event)
     assert inbound.images == ("https://multimedia.nt.qq.com.cn/x",) and inbound.text == "像这个"
     assert inbound.sender == "10001" and inbound.chat == "private:42"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mewdex.channels.wecom_crypto import WeComCryptoError, WXBizMsgCrypt, signature
+from mewdex.channels.wecom.crypto import WeComCryptoError, WXBizMsgCrypt, signature
 
 TOKEN, CORP_ID, AES_KEY = "QDG6eK", "wx5823bf96d3bd56c7", "jWmYm7qr5nMoAUwZRjGtBxmz3KA1tkAj3ykkR6q2B2C"
 ECHOSTR = "P9nAzCzyDtyTWESHep1vC5X9xho/qYX3Zpb4yKa9SKld1DsH3Iyt3tP3zNdtp+4RPcs8TgAE7OaBO+FZXvnaqQ=="

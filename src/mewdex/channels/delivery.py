@@ -28,9 +28,10 @@ from uuid import UUID
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.channels import bindings
+from mewdex.channels import bindings, platform
 from mewdex.channels.base import DeliveryFailed, MemeFile, current_delivery
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.platform import PlatformError
 from mewdex.channels.registry import adapter
 from mewdex.config import get_settings
 from mewdex.db.models import ChannelDelivery, Meme, ScopeContext, Task, utcnow
@@ -371,10 +372,10 @@ def deliver(ctx: TaskContext) -> dict[str, Any]:
             sent = channel.send_meme(job["binding"], job["target"], job["meme"], job["text"])
         else:
             sent = channel.send_text(job["binding"], job["target"], job["text"] or "")
-    except EgressError as exc:
-        failure = DeliveryFailed("channel_unreachable", exc.message, platform_code=exc.code, retryable=True)
-        _record_failure(ctx.sessions, delivery_id, failure)
-        raise TaskError(failure.code, failure.message, retryable=True) from None
+    except (EgressError, PlatformError) as exc:  # not mapped by the adapter: the shared rule (channels.platform)
+        failed = platform.failure(exc)
+        _record_failure(ctx.sessions, delivery_id, failed)
+        raise TaskError(failed.code, failed.message, retryable=failed.retryable) from None
     except DeliveryFailed as exc:
         _record_failure(ctx.sessions, delivery_id, exc)
         raise TaskError(exc.code, exc.message, retryable=exc.retryable) from None

@@ -29,8 +29,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.assistant import chat
 from mewdex.assistant.retrieval import language
 from mewdex.channels import bindings, delivery
-from mewdex.channels.base import Inbound, addressed
+from mewdex.channels.base import DeliveryFailed, Inbound, addressed
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.platform import PlatformError
 from mewdex.channels.registry import adapter
 from mewdex.config import get_settings
 from mewdex.db.models import ChannelBinding, ScopeContext, Task
@@ -157,7 +158,7 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
     if inbound.images:
         try:
             image = channel.fetch_image(inbound.images[0])
-        except (EgressError, DomainError) as exc:
+        except (EgressError, PlatformError, DeliveryFailed, DomainError) as exc:
             log.warning("%s: an inbound image could not be fetched (%s)", inbound.channel, getattr(exc, "code", exc))
     if not inbound.text.strip() and image is None:
         return {"outcome": "ignored"}

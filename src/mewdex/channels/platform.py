@@ -84,8 +84,8 @@ def call_json(
 
     Raises :class:`PlatformError`: the ``egress_*`` code when there was no answer (retryable per
     :attr:`EgressError.retryable`); ``refused[status]`` for a status the caller names (401/403: a
-    stale token); ``error_code`` for any other HTTP ≥ 400 (5xx retryable) unless ``errors_in_body``
-    (the platform explains its refusals in a JSON body the caller reads: Telegram); :data:`NOT_JSON`
+    stale token); ``error_code`` for an HTTP 5xx (retryable) and for any other HTTP ≥ 400 unless
+    ``errors_in_body`` (the platform explains a refusal in a JSON body the caller reads); :data:`NOT_JSON`
     for an answer that is not a JSON object (retryable after a 5xx). ``platform_code`` is the HTTP
     status in each case that had an answer."""
     kw: dict[str, Any] = {} if max_bytes is None else {"max_bytes": max_bytes}
@@ -96,7 +96,7 @@ def call_json(
     status = response.status
     if refused and status in refused:
         raise PlatformError(refused[status], f"{platform} refused {what} ({status})", status)
-    if status >= 400 and not errors_in_body:
+    if status >= 500 or (status >= 400 and not errors_in_body):
         raise PlatformError(error_code, f"{platform} {what} answered HTTP {status}", status, retryable=status >= 500)
     try:
         data = response.json()
@@ -166,7 +166,14 @@ def multipart(
     return bytes(out), f"multipart/form-data; boundary={boundary}"
 
 
-def fetch_image(url: str, max_bytes: int = IMAGE_MAX_BYTES) -> bytes:
-    """The bytes of an inbound image at ``url`` (an ``image/*`` answer of at most ``max_bytes``).
-    Raises :class:`~mewdex.egress.EgressError` (the inbound task treats it as an unreadable image)."""
-    return fetch("GET", url, content_types=("image/",), max_bytes=max_bytes).content
+def fetch_image(
+    url: str, max_bytes: int = IMAGE_MAX_BYTES, *, content_types: tuple[str, ...] | None = ("image/",)
+) -> bytes:
+    """The bytes of an inbound image at ``url``: a 200 answer of at most ``max_bytes``, of one of
+    ``content_types`` (None: any; Telegram serves files as ``application/octet-stream``). Raises
+    :class:`~mewdex.egress.EgressError`, or :class:`PlatformError` ``platform_download_failed`` for
+    another status (the inbound task then answers without the image)."""
+    response = fetch("GET", url, content_types=content_types, max_bytes=max_bytes)
+    if response.status != 200:
+        raise PlatformError("platform_download_failed", f"the image download answered HTTP {response.status}")
+    return response.content

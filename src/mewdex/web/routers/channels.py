@@ -1,6 +1,8 @@
-"""Channels (issue 17): ``/api/v1/channels`` (bindings, the Telegram link, the webhook channel, the
-delivery log, revoke) and the platforms' inbound endpoints under ``/channels/`` (no session: each
-checks its platform's secret).
+"""Channels (issue 17), the routes every channel shares: ``/api/v1/channels`` (bindings and the
+channels offered, the delivery log, revoke), the set-up guides and the Channels page; and
+:func:`channel_routers`, which builds each channel package's own routes (set-up under
+``/api/v1/channels/<name>/…``, the platform's inbound endpoints under ``/channels/<name>/…``) from
+the registry (:mod:`mewdex.channels.registry`). No channel is named here.
 
 Errors: 404 ``channel_unknown`` / ``channel_not_bound``, 409 ``channel_not_configured`` /
 ``channel_identity_taken``, 422 ``channel_config_invalid``, 401 ``channel_webhook_secret_invalid``,
@@ -15,28 +17,21 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.orm import Session
 
-from mewdex.channels import bindings, delivery, registry, telegram
-from mewdex.channels import webhook as webhook_channel
+from mewdex.channels import bindings, delivery, registry
 from mewdex.channels.registry import WebKit
 from mewdex.config import get_settings
-from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelDelivery, ScopeContext
 from mewdex.dto import channels as dto
-from mewdex.platform import owners
 from mewdex.web.deps import current_scope, db_session, public_base_url, require_admin
-from mewdex.web.errors import ApiError
 
 router = APIRouter(tags=["channels"])
 
 
 def _iso(value) -> str | None:
     return value.isoformat() if value is not None else None
-
-
-binding_view = bindings.api_view
 
 
 def web_kit() -> WebKit:
@@ -90,16 +85,11 @@ def channel_infos() -> list[dict[str, Any]]:
     return infos
 
 
-def _user_id(session: Session, scope: ScopeContext):
-    owner = owners.user_for_scope(session, scope.scope_id)
-    return owner.user_id if owner is not None else None
-
-
 @router.get("/api/v1/channels", response_model=dto.ChannelList)
 def list_channels(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """The caller's bindings (active and revoked) and the channels this installation offers."""
     return {
-        "bindings": [binding_view(b) for b in bindings.list_bindings(session, scope.scope_id)],
+        "bindings": [bindings.api_view(b) for b in bindings.list_bindings(session, scope.scope_id)],
         "channels": channel_infos(),
     }
 
@@ -116,22 +106,6 @@ def channel_deliveries(
     return {"deliveries": [delivery_view(d) for d in rows]}
 
 
-@router.post("/api/v1/channels/telegram/link", response_model=dto.TelegramLink)
-def telegram_link(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
-    """A one-time deep link ``https://t.me/<bot>?start=<code>``: the chat that opens it (Start) is bound."""
-    return telegram.link(session, get_sessionmaker(), scope_id=scope.scope_id, user_id=_user_id(session, scope))
-
-
-@router.put("/api/v1/channels/telegram/token", response_model=dto.TelegramTokenStatus)
-def telegram_token_set(
-    body: dto.TelegramTokenSet, session: Session = Depends(db_session), _admin=Depends(require_admin)
-):
-    """Save the installation's bot token (admin; sealed; empty removes it). It is used at once, without
-    a restart; ``MEWDEX_TELEGRAM_BOT_TOKEN``, when set, still wins (``source: environment``).
-    422 ``channel_config_invalid`` for a value that is not a bot token."""
-    return telegram.set_stored_token(session, body.token)
-
-
 def public_url_loopback() -> bool:
     """Whether the URL platforms would call back is this machine only (``MEWDEX_PUBLIC_URL`` unset, or
     naming 127.0.0.1 / localhost / ::1): WeCom and Telegram's webhook mode cannot reach it."""
@@ -139,46 +113,15 @@ def public_url_loopback() -> bool:
     return host in ("", "localhost", "::1") or host.startswith("127.") or host.endswith(".localhost")
 
 
-@router.post("/api/v1/channels/webhook", response_model=dto.WebhookCreated, status_code=201)
-def channel_webhook_create(
-    body: dto.WebhookCreate, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
-):
-    """Bind (or re-bind) the webhook channel to ``url`` with a new signing secret, shown this once."""
-    row, secret = webhook_channel.connect(
-        session, scope_id=scope.scope_id, user_id=_user_id(session, scope), url=body.url
-    )
-    return {"binding": binding_view(row), "secret": secret}
-
-
 @router.delete("/api/v1/channels/{channel}", response_model=dto.ChannelBinding)
 def channel_revoke(channel: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Revoke at once: inbound from that chat is treated as unbound, queued deliveries are cancelled."""
-    return binding_view(bindings.revoke(session, scope.scope_id, channel))
-
-
-@router.post("/channels/telegram/webhook", include_in_schema=False)
-async def telegram_webhook(
-    request: Request,
-    secret: str | None = Header(None, alias=telegram.SECRET_HEADER),
-):
-    """Telegram's updates (webhook mode): the secret header is checked, the update queued, 200 at once."""
-    try:
-        update = await request.json()
-    except ValueError:
-        raise ApiError(422, "invalid_request", "the body is not JSON") from None
-
-    def work() -> str:
-        with get_sessionmaker().begin() as session:
-            return telegram.accept_webhook(session, secret, update)
-
-    from fastapi.concurrency import run_in_threadpool
-
-    return {"ok": True, "queued": await run_in_threadpool(work)}
+    return bindings.api_view(bindings.revoke(session, scope.scope_id, channel))
 
 
 # ------------------------------------------------------------------ the guides
 
-GUIDES = ("telegram", "onebot", "wecom", "clawbot", "webhook")
+GUIDE_CACHE = 16  # guides kept rendered (one per channel)
 
 
 def guides_dir() -> Path:
@@ -188,7 +131,7 @@ def guides_dir() -> Path:
     return Path(mewdex.__file__).resolve().parent.parent.parent / "docs" / "channels"
 
 
-@lru_cache(maxsize=len(GUIDES))
+@lru_cache(maxsize=GUIDE_CACHE)
 def _guide_html(path: Path, mtime: float) -> tuple[str, str]:
     """``(title, body HTML)`` of one guide: CommonMark + tables, raw HTML in the markdown escaped
     (``html`` off), links to a sibling ``x.md`` pointed at its page."""
@@ -221,9 +164,10 @@ def channel_guide(name: str, request: Request, _scope: ScopeContext = Depends(cu
 
     from mewdex.web.routers.pages import render
 
+    known = name in {c.name for c in registry.channels()}
     path = guides_dir() / f"{name}.md"
-    if name not in GUIDES or not path.is_file():
-        missing = name in GUIDES
+    if not known or not path.is_file():
+        missing = known
         return render(request, "guide_missing.html", {"page": "channels", "name": name, "missing": missing}, 404)
     title, body = _guide_html(path, path.stat().st_mtime)
     return render(request, "guide.html", {"page": "channels", "name": name, "title": title, "body": Markup(body)})
@@ -247,7 +191,7 @@ def channels_page(
     log = delivery.list_deliveries(session, scope.scope_id, limit=50)
     ids = {d.meme_id for d in log if d.meme_id}
     names = dict(session.execute(select(Meme.id, Meme.display_name).where(Meme.id.in_(ids))).all()) if ids else {}
-    by_channel = {b.channel: binding_view(b) for b in rows}
+    by_channel = {b.channel: bindings.api_view(b) for b in rows}
     return render(
         request,
         "channels.html",
@@ -255,7 +199,7 @@ def channels_page(
             "page": "channels",
             "channels": channel_infos(),
             "bindings": by_channel,
-            "linked": [binding_view(b) for b in rows if b.status == "active"],
+            "linked": [bindings.api_view(b) for b in rows if b.status == "active"],
             "public_url": get_settings().public_url,
             "loopback": public_url_loopback(),
             "deliveries": [{**delivery_view(d), "meme_name": names.get(d.meme_id)} for d in log],

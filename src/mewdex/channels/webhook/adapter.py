@@ -1,21 +1,5 @@
-"""The webhook channel: memes (and texts) POSTed to a URL the user gives, signed per Standard
-Webhooks by :mod:`mewdex.providers.webhook` (its ``sign``/``send``; each call is audited there).
-
-Binding: :func:`connect` checks the URL (http(s), no credentials, the egress guard), makes a
-``whsec_`` secret (sealed in the binding's config; shown once, by the answer that made it) and binds
-the scope. Outbound only: no identity, no inbound.
-
-Events: ``channel.meme`` ``{"meme_id", "display_name", "sha256", "extension", "caption", "image_url",
-"image_expires_at"}`` and ``channel.text`` ``{"text"}``; the body's ``timestamp`` is when the
-delivery was queued (ISO 8601 UTC; the same on every retry). The image travels as a link, not in
-the payload (Standard Webhooks advises small bodies): ``image_url`` is a signed, expiring
-``{MEWDEX_PUBLIC_URL}/media/{id}?exp=…&sig=…`` (:mod:`mewdex.platform.media_urls`, valid
-``MEWDEX_MEDIA_URL_TTL_SECONDS``, for the binding's owner; dies with a password change or a
-disabled account). Without ``MEWDEX_PUBLIC_URL`` there is no address to link to: an image of at
-most :data:`INLINE_IMAGE_BYTES` goes inline as ``image_base64``, a larger one is left out
-(``image_omitted: "public_url_missing"``; ``meme_id`` and ``sha256`` still name it). A non-2xx
-answer is a failed delivery with the status as the platform code (5xx and no answer are retried).
-"""
+"""The webhook channel's adapter: a meme or a text as a signed Standard Webhooks POST (see the
+package doc)."""
 
 from __future__ import annotations
 
@@ -25,23 +9,18 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 from uuid import UUID
 
-from sqlalchemy.orm import Session
-
-from mewdex.channels import bindings
 from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, current_delivery
 from mewdex.channels.errors import ChannelError
-from mewdex.channels.registry import Channel, register_adapter
+from mewdex.channels.registry import register_adapter
+from mewdex.channels.webhook import NAME
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ChannelDelivery, User
-from mewdex.egress import EgressError, check_url
 from mewdex.platform import media_urls
-from mewdex.providers import connectors
 from mewdex.providers import webhook as signed
 from mewdex.providers.connectors import Connection
 from mewdex.providers.errors import ProviderError
 
-NAME = "webhook"
 #: the largest image sent inline (base64) when there is no public URL to link to
 INLINE_IMAGE_BYTES = 256 * 1024
 
@@ -132,29 +111,3 @@ def _image_fields(binding: Binding | None, meme: MemeFile) -> dict[str, Any]:
 
 
 ADAPTER = register_adapter(WebhookAdapter())
-
-
-def connect(session: Session, *, scope_id: str, user_id: UUID | None, url: str) -> tuple[Any, str]:
-    """Bind the scope's webhook to ``url`` with a new secret; ``(binding row, secret)`` — the only
-    time the secret is shown. Raises ``ChannelError`` ``channel_config_invalid`` (422) for a URL that
-    is not http(s), has credentials, or that the egress guard refuses."""
-    try:
-        config = connectors.provider_spec(signed.PROVIDER).validate_config({"url": url})
-        check_url(config["url"])
-    except ProviderError as exc:
-        raise ChannelError("channel_config_invalid", exc.message) from None
-    except EgressError as exc:
-        raise ChannelError("channel_config_invalid", exc.message, {"egress": exc.code}) from None
-    secret = signed.new_secret()
-    row = bindings.bind(
-        session,
-        scope_id=scope_id,
-        user_id=user_id,
-        channel=NAME,
-        identity=None,
-        config={"url": config["url"], "secret": secret},
-    )
-    return row, secret
-
-
-CHANNEL = Channel(name=NAME, modules=(__name__,))

@@ -1,0 +1,282 @@
+"""Telegram's inbound: updates by webhook (:func:`accept_webhook`) or long polling (the
+``telegram_polling`` task, :func:`poll_once`), parsed into the framework's :class:`Inbound`
+(:func:`parse_message`), and inline queries (``@bot 无语``: the ``telegram_inline`` task)."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from mewdex.channels import bindings, inbound, state
+from mewdex.channels.base import DeliveryFailed, Inbound, MemeFile
+from mewdex.channels.delivery import LANE
+from mewdex.channels.errors import ChannelError
+from mewdex.channels.telegram import NAME
+from mewdex.channels.telegram.api import (
+    PHOTO_EXTENSIONS,
+    _file_id,
+    bot_id,
+    bot_username,
+    call,
+    configured_token,
+    send_file,
+    webhook_secret,
+)
+from mewdex.config import get_settings
+from mewdex.db.models import Meme, ScopeContext
+from mewdex.dto.i18n import translate
+from mewdex.platform import owners
+from mewdex.queue import registry
+from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, register_lane, task_type
+from mewdex.queue.scheduler import Schedule
+
+log = logging.getLogger(__name__)
+POLL_LANE = "channel_poll"
+WEBHOOK_PATH = "/channels/telegram/webhook"
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+INLINE_MAX = 50
+INLINE_UPLOADS_PER_QUERY = 10
+ALLOWED_UPDATES = ["message", "inline_query"]
+
+register_lane(Lane(POLL_LANE, concurrency=lambda: 1, listed=False))
+
+
+def parse_message(message: dict[str, Any], username: str | None) -> Inbound | None:
+    """An :class:`Inbound` from a Bot API ``Message`` (None for what mewdex does not answer: no sender)."""
+    sender = (message.get("from") or {}).get("id")
+    chat = message.get("chat") or {}
+    if sender is None or chat.get("id") is None:
+        return None
+    text = str(message.get("text") or message.get("caption") or "")
+    is_group = chat.get("type") in ("group", "supergroup")
+    mention = f"@{username}" if username else None
+    mentioned = bool(mention and mention.lower() in text.lower())
+    reply_to = (message.get("reply_to_message") or {}).get("from") or {}
+    if reply_to.get("is_bot") and username and reply_to.get("username") == username:
+        mentioned = True
+    bind_code = None
+    stripped = text.strip()
+    if stripped.startswith("/"):
+        command, _, rest = stripped.partition(" ")
+        name, _, addressed_to = command[1:].partition("@")
+        if addressed_to and username and addressed_to.lower() != username.lower():
+            return None  # a command for another bot in the group
+        if name == "start" and rest.strip():
+            bind_code = rest.strip()[:64]
+        text = rest.strip() if name != "start" else ""
+        mentioned = True
+    if mention:
+        text = " ".join(text.replace(mention, " ").replace(mention.lower(), " ").split())
+    photos = message.get("photo") or []
+    images = (photos[-1]["file_id"],) if photos else ()
+    return Inbound(
+        channel=NAME,
+        sender=str(sender),
+        chat=str(chat["id"]),
+        text=text,
+        images=images,
+        is_group=is_group,
+        mentioned=mentioned,
+        bind_code=bind_code,
+        message_id=str(message.get("message_id")) if message.get("message_id") is not None else None,
+    )
+
+
+def dispatch(session: Session, update: dict[str, Any], username: str | None) -> str:
+    """Queue what ``update`` asks for (an inbound message or an inline query) in the caller's
+    transaction; returns what it was (``message``, ``inline_query``, ``ignored``)."""
+    if isinstance(update.get("inline_query"), dict):
+        query = update["inline_query"]
+        registry.submit(
+            session,
+            scope_id=_ensure_system_scope(session),
+            task_type="telegram_inline",
+            payload={"inline_query": query},
+            dedupe_key=f"telegram-inline:{query.get('id')}",
+        )
+        return "inline_query"
+    message = update.get("message")
+    if isinstance(message, dict):
+        parsed = parse_message(message, username)
+        if parsed is not None:
+            inbound.submit(session, parsed)
+            return "message"
+    return "ignored"
+
+
+def _ensure_system_scope(session: Session) -> str:
+    from mewdex.channels.delivery import UNBOUND_SCOPE
+    from mewdex.db.scopes import ensure_scope
+
+    ensure_scope(session, ScopeContext(UNBOUND_SCOPE))
+    return UNBOUND_SCOPE
+
+
+def accept_webhook(session: Session, secret: str | None, update: Any) -> str:
+    """The webhook route's work: check the secret header (constant time), queue the update.
+    Raises ``ChannelError`` ``channel_not_configured`` / ``channel_webhook_secret_invalid`` (401)."""
+    expected = webhook_secret()
+    if not secret or not hmac.compare_digest(secret.encode(), expected.encode()):
+        raise ChannelError("channel_webhook_secret_invalid", "wrong or missing X-Telegram-Bot-Api-Secret-Token")
+    if not isinstance(update, dict):
+        raise ChannelError("invalid_request", "an update is a JSON object")
+    username = state.bot(session, NAME, bot_id()).username
+    return dispatch(session, update, username)
+
+
+def poll_once(sessions: sessionmaker[Session], timeout: int = 0) -> int:
+    """One ``getUpdates`` from the stored offset (waiting up to ``timeout`` s); the updates are
+    queued and the offset advanced in one transaction. Returns how many updates came."""
+    username = bot_username(sessions)
+    with sessions.begin() as session:
+        offset = state.bot(session, NAME, bot_id()).update_offset
+    updates = call(
+        "getUpdates",
+        {"offset": offset, "timeout": timeout, "allowed_updates": ALLOWED_UPDATES},
+        timeout=timeout + 15,
+    )
+    if not updates:
+        return 0
+    with sessions.begin() as session:
+        row = state.bot(session, NAME, bot_id(), lock=True)
+        for update in updates:
+            if int(update.get("update_id", -1)) >= row.update_offset:
+                dispatch(session, update, username)
+        row.update_offset = max(row.update_offset, max(int(u.get("update_id", 0)) for u in updates) + 1)
+    return len(updates)
+
+
+def ensure_mode(sessions: sessionmaker[Session]) -> str:
+    """``webhook`` (``MEWDEX_PUBLIC_URL`` set: the webhook is registered with the secret, once per
+    URL) or ``polling`` (a registered webhook is deleted first: Telegram refuses getUpdates while one is set)."""
+    public = (get_settings().public_url or "").rstrip("/")
+    url = f"{public}{WEBHOOK_PATH}" if public else None
+    with sessions.begin() as session:
+        current = state.bot(session, NAME, bot_id()).webhook_url
+    if url and current != url:
+        call(
+            "setWebhook",
+            {"url": url, "secret_token": webhook_secret(), "allowed_updates": ALLOWED_UPDATES},
+        )
+    elif not url and current:
+        call("deleteWebhook", {"drop_pending_updates": False})
+    if current != url:
+        with sessions.begin() as session:
+            state.bot(session, NAME, bot_id(), lock=True).webhook_url = url
+    return "webhook" if url else "polling"
+
+
+@task_type("telegram_polling", lane=POLL_LANE, retry=RetryPolicy(max_attempts=1))
+def telegram_polling(ctx: TaskContext) -> dict[str, Any]:
+    """Keep Telegram's inbound going for :attr:`telegram_poll_seconds`: register the webhook (public
+    URL) or long-poll ``getUpdates``. ``{"mode", "updates"}``; ``{"skipped"}`` without a token."""
+    if configured_token()[0] is None:  # read each run: a token saved on the page starts polling here
+        return {"skipped": "no bot token (Channels page or MEWDEX_TELEGRAM_BOT_TOKEN)"}
+    try:
+        if ensure_mode(ctx.sessions) == "webhook":
+            return {"mode": "webhook", "updates": 0}
+        deadline = time.monotonic() + get_settings().telegram_poll_seconds
+        count = 0
+        while (left := deadline - time.monotonic()) >= 1:
+            count += poll_once(ctx.sessions, timeout=int(min(left, 50)))
+        return {"mode": "polling", "updates": count}
+    except (DeliveryFailed, ChannelError) as exc:
+        log.warning("telegram polling: %s (%s)", exc.code, getattr(exc, "platform_error", None) or exc)
+        return {"mode": "error", "code": exc.code}
+
+
+def schedules() -> list[Schedule]:
+    from mewdex.channels.delivery import UNBOUND_SCOPE
+
+    return [
+        Schedule("telegram_polling", "telegram_polling", lambda: get_settings().telegram_poll_seconds, UNBOUND_SCOPE)
+    ]
+
+
+# ------------------------------------------------------------------ inline mode
+
+
+def _inline_result(meme_id: str, kind: str, file_id: str) -> dict[str, Any]:
+    if kind == "animation":
+        return {"type": "gif", "id": meme_id, "gif_file_id": file_id}
+    return {"type": "photo", "id": meme_id, "photo_file_id": file_id}
+
+
+def _user_lang(update: dict[str, Any]) -> str:
+    """``zh`` when the sender's Telegram app is set to Chinese (``from.language_code``), else ``en``."""
+    code = str((update.get("from") or {}).get("language_code") or "")
+    return "zh" if code.lower().startswith("zh") else "en"
+
+
+def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int:
+    """Answer an inline query (``@bot 无语``) with up to :data:`INLINE_MAX` memes of the sender's
+    library; an unbound sender gets no results and a button that opens the bot (in the language of
+    their Telegram app). Returns how many."""
+    from mewdex.assistant.retrieval import search_ids
+    from mewdex.db.scopes import storage_namespace
+    from mewdex.storage import blob_store
+
+    sender = str((query.get("from") or {}).get("id"))
+    with sessions.begin() as session:
+        row = bindings.find_by_identity(session, NAME, sender)
+        usable = row is not None and not bindings.pending(row) and owners.owner_active(session, row.scope_id)
+        scope_id = row.scope_id if row is not None and usable else None
+    if scope_id is None:  # unbound, not confirmed yet, or a disabled owner's: no library
+        call(
+            "answerInlineQuery",
+            {
+                "inline_query_id": query.get("id"),
+                "results": [],
+                "cache_time": 0,
+                "is_personal": True,
+                "button": {"text": translate(_user_lang(query), "bot.telegram.inline_link"), "start_parameter": "link"},
+            },
+        )
+        return 0
+    _q, hits = search_ids(sessions, ScopeContext(scope_id), str(query.get("query") or "")[:500], n=INLINE_MAX)
+    ids = [UUID(h.id) for h in hits]
+    with sessions.begin() as session:
+        memes = {
+            m.id: m for m in session.execute(select(Meme).where(Meme.id.in_(ids), Meme.scope_id == scope_id)).scalars()
+        }
+        namespace = storage_namespace(session, scope_id)
+    storage_chat = get_settings().telegram_storage_chat_id
+    results, uploads, bid = [], 0, bot_id()
+    for mid in ids:
+        meme = memes.get(mid)
+        if meme is None:
+            continue
+        probe = MemeFile(str(mid), b"", meme.extension.lower(), meme.sha256, meme.display_name)
+        kind = "animation" if probe.animated else ("photo" if probe.extension in PHOTO_EXTENSIONS else "photo_png")
+        file_id = state.cached_file_id(sessions, NAME, bid, meme.sha256, kind)
+        if file_id is None and storage_chat and uploads < INLINE_UPLOADS_PER_QUERY:
+            with blob_store().open(namespace, meme.storage_key) as handle:
+                full = MemeFile(str(mid), handle.read(), probe.extension, meme.sha256, meme.display_name)
+            uploads += 1
+            try:
+                sent = send_file(storage_chat, full, {"disable_notification": True})
+                file_id = _file_id(sent, kind)
+            except DeliveryFailed as exc:
+                log.warning("telegram inline: uploading a meme to the storage chat failed (%s)", exc.code)
+                break
+        if file_id:
+            results.append(_inline_result(str(mid), kind, file_id))
+        if len(results) >= INLINE_MAX:
+            break
+    call(
+        "answerInlineQuery",
+        {"inline_query_id": query.get("id"), "results": results, "cache_time": 300, "is_personal": True},
+    )
+    return len(results)
+
+
+@task_type("telegram_inline", lane=LANE, retry=RetryPolicy(max_attempts=1))
+def telegram_inline(ctx: TaskContext) -> dict[str, Any]:
+    """Answer one queued inline query (:func:`answer_inline`); ``{"results": n}``."""
+    return {"results": answer_inline(ctx.sessions, ctx.payload["inline_query"])}

@@ -1,0 +1,30 @@
+"""The webhook channel's route: ``POST /api/v1/channels/webhook`` binds (or re-binds) the caller's
+webhook to a URL with a new signing secret, shown this once. Imported by the web layer only."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from sqlalchemy.orm import Session
+
+from mewdex.channels import bindings
+from mewdex.channels.registry import WebKit
+from mewdex.channels.webhook import setup
+from mewdex.db.models import ScopeContext
+from mewdex.dto import channels as dto
+
+
+def router(web: WebKit) -> APIRouter:
+    routes = APIRouter(tags=["channels"])
+
+    @routes.post("/api/v1/channels/webhook", response_model=dto.WebhookCreated, status_code=201)
+    def channel_webhook_create(
+        body: dto.WebhookCreate,
+        session: Session = Depends(web.db_session),
+        scope: ScopeContext = Depends(web.current_scope),
+    ):
+        """Bind (or re-bind) the webhook channel to ``url`` with a new signing secret, shown this once."""
+        user_id = bindings.owner_user_id(session, scope.scope_id)
+        row, secret = setup.connect(session, scope_id=scope.scope_id, user_id=user_id, url=body.url)
+        return {"binding": bindings.api_view(row), "secret": secret}
+
+    return routes
