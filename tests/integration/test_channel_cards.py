@@ -135,3 +135,43 @@ def test_guides_are_pages_with_raw_html_escaped_and_a_404_page_without_docs(page
     assert 'href="/help/channels/onebot"' in page.text  # a sibling guide's link points at its page
     missing = page_client.get("/help/channels/telegram")  # not in the (monkeypatched) docs folder
     assert missing.status_code == 404 and "docs/channels" in missing.text
+
+
+def test_a_channel_that_binds_by_a_code_gets_the_generic_card_and_its_code(page_client, scope, sessions, monkeypatch):
+    """A channel package whose adapter says ``binds_by_code`` needs no card or route of its own: the
+    page shows the generic block, ``POST /api/v1/channels/<name>/code`` gives a code that binds to the
+    caller; a channel that binds another way, one not set up and an unknown one are refused."""
+    from mewdex.channels import bindings, registry
+    from mewdex.channels.registry import Channel
+
+    class CodeChat:
+        name, secret_fields, min_send_interval, command_prefixes, outbound_only = "codechat", (), 0.0, ("/",), False
+        binds_by_code, ready = True, True
+
+        def configured(self) -> bool:
+            return self.ready
+
+    chat = CodeChat()
+    monkeypatch.setitem(registry.ADAPTERS, "codechat", chat)
+    builtin = registry.channels
+    monkeypatch.setattr(registry, "channels", lambda: [*builtin(), Channel(name="codechat", modules=())])
+
+    page = page_client.get("/settings/channels").text
+    card = page[page.index('id="channel-codechat"') :]
+    card = card[: card.index("</section>")]
+    assert 'data-action="bind-code"' in card and 'class="bind-code" hidden' in card
+    listed = {c["name"]: c for c in page_client.get("/api/v1/channels").json()["channels"]}
+    assert listed["codechat"]["bind_code"] is True and listed["telegram"]["bind_code"] is False
+
+    made = page_client.post("/api/v1/channels/codechat/code")
+    assert made.status_code == 201 and made.json()["expires_in"] == 15 * 60
+    with sessions.begin() as session:
+        assert bindings.redeem_bind_code(session, "codechat", made.json()["code"]).scope_id == scope.scope_id
+    assert page_client.post("/api/v1/channels/telegram/code").json()["error"]["code"] == "channel_config_invalid"
+    assert page_client.post("/api/v1/channels/nosuch/code").status_code == 404
+    chat.ready = False
+    refused = page_client.post("/api/v1/channels/codechat/code")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "channel_not_configured"
+    page = page_client.get("/settings/channels").text
+    card = page[page.index('id="channel-codechat"') :]
+    assert 'data-action="bind-code"' not in card[: card.index("</section>")]

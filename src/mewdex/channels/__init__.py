@@ -41,6 +41,8 @@ registers one instance at import with :func:`registry.register_adapter`::
         def binding_config(self, inbound: Inbound) -> dict: ...       # config a bind code creates
         def bind_help(self, lang: str) -> str: ...                    # reply to an unbound sender ("en"/"zh")
 
+        # optional: binds_by_code = True                (a person binds by sending a one-time code to the bot:
+        #           the Channels page's generic card and POST /api/v1/channels/<name>/code give one)
         # optional: def configured(self) -> bool: ...  (the admin set the channel up; the Channels page shows it)
         # optional: def status(self) -> dict: ...      (more fields of the Channels page's entry, e.g. a token hint)
         # optional: def owner_gone(self, session, scope_id) -> None: ...  (the owner was disabled or deleted:

@@ -246,6 +246,21 @@ def new_bind_code(session: Session, *, scope_id: str, user_id: UUID | None, chan
     return code
 
 
+def issue_bind_code(session: Session, *, scope_id: str, user_id: UUID | None, channel: str) -> dict[str, Any]:
+    """A one-time code for a channel that binds by a code sent from the chat app (its adapter's
+    ``binds_by_code``; the Channels page's generic card): ``{"code", "expires_in"}`` (seconds).
+    ``channel_unknown`` (404), ``channel_not_configured`` (409: the admin has not set it up),
+    ``channel_config_invalid`` (422: the channel binds another way)."""
+    found = adapter(channel)
+    if not getattr(found, "binds_by_code", False):
+        raise ChannelError("channel_config_invalid", f"{channel} does not bind by a code; see its guide")
+    configured = getattr(found, "configured", None)
+    if configured is not None and not configured():
+        raise ChannelError("channel_not_configured", f"the admin has not set up {channel} yet")
+    code = new_bind_code(session, scope_id=scope_id, user_id=user_id, channel=channel)
+    return {"code": code, "expires_in": BIND_CODE_TTL_SECONDS}
+
+
 def redeem_bind_code(session: Session, channel: str, code: str) -> ChannelBindCode:
     """Use up ``code`` (row-locked; once only). ``bind_code_invalid`` (404) for an unknown, used,
     expired or other-channel code."""

@@ -33,6 +33,9 @@ A channel is a package ``mewdex.channels.<name>`` (``telegram``, ``onebot``, …
 * **Error codes**: ``errors`` maps the package's own codes (``wecom_ip_not_trusted``) to their HTTP
   status; :func:`error_statuses` gives every channel's (and the framework's
   :data:`mewdex.channels.errors.STATUSES`) to ``mewdex.web.errors``.
+* **Binding by a code**: an adapter with ``binds_by_code = True`` needs no card or route of its own:
+  the Channels page shows the generic card, ``POST /api/v1/channels/<name>/code`` gives a one-time
+  code, and the chat message that carries it sets ``Inbound.bind_code`` (the framework binds).
 * **Texts and guide**: the Channels page names it with ``channels.name.<name>`` of the catalogues;
   ``docs/channels/<name>.md`` is its set-up guide (``/help/channels/<name>``).
 

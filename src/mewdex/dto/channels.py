@@ -29,6 +29,14 @@ class ChannelInfo(Dto):
         None, description="Telegram: where the bot token comes from (environment | settings), None when unset"
     )
     token_hint: str | None = Field(None, description="Telegram: the token's last characters (never the token)")
+    bind_code: bool = Field(
+        False, description="Binds by a one-time code sent from the chat app (POST /api/v1/channels/{name}/code)"
+    )
+
+
+class BindCode(Dto):
+    code: str = Field(description="Send it to the bot in the chat app; it works once")
+    expires_in: int = Field(description="Seconds the code stays valid")
 
 
 class TelegramTokenSet(Dto):

@@ -77,7 +77,11 @@ def channel_infos() -> list[dict[str, Any]]:
     for name in (c.name for c in registry.channels()):
         adapter = registry.ADAPTERS[name]
         configured = getattr(adapter, "configured", None)
-        info: dict[str, Any] = {"name": name, "configured": bool(configured()) if configured else True}
+        info: dict[str, Any] = {
+            "name": name,
+            "configured": bool(configured()) if configured else True,
+            "bind_code": bool(getattr(adapter, "binds_by_code", False)),
+        }
         status = getattr(adapter, "status", None)
         if status is not None:
             info.update(status())
@@ -111,6 +115,17 @@ def public_url_loopback() -> bool:
     naming 127.0.0.1 / localhost / ::1): WeCom and Telegram's webhook mode cannot reach it."""
     host = (urlsplit(get_settings().public_url or "").hostname or "").lower()
     return host in ("", "localhost", "::1") or host.startswith("127.") or host.endswith(".localhost")
+
+
+@router.post("/api/v1/channels/{channel}/code", response_model=dto.BindCode, status_code=201)
+def channel_bind_code(
+    channel: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
+    """A one-time bind code (15 minutes) for a channel that binds by a code (``bind_code`` in the
+    list): the chat account that sends it to the bot is bound to the caller. 404 ``channel_unknown``,
+    409 ``channel_not_configured``, 422 ``channel_config_invalid`` (the channel binds another way)."""
+    user_id = bindings.owner_user_id(session, scope.scope_id)
+    return bindings.issue_bind_code(session, scope_id=scope.scope_id, user_id=user_id, channel=channel)
 
 
 @router.delete("/api/v1/channels/{channel}", response_model=dto.ChannelBinding)

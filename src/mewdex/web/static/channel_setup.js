@@ -1,6 +1,7 @@
 // The Channels page's QQ (OneBot), WeCom and WeChat ClawBot blocks: connect a QQ bot (its token shown
 // once; the card then says it waits for the bot, polling the bindings until the bot connects), the
-// WeCom app (admin) and a member's bind code, the WeChat login QR polled until confirmed.
+// WeCom app (admin) and a member's bind code, the WeChat login QR polled until confirmed, and the
+// bind code of any channel that binds by one.
 "use strict";
 (() => {
   const section = (el) => el.closest("[data-channel]");
@@ -18,6 +19,13 @@
       if (!r.ok) return toast(errorText(r.body, r.status), "bad");
       $(".wecom-code code", box).textContent = r.body.code;
       $(".wecom-code", box).hidden = false;
+    } else if (button.dataset.action === "bind-code") {  // any channel that binds by a code
+      button.disabled = true;
+      const r = await api("POST", `/api/v1/channels/${encodeURIComponent(box.dataset.channel)}/code`);
+      button.disabled = false;
+      if (!r.ok) return toast(errorText(r.body, r.status), "bad");
+      $(".bind-code code", box).textContent = r.body.code;
+      $(".bind-code", box).hidden = false;
     } else if (button.dataset.action === "clawbot-login") {
       button.disabled = true;
       const r = await api("POST", "/api/v1/channels/clawbot/login");
