@@ -27,12 +27,12 @@ class TelegramAdapter:
     def status(self) -> dict[str, Any]:
         """The Channels page's entry: ``configured``, ``mode`` (``webhook`` with a public URL, else
         ``polling``), ``token_source`` and ``token_hint`` (never the token)."""
-        token = setup.token_status()
+        found = setup.token_status()
         return {
-            "configured": token["configured"],
+            "configured": found["configured"],
             "mode": "webhook" if get_settings().public_url else "polling",
-            "token_source": token["source"],
-            "token_hint": token["hint"],
+            "token_source": found["source"],
+            "token_hint": found["hint"],
         }
 
     def target_of(self, binding: Binding) -> str:
