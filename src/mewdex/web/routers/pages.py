@@ -20,10 +20,12 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse
 from fastapi.templating import Jinja2Templates
+from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from mewdex import channels as channels_package
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import STAGES, ScopeContext
@@ -42,6 +44,14 @@ from mewdex.web.uploads import read_query_image
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent.parent / "templates")
+# A channel package may bring its card for the Channels page: "channel/<name>/card.html" is
+# src/mewdex/channels/<name>/card.html (channels.html includes it when it is there).
+templates.env.loader = ChoiceLoader(
+    [
+        FileSystemLoader(Path(__file__).parent.parent / "templates"),
+        PrefixLoader({"channel": FileSystemLoader(Path(channels_package.__file__).parent)}),
+    ]
+)
 SEARCH_RESULTS = 20
 SIMILAR_RESULTS = 12
 
