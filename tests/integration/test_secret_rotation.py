@@ -203,8 +203,11 @@ def test_every_module_that_seals_is_covered_by_the_registry():
         for path in root.rglob("*.py")
         if "secrets.seal(" in path.read_text() and path.name not in ("secrets.py", "sealed_fields.py")
     )
+    # channels/discord/interactions.py seals no column: an interaction token rides sealed in a task's
+    # payload for its 15 minutes (a key dropped meanwhile ends that answer, nothing else).
     assert sealing == [
         "channels/bindings.py",
+        "channels/discord/interactions.py",
         "channels/telegram/setup.py",
         "channels/wecom/setup.py",
         "providers/connectors.py",

@@ -111,6 +111,7 @@ def test_every_api_operation_that_takes_a_body_documents_it(spec):
         "/api/v1/channels/wecom/link",
         "/api/v1/channels/clawbot/login",
         "/api/v1/channels/{channel}/code",
+        "/api/v1/channels/discord/commands",
         "/api/v1/schedules/{job_id}/pause",
         "/api/v1/schedules/{job_id}/resume",
     }

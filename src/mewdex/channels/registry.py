@@ -63,6 +63,7 @@ BUILTIN: tuple[str, ...] = (
     "mewdex.channels.onebot",
     "mewdex.channels.wecom",
     "mewdex.channels.clawbot",
+    "mewdex.channels.discord",
 )
 
 

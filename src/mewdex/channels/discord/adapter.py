@@ -1,0 +1,67 @@
+"""The ``discord`` channel's adapter: scheduled memes and texts to the channel the owner chose
+(``POST /channels/{channel_id}/messages`` with the binding's bot token and the meme attached).
+
+Answers to the people who use the commands do not go through here: they are the interactions'
+own (:mod:`mewdex.channels.discord.interactions`)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent
+from mewdex.channels.discord import api, interactions
+from mewdex.channels.errors import ChannelError
+from mewdex.channels.platform import PlatformError
+from mewdex.channels.registry import register_adapter
+
+
+class DiscordAdapter:
+    name: ClassVar[str] = interactions.NAME
+    secret_fields: ClassVar[tuple[str, ...]] = ("bot_token",)
+    min_send_interval: ClassVar[float] = 1.0
+    command_prefixes: ClassVar[tuple[str, ...]] = ("/",)
+    outbound_only: ClassVar[bool] = False
+    #: the framework issues the one-time code (POST /api/v1/channels/discord/code); ``/link`` redeems it
+    binds_by_code: ClassVar[bool] = True
+
+    def target_of(self, binding: Binding) -> str:
+        channel_id = binding.config.get("channel_id")
+        if not channel_id:
+            raise ChannelError(
+                "channel_config_invalid", "choose the Discord channel for scheduled memes on the Channels page"
+            )
+        return str(channel_id)
+
+    def binding_config(self, inbound: Inbound) -> dict[str, Any]:
+        return {}
+
+    def bind_help(self, lang: str) -> str:
+        return interactions.say(lang, "help")
+
+    def fetch_image(self, ref: str) -> bytes:
+        raise DeliveryFailed("channel_platform_error", "Discord messages reach mewdex as interactions, not images")
+
+    def _token(self, binding: Binding | None) -> str:
+        token = (binding.config if binding is not None else {}).get("bot_token")
+        if not token:
+            raise DeliveryFailed("channel_config_invalid", "this Discord binding has no bot token")
+        return str(token)
+
+    def send_text(self, binding: Binding | None, target: str, text: str) -> Sent:
+        payload = {"content": text[: api.MAX_CONTENT], "allowed_mentions": {}}
+        try:
+            return Sent(api.post_message(self._token(binding), target, payload) or None)
+        except PlatformError as exc:
+            raise api.failure(exc) from None
+
+    def send_meme(self, binding: Binding | None, target: str, meme: MemeFile, caption: str | None) -> Sent:
+        payload: dict[str, Any] = {"allowed_mentions": {}}
+        if caption:
+            payload["content"] = caption[: api.MAX_CONTENT]
+        try:
+            return Sent(api.post_message(self._token(binding), target, payload, meme) or None)
+        except PlatformError as exc:
+            raise api.failure(exc) from None
+
+
+register_adapter(DiscordAdapter())

@@ -1,0 +1,141 @@
+"""Discord's HTTP routes, mounted by the web app (:func:`router`).
+
+Set-up (the caller's session; errors as :mod:`mewdex.channels.discord.setup` says):
+
+* ``GET /api/v1/channels/discord`` — the card's state: the application, the Interactions Endpoint
+  URL to paste into the developer portal, whether the commands are registered, the linked person,
+  the schedules' channel, ``loopback`` (Discord cannot reach this URL);
+* ``PUT /api/v1/channels/discord`` ``{"bot_token", "channel_id"?}`` — connect the application;
+* ``POST /api/v1/channels/discord/commands`` — register ``/meme``, ``/link``, "Find a meme for this";
+* ``PUT /api/v1/channels/discord/channel`` ``{"channel_id"}`` — where scheduled memes go (null: nowhere).
+
+The link code is the framework's (``POST /api/v1/channels/discord/code``: the adapter binds by a code).
+
+The card's script: ``GET /channels/discord/card.js`` (its markup is ``card.html``, included by the
+Channels page).
+
+Discord's side (no session: the Ed25519 signature is checked):
+``POST /channels/discord/{application_id}/interactions`` — 401 ``channel_webhook_secret_invalid``
+for a bad or missing signature, else the interaction response (:func:`interactions.accept`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+
+from mewdex.channels import bindings
+from mewdex.channels.discord import interactions, setup
+from mewdex.channels.registry import WebKit
+from mewdex.db.engine import get_sessionmaker
+from mewdex.db.models import ScopeContext
+
+CARD_SCRIPT = Path(__file__).with_name("card.js")
+
+
+class Connect(BaseModel):
+    bot_token: str = Field(min_length=1, max_length=200, description="The application's bot token (Bot → Reset Token).")
+    channel_id: str | None = Field(None, max_length=32, description="Where scheduled memes go (Copy Channel ID).")
+
+
+class ChannelChoice(BaseModel):
+    channel_id: str | None = Field(None, max_length=32, description="Where scheduled memes go; null: nowhere.")
+
+
+class Status(BaseModel):
+    application_id: str | None
+    application_name: str | None
+    endpoint_url: str | None = Field(description="The Interactions Endpoint URL for the developer portal.")
+    loopback: bool = Field(description="The endpoint URL is this machine only: Discord cannot reach it.")
+    commands_registered: bool
+    linked: bool = Field(description="Someone ran /link with this account's code.")
+    channel_id: str | None
+
+
+class Commands(BaseModel):
+    registered: list[str]
+
+
+def _loopback(url: str | None) -> bool:
+    host = (urlsplit(url or "").hostname or "").lower()
+    return host in ("", "localhost", "::1") or host.startswith("127.") or host.endswith(".localhost")
+
+
+def router(web: WebKit) -> APIRouter:
+    """The routes (module doc), with the web layer's dependencies from ``web``."""
+    api = APIRouter(tags=["channels"])
+
+    def status(session: Session, scope: ScopeContext, request: Request) -> dict[str, Any]:
+        found = setup.status(bindings.get(session, scope.scope_id, setup.NAME))
+        app = found["application_id"]
+        url = f"{web.public_base_url(request)}{setup.endpoint_path(app)}" if app else None
+        return {**found, "endpoint_url": url, "loopback": _loopback(url or web.public_base_url(request))}
+
+    @api.get("/api/v1/channels/discord", response_model=Status)
+    def discord_status(
+        request: Request, session: Session = Depends(web.db_session), scope: ScopeContext = Depends(web.current_scope)
+    ):
+        """The Discord card's state (module doc); nothing of the bot token."""
+        return status(session, scope, request)
+
+    @api.put("/api/v1/channels/discord", response_model=Status)
+    def discord_connect(
+        body: Connect,
+        request: Request,
+        session: Session = Depends(web.db_session),
+        scope: ScopeContext = Depends(web.current_scope),
+    ):
+        """Connect the caller's Discord application by its bot token (Discord is asked which
+        application it is). 422 ``channel_config_invalid``, 409 ``channel_identity_taken``, 502
+        ``channel_platform_error``."""
+        owner = bindings.owner_user_id(session, scope.scope_id)
+        setup.connect(
+            session, scope_id=scope.scope_id, user_id=owner, bot_token=body.bot_token, channel_id=body.channel_id
+        )
+        return status(session, scope, request)
+
+    @api.post("/api/v1/channels/discord/commands", response_model=Commands)
+    def discord_commands(session: Session = Depends(web.db_session), scope: ScopeContext = Depends(web.current_scope)):
+        """Register the commands on the caller's application. 404 ``channel_not_bound``, 502."""
+        return {"registered": setup.register_commands(session, scope.scope_id)}
+
+    @api.put("/api/v1/channels/discord/channel", response_model=Status)
+    def discord_channel(
+        body: ChannelChoice,
+        request: Request,
+        session: Session = Depends(web.db_session),
+        scope: ScopeContext = Depends(web.current_scope),
+    ):
+        """Choose the channel scheduled memes go to. 422 ``channel_config_invalid``, 404."""
+        setup.set_channel(session, scope.scope_id, body.channel_id)
+        return status(session, scope, request)
+
+    @api.post(setup.endpoint_path("{application_id}"), include_in_schema=False)
+    async def discord_interactions(
+        application_id: str,
+        request: Request,
+        signature: str | None = Header(None, alias="X-Signature-Ed25519"),
+        timestamp: str | None = Header(None, alias="X-Signature-Timestamp"),
+    ):
+        """Discord's interactions (module doc)."""
+        body = await request.body()
+
+        def work() -> dict[str, Any]:
+            with get_sessionmaker().begin() as session:
+                return interactions.accept(session, application_id, signature, timestamp, body)
+
+        return await run_in_threadpool(work)
+
+    @api.get("/channels/discord/card.js", include_in_schema=False)
+    def discord_card_script():
+        """The Discord card's script (card.js beside this module)."""
+        return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
+
+    return api

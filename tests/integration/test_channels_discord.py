@@ -1,0 +1,256 @@
+"""Discord against the fake Discord: the app serves on a port and the fake POSTs signed interactions
+to it over real HTTP, as Discord does; mewdex's answers and follow-ups go to the fake's API.
+
+Covered: connecting an application by its bot token (its key and id come from Discord), registering
+the commands, a bad or missing signature (401), PING, a replayed interaction, a stranger gets the
+how-to-link reply, linking by code, ``/meme`` (deferred, then the meme attached with an "Another"
+button; pressing it updates the message to the next meme; no more → an ephemeral follow-up), the
+message command, scheduled memes to the chosen channel (a 429 retried, a 403 in the log), and a
+disabled owner's application answering nothing from the library."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import httpx
+import pytest
+
+from channel_helpers import account  # noqa: F401 - fixture
+from conftest import app_for, drain_queue, drop_scope, new_scope, wait_until
+from fakes.discord_server import FakeDiscord, snowflake
+from mewdex.db.models import ChannelDelivery, ScopeContext
+
+SYSTEM = ScopeContext("__system__")
+DEFERRED, DEFERRED_UPDATE, MESSAGE, EPHEMERAL = 5, 6, 4, 64
+
+
+class Live:
+    """The app serving on a port of this machine (one per module): Discord's side posts to it, and the
+    set-up calls go to it as :attr:`scope` (the test's account)."""
+
+    def __init__(self) -> None:
+        import uvicorn
+
+        from mewdex.web.deps import current_scope, streaming_scope
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url, self.scope = f"http://127.0.0.1:{port}", None
+        app = app_for(None)
+        app.dependency_overrides[current_scope] = app.dependency_overrides[streaming_scope] = lambda: self.scope
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.server.started, 60, 0.1, "the app to serve")
+        self.client = httpx.Client(base_url=self.url, timeout=60)
+
+    def close(self) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def live(mewdex_env):
+    server = Live()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def discord(settings_env, live, account):  # noqa: F811
+    """A fake Discord with an application of its own (a new one each test) that mewdex talks to; the
+    app answers set-up calls as ``account``."""
+    with FakeDiscord() as fake:
+        settings_env(
+            MEWDEX_DISCORD_API_URL=fake.api_url,
+            MEWDEX_PUBLIC_URL=live.url,
+            MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([f"127.0.0.1:{fake.port}"]),
+        )
+        fake.endpoint = f"{live.url}/channels/discord/{fake.application_id}/interactions"
+        live.scope = account.scope
+        fake.web = live.client
+        yield fake
+
+
+def drain(sessions, acct) -> None:
+    drain_queue(sessions, acct.scope, SYSTEM, timeout=120)
+
+
+def connect(fake, **extra) -> dict:
+    answer = fake.web.put("/api/v1/channels/discord", json={"bot_token": fake.bot_token, **extra})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def link(fake, user: str) -> None:
+    code = fake.web.post("/api/v1/channels/discord/code").json()
+    status, answer = fake.deliver(fake.endpoint, fake.slash(user, "link", code=code["code"]))
+    assert status == 200 and answer["type"] == MESSAGE and "Linked" in answer["data"]["content"], answer
+
+
+def meme_query(sessions, acct, fake, interaction) -> dict:
+    """Deliver ``interaction``, expect a deferred answer, let the worker fill it in; mewdex's edit."""
+    status, answer = fake.deliver(fake.endpoint, interaction)
+    assert status == 200 and answer["type"] in (DEFERRED, DEFERRED_UPDATE), answer
+    drain(sessions, acct)
+    [edit] = fake.answers(interaction["token"])
+    return edit
+
+
+def test_connect_link_meme_another_and_the_message_command(sessions, account, discord):  # noqa: F811
+    fake, owner, stranger = discord, snowflake(), snowflake()
+    card = connect(fake)
+    assert card["application_id"] == fake.application_id and card["application_name"] == fake.name
+    assert card["endpoint_url"] == fake.endpoint and card["loopback"] is True, "127.0.0.1: Discord cannot reach it"
+    assert (card["commands_registered"], card["linked"]) == (False, False)
+    client = fake.web
+    registered = client.post("/api/v1/channels/discord/commands")
+    assert registered.status_code == 200, registered.text
+    listed = client.get("/api/v1/channels").text
+    page = client.get("/settings/channels")
+    assert [c["name"] for c in fake.commands] == ["meme", "link", "Find a meme for this"]
+    assert [c["type"] for c in fake.commands] == [1, 1, 3]
+    assert fake.commands[0]["description_localizations"]["zh-CN"] and fake.commands[2]["name_localizations"]["zh-CN"]
+    assert fake.bot_token not in listed and fake.bot_token not in page.text
+    assert 'data-channel="discord"' in page.text and fake.endpoint in page.text, "the card shows the endpoint URL"
+    assert 'data-warning="public-url"' in page.text and "/channels/discord/card.js" in page.text
+    guide = client.get("/help/channels/discord")
+    assert guide.status_code == 200 and "Interactions Endpoint URL" in guide.text
+    script = client.get("/channels/discord/card.js")
+    assert script.status_code == 200 and "discord-connect" in script.text
+
+    # Discord's checks of the endpoint: unsigned and wrongly signed requests are 401, PING is PONG.
+    assert fake.deliver(fake.endpoint, fake.ping(), unsigned=True)[0] == 401
+    status, answer = fake.deliver(fake.endpoint, fake.ping(), bad_signature=True)
+    assert (status, answer["error"]["code"]) == (401, "channel_webhook_secret_invalid")
+    assert fake.deliver(f"{fake.endpoint[: -len('/interactions')]}0/interactions", fake.ping())[0] == 401
+    assert fake.deliver(fake.endpoint, fake.ping()) == (200, {"type": 1})
+
+    # Nobody is linked yet: whoever uses the command gets how to link, nothing from the library.
+    status, answer = fake.deliver(fake.endpoint, fake.slash(owner, "meme", query="cat"))
+    assert status == 200 and answer["type"] == MESSAGE and answer["data"]["flags"] == EPHEMERAL
+    assert "not linked" in answer["data"]["content"] and "/link" in answer["data"]["content"]
+    wrong = fake.deliver(fake.endpoint, fake.slash(owner, "link", code="not-a-code"))[1]
+    assert "expired" in wrong["data"]["content"]
+    link(fake, owner)
+    assert client.get("/api/v1/channels/discord").json()["linked"] is True
+    [binding] = [b for b in client.get("/api/v1/channels").json()["bindings"] if b["channel"] == "discord"]
+    assert binding["identity"] == f"{fake.application_id}:{owner}"
+    status, answer = fake.deliver(fake.endpoint, fake.slash(stranger, "meme", query="cat"))
+    assert answer["data"]["flags"] == EPHEMERAL and "not linked" in answer["data"]["content"]
+    zh = fake.slash(stranger, "meme", query="cat")
+    zh["locale"] = "zh-CN"
+    assert "还没有绑定" in fake.deliver(fake.endpoint, zh)[1]["data"]["content"]
+
+    # /meme: deferred, then the best meme attached, with an "Another" button.
+    command = fake.slash(owner, "meme", query="cat")
+    first = meme_query(sessions, account, fake, command)
+    assert first["kind"] == "edit" and [f for f, _ in first["files"]] == ["meme.png"]
+    [button] = first["payload"]["components"][0]["components"]
+    assert (button["type"], button["label"], button["custom_id"]) == (2, "Another", "another:1:cat")
+    assert "cat" in first["payload"]["content"]
+    assert fake.deliver(fake.endpoint, command)[0] == 409, "a replayed interaction is refused"
+
+    # Another: the message is updated in place with the next meme.
+    seen = {first["files"][0][1]}
+    message = first["payload"]
+    for index in (2, 3):
+        edit = meme_query(sessions, account, fake, fake.press(owner, message))
+        assert edit["kind"] == "edit" and edit["files"][0][1] not in seen, "another never repeats a meme"
+        seen.add(edit["files"][0][1])
+        message = edit["payload"]
+        assert message["components"][0]["components"][0]["custom_id"] == f"another:{index}:cat"
+    assert fake.deliver(fake.endpoint, fake.press(stranger, message))[1]["type"] == MESSAGE, "a stranger's press"
+    last = fake.press(owner, {**message, "components": [{"type": 1, "components": [{"custom_id": "another:9:cat"}]}]})
+    no_more = meme_query(sessions, account, fake, last)
+    assert no_more["kind"] == "followup" and no_more["payload"]["flags"] == EPHEMERAL
+    assert "No more memes" in no_more["payload"]["content"]
+
+    # The message command: the target message's text is the query.
+    gif = meme_query(sessions, account, fake, fake.message_command(owner, "dancing cat gif"))
+    assert [f for f, _ in gif["files"]] == ["meme.gif"] and gif["payload"]["content"] == "dancing cat gif"
+    empty = fake.deliver(fake.endpoint, fake.message_command(owner, ""))[1]
+    assert empty["type"] == MESSAGE and "no text" in empty["data"]["content"]
+
+
+def test_scheduled_memes_go_to_the_chosen_channel(sessions, account, discord):  # noqa: F811
+    from mewdex.channels import delivery
+    from mewdex.channels.errors import ChannelError
+
+    fake = discord
+    connect(fake)
+    with sessions.begin() as session, pytest.raises(ChannelError) as no_channel:
+        delivery.send_meme(session, user_id=account.user_id, channel="discord", meme_id=account.memes["cat one"])
+    assert no_channel.value.code == "channel_config_invalid", "no channel chosen: refused, not queued"
+    [channel] = fake.channels
+    assert fake.web.put("/api/v1/channels/discord/channel", json={"channel_id": "abc"}).status_code == 422
+    chosen = fake.web.put("/api/v1/channels/discord/channel", json={"channel_id": channel})
+    assert chosen.status_code == 200 and chosen.json()["channel_id"] == channel
+
+    fake.fail_next("message", 429, retry_after=1)
+    with sessions.begin() as session:
+        first = delivery.send_meme(
+            session, user_id=account.user_id, channel="discord", meme_id=account.memes["dancing cat"], caption="daily"
+        ).delivery_id
+    drain(sessions, account)
+    [sent] = fake.messages(channel)
+    assert sent["payload"]["content"] == "daily" and [f for f, _ in sent["files"]] == ["meme.gif"]
+    with sessions.begin() as session:
+        row = session.get(ChannelDelivery, first)
+        assert (row.status, row.attempts, row.platform_message_id is not None) == ("sent", 2, True)
+
+    fake.forbidden.add(channel)
+    with sessions.begin() as session:
+        blocked = delivery.send_text(session, user_id=account.user_id, channel="discord", text="hi").delivery_id
+    drain(sessions, account)
+    with sessions.begin() as session:
+        row = session.get(ChannelDelivery, blocked)
+        assert (row.status, row.error_code, row.platform_code) == ("failed", "channel_blocked", "50013")
+
+
+def test_a_disabled_owner_gets_nothing(sessions, account, discord):  # noqa: F811
+    from mewdex.channels import delivery
+    from mewdex.channels.errors import ChannelError
+    from mewdex.db.models import User
+    from mewdex.platform import users
+
+    fake, owner = discord, snowflake()
+    [channel] = fake.channels
+    connect(fake, channel_id=channel)
+    link(fake, owner)
+    pending = fake.slash(owner, "meme", query="cat")
+    assert fake.deliver(fake.endpoint, pending)[1]["type"] == DEFERRED
+    with sessions.begin() as session:
+        users.set_disabled(session, session.get(User, account.user_id), True)
+    try:
+        drain(sessions, account)
+        [edit] = fake.answers(pending["token"])
+        assert edit["files"] == [] and "not available" in edit["payload"]["content"], "the deferred answer says so"
+        status, answer = fake.deliver(fake.endpoint, fake.slash(owner, "meme", query="cat"))
+        assert status == 200 and "not available" in answer["data"]["content"]
+        with sessions.begin() as session, pytest.raises(ChannelError) as refused:
+            delivery.send_meme(session, user_id=account.user_id, channel="discord", meme_id=account.memes["cat one"])
+        assert refused.value.code == "channel_owner_disabled"
+        drain(sessions, account)
+        assert not [e for e in fake.sent if e["files"]], "no meme went anywhere"
+    finally:
+        with sessions.begin() as session:
+            users.set_disabled(session, session.get(User, account.user_id), False)
+
+
+def test_a_token_discord_refuses_and_an_application_another_account_holds(sessions, discord, live):
+    fake = discord
+    bad = fake.web.put("/api/v1/channels/discord", json={"bot_token": "x" * 60})
+    assert (bad.status_code, bad.json()["error"]["code"]) == (422, "channel_config_invalid")
+    assert "x" * 60 not in bad.text
+    connect(fake)
+    live.scope = new_scope(sessions, "t-dc")
+    try:
+        taken = fake.web.put("/api/v1/channels/discord", json={"bot_token": fake.bot_token})
+        assert (taken.status_code, taken.json()["error"]["code"]) == (409, "channel_identity_taken")
+    finally:
+        drop_scope(sessions, live.scope)
