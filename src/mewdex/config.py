@@ -373,6 +373,9 @@ class Settings(BaseSettings):
     telegram_api_url: str = Field(
         default="https://api.telegram.org", description="Bot API server (a local one can stand in for it)."
     )
+    discord_api_url: str = Field(
+        default="https://discord.com/api/v10", description="Discord's REST API (a local one can stand in for it)."
+    )
     telegram_poll_seconds: int = Field(
         default=25, ge=2, le=50, description="Long-polling: one getUpdates task runs this long (no public URL)."
     )

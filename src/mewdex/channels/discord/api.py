@@ -20,16 +20,13 @@ Discord did not answer. :func:`failure` makes it a ``DeliveryFailed``. No messag
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from mewdex.channels import platform
 from mewdex.channels.base import DeliveryFailed, MemeFile
 from mewdex.channels.platform import PlatformError
+from mewdex.config import get_settings
 
-DEFAULT_API_URL = "https://discord.com/api/v10"
-#: Where the API is: ``MEWDEX_DISCORD_API_URL`` (a local stand-in for tests), else Discord's.
-API_URL_ENV = "MEWDEX_DISCORD_API_URL"
 USER_AGENT = "DiscordBot (https://github.com/mewdex/mewdex, 1.0)"
 MAX_CONTENT = 2000
 MAX_BYTES = 1024 * 1024
@@ -37,8 +34,8 @@ _TYPES = {".gif": "image/gif", ".png": "image/png", ".jpg": "image/jpeg", ".jpeg
 
 
 def api_url() -> str:
-    """The API base URL without a trailing slash."""
-    return (os.environ.get(API_URL_ENV) or DEFAULT_API_URL).rstrip("/")
+    """The API base URL without a trailing slash (``MEWDEX_DISCORD_API_URL``)."""
+    return get_settings().discord_api_url.rstrip("/")
 
 
 def failure(exc: PlatformError) -> DeliveryFailed:
