@@ -82,3 +82,72 @@ def test_one_multipart_encoder_for_fields_and_files():
     assert photo.get_filename() == "meme.png" and photo.get_content_type() == "image/png"
     assert photo.get_payload(decode=True) == b"\x89PNG\r\n\x00data"
     assert photo.get_param("filelength", header="content-disposition") == str(len(b"\x89PNG\r\n\x00data"))
+
+
+@pytest.fixture
+def platform_server(monkeypatch):
+    """A local platform answering ``(status, body, headers)`` by the request's last path segment,
+    allow-listed for egress."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from mewdex.config import get_settings
+
+    answers = {
+        "bad-gateway": (502, b"<html>502 Bad Gateway</html>", {"content-type": "text/html"}),
+        "text": (200, b"hello", {"content-type": "text/plain"}),
+        "deep": (200, b"[" * 100_000, {"content-type": "application/json"}),
+        "slow-down": (429, b"too many", {"retry-after": "120"}),
+        "slow-down-json": (429, b"<html>429</html>", {"retry-after": "90", "content-type": "text/html"}),
+        "ok": (200, b'{"ok": true}', {"content-type": "application/json"}),
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            status, body, headers = answers[self.path.rsplit("/", 1)[-1]]
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    monkeypatch.setenv("MEWDEX_EGRESS_ALLOW_HOSTS", json.dumps([f"127.0.0.1:{httpd.server_address[1]}"]))
+    get_settings.cache_clear()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+    get_settings.cache_clear()
+
+
+def _call(url: str, *, errors_in_body: bool = False) -> platform.PlatformError:
+    with pytest.raises(platform.PlatformError) as err:
+        platform.call_json("POST", url, platform="P", what="send", error_code="p_api_error", json={},
+                           errors_in_body=errors_in_body)  # fmt: skip
+    return err.value
+
+
+def test_call_json_on_answers_that_are_not_what_was_asked(platform_server):
+    assert platform.call_json("POST", platform_server + "/ok", platform="P", what="send", error_code="x").data == {
+        "ok": True
+    }
+    gateway = _call(platform_server + "/bad-gateway")
+    assert (gateway.code, gateway.platform_code, gateway.retryable) == ("p_api_error", 502, True)
+    assert platform.failure(gateway).retryable
+    text = _call(platform_server + "/text")
+    assert (text.code, text.retryable) == (platform.NOT_JSON, False)
+    # JSON nested deeper than the parser goes is an answer that is not JSON, not a crash
+    assert _call(platform_server + "/deep").code == platform.NOT_JSON
+    # a 429 egress did not wait out (its Retry-After is too long) is tried again after it, as a rate limit
+    limited = platform.failure(_call(platform_server + "/slow-down"))
+    assert (limited.code, limited.retryable, limited.retry_after) == ("channel_rate_limited", True, 120)
+    odd = _call(platform_server + "/slow-down-json", errors_in_body=True)  # the body was to explain it
+    assert (odd.code, odd.retryable, odd.retry_after) == (platform.NOT_JSON, True, 90)

@@ -7,8 +7,9 @@ one multipart encoder, one inbound image fetch. Every request goes through :mod:
   errcode, a ``ret``, a ``retcode``, an HTTP status) and are what the delivery log shows.
 * :func:`call_json`: one request whose answer is JSON. The retry rule, the same for every channel
   (and for the providers, through :attr:`mewdex.egress.EgressError.retryable`): no answer
-  (``egress_failed``), a timeout (``egress_timeout``, ``egress_deadline``) and an HTTP 5xx are
-  retryable; a refusal (4xx, an address the guard refuses) is not.
+  (``egress_failed``), a timeout (``egress_timeout``, ``egress_deadline``), an HTTP 5xx and a
+  408/429 that egress did not wait out (after its ``Retry-After``) are retryable; another refusal
+  (4xx, an address the guard refuses) is not.
 * :func:`failure`: a :class:`PlatformError` as :class:`~mewdex.channels.base.DeliveryFailed`
   (``egress_*`` → ``channel_unreachable``; the channel's own codes through its map; anything else
   ``channel_platform_error``).
@@ -25,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mewdex.channels.base import DeliveryFailed
-from mewdex.egress import EgressError, fetch
+from mewdex.egress import RETRY_STATUSES, EgressError, fetch
 
 #: ``code`` of an answer that is not JSON (or not the JSON shape asked for)
 NOT_JSON = "platform_not_json"
+#: ``code`` of an HTTP 429 (a delivery's ``channel_rate_limited``)
+RATE_LIMITED = "channel_rate_limited"
 #: the largest inbound image :func:`fetch_image` takes by default (bytes)
 IMAGE_MAX_BYTES = 20 * 1024 * 1024
 
@@ -85,27 +88,32 @@ def call_json(
     Raises :class:`PlatformError`: the ``egress_*`` code when there was no answer (retryable per
     :attr:`EgressError.retryable`); ``refused[status]`` for a status the caller names (401/403: a
     stale token); ``error_code`` for an HTTP 5xx (retryable) and for any other HTTP ≥ 400 unless
-    ``errors_in_body`` (the platform explains a refusal in a JSON body the caller reads); :data:`NOT_JSON`
-    for an answer that is not a JSON object (retryable after a 5xx). ``platform_code`` is the HTTP
-    status in each case that had an answer."""
+    ``errors_in_body`` (the platform explains a refusal in a JSON body the caller reads), but
+    :data:`RATE_LIMITED` for a 429 (retryable, ``retry_after`` from its ``Retry-After``; a 408 is
+    retryable too); :data:`NOT_JSON` for an answer that is not a JSON object (retryable after a 5xx,
+    408 or 429). ``platform_code`` is the HTTP status in each case that had an answer."""
     kw: dict[str, Any] = {} if max_bytes is None else {"max_bytes": max_bytes}
     try:
         response = fetch(method, url, headers=headers, json=json, content=content, timeout=timeout, **kw)
     except EgressError as exc:
         raise PlatformError(exc.code, f"{platform} {what} failed: {exc.message}", retryable=exc.retryable) from None
     status = response.status
+    # a 408/429 egress did not wait out: try again later, after its Retry-After when it gave one
+    later = status >= 500 or status in RETRY_STATUSES
+    wait = response.retry_after if status in RETRY_STATUSES else None
     if refused and status in refused:
         raise PlatformError(refused[status], f"{platform} refused {what} ({status})", status)
     if status >= 500 or (status >= 400 and not errors_in_body):
-        raise PlatformError(error_code, f"{platform} {what} answered HTTP {status}", status, retryable=status >= 500)
+        code = RATE_LIMITED if status == 429 else error_code
+        message = f"{platform} {what} answered HTTP {status}"
+        raise PlatformError(code, message, status, retryable=later, retry_after=wait)
     try:
         data = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         data = None
     if not isinstance(data, dict):
-        raise PlatformError(
-            NOT_JSON, f"{platform} {what} did not answer a JSON object (HTTP {status})", status, retryable=status >= 500
-        )
+        message = f"{platform} {what} did not answer a JSON object (HTTP {status})"
+        raise PlatformError(NOT_JSON, message, status, retryable=later, retry_after=wait)
     return Answer(status, data, response.headers)
 
 
