@@ -106,3 +106,18 @@ def test_mcp_refuses_write_tools_without_the_write_scope_and_reports_tool_errors
     denied, unknown = _mcp(calls)
     assert denied.is_error and "insufficient_scope" in denied.content[0].text
     assert unknown.is_error and "extra" in unknown.content[0].text
+
+
+def test_an_argument_sent_as_null_is_one_not_sent():
+    # chat models send null for optional arguments they leave out; before the catalogue the agent took
+    # its default (``args.get("n") or 8``), and MCP validates with the same model
+    for model in (catalogue.SearchMemesArgs, mcp_server._arguments_model(catalogue.find("search_memes", "mcp"))):
+        args = model.model_validate({"query": "cat", "n": None, "animated": None, "collection": None})
+        assert (args.query, args.n, args.animated) == ("cat", catalogue.tools.DEFAULT_RESULTS, None)
+    context = catalogue.ToolContext(None, READER.scope)  # type: ignore[arg-type] — never reached
+    try:
+        catalogue.call(catalogue.find("get_meme", "agent"), context, {"meme_id": None})
+    except catalogue.ToolFailure as exc:
+        assert exc.code == "invalid_request" and "meme_id: Field required" in exc.message
+    else:
+        raise AssertionError("get_meme ran without a meme id")

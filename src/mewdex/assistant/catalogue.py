@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.assistant import tools
@@ -65,9 +65,16 @@ class Pictured:
 
 
 class Arguments(BaseModel):
-    """Base of the arguments models: unknown arguments are refused."""
+    """Base of the arguments models: unknown arguments are refused; an argument sent as null is one
+    not sent (its default; a required one is missing): chat models send null for the optional
+    arguments they do not use (``"n": null``)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
 def _n() -> Any:
