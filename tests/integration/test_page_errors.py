@@ -38,12 +38,12 @@ def test_a_bad_query_string_on_a_page_is_an_html_422(client):
 
 
 def test_a_server_error_on_a_page_is_an_html_500(client, monkeypatch):
-    from mewdex.web.routers import pages
+    from mewdex.web.routers import search_pages
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("the database went away")
 
-    monkeypatch.setattr(pages.views, "collections", broken)
+    monkeypatch.setattr(search_pages.collections, "overview", broken)
     r = client.get("/", headers=PAGE)
     assert r.status_code == 500 and r.headers["content-type"].startswith("text/html")
     assert "Something went wrong" in r.text and "database went away" not in r.text

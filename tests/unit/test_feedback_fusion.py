@@ -58,7 +58,7 @@ def test_the_account_page_partial_renders_in_both_languages():
     from functools import partial
 
     from mewdex.dto import i18n
-    from mewdex.web.routers.pages import templates
+    from mewdex.web.templating import templates
 
     template = templates.env.get_template("partials/feedback_section.html")
     summary = {"learning_enabled": False, "events": 3, "queries": 2, "by_kind": dict.fromkeys(feedback.KINDS, 0)}

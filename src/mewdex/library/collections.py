@@ -3,16 +3,20 @@
 Member order is the order memes were added (``meme_collection_items.added_at``, then meme id);
 a batch added in one call keeps the order it was given in. Deleting a collection, or removing a
 member, never deletes a meme.
+
+The pages' reads: :func:`overview` (rows with member count and cover, searched, sorted, paged) with
+:func:`count_matching`, and :func:`of_meme` (the collections a meme is in).
 """
 
 from __future__ import annotations
 
 import unicodedata
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from sqlalchemy import CursorResult, delete, func, select
+from sqlalchemy import CursorResult, and_, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -25,6 +29,7 @@ from mewdex.db.models import (
     utcnow,
 )
 from mewdex.dto.errors import DomainError
+from mewdex.library.listing import escape_like
 from mewdex.library.names import strip_format_characters
 
 MAX_NAME_CHARS = 100
@@ -291,3 +296,88 @@ def remove_member(session: Session, scope: ScopeContext, collection_id: UUID, me
     if result.rowcount == 0:
         raise CollectionError("not_found", "the meme is not in this collection")
     collection.updated_at = utcnow()
+
+
+# ------------------------------------------------------------------ the pages' reads
+
+
+@dataclass
+class CollectionRow:
+    """A collection as the pages list it: its member count and its first member (``cover``, an id)."""
+
+    id: str
+    name: str
+    count: int
+    cover: str | None
+    updated_at: Any
+
+
+OVERVIEW_SORTS = ("name", "size", "updated")
+OVERVIEW_PAGE = 50
+
+
+def overview(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    q: str | None = None,
+    sort: str = "name",
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[CollectionRow]:
+    """The scope's collections with member counts and the first member as cover: all of them by name
+    (menus), or those whose name contains ``q`` (case-insensitive), sorted by ``sort`` (one of
+    :data:`OVERVIEW_SORTS`: name A–Z, size largest first, updated newest first), ``limit`` from ``offset``."""
+    count = (
+        select(func.count())
+        .where(MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == MemeCollection.id)
+        .scalar_subquery()
+    )
+    cover = (
+        select(MemeCollectionItem.meme_id)
+        .where(MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == MemeCollection.id)
+        .order_by(MemeCollectionItem.added_at, MemeCollectionItem.meme_id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    order = {"size": (count.desc(),), "updated": (MemeCollection.updated_at.desc(),)}.get(sort, ())
+    query = (
+        select(MemeCollection, count, cover)
+        .where(_name_filter(scope, q))
+        .order_by(*order, func.lower(MemeCollection.name), MemeCollection.id)
+        .offset(offset)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    rows = session.execute(query).all()
+    return [CollectionRow(str(c.id), c.name, n, str(cv) if cv else None, c.updated_at) for c, n, cv in rows]
+
+
+def count_matching(session: Session, scope: ScopeContext, q: str | None = None) -> int:
+    """How many collections :func:`overview` finds for ``q``."""
+    return session.execute(select(func.count()).select_from(MemeCollection).where(_name_filter(scope, q))).scalar_one()
+
+
+def _name_filter(scope: ScopeContext, q: str | None):
+    condition = MemeCollection.scope_id == scope.scope_id
+    if q:
+        condition = and_(condition, MemeCollection.name.ilike(f"%{escape_like(q)}%", escape="\\"))
+    return condition
+
+
+def of_meme(session: Session, scope: ScopeContext, meme_id: UUID) -> list[MemeCollection]:
+    """The collections the meme is in, by name (case-insensitive)."""
+    return list(
+        session.execute(
+            select(MemeCollection)
+            .join(
+                MemeCollectionItem,
+                and_(
+                    MemeCollectionItem.scope_id == MemeCollection.scope_id,
+                    MemeCollectionItem.collection_id == MemeCollection.id,
+                ),
+            )
+            .where(MemeCollection.scope_id == scope.scope_id, MemeCollectionItem.meme_id == meme_id)
+            .order_by(func.lower(MemeCollection.name))
+        ).scalars()
+    )

@@ -7,18 +7,21 @@ predicate every caller uses), "the latest processing job of each meme" and the m
   listings use it in their ``WHERE``.
 * :data:`LATEST_JOB_STATUS_SQL` / :func:`latest_jobs` — the latest job of a meme (by ``created_at``).
 * :func:`meme_brief` / :func:`memes_full` — ORM rows to :mod:`mewdex.dto.memes` shapes.
+* The pages' reads: :class:`MemeCard` (:func:`cards`), one page of the library (:func:`library_page`),
+  :func:`memes_by_id`, :func:`meme_count`, what is still being processed (:func:`processing`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select, text
+from sqlalchemy import Select, func, not_, select, text
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme
+from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, ScopeContext
 from mewdex.dto.memes import JobBrief, MemeBrief, MemeRef, NearDuplicate, StageStatus
 from mewdex.dto.memes import Meme as MemeDto
 from mewdex.dto.search import SearchFilters
@@ -205,3 +208,168 @@ def filtered_memes(scope_id: str, filters: SearchFilters | None, *, name: str | 
     if params or predicate != "TRUE":
         query = query.where(text(predicate).bindparams(**params))
     return query
+
+
+# ------------------------------------------------------------------ the pages' cards and library page
+
+MEME_STATES = ("ready", "processing", "failed")
+#: The library page's sort orders (``?sort=``), the first the default.
+PAGE_SORTS = {
+    "newest": (Meme.created_at.desc(), Meme.id.desc()),
+    "oldest": (Meme.created_at.asc(), Meme.id.asc()),
+    "name": (func.lower(Meme.display_name).asc(), Meme.id.asc()),
+    "updated": (Meme.updated_at.desc(), Meme.id.desc()),
+}
+_FAILED = ("failed", "blocked", "unknown_execution")
+_PENDING = ("queued", "running")
+
+
+@dataclass
+class MemeCard:
+    """A meme as a grid card or list row: name, media facts and its stage statuses."""
+
+    id: str
+    display_name: str
+    extension: str
+    animated: bool
+    size_bytes: int
+    width: int | None
+    height: int | None
+    created_at: Any
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    group_size: int = 1  # with variants collapsed: the memes of its template group, itself included
+
+    @property
+    def state(self) -> str:
+        """``failed`` when a stage failed, ``processing`` while any is queued/running, else ``ready``."""
+        statuses = {s["status"] for s in self.stages.values()}
+        if statuses & set(_FAILED):
+            return "failed"
+        if statuses & set(_PENDING):
+            return "processing"
+        return "ready"
+
+
+def cards(session: Session, scope: ScopeContext, memes: list[Meme], *, with_stages: bool = True) -> list[MemeCard]:
+    """Cards of ``memes`` (in order), with the stage statuses of each one's latest job when asked."""
+    stages = stage_statuses(session, scope, [m.id for m in memes]) if with_stages else {}
+    out = []
+    for m in memes:
+        image = m.extensions.get("image", {})
+        out.append(
+            MemeCard(
+                id=str(m.id),
+                display_name=m.display_name,
+                extension=m.extension,
+                animated=bool(image.get("animated")),
+                size_bytes=m.size_bytes,
+                width=image.get("width"),
+                height=image.get("height"),
+                created_at=m.created_at,
+                stages=stages.get(m.id, {}),
+            )
+        )
+    return out
+
+
+def stage_statuses(session: Session, scope: ScopeContext, meme_ids: list[UUID]) -> dict[UUID, dict[str, dict]]:
+    """``{meme_id: {stage: {"status", "attempts", "error", "task_id"}}}`` of each meme's latest job (planned stages)."""
+    _jobs, stages = latest_job_stages(session, scope.scope_id, list(meme_ids), planned_only=True)
+    return {
+        meme_id: {
+            s.stage: {"status": s.status, "attempts": s.attempt_count, "error": s.error, "task_id": s.task_id}
+            for s in rows
+        }
+        for meme_id, rows in stages.items()
+    }
+
+
+@dataclass
+class LibraryPage:
+    cards: list[MemeCard]
+    total: int
+    page: int
+    pages: int
+    per_page: int
+
+
+def library_page(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    name: str = "",
+    state: str = "",
+    collection_id: UUID | None = None,
+    animated: bool = False,
+    sort: str = "newest",
+    page: int = 1,
+    per_page: int = 48,
+    groups: dict[UUID, tuple[UUID, int]] | None = None,
+) -> LibraryPage:
+    """One page of the scope's memes, filtered by name substring (case-insensitive), processing state
+    (``ready`` | ``processing`` | ``failed``; anything else: all), collection and animated; sorted by
+    :data:`PAGE_SORTS` (an unknown one: ``newest``); ``page`` clamped to ``1..pages``.
+    ``groups`` (variants collapsed): ``{meme_id: (representative, group size)}`` of the template groups
+    (:func:`mewdex.search.variants.template_groups`): one card per group, its representative, with the
+    group's size in ``group_size``."""
+    filters = SearchFilters(
+        collection_ids=None if collection_id is None else [str(collection_id)], animated=True if animated else None
+    )
+    query: Select = filtered_memes(scope.scope_id, filters, name=name.strip() or None)
+    if state == "failed":
+        query = query.where(latest_stage_sql(_FAILED))
+    elif state == "processing":
+        query = query.where(latest_stage_sql(_PENDING))
+    elif state == "ready":
+        query = query.where(not_(latest_stage_sql(_FAILED + _PENDING)))
+    groups = groups or {}
+    hidden = [m for m, (representative, _size) in groups.items() if m != representative]
+    if hidden:
+        query = query.where(Meme.id.not_in(hidden))
+    total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+    pages = max(1, -(-total // per_page))
+    page = min(max(page, 1), pages)
+    memes = list(
+        session.execute(
+            query.order_by(*PAGE_SORTS.get(sort, PAGE_SORTS["newest"])).offset((page - 1) * per_page).limit(per_page)
+        ).scalars()
+    )
+    page_cards = cards(session, scope, memes)
+    for c in page_cards:
+        c.group_size = groups.get(UUID(c.id), (None, 1))[1]
+    return LibraryPage(page_cards, total, page, pages, per_page)
+
+
+def meme_count(session: Session, scope: ScopeContext) -> int:
+    """How many memes the scope has."""
+    return session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id)).scalar_one()
+
+
+@dataclass
+class Processing:
+    """Memes whose processing is queued or running (``pending``) out of all the scope's memes (``total``)."""
+
+    pending: int
+    total: int
+
+
+def processing(session: Session, scope: ScopeContext) -> Processing:
+    """How many of the scope's memes are still being processed (a processing job queued or running)."""
+    pending = session.execute(
+        text(
+            "SELECT count(DISTINCT meme_id) FROM image_processing_jobs "
+            "WHERE scope_id = :s AND status IN ('queued', 'running')"
+        ),
+        {"s": scope.scope_id},
+    ).scalar_one()
+    return Processing(pending=pending, total=meme_count(session, scope) if pending else 0)
+
+
+def memes_by_id(session: Session, scope: ScopeContext, ids: list[UUID]) -> dict[UUID, Meme]:
+    """``{id: meme}`` of those of ``ids`` the scope has."""
+    if not ids:
+        return {}
+    return {
+        m.id: m
+        for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()
+    }

@@ -236,10 +236,23 @@ def resolve_meme_id(session: Session, scope: ScopeContext, value: str) -> UUID:
     return found[0]
 
 
+def find(session: Session, scope: ScopeContext, meme_id: UUID | str, *, lock: bool = False) -> Meme | None:
+    """The meme ``meme_id`` (a UUID or its text) of the scope, or None (none there, or not a UUID);
+    ``lock``: ``SELECT … FOR UPDATE`` (held until the transaction ends). The one "meme with this
+    (scope, id)" lookup of every layer."""
+    if not isinstance(meme_id, UUID):
+        try:
+            meme_id = UUID(str(meme_id))
+        except ValueError:
+            return None
+    query = select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id)
+    if lock:
+        query = query.with_for_update()
+    return session.execute(query).scalar_one_or_none()
+
+
 def _locked_meme(session: Session, scope: ScopeContext, meme_id) -> Meme:
-    meme = session.execute(
-        select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id).with_for_update()
-    ).scalar_one_or_none()
+    meme = find(session, scope, meme_id, lock=True)
     if meme is None:
         raise MemeError("not_found", "meme not found")
     return meme

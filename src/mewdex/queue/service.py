@@ -1,18 +1,23 @@
 """Task services for the API and the CLI: list (filters, cursor paging), detail with attempts and error
 history, retry (resume of an ``unknown_execution`` attempt included) and cancel. Every function takes
-the caller's :class:`ScopeContext`; another scope's task is :class:`TaskNotFound` like a missing one."""
+the caller's :class:`ScopeContext`; another scope's task is :class:`TaskNotFound` like a missing one.
+
+The tasks pages' reads: :func:`recent_tasks` (with the target meme's name), :func:`page_task` (with its
+attempts), :func:`task_types`, :func:`lane_depths`, :func:`batch_progress`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, or_, select, text
+from sqlalchemy import and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.models import (
     ImageProcessingAttempt,
+    Meme,
     ScopeContext,
     Task,
     TaskBatch,
@@ -176,15 +181,22 @@ def get_task(session: Session, scope: ScopeContext, task_id: str, *, lock: bool 
     return task
 
 
+def _attempts(session: Session, scope: ScopeContext, task_id: str) -> list[ImageProcessingAttempt]:
+    """The task's attempts, oldest first."""
+    return list(
+        session.execute(
+            select(ImageProcessingAttempt)
+            .where(ImageProcessingAttempt.scope_id == scope.scope_id, ImageProcessingAttempt.task_id == task_id)
+            .order_by(ImageProcessingAttempt.attempt)
+        ).scalars()
+    )
+
+
 def task_detail(session: Session, scope: ScopeContext, task_id: str) -> dict[str, Any]:
     """The task with ``attempts`` (oldest first), ``error_history`` and ``first_error``."""
     task = get_task(session, scope, task_id)
     task_id = task.id  # the full id when a prefix named it
-    attempts = session.execute(
-        select(ImageProcessingAttempt)
-        .where(ImageProcessingAttempt.scope_id == scope.scope_id, ImageProcessingAttempt.task_id == task_id)
-        .order_by(ImageProcessingAttempt.attempt)
-    ).scalars()
+    attempts = _attempts(session, scope, task_id)
     return {
         **task_dict(task, batch_id=batches.batch_of(session, scope.scope_id, task_id)),
         "payload": task.payload,
@@ -337,3 +349,132 @@ def stalled_lanes(session: Session, seconds: float) -> list[str]:
             {"lanes": registry.lane_names(listed_only=True), "s": seconds, "p": queue.PARKED_AT},
         ).scalars()
     )
+
+
+# ------------------------------------------------------------------ the tasks pages' reads
+
+#: The most tasks the tasks page lists.
+PAGE_TASKS = 100
+
+
+def recent_tasks(
+    session: Session,
+    scope: ScopeContext,
+    *,
+    status: str = "",
+    task_type: str = "",
+    stage: str = "",
+    limit: int = PAGE_TASKS,
+) -> list[tuple[Task, str | None]]:
+    """The newest tasks (by last update) with the target meme's display name (None: no meme, or gone),
+    filtered by status (one of :data:`TASK_STATUSES`; another: all), task type and image stage."""
+    query = (
+        select(Task, Meme.display_name)
+        .outerjoin(Meme, and_(Meme.scope_id == Task.scope_id, Meme.id == Task.target_meme_id))
+        .where(Task.scope_id == scope.scope_id)
+    )
+    if status in TASK_STATUSES:
+        query = query.where(Task.status == status)
+    if task_type:
+        query = query.where(Task.task_type == task_type)
+    if stage:
+        query = query.where(Task.image_stage == stage)
+    rows = session.execute(query.order_by(Task.updated_at.desc(), Task.id).limit(limit)).all()
+    return [(task, display_name) for task, display_name in rows]
+
+
+def page_task(session: Session, scope: ScopeContext, task_id: str) -> tuple[Task, list[ImageProcessingAttempt]] | None:
+    """The task with exactly this id and its attempts (oldest first); None when not in the scope."""
+    task = session.execute(select(Task).where(Task.scope_id == scope.scope_id, Task.id == task_id)).scalar_one_or_none()
+    if task is None:
+        return None
+    return task, _attempts(session, scope, task.id)
+
+
+def task_types(session: Session, scope: ScopeContext) -> list[str]:
+    """The task types the scope has tasks of, by name."""
+    return list(
+        session.execute(
+            select(Task.task_type).where(Task.scope_id == scope.scope_id).distinct().order_by(Task.task_type)
+        ).scalars()
+    )
+
+
+def lane_depths(session: Session, scope: ScopeContext) -> list[dict[str, Any]]:
+    """``[{"lane", "queued", "running"}]`` for every listed lane (zeros included) and any other lane the
+    scope has active tasks in."""
+    counts: dict[str, dict[str, Any]] = {
+        lane: {"lane": lane, "queued": 0, "running": 0} for lane in registry.lane_names(listed_only=True)
+    }
+    for lane, status, n in session.execute(
+        select(Task.lane, Task.status, func.count())
+        .where(Task.scope_id == scope.scope_id, Task.status.in_(("queued", "running")))
+        .group_by(Task.lane, Task.status)
+    ):
+        counts.setdefault(lane, {"lane": lane, "queued": 0, "running": 0})[status] = n
+    return list(counts.values())
+
+
+@dataclass
+class BatchProgress:
+    """One bulk submission (an import, a retry of many memes) as the tasks page shows it: ``done`` of
+    ``total`` memes processed (``unit`` ``memes``), or of tasks for a batch of other work (``tasks``)."""
+
+    batch_id: str
+    created_at: datetime
+    done: int
+    total: int
+    failed: int
+    unit: str
+    complete: bool
+
+
+BATCHES_SHOWN = 5
+# A finished batch stays on the tasks page this long, so its "x of x" is seen.
+BATCH_SHOWN_AFTER_SECONDS = 600
+
+_BATCH_PROGRESS_SQL = text(
+    """
+    SELECT b.batch_id, b.created_at, b.finalizer_state = 'complete' AS complete,
+           count(DISTINCT j.id) AS jobs,
+           count(DISTINCT j.id) FILTER (WHERE j.status NOT IN ('queued', 'running')) AS jobs_done,
+           count(DISTINCT j.id) FILTER (WHERE j.status IN ('failed', 'blocked', 'unknown_execution')) AS jobs_failed,
+           count(DISTINCT t.id) AS tasks,
+           count(DISTINCT t.id) FILTER (WHERE t.status NOT IN ('queued', 'running')) AS tasks_done,
+           count(DISTINCT t.id) FILTER (WHERE t.status = 'failed') AS tasks_failed
+    FROM (SELECT * FROM task_batches
+          WHERE scope_id = :s
+            AND (finalizer_state <> 'complete' OR finalized_at > now() - make_interval(secs => :recent))
+          ORDER BY created_at DESC LIMIT :n) b
+    JOIN task_batch_items i ON i.scope_id = b.scope_id AND i.batch_id = b.batch_id
+    JOIN tasks t ON t.scope_id = i.scope_id AND t.id = i.task_id
+    LEFT JOIN image_processing_stages st ON st.scope_id = i.scope_id AND st.task_id = i.task_id
+    LEFT JOIN image_processing_jobs j ON j.scope_id = st.scope_id AND j.id = st.job_id
+    GROUP BY b.batch_id, b.created_at, b.finalizer_state
+    ORDER BY b.created_at DESC
+    """
+)
+
+
+def batch_progress(session: Session, scope: ScopeContext) -> list[BatchProgress]:
+    """The scope's newest unfinished batches (and those finished in the last
+    :data:`BATCH_SHOWN_AFTER_SECONDS`), newest first: image work counts memes (their processing jobs,
+    a meme done when its job ended, failed or not); other work counts the batch's tasks."""
+    rows = session.execute(
+        _BATCH_PROGRESS_SQL, {"s": scope.scope_id, "recent": BATCH_SHOWN_AFTER_SECONDS, "n": BATCHES_SHOWN}
+    ).mappings()
+    out = []
+    for r in rows:
+        by_meme = r["jobs"] > 0
+        out.append(
+            BatchProgress(
+                batch_id=r["batch_id"],
+                created_at=r["created_at"],
+                done=r["jobs_done"] if by_meme else r["tasks_done"],
+                total=r["jobs"] if by_meme else r["tasks"],
+                failed=r["jobs_failed"] if by_meme else r["tasks_failed"],
+                unit="memes" if by_meme else "tasks",
+                complete=r["complete"],
+            )
+        )
+    return out

@@ -562,6 +562,18 @@ def health(session) -> dict[str, Any]:
     return {"configured": bool(settings.backup_dest), "last": last, "stale": stale}
 
 
+def operations_overview(session) -> dict[str, Any]:
+    """The admin page's operations section: ``{"backup": health(), "schedule": {"dest", "cron", "keep"} |
+    None (no ``MEWDEX_BACKUP_DEST``), "rebuilds": mewdex.search.generations.builds()}``."""
+    from mewdex.search.generations import builds
+
+    settings = get_settings()
+    schedule = None
+    if settings.backup_dest:
+        schedule = {"dest": settings.backup_dest, "cron": settings.backup_cron, "keep": settings.backup_keep}
+    return {"backup": health(session), "schedule": schedule, "rebuilds": builds(session)}
+
+
 def stale_after(cron: str) -> timedelta:
     """Twice the gap between the cron expression's next two runs, at least a day."""
     from mewdex.schedules import cron as cronmath

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import ScopeContext, User
+from mewdex.db.models import User
+from mewdex.dto.scopes import ScopeContext
 from mewdex.library.scopes import default_scope
 from mewdex.platform import media_urls, sessions, tokens
 from mewdex.platform.auth import Principal, auth_mode

@@ -127,8 +127,8 @@ def wants_page(request: Request) -> bool:
     )
 
 
-# The pages' renderer (``routers.pages.render``: template name, context, status → response), which
-# registers itself when the pages are loaded; the routers import this module, not the other way.
+# The pages' renderer (``web.templating.render``: template name, context, status → response), which
+# registers itself when it is loaded; the templating module imports this one, not the other way.
 PageRenderer = Callable[..., Response]
 _render_page: PageRenderer | None = None
 

@@ -17,13 +17,17 @@ open a page without a session while login is required are sent to ``/login`` (se
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from fastapi import APIRouter, Depends, Request
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ScopeContext, User, utcnow
+from mewdex.dto.scopes import ScopeContext
 from mewdex.platform import sessions, tokens, usage, users
 from mewdex.platform.auth import Principal
 from mewdex.platform.instance import get_setting
+from mewdex.platform.users import User
+from mewdex.runtime.backup import operations_overview
 from mewdex.search import feedback
 from mewdex.web.deps import (
     current_principal,
@@ -34,8 +38,7 @@ from mewdex.web.deps import (
     session_cookie_names,
 )
 from mewdex.web.routers.admin import admin_user_dict
-from mewdex.web.routers.pages import render
-from mewdex.web.views import operations_view
+from mewdex.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 
@@ -69,7 +72,7 @@ def login_page(request: Request, next: str = "/", session: Session = Depends(db_
 
 def _token_rows(session: Session, user: User) -> list[dict]:
     """The user's tokens, live ones first (newest first), each with ``state`` live|expired|revoked."""
-    now = utcnow()
+    now = datetime.now(UTC)
     rows = []
     for row in tokens.list_tokens(session, user):
         state = "revoked" if row.revoked_at else "expired" if row.expires_at and row.expires_at <= now else "live"
@@ -95,7 +98,7 @@ def account_page(
             "account": users.user_dict(user) if user is not None else None,
             "is_admin": principal.is_admin,
             "tokens": _token_rows(session, user) if user is not None else [],
-            "now_iso": utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "now_iso": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "feedback": feedback.summary(session, scope),
         },
     )
@@ -147,7 +150,7 @@ def admin_page(request: Request, principal: Principal = Depends(require_admin), 
             "me_id": _me_id(principal),
             "signup_enabled": bool(get_setting(session, "signup_enabled", False)),
             "instance": usage.instance_usage(session),
-            "operations": operations_view(session),
+            "operations": operations_overview(session),
         },
     )
 

@@ -24,7 +24,6 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import User
 from mewdex.dto.users import (
     AdminUser,
     AdminUserList,
@@ -39,6 +38,7 @@ from mewdex.dto.users import (
 from mewdex.platform import password_reset, quotas, usage, users
 from mewdex.platform.auth import Principal
 from mewdex.platform.instance import get_setting, set_setting
+from mewdex.platform.users import User
 from mewdex.web.deps import db_session, parse_id, public_base_url, require_admin
 from mewdex.web.errors import ApiError, error_responses
 from mewdex.web.routers.usage import time_range

@@ -19,15 +19,15 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
-from mewdex.db.models import Meme, User
 from mewdex.dto.users import Me, NewToken, SignedIn, SignedUrl, TokenList
 from mewdex.dto.users import User as UserDto
+from mewdex.library import memes
 from mewdex.platform import media_urls, password_reset, quotas, sessions, tokens, usage, users
 from mewdex.platform.auth import Principal, auth_mode
+from mewdex.platform.users import User
 from mewdex.web import i18n
 from mewdex.web.deps import (
     bind_host,
@@ -254,11 +254,9 @@ def signed_url(
     ``{"url": "/media/{id}?exp=…&kid=…&u=…&sig=…", "expires_at"}``; default lifetime
     ``MEWDEX_MEDIA_URL_TTL_SECONDS``."""
     scope = principal.scope
-    found = session.execute(
-        select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id == parse_id(meme_id))
-    ).scalar_one_or_none()
+    found = memes.find(session, scope, parse_id(meme_id))
     if found is None:
         raise ApiError(404, "not_found", "meme not found")
-    path = f"/media/{found}" + ("/thumbnail" if thumbnail else "")
+    path = f"/media/{found.id}" + ("/thumbnail" if thumbnail else "")
     url, exp = media_urls.sign(principal.user, path, ttl_seconds or get_settings().media_url_ttl_seconds)
     return {"url": url, "expires_at": datetime.fromtimestamp(exp, UTC).isoformat()}

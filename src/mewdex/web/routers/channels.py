@@ -21,10 +21,11 @@ from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.orm import Session
 
 from mewdex.channels import bindings, delivery, registry
+from mewdex.channels.bindings import ChannelDelivery
 from mewdex.channels.registry import WebKit
 from mewdex.config import get_settings
-from mewdex.db.models import ChannelDelivery, ScopeContext
 from mewdex.dto import channels as dto
+from mewdex.dto.scopes import ScopeContext
 from mewdex.web.deps import current_scope, db_session, public_base_url, require_admin
 
 router = APIRouter(tags=["channels"])
@@ -177,7 +178,7 @@ def channel_guide(name: str, request: Request, _scope: ScopeContext = Depends(cu
     HTML 404 page for an unknown name or when the docs are not installed (a wheel install)."""
     from markupsafe import Markup
 
-    from mewdex.web.routers.pages import render
+    from mewdex.web.templating import render
 
     known = name in {c.name for c in registry.channels()}
     path = guides_dir() / f"{name}.md"
@@ -197,15 +198,13 @@ def channels_page(
 ):
     """The Channels settings page: the linked chats (each with Remove; a link awaiting the chat's YES
     says so), the Telegram link, the webhook (secret shown once), the log."""
-    from sqlalchemy import select
-
-    from mewdex.db.models import Meme
-    from mewdex.web.routers.pages import render
+    from mewdex.library import listing
+    from mewdex.web.templating import render
 
     rows = bindings.list_bindings(session, scope.scope_id)
     log = delivery.list_deliveries(session, scope.scope_id, limit=50)
     ids = {d.meme_id for d in log if d.meme_id}
-    names = dict(session.execute(select(Meme.id, Meme.display_name).where(Meme.id.in_(ids))).all()) if ids else {}
+    names = {i: m.display_name for i, m in listing.memes_by_id(session, scope, list(ids)).items()}
     by_channel = {b.channel: bindings.api_view(b) for b in rows}
     return render(
         request,

@@ -7,9 +7,9 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Request
 
-from mewdex.db.models import ScopeContext
+from mewdex.dto.scopes import ScopeContext
 from mewdex.web.deps import current_scope
-from mewdex.web.routers.pages import render
+from mewdex.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 

@@ -13,7 +13,6 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import MemeCollection, ScopeContext
 from mewdex.dto.collections import (
     AddItemsRequest,
     AddItemsResponse,
@@ -23,7 +22,9 @@ from mewdex.dto.collections import (
     CollectionNameRequest,
     ImportResponse,
 )
+from mewdex.dto.scopes import ScopeContext
 from mewdex.library import collections, packages
+from mewdex.library.collections import MemeCollection
 from mewdex.library.listing import meme_brief
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope

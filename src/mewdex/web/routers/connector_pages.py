@@ -25,7 +25,7 @@ from mewdex.platform.auth import Principal
 from mewdex.providers import connectors, policy
 from mewdex.web.deps import current_principal, db_session, require_admin
 from mewdex.web.routers.connectors import audit_dict, connection_dict, definition_dict
-from mewdex.web.routers.pages import render
+from mewdex.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 AUDIT_PAGE = 50

@@ -19,7 +19,6 @@ from fastapi import APIRouter, Depends, Query, Response
 from sqlalchemy.orm import Session
 
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import ExternalSystem, ExternalSystemAudit, ExternalSystemDefinition, ScopeContext
 from mewdex.dto.connectors import (
     AnalysisPolicy,
     AnalysisPolicyPatch,
@@ -32,8 +31,10 @@ from mewdex.dto.connectors import (
     ConnectorDefinitionList,
     ConnectorDefinitionPatch,
 )
+from mewdex.dto.scopes import ScopeContext
 from mewdex.platform.auth import Principal
 from mewdex.providers import connectors, policy
+from mewdex.providers.connectors import ExternalSystem, ExternalSystemAudit, ExternalSystemDefinition
 from mewdex.providers.errors import ProviderError
 from mewdex.web.deps import current_principal, current_scope, db_session, parse_id, require_admin
 from mewdex.web.errors import error_responses

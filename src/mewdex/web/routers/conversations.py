@@ -18,10 +18,11 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from mewdex.assistant import chat, conversations, runs
+from mewdex.assistant.conversations import Conversation
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import Conversation, ScopeContext
 from mewdex.dto import assistant as dto
+from mewdex.dto.scopes import ScopeContext
 from mewdex.web.deps import current_scope, db_session, streaming_scope
 from mewdex.web.errors import ApiError
 from mewdex.web.i18n import page_language

@@ -14,14 +14,14 @@ Errors: 404 ``not_found`` (a meme or event not in the caller's library), 422 ``q
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ScopeContext, utcnow
 from mewdex.dto import feedback as dto
+from mewdex.dto.scopes import ScopeContext
 from mewdex.search import feedback
 from mewdex.web.deps import current_scope, db_session, parse_id
 from mewdex.web.errors import ApiError, error_responses
@@ -57,7 +57,7 @@ def list_feedback(
 def export_feedback(scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)):
     """Every event of the account, oldest first, as ``mewdex-feedback.json``."""
     body = {
-        "exported_at": utcnow().isoformat(),
+        "exported_at": datetime.now(UTC).isoformat(),
         "learning_enabled": feedback.learning_enabled(session, scope.scope_id),
         "events": list(feedback.export(session, scope)),
     }

@@ -10,15 +10,14 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import Meme, MemeCollection, ScopeContext
 from mewdex.dto.memes import Meme as MemeDto
 from mewdex.dto.memes import MemePage, RenameRequest, UploadResponse
-from mewdex.library import listing
+from mewdex.dto.scopes import ScopeContext
+from mewdex.library import collections, listing
 from mewdex.library import memes as library
 from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
 from mewdex.library.packages import content_disposition
@@ -38,21 +37,20 @@ from mewdex.web.uploads import memory_slot, read_upload, upload_slot
 router = APIRouter(tags=["memes"])
 
 
-def get_meme(session: Session, scope: ScopeContext, meme_id: str) -> Meme:
-    meme = session.execute(
-        select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == parse_id(meme_id))
-    ).scalar_one_or_none()
+def get_meme(session: Session, scope: ScopeContext, meme_id: str) -> library.Meme:
+    """The scope's meme ``meme_id``; 404 ``not_found`` (also for an id that is no UUID)."""
+    meme = library.find(session, scope, parse_id(meme_id))
     if meme is None:
         raise ApiError(404, "not_found", "meme not found")
     return meme
 
 
-def meme_dto(session: Session, meme: Meme) -> MemeDto:
+def meme_dto(session: Session, meme: library.Meme) -> MemeDto:
     """The full meme shape (:class:`mewdex.dto.memes.Meme`)."""
     return memes_dto(session, [meme])[0]
 
 
-def memes_dto(session: Session, memes: list[Meme]) -> list[MemeDto]:
+def memes_dto(session: Session, memes: list[library.Meme]) -> list[MemeDto]:
     """:func:`meme_dto` of a page of memes of one scope (a fixed number of statements)."""
     if not memes:
         return []
@@ -60,7 +58,7 @@ def memes_dto(session: Session, memes: list[Meme]) -> list[MemeDto]:
     return listing.memes_full(session, memes, near_duplicates=near)
 
 
-def meme_dict(session: Session, meme: Meme) -> dict:
+def meme_dict(session: Session, meme: library.Meme) -> dict:
     return meme_dto(session, meme).model_dump()
 
 
@@ -146,11 +144,10 @@ _TRUE, _FALSE = {"1", "true", "on", "yes"}, {"", "0", "false", "off", "no"}
 
 def _collection_id(session: Session, scope: ScopeContext, value: str):
     collection_id = parse_id(value, "collection")
-    found = session.execute(
-        select(MemeCollection.id).where(MemeCollection.scope_id == scope.scope_id, MemeCollection.id == collection_id)
-    ).scalar_one_or_none()
-    if found is None:
-        raise ApiError(404, "not_found", "collection not found")
+    try:
+        collections.find(session, scope, collection_id)
+    except collections.CollectionError:
+        raise ApiError(404, "not_found", "collection not found") from None
     return collection_id
 
 

@@ -13,11 +13,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ScheduledJob, ScheduledJobRun, ScopeContext
 from mewdex.dto import schedules as dto
+from mewdex.dto.scopes import ScopeContext
 from mewdex.schedules import cron, jobs
 from mewdex.schedules.errors import ScheduleError
-from mewdex.schedules.jobs import Viewer
+from mewdex.schedules.jobs import ScheduledJob, ScheduledJobRun, Viewer
 from mewdex.web.deps import current_scope, db_session
 
 router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"])

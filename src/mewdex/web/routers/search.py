@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ScopeContext
+from mewdex.dto.scopes import ScopeContext
 from mewdex.dto.search import (
     MAX_OFFSET,
     MAX_QUERY_CHARS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Response
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ScopeContext
+from mewdex.dto.scopes import ScopeContext
 from mewdex.dto.search_marks import SearchMark, SearchMarkCreate, SearchMarkList
 from mewdex.search import marks
 from mewdex.web.deps import current_scope, db_session, parse_id

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from fastapi import APIRouter, Depends, Query
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ScopeContext
+from mewdex.dto.scopes import ScopeContext
 from mewdex.dto.users import UsageSummary
 from mewdex.platform import usage
 from mewdex.web.deps import current_scope, db_session

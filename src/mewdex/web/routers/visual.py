@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import ScopeContext
+from mewdex.dto.scopes import ScopeContext
 from mewdex.dto.search import DuplicateClusters, NearDuplicates, SearchFilters, SearchResults
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library import thumbnails as thumbs

@@ -1,0 +1,115 @@
+"""Rendering the UI's pages: the Jinja2 templates of ``web/templates/`` with their filters, and
+:func:`render`, which every page router calls.
+
+:func:`render` adds what every page shows (the request's language and its catalogue for the
+scripts, the header's server state, who is signed in) and sends ``Cache-Control: no-store``; it also
+renders the browsers' error pages (:func:`mewdex.web.errors.error_page`, registered on import).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from uuid import UUID
+
+from fastapi import Request
+from fastapi.templating import Jinja2Templates
+from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader
+from markupsafe import Markup
+
+from mewdex import channels as channels_package
+from mewdex.db.engine import get_sessionmaker
+from mewdex.web import deps, errors, i18n
+from mewdex.web.server_state import page_state
+
+templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+# A channel package may bring its card for the Channels page: "channel/<name>/card.html" is
+# src/mewdex/channels/<name>/card.html (channels.html includes it when it is there).
+templates.env.loader = ChoiceLoader(
+    [
+        FileSystemLoader(Path(__file__).parent / "templates"),
+        PrefixLoader({"channel": FileSystemLoader(Path(channels_package.__file__).parent)}),
+    ]
+)
+
+
+def filesize(n: float | None) -> str:
+    """Bytes as ``512 B``, ``1.5 KB`` … ``2.0 GB``; empty for None."""
+    if n is None:
+        return ""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def when(value: datetime | str | None) -> Markup:
+    """An instant as ``<time datetime="…Z" data-when>2026-12-03 18:33 UTC</time>``: the page's
+    times.js rewrites the text in the reader's time zone (the account's, else the browser's) and the
+    page's language with ``Intl.DateTimeFormat``; the UTC text is what a script-less reader sees."""
+    if value is None or value == "":
+        return Markup("")
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    utc = value.astimezone(UTC)
+    return Markup('<time datetime="{}" data-when>{}</time>').format(
+        utc.strftime("%Y-%m-%dT%H:%M:%SZ"), utc.strftime("%Y-%m-%d %H:%M UTC")
+    )
+
+
+templates.env.filters["filesize"] = filesize
+templates.env.filters["when"] = when
+
+
+def _error_page_principal(request: Request):
+    """Who is signed in, for an error page no route resolved it for (an unknown path); None when it
+    cannot be told (no credential, a bad one, the database gone)."""
+    try:
+        with get_sessionmaker()() as session:
+            return deps.resolve_principal(request, session)
+    except Exception:  # noqa: BLE001 — the error page is shown anyway, without the account
+        return None
+
+
+def render(request: Request, name: str, context: dict | None = None, status_code: int = 200):
+    """Render ``name`` in the request's language (``_`` translates, ``messages`` feeds the scripts);
+    ``Cache-Control: no-store``."""
+    locale = i18n.request_locale(request)
+    base = {
+        "_": partial(i18n.translate, locale),
+        "error_text": partial(i18n.error_text, locale),
+        "lang": locale,
+        "html_lang": i18n.HTML_LANG[locale],
+        "messages": i18n.client_messages(locale),
+        "path": request.url.path,
+        "query_string": request.url.query,
+        "server_state": page_state(request),  # the header's badge: ok / degraded / unavailable
+    }
+    principal = getattr(request.state, "principal", None)
+    if principal is None and status_code >= 400:
+        principal = _error_page_principal(request)  # an error page keeps the header of the signed-in pages
+    if principal is not None and principal.user is not None:  # accounts exist: who is signed in
+        base["signed_in"] = {"email": principal.user.email, "admin": principal.is_admin}
+        base["time_zone"] = principal.user.time_zone  # times.js shows times in it (else the browser's)
+    response = templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
+    # Pages show one account's data: never kept for the Back button after signing out, nor by a proxy.
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+errors.set_page_renderer(render)  # error pages for browsers (mewdex.web.errors.error_page)
+
+
+def not_found(request: Request):
+    """The 404 page (a page's id that names nothing of the caller's)."""
+    return render(request, "not_found.html", {"page": "none"}, status_code=404)
+
+
+def parse_uuid(value: str) -> UUID | None:
+    """``value`` as a UUID; None when empty or not one (a page filter or path id that names nothing)."""
+    try:
+        return UUID(value) if value else None
+    except ValueError:
+        return None
