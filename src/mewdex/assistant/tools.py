@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 from typing import Any
-from uuid import UUID
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -23,6 +22,7 @@ from mewdex.config import get_settings
 from mewdex.db.models import Meme, MemeCollection, MemeCollectionItem, ScopeContext
 from mewdex.dto.search import SearchFilters
 from mewdex.library import collections as library_collections
+from mewdex.library import memes as library_memes
 from mewdex.library import thumbnails as thumbs
 from mewdex.library.scopes import storage_namespace
 from mewdex.search import image_search
@@ -116,11 +116,7 @@ def more_like_this(
 
 
 def _meme(session: Session, scope: ScopeContext, meme_id: Any) -> Meme:
-    try:
-        uid = UUID(str(meme_id))
-    except ValueError:
-        raise AssistantError("not_found", "no such meme") from None
-    meme = session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == uid)).scalar_one_or_none()
+    meme = library_memes.find(session, scope, meme_id)
     if meme is None:
         raise AssistantError("not_found", "no such meme")
     return meme

@@ -34,9 +34,10 @@ from mewdex.channels.errors import ChannelError
 from mewdex.channels.platform import PlatformError
 from mewdex.channels.registry import adapter
 from mewdex.config import get_settings
-from mewdex.db.models import ChannelDelivery, Meme, ScopeContext, Task, utcnow
+from mewdex.db.models import ChannelDelivery, ScopeContext, Task, utcnow
 from mewdex.db.scopes import ensure_scope, storage_namespace
 from mewdex.egress import EgressError
+from mewdex.library import memes
 from mewdex.platform import owners
 from mewdex.queue import registry
 from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, TaskError, register_lane, task_type
@@ -148,12 +149,10 @@ def send_meme(
     _check_source(source)
     if caption is not None and len(caption) > MAX_CAPTION_CHARS:
         raise ChannelError("invalid_request", f"the caption is over {MAX_CAPTION_CHARS} characters")
-    try:
-        mid = UUID(str(meme_id))
-    except ValueError:
-        raise ChannelError("not_found", "no such meme") from None
-    if session.execute(select(Meme.id).where(Meme.id == mid, Meme.scope_id == scope_id)).scalar_one_or_none() is None:
+    found = memes.find(session, ScopeContext(scope_id), meme_id)
+    if found is None:
         raise ChannelError("not_found", "no such meme")
+    mid = found.id
     return _enqueue_to_binding(
         session,
         scope_id=scope_id,
@@ -275,9 +274,7 @@ def reserve_slot(sessions: sessionmaker[Session], channel: str, target: str, int
 def _load_meme(session: Session, row: ChannelDelivery) -> MemeFile:
     from mewdex.storage import blob_store
 
-    meme = session.execute(
-        select(Meme).where(Meme.id == row.meme_id, Meme.scope_id == row.scope_id)
-    ).scalar_one_or_none()
+    meme = memes.find(session, ScopeContext(row.scope_id), row.meme_id)
     if meme is None:
         raise TaskError("channel_meme_gone", "the meme was deleted before it was sent", retryable=False)
     with blob_store().open(storage_namespace(session, row.scope_id), meme.storage_key) as handle:

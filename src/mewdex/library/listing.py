@@ -7,6 +7,7 @@ predicate every caller uses), "the latest processing job of each meme" and the m
   listings use it in their ``WHERE``.
 * :data:`LATEST_JOB_STATUS_SQL` / :func:`latest_jobs` — the latest job of a meme (by ``created_at``).
 * :func:`meme_brief` / :func:`memes_full` — ORM rows to :mod:`mewdex.dto.memes` shapes.
+* :func:`find` — the meme with this (scope, id), locked when asked (also ``library.memes.find``).
 * The pages' reads: :class:`MemeCard` (:func:`cards`), one page of the library (:func:`library_page`),
   :func:`memes_by_id`, :func:`meme_count`, what is still being processed (:func:`processing`).
 """
@@ -28,6 +29,26 @@ from mewdex.dto.search import SearchFilters
 from mewdex.library.images import EXTENSIONS, MEDIA_TYPES
 
 MEDIA_TYPES_BY_EXTENSION = {EXTENSIONS[f]: MEDIA_TYPES[f] for f in EXTENSIONS}
+
+
+def find(
+    session: Session, scope: ScopeContext, meme_id: UUID | str | None, *, lock: bool = False, key_share: bool = False
+) -> Meme | None:
+    """The meme ``meme_id`` (a UUID or its text) of the scope, or None (none there, no id, not a UUID); the one
+    "meme with this (scope, id)" lookup of every layer. ``lock``: ``SELECT … FOR UPDATE`` until the
+    transaction ends; with ``key_share``, ``FOR NO KEY UPDATE`` (the lock an UPDATE of the row takes:
+    rows that only reference the meme can still be written beside it)."""
+    if meme_id is None:
+        return None
+    if not isinstance(meme_id, UUID):
+        try:
+            meme_id = UUID(str(meme_id))
+        except ValueError:
+            return None
+    query = select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id)
+    if lock:
+        query = query.with_for_update(key_share=key_share)
+    return session.execute(query).scalar_one_or_none()
 
 
 def latest_job_sql(column: str) -> str:

@@ -23,6 +23,10 @@ from mewdex.dto.cursor import CursorInvalid, decode_cursor, encode_cursor
 from mewdex.dto.errors import DomainError
 from mewdex.library import collections
 from mewdex.library.images import ImageError, ImageInfo, probe
+
+# The one "meme with this (scope, id)" lookup; it lives in listing so that search, which may not reach
+# the platform this module imports, can use it too.
+from mewdex.library.listing import find as find
 from mewdex.library.names import folder_named, name_for_file
 from mewdex.library.scopes import ensure_scope
 from mewdex.platform import quotas
@@ -234,21 +238,6 @@ def resolve_meme_id(session: Session, scope: ScopeContext, value: str) -> UUID:
     if len(found) > 1:
         raise MemeError("ambiguous_id", f"several memes have ids starting {value!r}; give more characters")
     return found[0]
-
-
-def find(session: Session, scope: ScopeContext, meme_id: UUID | str, *, lock: bool = False) -> Meme | None:
-    """The meme ``meme_id`` (a UUID or its text) of the scope, or None (none there, or not a UUID);
-    ``lock``: ``SELECT … FOR UPDATE`` (held until the transaction ends). The one "meme with this
-    (scope, id)" lookup of every layer."""
-    if not isinstance(meme_id, UUID):
-        try:
-            meme_id = UUID(str(meme_id))
-        except ValueError:
-            return None
-    query = select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id)
-    if lock:
-        query = query.with_for_update()
-    return session.execute(query).scalar_one_or_none()
 
 
 def _locked_meme(session: Session, scope: ScopeContext, meme_id) -> Meme:

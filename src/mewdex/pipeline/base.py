@@ -9,10 +9,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme
+from mewdex.dto.scopes import ScopeContext
+from mewdex.library import memes
 from mewdex.queue.registry import TaskError
 
 # Stored stage names (the seed's ``image_stage`` values) → the version of what the stage computes.
@@ -64,6 +65,4 @@ def load_meme(session: Session, scope_id: str, meme_id) -> Meme | None:
     UPDATE``, as an UPDATE of the row takes: it orders the stages of one meme, while rows that only
     reference the meme (another image's near-duplicate pair, a collection item) are written beside it
     instead of making the stage wait for their transaction."""
-    return session.execute(
-        select(Meme).where(Meme.scope_id == scope_id, Meme.id == meme_id).with_for_update(key_share=True)
-    ).scalar_one_or_none()
+    return memes.find(session, ScopeContext(scope_id), meme_id, lock=True, key_share=True)

@@ -39,7 +39,7 @@ from sqlalchemy import CursorResult, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import Meme, ScopeContext, utcnow
+from mewdex.db.models import ScopeContext, utcnow
 from mewdex.db.models.search_feedback import (
     FEEDBACK_KINDS,
     FEEDBACK_SOURCES,
@@ -50,6 +50,7 @@ from mewdex.db.models.search_feedback import (
 from mewdex.dto.errors import DomainError
 from mewdex.dto.search import SearchFilters
 from mewdex.inference.errors import BackendUnavailable
+from mewdex.library import listing
 from mewdex.library.listing import exists_sql
 from mewdex.search import generations, vector_index
 from mewdex.search import text as search_text
@@ -192,11 +193,7 @@ def record(
     if source not in SOURCES:
         raise FeedbackError("feedback_source_invalid", f"source must be one of {', '.join(SOURCES)}")
     raw, key = normalise(query)
-    try:
-        mid = UUID(str(meme_id))
-    except ValueError:
-        raise FeedbackError("not_found", "meme not found") from None
-    found = session.execute(select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id == mid)).scalar_one_or_none()
+    found = listing.find(session, scope, meme_id)
     if found is None:
         raise FeedbackError("not_found", "meme not found")
     if not learning_enabled(session, scope.scope_id):
@@ -204,7 +201,7 @@ def record(
     event = SearchFeedbackEvent(
         event_id=uuid.uuid4(),
         scope_id=scope.scope_id,
-        meme_id=mid,
+        meme_id=found.id,
         query=raw,
         query_key=key,
         kind=kind,

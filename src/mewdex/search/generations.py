@@ -32,7 +32,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
-from mewdex.db.models import Meme, MemeEmbedding, SearchGeneration, SearchHead, Task, utcnow
+from mewdex.db.models import Meme, MemeEmbedding, ScopeContext, SearchGeneration, SearchHead, Task, utcnow
+from mewdex.library import listing
 from mewdex.queue import registry
 from mewdex.queue.registry import TaskContext, TaskError
 from mewdex.search.vector_index import ensure_index
@@ -588,9 +589,7 @@ def build(ctx: TaskContext, generation_id: UUID | None, embed: Embed) -> Built:
                     generation_id = _create(session, scope_id, embed, len(next(iter(vectors.values()))))
                 generation = session.get_one(SearchGeneration, generation_id)
                 for meme, found in zip(batch, fields, strict=True):
-                    stored = session.execute(
-                        select(Meme).where(Meme.scope_id == scope_id, Meme.id == meme.id)
-                    ).scalar_one_or_none()
+                    stored = listing.find(session, ScopeContext(scope_id), meme.id)
                     if stored is None or stored.search_metadata_hash != meme.search_metadata_hash:
                         continue  # deleted, or re-analysed meanwhile: the next pass embeds its new context
                     items = [(field, document, vectors[document]) for field, document in found.items()]

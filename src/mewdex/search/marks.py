@@ -12,8 +12,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import Meme, ScopeContext, SearchMark, utcnow
+from mewdex.db.models import ScopeContext, SearchMark, utcnow
 from mewdex.dto.errors import DomainError
+from mewdex.library import listing
 from mewdex.search import feedback
 
 MAX_QUERY = 500
@@ -34,11 +35,10 @@ def add(session: Session, scope: ScopeContext, query: str, meme_id) -> SearchMar
         raise DomainError("query_empty", "the query is empty")
     if len(text) > MAX_QUERY:
         raise DomainError("query_too_long", f"the query is over {MAX_QUERY} characters")
-    meme = session.execute(
-        select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id)
-    ).scalar_one_or_none()
-    if meme is None:
+    found = listing.find(session, scope, meme_id)
+    if found is None:
         raise DomainError("not_found", "meme not found")
+    meme = found.id
     key = query_key(text)
     created = session.execute(
         insert(SearchMark)

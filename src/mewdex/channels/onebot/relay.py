@@ -18,7 +18,6 @@ import secrets as _random
 import threading
 import time
 from typing import Any
-from uuid import UUID
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -27,7 +26,8 @@ from mewdex.channels.onebot.protocol import ACTION_TIMEOUT, message_segments, pa
 from mewdex.channels.onebot.transport import ActionChannel, registry
 from mewdex.channels.platform import PlatformError
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import Meme
+from mewdex.dto.scopes import ScopeContext
+from mewdex.library import memes
 
 RELAY_OUT = "mewdex_onebot_out"
 RELAY_DONE = "mewdex_onebot_done"
@@ -83,9 +83,7 @@ def _load_meme_bytes(scope_id: str, meme_id: str) -> bytes:
     from mewdex.storage import blob_store
 
     with get_sessionmaker().begin() as session:
-        meme = session.execute(
-            select(Meme).where(Meme.id == UUID(meme_id), Meme.scope_id == scope_id)
-        ).scalar_one_or_none()
+        meme = memes.find(session, ScopeContext(scope_id), meme_id)
         if meme is None:
             raise PlatformError("onebot_action_failed", "the meme was deleted before it was sent")
         with blob_store().open(storage_namespace(session, scope_id), meme.storage_key) as handle:

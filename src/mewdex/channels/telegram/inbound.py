@@ -10,7 +10,6 @@ import time
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings, inbound, state
@@ -29,8 +28,9 @@ from mewdex.channels.telegram.api import (
     webhook_secret,
 )
 from mewdex.config import get_settings
-from mewdex.db.models import Meme, ScopeContext
+from mewdex.db.models import ScopeContext
 from mewdex.dto.i18n import translate
+from mewdex.library import listing
 from mewdex.platform import owners
 from mewdex.queue import registry
 from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, register_lane, task_type
@@ -242,9 +242,7 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
     _q, hits = search_ids(sessions, ScopeContext(scope_id), str(query.get("query") or "")[:500], n=INLINE_MAX)
     ids = [UUID(h.id) for h in hits]
     with sessions.begin() as session:
-        memes = {
-            m.id: m for m in session.execute(select(Meme).where(Meme.id.in_(ids), Meme.scope_id == scope_id)).scalars()
-        }
+        memes = listing.memes_by_id(session, ScopeContext(scope_id), ids)
         namespace = storage_namespace(session, scope_id)
     storage_chat = get_settings().telegram_storage_chat_id
     results, uploads, bid = [], 0, bot_id()

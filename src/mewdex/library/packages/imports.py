@@ -11,14 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
-from uuid import UUID
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
-from mewdex.db.models import Meme, ScopeContext
-from mewdex.library import collections
+from mewdex.db.models import ScopeContext
+from mewdex.library import collections, memes
 from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.memes import add_image
 from mewdex.library.names import display_name_from_filename, normalize_display_name
@@ -358,8 +356,8 @@ def _import_item(
             item.name, item.display_name, "rejected", error={"code": added.error, "message": added.message}
         )
     with sessions.begin() as session:
-        meme = session.execute(
-            select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == UUID(added.meme_id))
-        ).scalar_one()
+        meme = memes.find(session, scope, added.meme_id)
+        if meme is None:  # deleted in the meantime: reported as added, without its summary
+            return ItemResult(item.name, item.display_name, added.status)
         summary = collections.meme_summary(meme)
     return ItemResult(item.name, item.display_name, added.status, meme=summary)
