@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from mewdex.db.models import Meme, MemeVisualEmbedding, ScopeContext
 from mewdex.dto.search import SearchFilters
 from mewdex.inference import visual_model as visual
+from mewdex.library import listing
 from mewdex.library.listing import meme_brief
 from mewdex.search.near_duplicates import near_duplicates as near_duplicates_table
 from mewdex.search.service import SearchResponse, hydrate
@@ -132,7 +133,7 @@ def similar_cli(target: str, n_results: int = 10, *, scope: ScopeContext | None 
             meme_id = UUID(target)
         except ValueError:
             raise ValueError(f"{target!r} is neither a file nor a meme id") from None
-        if session.get(Meme, meme_id) is None:
+        if listing.find(session, scope, meme_id) is None:
             raise ValueError(f"no meme {target}")
         return similar(session, scope, meme_id, n_results).as_dict()
 
