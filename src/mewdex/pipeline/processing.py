@@ -20,6 +20,7 @@ from mewdex.db.models import (
 )
 from mewdex.dto.cursor import decode_cursor, encode_cursor
 from mewdex.dto.tasks import Job as JobDto
+from mewdex.library import listing
 from mewdex.pipeline import jobs
 from mewdex.queue import backpressure, batches
 from mewdex.queue.service import TaskNotFound, task_dict
@@ -175,10 +176,7 @@ def submit(
         memes = not_ready_memes(session, scope)
     else:
         wanted = list(dict.fromkeys(meme_ids or []))
-        found = {
-            m.id: m
-            for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(wanted))).scalars()
-        }
+        found = listing.memes_by_id(session, scope, wanted)
         missing = [str(i) for i in wanted if i not in found]
         if missing:
             raise TaskNotFound(f"memes not found: {', '.join(missing[:5])}")

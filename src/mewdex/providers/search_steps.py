@@ -42,6 +42,7 @@ from mewdex.config import get_settings
 from mewdex.db.engine import get_primary_search_sessionmaker
 from mewdex.db.models import Meme, ScopeContext, SearchGeneration
 from mewdex.dto.search import SearchFilters
+from mewdex.library import listing
 from mewdex.providers import metering, openai_compat, policy
 from mewdex.providers.errors import ProviderError
 from mewdex.queue import registry
@@ -254,10 +255,7 @@ def rerank(scope: ScopeContext, query: str, ids: list[UUID]) -> list[UUID] | Non
     if model is None:
         return None
     with get_primary_search_sessionmaker().begin() as session:
-        memes = {
-            m.id: m
-            for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()
-        }
+        memes = listing.memes_by_id(session, scope, ids)
     lines = [f"[{n}] {_describe(memes[i])}" for n, i in enumerate(ids, 1) if i in memes]
     messages = [
         {"role": "system", "content": RERANK_PROMPT},

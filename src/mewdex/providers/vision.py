@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.orm import sessionmaker
 
 from mewdex.db.models import ScopeContext
+from mewdex.library import listing
 from mewdex.providers import metering, openai_compat
 from mewdex.providers.errors import ProviderError
 
@@ -137,9 +138,7 @@ def neighbour_titles(session: Any, scope_id: str, meme_id: Any, limit: int = MAX
     """Titles (:func:`meme_title`) of the scope's memes that look most like ``meme_id`` (visual
     embeddings, cosine ≥ :data:`NEIGHBOUR_MIN_COSINE`), nearest first, without repeats; ``[]`` when
     the meme has no visual embedding yet."""
-    from sqlalchemy import select
 
-    from mewdex.db.models import Meme
     from mewdex.inference import visual_model as visual
     from mewdex.search.image_search import meme_vector
     from mewdex.search.vector import nearest_images
@@ -162,12 +161,7 @@ def neighbour_titles(session: Any, scope_id: str, meme_id: Any, limit: int = MAX
     ]
     if not hits:
         return []
-    memes = {
-        m.id: m
-        for m in session.execute(
-            select(Meme).where(Meme.scope_id == scope_id, Meme.id.in_([m for m, _ in hits]))
-        ).scalars()
-    }
+    memes = listing.memes_by_id(session, ScopeContext(scope_id), [m for m, _ in hits])
     titles: list[str] = []
     for meme_id_, _ in hits:
         title = meme_title(memes[meme_id_]) if meme_id_ in memes else None

@@ -172,9 +172,7 @@ def near_duplicates_of_many(session: Session, scope_id: str, meme_ids: list[UUID
     if not rows:
         return out
     involved = {r["meme_id"] for r in rows} | {r["duplicate_of"] for r in rows}
-    memes = {
-        m.id: m for m in session.execute(select(Meme).where(Meme.scope_id == scope_id, Meme.id.in_(involved))).scalars()
-    }
+    memes = listing.memes_by_id(session, ScopeContext(scope_id), list(involved))
     captions = {m_id: meme_caption(m) for m_id, m in memes.items()}
     for r in rows:
         for mine, other, relation in (
@@ -222,14 +220,7 @@ def duplicate_clusters(session: Session, scope: ScopeContext, *, limit: int = 10
     for x in list(parent):
         groups.setdefault(find(x), []).append(x)
     ids = [i for g in groups.values() for i in g]
-    memes = (
-        {
-            m.id: m
-            for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()
-        }
-        if ids
-        else {}
-    )
+    memes = listing.memes_by_id(session, scope, ids)
     clusters: list[dict[str, Any]] = []
     for members in groups.values():
         ms = sorted((memes[i] for i in members if i in memes), key=lambda m: (m.created_at, str(m.id)))
