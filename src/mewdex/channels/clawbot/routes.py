@@ -12,8 +12,8 @@ from mewdex.channels.errors import ChannelError
 from mewdex.channels.platform import PlatformError
 from mewdex.channels.registry import WebKit
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import ScopeContext
 from mewdex.dto import channel_setup as dto
+from mewdex.dto.scopes import ScopeContext
 
 
 def _platform_error(exc: PlatformError) -> ChannelError:

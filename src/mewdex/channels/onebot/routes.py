@@ -22,8 +22,8 @@ from mewdex.channels.onebot import NAME, inbound, protocol, relay, setup, transp
 from mewdex.channels.platform import PlatformError
 from mewdex.channels.registry import WebKit
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import ScopeContext
 from mewdex.dto import channel_setup as dto
+from mewdex.dto.scopes import ScopeContext
 from mewdex.platform import owners
 
 log = logging.getLogger(__name__)

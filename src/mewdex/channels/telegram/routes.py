@@ -16,8 +16,8 @@ from mewdex.channels.errors import ChannelError
 from mewdex.channels.registry import WebKit
 from mewdex.channels.telegram import inbound, setup
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import ScopeContext
 from mewdex.dto import channels as dto
+from mewdex.dto.scopes import ScopeContext
 
 
 def router(web: WebKit) -> APIRouter:

@@ -9,8 +9,8 @@ from sqlalchemy.orm import Session
 from mewdex.channels import bindings
 from mewdex.channels.registry import WebKit
 from mewdex.channels.webhook import setup
-from mewdex.db.models import ScopeContext
 from mewdex.dto import channels as dto
+from mewdex.dto.scopes import ScopeContext
 
 
 def router(web: WebKit) -> APIRouter:

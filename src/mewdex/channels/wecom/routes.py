@@ -18,8 +18,8 @@ from mewdex.channels.registry import WebKit
 from mewdex.channels.wecom import inbound, setup
 from mewdex.channels.wecom.crypto import WeComCryptoError
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import ScopeContext
 from mewdex.dto import channel_setup as dto
+from mewdex.dto.scopes import ScopeContext
 
 
 def router(web: WebKit) -> APIRouter:
