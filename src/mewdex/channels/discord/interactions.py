@@ -49,8 +49,9 @@ from mewdex.channels.delivery import LANE
 from mewdex.channels.discord import api
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.platform import PlatformError
-from mewdex.db.models import ChannelBinding, Meme, ScopeContext
+from mewdex.db.models import ChannelBinding, ScopeContext
 from mewdex.dto.i18n import translate
+from mewdex.library import memes
 from mewdex.platform import owners
 from mewdex.providers import secrets
 from mewdex.queue import registry
@@ -254,12 +255,10 @@ def accept(
 
 
 def _meme_file(session: Session, scope_id: str, meme_id: str) -> MemeFile | None:
-    from uuid import UUID
-
     from mewdex.db.scopes import storage_namespace
     from mewdex.storage import blob_store
 
-    meme = session.execute(select(Meme).where(Meme.id == UUID(meme_id), Meme.scope_id == scope_id)).scalar_one_or_none()
+    meme = memes.find(session, ScopeContext(scope_id), meme_id)
     if meme is None:
         return None
     with blob_store().open(storage_namespace(session, scope_id), meme.storage_key) as handle:

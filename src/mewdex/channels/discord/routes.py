@@ -35,7 +35,7 @@ from mewdex.channels import bindings
 from mewdex.channels.discord import interactions, setup
 from mewdex.channels.registry import WebKit
 from mewdex.db.engine import get_sessionmaker
-from mewdex.db.models import ScopeContext
+from mewdex.dto.scopes import ScopeContext
 
 CARD_SCRIPT = Path(__file__).with_name("card.js")
 
