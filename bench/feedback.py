@@ -189,6 +189,10 @@ def simulate(sessions, scope, queries: list[dict]) -> None:
                         feedback.record(session, scope, q["query"], wrong, "rejected", "assistant")
                         actions["rejected"] += 1
         print(f"\n[{round_name}] the user gave feedback on {len(train)} queries: {dict(actions)}")
+        # What the held-out half can gain from at all: a held-out query is lifted only through a meme chosen
+        # (or rejected) for a query of the same meaning, so count those whose relevant memes were chosen.
+        reachable = [q["qid"] for q in test if relevant(q) & set(chosen.values())]
+        print(f"  held-out queries with a relevant meme the user chose for another query: {len(reachable)} {reachable}")
         lists: dict[bool, list[list[str]]] = {}
         for learn in (False, True):
             lists[learn] = [ranked(q["query"], learn) for q in test]

@@ -79,6 +79,7 @@ SAMPLE = {
         "I don't care 我们不在乎.png",
         "一定要迎头痛击.png",
         "不值得同情的.png",
+        "我根本不信这个东西.png",  # the same meaning as 一个字我都不信 in other words (issue 33)
     ],
     "memegen": [
         "cmm/default.png",
@@ -96,6 +97,7 @@ SAMPLE = {
         "004_SmirkBoy/SmirkBoy00001.jpg",
         "nanian_natu/那年那兔那些事-不约.jpg",
         "nanian_natu/那年那兔那些事-瞧不起.png",
+        "genshin/原神-我派蒙大字不识一个.png",  # shares 一, 个, 字 with 一个字我都不信, not its meaning
     ],
 }
 # Case files added to the sample (relative to the cases folder; placed under ``cases/`` in the import).

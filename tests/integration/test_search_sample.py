@@ -52,6 +52,19 @@ def test_chinese_caption_found_from_a_part_of_it(sample, sessions):
     assert ranked(sessions, sample, "字我都不信")[0] == "vvquest/一个字我都不信.png"
 
 
+def test_an_exact_caption_brings_its_meaning_before_shared_characters(sample, sessions, monkeypatch):
+    # Issue 33: "原神-我派蒙大字不识一个" shares 一, 个, 字 with the query (USE ranks it by them), "我根本不信这个东西"
+    # says the same as the exact match in other words: the memes nearest to the exact match's own caption
+    # vector join the fusion, and the meaning comes first.
+    same, shared = "vvquest/我根本不信这个东西.png", "chinesebqb/genshin/原神-我派蒙大字不识一个.png"
+    results = ranked(sessions, sample, "一个字我都不信")
+    assert results[0] == "vvquest/一个字我都不信.png"
+    assert results.index(same) < results.index(shared), results
+    monkeypatch.setattr(service, "LIKE_FIELDS", {})  # the typed characters alone rank them the other way
+    without = ranked(sessions, sample, "一个字我都不信")
+    assert without.index(shared) < without.index(same), without
+
+
 def test_paraphrase_finds_the_caption_by_meaning(sample, sessions):
     # No shared words with "他这里边一个字我都不信": only the vector legs can find it.
     assert "vvquest/一个字我都不信.png" in ranked(sessions, sample, "I don't believe a single word he says", n=3)

@@ -38,6 +38,16 @@ CANDIDATES = 100
 # Measured on the dev queries (bench/lab_text_recipe.py): a small k and USE weighted up fuse best.
 RRF_K = 5.0
 LEG_WEIGHTS = {"keyword": 0.5, "e5": 1.0, "use": 2.0}
+# "More like the exact match" (issue 33): when the query is a caption a meme shows (an exact-phrase hit),
+# that meme's own text vector in each vector leg is a better query for the memes of the same meaning than
+# the typed characters (pseudo-relevance feedback on the one hit that is sure). Without it, a caption
+# that only shares characters with the query ("原神-我派蒙大字不识一个" for "一个字我都不信") outranks one that
+# says the same thing in other words ("我根本不信这个东西"): USE matches characters. Each leg's ranking of the
+# memes nearest to the anchor joins the fusion with the leg's own weight, as ``<leg>~like``. Measured with
+# bench/quality.py: no development query is an exact caption, so their figures are unchanged; the
+# caption query's same-meaning meme moves from 7th to 2nd.
+LIKE_FIELDS = {"e5": ("ocr", "name"), "use": ("name_ocr", "name")}
+LIKE_SUFFIX = "~like"
 assert len(LEGS) == SEARCH_LEGS  # the legs' connection pool is sized for them
 
 
@@ -134,7 +144,9 @@ def _search(
             continue
         rankings[leg] = ranked
         phrase |= leg_phrase
-    base = rrf(rankings, k=RRF_K, weights=steps.weights(LEG_WEIGHTS, rankings))
+    like = _like_exact_match(executor, scope.scope_id, rankings, phrase, filters)
+    weights = steps.weights(LEG_WEIGHTS, rankings) | {name: LEG_WEIGHTS[name[: -len(LIKE_SUFFIX)]] for name in like}
+    base = rrf(rankings | like, k=RRF_K, weights=weights)
     keyword_hits = set(rankings.get("keyword", ()))
     scores, dropped = fuse_feedback(base, fb, phrase, keyword_hits)
     phrase -= dropped
@@ -160,6 +172,48 @@ def _search(
         degraded=degraded,
         feedback_ms=fb.took_ms if fb is not None else None,
     )
+
+
+def _like_exact_match(
+    executor: ThreadPoolExecutor,
+    scope_id: str,
+    rankings: dict[str, list[UUID]],
+    phrase: set[UUID],
+    filters: SearchFilters | None,
+) -> dict[str, list[UUID]]:
+    """``{"<leg>~like": ranked memes}``: for each vector leg that answered, the memes nearest to the
+    best exact-phrase hit's own caption vector (:data:`LIKE_FIELDS`), filtered as the legs are; empty
+    without a phrase hit. The legs run concurrently on the search-leg pool; one that fails is left out."""
+    anchor = next((m for m in rankings.get("keyword", ()) if m in phrase), None)
+    if anchor is None:
+        return {}
+    futures = {
+        leg + LIKE_SUFFIX: executor.submit(_like_leg, leg, scope_id, anchor, filters)
+        for leg in LIKE_FIELDS
+        if leg in rankings
+    }
+    found: dict[str, list[UUID]] = {}
+    for name, future in futures.items():
+        try:
+            ranked = future.result()
+        except (BackendUnavailable, OperationalError):
+            continue  # the typed query's rankings still stand
+        if ranked:
+            found[name] = ranked
+    return found
+
+
+def _like_leg(leg: str, scope_id: str, anchor: UUID, filters: SearchFilters | None) -> list[UUID]:
+    """The memes nearest to ``anchor``'s caption vector in the leg's active generation, best first."""
+    with get_search_sessionmaker(vector.SEARCH_CONNECTION_OPTIONS, primary=True)() as session:
+        generation = generations.cached_generation(session, scope_id, leg)
+        if generation is None:
+            return []
+        q = vector.meme_vector(session, scope_id, generation, anchor, LIKE_FIELDS[leg])
+        if q is None:
+            return []
+        hits, _head = vector.search_generation(session, scope_id, leg, generation, q, CANDIDATES, filters)
+    return [h.meme_id for h in hits]
 
 
 def _feedback_leg(

@@ -195,6 +195,35 @@ def search_generation(
     ], head
 
 
+def meme_vector(
+    session: Session, scope_id: str, generation: GenerationRef, meme_id: UUID, fields: tuple[str, ...]
+) -> np.ndarray | None:
+    """The meme's stored vector in ``generation`` for the first of ``fields`` it has (a member row's
+    text is embedded once, on its carrier: that vector), or None. One statement."""
+    row = session.execute(
+        text(
+            """
+            SELECT coalesce(own.embedding, (
+                       SELECT c.embedding FROM meme_embeddings c
+                       WHERE c.scope_id = own.scope_id AND c.generation_id = own.generation_id
+                         AND c.field = own.field AND c.semantic_document_hash = own.semantic_document_hash
+                         AND c.embedding IS NOT NULL
+                       LIMIT 1))
+            FROM meme_embeddings own
+            WHERE own.scope_id = :scope AND own.generation_id = :generation AND own.meme_id = :meme
+              AND own.field = ANY(CAST(:fields AS varchar[]))
+            ORDER BY array_position(CAST(:fields AS varchar[]), own.field::varchar)
+            LIMIT 1
+            """
+        ),
+        {"scope": scope_id, "generation": generation.id, "meme": meme_id, "fields": list(fields)},
+    ).first()
+    if row is None or row[0] is None:
+        return None
+    value = row[0]
+    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+
+
 def nearest_images(
     session: Session,
     scope_id: str,
