@@ -144,9 +144,14 @@ def _search(
             continue
         rankings[leg] = ranked
         phrase |= leg_phrase
-    like = _like_exact_match(executor, scope.scope_id, rankings, phrase, filters)
-    weights = steps.weights(LEG_WEIGHTS, rankings) | {name: LEG_WEIGHTS[name[: -len(LIKE_SUFFIX)]] for name in like}
-    base = rrf(rankings | like, k=RRF_K, weights=weights)
+    weights = steps.weights(LEG_WEIGHTS, rankings)
+    base = rrf(rankings, k=RRF_K, weights=weights)
+    anchor = max(phrase, key=lambda m: (base.get(m, 0.0), str(m)), default=None)  # the best exact match
+    like = _like_exact_match(executor, scope.scope_id, anchor, rankings, filters) if anchor is not None else {}
+    if like:  # they order what follows the exact matches, never the exact matches among themselves
+        weights |= {name: LEG_WEIGHTS[name[: -len(LIKE_SUFFIX)]] for name in like}
+        fused = rrf(rankings | like, k=RRF_K, weights=weights)
+        base = {m: base.get(m, score) if m in phrase else score for m, score in fused.items()}
     keyword_hits = set(rankings.get("keyword", ()))
     scores, dropped = fuse_feedback(base, fb, phrase, keyword_hits)
     phrase -= dropped
@@ -177,16 +182,13 @@ def _search(
 def _like_exact_match(
     executor: ThreadPoolExecutor,
     scope_id: str,
+    anchor: UUID,
     rankings: dict[str, list[UUID]],
-    phrase: set[UUID],
     filters: SearchFilters | None,
 ) -> dict[str, list[UUID]]:
     """``{"<leg>~like": ranked memes}``: for each vector leg that answered, the memes nearest to the
-    best exact-phrase hit's own caption vector (:data:`LIKE_FIELDS`), filtered as the legs are; empty
-    without a phrase hit. The legs run concurrently on the search-leg pool; one that fails is left out."""
-    anchor = next((m for m in rankings.get("keyword", ()) if m in phrase), None)
-    if anchor is None:
-        return {}
+    exact match ``anchor``'s own caption vector (:data:`LIKE_FIELDS`), filtered as the legs are. The
+    legs run concurrently on the search-leg pool; one that fails is left out."""
     futures = {
         leg + LIKE_SUFFIX: executor.submit(_like_leg, leg, scope_id, anchor, filters)
         for leg in LIKE_FIELDS
