@@ -43,9 +43,11 @@ LEG_WEIGHTS = {"keyword": 0.5, "e5": 1.0, "use": 2.0}
 # the typed characters (pseudo-relevance feedback on the one hit that is sure). Without it, a caption
 # that only shares characters with the query ("原神-我派蒙大字不识一个" for "一个字我都不信") outranks one that
 # says the same thing in other words ("我根本不信这个东西"): USE matches characters. Each leg's ranking of the
-# memes nearest to the anchor joins the fusion with the leg's own weight, as ``<leg>~like``. Measured with
+# memes nearest to the anchor joins the fusion with the leg's own weight, as ``<leg>~like``; the exact
+# matches keep their own scores (their order among themselves stays the typed query's). Measured with
 # bench/quality.py: no development query is an exact caption, so their figures are unchanged; the
-# caption query's same-meaning meme moves from 7th to 2nd.
+# caption query's same-meaning meme moves from 7th to 2nd. Costs two vector statements, only with an
+# exact match.
 LIKE_FIELDS = {"e5": ("ocr", "name"), "use": ("name_ocr", "name")}
 LIKE_SUFFIX = "~like"
 assert len(LEGS) == SEARCH_LEGS  # the legs' connection pool is sized for them
