@@ -39,16 +39,19 @@ CANDIDATES = 100
 RRF_K = 5.0
 LEG_WEIGHTS = {"keyword": 0.5, "e5": 1.0, "use": 2.0}
 # "More like the exact match" (issue 33): when the query is a caption a meme shows (an exact-phrase hit),
-# that meme's own text vector in each vector leg is a better query for the memes of the same meaning than
-# the typed characters (pseudo-relevance feedback on the one hit that is sure). Without it, a caption
-# that only shares characters with the query ("原神-我派蒙大字不识一个" for "一个字我都不信") outranks one that
-# says the same thing in other words ("我根本不信这个东西"): USE matches characters. Each leg's ranking of the
-# memes nearest to the anchor joins the fusion with the leg's own weight, as ``<leg>~like``; the exact
-# matches keep their own scores (their order among themselves stays the typed query's). Measured with
-# bench/quality.py: no development query is an exact caption, so their figures are unchanged; the
-# caption query's same-meaning meme moves from 7th to 2nd. Costs two vector statements, only with an
-# exact match.
-LIKE_FIELDS = {"e5": ("ocr", "name"), "use": ("name_ocr", "name")}
+# that meme's meaning is a better query for the memes that say the same in other words than the typed
+# characters (pseudo-relevance feedback on the one hit that is sure). Without it, a caption that only
+# shares characters with the query ("原神-我派蒙大字不识一个" for "一个字我都不信") outranks one that says the
+# same thing in other words ("我根本不信这个东西"): USE matches characters. USE's ranking of the memes nearest
+# to the exact match's own caption vector joins the fusion with USE's weight, as ``use~like``; the exact
+# matches keep their own scores (their order among themselves stays the typed query's). Only USE: its
+# caption-to-caption neighbours are the same meaning (e5's crowd: its nearest captions to 一个字我都不信 were
+# unrelated, and adding them moved nothing), and each leg costs one more vector statement after the legs.
+# Measured with bench/quality.py: no development query is an exact caption, so their figures are
+# unchanged, and so is known-item search (0.988); the caption query's same-meaning meme moves 7th → 2nd.
+LIKE_FIELDS = {"use": ("name_ocr", "name")}
+#: Memes read from each caption-meaning ranking (its weight past the first few is small: RRF_K = 5).
+LIKE_CANDIDATES = 30
 LIKE_SUFFIX = "~like"
 assert len(LEGS) == SEARCH_LEGS  # the legs' connection pool is sized for them
 
@@ -216,7 +219,7 @@ def _like_leg(leg: str, scope_id: str, anchor: UUID, filters: SearchFilters | No
         q = vector.meme_vector(session, scope_id, generation, anchor, LIKE_FIELDS[leg])
         if q is None:
             return []
-        hits, _head = vector.search_generation(session, scope_id, leg, generation, q, CANDIDATES, filters)
+        hits, _head = vector.search_generation(session, scope_id, leg, generation, q, LIKE_CANDIDATES, filters)
     return [h.meme_id for h in hits]
 
 
