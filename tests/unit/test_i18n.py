@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 from starlette.requests import Request
 
+from mewdex.channels import registry
 from mewdex.dto import i18n
 from mewdex.web import i18n as web_i18n
 
+registry.load()  # the channel packages' own catalogues join the core ones, as in the app
+
 SRC = Path(i18n.__file__).parents[1]
 WEB = SRC / "web"
-TEMPLATES = sorted((WEB / "templates").rglob("*.html"))
+TEMPLATES = sorted((WEB / "templates").rglob("*.html")) + sorted((SRC / "channels").rglob("*.html"))
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 
 
@@ -27,6 +30,18 @@ def test_catalogues_have_the_same_keys_and_no_empty_message():
     # Placeholders match, so a formatted message never fails in one language only.
     for key in en:
         assert set(re.findall(r"\{(\w+)\}", en[key])) == set(re.findall(r"\{(\w+)\}", zh[key])), key
+
+
+def test_a_channel_package_brings_its_own_words_and_never_rewords_the_core(tmp_path):
+    # Discord's words live in its package (channels/discord/locales), in both languages once loaded.
+    assert "channels.discord.help" not in i18n._read(SRC / "dto" / "locales" / "en.json")
+    assert i18n.translate("zh", "channels.name.discord") == "Discord"
+    assert i18n.translate("en", "bot.discord.none", query="x") != i18n.translate("zh", "bot.discord.none", query="x")
+    for lang in i18n.LOCALES:
+        (tmp_path / f"{lang}.json").write_text('{"nav.search": "reworded"}', encoding="utf-8")
+    with pytest.raises(ValueError, match="nav.search"):
+        i18n.add_messages(tmp_path)
+    assert i18n.catalogue("en")["nav.search"] != "reworded"
 
 
 def test_every_literal_key_in_templates_and_scripts_exists():

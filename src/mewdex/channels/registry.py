@@ -14,6 +14,7 @@ A channel is a package ``mewdex.channels.<name>`` (``telegram``, ``onebot``, …
                                                           # a module-level schedules() (a poller)
         routes="mewdex.channels.discord.routes",          # optional: HTTP routes (below), web process only
         errors={"discord_signature_invalid": 401},        # optional: the package's own error codes → status
+        locales=Path(__file__).parent / "locales",        # optional: its words, {en,zh}.json
     )
 
 * **Adapter**: one of ``modules`` registers an instance of the adapter contract
@@ -36,8 +37,11 @@ A channel is a package ``mewdex.channels.<name>`` (``telegram``, ``onebot``, …
 * **Binding by a code**: an adapter with ``binds_by_code = True`` needs no card or route of its own:
   the Channels page shows the generic card, ``POST /api/v1/channels/<name>/code`` gives a one-time
   code, and the chat message that carries it sets ``Inbound.bind_code`` (the framework binds).
-* **Texts and guide**: the Channels page names it with ``channels.name.<name>`` of the catalogues;
-  ``docs/channels/<name>.md`` is its set-up guide (``/help/channels/<name>``).
+* **Texts and guide**: ``locales`` names the package's own catalogues (``en.json``, ``zh.json``:
+  ``channels.name.<name>`` names it on the Channels page, ``bot.bind_help.<name>``, its card's and
+  replies' words), added to the core ones when it loads (:func:`mewdex.dto.i18n.add_messages`; a key
+  may not repeat one of the core's); ``docs/channels/<name>.md`` is its set-up guide
+  (``/help/channels/<name>``).
 
 :func:`load` imports every built-in channel once per process (the runtime's task-type loading, the
 web app at start-up); a built-in channel that cannot be found is :class:`ChannelMissing`, never
@@ -50,11 +54,13 @@ import importlib
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any
 
 from mewdex.channels.base import ChannelAdapter
 from mewdex.channels.errors import ChannelError
+from mewdex.dto import i18n
 
 #: The built-in channel packages, in the order the Channels page lists them. A new channel adds one line.
 BUILTIN: tuple[str, ...] = (
@@ -71,12 +77,14 @@ BUILTIN: tuple[str, ...] = (
 class Channel:
     """A channel package's declaration (module doc): ``name``, ``modules`` imported in every process
     (adapter, task types, ``schedules()``), ``routes`` (a module with ``router(web) -> APIRouter``,
-    imported by the web app only; None: no routes of its own), ``errors`` (its own code → HTTP status)."""
+    imported by the web app only; None: no routes of its own), ``errors`` (its own code → HTTP status),
+    ``locales`` (a directory of its own ``{en,zh}.json`` catalogues; None: its words are in the core's)."""
 
     name: str
     modules: tuple[str, ...]
     routes: str | None = None
     errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    locales: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,8 @@ def load() -> dict[str, Channel]:
             return dict(_loaded)
         for package in BUILTIN:
             declared = _declaration(package)
+            if declared.locales is not None:
+                i18n.add_messages(declared.locales)
             for name in declared.modules:
                 importlib.import_module(name)
             if declared.name not in ADAPTERS:

@@ -1,6 +1,7 @@
 """Message catalogues (``dto/locales/{en,zh}.json``, package data) and :func:`translate`: every
 string a person reads, in the web UI and below it (chat replies of the channels, the assistant's
-own words), is a key here in both languages.
+own words), is a key here in both languages. A package that brings its own words (a channel
+package's ``locales/``) adds them with :func:`add_messages`.
 
 A low layer (standard library only), so channels and the assistant translate without the web
 stack. Choosing the language is the caller's: the web layer negotiates it per request
@@ -19,11 +20,38 @@ DEFAULT_LOCALE = "en"
 _DIR = Path(__file__).parent / "locales"
 
 
+#: Directories of ``{locale}.json`` catalogues added to the core one (:func:`add_messages`).
+_added: list[Path] = []
+
+
+def add_messages(directory: Path) -> None:
+    """Add the catalogues ``directory/{en,zh}.json`` (a package's own words) to every locale's.
+
+    Raises ``FileNotFoundError`` when a locale's file is missing and ``ValueError`` when a key is
+    already in the catalogue (a package never rewords another's). Adding the same directory twice
+    does nothing."""
+    if directory in _added:
+        return
+    for locale in LOCALES:
+        clash = set(_read(directory / f"{locale}.json")) & set(catalogue(locale))
+        if clash:
+            raise ValueError(f"{directory}: keys already in the catalogue: {sorted(clash)}")
+    _added.append(directory)
+    catalogue.cache_clear()
+
+
+def _read(path: Path) -> dict[str, str]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 @cache
 def catalogue(locale: str) -> dict[str, str]:
     """The flat ``{key: message}`` catalogue of ``locale`` (one of :data:`LOCALES`; raises
-    ``FileNotFoundError`` for another)."""
-    return json.loads((_DIR / f"{locale}.json").read_text(encoding="utf-8"))
+    ``FileNotFoundError`` for another): the core file, then each :func:`add_messages` directory's."""
+    merged = _read(_DIR / f"{locale}.json")
+    for directory in _added:
+        merged.update(_read(directory / f"{locale}.json"))
+    return merged
 
 
 def translate(locale: str, key: str, /, **values: object) -> str:

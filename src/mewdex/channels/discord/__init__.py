@@ -9,8 +9,11 @@ Each mewdex account brings its own Discord application (docs/channels/discord.md
   schedules' channel;
 - ``adapter``: the channel adapter (scheduled memes to the chosen channel); imported in every process;
 - ``routes``: ``/api/v1/channels/discord/…`` (set-up) and ``/channels/discord/<app>/interactions``
-  (Discord's POSTs), mounted by the web app.
+  (Discord's POSTs), mounted by the web app;
+- ``locales/{en,zh}.json``: its words (the card, the replies, the command descriptions).
 """
+
+from pathlib import Path
 
 from mewdex.channels.registry import Channel
 
@@ -18,4 +21,5 @@ CHANNEL = Channel(
     name="discord",
     modules=("mewdex.channels.discord.adapter",),
     routes="mewdex.channels.discord.routes",
+    locales=Path(__file__).parent / "locales",
 )
