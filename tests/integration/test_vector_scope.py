@@ -113,3 +113,27 @@ def test_ensure_index_replaces_a_float32_index_of_its_name(sessions):
     finally:
         with sessions.begin() as session:
             session.execute(text(f"DROP INDEX IF EXISTS {name}"))
+
+
+def test_small_scope_is_searched_exactly_however_little_the_graph_scan_reads(sessions):
+    """VEC-01 where the graph is much larger than the scope: pgvector's iterative scan stops after
+    ``hnsw.max_scan_tuples`` tuples (20,000 by default; 100 here stands for a graph of other scopes'
+    rows far larger than that), and before the fix a 30-meme scope next to 400 nearer memes got 9 of
+    its 30. A scope of at most ``EXACT_SCAN_ROWS`` vectors is scanned exactly: all its memes, in
+    exact cosine order."""
+    rng = np.random.default_rng(3)
+    big, small = new_scope(sessions, "vec01big"), new_scope(sessions, "vec01small")
+    try:
+        query = _unit(rng, 1)[0]
+        near = query + 0.05 * _unit(rng, 400)
+        _fill(sessions, big, near / np.linalg.norm(near, axis=1, keepdims=True))
+        vectors = _unit(rng, 30)
+        small_ids = _fill(sessions, small, vectors)
+        expected = [small_ids[i] for i in np.argsort(-(vectors @ query), kind="stable")]
+        with sessions.begin() as session:
+            session.execute(text("SET LOCAL hnsw.max_scan_tuples = 100"))
+            hits = vector.search(session, small.scope_id, MODEL, query, 100)
+        assert [h.meme_id for h in hits] == expected
+    finally:
+        drop_scope(sessions, big)
+        drop_scope(sessions, small)

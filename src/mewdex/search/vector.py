@@ -1,6 +1,6 @@
 """Vector leg: nearest memes by cosine similarity in the scope's active generation of a leg,
-taking each meme's best field (pgvector HNSW with iterative scans, so a small scope next to a
-large one still gets its own k best)."""
+taking each meme's best field: an exact scan for a scope of at most :data:`EXACT_SCAN_ROWS` vectors,
+pgvector HNSW with iterative scans for a larger one."""
 
 from __future__ import annotations
 
@@ -19,10 +19,17 @@ from mewdex.search.vector_index import distance_sql, exact_distance_sql
 # HNSW search settings (bench/scale.py measures recall@10 against an exact scan and latency for
 # several values; see docs/search-at-scale.md): ``ef_search`` and candidate rows per wanted meme (a meme
 # has one row per semantic field). Iterative scans (relaxed order) keep scanning the index until
-# enough rows pass the scope/generation/filter conditions, so a small scope next to a large one
-# still gets its own k best; with custom plans (see SEARCH_CONNECTION_OPTIONS) the planner scans a
-# small scope exactly instead.
+# enough rows pass the scope/generation/filter conditions.
 EF_SEARCH = 200
+#: A scope (generation) with at most this many vectors is searched by an exact scan of its own rows,
+#: never through the HNSW graph. The per-model graph holds every scope's vectors, and its iterative
+#: scan of a small scope stops before the scope's rows when it has read ``hnsw.max_scan_tuples``
+#: (20,000) tuples or ``work_mem`` of other scopes' rows, or when they are not reachable from where
+#: the search entered: a 30-meme scope next to 1,500 nearer memes found 9 of its 30 with
+#: ``max_scan_tuples`` at 1,000 (test_vector_scope.py). The planner cannot tell (it estimates the
+#: scope's rows at 1 and picks the HNSW index), so the statement decides by counting at most this
+#: many of the scope's vectors first (an index-only range, well under a millisecond).
+EXACT_SCAN_ROWS = 5000
 #: Candidate rows per wanted meme, per leg (others: :data:`DEFAULT_ROWS_PER_MEME`). Rows beyond
 #: ``ef_search`` make pgvector continue the scan iteratively: at 100k memes (float32 graphs) e5 with
 #: 2 rows (200 ≤ 200) took 11.6 / 26.2 ms p50 / p95 at recall@10 0.997 counting ties, against 23.9 /
@@ -73,6 +80,25 @@ def hnsw_settings(session: Session, ef_search: int) -> None:
         ),
         {"ef": str(ef_search)},
     )
+
+
+#: The scope's vectors of the statement's generation (the exact scan's size probe).
+_CARRIERS = "meme_embeddings WHERE scope_id = :scope AND generation_id = :generation AND embedding IS NOT NULL"
+
+
+def _exact_or_hnsw(select: str, exact: str, dist: str, rows_of_scope: str) -> str:
+    """SQL: ``select`` (its WHERE narrows one scope) ordered by distance, ``LIMIT :candidates``; by the
+    float32 ``exact`` distance (no index matches it: an exact scan of the scope's rows) when
+    ``SELECT 1 FROM <rows_of_scope>`` has at most ``:exact_rows`` rows, else by the half-precision
+    ``dist`` of the HNSW index. Both branches are gated by one probe that reads at most
+    ``:exact_rows + 1`` index entries; only one of them runs."""
+    small = f"(SELECT count(*) <= :exact_rows FROM (SELECT 1 FROM {rows_of_scope} LIMIT :exact_rows + 1) probe)"
+    return f"""
+        WITH small AS MATERIALIZED (SELECT {small} AS exact)
+        (SELECT * FROM ({select} AND (SELECT exact FROM small) ORDER BY {exact} LIMIT :candidates) exact_scan)
+        UNION ALL
+        (SELECT * FROM ({select} AND NOT (SELECT exact FROM small) ORDER BY {dist} LIMIT :candidates) hnsw_scan)
+    """
 
 
 @dataclass(frozen=True)
@@ -142,17 +168,15 @@ def search_generation(
     # up once, nearest texts first, at most MEMBER_ROWS_PER_MEME × limit member rows (the loop stops
     # there: a big folder's members tie, and only the first `limit` memes are wanted; a meme can be
     # a member of several texts), then the best field per meme.
+    nearest = f"""
+        SELECT meme_id, field, semantic_document_hash AS digest, {exact} AS distance, {passes} AS passes
+        FROM meme_embeddings
+        WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND generation_id = :generation
+          AND item_status = 'ready' AND embedding IS NOT NULL{where}"""
     rows = session.execute(
         text(
             f"""
-            WITH nearest AS MATERIALIZED (
-                SELECT meme_id, field, semantic_document_hash AS digest, {exact} AS distance, {passes} AS passes
-                FROM meme_embeddings
-                WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND generation_id = :generation
-                  AND item_status = 'ready' AND embedding IS NOT NULL{where}
-                ORDER BY {dist}
-                LIMIT :candidates
-            )
+            WITH nearest AS MATERIALIZED ({_exact_or_hnsw(nearest, exact, dist, _CARRIERS)})
             SELECT NULL::uuid, NULL::varchar, NULL::float8,
                    (SELECT active_generation_id FROM search_heads WHERE scope_id = :scope AND model = :leg)
             UNION ALL
@@ -183,6 +207,7 @@ def search_generation(
             "candidates": limit * rows_per_meme(leg),
             "member_rows": limit * MEMBER_ROWS_PER_MEME,
             "limit": limit,
+            "exact_rows": EXACT_SCAN_ROWS,
             **filter_params,
         },
     ).all()
@@ -236,21 +261,23 @@ def nearest_images(
     filters: SearchFilters | None = None,
 ) -> list[tuple[UUID, float]]:
     """``[(meme_id, cosine)]`` of the scope's memes whose visual embedding is nearest to ``vector``
-    (HNSW with iterative scans), narrowed by ``filters`` inside the query; ``exclude``: one meme to skip."""
+    (an exact scan of a scope of at most :data:`EXACT_SCAN_ROWS` images, else HNSW with iterative
+    scans), narrowed by ``filters`` inside the query; ``exclude``: one meme to skip."""
     dims = len(vector)
     candidates = 2 * limit  # slack for the half-precision order: the float32 one picks the best
     hnsw_settings(session, max(EF_SEARCH, candidates))
     dist, exact = distance_sql(dims), exact_distance_sql(dims)  # found in half precision, ranked in full
     where, filter_params = exists_sql(filters, "meme_visual_embeddings.meme_id")
+    nearest = f"""
+        SELECT meme_id, {exact} AS distance FROM meme_visual_embeddings
+        WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND preprocess_version = :pv
+          AND (CAST(:exclude AS uuid) IS NULL OR meme_id <> CAST(:exclude AS uuid)){where}"""
+    scope_images = "meme_visual_embeddings WHERE scope_id = :scope AND model = :model AND preprocess_version = :pv"
     rows = session.execute(
         text(
             f"""
-            SELECT meme_id, 1 - distance FROM (
-                SELECT meme_id, {exact} AS distance FROM meme_visual_embeddings
-                WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND preprocess_version = :pv
-                  AND (CAST(:exclude AS uuid) IS NULL OR meme_id <> CAST(:exclude AS uuid)){where}
-                ORDER BY {dist} LIMIT :candidates
-            ) nearest ORDER BY distance LIMIT :limit
+            SELECT meme_id, 1 - distance FROM ({_exact_or_hnsw(nearest, exact, dist, scope_images)}) nearest
+            ORDER BY distance LIMIT :limit
             """
         ),
         {
@@ -262,6 +289,7 @@ def nearest_images(
             "exclude": str(exclude) if exclude is not None else None,
             "candidates": candidates,
             "limit": limit,
+            "exact_rows": EXACT_SCAN_ROWS,
             **filter_params,
         },
     ).all()
