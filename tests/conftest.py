@@ -53,6 +53,16 @@ def _loopback_keeps_secure_cookies() -> None:
 
 _loopback_keeps_secure_cookies()
 
+# Fixtures shared by test files of several folders live beside their helper functions in these modules
+# and are registered here, once, for the whole suite (a test asks for one by name; helper functions are
+# imported from the module as before). pyproject.toml's pytest ``pythonpath`` makes them importable.
+pytest_plugins = [
+    "channel_helpers",  # account, other_account, telegram
+    "accounts_helpers",  # auth_app
+    "s3_helpers",  # s3_server, s3_store, app_store
+    "ui_helpers",  # browser, page, search_server, work_server
+]
+
 # The session's defaults for every process started by the tests (CLI subprocesses inherit them).
 TEST_ENV = {
     "MEWDEX_RETRY_BASE_SECONDS": "0",

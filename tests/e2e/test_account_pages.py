@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import text
 
 from conftest import drop_scope, new_scope, wait_until
-from ui_helpers import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, browser, start_server  # noqa: F401
+from ui_helpers import SCREENSHOTS, start_server
 
 PASSWORD = "correct horse battery"
 NEW_PASSWORD = "a longer new password"

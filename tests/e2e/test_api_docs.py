@@ -8,8 +8,6 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ui_helpers import browser, page, work_server  # noqa: F401
-
 
 def _offline(pg, server_url: str) -> tuple[list[str], list[str]]:
     """Abort every request to another host; collect them and the console's CSP complaints."""

@@ -24,7 +24,7 @@ from fakes.onebot_client import FakeNapCat
 from fakes.telegram_server import FakeTelegram
 from fakes.wecom_server import FakeWeCom, message_callback
 from mewdex.channels.wecom.crypto import WXBizMsgCrypt
-from ui_helpers import DESKTOP, SCREENSHOTS, browser, start_server  # noqa: F401
+from ui_helpers import DESKTOP, SCREENSHOTS, start_server
 
 BOT_QQ, FRIEND = 2900111222, 1900111222
 NARROW = {"width": 375, "height": 812}

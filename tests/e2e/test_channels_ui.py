@@ -16,7 +16,7 @@ from channel_helpers import add_meme
 from conftest import drop_scope, new_scope, wait_until
 from fakes.telegram_server import FakeTelegram
 from fakes.webhook_receiver import WebhookReceiver
-from ui_helpers import DESKTOP, SCREENSHOTS, browser, start_server  # noqa: F401
+from ui_helpers import DESKTOP, SCREENSHOTS, start_server
 
 NARROW = {"width": 375, "height": 812}
 

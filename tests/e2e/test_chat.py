@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import CORPUS, corpus_available
-from ui_helpers import DESKTOP, browser, start_server  # noqa: F401
+from ui_helpers import DESKTOP, start_server
 
 pytestmark = [
     pytest.mark.corpus,

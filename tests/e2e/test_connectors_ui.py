@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from conftest import drop_scope, new_scope
 from fakes.openai_server import FakeOpenAI
-from ui_helpers import DESKTOP, SCREENSHOTS, browser, start_server  # noqa: F401
+from ui_helpers import DESKTOP, SCREENSHOTS, start_server
 
 PHONE = {"width": 375, "height": 812}
 PASSWORD = "correct horse battery"

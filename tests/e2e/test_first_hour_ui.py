@@ -8,7 +8,7 @@ import io
 import pytest
 from PIL import Image
 
-from ui_helpers import DESKTOP, SCREENSHOTS, browser, page, work_server  # noqa: F401
+from ui_helpers import DESKTOP, SCREENSHOTS
 
 PHONE = {"width": 375, "height": 812}
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import CORPUS, TEST_ENV, MewdexEnv, corpus_available
 from mewdex.db.models import ScopeContext
-from ui_helpers import DESKTOP, SCREENSHOTS, browser, page, search_server, start_server, work_server  # noqa: F401
+from ui_helpers import DESKTOP, SCREENSHOTS, start_server
 
 PHONE = {"width": 375, "height": 812}
 needs_corpus = pytest.mark.skipif(not corpus_available(), reason=f"corpus not found at {CORPUS}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ui_helpers import DESKTOP, SCREENSHOTS, browser, work_server  # noqa: F401
+from ui_helpers import DESKTOP, SCREENSHOTS
 
 NARROW = {"width": 375, "height": 812}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import CORPUS, corpus_available
-from ui_helpers import DESKTOP, SCREENSHOTS, browser, search_server, work_server  # noqa: F401
+from ui_helpers import DESKTOP, SCREENSHOTS
 
 PHONE = {"width": 375, "height": 812}
 LOCALES = [("en-US", "en"), ("zh-CN", "zh")]

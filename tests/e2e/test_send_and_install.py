@@ -14,7 +14,6 @@ from sqlalchemy import select
 
 from conftest import CORPUS, corpus_available
 from test_ui import png_bytes, seed
-from ui_helpers import browser, page, work_server  # noqa: F401
 
 pytestmark = [
     pytest.mark.corpus,

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from ui_helpers import DESKTOP, browser, start_server  # noqa: F401
+from ui_helpers import DESKTOP, start_server
 
 PASSWORD = "correct horse battery staple"
 

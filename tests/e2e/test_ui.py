@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from conftest import CORPUS, corpus_available, wait_until
-from ui_helpers import DESKTOP, PHONE, SCREENSHOTS, browser, page, search_server, work_server  # noqa: F401
+from ui_helpers import DESKTOP, PHONE, SCREENSHOTS
 
 pytestmark = [
     pytest.mark.corpus,

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from conftest import CORPUS, corpus_available
-from ui_helpers import DESKTOP, SCREENSHOTS, browser, work_server  # noqa: F401
+from ui_helpers import DESKTOP, SCREENSHOTS
 
 PHONE = {"width": 375, "height": 812}
 needs_corpus = pytest.mark.skipif(not corpus_available(), reason=f"corpus not found at {CORPUS}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from accounts_helpers import add_meme, auth_app, bearer, png  # noqa: F401
+from accounts_helpers import add_meme, bearer, png
 
 
 def code(r) -> str:

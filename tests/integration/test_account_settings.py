@@ -4,7 +4,7 @@ instance usage."""
 
 from __future__ import annotations
 
-from accounts_helpers import PASSWORD, auth_app, bearer  # noqa: F401
+from accounts_helpers import PASSWORD, bearer
 
 
 def code(r) -> str:

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from accounts_helpers import PASSWORD, add_meme, auth_app, bearer, png  # noqa: F401
+from accounts_helpers import PASSWORD, add_meme, bearer, png
 from conftest import LOCAL_CLIENT
 
 

@@ -11,7 +11,7 @@ import uuid
 
 from sqlalchemy import text
 
-from accounts_helpers import PASSWORD, add_meme, auth_app, delete_users, png  # noqa: F401
+from accounts_helpers import PASSWORD, add_meme, delete_users, png
 from conftest import wait_until
 
 

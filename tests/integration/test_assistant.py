@@ -44,9 +44,15 @@ def _meme(scope, name: str, **fields) -> Meme:
 
 @pytest.fixture
 def library(sessions, scope):
+    """The memes of :func:`add_library` in the test's scope."""
+    return add_library(sessions, scope)
+
+
+def add_library(sessions, scope) -> dict:
     """CATS memes matching "cat" (by rank: cat 0 best), one animated cat GIF, one "slacking" meme in
     the collection 摸鱼合集. Only the slacking meme's text is an exact-phrase field: the other
-    memes are keyword hits alone, weak matches (:mod:`mewdex.search.confidence`)."""
+    memes are keyword hits alone, weak matches (:mod:`mewdex.search.confidence`). Returns their ids:
+    ``{"cats": [...], "gif", "slack", "collection"}``."""
     with sessions.begin() as session:
         cats = [_meme(scope, f"cat {i}") for i in range(CATS)]
         gif = _meme(scope, "dancing cat", extension=".gif", extensions={"image": {"animated": True}})

@@ -18,7 +18,13 @@ from conftest import client_for, wait_until
 from fakes.openai_server import FakeOpenAI, Reply
 from mewdex.assistant import agent, catalogue, chat, conversations, prompts, runs, titles
 from mewdex.db.models import Conversation, Message, ScopeContext, UsageEvent
-from test_assistant import _conversation, _meme, library  # noqa: F401 — the fixture
+from test_assistant import _conversation, _meme, add_library
+
+
+@pytest.fixture
+def library(sessions, scope):
+    """The memes of test_assistant's library in the test's scope."""
+    return add_library(sessions, scope)
 
 
 @pytest.fixture

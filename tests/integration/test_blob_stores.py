@@ -16,7 +16,7 @@ import pytest
 
 from mewdex.storage.blobs import BlobStoreError, LocalBlobStore
 from mewdex.storage.s3 import MIN_PART_SIZE, S3BlobStore
-from s3_helpers import s3_server, s3_store, unfinished_uploads  # noqa: F401 - fixtures
+from s3_helpers import unfinished_uploads
 
 NS = "3f2b8c1e-7a4d-4e59-9c1a-2b6d8e0f1a23"
 

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from channel_helpers import account  # noqa: F401 - fixture
 from conftest import client_for, drain_queue
 from fakes.clawbot_server import FakeClawBot
 from mewdex.db.models import ChannelBinding, ChannelDelivery, Meme, ScopeContext, User

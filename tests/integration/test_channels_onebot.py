@@ -15,7 +15,6 @@ import httpx
 import pytest
 from sqlalchemy import select, text
 
-from channel_helpers import account, other_account  # noqa: F401 - fixtures
 from conftest import app_for, client_for, drain_queue, wait_until
 from fakes.onebot_client import FakeNapCat, FakeOneBotHTTP, group_event, private_event, signed_post
 from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext

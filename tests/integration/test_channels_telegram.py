@@ -12,7 +12,7 @@ import time
 import pytest
 from sqlalchemy import select
 
-from channel_helpers import account, new_user_id, other_account, telegram  # noqa: F401 - fixtures
+from channel_helpers import new_user_id
 from conftest import client_for, drain_queue
 from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
 

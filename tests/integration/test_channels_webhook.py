@@ -13,7 +13,6 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import select
 
-from channel_helpers import account  # noqa: F401 - fixture
 from conftest import client_for, drain_queue
 from fakes.webhook_receiver import WebhookReceiver
 from mewdex.db.models import ChannelDelivery

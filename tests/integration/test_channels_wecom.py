@@ -12,8 +12,6 @@ import os
 import pytest
 from sqlalchemy import select
 
-from accounts_helpers import auth_app  # noqa: F401 - fixture
-from channel_helpers import account  # noqa: F401 - fixture
 from conftest import app_for, drain_queue
 from fakes.wecom_server import FakeWeCom, message_callback, verification_query
 from mewdex.channels.wecom.crypto import WXBizMsgCrypt

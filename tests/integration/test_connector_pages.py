@@ -11,7 +11,6 @@ from uuid import UUID
 
 from sqlalchemy import text
 
-from accounts_helpers import auth_app  # noqa: F401 (fixture)
 from fakes.openai_server import FakeOpenAI
 
 

@@ -7,7 +7,6 @@ import json
 
 from sqlalchemy import text
 
-from accounts_helpers import auth_app  # noqa: F401 (fixture)
 from fakes.openai_server import FakeOpenAI
 
 

@@ -31,7 +31,6 @@ from mewdex.library import thumbnails as th
 from mewdex.library.memes import add_image
 from mewdex.storage import journal
 from mewdex.storage.failpoints import EXIT_CODE, FAILPOINTS
-from s3_helpers import s3_server  # noqa: F401 - fixture
 
 # The operation, run the way any mewdex process runs it: its own engine, the real blob store.
 DRIVER = """

@@ -15,7 +15,6 @@ from conftest import app_for, client_for
 from library_helpers import asgi_post, check_storage_invariants, multipart, noise_png, png
 from mewdex.db.models import ImageProcessingJob, Meme, Scope, StorageOperation
 from mewdex.library import collections
-from s3_helpers import app_store, s3_server  # noqa: F401 - fixtures (the delete tests run on both blob stores)
 
 MiB = 1024 * 1024
 

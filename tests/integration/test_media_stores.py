@@ -14,7 +14,6 @@ from conftest import client_for
 from library_helpers import check_storage_invariants, noise_png, png
 from mewdex.db.models import Meme, Scope
 from mewdex.library import thumbnails as th
-from s3_helpers import app_store, s3_server  # noqa: F401 - fixtures
 
 
 def namespace(sessions, scope) -> str:

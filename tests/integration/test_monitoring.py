@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from accounts_helpers import auth_app, bearer  # noqa: F401 - fixture
+from accounts_helpers import bearer
 from conftest import LOCAL_CLIENT, LOCAL_ORIGIN, client_for
 
 FOREIGN_PEER = {"base_url": LOCAL_ORIGIN, "client": ("203.0.113.5", 40000)}

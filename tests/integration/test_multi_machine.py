@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from conftest import CORPUS, MEWDEX_BIN, SAMPLE, TEST_ENV, corpus_available
-from s3_helpers import free_port, s3_server  # noqa: F401 - fixture
+from s3_helpers import free_port
 
 pytestmark = [
     pytest.mark.corpus,

@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 
 from channel_helpers import add_meme
 from conftest import client_for, drain_queue, drop_scope, new_scope
-from s3_helpers import s3_server  # noqa: F401 - fixture
 
 
 def _run_schedule(sessions, name: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from accounts_helpers import auth_app  # noqa: F401
 from mewdex.search import service
 
 PAGE = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}

@@ -5,9 +5,6 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from accounts_helpers import auth_app  # noqa: F401 (fixture)
-from conftest import client  # noqa: F401
-
 
 def test_preview_in_utc_and_in_the_zone(client):
     r = client.get(

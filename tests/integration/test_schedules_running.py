@@ -18,7 +18,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from sqlalchemy import func, select, text, update
 
-from channel_helpers import account  # noqa: F401 - fixture
 from conftest import drain_queue, wait_until
 from mewdex.db.models import Conversation, Meme, Message, ScheduledJob, ScheduledJobRun, Task
 from mewdex.schedules import dispatch, jobs, runner

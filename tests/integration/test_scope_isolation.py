@@ -10,7 +10,7 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from accounts_helpers import add_meme, auth_app, bearer, png  # noqa: F401
+from accounts_helpers import add_meme, bearer, png
 
 
 def _owned_ids(sessions, store, a) -> dict[str, str]:

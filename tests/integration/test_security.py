@@ -18,7 +18,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from accounts_helpers import PASSWORD, auth_app, bearer  # noqa: F401 (fixture)
+from accounts_helpers import PASSWORD, bearer
 from conftest import LOCAL_CLIENT
 
 MiB = 1024 * 1024
