@@ -261,10 +261,11 @@ def drain(sessions):
     return lambda *scopes, timeout=240.0: drain_queue(sessions, *scopes, timeout=timeout)
 
 
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, what="condition"):
     """Call ``predicate()`` every ``interval`` seconds until it returns something truthy, and return that.
 
-    After ``timeout`` seconds raise ``AssertionError("timed out after …s waiting for <what> (last value: …)")``.
+    After ``timeout`` seconds raise ``AssertionError("timed out after …s waiting for <what> (last value: …)")``;
+    ``what`` may be a function, called then (for the state worth reporting at that moment: logs, a row).
     An exception raised by ``predicate`` ends the wait at once (so a predicate may assert an invariant too).
     """
     deadline = time.monotonic() + timeout
@@ -273,7 +274,8 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, what: st
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value: {value!r})")
+            described = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {described} (last value: {value!r})")
         time.sleep(interval)
 
 

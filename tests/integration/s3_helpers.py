@@ -15,11 +15,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass
 
 import pytest
+
+from conftest import wait_until
 
 BUCKET = "mewdex-test"
 CREDENTIALS = {
@@ -72,16 +73,17 @@ def s3_server(tmp_path_factory):
         process = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out
         )
+
+    def listening() -> bool:
+        assert process.poll() is None, f"moto server exited: {log.read_text()[-2000:]}"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"moto server did not start: {log.read_text()[-2000:]}") from None
-                time.sleep(0.2)
+        wait_until(listening, 60, 0.2, lambda: f"the moto server to listen: {log.read_text()[-2000:]}")
         server = S3Server(f"http://127.0.0.1:{port}", BUCKET, process)
         server.store("").client.create_bucket(Bucket=BUCKET)
         yield server

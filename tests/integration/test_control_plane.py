@@ -109,7 +109,7 @@ def test_sigkilled_worker_task_is_completed_by_another_after_lease_expiry(sessio
             ).scalar_one()
 
     wait_until(survivor_connected, 60, what="the survivor to start")  # else its start-up expires the dead lease
-    time.sleep(1.5)  # heartbeats keep the lease alive meanwhile
+    time.sleep(1.5 * float(short["MEWDEX_WORKER_HEARTBEAT_SECONDS"]))  # heartbeats keep the lease alive meanwhile
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     killed_at = time.monotonic()

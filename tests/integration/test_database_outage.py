@@ -17,7 +17,7 @@ import httpx
 from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
-from conftest import MEWDEX_BIN, TEST_ENV
+from conftest import MEWDEX_BIN, TEST_ENV, wait_until
 
 
 def _free_port() -> int:
@@ -31,16 +31,14 @@ def _postmaster_pid(pgdata) -> int:
 
 
 def _wait_healthy(base: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    def healthy() -> bool:
         assert proc.poll() is None, "serve exited"
         try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
-                return
+            return httpx.get(base + "/health", timeout=2).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError("serve did not become healthy")
+            return False
+
+    wait_until(healthy, timeout, 0.3, "serve to become healthy")
 
 
 def test_killed_postmaster_is_restarted_with_json_503s_meanwhile_and_held_task_handed_back(tmp_path):
@@ -83,15 +81,17 @@ def test_killed_postmaster_is_restarted_with_json_503s_meanwhile_and_held_task_h
 
         refused, back_at = [], None
         with httpx.Client(base_url=base, timeout=10) as client:
-            while time.monotonic() - killed_at < 45:
+
+            def refused_then_back() -> bool:
                 response = client.get("/api/v1/memes")
-                if response.status_code == 200:
-                    if refused:
-                        back_at = time.monotonic()
-                        break
-                else:
+                if response.status_code != 200:
                     refused.append(response)
-                time.sleep(0.1)
+                return response.status_code == 200 and bool(refused)
+
+            wait_until(
+                refused_then_back, 45, 0.1, lambda: f"the API to refuse and then answer ({len(refused)} refused)"
+            )
+            back_at = time.monotonic()
         assert refused, "no request noticed the outage"
         for response in refused:  # never plain text, never a 500
             assert response.status_code == 503, response.text[:300]
@@ -137,40 +137,39 @@ def test_worker_hands_its_task_back_when_the_database_dies_under_it(tmp_path):
     env = {**os.environ, **TEST_ENV, "MEWDEX_DATA_DIR": str(data_dir)}
     env.pop("MEWDEX_DATABASE_URL", None)
     engine, thread, worker = None, None, None
+    handler_seconds = 3  # the noop task's run, during which the database dies
     try:
         subprocess.run([str(MEWDEX_BIN), "migrate"], env=env, check=True, capture_output=True, timeout=300)
         engine = create_engine(embedded_url(pgdata), pool_pre_ping=True)
         sessions = sessionmaker(engine, expire_on_commit=False)
         with sessions.begin() as session:
             ensure_scope(session, ScopeContext("local"))
-            task_id = queue.enqueue(session, scope_id="local", task_type="noop", payload={"sleep": 3}).id
+            task_id = queue.enqueue(session, scope_id="local", task_type="noop", payload={"sleep": handler_seconds}).id
         worker = Worker(sessions, lanes=["default"], maintenance=False)
         assert worker.settings.worker_lease_seconds >= 60
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
-        deadline = time.monotonic() + 30
-        while worker.current is None:
-            assert time.monotonic() < deadline, "the worker did not claim the task"
-            time.sleep(0.05)
+        wait_until(lambda: worker.current is not None, 30, 0.05, "the worker to claim the task")
         os.kill(_postmaster_pid(pgdata), signal.SIGKILL)  # mid-task
         killed_at = time.monotonic()
-        time.sleep(4)  # the task's handler ends meanwhile; its write-back finds no database
+        time.sleep(handler_seconds + 1)  # the task's handler ends meanwhile; its write-back finds no database
         for _ in range(20):
             try:
                 ensure_running(pgdata)
                 break
             except Exception:
                 time.sleep(0.5)
-        while True:
+
+        def succeeded():
             with sessions.begin() as session:
                 task = session.get(Task, task_id)
-                if task.status == "succeeded":
-                    break
             assert time.monotonic() - killed_at < 40, (
                 f"task still {task.status} ({task.lease_owner}) {task.error} {task.message} "
                 f"{task.attempt_count}/{task.max_attempts}"
             )
-            time.sleep(0.2)
+            return task if task.status == "succeeded" else None
+
+        task = wait_until(succeeded, 40, 0.2, "the task to succeed")
         assert task.attempt_count == 2  # the handed-back attempt, then the one that succeeded
     finally:
         if worker is not None:

@@ -10,12 +10,12 @@ race of the load, must give one 204 and 404s.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import text
 
+from conftest import wait_until
 from library_helpers import check_storage_invariants, png
 
 
@@ -27,19 +27,17 @@ def _upload(client, seed: int) -> str:
 
 def _wait_for_lock_wait(sessions, timeout: float = 10.0) -> None:
     """Until some backend waits on a row lock (the delete, blocked by the worker's transaction)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def waiting() -> int:
         with sessions.begin() as session:
-            waiting = session.execute(
+            return session.execute(
                 text(
                     "SELECT count(*) FROM pg_stat_activity "
                     "WHERE wait_event_type = 'Lock' AND datname = current_database()"
                 )
             ).scalar_one()
-        if waiting:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the delete never waited for the worker's transaction")
+
+    wait_until(waiting, timeout, 0.05, "the delete to wait for the worker's transaction")
 
 
 def test_delete_while_a_worker_queues_and_claims_the_next_stage(client, sessions, store, scope):

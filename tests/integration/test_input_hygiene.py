@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 import httpx
 import pytest
 import uvicorn
 
-from conftest import client_for
+from conftest import client_for, wait_until
 
 LONE_SURROGATE = '"\\ud800x"'
 NUL = '"a\\u0000b"'
@@ -77,9 +76,7 @@ def test_an_unexpected_500_is_json_and_closes_the_connection(mewdex_env):
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        deadline = time.time() + 60
-        while not server.started and time.time() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: server.started, 60, 0.1, "the server to start")
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             r = client.get("/boom-for-test")
             assert r.status_code == 500

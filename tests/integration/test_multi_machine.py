@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -25,7 +24,7 @@ import httpx
 import psycopg
 import pytest
 
-from conftest import CORPUS, MEWDEX_BIN, SAMPLE, TEST_ENV, corpus_available
+from conftest import CORPUS, MEWDEX_BIN, SAMPLE, TEST_ENV, corpus_available, wait_until
 from s3_helpers import free_port
 
 pytestmark = [
@@ -119,16 +118,17 @@ class Cluster:
 
 
 def wait_for(predicate, timeout: float, what: str, cluster: Cluster):
-    deadline = time.monotonic() + timeout
-    while True:
+    """:func:`wait_until` while every machine of ``cluster`` is alive; a timeout shows their logs' ends."""
+
+    def alive_and():
         cluster.check_alive()
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {n}\n{cluster.log(n)[-1500:]}" for n in cluster.processes)
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
-        time.sleep(0.2)
+        return predicate()
+
+    def with_logs() -> str:
+        logs = "\n".join(f"--- {n}\n{cluster.log(n)[-1500:]}" for n in cluster.processes)
+        return f"{what}\n{logs}"
+
+    return wait_until(alive_and, timeout, 0.2, with_logs)
 
 
 @pytest.fixture

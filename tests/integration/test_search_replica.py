@@ -170,9 +170,10 @@ def test_search_reads_the_replica_and_falls_back_when_it_lags_or_goes_away(
         replica.sql("SELECT pg_wal_replay_pause()")
         walrus = _meme_with_words(sessions, store, scope.scope_id, 2, "walrus tusks")
         assert _hits(sessions, scope, "walrus") == []  # within the allowed lag: the replica's (stale) answer
-        settings_env(MEWDEX_SEARCH_REPLICA_MAX_LAG_SECONDS="1")
+        max_lag = 1
+        settings_env(MEWDEX_SEARCH_REPLICA_MAX_LAG_SECONDS=str(max_lag))
         replica_state.reset()
-        time.sleep(1.2)  # the replica is now more than a second behind the primary's last commit
+        time.sleep(max_lag + 0.2)  # the replica is now further behind the primary's last commit than allowed
         lagging = _fallbacks("lagging")
         assert wait_until(lambda: replica_state.state().reason == "lagging", timeout=20, what="lag past the limit")
         assert _hits(sessions, scope, "walrus") == [walrus]  # the primary answers

@@ -11,6 +11,7 @@ import uuid
 
 from sqlalchemy import text
 
+from conftest import wait_until
 from mewdex.db.models import ImageProcessingAttempt, Task
 from mewdex.queue import registry
 from mewdex.queue.registry import RetryPolicy, TaskType
@@ -136,14 +137,13 @@ def _run_loop_until_succeeded(worker: Worker, sessions, task_ids: list[str], tim
     """Run ``worker.run`` in a thread until every task succeeded (AssertionError after ``timeout``
     seconds), then stop the worker and wait for its loop to end."""
     thread = _run_in_thread(worker)
+
+    def succeeded() -> bool:
+        with sessions.begin() as session:
+            return all(session.get(Task, t).status == "succeeded" for t in task_ids)
+
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with sessions.begin() as session:
-                if all(session.get(Task, t).status == "succeeded" for t in task_ids):
-                    return
-            time.sleep(0.05)
-        raise AssertionError(f"tasks not succeeded within {timeout}s")
+        wait_until(succeeded, timeout, 0.05, "the tasks to succeed")
     finally:
         worker.stop_event.set()
         thread.join(10)
@@ -304,7 +304,8 @@ def test_a_lane_of_one_slot_claims_again_as_soon_as_the_write_back_frees_it(sess
 def test_the_next_tasks_lease_is_renewed_while_it_waits_for_the_last_write_back(sessions, scope, settings_env):
     """The next task's handler is done, but its own write-back must wait for the one in flight: its
     heartbeat keeps renewing its lease meanwhile, so a slow write-back cannot get it reaped."""
-    settings_env(MEWDEX_WORKER_LEASE_SECONDS="5", MEWDEX_WORKER_HEARTBEAT_SECONDS="1")
+    lease = 5
+    settings_env(MEWDEX_WORKER_LEASE_SECONDS=str(lease), MEWDEX_WORKER_HEARTBEAT_SECONDS="1")
     first_writing, release = threading.Event(), threading.Event()
     ran: list[str] = []
 
@@ -324,11 +325,14 @@ def test_the_next_tasks_lease_is_renewed_while_it_waits_for_the_last_write_back(
     thread = _run_in_thread(worker)
     try:
         assert first_writing.wait(20)
-        deadline = time.monotonic() + 20
-        while len(ran) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(
+            lambda: len(ran) >= 2,
+            20,
+            0.05,
+            lambda: f"the next task to run during the first one's write-back ({worker.current})",
+        )
         assert len(ran) == 2, f"the next task did not run during the first one's write-back ({worker.current})"
-        time.sleep(7)  # past the 5 s lease the next task was claimed with
+        time.sleep(lease + 2)  # past the lease the next task was claimed with: only heartbeats kept it
         with sessions.begin() as session:
             status, renewed = session.execute(
                 text("SELECT status, lease_expires_at > now() FROM tasks WHERE scope_id = :s AND id = :i"),
@@ -337,15 +341,14 @@ def test_the_next_tasks_lease_is_renewed_while_it_waits_for_the_last_write_back(
         assert (status, renewed) == ("running", True)
     finally:
         release.set()
+
+    def outcomes() -> list[tuple[str, int]]:
+        with sessions.begin() as session:
+            return [(t.status, t.attempt_count) for t in (session.get(Task, i) for i in ids)]
+
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with sessions.begin() as session:
-                tasks = [session.get(Task, t) for t in ids]
-                if all(t.status == "succeeded" for t in tasks):
-                    break
-            time.sleep(0.05)
-        assert [(t.status, t.attempt_count) for t in tasks] == [("succeeded", 1), ("succeeded", 1)]
+        wait_until(lambda: all(s == "succeeded" for s, _ in outcomes()), 30, 0.05, lambda: f"both tasks {outcomes()}")
+        assert outcomes() == [("succeeded", 1), ("succeeded", 1)]
     finally:
         worker.stop_event.set()
         thread.join(10)

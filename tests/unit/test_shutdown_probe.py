@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from types import SimpleNamespace
 
+from conftest import wait_until
 from mewdex.web import metrics
 
 
@@ -19,9 +19,7 @@ def test_sigterm_marks_the_app_and_reaches_the_servers_handler():
     try:
         metrics.watch_shutdown(app)
         os.kill(os.getpid(), signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while not received and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: received, 5, 0.01, "the SIGTERM handler")
         assert received == [signal.SIGTERM]  # the server's handler still ran
         assert app.state.shutting_down is True
         assert metrics.readiness(app) == [{"code": "shutting_down", "message": "the server is shutting down"}]

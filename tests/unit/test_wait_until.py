@@ -24,6 +24,13 @@ def test_times_out_naming_what_it_waited_for_and_the_last_value():
     assert next(calls) > 2  # it polled, not just once
 
 
+def test_what_may_be_a_function_called_at_the_timeout():
+    seen = []
+    with pytest.raises(AssertionError, match=r"waiting for the task \(status queued\) \(last value: None\)"):
+        wait_until(lambda: seen.append(1), timeout=0.05, interval=0.01, what=lambda: f"the task (status {'queued'})")
+    assert len(seen) > 1
+
+
 def test_an_assertion_in_the_predicate_ends_the_wait_at_once():
     def broken():
         raise AssertionError("invariant broken")
