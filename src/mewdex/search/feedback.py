@@ -55,7 +55,7 @@ from mewdex.library.listing import exists_sql
 from mewdex.search import generations, vector_index
 from mewdex.search import text as search_text
 from mewdex.search.query_vectors import embedder_of, query_embedding
-from mewdex.search.vector import hnsw_settings
+from mewdex.search.vector import EXACT_SCAN_ROWS, exact_or_hnsw, hnsw_settings
 
 KINDS = FEEDBACK_KINDS
 SOURCES = FEEDBACK_SOURCES
@@ -437,11 +437,12 @@ _LEG_HEAD = """
     """
 _NEIGHBOURS = """
         UNION ALL
-        SELECT query_key, 1 - {exact} FROM (
-            SELECT query_key, embedding FROM search_feedback_queries
-            WHERE scope_id = :scope AND model = :model AND dimensions = :dims
-            ORDER BY {dist} LIMIT :neighbours
-        ) n"""
+        SELECT query_key, 1 - {exact} FROM ({nearest}) n"""
+#: The scope's past queries of the model, nearest first (an exact scan of a scope with few of them).
+_PAST_QUERIES = (
+    "SELECT query_key, embedding FROM search_feedback_queries"
+    " WHERE scope_id = :scope AND model = :model AND dimensions = :dims"
+)
 
 
 def leg(
@@ -463,10 +464,22 @@ def leg(
     if vector is not None:
         leg_name, model, q = vector
         dims = int(q.shape[0])
-        neighbours = _NEIGHBOURS.format(
-            exact=vector_index.exact_distance_sql(dims), dist=vector_index.distance_sql(dims)
+        exact = vector_index.exact_distance_sql(dims)
+        nearest = exact_or_hnsw(
+            _PAST_QUERIES,
+            exact,
+            vector_index.distance_sql(dims),
+            "search_feedback_queries WHERE scope_id = :scope AND model = :model",
+            limit="neighbours",
         )
-        params |= {"model": model, "dims": dims, "query": np.asarray(q, dtype=np.float32), "neighbours": NEIGHBOURS}
+        neighbours = _NEIGHBOURS.format(exact=exact, nearest=nearest)
+        params |= {
+            "model": model,
+            "dims": dims,
+            "query": np.asarray(q, dtype=np.float32),
+            "neighbours": NEIGHBOURS,
+            "exact_rows": EXACT_SCAN_ROWS,
+        }
         hnsw_settings(session, max(40, NEIGHBOURS))
     params["min_sim"] = MIN_SIMILARITY.get(leg_name, 1.0)
     keeps, filter_params = exists_sql(filters, "e.meme_id")

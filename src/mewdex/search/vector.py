@@ -86,18 +86,18 @@ def hnsw_settings(session: Session, ef_search: int) -> None:
 _CARRIERS = "meme_embeddings WHERE scope_id = :scope AND generation_id = :generation AND embedding IS NOT NULL"
 
 
-def _exact_or_hnsw(select: str, exact: str, dist: str, rows_of_scope: str) -> str:
-    """SQL: ``select`` (its WHERE narrows one scope) ordered by distance, ``LIMIT :candidates``; by the
+def exact_or_hnsw(select: str, exact: str, dist: str, rows_of_scope: str, limit: str = "candidates") -> str:
+    """SQL: ``select`` (its WHERE narrows one scope) ordered by distance, ``LIMIT :<limit>``; by the
     float32 ``exact`` distance (no index matches it: an exact scan of the scope's rows) when
-    ``SELECT 1 FROM <rows_of_scope>`` has at most ``:exact_rows`` rows, else by the half-precision
-    ``dist`` of the HNSW index. Both branches are gated by one probe that reads at most
-    ``:exact_rows + 1`` index entries; only one of them runs."""
+    ``SELECT 1 FROM <rows_of_scope>`` has at most ``:exact_rows`` (:data:`EXACT_SCAN_ROWS`) rows, else
+    by the half-precision ``dist`` of the HNSW index. Both branches are gated by one probe that reads
+    at most ``:exact_rows + 1`` index entries; only one of them runs."""
     small = f"(SELECT count(*) <= :exact_rows FROM (SELECT 1 FROM {rows_of_scope} LIMIT :exact_rows + 1) probe)"
     return f"""
         WITH small AS MATERIALIZED (SELECT {small} AS exact)
-        (SELECT * FROM ({select} AND (SELECT exact FROM small) ORDER BY {exact} LIMIT :candidates) exact_scan)
+        (SELECT * FROM ({select} AND (SELECT exact FROM small) ORDER BY {exact} LIMIT :{limit}) exact_scan)
         UNION ALL
-        (SELECT * FROM ({select} AND NOT (SELECT exact FROM small) ORDER BY {dist} LIMIT :candidates) hnsw_scan)
+        (SELECT * FROM ({select} AND NOT (SELECT exact FROM small) ORDER BY {dist} LIMIT :{limit}) hnsw_scan)
     """
 
 
@@ -176,7 +176,7 @@ def search_generation(
     rows = session.execute(
         text(
             f"""
-            WITH nearest AS MATERIALIZED ({_exact_or_hnsw(nearest, exact, dist, _CARRIERS)})
+            WITH nearest AS MATERIALIZED ({exact_or_hnsw(nearest, exact, dist, _CARRIERS)})
             SELECT NULL::uuid, NULL::varchar, NULL::float8,
                    (SELECT active_generation_id FROM search_heads WHERE scope_id = :scope AND model = :leg)
             UNION ALL
@@ -276,7 +276,7 @@ def nearest_images(
     rows = session.execute(
         text(
             f"""
-            SELECT meme_id, 1 - distance FROM ({_exact_or_hnsw(nearest, exact, dist, scope_images)}) nearest
+            SELECT meme_id, 1 - distance FROM ({exact_or_hnsw(nearest, exact, dist, scope_images)}) nearest
             ORDER BY distance LIMIT :limit
             """
         ),
