@@ -26,7 +26,7 @@ def _offline(pg, server_url: str) -> tuple[list[str], list[str]]:
     return foreign, csp
 
 
-def test_swagger_ui_lists_the_operations_offline(page, work_server):  # noqa: F811
+def test_swagger_ui_lists_the_operations_offline(page, work_server):
     foreign, csp = _offline(page, work_server.url)
     spec = httpx.get(work_server.url + "/openapi.json", timeout=120).json()
     page.goto(work_server.url + "/docs")
@@ -41,7 +41,7 @@ def test_swagger_ui_lists_the_operations_offline(page, work_server):  # noqa: F8
     assert not csp, csp
 
 
-def test_redoc_renders_offline(page, work_server):  # noqa: F811
+def test_redoc_renders_offline(page, work_server):
     foreign, csp = _offline(page, work_server.url)
     page.goto(work_server.url + "/redoc")
     page.wait_for_selector("[data-section-id]")

@@ -65,7 +65,7 @@ def setup_server(mewdex_env, sessions, store, tmp_path_factory):
     drop_scope(sessions, scope)
 
 
-def _page(browser):  # noqa: F811
+def _page(browser):
     context = browser.new_context(viewport=DESKTOP, locale="en-US")
     context.set_default_timeout(20_000)
     pg = context.new_page()
@@ -75,7 +75,7 @@ def _page(browser):  # noqa: F811
     return context, pg, errors
 
 
-def test_qq_bot_connected_from_the_page(browser, setup_server):  # noqa: F811
+def test_qq_bot_connected_from_the_page(browser, setup_server):
     server, _claw, _wecom, _tg = setup_server
     context, pg, errors = _page(browser)
     try:
@@ -111,7 +111,7 @@ def test_qq_bot_connected_from_the_page(browser, setup_server):  # noqa: F811
     assert not errors, errors
 
 
-def test_wecom_app_and_member_bound_from_the_page(browser, setup_server):  # noqa: F811
+def test_wecom_app_and_member_bound_from_the_page(browser, setup_server):
     server, _claw, wecom, _tg = setup_server
     aes_key = base64.b64encode(os.urandom(32)).decode()[:43]
     context, pg, errors = _page(browser)
@@ -150,7 +150,7 @@ def test_wecom_app_and_member_bound_from_the_page(browser, setup_server):  # noq
     assert not errors, errors
 
 
-def test_wechat_qr_scanned_from_the_page(browser, setup_server):  # noqa: F811
+def test_wechat_qr_scanned_from_the_page(browser, setup_server):
     server, claw, _wecom, _tg = setup_server
     context, pg, errors = _page(browser)
     try:
@@ -177,7 +177,7 @@ def test_wechat_qr_scanned_from_the_page(browser, setup_server):  # noqa: F811
     assert not errors, errors
 
 
-def test_telegram_token_saved_on_the_page_starts_the_bot_and_guides_open(browser, setup_server):  # noqa: F811
+def test_telegram_token_saved_on_the_page_starts_the_bot_and_guides_open(browser, setup_server):
     server, _claw, _wecom, telegram = setup_server
     context, pg, errors = _page(browser)
     try:

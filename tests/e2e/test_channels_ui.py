@@ -45,7 +45,7 @@ def channel_server(mewdex_env, sessions, store, tmp_path_factory):
     drop_scope(sessions, scope)
 
 
-def _page(browser, viewport=DESKTOP, locale="en-US"):  # noqa: F811
+def _page(browser, viewport=DESKTOP, locale="en-US"):
     context = browser.new_context(viewport=viewport, locale=locale)
     context.set_default_timeout(20_000)
     pg = context.new_page()
@@ -55,7 +55,7 @@ def _page(browser, viewport=DESKTOP, locale="en-US"):  # noqa: F811
     return context, pg, errors
 
 
-def test_link_telegram_chat_log_webhook_and_unlink(browser, channel_server):  # noqa: F811
+def test_link_telegram_chat_log_webhook_and_unlink(browser, channel_server):
     server, fake, receiver = channel_server
     uid = random.randrange(10**9, 10**10)
     context, pg, errors = _page(browser)
@@ -113,7 +113,7 @@ def test_link_telegram_chat_log_webhook_and_unlink(browser, channel_server):  # 
         (DESKTOP, "zh-CN", "channels-desktop-zh"),
     ],
 )
-def test_screenshots_and_no_horizontal_scroll(browser, channel_server, viewport, locale, name):  # noqa: F811
+def test_screenshots_and_no_horizontal_scroll(browser, channel_server, viewport, locale, name):
     server, _fake, _receiver = channel_server
     context, pg, errors = _page(browser, viewport, locale)
     try:

@@ -58,7 +58,7 @@ def test_media_is_named_with_its_extension_inline_or_as_a_download(work_server, 
     assert saved.content == shown.content
 
 
-def test_copy_image_and_share_hand_over_the_file(browser, work_server, sessions, store):  # noqa: F811
+def test_copy_image_and_share_hand_over_the_file(browser, work_server, sessions, store):
     meme_id = seed(sessions, store, work_server.scope, DRAKE)[DRAKE]
     context = browser.new_context(viewport={"width": 390, "height": 844}, locale="en-US", has_touch=True)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=work_server.url)
@@ -92,14 +92,14 @@ def test_copy_image_and_share_hand_over_the_file(browser, work_server, sessions,
     assert not errors, errors
 
 
-def test_share_is_offered_only_where_the_browser_can_share(page, work_server, sessions, store):  # noqa: F811
+def test_share_is_offered_only_where_the_browser_can_share(page, work_server, sessions, store):
     meme_id = seed(sessions, store, work_server.scope, DRAKE)[DRAKE]
     page.goto(f"{work_server.url}/memes/{meme_id}")
     can_share = page.evaluate("() => 'share' in navigator")
     assert page.locator(".detail .actions [data-action=share]").is_visible() == can_share
 
 
-def test_manifest_icons_and_service_worker(page, work_server):  # noqa: F811
+def test_manifest_icons_and_service_worker(page, work_server):
     manifest = work_server.get("/manifest.webmanifest")
     assert manifest.status_code == 200
     assert manifest.headers["content-type"].startswith("application/manifest+json")
@@ -129,7 +129,7 @@ def test_manifest_icons_and_service_worker(page, work_server):  # noqa: F811
     assert registration == {"scope": work_server.url + "/", "url": work_server.url + "/sw.js"}
 
 
-def test_a_picture_shared_to_the_app_is_uploaded_through_the_normal_path(browser, work_server, sessions, tmp_path):  # noqa: F811
+def test_a_picture_shared_to_the_app_is_uploaded_through_the_normal_path(browser, work_server, sessions, tmp_path):
     picture = tmp_path / "from the gallery.png"
     picture.write_bytes(png_bytes((250, 180, 20), size=(80, 60)))
     not_image = tmp_path / "not an image.png"
@@ -169,7 +169,7 @@ def test_a_picture_shared_to_the_app_is_uploaded_through_the_normal_path(browser
     assert "from the gallery" in _scope_meme_names(sessions, work_server.scope)
 
 
-def test_share_target_without_the_service_worker_explains_and_stores_nothing(page, work_server, sessions):  # noqa: F811
+def test_share_target_without_the_service_worker_explains_and_stores_nothing(page, work_server, sessions):
     before = _scope_meme_names(sessions, work_server.scope)
     files = {"files": ("x.png", png_bytes((1, 2, 3)), "image/png")}
     answer = httpx.post(work_server.url + "/share-target", files=files, timeout=30)

@@ -74,7 +74,7 @@ def test_search_as_you_type_shows_the_right_meme_first(page, search_server, samp
     page.shot(f"search-{'zh' if query[0] > 'z' else 'en'}")
 
 
-def test_copying_a_result_teaches_search_that_query(browser, search_server, sample, sessions):  # noqa: F811
+def test_copying_a_result_teaches_search_that_query(browser, search_server, sample, sessions):
     """Copy image on a search result records a ``copy`` choice for the query typed (issue 33's feedback);
     the same button on a meme page, with no query, records nothing. The events are removed afterwards
     (the sample is shared by every search test of this process)."""

@@ -84,7 +84,7 @@ def confirm_in_chat(sessions, acct, fake, token: str) -> None:
     assert not binding_row(sessions, acct).config["pending_confirmation"]
 
 
-def test_bind_message_meme_revoke(sessions, account, fake):  # noqa: F811
+def test_bind_message_meme_revoke(sessions, account, fake):
     token = scan_and_bind(account, fake)
     row = binding_row(sessions, account)
     assert token not in json.dumps(row.config), "sealed at rest"
@@ -119,7 +119,7 @@ def test_bind_message_meme_revoke(sessions, account, fake):  # noqa: F811
     assert len(fake.sent) == sent
 
 
-def test_window_refuses_proactive_sends(sessions, account, fake):  # noqa: F811
+def test_window_refuses_proactive_sends(sessions, account, fake):
     from mewdex.channels import bindings, delivery
 
     token = scan_and_bind(account, fake)
@@ -177,7 +177,7 @@ def test_window_refuses_proactive_sends(sessions, account, fake):  # noqa: F811
             session.get(User, account.user_id).language = None
 
 
-def test_platform_refusals_are_failed_deliveries(sessions, account, fake):  # noqa: F811
+def test_platform_refusals_are_failed_deliveries(sessions, account, fake):
     from mewdex.channels import delivery
 
     token = scan_and_bind(account, fake)
@@ -204,7 +204,7 @@ def test_platform_refusals_are_failed_deliveries(sessions, account, fake):  # no
         assert (row.status, row.error_code, row.platform_code) == ("failed", "clawbot_session_expired", "-14")
 
 
-def test_expired_qr(account, fake):  # noqa: F811
+def test_expired_qr(account, fake):
     with client_for(account.scope) as client:
         qr = client.post("/api/v1/channels/clawbot/login").json()
         fake.expire(qr["qrcode"])
@@ -213,7 +213,7 @@ def test_expired_qr(account, fake):  # noqa: F811
         assert client.get("/api/v1/channels").json()["bindings"] == []
 
 
-def test_a_login_answers_only_the_account_that_started_it(sessions, account, fake):  # noqa: F811
+def test_a_login_answers_only_the_account_that_started_it(sessions, account, fake):
     """A QR code id is not a credential: another account polling it gets 404 and iLink is not asked;
     a finished login cannot be completed a second time."""
     from channel_helpers import new_scope

@@ -63,7 +63,7 @@ def sent_images(actions) -> list[bytes]:
     return out
 
 
-def test_bind_message_meme_group_rule_revoke(sessions, store, account, server):  # noqa: F811
+def test_bind_message_meme_group_rule_revoke(sessions, store, account, server):
     bound = bind(account, owner_qq=str(FRIEND))
     assert bound["ws_url"].endswith("/channels/onebot/ws") and bound["access_token"]
     assert bound["access_token"] not in json.dumps(bound["binding"])
@@ -143,7 +143,7 @@ def test_bind_message_meme_group_rule_revoke(sessions, store, account, server): 
         FakeNapCat(ws_url, BOT_QQ, bound["access_token"])
 
 
-def test_not_connected_is_a_clear_failure(sessions, account, server):  # noqa: F811
+def test_not_connected_is_a_clear_failure(sessions, account, server):
     from mewdex.channels import delivery
 
     bind(account, owner_qq=str(FRIEND))
@@ -158,7 +158,7 @@ def test_not_connected_is_a_clear_failure(sessions, account, server):  # noqa: F
         assert row.retry_after_seconds == 30
 
 
-def test_http_post_mode(sessions, settings_env, account, server):  # noqa: F811
+def test_http_post_mode(sessions, settings_env, account, server):
     api = FakeOneBotHTTP(BOT_QQ + 1, token="")
     try:
         settings_env(MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([api.host]))
@@ -200,7 +200,7 @@ def scope_rows(sessions, acct, model) -> list:
         return list(session.execute(select(model).where(model.scope_id == acct.scope.scope_id)).scalars())
 
 
-def test_a_socket_is_its_own_bindings_only(sessions, account, other_account, server):  # noqa: F811
+def test_a_socket_is_its_own_bindings_only(sessions, account, other_account, server):
     """The attacker's own token and bot, events naming the victim's bot: nothing reaches the victim
     (no task in its scope, no conversation, no send through its bot), and the attacker's claim of the
     victim's number on a second socket is refused."""
@@ -234,7 +234,7 @@ def test_a_socket_is_its_own_bindings_only(sessions, account, other_account, ser
         assert real.login_queries == 1 and evil.login_queries == 1, "each bot proved its number"
 
 
-def test_the_bot_proves_its_number(sessions, account, other_account, server):  # noqa: F811
+def test_the_bot_proves_its_number(sessions, account, other_account, server):
     """A number typed in (HTTP mode) or claimed in ``X-Self-ID`` is not an identity until the bot
     proves it; a bot whose login differs from its claim is refused; a proven number held by another
     account is refused with the way to reclaim it."""
@@ -273,7 +273,7 @@ def test_the_bot_proves_its_number(sessions, account, other_account, server):  #
     assert CliRunner().invoke(app, ["channels", "release", "onebot", "10001"]).exit_code == 1
 
 
-def test_http_events_replay_window(sessions, settings_env, account, server):  # noqa: F811
+def test_http_events_replay_window(sessions, settings_env, account, server):
     """HTTP POST mode: an event outside ±5 minutes is refused, a repeated one too."""
     api = FakeOneBotHTTP(BOT_QQ + 2, token="")
     try:
@@ -292,7 +292,7 @@ def test_http_events_replay_window(sessions, settings_env, account, server):  # 
         api.close()
 
 
-def test_a_non_ascii_signature_is_a_401(sessions, account, server):  # noqa: F811
+def test_a_non_ascii_signature_is_a_401(sessions, account, server):
     """A crafted ``X-Signature`` with characters outside ASCII is refused (401), not a 500."""
     from mewdex.channels.onebot import setup as onebot
 
@@ -309,7 +309,7 @@ def test_a_non_ascii_signature_is_a_401(sessions, account, server):  # noqa: F81
         assert crafted.status_code == 401 and crafted.json()["error"]["code"] == "channel_webhook_secret_invalid"
 
 
-def test_crafted_ids_in_a_signed_event_are_not_a_500(sessions, account, server):  # noqa: F811
+def test_crafted_ids_in_a_signed_event_are_not_a_500(sessions, account, server):
     """A signed event whose ids are not QQ numbers (a 2,000-character message id, a group id that is
     an object, a user id with letters) is not a message: 204 with nothing queued, never a 500."""
     from mewdex.db.models import Task
@@ -333,7 +333,7 @@ def test_crafted_ids_in_a_signed_event_are_not_a_500(sessions, account, server):
     assert queued == []
 
 
-def test_disabling_the_owner_stops_chats_sends_and_schedules(sessions, account, server):  # noqa: F811
+def test_disabling_the_owner_stops_chats_sends_and_schedules(sessions, account, server):
     """Disabling an account closes its open socket at once, cancels its queued sends, refuses its
     bot and pauses its schedules; enabling restores them; deleting removes bindings and jobs."""
     from websockets.exceptions import InvalidStatus
@@ -395,7 +395,7 @@ def user_messages(sessions, acct) -> int:
         )
 
 
-def test_strangers_get_retrieval_only_within_a_rate_limit(sessions, settings_env, account, server):  # noqa: F811
+def test_strangers_get_retrieval_only_within_a_rate_limit(sessions, settings_env, account, server):
     """In a QQ group, only the binding's owner (owner_qq) reaches the chat model and its write tools;
     a stranger's messages get plain search answers, a few a minute per chat."""
     import uuid

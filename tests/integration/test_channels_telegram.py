@@ -45,7 +45,7 @@ def bind(sessions, acct, fake, user_id: int) -> None:
     drain(sessions, acct)
 
 
-def test_bind_message_meme_another_revoke(sessions, account, telegram):  # noqa: F811
+def test_bind_message_meme_another_revoke(sessions, account, telegram):
     fake, uid = telegram, new_user_id()
     bind(sessions, account, fake, uid)
     assert "Linked" in fake.sent_to(uid)[-1]["text"]
@@ -108,7 +108,7 @@ def test_bind_message_meme_another_revoke(sessions, account, telegram):  # noqa:
     assert [m["method"] for m in after] == ["sendMessage"] and "not linked" in after[0]["text"]
 
 
-def test_revoke_cancels_queued_deliveries(sessions, account, telegram):  # noqa: F811
+def test_revoke_cancels_queued_deliveries(sessions, account, telegram):
     from mewdex.channels import bindings, delivery
 
     uid = new_user_id()
@@ -148,7 +148,7 @@ def _bound(sessions, account, uid):
         )
 
 
-def test_retry_after_is_honoured_and_file_ids_are_reused(sessions, account, telegram, settings_env):  # noqa: F811
+def test_retry_after_is_honoured_and_file_ids_are_reused(sessions, account, telegram, settings_env):
     from mewdex.channels import delivery
 
     uid = new_user_id()
@@ -172,7 +172,7 @@ def test_retry_after_is_honoured_and_file_ids_are_reused(sessions, account, tele
     assert [m["uploaded"] for m in sent] == [True, False] and sent[0]["file_id"] == sent[1]["file_id"]
 
 
-def test_a_platform_error_is_a_failed_delivery_in_the_log(sessions, account, telegram):  # noqa: F811
+def test_a_platform_error_is_a_failed_delivery_in_the_log(sessions, account, telegram):
     from mewdex.channels import delivery
 
     uid = new_user_id()
@@ -188,7 +188,7 @@ def test_a_platform_error_is_a_failed_delivery_in_the_log(sessions, account, tel
     assert "blocked" in entry["platform_error"]
 
 
-def test_unbound_sender_gets_how_to_bind_only(sessions, account, telegram):  # noqa: F811
+def test_unbound_sender_gets_how_to_bind_only(sessions, account, telegram):
     uid = new_user_id()
     telegram.user_message(uid, "cat")
     telegram.user_message(uid, "/start not-a-real-code")
@@ -201,7 +201,7 @@ def test_unbound_sender_gets_how_to_bind_only(sessions, account, telegram):  # n
         assert session.execute(select(ChannelBinding).where(ChannelBinding.identity == str(uid))).first() is None
 
 
-def test_groups_answer_only_when_mentioned_or_commanded(sessions, account, telegram):  # noqa: F811
+def test_groups_answer_only_when_mentioned_or_commanded(sessions, account, telegram):
     uid, group = new_user_id(), -new_user_id()
     _bound(sessions, account, uid)
     from mewdex.channels.telegram import api as tg
@@ -225,7 +225,7 @@ def test_groups_answer_only_when_mentioned_or_commanded(sessions, account, teleg
     assert telegram.sent_to(uid) == [], "group replies go to the group"
 
 
-def test_inline_mode_offers_cached_memes(sessions, account, telegram, settings_env):  # noqa: F811
+def test_inline_mode_offers_cached_memes(sessions, account, telegram, settings_env):
     uid, storage_chat = new_user_id(), -new_user_id()
     settings_env(MEWDEX_TELEGRAM_STORAGE_CHAT_ID=str(storage_chat))
     _bound(sessions, account, uid)
@@ -252,7 +252,7 @@ def test_inline_mode_offers_cached_memes(sessions, account, telegram, settings_e
     assert telegram.inline_answers[-1]["results"] == results
 
 
-def test_webhook_mode_registers_the_secret_and_checks_it(sessions, account, telegram, settings_env):  # noqa: F811
+def test_webhook_mode_registers_the_secret_and_checks_it(sessions, account, telegram, settings_env):
     from mewdex.channels.telegram import inbound as tg
 
     settings_env(MEWDEX_PUBLIC_URL="https://memes.example.org")
@@ -278,7 +278,7 @@ def test_webhook_mode_registers_the_secret_and_checks_it(sessions, account, tele
     assert tg.ensure_mode(sessions) == "polling" and telegram.webhook is None
 
 
-def test_the_fake_speaks_the_bot_api_to_python_telegram_bot(telegram):  # noqa: F811
+def test_the_fake_speaks_the_bot_api_to_python_telegram_bot(telegram):
     telegram_lib = pytest.importorskip("telegram")
 
     async def scenario():
@@ -306,7 +306,7 @@ def test_the_fake_speaks_the_bot_api_to_python_telegram_bot(telegram):  # noqa: 
     time.sleep(0)
 
 
-def test_the_bot_token_never_reaches_a_log_or_an_answer(sessions, account, telegram, caplog):  # noqa: F811
+def test_the_bot_token_never_reaches_a_log_or_an_answer(sessions, account, telegram, caplog):
     import logging
 
     caplog.set_level(logging.DEBUG)
@@ -325,7 +325,7 @@ def test_the_bot_token_never_reaches_a_log_or_an_answer(sessions, account, teleg
     assert secret_part not in caplog.text and secret_part not in answers
 
 
-def test_the_fake_pushes_webhooks_with_the_secret_to_a_live_server(sessions, account, telegram, settings_env):  # noqa: F811
+def test_the_fake_pushes_webhooks_with_the_secret_to_a_live_server(sessions, account, telegram, settings_env):
     """Webhook mode over real HTTP: the app serves on a port, the fake Telegram posts each update to
     the registered URL with the secret header; a push with another secret is refused."""
     import socket
@@ -363,7 +363,7 @@ def test_the_fake_pushes_webhooks_with_the_secret_to_a_live_server(sessions, acc
         tg.ensure_mode(sessions)
 
 
-def test_without_a_token_telegram_is_offered_as_not_configured(account, settings_env):  # noqa: F811
+def test_without_a_token_telegram_is_offered_as_not_configured(account, settings_env):
     settings_env(MEWDEX_TELEGRAM_BOT_TOKEN="")
     with client_for(account.scope) as client:
         channels = {c["name"]: c for c in client.get("/api/v1/channels").json()["channels"]}
@@ -374,7 +374,7 @@ def test_without_a_token_telegram_is_offered_as_not_configured(account, settings
         assert page.status_code == 200 and 'data-telegram-state="not-configured"' in page.text
 
 
-def test_a_photo_is_fetched_from_telegram_and_searched_by_image(sessions, account, telegram):  # noqa: F811
+def test_a_photo_is_fetched_from_telegram_and_searched_by_image(sessions, account, telegram):
     from channel_helpers import image_bytes
 
     uid = new_user_id()
@@ -389,7 +389,7 @@ def test_a_photo_is_fetched_from_telegram_and_searched_by_image(sessions, accoun
     assert (first.get("caption") or first.get("text") or "").startswith(("These memes look like", "No memes look like"))
 
 
-def test_a_link_is_confirmed_in_the_chat(sessions, account, other_account, telegram):  # noqa: F811
+def test_a_link_is_confirmed_in_the_chat(sessions, account, other_account, telegram):
     """Binding fixation: a link someone else sent does not bind the chat that opens it until that
     chat says YES to the named account; until then it answers nothing but the question, and the
     chat's own account can still link it. The Channels page lists the linked chat with Remove."""

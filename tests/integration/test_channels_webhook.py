@@ -39,7 +39,7 @@ def _send(sessions, acct, name="cat one", caption=None):
         return {"status": row.status, "attempts": row.attempts, "code": row.error_code, "platform": row.platform_code}
 
 
-def test_webhook_bind_sign_deliver_retry_fail_revoke(sessions, store, account, receiver):  # noqa: F811
+def test_webhook_bind_sign_deliver_retry_fail_revoke(sessions, store, account, receiver):
     with client_for(account.scope) as client:
         made = client.post("/api/v1/channels/webhook", json={"url": receiver.url})
         assert made.status_code == 201, made.text
@@ -100,7 +100,7 @@ def test_webhook_bind_sign_deliver_retry_fail_revoke(sessions, store, account, r
     assert refused.value.code == "channel_not_bound"
 
 
-def test_webhook_url_must_pass_the_egress_guard(account):  # noqa: F811
+def test_webhook_url_must_pass_the_egress_guard(account):
     with client_for(account.scope) as client:
         for url in ("http://10.1.2.3/hook", "ftp://example.org/x", "https://user:pw@example.org/x"):
             refused = client.post("/api/v1/channels/webhook", json={"url": url})
@@ -108,7 +108,7 @@ def test_webhook_url_must_pass_the_egress_guard(account):  # noqa: F811
         assert client.get("/api/v1/channels").json()["bindings"] == []
 
 
-def test_send_meme_validates_its_input(sessions, account):  # noqa: F811
+def test_send_meme_validates_its_input(sessions, account):
     from mewdex.channels import delivery
     from mewdex.channels.errors import ChannelError
 
@@ -124,7 +124,7 @@ def test_send_meme_validates_its_input(sessions, account):  # noqa: F811
         assert refused.value.code == code, kwargs
 
 
-def test_send_text_refuses_an_unknown_source_as_send_meme_does(sessions, account):  # noqa: F811
+def test_send_text_refuses_an_unknown_source_as_send_meme_does(sessions, account):
     from mewdex.channels import delivery
     from mewdex.channels.errors import ChannelError
 
@@ -140,7 +140,7 @@ def test_a_meme_goes_as_a_signed_expiring_link_under_the_public_url(
     store,
     account,
     receiver,
-    settings_env,  # noqa: F811
+    settings_env,
 ):
     """With ``MEWDEX_PUBLIC_URL`` the body carries no image bytes but a signed link that opens that
     one file until it expires; without it a large image is left out rather than inlined."""

@@ -95,7 +95,7 @@ def test_callback_url_verification(wecom):
         assert c.post("/channels/wecom/callback", params=forged[0], content=forged[1]).status_code == 401
 
 
-def test_bind_message_meme_revoke(sessions, account, wecom):  # noqa: F811
+def test_bind_message_meme_revoke(sessions, account, wecom):
     fake, crypt = wecom
     bind(sessions, account, crypt)
     assert "Linked" in fake.sent[-1]["text"]["content"]
@@ -143,7 +143,7 @@ def test_bind_message_meme_revoke(sessions, account, wecom):  # noqa: F811
     assert [m["msgtype"] for m in after] == ["text"] and "not linked" in after[0]["text"]["content"]
 
 
-def test_untrusted_ip_surfaces_in_the_delivery_log(sessions, account, wecom):  # noqa: F811
+def test_untrusted_ip_surfaces_in_the_delivery_log(sessions, account, wecom):
     from mewdex.channels import delivery
 
     fake, crypt = wecom
@@ -163,7 +163,7 @@ def test_untrusted_ip_surfaces_in_the_delivery_log(sessions, account, wecom):  #
         assert shown["error_code"] == "wecom_ip_not_trusted" and shown["platform_code"] == "60020"
 
 
-def test_a_repeated_callback_is_answered_once(sessions, account, wecom):  # noqa: F811
+def test_a_repeated_callback_is_answered_once(sessions, account, wecom):
     fake, crypt = wecom
     bind(sessions, account, crypt)
     before = len(fake.sent)
@@ -183,7 +183,7 @@ def test_a_repeated_callback_is_answered_once(sessions, account, wecom):  # noqa
     assert [m for m in fake.sent[before:] if m["msgtype"] == "image"]
 
 
-def test_admin_only_and_link_needs_the_app(auth_app):  # noqa: F811
+def test_admin_only_and_link_needs_the_app(auth_app):
     alice, admin = auth_app.new("alice"), auth_app.new("adm", admin=True)
     body = {"corp_id": "ww1", "agent_id": 1, "secret": "s", "token": "t", "encoding_aes_key": "short"}
     r = alice.client.put("/api/v1/channels/wecom/app", headers={"X-CSRF-Token": alice.csrf}, json=body)
@@ -195,7 +195,7 @@ def test_admin_only_and_link_needs_the_app(auth_app):  # noqa: F811
     assert admin.client.get("/api/v1/channels/wecom/app").json()["configured"] is False
 
 
-def test_channels_page_offers_qq_wecom_and_wechat(account):  # noqa: F811
+def test_channels_page_offers_qq_wecom_and_wechat(account):
     from conftest import client_for
 
     with client_for(account.scope) as c:
@@ -221,7 +221,7 @@ def conversation_length(sessions, acct) -> int:
         return session.get(Conversation, UUID(row.config["chat_task_id"])).next_message_idx
 
 
-def test_replay_window_and_signature_bytes(sessions, account, wecom):  # noqa: F811
+def test_replay_window_and_signature_bytes(sessions, account, wecom):
     """A captured callback sent again after its first task ended is taken in once; one more than 5
     minutes old is refused; a msg_signature with characters outside ASCII is a 401, not a 500."""
     import time

@@ -20,7 +20,7 @@ def _cleanup(sessions, definition_id: str) -> None:
             session.execute(text(f"DELETE FROM {table} WHERE definition_id = :d"), {"d": definition_id})
 
 
-def test_connector_pages_and_audit_viewer(auth_app, settings_env, sessions, caplog):  # noqa: F811
+def test_connector_pages_and_audit_viewer(auth_app, settings_env, sessions, caplog):
     from mewdex.platform import usage
     from mewdex.providers import connectors
 

@@ -10,7 +10,7 @@ from sqlalchemy import text
 from fakes.openai_server import FakeOpenAI
 
 
-def test_connector_api_lifecycle(auth_app, settings_env, sessions, caplog):  # noqa: F811
+def test_connector_api_lifecycle(auth_app, settings_env, sessions, caplog):
     with FakeOpenAI(api_key="sk-user-key-abcd1234") as fake:
         settings_env(MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([fake.host_port]))
         admin, alice, bob = auth_app.new("adm", admin=True), auth_app.new("alice"), auth_app.new("bob")

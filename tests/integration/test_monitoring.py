@@ -163,7 +163,7 @@ def test_readyz_refuses_pending_migrations_and_shutdown(client, sessions):
         client.app.state.shutting_down = False
 
 
-def test_metrics_only_for_loopback_admins_and_the_allow_list(auth_app, settings_env):  # noqa: F811
+def test_metrics_only_for_loopback_admins_and_the_allow_list(auth_app, settings_env):
     """A foreign address gets the answer of an unknown path (404); a user's token too; an admin's token
     and an address in MEWDEX_METRICS_ALLOW get the text."""
     user, admin = auth_app.new("user"), auth_app.new("admin", admin=True)

@@ -118,7 +118,7 @@ def test_jobs_are_owner_scoped(sessions):
         drop_scope(sessions, b)
 
 
-def test_admin_sees_every_owners_jobs(auth_app):  # noqa: F811
+def test_admin_sees_every_owners_jobs(auth_app):
     admin, alice, bob = auth_app.new("adm", admin=True), auth_app.new("alice"), auth_app.new("bob")
     hdr = lambda a: {"X-CSRF-Token": a.csrf}  # noqa: E731
     r = alice.client.post(

@@ -444,7 +444,7 @@ def channel_receiver(settings_env):
         yield r
 
 
-def test_channel_target_delivers_through_the_channel_framework(sessions, account, channel_receiver):  # noqa: F811
+def test_channel_target_delivers_through_the_channel_framework(sessions, account, channel_receiver):
     from conftest import client_for
     from mewdex.db.models import ChannelDelivery
 
@@ -472,7 +472,7 @@ def test_channel_target_delivers_through_the_channel_framework(sessions, account
     assert channel_receiver.requests[-1]["verdict"] == "ok"
 
 
-def test_channel_target_without_a_binding_fails_the_run_with_the_reason(sessions, account):  # noqa: F811
+def test_channel_target_without_a_binding_fails_the_run_with_the_reason(sessions, account):
     job = _job(sessions, account.scope, prompt="cat", notify={"type": "channel", "channel": "telegram"})
     _dispatch(sessions, T0 + timedelta(seconds=1))
     drain_queue(sessions, account.scope, timeout=120)
