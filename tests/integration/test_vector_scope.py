@@ -118,8 +118,8 @@ def test_ensure_index_replaces_a_float32_index_of_its_name(sessions):
 def test_small_scope_is_searched_exactly_however_little_the_graph_scan_reads(sessions):
     """VEC-01 where the graph is much larger than the scope: pgvector's iterative scan stops after
     ``hnsw.max_scan_tuples`` tuples (20,000 by default; 100 here stands for a graph of other scopes'
-    rows far larger than that), and before the fix a 30-meme scope next to 400 nearer memes got 9 of
-    its 30. A scope of at most ``EXACT_SCAN_ROWS`` vectors is scanned exactly: all its memes, in
+    rows far larger than that), and before the fix a 30-meme scope next to 400 nearer memes got only
+    some of its 30. A scope of at most ``EXACT_SCAN_ROWS`` vectors is scanned exactly: all its memes, in
     exact cosine order."""
     rng = np.random.default_rng(3)
     big, small = new_scope(sessions, "vec01big"), new_scope(sessions, "vec01small")

@@ -26,7 +26,7 @@ EF_SEARCH = 200
 #: scan of a small scope stops before the scope's rows when it has read ``hnsw.max_scan_tuples``
 #: (20,000) tuples or ``work_mem`` of other scopes' rows, or when they are not reachable from where
 #: the search entered: a 30-meme scope next to 1,500 nearer memes found 9 of its 30 with
-#: ``max_scan_tuples`` at 1,000 (test_vector_scope.py). The planner cannot tell (it estimates the
+#: ``max_scan_tuples`` at 1,000 (test_vector_scope.py: 400 and 100). The planner cannot tell (it estimates the
 #: scope's rows at 1 and picks the HNSW index), so the statement decides by counting at most this
 #: many of the scope's vectors first (an index-only range, well under a millisecond).
 EXACT_SCAN_ROWS = 5000
