@@ -17,7 +17,6 @@ import threading
 import httpx
 import pytest
 
-from channel_helpers import account  # noqa: F401 - fixture
 from conftest import app_for, drain_queue, drop_scope, new_scope, wait_until
 from fakes.discord_server import FakeDiscord, snowflake
 from mewdex.db.models import ChannelDelivery, ScopeContext
@@ -61,7 +60,7 @@ def live(mewdex_env):
 
 
 @pytest.fixture
-def discord(settings_env, live, account):  # noqa: F811
+def discord(settings_env, live, account):
     """A fake Discord with an application of its own (a new one each test) that mewdex talks to; the
     app answers set-up calls as ``account``."""
     with FakeDiscord() as fake:
@@ -101,7 +100,7 @@ def meme_query(sessions, acct, fake, interaction) -> dict:
     return edit
 
 
-def test_connect_link_meme_another_and_the_message_command(sessions, account, discord):  # noqa: F811
+def test_connect_link_meme_another_and_the_message_command(sessions, account, discord):
     fake, owner, stranger = discord, snowflake(), snowflake()
     card = connect(fake)
     assert card["application_id"] == fake.application_id and card["application_name"] == fake.name
@@ -177,7 +176,7 @@ def test_connect_link_meme_another_and_the_message_command(sessions, account, di
     assert empty["type"] == MESSAGE and "no text" in empty["data"]["content"]
 
 
-def test_scheduled_memes_go_to_the_chosen_channel(sessions, account, discord):  # noqa: F811
+def test_scheduled_memes_go_to_the_chosen_channel(sessions, account, discord):
     from mewdex.channels import delivery
     from mewdex.channels.errors import ChannelError
 
@@ -212,7 +211,7 @@ def test_scheduled_memes_go_to_the_chosen_channel(sessions, account, discord):  
         assert (row.status, row.error_code, row.platform_code) == ("failed", "channel_blocked", "50013")
 
 
-def test_a_disabled_owner_gets_nothing(sessions, account, discord):  # noqa: F811
+def test_a_disabled_owner_gets_nothing(sessions, account, discord):
     from mewdex.channels import delivery
     from mewdex.channels.errors import ChannelError
     from mewdex.db.models import User
