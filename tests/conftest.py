@@ -354,6 +354,24 @@ def sample(sessions, store, tmp_path_factory) -> Sample:
     return Sample(scope, root, summary, ids)
 
 
+@pytest.fixture(autouse=True)
+def _sample_keeps_no_lessons(request):
+    """The shared sample is read-only for search: what a test taught it (feedback events — a ✓ mark,
+    a send, an assistant's "another") is cleared after each test that used it, so a later test never
+    meets another test's lessons (a rejected caption match dropped from its results)."""
+    yield
+    if "sample" not in request.fixturenames:
+        return
+    from mewdex.search import feedback
+
+    try:
+        sample = request.getfixturevalue("sample")
+    except pytest.skip.Exception:  # no corpus: the sample was never made
+        return
+    with request.getfixturevalue("sessions").begin() as session:
+        feedback.clear(session, sample.scope)
+
+
 def extract_flat(zip_path: Path, target: Path) -> list[Path]:
     """Write each ZIP entry's bytes to ``target/<entry name>`` (the names are trusted case names)."""
     import zipfile
