@@ -50,6 +50,15 @@ def test_fusion_lifts_drops_rejections_and_never_overtakes_a_strong_lexical_matc
     # Without a strong lexical match a neighbour's lift is not capped; no feedback changes nothing.
     scores, _ = fuse_feedback({A: 0.2, B: 0.1}, feedback.LegResult(net={B: 1.0}), phrase=set(), keyword_hits=set())
     assert scores[B] > scores[A]
+    # A rejection never buries a strong lexical match (an exact caption, a strong keyword hit): it
+    # keeps its place; a weak one is dropped.
+    rejected = feedback.LegResult(net={A: -1.0, B: -1.0}, exact={A, B})
+    scores, dropped = fuse_feedback(base, rejected, phrase={A}, keyword_hits={A})
+    assert dropped == {B} and scores[A] == base[A]
+    scores, dropped = fuse_feedback(base, rejected, phrase=set(), keyword_hits={A})
+    assert dropped == {B} and scores[A] == base[A]
+    # ... except for the assistant choosing for someone who said "another": then it goes too.
+    assert fuse_feedback(base, rejected, phrase={A}, keyword_hits={A}, keep_strong=False)[1] == {A, B}
     assert fuse_feedback(base, feedback.LegResult(), set(), set()) == (base, set())
     assert fuse_feedback(base, None, set(), set()) == (base, set())
 

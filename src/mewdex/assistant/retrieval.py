@@ -76,7 +76,9 @@ def search_ids(
         parsed, filters = parse(session, scope, text)
     with sessions.begin() as session:  # no connection is checked out until the legs are done
         if parsed.query:
-            return parsed.query, search_service.search(session, scope, parsed.query[:500], n, filters=filters).results
+            return parsed.query, search_service.search(
+                session, scope, parsed.query[:500], n, filters=filters, skip_rejected=True
+            ).results
         # Only filters ("来个动图", a collection's name): the newest memes that pass them.
         memes = (
             session.execute(filtered_memes(scope.scope_id, filters).order_by(Meme.created_at.desc()).limit(n))

@@ -78,7 +78,7 @@ def search_memes(
     with sessions.begin() as session:
         filters = _filters(session, scope, animated, collection)
     with sessions.begin() as session:
-        return _hits(search_service.search(session, scope, text, n, filters=filters).results)
+        return _hits(search_service.search(session, scope, text, n, filters=filters, skip_rejected=True).results)
 
 
 def search_by_image(

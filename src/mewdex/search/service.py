@@ -89,6 +89,7 @@ def search(
     offset: int = 0,
     fold_variants: bool = False,
     learn: bool = True,
+    skip_rejected: bool = False,
 ) -> SearchResponse:
     """Search the scope for ``query`` (1–500 chars); ``legs`` picks the legs (default all, fused).
     ``fold_variants`` keeps only the best-ranked meme of each template group ("show 1 per template",
@@ -96,7 +97,9 @@ def search(
 
     ``learn``: fuse the feedback leg (:mod:`mewdex.search.feedback`: what the scope's user chose or
     rejected before for queries of this meaning; a lifted hit says ``why``). It is read on the
-    caller's ``session`` while the other legs run, and is off for a scope with learning off.
+    caller's ``session`` while the other legs run, and is off for a scope with learning off. A meme
+    rejected for this meaning is left out, except a strong lexical match, which keeps its place;
+    ``skip_rejected`` leaves those out too (the assistant choosing for a person who said "another").
 
     ``filters`` narrow every leg inside its SQL (so a kept meme ranks as it would among all, and
     a filter never empties a page that has matches further down); ``offset`` skips that many of
@@ -112,7 +115,9 @@ def search(
     if not gate.acquire(timeout=get_settings().search_wait_seconds):
         raise Overloaded(message="too many searches at once; try again in a moment", headers={"Retry-After": "1"})
     try:
-        return _search(session, scope, query, n_results, legs, executor, filters, offset, fold_variants, learn)
+        return _search(
+            session, scope, query, n_results, legs, executor, filters, offset, fold_variants, learn, skip_rejected
+        )
     finally:
         gate.release()
 
@@ -128,6 +133,7 @@ def _search(
     offset: int,
     fold_variants: bool = False,
     learn: bool = True,
+    skip_rejected: bool = False,
 ) -> SearchResponse:
     started = time.perf_counter()
     query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
@@ -158,7 +164,7 @@ def _search(
         fused = rrf(rankings | like, k=RRF_K, weights=weights)
         base = {m: base.get(m, score) if m in phrase else score for m, score in fused.items()}
     keyword_hits = set(rankings.get("keyword", ()))
-    scores, dropped = fuse_feedback(base, fb, phrase, keyword_hits)
+    scores, dropped = fuse_feedback(base, fb, phrase, keyword_hits, keep_strong=not skip_rejected)
     phrase -= dropped
     # Exact phrase matches and memes chosen for this very query rank first; among them, and among the
     # rest, by fused score.
@@ -233,10 +239,17 @@ def _feedback_leg(
 
 
 def fuse_feedback(
-    base: dict[UUID, float], fb: feedback.LegResult | None, phrase: set[UUID], keyword_hits: set[UUID]
+    base: dict[UUID, float],
+    fb: feedback.LegResult | None,
+    phrase: set[UUID],
+    keyword_hits: set[UUID],
+    *,
+    keep_strong: bool = True,
 ) -> tuple[dict[UUID, float], set[UUID]]:
     """``(scores, dropped)``: the fused scores with the feedback leg's lift added (memes it found that
-    no other leg did join in) and the memes rejected for this meaning (net ≤ ``feedback.DROP_AT``).
+    no other leg did join in) and the memes rejected for this meaning (net ≤ ``feedback.DROP_AT``),
+    strong lexical matches excepted (``keep_strong``): those keep their place whatever the feedback
+    said of them.
 
     A strong lexical match — an exact phrase (those rank first anyway), or a keyword hit with a fused
     score of at least ``confidence.HIGH_MIN_SCORE`` — is never buried by lifts that came from other
@@ -251,12 +264,13 @@ def fuse_feedback(
     dropped: set[UUID] = set()
     over: list[UUID] = []  # neighbour-lifted memes that would pass the best strong match
     for m, net in fb.net.items():
-        if net <= feedback.DROP_AT:
-            dropped.add(m)
-            continue
         was = base.get(m, 0.0)
-        scores[m] = was + feedback.lift(net)
         is_strong = m in phrase or (m in keyword_hits and was >= HIGH_MIN_SCORE)
+        if net <= feedback.DROP_AT:
+            if not (is_strong and keep_strong):  # a strong lexical match is never buried, not even by a rejection
+                dropped.add(m)
+            continue
+        scores[m] = was + feedback.lift(net)
         if net > 0 and ceiling is not None and not is_strong and m not in fb.exact and scores[m] >= ceiling:
             over.append(m)
     passing = sorted((m for m in over if fb.closest.get(m, 0.0) >= fb.reworded_at), key=lambda m: -scores[m])[:1]
