@@ -298,6 +298,9 @@ def test_the_rescore_reads_only_its_candidates_own_postings(sessions, small_and_
     monkeypatch.setattr(keyword, "POSTINGS_PER_TERM", 200)
     params = _bm25_params(large.scope_id, ["cat", "w1"], 10)
     with sessions.begin() as session:
+        # statistics of the tables as they are now (other modules of the process write postings too)
+        session.execute(text("ANALYZE meme_search_terms"))
+        session.execute(text("ANALYZE meme_search_documents"))
         plan = _explain(session, keyword._BM25_SQL.format(filters=""), params, generic)
         scans = [n for n in _nodes(plan) if n.get("Relation Name") == "meme_search_terms"]
         read = sum(n["Actual Rows"] * n.get("Actual Loops", 1) for n in scans)
