@@ -77,10 +77,12 @@ class FakeNapCat:
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
         self._ws = connect(self.url, additional_headers=headers, open_timeout=10).__enter__()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
+        # the lifecycle event goes out before anything is answered: a server that refuses the login
+        # answer closes the socket, and a send after that would race the close
         self._send({"time": int(time.time()), "self_id": self.self_id, "post_type": "meta_event",
                     "meta_event_type": "lifecycle", "sub_type": "connect"})  # fmt: skip
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
 
     def _send(self, frame: dict[str, Any]) -> None:
         assert self._ws is not None

@@ -29,6 +29,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
@@ -271,7 +272,8 @@ class MemeSearchTerm(Base):
             ondelete="CASCADE",
         ),
         CheckConstraint("tf > 0", name="ck_meme_search_terms_tf"),
-        Index("ix_meme_search_terms_meme", "scope_id", "meme_id"),
+        # keyed by meme (migration 0022): a term's postings have one path, the impact index
+        PrimaryKeyConstraint("scope_id", "meme_id", "term"),
         Index(
             "ix_meme_search_terms_impact",
             "scope_id",
