@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 
 class Settings(BaseSettings):
@@ -190,9 +191,11 @@ class Settings(BaseSettings):
     )
 
     # Operations (README "Monitoring"): who may scrape /metrics, and how long finished work is kept.
-    metrics_allow: list[str] = Field(
+    metrics_allow: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="JSON list of addresses/networks that may read /metrics besides loopback and admin tokens.",
+        description="Addresses/networks that may read /metrics besides loopback and admin tokens, "
+        "comma-separated or a JSON list.",
+        examples=["10.0.0.5,10.1.0.0/16"],
     )
     retention_task_days: float = Field(
         default=14.0, gt=0, description="Succeeded tasks (and their attempts) are deleted this long after they ended."
@@ -212,7 +215,9 @@ class Settings(BaseSettings):
         default=1000, ge=10, le=100_000, description="Rows one retention statement deletes (one short transaction)."
     )
 
-    @field_validator("allowed_hosts", "trusted_proxies", "egress_allow_hosts", "task_modules", mode="before")
+    @field_validator(
+        "allowed_hosts", "trusted_proxies", "egress_allow_hosts", "metrics_allow", "task_modules", mode="before"
+    )
     @classmethod
     def _list_setting(cls, value: Any) -> Any:
         """A list setting: a JSON list, or comma-separated items (``a:1, b:2``); empty = none."""
@@ -480,6 +485,21 @@ def describe_config_error(exc: ValidationError) -> list[str]:
     return list(dict.fromkeys(lines)) or [str(exc).splitlines()[0]]
 
 
+def describe_settings_error(exc: SettingsError) -> list[str]:
+    """The one line of a value pydantic-settings could not decode before validation (a list or mapping
+    setting without ``NoDecode``): the same shape as :func:`describe_config_error`'s."""
+    match = re.search(r'field "(\w+)"', str(exc))
+    if match is None or match.group(1) not in Settings.model_fields:
+        return [str(exc).splitlines()[0]]
+    name = match.group(1)
+    variable = f"MEWDEX_{name.upper()}"
+    given = "(hidden)" if any(word in name for word in _SECRET_WORDS) else f"'{os.environ.get(variable, '')}'"
+    reason = str(exc.__cause__ or exc).splitlines()[0]
+    expected = _expected(name)
+    example = expected if expected == "a value" else f"{variable}={expected}"
+    return [f"{variable}={given} is not valid ({reason}); expected e.g. {example}"]
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The settings of this process; tests call ``get_settings.cache_clear()`` after changing env.
@@ -491,3 +511,5 @@ def get_settings() -> Settings:
         return Settings()
     except ValidationError as exc:
         raise ConfigError(describe_config_error(exc)) from None
+    except SettingsError as exc:
+        raise ConfigError(describe_settings_error(exc)) from None

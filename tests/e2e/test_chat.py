@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import CORPUS, corpus_available
-from ui_helpers import DESKTOP, start_server
+from ui_helpers import DESKTOP, FAKE_SHARE, PHONE, start_server
 
 pytestmark = [
     pytest.mark.corpus,
@@ -130,6 +130,63 @@ def test_rename_delete_and_restore(browser, chat_server, sample):
         pg.wait_for_function("() => document.getElementById('chat-title').textContent === 'renamed chat'")
         pg.fill("#chat-search", "renamed")
         pg.wait_for_function("() => document.querySelectorAll('.chat-list li[data-conversation]').length === 1")
+    finally:
+        context.close()
+    assert not errors, errors
+
+
+def test_a_reply_cards_copy_image_share_and_download_hand_over_the_file(browser, chat_server, sample):
+    """The chat cards' actions (static/chat.js card()): Copy image puts a PNG on the clipboard, Share hands
+    the share sheet the image as "<name>.<ext>", Download saves it under that name."""
+    context = browser.new_context(viewport=PHONE, locale="en-US", has_touch=True)
+    context.set_default_timeout(20_000)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=chat_server.url)
+    context.add_init_script(FAKE_SHARE)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        pg.goto(chat_server.url + "/chat")
+        pg.fill("#chat-input", "send me a meme for 一个字我都不信")
+        pg.press("#chat-input", "Enter")
+        pg.wait_for_selector(".chat-assistant .chat-card")
+        _wait_done(pg)
+        meme_id = sample.ids["vvquest/一个字我都不信.png"]
+        card = pg.locator(f".chat-assistant .chat-card[data-id='{meme_id}']").first
+        name = card.get_attribute("data-name")
+        original = chat_server.get(f"/media/{meme_id}")
+        ext = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp"}[
+            original.headers["content-type"]
+        ]
+
+        card.locator("[data-action=copy-image]").click()
+        pg.wait_for_selector("#toast.show.ok")
+        copied = pg.evaluate(
+            """async () => {
+              const items = await navigator.clipboard.read();
+              const blob = await items[0].getType("image/png");
+              const head = new Uint8Array(await blob.slice(0, 8).arrayBuffer());
+              return {types: items.flatMap((item) => item.types), head: [...head]};
+            }"""
+        )
+        assert copied == {"types": ["image/png"], "head": list(b"\x89PNG\r\n\x1a\n")}
+
+        share = card.locator("[data-action=share]")
+        assert share.is_visible()
+        share.click()
+        pg.wait_for_function("() => window.__shared !== null")
+        shared = pg.evaluate("() => window.__shared")
+        assert shared == {
+            "name": f"{name}{ext}",
+            "type": original.headers["content-type"],
+            "size": len(original.content),
+            "title": name,
+        }
+
+        with pg.expect_download() as download:
+            card.locator("a[download]").click()
+        assert download.value.suggested_filename == f"{name}{ext}"
+        assert open(download.value.path(), "rb").read() == original.content
     finally:
         context.close()
     assert not errors, errors

@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from conftest import CORPUS, corpus_available
 from test_ui import png_bytes, seed
+from ui_helpers import FAKE_SHARE
 
 pytestmark = [
     pytest.mark.corpus,
@@ -21,17 +22,6 @@ pytestmark = [
 ]
 
 DRAKE = "memegen/drake/no.jpg"
-
-# A stand-in for the phone's share sheet: records what the page hands to navigator.share.
-FAKE_SHARE = """
-window.__shared = null;
-Object.defineProperty(navigator, "canShare", {value: (data) => !!(data && data.files), configurable: true});
-Object.defineProperty(navigator, "share", {configurable: true, value: async (data) => {
-  const f = data.files && data.files[0];
-  window.__shared = f ? {name: f.name, type: f.type, size: f.size, title: data.title}
-                      : {url: data.url, title: data.title};
-}});
-"""
 
 
 def _scope_meme_names(sessions, scope) -> list[str]:

@@ -387,6 +387,81 @@ def test_an_overloaded_search_says_so_then_asks_again_after_retry_after(page, se
     assert page.locator("#results .card").count() > 0
 
 
+# Records each search the page sends in the page's own clock: when it went out, when its answer came, the
+# answer's status and Retry-After.
+SEARCH_CLOCK = """
+window.__searches = [];
+const fetchFirst = window.fetch;
+window.fetch = async (url, options) => {
+  if (!String(url).startsWith("/ui/search?")) return fetchFirst(url, options);
+  const entry = {sent: performance.now()};
+  window.__searches.push(entry);
+  const resp = await fetchFirst(url, options);
+  Object.assign(entry, {answered: performance.now(), status: resp.status, retryAfter: resp.headers.get("Retry-After")});
+  return resp;
+};
+"""
+
+
+@pytest.fixture
+def overloadable_server(sample, settings_env):
+    """The real app over real HTTP in this process (uvicorn in a thread), so that a test can take every
+    search slot of its admission (``search.service._slots()``) as a flood of searches would."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from conftest import app_for
+
+    settings_env(MEWDEX_AUTH="none", MEWDEX_SEARCH_WAIT_SECONDS="0.1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app_for(sample.scope), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 120, 0.1, "the app to serve")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_the_servers_overloaded_answer_shows_its_error_with_retry_then_asks_again_after_retry_after(
+    page, overloadable_server
+):
+    """Against the server's own 503 (the HTML fragment of ``search_pages`` with ``Retry-After``), not a stand-in."""
+    from mewdex.search import service
+
+    page.add_init_script(SEARCH_CLOCK)
+    page.goto(overloadable_server + "/")
+    gate, _ = service._slots()
+    held = 0
+    while gate.acquire(blocking=False):  # every search slot of the server is busy
+        held += 1
+    try:
+        page.fill("#q", "drake")
+        error = page.locator("#results .state.error[data-error='error.overloaded']")
+        error.wait_for()
+        assert error.locator("[data-action=retry-search]").is_visible()
+        assert "searching again in 1 s" in error.inner_text()
+        [first] = page.evaluate("() => window.__searches")
+        assert (first["status"], first["retryAfter"]) == (503, "1")
+        page.wait_for_timeout(500)  # half the wait: still the error with its retry button, nothing sent again
+        assert len(page.evaluate("() => window.__searches")) == 1 and error.is_visible()
+    finally:
+        for _ in range(held):
+            gate.release()
+    wait_until(lambda: shown_query(page) == "drake", 30, 0.1, "the search asked again")
+    sent = page.evaluate("() => window.__searches")
+    assert [s["status"] for s in sent][-1] == 200 and all(s["status"] == 503 for s in sent[:-1])
+    for before, after in zip(sent, sent[1:], strict=False):  # each retry waited its answer's Retry-After
+        assert after["sent"] - before["answered"] >= 1000 * int(before["retryAfter"]), sent
+    assert page.locator("#results .card").count() > 0
+
+
 def test_a_failed_search_shows_an_error_with_retry_in_the_results(page, search_server):
     page.context.add_cookies([{"name": "mewdex_lang", "value": "zh", "url": search_server.url}])
     page.goto(search_server.url + "/")

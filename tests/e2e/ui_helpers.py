@@ -41,6 +41,17 @@ SCREENSHOTS = Path(__file__).parent / "screenshots"
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
+# A stand-in for the phone's share sheet: records what the page hands to navigator.share.
+FAKE_SHARE = """
+window.__shared = null;
+Object.defineProperty(navigator, "canShare", {value: (data) => !!(data && data.files), configurable: true});
+Object.defineProperty(navigator, "share", {configurable: true, value: async (data) => {
+  const f = data.files && data.files[0];
+  window.__shared = f ? {name: f.name, type: f.type, size: f.size, title: data.title}
+                      : {url: data.url, title: data.title};
+}});
+"""
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -3,12 +3,14 @@ meaning; manual names and meaningful names are never touched."""
 
 from __future__ import annotations
 
+import re
 from uuid import UUID
 
-from sqlalchemy import select
+import pytest
+from sqlalchemy import delete, select
 
 from it_helpers import meme
-from mewdex.db.models import Meme, Task
+from mewdex.db.models import Meme, PlatformSetting, Task
 from mewdex.library import memes as memes_service
 from mewdex.pipeline import name_repair
 from mewdex.queue import registry
@@ -170,3 +172,88 @@ def test_the_context_stage_names_a_serial_from_its_caption_and_a_folder_imported
     assert (named.display_name, named.name_source) == ("hello there", "automatic")
     grumpy = meme(sessions, scope, ids["default.png"])
     assert grumpy.display_name == "grumpycat" and grumpy.meme_context["folders"] == ["grumpycat"]
+
+
+# --- a change of the naming rules renames existing libraries (issue 35, item 4d) -------------------
+
+
+@pytest.fixture
+def two_named_libraries(sessions, store, scope, monkeypatch):
+    """The test's scope and a second one, each with a meme; the repair sees only these two libraries (the
+    real list must hold them), so no other test's library is queued for renaming."""
+    from conftest import case_file, drop_scope, new_scope
+
+    other = new_scope(sessions, "nr")
+    source = case_file("img04_palette_trns.png").read_bytes()
+    for i, each in enumerate((scope, other)):
+        meme_id = _add(sessions, store, each, source + bytes([i]), "default.jpg", "memegen/images/drake/default.jpg")
+        with sessions.begin() as session:  # named by its file's stem, as before the rules read folders
+            row = session.get(Meme, UUID(meme_id))
+            row.display_name, row.name_source = "default", "uploaded"
+    ids = [scope.scope_id, other.scope_id]
+    every = name_repair.library_scopes
+    with sessions.begin() as session:
+        assert set(ids) <= set(every(session))
+    monkeypatch.setattr(name_repair, "library_scopes", lambda session: [s for s in every(session) if s in ids])
+    yield ids
+    drop_scope(sessions, other)
+
+
+def _repair_tasks(sessions, ids) -> list[str]:
+    with sessions.begin() as session:
+        return sorted(
+            session.execute(
+                select(Task.scope_id).where(
+                    Task.scope_id.in_(ids), Task.task_type == name_repair.TASK_TYPE, Task.status == "queued"
+                )
+            ).scalars()
+        )
+
+
+def test_a_change_of_the_naming_rules_queues_the_repair_of_every_library_at_start(sessions, two_named_libraries):
+    from mewdex.platform.instance import get_setting, set_setting
+    from mewdex.runtime import NAME_RULES_SETTING, check_name_rules
+
+    ids = two_named_libraries
+    with sessions.begin() as session:
+        set_setting(session, NAME_RULES_SETTING, name_repair.NAME_RULES)
+    assert check_name_rules() == [] and _repair_tasks(sessions, ids) == [], "unchanged rules queue nothing"
+
+    with sessions.begin() as session:
+        set_setting(session, NAME_RULES_SETTING, "rules-of-an-older-release")
+    assert sorted(check_name_rules()) == sorted(ids)
+    assert _repair_tasks(sessions, ids) == sorted(ids)
+    with sessions.begin() as session:
+        assert get_setting(session, NAME_RULES_SETTING) == name_repair.NAME_RULES
+    assert check_name_rules() == [], "recorded: the next start queues nothing"
+
+    with sessions.begin() as session:  # a library from before the rules had a version is renamed too
+        session.execute(delete(Task).where(Task.scope_id.in_(ids), Task.task_type == name_repair.TASK_TYPE))
+        session.execute(delete(PlatformSetting).where(PlatformSetting.key == NAME_RULES_SETTING))
+    assert sorted(check_name_rules()) == sorted(ids) and _repair_tasks(sessions, ids) == sorted(ids)
+    with sessions.begin() as session:
+        session.execute(delete(Task).where(Task.scope_id.in_(ids), Task.task_type == name_repair.TASK_TYPE))
+
+
+def test_repair_names_all_covers_every_library(sessions, two_named_libraries):
+    from typer.testing import CliRunner
+
+    from mewdex.cli import app
+
+    ids = two_named_libraries
+    result = CliRunner().invoke(app, ["repair-names", "--all", "--background"])
+    assert result.exit_code == 0, result.output
+    for scope_id in ids:
+        assert re.search(rf"{scope_id}: queued task\s+\S+ \(meme_name_repair\)", result.stdout), result.stdout
+    assert _repair_tasks(sessions, ids) == sorted(ids)
+    with sessions.begin() as session:
+        session.execute(delete(Task).where(Task.scope_id.in_(ids), Task.task_type == name_repair.TASK_TYPE))
+
+    result = CliRunner().invoke(app, ["repair-names", "--all"])  # now, in this process
+    assert result.exit_code == 0, result.output
+    for scope_id in ids:
+        assert re.search(rf"{scope_id}: renamed 1 of\s+1 memes", result.stdout), result.stdout
+    for scope_id in ids:
+        with sessions.begin() as session:
+            names = session.execute(select(Meme.display_name).where(Meme.scope_id == scope_id)).scalars().all()
+        assert names == ["drake"]

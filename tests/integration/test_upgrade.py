@@ -148,6 +148,17 @@ def test_a_data_dir_of_schema_0001_is_upgraded_by_serve_and_keeps_its_data():
                 ).fetchone()[0]
                 >= 1
             )
+            # named before the naming rules had a version: start-up queued the library's name repair
+            assert conn.execute(
+                "SELECT count(*) FROM tasks WHERE scope_id = %s AND task_type = 'meme_name_repair'"
+                " AND status = 'queued'",
+                (old["scope"],),
+            ).fetchone() == (1,)
+            from mewdex.pipeline.name_repair import NAME_RULES
+
+            assert conn.execute("SELECT value FROM platform_settings WHERE key = 'name_rules'").fetchone() == (
+                NAME_RULES,
+            )
     finally:
         if proc is not None:
             proc.terminate()

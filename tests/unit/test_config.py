@@ -1,7 +1,7 @@
 """Settings validation at load time."""
 
 import pytest
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from mewdex.config import Settings
 
@@ -58,10 +58,49 @@ def test_worker_nice_out_of_range_is_rejected(monkeypatch):
     ],
 )
 def test_list_settings_take_commas_or_json(monkeypatch, value, expected):
-    for name in ("EGRESS_ALLOW_HOSTS", "ALLOWED_HOSTS", "TRUSTED_PROXIES"):
+    for name in ("EGRESS_ALLOW_HOSTS", "ALLOWED_HOSTS", "TRUSTED_PROXIES", "METRICS_ALLOW"):
         monkeypatch.setenv(f"MEWDEX_{name}", value)
     settings = Settings(_env_file=None)
     assert settings.egress_allow_hosts == settings.allowed_hosts == settings.trusted_proxies == expected
+    assert settings.metrics_allow == expected
+
+
+def test_every_list_and_mapping_setting_takes_the_forgiving_form():
+    """A list or mapping setting merged without ``NoDecode`` would be JSON-only again (MEWDEX_METRICS_ALLOW was)."""
+    from pydantic_settings import NoDecode
+
+    decoders = Settings.__pydantic_decorators__.field_validators
+    forgiving = {name for key in ("_list_setting", "_mapping_setting") for name in decoders[key].info.fields}
+    complex_fields = {
+        name
+        for name, field in Settings.model_fields.items()
+        if getattr(field.annotation, "__origin__", None) in (list, dict)
+    }
+    assert complex_fields and complex_fields <= forgiving
+    for name in complex_fields:
+        metadata = Settings.model_fields[name].metadata
+        assert any(isinstance(meta, NoDecode) or meta is NoDecode for meta in metadata), name
+
+
+def test_a_value_pydantic_settings_cannot_decode_is_one_line_too(monkeypatch):
+    """A setting decoded by pydantic-settings itself (no NoDecode) fails before validation: still one line."""
+    import mewdex.config as config
+
+    class Loose(config.Settings):
+        metrics_allow: list[str] = Field(default_factory=list, examples=["10.0.0.5,10.1.0.0/16"])
+
+    monkeypatch.setattr(config, "Settings", Loose)
+    monkeypatch.setenv("MEWDEX_METRICS_ALLOW", "10.0.0.5")
+    config.get_settings.cache_clear()
+    try:
+        with pytest.raises(config.ConfigError) as info:
+            config.get_settings()
+    finally:
+        config.get_settings.cache_clear()
+    assert info.value.lines == [
+        "MEWDEX_METRICS_ALLOW='10.0.0.5' is not valid (Extra data: line 1 column 5 (char 4)); "
+        "expected e.g. MEWDEX_METRICS_ALLOW=10.0.0.5,10.1.0.0/16"
+    ]
 
 
 def test_mapping_settings_take_pairs_or_json(monkeypatch):
@@ -78,6 +117,7 @@ def test_mapping_settings_take_pairs_or_json(monkeypatch):
     "variable, value, example",
     [
         ("MEWDEX_EGRESS_ALLOW_HOSTS", '["127.0.0.1:9000"', "MEWDEX_EGRESS_ALLOW_HOSTS=127.0.0.1:9000,minio.lan:9000"),
+        ("MEWDEX_METRICS_ALLOW", '["10.0.0.5"', "MEWDEX_METRICS_ALLOW=10.0.0.5,10.1.0.0/16"),
         ("MEWDEX_PORT", "eighty", "MEWDEX_PORT=8275"),
         ("MEWDEX_AUTH", "sometimes", "MEWDEX_AUTH=auto"),
         ("MEWDEX_RESOURCE_CONCURRENCY", "visual/openai", "MEWDEX_RESOURCE_CONCURRENCY=visual/openai=2"),

@@ -355,20 +355,29 @@ def repair_names(
             "`mewdex serve`/`mewdex worker` does it) instead of doing it now.",
         ),
     ] = False,
+    every_library: Annotated[
+        bool, typer.Option("--all", help="Every account's library, not only the default one.")
+    ] = False,
 ) -> None:
     """Rename memes named by a generic file stem (default, IMG_2034, a UUID…) from their folder or context
-    title; manual names are never touched."""
+    title, and serial names from their caption; manual names are never touched."""
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.scopes import default_scope
     from mewdex.pipeline import name_repair
 
     _prepare()
-    scope = default_scope()
     sessions = get_sessionmaker()
-    if background:
+    if every_library:
         with sessions.begin() as session:
-            task = name_repair.submit_name_repair(session, scope.scope_id)
-            console.print(f"queued task {task.id} ({name_repair.TASK_TYPE})")
-        return
-    result = name_repair.repair_names(sessions, scope.scope_id)
-    console.print(f"renamed {result['renamed']} of {result['checked']} memes")
+            scopes = name_repair.library_scopes(session)
+    else:
+        scopes = [default_scope().scope_id]
+    for scope_id in scopes:
+        label = f"{scope_id}: " if every_library else ""
+        if background:
+            with sessions.begin() as session:
+                task = name_repair.submit_name_repair(session, scope_id)
+                console.print(f"{label}queued task {task.id} ({name_repair.TASK_TYPE})")
+            continue
+        result = name_repair.repair_names(sessions, scope_id)
+        console.print(f"{label}renamed {result['renamed']} of {result['checked']} memes")

@@ -6,7 +6,9 @@ their folder (:func:`mewdex.pipeline.auto_rename.readable_name`, as new memes ge
 For libraries imported before names came from meaning (:func:`mewdex.library.names.name_for_file`). Never
 touches a name a person gave (``name_source = manual``, checked under each meme's row lock) nor a name
 that already means something; each change is an automatic name, bumps the revision and is journaled
-like the ``auto_rename`` stage's. Submit it with :func:`submit_name_repair` (``mewdex repair-names``).
+like the ``auto_rename`` stage's. Submit it with :func:`submit_name_repair` (``mewdex repair-names [--all]``);
+every start queues it for every library when :data:`NAME_RULES` differs from the one recorded
+(``mewdex.runtime.check_name_rules``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from mewdex.pipeline.auto_rename import AutoRenameStage, readable_name
 from mewdex.queue.registry import RetryPolicy, TaskContext, submit, task_type
 
 TASK_TYPE = "meme_name_repair"
+# The naming rules' version (library.names' generic stems and name kinds, auto_rename.readable_name, this
+# module's repair): bump it when they change, and the next start renames every existing library by them.
+NAME_RULES = "2"
 
 
 def meaningful_name(meme: Meme) -> str | None:
@@ -87,6 +92,11 @@ def repair_names(sessions: sessionmaker[Session], scope_id: str, *, batch: int =
 def meme_name_repair(ctx: TaskContext) -> dict[str, Any]:
     """Repair the names of the task's scope. ``{"checked": n, "renamed": n}``."""
     return repair_names(ctx.sessions, ctx.claim.scope_id)
+
+
+def library_scopes(session: Session) -> list[str]:
+    """The scopes that hold memes (every library a repair may rename in)."""
+    return list(session.execute(select(Meme.scope_id).distinct().order_by(Meme.scope_id)).scalars())
 
 
 def submit_name_repair(session: Session, scope_id: str):

@@ -66,6 +66,7 @@ def prepare_database() -> None:
     recover_storage()
     generations.check_text_models(get_sessionmaker())
     check_search_recipe()
+    check_name_rules()
     configure_providers()
 
 
@@ -100,6 +101,40 @@ def check_search_recipe() -> list[str]:
             "(task type search_reindex; search serves the old ones until each new one passes the eval gate)",
             stored,
             current,
+            len(scopes),
+            "y" if len(scopes) == 1 else "ies",
+        )
+    return scopes
+
+
+NAME_RULES_SETTING = "name_rules"
+
+
+def check_name_rules() -> list[str]:
+    """Start-up check: when the naming rules (:data:`mewdex.pipeline.name_repair.NAME_RULES`) differ from
+    the ones recorded (``platform_settings.name_rules``; none recorded: a library named before the rules
+    had a version), queue the name repair of every library (``meme_name_repair`` tasks; manual names are
+    never touched) and record them. Returns the scopes whose repair was queued."""
+    from sqlalchemy import text
+
+    from mewdex.pipeline import name_repair
+    from mewdex.platform.instance import get_setting, set_setting
+
+    with get_sessionmaker().begin() as session:
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('name_rules', 0))"))
+        stored = get_setting(session, NAME_RULES_SETTING, None)
+        if stored == name_repair.NAME_RULES:
+            return []
+        scopes = name_repair.library_scopes(session)
+        for scope_id in scopes:
+            name_repair.submit_name_repair(session, scope_id)
+        set_setting(session, NAME_RULES_SETTING, name_repair.NAME_RULES)
+    if scopes:
+        log.warning(
+            "names: the naming rules changed (%s → %s): renaming the memes of %d librar%s in the background "
+            "(task type meme_name_repair; names people gave are kept)",
+            stored,
+            name_repair.NAME_RULES,
             len(scopes),
             "y" if len(scopes) == 1 else "ies",
         )
