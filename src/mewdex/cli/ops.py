@@ -60,7 +60,10 @@ def backup(
 ) -> None:
     """Back up the database, every blob it references, the key ring and the signing keys to DEST,
     while serve and workers keep running; a second backup to DEST copies only new blobs."""
+    from rich.markup import escape
+
     from mewdex.runtime.backup import backup as run_backup
+    from mewdex.runtime.backup import missing_message
 
     _setup_logging()
     _prepare()
@@ -68,6 +71,8 @@ def backup(
     summary.pop("copied_keys", None)
     if as_json:
         print(json.dumps(summary, ensure_ascii=False))
+        if summary["missing_blobs"]:
+            raise typer.Exit(1)
         return
     blobs = summary["blobs"]
     console.print(
@@ -75,10 +80,11 @@ def backup(
         f"{blobs['total']} blobs ({blobs['copied']} copied, {blobs['reused']} already there), "
         f"schema {summary['schema_revision']}, {summary['seconds']:.1f} s"
     )
-    if blobs["missing"]:
-        err.print(f"[yellow]warning:[/yellow] {blobs['missing']} blob(s) the database references are missing")
     if summary["removed_snapshots"]:
         console.print(f"removed older snapshots: {', '.join(summary['removed_snapshots'])}")
+    if summary["missing_blobs"]:
+        err.print(f"[yellow]incomplete:[/yellow] {escape(missing_message(summary['missing_blobs']))}", soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def restore(
@@ -109,6 +115,11 @@ def restore(
         f"{summary['schema_revision']} → {summary['migrated_to']}): {summary['counts'].get('memes', 0)} memes, "
         f"{summary['blobs']['total']} blobs, {summary['seconds']:.1f} s"
     )
+    if summary["missing_blobs"]:
+        err.print(
+            f"[yellow]warning:[/yellow] the backup lacked {len(summary['missing_blobs'])} file(s) its database "
+            "references (they were missing when it was made): `mewdex thumbnails reconcile` remakes thumbnails"
+        )
 
 
 def doctor(

@@ -357,7 +357,11 @@ def backup(dest: str | Path, *, keep: int | None = None, progress: Progress | No
         record_result({"status": "failed", "code": "backup_failed", "message": type(exc).__name__, "dest": str(dest)})
         raise
     summary["seconds"] = round(time.monotonic() - started, 3)
-    record_result({"status": "ok", **{k: summary[k] for k in ("snapshot", "dest", "counts", "blobs", "seconds")}})
+    result = {"status": "ok", **{k: summary[k] for k in ("snapshot", "dest", "counts", "blobs", "seconds")}}
+    if summary["missing_blobs"]:
+        result |= {"status": "incomplete", "code": "backup_blobs_missing"}
+        result["message"] = missing_message(summary["missing_blobs"])
+    record_result(result)
     return summary
 
 
@@ -401,7 +405,12 @@ def _backup(target: Target, progress: Progress, keep: int | None) -> dict[str, A
                     copy.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(source, copy)
                     files[rel] = copy
-            copied, stats = _copy_blobs(blob_store(), target.blobs, blobs, progress)
+            copied, stats, missing = _copy_blobs(blob_store(), target.blobs, blobs, progress)
+            # The manifest lists only the blobs the snapshot holds (restore checks each of them); the
+            # missing ones are named apart, so the snapshot restores and says what it lacks.
+            if missing:
+                lost = {(b["namespace"], b["key"]) for b in missing}
+                blobs = [b for b in blobs if (b["namespace"], b["key"]) not in lost]
             progress.phase("writing the snapshot", len(files) + 1)
             described = {}
             for rel, path in files.items():
@@ -417,6 +426,7 @@ def _backup(target: Target, progress: Progress, keep: int | None) -> dict[str, A
                 "counts": counts,
                 "files": described,
                 "blobs": blobs,
+                "missing_blobs": missing,
             }
             manifest_path = tmp / MANIFEST
             manifest_path.write_text(json.dumps(manifest, indent=1))
@@ -436,6 +446,7 @@ def _backup(target: Target, progress: Progress, keep: int | None) -> dict[str, A
         "files": sorted(described),
         "removed_snapshots": removed,
         "copied_keys": copied,
+        "missing_blobs": missing,
     }
 
 
@@ -444,6 +455,7 @@ def _copy_blobs(source: BlobStore, target: BlobStore, blobs: list[dict], progres
     progress.phase("copying blobs", len(blobs))
     copied: list[str] = []
     stats = {"total": len(blobs), "copied": 0, "reused": 0, "missing": 0, "bytes_copied": 0}
+    missing: list[dict] = []
     for blob in blobs:
         namespace, key = blob["namespace"], blob["key"]
         try:
@@ -457,11 +469,23 @@ def _copy_blobs(source: BlobStore, target: BlobStore, blobs: list[dict], progres
                 copied.append(key)
         except FileNotFoundError:
             stats["missing"] += 1
+            missing.append(blob)
             log.error("backup: blob %s/%s is referenced by the database but missing from the store", namespace, key)
         except OSError as exc:
             raise BackupError("backup_store_failed", f"copying blob {namespace}/{key} failed: {exc}") from None
         progress.advance()
-    return copied, stats
+    return copied, stats, missing
+
+
+def missing_message(missing: list[dict]) -> str:
+    """One line for a backup whose database references files the blob store lacks: how many, the
+    first few (namespace/key), and what fixes it."""
+    shown = ", ".join(f"{b['namespace']}/{b['key']}" for b in missing[:3]) + (", …" if len(missing) > 3 else "")
+    return (
+        f"{len(missing)} file(s) the database references are missing from the blob store ({shown}); the "
+        "snapshot has everything else. A missing thumbnail comes back with `mewdex thumbnails reconcile`; a "
+        "meme's file must be put back from an earlier backup, or the meme deleted (`mewdex delete ID`)"
+    )
 
 
 def _finish_deferred() -> None:
@@ -527,7 +551,8 @@ def record_result(result: dict[str, Any]) -> None:
     try:
         with get_sessionmaker().begin() as session:
             previous = get_setting(session, LAST_BACKUP_SETTING, None) or {}
-            last_ok = now if result.get("status") == "ok" else previous.get("last_ok_at")
+            # an incomplete snapshot still restores everything but the files named in its result
+            last_ok = now if result.get("status") in ("ok", "incomplete") else previous.get("last_ok_at")
             set_setting(session, LAST_BACKUP_SETTING, {**result, "finished_at": now, "last_ok_at": last_ok})
     except Exception:
         log.warning("backup: could not record the result", exc_info=True)
@@ -535,8 +560,10 @@ def record_result(result: dict[str, Any]) -> None:
 
 def last_result(session) -> dict[str, Any] | None:
     """The last backup's result: ``{"status": "ok", "finished_at", "last_ok_at", "dest", "snapshot",
-    "counts", "blobs", "seconds"}`` or ``{"status": "failed", "code", "message", "dest",
-    "finished_at", "last_ok_at"}``; None when no backup ran."""
+    "counts", "blobs", "seconds"}`` (``"status": "incomplete"`` with ``"code": "backup_blobs_missing"``
+    and ``"message"`` when files the database references were missing from the store) or
+    ``{"status": "failed", "code", "message", "dest", "finished_at", "last_ok_at"}``; None when no
+    backup ran."""
     from mewdex.platform.instance import get_setting
 
     return get_setting(session, LAST_BACKUP_SETTING, None)
@@ -769,6 +796,7 @@ def restore(src: str | Path, *, force: bool = False, progress: Progress | None =
         "migrated_to": migrated_to,
         "counts": manifest.get("counts", {}),
         "blobs": {"total": len(manifest.get("blobs", [])), "copied": len(manifest.get("blobs", []))},
+        "missing_blobs": manifest.get("missing_blobs", []),
         "files": sorted(manifest["files"]),
         "seconds": round(time.monotonic() - started, 3),
     }

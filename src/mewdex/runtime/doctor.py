@@ -284,6 +284,13 @@ def check_backups() -> Check:
             f"the last backup ({last.get('finished_at')}) failed: {last.get('code')}: {last.get('message')}",
             f"mewdex backup {settings.backup_dest or 'DEST'}",
         )
+    if last and last.get("status") == "incomplete":
+        return _result(
+            "backups",
+            "problem",
+            f"the last backup ({last.get('finished_at')}, {last.get('snapshot')}) is incomplete: {last.get('message')}",
+            f"put the files back or delete their memes, then mewdex backup {settings.backup_dest or 'DEST'}",
+        )
     if not settings.backup_dest:
         when = f"the last one {last['finished_at']}" if last else "none yet"
         return _result(

@@ -85,6 +85,9 @@ def _health(request: Request):
     warnings = [f"disk_space_low: {free} bytes free in the data dir"] if low else []
     if backups["stale"]:
         warnings.append("backup_stale: no successful backup within twice the MEWDEX_BACKUP_CRON interval")
+    last = backups["last"] or {}
+    if last.get("status") in ("failed", "incomplete"):
+        warnings.append(f"backup_{last['status']}: {last.get('code')}: {last.get('message')}")
     return JSONResponse(
         {
             "status": status,
