@@ -115,3 +115,35 @@ def test_cli_user_delete_asks_first(auth_app, sessions, store):
     assert _scope_rows(sessions, victim.scope_id) == {}
     missing = _cli("user", "delete", victim.email, "--yes")
     assert missing.exit_code == 1 and "no account" in missing.output
+
+
+def test_deleting_an_account_while_a_backup_runs_keeps_its_files_until_the_backup_ends(auth_app, sessions, store):
+    """The backup lease covers account deletion: a backup's snapshot may still list the account's
+    blobs, so they stay while it holds its lease and go when it ends (as a deleted meme's do)."""
+    import psycopg
+
+    from mewdex.db.engine import get_engine
+    from mewdex.library.accounts import delete_account_now
+    from mewdex.storage import journal
+
+    victim = auth_app.new("delbackup")
+    add_meme(sessions, store, victim.scope_id, png(970), name="during.png")
+    roots = _namespace_files(sessions, store, victim.scope_id)
+    files = [p for root in roots if root.exists() for p in root.rglob("*") if p.is_file()]
+    assert files
+    url = get_engine().url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as lease:
+        lease.execute("SELECT pg_advisory_lock(%s)", (journal.BACKUP_LEASE_KEY,))
+        deleted = delete_account_now(sessions, victim.user_id)
+        assert deleted.blobs == 0 and _scope_rows(sessions, victim.scope_id) == {}
+        assert all(p.exists() for p in files), "removed while a backup held its lease"
+        with sessions.begin() as session:  # storage recovery waits for the backup too
+            assert journal.recover(session, store, older_than_seconds=0)["namespaces"] == 0
+        assert all(p.exists() for p in files)
+    with sessions.begin() as session:  # the backup ended (its lease went with its connection)
+        assert journal.finish_deferred(session, store)["namespaces"] == 2
+        left = session.execute(
+            text("SELECT count(*) FROM platform_settings WHERE key = :k"),
+            {"k": f"{journal.NAMESPACE_REMOVAL}{victim.scope_id}"},
+        ).scalar_one()
+    assert left == 0 and not any(p.exists() for p in files) and not any(p.exists() for p in roots)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -24,8 +23,8 @@ from sqlalchemy.orm import Session
 from mewdex.db.models import Base, ImageNamingPool, Meme, Scope, Task, TaskLaneSlot, User
 from mewdex.platform import users
 from mewdex.platform.errors import PlatformError
-from mewdex.storage import blob_store
-from mewdex.storage.blobs import LocalBlobStore, check_namespace, thumbnail_namespace
+from mewdex.storage import blob_store, journal
+from mewdex.storage.blobs import thumbnail_namespace
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +54,8 @@ def library_size(session: Session, user: User) -> int:
 
 def delete_account(session: Session, user: User) -> tuple[DeletedAccount, list[str]]:
     """Delete ``user`` and every row of its scope in ``session``'s transaction; returns the summary
-    (``blobs`` 0 until :func:`remove_blobs` ran) and the blob namespaces to empty after the commit.
+    (``blobs`` 0 until :func:`remove_blobs` ran) and the blob namespaces to empty after the commit
+    (none while a backup holds its lease: the storage journal empties them when it ends).
 
     Errors: 409 ``last_admin`` (the last enabled admin), 409 ``account_busy`` (a task of the scope
     is running)."""
@@ -89,35 +89,15 @@ def delete_account(session: Session, user: User) -> tuple[DeletedAccount, list[s
     session.execute(delete(Scope).where(Scope.id == scope_id))
     session.flush()
     namespaces = [str(namespace), thumbnail_namespace(namespace)] if namespace is not None else []
+    if journal.defer_namespace_removal(session, str(scope_id), namespaces):
+        namespaces = []  # a backup is copying them: emptied when it ends (the storage journal's lease)
     return DeletedAccount(email=email, scope_id=scope_id, memes=memes, blobs=0), namespaces
 
 
 def remove_blobs(namespaces: list[str]) -> int:
-    """Delete every blob of ``namespaces`` (after the rows' commit); returns the files removed. A
-    local store's emptied folders go too."""
-    store = blob_store()
-    removed = 0
-    for namespace in namespaces:
-        for key in list(store.iter_keys(namespace)):
-            removed += bool(store.delete(namespace, key))
-        if isinstance(store, LocalBlobStore):
-            _remove_empty_dirs(store.root / check_namespace(namespace))
-    return removed
-
-
-def _remove_empty_dirs(base: Path) -> None:
-    if not base.is_dir():
-        return
-    for shard in base.iterdir():
-        if shard.is_dir():
-            try:
-                shard.rmdir()
-            except OSError:  # a stray file stays (and keeps its folder)
-                log.warning("account delete: %s is not empty, left in place", shard)
-    try:
-        base.rmdir()
-    except OSError:
-        log.warning("account delete: %s is not empty, left in place", base)
+    """Delete every blob of ``namespaces`` (after the rows' commit; see :func:`delete_account`);
+    returns the files removed."""
+    return journal.empty_namespaces(blob_store(), namespaces)
 
 
 def delete_account_now(sessionmaker, user_id) -> DeletedAccount:

@@ -26,7 +26,8 @@ its last blob is copied. Every blob removal first takes that lock shared for its
 open with ``error.code = "deferred_by_backup"`` (the meme's rows are gone as usual, only its files
 stay), and :func:`finish_deferred` completes it when the backup ends (storage recovery would too).
 The backup takes its lease only after the removals in flight commit, so any removal that did not see
-the lease was of rows its snapshot no longer has.
+the lease was of rows its snapshot no longer has. Deleting an account empties its namespaces by the
+same rule (:func:`defer_namespace_removal`: recorded while a backup runs, emptied when it ends).
 """
 
 from __future__ import annotations
@@ -35,18 +36,22 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 
 from sqlalchemy import exists, func, select, text
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import DerivedImageThumbnail, Meme, Scope, StorageOperation, utcnow
-from mewdex.storage.blobs import thumbnail_namespace
+from mewdex.db.models import DerivedImageThumbnail, Meme, PlatformSetting, Scope, StorageOperation, utcnow
+from mewdex.storage.blobs import LocalBlobStore, check_namespace, thumbnail_namespace
 
 log = logging.getLogger(__name__)
 OPEN = ("prepared", "file_applied")
 #: The backup lease's advisory lock (``pg_advisory_lock`` key, 64-bit): "mewdexbk".
 BACKUP_LEASE_KEY = 0x6D65776465786B62
 DEFERRED = "deferred_by_backup"
+#: ``platform_settings`` key prefix of a deleted account's namespaces waiting for a backup to end.
+NAMESPACE_REMOVAL = "namespace_removal:"
 
 
 def removal_deferred(session: Session) -> bool:
@@ -62,6 +67,71 @@ def defer(session: Session, op_id) -> None:
     """Leave operation ``op_id`` open for :func:`finish_deferred` (a backup holds its lease)."""
     op = session.get_one(StorageOperation, op_id)
     op.error = {"code": DEFERRED, "message": "a backup was running; the files are removed when it ends"}
+
+
+def defer_namespace_removal(session: Session, scope_id: str, namespaces: list[str]) -> bool:
+    """For a deleted scope's blob ``namespaces``, in the transaction that deletes its rows: True when
+    a backup holds its lease (the namespaces are recorded and emptied by :func:`finish_deferred` or
+    :func:`recover` once it ends); False when the caller may empty them (:func:`empty_namespaces`)
+    right after its commit."""
+    if not namespaces or not removal_deferred(session):
+        return False
+    stmt = insert(PlatformSetting).values(
+        key=f"{NAMESPACE_REMOVAL}{scope_id}", value={"namespaces": namespaces}, updated_at=utcnow()
+    )
+    session.execute(stmt.on_conflict_do_nothing(index_elements=["key"]))
+    return True
+
+
+def empty_namespaces(store, namespaces: list[str]) -> int:
+    """Delete every blob of ``namespaces`` (a deleted scope's, after its rows' commit); returns the
+    files removed. A local store's emptied folders go too."""
+    removed = 0
+    for namespace in namespaces:
+        for key in list(store.iter_keys(namespace)):
+            removed += bool(store.delete(namespace, key))
+        if isinstance(store, LocalBlobStore):
+            _remove_empty_dirs(store.root / check_namespace(namespace))
+    return removed
+
+
+def _remove_empty_dirs(base: Path) -> None:
+    if not base.is_dir():
+        return
+    for shard in base.iterdir():
+        if shard.is_dir():
+            try:
+                shard.rmdir()
+            except OSError:  # a stray file stays (and keeps its folder)
+                log.warning("namespace removal: %s is not empty, left in place", shard)
+    try:
+        base.rmdir()
+    except OSError:
+        log.warning("namespace removal: %s is not empty, left in place", base)
+
+
+def _finish_namespace_removals(session: Session, store) -> int:
+    """Empty the namespaces :func:`defer_namespace_removal` recorded, unless a backup still holds
+    its lease; returns how many namespaces were emptied."""
+    rows = (
+        session.execute(
+            select(PlatformSetting)
+            .where(PlatformSetting.key.startswith(NAMESPACE_REMOVAL))
+            .with_for_update(skip_locked=True)
+        )
+        .scalars()
+        .all()
+    )
+    if not rows or removal_deferred(session):
+        return 0
+    emptied = 0
+    for row in rows:
+        namespaces = list(row.value.get("namespaces", []))
+        empty_namespaces(store, namespaces)
+        emptied += len(namespaces)
+        session.delete(row)
+    log.info("storage: emptied %d namespace(s) of deleted accounts after a backup", emptied)
+    return emptied
 
 
 def lock_key(session: Session, scope_id: str, key: str) -> None:
@@ -209,6 +279,7 @@ def recover(session: Session, store, *, older_than_seconds: float = 60.0) -> dic
         .with_for_update(of=StorageOperation, skip_locked=True)
     ).all()
     counts = {"completed": 0, "compensated": 0, "blocked": 0, "deferred": 0}
+    counts["namespaces"] = _finish_namespace_removals(session, store)
     if ops and removal_deferred(session):
         counts["deferred"] = len(ops)  # every kind may remove a file: all wait for the backup to end
         return counts
@@ -237,6 +308,7 @@ def finish_deferred(session: Session, store) -> dict[str, int]:
         .with_for_update(of=StorageOperation, skip_locked=True)
     ).all()
     counts = {"completed": 0, "compensated": 0, "blocked": 0, "deferred": 0}
+    counts["namespaces"] = _finish_namespace_removals(session, store)
     if ops and removal_deferred(session):
         counts["deferred"] = len(ops)
         return counts
