@@ -413,3 +413,38 @@ def test_a_backup_missing_a_file_names_it_restores_the_rest_and_shows_on_health_
                 session.execute(text("DELETE FROM platform_settings WHERE key = :k"), {"k": LAST_BACKUP_SETTING})
             else:
                 set_setting(session, LAST_BACKUP_SETTING, previous)
+
+
+def test_pruning_runs_while_no_other_backup_can_write_the_destination(library, monkeypatch):
+    """``--keep`` removes the blobs only dropped snapshots used; it does so while the backup still
+    holds its one-at-a-time lock, so a second backup (which may be copying or reusing those very
+    blobs in the same DEST) is refused meanwhile instead of losing them."""
+    from mewdex.runtime import backup as backups
+
+    dest = Path(tempfile.mkdtemp(prefix="mewdex-prune-"))
+    pruning, go_on = threading.Event(), threading.Event()
+    real_prune = backups.prune
+
+    def slow_prune(target, keep):
+        pruning.set()
+        assert go_on.wait(60)
+        return real_prune(target, keep)
+
+    try:
+        backups.backup(dest)
+        monkeypatch.setattr(backups, "prune", slow_prune)
+        outcome: dict = {}
+        first = threading.Thread(target=lambda: outcome.update(backups.backup(dest, keep=1)))
+        first.start()
+        try:
+            assert pruning.wait(120), "the backup never reached its pruning"
+            with pytest.raises(backups.BackupError) as refused:
+                backups.backup(dest)
+            assert refused.value.code == "backup_running"
+        finally:
+            go_on.set()
+            first.join(120)
+        assert len(outcome["removed_snapshots"]) == 1
+        assert [p.name for p in dest.iterdir() if p.name != "blobs"] == [outcome["snapshot"]]
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)

@@ -432,10 +432,13 @@ def _backup(target: Target, progress: Progress, keep: int | None) -> dict[str, A
             manifest_path.write_text(json.dumps(manifest, indent=1))
             target.put_file(f"{name}/{MANIFEST}", manifest_path)
             progress.advance()
+        conn.execute("SELECT pg_advisory_unlock(%s)", (journal.BACKUP_LEASE_KEY,))  # every blob is copied
+        _finish_deferred()
+        # Still one backup at a time (backup_running): no other backup copies blobs into DEST while
+        # the blobs only the dropped snapshots used are removed.
+        removed = prune(target, keep) if keep else []
     finally:
         lease.release()
-    _finish_deferred()
-    removed = prune(target, keep) if keep else []
     return {
         "snapshot": name,
         "dest": target.describe(),
