@@ -209,6 +209,20 @@ def test_a_search_recipe_change_queues_a_rebuild_of_every_library_shown_on_the_a
         assert "搜索配方已更新" in client.get("/admin", headers={"Accept-Language": "zh-CN"}).text
 
 
+def test_a_data_dir_from_before_the_recipe_was_recorded_rebuilds_once(sessions, two_libraries):
+    """No recipe recorded but libraries indexed: the vectors come from a release before the recipe was
+    recorded (an unknown recipe), so the first start rebuilds them, as for a change, and records it."""
+    from mewdex.runtime import SEARCH_RECIPE_SETTING, check_search_recipe
+
+    ids = [s.scope_id for s in two_libraries]
+    check_search_recipe()
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM platform_settings WHERE key = :k"), {"k": SEARCH_RECIPE_SETTING})
+    assert set(ids) <= set(check_search_recipe())
+    assert _reindex_tasks(sessions, ids) == dict.fromkeys(ids, "recipe_changed")
+    assert check_search_recipe() == [], "recorded: the next start queues nothing"
+
+
 def test_reindex_covers_every_library(sessions, two_libraries):
     from mewdex.cli import app
 

@@ -77,8 +77,9 @@ def check_search_recipe() -> list[str]:
     """Start-up check: when the search recipe (:func:`mewdex.search.documents.recipe`) differs from
     the one the stored vectors were built with (``platform_settings.search_recipe``), start a rebuild
     of every leg of every library (``search_reindex`` tasks, reason ``recipe_changed``; each new
-    generation is switched to through the eval gate; progress on the admin page). The first start
-    records the recipe. Returns the scopes whose rebuild was started."""
+    generation is switched to through the eval gate; progress on the admin page). None recorded
+    counts as a change when a library is indexed (a data dir from before the recipe was recorded);
+    a fresh one only records it. Returns the scopes whose rebuild was started."""
     from sqlalchemy import text
 
     from mewdex.platform.instance import get_setting, set_setting
@@ -91,7 +92,9 @@ def check_search_recipe() -> list[str]:
         stored = get_setting(session, SEARCH_RECIPE_SETTING, None)
         if stored == current:
             return []
-        scopes = generations.indexed_scopes(session) if stored is not None else []
+        # None recorded: a fresh data dir (no library indexed yet) or one from before the recipe was
+        # recorded, whose vectors were built by an unknown recipe and are rebuilt as for a change.
+        scopes = generations.indexed_scopes(session)
         for scope_id in scopes:
             generations.start_reindex(session, scope_id, reason="recipe_changed")
         set_setting(session, SEARCH_RECIPE_SETTING, current)
