@@ -422,3 +422,39 @@ def test_a_link_is_confirmed_in_the_chat(sessions, account, other_account, teleg
         assert "Linked" in say("YES", account)
         page = client.get("/settings/channels").text
     assert f'data-linked="{uid}"' in page and 'data-action="revoke-channel"' in page
+
+
+def test_a_disabled_owner_chat_gets_nothing_until_enabled(sessions, account, telegram):
+    """The owner rule on Telegram's paths: while the account is disabled its linked chat's messages
+    are dropped (no answer, nothing queued in its scope), sends to it are refused and a send queued
+    before is cancelled; enabling restores the chat as it was (the link kept)."""
+    from mewdex.channels import delivery
+    from mewdex.channels.errors import ChannelError
+    from mewdex.db.models import User
+    from mewdex.platform import users
+
+    fake, uid = telegram, new_user_id()
+    bind(sessions, account, fake, uid)
+    with sessions.begin() as session:
+        queued = delivery.send_text(session, user_id=account.user_id, channel="telegram", text="later").delivery_id
+        users.set_disabled(session, session.get(User, account.user_id), True)
+    try:
+        before = len(fake.sent_to(uid))
+        fake.user_message(uid, "cat")
+        poll(sessions)
+        drain(sessions, account)
+        assert fake.sent_to(uid)[before:] == [], "a disabled owner's chat is answered by nothing"
+        with sessions.begin() as session:
+            assert session.get(ChannelDelivery, queued).status == "cancelled"
+            with pytest.raises(ChannelError) as refused:
+                delivery.send_text(session, user_id=account.user_id, channel="telegram", text="x")
+            assert refused.value.code == "channel_owner_disabled"
+    finally:
+        with sessions.begin() as session:
+            users.set_disabled(session, session.get(User, account.user_id), False)
+    fake.user_message(uid, "cat")
+    poll(sessions)
+    drain(sessions, account)
+    assert any(m["method"] in ("sendPhoto", "sendAnimation") for m in fake.sent_to(uid)[before:])
+    with client_for(account.scope) as client:
+        assert client.delete("/api/v1/channels/telegram").status_code == 200
