@@ -10,6 +10,7 @@ import base64
 import json
 import threading
 import time
+import uuid
 
 import httpx
 import pytest
@@ -433,6 +434,11 @@ def test_strangers_get_retrieval_only_within_a_rate_limit(sessions, settings_env
                 napcat.group(888, FRIEND, "make a collection", at_self=True)
                 wait_until(lambda: drain(sessions, account) is None and fake.chat_requests(), timeout=30)
                 assert [c.name for c in scope_rows(sessions, account, MemeCollection)] == ["chat"], "the owner may"
+                said = [m.get("content") for r in fake.chat_requests() for m in r["messages"]]
+                assert "make a collection" in said, "the owner's turn reaches the model"
+                assert not any(str(c).startswith("make a collection ") for c in said), (
+                    "a stranger's turns (and their replies) stay out of the owner's model context"
+                )
         finally:
             with sessions.begin() as session:
                 session.execute(
@@ -441,3 +447,15 @@ def test_strangers_get_retrieval_only_within_a_rate_limit(sessions, settings_env
                 session.execute(
                     text("DELETE FROM external_system_definitions WHERE definition_id = :d"), {"d": definition_id}
                 )
+
+
+def test_the_guest_rate_limit_is_per_account_and_chat(sessions, settings_env):
+    """Two accounts' bots in one group: one account's strangers never spend the other's allowance."""
+    from mewdex.channels.inbound import guest_allowed
+
+    settings_env(MEWDEX_CHANNEL_GUEST_MESSAGES_PER_MINUTE="2")
+    chat, first, second = f"group:{uuid.uuid4().int % 10**9}", str(uuid.uuid4()), str(uuid.uuid4())
+    with sessions.begin() as session:
+        assert [guest_allowed(session, first, "onebot", chat) for _ in range(3)] == [True, True, False]
+        assert guest_allowed(session, second, "onebot", chat), "another account's allowance is its own"
+        assert guest_allowed(session, first, "onebot", chat + "0"), "and so is another chat's"

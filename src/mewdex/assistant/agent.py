@@ -155,7 +155,10 @@ class _Step:
 
 def _history_message(payload: dict[str, Any], refs: list[dict[str, Any]] | None) -> dict[str, Any] | None:
     """A stored message as the model sees it: the text, plus which memes a reply showed (so that
-    "another one" can avoid them) or that the user attached an image."""
+    "another one" can avoid them) or that the user attached an image. None for what the model does
+    not see: a guest's turn and its reply (``conversations.GUEST_KEY``), tool rows."""
+    if payload.get(conversations.GUEST_KEY):
+        return None
     role = payload.get("role")
     content = str(payload.get("content") or "")
     if role == "user":

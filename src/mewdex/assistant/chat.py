@@ -49,6 +49,7 @@ class Run:
     user_message: dict[str, Any]
     title_version: int | None = None  # the auto-title this message claimed (None: not the first)
     lang: str | None = None  # the page's language (en/zh) for the reply's own words; None: the message's
+    guest: bool = False  # a guest's turn (conversations.GUEST_KEY): retrieval only, out of the model's context
 
     @property
     def language(self) -> str:
@@ -118,9 +119,12 @@ def begin(
     text: str | None,
     image: bytes | None = None,
     lang: str | None = None,
+    *,
+    guest: bool = False,
 ) -> Run:
     """Store the user's message (next ``idx`` under the conversation's row lock) and start a run;
-    ``lang`` (``en``/``zh``) is the page's language the reply's own words use (None: the message's).
+    ``lang`` (``en``/``zh``) is the page's language the reply's own words use (None: the message's);
+    ``guest``: a chat message from someone other than the binding's owner (marked, see ``Run.guest``).
 
     Raises ``AssistantError``: ``not_found``, ``message_empty``, ``message_too_long`` (422)."""
     owner = runs.new_owner()
@@ -128,6 +132,8 @@ def begin(
         conversation = conversations.get(session, scope, conversation_id, lock=True)
         text = _checked_text(text, image is not None)  # after the lookup: another scope's id is 404 first
         payload: dict[str, Any] = {"role": "user", "content": text}
+        if guest:
+            payload[conversations.GUEST_KEY] = True
         if image is not None:
             payload["attachments"] = [
                 {"type": "image", "sha256": hashlib.sha256(image).hexdigest(), "size_bytes": len(image)}
@@ -141,7 +147,7 @@ def begin(
             conversation.name = " ".join(text.split())[: conversations.AUTO_TITLE_CHARS]
         view = message_view(message)
         cid = conversation.conversation_id
-    return Run(scope, cid, owner, text, image, view, version if text else None, lang)
+    return Run(scope, cid, owner, text, image, view, version if text else None, lang, guest)
 
 
 def _chunks(text: str) -> list[str]:
@@ -176,7 +182,7 @@ def stream(sessions: sessionmaker[Session], run: Run, *, retrieval_only: bool = 
     sent = _Sent()
     finished = False
     try:
-        model, problem = (None, None) if retrieval_only else agent.chat_model(sessions, run.scope)
+        model, problem = (None, None) if retrieval_only or run.guest else agent.chat_model(sessions, run.scope)
         if model is not None:
             yield from _model_reply(sessions, run, model, sent)
         else:
@@ -333,6 +339,8 @@ def _finish(sessions: sessionmaker[Session], run: Run, sent: _Sent) -> tuple[dic
         if sent.error is None and sent.answered:
             refs = _artifact_refs(session, conversation, sent.shown)
             payload: dict[str, Any] = {"role": "assistant", "content": sent.text}
+            if run.guest:
+                payload[conversations.GUEST_KEY] = True
             if sent.state is not None:
                 state = dict(sent.state)
                 # A stop before every card was shown: the next "another" starts after the last one shown.
@@ -397,10 +405,11 @@ def post(
     lang: str | None = None,
     *,
     retrieval_only: bool = False,
+    guest: bool = False,
 ) -> dict[str, Any]:
-    """Answer without streaming: ``{"user_message", "reply", "run_status", "error"}`` (``lang``: as
-    :func:`begin`; ``retrieval_only``: as :func:`stream`)."""
-    run = begin(sessions, scope, conversation_id, text, image, lang)
+    """Answer without streaming: ``{"user_message", "reply", "run_status", "error"}`` (``lang``,
+    ``guest``: as :func:`begin`; ``retrieval_only``: as :func:`stream`; a guest's turn is one)."""
+    run = begin(sessions, scope, conversation_id, text, image, lang, guest=guest)
     result: dict[str, Any] = {"user_message": run.user_message, "reply": None, "run_status": "idle", "error": None}
     for name, data in stream(sessions, run, retrieval_only=retrieval_only):
         if name == "done":

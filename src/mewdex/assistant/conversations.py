@@ -23,6 +23,10 @@ from mewdex.platform import owners
 MAX_TITLE_CHARS = 200
 AUTO_TITLE_CHARS = 40
 DEFAULT_TITLE = "New chat"
+#: A message payload's mark of a guest's turn (someone other than a chat binding's owner) and its
+#: reply: kept in the conversation, never in the chat model's context (a stranger's words must not
+#: steer the owner's later turns and their write tools).
+GUEST_KEY = "mewdex_guest"
 
 
 def _id(value: Any) -> UUID:

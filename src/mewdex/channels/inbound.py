@@ -45,7 +45,9 @@ from mewdex.queue.registry import RetryPolicy, TaskContext, task_type
 
 log = logging.getLogger(__name__)
 TASK_TYPE = "channel_inbound"
-GUEST_LIMIT_KEY = "guest:"  # channel_chat_pacing rows of the guests' rate limit: ("guest:<channel>", chat)
+#: channel_chat_pacing rows of the guests' rate limit: ("guest:<scope>:<channel>", chat), one allowance
+#: per account and chat (two accounts' bots in one group never share it).
+GUEST_LIMIT_KEY = "guest:"
 YES = frozenset({"yes", "y", "是", "是的", "确认"})
 
 
@@ -95,10 +97,11 @@ def account_label(session: Session, scope_id: str, lang: str) -> str:
     return f"{local[:1]}…@{domain}"
 
 
-def guest_allowed(session: Session, channel: str, chat: str) -> bool:
+def guest_allowed(session: Session, scope_id: str, channel: str, chat: str) -> bool:
     """The per-chat rate limit of people other than the binding's owner: at most
-    ``channel_guest_messages_per_minute`` answered messages a minute per chat (a burst of that many,
-    then one every 60/n s), shared by every process. False: over the limit (nothing is answered)."""
+    ``channel_guest_messages_per_minute`` answered messages a minute per account and chat (a burst
+    of that many, then one every 60/n s), shared by every process. False: over the limit (nothing is
+    answered)."""
     per_minute = get_settings().channel_guest_messages_per_minute
     if per_minute <= 0:
         return False
@@ -114,7 +117,7 @@ def guest_allowed(session: Session, channel: str, chat: str) -> bool:
             RETURNING 1
             """
         ),
-        {"c": GUEST_LIMIT_KEY + channel, "t": chat, "i": interval, "burst": 60.0 - interval},
+        {"c": f"{GUEST_LIMIT_KEY}{scope_id}:{channel}", "t": chat, "i": interval, "burst": 60.0 - interval},
     ).scalar_one_or_none()
     return allowed is not None
 
@@ -147,7 +150,7 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
             delivery.reply_text(session, row, inbound.channel, inbound.chat, question, source="bind")
             return {"outcome": "confirm_asked"}
         guest = inbound.person != bindings.owner_of(row)
-        if guest and not guest_allowed(session, inbound.channel, inbound.chat):
+        if guest and not guest_allowed(session, row.scope_id, inbound.channel, inbound.chat):
             log.info(
                 "%s: a guest's message in %s over the chat's rate limit; not answered", inbound.channel, row.scope_id
             )
@@ -164,7 +167,7 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
         return {"outcome": "ignored"}
     try:
         # Only the binding's owner gets the chat model and its write tools; others a plain search.
-        result = chat.post(sessions, scope, conversation_id, inbound.text, image, retrieval_only=guest)
+        result = chat.post(sessions, scope, conversation_id, inbound.text, image, guest=guest)
     except DomainError as exc:
         result = {"reply": None, "error": {"code": exc.code, "message": exc.message}}
     with sessions.begin() as session:
