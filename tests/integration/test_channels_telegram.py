@@ -458,3 +458,23 @@ def test_a_disabled_owner_chat_gets_nothing_until_enabled(sessions, account, tel
     assert any(m["method"] in ("sendPhoto", "sendAnimation") for m in fake.sent_to(uid)[before:])
     with client_for(account.scope) as client:
         assert client.delete("/api/v1/channels/telegram").status_code == 200
+
+
+def test_a_link_waiting_for_the_chats_yes_can_be_removed(sessions, account, telegram):
+    """Remove on a pending link (the code used, the chat not yet asked YES) revokes it: a YES that
+    comes after links nothing and the chat is answered as unbound."""
+    fake, uid = telegram, new_user_id()
+    with client_for(account.scope) as client:
+        link = client.post("/api/v1/channels/telegram/link").json()
+        fake.user_message(uid, f"/start {link['code']}")
+        poll(sessions)
+        drain(sessions, account)
+        assert "Reply YES" in fake.sent_to(uid)[-1]["text"]
+        removed = client.delete("/api/v1/channels/telegram")
+        assert removed.status_code == 200 and removed.json()["status"] == "revoked", removed.text
+        fake.user_message(uid, "yes")
+        poll(sessions)
+        drain(sessions, account)
+        assert "not linked" in fake.sent_to(uid)[-1]["text"]
+        bindings = client.get("/api/v1/channels").json()["bindings"]
+        assert not [b for b in bindings if b["channel"] == "telegram" and b["status"] == "active"]

@@ -205,8 +205,11 @@ def update_config(session: Session, row: ChannelBinding, changes: dict[str, Any]
 
 def revoke(session: Session, scope_id: str, channel: str) -> ChannelBinding:
     """Revoke at once: inbound from its identity is treated as unbound, and its queued deliveries are
-    cancelled (their tasks find the delivery cancelled and send nothing). ``channel_not_bound``."""
-    row = active(session, scope_id, channel, lock=True)
+    cancelled (their tasks find the delivery cancelled and send nothing). A link still waiting for
+    the chat's YES (:func:`pending`) is revoked the same way. ``channel_not_bound``."""
+    row = get(session, scope_id, channel, lock=True)
+    if row is None or row.status != "active":
+        raise ChannelError("channel_not_bound", f"no active {channel} binding")
     row.status = "revoked"
     row.revoked_at = row.updated_at = utcnow()
     session.execute(
