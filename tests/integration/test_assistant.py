@@ -14,7 +14,7 @@ import threading
 import uuid
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 
 from conftest import client_for, new_scope
 from mewdex.assistant import chat, conversations, runs
@@ -136,6 +136,33 @@ def test_another_pages_through_the_same_list_and_never_repeats(sessions, scope, 
     # Once the list is used up, "more" says so instead of starting over.
     end = chat.post(sessions, scope, cid, "more")["reply"]
     assert end["memes"] == [] and "every meme" in end["content"]
+
+
+def test_a_guests_turns_page_their_own_list_and_teach_the_owners_search_nothing(sessions, scope, library):
+    """In a shared chat a guest's "another" pages through the guests' last list, not the owner's, and
+    neither a guest's "another" nor a guest's new request records feedback in the owner's library."""
+    from mewdex.db.models import SearchFeedbackEvent
+
+    def events() -> int:
+        with sessions.begin() as session:
+            return session.execute(
+                select(func.count())
+                .select_from(SearchFeedbackEvent)
+                .where(SearchFeedbackEvent.scope_id == scope.scope_id)
+            ).scalar_one()
+
+    cid = _conversation(sessions, scope)
+    before = events()
+    owner = [m["meme_id"] for m in chat.post(sessions, scope, cid, "send me a meme for cat")["reply"]["memes"]]
+    assert owner == library["cats"][:3]
+    guest = chat.post(sessions, scope, cid, "slacking off at work", guest=True)["reply"]["memes"]
+    assert guest[0]["meme_id"] == library["slack"]
+    again = [m["meme_id"] for m in chat.post(sessions, scope, cid, "another", guest=True)["reply"]["memes"]]
+    assert not set(again) & set(library["cats"]), "the guest pages through the guests' list, not the owner's"
+    assert events() == before, "a guest's turns teach the owner's search nothing"
+    page = [m["meme_id"] for m in chat.post(sessions, scope, cid, "another")["reply"]["memes"]]
+    assert page == library["cats"][3:6], "the owner's another continues the owner's list"
+    assert events() > before, "the owner's own another is feedback"
 
 
 def test_filters_parsed_from_the_message(sessions, scope, library):

@@ -203,7 +203,9 @@ def _retrieval_reply(
 ) -> Iterator[Event]:
     delay = get_settings().assistant_stream_delay_ms / 1000
     try:
-        reply = retrieval.answer(sessions, run.scope, run.conversation_id, run.text, run.image, run.lang)
+        reply = retrieval.answer(
+            sessions, run.scope, run.conversation_id, run.text, run.image, run.lang, guest=run.guest
+        )
     except BackendUnavailable as exc:
         sent.error = ("backend_unavailable", str(exc))
     except (DomainError, ImageError) as exc:

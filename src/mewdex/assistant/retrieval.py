@@ -22,6 +22,7 @@ from uuid import UUID
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex.assistant import conversations
 from mewdex.assistant import query as chat_query
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, Message, ScopeContext
@@ -89,11 +90,18 @@ def search_ids(
         return parsed.collection_name or "", search_service.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))
 
 
-def last_state(session: Session, conversation_id: UUID) -> dict[str, Any] | None:
-    """The result-list state of the conversation's latest reply that has one."""
+def last_state(session: Session, conversation_id: UUID, *, guest: bool = False) -> dict[str, Any] | None:
+    """The result-list state of the conversation's latest reply that has one: of the owner's turns,
+    or with ``guest`` of the guests' (``conversations.GUEST_KEY``; "another" pages through the list
+    of the side that asked)."""
+    marked = Message.payload.has_key(conversations.GUEST_KEY)
     row = session.execute(
         select(Message.payload)
-        .where(Message.conversation_id == conversation_id, Message.payload.has_key("mewdex"))
+        .where(
+            Message.conversation_id == conversation_id,
+            Message.payload.has_key("mewdex"),
+            marked if guest else ~marked,
+        )
         .order_by(Message.idx.desc())
         .limit(1)
     ).scalar_one_or_none()
@@ -133,9 +141,13 @@ def answer(
     text: str,
     image: bytes | None = None,
     lang: str | None = None,
+    *,
+    guest: bool = False,
 ) -> Reply:
     """The retrieval-only reply to ``text`` (and ``image``: a search by image, with the text's filters),
-    in ``lang`` (``en``/``zh``: the page's language; None: the message's). When no result of a text
+    in ``lang`` (``en``/``zh``: the page's language; None: the message's). ``guest``: a turn of
+    someone other than the chat binding's owner: it pages through the guests' lists and teaches the
+    owner's search nothing (no kept/rejected feedback). When no result of a text
     search is a strong match (:func:`mewdex.search.confidence.strong_match`) the reply says so and
     what would help, instead of presenting the closest memes as found.
 
@@ -157,11 +169,12 @@ def answer(
         return _first_page(hits, "", t("found_image"), t("none_image"), t)
     if chat_query.is_follow_up(text):
         with sessions.begin() as session:
-            state = last_state(session, conversation_id)
+            state = last_state(session, conversation_id, guest=guest)
             if state is None:
                 return Reply(t("first"))
             results, offset = state.get("results") or [], int(state.get("offset") or 0)
-            learn_from_last_page(session, scope, state, "rejected")  # "换一个": not what was wanted
+            if not guest:
+                learn_from_last_page(session, scope, state, "rejected")  # "换一个": not what was wanted
             memes = _page(session, scope, results, offset)
         if not memes:
             return Reply(t("end"), state={**state, "offset": len(results), "shown": len(results)})
@@ -173,9 +186,9 @@ def answer(
             {**state, "offset": min(new_offset, len(results)), "shown": offset},
         )
     with sessions.begin() as session:  # a new request: what the last reply showed was kept
-        state = last_state(session, conversation_id)
+        state = last_state(session, conversation_id, guest=guest)
         asked_again = state is not None and _same_request(str(state.get("query") or ""), text)
-        if state is not None and not asked_again:  # the same request again: it was not what was wanted
+        if state is not None and not asked_again and not guest:  # the same request again: it was not what was wanted
             learn_from_last_page(session, scope, state, "kept")
     query, hits = search_ids(sessions, scope, text)
     none = t("none", q=query or text.strip())
