@@ -123,6 +123,12 @@ class Settings(BaseSettings):
         description="Channel tasks (deliveries, inbound messages) one account runs at once, all processes: "
         "its share of the `channel` lane.",
     )
+    schedule_scope_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=8,
+        description="Scheduled runs one account runs at once, all processes: its share of the `schedules` lane.",
+    )
     resource_concurrency: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict,
         description='JSON {"lane/resource_key": n} or key=n pairs: slots of one resource key (default: the lane\'s).',

@@ -1,24 +1,34 @@
-"""The ``channel`` lane is shared by every account, each with a share of its slots (issue 31,
-finding 4): one scope's many slow deliveries hold at most ``MEWDEX_CHANNEL_SCOPE_CONCURRENCY``
-slots, another scope's delivery is claimed at once, and a finished delivery frees its share."""
+"""The ``channel`` and ``schedules`` lanes are shared by every account, each with a share of their
+slots (issue 31, findings 4 and 6): one scope's many slow deliveries (or scheduled runs) hold at most
+``MEWDEX_CHANNEL_SCOPE_CONCURRENCY`` (``MEWDEX_SCHEDULE_SCOPE_CONCURRENCY``) slots, another scope's
+task is claimed at once, and a finished one frees its share."""
 
 from __future__ import annotations
 
 import uuid
 from collections import Counter
 
+import pytest
+
 from conftest import drop_scope, new_scope
 from mewdex.queue import registry
 from mewdex.queue import tasks as queue
 
 
-def _claim(sessions, owner: str):
+def _claim(sessions, owner: str, lane: str):
     with sessions.begin() as session:
-        return queue.claim(session, owner=owner, lanes=["channel"], lease_seconds=120)
+        return queue.claim(session, owner=owner, lanes=[lane], lease_seconds=120)
 
 
-def test_one_scope_takes_only_its_share_of_the_channel_lane(sessions):
-    share = 2  # MEWDEX_CHANNEL_SCOPE_CONCURRENCY's default, of the lane's 8 slots
+@pytest.mark.parametrize(
+    ("lane", "task_type", "payload"),
+    [
+        ("channel", "channel_delivery", lambda: {"delivery_id": str(uuid.uuid4())}),
+        ("schedules", "scheduled_job_run", lambda: {"job_id": str(uuid.uuid4()), "run_id": str(uuid.uuid4())}),
+    ],
+)
+def test_one_scope_takes_only_its_share_of_the_lane(sessions, lane, task_type, payload):
+    share = 2  # MEWDEX_CHANNEL_SCOPE_CONCURRENCY's (MEWDEX_SCHEDULE_SCOPE_CONCURRENCY's) default, of 8 slots
     busy, quiet = new_scope(sessions, "t-busy"), new_scope(sessions, "t-quiet")
     mine = {busy.scope_id, quiet.scope_id}
     claimed = []
@@ -28,11 +38,11 @@ def test_one_scope_takes_only_its_share_of_the_channel_lane(sessions):
                 registry.submit(
                     session,
                     scope_id=busy.scope_id,
-                    task_type="channel_delivery",
-                    payload={"delivery_id": str(uuid.uuid4())},
+                    task_type=task_type,
+                    payload=payload(),
                 )
         for n in range(6):
-            found = _claim(sessions, f"w{n}")
+            found = _claim(sessions, f"w{n}", lane)
             if found is not None:
                 claimed.append(found)
         assert Counter(c.scope_id for c in claimed if c.scope_id in mine) == {busy.scope_id: share}
@@ -41,19 +51,19 @@ def test_one_scope_takes_only_its_share_of_the_channel_lane(sessions):
             registry.submit(
                 session,
                 scope_id=quiet.scope_id,
-                task_type="channel_delivery",
-                payload={"delivery_id": str(uuid.uuid4())},
+                task_type=task_type,
+                payload=payload(),
             )
-        found = _claim(sessions, "w-quiet")
+        found = _claim(sessions, "w-quiet", lane)
         assert found is not None and found.scope_id == quiet.scope_id
         claimed.append(found)
-        assert _claim(sessions, "w-more") is None
+        assert _claim(sessions, "w-more", lane) is None
         # one of the busy scope's deliveries ends: the next one takes its place
         first = next(c for c in claimed if c.scope_id == busy.scope_id)
         with sessions.begin() as session:
             queue.release_slots(session, first.scope_id, first.task_id)
         claimed.remove(first)
-        found = _claim(sessions, "w-next")
+        found = _claim(sessions, "w-next", lane)
         assert found is not None and found.scope_id == busy.scope_id
         claimed.append(found)
     finally:

@@ -152,3 +152,25 @@ def test_runs_show_slots_in_utc_and_the_zone(client, sessions, scope):
     assert run["status"] == "queued" and run["slot"]["utc"] == "2027-03-28T01:00:00Z"
     assert run["slot"]["local"].startswith("2027-03-28T03:00:00+02:00")  # the gap run, at 03:00 CEST
     assert client.get(f"/api/v1/schedules/{jid}").json()["next_run"]["utc"] == "2027-03-29T00:30:00Z"
+
+
+def test_resume_answers_422_when_the_cron_is_now_too_frequent(client, sessions):
+    """Issue 31, finding 6: resuming a job whose cron runs more often than the minimum an admin has
+    since raised is refused with the stable code (the job stays paused)."""
+    from mewdex.platform import instance
+
+    body = {"name": "x", "prompt": "上班", "cron": "*/10 * * * *", "tz": "UTC"}
+    r = client.post("/api/v1/schedules", json=body)
+    assert r.status_code == 201, r.text
+    jid = r.json()["id"]
+    assert client.post(f"/api/v1/schedules/{jid}/pause").status_code == 200
+    with sessions.begin() as session:
+        instance.set_setting(session, "schedule_min_interval_minutes", 15)
+    try:
+        r = client.post(f"/api/v1/schedules/{jid}/resume")
+        assert r.status_code == 422 and r.json()["error"]["code"] == "schedule_too_frequent", r.text
+        assert client.get(f"/api/v1/schedules/{jid}").json()["enabled"] is False
+    finally:
+        with sessions.begin() as session:
+            instance.set_setting(session, "schedule_min_interval_minutes", None)
+        client.delete(f"/api/v1/schedules/{jid}")

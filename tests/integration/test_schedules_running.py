@@ -537,3 +537,74 @@ def test_job_limit_minimum_interval_metered_runs_and_pruned_conversations(sessio
         ).scalars()
         assert set(kept) == {runs[-1].conversation_id, runs[-2].conversation_id}
     assert [r.conversation_id is None for r in _runs(sessions, busy.job_id)] == [True, True, False, False]
+
+
+def test_a_job_now_too_frequent_is_paused_at_dispatch_and_not_resumed(sessions, scope, settings_env):
+    """Issue 31, finding 6: the minimum interval is one rule (jobs.check_interval) that create,
+    update, resume and dispatch all ask: after an admin raises it, a job saved under the old minimum
+    is paused at its next dispatch with the reason (no run), and resuming it answers
+    ``schedule_too_frequent`` until its cron is changed."""
+    from mewdex.platform import instance
+    from mewdex.schedules.errors import ScheduleError
+
+    settings_env(MEWDEX_SCHEDULE_MIN_INTERVAL_MINUTES="5")
+    job = _job(sessions, scope, cron="*/5 * * * *")
+    with sessions.begin() as session:
+        instance.set_setting(session, "schedule_min_interval_minutes", 10)
+    try:
+        out = _dispatch(sessions, T0 + timedelta(minutes=5, seconds=1))
+        assert {"job_id": str(job.job_id), "ended": "too_frequent"} in out
+        assert _runs(sessions, job.job_id) == []
+        with sessions.begin() as session:
+            row = session.get(ScheduledJob, job.job_id)
+            assert not row.enabled and "every 10 minutes" in row.disabled_reason
+        with pytest.raises(ScheduleError) as err, sessions.begin() as session:
+            jobs.resume(session, Viewer(scope), job.job_id, now=T0)
+        assert err.value.code == "schedule_too_frequent" and err.value.details == {"min_interval_minutes": 10}
+        with sessions.begin() as session:
+            jobs.update(session, Viewer(scope), job.job_id, {"cron": "*/10 * * * *"})
+            assert jobs.resume(session, Viewer(scope), job.job_id, now=T0).enabled
+    finally:
+        with sessions.begin() as session:
+            instance.set_setting(session, "schedule_min_interval_minutes", None)
+            session.execute(update(ScheduledJob).where(ScheduledJob.job_id == job.job_id).values(deleted_at=T0))
+
+
+def test_parallel_creates_at_the_limit_only_one_passes(sessions, scope, settings_env):
+    """Issue 31, finding 6: the per-account job limit holds under parallel creates: with one job
+    left, a second create on another connection waits for the first's lock on the account's scope
+    row and then counts the first's job (``schedule_limit_reached``), never both passing."""
+    from mewdex.schedules.errors import ScheduleError
+
+    settings_env(MEWDEX_SCHEDULE_MAX_JOBS_PER_ACCOUNT="2")
+    values = {"name": "x", "prompt": "上班", "tz": "UTC"}
+    _job(sessions, scope, cron="0 9 * * *")
+    first = sessions()
+    result: dict[str, str] = {}
+
+    def second() -> None:
+        try:
+            with sessions.begin() as session:
+                jobs.create(session, Viewer(scope), {**values, "cron": "0 11 * * *"})
+            result["code"] = "created"
+        except ScheduleError as exc:
+            result["code"] = exc.code
+
+    try:
+        first.begin()
+        jobs.create(first, Viewer(scope), {**values, "cron": "0 10 * * *"})  # at limit - 1: passes, not committed
+        thread = threading.Thread(target=second)
+        thread.start()
+        thread.join(1.5)
+        assert thread.is_alive(), "the second create waits for the first's lock"
+        first.commit()
+        thread.join(30)
+        assert result == {"code": "schedule_limit_reached"}
+        with sessions.begin() as session:
+            mine = ScheduledJob.scope_id == scope.scope_id, ScheduledJob.deleted_at.is_(None)
+            assert session.execute(select(func.count()).where(*mine)).scalar_one() == 2
+    finally:
+        first.rollback()
+        first.close()
+        with sessions.begin() as session:
+            session.execute(update(ScheduledJob).where(ScheduledJob.scope_id == scope.scope_id).values(deleted_at=T0))

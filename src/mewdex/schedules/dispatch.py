@@ -5,6 +5,8 @@
 dispatch at once; each job is handled by one of them), and for each:
 
 - collects its due slots (from ``next_run_at`` through the cron, up to now);
+- pauses the job when its cron runs more often than the minimum interval now allows
+  (:func:`jobs.check_interval`; an admin raised it since);
 - ends the job when it expired (``expires_at``), reached ``max_runs`` or spent its ``cost_cap_cny``
   (``disabled_reason`` says which); skips the slot while the owner's monthly budget is spent;
 - runs only the latest due slot: after downtime the missed slots are coalesced into that one run
@@ -33,6 +35,7 @@ from mewdex.queue import registry
 from mewdex.queue.maintenance import MAINTENANCE_LANE
 from mewdex.queue.registry import RetryPolicy, TaskContext, task_type
 from mewdex.schedules import clock, cron, jobs
+from mewdex.schedules.errors import ScheduleError
 
 log = logging.getLogger(__name__)
 DISPATCH_INTERVAL_SECONDS = 1
@@ -180,6 +183,12 @@ def dispatch_due(session: Session, now: datetime | None = None) -> list[dict[str
         if not owners.owner_active(session, job.scope_id):  # the account hook paused it; a straggler waits
             jobs.disable(job, jobs.OWNER_DISABLED_REASON)
             out.append({"job_id": str(job.job_id), "skipped": "owner_disabled"})
+            continue
+        try:  # an admin raised the minimum interval since the job was saved: paused, with the reason
+            jobs.check_interval(session, job.cron)
+        except ScheduleError as exc:
+            jobs.disable(job, f"paused: {exc.message}; change its schedule to resume it")
+            out.append({"job_id": str(job.job_id), "ended": "too_frequent"})
             continue
         try:
             with session.begin_nested():

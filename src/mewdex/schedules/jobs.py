@@ -66,7 +66,10 @@ def limits(session: Session) -> dict[str, int]:
     }
 
 
-def _check_interval(session: Session, expr: str) -> None:
+def check_interval(session: Session, expr: str) -> None:
+    """The one "too frequent" rule, asked by create, update, resume and dispatch: ``expr`` may not run
+    more often than every ``schedule_min_interval_minutes`` (the admin's run-time value). Raises
+    ``ScheduleError("schedule_too_frequent")`` (422)."""
     minimum = limits(session)["schedule_min_interval_minutes"]
     gap = cron.shortest_gap_minutes(expr)
     if gap < minimum:
@@ -179,7 +182,7 @@ def _check(values: dict[str, Any], session: Session, scope_id: str) -> dict[str,
             out[key] = _text(value, "prompt", MAX_PROMPT)
         elif key == "cron":
             out[key] = cron.check_cron(value)
-            _check_interval(session, out[key])
+            check_interval(session, out[key])
         elif key == "tz":
             cron.zone(value)
             out[key] = str(value).strip()
@@ -295,8 +298,10 @@ def pause(session: Session, viewer: Viewer, job_id: Any) -> ScheduledJob:
 
 def resume(session: Session, viewer: Viewer, job_id: Any, *, now: datetime | None = None) -> ScheduledJob:
     """Enable the job again (also one that was disabled automatically: the reason and the failure
-    count are cleared); slots missed while it was disabled are not run: the next is the first after now."""
+    count are cleared); slots missed while it was disabled are not run: the next is the first after now.
+    A cron more frequent than the minimum interval now allows is refused (``schedule_too_frequent``)."""
     job = get(session, viewer, job_id, lock=True)
+    check_interval(session, job.cron)
     job.enabled, job.disabled_reason, job.disabled_at, job.consecutive_failures = True, None, None, 0
     _next_from_now(job, now or clock.now())
     return job

@@ -32,7 +32,7 @@ from mewdex.db.models import Conversation, ScheduledJob, ScheduledJobRun, ScopeC
 from mewdex.dto.search import SearchHit
 from mewdex.platform import owners
 from mewdex.queue.registry import RetryPolicy, TaskContext, TaskError, TaskType, register_task_type
-from mewdex.queue.tasks import Claim
+from mewdex.queue.tasks import Claim, Lane, register_lane
 from mewdex.schedules import jobs
 from mewdex.schedules.delivery import DeliveryError, Push, deliver
 from mewdex.schedules.dispatch import RUN_LANE, RUN_TASK_TYPE
@@ -303,11 +303,16 @@ def on_failure(session: Session, task: Task, outcome: str) -> None:
         )
 
 
+# Every account's runs share the lane; each account runs at most its share of its slots at once
+# (MEWDEX_SCHEDULE_SCOPE_CONCURRENCY), so one account's many jobs cannot hold them all.
+register_lane(Lane(RUN_LANE, scope_share=lambda: get_settings().schedule_scope_concurrency))
+
 register_task_type(
     TaskType(
         name=RUN_TASK_TYPE,
         handler=run_job,
         lane=RUN_LANE,
+        resource_per_scope=True,
         retry=RetryPolicy(max_attempts=MAX_ATTEMPTS),
         external=True,
         on_success=on_success,

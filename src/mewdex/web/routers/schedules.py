@@ -148,7 +148,8 @@ def pause_schedule(job_id: str, session: Session = Depends(db_session), who: Vie
 
 @router.post("/{job_id}/resume", response_model=dto.Schedule)
 def resume_schedule(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
-    """Enable again (clears an automatic disable and its failure count); the next run is after now."""
+    """Enable again (clears an automatic disable and its failure count); the next run is after now.
+    422 ``schedule_too_frequent`` when the job's cron runs more often than the minimum interval now allows."""
     return view(jobs.resume(session, who, job_id))
 
 
