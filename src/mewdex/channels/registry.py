@@ -13,7 +13,8 @@ A channel is a package ``mewdex.channels.<name>`` (``telegram``, ``onebot``, …
                                                           # calls base.register_adapter(...), task types,
                                                           # a module-level schedules() (a poller)
         routes="mewdex.channels.discord.routes",          # optional: HTTP routes (below), web process only
-        errors={"discord_signature_invalid": 401},        # optional: the package's own error codes → status
+        # errors={...}: optional, the package's own error codes → HTTP status
+        #   (OneBot declares {"onebot_not_connected": 503})
         locales=Path(__file__).parent / "locales",        # optional: its words, {en,zh}.json
     )
 

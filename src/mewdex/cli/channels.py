@@ -10,7 +10,7 @@ from mewdex.cli.common import _prepare, console, err
 
 
 def channels_release(
-    channel: Annotated[str, typer.Argument(help="The channel: onebot, telegram, wecom, clawbot.")],
+    channel: Annotated[str, typer.Argument(help="The channel: onebot, telegram, wecom, clawbot, webhook, discord.")],
     identity: Annotated[str, typer.Argument(help="The chat identity: a QQ number, a Telegram user id, …")],
 ) -> None:
     """Release a chat identity from the account that holds it (its binding is revoked, its queued
