@@ -191,10 +191,12 @@ def two_named_libraries(sessions, store, scope, monkeypatch):
             row = session.get(Meme, UUID(meme_id))
             row.display_name, row.name_source = "default", "uploaded"
     ids = [scope.scope_id, other.scope_id]
-    every = name_repair.library_scopes
+    from mewdex.library import listing
+
+    every = listing.library_scopes
     with sessions.begin() as session:
         assert set(ids) <= set(every(session))
-    monkeypatch.setattr(name_repair, "library_scopes", lambda session: [s for s in every(session) if s in ids])
+    monkeypatch.setattr(listing, "library_scopes", lambda session: [s for s in every(session) if s in ids])
     yield ids
     drop_scope(sessions, other)
 

@@ -362,6 +362,7 @@ def repair_names(
     """Rename memes named by a generic file stem (default, IMG_2034, a UUID…) from their folder or context
     title, and serial names from their caption; manual names are never touched."""
     from mewdex.db.engine import get_sessionmaker
+    from mewdex.library import listing
     from mewdex.library.scopes import default_scope
     from mewdex.pipeline import name_repair
 
@@ -369,7 +370,7 @@ def repair_names(
     sessions = get_sessionmaker()
     if every_library:
         with sessions.begin() as session:
-            scopes = name_repair.library_scopes(session)
+            scopes = listing.library_scopes(session)
     else:
         scopes = [default_scope().scope_id]
     for scope_id in scopes:

@@ -195,6 +195,7 @@ def reindex(
     contexts with the configured text models (MEWDEX_TEXT_MODELS); search keeps serving the active
     ones until each new one is complete and has passed the eval gate."""
     from mewdex.db.engine import get_sessionmaker
+    from mewdex.library import listing
     from mewdex.library.scopes import default_scope
     from mewdex.search import generations
 
@@ -202,7 +203,7 @@ def reindex(
     sessions = get_sessionmaker()
     try:
         with sessions.begin() as session:
-            scopes = [scope] if scope else (generations.indexed_scopes(session) or [default_scope().scope_id])
+            scopes = [scope] if scope else (listing.library_scopes(session) or [default_scope().scope_id])
             built = [
                 (s, g.id, g.model, g.dimensions)
                 for s in scopes

@@ -31,6 +31,12 @@ from mewdex.library.images import EXTENSIONS, MEDIA_TYPES
 MEDIA_TYPES_BY_EXTENSION = {EXTENSIONS[f]: MEDIA_TYPES[f] for f in EXTENSIONS}
 
 
+def library_scopes(session: Session) -> list[str]:
+    """The scopes that hold memes, sorted: every library a library-wide job covers (``mewdex reindex``,
+    a search-recipe rebuild, a naming-rules repair)."""
+    return list(session.execute(select(Meme.scope_id).distinct().order_by(Meme.scope_id)).scalars())
+
+
 def find(
     session: Session, scope: ScopeContext, meme_id: UUID | str | None, *, lock: bool = False, key_share: bool = False
 ) -> Meme | None:

@@ -94,11 +94,6 @@ def meme_name_repair(ctx: TaskContext) -> dict[str, Any]:
     return repair_names(ctx.sessions, ctx.claim.scope_id)
 
 
-def library_scopes(session: Session) -> list[str]:
-    """The scopes that hold memes (every library a repair may rename in)."""
-    return list(session.execute(select(Meme.scope_id).distinct().order_by(Meme.scope_id)).scalars())
-
-
 def submit_name_repair(session: Session, scope_id: str):
     """Enqueue the scope's name repair (one active at a time); returns the task row."""
     return submit(session, scope_id=scope_id, task_type=TASK_TYPE, payload={}, dedupe_key="meme_name_repair")

@@ -73,6 +73,33 @@ def prepare_database() -> None:
 SEARCH_RECIPE_SETTING = "search_recipe"
 
 
+def _queue_on_change(setting: str, current, queue) -> tuple[object, list[str]]:
+    """Start-up: when ``platform_settings.<setting>`` differs from ``current`` (nothing recorded counts
+    as a change: a data dir from before it was recorded; a fresh one has no library to queue for),
+    call ``queue(session, scope_id)`` for every library (:func:`mewdex.library.listing.library_scopes`)
+    and record ``current`` — one transaction under an advisory lock named after the setting, so
+    processes starting together queue once. Returns (the value recorded before, the scopes queued)."""
+    from sqlalchemy import text
+
+    from mewdex.library import listing
+    from mewdex.platform.instance import get_setting, set_setting
+
+    with get_sessionmaker().begin() as session:
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": setting})
+        stored = get_setting(session, setting, None)
+        if stored == current:
+            return stored, []
+        scopes = listing.library_scopes(session)
+        for scope_id in scopes:
+            queue(session, scope_id)
+        set_setting(session, setting, current)
+    return stored, scopes
+
+
+def _libraries(n: int) -> str:
+    return f"{n} librar{'y' if n == 1 else 'ies'}"
+
+
 def check_search_recipe() -> list[str]:
     """Start-up check: when the search recipe (:func:`mewdex.search.documents.recipe`) differs from
     the one the stored vectors were built with (``platform_settings.search_recipe``), start a rebuild
@@ -80,32 +107,22 @@ def check_search_recipe() -> list[str]:
     generation is switched to through the eval gate; progress on the admin page). None recorded
     counts as a change when a library is indexed (a data dir from before the recipe was recorded);
     a fresh one only records it. Returns the scopes whose rebuild was started."""
-    from sqlalchemy import text
-
-    from mewdex.platform.instance import get_setting, set_setting
     from mewdex.search import generations
     from mewdex.search.documents import recipe
 
     current = recipe()
-    with get_sessionmaker().begin() as session:
-        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('search_recipe', 0))"))
-        stored = get_setting(session, SEARCH_RECIPE_SETTING, None)
-        if stored == current:
-            return []
-        # None recorded: a fresh data dir (no library indexed yet) or one from before the recipe was
-        # recorded, whose vectors were built by an unknown recipe and are rebuilt as for a change.
-        scopes = generations.indexed_scopes(session)
-        for scope_id in scopes:
-            generations.start_reindex(session, scope_id, reason="recipe_changed")
-        set_setting(session, SEARCH_RECIPE_SETTING, current)
+    stored, scopes = _queue_on_change(
+        SEARCH_RECIPE_SETTING,
+        current,
+        lambda session, scope_id: generations.start_reindex(session, scope_id, reason="recipe_changed"),
+    )
     if scopes:
         log.warning(
-            "search: the search recipe changed (%s → %s): rebuilding the vectors of %d librar%s in the background "
+            "search: the search recipe changed (%s → %s): rebuilding the vectors of %s in the background "
             "(task type search_reindex; search serves the old ones until each new one passes the eval gate)",
             stored,
             current,
-            len(scopes),
-            "y" if len(scopes) == 1 else "ies",
+            _libraries(len(scopes)),
         )
     return scopes
 
@@ -118,28 +135,16 @@ def check_name_rules() -> list[str]:
     the ones recorded (``platform_settings.name_rules``; none recorded: a library named before the rules
     had a version), queue the name repair of every library (``meme_name_repair`` tasks; manual names are
     never touched) and record them. Returns the scopes whose repair was queued."""
-    from sqlalchemy import text
-
     from mewdex.pipeline import name_repair
-    from mewdex.platform.instance import get_setting, set_setting
 
-    with get_sessionmaker().begin() as session:
-        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('name_rules', 0))"))
-        stored = get_setting(session, NAME_RULES_SETTING, None)
-        if stored == name_repair.NAME_RULES:
-            return []
-        scopes = name_repair.library_scopes(session)
-        for scope_id in scopes:
-            name_repair.submit_name_repair(session, scope_id)
-        set_setting(session, NAME_RULES_SETTING, name_repair.NAME_RULES)
+    stored, scopes = _queue_on_change(NAME_RULES_SETTING, name_repair.NAME_RULES, name_repair.submit_name_repair)
     if scopes:
         log.warning(
-            "names: the naming rules changed (%s → %s): renaming the memes of %d librar%s in the background "
+            "names: the naming rules changed (%s → %s): renaming the memes of %s in the background "
             "(task type meme_name_repair; names people gave are kept)",
             stored,
             name_repair.NAME_RULES,
-            len(scopes),
-            "y" if len(scopes) == 1 else "ies",
+            _libraries(len(scopes)),
         )
     return scopes
 

@@ -416,11 +416,6 @@ def start_reindex(
     return [start_build(session, scope_id, leg, e.model, e.dimensions, reason=reason) for leg, e in legs]
 
 
-def indexed_scopes(session: Session) -> list[str]:
-    """The scopes that have memes (what ``mewdex reindex`` rebuilds), sorted."""
-    return list(session.execute(select(Meme.scope_id).distinct().order_by(Meme.scope_id)).scalars())
-
-
 def builds(session: Session) -> list[dict[str, Any]]:
     """Every generation being built or waiting for a forced switch (``ready``), all scopes, oldest
     first: ``[{"scope_id", "id", "model", "status", "reason", "memes_done", "memes_total", "progress",
