@@ -482,13 +482,20 @@ def describe_config_error(exc: ValidationError) -> list[str]:
         if len(loc) > 1:  # an item inside a list/mapping: show the whole value given and where it failed
             given = os.environ.get(variable, given)
             reason = ".".join(str(part) for part in loc[1:]) + ": " + reason
-        shown = "(hidden)" if any(word in name for word in _SECRET_WORDS) else f"'{given}'"
-        if isinstance(given, (dict, list)) and not given:
-            shown = "(unset)"
-        expected = _expected(name)
-        example = expected if expected == "a value" else f"{variable}={expected}"
-        lines.append(f"{variable}={shown} is not valid ({reason}); expected e.g. {example}")
+        lines.append(_bad_setting(name, given, reason))
     return list(dict.fromkeys(lines)) or [str(exc).splitlines()[0]]
+
+
+def _bad_setting(name: str, given: Any, reason: str) -> str:
+    """``MEWDEX_X='given' is not valid (reason); expected e.g. MEWDEX_X=example`` (a secret's value
+    hidden, an empty list or mapping shown as unset)."""
+    variable = f"MEWDEX_{name.upper()}"
+    shown = "(hidden)" if any(word in name for word in _SECRET_WORDS) else f"'{given}'"
+    if isinstance(given, (dict, list)) and not given:
+        shown = "(unset)"
+    expected = _expected(name)
+    example = expected if expected == "a value" else f"{variable}={expected}"
+    return f"{variable}={shown} is not valid ({reason}); expected e.g. {example}"
 
 
 def describe_settings_error(exc: SettingsError) -> list[str]:
@@ -498,12 +505,8 @@ def describe_settings_error(exc: SettingsError) -> list[str]:
     if match is None or match.group(1) not in Settings.model_fields:
         return [str(exc).splitlines()[0]]
     name = match.group(1)
-    variable = f"MEWDEX_{name.upper()}"
-    given = "(hidden)" if any(word in name for word in _SECRET_WORDS) else f"'{os.environ.get(variable, '')}'"
-    reason = str(exc.__cause__ or exc).splitlines()[0]
-    expected = _expected(name)
-    example = expected if expected == "a value" else f"{variable}={expected}"
-    return [f"{variable}={given} is not valid ({reason}); expected e.g. {example}"]
+    given = os.environ.get(f"MEWDEX_{name.upper()}", "")
+    return [_bad_setting(name, given, str(exc.__cause__ or exc).splitlines()[0])]
 
 
 @lru_cache(maxsize=1)
