@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import CORPUS, corpus_available
-from ui_helpers import DESKTOP, FAKE_SHARE, PHONE, start_server
+from ui_helpers import DESKTOP, PHONE, sharing_context, start_server
 
 pytestmark = [
     pytest.mark.corpus,
@@ -30,8 +30,13 @@ def chat_server(mewdex_env, sample, tmp_path_factory):
     server.stop()
 
 
-def _page(browser, viewport=DESKTOP, locale="en-US"):
-    context = browser.new_context(viewport=viewport, locale=locale)
+def _page(browser, viewport=DESKTOP, locale="en-US", *, share_origin: str | None = None):
+    """A page of a new context; ``share_origin``: a phone's touch, clipboard permissions for that
+    origin and the recording share sheet (:data:`ui_helpers.FAKE_SHARE`)."""
+    if share_origin is None:
+        context = browser.new_context(viewport=viewport, locale=locale)
+    else:
+        context = sharing_context(browser, share_origin, viewport, locale)
     context.set_default_timeout(20_000)
     pg = context.new_page()
     errors: list[str] = []
@@ -45,6 +50,15 @@ def _cards(pg) -> list[str]:
 
 def _wait_done(pg):
     pg.wait_for_selector("#chat-send:not([hidden])")
+
+
+def _ask(pg, url: str, text: str) -> None:
+    """Open the chat, send ``text`` and wait for the whole reply with its cards."""
+    pg.goto(url + "/chat")
+    pg.fill("#chat-input", text)
+    pg.press("#chat-input", "Enter")
+    pg.wait_for_selector(".chat-assistant .chat-card")
+    _wait_done(pg)
 
 
 def test_a_chat_streams_cards_pages_on_and_lists_the_conversation(browser, chat_server, sample):
@@ -113,11 +127,7 @@ def test_an_attached_image_searches_by_image(browser, chat_server, sample):
 def test_rename_delete_and_restore(browser, chat_server, sample):
     context, pg, errors = _page(browser)
     try:
-        pg.goto(chat_server.url + "/chat")
-        pg.fill("#chat-input", "change my mind")
-        pg.press("#chat-input", "Enter")
-        pg.wait_for_selector(".chat-assistant .chat-card")
-        _wait_done(pg)
+        _ask(pg, chat_server.url, "change my mind")
         pg.once("dialog", lambda d: d.accept("renamed chat"))
         pg.locator(".chat-list li.is-current .chat-rename").click()
         pg.wait_for_function("() => document.getElementById('chat-title').textContent === 'renamed chat'")
@@ -138,19 +148,9 @@ def test_rename_delete_and_restore(browser, chat_server, sample):
 def test_a_reply_cards_copy_image_share_and_download_hand_over_the_file(browser, chat_server, sample):
     """The chat cards' actions (static/chat.js card()): Copy image puts a PNG on the clipboard, Share hands
     the share sheet the image as "<name>.<ext>", Download saves it under that name."""
-    context = browser.new_context(viewport=PHONE, locale="en-US", has_touch=True)
-    context.set_default_timeout(20_000)
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=chat_server.url)
-    context.add_init_script(FAKE_SHARE)
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    context, pg, errors = _page(browser, PHONE, share_origin=chat_server.url)
     try:
-        pg.goto(chat_server.url + "/chat")
-        pg.fill("#chat-input", "send me a meme for 一个字我都不信")
-        pg.press("#chat-input", "Enter")
-        pg.wait_for_selector(".chat-assistant .chat-card")
-        _wait_done(pg)
+        _ask(pg, chat_server.url, "send me a meme for 一个字我都不信")
         meme_id = sample.ids["vvquest/一个字我都不信.png"]
         card = pg.locator(f".chat-assistant .chat-card[data-id='{meme_id}']").first
         name = card.get_attribute("data-name")

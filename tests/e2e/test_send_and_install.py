@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from conftest import CORPUS, corpus_available
 from test_ui import png_bytes, seed
-from ui_helpers import FAKE_SHARE
+from ui_helpers import sharing_context
 
 pytestmark = [
     pytest.mark.corpus,
@@ -50,9 +50,7 @@ def test_media_is_named_with_its_extension_inline_or_as_a_download(work_server, 
 
 def test_copy_image_and_share_hand_over_the_file(browser, work_server, sessions, store):
     meme_id = seed(sessions, store, work_server.scope, DRAKE)[DRAKE]
-    context = browser.new_context(viewport={"width": 390, "height": 844}, locale="en-US", has_touch=True)
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=work_server.url)
-    context.add_init_script(FAKE_SHARE)
+    context = sharing_context(browser, work_server.url)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))

@@ -53,6 +53,15 @@ Object.defineProperty(navigator, "share", {configurable: true, value: async (dat
 """
 
 
+def sharing_context(browser, origin: str, viewport=PHONE, locale: str = "en-US"):
+    """A phone-like browser context (touch) that may use the clipboard on ``origin`` and whose share
+    sheet records what the page hands it (:data:`FAKE_SHARE`, read back as ``window.__shared``)."""
+    context = browser.new_context(viewport=viewport, locale=locale, has_touch=True)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=origin)
+    context.add_init_script(FAKE_SHARE)
+    return context
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
