@@ -10,7 +10,8 @@ instead; S@10 is the share of queries with any relevant meme in the top 10.
 
 ``--names`` reports how readable the memes' names are instead: the share of memes with a caption (OCR
 text, or a vision model's title/description) whose name is still a serial, a template id or a generic
-stem (:func:`mewdex.library.names.name_kind`), and names shared inside one folder; with
+stem (:func:`mewdex.library.names.name_kind`), and names shared inside one folder — first for the
+files' own stems (the names as imported, before names came from captions), then for the names; with
 ``--repair-names`` it prints that before and after running the name repair (``mewdex repair-names``,
 which names such memes from their caption and numbers namesakes in a folder).
 
@@ -65,9 +66,11 @@ def known_item(run, mapping) -> tuple[float, list[str]]:
     return 1 - len(misses) / len(paths), misses
 
 
-def name_figures(sessions, scope) -> dict:
+def name_figures(sessions, scope, *, file_stems: bool = False) -> dict:
     """Readable names: memes with a caption, those of them named by a serial/id/generic stem (with up
-    to 12 examples), and memes sharing a name with another of their folder."""
+    to 12 examples), and memes sharing a name with another of their folder. ``file_stems``: the same
+    figures for the names the files came with (their stems: what naming gave before names came from
+    the caption), for a before/after."""
     from collections import Counter
 
     from sqlalchemy import select
@@ -82,6 +85,10 @@ def name_figures(sessions, scope) -> dict:
         ).all()
     captioned, unreadable, examples = 0, 0, []
     kinds: Counter = Counter()
+    if file_stems:
+        from pathlib import PurePath
+
+        rows = [(PurePath(str((p or {}).get("relative_path") or "")).stem, c, p) for _n, c, p in rows]
     for name, context, _provenance in rows:
         context = context or {}
         vision = context.get("vision") or {}
@@ -190,6 +197,7 @@ def main() -> None:
     if args.reindex:
         reindex(sessions, scope)
     if args.names:
+        print_names("file stems (names as imported, before)", name_figures(sessions, scope, file_stems=True))
         print_names("names", name_figures(sessions, scope))
         if args.repair_names:
             import time
