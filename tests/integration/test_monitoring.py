@@ -163,6 +163,34 @@ def test_readyz_refuses_pending_migrations_and_shutdown(client, sessions):
         client.app.state.shutting_down = False
 
 
+def test_readyz_names_no_schema_revision_to_an_anonymous_caller(client, sessions):
+    """Issue 40 finding 9: an anonymous caller (a foreign address, no credential) gets the status and a
+    reason code with a fixed sentence, never the schema revisions; loopback (an operator) still gets
+    them, as ``mewdex doctor`` does."""
+    foreign = TestClient(client.app, **FOREIGN_PEER, raise_server_exceptions=False)
+    with sessions.begin() as session:
+        head = session.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+    ready = foreign.get("/readyz", headers={"Host": "10.1.2.3:8275"})
+    assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+    old = "0016_halfvec_hnsw"
+    with sessions.begin() as session:
+        session.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": old})
+    try:
+        r = foreign.get("/readyz", headers={"Host": "10.1.2.3:8275"})
+        assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        assert r.json()["status"] == "not_ready"
+        assert [x["code"] for x in r.json()["reasons"]] == ["migrations_pending"]
+        for revision in (old, head, old.split("_")[0], head.split("_")[0]):
+            assert revision not in r.text, r.text
+        operator = client.get("/readyz")  # loopback: the one who runs the server
+        assert operator.status_code == 503
+        assert old in operator.json()["reasons"][0]["message"] and head in operator.json()["reasons"][0]["message"]
+    finally:
+        with sessions.begin() as session:
+            session.execute(text("UPDATE alembic_version SET version_num = :h"), {"h": head})
+    assert foreign.get("/readyz", headers={"Host": "10.1.2.3:8275"}).status_code == 200
+
+
 def test_metrics_only_for_loopback_admins_and_the_allow_list(auth_app, settings_env):
     """A foreign address gets the answer of an unknown path (404); a user's token too; an admin's token
     and an address in MEWDEX_METRICS_ALLOW get the text."""

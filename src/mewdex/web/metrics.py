@@ -4,7 +4,8 @@
   database never makes an orchestrator restart a working server.
 - ``/readyz``: 200 when the database answers, its schema is at this mewdex's newest migration and
   the server is not shutting down; else 503 with the reasons (``database_unreachable``,
-  ``migrations_pending``, ``shutting_down``).
+  ``migrations_pending``, ``shutting_down``): their details (the schema revisions) only to a caller
+  who may read ``/metrics``, a fixed sentence per code to anyone else.
 - ``/metrics``: the Prometheus text format (prometheus_client). This process's own series
   (:mod:`mewdex.telemetry`: HTTP requests, search latency per leg) and, read at scrape time by
   :class:`DatabaseCollector`, what lives in the database (queue, tasks, deliveries, provider
@@ -39,7 +40,7 @@ from mewdex.db import engine as db_engine
 from mewdex.db import replica
 from mewdex.queue.tasks import PARKED_AT, lane_names
 from mewdex.storage import blob_store
-from mewdex.web import security
+from mewdex.web import security, server_state
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
@@ -105,11 +106,27 @@ def readiness(app) -> list[dict[str, str]]:
     return []
 
 
+def _readiness_for(request: Request) -> list[dict[str, str]]:
+    """:func:`readiness` as the caller may read it (:func:`server_state.reasons_for`): the messages in
+    full (schema revisions) only to those who may read ``/metrics``, a fixed sentence per code to
+    everyone else (an orchestrator's probe, a stranger)."""
+    reasons = readiness(request.app)
+    if not reasons:
+        return reasons
+    try:
+        detailed = metrics_allowed(request)
+    except Exception:  # the database that would recognise an admin does not answer
+        log.warning("readyz: the caller could not be recognised", exc_info=True)
+        detailed = False
+    return server_state.reasons_for(reasons, detailed=detailed)
+
+
 @router.get("/readyz", include_in_schema=False)
 async def readyz(request: Request) -> JSONResponse:
     """200 ``{"status": "ready"}``, or 503 ``{"status": "not_ready", "reasons": [{"code", "message"}]}``
-    (``database_unreachable``, ``migrations_pending``, ``shutting_down``) with ``Retry-After``."""
-    reasons = await anyio.to_thread.run_sync(readiness, request.app, limiter=_probe_limiter())
+    (``database_unreachable``, ``migrations_pending``, ``shutting_down``) with ``Retry-After``. Each
+    message names versions or schema revisions only to a caller who may read ``/metrics``."""
+    reasons = await anyio.to_thread.run_sync(_readiness_for, request, limiter=_probe_limiter())
     headers = {"Cache-Control": "no-store"}
     if reasons:
         return JSONResponse({"status": "not_ready", "reasons": reasons}, 503, headers={**headers, "Retry-After": "5"})

@@ -17,6 +17,33 @@ PAGE_STATE_SECONDS = 5.0  # how long the page header's state is reused
 
 
 DATABASE_UNREACHABLE = {"code": "database_unreachable", "message": "the database does not answer"}
+# What a probe tells a caller who may not see the details (:func:`reasons_for`): per reason code one
+# fixed sentence, so that no version, schema revision, path, setting or process detail reaches them.
+PUBLIC_REASONS = {
+    "database_unreachable": DATABASE_UNREACHABLE["message"],
+    "migrations_pending": "the database schema is not the one this server needs",
+    "shutting_down": "the server is shutting down",
+    "workers_down": "workers of this server are not running",
+    "queue_stalled": "queued work has no consumer",
+}
+UNKNOWN_REASON = "not_ready"
+
+
+def reasons_for(reasons: list[dict[str, str]], *, detailed: bool) -> list[dict[str, str]]:
+    """The ``[{"code", "message"}]`` of ``reasons`` that a probe (``/readyz``, ``/health``) may answer:
+    as they are to an operator (``detailed``: an admin, loopback, ``MEWDEX_METRICS_ALLOW``), else each
+    code with its fixed sentence of :data:`PUBLIC_REASONS` (a code not listed there becomes
+    ``not_ready``). Every probe answer to an anonymous caller goes through here."""
+    if detailed:
+        return reasons
+    public = []
+    for reason in reasons:
+        code = reason.get("code", "")
+        if code not in PUBLIC_REASONS:
+            public.append({"code": UNKNOWN_REASON, "message": "the server is not ready"})
+        else:
+            public.append({"code": code, "message": PUBLIC_REASONS[code]})
+    return public
 
 
 def health_state(app) -> tuple[str, list[dict[str, str]]]:

@@ -17,7 +17,7 @@ from mewdex.db.engine import get_sessionmaker
 from mewdex.runtime import WORKER_APPLICATION_PREFIX
 from mewdex.runtime.backup import health as backup_health
 from mewdex.storage import blob_store
-from mewdex.web.server_state import DATABASE_UNREACHABLE, health_state
+from mewdex.web.server_state import DATABASE_UNREACHABLE, health_state, reasons_for
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
@@ -69,7 +69,8 @@ def _health(request: Request):
     status, reasons = health_state(request.app)
     code = 200 if status == "ok" else 503
     if DATABASE_UNREACHABLE in reasons:
-        return JSONResponse({"status": status, "reasons": reasons}, status_code=code, headers={"Retry-After": "5"})
+        public = reasons_for(reasons, detailed=False)  # no one can be recognised as an admin now
+        return JSONResponse({"status": status, "reasons": public}, status_code=code, headers={"Retry-After": "5"})
     if not _is_admin(request):
         return JSONResponse({"status": status}, status_code=code)
     pool = getattr(request.app.state, "worker_pool", None)
