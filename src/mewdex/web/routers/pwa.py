@@ -6,8 +6,10 @@ the service worker, and the share target's server side.
   gallery is POSTed (multipart, field ``files``) to ``/share-target``.
 * ``GET /sw.js`` — the service worker (``static/sw.js``), served from the root so that its scope is
   the whole site. It caches the shell only (styles, scripts, icons) and catches the share target's
-  POST: the files wait in the browser's Cache Storage until ``/upload?shared=N`` sends them through the
-  normal upload path (``POST /api/v1/memes``: its limits, quota and CSRF check).
+  POST: the files wait in the browser's Cache Storage and ``/upload?shared=N`` shows them as a proposal
+  (a page on any site can post that form): they go through the normal upload path (``POST
+  /api/v1/memes``: its limits, quota and CSRF check) only when the person presses Upload there, and
+  Discard drops them.
 * ``POST /share-target`` — reached only when no service worker caught the share (it was removed, or
   the browser has none): nothing is stored; 303 to ``/upload?shared=unavailable``, where the page says
   to open mewdex once and share again. The body is never read.

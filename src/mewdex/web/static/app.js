@@ -712,6 +712,90 @@ function libraryPage() {
 // ------------------------------------------------------------------ upload page
 
 const UPLOAD_CONCURRENCY = 2;
+const SHARED_CACHE = "mewdex-shared";  // where static/sw.js keeps the files of a share
+
+function fileSize(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(0)} KB`;
+  return `${(bytes / 1048576).toFixed(1)} MB`;
+}
+
+// The files of the last share, as the service worker keeps them (nothing is removed here).
+async function sharedFiles() {
+  const cache = await caches.open(SHARED_CACHE);
+  const files = [];
+  for (const request of await cache.keys()) {
+    const resp = await cache.match(request);
+    if (!resp) continue;
+    const blob = await resp.blob();
+    let name = "shared";
+    try { name = decodeURIComponent(resp.headers.get("X-Filename") || "shared"); } catch (e) { /* a malformed name */ }
+    files.push(new File([blob], name, {type: blob.type}));
+  }
+  return files;
+}
+
+// Whether an event is the person's own action (a real click or key press, not a script's).
+function byThePerson(event) {
+  return event.isTrusted && (!navigator.userActivation || navigator.userActivation.isActive);
+}
+
+// Shows the shared files as a proposal (#shared-proposal); ``upload(files)`` runs only when the person
+// presses Upload. Upload and Discard both clear what the service worker holds.
+function sharedProposal(files, upload) {
+  const panel = $("#shared-proposal");
+  const list = $("#shared-files");
+  const urls = [];
+  list.replaceChildren();
+  for (const file of files) {
+    const li = document.createElement("li");
+    li.className = "shared-file";
+    if (/^image\//.test(file.type)) {
+      const img = document.createElement("img");
+      img.className = "mini";
+      img.alt = "";
+      img.src = URL.createObjectURL(file);
+      urls.push(img.src);
+      li.append(img);
+    } else {
+      const none = document.createElement("span");
+      none.className = "mini no-thumb";
+      none.textContent = "?";
+      li.append(none);
+    }
+    const name = document.createElement("span");
+    name.className = "file-name";
+    name.textContent = file.name;
+    const size = document.createElement("span");
+    size.className = "file-size";
+    size.textContent = fileSize(file.size);
+    li.append(name, size);
+    list.append(li);
+  }
+  const total = files.reduce((sum, f) => sum + f.size, 0);
+  $("#shared-count").textContent = t("js.shared_count", {n: files.length, size: fileSize(total)});
+  panel.hidden = false;
+  const uploadButton = $("[data-action=shared-upload]", panel);
+  const discardButton = $("[data-action=shared-discard]", panel);
+
+  async function settle() {
+    panel.hidden = true;
+    uploadButton.onclick = discardButton.onclick = null;
+    urls.forEach((u) => URL.revokeObjectURL(u));
+    list.replaceChildren();
+    try { await caches.delete(SHARED_CACHE); } catch (e) { /* nothing kept, or storage unavailable */ }
+  }
+  uploadButton.onclick = async (e) => {
+    if (!byThePerson(e)) return;
+    await settle();
+    upload(files);
+  };
+  discardButton.onclick = async (e) => {
+    if (!byThePerson(e)) return;
+    await settle();
+    $("#upload-summary").textContent = t("js.shared_discarded");
+  };
+}
 
 function uploadPage() {
   const form = $("#upload-form");
@@ -730,7 +814,7 @@ function uploadPage() {
     li.className = "upload-item st-queued";
     li.innerHTML = '<span class="file-name"></span><span class="file-size"></span><progress max="100" value="0"></progress><span class="file-result"></span>';
     $(".file-name", li).textContent = file.name;
-    $(".file-size", li).textContent = file.size < 1024 ? `${file.size} B` : `${(file.size / 1024).toFixed(0)} KB`;
+    $(".file-size", li).textContent = fileSize(file.size);
     $(".file-result", li).textContent = t("status.queued");
     list.append(li);
     return li;
@@ -812,26 +896,21 @@ function uploadPage() {
   }
 
   // Pictures shared to the installed app (Web Share Target): the service worker left them in Cache
-  // Storage and sent the browser here with ?shared=N; they go through the normal upload path.
+  // Storage (SHARED_CACHE) and sent the browser here, with ?shared=N after a share. Anything may have
+  // sent them (the share sheet, or a page on another site posting a form to /share-target), so they
+  // are a proposal: shown with their names, sizes and thumbnails, uploaded through the normal path
+  // only when the person presses Upload (a trusted click with user activation), or discarded. Either
+  // way the service worker's copy is cleared. Proposed files stay until then (a reload shows them again).
   async function receiveShared() {
     const shared = new URLSearchParams(location.search).get("shared");
-    if (shared === null) return;
-    history.replaceState(null, "", "/upload");
+    if (shared !== null) history.replaceState(null, "", "/upload");
     if (shared === "unavailable" || shared === "failed" || !("caches" in window)) {
-      $("#upload-summary").textContent = t(shared === "failed" ? "js.shared_failed" : "js.shared_unavailable");
+      if (shared !== null) $("#upload-summary").textContent = t(shared === "failed" ? "js.shared_failed" : "js.shared_unavailable");
       return;
     }
-    const cache = await caches.open("mewdex-shared");
-    const files = [];
-    for (const request of await cache.keys()) {
-      const resp = await cache.match(request);
-      const blob = await resp.blob();
-      const name = decodeURIComponent(resp.headers.get("X-Filename") || "shared");
-      files.push(new File([blob], name, {type: blob.type}));
-      await cache.delete(request);
-    }
-    if (files.length) add(files);
-    else $("#upload-summary").textContent = t("js.shared_none");
+    const files = await sharedFiles();
+    if (files.length) sharedProposal(files, add);
+    else if (shared !== null) $("#upload-summary").textContent = t("js.shared_none");
   }
   receiveShared();
 

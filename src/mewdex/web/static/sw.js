@@ -2,8 +2,10 @@
 // 1. The shell only: styles, scripts and icons under /static/ come from the network and are kept in a
 //    cache for when it is down. Pages, the API and media are never cached here (per user, they change).
 // 2. The Web Share Target: a picture shared to the installed app arrives as a POST to /share-target;
-//    its files wait in Cache Storage ("mewdex-shared") and the upload page sends them through the
-//    normal upload path (POST /api/v1/memes, with its limits, quota and CSRF check).
+//    its files wait in Cache Storage ("mewdex-shared"). Any page on any site can post that form too, so
+//    the files are only a proposal: the upload page shows them and sends them through the normal
+//    upload path (POST /api/v1/memes, with its limits, quota and CSRF check) only when the person
+//    presses Upload; Discard, like Upload, clears them here (app.js, sharedProposal).
 "use strict";
 
 const SHELL = "mewdex-shell-v1";
