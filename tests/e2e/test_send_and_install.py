@@ -1,7 +1,7 @@
 """Sending memes and the installable app, in a real browser against a real ``mewdex serve``:
 file names with their extension, Copy image (PNG on the clipboard), Share (Web Share API with the
-file), the Web App Manifest and service worker, and the Web Share Target uploading through the
-normal upload path."""
+file), the Web App Manifest and service worker, and the Web Share Target without its service worker
+(what arrives through it is a proposal: tests/e2e/test_share_proposal.py)."""
 
 from __future__ import annotations
 
@@ -115,46 +115,6 @@ def test_manifest_icons_and_service_worker(page, work_server):
         " return {scope: r.scope, url: r.active.scriptURL}; }"
     )
     assert registration == {"scope": work_server.url + "/", "url": work_server.url + "/sw.js"}
-
-
-def test_a_picture_shared_to_the_app_is_uploaded_through_the_normal_path(browser, work_server, sessions, tmp_path):
-    picture = tmp_path / "from the gallery.png"
-    picture.write_bytes(png_bytes((250, 180, 20), size=(80, 60)))
-    not_image = tmp_path / "not an image.png"
-    not_image.write_bytes(b"not an image at all" * 10)
-    context = browser.new_context(viewport={"width": 390, "height": 844}, locale="zh-CN")
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
-        pg.goto(work_server.url + "/upload")
-        pg.evaluate("async () => { await navigator.serviceWorker.ready; }")
-        pg.reload()  # now the service worker controls the page, as it does in the installed app
-        assert pg.evaluate("() => !!navigator.serviceWorker.controller")
-        # What the phone's share sheet sends: a multipart POST of the manifest's share_target.
-        pg.evaluate(
-            """() => {
-              const form = document.createElement("form");
-              form.method = "POST"; form.action = "/share-target"; form.enctype = "multipart/form-data";
-              form.id = "share-sheet";
-              const input = document.createElement("input");
-              input.type = "file"; input.name = "files"; input.multiple = true;
-              form.append(input); document.body.append(form);
-            }"""
-        )
-        pg.set_input_files("#share-sheet input", [str(picture), str(not_image)])
-        with pg.expect_navigation():
-            pg.evaluate("() => document.getElementById('share-sheet').submit()")
-        pg.wait_for_function("() => document.querySelectorAll('#upload-list [data-status]').length === 2")
-        assert pg.url == work_server.url + "/upload"  # ?shared=N is dropped from the address
-        assert pg.locator("#upload-list [data-status=created] a").inner_text().endswith("from the gallery")
-        assert pg.locator("#upload-list [data-status=rejected] .file-name").inner_text() == "not an image.png"
-        pg.screenshot(path="tests/e2e/screenshots/share-target-zh-phone.png", full_page=False)
-        assert pg.evaluate("async () => (await (await caches.open('mewdex-shared')).keys()).length") == 0
-    finally:
-        context.close()
-    assert not errors, errors
-    assert "from the gallery" in _scope_meme_names(sessions, work_server.scope)
 
 
 def test_share_target_without_the_service_worker_explains_and_stores_nothing(page, work_server, sessions):

@@ -139,7 +139,12 @@ def installed_app(browser, server, email: str, *, viewport=DESKTOP, locale="en-U
     errors: list[str] = []
     uploads: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    pg.on("request", lambda req: uploads.append(req.url) if req.method == "POST" and "/api/v1/memes" in req.url else None)
+
+    def record(req) -> None:
+        if req.method == "POST" and "/api/v1/memes" in req.url:
+            uploads.append(req.url)
+
+    pg.on("request", record)
     pg.goto(server.url + "/upload")
     pg.evaluate("async () => { await navigator.serviceWorker.ready; }")
     pg.reload()
