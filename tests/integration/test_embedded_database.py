@@ -70,18 +70,21 @@ def test_a_data_dir_too_long_for_a_socket_path_uses_a_short_private_socket_dir(t
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server runs as another OS user only when mewdex runs as root")
-def test_as_root_the_server_runs_in_its_users_own_group_never_roots(tmp_path):
+def test_as_root_the_server_runs_in_its_users_own_group_never_roots():
     """Issue 40, finding 9: run as root, the embedded server runs as the OS user embedded_postgres — in that
     user's own group (nogroup if that were root's), not in root's group 0 (``subprocess``'s ``user=`` alone
     kept gid 0) and with no supplementary groups; none of the server's files in pgdata belong to root's
     group, also those an older server made."""
     import grp
     import pwd
+    import shutil
     import sys
+    import tempfile
 
     from mewdex.db.embedded import stop
 
-    pgdata = tmp_path / "pgdata"
+    # Not under pytest's basetemp: another pytest session starting meanwhile makes that 0700 again.
+    pgdata = Path(tempfile.mkdtemp(prefix="mewdex-group-test-")) / "pgdata"
     start = [
         sys.executable,
         "-c",
@@ -116,3 +119,4 @@ def test_as_root_the_server_runs_in_its_users_own_group_never_roots(tmp_path):
         check()
     finally:
         stop(pgdata)
+        shutil.rmtree(pgdata.parent, ignore_errors=True)
