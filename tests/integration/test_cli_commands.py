@@ -349,10 +349,12 @@ def test_commands_accept_an_id_prefix_of_8_characters(mewdex_env, scope, session
 
 
 def test_search_asks_the_server_running_on_the_data_dir(mewdex_env, scope, tmp_path):
-    """Issue 19, point 5: with a `mewdex serve` recorded in the data dir (serve.json, live pid) search asks it
-    over HTTP instead of loading the models itself; links point at that server."""
-    import http.server
-    import threading
+    """Issue 19, point 5: with a `mewdex serve` recorded in the data dir search asks it over HTTP instead of
+    loading the models itself; links point at that server. The stand-in (tests/integration/planted_server.py,
+    run as a file named `mewdex`) passes what a client checks first (issue 40, finding 4): it is a process of
+    this user whose command line is `mewdex serve`, holding the record open and listening on its URL."""
+    import socket
+    import sys
 
     answer = {
         "results": [
@@ -367,29 +369,30 @@ def test_search_asks_the_server_running_on_the_data_dir(mewdex_env, scope, tmp_p
         ],
         "took_ms": 1.0,
     }
-    seen = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            seen.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
-            body = json.dumps(answer).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    program = tmp_path / "mewdex"
+    shutil.copyfile(Path(__file__).with_name("planted_server.py"), program)
     record = mewdex_env.data_dir / "serve.json"
-    url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    record.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+    record.touch()
+    records, ready = tmp_path / "seen.jsonl", tmp_path / "ready"
+    server = subprocess.Popen(  # noqa: S603
+        [sys.executable, str(program), "serve", "--host", "127.0.0.1", "--port", str(port), "--records", str(records)]
+        + ["--ready", str(ready), "--hold", str(record), "--search-answer", json.dumps(answer)]
+    )
+    url = f"http://127.0.0.1:{port}"
     try:
+        wait_until(lambda: ready.exists() or server.poll() is not None, 20, 0.05, "the stand-in server to listen")
+        with record.open("w") as out:  # in place: the stand-in keeps holding it
+            json.dump({"url": url, "pid": server.pid}, out)
         proc = mewdex_env.cli("search", "anything", "-n", "3", scope=scope.scope_id, check=True)
-        assert seen == [("/api/v1/search", {"query": "anything", "n_results": 3})]
+        seen = [json.loads(line) for line in records.read_text().splitlines()]
+        assert (seen[0]["method"], seen[0]["path"], json.loads(seen[0]["body"])) == (
+            "POST",
+            "/api/v1/search",
+            {"query": "anything", "n_results": 3},
+        )
         flat = proc.stdout.replace("\n", "").replace("│", "").replace(" ", "")
         assert (
             "fromtheserver" in flat
@@ -397,5 +400,6 @@ def test_search_asks_the_server_running_on_the_data_dir(mewdex_env, scope, tmp_p
             and f"{url}/memes/0badc0de-0000-4000-8000-000000000001" in flat
         )
     finally:
-        record.unlink()
-        httpd.shutdown()
+        server.terminate()
+        server.wait(10)
+        record.unlink(missing_ok=True)

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
@@ -123,6 +124,12 @@ def test_login_search_and_logout_against_the_running_server(served):
     (entry,) = json.loads(account["config"].read_text())["servers"].values()
     token = entry["token"]
     assert token.startswith("mdx_") and entry["url"] == url
+    # issue 40, finding 4: the URL the password went to is named, the token is bound to its origin, and
+    # the record the CLI proved (held open by `mewdex serve`) is readable by this user only
+    assert f"signing in to {url}" in signed_in.stderr and entry["origin"] == url
+    record = Path(env["MEWDEX_DATA_DIR"]) / "serve.json"
+    assert json.loads(record.read_text())["url"].endswith(url.rsplit(":", 1)[1])
+    assert record.stat().st_mode & 0o777 == 0o600
 
     # The server answers (its scope: the account's meme), and links use the server's own port.
     table = run(env, "search", "loginbear")

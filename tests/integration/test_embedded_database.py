@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from conftest import MEWDEX_BIN, wait_until
 
@@ -66,3 +67,56 @@ def test_a_data_dir_too_long_for_a_socket_path_uses_a_short_private_socket_dir(t
         for leftover in Path("/tmp").glob(f"mewdex-pg-{os.getuid()}/*"):
             if leftover.is_dir() and not any(leftover.iterdir()):
                 leftover.rmdir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server runs as another OS user only when mewdex runs as root")
+def test_as_root_the_server_runs_in_its_users_own_group_never_roots():
+    """Issue 40, finding 9: run as root, the embedded server runs as the OS user embedded_postgres — in that
+    user's own group (nogroup if that were root's), not in root's group 0 (``subprocess``'s ``user=`` alone
+    kept gid 0) and with no supplementary groups; none of the server's files in pgdata belong to root's
+    group, also those an older server made."""
+    import grp
+    import pwd
+    import shutil
+    import sys
+    import tempfile
+
+    from mewdex.db.embedded import stop
+
+    # Not under pytest's basetemp: another pytest session starting meanwhile makes that 0700 again.
+    pgdata = Path(tempfile.mkdtemp(prefix="mewdex-group-test-")) / "pgdata"
+    start = [
+        sys.executable,
+        "-c",
+        f"from pathlib import Path; from mewdex.db.embedded import embedded_url; embedded_url(Path({str(pgdata)!r}))",
+    ]
+
+    def check() -> None:
+        user = pwd.getpwnam("embedded_postgres")
+        group = user.pw_gid or grp.getgrnam("nogroup").gr_gid
+        pid = int((pgdata / "postmaster.pid").read_text().splitlines()[0])
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        assert set(status["Uid"].split()) == {str(user.pw_uid)}, status["Uid"]
+        assert set(status["Gid"].split()) == {str(group)} and group != 0, status["Gid"]
+        assert status["Groups"].split() in ([], [str(group)]), status["Groups"]
+        in_roots_group = [
+            str(path)
+            for path in [pgdata, *pgdata.rglob("*")]
+            if path.exists() and not path.is_symlink() and (path.stat().st_uid, path.stat().st_gid) == (user.pw_uid, 0)
+        ]
+        assert in_roots_group == [], in_roots_group[:5]
+
+    try:
+        subprocess.run(start, check=True, timeout=120)  # noqa: S603 - a mewdex process starts the server
+        check()
+        # What an older mewdex left: a server stopped with its files in root's group.
+        stop(pgdata)
+        uid = pwd.getpwnam("embedded_postgres").pw_uid
+        for path in [pgdata, *pgdata.rglob("*")]:
+            if path.lstat().st_uid == uid:
+                os.lchown(path, -1, 0)
+        subprocess.run(start, check=True, timeout=120)  # noqa: S603
+        check()
+    finally:
+        stop(pgdata)
+        shutil.rmtree(pgdata.parent, ignore_errors=True)

