@@ -144,7 +144,8 @@ def test_behind_a_trusted_proxy_only_its_own_hop_names_the_client(
         ):
             assert server.get("/metrics", headers=headers).status_code == 404, headers
         # The allowed client through two proxies is let in: the inner proxy is skipped, not taken.
-        assert server.get("/metrics", headers={"X-Forwarded-For": "192.0.2.1, 198.51.100.7, 10.0.0.2"}).status_code == 200
+        chain = {"X-Forwarded-For": "192.0.2.1, 198.51.100.7, 10.0.0.2"}
+        assert server.get("/metrics", headers=chain).status_code == 200
         # From the proxy's own address: a proxy (no "this machine"), whatever it sends or not.
         for headers in ({}, {"X-Forwarded-For": "not-an-address"}, {"X-Forwarded-For": "203.0.113.9, _hidden"}):
             assert server.get("/metrics", headers=headers).status_code == 404, headers
@@ -226,3 +227,23 @@ def test_a_wrong_current_password_is_counted_like_a_failed_sign_in(auth_app, ses
     with sessions.begin() as session:
         key = "account:" + a.email.lower()
         assert session.execute(text("SELECT count(*) FROM login_failures WHERE key = :k"), {"k": key}).scalar() == 0
+
+
+def test_a_spray_cannot_keep_the_owner_out_past_a_password_reset(auth_app):
+    """The per-account slow-down is bounded: a spray from many addresses slows every new address of
+    the account, and an admin's reset link (a new password) starts its count afresh — the owner then
+    signs in from anywhere at once."""
+    admin = auth_app.new("sprayadmin", admin=True)
+    victim = auth_app.new("sprayed")
+    for i in range(12):
+        stranger = TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=(f"203.0.113.{i + 1}", 1000))
+        stranger.post("/api/v1/auth/login", json={"email": victim.email, "password": WRONG})
+    new_place = TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=("192.0.2.77", 1000))
+    r = new_place.post("/api/v1/auth/login", json={"email": victim.email, "password": PASSWORD})
+    assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited"
+    r = admin.client.post(f"/api/v1/admin/users/{victim.user_id}/reset-link", headers={"X-CSRF-Token": admin.csrf})
+    token = r.json()["url"].split("#", 1)[1]
+    new_password = "the owner's new password"
+    assert new_place.post("/api/v1/auth/reset", json={"token": token, "new_password": new_password}).status_code == 204
+    r = new_place.post("/api/v1/auth/login", json={"email": victim.email, "password": new_password})
+    assert r.status_code == 200, r.text

@@ -1,5 +1,6 @@
-"""Sign-in: generic constant-time failures, slow-down per account and limits per address (counted
-in PostgreSQL), browser sessions.
+"""Password checks (sign-in and every re-authentication, one function: :func:`verify_password`):
+generic constant-time failures, slow-down per account and limits per address (counted in
+PostgreSQL); browser sessions.
 
 A session is a random cookie value; only its sha256 is stored (``user_sessions``), with the CSRF
 token the browser must echo in ``X-CSRF-Token`` on state-changing requests.
