@@ -5,6 +5,7 @@ Every setting is documented in the README's configuration table; keep the two in
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -248,6 +249,22 @@ class Settings(BaseSettings):
             raise ValueError("expected a JSON object or key=value pairs separated by commas")
         return {key.strip(): val.strip() for key, val in (pair.split("=", 1) for pair in pairs)}
 
+    @field_validator("proxy_client_header", mode="before")
+    @classmethod
+    def _header_name(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_networks(cls, value: list[str]) -> list[str]:
+        """Each entry an address or network (``127.0.0.1``, ``10.0.0.0/8``, ``::1``): a typo would trust no one."""
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry.strip().strip("[]"), strict=False)
+            except ValueError:
+                raise ValueError(f"MEWDEX_TRUSTED_PROXIES: {entry!r} is not an IP address or network") from None
+        return [entry.strip().strip("[]") for entry in value]
+
     @field_validator("blob_store")
     @classmethod
     def _blob_store_url(cls, value: str | None) -> str | None:
@@ -290,8 +307,14 @@ class Settings(BaseSettings):
     )
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Proxy addresses/networks whose X-Forwarded-For/Forwarded is believed (comma-separated or JSON).",
+        description="Proxy addresses/networks whose client header (MEWDEX_PROXY_CLIENT_HEADER) is believed "
+        "(comma-separated or JSON); none: the client is the TCP peer and no request is forwarded.",
         examples=["127.0.0.1,10.0.0.0/8"],
+    )
+    proxy_client_header: Literal["x-forwarded-for", "forwarded", "x-real-ip"] = Field(
+        default="x-forwarded-for",
+        description="The header the trusted proxies set to name the client; its rightmost hop that is not a "
+        "trusted proxy is the client.",
     )
     egress_allow_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -418,7 +418,9 @@ def overloadable_server(sample, settings_env):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app_for(sample.scope), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(app_for(sample.scope), host="127.0.0.1", port=port, log_level="warning", proxy_headers=False)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

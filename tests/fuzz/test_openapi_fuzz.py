@@ -49,7 +49,9 @@ def server(mewdex_env, sessions):
         user_id, scope_id = user.user_id, user.scope_id
         token = tokens.create_token(session, user, "fuzz")[1]
     port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(workers=0), host="127.0.0.1", port=port, log_level="warning"))
+    srv = uvicorn.Server(
+        uvicorn.Config(create_app(workers=0), host="127.0.0.1", port=port, log_level="warning", proxy_headers=False)
+    )
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     wait_until(lambda: srv.started, 60, 0.1, "the API server to start")

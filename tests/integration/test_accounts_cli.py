@@ -65,7 +65,9 @@ def test_cli_searches_a_server_with_a_token(auth_app, mewdex_env, sessions, stor
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(auth_app.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(
+            auth_app.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", proxy_headers=False
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -40,7 +40,9 @@ class Live:
         self.url, self.scope = f"http://127.0.0.1:{port}", None
         app = app_for(None)
         app.dependency_overrides[current_scope] = app.dependency_overrides[streaming_scope] = lambda: self.scope
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", proxy_headers=False)
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         wait_until(lambda: self.server.started, 60, 0.1, "the app to serve")

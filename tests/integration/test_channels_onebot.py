@@ -35,7 +35,13 @@ def server(mewdex_env):
     import uvicorn
 
     config = uvicorn.Config(
-        app_for(None), host="127.0.0.1", port=0, log_level="warning", lifespan="off", ws="websockets-sansio"
+        app_for(None),
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="off",
+        ws="websockets-sansio",
+        proxy_headers=False,
     )
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)

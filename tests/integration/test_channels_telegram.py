@@ -340,7 +340,9 @@ def test_the_fake_pushes_webhooks_with_the_secret_to_a_live_server(sessions, acc
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     settings_env(MEWDEX_PUBLIC_URL=f"http://127.0.0.1:{port}")
-    server = uvicorn.Server(uvicorn.Config(app_for(None), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(app_for(None), host="127.0.0.1", port=port, log_level="warning", proxy_headers=False)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

@@ -72,7 +72,7 @@ def test_an_unexpected_500_is_json_and_closes_the_connection(mewdex_env):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", proxy_headers=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

@@ -417,7 +417,7 @@ def test_up01_a_real_server_answers_413_without_reading_the_whole_body(app, sett
     import uvicorn
 
     settings_env(MEWDEX_MAX_UPLOAD_BYTES=str(2 * MiB))
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", proxy_headers=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -58,10 +58,11 @@ def test_worker_nice_out_of_range_is_rejected(monkeypatch):
     ],
 )
 def test_list_settings_take_commas_or_json(monkeypatch, value, expected):
-    for name in ("EGRESS_ALLOW_HOSTS", "ALLOWED_HOSTS", "TRUSTED_PROXIES", "METRICS_ALLOW"):
+    # (MEWDEX_TRUSTED_PROXIES takes the same forms but only addresses: tests/unit/test_client_address.py)
+    for name in ("EGRESS_ALLOW_HOSTS", "ALLOWED_HOSTS", "METRICS_ALLOW"):
         monkeypatch.setenv(f"MEWDEX_{name}", value)
     settings = Settings(_env_file=None)
-    assert settings.egress_allow_hosts == settings.allowed_hosts == settings.trusted_proxies == expected
+    assert settings.egress_allow_hosts == settings.allowed_hosts == expected
     assert settings.metrics_allow == expected
 
 

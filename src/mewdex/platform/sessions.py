@@ -1,5 +1,6 @@
-"""Sign-in: generic constant-time failures, slow-down per account and limits per address (counted
-in PostgreSQL), browser sessions.
+"""Password checks (sign-in and every re-authentication, one function: :func:`verify_password`):
+generic constant-time failures, slow-down per account and limits per address (counted in
+PostgreSQL); browser sessions.
 
 A session is a random cookie value; only its sha256 is stored (``user_sessions``), with the CSRF
 token the browser must echo in ``X-CSRF-Token`` on state-changing requests.
@@ -95,6 +96,7 @@ def check_signup_rate(client_ip: str) -> None:
 
 
 INVALID = PlatformError("invalid_credentials", "the email or password is wrong")
+WRONG_CURRENT = PlatformError("invalid_credentials", "the current password is wrong")
 
 
 def ip_bucket(client_ip: str) -> str:
@@ -156,34 +158,56 @@ def _rate_limited(wait: float, message: str) -> PlatformError:
 
 
 def authenticate(session: Session, email: str, password: str, client_ip: str) -> User:
-    """The user for ``email``/``password``.
+    """Sign-in: the user for ``email``/``password`` from ``client_ip``; :func:`verify_password`'s
+    errors (401 ``invalid_credentials``, 429 ``rate_limited``)."""
+    return verify_password(session, email, password, client_ip)
+
+
+def confirm_password(session: Session, user: User, password: str, client_ip: str) -> None:
+    """A signed-in ``user`` proves they know their password (the current password of a password
+    change): :func:`verify_password` for that account, counted like a sign-in. 401
+    ``invalid_credentials`` ("the current password is wrong"), 429 ``rate_limited``."""
+    verify_password(session, user.email or f"#{user.user_id}", password, client_ip, user=user)
+
+
+def verify_password(session: Session, email: str, password: str, client_ip: str, *, user: User | None = None) -> User:
+    """THE password check: every route that takes a password calls this (through :func:`authenticate`
+    or :func:`confirm_password`); nothing else calls :func:`mewdex.platform.users.check_password`.
+
+    ``email``: the account (normalised: stripped, lower case); ``user``: the account when the caller
+    already knows it (re-authentication), else it is looked up by ``email``. ``client_ip``: the
+    client address (``web.security.client_address``).
 
     Raises 401 ``invalid_credentials`` for every kind of failure (unknown email, wrong password,
     disabled account, malformed input) after the same bcrypt work, and 429 ``rate_limited`` (with
-    ``Retry-After``):
+    ``Retry-After``) before any password work:
 
     * per address (IPv4 address or IPv6 /64): past ``MEWDEX_LOGIN_MAX_FAILURES_PER_IP`` failures
-      in the window, everything from it waits (checked before the password);
-    * per account: past ``MEWDEX_LOGIN_MAX_FAILURES_PER_ACCOUNT`` failures the account is *slowed*,
-      not locked: addresses it never signed in from wait a doubling delay between attempts, while
-      an address it signed in from before goes straight to the password check — a password spray
-      from elsewhere cannot lock the owner out.
+      in the window, everything from it waits until the window ends;
+    * per account, whatever the address: past ``MEWDEX_LOGIN_MAX_FAILURES_PER_ACCOUNT`` failures the
+      account is *slowed*, not locked: addresses it never signed in from wait a doubling delay (1 s,
+      2 s, … at most 15 minutes) after the account's last failure, while an address it signed in
+      from before goes straight to the password check — a password spray from elsewhere cannot lock
+      the owner out, and the count starts again with the next window
+      (``MEWDEX_LOGIN_FAILURE_WINDOW_SECONDS`` after its first failure) or a password reset.
 
-    The counters live in ``login_failures`` (shared by every API process); failures are logged.
+    The counters live in ``login_failures`` (shared by every API process); failures are logged with
+    a hash of the account, never the email or the password.
     """
     settings = get_settings()
+    reauth = user is not None
     window = settings.login_failure_window_seconds
     account = email.strip().lower()[:320]
     bucket = ip_bucket(client_ip)
-    account_key, ip_key, known_key = f"account:{account}", f"ip:{bucket}", f"known:{account}:{bucket}"
+    account_key, ip_key, known_key = users.account_key(account), f"ip:{bucket}", f"known:{account}:{bucket}"
     ip_failures, _ = _failures(session, ip_key, window)
     if ip_failures >= settings.login_max_failures_per_ip:
-        raise _rate_limited(window / 4, "too many failed sign-ins from this address; try again later")
+        raise _rate_limited(window / 4, "too many failed password attempts from this address; try again later")
     account_failures, since_last = _failures(session, account_key, window)
     known = session.get(LoginFailure, known_key) is not None
     backoff = _backoff_seconds(account_failures, settings.login_max_failures_per_account)
     if backoff and not known and since_last < backoff:
-        raise _rate_limited(backoff - since_last, "too many failed sign-ins for this account; try again shortly")
+        raise _rate_limited(backoff - since_last, "too many failed password attempts for this account; try again soon")
     try:
         candidate = users.password_bytes(password)
     except PlatformError:
@@ -191,17 +215,18 @@ def authenticate(session: Session, email: str, password: str, client_ip: str) ->
         candidate = candidate.replace(b"\x00", b"-")
         user = None
     else:
-        user = users.find_by_email(session, email) if "\x00" not in email else None
+        if user is None:
+            user = users.find_by_email(session, email) if "\x00" not in email else None
     ok = users.check_password(user.password_hash if user else None, candidate)
     if not ok or user is None or user.disabled:
         _record_failure([account_key, ip_key], window)
         log.warning(
-            "failed sign-in for account %s… from %s (%d failures on the account)",
+            "failed password check for account %s… from %s (%d failures on the account)",
             hashlib.sha256(account.encode()).hexdigest()[:12],
             bucket,
             account_failures + 1,
         )
-        raise INVALID
+        raise WRONG_CURRENT if reauth else INVALID
     session.execute(delete(LoginFailure).where(LoginFailure.key == account_key))
     session.execute(
         insert(LoginFailure)

@@ -18,7 +18,7 @@ from sqlalchemy import Table, delete, func, select
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
-from mewdex.db.models import PasswordResetLink, ScopeContext, User
+from mewdex.db.models import LoginFailure, PasswordResetLink, ScopeContext, User
 from mewdex.db.scopes import default_scope, ensure_scope
 from mewdex.dto.users import User as UserDto
 from mewdex.platform.errors import PlatformError, clean_text
@@ -62,7 +62,8 @@ def hash_password(password: str) -> str:
 
 
 def check_password(stored_hash: str | None, candidate: bytes) -> bool:
-    """bcrypt comparison; a missing hash still costs one bcrypt round trip (constant time)."""
+    """bcrypt comparison; a missing hash still costs one bcrypt round trip (constant time). Only
+    :func:`mewdex.platform.sessions.verify_password` calls this: every password check is counted."""
     if not stored_hash:
         bcrypt.checkpw(candidate, _dummy_hash())
         return False
@@ -165,18 +166,6 @@ def create_user(
     return user
 
 
-def change_password(session: Session, user: User, current: str, new: str) -> None:
-    """401 ``invalid_credentials`` when ``current`` is wrong; the new password's 422 rules; ends the
-    user's other sessions is left to the caller."""
-    try:
-        candidate = password_bytes(current)
-    except PlatformError:
-        candidate = b""
-    if not candidate or not check_password(user.password_hash, candidate):
-        raise PlatformError("invalid_credentials", "the current password is wrong")
-    set_password(session, user, new)
-
-
 def set_password(session: Session, user: User, new: str) -> None:
     """The new password; the user's API tokens are revoked, signed links die (the auth epoch moves) and
     unused password reset links stop working."""
@@ -186,6 +175,16 @@ def set_password(session: Session, user: User, new: str) -> None:
     bump_epoch(user)
     revoke_all(session, user)
     _void_reset_links(session, user)
+    # A new password starts the account's failure count afresh (sessions.verify_password): after a
+    # reset the owner is not slowed down by an earlier spray, from any address.
+    if user.email:
+        session.execute(delete(LoginFailure).where(LoginFailure.key == account_key(user.email)))
+
+
+def account_key(email: str) -> str:
+    """The ``login_failures`` key that counts an account's failed password checks (its email, stripped
+    and lower case, at most 320 characters)."""
+    return "account:" + email.strip().lower()[:320]
 
 
 def _void_reset_links(session: Session, user: User) -> None:

@@ -418,7 +418,8 @@ def _call(pool: Any, method: str) -> float:
 
 
 def metrics_allowed(request: Request) -> bool:
-    """Loopback without forwarding headers, an address in ``MEWDEX_METRICS_ALLOW``, or an admin."""
+    """This machine (``security.is_local``), a client address (``security.client_ip``) in
+    ``MEWDEX_METRICS_ALLOW``, or an admin."""
     if security.is_local(request):
         return True
     if _in_allow_list(security.client_ip(request), get_settings().metrics_allow):

@@ -5,12 +5,15 @@
    ``MEWDEX_ALLOWED_HOSTS``. Anything else gets **421** ``host_not_allowed`` before any other
    work. This defeats DNS rebinding: a page on ``rebind.example:8275`` whose name is re-pointed at
    127.0.0.1 still sends ``Host: rebind.example:8275``. The probes (:data:`PROBE_PATHS`) answer any Host.
-2. :class:`PeerRule` — decides whether the request comes from *this machine*: the TCP peer is a
-   loopback address and the request carries none of ``Forwarded``, ``X-Forwarded-*``,
-   ``X-Real-IP`` (a reverse proxy, tunnel or ``ssh -R`` on 127.0.0.1 adds them or is a trusted
-   proxy). Only such requests may use no-login mode (see :func:`mewdex.web.deps.current_principal`).
-   It records ``scope["state"]["mewdex_local"]`` and ``["mewdex_client_ip"]`` (the forwarded
-   client when the peer is in ``MEWDEX_TRUSTED_PROXIES``, else the peer).
+2. :class:`PeerRule` — the one place that decides who is calling. ``scope["state"]["mewdex_client_ip"]``
+   is :func:`client_address`: the TCP peer, or — only when the peer is in ``MEWDEX_TRUSTED_PROXIES`` —
+   the rightmost hop of that proxy's header (``MEWDEX_PROXY_CLIENT_HEADER``) that is not a trusted
+   proxy. ``scope["state"]["mewdex_local"]`` is :func:`is_this_machine`: a loopback peer, no proxy
+   configured and none of ``Forwarded``, ``X-Forwarded-*``, ``X-Real-IP``; only such requests may use
+   no-login mode (see :func:`mewdex.web.deps.current_principal`). uvicorn's own proxy handling is off
+   wherever mewdex starts it (``mewdex serve``: ``proxy_headers=False``), so ``scope["client"]`` is the
+   TCP peer; behind a trusted proxy ``scope["scheme"]`` follows its ``X-Forwarded-Proto`` (or
+   ``Forwarded: proto=``).
 3. :class:`BodyLimit` — before any body byte is read: a request that changes state without any
    credential (no ``Authorization``, no session cookie) and that is not a local no-login request
    gets 401 ``auth_required`` (sign-in and sign-up excepted). Then the body is bounded per route
@@ -154,7 +157,9 @@ class HostAllowList:
 def _ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     value = value.strip().strip('"')
     if value.startswith("["):
-        value = value[1 : value.find("]")] if "]" in value else value[1:]
+        if "]" not in value:
+            return None
+        value = value[1 : value.find("]")]
     elif value.count(":") == 1:  # v4 with port
         value = value.split(":", 1)[0]
     try:
@@ -171,33 +176,143 @@ def is_loopback_ip(value: str | None) -> bool:
     return ip is not None and ip.is_loopback
 
 
+def _trusted_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return any(ip in ipaddress.ip_network(entry, strict=False) for entry in get_settings().trusted_proxies)
+
+
 def trusted_proxy(peer: str | None) -> bool:
+    """Whether ``peer`` is in ``MEWDEX_TRUSTED_PROXIES`` (entries validated by the settings)."""
     ip = _ip(peer or "")
-    if ip is None:
-        return False
-    for entry in get_settings().trusted_proxies:
-        try:
-            if ip in ipaddress.ip_network(entry.strip(), strict=False):
-                return True
-        except ValueError:
+    return ip is not None and _trusted_ip(ip)
+
+
+def _split(value: str, sep: str) -> list[str] | None:
+    """``value`` split at ``sep`` outside double quotes (RFC 7230 quoted-string); None when a quote is open."""
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = escaped = False
+    for char in value:
+        if escaped:
+            escaped = False
+        elif quoted and char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif char == sep and not quoted:
+            parts.append("".join(current))
+            current = []
             continue
-    return False
+        current.append(char)
+    if quoted:
+        return None
+    parts.append("".join(current))
+    return parts
 
 
-_FOR_RE = re.compile(r'for=("?)([^";,]+)\1', re.I)
+def _forwarded_elements(value: str) -> list[dict[str, str]] | None:
+    """RFC 7239 ``Forwarded``: one ``{param: value}`` per hop, left to right; None when malformed."""
+    elements = _split(value, ",")
+    if elements is None:
+        return None
+    out = []
+    for element in elements:
+        pairs = _split(element, ";") or []
+        params: dict[str, str] = {}
+        for pair in pairs:
+            name, eq, raw = pair.strip().partition("=")
+            if not eq or not name.strip() or not raw.strip():
+                return None
+            raw = raw.strip()
+            if raw.startswith('"'):
+                if len(raw) < 2 or not raw.endswith('"'):
+                    return None
+                raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
+            params[name.strip().lower()] = raw
+        out.append(params)
+    return out
 
 
-def forwarded_client(headers: dict[bytes, bytes]) -> str | None:
-    """The client a trusted proxy names: the last ``Forwarded: for=`` / ``X-Forwarded-For`` entry."""
-    fwd = headers.get(b"forwarded")
-    if fwd:
-        found = _FOR_RE.findall(fwd.decode("latin-1"))
-        if found:
-            return found[-1][1]
-    xff = headers.get(b"x-forwarded-for") or headers.get(b"x-real-ip")
-    if xff:
-        return xff.decode("latin-1").split(",")[-1].strip()
-    return None
+def _header_values(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
+    """Every ``name`` line joined with ``,`` in the order received (RFC 7230 §3.2.2), or None."""
+    values = [v.decode("latin-1") for k, v in headers if k.lower() == name]
+    return ",".join(values) if values else None
+
+
+def _hops(headers: Sequence[tuple[bytes, bytes]]) -> list[str] | None:
+    """The client chain the proxy header (``MEWDEX_PROXY_CLIENT_HEADER``) names, left to right; [] when
+    absent, None when malformed."""
+    name = get_settings().proxy_client_header
+    value = _header_values(headers, name.encode())
+    if value is None:
+        return []
+    if name == "forwarded":
+        elements = _forwarded_elements(value)
+        if elements is None or any("for" not in e for e in elements):
+            return None
+        return [e["for"] for e in elements]
+    hops = [h.strip() for h in value.split(",")]
+    if name == "x-real-ip" and len(hops) != 1:  # one address, replaced (not appended) by the proxy
+        return None
+    return hops
+
+
+def client_address(peer: str | None, headers: Sequence[tuple[bytes, bytes]]) -> str:
+    """The client of a request: THE one decision (rate limits, the sign-in limiter, the metrics
+    allow-list and logs all use it through :func:`client_ip`).
+
+    * The TCP ``peer`` is not in ``MEWDEX_TRUSTED_PROXIES`` (always so when none are set): the peer.
+      Forwarding headers never change it.
+    * From a trusted proxy: only the header ``MEWDEX_PROXY_CLIENT_HEADER`` names (default
+      ``X-Forwarded-For``; ``Forwarded`` is parsed per RFC 7239; ``X-Real-IP`` must hold one address),
+      read right to left, past the hops that are trusted proxies themselves: the first other hop is
+      the client, so what a client wrote at the left of the header never wins. Every hop trusted:
+      the leftmost. No header, or a malformed hop before the client is found (a name, ``unknown``,
+      an obfuscated ``_id``, an open quote): the peer — still a proxy, never "this machine".
+
+    Returns a normalised IP address (IPv4-mapped IPv6 as IPv4), or ``peer`` as given when it is not
+    one (``"unknown"`` when empty).
+    """
+    peer_ip = _ip(peer or "")
+    if peer_ip is None:
+        return peer or "unknown"
+    if not _trusted_ip(peer_ip):
+        return str(peer_ip)
+    hops = _hops(headers)
+    if not hops:
+        return str(peer_ip)
+    found = None
+    for hop in reversed(hops):
+        found = _ip(hop)
+        if found is None:
+            return str(peer_ip)
+        if not _trusted_ip(found):
+            return str(found)
+    return str(found)
+
+
+def _proxy_scheme(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    """``http``/``https`` as a trusted proxy says it received the request (the last hop's
+    ``Forwarded: proto=``, else ``X-Forwarded-Proto``), or None."""
+    if get_settings().proxy_client_header == "forwarded":
+        value = _header_values(headers, b"forwarded")
+        elements = _forwarded_elements(value) if value else None
+        proto = elements[-1].get("proto", "") if elements else ""
+    else:
+        proto = (_header_values(headers, b"x-forwarded-proto") or "").split(",")[-1]
+    proto = proto.strip().lower()
+    return proto if proto in ("http", "https") else None
+
+
+def is_this_machine(peer: str | None, headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether a request comes from *this machine* (no-login mode, the metrics' loopback rule): a
+    loopback TCP peer, no ``MEWDEX_TRUSTED_PROXIES`` configured, and none of the forwarding headers
+    (:data:`FORWARDED_HEADERS`). A TCP tunnel (``ssh -R``, socat) that connects from loopback adds no
+    header: it *is* this machine here, so no-login mode must never be exposed through one (README)."""
+    return (
+        is_loopback_ip(peer)
+        and not get_settings().trusted_proxies
+        and not any(k.lower() in FORWARDED_HEADERS for k, _ in headers)
+    )
 
 
 class PeerRule:
@@ -209,26 +324,29 @@ class PeerRule:
     async def __call__(self, scope, receive, send):
         if scope["type"] in ("http", "websocket"):
             peer = (scope.get("client") or ("", 0))[0]
-            headers = dict(scope["headers"])
-            forwarded = any(k in FORWARDED_HEADERS for k in headers)
-            client_ip = peer or "unknown"
-            if forwarded and trusted_proxy(peer):
-                client_ip = forwarded_client(headers) or client_ip
+            headers = scope["headers"]
             state = scope.setdefault("state", {})
-            state["mewdex_local"] = is_loopback_ip(peer) and not forwarded
-            state["mewdex_client_ip"] = client_ip
+            state["mewdex_local"] = is_this_machine(peer, headers)
+            state["mewdex_client_ip"] = client_address(peer, headers)
+            if trusted_proxy(peer) and (scheme := _proxy_scheme(headers)):  # TLS ended at the proxy
+                scope["scheme"] = scheme.replace("http", "ws") if scope["type"] == "websocket" else scheme
         await self.app(scope, receive, send)
 
 
 def is_local(request) -> bool:
-    """True for a request from this machine with no forwarding headers (set by :class:`PeerRule`)."""
-    return bool(request.scope.get("state", {}).get("mewdex_local", False))
+    """True for a request from this machine (:func:`is_this_machine`, recorded by :class:`PeerRule`)."""
+    state = request.scope.get("state", {})
+    if "mewdex_local" in state:
+        return bool(state["mewdex_local"])
+    return is_this_machine((request.scope.get("client") or ("", 0))[0], request.scope.get("headers", []))
 
 
 def client_ip(request) -> str:
-    return request.scope.get("state", {}).get("mewdex_client_ip") or (
-        request.client.host if request.client else "unknown"
-    )
+    """The request's client address (:func:`client_address`, recorded by :class:`PeerRule`)."""
+    state = request.scope.get("state", {})
+    if state.get("mewdex_client_ip"):
+        return state["mewdex_client_ip"]
+    return client_address((request.scope.get("client") or ("", 0))[0], request.scope.get("headers", []))
 
 
 def body_limit(method: str, path: str) -> tuple[int, str]:

@@ -154,13 +154,16 @@ def logout_everywhere(
 @router.post("/auth/password", status_code=204)
 def change_password(
     body: PasswordRequest,
+    request: Request,
     principal: Principal = Depends(current_principal),
     user: User = Depends(current_user),
     session: Session = Depends(db_session),
 ) -> Response:
     """Change the password; every other session of the user ends, every API token is revoked and
-    every signed link dies. 401 ``invalid_credentials``."""
-    users.change_password(session, user, body.current_password, body.new_password)
+    every signed link dies. 401 ``invalid_credentials`` (the current password is wrong: counted like a
+    failed sign-in), 429 ``rate_limited`` (with ``Retry-After``, as sign-in), 422 the password rules."""
+    sessions.confirm_password(session, user, body.current_password, _client_ip(request))
+    users.set_password(session, user, body.new_password)
     sessions.end_all_sessions(session, user, keep=principal.session_value)
     return Response(status_code=204)
 
