@@ -77,7 +77,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -701,7 +700,7 @@ class S3Target:
             self._call(rel, self.client.put_object, Key=self.prefix + rel, Body=handle, **extra)
 
     def open(self, rel: str) -> BinaryIO:
-        return closing(self._call(rel, self.client.get_object, Key=self.prefix + rel)["Body"])  # type: ignore[return-value]
+        return _Body(self._call(rel, self.client.get_object, Key=self.prefix + rel)["Body"])  # type: ignore[return-value]
 
     def size(self, rel: str) -> int | None:
         try:
@@ -752,6 +751,22 @@ class S3Target:
             keys = [{"Key": o["Key"]} for o in page.get("Contents") or []]
             if keys:
                 self._call(name, self.client.delete_objects, Delete={"Objects": keys})
+
+
+class _Body:
+    """An object's streaming body as a closable reader (``with``)."""
+
+    def __init__(self, body: Any):
+        self.body = body
+
+    def read(self, size: int = -1) -> bytes:
+        return self.body.read(size)
+
+    def __enter__(self) -> _Body:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.body.close()
 
 
 def open_target(dest: str | Path) -> Target:
