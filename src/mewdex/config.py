@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 
@@ -423,6 +423,20 @@ class Settings(BaseSettings):
     )
     backup_cron: str = Field(default="0 3 * * *", description="When scheduled backups run (cron, UTC).")
     backup_keep: int = Field(default=7, ge=1, description="Scheduled backups keep this many snapshots.")
+    backup_key_file: Path | None = Field(
+        default=None,
+        description="File holding the backup key (64 hex characters); unset: MEWDEX_BACKUP_PASSPHRASE, else "
+        "<data dir>/backup.key (made and printed once by the first backup).",
+    )
+    backup_passphrase: SecretStr | None = Field(
+        default=None, description="Passphrase the backup key is derived from (scrypt, salt kept in DEST)."
+    )
+    backup_s3_allow_http: bool = Field(
+        default=False, description="Allow an http:// S3 endpoint that is not loopback for backups."
+    )
+    backup_s3_sse: Literal["AES256", "aws:kms", "none"] = Field(
+        default="AES256", description="Server-side encryption asked for on backup objects in S3 (none: off)."
+    )
 
     @field_validator("backup_cron")
     @classmethod

@@ -1,7 +1,9 @@
 """Backups and restores (issue 34, item 1): a library with memes, a collection, a connector credential,
 a webhook channel binding and a schedule is backed up by the real ``mewdex backup`` while uploads run,
 restored by ``mewdex restore`` into a new data dir, served by ``mewdex serve`` on another port, and
-answers the same; a second backup copies no blob twice; a damaged backup is refused by name.
+answers the same; a second backup copies no blob twice; a damaged backup is refused by name. The
+backups are encrypted with a key of the test's own (``MEWDEX_BACKUP_KEY_FILE``), restored with
+``--key-file``; hostile backups: ``test_backup_hostile.py``.
 
 One module-scoped setup (one backup, one restore, one server): the checks share it."""
 
@@ -27,13 +29,30 @@ from conftest import MEWDEX_BIN, TEST_ENV, client_for, drop_scope, new_scope, wa
 from fakes.webhook_receiver import WebhookReceiver
 from s3_helpers import free_port
 
+
+def mewdex_data_dir() -> Path:
+    from mewdex.config import get_settings
+
+    return get_settings().data_dir.resolve()
+
+
 QUERIES = ["grumpy cat", "dancing", "office work"]
 NAMES = ["grumpy cat", "cat in a box", "dancing dog", "office work meme", "sleepy cat at work"]
 API_KEY = "sk-backup-test-0123456789"
+#: The backup key of this module's backups (what an operator keeps elsewhere).
+BACKUP_KEY = "5" * 64
 
 
-def _cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    full = {**os.environ, **env, "COLUMNS": "200", "NO_COLOR": "1"}
+def _key():
+    from mewdex.runtime.backup import parse_key
+
+    return parse_key(BACKUP_KEY, "the test key")
+
+
+def _cli(env: dict[str, str | None], *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``mewdex ARGS`` with this process's environment and ``env`` (a None value: left out)."""
+    merged = {**os.environ, **env, "COLUMNS": "200", "NO_COLOR": "1"}
+    full = {k: v for k, v in merged.items() if v is not None}
     return subprocess.run([str(MEWDEX_BIN), *args], env=full, capture_output=True, text=True, timeout=timeout)
 
 
@@ -75,6 +94,9 @@ def library(mewdex_env, sessions, store):
     receiver = WebhookReceiver().__enter__()
     allow = json.dumps([f"127.0.0.1:{receiver.port}"])
     os.environ["MEWDEX_EGRESS_ALLOW_HOSTS"] = allow
+    key_file = Path(tempfile.mkdtemp(prefix="mewdex-backup-key-")) / "backup.key"
+    key_file.write_text(BACKUP_KEY + "\n")
+    os.environ["MEWDEX_BACKUP_KEY_FILE"] = str(key_file)
     from mewdex.config import get_settings
 
     get_settings.cache_clear()
@@ -135,9 +157,11 @@ def library(mewdex_env, sessions, store):
     lib.searches, lib.collections, lib.schedules = searches, collections, schedules
     lib.definition_name = definition_name  # type: ignore[attr-defined]
     lib.signed_link = signed_link  # type: ignore[attr-defined]
+    lib.key_file = key_file  # type: ignore[attr-defined]
     yield lib
     receiver.__exit__(None, None, None)
     os.environ.pop("MEWDEX_EGRESS_ALLOW_HOSTS", None)
+    os.environ.pop("MEWDEX_BACKUP_KEY_FILE", None)
     get_settings.cache_clear()
     with sessions.begin() as session:
         session.execute(text("DELETE FROM external_system_definitions WHERE name = :n"), {"n": definition_name})
@@ -157,13 +181,14 @@ def restored(library):
         "MEWDEX_DEFAULT_SCOPE": library.scope.scope_id,
         "MEWDEX_AUTH": "none",
         "MEWDEX_EGRESS_ALLOW_HOSTS": json.dumps([f"127.0.0.1:{library.receiver.port}"]),
+        "MEWDEX_BACKUP_KEY_FILE": None,  # restore is given the key: --key-file
     }
-    summary = _json(_cli(env, "restore", str(library.dest), "--json", timeout=300))
+    summary = _json(_cli(env, "restore", str(library.dest), "--key-file", str(library.key_file), "--json", timeout=300))
     port = free_port()
     log = open(data_dir / "serve.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [str(MEWDEX_BIN), "serve", "--port", str(port), "--workers", "0"],
-        env={**os.environ, **env},
+        env={k: v for k, v in {**os.environ, **env}.items() if v is not None},
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -191,14 +216,26 @@ def restored(library):
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def test_backup_covers_the_library_and_its_keys(library, sessions):
+def test_backup_covers_the_library_and_its_keys_encrypted(library, sessions):
+    from mewdex.runtime.backup import DirTarget, _Quiet, read_manifest, verify
+
     first = library.first
-    manifest = json.loads((library.dest / first["snapshot"] / "manifest.json").read_text())
+    manifest = read_manifest(DirTarget(library.dest), first["snapshot"], _key())
     assert manifest["schema_revision"] == first["schema_revision"] and manifest["mewdex_version"]
+    assert manifest["encrypted"] is True and first["encrypted"] is True
     assert {"database.dump", "secret.keys", "keys/media_signing.json"} <= set(manifest["files"])
-    for rel, facts in manifest["files"].items():
-        data = (library.dest / first["snapshot"] / rel).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == facts["sha256"], rel
+    with tempfile.TemporaryDirectory() as tmp:
+        local = verify(DirTarget(library.dest), first["snapshot"], manifest, Path(tmp), _Quiet(), _key())
+        for rel, facts in manifest["files"].items():
+            assert hashlib.sha256(local[rel].read_bytes()).hexdigest() == facts["sha256"], rel
+            stored = (library.dest / first["snapshot"] / rel).read_bytes()  # what DEST holds: not the file
+            assert stored.startswith(b"MDXBKE2") and local[rel].read_bytes()[:64] not in stored, rel
+    secret_keys = (mewdex_data_dir() / "secret.keys").read_bytes()
+    for path in library.dest.rglob("*"):  # neither the key ring nor a blob's name is readable in DEST
+        if path.is_file():
+            assert secret_keys[:32] not in path.read_bytes(), path
+    stored_names = {p.name for p in (library.dest / "data").rglob("*") if p.is_file()}
+    assert stored_names and not any(b["key"][:64] in n for b in manifest["blobs"] for n in stored_names)
     keys = {b["key"] for b in manifest["blobs"]}
     with sessions.begin() as session:
         stored = session.execute(
@@ -258,7 +295,7 @@ def test_restored_secrets_decrypt_and_the_webhook_signs_with_the_same_secret(lib
     before = len(library.receiver.requests)
     proc = subprocess.run(
         [str(MEWDEX_BIN.parent / "python"), "-c", SECRETS_SCRIPT, library.definition_name, library.scope.scope_id],
-        env={**os.environ, **restored["env"]},
+        env={k: v for k, v in {**os.environ, **restored["env"]}.items() if v is not None},
         capture_output=True,
         text=True,
         timeout=120,
@@ -276,7 +313,7 @@ def test_restored_secrets_decrypt_and_the_webhook_signs_with_the_same_secret(lib
 def test_second_backup_copies_only_new_blobs(library, sessions, store):
     from mewdex.runtime.backup import backup
 
-    blobs_dir = library.dest / "blobs"
+    blobs_dir = library.dest / "data"
     before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in blobs_dir.rglob("*") if p.is_file()}
     new_id = add_meme(sessions, store, library.scope, "a meme after the first backup")
     second = backup(library.dest)
@@ -285,14 +322,17 @@ def test_second_backup_copies_only_new_blobs(library, sessions, store):
     new_files = set(after) - set(before)
     assert second["blobs"]["copied"] == len(new_files) >= 1
     assert second["blobs"]["reused"] == second["blobs"]["total"] - second["blobs"]["copied"]
+    from mewdex.db.scopes import storage_namespace
+
     with sessions.begin() as session:
-        sha = session.execute(text("SELECT sha256 FROM memes WHERE id = :i"), {"i": new_id}).scalar_one()
-    assert any(p.name.startswith(sha) for p in new_files)
+        stored_key = session.execute(text("SELECT storage_key FROM memes WHERE id = :i"), {"i": new_id}).scalar_one()
+        namespace = storage_namespace(session, library.scope.scope_id)
+    assert _key().blob_name(str(namespace), stored_key) in {p.name for p in new_files}
     assert second["snapshot"] != library.first["snapshot"]
 
 
-def test_restore_refuses_damage_a_newer_backup_and_a_full_target(library, restored):
-    from mewdex.runtime.backup import BackupError, restore
+def test_restore_refuses_damage_a_newer_backup_a_wrong_key_and_a_full_target(library, restored):
+    from mewdex.runtime.backup import BackupError, DirTarget, read_manifest, restore, seal_manifest
 
     snapshot = library.dest / library.first["snapshot"]
     with pytest.raises(BackupError) as full:  # this process's data dir holds data: refused without --force
@@ -300,28 +340,41 @@ def test_restore_refuses_damage_a_newer_backup_and_a_full_target(library, restor
     assert full.value.code == "restore_target_not_empty" and "--force" in full.value.message
 
     copy = Path(tempfile.mkdtemp(prefix="mewdex-damaged-"))
+    key_args = ("--key-file", str(library.key_file))
     try:
-        shutil.copytree(snapshot, copy / snapshot.name)
-        os.symlink(library.dest / "blobs", copy / "blobs")
-        manifest = json.loads((snapshot / "manifest.json").read_text())
+        shutil.copytree(library.dest, copy / "dest")
+        copied = copy / "dest" / snapshot.name
+        manifest = read_manifest(DirTarget(library.dest), snapshot.name, _key())
         manifest["schema_revision"] = "9999_from_the_future"
-        (copy / snapshot.name / "manifest.json").write_text(json.dumps(manifest))
-        with pytest.raises(BackupError) as newer:
-            restore(copy)
+        envelope = json.loads((snapshot / "manifest.json").read_text())
+        envelope["body"] = __import__("base64").b64encode(json.dumps(manifest).encode()).decode()
+        envelope["encrypted"] = False  # edited without the key: refused before anything in it is used
+        (copied / "manifest.json").write_text(json.dumps(envelope))
+        with pytest.raises(BackupError) as forged:
+            restore(copied)
+        assert forged.value.code == "backup_unauthenticated"
+        (copied / "manifest.json").write_bytes(seal_manifest(_key(), snapshot.name, manifest, encrypted=True))
+        with pytest.raises(BackupError) as newer:  # the key's holder wrote it: authenticated, then refused
+            restore(copied)
         assert newer.value.code == "backup_too_new" and "upgrade mewdex first" in newer.value.message
 
-        shutil.copyfile(snapshot / "manifest.json", copy / snapshot.name / "manifest.json")
-        dump = copy / snapshot.name / "database.dump"
+        shutil.copyfile(snapshot / "manifest.json", copied / "manifest.json")
+        wrong = copy / "wrong.key"
+        wrong.write_text("6" * 64)
+        other = _cli(restored["env"], "restore", str(copied), "--force", "--key-file", str(wrong), "--json")
+        assert other.returncode == 1 and _json(other)["error"]["code"] == "backup_unauthenticated", other.stdout
+
+        dump = copied / "database.dump"
         data = bytearray(dump.read_bytes())
         data[len(data) // 2] ^= 0xFF
         dump.write_bytes(bytes(data))
-        damaged = _cli(restored["env"], "restore", str(copy), "--force", "--json")
+        damaged = _cli(restored["env"], "restore", str(copied), "--force", *key_args, "--json")
         error = _json(damaged)["error"]
         assert damaged.returncode == 1 and error["code"] == "backup_corrupted", damaged.stdout
         assert f"{snapshot.name}/database.dump" in error["message"]
     finally:
         shutil.rmtree(copy, ignore_errors=True)
-    in_use = _cli(restored["env"], "restore", str(snapshot), "--force", "--json")  # its server still runs
+    in_use = _cli(restored["env"], "restore", str(snapshot), "--force", *key_args, "--json")  # its server still runs
     assert in_use.returncode == 1 and _json(in_use)["error"]["code"] == "restore_target_in_use"
     assert "mewdex serve:" in _json(in_use)["error"]["message"]
     assert restored["client"].get("/api/v1/memes").status_code == 200, "a refused restore touched nothing"
@@ -369,7 +422,7 @@ def test_a_backup_missing_a_file_names_it_restores_the_rest_and_shows_on_health_
     from mewdex.db.scopes import storage_namespace
     from mewdex.platform.instance import get_setting, set_setting
     from mewdex.runtime import doctor
-    from mewdex.runtime.backup import LAST_BACKUP_SETTING, DirTarget, _Quiet, backup, verify
+    from mewdex.runtime.backup import LAST_BACKUP_SETTING, DirTarget, _Quiet, backup, read_manifest, verify
 
     meme_id = add_meme(sessions, store, library.scope, "a meme whose file was lost")
     with sessions.begin() as session:
@@ -384,10 +437,11 @@ def test_a_backup_missing_a_file_names_it_restores_the_rest_and_shows_on_health_
         summary = backup(dest)
         assert [(b["namespace"], b["key"]) for b in summary["missing_blobs"]] == [(namespace, key)]
         assert summary["blobs"]["missing"] == 1
-        manifest = json.loads((dest / summary["snapshot"] / "manifest.json").read_text())
+        manifest = read_manifest(DirTarget(dest), summary["snapshot"], _key())
         assert key not in {b["key"] for b in manifest["blobs"]} and manifest["missing_blobs"][0]["key"] == key
         with tempfile.TemporaryDirectory() as tmp:  # what restore checks first: every listed file is there
-            assert "database.dump" in verify(DirTarget(dest), summary["snapshot"], manifest, Path(tmp), _Quiet())
+            local = verify(DirTarget(dest), summary["snapshot"], manifest, Path(tmp), _Quiet(), _key())
+            assert "database.dump" in local
 
         with client_for() as client:
             health = client.get("/health").json()
@@ -425,10 +479,10 @@ def test_pruning_runs_while_no_other_backup_can_write_the_destination(library, m
     pruning, go_on = threading.Event(), threading.Event()
     real_prune = backups.prune
 
-    def slow_prune(target, keep):
+    def slow_prune(*args):
         pruning.set()
         assert go_on.wait(60)
-        return real_prune(target, keep)
+        return real_prune(*args)
 
     try:
         backups.backup(dest)
@@ -445,6 +499,6 @@ def test_pruning_runs_while_no_other_backup_can_write_the_destination(library, m
             go_on.set()
             first.join(120)
         assert len(outcome["removed_snapshots"]) == 1
-        assert [p.name for p in dest.iterdir() if p.name != "blobs"] == [outcome["snapshot"]]
+        assert [p.name for p in dest.iterdir() if backups.SNAPSHOT_NAME.fullmatch(p.name)] == [outcome["snapshot"]]
     finally:
         shutil.rmtree(dest, ignore_errors=True)

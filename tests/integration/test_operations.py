@@ -77,10 +77,14 @@ def no_backup_state(sessions):
 def test_scheduled_backups_run_keep_n_and_show_on_health_and_the_admin_page(
     sessions, settings_env, tmp_path, no_backup_state
 ):
+    from mewdex.runtime.backup import SNAPSHOT_NAME
+
     dest = tmp_path / "scheduled"
+    (tmp_path / "backup.key").write_text("7" * 64)
     settings_env(
-        MEWDEX_BACKUP_DEST=str(dest), MEWDEX_BACKUP_CRON="*/5 * * * *", MEWDEX_BACKUP_KEEP="1", MEWDEX_AUTH="none"
-    )
+        MEWDEX_BACKUP_DEST=str(dest), MEWDEX_BACKUP_CRON="*/5 * * * *", MEWDEX_BACKUP_KEEP="1", MEWDEX_AUTH="none",
+        MEWDEX_BACKUP_KEY_FILE=str(tmp_path / "backup.key"),
+    )  # fmt: skip
     _run_schedule(sessions, "backup_check")  # the first check only starts counting: nothing is due yet
     assert _backup_tasks(sessions) == []
     _pretend_checked_minutes_ago(sessions, 6)  # a run of */5 fell since the last check
@@ -88,12 +92,12 @@ def test_scheduled_backups_run_keep_n_and_show_on_health_and_the_admin_page(
     assert _backup_tasks(sessions) == [("succeeded", "")]
     _run_schedule(sessions, "backup_check")  # checked just now: nothing due again
     assert len(_backup_tasks(sessions)) == 1
-    first = sorted(p.name for p in dest.iterdir() if p.name != "blobs")
+    first = sorted(p.name for p in dest.iterdir() if SNAPSHOT_NAME.fullmatch(p.name))
 
     _pretend_checked_minutes_ago(sessions, 6)
     _run_schedule(sessions, "backup_check")
     assert _backup_tasks(sessions) == [("succeeded", ""), ("succeeded", "")]
-    snapshots = sorted(p.name for p in dest.iterdir() if p.name != "blobs")
+    snapshots = sorted(p.name for p in dest.iterdir() if SNAPSHOT_NAME.fullmatch(p.name))
     assert len(snapshots) == 1 and snapshots != first, "MEWDEX_BACKUP_KEEP=1 keeps the newest snapshot only"
 
     with client_for() as client:
@@ -234,14 +238,27 @@ def test_reindex_covers_every_library(sessions, two_libraries):
     assert _reindex_tasks(sessions, ids) == dict.fromkeys(ids, "requested")
 
 
-def test_backup_to_s3_is_content_addressed_verifiable_and_pruned(sessions, store, settings_env, s3_server):
-    """DEST = s3://bucket/prefix with the S3 store's settings: the same layout, checks and pruning."""
-    from mewdex.runtime.backup import backup, read_manifest, resolve_source, verify
+def test_backup_to_s3_is_content_addressed_verifiable_and_pruned(sessions, store, settings_env, s3_server, tmp_path):
+    """DEST = s3://bucket/prefix with the S3 store's settings: the same layout, checks and pruning;
+    encrypted, and an http:// endpoint on another machine is refused."""
+    from mewdex.runtime.backup import (
+        BackupError,
+        backup,
+        entries,
+        key_from_file,
+        object_name,
+        read_manifest,
+        resolve_source,
+        verify,
+    )
 
     env = s3_server.env("unused")
+    (tmp_path / "backup.key").write_text("8" * 64)
     settings_env(
-        **{k: v for k, v in env.items() if k != "MEWDEX_BLOB_STORE"}
+        **{k: v for k, v in env.items() if k != "MEWDEX_BLOB_STORE"},
+        MEWDEX_BACKUP_KEY_FILE=str(tmp_path / "backup.key"),
     )  # the endpoint and credentials; the library's own blobs stay local
+    key = key_from_file(tmp_path / "backup.key")
     dest = s3_server.url(f"backups-{uuid.uuid4().hex[:8]}")
     scope = new_scope(sessions, "s3bk")
     try:
@@ -254,13 +271,17 @@ def test_backup_to_s3_is_content_addressed_verifiable_and_pruned(sessions, store
         assert second["removed_snapshots"] == [first["snapshot"]]
         target, name = resolve_source(dest)
         assert name == second["snapshot"]
-        manifest = read_manifest(target, name)
+        manifest = read_manifest(target, name, key)
+        assert manifest["encrypted"] is True
         with tempfile.TemporaryDirectory() as tmp:
-            local = verify(target, name, manifest, Path(tmp), _Silent())
+            local = verify(target, name, manifest, Path(tmp), _Silent(), key)
             assert set(local) == set(manifest["files"]) and "database.dump" in local
-        kept = {(b["namespace"], b["key"]) for b in manifest["blobs"]}
-        stored = {(ns, key) for ns in {n for n, _ in kept} for key in target.blobs.iter_keys(ns)}
-        assert stored == kept, "pruning left exactly the blobs the kept snapshot lists"
+        kept = {object_name(key, name, e) for e in entries(manifest) if e.kind == "blob"}
+        assert set(target.blob_objects()) == kept, "pruning left exactly the blobs the kept snapshot lists"
+        settings_env(MEWDEX_S3_ENDPOINT_URL=env["MEWDEX_S3_ENDPOINT_URL"].replace("127.0.0.1", "192.0.2.1"))
+        with pytest.raises(BackupError) as insecure:
+            backup(dest)
+        assert insecure.value.code == "backup_dest_insecure"
     finally:
         drop_scope(sessions, scope)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -56,19 +57,33 @@ def backup(
     keep: Annotated[
         int | None, typer.Option(min=1, help="Then keep only the newest KEEP snapshots (and the blobs they use).")
     ] = None,
+    no_encrypt: Annotated[
+        bool, typer.Option("--no-encrypt", help="Store the files unencrypted (the manifest is still MAC'd).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Back up the database, every blob it references, the key ring and the signing keys to DEST,
-    while serve and workers keep running; a second backup to DEST copies only new blobs."""
+    encrypted with the backup key, while serve and workers keep running; a second backup to DEST
+    copies only new blobs. The first backup without a configured key makes one and prints it once."""
     from rich.markup import escape
 
     from mewdex.runtime.backup import backup as run_backup
-    from mewdex.runtime.backup import missing_message
+    from mewdex.runtime.backup import key_from_file, missing_message
 
     _setup_logging()
     _prepare()
-    summary = _run(lambda bars: run_backup(dest, keep=keep, progress=bars), as_json)
+    summary = _run(lambda bars: run_backup(dest, keep=keep, progress=bars, encrypt=not no_encrypt), as_json)
     summary.pop("copied_keys", None)
+    if summary.get("key_generated"):
+        made = Path(summary["key_generated"])
+        err.print(
+            f"new backup key (kept in {made}; shown this once):\n\n    {key_from_file(made).text()}\n\n"
+            "Copy it somewhere safe, away from this machine (a password manager, paper): without it these "
+            "backups cannot be restored. Restore with `mewdex restore SRC --key-file FILE`.",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
     if as_json:
         print(json.dumps(summary, ensure_ascii=False))
         if summary["missing_blobs"]:
@@ -92,17 +107,28 @@ def restore(
     force: Annotated[
         bool, typer.Option("--force", help="Replace what the target data dir / database / store holds.")
     ] = False,
+    key_file: Annotated[
+        Path | None, typer.Option("--key-file", help="The backup key (else the settings, or asked for).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Restore a backup into the data dir MEWDEX_DATA_DIR names (new or empty) or the empty external
-    database and store the settings name; every hash is checked first, migrations run when the
-    backup is older. Stop serve and workers of the target first."""
+    database and store the settings name, with its backup key (--key-file, MEWDEX_BACKUP_KEY_FILE,
+    MEWDEX_BACKUP_PASSPHRASE, else asked for on a terminal); the whole backup is authenticated and
+    checked first, migrations run when the backup is older. Stop serve and workers of the target first."""
+    import sys
+
     from mewdex.db.embedded import EmbeddedDatabaseError
     from mewdex.runtime.backup import restore as run_restore
 
+    def ask(what: str) -> str | None:
+        return typer.prompt(what, hide_input=True) if sys.stdin.isatty() else None
+
     _setup_logging()
     try:
-        summary = _run(lambda bars: run_restore(src, force=force, progress=bars), as_json)
+        summary = _run(
+            lambda bars: run_restore(src, force=force, progress=bars, key_file=key_file, prompt=ask), as_json
+        )
     except EmbeddedDatabaseError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None

@@ -1,0 +1,242 @@
+"""Issue 40, findings 1, 2 and 7: a backup is untrusted input. Restore is fed manifests naming ``../``,
+absolute, unknown, symlinked, oversized and special entries, a manifest without a dump, a format-1
+backup, a manifest edited without the key, and a dump carrying a function + index that would run
+``COPY … TO PROGRAM``: each is refused with its code, nothing is written outside a temporary folder
+(the would-be targets do not exist, the data dir and the database are untouched) and nothing runs.
+
+The manifests naming bad entries are re-sealed with the test's own key (an insider holding the key):
+they pass authentication, so the closed-set checks behind it are what refuses them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from channel_helpers import add_meme
+from conftest import drop_scope, new_scope
+
+KEY = "9" * 64
+
+
+@pytest.fixture(scope="module")
+def made(mewdex_env, sessions, store, tmp_path_factory):
+    """One real encrypted backup of a library with a meme: (dest, snapshot name, key)."""
+    from mewdex.config import get_settings
+    from mewdex.runtime.backup import backup, parse_key
+
+    base = tmp_path_factory.mktemp("hostile")
+    (base / "backup.key").write_text(KEY)
+    os.environ["MEWDEX_BACKUP_KEY_FILE"] = str(base / "backup.key")
+    get_settings.cache_clear()
+    scope = new_scope(sessions, "hostile")
+    add_meme(sessions, store, scope, "a hostile test meme")
+    try:
+        summary = backup(base / "dest")
+        yield base / "dest", summary["snapshot"], parse_key(KEY, "the test key")
+    finally:
+        os.environ.pop("MEWDEX_BACKUP_KEY_FILE", None)
+        get_settings.cache_clear()
+        drop_scope(sessions, scope)
+
+
+def _state(sessions) -> tuple[int, list[str]]:
+    """(tables in public, the data dir's entries): what a refused restore must leave as it was."""
+    from mewdex.config import get_settings
+
+    with sessions.begin() as session:
+        tables = session.execute(text("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")).scalar_one()
+    data_dir = get_settings().data_dir.resolve()
+    return tables, sorted(str(p.relative_to(data_dir)) for p in data_dir.rglob("*") if "pgdata" not in p.parts)
+
+
+def _copy(made, tmp_path: Path) -> Path:
+    dest, snapshot, _ = made
+    copy = tmp_path / "dest"
+    shutil.copytree(dest, copy, symlinks=True)
+    return copy / snapshot
+
+
+def _reseal(made, snapshot_dir: Path, change) -> None:
+    from mewdex.runtime.backup import DirTarget, read_manifest, seal_manifest
+
+    dest, snapshot, key = made
+    manifest = read_manifest(DirTarget(dest), snapshot, key)
+    manifest.pop("encrypted")
+    change(manifest)
+    (snapshot_dir / "manifest.json").write_bytes(seal_manifest(key, snapshot, manifest, encrypted=True))
+
+
+def _refused(snapshot_dir: Path, sessions) -> str:
+    """The code restore refuses ``snapshot_dir`` with (``force``: the next step would be the drop)."""
+    from mewdex.runtime.backup import BackupError, restore
+
+    before = _state(sessions)
+    with pytest.raises(BackupError) as refused:
+        restore(snapshot_dir, force=True)
+    assert _state(sessions) == before, "a refused restore changed the data dir or the database"
+    return refused.value.code
+
+
+def test_manifest_names_outside_the_closed_set_are_refused_and_nothing_lands_there(made, sessions, tmp_path):
+    snapshot_dir = _copy(made, tmp_path)
+    escape = tmp_path / "escaped.txt"
+    absolute = tmp_path / "absolute.txt"
+    facts = {"sha256": "0" * 64, "size": 4}
+    names = [f"../../{escape.name}", "../" * 12 + str(escape).lstrip("/"), str(absolute), "extra.txt", "keys/../x"]
+    for name in names:
+        _reseal(made, snapshot_dir, lambda m, name=name: m["files"].__setitem__(name, facts))
+        assert _refused(snapshot_dir, sessions) == "backup_entry_invalid", name
+    bad_blobs = [
+        {"namespace": "../../etc", "key": "a" * 64 + ".png", "size": 1},
+        {"namespace": str(uuid.uuid4()), "key": "../../" + "a" * 58 + ".png", "size": 1},
+        {"namespace": str(uuid.uuid4()), "key": "A" * 64 + ".png", "size": 1},
+        {"namespace": str(uuid.uuid4()), "key": "a" * 64 + ".exe", "size": 1},
+        {"namespace": str(uuid.uuid4()), "key": "a" * 64 + ".png", "size": -1},
+    ]
+    for blob in bad_blobs:
+        _reseal(made, snapshot_dir, lambda m, blob=blob: m["blobs"].append(blob))
+        assert _refused(snapshot_dir, sessions) == "backup_entry_invalid", blob
+    assert not escape.exists() and not absolute.exists()
+    assert not any(Path("/").glob("escaped.txt")) and not Path("/etc/a" + "a" * 63 + ".png").exists()
+
+
+def test_a_manifest_without_a_dump_is_refused_before_the_target_is_touched(made, sessions, tmp_path):
+    snapshot_dir = _copy(made, tmp_path)
+    _reseal(made, snapshot_dir, lambda m: m["files"].pop("database.dump"))
+    assert _refused(snapshot_dir, sessions) == "backup_incomplete"
+
+
+def test_links_special_files_and_oversized_entries_are_refused(made, sessions, tmp_path):
+    from mewdex.runtime.backup import DirTarget, entries, object_name, read_manifest
+
+    dest, snapshot, key = made
+    snapshot_dir = _copy(made, tmp_path)
+    secret = tmp_path / "local-secret"
+    secret.write_text("a file of this machine")
+    dump = snapshot_dir / "database.dump"
+    saved = dump.read_bytes()
+    dump.unlink()
+    dump.symlink_to(secret)  # a link to a local file: never followed
+    assert _refused(snapshot_dir, sessions) == "backup_entry_invalid"
+    dump.unlink()
+    os.mkfifo(dump)  # a FIFO: refused without blocking
+    assert _refused(snapshot_dir, sessions) == "backup_entry_invalid"
+    dump.unlink()
+    dump.write_bytes(saved + b"x" * 4096)  # more than recorded: refused once the bound is passed
+    assert _refused(snapshot_dir, sessions) == "backup_corrupted"
+    dump.write_bytes(saved)
+
+    manifest = read_manifest(DirTarget(dest), snapshot, key)
+    [blob] = [e for e in entries(manifest) if e.kind == "blob"][:1]
+    blob_path = snapshot_dir.parent / object_name(key, snapshot, blob)
+    blob_path.unlink()
+    blob_path.symlink_to(secret)
+    assert _refused(snapshot_dir, sessions) == "backup_entry_invalid"
+    shutil.rmtree(snapshot_dir.parent / "data")
+    (snapshot_dir.parent / "data").symlink_to(dest / "data")  # a linked folder is not walked either
+    assert _refused(snapshot_dir, sessions) == "backup_entry_invalid"
+
+
+def test_unauthenticated_and_format_1_backups_are_refused(made, sessions, tmp_path):
+    snapshot_dir = _copy(made, tmp_path)
+    envelope = json.loads((snapshot_dir / "manifest.json").read_text())
+    envelope["mac"] = "0" * 64  # written by someone without the key
+    (snapshot_dir / "manifest.json").write_text(json.dumps(envelope))
+    assert _refused(snapshot_dir, sessions) == "backup_unauthenticated"
+    old = {"format": 1, "schema_revision": "0022", "files": {"../../escaped.txt": {"sha256": "0" * 64, "size": 1}}}
+    (snapshot_dir / "manifest.json").write_text(json.dumps(old))
+    assert _refused(snapshot_dir, sessions) == "backup_format_unsupported"
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+EVIL = """
+CREATE TABLE victims (n int);
+INSERT INTO victims VALUES (1), (2);
+CREATE FUNCTION evil(n int) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF current_database() <> '{scratch}' THEN  -- runs wherever it is restored, not here
+    EXECUTE format('COPY (SELECT 1) TO PROGRAM %L', 'touch {marker}');
+  END IF;
+  RETURN n;
+END $$;
+CREATE INDEX victims_evil ON victims (evil(n));
+"""
+
+
+def _evil_dump(tmp_path: Path, marker: Path) -> Path:
+    """A custom-format dump with a function + index that runs ``touch MARKER`` as it is restored."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from mewdex.runtime.backup import _libpq, _pg_binary
+
+    url, env = _libpq()
+    scratch = f"hostile_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {scratch}")
+    scratch_url = make_url(url).set(database=scratch).render_as_string(hide_password=False)
+    try:
+        with psycopg.connect(scratch_url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+            conn.execute(EVIL.format(scratch=scratch, marker=marker))
+        dump = tmp_path / "evil.dump"
+        subprocess.run([_pg_binary("pg_dump"), "--format=custom", f"--file={dump}", scratch_url], env=env, check=True)
+    finally:
+        with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {scratch}")
+    assert not marker.exists()
+    return dump
+
+
+def test_a_dump_with_a_server_side_command_is_refused_and_never_runs(made, sessions, tmp_path):
+    """An insider with the key swaps in a dump whose index runs ``COPY … TO PROGRAM``: its entries are
+    not what mewdex creates (refused before anything is dropped); and even past that check, the
+    restore's role may not run server programs, and what it made is removed."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from mewdex.runtime.backup import BackupError, _libpq, _pg_binary, _restricted_restore, _write_stored
+
+    dest, snapshot, key = made
+    marker = tmp_path / "pwned"
+    dump = _evil_dump(tmp_path, marker)
+    snapshot_dir = _copy(made, tmp_path)
+    with open(dump, "rb") as source, open(snapshot_dir / "database.dump", "wb") as out:
+        sha, size = _write_stored(key, True, f"{snapshot}/database.dump", source, out)
+    _reseal(made, snapshot_dir, lambda m: m["files"].__setitem__("database.dump", {"sha256": sha, "size": size}))
+    assert _refused(snapshot_dir, sessions) == "backup_dump_unexpected"
+    assert not marker.exists()
+
+    # Past the entry check (as SQL hidden in an allowed entry would be): least privilege holds.
+    url, env = _libpq()
+    target = f"hostile_target_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {target}")
+    target_url = make_url(url).set(database=target).render_as_string(hide_password=False)
+    try:
+        listing = subprocess.run(
+            [_pg_binary("pg_restore"), "-l", str(dump)],
+            capture_output=True, text=True, check=True,
+        ).stdout.splitlines()  # fmt: skip
+        everything = [line for line in listing if line.strip() and not line.startswith(";")]
+        with pytest.raises(BackupError) as refused:
+            _restricted_restore(target_url, env, dump, everything, tmp_path)
+        assert refused.value.code in ("pg_restore_failed", "backup_dump_unexpected"), refused.value.message
+        assert not marker.exists(), "the dump's command ran"
+        with psycopg.connect(target_url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+            left = conn.execute(
+                "SELECT (SELECT count(*) FROM pg_proc WHERE proname = 'evil'),"
+                " (SELECT count(*) FROM pg_class WHERE relname IN ('victims', 'victims_evil')),"
+                " (SELECT count(*) FROM pg_roles WHERE rolname LIKE 'mewdex_restore_%')"
+            ).fetchone()
+        assert left == (0, 0, 0), "the function, its index or the restore role survived"
+    finally:
+        with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {target}")
+    assert not marker.exists()
