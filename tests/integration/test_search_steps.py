@@ -335,3 +335,31 @@ def test_a_re_analysed_meme_gets_fresh_remote_vectors_under_its_new_hash(world, 
                     assert np.allclose(np.asarray(row.embedding), words(row.semantic_document), atol=1e-5)
     for query, meme_id in (("walrus tuba", during), ("okapi saxophone", after)):
         assert _search(sessions, scope, query, legs=("remote",)).results[0].id == str(meme_id)
+
+
+def test_a_guests_turn_runs_no_metered_step(world, sessions):
+    """Issue 40, finding 10: guests never spend the owner's budget. With query rewriting and rerank on,
+    the owner's search calls the model; a guest's turn in the same chat (what ``channels.inbound``
+    runs for someone other than the binding's owner) answers from the plain legs: no call reaches the
+    provider and nothing is metered."""
+    from mewdex.assistant import chat, conversations
+    from mewdex.db.models import UsageEvent
+
+    fake, scope = world["fake"], world["scope"]
+    _policy(sessions, scope, llm_enhance=True, llm_rerank=True)
+    def usage() -> int:
+        with sessions.begin() as session:
+            return len(session.execute(select(UsageEvent.event_id).where(UsageEvent.scope_id == scope.scope_id)).all())
+
+    before = usage()
+    with sessions.begin() as session:
+        cid = conversations.create(session, scope, name="QQ", channel="onebot").conversation_id
+    for text_ in ("grumpy cat", "cat", "submarine volcano"):
+        result = chat.post(sessions, scope, cid, text_, guest=True)
+        assert result["reply"] is not None and result["reply"]["memes"], result
+    assert fake.requests == [], "a guest's turn called the owner's provider"
+    assert usage() == before, "a guest's turn was metered to the owner"
+    # The same steps are on for the owner: their search calls the model (and is metered).
+    fake.script(Reply.json({"zh": [], "en": ["grumpy cat"], "keywords": []}), Reply.json({"order": [1]}))
+    _search(sessions, scope, "grumpy feline")
+    assert fake.chat_requests(), "the owner's search runs the steps"
