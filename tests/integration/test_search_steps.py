@@ -363,3 +363,27 @@ def test_a_guests_turn_runs_no_metered_step(world, sessions):
     fake.script(Reply.json({"zh": [], "en": ["grumpy cat"], "keywords": []}), Reply.json({"order": [1]}))
     _search(sessions, scope, "grumpy feline")
     assert fake.chat_requests(), "the owner's search runs the steps"
+
+
+def test_an_sdk_call_has_an_overall_deadline_streaming_included(world, sessions):
+    """Issue 40, finding 10: a model that trickles its streamed answer (a chunk every 0.3 s, each well
+    inside the 1 s read timeout, 12 s in all) is cut at the call's deadline (twice the timeout, as
+    for every provider call), and the SDK call fails as a timeout instead of running on."""
+    import openai
+
+    from mewdex.providers import openai_compat
+
+    fake, scope = world["fake"], world["scope"]
+    with sessions.begin() as session:
+        model = openai_compat.chat_client(session, scope, "chat", timeout=1.0, max_retries=0)
+    fake.script(Reply.text("x" * 40, chunk_chars=1, chunk_delay=0.3))
+    started, got = time.monotonic(), []
+    with model, pytest.raises(openai.APITimeoutError):
+        stream = model.client.chat.completions.create(
+            model=model.model, messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        for chunk in stream:
+            got.extend(c.delta.content or "" for c in chunk.choices)
+    took = time.monotonic() - started
+    assert took < 5.0, f"the call ran {took:.1f} s past its 2 s deadline"
+    assert 0 < len(got) < 40, "it was cut mid-stream"
