@@ -20,7 +20,7 @@ import pytest
 from conftest import app_for, drain_queue, drop_scope, new_scope, wait_until
 from fakes.discord_server import FakeDiscord, snowflake
 from mewdex.db.models import ChannelDelivery, ScopeContext
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 SYSTEM = ScopeContext("__system__")
 DEFERRED, DEFERRED_UPDATE, MESSAGE, UPDATE_MESSAGE, EPHEMERAL = 5, 6, 4, 7, 64
@@ -347,3 +347,34 @@ def test_two_accounts_connecting_one_application_at_once(sessions, account, othe
             {"a": fake.application_id},
         ).scalars().all()
     assert holders == [account.scope.scope_id]
+
+
+def test_a_waiting_interaction_token_is_rotated_with_the_other_secrets(sessions, account, discord):
+    """Issue 40, finding 10: a deferred interaction's token rides sealed in its task's payload, a field
+    of the sealed-field registry: ``mewdex secrets rotate`` while it waits re-seals it, the old key is
+    dropped, and the answer still reaches Discord."""
+    from mewdex.db.models import Task
+    from mewdex.providers import sealed_fields, secrets
+
+    fake, owner = discord, snowflake()
+    connect(fake)
+    link(fake, owner)
+    waiting = fake.slash(owner, "meme", query="cat")
+    assert fake.deliver(fake.endpoint, waiting)[1]["type"] == DEFERRED
+    old_kid = secrets.active_key_id()
+
+    def sealed_kid() -> str:
+        with sessions.begin() as session:
+            payload = session.execute(
+                select(Task.payload).where(Task.scope_id == account.scope.scope_id, Task.task_type == "discord_interaction")
+            ).scalar_one()
+        return payload["token"]["kid"]
+
+    assert sealed_kid() == old_kid
+    result = sealed_fields.rotate(sessions)
+    assert sealed_kid() == result["active"] != old_kid
+    assert old_kid not in secrets.ring_key_ids(), "nothing references the old key: dropped"
+    drain(sessions, account)
+    [edit] = fake.answers(waiting["token"])
+    assert edit["kind"] == "edit" and edit["files"], "the re-sealed token still answers"
+    assert waiting["token"] not in json.dumps(sealed_fields.status(sessions))

@@ -31,9 +31,9 @@ MESSAGE_COMPONENT):
 - "Another" → type 6 (DEFERRED_UPDATE_MESSAGE) and the task edits that message to the next meme;
   when there is none, an ephemeral follow-up (``POST /webhooks/{app}/{token}``) says so.
 
-The interaction token (valid 15 minutes) travels sealed in the task's payload (no rotation walks
-payloads: a key dropped within those minutes leaves that one interaction unanswered) and is never
-logged.
+The interaction token (valid 15 minutes) travels sealed in the task's payload, a field of the
+sealed-field registry (:data:`mewdex.providers.sealed_fields.SEALED_TASK_PAYLOADS`): ``mewdex secrets
+rotate`` re-seals a waiting one, so it still opens after the old key is dropped. It is never logged.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from mewdex.db.models import ChannelBinding, ScopeContext
 from mewdex.dto.i18n import translate
 from mewdex.library import memes
 from mewdex.platform import owners
-from mewdex.providers import secrets
+from mewdex.providers import sealed_fields, secrets
 from mewdex.queue import registry
 from mewdex.queue.registry import RetryPolicy, TaskContext, TaskError, task_type
 
@@ -75,7 +75,7 @@ CONFIRM_LINK = "link:confirm"
 MAX_QUERY = 200
 MAX_RESULTS = 50  # how far "Another" pages (the search's result list)
 CUSTOM_ID_MAX = 100
-TOKEN_AAD = "discord:interaction-token"
+TOKEN_AAD = sealed_fields.task_payload_aad(TASK_TYPE, "token")
 
 
 def language_of(locale: str | None) -> str:
