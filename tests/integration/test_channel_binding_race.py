@@ -20,7 +20,12 @@ def _bind(session, scope, channel: str, identity: str):
     from mewdex.channels import bindings
 
     return bindings.bind(
-        session, scope_id=scope.scope_id, user_id=None, channel=channel, identity=identity, config={"owner_id": identity}
+        session,
+        scope_id=scope.scope_id,
+        user_id=None,
+        channel=channel,
+        identity=identity,
+        config={"owner_id": identity},
     )
 
 
@@ -55,10 +60,17 @@ def test_the_loser_of_two_accounts_binding_one_identity_gets_a_clear_error(sessi
         thread.join(timeout=30)
         assert outcome["result"] == "channel_identity_taken", outcome
         with sessions.begin() as session:
-            holders = session.execute(
-                text("SELECT scope_id FROM channel_bindings WHERE channel = :c AND identity = :i AND status = 'active'"),
-                {"c": channel, "i": identity},
-            ).scalars().all()
+            holders = (
+                session.execute(
+                    text(
+                        "SELECT scope_id FROM channel_bindings"
+                        " WHERE channel = :c AND identity = :i AND status = 'active'"
+                    ),
+                    {"c": channel, "i": identity},
+                )
+                .scalars()
+                .all()
+            )
         assert holders == [first_scope.scope_id]
     finally:
         drop_scope(sessions, first_scope)

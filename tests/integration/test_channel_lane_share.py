@@ -85,9 +85,7 @@ def test_one_accounts_telegram_inline_queries_take_only_its_share(sessions):
     claimed = []
     try:
         with sessions.begin() as session:
-            bindings.bind(
-                session, scope_id=busy.scope_id, user_id=None, channel="telegram", identity=sender, config={}
-            )
+            bindings.bind(session, scope_id=busy.scope_id, user_id=None, channel="telegram", identity=sender, config={})
             for n in range(6):
                 update = {"update_id": n, "inline_query": {"id": f"q-{sender}-{n}", "from": {"id": int(sender)},
                                                            "query": "cat"[: n % 3 + 1]}}  # fmt: skip

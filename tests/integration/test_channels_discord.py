@@ -16,11 +16,11 @@ import threading
 
 import httpx
 import pytest
+from sqlalchemy import select, text
 
 from conftest import app_for, drain_queue, drop_scope, new_scope, wait_until
 from fakes.discord_server import FakeDiscord, snowflake
 from mewdex.db.models import ChannelDelivery, ScopeContext
-from sqlalchemy import select, text
 
 SYSTEM = ScopeContext("__system__")
 DEFERRED, DEFERRED_UPDATE, MESSAGE, UPDATE_MESSAGE, EPHEMERAL = 5, 6, 4, 7, 64
@@ -341,11 +341,17 @@ def test_two_accounts_connecting_one_application_at_once(sessions, account, othe
     thread.join(timeout=30)
     assert outcome["result"] == "channel_identity_taken", outcome
     with sessions.begin() as session:
-        holders = session.execute(
-            text("SELECT scope_id FROM channel_bindings WHERE channel = 'discord' AND status = 'active'"
-                 " AND config ->> 'application_id' = :a"),
-            {"a": fake.application_id},
-        ).scalars().all()
+        holders = (
+            session.execute(
+                text(
+                    "SELECT scope_id FROM channel_bindings WHERE channel = 'discord' AND status = 'active'"
+                    " AND config ->> 'application_id' = :a"
+                ),
+                {"a": fake.application_id},
+            )
+            .scalars()
+            .all()
+        )
     assert holders == [account.scope.scope_id]
 
 
@@ -366,7 +372,9 @@ def test_a_waiting_interaction_token_is_rotated_with_the_other_secrets(sessions,
     def sealed_kid() -> str:
         with sessions.begin() as session:
             payload = session.execute(
-                select(Task.payload).where(Task.scope_id == account.scope.scope_id, Task.task_type == "discord_interaction")
+                select(Task.payload).where(
+                    Task.scope_id == account.scope.scope_id, Task.task_type == "discord_interaction"
+                )
             ).scalar_one()
         return payload["token"]["kid"]
 

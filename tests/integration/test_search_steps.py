@@ -347,6 +347,7 @@ def test_a_guests_turn_runs_no_metered_step(world, sessions):
 
     fake, scope = world["fake"], world["scope"]
     _policy(sessions, scope, llm_enhance=True, llm_rerank=True)
+
     def usage() -> int:
         with sessions.begin() as session:
             return len(session.execute(select(UsageEvent.event_id).where(UsageEvent.scope_id == scope.scope_id)).all())

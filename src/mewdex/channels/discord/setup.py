@@ -7,9 +7,9 @@ typed by hand can name someone else's application) and binds it to the account, 
 person: the binding's identity is set when someone runs ``/link`` with the account's code (the
 framework's ``POST /api/v1/channels/discord/code``) and confirms it with the button the answer
 carries. One binding holds an application (:data:`~mewdex.channels.bindings.ACCOUNT_KEY`, a unique
-index): of two accounts connecting it at once, the second gets ``channel_identity_taken``. :func:`register_commands` installs ``/meme``,
-``/link`` and the message command "Find a meme for this"; :func:`set_channel` picks the channel
-scheduled memes go to.
+index): of two accounts connecting it at once, the second gets ``channel_identity_taken``.
+:func:`register_commands` installs ``/meme``, ``/link`` and the message command "Find a meme for
+this"; :func:`set_channel` picks the channel scheduled memes go to.
 
 Errors (``ChannelError``): ``channel_config_invalid`` (422: not a bot token, Discord refused it, not a
 channel id), ``channel_identity_taken`` (409: the application is bound to another account),
