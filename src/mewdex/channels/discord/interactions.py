@@ -180,15 +180,16 @@ def _link(session: Session, row: ChannelBinding, person: str, code: str, lang: s
     """``/link``: the code (this account's, unexpired, once; checked before it is used up) links
     ``person`` pending their confirmation (:func:`_confirm_question`)."""
     try:
-        bindings.redeem_bind_code(session, NAME, code[:64], scope_id=row.scope_id)
-        bindings.bind(
-            session,
-            scope_id=row.scope_id,
-            user_id=row.user_id,
-            channel=NAME,
-            identity=identity(row.config["application_id"], person),
-            config={**row.config, "owner_id": person, bindings.PENDING_KEY: True},
-        )
+        with session.begin_nested():  # a link that fails leaves the code as it was
+            bindings.redeem_bind_code(session, NAME, code[:64], scope_id=row.scope_id)
+            bindings.bind(
+                session,
+                scope_id=row.scope_id,
+                user_id=row.user_id,
+                channel=NAME,
+                identity=identity(row.config["application_id"], person),
+                config={**row.config, "owner_id": person, bindings.PENDING_KEY: True},
+            )
     except ChannelError as exc:
         return _message(say(lang, "taken" if exc.code == "channel_identity_taken" else "code_invalid"))
     return _confirm_question(session, row, lang)
