@@ -418,19 +418,91 @@ def _failed(target: Target, exc: Exception, budget: _Deadline) -> EgressError:
     return EgressError("egress_failed", f"request to {target.host} failed: {type(exc).__name__}")
 
 
+class _Bounded(float):
+    """A per-request timeout (seconds) that carries its request's :class:`_Deadline`: httpcore2 hands
+    a request's ``timeout`` extension to every socket connect, read and write of that request (its
+    streamed body included), where :class:`_BoundedBackend` cuts it to what the deadline leaves."""
+
+    deadline: _Deadline
+
+    def __new__(cls, value: float, deadline: _Deadline) -> _Bounded:
+        made = super().__new__(cls, value)
+        made.deadline = deadline
+        return made
+
+
+def _left(timeout: float | None, error: type[Exception]) -> float | None:
+    return timeout.deadline.bound(float(timeout), error) if isinstance(timeout, _Bounded) else timeout
+
+
+def _bounded_backend_class():
+    """An httpcore2 network backend whose sockets honour the deadline a request's timeouts carry."""
+    import httpcore2
+
+    class BoundedStream(httpcore2.NetworkStream):
+        def __init__(self, inner: httpcore2.NetworkStream) -> None:
+            self._inner = inner
+
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            return self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
+
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            self._inner.write(buffer, _left(timeout, httpcore2.WriteTimeout))
+
+        def close(self) -> None:
+            self._inner.close()
+
+        def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+            return BoundedStream(
+                self._inner.start_tls(ssl_context, server_hostname, _left(timeout, httpcore2.ConnectTimeout))
+            )
+
+        def get_extra_info(self, info: str):
+            return self._inner.get_extra_info(info)
+
+    class BoundedBackend(httpcore2.SyncBackend):
+        def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+            inner = super().connect_tcp(
+                host, port, _left(timeout, httpcore2.ConnectTimeout), local_address, socket_options
+            )
+            return BoundedStream(inner)
+
+    return BoundedBackend
+
+
 def _guarded_transport_class():
     """The ``httpx2`` transport SDK clients use (the ``openai`` SDK ≥ 3 speaks ``httpx2``): it checks
     every request like :func:`fetch` (scheme, allow-list, public addresses) and connects to the
-    checked address, with the original ``Host`` and TLS SNI name."""
+    checked address, with the original ``Host`` and TLS SNI name; each request ends by its
+    ``deadline`` (seconds from its start: connects, every read and write, the whole streamed body)."""
+    import httpcore2
     import httpx2
 
     class GuardedTransport(httpx2.HTTPTransport):
+        def __init__(self, deadline: float) -> None:
+            super().__init__(verify=True, trust_env=False)
+            self.deadline = deadline
+            self._pool = httpcore2.ConnectionPool(
+                ssl_context=httpx2.create_ssl_context(verify=True, trust_env=False),
+                max_connections=100,
+                max_keepalive_connections=20,
+                keepalive_expiry=5.0,
+                network_backend=_bounded_backend_class()(),
+            )
+
         def handle_request(self, request):
             target = check_url(str(request.url))
             request.headers["Host"] = (
                 target.host if target.port == _DEFAULT_PORTS[target.scheme] else f"{target.host}:{target.port}"
             )
             request.url = request.url.copy_with(host=target.address, port=target.port)
+            deadline = _Deadline(self.deadline)
+            timeouts = request.extensions.get("timeout") or {}
+            bounded = {
+                k: _Bounded(self.deadline if timeouts.get(k) is None else timeouts[k], deadline)
+                for k in ("connect", "read", "write", "pool")
+            }
+            request.extensions = {**request.extensions, "timeout": bounded}
             if target.scheme == "https":
                 request.extensions = {**request.extensions, "sni_hostname": target.host}
             try:
@@ -443,15 +515,17 @@ def _guarded_transport_class():
     return GuardedTransport
 
 
-def guarded_client(timeout: float = 60.0, connect_timeout: float = 5.0):
+def guarded_client(timeout: float = 60.0, connect_timeout: float = 5.0, deadline: float | None = None):
     """An ``httpx2.Client`` for SDKs (pass it as the ``openai`` SDK's ``http_client=``): every
     request it sends passes the checks of :func:`fetch` (a refused one raises
     :class:`EgressError` out of the SDK call, which the SDK does not retry); no redirects followed,
-    ``trust_env=False``; ``timeout``: read/write seconds."""
+    ``trust_env=False``; ``timeout``: read/write seconds; ``deadline``: the overall seconds of each
+    request, its streamed body included, as :func:`fetch`'s (default: twice ``timeout``, the
+    providers' rule; past it the SDK sees a timeout)."""
     import httpx2
 
     return httpx2.Client(
-        transport=_guarded_transport_class()(verify=True, trust_env=False),
+        transport=_guarded_transport_class()(deadline if deadline is not None else 2 * timeout),
         trust_env=False,
         follow_redirects=False,
         timeout=httpx2.Timeout(timeout, connect=connect_timeout),

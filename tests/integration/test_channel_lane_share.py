@@ -72,3 +72,31 @@ def test_one_scope_takes_only_its_share_of_the_lane(sessions, lane, task_type, p
                 queue.release_slots(session, c.scope_id, c.task_id)
         drop_scope(sessions, busy)
         drop_scope(sessions, quiet)
+
+
+def test_one_accounts_telegram_inline_queries_take_only_its_share(sessions):
+    """Issue 40, finding 10: inline queries (``@bot cat``, one per keystroke) run in lane ``channel``
+    under their sender's account, so one account's burst holds at most its share of the lane."""
+    from mewdex.channels import bindings
+    from mewdex.channels.telegram import inbound as tg
+
+    busy = new_scope(sessions, "t-inline")
+    sender = str(uuid.uuid4().int)[:10]
+    claimed = []
+    try:
+        with sessions.begin() as session:
+            bindings.bind(session, scope_id=busy.scope_id, user_id=None, channel="telegram", identity=sender, config={})
+            for n in range(6):
+                update = {"update_id": n, "inline_query": {"id": f"q-{sender}-{n}", "from": {"id": int(sender)},
+                                                           "query": "cat"[: n % 3 + 1]}}  # fmt: skip
+                assert tg.dispatch(session, update, "mewdex_bot") == "inline_query"
+        for n in range(6):
+            found = _claim(sessions, f"i{n}", "channel")
+            if found is not None:
+                claimed.append(found)
+        assert Counter(c.scope_id for c in claimed if c.task_type == "telegram_inline") == {busy.scope_id: 2}
+    finally:
+        with sessions.begin() as session:
+            for c in claimed:
+                queue.release_slots(session, c.scope_id, c.task_id)
+        drop_scope(sessions, busy)

@@ -16,13 +16,14 @@ import threading
 
 import httpx
 import pytest
+from sqlalchemy import select, text
 
 from conftest import app_for, drain_queue, drop_scope, new_scope, wait_until
 from fakes.discord_server import FakeDiscord, snowflake
 from mewdex.db.models import ChannelDelivery, ScopeContext
 
 SYSTEM = ScopeContext("__system__")
-DEFERRED, DEFERRED_UPDATE, MESSAGE, EPHEMERAL = 5, 6, 4, 64
+DEFERRED, DEFERRED_UPDATE, MESSAGE, UPDATE_MESSAGE, EPHEMERAL = 5, 6, 4, 7, 64
 
 
 class Live:
@@ -88,9 +89,12 @@ def connect(fake, **extra) -> dict:
 
 
 def link(fake, user: str) -> None:
+    """``user`` runs ``/link`` with a new code of the account and confirms it with the button."""
     code = fake.web.post("/api/v1/channels/discord/code").json()
     status, answer = fake.deliver(fake.endpoint, fake.slash(user, "link", code=code["code"]))
-    assert status == 200 and answer["type"] == MESSAGE and "Linked" in answer["data"]["content"], answer
+    assert status == 200 and answer["type"] == MESSAGE and "Yes, link" in json.dumps(answer), answer
+    status, answer = fake.deliver(fake.endpoint, fake.press(user, answer["data"]))
+    assert status == 200 and answer["type"] == UPDATE_MESSAGE and "Linked" in answer["data"]["content"], answer
 
 
 def meme_query(sessions, acct, fake, interaction) -> dict:
@@ -255,3 +259,132 @@ def test_a_token_discord_refuses_and_an_application_another_account_holds(sessio
         assert (taken.status_code, taken.json()["error"]["code"]) == (409, "channel_identity_taken")
     finally:
         drop_scope(sessions, live.scope)
+
+
+def test_a_code_sent_to_another_accounts_application_stays_usable(sessions, discord, live, other_account):
+    """Issue 40, finding 8: a one-time code is used up only by the request allowed to use it — the
+    scope check comes first, so another account's code sent to this application is refused and
+    still links on its own account."""
+    from mewdex.channels import bindings
+
+    fake, person = discord, snowflake()
+    connect(fake)
+    mine = live.scope
+    live.scope = other_account.scope
+    try:
+        theirs = fake.web.post("/api/v1/channels/discord/code").json()["code"]
+    finally:
+        live.scope = mine
+    answer = fake.deliver(fake.endpoint, fake.slash(person, "link", code=theirs))[1]
+    assert "not for this app" in answer["data"]["content"], answer
+    assert fake.web.get("/api/v1/channels/discord").json()["linked"] is False
+    with sessions.begin() as session:  # the code's own account can still use it
+        used = bindings.redeem_bind_code(session, "discord", theirs, scope_id=other_account.scope.scope_id)
+        assert used.scope_id == other_account.scope.scope_id
+
+
+def test_link_waits_for_the_persons_press(sessions, account, discord):
+    """Issue 40, finding 8: ``/link`` asks, as every channel does; until the person who ran it presses
+    "Yes, link" nothing comes from the library, and nobody else's press confirms it."""
+    fake, person, stranger = discord, snowflake(), snowflake()
+    connect(fake)
+    code = fake.web.post("/api/v1/channels/discord/code").json()["code"]
+    status, question = fake.deliver(fake.endpoint, fake.slash(person, "link", code=code))
+    assert status == 200 and question["data"]["flags"] == EPHEMERAL
+    assert "@example.com" in question["data"]["content"], "the question names the account"
+    assert fake.web.get("/api/v1/channels/discord").json()["linked"] is False
+    again = fake.deliver(fake.endpoint, fake.slash(person, "meme", query="cat"))[1]
+    assert again["type"] == MESSAGE and "Yes, link" in json.dumps(again), "unconfirmed: asked again, no search"
+    drain(sessions, account)
+    assert not [e for e in fake.sent if e["files"]], "nothing from the library before the press"
+    other = fake.deliver(fake.endpoint, fake.press(stranger, question["data"]))[1]
+    assert other["type"] == MESSAGE and "not linked" in other["data"]["content"]
+    assert fake.web.get("/api/v1/channels/discord").json()["linked"] is False, "a stranger's press confirms nothing"
+    confirmed = fake.deliver(fake.endpoint, fake.press(person, question["data"]))[1]
+    assert confirmed["type"] == UPDATE_MESSAGE and "Linked" in confirmed["data"]["content"]
+    assert fake.web.get("/api/v1/channels/discord").json()["linked"] is True
+    edit = meme_query(sessions, account, fake, fake.slash(person, "meme", query="cat"))
+    assert edit["files"], "linked and confirmed: the library answers"
+
+
+def test_two_accounts_connecting_one_application_at_once(sessions, account, other_account, discord):
+    """Issue 40, finding 8: an application belongs to one binding. Two accounts connecting it at the
+    same moment both passed the check before; now the unique index decides and the second gets
+    ``channel_identity_taken`` (not a 500, not a second binding)."""
+    from mewdex.channels.discord import setup
+    from mewdex.channels.errors import ChannelError
+
+    fake = discord
+    first = sessions()
+    first.begin()
+    setup.connect(first, scope_id=account.scope.scope_id, user_id=account.user_id, bot_token=fake.bot_token)
+    outcome: dict = {}
+
+    def second() -> None:
+        try:
+            with sessions.begin() as session:
+                setup.connect(
+                    session,
+                    scope_id=other_account.scope.scope_id,
+                    user_id=other_account.user_id,
+                    bot_token=fake.bot_token,
+                )
+            outcome["result"] = "connected"
+        except ChannelError as exc:
+            outcome["result"] = exc.code
+        except Exception as exc:  # noqa: BLE001 — the old failure: an IntegrityError or a second binding
+            outcome["result"] = type(exc).__name__
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    thread.join(timeout=3)  # it waits on the first's uncommitted row (or, before the fix, just passes)
+    first.commit()
+    first.close()
+    thread.join(timeout=30)
+    assert outcome["result"] == "channel_identity_taken", outcome
+    with sessions.begin() as session:
+        holders = (
+            session.execute(
+                text(
+                    "SELECT scope_id FROM channel_bindings WHERE channel = 'discord' AND status = 'active'"
+                    " AND config ->> 'application_id' = :a"
+                ),
+                {"a": fake.application_id},
+            )
+            .scalars()
+            .all()
+        )
+    assert holders == [account.scope.scope_id]
+
+
+def test_a_waiting_interaction_token_is_rotated_with_the_other_secrets(sessions, account, discord):
+    """Issue 40, finding 10: a deferred interaction's token rides sealed in its task's payload, a field
+    of the sealed-field registry: ``mewdex secrets rotate`` while it waits re-seals it, the old key is
+    dropped, and the answer still reaches Discord."""
+    from mewdex.db.models import Task
+    from mewdex.providers import sealed_fields, secrets
+
+    fake, owner = discord, snowflake()
+    connect(fake)
+    link(fake, owner)
+    waiting = fake.slash(owner, "meme", query="cat")
+    assert fake.deliver(fake.endpoint, waiting)[1]["type"] == DEFERRED
+    old_kid = secrets.active_key_id()
+
+    def sealed_kid() -> str:
+        with sessions.begin() as session:
+            payload = session.execute(
+                select(Task.payload).where(
+                    Task.scope_id == account.scope.scope_id, Task.task_type == "discord_interaction"
+                )
+            ).scalar_one()
+        return payload["token"]["kid"]
+
+    assert sealed_kid() == old_kid
+    result = sealed_fields.rotate(sessions)
+    assert sealed_kid() == result["active"] != old_kid
+    assert old_kid not in secrets.ring_key_ids(), "nothing references the old key: dropped"
+    drain(sessions, account)
+    [edit] = fake.answers(waiting["token"])
+    assert edit["kind"] == "edit" and edit["files"], "the re-sealed token still answers"
+    assert waiting["token"] not in json.dumps(sealed_fields.status(sessions))

@@ -278,6 +278,43 @@ def test_webhook_mode_registers_the_secret_and_checks_it(sessions, account, tele
     assert tg.ensure_mode(sessions) == "polling" and telegram.webhook is None
 
 
+def test_a_replayed_webhook_update_is_answered_200_and_dropped(sessions, account, telegram, settings_env):
+    """Issue 40, finding 10: the webhook remembers each bot's ``update_id``s, so an update sent again
+    (a captured request with its secret header) is answered 200 — Telegram would resend a refused one —
+    and does nothing; a new update still works."""
+    from mewdex.channels.telegram import inbound as tg
+
+    settings_env(MEWDEX_PUBLIC_URL="https://memes.example.org")
+    assert tg.ensure_mode(sessions) == "webhook"
+    headers = {"Host": "memes.example.org", tg.SECRET_HEADER: telegram.webhook["secret_token"]}
+    uid = new_user_id()
+
+    def update(update_id: int, message_id: int) -> dict:
+        chat = {"id": uid, "type": "private"}
+        return {"update_id": update_id, "message": {"message_id": message_id, "from": {"id": uid}, "chat": chat,
+                                                    "text": "cat"}}  # fmt: skip
+
+    try:
+        with client_for(None) as client:
+            first = client.post("/channels/telegram/webhook", json=update(7, 70), headers=headers)
+            assert first.status_code == 200 and first.json()["queued"] == "message"
+            drain(sessions, account)
+            assert len(telegram.sent_to(uid)) == 1
+            again = client.post("/channels/telegram/webhook", json=update(7, 70), headers=headers)
+            assert again.status_code == 200 and again.json()["queued"] == "replayed", again.text
+            drain(sessions, account)
+            assert len(telegram.sent_to(uid)) == 1, "the replayed update was answered again"
+            fresh = client.post("/channels/telegram/webhook", json=update(8, 71), headers=headers)
+            assert fresh.status_code == 200 and fresh.json()["queued"] == "message"
+            no_id = client.post("/channels/telegram/webhook", json={"message": {}}, headers=headers)
+            assert (no_id.status_code, no_id.json()["error"]["code"]) == (422, "invalid_request")
+        drain(sessions, account)
+        assert len(telegram.sent_to(uid)) == 2
+    finally:
+        settings_env(MEWDEX_PUBLIC_URL="")
+        tg.ensure_mode(sessions)
+
+
 def test_the_fake_speaks_the_bot_api_to_python_telegram_bot(telegram):
     telegram_lib = pytest.importorskip("telegram")
 

@@ -335,3 +335,56 @@ def test_a_re_analysed_meme_gets_fresh_remote_vectors_under_its_new_hash(world, 
                     assert np.allclose(np.asarray(row.embedding), words(row.semantic_document), atol=1e-5)
     for query, meme_id in (("walrus tuba", during), ("okapi saxophone", after)):
         assert _search(sessions, scope, query, legs=("remote",)).results[0].id == str(meme_id)
+
+
+def test_a_guests_turn_runs_no_metered_step(world, sessions):
+    """Issue 40, finding 10: guests never spend the owner's budget. With query rewriting and rerank on,
+    the owner's search calls the model; a guest's turn in the same chat (what ``channels.inbound``
+    runs for someone other than the binding's owner) answers from the plain legs: no call reaches the
+    provider and nothing is metered."""
+    from mewdex.assistant import chat, conversations
+    from mewdex.db.models import UsageEvent
+
+    fake, scope = world["fake"], world["scope"]
+    _policy(sessions, scope, llm_enhance=True, llm_rerank=True)
+
+    def usage() -> int:
+        with sessions.begin() as session:
+            return len(session.execute(select(UsageEvent.event_id).where(UsageEvent.scope_id == scope.scope_id)).all())
+
+    before = usage()
+    with sessions.begin() as session:
+        cid = conversations.create(session, scope, name="QQ", channel="onebot").conversation_id
+    for text_ in ("grumpy cat", "cat", "submarine volcano"):
+        result = chat.post(sessions, scope, cid, text_, guest=True)
+        assert result["reply"] is not None and result["reply"]["memes"], result
+    assert fake.requests == [], "a guest's turn called the owner's provider"
+    assert usage() == before, "a guest's turn was metered to the owner"
+    # The same steps are on for the owner: their search calls the model (and is metered).
+    fake.script(Reply.json({"zh": [], "en": ["grumpy cat"], "keywords": []}), Reply.json({"order": [1]}))
+    _search(sessions, scope, "grumpy feline")
+    assert fake.chat_requests(), "the owner's search runs the steps"
+
+
+def test_an_sdk_call_has_an_overall_deadline_streaming_included(world, sessions):
+    """Issue 40, finding 10: a model that trickles its streamed answer (a chunk every 0.3 s, each well
+    inside the 1 s read timeout, 12 s in all) is cut at the call's deadline (twice the timeout, as
+    for every provider call), and the SDK call fails as a timeout instead of running on."""
+    import openai
+
+    from mewdex.providers import openai_compat
+
+    fake, scope = world["fake"], world["scope"]
+    with sessions.begin() as session:
+        model = openai_compat.chat_client(session, scope, "chat", timeout=1.0, max_retries=0)
+    fake.script(Reply.text("x" * 40, chunk_chars=1, chunk_delay=0.3))
+    started, got = time.monotonic(), []
+    with model, pytest.raises(openai.APITimeoutError):
+        stream = model.client.chat.completions.create(
+            model=model.model, messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        for chunk in stream:
+            got.extend(c.delta.content or "" for c in chunk.choices)
+    took = time.monotonic() - started
+    assert took < 5.0, f"the call ran {took:.1f} s past its 2 s deadline"
+    assert 0 < len(got) < 40, "it was cut mid-stream"

@@ -203,8 +203,8 @@ def test_every_module_that_seals_is_covered_by_the_registry():
         for path in root.rglob("*.py")
         if "secrets.seal(" in path.read_text() and path.name not in ("secrets.py", "sealed_fields.py")
     )
-    # channels/discord/interactions.py seals no column: an interaction token rides sealed in a task's
-    # payload for its 15 minutes (a key dropped meanwhile ends that answer, nothing else).
+    # channels/discord/interactions.py seals a waiting interaction's token in its task's payload
+    # (sealed_fields.SEALED_TASK_PAYLOADS: the registry's tasks.payload column).
     assert sealing == [
         "channels/bindings.py",
         "channels/discord/interactions.py",

@@ -69,16 +69,17 @@ def parse(session: Session, scope: ScopeContext, text: str) -> tuple[chat_query.
 
 
 def search_ids(
-    sessions: sessionmaker[Session], scope: ScopeContext, text: str, *, n: int = RESULT_LIST
+    sessions: sessionmaker[Session], scope: ScopeContext, text: str, *, n: int = RESULT_LIST, guest: bool = False
 ) -> tuple[str, list[SearchHit]]:
     """The query read from a chat message and the memes it finds (best first). Short transactions:
-    the search's legs take connections of their own, so none is held while they run."""
+    the search's legs take connections of their own, so none is held while they run. ``guest``: a
+    guest's turn runs no metered step (``search(metered=False)``): guests never spend the owner's budget."""
     with sessions.begin() as session:
         parsed, filters = parse(session, scope, text)
     with sessions.begin() as session:  # no connection is checked out until the legs are done
         if parsed.query:
             return parsed.query, search_service.search(
-                session, scope, parsed.query[:500], n, filters=filters, skip_rejected=True
+                session, scope, parsed.query[:500], n, filters=filters, skip_rejected=True, metered=not guest
             ).results
         # Only filters ("来个动图", a collection's name): the newest memes that pass them.
         memes = (
@@ -146,8 +147,9 @@ def answer(
 ) -> Reply:
     """The retrieval-only reply to ``text`` (and ``image``: a search by image, with the text's filters),
     in ``lang`` (``en``/``zh``: the page's language; None: the message's). ``guest``: a turn of
-    someone other than the chat binding's owner: it pages through the guests' lists and teaches the
-    owner's search nothing (no kept/rejected feedback). When no result of a text
+    someone other than the chat binding's owner: it pages through the guests' lists, teaches the
+    owner's search nothing (no kept/rejected feedback) and runs no metered step (no provider call:
+    the owner's budget is never a guest's). When no result of a text
     search is a strong match (:func:`mewdex.search.confidence.strong_match`) the reply says so and
     what would help, instead of presenting the closest memes as found.
 
@@ -190,7 +192,7 @@ def answer(
         asked_again = state is not None and _same_request(str(state.get("query") or ""), text)
         if state is not None and not asked_again and not guest:  # the same request again: it was not what was wanted
             learn_from_last_page(session, scope, state, "kept")
-    query, hits = search_ids(sessions, scope, text)
+    query, hits = search_ids(sessions, scope, text, guest=guest)
     none = t("none", q=query or text.strip())
     levels = [h.confidence for h in hits]
     if query and (not hits or (None not in levels and not strong_match(levels))):

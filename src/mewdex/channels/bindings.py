@@ -14,6 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from mewdex.assistant import conversations
@@ -25,6 +26,12 @@ from mewdex.providers import sealed_fields, secrets
 
 BIND_CODE_TTL_SECONDS = 15 * 60
 PENDING_KEY = "pending_confirmation"
+#: The config key naming the outside account a binding holds when the account brings its own (a
+#: Discord application id): one active binding per channel holds it (unique index
+#: ``uq_channel_bindings_active_account``), as one holds an identity (``uq_channel_bindings_active_identity``).
+ACCOUNT_KEY = "account_id"
+#: The unique indexes whose violation means "another account holds this outside identity".
+_HELD_ELSEWHERE = ("uq_channel_bindings_active_identity", "uq_channel_bindings_active_account")
 TITLES = {"telegram": "Telegram", "webhook": "Webhook", "onebot": "QQ", "wecom": "WeCom", "clawbot": "WeChat"}
 
 
@@ -174,7 +181,10 @@ def bind(
 ) -> ChannelBinding:
     """Create or re-activate the scope's binding to ``channel`` with ``identity`` and ``config``
     (secret fields sealed here; the standing conversation id of an earlier binding is kept).
-    ``channel_identity_taken`` (409) when that identity is actively bound to another scope."""
+    ``channel_identity_taken`` (409) when that identity, or the outside account ``config`` names
+    (:data:`ACCOUNT_KEY`), is actively bound to another scope — also for the loser of two accounts
+    binding it at once: the unique indexes decide, under a savepoint, so the loser gets this error and
+    its transaction stays usable (nothing of the attempt is kept)."""
     if identity is not None:
         other = find_by_identity(session, channel, identity)
         if other is not None and other.scope_id != scope_id:
@@ -182,18 +192,24 @@ def bind(
                 raise ChannelError("channel_identity_taken", f"this {channel} chat is bound to another account")
             other.status, other.revoked_at = "revoked", utcnow()  # never confirmed: it holds nothing
             session.flush()
-    row = get(session, scope_id, channel, lock=True)
-    if row is None:
-        row = ChannelBinding(scope_id=scope_id, channel=channel, user_id=user_id, config={})
-        session.add(row)
-    kept = {k: v for k, v in (row.config or {}).items() if k == "chat_task_id"}
-    row.config = seal_config(scope_id, channel, {**kept, **config})
-    row.identity = identity
-    row.user_id = user_id
-    row.status = "active"
-    row.revoked_at = None
-    row.updated_at = utcnow()
-    session.flush()
+    try:
+        with session.begin_nested():
+            row = get(session, scope_id, channel, lock=True)
+            if row is None:
+                row = ChannelBinding(scope_id=scope_id, channel=channel, user_id=user_id, config={})
+                session.add(row)
+            kept = {k: v for k, v in (row.config or {}).items() if k == "chat_task_id"}
+            row.config = seal_config(scope_id, channel, {**kept, **config})
+            row.identity = identity
+            row.user_id = user_id
+            row.status = "active"
+            row.revoked_at = None
+            row.updated_at = utcnow()
+            session.flush()
+    except IntegrityError as exc:
+        if getattr(getattr(exc.orig, "diag", None), "constraint_name", None) not in _HELD_ELSEWHERE:
+            raise
+        raise ChannelError("channel_identity_taken", f"this {channel} account is bound to another account") from None
     return row
 
 
@@ -264,15 +280,38 @@ def issue_bind_code(session: Session, *, scope_id: str, user_id: UUID | None, ch
     return {"code": code, "expires_in": BIND_CODE_TTL_SECONDS}
 
 
-def redeem_bind_code(session: Session, channel: str, code: str) -> ChannelBindCode:
-    """Use up ``code`` (row-locked; once only). ``bind_code_invalid`` (404) for an unknown, used,
-    expired or other-channel code."""
+def _use(session: Session, code_hash: str, channel: str, scope_id: str | None) -> ChannelBindCode | None:
+    """The one checked consume of a one-time code: the row is locked, then every check is made —
+    ``channel``, unused, unexpired, the account it must belong to (``scope_id``, when the caller
+    already knows which account may use it), that account's owner enabled — and only then is it
+    marked used. A code that fails a check is left as it was (None): a request that may not use a
+    code never uses it up."""
+    from mewdex.platform import owners
+
     row = session.execute(
-        select(ChannelBindCode).where(ChannelBindCode.code_sha256 == _code_hash(code)).with_for_update()
+        select(ChannelBindCode).where(ChannelBindCode.code_sha256 == code_hash).with_for_update()
     ).scalar_one_or_none()
-    if row is None or row.channel != channel or row.used_at is not None or row.expires_at <= utcnow():
-        raise ChannelError("bind_code_invalid", "the bind code is unknown, used or expired")
+    if (
+        row is None
+        or row.channel != channel
+        or row.used_at is not None
+        or row.expires_at <= utcnow()
+        or (scope_id is not None and row.scope_id != scope_id)
+        or not owners.owner_active(session, row.scope_id)
+    ):
+        return None
     row.used_at = utcnow()
+    return row
+
+
+def redeem_bind_code(session: Session, channel: str, code: str, *, scope_id: str | None = None) -> ChannelBindCode:
+    """Use up ``code`` (:func:`_use`: checked first, then used, under its row lock; once only).
+    ``scope_id``: the account the code must belong to (a Discord application's: a code of another
+    account is refused and stays usable). ``bind_code_invalid`` (404) for an unknown, used, expired,
+    other-channel or other-account code, or one whose account is disabled."""
+    row = _use(session, _code_hash(code), channel, scope_id)
+    if row is None:
+        raise ChannelError("bind_code_invalid", "the bind code is unknown, used or expired")
     return row
 
 
@@ -292,7 +331,7 @@ def issue_login(session: Session, *, scope_id: str, user_id: UUID | None, channe
 
 def login_started_by(session: Session, *, scope_id: str, channel: str, login_id: str) -> bool:
     """Whether ``scope_id`` started the platform login ``login_id`` (:func:`issue_login`), unexpired
-    and not yet completed."""
+    and not yet completed (a read; completing it is :func:`finish_login`)."""
     row = session.get(ChannelBindCode, _code_hash("login:" + login_id))
     return (
         row is not None
@@ -303,11 +342,12 @@ def login_started_by(session: Session, *, scope_id: str, channel: str, login_id:
     )
 
 
-def finish_login(session: Session, *, channel: str, login_id: str) -> None:
-    """Mark the platform login ``login_id`` completed (a second poll finds nothing)."""
-    row = session.get(ChannelBindCode, _code_hash("login:" + login_id), with_for_update=True)
-    if row is not None and row.channel == channel:
-        row.used_at = utcnow()
+def finish_login(session: Session, *, scope_id: str, channel: str, login_id: str) -> None:
+    """Complete the platform login ``login_id`` for ``scope_id`` through the same checked consume
+    as a bind code (:func:`_use`): only its starter, once, unexpired. ``not_found`` (404) otherwise
+    (another account's, finished, or expired login: nothing is bound)."""
+    if _use(session, _code_hash("login:" + login_id), channel, scope_id) is None:
+        raise ChannelError("not_found", "no such login")
 
 
 # ------------------------------------------------------------------ the standing conversation

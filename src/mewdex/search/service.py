@@ -90,6 +90,7 @@ def search(
     fold_variants: bool = False,
     learn: bool = True,
     skip_rejected: bool = False,
+    metered: bool = True,
 ) -> SearchResponse:
     """Search the scope for ``query`` (1–500 chars); ``legs`` picks the legs (default all, fused).
     ``fold_variants`` keeps only the best-ranked meme of each template group ("show 1 per template",
@@ -100,6 +101,10 @@ def search(
     caller's ``session`` while the other legs run, and is off for a scope with learning off. A meme
     rejected for this meaning is left out, except a strong lexical match, which keeps its place;
     ``skip_rejected`` leaves those out too (the assistant choosing for a person who said "another").
+
+    ``metered``: False runs none of the optional steps (:mod:`mewdex.search.steps`: query rewriting,
+    rerank, extra legs), which call the scope owner's providers and spend its budget — the search of
+    a guest in a chat (someone other than the binding's owner), who never spends it.
 
     ``filters`` narrow every leg inside its SQL (so a kept meme ranks as it would among all, and
     a filter never empties a page that has matches further down); ``offset`` skips that many of
@@ -116,8 +121,9 @@ def search(
         raise Overloaded(message="too many searches at once; try again in a moment", headers={"Retry-After": "1"})
     try:
         return _search(
-            session, scope, query, n_results, legs, executor, filters, offset, fold_variants, learn, skip_rejected
-        )
+            session, scope, query, n_results, legs, executor, filters, offset, fold_variants, learn, skip_rejected,
+            metered,
+        )  # fmt: skip
     finally:
         gate.release()
 
@@ -134,6 +140,7 @@ def _search(
     fold_variants: bool = False,
     learn: bool = True,
     skip_rejected: bool = False,
+    metered: bool = True,
 ) -> SearchResponse:
     started = time.perf_counter()
     query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
@@ -142,7 +149,8 @@ def _search(
     embed_queries(session, scope.scope_id, cleaned, legs)
     futures = {leg: executor.submit(_run_leg, leg, scope.scope_id, cleaned, filters) for leg in legs}
     # Optional steps (issue 15): rewritten queries through the same legs, extra legs (remote embeddings).
-    futures |= steps.submit_extra(executor, _run_leg, scope, query, legs, LEGS, filters, CANDIDATES)
+    if metered:
+        futures |= steps.submit_extra(executor, _run_leg, scope, query, legs, LEGS, filters, CANDIDATES)
     fb = _feedback_leg(session, scope.scope_id, query, cleaned, filters) if learn else None
     rankings: dict[str, list[UUID]] = {}
     degraded: list[str] = []
@@ -170,7 +178,8 @@ def _search(
     # rest, by fused score.
     first = phrase | ({m for m in fb.exact if fb.net.get(m, 0.0) > 0} if fb is not None else set())
     ranked = sorted((m for m in scores if m not in dropped), key=lambda m: (m not in first, -scores[m]))
-    ranked = steps.rerank(executor, scope, query, ranked)  # optional LLM rerank
+    if metered:
+        ranked = steps.rerank(executor, scope, query, ranked)  # optional LLM rerank
     if fold_variants:
         ranked = variants.fold(ranked, variants.template_groups(session, scope.scope_id))
     ordered = ranked[offset : offset + n_results]

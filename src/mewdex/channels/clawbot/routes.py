@@ -65,9 +65,10 @@ def router(web: WebKit) -> APIRouter:
 
         def bind() -> dict:
             with get_sessionmaker().begin() as session:
+                # The login is used up first (checked: only its starter, once), then the person bound.
+                bindings.finish_login(session, scope_id=scope.scope_id, channel=NAME, login_id=qrcode)
                 user_id = bindings.owner_user_id(session, scope.scope_id)
                 row = setup.complete_login(session, scope_id=scope.scope_id, user_id=user_id, status=status)
-                bindings.finish_login(session, channel=NAME, login_id=qrcode)
                 return bindings.api_view(row)
 
         return {"status": "confirmed", "binding": await run_in_threadpool(bind)}

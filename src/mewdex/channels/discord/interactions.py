@@ -14,8 +14,13 @@ id a field of the payload names. Answers (interaction types 1 PING, 2 APPLICATIO
 MESSAGE_COMPONENT):
 
 - PING → ``{"type": 1}`` (PONG);
-- ``/link code:<code>`` → the person becomes the binding's (the code must be this account's), an
-  ephemeral message (type 4, flags 64) says so;
+- ``/link code:<code>`` → the code is checked (this account's, unexpired, unused) before it is used
+  up (:func:`mewdex.channels.bindings.redeem_bind_code`: a code of another account stays usable),
+  and the person's link waits for their confirmation, as every channel's does
+  (:func:`mewdex.channels.bindings.pending`): an ephemeral message (type 4, flags 64) names the
+  account and carries a "Yes, link" button (``custom_id`` ``link:confirm``); only that person's
+  press puts the link in force (type 7 UPDATE_MESSAGE says so). Until then the link answers
+  nothing from the library;
 - a person not linked → the ephemeral how-to-link reply (:func:`texts`), nothing else; a disabled
   owner's application → an ephemeral "not available", nothing from the library;
 - ``/meme query:<text>`` and the message command "Find a meme for this" (command type 3: the
@@ -26,9 +31,9 @@ MESSAGE_COMPONENT):
 - "Another" → type 6 (DEFERRED_UPDATE_MESSAGE) and the task edits that message to the next meme;
   when there is none, an ephemeral follow-up (``POST /webhooks/{app}/{token}``) says so.
 
-The interaction token (valid 15 minutes) travels sealed in the task's payload (no rotation walks
-payloads: a key dropped within those minutes leaves that one interaction unanswered) and is never
-logged.
+The interaction token (valid 15 minutes) travels sealed in the task's payload, a field of the
+sealed-field registry (:data:`mewdex.providers.sealed_fields.SEALED_TASK_PAYLOADS`): ``mewdex secrets
+rotate`` re-seals a waiting one, so it still opens after the old key is dropped. It is never logged.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from mewdex.db.models import ChannelBinding, ScopeContext
 from mewdex.dto.i18n import translate
 from mewdex.library import memes
 from mewdex.platform import owners
-from mewdex.providers import secrets
+from mewdex.providers import sealed_fields, secrets
 from mewdex.queue import registry
 from mewdex.queue.registry import RetryPolicy, TaskContext, TaskError, task_type
 
@@ -63,13 +68,14 @@ TASK_TYPE = "discord_interaction"
 EPHEMERAL = 64
 PING, COMMAND, COMPONENT = 1, 2, 3
 CHAT_INPUT, MESSAGE_COMMAND = 1, 3
-PONG, MESSAGE, DEFERRED, DEFERRED_UPDATE = 1, 4, 5, 6
+PONG, MESSAGE, DEFERRED, DEFERRED_UPDATE, UPDATE_MESSAGE = 1, 4, 5, 6, 7
 MEME_COMMAND, LINK_COMMAND, CONTEXT_COMMAND = "meme", "link", "Find a meme for this"
 ANOTHER = "another"
+CONFIRM_LINK = "link:confirm"
 MAX_QUERY = 200
 MAX_RESULTS = 50  # how far "Another" pages (the search's result list)
 CUSTOM_ID_MAX = 100
-TOKEN_AAD = "discord:interaction-token"
+TOKEN_AAD = sealed_fields.task_payload_aad(TASK_TYPE, "token")
 
 
 def language_of(locale: str | None) -> str:
@@ -171,22 +177,37 @@ def _parse_another(custom_id: str) -> tuple[int, str] | None:
 
 
 def _link(session: Session, row: ChannelBinding, person: str, code: str, lang: str) -> dict[str, Any]:
-    """``/link``: the code (this account's, unexpired, once) makes ``person`` the binding's."""
+    """``/link``: the code (this account's, unexpired, once; checked before it is used up) links
+    ``person`` pending their confirmation (:func:`_confirm_question`)."""
     try:
-        used = bindings.redeem_bind_code(session, NAME, code[:64])
-        if used.scope_id != row.scope_id:
-            raise ChannelError("bind_code_invalid", "the code belongs to another account")
-        bindings.bind(
-            session,
-            scope_id=row.scope_id,
-            user_id=row.user_id,
-            channel=NAME,
-            identity=identity(row.config["application_id"], person),
-            config={**row.config, "owner_id": person},
-        )
+        with session.begin_nested():  # a link that fails leaves the code as it was
+            bindings.redeem_bind_code(session, NAME, code[:64], scope_id=row.scope_id)
+            bindings.bind(
+                session,
+                scope_id=row.scope_id,
+                user_id=row.user_id,
+                channel=NAME,
+                identity=identity(row.config["application_id"], person),
+                config={**row.config, "owner_id": person, bindings.PENDING_KEY: True},
+            )
     except ChannelError as exc:
         return _message(say(lang, "taken" if exc.code == "channel_identity_taken" else "code_invalid"))
-    return _message(say(lang, "linked", account=inbound.account_label(session, row.scope_id, lang)))
+    return _confirm_question(session, row, lang)
+
+
+def _confirm_question(session: Session, row: ChannelBinding, lang: str) -> dict[str, Any]:
+    """The ephemeral "Link your Discord account to mewdex account …?" with its "Yes, link" button."""
+    answer = _message(say(lang, "confirm", account=inbound.account_label(session, row.scope_id, lang)))
+    button = {"type": 2, "style": 3, "label": say(lang, "confirm_button"), "custom_id": CONFIRM_LINK}
+    answer["data"]["components"] = [{"type": 1, "components": [button]}]
+    return answer
+
+
+def _confirmed(session: Session, row: ChannelBinding, lang: str) -> dict[str, Any]:
+    """The linked person pressed "Yes, link": the link is in force; the question becomes the answer."""
+    bindings.confirm(session, row)
+    text = say(lang, "linked", account=inbound.account_label(session, row.scope_id, lang))
+    return {"type": UPDATE_MESSAGE, "data": {"content": text, "components": [], "allowed_mentions": {}}}
 
 
 def accept(
@@ -221,6 +242,10 @@ def accept(
         return _link(session, row, person, _option(data, "code"), lang)
     if row.identity != identity(application_id, person):
         return _message(say(lang, "help"))
+    if bindings.pending(row):  # linked by /link, not yet confirmed by its person's press
+        if kind == COMPONENT and data.get("custom_id") == CONFIRM_LINK:
+            return _confirmed(session, row, lang)
+        return _confirm_question(session, row, lang)
     if kind == COMPONENT:
         parsed = _parse_another(str(data.get("custom_id") or ""))
         if parsed is None:
@@ -275,6 +300,7 @@ def _still_linked(sessions: sessionmaker[Session], scope_id: str, application_id
             and row.status == "active"
             and (row.config or {}).get("application_id") == application_id
             and row.identity == identity(application_id, person)
+            and not bindings.pending(row)
             and owners.owner_active(session, scope_id)
         )
 

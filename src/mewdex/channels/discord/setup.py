@@ -5,9 +5,11 @@ Token). :func:`connect` takes the bot token, asks Discord which application it b
 (``GET /applications/@me``: ``id`` and ``verify_key``, the interactions' public key — so nothing
 typed by hand can name someone else's application) and binds it to the account, pending the
 person: the binding's identity is set when someone runs ``/link`` with the account's code (the
-framework's ``POST /api/v1/channels/discord/code``). :func:`register_commands` installs ``/meme``,
-``/link`` and the message command "Find a meme for this"; :func:`set_channel` picks the channel
-scheduled memes go to.
+framework's ``POST /api/v1/channels/discord/code``) and confirms it with the button the answer
+carries. One binding holds an application (:data:`~mewdex.channels.bindings.ACCOUNT_KEY`, a unique
+index): of two accounts connecting it at once, the second gets ``channel_identity_taken``.
+:func:`register_commands` installs ``/meme``, ``/link`` and the message command "Find a meme for
+this"; :func:`set_channel` picks the channel scheduled memes go to.
 
 Errors (``ChannelError``): ``channel_config_invalid`` (422: not a bot token, Discord refused it, not a
 channel id), ``channel_identity_taken`` (409: the application is bound to another account),
@@ -102,6 +104,7 @@ def connect(
     old = dict(current.config or {}) if same and current is not None else {}
     config = {
         "application_id": application_id,
+        bindings.ACCOUNT_KEY: application_id,  # one binding holds an application (unique index)
         "application_name": str(app.get("name") or "")[:100],
         "public_key": public_key,
         "bot_token": bot_token,
@@ -153,6 +156,6 @@ def status(row: ChannelBinding | None) -> dict[str, Any]:
         "application_id": config.get("application_id"),
         "application_name": config.get("application_name"),
         "commands_registered": bool(config.get("commands_registered")),
-        "linked": bool(row is not None and row.identity),
+        "linked": bool(row is not None and row.identity and not bindings.pending(row)),
         "channel_id": config.get("channel_id"),
     }

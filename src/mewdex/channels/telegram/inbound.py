@@ -12,7 +12,7 @@ from uuid import UUID
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.channels import bindings, inbound, state
+from mewdex.channels import bindings, inbound, replay, state
 from mewdex.channels.base import DeliveryFailed, Inbound, MemeFile
 from mewdex.channels.delivery import LANE
 from mewdex.channels.errors import ChannelError
@@ -90,12 +90,15 @@ def parse_message(message: dict[str, Any], username: str | None) -> Inbound | No
 
 def dispatch(session: Session, update: dict[str, Any], username: str | None) -> str:
     """Queue what ``update`` asks for (an inbound message or an inline query) in the caller's
-    transaction; returns what it was (``message``, ``inline_query``, ``ignored``)."""
+    transaction; returns what it was (``message``, ``inline_query``, ``ignored``). An inline query
+    is queued in its sender's account (the system scope for an unbound sender), so lane ``channel``'s
+    per-account share (``MEWDEX_CHANNEL_SCOPE_CONCURRENCY``) caps what one account's inline queries hold."""
     if isinstance(update.get("inline_query"), dict):
         query = update["inline_query"]
+        row = bindings.find_by_identity(session, NAME, str((query.get("from") or {}).get("id")))
         registry.submit(
             session,
-            scope_id=_ensure_system_scope(session),
+            scope_id=row.scope_id if row is not None else _ensure_system_scope(session),
             task_type="telegram_inline",
             payload={"inline_query": query},
             dedupe_key=f"telegram-inline:{query.get('id')}",
@@ -119,14 +122,24 @@ def _ensure_system_scope(session: Session) -> str:
 
 
 def accept_webhook(session: Session, secret: str | None, update: Any) -> str:
-    """The webhook route's work: check the secret header (constant time), queue the update.
-    Raises ``ChannelError`` ``channel_not_configured`` / ``channel_webhook_secret_invalid`` (401)."""
+    """The webhook route's work: check the secret header (constant time), take each ``update_id``
+    in once per bot (:func:`mewdex.channels.replay.remember`, realm ``telegram:<bot id>``, for the
+    replay window), queue the update. Returns what it was (:func:`dispatch`), or ``replayed``: an
+    update seen before is answered 200 and dropped (Telegram would resend one refused).
+    Raises ``ChannelError`` ``channel_not_configured`` / ``channel_webhook_secret_invalid`` (401) /
+    ``invalid_request`` (422: not an update)."""
     expected = webhook_secret()
     if not secret or not hmac.compare_digest(secret.encode(), expected.encode()):
         raise ChannelError("channel_webhook_secret_invalid", "wrong or missing X-Telegram-Bot-Api-Secret-Token")
-    if not isinstance(update, dict):
-        raise ChannelError("invalid_request", "an update is a JSON object")
-    username = state.bot(session, NAME, bot_id()).username
+    if not isinstance(update, dict) or not isinstance(update.get("update_id"), int):
+        raise ChannelError("invalid_request", "an update is a JSON object with an update_id")
+    bot = bot_id()
+    try:
+        replay.remember(session, f"{NAME}:{bot}", str(update["update_id"]))
+    except ChannelError:
+        log.info("telegram webhook: update %s was received before; dropped", update["update_id"])
+        return "replayed"
+    username = state.bot(session, NAME, bot).username
     return dispatch(session, update, username)
 
 
@@ -274,7 +287,7 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
     return len(results)
 
 
-@task_type("telegram_inline", lane=LANE, retry=RetryPolicy(max_attempts=1))
+@task_type("telegram_inline", lane=LANE, resource_per_scope=True, retry=RetryPolicy(max_attempts=1))
 def telegram_inline(ctx: TaskContext) -> dict[str, Any]:
     """Answer one queued inline query (:func:`answer_inline`); ``{"results": n}``."""
     return {"results": answer_inline(ctx.sessions, ctx.payload["inline_query"])}

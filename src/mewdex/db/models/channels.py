@@ -11,6 +11,8 @@ Seed 004 is the spec for ``channel_bindings``. Deliberate changes:
   WeCom ``wecom_userid``, ClawBot ``user_im_id``); one active binding per ``(channel, identity)``.
   ``config`` keeps the seed's fields (``chat_task_id`` = ``conversations.id`` of the standing
   conversation; secret fields sealed by :mod:`mewdex.providers.secrets`).
+* ``config.account_id``: the outside account a binding holds when the account brings its own (a
+  Discord application id); one active binding per ``(channel, account_id)`` (migration 0023).
 """
 
 from __future__ import annotations
@@ -63,6 +65,13 @@ class ChannelBinding(Base):
             "identity",
             unique=True,
             postgresql_where=sql_text("status = 'active' AND identity IS NOT NULL"),
+        ),
+        Index(
+            "uq_channel_bindings_active_account",
+            "channel",
+            sql_text("(config ->> 'account_id')"),
+            unique=True,
+            postgresql_where=sql_text("status = 'active' AND (config ? 'account_id')"),
         ),
     )
 
