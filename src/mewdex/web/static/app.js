@@ -740,8 +740,42 @@ function byThePerson(event) {
   return event.isTrusted && (!navigator.userActivation || navigator.userActivation.isActive);
 }
 
+// How long a proposal's Upload stays disabled after the page is seen (shown, or back in front after the
+// window was hidden or lost focus): a click aimed at another page (a site that asks for a double click
+// and swaps mewdex in under the pointer between the two) lands on nothing. Browsers' own security
+// prompts wait the same way.
+const PROPOSAL_ARM_MS = 1000;
+
+// Enables ``button`` only after the page has been visible and in front for PROPOSAL_ARM_MS; disables it
+// again whenever the window is hidden or loses focus. Returns the function that stops watching.
+function armWhenSeen(button) {
+  let timer = null;
+  function disarm() {
+    clearTimeout(timer);
+    timer = null;
+    button.disabled = true;
+  }
+  function arm() {
+    disarm();
+    if (document.visibilityState === "visible") timer = setTimeout(() => { button.disabled = false; }, PROPOSAL_ARM_MS);
+  }
+  const onVisibility = () => (document.visibilityState === "visible" ? arm() : disarm());
+  window.addEventListener("blur", disarm);
+  window.addEventListener("focus", arm);
+  document.addEventListener("visibilitychange", onVisibility);
+  arm();
+  return () => {
+    clearTimeout(timer);
+    window.removeEventListener("blur", disarm);
+    window.removeEventListener("focus", arm);
+    document.removeEventListener("visibilitychange", onVisibility);
+    button.disabled = false;
+  };
+}
+
 // Shows the shared files as a proposal (#shared-proposal); ``upload(files)`` runs only when the person
-// presses Upload. Upload and Discard both clear what the service worker holds.
+// presses Upload (a trusted click, once the page has been seen: armWhenSeen). Upload and Discard both
+// clear what the service worker holds.
 function sharedProposal(files, upload) {
   const panel = $("#shared-proposal");
   const list = $("#shared-files");
@@ -777,8 +811,10 @@ function sharedProposal(files, upload) {
   panel.hidden = false;
   const uploadButton = $("[data-action=shared-upload]", panel);
   const discardButton = $("[data-action=shared-discard]", panel);
+  const stopArming = armWhenSeen(uploadButton);
 
   async function settle() {
+    stopArming();
     panel.hidden = true;
     uploadButton.onclick = discardButton.onclick = null;
     urls.forEach((u) => URL.revokeObjectURL(u));
@@ -786,7 +822,7 @@ function sharedProposal(files, upload) {
     try { await caches.delete(SHARED_CACHE); } catch (e) { /* nothing kept, or storage unavailable */ }
   }
   uploadButton.onclick = async (e) => {
-    if (!byThePerson(e)) return;
+    if (!byThePerson(e) || uploadButton.disabled) return;
     await settle();
     upload(files);
   };
