@@ -221,6 +221,7 @@ def test_a_click_meant_for_another_page_uploads_nothing(browser, signed_in_serve
         pg.clock.install()
         pg.clock.pause_at(time.time() * 1000 + 60_000)  # page time stands still until run_for
         arrive(pg, server, url)
+        assert pg.locator("#shared-count").inner_text().startswith("1 file · ")  # one file, not "1 files"
         button = pg.locator("[data-action=shared-upload]")
         box = button.bounding_box()
         assert box is not None

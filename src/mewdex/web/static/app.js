@@ -5,7 +5,10 @@
 
 const M = JSON.parse(document.getElementById("i18n").textContent);
 
+// The message ``key`` with its {placeholders} filled; n === 1 picks ``<key>.one`` where there is one
+// (the rule of dto/i18n.py translate).
 function t(key, vars = {}) {
+  if (vars.n === 1 && M[`${key}.one`] !== undefined) key = `${key}.one`;
   const msg = M[key] ?? key;
   return msg.replace(/\{(\w+)\}/g, (_, k) => (k in vars ? String(vars[k]) : `{${k}}`));
 }
