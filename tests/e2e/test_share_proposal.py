@@ -155,7 +155,10 @@ def installed_app(browser, server, email: str, *, viewport=DESKTOP, locale="en-U
 
 def shared_kept(pg) -> int:
     """How many files the service worker holds for the upload page."""
-    return pg.evaluate("async () => (await (await caches.open('mewdex-shared')).keys()).length")
+    return pg.evaluate(
+        """async () => (await (await caches.open('mewdex-shared')).keys())
+            .filter((r) => new URL(r.url).pathname.startsWith('/shared-files/')).length"""
+    )
 
 
 def arrive(pg, server, url: str) -> None:
@@ -243,6 +246,45 @@ def test_a_click_meant_for_another_page_uploads_nothing(browser, signed_in_serve
         assert "swapped in" in library_names(sessions, account.scope_id)
     finally:
         context.close()
+    assert not errors, errors
+
+
+def test_a_share_left_pending_is_not_shown_to_the_next_account_signed_in(
+    browser, signed_in_server, other_site, sessions
+):
+    """A proposal belongs to the account it was first shown to: someone who shares, leaves it pending and
+    signs out, then another person signs in on the same browser: they see nothing of it, and it is gone."""
+    from mewdex.platform.users import create_user
+
+    server, account = signed_in_server
+    other_email = f"next-{uuid.uuid4().hex[:8]}@example.com"
+    with sessions.begin() as session:
+        other = create_user(session, other_email, PASSWORD, role="user")
+        other_id, other_scope = str(other.user_id), other.scope_id
+    url = other_site([("private holiday.png", "image/png", png_bytes((20, 120, 200)))])
+    context, pg, uploads, errors = installed_app(browser, server, account.email)
+    try:
+        arrive(pg, server, url)
+        assert pg.locator("#shared-files .file-name").all_inner_texts() == ["private holiday.png"]
+        r = context.request.post(
+            server.url + "/api/v1/auth/logout",
+            headers={"X-CSRF-Token": pg.evaluate("() => window.mewdexCsrfToken ? window.mewdexCsrfToken() : ''")},
+        )
+        assert r.status in (200, 204), r.text()
+        r = context.request.post(server.url + "/api/v1/auth/login", data={"email": other_email, "password": PASSWORD})
+        assert r.status == 200, r.text()
+        pg.goto(server.url + "/upload")
+        time.sleep(1.5)
+        assert pg.locator(PROPOSAL).is_hidden()
+        assert "private holiday" not in pg.content()
+        assert shared_kept(pg) == 0
+        assert uploads == []
+        assert library_names(sessions, other_scope) == []
+    finally:
+        context.close()
+        with sessions.begin() as session:
+            session.execute(text("DELETE FROM users WHERE user_id = :u"), {"u": other_id})
+            session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": other_scope})
     assert not errors, errors
 
 

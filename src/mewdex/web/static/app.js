@@ -723,11 +723,22 @@ function fileSize(bytes) {
   return `${(bytes / 1048576).toFixed(1)} MB`;
 }
 
-// The files of the last share, as the service worker keeps them (nothing is removed here).
-async function sharedFiles() {
+const SHARED_OWNER = "/shared-owner";  // in SHARED_CACHE: the account a share was first shown to
+
+// The files of the last share, as the service worker keeps them, for ``account`` (the signed-in
+// account's id, "" with no accounts). A share belongs to the first account it is shown to (whoever
+// shared it signs in to see it): it is marked so here, and for any other account it is dropped unseen,
+// so a proposal left pending on a shared browser never reaches whoever signs in next.
+async function sharedFiles(account) {
   const cache = await caches.open(SHARED_CACHE);
+  const owner = await cache.match(SHARED_OWNER);
+  if (owner && (await owner.text()) !== account) {
+    await caches.delete(SHARED_CACHE);
+    return [];
+  }
   const files = [];
   for (const request of await cache.keys()) {
+    if (new URL(request.url).pathname === SHARED_OWNER) continue;
     const resp = await cache.match(request);
     if (!resp) continue;
     const blob = await resp.blob();
@@ -735,6 +746,7 @@ async function sharedFiles() {
     try { name = decodeURIComponent(resp.headers.get("X-Filename") || "shared"); } catch (e) { /* a malformed name */ }
     files.push(new File([blob], name, {type: blob.type}));
   }
+  if (files.length && !owner) await cache.put(SHARED_OWNER, new Response(account));
   return files;
 }
 
@@ -939,7 +951,8 @@ function uploadPage() {
   // sent them (the share sheet, or a page on another site posting a form to /share-target), so they
   // are a proposal: shown with their names, sizes and thumbnails, uploaded through the normal path
   // only when the person presses Upload (a trusted click with user activation), or discarded. Either
-  // way the service worker's copy is cleared. Proposed files stay until then (a reload shows them again).
+  // way the service worker's copy is cleared. Proposed files stay until then (a reload shows them again),
+  // for the account they were first shown to only (sharedFiles).
   async function receiveShared() {
     const shared = new URLSearchParams(location.search).get("shared");
     if (shared !== null) history.replaceState(null, "", "/upload");
@@ -947,7 +960,7 @@ function uploadPage() {
       if (shared !== null) $("#upload-summary").textContent = t(shared === "failed" ? "js.shared_failed" : "js.shared_unavailable");
       return;
     }
-    const files = await sharedFiles();
+    const files = await sharedFiles($("#shared-proposal").dataset.account || "");
     if (files.length) sharedProposal(files, add);
     else if (shared !== null) $("#upload-summary").textContent = t("js.shared_none");
   }
