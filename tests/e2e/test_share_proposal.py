@@ -3,7 +3,8 @@ serve`` that requires sign-in, with a signed-in person whose installed app's ser
 
 Files posted to ``/share-target`` — by the phone's share sheet, or by a page of another site that
 auto-submits a form there — are shown on the Upload page (thumbnails, names, sizes, count) and
-uploaded only when the person presses Upload; a script's click uploads nothing; Discard uploads
+uploaded only when the person presses Upload; a script's click uploads nothing, nor a real click in
+the first second the page is seen (one aimed at another page); Discard uploads
 nothing and clears what the service worker holds. The library is counted in the database.
 Screenshots of a proposal at 1280 and 375 px in English and Chinese: ``screenshots/share-proposal-*``.
 """
@@ -154,7 +155,10 @@ def installed_app(browser, server, email: str, *, viewport=DESKTOP, locale="en-U
 
 def shared_kept(pg) -> int:
     """How many files the service worker holds for the upload page."""
-    return pg.evaluate("async () => (await (await caches.open('mewdex-shared')).keys()).length")
+    return pg.evaluate(
+        """async () => (await (await caches.open('mewdex-shared')).keys())
+            .filter((r) => new URL(r.url).pathname.startsWith('/shared-files/')).length"""
+    )
 
 
 def arrive(pg, server, url: str) -> None:
@@ -203,6 +207,84 @@ def test_a_page_of_another_site_uploads_nothing_until_the_person_presses_upload(
         assert sorted(set(after) - set(before)) == ["planted one", "planted two"] and len(after) == len(before) + 2
     finally:
         context.close()
+    assert not errors, errors
+
+
+def test_a_click_meant_for_another_page_uploads_nothing(browser, signed_in_server, other_site, sessions):
+    """A site that asks for a double click can swap mewdex in under the pointer between the two clicks
+    (navigating itself, or its opener, to the proposal): that second click is real, but it was aimed at
+    the other page. Upload stays disabled until the page has been seen for a moment (the page's clock is
+    held still here, so the moment never comes until the test lets it pass), and again after the
+    window was in the background."""
+    server, account = signed_in_server
+    before = library_names(sessions, account.scope_id)
+    url = other_site([("swapped in.png", "image/png", png_bytes((120, 20, 160)))])
+    context, pg, uploads, errors = installed_app(browser, server, account.email)
+    try:
+        pg.clock.install()
+        pg.clock.pause_at(time.time() * 1000 + 60_000)  # page time stands still until run_for
+        arrive(pg, server, url)
+        assert pg.locator("#shared-count").inner_text().startswith("1 file · ")  # one file, not "1 files"
+        button = pg.locator("[data-action=shared-upload]")
+        box = button.bounding_box()
+        assert box is not None
+        pg.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # a real click, too soon
+        time.sleep(1.0)
+        assert uploads == [] and pg.locator(PROPOSAL).is_visible()
+        assert library_names(sessions, account.scope_id) == before
+
+        pg.evaluate("() => window.dispatchEvent(new Event('blur'))")  # the window went to the background
+        pg.clock.run_for(500)
+        pg.evaluate("() => window.dispatchEvent(new Event('focus'))")  # and came back: the wait starts again
+        pg.clock.run_for(900)
+        assert button.is_disabled()
+        pg.clock.run_for(200)
+        assert button.is_enabled()
+        button.click()
+        pg.wait_for_function("() => document.querySelectorAll('#upload-list [data-status=created]').length === 1")
+        assert len(uploads) == 1
+        assert "swapped in" in library_names(sessions, account.scope_id)
+    finally:
+        context.close()
+    assert not errors, errors
+
+
+def test_a_share_left_pending_is_not_shown_to_the_next_account_signed_in(
+    browser, signed_in_server, other_site, sessions
+):
+    """A proposal belongs to the account it was first shown to: someone who shares, leaves it pending and
+    signs out, then another person signs in on the same browser: they see nothing of it, and it is gone."""
+    from mewdex.platform.users import create_user
+
+    server, account = signed_in_server
+    other_email = f"next-{uuid.uuid4().hex[:8]}@example.com"
+    with sessions.begin() as session:
+        other = create_user(session, other_email, PASSWORD, role="user")
+        other_id, other_scope = str(other.user_id), other.scope_id
+    url = other_site([("private holiday.png", "image/png", png_bytes((20, 120, 200)))])
+    context, pg, uploads, errors = installed_app(browser, server, account.email)
+    try:
+        arrive(pg, server, url)
+        assert pg.locator("#shared-files .file-name").all_inner_texts() == ["private holiday.png"]
+        r = context.request.post(
+            server.url + "/api/v1/auth/logout",
+            headers={"X-CSRF-Token": pg.evaluate("() => window.mewdexCsrfToken ? window.mewdexCsrfToken() : ''")},
+        )
+        assert r.status in (200, 204), r.text()
+        r = context.request.post(server.url + "/api/v1/auth/login", data={"email": other_email, "password": PASSWORD})
+        assert r.status == 200, r.text()
+        pg.goto(server.url + "/upload")
+        time.sleep(1.5)
+        assert pg.locator(PROPOSAL).is_hidden()
+        assert "private holiday" not in pg.content()
+        assert shared_kept(pg) == 0
+        assert uploads == []
+        assert library_names(sessions, other_scope) == []
+    finally:
+        context.close()
+        with sessions.begin() as session:
+            session.execute(text("DELETE FROM users WHERE user_id = :u"), {"u": other_id})
+            session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": other_scope})
     assert not errors, errors
 
 

@@ -91,12 +91,13 @@ class Folder:
         impostor: bool,
         host: str = "127.0.0.1",
         url_host: str | None = None,
-        hold: bool = False,
+        hold: bool | Path = False,
         user: int | None = None,
         search_answer: dict | None = None,
     ) -> Recorder:
         """Start a recorder on ``host`` (a free port); ``impostor``: its command line is ``mewdex serve``;
-        ``hold``: it keeps the planted record open, as ``mewdex serve`` does; ``user``: run as that uid."""
+        ``hold``: it keeps the planted record open, as ``mewdex serve`` does (a path: that file instead);
+        ``user``: run as that uid."""
         port = _free_port()
         name = f"r{len(self.recorders)}"
         records, ready = self.scratch / f"{name}.jsonl", self.scratch / f"{name}.ready"
@@ -107,8 +108,9 @@ class Folder:
         command = [python, str(program), "serve", "--host", host, "--port", str(port)]
         command += ["--records", str(records), "--ready", str(ready)]
         if hold:
-            self.record.touch()  # filled in place by plant()
-            command += ["--hold", str(self.record)]
+            held = self.record if hold is True else hold
+            held.touch()  # filled in place by plant()
+            command += ["--hold", str(held)]
         if search_answer is not None:
             command += ["--search-answer", json.dumps(search_answer)]
         extra = {"user": user, "group": user, "extra_groups": []} if user is not None else {}
@@ -140,7 +142,9 @@ class Folder:
         path.chmod(0o600)
         return path
 
-    def cli(self, *args: str, stdin: str | None = None, **extra: str) -> subprocess.CompletedProcess:
+    def cli(
+        self, *args: str, stdin: str | None = None, timeout: float = 120, **extra: str
+    ) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEWDEX_")}
         env.update(
             XDG_CONFIG_HOME=str(self.config),
@@ -152,7 +156,13 @@ class Folder:
         )
         env.update(extra)
         return subprocess.run(  # noqa: S603
-            [str(MEWDEX_BIN), *args], cwd=self.root, env=env, input=stdin, capture_output=True, text=True, timeout=120
+            [str(MEWDEX_BIN), *args],
+            cwd=self.root,
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def close(self) -> None:
@@ -296,3 +306,26 @@ def test_login_names_the_url_and_asks_before_sending_a_password_to_another_machi
     assert any(PASSWORD in r["body"] for r in remote.received())
     stored = json.loads((folder.config / "mewdex" / "credentials.json").read_text())["servers"][remote.url]
     assert stored["origin"] == remote.url and stored["token"] == "mdx_planted_token"
+
+
+def test_a_symlinked_record_of_another_data_dirs_mewdex_serve_receives_nothing(folder):
+    """A `mewdex serve` of this user that holds ANOTHER data dir's record, which this data dir's
+    ``serve.json`` links to: the link resolves to a held record, but it is not this data dir's."""
+    other = folder.scratch / "other-data-dir"
+    other.mkdir()
+    impostor = folder.start(impostor=True, hold=other / "serve.json")
+    with (other / "serve.json").open("w") as out:
+        json.dump({"url": impostor.url, "pid": impostor.pid}, out)
+    folder.record.symlink_to(other / "serve.json")
+    folder.store_token(impostor.url)
+    _attempt_everything(folder, "it is not a record `mewdex serve` wrote")
+
+
+def test_a_record_that_is_a_fifo_does_not_hang_the_cli(folder):
+    """A ``serve.json`` that is a named pipe (an unpacked archive can hold one) is no record: the CLI
+    does not wait for a writer that never comes."""
+    os.mkfifo(folder.record)
+    login = folder.cli("login", "me@example.com", stdin=PASSWORD + "\n", timeout=30)
+    assert login.returncode == 1, login.stdout + login.stderr
+    flat = " ".join(login.stderr.split())
+    assert "it is not a record `mewdex serve` wrote" in flat and "no mewdex server runs" in flat, login.stderr

@@ -3,10 +3,11 @@ progress bars, meme ids and calls to a remote server."""
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -20,6 +21,8 @@ from rich.progress import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from mewdex.config import Settings
 
 console = Console()
@@ -140,14 +143,43 @@ def announce_server(url: str) -> Callable[[], None]:
     return remove
 
 
+SERVER_RECORD_BYTES = 4096  # a record is a URL and a pid; anything longer is not one
+
+
+def read_server_record(path: Path) -> dict[str, Any]:
+    """The JSON object in the :data:`SERVER_FILE` at ``path``, read as untrusted input (the data dir may be
+    a folder someone else wrote): the file itself, never what a symbolic link names; a regular file
+    only (a named pipe would block the reader); at most :data:`SERVER_RECORD_BYTES`. Raises
+    FileNotFoundError when there is none, ValueError (or OSError) when it is not such a record."""
+    import json
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise FileNotFoundError(exc.errno, exc.strerror, str(path)) from None
+        raise ValueError(f"{path} cannot be opened as a record ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as record:
+        if not stat.S_ISREG(os.fstat(record.fileno()).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        data = record.read(SERVER_RECORD_BYTES + 1)
+    if len(data) > SERVER_RECORD_BYTES:
+        raise ValueError(f"{path} is longer than a record")
+    found = json.loads(data)
+    if not isinstance(found, dict):
+        raise ValueError(f"{path} holds no JSON object")
+    return found
+
+
 def running_server() -> str | None:
     """The URL of a `mewdex serve` running on this data dir (its :data:`SERVER_FILE`, whose process is
     alive), or None: commands that can ask it (search) do, instead of starting the models themselves."""
-    import json
     import os
 
     try:
-        record = json.loads((get_settings().data_dir / SERVER_FILE).read_text())
+        record = read_server_record(get_settings().data_dir / SERVER_FILE)
         os.kill(int(record["pid"]), 0)
         return str(record["url"])
     except (OSError, ValueError, KeyError, TypeError):

@@ -12,10 +12,11 @@ every command):
 
 * ``serve.json`` sits in the data dir, by default ``./.mewdex`` of the folder the command runs in — a
   folder someone else may have written (a cloned repository, an unpacked archive). So a record is used
-  only when it proves to be this data dir's own ``mewdex serve`` (:func:`serve_record_problem`): its
-  URL is a loopback address, and its pid is a live process of this user, whose command line is
-  ``mewdex serve``, which holds this data dir's ``serve.json`` open (``mewdex serve`` keeps it open
-  while it serves) and listens on the URL's port. A record that fails any of these is ignored with a
+  only when it proves to be this data dir's own ``mewdex serve`` (:func:`serve_record_problem`): it
+  is a small regular file, not a link (to another data dir's record, say); its URL is a loopback
+  address, and its pid is a live process of this user, whose command line is ``mewdex serve``, which
+  holds this data dir's ``serve.json`` open (``mewdex serve`` keeps it open while it serves) and
+  listens on the URL's port. A record that fails any of these is ignored with a
   note: nothing is sent to it.
 * A stored token goes only to the origin (``scheme://host:port``) it was issued by: a server that
   moved to another port needs ``mewdex login`` again.
@@ -39,7 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import typer
 
-from mewdex.cli.common import SERVER_FILE, console, err, get_settings
+from mewdex.cli.common import SERVER_FILE, console, err, get_settings, read_server_record
 
 CREDENTIALS_FILE = "credentials.json"
 TOKEN_NAME = "mewdex CLI on {host}"
@@ -120,13 +121,14 @@ def _is_mewdex_serve(cmdline: list[str]) -> bool:
 
 def serve_record_problem(record_path: Path) -> tuple[str | None, str | None]:
     """Check the ``serve.json`` at ``record_path``: ``(url, None)`` when it is this data dir's own
-    ``mewdex serve`` (module doc: loopback URL; live pid of this user; command line ``mewdex serve``;
-    holds ``record_path`` open; listens on the URL's port), with ``url`` naming the address it listens
-    on; ``(None, None)`` when there is no record; ``(None, why)`` when the record is not to be trusted."""
+    ``mewdex serve`` (module doc: a regular file, no link; loopback URL; live pid of this user; command
+    line ``mewdex serve``; holds ``record_path`` open; listens on the URL's port), with ``url`` naming
+    the address it listens on; ``(None, None)`` when there is no record; ``(None, why)`` when the
+    record is not to be trusted."""
     import psutil
 
     try:
-        record = json.loads(record_path.read_text())
+        record = read_server_record(record_path)
         url = connectable(str(record["url"]))
         pid = int(record["pid"])
     except FileNotFoundError:
@@ -151,7 +153,8 @@ def serve_record_problem(record_path: Path) -> tuple[str | None, str | None]:
         if not _is_mewdex_serve(process.cmdline()):
             return None, f"process {pid} is not `mewdex serve`"
         held = {os.path.realpath(f.path) for f in process.open_files()}
-        if os.path.realpath(record_path) not in held:
+        # the record itself: read_server_record followed no link, so only its folder is resolved here
+        if os.path.join(os.path.realpath(record_path.parent), record_path.name) not in held:
             return None, f"process {pid} does not serve this data dir"
         connections = getattr(process, "net_connections", None) or process.connections
         listening = {

@@ -91,7 +91,11 @@ def render(request: Request, name: str, context: dict | None = None, status_code
     if principal is None and status_code >= 400:
         principal = _error_page_principal(request)  # an error page keeps the header of the signed-in pages
     if principal is not None and principal.user is not None:  # accounts exist: who is signed in
-        base["signed_in"] = {"email": principal.user.email, "admin": principal.is_admin}
+        base["signed_in"] = {
+            "id": str(principal.user.user_id),
+            "email": principal.user.email,
+            "admin": principal.is_admin,
+        }
         base["time_zone"] = principal.user.time_zone  # times.js shows times in it (else the browser's)
     response = templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
     # Pages show one account's data: never kept for the Back button after signing out, nor by a proxy.

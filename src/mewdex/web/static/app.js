@@ -5,7 +5,10 @@
 
 const M = JSON.parse(document.getElementById("i18n").textContent);
 
+// The message ``key`` with its {placeholders} filled; n === 1 picks ``<key>.one`` where there is one
+// (the rule of dto/i18n.py translate).
 function t(key, vars = {}) {
+  if (vars.n === 1 && M[`${key}.one`] !== undefined) key = `${key}.one`;
   const msg = M[key] ?? key;
   return msg.replace(/\{(\w+)\}/g, (_, k) => (k in vars ? String(vars[k]) : `{${k}}`));
 }
@@ -720,11 +723,22 @@ function fileSize(bytes) {
   return `${(bytes / 1048576).toFixed(1)} MB`;
 }
 
-// The files of the last share, as the service worker keeps them (nothing is removed here).
-async function sharedFiles() {
+const SHARED_OWNER = "/shared-owner";  // in SHARED_CACHE: the account a share was first shown to
+
+// The files of the last share, as the service worker keeps them, for ``account`` (the signed-in
+// account's id, "" with no accounts). A share belongs to the first account it is shown to (whoever
+// shared it signs in to see it): it is marked so here, and for any other account it is dropped unseen,
+// so a proposal left pending on a shared browser never reaches whoever signs in next.
+async function sharedFiles(account) {
   const cache = await caches.open(SHARED_CACHE);
+  const owner = await cache.match(SHARED_OWNER);
+  if (owner && (await owner.text()) !== account) {
+    await caches.delete(SHARED_CACHE);
+    return [];
+  }
   const files = [];
   for (const request of await cache.keys()) {
+    if (new URL(request.url).pathname === SHARED_OWNER) continue;
     const resp = await cache.match(request);
     if (!resp) continue;
     const blob = await resp.blob();
@@ -732,6 +746,7 @@ async function sharedFiles() {
     try { name = decodeURIComponent(resp.headers.get("X-Filename") || "shared"); } catch (e) { /* a malformed name */ }
     files.push(new File([blob], name, {type: blob.type}));
   }
+  if (files.length && !owner) await cache.put(SHARED_OWNER, new Response(account));
   return files;
 }
 
@@ -740,8 +755,42 @@ function byThePerson(event) {
   return event.isTrusted && (!navigator.userActivation || navigator.userActivation.isActive);
 }
 
+// How long a proposal's Upload stays disabled after the page is seen (shown, or back in front after the
+// window was hidden or lost focus): a click aimed at another page (a site that asks for a double click
+// and swaps mewdex in under the pointer between the two) lands on nothing. Browsers' own security
+// prompts wait the same way.
+const PROPOSAL_ARM_MS = 1000;
+
+// Enables ``button`` only after the page has been visible and in front for PROPOSAL_ARM_MS; disables it
+// again whenever the window is hidden or loses focus. Returns the function that stops watching.
+function armWhenSeen(button) {
+  let timer = null;
+  function disarm() {
+    clearTimeout(timer);
+    timer = null;
+    button.disabled = true;
+  }
+  function arm() {
+    disarm();
+    if (document.visibilityState === "visible") timer = setTimeout(() => { button.disabled = false; }, PROPOSAL_ARM_MS);
+  }
+  const onVisibility = () => (document.visibilityState === "visible" ? arm() : disarm());
+  window.addEventListener("blur", disarm);
+  window.addEventListener("focus", arm);
+  document.addEventListener("visibilitychange", onVisibility);
+  arm();
+  return () => {
+    clearTimeout(timer);
+    window.removeEventListener("blur", disarm);
+    window.removeEventListener("focus", arm);
+    document.removeEventListener("visibilitychange", onVisibility);
+    button.disabled = false;
+  };
+}
+
 // Shows the shared files as a proposal (#shared-proposal); ``upload(files)`` runs only when the person
-// presses Upload. Upload and Discard both clear what the service worker holds.
+// presses Upload (a trusted click, once the page has been seen: armWhenSeen). Upload and Discard both
+// clear what the service worker holds.
 function sharedProposal(files, upload) {
   const panel = $("#shared-proposal");
   const list = $("#shared-files");
@@ -777,8 +826,10 @@ function sharedProposal(files, upload) {
   panel.hidden = false;
   const uploadButton = $("[data-action=shared-upload]", panel);
   const discardButton = $("[data-action=shared-discard]", panel);
+  const stopArming = armWhenSeen(uploadButton);
 
   async function settle() {
+    stopArming();
     panel.hidden = true;
     uploadButton.onclick = discardButton.onclick = null;
     urls.forEach((u) => URL.revokeObjectURL(u));
@@ -786,7 +837,7 @@ function sharedProposal(files, upload) {
     try { await caches.delete(SHARED_CACHE); } catch (e) { /* nothing kept, or storage unavailable */ }
   }
   uploadButton.onclick = async (e) => {
-    if (!byThePerson(e)) return;
+    if (!byThePerson(e) || uploadButton.disabled) return;
     await settle();
     upload(files);
   };
@@ -900,7 +951,8 @@ function uploadPage() {
   // sent them (the share sheet, or a page on another site posting a form to /share-target), so they
   // are a proposal: shown with their names, sizes and thumbnails, uploaded through the normal path
   // only when the person presses Upload (a trusted click with user activation), or discarded. Either
-  // way the service worker's copy is cleared. Proposed files stay until then (a reload shows them again).
+  // way the service worker's copy is cleared. Proposed files stay until then (a reload shows them again),
+  // for the account they were first shown to only (sharedFiles).
   async function receiveShared() {
     const shared = new URLSearchParams(location.search).get("shared");
     if (shared !== null) history.replaceState(null, "", "/upload");
@@ -908,7 +960,7 @@ function uploadPage() {
       if (shared !== null) $("#upload-summary").textContent = t(shared === "failed" ? "js.shared_failed" : "js.shared_unavailable");
       return;
     }
-    const files = await sharedFiles();
+    const files = await sharedFiles($("#shared-proposal").dataset.account || "");
     if (files.length) sharedProposal(files, add);
     else if (shared !== null) $("#upload-summary").textContent = t("js.shared_none");
   }

@@ -52,7 +52,7 @@ async function receiveShare(request) {
     const form = await request.formData();
     const files = form.getAll("files").filter((f) => f && typeof f === "object" && f.size > 0);
     const cache = await caches.open(SHARED);
-    for (const old of await cache.keys()) await cache.delete(old);
+    for (const old of await cache.keys()) await cache.delete(old);  // the last share, and whose it was
     for (const [i, file] of files.entries()) {
       const headers = {"Content-Type": file.type || "application/octet-stream", "X-Filename": encodeURIComponent(file.name || `shared-${i + 1}`)};
       await cache.put(`/shared-files/${i}`, new Response(file, {headers}));
