@@ -7,8 +7,8 @@ the admin named it):
 1. :func:`begin`: the provider's authorization URL (scopes ``openid email profile``) and the
    :class:`Pending` sign-in — ``state``, ``nonce``, the PKCE verifier, where to go afterwards —
    which the web layer binds to the browser (a short-lived HttpOnly cookie).
-2. :func:`finish`: the callback's ``state`` must be the pending one (else ``oidc_state_invalid``), a
-   provider's ``error`` ends it (``oidc_denied`` for a refused consent), the code is exchanged
+2. :func:`finish`: a provider's ``error`` ends it (``oidc_denied`` for a refused consent), the
+   callback's ``state`` must be the pending one (else ``oidc_state_invalid``), the code is exchanged
    (client secret, verifier), the ID token is verified (signature against the provider's JWKS;
    ``iss``, ``aud``, ``exp``, ``iat``, ``nonce``, ``azp``, ``at_hash``: Authlib's
    :class:`~authlib.oidc.core.CodeIDToken` over joserfc, Authlib's JOSE layer), the userinfo claims
@@ -211,14 +211,14 @@ def finish(session: Session, pending: Pending | None, params: Mapping[str, str],
     """Complete a sign-in from the provider's callback ``params`` (its query) and the browser's
     ``pending`` sign-in: the account to sign in (:func:`account_for`). Raises the errors of the
     module doc; ``redirect_uri`` must be the one :func:`begin` was given."""
-    state = params.get("state") or ""
-    if pending is None or not secrets.compare_digest(state.encode(), pending.state.encode()):
-        raise OidcError("oidc_state_invalid", "this sign-in was not started in this browser, or it expired")
-    if params.get("error"):
+    if params.get("error"):  # it ends here whatever its state (some providers send none with an error)
         error = params["error"][:64]
         if error in ("access_denied", "consent_required", "login_required", "interaction_required"):
             raise OidcError("oidc_denied", "the sign-in was cancelled or refused at the provider", {"error": error})
         raise OidcError("oidc_failed", "the provider could not complete the sign-in", {"error": error})
+    state = params.get("state") or ""
+    if pending is None or not secrets.compare_digest(state.encode(), pending.state.encode()):
+        raise OidcError("oidc_state_invalid", "this sign-in was not started in this browser, or it expired")
     code = params.get("code")
     if not code:
         raise OidcError("oidc_failed", "the provider sent no authorization code")
