@@ -31,8 +31,11 @@ SECRET_WORDS = ("key", "token", "secret", "password", "database_url")
 
 
 def is_secret_setting(name: str) -> bool:
-    """Whether setting ``name`` (a field name, ``oidc_client_secret``) holds a secret (:data:`SECRET_WORDS`)."""
-    return any(word in name for word in SECRET_WORDS)
+    """Whether setting ``name`` (a field name, ``oidc_client_secret``) holds a secret: a text setting
+    whose name holds one of :data:`SECRET_WORDS` (``password_login``, a switch, is none)."""
+    field = Settings.model_fields.get(name)
+    text = field is not None and str in (field.annotation, *get_args(field.annotation))
+    return text and any(word in name for word in SECRET_WORDS)
 
 
 class SecretFilesSource(PydanticBaseSettingsSource):
@@ -500,6 +503,11 @@ class Settings(BaseSettings):
         "sign-in (and its absence a user); unset = roles are mewdex's own.",
     )
     oidc_admin_value: str = Field(default="admin", description="The admin claim's value (or one of its list's).")
+    oidc_scopes: str = Field(
+        default="openid email profile",
+        description="Scopes asked of the provider, space-separated (add groups where the provider "
+        "gives the groups claim only with it, e.g. Authelia); openid is always asked.",
+    )
     password_login: bool = Field(
         default=True,
         description="false = email and password no longer sign in or sign up on the web (needs "
@@ -517,6 +525,15 @@ class Settings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise ValueError("an http(s) URL such as https://auth.example.org")
         return value
+
+    @field_validator("oidc_scopes")
+    @classmethod
+    def _scopes(cls, value: str) -> str:
+        """Space-separated scope tokens (printable ASCII, no quotes or backslash), ``openid`` first."""
+        scopes = value.split()
+        if any(not re.fullmatch(r"[!#-\[\]-~]+", scope) for scope in scopes):
+            raise ValueError("scopes are words separated by spaces, e.g. openid email profile groups")
+        return " ".join(dict.fromkeys(["openid", *scopes]))
 
     @model_validator(mode="after")
     def _sign_in_possible(self) -> Settings:

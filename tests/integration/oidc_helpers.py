@@ -38,12 +38,13 @@ class Provider:
 
 
 @contextmanager
-def oidc_provider() -> Iterator[Provider]:
-    """The provider on ``http://127.0.0.1:<free port>`` (nonces required, clients must register)."""
+def oidc_provider(*, register: bool = True) -> Iterator[Provider]:
+    """The provider on ``http://127.0.0.1:<free port>`` (nonces required; ``register``: clients must
+    register, their secret and redirect URI are checked; else any client id and secret do)."""
     import oidc_provider_mock
     import werkzeug.serving
 
-    app = oidc_provider_mock.app(require_nonce=True, require_client_registration=True)
+    app = oidc_provider_mock.app(require_nonce=True, require_client_registration=register)
     server = werkzeug.serving.make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()

@@ -153,7 +153,7 @@ def test_the_sign_in_page_offers_the_provider_as_a_plain_link(sso):
         assert 'href="/auth/oidc/login?next=/library"' in page and "Sign in with Authelia" in page
         assert 'id="login-form"' in page  # password sign-in stays beside it
     with _browser(sso, "zh-CN") as client:
-        assert "使用Authelia登录" in client.get("/login").text
+        assert "使用 Authelia 登录" in client.get("/login").text
 
 
 def test_an_existing_account_signs_in_by_verified_email_then_by_subject_after_the_email_changes(sso, sessions, account):

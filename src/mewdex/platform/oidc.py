@@ -4,7 +4,8 @@ The authorization code flow with PKCE (S256), checked as Authlib's OpenID client
 call to the provider through :mod:`mewdex.egress` (the issuer's own ``host:port`` may be private:
 the admin named it):
 
-1. :func:`begin`: the provider's authorization URL (scopes ``openid email profile``) and the
+1. :func:`begin`: the provider's authorization URL (scopes ``MEWDEX_OIDC_SCOPES``, by default
+   ``openid email profile``) and the
    :class:`Pending` sign-in — ``state``, ``nonce``, the PKCE verifier, where to go afterwards —
    which the web layer binds to the browser (a short-lived HttpOnly cookie).
 2. :func:`finish`: a provider's ``error`` ends it (``oidc_denied`` for a refused consent), the
@@ -60,7 +61,6 @@ from mewdex.platform import users
 from mewdex.platform.errors import PlatformError
 
 log = logging.getLogger(__name__)
-SCOPES = "openid email profile"
 #: how long a started sign-in may take at the provider, seconds
 PENDING_SECONDS = 600
 #: how long the discovery document and the keys are kept, seconds (unknown key ids fetch the keys again)
@@ -197,7 +197,7 @@ def begin(redirect_uri: str, next_path: str = "/") -> tuple[str, Pending]:
             ("response_type", "code"),
             ("client_id", settings.oidc_client_id or ""),
             ("redirect_uri", redirect_uri),
-            ("scope", SCOPES),
+            ("scope", settings.oidc_scopes),
             ("state", pending.state),
             ("nonce", pending.nonce),
             ("code_challenge", create_s256_code_challenge(pending.verifier)),
