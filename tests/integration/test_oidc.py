@@ -340,3 +340,34 @@ def test_an_unreachable_provider_is_a_page_and_password_sign_in_can_be_turned_of
         made.append(str(_row(sessions, new_admin)["user_id"]))
     finally:
         delete_users(sessions, made)
+
+
+def test_the_account_rule_auto_create_and_a_subject_already_linked(settings_env, sessions):
+    """The account rule itself (platform.oidc.account_for, on the real database): with
+    MEWDEX_OIDC_AUTO_CREATE a confirmed new email gets an account although sign-up is closed; an
+    account linked to one provider identity is not taken by another with the same email."""
+    from mewdex.platform import oidc
+    from mewdex.platform.errors import PlatformError
+
+    issuer = "https://auth.example.org"
+    settings_env(MEWDEX_OIDC_ISSUER=issuer, MEWDEX_OIDC_CLIENT_ID="mewdex")
+    _set_signup(sessions, False)
+    with sessions.begin() as session:
+        own_scope_users(session, [], PASSWORD)  # not the installation's first account
+    email = f"auto-{uuid.uuid4().hex[:8]}@example.org"
+    claims = {"iss": issuer, "sub": "auto-1", "email": email, "email_verified": True}
+    made: list[str] = []
+    try:
+        with sessions.begin() as session, pytest.raises(PlatformError) as info:
+            oidc.account_for(session, claims)
+        assert info.value.code == "signup_disabled"
+        settings_env(MEWDEX_OIDC_AUTO_CREATE="true")
+        with sessions.begin() as session:
+            user = oidc.account_for(session, claims)
+            made.append(str(user.user_id))
+            assert (user.email, user.oidc_subject, user.password_hash) == (email, f"{issuer} auto-1", None)
+        with sessions.begin() as session, pytest.raises(PlatformError) as info:
+            oidc.account_for(session, {**claims, "sub": "someone-else"})
+        assert info.value.code == "oidc_account_linked"
+    finally:
+        delete_users(sessions, made)
