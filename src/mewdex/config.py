@@ -16,13 +16,74 @@ from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+#: A setting whose name holds one of these words is a secret: its value is never shown (in a
+#: configuration error either), and it may be read from a file (``MEWDEX_<NAME>_FILE``).
+SECRET_WORDS = ("key", "token", "secret", "password", "database_url")
+
+
+def is_secret_setting(name: str) -> bool:
+    """Whether setting ``name`` (a field name, ``oidc_client_secret``) holds a secret: a text setting
+    whose name holds one of :data:`SECRET_WORDS` (``password_login``, a switch, is none)."""
+    field = Settings.model_fields.get(name)
+    text = field is not None and bool({str, SecretStr} & {field.annotation, *get_args(field.annotation)})
+    return text and any(word in name for word in SECRET_WORDS)
+
+
+class SecretFilesSource(PydanticBaseSettingsSource):
+    """Every secret setting (:func:`is_secret_setting`) may come from a file: ``MEWDEX_<NAME>_FILE``
+    names it (a Docker/systemd credential, ``/run/secrets/…``); its text, less the trailing line
+    break, is the value. Setting both ``MEWDEX_<NAME>`` and ``MEWDEX_<NAME>_FILE`` is an error, and so
+    is a file that cannot be read (the error names the variable and the path, never the content)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # everything is read in __call__
+
+    def __call__(self) -> dict[str, Any]:
+        prefix = str(self.config.get("env_prefix", "")).upper()
+        values: dict[str, Any] = {}
+        for name in self.settings_cls.model_fields:
+            if not is_secret_setting(name):
+                continue
+            variable = f"{prefix}{name.upper()}"
+            path = os.environ.get(f"{variable}_FILE")
+            if not path:
+                continue
+            if os.environ.get(variable):
+                raise SettingsError(f'field "{name}": set {variable} or {variable}_FILE, not both')
+            try:
+                values[name] = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+                raise SettingsError(f'field "{name}": {variable}_FILE={path} cannot be read ({reason})') from None
+        return values
 
 
 class Settings(BaseSettings):
     """Process-wide configuration, read once per process (see :func:`get_settings`)."""
 
     model_config = SettingsConfigDict(env_prefix="MEWDEX_", env_file=".env", extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Where values come from, first wins: arguments, the environment, ``MEWDEX_<SECRET>_FILE``
+        (:class:`SecretFilesSource`), ``.env``."""
+        return init_settings, env_settings, SecretFilesSource(settings_cls), dotenv_settings, file_secret_settings
 
     data_dir: Path = Field(default=Path(".mewdex"), description="Blobs and the embedded database live here.")
     database_url: str | None = Field(
@@ -417,6 +478,74 @@ class Settings(BaseSettings):
         default=None, description="Chat the bot uploads memes to for inline mode (their file_id is cached)."
     )
 
+    # Single sign-on (README "Single sign-on (OpenID Connect)"): the provider, how its users become
+    # accounts, and whether passwords still sign in.
+    oidc_issuer: str | None = Field(
+        default=None,
+        description="Issuer URL of an OpenID Connect provider (its discovery document is under it); "
+        "set = the sign-in page offers it.",
+        examples=["https://auth.example.org"],
+    )
+    oidc_client_id: str | None = Field(default=None, description="The client id mewdex has at the provider.")
+    oidc_client_secret: str | None = Field(
+        default=None, description="Its client secret (never logged); unset = a public client (PKCE only)."
+    )
+    oidc_name: str | None = Field(
+        default=None, description="The provider's name on the sign-in button (unset: 'single sign-on')."
+    )
+    oidc_auto_create: bool = Field(
+        default=False,
+        description="A verified email with no account gets one even while sign-up is closed.",
+    )
+    oidc_admin_claim: str | None = Field(
+        default=None,
+        description="Claim (e.g. groups) whose value MEWDEX_OIDC_ADMIN_VALUE makes an account admin at each "
+        "sign-in (and its absence a user); unset = roles are mewdex's own.",
+    )
+    oidc_admin_value: str = Field(default="admin", description="The admin claim's value (or one of its list's).")
+    oidc_scopes: str = Field(
+        default="openid email profile",
+        description="Scopes asked of the provider, space-separated (add groups where the provider "
+        "gives the groups claim only with it, e.g. Authelia); openid is always asked.",
+    )
+    password_login: bool = Field(
+        default=True,
+        description="false = email and password no longer sign in or sign up on the web (needs "
+        "MEWDEX_OIDC_ISSUER); the CLI's `mewdex user` commands still work.",
+    )
+
+    @field_validator("oidc_issuer")
+    @classmethod
+    def _issuer_url(cls, value: str | None) -> str | None:
+        """An http(s) URL with a host, without query or fragment (empty = unset); kept as written."""
+        if not value or not value.strip():
+            return None
+        value = value.strip()
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ValueError("an http(s) URL such as https://auth.example.org")
+        return value
+
+    @field_validator("oidc_scopes")
+    @classmethod
+    def _scopes(cls, value: str) -> str:
+        """Space-separated scope tokens (printable ASCII, no quotes or backslash), ``openid`` first."""
+        scopes = value.split()
+        if any(not re.fullmatch(r"[!#-\[\]-~]+", scope) for scope in scopes):
+            raise ValueError("scopes are words separated by spaces, e.g. openid email profile groups")
+        return " ".join(dict.fromkeys(["openid", *scopes]))
+
+    @model_validator(mode="after")
+    def _sign_in_possible(self) -> Settings:
+        """The provider needs its client id, and password sign-in may be off only with a provider."""
+        if self.oidc_issuer and not self.oidc_client_id:
+            raise ValueError("MEWDEX_OIDC_ISSUER is set but MEWDEX_OIDC_CLIENT_ID is not: set the client id too")
+        if not self.password_login and not self.oidc_issuer:
+            raise ValueError(
+                "MEWDEX_PASSWORD_LOGIN=false needs MEWDEX_OIDC_ISSUER: nobody could sign in on the web otherwise"
+            )
+        return self
+
     # Backups (README "Backups and upgrades"): scheduled by the periodic scheduler when a destination is set.
     backup_dest: str | None = Field(
         default=None, description="Scheduled backups go here: a directory or s3://bucket/prefix (unset: none)."
@@ -482,9 +611,6 @@ class ConfigError(ValueError):
         self.lines = lines
 
 
-_SECRET_WORDS = ("key", "token", "secret", "password", "database_url")
-
-
 def _expected(name: str) -> str:
     """An example value of setting ``name`` (its ``examples``, else its default, else its type)."""
     field = Settings.model_fields[name]
@@ -527,7 +653,7 @@ def _bad_setting(name: str, given: Any, reason: str) -> str:
     """``MEWDEX_X='given' is not valid (reason); expected e.g. MEWDEX_X=example`` (a secret's value
     hidden, an empty list or mapping shown as unset)."""
     variable = f"MEWDEX_{name.upper()}"
-    shown = "(hidden)" if any(word in name for word in _SECRET_WORDS) else f"'{given}'"
+    shown = "(hidden)" if is_secret_setting(name) else f"'{given}'"
     if isinstance(given, (dict, list)) and not given:
         shown = "(unset)"
     expected = _expected(name)

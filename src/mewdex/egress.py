@@ -4,7 +4,8 @@
 (providers, channels, schedules, URLs in user content):
 
 * ``https`` only; ``http`` just for hosts the admin names in ``MEWDEX_EGRESS_ALLOW_HOSTS``
-  (``host:port`` entries, e.g. a vLLM on the LAN or a local test server).
+  (``host:port`` entries, e.g. a vLLM on the LAN or a local test server) and for the ``host:port``
+  of ``MEWDEX_OIDC_ISSUER`` (the admin named that provider too: an Authelia or Keycloak on the LAN).
 * The name is resolved once; every address it resolves to must be public — loopback, private
   (RFC 1918), link-local (cloud metadata ``169.254.169.254``), CGNAT ``100.64/10``, ULA
   ``fc00::/7``, IPv4-mapped/6to4/Teredo forms of those, multicast, reserved and unspecified
@@ -133,8 +134,23 @@ def forbidden_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool
     )
 
 
+def admin_named_hosts() -> set[str]:
+    """The ``host:port`` entries outgoing requests may reach although private (and over http): those of
+    ``MEWDEX_EGRESS_ALLOW_HOSTS`` and the origin of ``MEWDEX_OIDC_ISSUER`` (lower case; an IPv6
+    address in brackets)."""
+    settings = get_settings()
+    entries = {e.strip().lower() for e in settings.egress_allow_hosts if e.strip()}
+    if settings.oidc_issuer:
+        parts = urlsplit(settings.oidc_issuer)
+        host = (parts.hostname or "").lower()
+        if host:
+            port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower(), 443)
+            entries.add(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return entries
+
+
 def _allow_listed(host: str, port: int) -> bool:
-    entries = {e.strip().lower() for e in get_settings().egress_allow_hosts if e.strip()}
+    entries = admin_named_hosts()
     name = host.lower()
     return f"{name}:{port}" in entries or f"[{name}]:{port}" in entries
 

@@ -159,7 +159,10 @@ def _rate_limited(wait: float, message: str) -> PlatformError:
 
 def authenticate(session: Session, email: str, password: str, client_ip: str) -> User:
     """Sign-in: the user for ``email``/``password`` from ``client_ip``; :func:`verify_password`'s
-    errors (401 ``invalid_credentials``, 429 ``rate_limited``)."""
+    errors (401 ``invalid_credentials``, 429 ``rate_limited``); 403 ``password_login_disabled`` with
+    ``MEWDEX_PASSWORD_LOGIN=false`` (single sign-on only)."""
+    if not get_settings().password_login:
+        raise PlatformError("password_login_disabled", "this server signs in through single sign-on only")
     return verify_password(session, email, password, client_ip)
 
 

@@ -101,17 +101,21 @@ def signup_enabled(session: Session) -> bool:
     return bool(get_setting(session, "signup_enabled", False))
 
 
+ACCOUNTS_LOCK = 0x6D657764_0001  # serialises account creation and single sign-on links
+
+
 def create_user(
     session: Session,
     email: str,
-    password: str,
+    password: str | None,
     *,
     name: str | None = None,
     role: str | None = None,
     check_signup: bool = False,
     setup_code: str | None = None,
 ) -> User:
-    """A new account with its personal scope.
+    """A new account with its personal scope; ``password`` None: none (the account signs in through
+    single sign-on, :mod:`mewdex.platform.oidc`, or gets one by a reset link).
 
     ``role`` None: admin for the installation's first account, else user. ``check_signup`` (a web
     sign-up): the first account (the admin) needs the one-time setup code ``mewdex serve`` printed
@@ -121,12 +125,14 @@ def create_user(
     (the email cannot be used; the answer does not say whether an account has it).
     """
     email = normalize_email(email)
+    if check_signup and not get_settings().password_login:
+        raise PlatformError("password_login_disabled", "this server signs in through single sign-on only")
     if check_signup and any_users(session) and not signup_enabled(session):
         raise PlatformError("signup_disabled", "sign-up is turned off on this server; ask the admin")
-    pw_hash = hash_password(password)
+    pw_hash = hash_password(password) if password is not None else None
     name = clean_text(name, "name", max_chars=MAX_NAME_CHARS) or None if name is not None else None
     # Serialise account creation so "first account = admin" and "first owns the default scope" hold.
-    session.execute(select(func.pg_advisory_xact_lock(0x6D657764_0001)))
+    session.execute(select(func.pg_advisory_xact_lock(ACCOUNTS_LOCK)))
     if check_signup and not any_users(session):
         if not consume_setup_code(session, setup_code):
             raise PlatformError(
@@ -156,14 +162,19 @@ def create_user(
         scope_id=scope.scope_id,
     )
     if check_signup and not first:  # a stranger who signed up gets finite limits until the admin says more
-        settings = get_settings()
-        user.quota_storage_bytes = settings.signup_quota_storage_bytes
-        user.quota_memes = settings.signup_quota_memes
+        apply_signup_limits(user)
     session.add(user)
     session.flush()
 
     rescan_user(session, user)  # the default scope may already hold memes
     return user
+
+
+def apply_signup_limits(user: User) -> None:
+    """The limits of an account made by sign-up (``MEWDEX_SIGNUP_QUOTA_*``): web sign-up and single sign-on."""
+    settings = get_settings()
+    user.quota_storage_bytes = settings.signup_quota_storage_bytes
+    user.quota_memes = settings.signup_quota_memes
 
 
 def set_password(session: Session, user: User, new: str) -> None:

@@ -1,7 +1,9 @@
 """Account pages of the web UI.
 
 * ``/login`` — sign in, sign up (when open), and on a new install the setup page that creates the
-  admin with the one-time setup code;
+  admin with the one-time setup code; with a provider configured, its single sign-on button (a link
+  to ``/auth/oidc/login``, :mod:`mewdex.web.routers.sso`), the only way in with
+  ``MEWDEX_PASSWORD_LOGIN=false``;
 * ``/settings`` — the account page: language and time zone, API tokens (made with scopes and an
   expiry, shown once, revoked), password change, sign out everywhere (single-user mode: language only);
 * ``/reset`` — set a new password with an admin's one-time link (``/reset#mdr_…``);
@@ -22,8 +24,9 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Depends, Request
 from sqlalchemy.orm import Session
 
+from mewdex.config import get_settings
 from mewdex.dto.scopes import ScopeContext
-from mewdex.platform import sessions, tokens, usage, users
+from mewdex.platform import oidc, sessions, tokens, usage, users
 from mewdex.platform.auth import Principal
 from mewdex.platform.instance import get_setting
 from mewdex.platform.users import User
@@ -43,7 +46,7 @@ from mewdex.web.templating import render
 router = APIRouter(include_in_schema=False)
 
 
-def _same_site_path(target: str) -> bool:
+def same_site_path(target: str) -> bool:
     """A path on this site: starts with one ``/``; browsers read ``\\`` as ``/``, so ``/\\evil`` is not one."""
     target = target.replace("\\", "/")
     return target.startswith("/") and not target.startswith("//") and not any(ord(c) < 32 for c in target)
@@ -51,7 +54,7 @@ def _same_site_path(target: str) -> bool:
 
 @router.get("/login")
 def login_page(request: Request, next: str = "/", session: Session = Depends(db_session)):
-    if not _same_site_path(next):
+    if not same_site_path(next):
         next = "/"  # no open redirect
     found = sessions.resolve_session(session, request.cookies.get(session_cookie_names(request)[0], ""))
     return render(
@@ -63,6 +66,9 @@ def login_page(request: Request, next: str = "/", session: Session = Depends(db_
             "next": next,
             "signup_enabled": users.signup_enabled(session),
             "first_admin": not users.any_users(session),
+            # single sign-on: the button (a plain link) with the provider's name; password sign-in may be off
+            "oidc": {"name": get_settings().oidc_name} if oidc.configured() else None,
+            "password_login": get_settings().password_login,
         },
     )
 

@@ -82,13 +82,19 @@ def _client_ip(request: Request) -> str:
     return client_ip(request)
 
 
-def _sign_in(request: Request, response: Response, session: Session, user: User) -> str:
+def sign_in(request: Request, response: Response, session: Session, user: User) -> str:
+    """THE sign-in of a browser (password, sign-up, single sign-on): a new session for ``user`` in
+    ``response``'s cookies (session HttpOnly, CSRF readable by the page's scripts; SameSite=Lax,
+    Secure and ``__Host-`` where :func:`~mewdex.web.security.cookies_secure` says so) and the account's
+    page language; returns the CSRF token."""
     value, csrf = sessions.start_session(session, user)
     max_age = get_settings().session_days * 86400
     secure = cookies_secure(request.url.scheme, request.url.hostname)
     session_name, csrf_name = sessions.cookie_names(secure)
     response.set_cookie(session_name, value, max_age=max_age, httponly=True, samesite="lax", secure=secure, path="/")
     response.set_cookie(csrf_name, csrf, max_age=max_age, httponly=False, samesite="lax", secure=secure, path="/")
+    if user.language:  # the account's page language follows it to this browser
+        response.set_cookie(i18n.COOKIE, user.language, max_age=365 * 24 * 3600, samesite="lax")
     return csrf
 
 
@@ -106,13 +112,14 @@ def signup(body: SignupRequest, request: Request, response: Response, session: S
     with ``mewdex user create EMAIL --admin``); later ones need sign-up opened by the admin (403
     ``signup_disabled``). 409 ``signup_failed`` (the email cannot be used; no hint whether it has an
     account); 422 ``email_invalid``, ``password_too_short``, ``password_too_long`` (over 72 UTF-8
-    bytes), ``password_invalid``, ``name_too_long``; 429 ``rate_limited`` (sign-ups per address)."""
+    bytes), ``password_invalid``, ``name_too_long``; 429 ``rate_limited`` (sign-ups per address); 403
+    ``password_login_disabled`` (single sign-on only: accounts come from the provider)."""
     sessions.check_signup_rate(client_ip(request))
     user = users.create_user(
         session, body.email, body.password, name=body.name, check_signup=True, setup_code=body.setup_code
     )
     users.default_time_zone(user, body.time_zone)
-    csrf = _sign_in(request, response, session, user)
+    csrf = sign_in(request, response, session, user)
     return {"user": users.user_dict(user), "csrf_token": csrf}
 
 
@@ -122,12 +129,11 @@ def login(body: LoginRequest, request: Request, response: Response, session: Ses
     ``__Host-mewdex_csrf`` cookie whose value state-changing requests echo in ``X-CSRF-Token``
     (unprefixed and not Secure on plain http to a non-loopback address, where browsers would drop
     Secure cookies). 401
-    ``invalid_credentials`` for any failure; 429 ``rate_limited`` with ``Retry-After``."""
+    ``invalid_credentials`` for any failure; 429 ``rate_limited`` with ``Retry-After``; 403
+    ``password_login_disabled`` when the server signs in through single sign-on only."""
     user = sessions.authenticate(session, body.email, body.password, _client_ip(request))
     users.default_time_zone(user, body.time_zone)
-    csrf = _sign_in(request, response, session, user)
-    if user.language:  # the account's page language follows it to this browser
-        response.set_cookie(i18n.COOKIE, user.language, max_age=365 * 24 * 3600, samesite="lax")
+    csrf = sign_in(request, response, session, user)
     return {"user": users.user_dict(user), "csrf_token": csrf}
 
 
