@@ -27,7 +27,7 @@ from pydantic_settings import (
 
 #: A setting whose name holds one of these words is a secret: its value is never shown (in a
 #: configuration error either), and it may be read from a file (``MEWDEX_<NAME>_FILE``).
-SECRET_WORDS = ("key", "token", "secret", "password", "database_url")
+SECRET_WORDS = ("key", "token", "secret", "password", "passphrase", "database_url")
 
 
 def is_secret_setting(name: str) -> bool:

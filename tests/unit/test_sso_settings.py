@@ -5,6 +5,7 @@ reachable by egress although private (and no other host with it)."""
 from __future__ import annotations
 
 import pytest
+from pydantic import SecretStr
 
 from mewdex import egress
 from mewdex.config import ConfigError, Settings, get_settings, is_secret_setting
@@ -26,14 +27,23 @@ def env(monkeypatch):
 
 def test_every_secret_setting_can_come_from_a_file(env, tmp_path):
     secrets = [name for name in Settings.model_fields if is_secret_setting(name)]
-    assert {"oidc_client_secret", "openai_api_key", "telegram_bot_token", "database_url", "secret_key"} <= set(secrets)
+    assert {
+        "oidc_client_secret",
+        "openai_api_key",
+        "telegram_bot_token",
+        "database_url",
+        "secret_key",
+        "backup_passphrase",
+    } <= set(secrets)
     for name in secrets:
         (tmp_path / name).write_text(f"from-a-file-{name}\n", encoding="utf-8")  # the line break is not part of it
         env(**{f"MEWDEX_{name.upper()}_FILE": str(tmp_path / name)})
     env(MEWDEX_OIDC_ISSUER="https://auth.example.org", MEWDEX_OIDC_CLIENT_ID="mewdex")
     settings = get_settings()
     for name in secrets:
-        assert getattr(settings, name) == f"from-a-file-{name}", name
+        value = getattr(settings, name)
+        value = value.get_secret_value() if isinstance(value, SecretStr) else value
+        assert value == f"from-a-file-{name}", name
     assert not is_secret_setting("oidc_client_id") and not is_secret_setting("backup_keep")
 
 
