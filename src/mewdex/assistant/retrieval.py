@@ -171,9 +171,10 @@ def answer(
     """The retrieval-only reply to ``text`` (and ``image``: a search by image, with the text's filters),
     in ``lang`` (``en``/``zh``: the page's language; None: the message's). ``guest``: a turn of
     someone other than the chat binding's owner: it pages through the guests' lists and teaches the
-    owner's search nothing (no kept/rejected feedback). When no result of a text
-    search is a strong match (:func:`mewdex.search.confidence.strong_match`) the reply says so and
-    what would help, instead of presenting the closest memes as found.
+    owner's search nothing (no kept/rejected feedback). When a text search has no strong match
+    (:func:`mewdex.search.confidence.strong_match`, the rule the search page asks too: its first
+    results are likely wrong) the reply says it is not sure they fit and what would help, instead of
+    presenting the closest memes as found.
 
     Raises the search's errors: ``ImageError`` (bad image), ``BackendUnavailable`` (visual model)."""
     lang = lang if lang in ("en", "zh") else (language(text) if text.strip() else "en")

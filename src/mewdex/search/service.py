@@ -282,7 +282,7 @@ def _level(m: UUID, base: dict[UUID, float], fb: feedback.LegResult | None, keyw
     """The result's confidence: of its fused score without feedback; ``high`` when this very query's
     feedback chose it deliberately (net ≥ ``feedback.CHOSEN``: a mark, a send, a copy… — not only kept
     from an assistant's answer), at least ``medium`` when a query of the same meaning chose it."""
-    level = confidence(base.get(m, 0.0), keyword_hit=m in keyword_hits, phrase=m in phrase)
+    level = confidence(base.get(m, 0.0), keyword_hit=m in keyword_hits, phrase=m in phrase, lexical=bool(keyword_hits))
     net = fb.net.get(m, 0.0) if fb is not None else 0.0
     if net >= feedback.CHOSEN and fb is not None and m in fb.exact:
         return "high"
