@@ -30,11 +30,11 @@ def learned(sample, sessions):
 
 @needs_corpus
 def test_each_thing_learned_is_listed_and_forgotten_by_its_button(browser, search_server, learned):
+    errors: list[str] = []
     for lang, locale in (("en", "en-US"), ("zh", "zh-CN")):
         for size, viewport in SIZES.items():
             context = browser.new_context(viewport=viewport, locale=locale)
             pg = context.new_page()
-            errors: list[str] = []
             pg.on("pageerror", lambda exc: errors.append(str(exc)))
             try:
                 pg.goto(search_server.url + "/settings")

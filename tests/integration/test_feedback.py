@@ -103,7 +103,7 @@ def _offered(reply: dict) -> list[str]:
 
 
 def test_three_anothers_change_nothing_outside_the_chat_and_move_it_on_inside(learned, sample, sessions):
-    """"换一个" means "not this one now" (issue 45): after three of them the search page, the API, MCP's
+    """ "换一个" means "not this one now" (issue 45): after three of them the search page, the API, MCP's
     search_memes and a new conversation rank as before (the exact caption first); the conversation
     itself does not offer what it passed over for its next requests, then may again."""
     from mewdex.assistant import chat, conversations, retrieval, tools

@@ -201,7 +201,9 @@ def test_a_correct_first_result_is_never_under_no_strong_match_in_chat_or_page(
         assert reply["content"].startswith(found), reply["content"]
 
 
-def test_nonsense_is_no_strong_match_in_chat_and_page_without_saying_nothing_matches(sample, sessions, client_for_sample):
+def test_nonsense_is_no_strong_match_in_chat_and_page_without_saying_nothing_matches(
+    sample, sessions, client_for_sample
+):
     from mewdex.assistant import chat, conversations
 
     page = client_for_sample.get("/ui/search", params={"q": "qqqqzzzzxxxx"}).text

@@ -104,7 +104,8 @@ def account_page(
             "now_iso": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "feedback": feedback.summary(session, scope),
             "feedback_entries": [
-                feedback.event_dict(e, name) for e, name in feedback.list_entries(session, scope, limit=FEEDBACK_ENTRIES)
+                feedback.event_dict(e, name)
+                for e, name in feedback.list_entries(session, scope, limit=FEEDBACK_ENTRIES)
             ],
         },
     )
