@@ -6,6 +6,7 @@ import pytest
 
 from mewdex.search import service
 
+KUMAMON_4 = "chinesebqb/009_KumamotoBear/KumamotoBear00004.gif"
 SEARCH_HIT_KEYS = {"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence", "why", "why_query"}
 
 
@@ -165,6 +166,53 @@ def test_results_carry_a_confidence_and_nonsense_has_no_strong_match(sample, cli
     nonsense = client_for_sample.post("/api/v1/search", json={"query": "qqqqzzzzxxxx", "n_results": 20}).json()
     assert nonsense["results"], "the closest memes are still listed"
     assert all(r["confidence"] in ("medium", "low") for r in nonsense["results"]), nonsense
+
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("可爱的熊本熊", ("chinesebqb/009_KumamotoBear/KumamotoBear00001.gif", KUMAMON_4)),  # the vectors agree
+        ("一个字我都不信", ("vvquest/一个字我都不信.png",)),  # the exact caption
+        ("angry cat", ("memegen/grumpycat/default.jpg",)),  # a keyword hit
+        ("兔子不约", ("chinesebqb/nanian_natu/那年那兔那些事-不约.jpg",)),
+    ],
+)
+def test_a_correct_first_result_is_never_under_no_strong_match_in_chat_or_page(
+    sample, sessions, client_for_sample, query, expected
+):
+    """Issue 45: one rule (confidence.strong_match over the query's first results) labels the query
+    for the chat and the search page alike; where the first result is right, neither says "no strong
+    match" or anything like "nothing matches"."""
+    from mewdex.assistant import chat, conversations
+    from mewdex.search.confidence import strong_match
+
+    right = {sample.ids[key] for key in expected}
+    api = client_for_sample.post("/api/v1/search", json={"query": query, "n_results": 20}).json()["results"]
+    assert api[0]["id"] in right
+    assert strong_match([r["confidence"] for r in api])
+    page = client_for_sample.get("/ui/search", params={"q": query}).text
+    assert "no-strong-match" not in page
+    assert api[0]["id"] in page.split('class="weaker"')[0]  # presented as found, not as weaker
+    with sessions.begin() as session:
+        cid = conversations.create(session, sample.scope).conversation_id
+    for lang, found in (("en", "Here are memes for"), ("zh", "找到了")):
+        reply = chat.post(sessions, sample.scope, cid, query, lang=lang)["reply"]
+        assert reply["memes"][0]["meme_id"] in right
+        assert reply["content"].startswith(found), reply["content"]
+
+
+def test_nonsense_is_no_strong_match_in_chat_and_page_without_saying_nothing_matches(
+    sample, sessions, client_for_sample
+):
+    from mewdex.assistant import chat, conversations
+
+    page = client_for_sample.get("/ui/search", params={"q": "qqqqzzzzxxxx"}).text
+    assert "no-strong-match" in page and "None of the memes matches" not in page
+    with sessions.begin() as session:
+        cid = conversations.create(session, sample.scope).conversation_id
+    reply = chat.post(sessions, sample.scope, cid, "qqqqzzzzxxxx", lang="en")["reply"]
+    assert reply["memes"] and reply["content"].startswith("I'm not sure these fit “qqqqzzzzxxxx”")
+    assert "Nothing matches" not in reply["content"]
 
 
 def test_search_page_groups_weaker_matches(sample, client_for_sample):

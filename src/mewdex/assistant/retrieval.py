@@ -2,13 +2,20 @@
 the reply shows the best :data:`PAGE` memes; follow-ups page on through the same result list.
 
 The result list (up to :data:`RESULT_LIST` meme ids) and how far it was shown travel in the
-assistant message's ``payload["mewdex"]`` (``{"results": [id], "offset": n, "shown": i, "query": q}``:
-the last page is ``results[shown:offset]``), so a follow-up never repeats a meme of that list.
+assistant message's ``payload["mewdex"]`` (``{"results": [id], "offset": n, "shown": i, "query": q,
+"rejected": {id: turns}}``: the last page is ``results[shown:offset]``), so a follow-up never repeats
+a meme of that list.
+
+"换一个"/"another" means "not this one now" (issue 45): the memes it passed over are not offered again
+in this conversation for its next :data:`REJECTED_TURNS` requests (``rejected``, counted down by each
+new request; :func:`still_rejected`). That is the conversation's own state: it hides nothing from the
+search page, MCP or another conversation.
 
 Learning (issue 33): the message after a reply judges the page it showed — "换一个"/"another" records
 it as ``rejected`` for the reply's query, a new request as ``kept`` (the same request again records
-nothing: it was not what was wanted; :func:`learn_from_last_page`); the
-search reads that feedback back, so a rejected meme stops coming for that kind of request.
+nothing: it was not what was wanted; :func:`learn_from_last_page`). The assistant's later searches
+read a rejection back only as a small push down that fades in days
+(``search(penalise_rejected=True)``, :mod:`mewdex.search.feedback`), never over a strong lexical match.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from mewdex.search.confidence import strong_match
 
 PAGE = 3
 RESULT_LIST = 30
+#: A meme passed over with "another" is not offered again in the conversation's next this many requests.
+REJECTED_TURNS = 5
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff]")
 
 
@@ -79,7 +88,7 @@ def search_ids(
     with sessions.begin() as session:  # no connection is checked out until the legs are done
         if parsed.query:
             return parsed.query, search_service.search(
-                session, scope, parsed.query[:500], n, filters=filters, skip_rejected=True, metered=not guest
+                session, scope, parsed.query[:500], n, filters=filters, penalise_rejected=True, metered=not guest
             ).results
         # Only filters ("来个动图", a collection's name): the newest memes that pass them.
         memes = (
@@ -115,13 +124,28 @@ def learn_from_last_page(session: Session, scope: ScopeContext, state: dict[str,
     (:func:`mewdex.search.feedback.record_many`; nothing for a search by image or with learning off).
     Each reply's page is judged once: by the message that follows it."""
     query = str(state.get("query") or "").strip()
-    results = state.get("results") or []
-    offset = int(state.get("offset") or 0)
-    start = int(state.get("shown", max(0, offset - PAGE)))
-    shown = results[start:offset]
+    shown = last_page(state)
     if not query or not shown:
         return 0
     return feedback.record_many(session, scope, query, list(shown), kind, "assistant")
+
+
+def last_page(state: dict[str, Any]) -> list[str]:
+    """The meme ids the reply with ``state`` showed last (``results[shown:offset]``)."""
+    offset = int(state.get("offset") or 0)
+    start = int(state.get("shown", max(0, offset - PAGE)))
+    return list((state.get("results") or [])[start:offset])
+
+
+def still_rejected(state: dict[str, Any] | None, *, another: bool = False) -> dict[str, int]:
+    """The conversation's memes not to offer (``{id: requests left}``) after the message that follows
+    the reply with ``state``: with ``another`` ("换一个") the same plus that reply's last page, for
+    :data:`REJECTED_TURNS` requests; for a new request each counts one request down (kept out of it
+    while it had one left)."""
+    carried = {str(k): int(v) for k, v in ((state or {}).get("rejected") or {}).items()}
+    if another:
+        return carried | dict.fromkeys(last_page(state or {}), REJECTED_TURNS)
+    return {k: v - 1 for k, v in carried.items() if v > 0}
 
 
 def _same_request(query: str, text: str) -> bool:
@@ -149,9 +173,10 @@ def answer(
     in ``lang`` (``en``/``zh``: the page's language; None: the message's). ``guest``: a turn of
     someone other than the chat binding's owner: it pages through the guests' lists, teaches the
     owner's search nothing (no kept/rejected feedback) and runs no metered step (no provider call:
-    the owner's budget is never a guest's). When no result of a text
-    search is a strong match (:func:`mewdex.search.confidence.strong_match`) the reply says so and
-    what would help, instead of presenting the closest memes as found.
+    the owner's budget is never a guest's). When a text search has no strong match
+    (:func:`mewdex.search.confidence.strong_match`, the rule the search page asks too: its first
+    results are likely wrong) the reply says it is not sure they fit and what would help, instead of
+    presenting the closest memes as found.
 
     Raises the search's errors: ``ImageError`` (bad image), ``BackendUnavailable`` (visual model)."""
     lang = lang if lang in ("en", "zh") else (language(text) if text.strip() else "en")
@@ -178,6 +203,7 @@ def answer(
             if not guest:
                 learn_from_last_page(session, scope, state, "rejected")  # "换一个": not what was wanted
             memes = _page(session, scope, results, offset)
+        state = {**state, "rejected": still_rejected(state, another=True)}  # not again in this conversation
         if not memes:
             return Reply(t("end"), state={**state, "offset": len(results), "shown": len(results)})
         new_offset = offset + PAGE
@@ -192,24 +218,34 @@ def answer(
         asked_again = state is not None and _same_request(str(state.get("query") or ""), text)
         if state is not None and not asked_again and not guest:  # the same request again: it was not what was wanted
             learn_from_last_page(session, scope, state, "kept")
+    rejected = still_rejected(state)
     query, hits = search_ids(sessions, scope, text, guest=guest)
+    hits = [h for h in hits if h.id not in rejected]  # passed over with "another" in this conversation
     none = t("none", q=query or text.strip())
     levels = [h.confidence for h in hits]
     if query and (not hits or (None not in levels and not strong_match(levels))):
         with sessions.begin() as session:
             vision = bool(policy.for_scope(session, scope.scope_id).get("vision"))
         help_text = t("help_upload") if vision else t("help_vision")
-        return _first_page(hits, query, f"{t('weak', q=query)} {help_text}", f"{none} {help_text}", t)
-    return _first_page(hits, query, t("found", q=query), none, t)
+        return _first_page(hits, query, f"{t('weak', q=query)} {help_text}", f"{none} {help_text}", t, rejected)
+    return _first_page(hits, query, t("found", q=query), none, t, rejected)
 
 
-def _first_page(hits: list[SearchHit], query: str, found: str, none: str, t: Callable[[str], str]) -> Reply:
+def _first_page(
+    hits: list[SearchHit],
+    query: str,
+    found: str,
+    none: str,
+    t: Callable[[str], str],
+    rejected: dict[str, int] | None = None,
+) -> Reply:
+    kept = {"rejected": rejected} if rejected else {}
     if not hits:
-        return Reply(none, state={"results": [], "offset": 0, "query": query})
+        return Reply(none, state={"results": [], "offset": 0, "query": query} | kept)
     results = [h.id for h in hits]
     more = len(results) > PAGE
     return Reply(
         found + (" " + t("more") if more else ""),
         hits[:PAGE],
-        {"results": results, "offset": min(PAGE, len(results)), "shown": 0, "query": query},
+        {"results": results, "offset": min(PAGE, len(results)), "shown": 0, "query": query} | kept,
     )

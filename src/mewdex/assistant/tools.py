@@ -70,7 +70,8 @@ def search_memes(
 ) -> list[dict[str, Any]]:
     """The ``n`` (1–20) best memes for ``query`` (chat phrasing stripped), optionally only animated
     ones or one collection's (name or id): ``[{"id", "display_name", "media_url", "score", "snippet",
-    "confidence"}]`` (``confidence``: high | medium | low, :mod:`mewdex.search.confidence`)."""
+    "confidence"}]`` (``confidence``: high | medium | low, :mod:`mewdex.search.confidence`). The
+    search page's ranking: what a person passed over with "another" in a chat hides nothing here."""
     n = _n(n)
     text = chat_query.strip_chat_phrasing((query or "").strip())[: search_service.MAX_QUERY_CHARS]
     if not text:
@@ -78,7 +79,7 @@ def search_memes(
     with sessions.begin() as session:
         filters = _filters(session, scope, animated, collection)
     with sessions.begin() as session:
-        return _hits(search_service.search(session, scope, text, n, filters=filters, skip_rejected=True).results)
+        return _hits(search_service.search(session, scope, text, n, filters=filters).results)
 
 
 def search_by_image(

@@ -46,7 +46,7 @@ def feedback_list(
     with get_sessionmaker().begin() as session:
         scope = _scope(session, user)
         summary = feedback.summary(session, scope)
-        events = [feedback.event_dict(e) for e in feedback.list_events(session, scope, limit=n)]
+        events = [feedback.event_dict(e, name) for e, name in feedback.list_entries(session, scope, limit=n)]
     if as_json:
         print(json.dumps({"summary": summary, "events": events}, ensure_ascii=False, indent=2))
         return
@@ -56,10 +56,12 @@ def feedback_list(
     if not events:
         return
     table = Table()
-    for column in ("when", "kind", "query", "meme", "source"):
+    for column in ("when", "kind", "query", "meme", "source", "id"):
         table.add_column(column, overflow="fold")
     for e in events:
-        table.add_row(e["created_at"][:19].replace("T", " "), e["kind"], e["query"], e["meme_id"], e["source"])
+        table.add_row(
+            e["created_at"][:19].replace("T", " "), e["kind"], e["query"], e["display_name"], e["source"], e["id"]
+        )
     console.print(table)
 
 

@@ -23,12 +23,17 @@ class FeedbackCreate(Dto):
 
 
 class FeedbackEvent(Dto):
+    """One thing learned: for ``query`` the meme ``meme_id`` was chosen or passed over (``kind``);
+    in lists also the meme's ``display_name`` and ``thumbnail_url``."""
+
     id: str
     query: str
     meme_id: str
     kind: FeedbackKind
     source: str
     created_at: Timestamp
+    display_name: str | None = None
+    thumbnail_url: str | None = None
 
 
 class FeedbackRecorded(Dto):

@@ -13,10 +13,15 @@ The leg (:func:`leg`): the scope's past queries nearest to this one — the same
 key), then up to :data:`NEIGHBOURS` by cosine over the preferred model's per-model HNSW index (USE,
 else e5: both multilingual, so a ✓ for "打工人下班累瘫了" helps "exhausted office worker after work") —
 and their events give each meme ``Σ similarity × kind weight × recency`` (:data:`KIND_WEIGHTS`,
-half-life :data:`HALF_LIFE_DAYS`; a rejection counts against). The search service fuses it
-(:func:`mewdex.search.service.search`): a lift of at most :data:`LIFT` fused-score units, saturating
-with the count; memes rejected for this meaning drop out; a strong lexical or exact-phrase match is
-never buried by lifts from other queries' feedback (it stays second at worst).
+half-life :data:`HALF_LIFE_DAYS`). The search service fuses it (:func:`mewdex.search.service.search`):
+a lift of at most :data:`LIFT` fused-score units, saturating with the count; a strong lexical or
+exact-phrase match is never buried by lifts from other queries' feedback (it stays second at worst).
+
+A rejection ("换一个"/"another" in the assistant's chat) means "not this one now" (issue 45): the
+conversation moves on from it by itself (:mod:`mewdex.assistant.retrieval`); here it is kept apart
+(``LegResult.rejected``, half-life :data:`REJECT_HALF_LIFE_DAYS`) and only the assistant's own later
+searches read it, as a push down of at most :data:`REJECT_PENALTY` that never touches a strong
+lexical match. It never removes a meme, and the search page, the API and MCP never read it.
 
 A scope with learning off (:func:`set_learning`) writes no events and reads none.
 """
@@ -39,7 +44,7 @@ from sqlalchemy import CursorResult, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ScopeContext, utcnow
+from mewdex.db.models import Meme, ScopeContext, utcnow
 from mewdex.db.models.search_feedback import (
     FEEDBACK_KINDS,
     FEEDBACK_SOURCES,
@@ -62,7 +67,7 @@ SOURCES = FEEDBACK_SOURCES
 MAX_QUERY = 500
 TABLE = "search_feedback_queries"
 
-#: How much one event of a kind says (a rejection counts against).
+#: How much one event of a kind says for the meme (a rejection is counted apart: ``LegResult.rejected``).
 KIND_WEIGHTS: dict[str, float] = {
     "mark": 1.0,
     "send": 1.0,
@@ -70,10 +75,15 @@ KIND_WEIGHTS: dict[str, float] = {
     "copy": 0.6,
     "download": 0.5,
     "kept": 0.3,
-    "rejected": -1.0,
 }
 #: An event's weight halves every this many days.
 HALF_LIFE_DAYS = 120.0
+#: A rejection's weight halves every this many days: "not this one now" fades fast.
+REJECT_HALF_LIFE_DAYS = 7.0
+#: The most rejections take off a meme's fused score in the assistant's searches (RRF with k = 5: a
+#: meme ranked 1st by every leg has 0.58, 3rd 0.44, 10th 0.23), saturating with the count: about two
+#: places near the top, never a removal; a strong lexical match is never pushed (``fuse_feedback``).
+REJECT_PENALTY = 0.1
 #: A scope with at most this many past queries (of the model) is scanned exactly; more go through the
 #: HNSW index. Lower than the memes' :data:`~mewdex.search.vector.EXACT_SCAN_ROWS`: the leg has a cost
 #: budget of its own (bench/feedback.py, 10,000 events over 3,000 queries: the leg alone 13.0 → 3.1 ms
@@ -101,8 +111,6 @@ LIFT = 1.5
 #: Net feedback for this very query from which a result counts as chosen (``high`` confidence): a
 #: download or more; a meme only kept from an assistant's answer is not.
 CHOSEN = 0.5
-#: A meme whose net feedback for this meaning is at or below this leaves the results.
-DROP_AT = -0.5
 
 
 class FeedbackError(DomainError):
@@ -112,11 +120,13 @@ class FeedbackError(DomainError):
 
 @dataclass
 class LegResult:
-    """The leg's answer for one query: ``net`` feedback per meme (positive lifts, negative sinks),
-    ``exact`` (memes with feedback for this very query), ``why`` (the query a lifted meme was chosen
-    for, as typed) and ``took_ms``."""
+    """The leg's answer for one query: ``net`` feedback per meme (choices: ≥ 0, it lifts), ``rejected``
+    (per meme, its rejections' weight: similarity × recency at :data:`REJECT_HALF_LIFE_DAYS`), ``exact``
+    (memes with feedback for this very query), ``why`` (the query a lifted meme was chosen for, as
+    typed) and ``took_ms``."""
 
     net: dict[UUID, float] = field(default_factory=dict)
+    rejected: dict[UUID, float] = field(default_factory=dict)
     exact: set[UUID] = field(default_factory=set)
     why: dict[UUID, str] = field(default_factory=dict)
     took_ms: float = 0.0
@@ -127,7 +137,7 @@ class LegResult:
 
     @property
     def empty(self) -> bool:
-        return not self.net
+        return not self.net and not self.rejected
 
 
 def fold_key(query: str) -> str:
@@ -298,9 +308,10 @@ def embed_query(session: Session, scope_id: str, query: str, key: str) -> int:
 # ---------------------------------------------------------------------------- see, export, clear
 
 
-def event_dict(e: SearchFeedbackEvent) -> dict[str, Any]:
-    """One event as the API and the CLI show it."""
-    return {
+def event_dict(e: SearchFeedbackEvent, display_name: str | None = None) -> dict[str, Any]:
+    """One event as the API and the CLI show it; with ``display_name`` (the meme's name, from
+    :func:`list_entries`) also the meme's ``display_name`` and ``thumbnail_url``."""
+    shown = {
         "id": str(e.event_id),
         "query": e.query,
         "meme_id": str(e.meme_id),
@@ -308,17 +319,26 @@ def event_dict(e: SearchFeedbackEvent) -> dict[str, Any]:
         "source": e.source,
         "created_at": e.created_at.isoformat(),
     }
+    if display_name is not None:
+        shown |= {"display_name": display_name, "thumbnail_url": f"/media/{e.meme_id}/thumbnail"}
+    return shown
 
 
-def list_events(
+def list_entries(
     session: Session, scope: ScopeContext, *, limit: int = 100, before: datetime | None = None
-) -> list[SearchFeedbackEvent]:
-    """The scope's events, newest first (``before``: older than that time only)."""
-    stmt = select(SearchFeedbackEvent).where(SearchFeedbackEvent.scope_id == scope.scope_id)
+) -> list[tuple[SearchFeedbackEvent, str]]:
+    """The scope's events, newest first (``before``: older than that time only), each with its meme's
+    display name: the account page's list of what was learned and ``GET /api/v1/feedback``. One
+    statement; only the scope's own events (what :func:`delete_event` may forget)."""
+    stmt = (
+        select(SearchFeedbackEvent, Meme.display_name)
+        .join(Meme, (Meme.scope_id == SearchFeedbackEvent.scope_id) & (Meme.id == SearchFeedbackEvent.meme_id))
+        .where(SearchFeedbackEvent.scope_id == scope.scope_id)
+    )
     if before is not None:
         stmt = stmt.where(SearchFeedbackEvent.created_at < before)
     stmt = stmt.order_by(SearchFeedbackEvent.created_at.desc(), SearchFeedbackEvent.event_id).limit(limit)
-    return list(session.execute(stmt).scalars())
+    return [(e, name) for e, name in session.execute(stmt).all()]
 
 
 def summary(session: Session, scope: ScopeContext) -> dict[str, Any]:
@@ -508,18 +528,22 @@ def similarity_weight(sim: float, min_sim: float, exact: bool, floor: float = 0.
 
 
 def score(rows, min_sim: float, floor: float = 0.0) -> LegResult:
-    """Net feedback per meme from ``(meme_id, kind, query, age_seconds, sim, exact)`` rows."""
+    """Net feedback per meme from ``(meme_id, kind, query, age_seconds, sim, exact)`` rows; rejections
+    go to ``rejected`` (their own, shorter half-life), never into ``net``."""
     result = LegResult()
     best_why: dict[UUID, float] = {}
     for meme_id, kind, query, age, sim, exact in rows:
         w = similarity_weight(float(sim), min_sim, bool(exact), floor)
         if w <= 0:
             continue
-        decay = 0.5 ** (max(0.0, float(age)) / 86400.0 / HALF_LIFE_DAYS)
-        contribution = w * KIND_WEIGHTS.get(kind, 0.0) * decay
-        result.net[meme_id] = result.net.get(meme_id, 0.0) + contribution
+        days = max(0.0, float(age)) / 86400.0
         if exact:
             result.exact.add(meme_id)
+        if kind == "rejected":
+            result.rejected[meme_id] = result.rejected.get(meme_id, 0.0) + w * 0.5 ** (days / REJECT_HALF_LIFE_DAYS)
+            continue
+        contribution = w * KIND_WEIGHTS.get(kind, 0.0) * 0.5 ** (days / HALF_LIFE_DAYS)
+        result.net[meme_id] = result.net.get(meme_id, 0.0) + contribution
         if contribution > 0:
             result.closest[meme_id] = max(result.closest.get(meme_id, 0.0), w)
         if contribution > best_why.get(meme_id, 0.0):
@@ -532,6 +556,11 @@ def lift(net: float) -> float:
     """The fused-score change for a meme's net feedback: ± :data:`LIFT` at most, saturating with the
     count (tanh)."""
     return LIFT * math.tanh(net)
+
+
+def penalty(rejected: float) -> float:
+    """The fused-score cut for a meme's rejection weight: :data:`REJECT_PENALTY` at most (tanh)."""
+    return REJECT_PENALTY * math.tanh(max(0.0, rejected))
 
 
 def why_text(query: str) -> str:

@@ -89,18 +89,19 @@ def search(
     offset: int = 0,
     fold_variants: bool = False,
     learn: bool = True,
-    skip_rejected: bool = False,
+    penalise_rejected: bool = False,
     metered: bool = True,
 ) -> SearchResponse:
     """Search the scope for ``query`` (1–500 chars); ``legs`` picks the legs (default all, fused).
     ``fold_variants`` keeps only the best-ranked meme of each template group ("show 1 per template",
     :mod:`mewdex.search.variants`).
 
-    ``learn``: fuse the feedback leg (:mod:`mewdex.search.feedback`: what the scope's user chose or
-    rejected before for queries of this meaning; a lifted hit says ``why``). It is read on the
-    caller's ``session`` while the other legs run, and is off for a scope with learning off. A meme
-    rejected for this meaning is left out, except a strong lexical match, which keeps its place;
-    ``skip_rejected`` leaves those out too (the assistant choosing for a person who said "another").
+    ``learn``: fuse the feedback leg (:mod:`mewdex.search.feedback`: what the scope's user chose
+    before for queries of this meaning; a lifted hit says ``why``). It is read on the caller's
+    ``session`` while the other legs run, and is off for a scope with learning off. Rejections
+    ("another") never remove a meme and change nothing here unless ``penalise_rejected`` (the
+    assistant's chat, for the person who said it): then they push a meme down by at most
+    ``feedback.REJECT_PENALTY``, fading in days, and never a strong lexical match.
 
     ``metered``: False runs none of the optional steps (:mod:`mewdex.search.steps`: query rewriting,
     rerank, extra legs), which call the scope owner's providers and spend its budget — the search of
@@ -121,7 +122,7 @@ def search(
         raise Overloaded(message="too many searches at once; try again in a moment", headers={"Retry-After": "1"})
     try:
         return _search(
-            session, scope, query, n_results, legs, executor, filters, offset, fold_variants, learn, skip_rejected,
+            session, scope, query, n_results, legs, executor, filters, offset, fold_variants, learn, penalise_rejected,
             metered,
         )  # fmt: skip
     finally:
@@ -139,7 +140,7 @@ def _search(
     offset: int,
     fold_variants: bool = False,
     learn: bool = True,
-    skip_rejected: bool = False,
+    penalise_rejected: bool = False,
     metered: bool = True,
 ) -> SearchResponse:
     started = time.perf_counter()
@@ -172,12 +173,11 @@ def _search(
         fused = rrf(rankings | like, k=RRF_K, weights=weights)
         base = {m: base.get(m, score) if m in phrase else score for m, score in fused.items()}
     keyword_hits = set(rankings.get("keyword", ()))
-    scores, dropped = fuse_feedback(base, fb, phrase, keyword_hits, keep_strong=not skip_rejected)
-    phrase -= dropped
-    # Exact phrase matches and memes chosen for this very query rank first; among them, and among the
-    # rest, by fused score.
-    first = phrase | ({m for m in fb.exact if fb.net.get(m, 0.0) > 0} if fb is not None else set())
-    ranked = sorted((m for m in scores if m not in dropped), key=lambda m: (m not in first, -scores[m]))
+    scores = fuse_feedback(base, fb, phrase, keyword_hits, penalise_rejected=penalise_rejected)
+    # Exact phrase matches and memes chosen for this very query (deliberately: not only kept from an
+    # assistant's answer) rank first; among them, and among the rest, by fused score.
+    first = phrase | ({m for m in fb.exact if fb.net.get(m, 0.0) >= feedback.CHOSEN} if fb is not None else set())
+    ranked = sorted(scores, key=lambda m: (m not in first, -scores[m]))
     if metered:
         ranked = steps.rerank(executor, scope, query, ranked)  # optional LLM rerank
     if fold_variants:
@@ -253,47 +253,45 @@ def fuse_feedback(
     phrase: set[UUID],
     keyword_hits: set[UUID],
     *,
-    keep_strong: bool = True,
-) -> tuple[dict[UUID, float], set[UUID]]:
-    """``(scores, dropped)``: the fused scores with the feedback leg's lift added (memes it found that
-    no other leg did join in) and the memes rejected for this meaning (net ≤ ``feedback.DROP_AT``),
-    strong lexical matches excepted (``keep_strong``): those keep their place whatever the feedback
-    said of them.
+    penalise_rejected: bool = False,
+) -> dict[UUID, float]:
+    """The fused scores with the feedback leg's lift added (memes it found that no other leg did join
+    in). Nothing is ever left out.
 
     A strong lexical match — an exact phrase (those rank first anyway), or a keyword hit with a fused
     score of at least ``confidence.HIGH_MIN_SCORE`` — is never buried by lifts that came from other
     queries' feedback: one lifted meme at most may pass the best strong match, and only one chosen for
     this same request reworded (``feedback.REWORDED_SIMILARITY``); the others stop just below it, so it
-    stays second at worst (feedback given for this very query may go above it: the person said so)."""
+    stays second at worst (feedback given for this very query may go above it: the person said so).
+
+    Rejections count only with ``penalise_rejected`` (the assistant's chat): a meme's score goes down
+    by :func:`feedback.penalty` (≤ ``feedback.REJECT_PENALTY``), a strong lexical match's never."""
     if fb is None or fb.empty:
-        return base, set()
+        return base
     scores = dict(base)
-    strong = [base[m] for m in base if m in phrase or (m in keyword_hits and base[m] >= HIGH_MIN_SCORE)]
-    ceiling = max(strong, default=None)
-    dropped: set[UUID] = set()
+    strong = {m for m in base if m in phrase or (m in keyword_hits and base[m] >= HIGH_MIN_SCORE)}
+    ceiling = max((base[m] for m in strong), default=None)
     over: list[UUID] = []  # neighbour-lifted memes that would pass the best strong match
     for m, net in fb.net.items():
-        was = base.get(m, 0.0)
-        is_strong = m in phrase or (m in keyword_hits and was >= HIGH_MIN_SCORE)
-        if net <= feedback.DROP_AT:
-            if not (is_strong and keep_strong):  # a strong lexical match is never buried, not even by a rejection
-                dropped.add(m)
-            continue
-        scores[m] = was + feedback.lift(net)
-        if net > 0 and ceiling is not None and not is_strong and m not in fb.exact and scores[m] >= ceiling:
+        scores[m] = base.get(m, 0.0) + feedback.lift(net)
+        if net > 0 and ceiling is not None and m not in strong and m not in fb.exact and scores[m] >= ceiling:
             over.append(m)
     passing = sorted((m for m in over if fb.closest.get(m, 0.0) >= fb.reworded_at), key=lambda m: -scores[m])[:1]
     for m in over:
         if m not in passing:
             scores[m] = max(base.get(m, 0.0), ceiling - 1e-6)  # type: ignore[operator]
-    return scores, dropped
+    if penalise_rejected:
+        for m, weight in fb.rejected.items():
+            if m in scores and m not in strong:
+                scores[m] -= feedback.penalty(weight)
+    return scores
 
 
 def _level(m: UUID, base: dict[UUID, float], fb: feedback.LegResult | None, keyword_hits: set[UUID], phrase: set[UUID]):
     """The result's confidence: of its fused score without feedback; ``high`` when this very query's
     feedback chose it deliberately (net ≥ ``feedback.CHOSEN``: a mark, a send, a copy… — not only kept
     from an assistant's answer), at least ``medium`` when a query of the same meaning chose it."""
-    level = confidence(base.get(m, 0.0), keyword_hit=m in keyword_hits, phrase=m in phrase)
+    level = confidence(base.get(m, 0.0), keyword_hit=m in keyword_hits, phrase=m in phrase, lexical=bool(keyword_hits))
     net = fb.net.get(m, 0.0) if fb is not None else 0.0
     if net >= feedback.CHOSEN and fb is not None and m in fb.exact:
         return "high"

@@ -5,7 +5,8 @@
   to ``/auth/oidc/login``, :mod:`mewdex.web.routers.sso`), the only way in with
   ``MEWDEX_PASSWORD_LOGIN=false``;
 * ``/settings`` — the account page: language and time zone, API tokens (made with scopes and an
-  expiry, shown once, revoked), password change, sign out everywhere (single-user mode: language only);
+  expiry, shown once, revoked), password change, sign out everywhere (single-user mode: language only),
+  and what mewdex learned (the newest choices, each with "forget this");
 * ``/reset`` — set a new password with an admin's one-time link (``/reset#mdr_…``);
 * ``/admin`` — instance usage, the sign-up switch, users (disk use, quota bars, this month's analysis
   cost; disable/enable, quotas, reset links) and new accounts; 404 for non-admins.
@@ -44,6 +45,8 @@ from mewdex.web.routers.admin import admin_user_dict
 from mewdex.web.templating import render
 
 router = APIRouter(include_in_schema=False)
+#: The newest things learned the account page lists, each with its "forget this" button.
+FEEDBACK_ENTRIES = 50
 
 
 def same_site_path(target: str) -> bool:
@@ -106,6 +109,10 @@ def account_page(
             "tokens": _token_rows(session, user) if user is not None else [],
             "now_iso": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "feedback": feedback.summary(session, scope),
+            "feedback_entries": [
+                feedback.event_dict(e, name)
+                for e, name in feedback.list_entries(session, scope, limit=FEEDBACK_ENTRIES)
+            ],
         },
     )
 

@@ -2,10 +2,12 @@
 
 * ``POST /api/v1/feedback`` ``{query, meme_id, kind, source?}`` → 201 ``{recorded, event}`` (the
   buttons of a result — copy, share, send — call it; ``recorded`` false with learning off)
-* ``GET /api/v1/feedback?limit=&before=`` → the summary and the newest events
+* ``GET /api/v1/feedback?limit=&before=`` → the summary and the newest events (with each meme's name
+  and thumbnail)
 * ``GET /api/v1/feedback/export`` → every event as a JSON attachment
 * ``DELETE /api/v1/feedback`` → ``{deleted}``: all of it, from the next search on
-* ``DELETE /api/v1/feedback/{id}`` → 204
+* ``DELETE /api/v1/feedback/{id}`` → 204: forget that one entry (the account page's "forget this");
+  404 ``not_found`` for an id that is not the caller's
 * ``GET`` / ``PUT /api/v1/feedback/settings`` ``{learning_enabled}``: learning on or off
 
 Errors: 404 ``not_found`` (a meme or event not in the caller's library), 422 ``query_empty`` /
@@ -45,11 +47,13 @@ def list_feedback(
     scope: ScopeContext = Depends(current_scope),
     session: Session = Depends(db_session),
 ):
-    events = feedback.list_events(session, scope, limit=limit, before=before)
+    """The summary and the newest events, each with its meme's ``display_name`` and ``thumbnail_url``
+    (the account page's list; ``DELETE /api/v1/feedback/{id}`` forgets one)."""
+    entries = feedback.list_entries(session, scope, limit=limit, before=before)
     return {
         "summary": feedback.summary(session, scope),
-        "events": [feedback.event_dict(e) for e in events],
-        "next_before": events[-1].created_at.isoformat() if len(events) == limit else None,
+        "events": [feedback.event_dict(e, name) for e, name in entries],
+        "next_before": entries[-1][0].created_at.isoformat() if len(entries) == limit else None,
     }
 
 
@@ -87,6 +91,7 @@ def update_feedback_settings(
 def delete_feedback_event(
     event_id: str, scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)
 ):
+    """Forget one thing learned (from the next search on); only the caller's own: 404 for another's."""
     if not feedback.delete_event(session, scope, parse_id(event_id, "feedback event")):
         raise ApiError(404, "not_found", "feedback event not found")
     return Response(status_code=204)

@@ -347,6 +347,18 @@ async function feedbackClear(button) {
   location.reload();
 }
 
+// One entry of the list ("forget this"): DELETE /api/v1/feedback/{id}; the row goes, the counts follow on reload.
+async function feedbackForget(button) {
+  button.disabled = true;
+  const r = await api("DELETE", `/api/v1/feedback/${encodeURIComponent(button.dataset.id)}`);
+  if (!r.ok && r.status !== 404) { button.disabled = false; toast(errorText(r.body, r.status), "error"); return; }
+  const entry = button.closest(".feedback-entry");
+  const list = entry.parentElement;
+  entry.remove();
+  if (!list.children.length) list.remove();
+  toast(t("js.feedback_forgotten"));
+}
+
 async function markWanted(button) {
   // "This is the meme I wanted" (issue 15): the marks form the scope's query set for the eval gate.
   const r = await api("POST", "/api/v1/search/marks", {query: button.dataset.query, meme_id: memeOf(button).dataset.id});
@@ -459,6 +471,7 @@ document.addEventListener("click", (e) => {
     case "mark-wanted": markWanted(el); break;
     case "feedback-learning": feedbackLearning(el); break;
     case "feedback-clear": feedbackClear(el); break;
+    case "feedback-forget": feedbackForget(el); break;
     case "pick-image": $("#image-file").click(); break;
     case "select-all": selectAll(); break;
     case "bulk-retry": bulkRetry(); break;
