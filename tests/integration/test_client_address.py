@@ -247,3 +247,21 @@ def test_a_spray_cannot_keep_the_owner_out_past_a_password_reset(auth_app):
     assert new_place.post("/api/v1/auth/reset", json={"token": token, "new_password": new_password}).status_code == 204
     r = new_place.post("/api/v1/auth/login", json={"email": victim.email, "password": new_password})
     assert r.status_code == 200, r.text
+
+
+def test_sign_ups_are_counted_per_address_as_sign_ins_are(auth_app, settings_env):
+    """MEWDEX_SIGNUP_MAX_PER_IP counts in the sign-in limiter's unit (an IPv4 address, an IPv6 /64,
+    an IPv4-mapped peer as its IPv4): one IPv6 host picks any of its /64's 2^64 addresses, and each
+    new one got a fresh allowance (unlimited sign-ups from one home connection)."""
+    settings_env(MEWDEX_SIGNUP_MAX_PER_IP="3")
+
+    def sign_up(peer: str) -> int:
+        c = TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=(peer, 1000))
+        email = f"many-{uuid.uuid4().hex[:10]}@example.com"
+        return c.post("/api/v1/auth/signup", json={"email": email, "password": PASSWORD}).status_code
+
+    answers = [sign_up(f"2001:db8:40:5::{i + 1:x}") for i in range(5)]
+    assert answers == [201, 201, 201, 429, 429], answers
+    assert sign_up("2001:db8:40:6::1") == 201  # another /64: another host
+    answers = [sign_up(peer) for peer in ("192.0.2.41", "::ffff:192.0.2.41", "192.0.2.41", "192.0.2.41")]
+    assert answers == [201, 201, 201, 429], answers

@@ -82,8 +82,9 @@ SIGNUP_WINDOW_SECONDS = 3600
 
 def check_signup_rate(client_ip: str) -> None:
     """Count one sign-up attempt from ``client_ip``; 429 ``rate_limited`` past
-    ``MEWDEX_SIGNUP_MAX_PER_IP`` attempts an hour."""
-    key, limit = f"signup:{client_ip}", get_settings().signup_max_per_ip
+    ``MEWDEX_SIGNUP_MAX_PER_IP`` attempts an hour, counted per :func:`ip_bucket` (an IPv6 host has a
+    whole /64 to pick addresses from)."""
+    key, limit = f"signup:{ip_bucket(client_ip)}", get_settings().signup_max_per_ip
     wait = limiter.retry_after(key, limit, SIGNUP_WINDOW_SECONDS)
     if wait:
         raise PlatformError(
