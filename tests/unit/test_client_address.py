@@ -133,3 +133,15 @@ def test_an_ipv4_mapped_entry_names_the_ipv4_peer_it_is(proxies, monkeypatch):
     assert _in_allow_list("198.51.100.7", get_settings().metrics_allow)
     assert not _in_allow_list("198.51.101.7", get_settings().metrics_allow)
     monkeypatch.delenv("MEWDEX_METRICS_ALLOW")
+
+
+def test_a_clients_open_quote_does_not_swallow_the_proxys_own_forwarded_line(proxies):
+    """A proxy that adds its own ``Forwarded`` line after the client's: a quote the client left open
+    ends with its line (RFC 7230: a quoted-string never spans header lines), so the proxy's element is
+    still read and the client is named; joined first, the open quote ate the proxy's line and every
+    such client was counted as the proxy itself (one shared per-address allowance)."""
+    proxies("127.0.0.1", "forwarded")
+    lines = [(b"forwarded", b'for="203.0.113.9'), (b"forwarded", b"for=192.0.2.8")]
+    assert client_address("127.0.0.1", lines) == "192.0.2.8"
+    lines = [(b"forwarded", b"for=192.0.2.8"), (b"forwarded", b'for="203.0.113.9')]
+    assert client_address("127.0.0.1", lines) == "127.0.0.1"  # the proxy's own line is malformed: the peer
