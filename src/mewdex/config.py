@@ -67,6 +67,21 @@ class SecretFilesSource(PydanticBaseSettingsSource):
         return values
 
 
+def ipv4_form(entry: str) -> str:
+    """An address/network entry of a setting as compared with client addresses, which are IPv4 when
+    they are IPv4-mapped (``web.security.client_address``): ``::ffff:192.0.2.1`` → ``192.0.2.1``,
+    ``::ffff:10.1.0.0/112`` → ``10.1.0.0/16``; any other entry stripped (of brackets too), as given."""
+    entry = entry.strip().strip("[]")
+    try:
+        network = ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        return entry
+    mapped = network.network_address.ipv4_mapped if isinstance(network, ipaddress.IPv6Network) else None
+    if mapped is None or network.prefixlen < 96:
+        return entry
+    return str(ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}", strict=False))
+
+
 class Settings(BaseSettings):
     """Process-wide configuration, read once per process (see :func:`get_settings`)."""
 
@@ -324,7 +339,12 @@ class Settings(BaseSettings):
                 ipaddress.ip_network(entry.strip().strip("[]"), strict=False)
             except ValueError:
                 raise ValueError(f"MEWDEX_TRUSTED_PROXIES: {entry!r} is not an IP address or network") from None
-        return [entry.strip().strip("[]") for entry in value]
+        return [ipv4_form(entry) for entry in value]
+
+    @field_validator("metrics_allow")
+    @classmethod
+    def _allowed_networks(cls, value: list[str]) -> list[str]:
+        return [ipv4_form(entry) for entry in value]
 
     @field_validator("blob_store")
     @classmethod

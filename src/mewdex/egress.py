@@ -44,6 +44,9 @@ import ipaddress
 import logging
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urljoin, urlsplit
@@ -451,6 +454,32 @@ def _left(timeout: float | None, error: type[Exception]) -> float | None:
     return timeout.deadline.bound(float(timeout), error) if isinstance(timeout, _Bounded) else timeout
 
 
+#: The deadline of the SDK call in progress in this context (:func:`one_deadline`), or None.
+_CALL_DEADLINE: ContextVar[_Deadline | None] = ContextVar("mewdex_egress_call_deadline", default=None)
+
+
+@contextmanager
+def one_deadline(seconds: float) -> Iterator[None]:
+    """Inside, every request of the :func:`guarded_client` clients ends by one deadline ``seconds``
+    from now (or by an enclosing one that ends sooner): the wrapper of one SDK call opens it around
+    the call, so its retries, and the SDK's waits between them (:func:`call_time_left`), share the
+    deadline that started with the call, as :func:`fetch`'s covers its redirects and retries. A body
+    streamed after the call returned still ends by it (each request carries its deadline)."""
+    outer, mine = _CALL_DEADLINE.get(), _Deadline(seconds)
+    sooner = outer is not None and outer.at is not None and mine.at is not None and outer.at <= mine.at
+    token = _CALL_DEADLINE.set(outer if sooner else mine)
+    try:
+        yield
+    finally:
+        _CALL_DEADLINE.reset(token)
+
+
+def call_time_left() -> float | None:
+    """Seconds left to the deadline of the :func:`one_deadline` in progress (≤ 0: passed), or None."""
+    deadline = _CALL_DEADLINE.get()
+    return None if deadline is None else deadline.left()
+
+
 def _bounded_backend_class():
     """An httpcore2 network backend whose sockets honour the deadline a request's timeouts carry."""
     import httpcore2
@@ -490,7 +519,8 @@ def _guarded_transport_class():
     """The ``httpx2`` transport SDK clients use (the ``openai`` SDK ≥ 3 speaks ``httpx2``): it checks
     every request like :func:`fetch` (scheme, allow-list, public addresses) and connects to the
     checked address, with the original ``Host`` and TLS SNI name; each request ends by its
-    ``deadline`` (seconds from its start: connects, every read and write, the whole streamed body)."""
+    ``deadline`` (seconds from its start: connects, every read and write, the whole streamed body),
+    or by the deadline of the SDK call it belongs to (:func:`one_deadline`) when that ends sooner."""
     import httpcore2
     import httpx2
 
@@ -512,7 +542,9 @@ def _guarded_transport_class():
                 target.host if target.port == _DEFAULT_PORTS[target.scheme] else f"{target.host}:{target.port}"
             )
             request.url = request.url.copy_with(host=target.address, port=target.port)
-            deadline = _Deadline(self.deadline)
+            deadline, call = _Deadline(self.deadline), _CALL_DEADLINE.get()
+            if call is not None and call.at is not None and deadline.at is not None and call.at < deadline.at:
+                deadline = call  # the SDK call's own deadline (one_deadline), retries included
             timeouts = request.extensions.get("timeout") or {}
             bounded = {
                 k: _Bounded(self.deadline if timeouts.get(k) is None else timeouts[k], deadline)
@@ -537,7 +569,8 @@ def guarded_client(timeout: float = 60.0, connect_timeout: float = 5.0, deadline
     :class:`EgressError` out of the SDK call, which the SDK does not retry); no redirects followed,
     ``trust_env=False``; ``timeout``: read/write seconds; ``deadline``: the overall seconds of each
     request, its streamed body included, as :func:`fetch`'s (default: twice ``timeout``, the
-    providers' rule; past it the SDK sees a timeout)."""
+    providers' rule; past it the SDK sees a timeout). One SDK call with retries shares one deadline
+    when its wrapper opens :func:`one_deadline` (``providers.openai_compat.sdk_client`` does)."""
     import httpx2
 
     return httpx2.Client(

@@ -247,3 +247,55 @@ def test_a_spray_cannot_keep_the_owner_out_past_a_password_reset(auth_app):
     assert new_place.post("/api/v1/auth/reset", json={"token": token, "new_password": new_password}).status_code == 204
     r = new_place.post("/api/v1/auth/login", json={"email": victim.email, "password": new_password})
     assert r.status_code == 200, r.text
+
+
+def test_sign_ups_are_counted_per_address_as_sign_ins_are(auth_app, settings_env):
+    """MEWDEX_SIGNUP_MAX_PER_IP counts in the sign-in limiter's unit (an IPv4 address, an IPv6 /64,
+    an IPv4-mapped peer as its IPv4): one IPv6 host picks any of its /64's 2^64 addresses, and each
+    new one got a fresh allowance (unlimited sign-ups from one home connection)."""
+    settings_env(MEWDEX_SIGNUP_MAX_PER_IP="3")
+
+    def sign_up(peer: str) -> int:
+        c = TestClient(auth_app.app, base_url=LOCAL_CLIENT["base_url"], client=(peer, 1000))
+        email = f"many-{uuid.uuid4().hex[:10]}@example.com"
+        return c.post("/api/v1/auth/signup", json={"email": email, "password": PASSWORD}).status_code
+
+    answers = [sign_up(f"2001:db8:40:5::{i + 1:x}") for i in range(5)]
+    assert answers == [201, 201, 201, 429, 429], answers
+    assert sign_up("2001:db8:40:6::1") == 201  # another /64: another host
+    answers = [sign_up(peer) for peer in ("192.0.2.41", "::ffff:192.0.2.41", "192.0.2.41", "192.0.2.41")]
+    assert answers == [201, 201, 201, 429], answers
+
+
+def test_guesses_sent_at_once_are_held_to_the_limits(mewdex_env, tmp_path_factory, account, fresh_counters):
+    """The limits are checked and counted in one step per attempt (the counters' rows locked), not
+    read before the password work and written after it: 16 wrong guesses sent at once, each taking
+    its bcrypt time, got 16 answers of 401 where the limit was 3 — per address, and per account from
+    16 addresses (behind a trusted proxy)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def at_once(url: str, attempts: list[tuple[str, dict[str, str]]]) -> list[int]:
+        def one(attempt: tuple[str, dict[str, str]]) -> int:
+            email, headers = attempt
+            r = httpx.post(url + "/api/v1/auth/login", json={"email": email, "password": WRONG}, headers=headers)
+            return r.status_code
+
+        with ThreadPoolExecutor(len(attempts)) as pool:
+            return list(pool.map(one, attempts))
+
+    with _serve(
+        mewdex_env,
+        tmp_path_factory,
+        MEWDEX_BCRYPT_ROUNDS="10",
+        MEWDEX_TRUSTED_PROXIES="127.0.0.1",
+        MEWDEX_LOGIN_MAX_FAILURES_PER_IP="3",
+        MEWDEX_LOGIN_MAX_FAILURES_PER_ACCOUNT="3",
+    ) as server:
+        url = str(server.base_url).rstrip("/")
+        one_address = [(f"nobody-{uuid.uuid4().hex[:8]}@example.com", {"X-Forwarded-For": "192.0.2.70"})] * 16
+        answers = at_once(url, one_address)
+        assert sorted(answers) == [401] * 3 + [429] * 13, answers
+        many_addresses = [(account, {"X-Forwarded-For": f"198.51.100.{i + 20}"}) for i in range(16)]
+        answers = at_once(url, many_addresses)
+        # past 3 failures a new address waits 1 s after the last: at most one more comes in late
+        assert answers.count(401) <= 4 and answers.count(429) >= 12, answers

@@ -176,6 +176,35 @@ def test_failure_modes_become_provider_errors(fake):
     assert "sk-wrong" not in provider_error(err.value).message
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        # answers 500 in 0.8 s and asks for a retry in 1 s: each try well inside its own 2 s
+        lambda: Reply.delay(0.8, Reply.error(500, headers={"Retry-After": "1"})),
+        # answers nothing within the 1 s read timeout: the SDK retries the timeout after a backoff
+        lambda: Reply.delay(1.5),
+    ],
+    ids=["retried-5xx", "retried-timeouts"],
+)
+def test_one_sdk_call_has_one_deadline_across_its_retries(fake, reply):
+    """Issue 40, finding 10: the deadline of an SDK call (twice the timeout, as egress.fetch's covers
+    its redirects and retries) starts when the call starts and covers every retry and the waits
+    between them; with MEWDEX_PROVIDER_MAX_RETRIES = 3 a call did run four tries and three
+    backoffs (6 s and more) past its 2 s."""
+    import time
+
+    import openai
+
+    client = _client(fake, timeout=1.0, max_retries=3)
+    fake.script(*(reply() for _ in range(4)))
+    started = time.monotonic()
+    with pytest.raises(openai.APIError):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    took = time.monotonic() - started
+    assert took < 3.0, f"the call ran {took:.1f} s, past its 2 s deadline"
+    client.close()
+
+
 def test_egress_guard_stops_the_sdk_without_an_allow_listed_host(settings_env):
     from mewdex.providers.openai_compat import provider_error
 

@@ -113,3 +113,35 @@ def test_every_uvicorn_start_turns_its_proxy_handling_off():
                 calls.append((f"{path.relative_to(ROOT)}:{node.lineno}", off))
     assert any(where.startswith("src/mewdex/cli/server.py") for where, _ in calls)
     assert [where for where, off in calls if not off] == []
+
+
+def test_an_ipv4_mapped_entry_names_the_ipv4_peer_it_is(proxies, monkeypatch):
+    """A dual-stack server (``--host ::``) sees an IPv4 proxy as ``::ffff:a.b.c.d``, and that is how an
+    operator copies it from a log: the entry must trust that proxy (and a mapped network its IPv4
+    network), as the peer is compared in its IPv4 form. It was accepted and silently trusted no one
+    (every client then looked like the proxy: one per-address sign-in limit for all of them);
+    MEWDEX_METRICS_ALLOW's entries are read the same way."""
+    from mewdex.web.metrics import _in_allow_list
+
+    proxies("::ffff:192.0.2.10, ::ffff:10.1.0.0/112")
+    forwarded = h(x_forwarded_for="203.0.113.9")
+    for peer in ("192.0.2.10", "::ffff:192.0.2.10", "10.1.2.3", "::ffff:10.1.2.3"):
+        assert client_address(peer, forwarded) == "203.0.113.9", peer
+    assert client_address("10.2.0.1", forwarded) == "10.2.0.1"
+    monkeypatch.setenv("MEWDEX_METRICS_ALLOW", "::ffff:198.51.100.0/120")
+    get_settings.cache_clear()
+    assert _in_allow_list("198.51.100.7", get_settings().metrics_allow)
+    assert not _in_allow_list("198.51.101.7", get_settings().metrics_allow)
+    monkeypatch.delenv("MEWDEX_METRICS_ALLOW")
+
+
+def test_a_clients_open_quote_does_not_swallow_the_proxys_own_forwarded_line(proxies):
+    """A proxy that adds its own ``Forwarded`` line after the client's: a quote the client left open
+    ends with its line (RFC 7230: a quoted-string never spans header lines), so the proxy's element is
+    still read and the client is named; joined first, the open quote ate the proxy's line and every
+    such client was counted as the proxy itself (one shared per-address allowance)."""
+    proxies("127.0.0.1", "forwarded")
+    lines = [(b"forwarded", b'for="203.0.113.9'), (b"forwarded", b"for=192.0.2.8")]
+    assert client_address("127.0.0.1", lines) == "192.0.2.8"
+    lines = [(b"forwarded", b"for=192.0.2.8"), (b"forwarded", b'for="203.0.113.9')]
+    assert client_address("127.0.0.1", lines) == "127.0.0.1"  # the proxy's own line is malformed: the peer

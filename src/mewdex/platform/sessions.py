@@ -17,7 +17,7 @@ import time
 from collections import deque
 from datetime import timedelta
 
-from sqlalchemy import case, delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -82,8 +82,9 @@ SIGNUP_WINDOW_SECONDS = 3600
 
 def check_signup_rate(client_ip: str) -> None:
     """Count one sign-up attempt from ``client_ip``; 429 ``rate_limited`` past
-    ``MEWDEX_SIGNUP_MAX_PER_IP`` attempts an hour."""
-    key, limit = f"signup:{client_ip}", get_settings().signup_max_per_ip
+    ``MEWDEX_SIGNUP_MAX_PER_IP`` attempts an hour, counted per :func:`ip_bucket` (an IPv6 host has a
+    whole /64 to pick addresses from)."""
+    key, limit = f"signup:{ip_bucket(client_ip)}", get_settings().signup_max_per_ip
     wait = limiter.retry_after(key, limit, SIGNUP_WINDOW_SECONDS)
     if wait:
         raise PlatformError(
@@ -112,38 +113,58 @@ def ip_bucket(client_ip: str) -> str:
     return str(ip)
 
 
-def _failures(session: Session, key: str, window: int) -> tuple[int, float]:
-    """``(failures in the current window, seconds since the last one)`` of ``key``."""
-    row = session.execute(
-        select(LoginFailure.failures, LoginFailure.last_failure_at).where(
-            LoginFailure.key == key, LoginFailure.window_started_at > utcnow() - timedelta(seconds=window)
-        )
-    ).first()
-    if row is None:
-        return 0, float("inf")
-    return row[0], (utcnow() - row[1]).total_seconds()
-
-
-def _record_failure(keys: list[str], window: int) -> None:
-    """Count a failure for each key atomically, in its own transaction (the request's rolls back)."""
+def _claim(ip_key: str, account_key: str, known: bool, window: int) -> int:
+    """Check the limits of one password attempt and count it as a failure, in one step: both counters'
+    rows locked, in a transaction of its own committed before the password work (attempts sent at
+    once each see the ones before them; reading the counts first and writing them after the bcrypt
+    work let every attempt of a burst through). Returns the account's failures before this one;
+    raises 429 ``rate_limited`` (nothing counted) past a limit (:func:`verify_password`). A right
+    password takes its count back (:func:`_unclaim`)."""
     from mewdex.db.engine import get_sessionmaker
 
+    settings = get_settings()
     with get_sessionmaker().begin() as session:
-        for key in keys:
-            stmt = insert(LoginFailure).values(
-                key=key, failures=1, window_started_at=func.now(), last_failure_at=func.now()
+        session.execute(
+            insert(LoginFailure)
+            .values([{"key": ip_key, "failures": 0}, {"key": account_key, "failures": 0}])
+            .on_conflict_do_nothing(index_elements=["key"])
+        )
+        rows = session.execute(
+            select(LoginFailure)
+            .where(LoginFailure.key.in_([ip_key, account_key]))
+            .order_by(LoginFailure.key)
+            .with_for_update()
+        ).scalars()
+        by_key = {row.key: row for row in rows}
+        now = utcnow()
+        ip, account = by_key[ip_key], by_key[account_key]
+        stale = {key: row.window_started_at <= now - timedelta(seconds=window) for key, row in by_key.items()}
+        ip_failures = 0 if stale[ip_key] else ip.failures
+        account_failures = 0 if stale[account_key] else account.failures
+        if ip_failures >= settings.login_max_failures_per_ip:
+            raise _rate_limited(window / 4, "too many failed password attempts from this address; try again later")
+        backoff = _backoff_seconds(account_failures, settings.login_max_failures_per_account)
+        since_last = (now - account.last_failure_at).total_seconds()
+        if backoff and not known and since_last < backoff:
+            raise _rate_limited(
+                backoff - since_last, "too many failed password attempts for this account; try again soon"
             )
-            stale = LoginFailure.window_started_at <= func.now() - timedelta(seconds=window)
-            session.execute(
-                stmt.on_conflict_do_update(
-                    index_elements=["key"],
-                    set_={
-                        "failures": case((stale, 1), else_=LoginFailure.failures + 1),
-                        "window_started_at": case((stale, func.now()), else_=LoginFailure.window_started_at),
-                        "last_failure_at": func.now(),
-                    },
-                )
-            )
+        for row, failures in ((ip, ip_failures), (account, account_failures)):
+            if stale[row.key]:
+                row.window_started_at = now
+            row.failures, row.last_failure_at = failures + 1, now
+    return account_failures
+
+
+def _unclaim(session: Session, ip_key: str, account_key: str) -> None:
+    """A right password: the attempt :func:`_claim` counted is not a failure (the address's count
+    goes back by one) and the account's count starts afresh."""
+    session.execute(delete(LoginFailure).where(LoginFailure.key == account_key))
+    session.execute(
+        update(LoginFailure)
+        .where(LoginFailure.key == ip_key, LoginFailure.failures > 0)
+        .values(failures=LoginFailure.failures - 1)
+    )
 
 
 def _backoff_seconds(failures: int, limit: int) -> float:
@@ -194,7 +215,9 @@ def verify_password(session: Session, email: str, password: str, client_ip: str,
       the owner out, and the count starts again with the next window
       (``MEWDEX_LOGIN_FAILURE_WINDOW_SECONDS`` after its first failure) or a password reset.
 
-    The counters live in ``login_failures`` (shared by every API process); failures are logged with
+    Each attempt is checked and counted in one locked step before the password work (:func:`_claim`:
+    a burst sent at once is held to the limits as one sent in turn); a right password takes its count
+    back. The counters live in ``login_failures`` (shared by every API process); failures are logged with
     a hash of the account, never the email or the password.
     """
     settings = get_settings()
@@ -203,14 +226,8 @@ def verify_password(session: Session, email: str, password: str, client_ip: str,
     account = email.strip().lower()[:320]
     bucket = ip_bucket(client_ip)
     account_key, ip_key, known_key = users.account_key(account), f"ip:{bucket}", f"known:{account}:{bucket}"
-    ip_failures, _ = _failures(session, ip_key, window)
-    if ip_failures >= settings.login_max_failures_per_ip:
-        raise _rate_limited(window / 4, "too many failed password attempts from this address; try again later")
-    account_failures, since_last = _failures(session, account_key, window)
     known = session.get(LoginFailure, known_key) is not None
-    backoff = _backoff_seconds(account_failures, settings.login_max_failures_per_account)
-    if backoff and not known and since_last < backoff:
-        raise _rate_limited(backoff - since_last, "too many failed password attempts for this account; try again soon")
+    account_failures = _claim(ip_key, account_key, known, window)
     try:
         candidate = users.password_bytes(password)
     except PlatformError:
@@ -221,8 +238,7 @@ def verify_password(session: Session, email: str, password: str, client_ip: str,
         if user is None:
             user = users.find_by_email(session, email) if "\x00" not in email else None
     ok = users.check_password(user.password_hash if user else None, candidate)
-    if not ok or user is None or user.disabled:
-        _record_failure([account_key, ip_key], window)
+    if not ok or user is None or user.disabled:  # counted already (_claim)
         log.warning(
             "failed password check for account %s… from %s (%d failures on the account)",
             hashlib.sha256(account.encode()).hexdigest()[:12],
@@ -230,7 +246,7 @@ def verify_password(session: Session, email: str, password: str, client_ip: str,
             account_failures + 1,
         )
         raise WRONG_CURRENT if reauth else INVALID
-    session.execute(delete(LoginFailure).where(LoginFailure.key == account_key))
+    _unclaim(session, ip_key, account_key)
     session.execute(
         insert(LoginFailure)
         .values(key=known_key, failures=0)

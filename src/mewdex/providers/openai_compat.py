@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext
-from mewdex.egress import EgressError, guarded_client
+from mewdex.egress import EgressError, call_time_left, guarded_client, one_deadline
 from mewdex.providers import connectors
 from mewdex.providers.connectors import Connection, ProviderSpec, register_provider
 from mewdex.providers.errors import ProviderError
@@ -128,21 +128,46 @@ def _validate_config(config: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
+class _OneDeadlineOpenAI(openai.OpenAI):
+    """``openai.OpenAI`` whose every call ends by one deadline (``call_deadline`` seconds from the
+    call's start): all its tries, the waits between them and a streamed body
+    (:func:`mewdex.egress.one_deadline`); a retry wait is cut to what the deadline leaves, and the tries
+    after it fail at once as timeouts."""
+
+    def __init__(self, *, call_deadline: float | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        timeout = kwargs.get("timeout")
+        # copy()/with_options() build a new client without call_deadline: twice its timeout again
+        self.call_deadline = call_deadline or (2 * timeout if isinstance(timeout, int | float) else 120.0)
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # every SDK call comes here
+        with one_deadline(self.call_deadline):
+            return super().request(*args, **kwargs)
+
+    def _calculate_retry_timeout(self, *args: Any, **kwargs: Any) -> float:
+        wait = super()._calculate_retry_timeout(*args, **kwargs)
+        left = call_time_left()
+        return wait if left is None else max(0.0, min(wait, left))
+
+
 def sdk_client(
     connection: Connection, *, timeout: float | None = None, max_retries: int | None = None
 ) -> openai.OpenAI:
     """The ``openai.OpenAI`` client of a connection (egress-guarded HTTP, the configured timeout and
     retries: the SDK retries connection errors, 408/409/429/5xx honouring ``Retry-After``). Every
-    request also has an overall deadline, twice ``timeout`` as for the other provider calls
-    (:func:`mewdex.egress.guarded_client`): a server that trickles its answer (a streamed one
-    included) is cut there, and the call fails as a timeout."""
+    call also has an overall deadline, twice ``timeout`` as for the other provider calls
+    (:func:`mewdex.egress.guarded_client`), that starts with the call and covers all its retries and
+    the waits between them (:class:`_OneDeadlineOpenAI`): a server that trickles its answer (a
+    streamed one included) or keeps asking for retries is cut there, and the call fails as a timeout."""
     settings = get_settings()
-    return openai.OpenAI(
+    seconds = timeout or settings.provider_timeout_seconds
+    return _OneDeadlineOpenAI(
         api_key=connection.credentials.get("api_key") or "none",
         base_url=connection.config["base_url"],
-        http_client=guarded_client(timeout=timeout or settings.provider_timeout_seconds),
+        http_client=guarded_client(timeout=seconds, deadline=2 * seconds),
         max_retries=settings.provider_max_retries if max_retries is None else max_retries,
-        timeout=timeout or settings.provider_timeout_seconds,
+        timeout=seconds,
+        call_deadline=2 * seconds,
     )
 
 

@@ -246,10 +246,17 @@ def _hops(headers: Sequence[tuple[bytes, bytes]]) -> list[str] | None:
     if value is None:
         return []
     if name == "forwarded":
-        elements = _forwarded_elements(value)
-        if elements is None or any("for" not in e for e in elements):
-            return None
-        return [e["for"] for e in elements]
+        # Line by line: a quote a client left open ends with its line (a quoted-string never spans
+        # lines), so the proxy's own line after it is still read. A malformed line is one hop that
+        # is no address: reached from the right, the client is the peer.
+        hops: list[str] = []
+        for line in (v.decode("latin-1") for k, v in headers if k.lower() == b"forwarded"):
+            elements = _forwarded_elements(line)
+            if elements is None or any("for" not in e for e in elements):
+                hops.append("")
+            else:
+                hops += [e["for"] for e in elements]
+        return hops
     hops = [h.strip() for h in value.split(",")]
     if name == "x-real-ip" and len(hops) != 1:  # one address, replaced (not appended) by the proxy
         return None
