@@ -326,7 +326,11 @@ def target(made, tmp_path):
         "MEWDEX_BACKUP_KEY_FILE": str(key_file),
     }
     try:
-        yield {"env": cli_env, "url": make_url(url).set(database=name).render_as_string(hide_password=False), "pg_env": env}
+        yield {
+            "env": cli_env,
+            "url": make_url(url).set(database=name).render_as_string(hide_password=False),
+            "pg_env": env,
+        }
     finally:
         with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -474,10 +478,12 @@ def test_an_added_expression_index_or_a_look_alike_of_mewdex_s_index_is_refused(
     from mewdex.search.vector_index import index_name
 
     name = index_name("meme_embeddings", RUNTIME_MODEL, 8)
-    for n, (change, named) in enumerate([
-        (ADDED_INDEX, "index public.ix_memes_extra_bands is not mewdex's"),
-        (LOOK_ALIKE_INDEX.format(name=name, model=RUNTIME_MODEL), f"index public.{name} differs"),
-    ]):
+    for n, (change, named) in enumerate(
+        [
+            (ADDED_INDEX, "index public.ix_memes_extra_bands is not mewdex's"),
+            (LOOK_ALIKE_INDEX.format(name=name, model=RUNTIME_MODEL), f"index public.{name} differs"),
+        ]
+    ):
         (tmp_path / str(n)).mkdir()
         snapshot_dir = _tampered(made, tmp_path / str(n), change)
         answer = _cli(target["env"], "restore", str(snapshot_dir), "--json")

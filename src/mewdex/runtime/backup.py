@@ -32,10 +32,37 @@ anything else is ``backup_entry_invalid``). Where an entry lives is decided by o
 :func:`object_name`, from constants and content addresses, never from a manifest string. Files are
 read with no-follow (regular files only), bounded by their recorded size, decrypted and hashed while
 streaming, into a fresh temporary folder; nothing else is written until the whole backup verified,
-the dump's entries included (:func:`check_dump`: only the kinds of object mewdex's schema has).
-The dump is then restored by a throw-away role that owns only the target's schema (no superuser, no
-``pg_execute_server_program``), and the result is checked for code mewdex does not create before
-the role's objects pass to the database's owner (``backup_dump_unexpected``, the schema emptied).
+the dump's table of contents included (:func:`check_dump`: only the kinds of entry mewdex's schema
+has, in ``public``, and its two extensions — a check that needs no database and keeps whole classes
+of entry, ACLs, large objects, publications…, from ever reaching ``pg_restore``; it names no
+objects: which objects, and how they are defined, is decided by the comparison below).
+
+**What the dump defines must be exactly mewdex's own schema**, so that no code in a backup — not
+even the body of one of mewdex's own functions, which the app's triggers later run as the
+database's superuser — is anything mewdex did not write (:class:`Reference`). Restore builds the
+reference beside the target, in scratch databases on the same server (``mewdex_restore_<purpose>_<16
+random hex>``, from ``template0``; dropped however restore ends): mewdex's migrations run up to the
+backup's schema revision, as mewdex migrates, and the result goes through the same
+``pg_dump``/``pg_restore`` a backup's schema went through (PostgreSQL reads some definitions back
+otherwise than the migrations wrote them). The indexes mewdex makes at run time (the per-model HNSW
+indexes, :func:`mewdex.search.vector_index.made_index`) are made in the reference by the function
+that makes them. :func:`schema_objects` reads both sides: every object any dependency names (any
+class), and the definitions of functions (``pg_get_functiondef``: body, ``SECURITY DEFINER``,
+``SET``, volatility; privileges), triggers (enabled or not), indexes, column defaults, constraints,
+relations and columns (kind, privileges, row security, inheritance, views' queries), rules,
+policies, event triggers, casts, operators, types, extensions, schemas and publications; owners
+are left out, since all the dump makes belongs to the restore role until it passes to the database's
+owner. Any object more, less or defined otherwise is refused by name, never by content
+(``backup_dump_unexpected``). The dump's schema is first restored into a third scratch database and
+compared there, before the target is touched (a ``--force`` restore keeps what it would have
+replaced); then the dump is restored into the target by a throw-away role that owns only its schema
+(no superuser, no ``pg_execute_server_program``), and what was restored is compared again before the
+role's objects pass to the database's owner (an entry that fills a table may run SQL too): any
+difference empties the schema. The configured database user needs ``CREATEDB`` for the scratch
+databases (``restore_scratch_denied``); the check costs about three seconds (migrations, one
+schema round trip, one schema-only restore), whatever the library's size. The run-time indexes
+are made in today's form: a later change of that form must still recognise, and make, the older
+one for backups of the revisions before it.
 
 Consistency while ``serve`` and workers run: the backup takes the backup lease
 (:data:`mewdex.storage.journal.BACKUP_LEASE_KEY`, see there: blob removals are deferred while it is
@@ -53,8 +80,8 @@ Errors: :class:`BackupError` with a stable ``code`` (``backup_running``, ``backu
 ``backup_incomplete``, ``backup_corrupted``, ``backup_too_new``, ``backup_unauthenticated``,
 ``backup_format_unsupported``, ``backup_entry_invalid``, ``backup_dump_unexpected``,
 ``backup_key_missing``, ``backup_key_invalid``, ``backup_key_mismatch``, ``restore_target_not_empty``,
-``restore_target_in_use``, ``backup_dest_invalid``, ``backup_dest_insecure``, ``pg_dump_failed``,
-``pg_restore_failed``, ``backup_store_failed``); messages name files, never a key or a credential.
+``restore_target_in_use``, ``restore_scratch_denied``, ``backup_dest_invalid``, ``backup_dest_insecure``,
+``pg_dump_failed``, ``pg_restore_failed``, ``backup_store_failed``); messages name files, never a key or a credential.
 """
 
 from __future__ import annotations
@@ -1424,9 +1451,11 @@ EXTENSIONS = ("vector", "pg_trgm")
 _TOC_LINE = re.compile(r"(\d+); (\d+) (\d+) (.*)")
 
 
-def _toc_kind(line: str) -> str | None:
+def _toc_entry(line: str) -> tuple[str | None, list[str]]:
+    """(kind, the words after it) of a ``pg_restore -l`` line; kind None when it is none of :data:`_TOC_KINDS`."""
     match = _TOC_LINE.fullmatch(line.rstrip())
-    return next((k for k in _TOC_KINDS if match and match[4].startswith(k + " ")), None)
+    kind = next((k for k in _TOC_KINDS if match and match[4].startswith(k + " ")), None)
+    return kind, (match[4][len(kind) + 1 :].split(" ") if match and kind else [])
 
 
 def check_dump(dump: Path) -> list[str]:
@@ -1442,8 +1471,7 @@ def check_dump(dump: Path) -> list[str]:
     for line in proc.stdout.splitlines():
         if not line.strip() or line.startswith(";"):
             continue
-        kind = _toc_kind(line)
-        rest = _TOC_LINE.fullmatch(line.rstrip())[4][len(kind) + 1 :].split(" ") if kind else []  # type: ignore[index]
+        kind, rest = _toc_entry(line)
         ok = kind is not None and len(rest) >= 2
         if ok and kind == "EXTENSION":
             ok = rest[0] == "-" and rest[1] in EXTENSIONS
@@ -1494,14 +1522,14 @@ _SCHEMA_QUERIES = (
         a.aggcombinefn, format_type(a.aggtranstype, NULL)) FROM pg_aggregate a WHERE a.aggfnoid = p.oid)
       ELSE pg_get_functiondef(p.oid) END || format(' acl=%s', p.proacl)
     FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-    WHERE {_USER_NS} AND {_not_member('pg_proc', 'p.oid')}""",
+    WHERE {_USER_NS} AND {_not_member("pg_proc", "p.oid")}""",
     f"""SELECT 'trigger ' || quote_ident(t.tgname) || ' on ' || t.tgrelid::regclass::text,
       pg_get_triggerdef(t.oid) || ' enabled=' || t.tgenabled::text
     FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE NOT t.tgisinternal AND {_USER_NS}""",
     f"""SELECT 'index ' || i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
     FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE {_USER_NS} AND {_not_member('pg_class', 'i.indrelid')}""",
+    WHERE {_USER_NS} AND {_not_member("pg_class", "i.indrelid")}""",
     f"""SELECT 'default ' || d.adrelid::regclass::text || '.' || quote_ident(a.attname),
       pg_get_expr(d.adbin, d.adrelid)
     FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
@@ -1510,7 +1538,7 @@ _SCHEMA_QUERIES = (
         || CASE WHEN k.conrelid <> 0 THEN k.conrelid::regclass::text ELSE k.contypid::regtype::text END,
       k.contype::text || ' ' || pg_get_constraintdef(k.oid)
     FROM pg_constraint k JOIN pg_namespace n ON n.oid = k.connamespace
-    WHERE {_USER_NS} AND {_not_member('pg_constraint', 'k.oid')}
+    WHERE {_USER_NS} AND {_not_member("pg_constraint", "k.oid")}
       AND (k.conrelid = 0 OR NOT EXISTS (SELECT 1 FROM pg_depend e WHERE e.classid = 'pg_class'::regclass
            AND e.objid = k.conrelid AND e.deptype = 'e'))
       AND (k.contypid = 0 OR NOT EXISTS (SELECT 1 FROM pg_depend e WHERE e.classid = 'pg_type'::regclass
@@ -1525,17 +1553,17 @@ _SCHEMA_QUERIES = (
         (SELECT amname FROM pg_am WHERE oid = c.relam),
         CASE WHEN c.relkind IN ('v', 'm') THEN pg_get_viewdef(c.oid) END)
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'c', 'S') AND {_USER_NS} AND {_not_member('pg_class', 'c.oid')}""",
+    WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'c', 'S') AND {_USER_NS} AND {_not_member("pg_class", "c.oid")}""",
     f"""SELECT 'column ' || a.attrelid::regclass::text || '.' || quote_ident(a.attname),
       format('%s notnull=%s identity=%s generated=%s collation=%s acl=%s', format_type(a.atttypid, a.atttypmod),
         a.attnotnull, a.attidentity, a.attgenerated, a.attcollation::regcollation, a.attacl)
     FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'c')
-      AND {_USER_NS} AND {_not_member('pg_class', 'c.oid')}""",
+      AND {_USER_NS} AND {_not_member("pg_class", "c.oid")}""",
     f"""SELECT 'rule ' || quote_ident(r.rulename) || ' on ' || r.ev_class::regclass::text,
       pg_get_ruledef(r.oid) || ' enabled=' || r.ev_enabled::text
     FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE {_USER_NS} AND {_not_member('pg_class', 'c.oid')}""",
+    WHERE {_USER_NS} AND {_not_member("pg_class", "c.oid")}""",
     """SELECT 'policy ' || quote_ident(p.polname) || ' on ' || p.polrelid::regclass::text,
       format('%s %s roles=%s using=%s check=%s', p.polcmd, p.polpermissive,
         (SELECT array_agg(CASE WHEN r = 0 THEN 'public' ELSE r::regrole::text END ORDER BY 1)
@@ -1546,13 +1574,13 @@ _SCHEMA_QUERIES = (
       format('%s %s %s %s', evtevent, evtfoid::regprocedure, evtenabled, evttags) FROM pg_event_trigger""",
     f"""SELECT 'cast ' || format_type(k.castsource, NULL) || ' as ' || format_type(k.casttarget, NULL),
       format('%s %s %s', k.castfunc::regprocedure, k.castcontext, k.castmethod)
-    FROM pg_cast k WHERE k.oid >= 16384 AND {_not_member('pg_cast', 'k.oid')}""",
+    FROM pg_cast k WHERE k.oid >= 16384 AND {_not_member("pg_cast", "k.oid")}""",
     f"""SELECT 'operator ' || o.oid::regoperator::text,
       format('%s %s %s %s %s %s %s', o.oprcode::oid::regprocedure, o.oprrest::oid::regprocedure,
         o.oprjoin::oid::regprocedure, o.oprcom::regoperator, o.oprnegate::regoperator, o.oprcanhash,
         o.oprcanmerge)
     FROM pg_operator o JOIN pg_namespace n ON n.oid = o.oprnamespace
-    WHERE {_USER_NS} AND {_not_member('pg_operator', 'o.oid')}""",
+    WHERE {_USER_NS} AND {_not_member("pg_operator", "o.oid")}""",
     f"""SELECT 'type ' || t.oid::regtype::text,
       format('%s %s %s %s %s %s %s %s %s', t.typtype, format_type(t.typbasetype, t.typtypmod), t.typnotnull,
         t.typdefault, t.typinput, t.typoutput, t.typacl,
@@ -1560,7 +1588,7 @@ _SCHEMA_QUERIES = (
         (SELECT format_type(g.rngsubtype, NULL) || ' ' || g.rngcanonical || ' ' || g.rngsubdiff
          FROM pg_range g WHERE g.rngtypid = t.oid))
     FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
-    WHERE {_USER_NS} AND {_not_member('pg_type', 't.oid')}
+    WHERE {_USER_NS} AND {_not_member("pg_type", "t.oid")}
       AND NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = t.typrelid AND c.relkind <> 'c')
       AND NOT EXISTS (SELECT 1 FROM pg_type el WHERE el.typarray = t.oid)""",
     "SELECT 'extension ' || quote_ident(extname), extnamespace::regnamespace::text FROM pg_extension",
@@ -1688,7 +1716,9 @@ class Reference:
         ):
             proc = subprocess.run(command, env=self.env, capture_output=True, text=True)
             if proc.returncode != 0:
-                raise BackupError("pg_restore_failed", f"building mewdex's reference schema failed: {proc.stderr[-500:]}")
+                raise BackupError(
+                    "pg_restore_failed", f"building mewdex's reference schema failed: {proc.stderr[-500:]}"
+                )
         with _connect(normal, self.env) as conn:
             return schema_objects(conn)
 
@@ -1888,7 +1918,7 @@ def restore(
         progress.phase("checking the backup's schema", None)
         with reference_schema(url, env, manifest["schema_revision"], tmp) as reference:
             with _scratch_database(url, env, "trial") as trial:  # its definitions, before the target is touched
-                schema = [line for line in listing if _toc_kind(line) not in _DATA_KINDS]
+                schema = [line for line in listing if _toc_entry(line)[0] not in _DATA_KINDS]
                 _restricted_restore(trial, env, local[DUMP], schema, tmp, reference)
             if force and (others := _other_clients(url, env)):
                 raise BackupError(
