@@ -490,3 +490,35 @@ def test_an_added_expression_index_or_a_look_alike_of_mewdex_s_index_is_refused(
         assert answer.get("error", {}).get("code") == "backup_dump_unexpected", answer
         assert named in answer["error"]["message"], answer
         assert _left(target) == NOTHING_LEFT
+
+
+def test_a_database_user_that_may_not_build_the_reference_is_told_what_it_needs(mewdex_env, tmp_path):
+    """Without CREATEDB, or without the right to create the extensions in a new database, restore
+    stops with ``restore_scratch_denied`` (what to grant), not a database traceback; nothing is left."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from mewdex.runtime.backup import BackupError, _libpq, known_revisions, reference_schema
+
+    url, env = _libpq()
+    role, password = f"restorer_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}' NOSUPERUSER NOCREATEDB")
+    as_role = make_url(url).set(username=role).render_as_string(hide_password=False)
+    try:
+        for grant in ("", f"ALTER ROLE {role} CREATEDB"):
+            if grant:
+                with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+                    conn.execute(grant)
+            with (
+                pytest.raises(BackupError) as denied,
+                reference_schema(as_role, {**env, "PGPASSWORD": password}, known_revisions()[-1], tmp_path),
+            ):
+                pass
+            assert denied.value.code == "restore_scratch_denied", denied.value.message
+            assert ("CREATEDB" if not grant else "extensions vector and pg_trgm") in denied.value.message
+    finally:
+        with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+            left = conn.execute("SELECT count(*) FROM pg_database WHERE datname LIKE 'mewdex\\_restore\\_%'")
+            assert left.fetchone()[0] == 0, "a scratch database was left behind"
+            conn.execute(f"DROP ROLE {role}")

@@ -59,10 +59,10 @@ replaced); then the dump is restored into the target by a throw-away role that o
 (no superuser, no ``pg_execute_server_program``), and what was restored is compared again before the
 role's objects pass to the database's owner (an entry that fills a table may run SQL too): any
 difference empties the schema. The configured database user needs ``CREATEDB`` for the scratch
-databases (``restore_scratch_denied``); the check costs about three seconds (migrations, one
-schema round trip, one schema-only restore), whatever the library's size. The run-time indexes
-are made in today's form: a later change of that form must still recognise, and make, the older
-one for backups of the revisions before it.
+databases, and the right to create :data:`EXTENSIONS` in them (``restore_scratch_denied``). The
+check costs about three seconds (migrations, one schema round trip, one schema-only restore),
+whatever the library's size. The run-time indexes are made in today's form: a later change of that
+form must still recognise, and make, the older one for backups of the revisions before it.
 
 Consistency while ``serve`` and workers run: the backup takes the backup lease
 (:data:`mewdex.storage.journal.BACKUP_LEASE_KEY`, see there: blob removals are deferred while it is
@@ -1652,7 +1652,7 @@ def _scratch_database(url: str, env: dict[str, str], purpose: str) -> Iterator[s
             raise BackupError(
                 "restore_scratch_denied",
                 "restore compares the backup's schema with one mewdex's migrations build in a scratch database, "
-                "and the database user may not create one: grant it CREATEDB (or restore as the server's owner)",
+                "and the database user may not create one: grant it CREATEDB, or restore as the server's owner",
             ) from None
     try:
         yield make_url(url).set(database=name).render_as_string(hide_password=False)
@@ -1669,6 +1669,8 @@ class Reference:
     becomes ``ARRAY[('a'::varchar)::text]``; a second round trip changes nothing more)."""
 
     def __init__(self, url: str, env: dict[str, str], revision: str, tmp: Path, scratch: ExitStack):
+        import psycopg
+        from psycopg import sql
         from sqlalchemy import create_engine
         from sqlalchemy.pool import NullPool
 
@@ -1676,6 +1678,17 @@ class Reference:
 
         self.url, self.env, self.tmp, self.scratch = url, env, tmp, scratch
         self.migrated = scratch.enter_context(_scratch_database(url, env, "reference"))
+        try:  # as the trial restore will, in a database of its own
+            with _connect(self.migrated, env) as conn:
+                for name in EXTENSIONS:
+                    conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(name)))
+        except psycopg.errors.InsufficientPrivilege:
+            raise BackupError(
+                "restore_scratch_denied",
+                f"restore builds mewdex's schema in a scratch database, and the database user may not create the "
+                f"extensions {' and '.join(EXTENSIONS)} there: restore as a user that may (the server's owner, or a "
+                "cloud database's admin role)",
+            ) from None
         self.engine = create_engine(_sqlalchemy_url(self.migrated, env), poolclass=NullPool)
         scratch.callback(self.engine.dispose)
         upgrade(self.engine, revision)
