@@ -478,10 +478,16 @@ def test_an_added_expression_index_or_a_look_alike_of_mewdex_s_index_is_refused(
     from mewdex.search.vector_index import index_name
 
     name = index_name("meme_embeddings", RUNTIME_MODEL, 8)
+    impossible = index_name("meme_embeddings", RUNTIME_MODEL, 99999)  # named as mewdex would, made as it cannot
     for n, (change, named) in enumerate(
         [
             (ADDED_INDEX, "index public.ix_memes_extra_bands is not mewdex's"),
             (LOOK_ALIKE_INDEX.format(name=name, model=RUNTIME_MODEL), f"index public.{name} differs"),
+            (
+                f"CREATE INDEX {impossible} ON public.meme_embeddings (model)"
+                f" WHERE model = '{RUNTIME_MODEL}' AND dimensions = 99999",
+                f"index public.{impossible} is not mewdex's",
+            ),
         ]
     ):
         (tmp_path / str(n)).mkdir()
