@@ -5,7 +5,11 @@ backup, a manifest edited without the key, and a dump carrying a function + inde
 (the would-be targets do not exist, the data dir and the database are untouched) and nothing runs.
 
 The manifests naming bad entries are re-sealed with the test's own key (an insider holding the key):
-they pass authentication, so the closed-set checks behind it are what refuses them."""
+they pass authentication, so the closed-set checks behind it are what refuses them. So are the
+dumps an insider edits within mewdex's own entries — one of mewdex's function bodies swapped, a
+column default that runs SQL, an added expression index, a look-alike of mewdex's runtime index —
+each restored by the real ``mewdex restore`` into an empty target: refused, nothing of it left, and
+what the app does next (which fires the swapped code as the superuser) writes no marker."""
 
 from __future__ import annotations
 
@@ -20,9 +24,10 @@ import pytest
 from sqlalchemy import text
 
 from channel_helpers import add_meme
-from conftest import drop_scope, new_scope
+from conftest import MEWDEX_BIN, TEST_ENV, drop_scope, new_scope
 
 KEY = "9" * 64
+RUNTIME_MODEL = "hostile-test-model"
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +35,7 @@ def made(mewdex_env, sessions, store, tmp_path_factory):
     """One real encrypted backup of a library with a meme: (dest, snapshot name, key)."""
     from mewdex.config import get_settings
     from mewdex.runtime.backup import backup, parse_key
+    from mewdex.search.vector_index import ensure_index
 
     base = tmp_path_factory.mktemp("hostile")
     (base / "backup.key").write_text(KEY)
@@ -37,6 +43,8 @@ def made(mewdex_env, sessions, store, tmp_path_factory):
     get_settings.cache_clear()
     scope = new_scope(sessions, "hostile")
     add_meme(sessions, store, scope, "a hostile test meme")
+    with sessions.begin() as session:  # an index mewdex makes outside its migrations: a backup holds it
+        ensure_index(session, "meme_embeddings", RUNTIME_MODEL, 8)
     try:
         summary = backup(base / "dest")
         yield base / "dest", summary["snapshot"], parse_key(KEY, "the test key")
@@ -201,7 +209,15 @@ def test_a_dump_with_a_server_side_command_is_refused_and_never_runs(made, sessi
     import psycopg
     from sqlalchemy.engine import make_url
 
-    from mewdex.runtime.backup import BackupError, _libpq, _pg_binary, _restricted_restore, _write_stored
+    from mewdex.runtime.backup import (
+        BackupError,
+        _libpq,
+        _pg_binary,
+        _restricted_restore,
+        _write_stored,
+        known_revisions,
+        reference_schema,
+    )
 
     dest, snapshot, key = made
     marker = tmp_path / "pwned"
@@ -225,8 +241,11 @@ def test_a_dump_with_a_server_side_command_is_refused_and_never_runs(made, sessi
             capture_output=True, text=True, check=True,
         ).stdout.splitlines()  # fmt: skip
         everything = [line for line in listing if line.strip() and not line.startswith(";")]
-        with pytest.raises(BackupError) as refused:
-            _restricted_restore(target_url, env, dump, everything, tmp_path)
+        with (
+            reference_schema(url, env, known_revisions()[-1], tmp_path) as reference,
+            pytest.raises(BackupError) as refused,
+        ):
+            _restricted_restore(target_url, env, dump, everything, tmp_path, reference)
         assert refused.value.code in ("pg_restore_failed", "backup_dump_unexpected"), refused.value.message
         assert not marker.exists(), "the dump's command ran"
         with psycopg.connect(target_url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
@@ -240,3 +259,272 @@ def test_a_dump_with_a_server_side_command_is_refused_and_never_runs(made, sessi
         with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {target}")
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------- dumps edited within mewdex's own entries
+
+SWAPPED_BODY = """
+CREATE OR REPLACE FUNCTION public.mewdex_track_disk_usage() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE format('COPY (SELECT 1) TO PROGRAM %L', 'touch {marker}');
+  RETURN NULL;
+END $$;
+"""
+#: A default whose function runs a query hidden in a string, which reads a server file: only the
+#: superuser may, and the app's next write of a meme's name copies the file into the library.
+CHANGED_DEFAULT = """
+ALTER TABLE public.memes ALTER COLUMN display_name SET DEFAULT btrim(pg_catalog.ts_rewrite('x'::tsquery,
+  'SELECT ''x''::tsquery, plainto_tsquery(''simple'', pg_catalog.pg_read_file(''{secret}''))')::text, '''');
+"""
+ADDED_INDEX = """
+CREATE INDEX ix_memes_extra_bands ON public.memes USING gin (public.mewdex_phash_bands(scope_id, display_name));
+"""
+#: mewdex's own runtime index (its name, its table) rebuilt with other parameters.
+LOOK_ALIKE_INDEX = """
+DROP INDEX public.{name};
+CREATE INDEX {name} ON public.meme_embeddings USING hnsw ((embedding::halfvec(8)) halfvec_cosine_ops)
+  WITH (m = 4) WHERE model = '{model}' AND dimensions = 8;
+"""
+#: What the app does next with a restored library, as the database's superuser: changes a meme's
+#: size (the disk-usage trigger) and writes a meme's name from its default.
+FIRE = (
+    "UPDATE memes SET size_bytes = size_bytes + 1 RETURNING display_name",
+    "UPDATE memes SET display_name = DEFAULT RETURNING display_name",
+)
+
+
+def _cli(env: dict[str, str], *args: str) -> dict:
+    full = {**os.environ, **env, "COLUMNS": "200", "NO_COLOR": "1"}
+    proc = subprocess.run([str(MEWDEX_BIN), *args], env=full, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip(), f"no output (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def target(made, tmp_path):
+    """An empty restore target beside the session's database: a new database on the same server and a
+    new data dir; ``{"env": the CLI's environment, "url": libpq URL, "pg_env": its environment}``."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from mewdex.config import get_settings
+    from mewdex.db.engine import database_url
+    from mewdex.runtime.backup import _libpq
+
+    url, env = _libpq()
+    name = f"restore_target_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    key_file = tmp_path / "backup.key"
+    key_file.write_text(KEY)
+    cli_env = {
+        **TEST_ENV,
+        "MEWDEX_DATA_DIR": str(tmp_path / "data"),
+        "MEWDEX_DATABASE_URL": make_url(database_url(get_settings()))
+        .set(database=name)
+        .render_as_string(hide_password=False),
+        "MEWDEX_BACKUP_KEY_FILE": str(key_file),
+    }
+    try:
+        yield {
+            "env": cli_env,
+            "url": make_url(url).set(database=name).render_as_string(hide_password=False),
+            "pg_env": env,
+        }
+    finally:
+        with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def evidence():
+    """(where the swapped code would write, a server file only the superuser may read, its content), in
+    a folder the database server's own OS user may write to."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="mewdex-marker-"))
+    folder.chmod(0o777)
+    token = uuid.uuid4().hex
+    (folder / "secret").write_text(token)
+    (folder / "secret").chmod(0o644)
+    yield folder / "pwned", folder / "secret", token
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _tampered(made, tmp_path: Path, change: str) -> Path:
+    """A copy of the backup whose dump is the real one restored, changed by the SQL ``change`` and dumped
+    again, re-sealed with the test's key (someone holding the key, or a backed-up database someone
+    altered): only the entries mewdex's schema has, under mewdex's own names."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from mewdex.runtime.backup import DirTarget, _libpq, _pg_binary, _write_stored, entries, fetch, read_manifest
+
+    dest, snapshot, key = made
+    [entry] = [e for e in entries(read_manifest(DirTarget(dest), snapshot, key)) if e.name == "database.dump"]
+    real, changed = tmp_path / "real.dump", tmp_path / "changed.dump"
+    with open(real, "wb") as out:
+        fetch(DirTarget(dest), key, snapshot, entry, True, out)
+    url, env = _libpq()
+    scratch = f"tamper_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {scratch}")
+    scratch_url = make_url(url).set(database=scratch).render_as_string(hide_password=False)
+    try:
+        subprocess.run(
+            [_pg_binary("pg_restore"), "--no-owner", "--exit-on-error", f"--dbname={scratch_url}", str(real)],
+            env=env, check=True, capture_output=True,
+        )  # fmt: skip
+        with psycopg.connect(scratch_url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+            conn.execute(change)
+        subprocess.run(
+            [_pg_binary("pg_dump"), "--format=custom", f"--file={changed}", scratch_url], env=env, check=True
+        )
+    finally:
+        with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {scratch} WITH (FORCE)")
+    snapshot_dir = _copy(made, tmp_path)
+    with open(changed, "rb") as source, open(snapshot_dir / "database.dump", "wb") as out:
+        sha, size = _write_stored(key, True, f"{snapshot}/database.dump", source, out)
+    _reseal(made, snapshot_dir, lambda m: m["files"].__setitem__("database.dump", {"sha256": sha, "size": size}))
+    return snapshot_dir
+
+
+def _left(target) -> dict[str, int]:
+    """What a restore left: in the target database (tables, functions, indexes, triggers, defaults of
+    ``public``, outside extensions) and on the server (scratch databases, restore roles)."""
+    import psycopg
+
+    with psycopg.connect(target["url"], password=target["pg_env"].get("PGPASSWORD"), autocommit=True) as conn:
+        return dict(
+            zip(
+                ("relations", "functions", "triggers", "defaults", "scratch databases", "restore roles"),
+                conn.execute(
+                    "SELECT (SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace"
+                    "  AND NOT EXISTS (SELECT 1 FROM pg_depend e WHERE e.objid = c.oid AND e.deptype = 'e')),"
+                    " (SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace"
+                    "  AND NOT EXISTS (SELECT 1 FROM pg_depend e WHERE e.objid = p.oid AND e.deptype = 'e')),"
+                    " (SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal),"
+                    " (SELECT count(*) FROM pg_attrdef),"
+                    " (SELECT count(*) FROM pg_database WHERE datname LIKE 'mewdex\\_restore\\_%'),"
+                    " (SELECT count(*) FROM pg_roles WHERE rolname LIKE 'mewdex\\_restore\\_%')"
+                ).fetchone(),
+                strict=True,
+            )
+        )
+
+
+def _fire(target) -> str:
+    """What the app does next with the restored library (:data:`FIRE`), as the superuser; the names
+    it wrote. Statements that find nothing to act on (no such table) are skipped."""
+    import psycopg
+
+    wrote = []
+    with psycopg.connect(target["url"], password=target["pg_env"].get("PGPASSWORD"), autocommit=True) as conn:
+        for statement in FIRE:
+            try:
+                wrote += [str(row[0]) for row in conn.execute(statement)]
+            except psycopg.Error:
+                pass
+    return " ".join(wrote)
+
+
+NOTHING_LEFT = {"relations": 0, "functions": 0, "triggers": 0, "defaults": 0, "scratch databases": 0,
+                "restore roles": 0}  # fmt: skip
+
+
+def test_an_ordinary_backup_restores_with_mewdex_s_runtime_index(made, target, capsys):
+    """The untouched backup (its schema exactly mewdex's at its revision, with the HNSW index mewdex
+    made at run time) restores; the scratch databases and the role are gone afterwards."""
+    from mewdex.search.vector_index import index_name
+
+    dest, snapshot, _ = made
+    summary = _cli(target["env"], "restore", str(dest / snapshot), "--json")
+    assert "error" not in summary, summary
+    left = _left(target)
+    assert left["relations"] > 0 and left["functions"] == 7 and left["triggers"] > 0, left
+    assert left["scratch databases"] == 0 and left["restore roles"] == 0, left
+    import psycopg
+
+    with psycopg.connect(target["url"], password=target["pg_env"].get("PGPASSWORD")) as conn:
+        name = index_name("meme_embeddings", RUNTIME_MODEL, 8)
+        assert conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"public.{name}",)).fetchone()[0]
+    with capsys.disabled():
+        print(f"\nrestore of the test backup: {summary['seconds']} s")
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (SWAPPED_BODY, "function public.mewdex_track_disk_usage() differs"),
+        (CHANGED_DEFAULT, "default public.memes.display_name differs"),
+    ],
+    ids=["swapped-function-body", "changed-column-default"],
+)
+def test_mewdex_s_own_code_changed_in_the_dump_is_refused_and_never_runs(
+    made, target, evidence, tmp_path, change, named
+):
+    marker, secret, token = evidence
+    snapshot_dir = _tampered(made, tmp_path, change.format(marker=marker, secret=secret))
+    answer = _cli(target["env"], "restore", str(snapshot_dir), "--json")
+    wrote = _fire(target)
+    assert not marker.exists() and token not in wrote, "the changed code ran as the superuser"
+    assert answer.get("error", {}).get("code") == "backup_dump_unexpected", answer
+    assert named in answer["error"]["message"] and str(marker) not in answer["error"]["message"]
+    assert _left(target) == NOTHING_LEFT
+
+
+def test_an_added_expression_index_or_a_look_alike_of_mewdex_s_index_is_refused(made, target, tmp_path):
+    from mewdex.search.vector_index import index_name
+
+    name = index_name("meme_embeddings", RUNTIME_MODEL, 8)
+    impossible = index_name("meme_embeddings", RUNTIME_MODEL, 99999)  # named as mewdex would, made as it cannot
+    for n, (change, named) in enumerate(
+        [
+            (ADDED_INDEX, "index public.ix_memes_extra_bands is not mewdex's"),
+            (LOOK_ALIKE_INDEX.format(name=name, model=RUNTIME_MODEL), f"index public.{name} differs"),
+            (
+                f"CREATE INDEX {impossible} ON public.meme_embeddings (model)"
+                f" WHERE model = '{RUNTIME_MODEL}' AND dimensions = 99999",
+                f"index public.{impossible} is not mewdex's",
+            ),
+        ]
+    ):
+        (tmp_path / str(n)).mkdir()
+        snapshot_dir = _tampered(made, tmp_path / str(n), change)
+        answer = _cli(target["env"], "restore", str(snapshot_dir), "--json")
+        assert answer.get("error", {}).get("code") == "backup_dump_unexpected", answer
+        assert named in answer["error"]["message"], answer
+        assert _left(target) == NOTHING_LEFT
+
+
+def test_a_database_user_that_may_not_build_the_reference_is_told_what_it_needs(mewdex_env, tmp_path):
+    """Without CREATEDB, or without the right to create the extensions in a new database, restore
+    stops with ``restore_scratch_denied`` (what to grant), not a database traceback; nothing is left."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from mewdex.runtime.backup import BackupError, _libpq, known_revisions, reference_schema
+
+    url, env = _libpq()
+    role, password = f"restorer_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}' NOSUPERUSER NOCREATEDB")
+    as_role = make_url(url).set(username=role).render_as_string(hide_password=False)
+    try:
+        for grant in ("", f"ALTER ROLE {role} CREATEDB"):
+            if grant:
+                with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+                    conn.execute(grant)
+            with (
+                pytest.raises(BackupError) as denied,
+                reference_schema(as_role, {**env, "PGPASSWORD": password}, known_revisions()[-1], tmp_path),
+            ):
+                pass
+            assert denied.value.code == "restore_scratch_denied", denied.value.message
+            assert ("CREATEDB" if not grant else "extensions vector and pg_trgm") in denied.value.message
+    finally:
+        with psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True) as conn:
+            left = conn.execute("SELECT count(*) FROM pg_database WHERE datname LIKE 'mewdex\\_restore\\_%'")
+            assert left.fetchone()[0] == 0, "a scratch database was left behind"
+            conn.execute(f"DROP ROLE {role}")

@@ -32,10 +32,37 @@ anything else is ``backup_entry_invalid``). Where an entry lives is decided by o
 :func:`object_name`, from constants and content addresses, never from a manifest string. Files are
 read with no-follow (regular files only), bounded by their recorded size, decrypted and hashed while
 streaming, into a fresh temporary folder; nothing else is written until the whole backup verified,
-the dump's entries included (:func:`check_dump`: only the kinds of object mewdex's schema has).
-The dump is then restored by a throw-away role that owns only the target's schema (no superuser, no
-``pg_execute_server_program``), and the result is checked for code mewdex does not create before
-the role's objects pass to the database's owner (``backup_dump_unexpected``, the schema emptied).
+the dump's table of contents included (:func:`check_dump`: only the kinds of entry mewdex's schema
+has, in ``public``, and its two extensions — a check that needs no database and keeps whole classes
+of entry, ACLs, large objects, publications…, from ever reaching ``pg_restore``; it names no
+objects: which objects, and how they are defined, is decided by the comparison below).
+
+**What the dump defines must be exactly mewdex's own schema**, so that no code in a backup — not
+even the body of one of mewdex's own functions, which the app's triggers later run as the
+database's superuser — is anything mewdex did not write (:class:`Reference`). Restore builds the
+reference beside the target, in scratch databases on the same server (``mewdex_restore_<purpose>_<16
+random hex>``, from ``template0``; dropped however restore ends): mewdex's migrations run up to the
+backup's schema revision, as mewdex migrates, and the result goes through the same
+``pg_dump``/``pg_restore`` a backup's schema went through (PostgreSQL reads some definitions back
+otherwise than the migrations wrote them). The indexes mewdex makes at run time (the per-model HNSW
+indexes, :func:`mewdex.search.vector_index.made_index`) are made in the reference by the function
+that makes them. :func:`schema_objects` reads both sides: every object any dependency names (any
+class), and the definitions of functions (``pg_get_functiondef``: body, ``SECURITY DEFINER``,
+``SET``, volatility; privileges), triggers (enabled or not), indexes, column defaults, constraints,
+relations and columns (kind, privileges, row security, inheritance, views' queries), rules,
+policies, event triggers, casts, operators, types, extensions, schemas and publications; owners
+are left out, since all the dump makes belongs to the restore role until it passes to the database's
+owner. Any object more, less or defined otherwise is refused by name, never by content
+(``backup_dump_unexpected``). The dump's schema is first restored into a third scratch database and
+compared there, before the target is touched (a ``--force`` restore keeps what it would have
+replaced); then the dump is restored into the target by a throw-away role that owns only its schema
+(no superuser, no ``pg_execute_server_program``), and what was restored is compared again before the
+role's objects pass to the database's owner (an entry that fills a table may run SQL too): any
+difference empties the schema. The configured database user needs ``CREATEDB`` for the scratch
+databases, and the right to create :data:`EXTENSIONS` in them (``restore_scratch_denied``). The
+check costs about three seconds (migrations, one schema round trip, one schema-only restore),
+whatever the library's size. The run-time indexes are made in today's form: a later change of that
+form must still recognise, and make, the older one for backups of the revisions before it.
 
 Consistency while ``serve`` and workers run: the backup takes the backup lease
 (:data:`mewdex.storage.journal.BACKUP_LEASE_KEY`, see there: blob removals are deferred while it is
@@ -53,8 +80,8 @@ Errors: :class:`BackupError` with a stable ``code`` (``backup_running``, ``backu
 ``backup_incomplete``, ``backup_corrupted``, ``backup_too_new``, ``backup_unauthenticated``,
 ``backup_format_unsupported``, ``backup_entry_invalid``, ``backup_dump_unexpected``,
 ``backup_key_missing``, ``backup_key_invalid``, ``backup_key_mismatch``, ``restore_target_not_empty``,
-``restore_target_in_use``, ``backup_dest_invalid``, ``backup_dest_insecure``, ``pg_dump_failed``,
-``pg_restore_failed``, ``backup_store_failed``); messages name files, never a key or a credential.
+``restore_target_in_use``, ``restore_scratch_denied``, ``backup_dest_invalid``, ``backup_dest_insecure``,
+``pg_dump_failed``, ``pg_restore_failed``, ``backup_store_failed``); messages name files, never a key or a credential.
 """
 
 from __future__ import annotations
@@ -77,6 +104,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -1410,45 +1438,40 @@ def verify(
     return local
 
 
-# What a dump of mewdex's schema holds (``pg_restore -l`` of a real one): these kinds of entry; the
-# extensions and mewdex's own functions and triggers by name (from the migrations' sources).
+# What a dump of mewdex's schema holds (``pg_restore -l`` of a real one): these kinds of entry, in
+# ``public``, and these extensions. Checked before any database is touched; what the entries define
+# is then compared with mewdex's own schema (:class:`Reference`).
 _TOC_KINDS = (
     "TABLE DATA", "TABLE", "SEQUENCE OWNED BY", "SEQUENCE SET", "SEQUENCE", "DEFAULT", "INDEX",
     "FK CONSTRAINT", "CONSTRAINT", "FUNCTION", "TRIGGER", "EXTENSION", "COMMENT",
 )  # fmt: skip
+#: The entries that fill tables rather than define anything (left out of the trial restore).
+_DATA_KINDS = ("TABLE DATA", "SEQUENCE SET")
 EXTENSIONS = ("vector", "pg_trgm")
 _TOC_LINE = re.compile(r"(\d+); (\d+) (\d+) (.*)")
 
 
-def schema_code() -> tuple[frozenset[str], frozenset[str]]:
-    """(function names, trigger names) mewdex's migrations create."""
-    import mewdex.db
-
-    functions: set[str] = set()
-    triggers: set[str] = set()
-    for path in (Path(mewdex.db.__file__).parent / "migrations" / "versions").glob("*.py"):
-        text = path.read_text()
-        functions |= set(re.findall(r"CREATE (?:OR REPLACE )?FUNCTION (\w+)\(", text))
-        triggers |= set(re.findall(r"CREATE (?:OR REPLACE )?TRIGGER (\w+)", text))
-    return frozenset(functions), frozenset(triggers)
+def _toc_entry(line: str) -> tuple[str | None, list[str]]:
+    """(kind, the words after it) of a ``pg_restore -l`` line; kind None when it is none of :data:`_TOC_KINDS`."""
+    match = _TOC_LINE.fullmatch(line.rstrip())
+    kind = next((k for k in _TOC_KINDS if match and match[4].startswith(k + " ")), None)
+    return kind, (match[4][len(kind) + 1 :].split(" ") if match and kind else [])
 
 
 def check_dump(dump: Path) -> list[str]:
-    """The dump's table of contents (``pg_restore -l``), checked: only the kinds of entry mewdex's
-    schema has (:data:`_TOC_KINDS`), in ``public``; functions and triggers only mewdex's own; the
-    extensions only :data:`EXTENSIONS`. Returns the entry lines to restore (the extensions and their
-    comments left out: restore makes them itself). ``backup_dump_unexpected`` names the first other."""
+    """The dump's table of contents (``pg_restore -l``), checked before any database is touched: only
+    the kinds of entry mewdex's schema has (:data:`_TOC_KINDS`), in ``public``; the extensions only
+    :data:`EXTENSIONS`. Returns the entry lines to restore (the extensions and their comments left
+    out: restore makes them itself). ``backup_dump_unexpected`` names the first other. Which objects
+    the entries define, and how, is :class:`Reference`'s to check: a crafted archive's entry may run any SQL."""
     proc = subprocess.run([_pg_binary("pg_restore"), "-l", str(dump)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise BackupError("backup_corrupted", f"{DUMP} is not a database dump pg_restore reads")
-    functions, triggers = schema_code()
     keep = []
     for line in proc.stdout.splitlines():
         if not line.strip() or line.startswith(";"):
             continue
-        match = _TOC_LINE.fullmatch(line.rstrip())
-        kind = next((k for k in _TOC_KINDS if match and match[4].startswith(k + " ")), None)
-        rest = match[4][len(kind) + 1 :].split(" ") if match and kind else []
+        kind, rest = _toc_entry(line)
         ok = kind is not None and len(rest) >= 2
         if ok and kind == "EXTENSION":
             ok = rest[0] == "-" and rest[1] in EXTENSIONS
@@ -1456,10 +1479,6 @@ def check_dump(dump: Path) -> list[str]:
             ok = rest[:2] == ["-", "EXTENSION"] and len(rest) >= 3 and rest[2] in EXTENSIONS
         elif ok:
             ok = rest[0] == "public"
-            if kind == "FUNCTION":
-                ok = ok and rest[1].split("(")[0] in functions
-            if kind == "TRIGGER":
-                ok = ok and len(rest) >= 3 and rest[2] in triggers
         if not ok:
             shown = line if len(line) <= 160 else line[:157] + "..."
             raise BackupError(
@@ -1469,6 +1488,265 @@ def check_dump(dump: Path) -> list[str]:
         if kind not in ("EXTENSION", "COMMENT"):
             keep.append(line)
     return keep
+
+
+# ---------------------------------------------------------------- the restored schema against mewdex's own
+
+_USER_NS = "n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema'"
+
+
+def _not_member(catalog: str, oid: str) -> str:
+    """SQL: the object is not part of an extension (those are made by ``CREATE EXTENSION``, not the dump)."""
+    return (
+        f"NOT EXISTS (SELECT 1 FROM pg_depend e WHERE e.classid = '{catalog}'::regclass AND e.objid = {oid}"
+        " AND e.deptype = 'e')"
+    )
+
+
+#: What a database defines, as (key naming the object, its definition) rows: every object any
+#: dependency names, by identity (whatever its class: collations, statistics, operator classes…), then
+#: the definition of each object that runs or decides what runs — functions, triggers, indexes,
+#: column defaults, constraints, views, rules, policies, relations and columns (with privileges, row
+#: security, inheritance), event triggers, casts, operators, types, extensions, schemas, publications.
+_SCHEMA_QUERIES = (
+    """SELECT DISTINCT 'object ' || o.type || ' ' || o.identity, ''
+    FROM (SELECT classid, objid FROM pg_depend WHERE objid >= 16384 AND objsubid = 0
+          UNION SELECT classid, objid FROM pg_shdepend WHERE objid >= 16384 AND objsubid = 0
+            AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())) d
+    CROSS JOIN LATERAL pg_identify_object(d.classid, d.objid, 0) o
+    WHERE coalesce(o.schema, '') NOT LIKE 'pg\\_%' AND coalesce(o.schema, '') <> 'information_schema'
+      AND NOT EXISTS (SELECT 1 FROM pg_depend e WHERE e.classid = d.classid AND e.objid = d.objid
+                      AND e.deptype IN ('e', 'i'))""",
+    f"""SELECT 'function ' || p.oid::regprocedure::text,
+      CASE WHEN p.prokind = 'a' THEN (SELECT format('aggregate %s %s %s %s', a.aggtransfn, a.aggfinalfn,
+        a.aggcombinefn, format_type(a.aggtranstype, NULL)) FROM pg_aggregate a WHERE a.aggfnoid = p.oid)
+      ELSE pg_get_functiondef(p.oid) END || format(' acl=%s', p.proacl)
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    WHERE {_USER_NS} AND {_not_member("pg_proc", "p.oid")}""",
+    f"""SELECT 'trigger ' || quote_ident(t.tgname) || ' on ' || t.tgrelid::regclass::text,
+      pg_get_triggerdef(t.oid) || ' enabled=' || t.tgenabled::text
+    FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE NOT t.tgisinternal AND {_USER_NS}""",
+    f"""SELECT 'index ' || i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE {_USER_NS} AND {_not_member("pg_class", "i.indrelid")}""",
+    f"""SELECT 'default ' || d.adrelid::regclass::text || '.' || quote_ident(a.attname),
+      pg_get_expr(d.adbin, d.adrelid)
+    FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+    JOIN pg_class c ON c.oid = d.adrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE {_USER_NS}""",
+    f"""SELECT 'constraint ' || quote_ident(k.conname) || ' on '
+        || CASE WHEN k.conrelid <> 0 THEN k.conrelid::regclass::text ELSE k.contypid::regtype::text END,
+      k.contype::text || ' ' || pg_get_constraintdef(k.oid)
+    FROM pg_constraint k JOIN pg_namespace n ON n.oid = k.connamespace
+    WHERE {_USER_NS} AND {_not_member("pg_constraint", "k.oid")}
+      AND (k.conrelid = 0 OR NOT EXISTS (SELECT 1 FROM pg_depend e WHERE e.classid = 'pg_class'::regclass
+           AND e.objid = k.conrelid AND e.deptype = 'e'))
+      AND (k.contypid = 0 OR NOT EXISTS (SELECT 1 FROM pg_depend e WHERE e.classid = 'pg_type'::regclass
+           AND e.objid = k.contypid AND e.deptype = 'e'))""",
+    f"""SELECT 'relation ' || c.oid::regclass::text,
+      format('%s %s rls=%s/%s acl=%s options=%s inherits=%s partition=%s/%s am=%s view=%s', c.relkind,
+        c.relpersistence, c.relrowsecurity, c.relforcerowsecurity, c.relacl, c.reloptions,
+        (SELECT array_agg(h.inhparent::regclass::text ORDER BY h.inhseqno) FROM pg_inherits h
+         WHERE h.inhrelid = c.oid),
+        CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END,
+        CASE WHEN c.relispartition THEN pg_get_expr(c.relpartbound, c.oid) END,
+        (SELECT amname FROM pg_am WHERE oid = c.relam),
+        CASE WHEN c.relkind IN ('v', 'm') THEN pg_get_viewdef(c.oid) END)
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'c', 'S') AND {_USER_NS} AND {_not_member("pg_class", "c.oid")}""",
+    f"""SELECT 'column ' || a.attrelid::regclass::text || '.' || quote_ident(a.attname),
+      format('%s notnull=%s identity=%s generated=%s collation=%s acl=%s', format_type(a.atttypid, a.atttypmod),
+        a.attnotnull, a.attidentity, a.attgenerated, a.attcollation::regcollation, a.attacl)
+    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'c')
+      AND {_USER_NS} AND {_not_member("pg_class", "c.oid")}""",
+    f"""SELECT 'rule ' || quote_ident(r.rulename) || ' on ' || r.ev_class::regclass::text,
+      pg_get_ruledef(r.oid) || ' enabled=' || r.ev_enabled::text
+    FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE {_USER_NS} AND {_not_member("pg_class", "c.oid")}""",
+    """SELECT 'policy ' || quote_ident(p.polname) || ' on ' || p.polrelid::regclass::text,
+      format('%s %s roles=%s using=%s check=%s', p.polcmd, p.polpermissive,
+        (SELECT array_agg(CASE WHEN r = 0 THEN 'public' ELSE r::regrole::text END ORDER BY 1)
+         FROM unnest(p.polroles) r),
+        pg_get_expr(p.polqual, p.polrelid), pg_get_expr(p.polwithcheck, p.polrelid))
+    FROM pg_policy p""",
+    """SELECT 'event trigger ' || quote_ident(evtname),
+      format('%s %s %s %s', evtevent, evtfoid::regprocedure, evtenabled, evttags) FROM pg_event_trigger""",
+    f"""SELECT 'cast ' || format_type(k.castsource, NULL) || ' as ' || format_type(k.casttarget, NULL),
+      format('%s %s %s', k.castfunc::regprocedure, k.castcontext, k.castmethod)
+    FROM pg_cast k WHERE k.oid >= 16384 AND {_not_member("pg_cast", "k.oid")}""",
+    f"""SELECT 'operator ' || o.oid::regoperator::text,
+      format('%s %s %s %s %s %s %s', o.oprcode::oid::regprocedure, o.oprrest::oid::regprocedure,
+        o.oprjoin::oid::regprocedure, o.oprcom::regoperator, o.oprnegate::regoperator, o.oprcanhash,
+        o.oprcanmerge)
+    FROM pg_operator o JOIN pg_namespace n ON n.oid = o.oprnamespace
+    WHERE {_USER_NS} AND {_not_member("pg_operator", "o.oid")}""",
+    f"""SELECT 'type ' || t.oid::regtype::text,
+      format('%s %s %s %s %s %s %s %s %s', t.typtype, format_type(t.typbasetype, t.typtypmod), t.typnotnull,
+        t.typdefault, t.typinput, t.typoutput, t.typacl,
+        (SELECT array_agg(e.enumlabel ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = t.oid),
+        (SELECT format_type(g.rngsubtype, NULL) || ' ' || g.rngcanonical || ' ' || g.rngsubdiff
+         FROM pg_range g WHERE g.rngtypid = t.oid))
+    FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+    WHERE {_USER_NS} AND {_not_member("pg_type", "t.oid")}
+      AND NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = t.typrelid AND c.relkind <> 'c')
+      AND NOT EXISTS (SELECT 1 FROM pg_type el WHERE el.typarray = t.oid)""",
+    "SELECT 'extension ' || quote_ident(extname), extnamespace::regnamespace::text FROM pg_extension",
+    # public's privileges are restore's own (it recreates public); _restricted_restore checks them
+    f"""SELECT 'schema ' || quote_ident(n.nspname), CASE WHEN n.nspname = 'public' THEN '' ELSE
+      coalesce(n.nspacl::text, '') END FROM pg_namespace n WHERE {_USER_NS}""",
+    "SELECT 'publication ' || quote_ident(pubname), '' FROM pg_publication",
+)
+
+
+def schema_objects(conn) -> dict[str, str]:
+    """What the database of ``conn`` (psycopg) defines: ``{key naming the object: its definition}``
+    (:data:`_SCHEMA_QUERIES`, names qualified: ``search_path`` is ``pg_catalog`` for the reading)."""
+    objects: dict[str, str] = {}
+    conn.execute("SET search_path = pg_catalog")
+    try:
+        for query in _SCHEMA_QUERIES:
+            objects.update((key, value or "") for key, value in conn.execute(query))
+    finally:
+        conn.execute("RESET search_path")
+    return objects
+
+
+def schema_differences(expected: dict[str, str], found: dict[str, str]) -> list[str]:
+    """The objects ``found`` defines otherwise than ``expected`` (both from :func:`schema_objects`),
+    named without their content, sorted: ``"<key> is not mewdex's"``, ``"<key> differs"``, ``"<key>
+    is missing"``."""
+
+    def short(key: str) -> str:
+        return key if len(key) <= 120 else key[:117] + "..."
+
+    extra = [f"{short(k)} is not mewdex's" for k in sorted(found.keys() - expected.keys())]
+    changed = [f"{short(k)} differs" for k in sorted(found.keys() & expected.keys()) if found[k] != expected[k]]
+    missing = [f"{short(k)} is missing" for k in sorted(expected.keys() - found.keys())]
+    return changed + extra + missing
+
+
+def _sqlalchemy_url(url: str, env: dict[str, str]) -> str:
+    from sqlalchemy.engine import make_url
+
+    made = make_url(url).set(drivername="postgresql+psycopg")
+    if env.get("PGPASSWORD"):
+        made = made.set(password=env["PGPASSWORD"])
+    return made.render_as_string(hide_password=False)
+
+
+@contextmanager
+def _scratch_database(url: str, env: dict[str, str], purpose: str) -> Iterator[str]:
+    """A new empty database beside the target (from ``template0``; named
+    ``mewdex_restore_<purpose>_<16 random hex>``, so it cannot be one that exists), dropped on leaving;
+    yields its libpq URL. ``restore_scratch_denied`` when the configured user may not create one."""
+    import psycopg
+    from psycopg import sql
+    from sqlalchemy.engine import make_url
+
+    name = f"mewdex_restore_{purpose}_{secrets.token_hex(8)}"
+    with _connect(url, env) as conn:
+        try:
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+        except psycopg.errors.InsufficientPrivilege:
+            raise BackupError(
+                "restore_scratch_denied",
+                "restore compares the backup's schema with one mewdex's migrations build in a scratch database, "
+                "and the database user may not create one: grant it CREATEDB, or restore as the server's owner",
+            ) from None
+    try:
+        yield make_url(url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with _connect(url, env) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+class Reference:
+    """mewdex's own schema at a revision, built beside the target in scratch databases (see
+    :func:`reference_schema`): the migrations run in one, as mewdex migrates; that schema then goes
+    through ``pg_dump``/``pg_restore`` into another, as a backup's has (PostgreSQL reads some
+    definitions back otherwise than the migrations wrote them: ``ARRAY['a'::varchar]::text[]``
+    becomes ``ARRAY[('a'::varchar)::text]``; a second round trip changes nothing more)."""
+
+    def __init__(self, url: str, env: dict[str, str], revision: str, tmp: Path, scratch: ExitStack):
+        import psycopg
+        from psycopg import sql
+        from sqlalchemy import create_engine
+        from sqlalchemy.pool import NullPool
+
+        from mewdex.db.migrate import upgrade
+
+        self.url, self.env, self.tmp, self.scratch = url, env, tmp, scratch
+        self.migrated = scratch.enter_context(_scratch_database(url, env, "reference"))
+        try:  # as the trial restore will, in a database of its own
+            with _connect(self.migrated, env) as conn:
+                for name in EXTENSIONS:
+                    conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(name)))
+        except psycopg.errors.InsufficientPrivilege:
+            raise BackupError(
+                "restore_scratch_denied",
+                f"restore builds mewdex's schema in a scratch database, and the database user may not create the "
+                f"extensions {' and '.join(EXTENSIONS)} there: restore as a user that may (the server's owner, or a "
+                "cloud database's admin role)",
+            ) from None
+        self.engine = create_engine(_sqlalchemy_url(self.migrated, env), poolclass=NullPool)
+        scratch.callback(self.engine.dispose)
+        upgrade(self.engine, revision)
+        self.objects: dict[str, str] | None = None
+
+    def differences(self, conn) -> list[str]:
+        """How the database of ``conn`` differs from the reference (:func:`schema_differences`;
+        empty: it defines exactly the same). The first call decides which indexes mewdex made at run
+        time the reference holds too: those of ``conn``'s that :func:`mewdex.search.vector_index.made_index`
+        recognises are made in the reference by :func:`~mewdex.search.vector_index.ensure_index`
+        itself, so they must be exactly what it makes; later calls compare with the same reference."""
+        from sqlalchemy.exc import DBAPIError
+        from sqlalchemy.orm import Session
+
+        from mewdex.search import vector_index
+
+        found = schema_objects(conn)
+        if self.objects is None:
+            with _connect(self.migrated, self.env) as ref:
+                migrated = schema_objects(ref)
+            prefix = "index public."
+            made = [
+                vector_index.made_index(key[len(prefix) :], found[key])
+                for key in sorted(found.keys() - migrated.keys())
+                if key.startswith(prefix)
+            ]
+            with Session(self.engine) as session, session.begin():
+                for table, model, dimensions in filter(None, made):
+                    try:
+                        with session.begin_nested():
+                            vector_index.ensure_index(session, table, model, dimensions)
+                    except DBAPIError:  # one mewdex would not make (e.g. too many dimensions): a difference
+                        pass
+            self.objects = self._round_trip()
+        return schema_differences(self.objects, found)
+
+    def _round_trip(self) -> dict[str, str]:
+        dump = self.tmp / "reference.dump"
+        normal = self.scratch.enter_context(_scratch_database(self.url, self.env, "normal"))
+        for command in (
+            [_pg_binary("pg_dump"), "--format=custom", "--schema-only", f"--file={dump}", self.migrated],
+            [_pg_binary("pg_restore"), "--no-owner", "--no-acl", "--exit-on-error", f"--dbname={normal}", str(dump)],
+        ):
+            proc = subprocess.run(command, env=self.env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise BackupError(
+                    "pg_restore_failed", f"building mewdex's reference schema failed: {proc.stderr[-500:]}"
+                )
+        with _connect(normal, self.env) as conn:
+            return schema_objects(conn)
+
+
+@contextmanager
+def reference_schema(url: str, env: dict[str, str], revision: str, tmp: Path) -> Iterator[Reference]:
+    """A :class:`Reference` of mewdex's schema at ``revision`` (a known one) on the server of ``url``;
+    its scratch databases are dropped on leaving. ``tmp``: a private folder for its dump."""
+    with ExitStack() as scratch:
+        yield Reference(url, env, revision, tmp, scratch)
 
 
 def _database_has_tables(url: str, env: dict[str, str]) -> bool:
@@ -1542,18 +1820,23 @@ def _role_url(url: str, role: str) -> str:
     return make_url(url).set(username=role).render_as_string(hide_password=False)
 
 
-def _restricted_restore(url: str, env: dict[str, str], dump: Path, listing: list[str], tmp: Path) -> None:
-    """``pg_restore`` of ``listing``'s entries of ``dump`` with least privilege: as a throw-away login
-    role that owns only the ``public`` schema (no superuser, no ``pg_execute_server_program``; the
-    extensions made first by the configured user), then the restored schema checked for code
-    mewdex does not create (:func:`_unexpected_code`) before its objects pass to the configured
-    user. On any failure the schema is emptied: ``pg_restore_failed`` / ``backup_dump_unexpected``."""
+def _restricted_restore(
+    url: str, env: dict[str, str], dump: Path, listing: list[str], tmp: Path, reference: Reference
+) -> None:
+    """``pg_restore`` of ``listing``'s entries of ``dump`` into the database ``url`` with least
+    privilege: as a throw-away login role that owns only the ``public`` schema (no superuser, no
+    ``pg_execute_server_program``; the extensions made first by the configured user); then, before
+    its objects pass to the configured user, the restored schema is compared with ``reference``
+    (:meth:`Reference.differences`: exactly mewdex's own, functions' bodies included)
+    and ``public``'s privileges must be those restore gave it. On any failure the schema is
+    emptied: ``pg_restore_failed`` / ``backup_dump_unexpected`` (naming the objects, not their content)."""
     from psycopg import sql
 
     role = f"mewdex_restore_{secrets.token_hex(6)}"
     password = secrets.token_urlsafe(24)
     list_file = tmp / "restore.list"
     list_file.write_text("\n".join(listing) + "\n")
+    public_acl = "SELECT nspacl::text FROM pg_namespace WHERE nspname = 'public'"
     with _connect(url, env) as conn:
         owner, superuser = conn.execute(
             "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"
@@ -1568,6 +1851,7 @@ def _restricted_restore(url: str, env: dict[str, str], dump: Path, listing: list
                 ).format(sql.Identifier(role), sql.Literal(password))
             )
             conn.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(role)))
+        acl_before = conn.execute(public_acl).fetchone()[0]
     run_env = {**env, "PGPASSWORD": password} if superuser else env
     run_url = _role_url(url, role) if superuser else url
     try:
@@ -1585,12 +1869,15 @@ def _restricted_restore(url: str, env: dict[str, str], dump: Path, listing: list
                 "pg_restore_failed", f"pg_restore failed (the target is left empty): {proc.stderr.strip()[-500:]}"
             )
         with _connect(url, env) as conn:
-            found = _unexpected_code(conn)
+            found = reference.differences(conn)
+            if conn.execute(public_acl).fetchone()[0] != acl_before:
+                found.append("the privileges of schema public differ")
         if found:
+            shown = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
             raise BackupError(
                 "backup_dump_unexpected",
-                f"the restored database held code mewdex does not create ({'; '.join(found[:5])}): removed, the "
-                "target is left empty",
+                f"the backup's {DUMP} defines what mewdex's own schema does not ({shown}): refused, the target is "
+                "left empty",
             )
     except BaseException:
         with _connect(url, env) as conn:
@@ -1603,45 +1890,6 @@ def _restricted_restore(url: str, env: dict[str, str], dump: Path, listing: list
                 conn.execute(sql.SQL("REASSIGN OWNED BY {} TO {}").format(sql.Identifier(role), sql.Identifier(owner)))
                 conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
                 conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
-
-
-def _unexpected_code(conn) -> list[str]:
-    """What the restored database runs that mewdex does not create: functions other than mewdex's
-    own (or SECURITY DEFINER / with settings), triggers other than mewdex's, rules, policies, other
-    schemas, and expressions (defaults, checks, indexes) calling a function PUBLIC may not execute."""
-    functions, triggers = schema_code()
-    found = []
-    for name, namespace, definer, config in conn.execute(
-        "SELECT p.proname, n.nspname, p.prosecdef, p.proconfig IS NOT NULL FROM pg_proc p"
-        " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')"
-        " AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid"
-        " AND d.deptype = 'e')"
-    ):
-        if namespace != "public" or name not in functions or definer or config:
-            found.append(f"function {namespace}.{name}")
-    for (name,) in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal"):
-        if name not in triggers:
-            found.append(f"trigger {name}")
-    found += [f"rule {r}" for (r,) in conn.execute("SELECT rulename FROM pg_rules WHERE schemaname = 'public'")]
-    found += [f"policy {p}" for (p,) in conn.execute("SELECT policyname FROM pg_policies")]
-    found += [
-        f"schema {s}"
-        for (s,) in conn.execute(
-            "SELECT nspname FROM pg_namespace WHERE nspname NOT IN ('public', 'information_schema')"
-            " AND nspname NOT LIKE 'pg\\_%'"
-        )
-    ]
-    found += [
-        f"an expression calling {f}"
-        for (f,) in conn.execute(
-            "SELECT DISTINCT p.oid::regprocedure::text FROM pg_depend d JOIN pg_proc p ON p.oid = d.refobjid"
-            " WHERE d.refclassid = 'pg_proc'::regclass AND d.classid IN ('pg_attrdef'::regclass,"
-            " 'pg_constraint'::regclass, 'pg_class'::regclass, 'pg_rewrite'::regclass, 'pg_trigger'::regclass)"
-            " AND p.proacl IS NOT NULL AND NOT EXISTS (SELECT 1 FROM aclexplode(p.proacl) a"
-            " WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')"
-        )
-    ]
-    return found
 
 
 def restore(
@@ -1685,19 +1933,25 @@ def restore(
         tmp = Path(tmp_dir)
         local = verify(target, name, manifest, tmp, progress, key)
         listing = check_dump(local[DUMP])
-        if force and (others := _other_clients(url, env)):
-            raise BackupError(
-                "restore_target_in_use",
-                f"other processes use the target database ({', '.join(others)}): stop mewdex serve and workers first",
-            )
-        # Everything checked out: from here on the target is written.
-        progress.phase("restoring the database", None)
-        reset_engine()
-        if force:
-            with _connect(url, env) as conn:
-                conn.execute("DROP SCHEMA IF EXISTS public CASCADE")
-                conn.execute("CREATE SCHEMA public")
-        _restricted_restore(url, env, local[DUMP], listing, tmp)
+        progress.phase("checking the backup's schema", None)
+        with reference_schema(url, env, manifest["schema_revision"], tmp) as reference:
+            with _scratch_database(url, env, "trial") as trial:  # its definitions, before the target is touched
+                schema = [line for line in listing if _toc_entry(line)[0] not in _DATA_KINDS]
+                _restricted_restore(trial, env, local[DUMP], schema, tmp, reference)
+            if force and (others := _other_clients(url, env)):
+                raise BackupError(
+                    "restore_target_in_use",
+                    f"other processes use the target database ({', '.join(others)}): stop mewdex serve and workers "
+                    "first",
+                )
+            # Everything checked out: from here on the target is written.
+            progress.phase("restoring the database", None)
+            reset_engine()
+            if force:
+                with _connect(url, env) as conn:
+                    conn.execute("DROP SCHEMA IF EXISTS public CASCADE")
+                    conn.execute("CREATE SCHEMA public")
+            _restricted_restore(url, env, local[DUMP], listing, tmp, reference)  # what is handed over, compared
         blobs = [e for e in listed if e.kind == "blob"]
         progress.phase("restoring blobs", len(blobs))
         store = blob_store()

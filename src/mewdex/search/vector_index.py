@@ -8,6 +8,7 @@ measures recall@10 against an exact float32 scan, docs/search-at-scale.md). The 
 from __future__ import annotations
 
 import hashlib
+import re
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -20,6 +21,13 @@ from sqlalchemy.orm import Session
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 200
 HNSW_WITH = f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
+
+
+#: The tables :func:`ensure_index` is called for (search generations, near-duplicates, feedback): the
+#: only indexes mewdex makes outside its migrations (restore recognises them: :func:`made_index`).
+INDEXED_TABLES = ("meme_embeddings", "meme_visual_embeddings", "search_feedback_queries")
+_MADE_NAME = re.compile(r"ix_(\w+)_hnsw_[0-9a-f]{10}_(\d{1,5})")
+_MADE_PREDICATE = re.compile(r" WHERE \(\(\(model\)::text = '((?:[^']|'')*)'::text\) AND \(dimensions = (\d{1,5})\)\)$")
 
 
 def index_name(table: str, model: str, dimensions: int) -> str:
@@ -48,6 +56,17 @@ def ensure_index(session: Session, table: str, model: str, dimensions: int) -> N
             f"WHERE model = '{literal}' AND dimensions = {int(dimensions)}"
         )
     )
+
+
+def made_index(name: str, definition: str) -> tuple[str, str, int] | None:
+    """``(table, model, dimensions)`` when ``name`` is what :func:`ensure_index` names an index of
+    those, read from the index's ``pg_get_indexdef`` ``definition``; None otherwise. The rest of the
+    definition is not checked here: make the index with :func:`ensure_index` elsewhere and compare."""
+    named, predicate = _MADE_NAME.fullmatch(name), _MADE_PREDICATE.search(definition)
+    if not named or not predicate or named[1] not in INDEXED_TABLES or named[2] != predicate[2]:
+        return None
+    table, model, dimensions = named[1], predicate[1].replace("''", "'"), int(predicate[2])
+    return (table, model, dimensions) if index_name(table, model, dimensions) == name else None
 
 
 def distance_sql(dimensions: int, param: str = "query") -> str:
