@@ -401,6 +401,7 @@ def test_blob_deletion_waits_for_a_running_backup(library, sessions, store):
         with sessions.begin() as session:
             counts = journal.recover(session, store, older_than_seconds=0)
         assert counts["deferred"] >= 1 and store.exists(namespace, key)
+        lease.execute("SELECT pg_advisory_unlock(%s)", (journal.BACKUP_LEASE_KEY,))  # as the backup's release does
     with sessions.begin() as session:
         assert journal.finish_deferred(session, store)["completed"] >= 1
         states = session.execute(

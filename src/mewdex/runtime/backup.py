@@ -1021,6 +1021,12 @@ class _Lease:
     conn: Any
 
     def release(self) -> None:
+        # Unlock before closing: a closed client's backend lets its session locks go a moment later,
+        # and the deferred removals that follow (finish_deferred) would still see the lease held.
+        try:
+            self.conn.execute("SELECT pg_advisory_unlock_all()")
+        except Exception:
+            log.warning("backup: releasing the lease failed; closing its connection releases it", exc_info=True)
         try:
             self.conn.close()  # session-level advisory locks go with the connection
         except Exception:
