@@ -35,7 +35,7 @@ lock:
 	.lock-venv/bin/pip install --quiet -e .
 	{ sed -n '1,3p' requirements.lock; .lock-venv/bin/pip freeze --exclude-editable; } > requirements.lock.new
 	.lock-venv/bin/pip install --quiet -e '.[test]' -c requirements.lock.new
-	{ sed -n '1,3p' requirements-test.lock; .lock-venv/bin/pip freeze --exclude-editable | grep -vxF -f requirements.lock.new; } > requirements-test.lock.new
+	{ sed -n '1,3p' requirements-test.lock; .lock-venv/bin/pip freeze --all --exclude-editable | grep -v '^pip==' | grep -vxF -f requirements.lock.new; } > requirements-test.lock.new
 	mv requirements.lock.new requirements.lock && mv requirements-test.lock.new requirements-test.lock && rm -rf .lock-venv
 
 install: $(TEST_STAMP)

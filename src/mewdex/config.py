@@ -705,3 +705,15 @@ def get_settings() -> Settings:
         raise ConfigError(describe_config_error(exc)) from None
     except SettingsError as exc:
         raise ConfigError(describe_settings_error(exc)) from None
+
+
+def package_version() -> str:
+    """mewdex's version (``"1.0.0"``) from the installed package's metadata, whose one source is
+    ``version`` in pyproject.toml; ``"unknown"`` when mewdex runs from sources that were never
+    installed. Shown by ``mewdex --version``, the OpenAPI document and a backup's manifest."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mewdex")
+    except PackageNotFoundError:
+        return "unknown"

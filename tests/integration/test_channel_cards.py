@@ -133,8 +133,8 @@ def test_guides_are_pages_with_raw_html_escaped_and_a_404_page_without_docs(page
     assert "<script>alert(1)" not in page.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
     assert "<b onclick" not in page.text
     assert 'href="/help/channels/onebot"' in page.text  # a sibling guide's link points at its page
-    missing = page_client.get("/help/channels/telegram")  # not in the (monkeypatched) docs folder
-    assert missing.status_code == 404 and "docs/channels" in missing.text
+    missing = page_client.get("/help/channels/telegram")  # not in the (monkeypatched) guides folder
+    assert missing.status_code == 404 and "comes without a set-up guide" in missing.text
 
 
 def test_a_channel_that_binds_by_a_code_gets_the_generic_card_and_its_code(page_client, scope, sessions, monkeypatch):

@@ -1,5 +1,5 @@
 """The systemd unit in docs/deploy (issue 34, point 8) passes ``systemd-analyze verify``, with its
-``ExecStart`` pointed at this checkout's ``mewdex`` (the documented /opt/mewdex does not exist here)."""
+``ExecStart`` pointed at this checkout's ``mewdex`` (the installed /usr/local/bin/mewdex does not exist here)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "docs" / "deploy" / "mewdex.service"
-INSTALLED = "/opt/mewdex/bin/mewdex"
+INSTALLED = "/usr/local/bin/mewdex"  # the installed command (pipx, README "Installing"), not a checkout's .venv
 
 pytestmark = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 
@@ -27,7 +27,7 @@ def verify(tmp_path: Path, text: str) -> subprocess.CompletedProcess:
 
 def local_unit() -> str:
     text = UNIT.read_text()
-    assert f"ExecStart={INSTALLED} serve" in text  # the install steps in its header put mewdex there
+    assert f"ExecStart={INSTALLED} serve" in text  # the pipx install in its header puts mewdex there
     mewdex = Path(sys.executable).with_name("mewdex")
     assert mewdex.exists()
     return text.replace(INSTALLED, str(mewdex))

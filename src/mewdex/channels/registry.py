@@ -41,7 +41,7 @@ A channel is a package ``mewdex.channels.<name>`` (``telegram``, ``onebot``, …
 * **Texts and guide**: ``locales`` names the package's own catalogues (``en.json``, ``zh.json``:
   ``channels.name.<name>`` names it on the Channels page, ``bot.bind_help.<name>``, its card's and
   replies' words), added to the core ones when it loads (:func:`mewdex.dto.i18n.add_messages`; a key
-  may not repeat one of the core's); ``docs/channels/<name>.md`` is its set-up guide
+  may not repeat one of the core's); ``mewdex/channels/guides/<name>.md`` is its set-up guide
   (``/help/channels/<name>``).
 
 :func:`load` imports every built-in channel once per process (the runtime's task-type loading, the

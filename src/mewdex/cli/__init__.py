@@ -63,9 +63,9 @@ app = _Mewdex(
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from mewdex.config import package_version
 
-        console.print(f"mewdex {version('mewdex')}")
+        console.print(f"mewdex {package_version()}")
         raise typer.Exit()
 
 

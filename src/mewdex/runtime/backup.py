@@ -111,7 +111,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, Protocol
 
-from mewdex.config import get_settings
+from mewdex.config import get_settings, package_version
 from mewdex.queue.registry import RetryPolicy, TaskContext, task_type
 from mewdex.storage.blobs import BlobStore, check_key, check_namespace, thumbnail_namespace
 
@@ -979,12 +979,7 @@ def _connect(url: str, env: dict[str, str]):
 
 
 def mewdex_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mewdex")
-    except PackageNotFoundError:
-        return "unknown"
+    return package_version()
 
 
 COUNTED: tuple[str, ...] = ("scopes", "users", "memes", "derived_image_thumbnails", "meme_collections")

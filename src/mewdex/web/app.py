@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.routing import Route
 
 from mewdex import mcp_server, runtime
-from mewdex.config import get_settings
+from mewdex.config import get_settings, package_version
 from mewdex.db import supervisor
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
 from mewdex.web import errors, failures, metrics, security
@@ -87,7 +87,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     # Every route may answer these errors (auth, scope 404s, validation, quotas, rate limits).
     app = FastAPI(
         title="mewdex",
-        version="0.1.0",
+        version=package_version(),
         lifespan=lifespan,
         docs_url=None,  # /docs and /redoc come from api_docs (assets served here, CSP-clean)
         redoc_url=None,

@@ -1,6 +1,6 @@
 """Discord: application commands over the HTTP interactions endpoint, scheduled memes to a channel.
 
-Each mewdex account brings its own Discord application (docs/channels/discord.md). Modules:
+Each mewdex account brings its own Discord application (mewdex/channels/guides/discord.md). Modules:
 
 - ``api``: the REST calls (through :mod:`mewdex.channels.platform`);
 - ``interactions``: Ed25519 verification, the answer within three seconds, the ``discord_interaction``

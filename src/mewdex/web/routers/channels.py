@@ -141,10 +141,11 @@ GUIDE_CACHE = 16  # guides kept rendered (one per channel)
 
 
 def guides_dir() -> Path:
-    """``docs/channels`` of the source tree (``src/mewdex/…/../../docs``); absent in an install from a wheel."""
-    import mewdex
+    """The set-up guides' folder, ``mewdex/channels/guides`` (``<name>.md``): package data, so a wheel
+    carries them."""
+    from mewdex import channels as channels_package
 
-    return Path(mewdex.__file__).resolve().parent.parent.parent / "docs" / "channels"
+    return Path(channels_package.__file__).resolve().parent / "guides"
 
 
 @lru_cache(maxsize=GUIDE_CACHE)
@@ -174,8 +175,8 @@ def _guide_html(path: Path, mtime: float) -> tuple[str, str]:
 
 @router.get("/help/channels/{name}", include_in_schema=False)
 def channel_guide(name: str, request: Request, _scope: ScopeContext = Depends(current_scope)):
-    """A channel's set-up guide (``docs/channels/<name>.md``) as a page in the site's layout; the
-    HTML 404 page for an unknown name or when the docs are not installed (a wheel install)."""
+    """A channel's set-up guide (``mewdex/channels/guides/<name>.md``) as a page in the site's layout;
+    the HTML 404 page for an unknown name or a channel without a guide."""
     from markupsafe import Markup
 
     from mewdex.web.templating import render
