@@ -268,8 +268,12 @@ def test_rename_with_if_match_and_conflict(client, sessions, scope):
     assert r.status_code == 200, r.text
     assert r.json()["display_name"] == "new name" and r.json()["revision"] == 2 and r.headers["etag"] == '"2"'
     stale = client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "other"}, headers={"If-Match": "1"})
-    assert stale.status_code == 409 and stale.json()["error"]["code"] == "revision_conflict"
+    assert stale.status_code == 412 and stale.json()["error"]["code"] == "revision_conflict"
     assert stale.json()["error"]["details"] == {"expected_revision": 1, "current_revision": 2}
+    stale_delete = client.delete(f"/api/v1/memes/{meme_id}", headers={"If-Match": '"1"'})
+    assert stale_delete.status_code == 412 and stale_delete.json()["error"]["code"] == "revision_conflict"
+    patch = client.app.openapi()["paths"]["/api/v1/memes/{meme_id}"]
+    assert "412" in patch["patch"]["responses"] and "412" in patch["delete"]["responses"]
     assert client.get(f"/api/v1/memes/{meme_id}").json()["display_name"] == "new name"
     assert client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "third"}).json()["revision"] == 3
     with sessions.begin() as session:
