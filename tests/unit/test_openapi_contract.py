@@ -121,3 +121,19 @@ def test_every_api_operation_that_takes_a_body_documents_it(spec):
             assert content, (method, path)
             for media in content.values():
                 assert _resolve(spec, media["schema"]).get("properties"), (method, path)
+
+
+def test_every_operation_with_a_caller_declares_the_bearer_scheme(spec):
+    """``/docs`` has an Authorize button (an HTTP bearer scheme) and "Try it out" sends the token on
+    every operation that has a caller; only the sign-in forms themselves are public."""
+    assert spec["components"]["securitySchemes"]["bearer"] == {
+        **spec["components"]["securitySchemes"]["bearer"],
+        "type": "http",
+        "scheme": "bearer",
+    }
+    public = {f"/api/v1/auth/{name}" for name in ("signup", "login", "logout", "reset")}
+    for path, method, operation in _operations(spec):
+        if path in public:
+            assert "security" not in operation, (method, path)
+        else:
+            assert operation.get("security") == [{"bearer": []}], (method, path)
