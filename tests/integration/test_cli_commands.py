@@ -399,6 +399,10 @@ def test_search_asks_the_server_running_on_the_data_dir(mewdex_env, scope, tmp_p
             and "servedtext" in flat
             and f"{url}/memes/0badc0de-0000-4000-8000-000000000001" in flat
         )
+        # At 80 columns (issue 46) the link still prints whole on one line, never folded or cut.
+        narrow = mewdex_env.cli("search", "anything", scope=scope.scope_id, check=True, columns=80).stdout
+        assert any(f"{url}/memes/0badc0de-0000-4000-8000-000000000001" in line for line in narrow.splitlines()), narrow
+        assert "from the server" in narrow and "served text" in narrow
     finally:
         server.terminate()
         server.wait(10)
