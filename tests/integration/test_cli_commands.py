@@ -343,9 +343,9 @@ def test_commands_accept_an_id_prefix_of_8_characters(mewdex_env, scope, session
 
     assert meme(sessions, scope, meme_id).display_name == "短 id"
     proc = mewdex_env.cli("rename", meme_id[:7], "x", scope=scope.scope_id)
-    assert proc.returncode == 1 and "8 characters" in proc.stderr
+    assert proc.returncode == 4 and "8 characters" in proc.stderr  # not found
     proc = mewdex_env.cli("delete", "ffffffff", scope=scope.scope_id)
-    assert proc.returncode == 1 and "not_found" in proc.stderr
+    assert proc.returncode == 4 and "not_found" in proc.stderr
 
 
 def test_search_asks_the_server_running_on_the_data_dir(mewdex_env, scope, tmp_path):

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from mewdex.cli.common import _meme_uuid, _prepare, _progress, console, err, get_settings
+from mewdex.cli.common import ExitCode, _meme_uuid, _prepare, _progress, console, err, get_settings
 
 
 def search(
@@ -42,7 +42,7 @@ def search(
     query = query.strip()
     if not query or len(query) > MAX_QUERY_CHARS:
         err.print(f"[red]error:[/red] the query must be 1–{MAX_QUERY_CHARS} characters (it has {len(query)})")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     body = {"query": query, "n_results": n}
     if server:
         target = remote.named_server(server)
@@ -55,7 +55,7 @@ def search(
             answer = remote.call(target, token or None, "POST", "/api/v1/search", json=body)
         except remote.Unreachable:
             err.print(f"[red]error:[/red] nothing answers at {target.url}")
-            raise typer.Exit(1) from None
+            raise typer.Exit(ExitCode.UNAVAILABLE) from None
         _print_results(answer, as_json, target.url)
         return
     local = remote.local_server()
@@ -190,13 +190,13 @@ def similar(
         response = similar_cli(target, n)
     except (ValueError, ImageError) as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     except MemeNotEmbedded as exc:
         err.print(f"[red]error:[/red] {exc} (its visual stage has not run yet: `mewdex status`)")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.CONFLICT) from None
     except BackendUnavailable as exc:
         err.print(f"[red]error:[/red] the image model is unavailable: {exc}")
-        raise typer.Exit(3) from None
+        raise typer.Exit(ExitCode.UNAVAILABLE) from None
     _print_results(response, as_json)
 
 
@@ -241,7 +241,7 @@ def reindex(
             ]
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     for scope_id, gid, name, dims in built:
         console.print(f"{scope_id}: building generation {gid} with {name} ({dims}-d)")
     if not wait:
