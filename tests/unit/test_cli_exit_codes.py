@@ -42,7 +42,9 @@ def test_every_exit_goes_through_the_exit_codes():
 def test_help_and_readme_say_what_each_status_means():
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     main = subprocess.run([sys.executable, "-m", "mewdex", "--help"], env=env, capture_output=True, text=True)
-    one = subprocess.run([sys.executable, "-m", "mewdex", "tasks", "show", "--help"], env=env, capture_output=True, text=True)
+    one = subprocess.run(
+        [sys.executable, "-m", "mewdex", "tasks", "show", "--help"], env=env, capture_output=True, text=True
+    )
     readme = README.read_text()
     for code in ExitCode:
         name = code.name.lower().replace("_", " ")

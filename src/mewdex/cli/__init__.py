@@ -163,7 +163,6 @@ generations_app.command("activate")(providers.generations_activate)
 generations_app.command("remote")(providers.generations_remote)
 
 
-
 def _exit_status_in_every_help(group: typer.Typer) -> None:
     """Every command's and group's ``--help`` ends with what its exit status means (:data:`EXIT_HELP`)."""
     for command in group.registered_commands:

@@ -47,8 +47,7 @@ EXIT_MEANINGS = {
     ExitCode.FAILED: "it ran and did not succeed: an error came back, a check found problems, some files "
     "were not stored, a confirmation was declined",
     ExitCode.USAGE: "a bad argument, option or setting; nothing was done",
-    ExitCode.CONFLICT: "refused by the library's state as it is now: changed meanwhile, in use, not ready, "
-    "not allowed",
+    ExitCode.CONFLICT: "refused by the library's state as it is now: changed meanwhile, in use, not ready, not allowed",
     ExitCode.NOT_FOUND: "what it names does not exist (a meme, task, account, schedule)",
     ExitCode.UNAVAILABLE: "something it needs does not answer or is full (a server, the database, a model, "
     "the queue, the disk): try again later",
