@@ -68,8 +68,10 @@ def admin(mewdex_env, sessions, tmp_path_factory):
     server = start_server(mewdex_env, scope, tmp_path_factory.mktemp("serve") / "newcomer.log")
     Admin.server = server
     auth = {"Authorization": f"Bearer {Admin.token}"}
-    files = [("files", (f"picture {i}.png", case_file("img04_palette_trns.png").read_bytes() + bytes([i]), "image/png"))
-             for i in range(3)]
+    files = [
+        ("files", (f"picture {i}.png", case_file("img04_palette_trns.png").read_bytes() + bytes([i]), "image/png"))
+        for i in range(3)
+    ]
     assert httpx.post(server.url + "/api/v1/memes", headers=auth, files=files, timeout=60).status_code in (200, 201)
     try:
         yield server
@@ -159,7 +161,7 @@ def test_tasks_table_headers_sit_over_their_columns(browser, admin):
             # the buttons): find the line's rows of pixels at the left of each column.
             image = Image.open(io.BytesIO(pg.locator("table.tasks").screenshot())).convert("RGB")
             lines = []
-            for left, right in columns["head"]:
+            for left, _right in columns["head"]:
                 x = left + 3 - columns["head"][0][0]  # in the cell's padding: never text or a badge
                 lines.append([y for y in range(image.height) if _is_line(image.getpixel((x, y)))])
             assert lines[0] and all(found == lines[0] for found in lines), lines

@@ -137,3 +137,21 @@ def test_every_operation_with_a_caller_declares_the_bearer_scheme(spec):
             assert "security" not in operation, (method, path)
         else:
             assert operation.get("security") == [{"bearer": []}], (method, path)
+
+
+def test_every_listing_pages_one_way(spec):
+    """Issue 46: one pagination style. A listing takes ``limit`` and ``cursor`` and answers
+    ``next_cursor``; no operation pages by ``offset``, ``before``, ``before_idx`` or ``page`` (search,
+    a ranking with a 0–50 window, keeps its ``offset`` in its body)."""
+    paged = 0
+    for path, method, operation in _operations(spec):
+        names = {p["name"] for p in operation.get("parameters", []) if p["in"] == "query"}
+        assert not names & {"offset", "before", "before_idx", "page"}, (method, path, names)
+        ok = operation["responses"].get("200", {}).get("content", {}).get("application/json", {})
+        fields = set(_resolve(spec, ok.get("schema", {})).get("properties", {})) if ok else set()
+        if "limit" in names:  # a listing: the page's token is called next_cursor, nothing else
+            assert not {f for f in fields if f.startswith("next_") and f != "next_cursor"}, (method, path, fields)
+        if "cursor" in names:
+            paged += 1
+            assert "limit" in names and "next_cursor" in fields, (method, path)
+    assert paged >= 7

@@ -46,7 +46,7 @@ def feedback_list(
     with get_sessionmaker().begin() as session:
         scope = _scope(session, user)
         summary = feedback.summary(session, scope)
-        events = [feedback.event_dict(e) for e in feedback.list_events(session, scope, limit=n)]
+        events = [feedback.event_dict(e) for e in feedback.list_events(session, scope, limit=n)[0]]
     if as_json:
         print(json.dumps({"summary": summary, "events": events}, ensure_ascii=False, indent=2))
         return

@@ -35,7 +35,7 @@ from typing import Any, cast
 from uuid import UUID
 
 import numpy as np
-from sqlalchemy import CursorResult, delete, func, select, text
+from sqlalchemy import CursorResult, and_, delete, func, or_, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -47,6 +47,7 @@ from mewdex.db.models.search_feedback import (
     SearchFeedbackQuery,
     SearchFeedbackSetting,
 )
+from mewdex.dto.cursor import decode_cursor, encode_cursor
 from mewdex.dto.errors import DomainError
 from mewdex.dto.search import SearchFilters
 from mewdex.inference.errors import BackendUnavailable
@@ -311,14 +312,24 @@ def event_dict(e: SearchFeedbackEvent) -> dict[str, Any]:
 
 
 def list_events(
-    session: Session, scope: ScopeContext, *, limit: int = 100, before: datetime | None = None
-) -> list[SearchFeedbackEvent]:
-    """The scope's events, newest first (``before``: older than that time only)."""
+    session: Session, scope: ScopeContext, *, limit: int = 100, cursor: str | None = None
+) -> tuple[list[SearchFeedbackEvent], str | None]:
+    """The scope's events, newest first, and the cursor of the next page (None on the last):
+    ``cursor`` is a page's. Raises :class:`~mewdex.dto.cursor.CursorInvalid`."""
     stmt = select(SearchFeedbackEvent).where(SearchFeedbackEvent.scope_id == scope.scope_id)
-    if before is not None:
-        stmt = stmt.where(SearchFeedbackEvent.created_at < before)
-    stmt = stmt.order_by(SearchFeedbackEvent.created_at.desc(), SearchFeedbackEvent.event_id).limit(limit)
-    return list(session.execute(stmt).scalars())
+    if cursor:
+        created, event_id = decode_cursor(cursor, (datetime, UUID))
+        stmt = stmt.where(
+            or_(
+                SearchFeedbackEvent.created_at < created,
+                and_(SearchFeedbackEvent.created_at == created, SearchFeedbackEvent.event_id > event_id),
+            )
+        )
+    stmt = stmt.order_by(SearchFeedbackEvent.created_at.desc(), SearchFeedbackEvent.event_id).limit(limit + 1)
+    rows = list(session.execute(stmt).scalars())
+    page = rows[:limit]
+    more = len(rows) > limit
+    return page, encode_cursor([page[-1].created_at, page[-1].event_id]) if more else None
 
 
 def summary(session: Session, scope: ScopeContext) -> dict[str, Any]:
