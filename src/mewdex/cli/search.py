@@ -112,17 +112,17 @@ def _print_results(response: dict, as_json: bool, base_url: str | None = None) -
     if as_json:
         print(json.dumps(response, ensure_ascii=False, indent=2))
         return
-    rows = []
-    for i, r in enumerate(response["results"], 1):
+    rows: list[tuple[str, str, str, str]] = []
+    for n, r in enumerate(response["results"], 1):
         snippet = " ".join((r.get("snippet") or "").split())
         link = f"{base_url.rstrip('/')}/memes/{r['id']}" if base_url else r["id"]
-        rows.append((str(i), r["display_name"], snippet, link))
+        rows.append((str(n), r["display_name"], snippet, link))
     longest = max((len(row[3]) for row in rows), default=0)
     title = f"{len(rows)} results · {response['took_ms']:.0f} ms"
     if console.width < longest + _ROOM_BESIDE_A_LINK:  # too narrow for a link column: a list
         console.print(title, style="italic", highlight=False)
-        for i, name, snippet, link in rows:
-            head = Text(f"{i:>3}  ").append(name, style="bold")
+        for rank, name, snippet, link in rows:
+            head = Text(f"{rank:>3}  ").append(name, style="bold")
             if snippet:
                 head.append(f"  {snippet}", style="dim")
             head.truncate(console.width, overflow="ellipsis")
@@ -134,8 +134,8 @@ def _print_results(response: dict, as_json: bool, base_url: str | None = None) -
     table.add_column("name", overflow="fold")
     table.add_column("text", overflow="ellipsis", max_width=40, no_wrap=True)
     table.add_column("link", no_wrap=True, min_width=longest)
-    for i, name, snippet, link in rows:
-        table.add_row(i, name, snippet, _link(link))
+    for rank, name, snippet, link in rows:
+        table.add_row(rank, name, snippet, _link(link))
     console.print(table)
 
 
