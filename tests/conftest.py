@@ -133,10 +133,17 @@ class MewdexEnv:
     env: dict[str, str]
 
     def cli(
-        self, *args: str, scope: str | None = None, timeout: float = 300, check: bool = False, **kw
+        self,
+        *args: str,
+        scope: str | None = None,
+        timeout: float = 300,
+        check: bool = False,
+        columns: int = 200,
+        **kw,
     ) -> subprocess.CompletedProcess:
-        """Run the real ``mewdex`` CLI on this session's data dir (and ``scope`` as its default scope)."""
-        env = {**os.environ, **self.env, "COLUMNS": "200", "NO_COLOR": "1"}
+        """Run the real ``mewdex`` CLI on this session's data dir (and ``scope`` as its default scope)
+        in a terminal ``columns`` wide."""
+        env = {**os.environ, **self.env, "COLUMNS": str(columns), "NO_COLOR": "1"}
         if scope is not None:
             env["MEWDEX_DEFAULT_SCOPE"] = scope
         proc = subprocess.run([str(MEWDEX_BIN), *args], env=env, capture_output=True, text=True, timeout=timeout, **kw)

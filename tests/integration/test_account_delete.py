@@ -103,7 +103,7 @@ def test_cli_user_delete_asks_first(auth_app, sessions, store):
         session.execute(text("UPDATE tasks SET status = 'running' WHERE id = :t"), {"t": task.id})
         task_id = task.id
     busy = _cli("user", "delete", victim.email, "--yes")
-    assert busy.exit_code == 1 and "account_busy" in busy.output
+    assert busy.exit_code == 3 and "account_busy" in busy.output
     with sessions.begin() as session:
         session.execute(text("UPDATE tasks SET status = 'succeeded' WHERE id = :t"), {"t": task_id})
     refused = _cli("user", "delete", victim.email, input="n\n")
@@ -114,7 +114,7 @@ def test_cli_user_delete_asks_first(auth_app, sessions, store):
     assert f"deleted {victim.email}: 1 meme(s)" in done.output
     assert _scope_rows(sessions, victim.scope_id) == {}
     missing = _cli("user", "delete", victim.email, "--yes")
-    assert missing.exit_code == 1 and "no account" in missing.output
+    assert missing.exit_code == 4 and "no account" in missing.output
 
 
 def test_deleting_an_account_while_a_backup_runs_keeps_its_files_until_the_backup_ends(auth_app, sessions, store):

@@ -32,9 +32,9 @@ def test_user_commands(mewdex_env, sessions, settings_env):
         r = mewdex_env.cli("user", "create", email, "--password-stdin", input=PASSWORD + "\n")
         assert r.returncode == 0, r.stderr
         r = mewdex_env.cli("user", "create", email.upper(), "--password-stdin", input=PASSWORD + "\n")
-        assert r.returncode == 1 and "email_taken" in r.stderr
+        assert r.returncode == 3 and "email_taken" in r.stderr
         r = mewdex_env.cli("user", "create", "x" + email, "--password-stdin", input="a" * 73 + "\n")
-        assert r.returncode == 1 and "password_too_long" in r.stderr
+        assert r.returncode == 2 and "password_too_long" in r.stderr
         mewdex_env.cli("user", "promote", email, check=True)
         assert _user(sessions, email).role == "admin"
         mewdex_env.cli("user", "disable", email, check=True)
@@ -47,7 +47,7 @@ def test_user_commands(mewdex_env, sessions, settings_env):
             assert auth_sessions.authenticate(session, email, "brand new pw", "cli-test").email == email
         listed = json.loads(mewdex_env.cli("user", "list", "--json", check=True).stdout)
         assert email in [u["email"] for u in listed]
-        assert mewdex_env.cli("user", "promote", "nobody@example.com").returncode == 1
+        assert mewdex_env.cli("user", "promote", "nobody@example.com").returncode == 4
     finally:
         rows = [_user(sessions, e) for e in (email, keeper)]
         delete_users(sessions, [str(r.user_id) for r in rows if r])

@@ -341,9 +341,11 @@ def test_api_conversation_lifecycle_json_and_sse(scope, library):
         assert [d["meme_id"] for n, d in events if n == "meme"] == library["cats"][3:6]
         assert c.get(f"/api/v1/conversations/{cid}").json()["name"] == "cat"  # titled by its first message
         page = c.get(f"/api/v1/conversations/{cid}/messages", params={"limit": 2}).json()
-        assert [m["idx"] for m in page["items"]] == [2, 3] and page["next_before_idx"] == 2
-        older = c.get(f"/api/v1/conversations/{cid}/messages", params={"before_idx": 2}).json()
-        assert [m["idx"] for m in older["items"]] == [0, 1] and older["next_before_idx"] is None
+        assert [m["idx"] for m in page["items"]] == [2, 3] and page["next_cursor"]
+        older = c.get(f"/api/v1/conversations/{cid}/messages", params={"cursor": page["next_cursor"]}).json()
+        assert [m["idx"] for m in older["items"]] == [0, 1] and older["next_cursor"] is None
+        bad = c.get(f"/api/v1/conversations/{cid}/messages", params={"cursor": "2"})
+        assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_cursor"
         assert c.patch(f"/api/v1/conversations/{cid}", json={"name": "cats"}).json()["title_source"] == "manual"
         assert [x["id"] for x in c.get("/api/v1/conversations", params={"q": "anoth"}).json()["items"]] == [cid]
         assert c.post(f"/api/v1/conversations/{cid}/cancel").json()["error"]["code"] == "run_not_active"

@@ -85,7 +85,10 @@ def test_loopback_public_url_warns_on_the_cards_that_need_a_callback(page_client
         settings_env(MEWDEX_PUBLIC_URL=public_url)
         page = page_client.get("/settings/channels")
         assert page.status_code == 200
-        assert _warnings(page.text) == {"wecom": wecom_warned, "telegram": telegram_warned}, public_url
+        # Discord needs its callback as WeCom does: its card warns before an application is connected
+        # too (issue 46: a newcomer read the README's promise and saw no warning on the empty card).
+        expected = {"wecom": wecom_warned, "telegram": telegram_warned, "discord": wecom_warned}
+        assert _warnings(page.text) == expected, public_url
         if wecom_warned:
             assert "MEWDEX_PUBLIC_URL" in page.text
 
@@ -93,7 +96,7 @@ def test_loopback_public_url_warns_on_the_cards_that_need_a_callback(page_client
 def _warnings(html: str) -> dict[str, bool]:
     from html.parser import HTMLParser
 
-    found = {"wecom": False, "telegram": False}
+    found = {"wecom": False, "telegram": False, "discord": False}
 
     class Walk(HTMLParser):
         card: str | None = None

@@ -343,9 +343,9 @@ def test_commands_accept_an_id_prefix_of_8_characters(mewdex_env, scope, session
 
     assert meme(sessions, scope, meme_id).display_name == "短 id"
     proc = mewdex_env.cli("rename", meme_id[:7], "x", scope=scope.scope_id)
-    assert proc.returncode == 1 and "8 characters" in proc.stderr
+    assert proc.returncode == 4 and "8 characters" in proc.stderr  # not found
     proc = mewdex_env.cli("delete", "ffffffff", scope=scope.scope_id)
-    assert proc.returncode == 1 and "not_found" in proc.stderr
+    assert proc.returncode == 4 and "not_found" in proc.stderr
 
 
 def test_search_asks_the_server_running_on_the_data_dir(mewdex_env, scope, tmp_path):
@@ -399,6 +399,10 @@ def test_search_asks_the_server_running_on_the_data_dir(mewdex_env, scope, tmp_p
             and "servedtext" in flat
             and f"{url}/memes/0badc0de-0000-4000-8000-000000000001" in flat
         )
+        # At 80 columns (issue 46) the link still prints whole on one line, never folded or cut.
+        narrow = mewdex_env.cli("search", "anything", scope=scope.scope_id, check=True, columns=80).stdout
+        assert any(f"{url}/memes/0badc0de-0000-4000-8000-000000000001" in line for line in narrow.splitlines()), narrow
+        assert "from the server" in narrow and "served text" in narrow
     finally:
         server.terminate()
         server.wait(10)

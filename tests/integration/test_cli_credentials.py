@@ -191,7 +191,7 @@ def _attempt_everything(folder: Folder, why: str) -> None:
     """``mewdex login`` (password on stdin) and ``mewdex search`` (a stored token and MEWDEX_TOKEN) run
     in the folder: each says it ignores the record and why; no recorder receives anything."""
     login = folder.cli("login", "me@example.com", stdin=PASSWORD + "\n")
-    assert login.returncode == 1, login.stdout + login.stderr
+    assert login.returncode == 5, login.stdout + login.stderr  # unavailable: no server to sign in to
     flat = " ".join(login.stderr.split())
     assert f"ignoring {folder.record}" in flat and why in flat and "nothing is sent" in flat, login.stderr
     assert "no mewdex server runs on this data dir" in flat
@@ -295,7 +295,7 @@ def test_login_names_the_url_and_asks_before_sending_a_password_to_another_machi
         pytest.skip("this machine has no address but loopback")
     remote = folder.start(impostor=False, host="0.0.0.0", url_host=lan)  # noqa: S104
     refused = folder.cli("login", "me@example.com", "--server", remote.url, stdin=PASSWORD + "\n")
-    assert refused.returncode == 1
+    assert refused.returncode == 2  # usage: --yes is needed for another machine
     flat = " ".join(refused.stderr.split())
     assert f"signing in to {remote.url}" in flat and "plain http" in flat and "pass --yes" in flat, refused.stderr
     assert PASSWORD not in json.dumps(remote.received())
@@ -326,6 +326,6 @@ def test_a_record_that_is_a_fifo_does_not_hang_the_cli(folder):
     does not wait for a writer that never comes."""
     os.mkfifo(folder.record)
     login = folder.cli("login", "me@example.com", stdin=PASSWORD + "\n", timeout=30)
-    assert login.returncode == 1, login.stdout + login.stderr
+    assert login.returncode == 5, login.stdout + login.stderr
     flat = " ".join(login.stderr.split())
     assert "it is not a record `mewdex serve` wrote" in flat and "no mewdex server runs" in flat, login.stderr

@@ -139,7 +139,7 @@ def test_login_search_and_logout_against_the_running_server(served):
 
     # `similar` asks the server too: its answer for a meme whose visual stage has not run.
     similar = run(env, "similar", account["meme_id"])
-    assert similar.returncode == 1 and "visual_not_ready" in similar.stderr, similar.stderr
+    assert similar.returncode == 3 and "visual_not_ready" in similar.stderr, similar.stderr
 
     bogus = run(env, "search", "loginbear", MEWDEX_TOKEN="mdx_not_a_token")
     assert bogus.returncode == 1 and len(lines(bogus.stderr)) == 1 and "token was refused" in bogus.stderr

@@ -268,8 +268,12 @@ def test_rename_with_if_match_and_conflict(client, sessions, scope):
     assert r.status_code == 200, r.text
     assert r.json()["display_name"] == "new name" and r.json()["revision"] == 2 and r.headers["etag"] == '"2"'
     stale = client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "other"}, headers={"If-Match": "1"})
-    assert stale.status_code == 409 and stale.json()["error"]["code"] == "revision_conflict"
+    assert stale.status_code == 412 and stale.json()["error"]["code"] == "revision_conflict"
     assert stale.json()["error"]["details"] == {"expected_revision": 1, "current_revision": 2}
+    stale_delete = client.delete(f"/api/v1/memes/{meme_id}", headers={"If-Match": '"1"'})
+    assert stale_delete.status_code == 412 and stale_delete.json()["error"]["code"] == "revision_conflict"
+    patch = client.app.openapi()["paths"]["/api/v1/memes/{meme_id}"]
+    assert "412" in patch["patch"]["responses"] and "412" in patch["delete"]["responses"]
     assert client.get(f"/api/v1/memes/{meme_id}").json()["display_name"] == "new name"
     assert client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "third"}).json()["revision"] == 3
     with sessions.begin() as session:
@@ -526,3 +530,20 @@ def test_deleting_the_last_pending_meme_of_an_import_completes_its_batch(client,
     with sessions.begin() as session:
         batch = session.get(TaskBatch, (scope.scope_id, summary.batch_id))
         assert batch.finalizer_state == "complete" and batch.summary["tasks"] == 0
+
+
+def test_admin_instance_counts_the_single_user_library(client, sessions, scope):
+    """Issue 46: in single-user mode the admin page said "Memes 0" beside 935 imported; the instance's
+    memes and bytes are every library's, the one that belongs to no account included."""
+    from sqlalchemy import func
+
+    created_id(client, 470, "counted.png")
+    created_id(client, 471, "counted too.png")
+    body = client.get("/api/v1/admin/instance").json()
+    with sessions.begin() as session:
+        memes, stored = session.execute(select(func.count(), func.sum(Meme.size_bytes)).select_from(Meme)).one()
+        ours = session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id)).scalar()
+    assert ours == 2
+    assert (body["memes"], body["storage_bytes"]) == (memes, stored)
+    page = client.get("/admin", headers={"Accept": "text/html"}).text
+    assert f"<dd>{memes}</dd>" in page

@@ -20,7 +20,7 @@ def test_cli_rename_and_delete(mewdex_env, sessions, store, scope):
             "manual",
         )
     bad = mewdex_env.cli("rename", meme_id, " .. ", scope=scope.scope_id)
-    assert bad.returncode == 1 and "display_name_invalid" in bad.stderr
+    assert bad.returncode == 2 and "display_name_invalid" in bad.stderr
 
     assert mewdex_env.cli("delete", meme_id, scope=scope.scope_id, check=True).returncode == 0
     with sessions.begin() as session:

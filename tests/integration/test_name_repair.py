@@ -259,3 +259,26 @@ def test_repair_names_all_covers_every_library(sessions, two_named_libraries):
         with sessions.begin() as session:
             names = session.execute(select(Meme.display_name).where(Meme.scope_id == scope_id)).scalars().all()
         assert names == ["drake"]
+
+
+def test_a_caption_of_ocr_noise_names_nothing_and_the_repair_takes_such_names_back(sessions, store, scope):
+    """Issue 46: a template was named "CONI" from OCR noise (and then showed up in unrelated results, its
+    name being searched as its own field). A caption names a meme only when it is sure text that says
+    enough; the rules' version went up, so the repair gives a name from noise back to the file's name,
+    or to the caption a confident reading gives."""
+    assert name_repair.NAME_RULES == "3"
+    noise = _captioned(sessions, store, scope, b"n1", "tpl/KumamotoBear00031.jpg", "CONI", "CONI")
+    unsure = _captioned(sessions, store, scope, b"n2", "tpl/KumamotoBear00032.jpg", "hello world", "hello world")
+    sure = _captioned(sessions, store, scope, b"n3", "tpl/KumamotoBear00033.jpg", "KumamotoBear00033", "我没说过")
+    with sessions.begin() as session:  # "hello world" read at 0.7: kept for search, not sure enough for a name
+        row = session.get(Meme, UUID(unsure))
+        row.meme_context = {**row.meme_context, "ocr_lines": [{"text": "hello world", "score": 0.7}]}
+    with sessions.begin() as session:
+        assert session.get(Meme, UUID(unsure)).meme_context["ocr_lines"][0]["score"] == 0.7
+
+    name_repair.repair_names(sessions, scope.scope_id)
+
+    assert meme(sessions, scope, noise).display_name == "KumamotoBear00031"
+    assert meme(sessions, scope, unsure).display_name == "KumamotoBear00032"
+    assert meme(sessions, scope, sure).display_name == "我没说过"
+    assert name_repair.repair_names(sessions, scope.scope_id)["renamed"] == 0  # idempotent

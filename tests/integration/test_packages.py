@@ -274,7 +274,7 @@ def test_cli_export_then_import_zip(mewdex_env, sessions, store, tmp_path):
         mewdex_env.cli("export", "cli pack", str(out), scope=scope.scope_id, check=True)
         manifest = json.loads(zipfile.ZipFile(out).read("manifest.json"))
         assert [i["display_name"] for i in manifest["items"]] == ["cli 2", "cli 1", "cli 0"]
-        assert mewdex_env.cli("export", "no such", str(tmp_path / "x.zip"), scope=scope.scope_id).returncode == 1
+        assert mewdex_env.cli("export", "no such", str(tmp_path / "x.zip"), scope=scope.scope_id).returncode == 4
 
         proc = mewdex_env.cli("import", str(out), scope=dest.scope_id, check=True)
         assert "3 created" in proc.stdout and "cli pack" in proc.stdout

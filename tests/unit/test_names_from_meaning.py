@@ -139,3 +139,17 @@ def test_import_path_keeps_the_imported_folders_own_name():
     assert import_path(parent) == "images/grumpycat/default.jpg"
     assert import_path({"source": "upload", "relative_path": "x.png"}) == "x.png"
     assert import_path({}) == ""
+
+
+def test_a_caption_names_only_with_sure_text_that_says_enough():
+    """Issue 46: OCR noise ("CONI") or an unsure reading never names a meme; the vision title then does."""
+    from mewdex.library.names import says_enough
+    from mewdex.pipeline.auto_rename import caption_name
+
+    assert not says_enough("CONI") and not says_enough("lI1") and not says_enough("这")
+    assert says_enough("hello") and says_enough("WTF") and says_enough("我没说过")
+    vision = {"title_en": "Cat judging you"}
+    assert caption_name({"ocr_lines": [{"text": "CONI", "score": 0.99}], "vision": vision}) == "Cat judging you"
+    assert caption_name({"ocr_lines": [{"text": "CONI", "score": 0.99}]}) is None
+    assert caption_name({"ocr_lines": [{"text": "hello world", "score": 0.7}]}) is None  # unsure
+    assert caption_name({"ocr_lines": [{"text": "hello world", "score": 0.9}]}) == "hello world"

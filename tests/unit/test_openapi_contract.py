@@ -121,3 +121,37 @@ def test_every_api_operation_that_takes_a_body_documents_it(spec):
             assert content, (method, path)
             for media in content.values():
                 assert _resolve(spec, media["schema"]).get("properties"), (method, path)
+
+
+def test_every_operation_with_a_caller_declares_the_bearer_scheme(spec):
+    """``/docs`` has an Authorize button (an HTTP bearer scheme) and "Try it out" sends the token on
+    every operation that has a caller; only the sign-in forms themselves are public."""
+    assert spec["components"]["securitySchemes"]["bearer"] == {
+        **spec["components"]["securitySchemes"]["bearer"],
+        "type": "http",
+        "scheme": "bearer",
+    }
+    public = {f"/api/v1/auth/{name}" for name in ("signup", "login", "logout", "reset")}
+    for path, method, operation in _operations(spec):
+        if path in public:
+            assert "security" not in operation, (method, path)
+        else:
+            assert operation.get("security") == [{"bearer": []}], (method, path)
+
+
+def test_every_listing_pages_one_way(spec):
+    """Issue 46: one pagination style. A listing takes ``limit`` and ``cursor`` and answers
+    ``next_cursor``; no operation pages by ``offset``, ``before``, ``before_idx`` or ``page`` (search,
+    a ranking with a 0–50 window, keeps its ``offset`` in its body)."""
+    paged = 0
+    for path, method, operation in _operations(spec):
+        names = {p["name"] for p in operation.get("parameters", []) if p["in"] == "query"}
+        assert not names & {"offset", "before", "before_idx", "page"}, (method, path, names)
+        ok = operation["responses"].get("200", {}).get("content", {}).get("application/json", {})
+        fields = set(_resolve(spec, ok.get("schema", {})).get("properties", {})) if ok else set()
+        if "limit" in names:  # a listing: the page's token is called next_cursor, nothing else
+            assert not {f for f in fields if f.startswith("next_") and f != "next_cursor"}, (method, path, fields)
+        if "cursor" in names:
+            paged += 1
+            assert "limit" in names and "next_cursor" in fields, (method, path)
+    assert paged >= 7

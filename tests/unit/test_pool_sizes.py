@@ -39,3 +39,19 @@ def test_a_worker_process_sizes_its_pool_for_its_threads() -> None:
     assert plain["size"] == plain["api"] + 4
     # sizing an engine that exists would be silently ignored: refused instead
     assert worker["late"] == "refused"
+
+
+def test_pool_lines_stay_out_of_the_default_log():
+    """At the default level (INFO) a disposed pool logs nothing: "Pool disposed. Pool size: 45
+    Connections in pool: 0 Current Overflow: -44" is SQLAlchemy's debugging, not mewdex's news."""
+    probe = (
+        "from mewdex.cli.common import _setup_logging\n"
+        "from mewdex.db import engine\n"
+        "_setup_logging()\n"
+        "import logging; logging.getLogger('mewdex.probe').info('probe line')\n"
+        "engine.get_engine().dispose()\n"
+    )
+    env = {**os.environ, "MEWDEX_DATABASE_URL": "postgresql://nobody@127.0.0.1:9/none", "MEWDEX_LOG_LEVEL": "INFO"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert "probe line" in out.stderr  # INFO lines of mewdex do show
+    assert "Pool" not in out.stderr and "Overflow" not in out.stderr, out.stderr

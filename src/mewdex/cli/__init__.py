@@ -27,7 +27,7 @@ from mewdex.cli import (
     thumbnails,
     users,
 )
-from mewdex.cli.common import console, err
+from mewdex.cli.common import EXIT_HELP, EXIT_HELP_LONG, ExitCode, console, err
 
 # Help without type tags (<bool>, <list[Path]>): an option's name and help say what it takes; ranges stay.
 for _param in (typer.core.TyperOption, typer.core.TyperArgument):
@@ -51,11 +51,12 @@ class _Mewdex(typer.Typer):
                 raise
             for line in exc.lines:
                 err.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
-            raise SystemExit(2) from None
+            raise SystemExit(ExitCode.USAGE) from None
 
 
 app = _Mewdex(
     help="mewdex — a self-hosted meme library searched in natural language.",
+    epilog=EXIT_HELP_LONG,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -160,6 +161,19 @@ feedback_app.command("clear")(feedback.feedback_clear)
 feedback_app.command("learning")(feedback.feedback_learning)
 generations_app.command("activate")(providers.generations_activate)
 generations_app.command("remote")(providers.generations_remote)
+
+
+def _exit_status_in_every_help(group: typer.Typer) -> None:
+    """Every command's and group's ``--help`` ends with what its exit status means (:data:`EXIT_HELP`)."""
+    for command in group.registered_commands:
+        command.epilog = command.epilog or EXIT_HELP
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            sub.typer_instance.info.epilog = EXIT_HELP
+            _exit_status_in_every_help(sub.typer_instance)
+
+
+_exit_status_in_every_help(app)
 
 worker = server.worker  # the ``mewdex worker`` command
 

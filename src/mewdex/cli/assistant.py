@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from mewdex.cli.common import _prepare, err
+from mewdex.cli.common import ExitCode, _prepare, err
 
 
 def mcp(
@@ -38,7 +38,7 @@ def mcp(
             caller = mcp_server.token_caller(value) if value else None
             if caller is None:
                 err.print("[red]error:[/red] the API token is missing, revoked or expired")
-                raise typer.Exit(2)
+                raise typer.Exit(ExitCode.USAGE)
         else:
             caller = mcp_server.Caller(default_scope(), frozenset({"read", "write"}))
     mcp_server.run_stdio(caller)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mewdex.cli.common import _prepare, console, err
+from mewdex.cli.common import ExitCode, _prepare, console, err
 
 
 def channels_release(
@@ -23,6 +23,6 @@ def channels_release(
         row = bindings.find_by_identity(session, channel, identity)
         if row is None:
             err.print(f"[red]error:[/red] no active {channel} binding holds {identity}")
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.NOT_FOUND)
         bindings.revoke(session, row.scope_id, channel)
         console.print(f"{channel} {identity} released (it was linked to scope {row.scope_id})")

@@ -7,6 +7,7 @@ import errno
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -27,6 +28,81 @@ if TYPE_CHECKING:
 
 console = Console()
 err = Console(stderr=True)
+
+
+class ExitCode(IntEnum):
+    """What a command's exit status means, the same in every command (:data:`EXIT_MEANINGS`, which
+    ``mewdex --help`` and the README's "Exit status" list). Every command ends through one of these."""
+
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    CONFLICT = 3
+    NOT_FOUND = 4
+    UNAVAILABLE = 5
+
+
+EXIT_MEANINGS = {
+    ExitCode.OK: "done",
+    ExitCode.FAILED: "it ran and did not succeed: an error came back, a check found problems, some files "
+    "were not stored, a confirmation was declined",
+    ExitCode.USAGE: "a bad argument, option or setting; nothing was done",
+    ExitCode.CONFLICT: "refused by the library's state as it is now: changed meanwhile, in use, not ready, not allowed",
+    ExitCode.NOT_FOUND: "what it names does not exist (a meme, task, account, schedule)",
+    ExitCode.UNAVAILABLE: "something it needs does not answer or is full (a server, the database, a model, "
+    "the queue, the disk): try again later",
+}
+#: The line under every command's ``--help``.
+EXIT_HELP = "Exit status: " + ", ".join(f"{c.value} {c.name.lower().replace('_', ' ')}" for c in ExitCode) + "."
+#: Under ``mewdex --help``: each status with its meaning (paragraphs: rich help joins single lines).
+EXIT_HELP_LONG = "Exit status, the same in every command:\n\n" + "\n\n".join(
+    f"{c.value} {c.name.lower().replace('_', ' ')}: {EXIT_MEANINGS[c]}" for c in ExitCode
+)
+
+_CONFLICT_CODES = {
+    "last_admin",
+    "too_many_tokens",
+    "user_disabled",
+    "account_disabled",
+    "signup_failed",
+    "signup_disabled",
+    "grant_not_acquired",
+    "task_not_retryable",
+    "task_not_cancellable",
+    "schedule_limit_reached",
+}
+_USAGE_CODES = {"ambiguous_id", "invalid_request", "invalid_cursor", "invalid_id", "cron_invalid"}
+_UNAVAILABLE_CODES = {"queue_full", "rate_limited", "insufficient_storage"}
+
+
+def exit_for(code: str, default: ExitCode = ExitCode.FAILED) -> ExitCode:
+    """The exit status of a domain error ``code`` (``not_found`` / ``*_not_found`` → NOT_FOUND,
+    ``*_conflict`` / ``*_taken`` / ``*_in_progress`` / ``*_not_ready`` and refusals by state →
+    CONFLICT, ``*_invalid`` / ``*_required`` / ``*_too_long`` → USAGE, ``*_unavailable`` / full → UNAVAILABLE);
+    ``default`` for any other."""
+    if code == "not_found" or code.endswith("_not_found"):
+        return ExitCode.NOT_FOUND
+    if code in _CONFLICT_CODES or code.endswith(("_conflict", "_taken", "_in_progress", "_not_ready", "_busy")):
+        return ExitCode.CONFLICT
+    if code in _USAGE_CODES or code.endswith(("_invalid", "_required", "_too_long", "_too_short")):
+        return ExitCode.USAGE
+    if code in _UNAVAILABLE_CODES or code.endswith("_unavailable"):
+        return ExitCode.UNAVAILABLE
+    return default
+
+
+def exit_for_status(status: int) -> ExitCode:
+    """The exit status of a server's HTTP error ``status`` (404 → NOT_FOUND, 409/412 → CONFLICT,
+    400/413/415/422 → USAGE, 429/502/503/504 → UNAVAILABLE, any other → FAILED)."""
+    if status == 404:
+        return ExitCode.NOT_FOUND
+    if status in (409, 412, 423):
+        return ExitCode.CONFLICT
+    if status in (400, 413, 415, 422):
+        return ExitCode.USAGE
+    if status in (429, 502, 503, 504):
+        return ExitCode.UNAVAILABLE
+    return ExitCode.FAILED
 
 
 def get_settings() -> Settings:
@@ -59,7 +135,7 @@ def _prepare():
         prepare_database()
     except EmbeddedDatabaseError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILED) from None
     if new_library:
         err.print(
             f"[yellow]note:[/yellow] no library was at {settings.data_dir.resolve()}: made a new, empty one there "
@@ -109,7 +185,7 @@ def _meme_uuid(meme_id: str):
             return resolve_meme_id(session, default_scope(), meme_id)
     except MemeError as exc:
         err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(exit_for(exc.code)) from None
 
 
 SERVER_FILE = "serve.json"  # in the data dir while `mewdex serve` runs: {"url", "pid"}, 0600, held open by it

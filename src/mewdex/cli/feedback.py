@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from mewdex.cli.common import _prepare, console, err
+from mewdex.cli.common import ExitCode, _prepare, console, err
 
 UserOption = Annotated[
     str | None, typer.Option("--user", help="The account's email (default: the local library of single-user mode).")
@@ -29,7 +29,7 @@ def _scope(session, email: str | None):
     user = find_by_email(session, email)
     if user is None:
         err.print(f"[red]error:[/red] no account {email}")
-        raise typer.Exit(4)
+        raise typer.Exit(ExitCode.NOT_FOUND)
     return ScopeContext(user.scope_id)
 
 
@@ -46,7 +46,7 @@ def feedback_list(
     with get_sessionmaker().begin() as session:
         scope = _scope(session, user)
         summary = feedback.summary(session, scope)
-        events = [feedback.event_dict(e, name) for e, name in feedback.list_entries(session, scope, limit=n)]
+        events = [feedback.event_dict(e, name) for e, name in feedback.list_entries(session, scope, limit=n)[0]]
     if as_json:
         print(json.dumps({"summary": summary, "events": events}, ensure_ascii=False, indent=2))
         return
@@ -101,7 +101,7 @@ def feedback_clear(
 
     _prepare()
     if not yes and not typer.confirm("Forget every choice learned for this library?", default=False):
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     with get_sessionmaker().begin() as session:
         deleted = feedback.clear(session, _scope(session, user))
     console.print(f"forgot {deleted} events")
@@ -118,7 +118,7 @@ def feedback_learning(
 
     if state is not None and state not in ("on", "off"):
         err.print("[red]error:[/red] say on or off")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     _prepare()
     with get_sessionmaker().begin() as session:
         scope = _scope(session, user)

@@ -12,12 +12,14 @@ import typer
 from rich.table import Table
 
 from mewdex.cli.common import (
+    ExitCode,
     _logs_above,
     _meme_uuid,
     _prepare,
     _progress,
     console,
     err,
+    exit_for,
     get_settings,
     running_server,
 )
@@ -56,7 +58,7 @@ def import_(
             collection = normalize_collection_name(collection)
         except ValueError:
             err.print("[red]error:[/red] --collection needs a name with visible characters (≤ 100)")
-            raise typer.Exit(2) from None
+            raise typer.Exit(ExitCode.USAGE) from None
     _prepare()
     packages = [p for p in paths if p.suffix.lower() == ".zip" and p.is_file()]
     paths = [p for p in paths if p not in packages]
@@ -64,7 +66,7 @@ def import_(
         items = collect(paths)
     except FileNotFoundError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     scope = default_scope()
     sessions = get_sessionmaker()
     pool = None
@@ -89,12 +91,12 @@ def import_(
             f"[red]error:[/red] the database became unavailable during the import ({first_line(exc)}); "
             "what was imported is kept: run the same import again to add the rest"
         )
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.UNAVAILABLE) from None
     finally:
         if pool is not None:
             pool.stop()
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _import_package(sessions, scope, path: Path, name: str | None, as_json: bool) -> bool:
@@ -167,7 +169,7 @@ def export_(
             plan = plan_export(session, blob_store(), scope, found.id)
     except (CollectionError, PackageError) as exc:
         err.print(f"[red]error:[/red] {exc.message}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(exit_for(exc.code)) from None
     out = out.expanduser()
     partial = out.with_name(out.name + ".partial")
     total = len(plan.manifest) + sum(e.size for e in plan.entries)
@@ -183,7 +185,7 @@ def export_(
     except OSError as exc:
         partial.unlink(missing_ok=True)
         err.print(f"[red]error:[/red] cannot write {out}: {exc}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILED) from None
     console.print(
         f"{len(plan.entries)} memes of [bold]{plan.collection_name}[/bold] → {out} ({out.stat().st_size / 1e6:.1f} MB)"
     )
@@ -222,7 +224,9 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool,
         if import_paths(
             sessions, blob_store(), scope, items, collection=collection, min_collection=min_collection, on_result=emit
         ).failed:
-            raise typer.Exit(1)  # the failed ones said why (insufficient_storage); importing again resumes
+            raise typer.Exit(
+                ExitCode.FAILED
+            )  # the failed ones said why (insufficient_storage); importing again resumes
         return
     skipped: list[tuple[Path, str, str, str]] = []
     with _progress() as progress:
@@ -255,7 +259,7 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool,
             f"[red]error:[/red] {summary.failed} files were not stored (the disk is full); free some space and "
             "run the same import again: files already stored are recognised and skipped"
         )
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _wait_for_processing(quiet: bool) -> None:
@@ -302,7 +306,7 @@ def rename(
         revision = memes.rename(get_sessionmaker(), default_scope(), _meme_uuid(meme_id), name)
     except memes.MemeError as exc:
         err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(exit_for(exc.code)) from None
     console.print(f"renamed (revision {revision})")
 
 
@@ -318,7 +322,7 @@ def delete(meme_id: Annotated[str, typer.Argument(help="The meme's id.")]) -> No
         memes.delete(get_sessionmaker(), blob_store(), default_scope(), _meme_uuid(meme_id))
     except memes.MemeError as exc:
         err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(exit_for(exc.code)) from None
     console.print("deleted")
 
 

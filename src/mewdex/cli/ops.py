@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mewdex.cli.common import _logs_above, _prepare, _progress, _setup_logging, console, err
+from mewdex.cli.common import ExitCode, _logs_above, _prepare, _progress, _setup_logging, console, err
 
 
 class _Bars:
@@ -49,7 +49,7 @@ def _run(fn, as_json: bool) -> dict[str, Any]:
             print(json.dumps({"error": {"code": exc.code, "message": exc.message}}, ensure_ascii=False))
         else:
             err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILED) from None
 
 
 def backup(
@@ -87,7 +87,7 @@ def backup(
     if as_json:
         print(json.dumps(summary, ensure_ascii=False))
         if summary["missing_blobs"]:
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FAILED)
         return
     blobs = summary["blobs"]
     console.print(
@@ -99,7 +99,7 @@ def backup(
         console.print(f"removed older snapshots: {', '.join(summary['removed_snapshots'])}")
     if summary["missing_blobs"]:
         err.print(f"[yellow]incomplete:[/yellow] {escape(missing_message(summary['missing_blobs']))}", soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def restore(
@@ -131,7 +131,7 @@ def restore(
         )
     except EmbeddedDatabaseError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILED) from None
     _prepare()  # default scopes, storage recovery, search-model check: what serve would do next
     if as_json:
         print(json.dumps(summary, ensure_ascii=False))
@@ -172,4 +172,4 @@ def doctor(
                 console.print(f"{'':9}fix: {check['fix']}", highlight=False)
         console.print("no problems found" if not problems else f"{len(problems)} problem(s) found")
     if problems:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)

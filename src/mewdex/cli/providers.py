@@ -7,7 +7,7 @@ import json
 
 import typer
 
-from mewdex.cli.common import _prepare, console, err
+from mewdex.cli.common import ExitCode, _prepare, console, err, exit_for
 
 
 def _sessions():
@@ -96,7 +96,7 @@ def connectors_create(
     if api_key_env:
         if not os.environ.get(api_key_env):
             err.print(f"[red]error:[/red] {api_key_env} is not set")
-            raise typer.Exit(2)
+            raise typer.Exit(ExitCode.USAGE)
         credentials["api_key"] = os.environ[api_key_env]
     try:
         with _sessions().begin() as session:
@@ -111,7 +111,7 @@ def connectors_create(
             console.print(str(row.definition_id))
     except (ProviderError, ValueError) as exc:
         err.print(f"[red]error:[/red] {getattr(exc, 'message', exc)}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.USAGE) from None
 
 
 def connectors_grant(definition_id: str, email: str) -> None:
@@ -134,11 +134,11 @@ def _grant(definition_id: str, email: str, *, revoke: bool) -> None:
             user = find_by_email(session, email)
             if user is None:
                 err.print("[red]error:[/red] no such account")
-                raise typer.Exit(2)
+                raise typer.Exit(ExitCode.NOT_FOUND)
             (connectors.revoke if revoke else connectors.grant)(session, definition_id, user.user_id)
     except ProviderError as exc:
         err.print(f"[red]error:[/red] {exc.message}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(exit_for(exc.code, ExitCode.USAGE)) from None
     console.print("revoked" if revoke else "granted")
 
 
@@ -153,7 +153,7 @@ def connectors_verify(definition_id: str) -> None:
         connectors.verify_definition(_sessions(), definition_id, ScopeContext(get_settings().default_scope))
     except ProviderError as exc:
         err.print(f"[red]verification failed:[/red] {exc.code}: {exc.message}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILED) from None
     console.print("verified")
 
 
@@ -213,12 +213,12 @@ def eval_(
 
     if not queries and not marks:
         err.print("[red]error:[/red] give a QUERIES file, --marks, or both")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     try:
         rows = load_queries(Path(queries)) if queries else []
     except (OSError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     with _sessions().begin() as session:
         if marks:
             rows += query_set(session, default_scope().scope_id)
@@ -247,11 +247,11 @@ def generations_activate(
         verdict = activate_generation(_sessions(), default_scope(), _uuid.UUID(generation_id), force=force)
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     console.print(json.dumps(verdict))
     if not verdict["passed"]:
         err.print("[red]refused by the eval gate[/red] (use --force to switch anyway)")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def generations_remote(

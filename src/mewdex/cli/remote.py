@@ -40,7 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import typer
 
-from mewdex.cli.common import SERVER_FILE, console, err, get_settings, read_server_record
+from mewdex.cli.common import SERVER_FILE, ExitCode, console, err, exit_for_status, get_settings, read_server_record
 
 CREDENTIALS_FILE = "credentials.json"
 TOKEN_NAME = "mewdex CLI on {host}"
@@ -286,7 +286,7 @@ def call(
         raise Unreachable(server.url) from None
     except egress.OperatorError as exc:
         err.print(f"[red]error:[/red] cannot reach {server.url}: {type(exc).__name__}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.UNAVAILABLE) from None
     code, message = _error(response)
     if response.status_code == 401:
         refused = "its API token was refused" if token else "it needs a login"
@@ -295,10 +295,10 @@ def call(
             "(or set MEWDEX_TOKEN to an API token from the account page)",
             soft_wrap=True,
         )
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     if response.status_code >= 400:
         err.print(f"[red]error:[/red] {code}: {message}", soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(exit_for_status(response.status_code))
     return response.json() if response.content else None
 
 
@@ -320,7 +320,7 @@ def _target(server: str | None) -> Server:
             "start `mewdex serve`, or name one with --server URL",
             soft_wrap=True,
         )
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.UNAVAILABLE)
     return found
 
 
@@ -349,9 +349,9 @@ def _may_send_password(target: Server, yes: bool) -> None:
             f"[red]error:[/red] {target.url} is not this machine: pass --yes to send your password there",
             soft_wrap=True,
         )
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.USAGE)
     if not typer.confirm(f"Send your password to {target.url}?", default=False):
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 SERVER_OPTION = typer.Option(
@@ -380,7 +380,7 @@ def login(
             me = client.get(target.url + "/api/v1/me")
         except egress.OperatorError as exc:
             err.print(f"[red]error:[/red] cannot reach {target.url}: {type(exc).__name__}")
-            raise typer.Exit(1) from None
+            raise typer.Exit(ExitCode.UNAVAILABLE) from None
         if me.status_code == 200 and (me.json().get("auth") or {}).get("mode") == "none":
             console.print(f"{target.url} needs no login (single-user mode on this machine)")
             return
@@ -391,7 +391,7 @@ def login(
         if signed_in.status_code != 200:
             code, message = _error(signed_in)
             err.print(f"[red]error:[/red] {code}: {message}", soft_wrap=True)
-            raise typer.Exit(1)
+            raise typer.Exit(exit_for_status(signed_in.status_code))
         csrf = signed_in.json()["csrf_token"]
         # The session cookie is sent by hand: on a loopback address it is Secure (as browsers treat
         # localhost), which a cookie jar keeps to https.
@@ -409,7 +409,7 @@ def login(
     if made.status_code != 201:
         code, message = _error(made)
         err.print(f"[red]error:[/red] {code}: {message}", soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(exit_for_status(made.status_code))
     token = made.json()
     data = _load()
     data["servers"][target.key] = {

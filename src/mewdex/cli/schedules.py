@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from mewdex.cli.common import _prepare, console, err
+from mewdex.cli.common import ExitCode, _prepare, console, err, exit_for
 
 
 def _call(fn, *args, all_scopes: bool = False, **kwargs):
@@ -27,7 +27,7 @@ def _call(fn, *args, all_scopes: bool = False, **kwargs):
             return fn(session, Viewer(default_scope(), all_scopes), *args, **kwargs)
     except DomainError as exc:
         err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
-        raise typer.Exit(4 if exc.code == "not_found" else 2) from None
+        raise typer.Exit(exit_for(exc.code, ExitCode.USAGE)) from None
 
 
 def _resolve(session, viewer, job_id: str):
@@ -89,14 +89,14 @@ def schedule_add(
 
     if webhook and channel:
         err.print("[red]error:[/red] give --webhook or --channel, not both")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     notify = {"type": "webhook", "definition_id": webhook} if webhook else None
     notify = {"type": "channel", "channel": channel} if channel else notify
     try:
         expires_at = datetime.fromisoformat(expires.replace("Z", "+00:00")) if expires else None
     except ValueError:
         err.print(f"[red]error:[/red] schedule_invalid: --expires is not an ISO instant: {expires!r}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     values = {
         "name": name,
         "prompt": prompt,

@@ -10,8 +10,9 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from mewdex.cli.common import _meme_uuid, _prepare, _progress, console, err, get_settings
+from mewdex.cli.common import ExitCode, _meme_uuid, _prepare, _progress, console, err, get_settings
 
 
 def search(
@@ -41,7 +42,7 @@ def search(
     query = query.strip()
     if not query or len(query) > MAX_QUERY_CHARS:
         err.print(f"[red]error:[/red] the query must be 1–{MAX_QUERY_CHARS} characters (it has {len(query)})")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     body = {"query": query, "n_results": n}
     if server:
         target = remote.named_server(server)
@@ -54,7 +55,7 @@ def search(
             answer = remote.call(target, token or None, "POST", "/api/v1/search", json=body)
         except remote.Unreachable:
             err.print(f"[red]error:[/red] nothing answers at {target.url}")
-            raise typer.Exit(1) from None
+            raise typer.Exit(ExitCode.UNAVAILABLE) from None
         _print_results(answer, as_json, target.url)
         return
     local = remote.local_server()
@@ -102,20 +103,49 @@ def _url_host(host: str) -> str:
 
 def _print_results(response: dict, as_json: bool, base_url: str | None = None) -> None:
     """A search response (``{"results", "took_ms"}``) as JSON (full ids), or as a table of rank, name,
-    snippet and link (``base_url``/memes/<id>; the full id without a base URL) — never raw scores."""
+    snippet and link (``base_url``/memes/<id>; the full id without a base URL) — never raw scores.
+
+    A link is never cut or folded (a folded URL cannot be clicked or copied): its column is as wide
+    as the longest link; on a terminal too narrow for that beside a readable name and text (80
+    columns), the results are a list with each link whole on a line of its own. On a terminal that
+    supports them, links are hyperlinks too."""
     if as_json:
         print(json.dumps(response, ensure_ascii=False, indent=2))
         return
-    table = Table(title=f"{len(response['results'])} results · {response['took_ms']:.0f} ms")
+    rows: list[tuple[str, str, str, str]] = []
+    for n, r in enumerate(response["results"], 1):
+        snippet = " ".join((r.get("snippet") or "").split())
+        link = f"{base_url.rstrip('/')}/memes/{r['id']}" if base_url else r["id"]
+        rows.append((str(n), r["display_name"], snippet, link))
+    longest = max((len(row[3]) for row in rows), default=0)
+    title = f"{len(rows)} results · {response['took_ms']:.0f} ms"
+    if console.width < longest + _ROOM_BESIDE_A_LINK:  # too narrow for a link column: a list
+        console.print(title, style="italic", highlight=False)
+        for rank, name, snippet, link in rows:
+            head = Text(f"{rank:>3}  ").append(name, style="bold")
+            if snippet:
+                head.append(f"  {snippet}", style="dim")
+            head.truncate(console.width, overflow="ellipsis")
+            console.print(head, no_wrap=True, highlight=False)
+            console.print(Text("     ").append(_link(link)), soft_wrap=True, highlight=False)
+        return
+    table = Table(title=title)
     table.add_column("#", justify="right")
     table.add_column("name", overflow="fold")
     table.add_column("text", overflow="ellipsis", max_width=40, no_wrap=True)
-    table.add_column("link", overflow="fold", no_wrap=False)
-    for i, r in enumerate(response["results"], 1):
-        snippet = " ".join((r.get("snippet") or "").split())
-        link = f"{base_url.rstrip('/')}/memes/{r['id']}" if base_url else r["id"]
-        table.add_row(str(i), r["display_name"], snippet, link)
+    table.add_column("link", no_wrap=True, min_width=longest)
+    for rank, name, snippet, link in rows:
+        table.add_row(rank, name, snippet, _link(link))
     console.print(table)
+
+
+#: Columns a table needs besides its link column: rank, a readable name and text, the borders.
+_ROOM_BESIDE_A_LINK = 44
+
+
+def _link(link: str) -> Text:
+    """``link`` as text that is a terminal hyperlink when it is a URL."""
+    return Text(link, style=f"link {link}" if link.startswith(("http://", "https://")) else "")
 
 
 def similar(
@@ -160,13 +190,13 @@ def similar(
         response = similar_cli(target, n)
     except (ValueError, ImageError) as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     except MemeNotEmbedded as exc:
         err.print(f"[red]error:[/red] {exc} (its visual stage has not run yet: `mewdex status`)")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.CONFLICT) from None
     except BackendUnavailable as exc:
         err.print(f"[red]error:[/red] the image model is unavailable: {exc}")
-        raise typer.Exit(3) from None
+        raise typer.Exit(ExitCode.UNAVAILABLE) from None
     _print_results(response, as_json)
 
 
@@ -211,7 +241,7 @@ def reindex(
             ]
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     for scope_id, gid, name, dims in built:
         console.print(f"{scope_id}: building generation {gid} with {name} ({dims}-d)")
     if not wait:

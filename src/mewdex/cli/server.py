@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from mewdex.cli.common import _prepare, _setup_logging, announce_server, console, err, get_settings
+from mewdex.cli.common import ExitCode, _prepare, _setup_logging, announce_server, console, err, get_settings
 
 
 def serve(
@@ -30,13 +30,13 @@ def serve(
     settings = get_settings()
     if problem := _port_problem(host or settings.host, port or settings.port):
         err.print(f"[red]error:[/red] {problem}")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.UNAVAILABLE)
     _setup_logging()
     from mewdex.platform.auth import startup_problem
 
     if problem := startup_problem(host or settings.host):
         err.print(f"[red]error:[/red] {problem}")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     _prepare()  # fails early with a clear message when the database cannot start
     console.print(
         f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})"
@@ -160,7 +160,7 @@ def worker(
         released = run_worker(concurrency, lane_list, grace, parent_pid, announce=console.print)
     except EmbeddedDatabaseError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
+        raise typer.Exit(ExitCode.FAILED) from exc
     if released:
         err.print(f"released {released} running tasks back to the queue")
     console.print("mewdex worker: stopped")
@@ -193,6 +193,6 @@ def db_stop(
         for line in users:
             err.print(f"  {line}")
         err.print("stop those first (Ctrl-C in `mewdex serve`/`mewdex worker`), or run `mewdex db stop --force`")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.CONFLICT)
     stopped = stop(pgdata)
     console.print("stopped" if stopped else "not running")

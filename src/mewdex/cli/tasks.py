@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from mewdex.cli.common import _prepare, console, err
+from mewdex.cli.common import ExitCode, _prepare, console, err
 
 
 def _task_call(fn, *args, **kwargs):
@@ -24,16 +24,16 @@ def _task_call(fn, *args, **kwargs):
             return fn(session, default_scope(), *args, **kwargs)
     except service.TaskNotFound as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(4) from None
+        raise typer.Exit(ExitCode.NOT_FOUND) from None
     except service.TaskConflict as exc:
         err.print(f"[red]error:[/red] {exc.code}: {exc}")
-        raise typer.Exit(3) from None
+        raise typer.Exit(ExitCode.CONFLICT) from None
     except QueueFull as exc:
         err.print(f"[red]error:[/red] queue_full: {exc} (retry after {exc.retry_after} s)")
-        raise typer.Exit(5) from None
+        raise typer.Exit(ExitCode.UNAVAILABLE) from None
     except service.BadCursor as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.USAGE) from None
 
 
 def tasks_list(

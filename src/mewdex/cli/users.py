@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from mewdex.cli.common import _prepare, console, err
+from mewdex.cli.common import ExitCode, _prepare, console, err, exit_for
 
 
 def _read_password(from_stdin: bool) -> str:
@@ -24,7 +24,7 @@ def _user_or_exit(session, email: str):
     user = find_by_email(session, email)
     if user is None:
         err.print(f"[red]error:[/red] no account {email}")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NOT_FOUND)
     return user
 
 
@@ -39,7 +39,7 @@ def _platform_call(fn) -> None:
             fn(session)
     except PlatformError as exc:
         err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(exit_for(exc.code)) from None
 
 
 def user_create(
@@ -108,12 +108,12 @@ def user_delete(
         f"Delete {email} and its library ({memes} meme(s) and their files)? This cannot be undone"
     ):
         err.print("nothing deleted")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     try:
         deleted = accounts.delete_account_now(get_sessionmaker(), user_id)
     except PlatformError as exc:
         err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(exit_for(exc.code)) from None
     console.print(f"deleted {deleted.email}: {deleted.memes} meme(s), {deleted.blobs} file(s)")
 
 

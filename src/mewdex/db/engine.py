@@ -64,7 +64,13 @@ def get_engine() -> Engine:
 
 class WaitCountingPool(QueuePool):
     """SQLAlchemy's ``QueuePool`` that counts the threads waiting for a connection (``waiting``; read
-    by ``/metrics`` beside ``checkedout()``)."""
+    by ``/metrics`` beside ``checkedout()``).
+
+    It logs under SQLAlchemy's own name for the pool (``sqlalchemy.pool.impl.QueuePool``), not under
+    this module's: SQLAlchemy holds its loggers at WARNING unless asked, so the pool's INFO lines
+    ("Pool disposed. Pool size: 45 … Current Overflow: -44") stay out of mewdex's INFO log."""
+
+    _sqla_logger_namespace = "sqlalchemy.pool.impl.QueuePool"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

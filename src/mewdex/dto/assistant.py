@@ -82,10 +82,10 @@ class Message(Dto):
 
 
 class MessagePage(Dto):
-    """Messages in ``idx`` order; ``next_before_idx``: pass it as ``before_idx`` for older ones (None at the start)."""
+    """Messages in ``idx`` order; pass ``next_cursor`` back as ``cursor`` for older ones (null at the start)."""
 
     items: list[Message]
-    next_before_idx: int | None
+    next_cursor: str | None
 
 
 class ReplyError(Dto):

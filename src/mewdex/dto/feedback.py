@@ -51,11 +51,11 @@ class FeedbackSummary(Dto):
 
 
 class FeedbackList(Dto):
-    """The newest events (``next_before``: pass as ``before`` for older ones; null at the end)."""
+    """The newest events; pass ``next_cursor`` back as ``cursor`` for older ones (null at the end)."""
 
     summary: FeedbackSummary
     events: list[FeedbackEvent]
-    next_before: Timestamp | None = None
+    next_cursor: str | None = None
 
 
 class FeedbackExport(Dto):

@@ -112,8 +112,11 @@ class DuplicateCluster(Dto):
 
 
 class DuplicateClusters(Dto):
+    """A page of clusters; pass ``next_cursor`` back as ``cursor`` (null on the last page)."""
+
     clusters: list[DuplicateCluster]
     total: int
+    next_cursor: str | None = None
 
 
 class NearDuplicates(Dto):

@@ -329,6 +329,23 @@ def name_kind(name: str) -> str:
     return "words"
 
 
+_CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
+_LATIN_WORD = regex.compile(r"[A-Za-z]+")
+
+
+def says_enough(text: str) -> bool:
+    """Whether recognised ``text`` (an OCR caption) says enough to name a meme by: two CJK characters
+    or more, or Latin words of which at least half are English words (:func:`_dictionary_word`) with
+    three letters or more among those. OCR noise does not (``CONI``, ``lI1``, ``ZX Q``); ``hello``,
+    ``WTF``, ``我没说过`` do. Pure."""
+    text = unicodedata.normalize("NFKC", text or "")
+    if len(_CJK.findall(text)) >= 2:
+        return True
+    words = [w.lower() for w in _LATIN_WORD.findall(text) if len(w) >= 2]
+    known = [w for w in words if _dictionary_word(w)]
+    return bool(words) and 2 * len(known) >= len(words) and sum(len(w) for w in known) >= 3
+
+
 def is_readable_name(name: str) -> bool:
     """Whether ``name`` is made of words (:func:`name_kind`), not a generic stem, a serial or an id."""
     return name_kind(name) == "words"

@@ -20,12 +20,23 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, StorageOperation, utcnow
-from mewdex.library.names import import_path, is_readable_name, is_valid_display_name, normalize_display_name
+from mewdex.library.names import (
+    import_path,
+    is_readable_name,
+    is_valid_display_name,
+    name_for_file,
+    name_kind,
+    normalize_display_name,
+    says_enough,
+)
 from mewdex.search.near_duplicates import near_duplicates
 from mewdex.storage.journal import name_fingerprint
 
 #: A name from a caption keeps this many characters (a long caption is cut on a word/character boundary).
 CAPTION_NAME_CHARS = 40
+#: OCR lines below this recognition score never name a meme (the context keeps lines from 0.6 for
+#: search; a name is shown everywhere, so it takes surer text).
+CAPTION_MIN_SCORE = 0.85
 #: Namesakes in one folder are numbered ``name 2`` … up to this; past it the name is shared.
 MAX_NAMESAKES = 100
 _GRAPHEME = regex.compile(r"\X")
@@ -37,7 +48,10 @@ class AutoRenameStage:
     name = "auto_rename"
 
     def run(self, meme) -> dict[str, Any]:
-        title = (meme.meme_context or {}).get("title")
+        context = meme.meme_context or {}
+        title = context.get("title")
+        if isinstance(title, str) and not _named_by_sure_text(title, context):
+            return {"name": None}
         try:
             name = normalize_display_name(title) if isinstance(title, str) else None
         except ValueError:
@@ -68,13 +82,21 @@ class AutoRenameStage:
 
 
 def caption_name(context: dict[str, Any]) -> str | None:
-    """A name from what the meme says or shows: its caption (the OCR lines kept by the context, in
-    reading order), else the vision model's title in the meme's language; cut to
-    :data:`CAPTION_NAME_CHARS` and normalized; None when neither gives a name made of words."""
-    lines = [str(line.get("text") or "").strip() for line in context.get("ocr_lines") or [] if isinstance(line, dict)]
+    """A name from what the meme says or shows: its caption (the OCR lines kept by the context with a
+    score of :data:`CAPTION_MIN_SCORE` or more, in reading order) when it says enough
+    (:func:`~mewdex.library.names.says_enough`: not OCR noise such as ``CONI``), else the vision
+    model's title in the meme's language; cut to :data:`CAPTION_NAME_CHARS` and normalized; None when
+    neither gives a name made of words."""
+    lines = [
+        str(line.get("text") or "").strip()
+        for line in context.get("ocr_lines") or []
+        if isinstance(line, dict) and _score(line) >= CAPTION_MIN_SCORE
+    ]
+    caption = " ".join(line for line in lines if line)
     vision = context.get("vision") or {}
     titles = ("title_zh", "title_en") if context.get("language") == "zh" else ("title_en", "title_zh")
-    for candidate in [" ".join(line for line in lines if line), *(vision.get(k) for k in titles)]:
+    candidates = [caption] if says_enough(caption) else []
+    for candidate in [*candidates, *(vision.get(k) for k in titles)]:
         if not isinstance(candidate, str) or not candidate.strip():
             continue
         try:
@@ -84,6 +106,21 @@ def caption_name(context: dict[str, Any]) -> str | None:
         if is_readable_name(name) and sum(ch.isalnum() for ch in name) >= 2:
             return name
     return None
+
+
+def _named_by_sure_text(title: str, context: dict[str, Any]) -> bool:
+    """False when ``title`` is an OCR line (a context without name or folder words takes its longest
+    line as title) that is not sure enough to name by: below :data:`CAPTION_MIN_SCORE`, or not saying
+    enough (:func:`~mewdex.library.names.says_enough`)."""
+    for line in context.get("ocr_lines") or []:
+        if isinstance(line, dict) and str(line.get("text") or "").strip() == title.strip():
+            return _score(line) >= CAPTION_MIN_SCORE and says_enough(title)
+    return True
+
+
+def _score(line: dict[str, Any]) -> float:
+    score = line.get("score", 1.0)  # a line with no score is one a person or a test wrote
+    return float(score) if isinstance(score, int | float) else 0.0
 
 
 def _shorten(text: str) -> str:
@@ -143,7 +180,9 @@ def readable_name(session: Session, meme: Meme, *, captioned_only: bool = False)
     generic name (:func:`~mewdex.library.names.name_kind`) becomes its :func:`caption_name` when it has
     one; any name not given by a person is made unique in its folder (:func:`unique_in_folder`). A
     manual name, and a file name made of words, never change (``captioned_only``: only a name from a
-    caption, no numbering). Call with the meme's row locked."""
+    caption, no numbering). An automatic name given in place of a serial or id file name is derived
+    again under today's rules (a caption that no longer says enough gives the file's name back), so a
+    change of the rules reaches names given before it. Call with the meme's row locked."""
     if meme.name_source == "manual":
         return None
     if not is_readable_name(meme.display_name):
@@ -151,6 +190,8 @@ def readable_name(session: Session, meme: Meme, *, captioned_only: bool = False)
         if caption is None and captioned_only:
             return None
         unique = unique_in_folder(session, meme, caption or meme.display_name)
+    elif meme.name_source == "automatic" and (original := _serial_file_name(meme)) is not None:
+        unique = unique_in_folder(session, meme, caption_name(meme.meme_context or {}) or original)
     elif meme.name_source == "automatic" and not captioned_only:
         unique = unique_in_folder(session, meme, meme.display_name)
         if unique != meme.display_name and (caption := caption_name(meme.meme_context or {})) is not None:
@@ -158,3 +199,14 @@ def readable_name(session: Session, meme: Meme, *, captioned_only: bool = False)
     else:
         return None
     return unique if unique != meme.display_name else None
+
+
+def _serial_file_name(meme: Meme) -> str | None:
+    """The name importing gave the meme (:func:`~mewdex.library.names.name_for_file` of its file and
+    folder) when that is a serial or template id (``KumamotoBear00025``, ``037_LuXun``, ``oag``): the
+    name an automatic caption name stands in for; None otherwise."""
+    path = PurePosixPath(import_path(meme.provenance))
+    if not path.name:
+        return None
+    name, _ = name_for_file(path.name, path.parent.name or None)
+    return name if name_kind(name) in ("serial", "id") else None

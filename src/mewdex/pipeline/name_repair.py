@@ -27,7 +27,7 @@ from mewdex.queue.registry import RetryPolicy, TaskContext, submit, task_type
 TASK_TYPE = "meme_name_repair"
 # The naming rules' version (library.names' generic stems and name kinds, auto_rename.readable_name, this
 # module's repair): bump it when they change, and the next start renames every existing library by them.
-NAME_RULES = "2"
+NAME_RULES = "3"  # 3: a caption names a meme only when it says enough (issue 46, "CONI")
 
 
 def meaningful_name(meme: Meme) -> str | None:

@@ -125,17 +125,17 @@ def summary(session: Session, *, start: datetime, end: datetime, group_by: str, 
 
 def instance_usage(session: Session) -> dict:
     """The whole instance (:class:`mewdex.dto.users.InstanceUsage`): ``{"users", "users_disabled",
-    "memes", "storage_bytes", "analysis_cost_this_month"}`` — memes and bytes from every account's
-    kept-exact disk usage row, cost in CNY over every scope this calendar month (UTC)."""
-    from mewdex.db.models import UserDiskUsage
+    "memes", "storage_bytes", "analysis_cost_this_month"}`` — memes and their bytes in every library
+    of the instance, counted from the memes themselves (the single-user library belongs to no account,
+    so the accounts' disk usage rows would leave it out: "Memes 0" beside 935 imported), cost in CNY
+    over every scope this calendar month (UTC)."""
+    from mewdex.db.models import Meme
 
     accounts, disabled = session.execute(
         select(func.count(), func.count().filter(User.disabled.is_(True))).select_from(User)
     ).one()
     memes, stored = session.execute(
-        select(
-            func.coalesce(func.sum(UserDiskUsage.file_count), 0), func.coalesce(func.sum(UserDiskUsage.bytes_used), 0)
-        )
+        select(func.count(), func.coalesce(func.sum(Meme.size_bytes), 0)).select_from(Meme)
     ).one()
     start = utcnow().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     cost = session.execute(

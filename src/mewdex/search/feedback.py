@@ -40,7 +40,7 @@ from typing import Any, cast
 from uuid import UUID
 
 import numpy as np
-from sqlalchemy import CursorResult, delete, func, select, text
+from sqlalchemy import CursorResult, and_, delete, func, or_, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -52,6 +52,7 @@ from mewdex.db.models.search_feedback import (
     SearchFeedbackQuery,
     SearchFeedbackSetting,
 )
+from mewdex.dto.cursor import decode_cursor, encode_cursor
 from mewdex.dto.errors import DomainError
 from mewdex.dto.search import SearchFilters
 from mewdex.inference.errors import BackendUnavailable
@@ -325,20 +326,30 @@ def event_dict(e: SearchFeedbackEvent, display_name: str | None = None) -> dict[
 
 
 def list_entries(
-    session: Session, scope: ScopeContext, *, limit: int = 100, before: datetime | None = None
-) -> list[tuple[SearchFeedbackEvent, str]]:
-    """The scope's events, newest first (``before``: older than that time only), each with its meme's
-    display name: the account page's list of what was learned and ``GET /api/v1/feedback``. One
-    statement; only the scope's own events (what :func:`delete_event` may forget)."""
+    session: Session, scope: ScopeContext, *, limit: int = 100, cursor: str | None = None
+) -> tuple[list[tuple[SearchFeedbackEvent, str]], str | None]:
+    """The scope's events, newest first, each with its meme's display name, and the cursor of the
+    next page (None on the last; ``cursor`` is a page's): the account page's list of what was
+    learned, ``GET /api/v1/feedback`` and ``mewdex feedback list``. Only the scope's own events
+    (what :func:`delete_event` may forget). Raises :class:`~mewdex.dto.cursor.CursorInvalid`."""
     stmt = (
         select(SearchFeedbackEvent, Meme.display_name)
         .join(Meme, (Meme.scope_id == SearchFeedbackEvent.scope_id) & (Meme.id == SearchFeedbackEvent.meme_id))
         .where(SearchFeedbackEvent.scope_id == scope.scope_id)
     )
-    if before is not None:
-        stmt = stmt.where(SearchFeedbackEvent.created_at < before)
-    stmt = stmt.order_by(SearchFeedbackEvent.created_at.desc(), SearchFeedbackEvent.event_id).limit(limit)
-    return [(e, name) for e, name in session.execute(stmt).all()]
+    if cursor:
+        created, event_id = decode_cursor(cursor, (datetime, UUID))
+        stmt = stmt.where(
+            or_(
+                SearchFeedbackEvent.created_at < created,
+                and_(SearchFeedbackEvent.created_at == created, SearchFeedbackEvent.event_id > event_id),
+            )
+        )
+    stmt = stmt.order_by(SearchFeedbackEvent.created_at.desc(), SearchFeedbackEvent.event_id).limit(limit + 1)
+    rows = [(e, name) for e, name in session.execute(stmt).all()]
+    page = rows[:limit]
+    more = len(rows) > limit
+    return page, encode_cursor([page[-1][0].created_at, page[-1][0].event_id]) if more else None
 
 
 def summary(session: Session, scope: ScopeContext) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, MemeVisualEmbedding, ScopeContext
+from mewdex.dto.cursor import decode_cursor, encode_cursor
 from mewdex.dto.search import SearchFilters
 from mewdex.inference import visual_model as visual
 from mewdex.library import listing
@@ -195,12 +196,16 @@ def near_duplicates_of_many(session: Session, scope_id: str, meme_ids: list[UUID
     return out
 
 
-def duplicate_clusters(session: Session, scope: ScopeContext, *, limit: int = 100, offset: int = 0) -> dict[str, Any]:
+def duplicate_clusters(
+    session: Session, scope: ScopeContext, *, limit: int = 100, cursor: str | None = None
+) -> dict[str, Any]:
     """Connected groups of near-duplicate memes, the oldest first in each group (its ``original``).
 
-    ``{"clusters": [{"original": id, "size": n, "memes": [...], "pairs": [...]}], "total": n}``,
-    biggest clusters first.
+    ``{"clusters": [{"original": id, "size": n, "memes": [...], "pairs": [...]}], "total": n,
+    "next_cursor": str | None}``, biggest clusters first (then the oldest original); ``cursor``: a
+    page's ``next_cursor`` for the next page. Raises :class:`~mewdex.dto.cursor.CursorInvalid`.
     """
+    after = tuple(decode_cursor(cursor, (int, str, str))) if cursor else None
     t = near_duplicates_table
     rows = session.execute(select(t).where(t.c.scope_id == scope.scope_id)).mappings().all()
     parent: dict[UUID, UUID] = {}
@@ -240,5 +245,13 @@ def duplicate_clusters(session: Session, scope: ScopeContext, *, limit: int = 10
         clusters.append(
             {"original": str(ms[0].id), "size": len(ms), "memes": [_meme_brief(m) for m in ms], "pairs": pairs}
         )
-    clusters.sort(key=lambda c: (-c["size"], c["memes"][0]["created_at"]))
-    return {"clusters": clusters[offset : offset + limit], "total": len(clusters)}
+
+    def order(c: dict[str, Any]) -> tuple[int, str, str]:
+        return (-c["size"], str(c["memes"][0]["created_at"]), c["original"])
+
+    clusters.sort(key=order)
+    rest = [c for c in clusters if after is None or order(c) > (-after[0], after[1], after[2])]
+    page = rest[:limit]
+    last = order(page[-1]) if page and len(rest) > limit else None
+    next_cursor = encode_cursor([-last[0], last[1], last[2]]) if last else None
+    return {"clusters": page, "total": len(clusters), "next_cursor": next_cursor}

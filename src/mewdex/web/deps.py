@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from uuid import UUID
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
@@ -26,6 +27,17 @@ from mewdex.web.errors import ApiError
 from mewdex.web.security import cookies_secure, is_local
 
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
+
+#: The OpenAPI security scheme ``bearer`` of every route with a caller (Swagger UI's Authorize button
+#: on ``/docs``). Documentation only: :func:`resolve_principal` reads the header itself, and a
+#: missing or malformed one is its 401, not this scheme's.
+BEARER = HTTPBearer(
+    scheme_name="bearer",
+    bearerFormat="mdx_…",
+    description="An API token (`mdx_…`) made on the account page or with `mewdex login`; "
+    "calls with it need no CSRF token.",
+    auto_error=False,
+)
 
 
 def session_cookie_names(request: Request) -> tuple[str, str]:
@@ -50,7 +62,9 @@ def bind_host(request: Request) -> str:
     return getattr(request.app.state, "bind_host", None) or get_settings().host
 
 
-def current_principal(request: Request, session: Session = Depends(db_session)) -> Principal:
+def current_principal(
+    request: Request, session: Session = Depends(db_session), _bearer: object = Security(BEARER)
+) -> Principal:
     """The caller; 401 ``auth_required`` / ``invalid_token`` / ``signature_invalid``, 403 ``csrf_failed``.
     Also kept in ``request.state.principal`` (pages show who is signed in)."""
     principal = resolve_principal(request, session)
@@ -110,7 +124,7 @@ def current_scope(principal: Principal = Depends(current_principal)) -> ScopeCon
     return principal.scope
 
 
-def streaming_scope(request: Request) -> ScopeContext:
+def streaming_scope(request: Request, _bearer: object = Security(BEARER)) -> ScopeContext:
     """:func:`current_scope` for routes that stream a request body (uploads, imports, search by
     image): authenticated in a transaction of its own that ends before the route reads the body,
     so no database connection is held while a slow client sends (the route opens its own

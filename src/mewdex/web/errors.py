@@ -49,7 +49,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "csrf_failed": 403,
     "insufficient_scope": 403,
     "host_not_allowed": 421,
-    "revision_conflict": 409,
+    "revision_conflict": 412,  # If-Match named an older revision (HTTP's "precondition failed")
     "operation_in_progress": 409,
     "collection_name_taken": 409,
     "email_taken": 409,

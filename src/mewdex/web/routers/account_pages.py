@@ -111,7 +111,7 @@ def account_page(
             "feedback": feedback.summary(session, scope),
             "feedback_entries": [
                 feedback.event_dict(e, name)
-                for e, name in feedback.list_entries(session, scope, limit=FEEDBACK_ENTRIES)
+                for e, name in feedback.list_entries(session, scope, limit=FEEDBACK_ENTRIES)[0]
             ],
         },
     )

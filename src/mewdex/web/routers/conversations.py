@@ -22,6 +22,7 @@ from mewdex.assistant.conversations import Conversation
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto import assistant as dto
+from mewdex.dto.cursor import decode_cursor, encode_cursor
 from mewdex.dto.scopes import ScopeContext
 from mewdex.web.deps import current_scope, db_session, streaming_scope
 from mewdex.web.errors import ApiError
@@ -110,15 +111,17 @@ def cancel(conversation_id: str, session: Session = Depends(db_session), scope: 
 @router.get("/{conversation_id}/messages", response_model=dto.MessagePage)
 def list_messages(
     conversation_id: str,
-    before_idx: int | None = Query(None, ge=0),
+    cursor: str | None = Query(None, max_length=2048, description="``next_cursor`` of the previous page"),
     limit: int = Query(50, ge=1, le=200),
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
-    """Up to ``limit`` messages before ``before_idx`` (the newest when absent), in ``idx`` order."""
-    _c, rows = conversations.messages(session, scope, conversation_id, before_idx=before_idx, limit=limit)
+    """The newest ``limit`` messages (with ``cursor``: those before the previous page), in ``idx``
+    order; ``next_cursor`` pages to older ones (null at the start; 422 ``invalid_cursor``)."""
+    before = decode_cursor(cursor, (int,))[0] if cursor else None
+    _c, rows = conversations.messages(session, scope, conversation_id, before_idx=before, limit=limit)
     first = rows[0].idx if rows else None
-    return {"items": [chat.message_view(m) for m in rows], "next_before_idx": first if first else None}
+    return {"items": [chat.message_view(m) for m in rows], "next_cursor": encode_cursor([first]) if first else None}
 
 
 MESSAGE_BODY = {

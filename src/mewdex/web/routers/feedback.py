@@ -2,8 +2,8 @@
 
 * ``POST /api/v1/feedback`` ``{query, meme_id, kind, source?}`` → 201 ``{recorded, event}`` (the
   buttons of a result — copy, share, send — call it; ``recorded`` false with learning off)
-* ``GET /api/v1/feedback?limit=&before=`` → the summary and the newest events (with each meme's name
-  and thumbnail)
+* ``GET /api/v1/feedback?limit=&cursor=`` → the summary and the newest events (with each meme's name
+  and thumbnail; ``next_cursor``)
 * ``GET /api/v1/feedback/export`` → every event as a JSON attachment
 * ``DELETE /api/v1/feedback`` → ``{deleted}``: all of it, from the next search on
 * ``DELETE /api/v1/feedback/{id}`` → 204: forget that one entry (the account page's "forget this");
@@ -43,17 +43,18 @@ def record_feedback(
 @router.get("", response_model=dto.FeedbackList)
 def list_feedback(
     limit: int = Query(100, ge=1, le=500),
-    before: datetime | None = Query(None, description="only events older than this (ISO 8601)"),
+    cursor: str | None = Query(None, max_length=2048, description="``next_cursor`` of the previous page"),
     scope: ScopeContext = Depends(current_scope),
     session: Session = Depends(db_session),
 ):
-    """The summary and the newest events, each with its meme's ``display_name`` and ``thumbnail_url``
-    (the account page's list; ``DELETE /api/v1/feedback/{id}`` forgets one)."""
-    entries = feedback.list_entries(session, scope, limit=limit, before=before)
+    """The summary and the events, newest first, each with its meme's ``display_name`` and
+    ``thumbnail_url`` (the account page's list; ``DELETE /api/v1/feedback/{id}`` forgets one); pass
+    ``next_cursor`` back as ``cursor`` for older ones (422 ``invalid_cursor``)."""
+    entries, next_cursor = feedback.list_entries(session, scope, limit=limit, cursor=cursor)
     return {
         "summary": feedback.summary(session, scope),
         "events": [feedback.event_dict(e, name) for e, name in entries],
-        "next_before": entries[-1][0].created_at.isoformat() if len(entries) == limit else None,
+        "next_cursor": next_cursor,
     }
 
 

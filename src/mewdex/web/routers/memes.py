@@ -28,7 +28,7 @@ from mewdex.search import feedback
 from mewdex.search.image_search import near_duplicates_of_many
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_principal, current_scope, db_session, parse_id, streaming_scope
-from mewdex.web.errors import ApiError, error_body
+from mewdex.web.errors import ApiError, error_body, error_responses
 from mewdex.web.guards import cross_site
 from mewdex.web.media import blob_response
 from mewdex.web.security import UPLOAD_REQUEST_BYTES
@@ -356,13 +356,13 @@ def _if_match(value: str | None) -> int | None:
     return int(match.group(1))
 
 
-@router.patch("/api/v1/memes/{meme_id}", response_model=MemeDto)
+@router.patch("/api/v1/memes/{meme_id}", response_model=MemeDto, responses=error_responses(412))
 def rename_meme(
     meme_id: str, body: RenameRequest, if_match: str | None = Header(None), scope: ScopeContext = Depends(current_scope)
 ):
     """Rename: body ``{"display_name": str}`` (normalized under the name rules; ``name_source``
     becomes ``manual``). ``If-Match: <revision>`` makes it conditional. Returns the meme (new
-    revision, ``ETag``). Errors: 404 ``not_found``, 409 ``revision_conflict``, 422
+    revision, ``ETag``). Errors: 404 ``not_found``, 412 ``revision_conflict`` (a stale ``If-Match``), 422
     ``display_name_invalid`` / ``invalid_request``."""
     name = body.display_name
     expected = _if_match(if_match)
@@ -373,10 +373,10 @@ def rename_meme(
         return JSONResponse(meme_dict(session, meme), headers={"ETag": f'"{meme.revision}"'})
 
 
-@router.delete("/api/v1/memes/{meme_id}", status_code=204)
+@router.delete("/api/v1/memes/{meme_id}", status_code=204, responses=error_responses(412))
 def delete_meme(meme_id: str, if_match: str | None = Header(None), scope: ScopeContext = Depends(current_scope)):
     """Delete the meme, its derived rows and files (the blob stays while another meme uses it).
-    ``If-Match: <revision>`` makes it conditional. 204; 404 ``not_found``; 409 ``revision_conflict``."""
+    ``If-Match: <revision>`` makes it conditional. 204; 404 ``not_found``; 412 ``revision_conflict``."""
     expected = _if_match(if_match)
     library.delete(get_sessionmaker(), blob_store(), scope, parse_id(meme_id), expected_revision=expected)
     return Response(status_code=204)

@@ -4,7 +4,7 @@
 * ``POST /api/v1/search/image`` (multipart ``file``, form ``n_results``)
 * ``GET /api/v1/memes/{id}/similar?n_results=``
 * ``GET /api/v1/memes/{id}/duplicates``
-* ``GET /api/v1/duplicates?limit=&offset=`` (clusters)
+* ``GET /api/v1/duplicates?limit=&cursor=`` (clusters)
 """
 
 from __future__ import annotations
@@ -189,9 +189,10 @@ def meme_duplicates(meme_id: str, session: Session = Depends(db_session), scope:
 @router.get("/api/v1/duplicates", response_model=DuplicateClusters)
 def duplicates(
     limit: int = Query(100, ge=1, le=1000),
-    offset: int = Query(0, ge=0),
+    cursor: str | None = Query(None, max_length=2048, description="``next_cursor`` of the previous page"),
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ):
-    """Near-duplicate clusters, biggest first: ``{"clusters": [{"original", "size", "memes", "pairs"}], "total"}``."""
-    return image_search.duplicate_clusters(session, scope, limit=limit, offset=offset)
+    """Near-duplicate clusters, biggest first: ``{"clusters": [{"original", "size", "memes", "pairs"}], "total",
+    "next_cursor"}``; pass ``next_cursor`` back as ``cursor`` for the next page (422 ``invalid_cursor``)."""
+    return image_search.duplicate_clusters(session, scope, limit=limit, cursor=cursor)
