@@ -14,6 +14,7 @@ from uuid import UUID
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
+from starlette._utils import get_route_path
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
@@ -61,8 +62,9 @@ def current_principal(request: Request, session: Session = Depends(db_session)) 
 def resolve_principal(request: Request, session: Session) -> Principal:
     """The caller of ``request`` (:func:`current_principal` without keeping it); raises as it does."""
     params = request.query_params
-    if request.url.path.startswith("/media/") and any(k in params for k in ("sig", "exp", "kid", "u")):
-        valid, link_user = media_urls.verify(session, request.url.path, params)
+    path = get_route_path(request.scope)  # signed as the path under the base path (MEWDEX_BASE_PATH)
+    if path.startswith("/media/") and any(k in params for k in ("sig", "exp", "kid", "u")):
+        valid, link_user = media_urls.verify(session, path, params)
         if not valid:
             raise ApiError(401, "signature_invalid", "the media link is invalid or has expired")
         scope = ScopeContext(link_user.scope_id) if link_user is not None else default_scope()
@@ -146,4 +148,4 @@ def parse_id(value: str, what: str = "meme") -> UUID:
 def public_base_url(request: Request) -> str:
     """The base links handed to people start with: ``MEWDEX_PUBLIC_URL`` when set, else the request's
     own base URL (no trailing slash)."""
-    return (get_settings().public_url or str(request.base_url)).rstrip("/")
+    return (get_settings().public_base() or str(request.base_url)).rstrip("/")
