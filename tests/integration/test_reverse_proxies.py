@@ -543,3 +543,61 @@ def test_the_client_address_is_the_one_the_proxy_names(proxy, deployment):
         assert other.get("/memes/metrics").status_code == 404
         spoofed = other.get("/memes/metrics", headers={"X-Forwarded-For": CLIENT_IP, "Forwarded": f"for={CLIENT_IP}"})
         assert spoofed.status_code == 404
+
+
+# ------------------------------------------------------------------ a real browser under the sub-path
+
+
+def test_a_browser_under_the_sub_path_signs_in_uploads_chats_and_installs_the_worker(proxy, deployment):
+    """Chromium (``example.org`` mapped to the proxy) opens /memes/chat: the sign-in form's script, the
+    upload page's, the chat's stream and the service worker all use /memes/ (every request the page
+    makes is under it and none is a 404); the worker's scope is /memes/."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from ui_helpers import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium is not installed (make browser)")
+    _sub, _root, gate, email = deployment
+    gate.opened.set()  # the model answers at once here
+    origin = f"http://{SUB}:{proxy.port}"
+    args = [
+        *CHROMIUM_ARGS,
+        f"--host-resolver-rules=MAP {SUB} 127.0.0.1",
+        f"--unsafely-treat-insecure-origin-as-secure={origin}",  # service workers need a secure context
+    ]
+    requests: list[tuple[str, int]] = []
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=args)
+        try:
+            pg = chromium.new_page()
+            pg.on("response", lambda r: requests.append((r.url, r.status)))
+            pg.goto(origin + "/memes/chat")
+            pg.wait_for_url(f"{origin}/memes/login?next=/chat")
+            pg.fill("input[name=email]", email)
+            pg.fill("input[name=password]", PASSWORD)
+            pg.click("#login-form button[value=login]")
+            pg.wait_for_url(f"{origin}/memes/chat")
+            scope = pg.evaluate("navigator.serviceWorker.ready.then((r) => r.scope)")
+            assert scope == origin + "/memes/"
+
+            pg.fill("#chat-input", "cats please")
+            pg.press("#chat-input", "Enter")
+            pg.wait_for_function(
+                "() => [...document.querySelectorAll('.chat-text')].some((e) => e.textContent.includes('several pieces'))"
+            )
+            assert "/memes/chat?c=" in pg.url
+
+            pg.goto(origin + "/memes/upload")
+            pg.set_input_files(
+                "#upload-files", files=[{"name": "b.png", "mimeType": "image/png", "buffer": _png(4096)}]
+            )
+            link = pg.wait_for_selector(".upload-item[data-status=created] a")
+            assert link.get_attribute("href").startswith("/memes/memes/")
+
+            pg.click("[data-action=sign-out]")
+            pg.wait_for_url(f"{origin}/memes/login")
+        finally:
+            chromium.close()
+    local = [(url, status) for url, status in requests if url.startswith(origin)]
+    assert local and all(urlsplit(url).path.startswith("/memes/") for url, _ in local), local
+    assert not [(url, status) for url, status in local if status == 404], local
