@@ -33,6 +33,15 @@ class BasePath:
         await self.app(scope, receive, send)
 
 
+def route_path(scope: Scope) -> str:
+    """The request's path under the base path (``/memes/library`` → ``/library``): what routes, body
+    limits, signed links and ``next=`` values name."""
+    path, base = str(scope.get("path", "")), str(scope.get("root_path", ""))
+    if base and (path == base or path.startswith(base + "/")):
+        return path[len(base) :] or "/"
+    return path
+
+
 def root(conn: HTTPConnection) -> str:
     """The request's base path: ``/memes`` or ``""`` (no trailing slash)."""
     return str(conn.scope.get("root_path", "")).rstrip("/")

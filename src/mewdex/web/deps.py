@@ -14,7 +14,6 @@ from uuid import UUID
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
-from starlette._utils import get_route_path
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
@@ -23,6 +22,7 @@ from mewdex.dto.scopes import ScopeContext
 from mewdex.library.scopes import default_scope
 from mewdex.platform import media_urls, sessions, tokens
 from mewdex.platform.auth import Principal, auth_mode
+from mewdex.web.base_path import route_path
 from mewdex.web.errors import ApiError
 from mewdex.web.security import cookies_secure, is_local
 
@@ -62,7 +62,7 @@ def current_principal(request: Request, session: Session = Depends(db_session)) 
 def resolve_principal(request: Request, session: Session) -> Principal:
     """The caller of ``request`` (:func:`current_principal` without keeping it); raises as it does."""
     params = request.query_params
-    path = get_route_path(request.scope)  # signed as the path under the base path (MEWDEX_BASE_PATH)
+    path = route_path(request.scope)  # signed as the path under the base path (MEWDEX_BASE_PATH)
     if path.startswith("/media/") and any(k in params for k in ("sig", "exp", "kid", "u")):
         valid, link_user = media_urls.verify(session, path, params)
         if not valid:

@@ -13,11 +13,10 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
-from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mewdex.dto.errors import DomainError, ErrorBody, ErrorDetail, error_body  # noqa: F401 (re-exported)
-from mewdex.web.base_path import prefix
+from mewdex.web.base_path import prefix, route_path
 
 
 class ApiError(DomainError):
@@ -134,7 +133,7 @@ def wants_page(request: Request) -> bool:
     return (
         request.method in ("GET", "HEAD")
         and "text/html" in request.headers.get("accept", "")
-        and not get_route_path(request.scope).startswith(_NOT_PAGES)
+        and not route_path(request.scope).startswith(_NOT_PAGES)
     )
 
 
@@ -194,12 +193,12 @@ def install(app: FastAPI) -> None:
             exc.code == "auth_required"
             and request.method == "GET"
             and "text/html" in request.headers.get("accept", "")
-            and not get_route_path(request.scope).startswith("/api/")
+            and not route_path(request.scope).startswith("/api/")
         ):
             # A browser opening a page without a session: the sign-in page, then back here, query included
             # (``/upload?shared=N`` is how the installed app's shared pictures find the upload page).
             # ``next`` is a path under the base path (MEWDEX_BASE_PATH), as every page's own links are.
-            here = get_route_path(request.scope) + (f"?{request.url.query}" if request.url.query else "")
+            here = route_path(request.scope) + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(prefix(request, f"/login?next={quote(here, safe='/')}"), status_code=303)
         if wants_page(request) and (page := error_page(request, exc.status, exc.code, exc.headers)) is not None:
             return page

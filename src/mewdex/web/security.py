@@ -34,9 +34,8 @@ import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from starlette._utils import get_route_path
-
 from mewdex.config import get_settings
+from mewdex.web.base_path import route_path
 from mewdex.web.errors import error_body
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
@@ -142,7 +141,7 @@ class HostAllowList:
         self.app, self.bind_host = app, bind_host
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] in ("http", "websocket") and get_route_path(scope) not in PROBE_PATHS:
+        if scope["type"] in ("http", "websocket") and route_path(scope) not in PROBE_PATHS:
             host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
             if not host_allowed(host, allowed_hosts(self.bind_host)):
                 if scope["type"] == "websocket":
@@ -394,7 +393,7 @@ class BodyLimit:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        path = get_route_path(scope)  # under the base path (web.base_path)
+        path = route_path(scope)  # under the base path (web.base_path)
         local = scope.get("state", {}).get("mewdex_local", False)
         anonymous = path in ANONYMOUS_BODY_PATHS or path.startswith(CHANNEL_CALLBACK_PREFIX)
         if not anonymous and not _has_credential(headers) and not (local and no_login_possible()):
@@ -455,7 +454,7 @@ class SecurityHeaders:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        path = get_route_path(scope)  # under the base path (web.base_path)
+        path = route_path(scope)  # under the base path (web.base_path)
 
         async def with_headers(message):
             if message["type"] == "http.response.start":

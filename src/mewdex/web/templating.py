@@ -17,11 +17,11 @@ from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader
 from markupsafe import Markup
-from starlette._utils import get_route_path
 
 from mewdex import channels as channels_package
 from mewdex.db.engine import get_sessionmaker
 from mewdex.web import base_path, deps, errors, i18n
+from mewdex.web.base_path import route_path
 from mewdex.web.server_state import page_state
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -85,7 +85,7 @@ def render(request: Request, name: str, context: dict | None = None, status_code
         "html_lang": i18n.HTML_LANG[locale],
         "messages": i18n.client_messages(locale),
         "base": base_path.root(request),  # every local href/src/action starts with it (MEWDEX_BASE_PATH)
-        "path": get_route_path(request.scope),  # the page's path under the base path (``next=`` values)
+        "path": route_path(request.scope),  # the page's path under the base path (``next=`` values)
         "query_string": request.url.query,
         "server_state": page_state(request),  # the header's badge: ok / degraded / unavailable
     }
