@@ -14,7 +14,6 @@ the client address the proxy names (``MEWDEX_TRUSTED_PROXIES=127.0.0.1``; client
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -122,7 +121,7 @@ class Gate:
     def __call__(self, body: dict) -> Reply:
         self.asked.set()
         self.opened.wait(30)
-        return Reply.text("Here are the cats you asked for, in several pieces.", chunk_chars=6)
+        return Reply.text("Here are the cats you asked for, in several pieces.", chunk_chars=12, chunk_delay=0.4)
 
 
 @pytest.fixture(scope="module")
@@ -501,7 +500,8 @@ def test_the_onebot_reverse_websocket_connects_through_the_proxy(proxy, deployme
 
 def test_the_chats_answer_streams_through_the_proxy_in_pieces(proxy, deployment):
     """The first event (the stored message) reaches the browser while the model has not answered yet
-    (it waits at the gate until then): nothing between them holds the stream back."""
+    (it waits at the gate until then), and the answer's pieces, which the model sends 0.4 s apart,
+    arrive 0.4 s apart: nothing between them holds the stream back."""
     _sub, _root, gate, email = deployment
     gate.asked.clear()
     gate.opened.clear()
@@ -510,7 +510,7 @@ def test_the_chats_answer_streams_through_the_proxy_in_pieces(proxy, deployment)
         r = browser.post("/memes/api/v1/conversations", json={}, headers={"X-CSRF-Token": csrf})
         assert r.status_code == 201, r.text
         cid = r.json()["id"]
-        events: list[str] = []
+        arrivals: list[tuple[str, float]] = []  # (event, when it arrived)
         seen_before_answer: list[str] = []
         try:
             with browser.stream(
@@ -521,19 +521,23 @@ def test_the_chats_answer_streams_through_the_proxy_in_pieces(proxy, deployment)
             ) as stream:
                 assert stream.status_code == 200
                 assert stream.headers["content-type"].startswith("text/event-stream")
-                buffer = io.StringIO()
+                text_so_far = ""
                 for piece in stream.iter_text():
-                    buffer.write(piece)
-                    events = re.findall(r"^event: (\w+)$", buffer.getvalue(), flags=re.M)
-                    if events and not gate.opened.is_set():
-                        assert events[0] == "message"
+                    text_so_far += piece
+                    events = re.findall(r"^event: (\w+)$", text_so_far, flags=re.M)
+                    now = time.monotonic()
+                    arrivals += [(name, now) for name in events[len(arrivals) :]]
+                    if arrivals and not gate.opened.is_set():
                         assert gate.asked.wait(10), "the model was asked"
-                        seen_before_answer = list(events)
+                        seen_before_answer = [name for name, _ in arrivals]
                         gate.opened.set()  # only now does the model answer
-                assert seen_before_answer and "delta" not in seen_before_answer
         finally:
             gate.opened.set()
-    assert events.count("delta") >= 2 and events[-1] == "done", events
+    names = [name for name, _ in arrivals]
+    assert seen_before_answer == ["message"], seen_before_answer
+    deltas = [when for name, when in arrivals if name == "delta"]
+    assert len(deltas) >= 4 and names[-1] == "done", names
+    assert deltas[-1] - deltas[0] >= 0.8, f"the pieces arrived together: {[round(d - deltas[0], 2) for d in deltas]}"
 
 
 def test_the_client_address_is_the_one_the_proxy_names(proxy, deployment):
