@@ -80,3 +80,20 @@ def test_a_request_the_proxy_stripped_is_served_under_the_base_path(monkeypatch,
         "cookie": base or "/",
         "named": f"http://example.org{base}/library",
     }
+
+
+@pytest.mark.parametrize("base, prefix_", [("", "__Host-"), ("/memes", "__Secure-")])
+def test_secure_cookies_under_a_sub_path_are_secure_prefixed_not_host_prefixed(monkeypatch, base, prefix_):
+    """A ``__Host-`` cookie must have ``Path=/``, which a sub-path install's cookies do not: there they
+    are ``__Secure-`` (still only kept when Secure), and the server reads that name back."""
+    from mewdex.platform import sessions
+    from mewdex.web.security import SESSION_COOKIES
+
+    monkeypatch.setenv("MEWDEX_BASE_PATH", base)
+    get_settings.cache_clear()
+    try:
+        assert sessions.cookie_names(True) == (prefix_ + "mewdex_session", prefix_ + "mewdex_csrf")
+        assert sessions.cookie_names(False) == ("mewdex_session", "mewdex_csrf")
+        assert prefix_ + "mewdex_session" in SESSION_COOKIES
+    finally:
+        get_settings.cache_clear()
