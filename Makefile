@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-fast check install bench clean-data browser fuzz lock
+.PHONY: run test test-fast check install bench clean-data browser proxies fuzz lock
 
 # Dependencies come from lock files (exact, tested versions); mewdex itself is installed on top.
 # `make run` installs the runtime set only (requirements.lock); `make test` adds the test tools
@@ -50,6 +50,14 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk) \
 		|| echo "warning: could not install Debian chromium; the browser tests will be skipped"
 
+# The reverse-proxy tests (tests/integration/test_reverse_proxies.py) run Debian's nginx and caddy in front
+# of `mewdex serve`, with the configurations of docs/deploy; installed once when missing. Without them
+# (no apt, no root) those tests are skipped with that reason.
+proxies:
+	@{ command -v nginx || test -x /usr/sbin/nginx; } >/dev/null && command -v caddy >/dev/null \
+		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx caddy) \
+		|| echo "warning: could not install nginx and caddy; the reverse-proxy tests will be skipped"
+
 # The code checks run first and fail the build (seconds; config in pyproject.toml): lint, format,
 # types (strict for the queue and its task-type API), import contracts (docs/architecture.md), and
 # declared dependencies (deptry: every import of src/ is declared, every runtime dependency is used).
@@ -62,7 +70,7 @@ check: $(TEST_STAMP)
 
 # Two test processes (pytest-xdist), one test file at a time each; every process has its own embedded
 # PostgreSQL (tests/conftest.py), so the run takes about half as long on two cores.
-test: $(TEST_STAMP) check browser
+test: $(TEST_STAMP) check browser proxies
 	$(BIN)/pytest -q -n 2 --dist loadfile
 
 # The edit loop: the unit tests and a few integration files over the core paths (schema against the

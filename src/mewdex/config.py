@@ -346,6 +346,29 @@ class Settings(BaseSettings):
     def _allowed_networks(cls, value: list[str]) -> list[str]:
         return [ipv4_form(entry) for entry in value]
 
+    @field_validator("base_path", mode="before")
+    @classmethod
+    def _base_path(cls, value: Any) -> Any:
+        """``/memes`` (one leading slash, no trailing one); ``""`` or ``/`` = the root; no query, no dots."""
+        if not isinstance(value, str):
+            return value
+        text = "/" + value.strip().strip("/")
+        if text == "/":
+            return ""
+        if any(part in ("", ".", "..") for part in text[1:].split("/")) or any(c in text for c in "?#%\\ \"'<>"):
+            raise ValueError(f"MEWDEX_BASE_PATH: {value!r} is not a path like /memes")
+        return text
+
+    def public_base(self) -> str | None:
+        """The public URL of mewdex's root, without a trailing slash: ``MEWDEX_PUBLIC_URL`` with
+        ``MEWDEX_BASE_PATH`` appended unless it already ends with it; None when the URL is unset."""
+        if not self.public_url:
+            return None
+        public = self.public_url.rstrip("/")
+        if self.base_path and not public.endswith(self.base_path):
+            public += self.base_path
+        return public
+
     @field_validator("blob_store")
     @classmethod
     def _blob_store_url(cls, value: str | None) -> str | None:
@@ -438,6 +461,11 @@ class Settings(BaseSettings):
     public_url: str | None = Field(
         default=None,
         description="This server's public https URL: providers that need an image URL get signed links under it.",
+    )
+    base_path: str = Field(
+        default="",
+        description="Sub-path mewdex is served under behind a proxy that strips it (/memes); empty: the root.",
+        examples=["/memes"],
     )
     openai_base_url: str | None = Field(
         default=None, description="OpenAI-compatible endpoint (…/v1) of the platform definition made at start."

@@ -57,6 +57,7 @@ class FakeNapCat:
         role: str = "Universal",
         connect_now=True,
         login_id: int | None = None,
+        sock=None,
     ):
         self.url, self.self_id, self.token, self.role = url, self_id, token, role
         self.login_id = self_id if login_id is None else login_id
@@ -69,6 +70,7 @@ class FakeNapCat:
         self._ids = itertools.count(1)
         self._ws = None
         self._thread: threading.Thread | None = None
+        self._sock = sock  # a connected socket to speak over (e.g. to a proxy), the URL naming the Host
         if connect_now:
             self.connect()
 
@@ -76,7 +78,7 @@ class FakeNapCat:
         headers = {"X-Self-ID": str(self.self_id), "X-Client-Role": self.role, "User-Agent": "OneBot/11"}
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
-        self._ws = connect(self.url, additional_headers=headers, open_timeout=10).__enter__()
+        self._ws = connect(self.url, sock=self._sock, additional_headers=headers, open_timeout=10).__enter__()
         # the lifecycle event goes out before anything is answered: a server that refuses the login
         # answer closes the socket, and a send after that would race the close
         self._send({"time": int(time.time()), "self_id": self.self_id, "post_type": "meta_event",

@@ -31,14 +31,24 @@ COOKIE_NAME = "mewdex_session"
 CSRF_COOKIE_NAME = "mewdex_csrf"
 CSRF_HEADER = "X-CSRF-Token"
 HOST_PREFIX = "__Host-"
+SECURE_PREFIX = "__Secure-"
+
+
+def cookie_prefix(secure: bool) -> str:
+    """The name prefix of mewdex's Secure cookies: ``__Host-`` (the browser keeps them only when Secure,
+    host-only and ``Path=/``, so no sibling domain or plain-http page can set or shadow them);
+    ``__Secure-`` under a sub-path (``MEWDEX_BASE_PATH``: their ``Path`` is it, which ``__Host-``
+    forbids); none when not Secure."""
+    if not secure:
+        return ""
+    return SECURE_PREFIX if get_settings().base_path else HOST_PREFIX
 
 
 def cookie_names(secure: bool) -> tuple[str, str]:
-    """``(session, csrf)`` cookie names. Secure cookies carry the ``__Host-`` prefix: a browser then
-    keeps them only when Secure, host-only and ``Path=/``, so no sibling domain or plain-http page can
-    set or shadow them. A plain-http install on a non-loopback address cannot keep Secure cookies
-    (browsers drop them), so there the names stay unprefixed (``mewdex_session``, ``mewdex_csrf``)."""
-    prefix = HOST_PREFIX if secure else ""
+    """``(session, csrf)`` cookie names. Secure cookies carry :func:`cookie_prefix`. A plain-http install on
+    a non-loopback address cannot keep Secure cookies (browsers drop them), so there the names stay
+    unprefixed (``mewdex_session``, ``mewdex_csrf``)."""
+    prefix = cookie_prefix(secure)
     return prefix + COOKIE_NAME, prefix + CSRF_COOKIE_NAME
 
 

@@ -149,7 +149,7 @@ def public_thumbnail_url(meme_id: str, user) -> str:
     ``MEWDEX_PUBLIC_URL``; ``public_url_missing`` when it is not set."""
     from mewdex.platform import media_urls
 
-    public = (get_settings().public_url or "").rstrip("/")
+    public = get_settings().public_base() or ""
     if not public:
         raise ProviderError(
             "public_url_missing",

@@ -18,6 +18,7 @@ from mewdex.config import get_settings, package_version
 from mewdex.db import supervisor
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
 from mewdex.web import errors, failures, metrics, security
+from mewdex.web.base_path import BasePath
 from mewdex.web.guards import RequestGuards
 from mewdex.web.hygiene import JsonTextGuard
 from mewdex.web.routers import (
@@ -99,7 +100,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     app.add_middleware(RequestGuards)
     app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
     security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
-    app.add_middleware(metrics.HttpMetrics)  # outermost: every answer counts, refusals included
+    app.add_middleware(metrics.HttpMetrics)  # every answer counts, refusals included
+    app.add_middleware(BasePath)  # outermost: MEWDEX_BASE_PATH as the ASGI root_path (web.base_path)
     for module in (
         metrics,
         health,

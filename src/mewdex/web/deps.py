@@ -23,6 +23,7 @@ from mewdex.dto.scopes import ScopeContext
 from mewdex.library.scopes import default_scope
 from mewdex.platform import media_urls, sessions, tokens
 from mewdex.platform.auth import Principal, auth_mode
+from mewdex.web.base_path import route_path
 from mewdex.web.errors import ApiError
 from mewdex.web.security import cookies_secure, is_local
 
@@ -75,8 +76,9 @@ def current_principal(
 def resolve_principal(request: Request, session: Session) -> Principal:
     """The caller of ``request`` (:func:`current_principal` without keeping it); raises as it does."""
     params = request.query_params
-    if request.url.path.startswith("/media/") and any(k in params for k in ("sig", "exp", "kid", "u")):
-        valid, link_user = media_urls.verify(session, request.url.path, params)
+    path = route_path(request.scope)  # signed as the path under the base path (MEWDEX_BASE_PATH)
+    if path.startswith("/media/") and any(k in params for k in ("sig", "exp", "kid", "u")):
+        valid, link_user = media_urls.verify(session, path, params)
         if not valid:
             raise ApiError(401, "signature_invalid", "the media link is invalid or has expired")
         scope = ScopeContext(link_user.scope_id) if link_user is not None else default_scope()
@@ -160,4 +162,4 @@ def parse_id(value: str, what: str = "meme") -> UUID:
 def public_base_url(request: Request) -> str:
     """The base links handed to people start with: ``MEWDEX_PUBLIC_URL`` when set, else the request's
     own base URL (no trailing slash)."""
-    return (get_settings().public_url or str(request.base_url)).rstrip("/")
+    return (get_settings().public_base() or str(request.base_url)).rstrip("/")

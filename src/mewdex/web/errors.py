@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mewdex.dto.errors import DomainError, ErrorBody, ErrorDetail, error_body  # noqa: F401 (re-exported)
+from mewdex.web.base_path import prefix, route_path
 
 
 class ApiError(DomainError):
@@ -132,7 +133,7 @@ def wants_page(request: Request) -> bool:
     return (
         request.method in ("GET", "HEAD")
         and "text/html" in request.headers.get("accept", "")
-        and not request.url.path.startswith(_NOT_PAGES)
+        and not route_path(request.scope).startswith(_NOT_PAGES)
     )
 
 
@@ -192,12 +193,13 @@ def install(app: FastAPI) -> None:
             exc.code == "auth_required"
             and request.method == "GET"
             and "text/html" in request.headers.get("accept", "")
-            and not request.url.path.startswith("/api/")
+            and not route_path(request.scope).startswith("/api/")
         ):
             # A browser opening a page without a session: the sign-in page, then back here, query included
             # (``/upload?shared=N`` is how the installed app's shared pictures find the upload page).
-            here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-            return RedirectResponse(f"/login?next={quote(here, safe='/')}", status_code=303)
+            # ``next`` is a path under the base path (MEWDEX_BASE_PATH), as every page's own links are.
+            here = route_path(request.scope) + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(prefix(request, f"/login?next={quote(here, safe='/')}"), status_code=303)
         if wants_page(request) and (page := error_page(request, exc.status, exc.code, exc.headers)) is not None:
             return page
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)

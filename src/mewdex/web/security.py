@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from mewdex.config import get_settings
+from mewdex.web.base_path import route_path
 from mewdex.web.errors import error_body
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
@@ -53,7 +54,7 @@ FORWARDED_HEADERS = frozenset(
 # The Web Share Target's fallback (web/routers/pwa.py): reads no body, stores nothing, redirects.
 SHARE_TARGET_PATH = "/share-target"
 SESSION_COOKIE = "mewdex_session"  # platform.sessions.COOKIE_NAME (kept here: this module sits below platform)
-SESSION_COOKIES = (SESSION_COOKIE, "__Host-" + SESSION_COOKIE)  # plain http / Secure (platform.sessions.cookie_names)
+SESSION_COOKIES = tuple(p + SESSION_COOKIE for p in ("", "__Host-", "__Secure-"))  # platform.sessions.cookie_names
 # State changes that need no credential: they are how one gets one.
 ANONYMOUS_BODY_PATHS = frozenset(
     {"/api/v1/auth/login", "/api/v1/auth/signup", "/api/v1/auth/logout", "/api/v1/auth/reset", SHARE_TARGET_PATH}
@@ -140,7 +141,7 @@ class HostAllowList:
         self.app, self.bind_host = app, bind_host
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] in ("http", "websocket") and scope.get("path") not in PROBE_PATHS:
+        if scope["type"] in ("http", "websocket") and route_path(scope) not in PROBE_PATHS:
             host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
             if not host_allowed(host, allowed_hosts(self.bind_host)):
                 if scope["type"] == "websocket":
@@ -399,7 +400,7 @@ class BodyLimit:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        path = scope.get("path", "")
+        path = route_path(scope)  # under the base path (web.base_path)
         local = scope.get("state", {}).get("mewdex_local", False)
         anonymous = path in ANONYMOUS_BODY_PATHS or path.startswith(CHANNEL_CALLBACK_PREFIX)
         if not anonymous and not _has_credential(headers) and not (local and no_login_possible()):
@@ -460,7 +461,7 @@ class SecurityHeaders:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        path = scope.get("path", "")
+        path = route_path(scope)  # under the base path (web.base_path)
 
         async def with_headers(message):
             if message["type"] == "http.response.start":

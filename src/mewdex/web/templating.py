@@ -20,7 +20,8 @@ from markupsafe import Markup
 
 from mewdex import channels as channels_package
 from mewdex.db.engine import get_sessionmaker
-from mewdex.web import deps, errors, i18n
+from mewdex.web import base_path, deps, errors, i18n
+from mewdex.web.base_path import route_path
 from mewdex.web.server_state import page_state
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -83,7 +84,8 @@ def render(request: Request, name: str, context: dict | None = None, status_code
         "lang": locale,
         "html_lang": i18n.HTML_LANG[locale],
         "messages": i18n.client_messages(locale),
-        "path": request.url.path,
+        "base": base_path.root(request),  # every local href/src/action starts with it (MEWDEX_BASE_PATH)
+        "path": route_path(request.scope),  # the page's path under the base path (``next=`` values)
         "query_string": request.url.query,
         "server_state": page_state(request),  # the header's badge: ok / degraded / unavailable
     }

@@ -168,7 +168,7 @@ def poll_once(sessions: sessionmaker[Session], timeout: int = 0) -> int:
 def ensure_mode(sessions: sessionmaker[Session]) -> str:
     """``webhook`` (``MEWDEX_PUBLIC_URL`` set: the webhook is registered with the secret, once per
     URL) or ``polling`` (a registered webhook is deleted first: Telegram refuses getUpdates while one is set)."""
-    public = (get_settings().public_url or "").rstrip("/")
+    public = get_settings().public_base() or ""
     url = f"{public}{WEBHOOK_PATH}" if public else None
     with sessions.begin() as session:
         current = state.bot(session, NAME, bot_id()).webhook_url

@@ -98,7 +98,7 @@ def _image_fields(binding: Binding | None, meme: MemeFile) -> dict[str, Any]:
     """``image_url`` + ``image_expires_at`` (a signed link under ``MEWDEX_PUBLIC_URL``), else
     ``image_base64`` (small images) or ``image_omitted`` (module doc)."""
     settings = get_settings()
-    public = (settings.public_url or "").rstrip("/")
+    public = settings.public_base() or ""
     if not public:
         if len(meme.data) <= INLINE_IMAGE_BYTES:
             return {"image_base64": base64.b64encode(meme.data).decode()}

@@ -29,6 +29,7 @@ from mewdex.platform import media_urls, password_reset, quotas, sessions, tokens
 from mewdex.platform.auth import Principal, auth_mode
 from mewdex.platform.users import User
 from mewdex.web import i18n
+from mewdex.web.base_path import cookie_path
 from mewdex.web.deps import (
     bind_host,
     current_principal,
@@ -91,10 +92,16 @@ def sign_in(request: Request, response: Response, session: Session, user: User) 
     max_age = get_settings().session_days * 86400
     secure = cookies_secure(request.url.scheme, request.url.hostname)
     session_name, csrf_name = sessions.cookie_names(secure)
-    response.set_cookie(session_name, value, max_age=max_age, httponly=True, samesite="lax", secure=secure, path="/")
-    response.set_cookie(csrf_name, csrf, max_age=max_age, httponly=False, samesite="lax", secure=secure, path="/")
+    response.set_cookie(
+        session_name, value, max_age=max_age, httponly=True, samesite="lax", secure=secure, path=cookie_path(request)
+    )
+    response.set_cookie(
+        csrf_name, csrf, max_age=max_age, httponly=False, samesite="lax", secure=secure, path=cookie_path(request)
+    )
     if user.language:  # the account's page language follows it to this browser
-        response.set_cookie(i18n.COOKIE, user.language, max_age=365 * 24 * 3600, samesite="lax")
+        response.set_cookie(
+            i18n.COOKIE, user.language, max_age=365 * 24 * 3600, samesite="lax", path=cookie_path(request)
+        )
     return csrf
 
 
@@ -102,7 +109,7 @@ def _sign_out(request: Request, response: Response) -> None:
     """Expire the session and CSRF cookies (a ``__Host-`` cookie is only replaced by a Secure one)."""
     secure = cookies_secure(request.url.scheme, request.url.hostname)
     for name in sessions.cookie_names(secure):
-        response.delete_cookie(name, path="/", secure=secure, samesite="lax")
+        response.delete_cookie(name, path=cookie_path(request), secure=secure, samesite="lax")
 
 
 @router.post("/auth/signup", status_code=201, response_model=SignedIn)

@@ -215,7 +215,7 @@ def channels_page(
             "channels": channel_infos(),
             "bindings": by_channel,
             "linked": [bindings.api_view(b) for b in rows if b.status == "active"],
-            "public_url": get_settings().public_url,
+            "public_url": get_settings().public_base(),
             "loopback": public_url_loopback(),
             "deliveries": [{**delivery_view(d), "meme_name": names.get(d.meme_id)} for d in log],
         },

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from mewdex.web import i18n
+from mewdex.web.base_path import prefix, root
 from mewdex.web.security import SHARE_TARGET_PATH
 
 router = APIRouter(include_in_schema=False)
@@ -34,33 +35,34 @@ SHARED_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"]  # the for
 THEME_COLOR = "#e4572e"  # the UI accent (mewdex.css --accent), the icon's background
 
 
-def manifest(locale: str) -> dict:
-    """The Web App Manifest (W3C ``appmanifest``) in ``locale`` ("en" or "zh")."""
+def manifest(locale: str, base: str = "") -> dict:
+    """The Web App Manifest (W3C ``appmanifest``) in ``locale`` ("en" or "zh"); every URL under ``base``
+    (the base path, ``MEWDEX_BASE_PATH``: ``/memes`` or ``""``)."""
     _ = i18n.catalogue(locale)
     return {
-        "id": "/",
+        "id": base + "/",
         "name": _["app.name"],
         "short_name": _["app.name"],
         "description": _["pwa.description"],
         "lang": "zh-CN" if locale == "zh" else "en",
-        "start_url": "/",
-        "scope": "/",
+        "start_url": base + "/",
+        "scope": base + "/",
         "display": "standalone",
         "background_color": "#ffffff",
         "theme_color": THEME_COLOR,
         "icons": [
-            {"src": "/static/icons/icon-192.png", "sizes": "192x192", "type": "image/png"},
-            {"src": "/static/icons/icon-512.png", "sizes": "512x512", "type": "image/png"},
+            {"src": base + "/static/icons/icon-192.png", "sizes": "192x192", "type": "image/png"},
+            {"src": base + "/static/icons/icon-512.png", "sizes": "512x512", "type": "image/png"},
             {
-                "src": "/static/icons/icon-maskable-512.png",
+                "src": base + "/static/icons/icon-maskable-512.png",
                 "sizes": "512x512",
                 "type": "image/png",
                 "purpose": "maskable",
             },
-            {"src": "/static/icons/icon.svg", "sizes": "any", "type": "image/svg+xml"},
+            {"src": base + "/static/icons/icon.svg", "sizes": "any", "type": "image/svg+xml"},
         ],
         "share_target": {
-            "action": SHARE_TARGET_PATH,
+            "action": base + SHARE_TARGET_PATH,
             "method": "POST",
             "enctype": "multipart/form-data",
             "params": {
@@ -75,7 +77,7 @@ def manifest(locale: str) -> dict:
 @router.get("/manifest.webmanifest")
 def manifest_route(request: Request) -> JSONResponse:
     return JSONResponse(
-        manifest(i18n.request_locale(request)),
+        manifest(i18n.request_locale(request), root(request)),
         media_type="application/manifest+json",
         headers={"Cache-Control": "no-cache", "Vary": "Accept-Language, Cookie"},
     )
@@ -92,5 +94,5 @@ def service_worker() -> Response:
 
 
 @router.post(SHARE_TARGET_PATH)
-def share_target_without_worker() -> RedirectResponse:
-    return RedirectResponse("/upload?shared=unavailable", status_code=303)
+def share_target_without_worker(request: Request) -> RedirectResponse:
+    return RedirectResponse(prefix(request, "/upload?shared=unavailable"), status_code=303)

@@ -26,6 +26,7 @@ from mewdex.library.images import ImageError
 from mewdex.search import image_search, service
 from mewdex.search.confidence import strong_match
 from mewdex.web import i18n
+from mewdex.web.base_path import cookie_path, prefix
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.errors import ApiError
 from mewdex.web.templating import parse_uuid, render
@@ -36,12 +37,12 @@ SEARCH_RESULTS = 20
 
 
 @router.get("/lang/{code}")
-def set_language(code: str, next: str = "/"):
+def set_language(request: Request, code: str, next: str = "/"):
     """Set the language cookie and go back to ``next`` (a path on this site)."""
     target = next if next.startswith("/") and not next.startswith("//") and not urlsplit(next).netloc else "/"
-    response = RedirectResponse(target, status_code=303)
+    response = RedirectResponse(prefix(request, target), status_code=303)
     if code in i18n.LOCALES:
-        response.set_cookie(i18n.COOKIE, code, max_age=365 * 24 * 3600, samesite="lax")
+        response.set_cookie(i18n.COOKIE, code, max_age=365 * 24 * 3600, samesite="lax", path=cookie_path(request))
     return response
 
 

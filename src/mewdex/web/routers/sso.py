@@ -22,7 +22,8 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from mewdex.dto.errors import DomainError
-from mewdex.platform import oidc
+from mewdex.platform import oidc, sessions
+from mewdex.web.base_path import cookie_path, prefix
 from mewdex.web.deps import db_session, public_base_url
 from mewdex.web.errors import ApiError, http_status
 from mewdex.web.routers.account_pages import same_site_path
@@ -39,7 +40,7 @@ CALLBACK = "/auth/oidc/callback"
 def _cookie(request: Request) -> tuple[str, bool]:
     """``(name, secure)`` of the pending sign-in's cookie, prefixed like the session cookies."""
     secure = cookies_secure(request.url.scheme, request.url.hostname)
-    return ("__Host-" if secure else "") + COOKIE, secure
+    return sessions.cookie_prefix(secure) + COOKIE, secure
 
 
 def redirect_uri(request: Request) -> str:
@@ -60,7 +61,7 @@ def _failure(request: Request, exc: DomainError) -> Response:
     context = {"page": "login", "code": exc.code, "status": status, "message": message}
     response = render(request, "sso_error.html", context, status_code=status)
     name, secure = _cookie(request)
-    response.delete_cookie(name, path="/", secure=secure, httponly=True, samesite="lax")
+    response.delete_cookie(name, path=cookie_path(request), secure=secure, httponly=True, samesite="lax")
     return response
 
 
@@ -75,7 +76,13 @@ def oidc_login(request: Request, next: str = "/") -> Response:
     response = RedirectResponse(url, status_code=303)
     name, secure = _cookie(request)
     response.set_cookie(
-        name, pending.encode(), max_age=oidc.PENDING_SECONDS, httponly=True, samesite="lax", secure=secure, path="/"
+        name,
+        pending.encode(),
+        max_age=oidc.PENDING_SECONDS,
+        httponly=True,
+        samesite="lax",
+        secure=secure,
+        path=cookie_path(request),
     )
     return response
 
@@ -92,7 +99,7 @@ def oidc_callback(request: Request, session: Session = Depends(db_session)) -> R
         session.rollback()
         return _failure(request, exc)
     assert pending is not None  # finish refuses a missing one
-    response = RedirectResponse(pending.next if same_site_path(pending.next) else "/", status_code=303)
+    response = RedirectResponse(prefix(request, pending.next if same_site_path(pending.next) else "/"), status_code=303)
     sign_in(request, response, session, user)
-    response.delete_cookie(name, path="/", secure=secure, httponly=True, samesite="lax")
+    response.delete_cookie(name, path=cookie_path(request), secure=secure, httponly=True, samesite="lax")
     return response

@@ -59,7 +59,7 @@
         if (!r.ok) { showError(error, r); return; }
       }
       // The language cookie of this browser follows (the account's language goes to others at sign-in).
-      location.href = `/lang/${language}?next=${encodeURIComponent("/settings?saved=1")}`;
+      location.href = `${BASE}/lang/${language}?next=${encodeURIComponent("/settings?saved=1")}`;
     });
     if (new URLSearchParams(location.search).get("saved")) toast(t("js.account_saved"));
   }
@@ -113,7 +113,7 @@
     if (!confirm(t("js.sign_out_everywhere_confirm"))) return;
     const r = await api("POST", "/api/v1/auth/logout-everywhere");
     if (!r.ok) { showError(el("sessions-error"), r); return; }
-    location.href = "/login";
+    location.href = BASE + "/login";
   });
 
   // ------------------------------------------------------------ reset page

@@ -30,7 +30,7 @@ async function api(method, url, body, headers = {}) {
   }
   let resp;
   try {
-    resp = await fetch(url, init);
+    resp = await fetch(BASE + url, init);  // url: a path under the base path (MEWDEX_BASE_PATH)
   } catch (e) {
     return {ok: false, status: 0, body: null};
   }
@@ -81,7 +81,7 @@ async function asPng(blob) {
 
 async function copyImage(id) {
   try {
-    const resp = await fetch(`/media/${id}`);
+    const resp = await fetch(`${BASE}/media/${id}`);
     if (!resp.ok) throw new Error(String(resp.status));
     const png = await asPng(await resp.blob());
     await navigator.clipboard.write([new ClipboardItem({"image/png": png})]);
@@ -109,7 +109,7 @@ const EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gi
 async function shareMeme(holder) {
   const id = holder.dataset.id;
   try {
-    const resp = await fetch(`/media/${id}`);
+    const resp = await fetch(`${BASE}/media/${id}`);
     if (!resp.ok) throw new Error(String(resp.status));
     const blob = await resp.blob();
     const name = (holder.dataset.name || "meme") + (holder.dataset.ext || EXTENSIONS[blob.type] || "");
@@ -131,11 +131,11 @@ if (navigator.share) document.documentElement.classList.add("can-share");
 async function mediaLink(id) {
   if (window.mewdexCsrfToken && window.mewdexCsrfToken()) {
     try {
-      const resp = await fetch(`/api/v1/memes/${id}/signed-url`);
-      if (resp.ok) return location.origin + (await resp.json()).url;
+      const resp = await fetch(`${BASE}/api/v1/memes/${id}/signed-url`);
+      if (resp.ok) return location.origin + BASE + (await resp.json()).url;
     } catch (e) { /* fall back to the plain link */ }
   }
-  return `${location.origin}/media/${id}`;
+  return `${location.origin}${BASE}/media/${id}`;
 }
 
 // Animated preview on hover/focus: swap the still thumbnail for the animated one.
@@ -174,7 +174,7 @@ async function openDetail(href, opener) {
 
 function reloadDetail() {
   const detail = $("#detail-body .detail");
-  if (dialog.open && detail) openDetail(`/memes/${detail.dataset.id}`);
+  if (dialog.open && detail) openDetail(`${BASE}/memes/${detail.dataset.id}`);
   else location.reload();
 }
 
@@ -191,7 +191,7 @@ document.addEventListener("keydown", (e) => {
   if (e.key === "/" && !typing && !e.ctrlKey && !e.metaKey && !e.altKey) {
     const q = $("#q");
     e.preventDefault();
-    if (q) { q.focus(); q.select(); } else location.href = "/";
+    if (q) { q.focus(); q.select(); } else location.href = BASE + "/";
   } else if (e.key === "Escape" && !dialog.open) {
     const form = e.target.closest(".rename-form");
     if (form) { e.preventDefault(); toggleRename(form.closest("[data-component=rename]"), false); }
@@ -244,7 +244,7 @@ async function createCollection(form) {
   if (!r.ok) { $(".form-error", form).textContent = errorText(r.body, r.status); return; }
   // The list filtered to the new name, with a confirmation, scrolled to the new row.
   const id = r.body.id;
-  location.assign(`/collections?q=${encodeURIComponent(r.body.name)}&created=${id}#c-${id}`);
+  location.assign(`${BASE}/collections?q=${encodeURIComponent(r.body.name)}&created=${id}#c-${id}`);
 }
 
 // "Add to" remembers the collection used last (this browser), for the detail page and the library.
@@ -275,7 +275,7 @@ function importRow(item) {
     result.textContent = `${t("status.rejected")}: ${errorText({error: item.error})}`;
   } else {
     const link = document.createElement("a");
-    link.href = `/memes/${item.meme.id}`;
+    link.href = `${BASE}/memes/${item.meme.id}`;
     link.textContent = `${t(`status.${item.status}`)}: ${item.meme.display_name}`;
     result.append(link);
   }
@@ -300,7 +300,7 @@ async function importCollection(form) {
   const head = document.createElement("p");
   head.className = "result-meta";
   const link = document.createElement("a");
-  link.href = `/collections/${r.body.collection.id}`;
+  link.href = `${BASE}/collections/${r.body.collection.id}`;
   link.textContent = r.body.collection.name;
   head.append(t("js.imported_into"), " ", link, " — ", t("js.import_counts", counts));
   const list = document.createElement("ul");
@@ -308,7 +308,7 @@ async function importCollection(form) {
   list.append(...items.map(importRow));
   report.replaceChildren(head, list);
   form.reset();
-  if (window.htmx) htmx.ajax("GET", "/collections", {target: "#collection-list", select: "#collection-list", swap: "outerHTML"});
+  if (window.htmx) htmx.ajax("GET", BASE + "/collections", {target: "#collection-list", select: "#collection-list", swap: "outerHTML"});
 }
 
 async function addToCollection(form) {
@@ -402,7 +402,7 @@ async function deleteMeme(button) {
     lastOpener = null;
     dialog.close();
   } else {
-    location.href = "/library";
+    location.href = BASE + "/library";
   }
 }
 
@@ -410,7 +410,7 @@ async function deleteCollection() {
   const head = $("[data-collection]");
   const r = await api("DELETE", `/api/v1/collections/${head.dataset.collection}`);
   if (!r.ok && r.status !== 404) { toast(errorText(r.body, r.status), "error"); return; }
-  location.href = "/collections";
+  location.href = BASE + "/collections";
 }
 
 async function removeMember(button) {
@@ -477,7 +477,7 @@ document.addEventListener("click", (e) => {
     case "bulk-retry": bulkRetry(); break;
     case "bulk-add": bulkAdd(); break;
     case "bulk-delete": bulkDelete(); break;
-    case "sign-out": fetch("/api/v1/auth/logout", {method: "POST"}).then(() => { location.href = "/login"; }); break;
+    case "sign-out": fetch(BASE + "/api/v1/auth/logout", {method: "POST"}).then(() => { location.href = BASE + "/login"; }); break;
     default: break;
   }
 });
@@ -553,7 +553,7 @@ function searchPage() {
     let resp;
     let body = "";
     try {
-      resp = await fetch(`/ui/search?${key}`, {signal: controller.signal, headers: {"Accept": "text/html"}});
+      resp = await fetch(`${BASE}/ui/search?${key}`, {signal: controller.signal, headers: {"Accept": "text/html"}});
       body = await resp.text();
     } catch (e) {
       if (controller.signal.aborted) return;  // typed past: the newer search owns the results area
@@ -569,7 +569,7 @@ function searchPage() {
     if (resp.ok || html) {
       show(body, p);
       shownKey = resp.ok ? key : null;
-      history.replaceState(null, "", key ? `/?${key}` : "/");
+      history.replaceState(null, "", key ? `${BASE}/?${key}` : BASE + "/");
     } else {
       let data = null;
       try { data = JSON.parse(body); } catch (e) { /* not JSON */ }
@@ -606,7 +606,7 @@ function searchPage() {
   // this text (the server marks them with data-query); otherwise it runs the search now.
   q.addEventListener("keydown", (e) => {
     if (e.key !== "Enter" || e.isComposing) return;
-    const first = $("#results .card a[href^='/memes/']");
+    const first = $(`#results .card a[href^='${BASE}/memes/']`);
     const shown = $("#results .result-meta")?.dataset.query;
     e.preventDefault();
     if (first && shown === q.value.trim() && !inflight) {
@@ -626,7 +626,7 @@ function searchPage() {
     if (inflight) { inflight.abort(); inflight = null; }  // the picture replaces any text search
     results.setAttribute("aria-busy", "true");
     try {
-      const resp = await fetch("/ui/search/image", {method: "POST", body: data});
+      const resp = await fetch(BASE + "/ui/search/image", {method: "POST", body: data});
       show(await resp.text(), new URLSearchParams());
       shownKey = null;
     } catch (e) {
@@ -719,7 +719,7 @@ function libraryPage() {
     const page = new URL(e.detail.requestConfig?.path || "", location.origin).searchParams.get("page");
     if (page) params.set("page", page);
     for (const [k, v] of [...params]) if (!v) params.delete(k);
-    history.replaceState(null, "", `/library?${params}`);
+    history.replaceState(null, "", `${BASE}/library?${params}`);
     syncSelection();
   });
   syncSelection();
@@ -897,7 +897,7 @@ function uploadPage() {
     } else {
       const link = document.createElement("a");
       const meme = item.meme || {};
-      link.href = `/memes/${meme.id}`;
+      link.href = `${BASE}/memes/${meme.id}`;
       link.textContent = `${t(`status.${item.status}`)}: ${meme.display_name || ""}`;
       result.append(link);
     }
@@ -912,7 +912,7 @@ function uploadPage() {
     if (form.auto_name.checked) data.append("auto_name", "true");
     if (form.collection_id.value) data.append("collection_id", form.collection_id.value);
     const xhr = new XMLHttpRequest();
-    xhr.open("POST", "/api/v1/memes");
+    xhr.open("POST", BASE + "/api/v1/memes");
     const token = window.mewdexCsrfToken ? window.mewdexCsrfToken() : "";
     if (token) xhr.setRequestHeader("X-CSRF-Token", token);
     li.className = "upload-item st-running";
@@ -968,7 +968,7 @@ function uploadPage() {
   // for the account they were first shown to only (sharedFiles).
   async function receiveShared() {
     const shared = new URLSearchParams(location.search).get("shared");
-    if (shared !== null) history.replaceState(null, "", "/upload");
+    if (shared !== null) history.replaceState(null, "", BASE + "/upload");
     if (shared === "unavailable" || shared === "failed" || !("caches" in window)) {
       if (shared !== null) $("#upload-summary").textContent = t(shared === "failed" ? "js.shared_failed" : "js.shared_unavailable");
       return;
@@ -1019,7 +1019,7 @@ document.body.addEventListener("htmx:afterSwap", (e) => {
 
 // The installable app's service worker (static/sw.js: the shell when offline, the share target).
 if ("serviceWorker" in navigator && window.isSecureContext) {
-  navigator.serviceWorker.register("/sw.js").catch(() => { /* the site works without it */ });
+  navigator.serviceWorker.register(BASE + "/sw.js").catch(() => { /* the site works without it */ });
 }
 
 const pages = {search: searchPage, library: libraryPage, upload: uploadPage};

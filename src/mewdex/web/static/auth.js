@@ -1,9 +1,12 @@
 // Signed-in browsers: every state-changing request (fetch, HTMX, or XHR via mewdexCsrfToken) carries the session's CSRF token
 // from the readable `__Host-mewdex_csrf` cookie (`mewdex_csrf` on plain http to a LAN address) in `X-CSRF-Token`; the API refuses it otherwise (403).
 "use strict";
+// The base path mewdex is served under (MEWDEX_BASE_PATH, e.g. "/memes"; "" at the root), from <html data-base>:
+// every script builds its local URLs as BASE + "/path" (app.js api() adds it to the paths it is given).
+const BASE = document.documentElement.dataset.base || "";
 (() => {
   const cookie = (name) => (document.cookie.match(new RegExp(`(?:^|;\\s*)${name}=([^;]+)`)) || [])[1];
-  const csrf = () => cookie("__Host-mewdex_csrf") || cookie("mewdex_csrf") || "";
+  const csrf = () => cookie("__Host-mewdex_csrf") || cookie("__Secure-mewdex_csrf") || cookie("mewdex_csrf") || "";
   const unsafe = (method) => !["GET", "HEAD", "OPTIONS"].includes((method || "GET").toUpperCase());
   // For XMLHttpRequest senders (uploads with progress): the header value, or "" when not signed in.
   window.mewdexCsrfToken = () => decodeURIComponent(csrf());

@@ -93,7 +93,7 @@
 
   function newChat() {
     current = null;
-    history.replaceState(null, "", "/chat");
+    history.replaceState(null, "", BASE + "/chat");
     title.textContent = document.title.split(" · ")[0];
     log.replaceChildren(el("chat-empty") || node("li"));
     input.focus();
@@ -105,7 +105,7 @@
                                       api("GET", `/api/v1/conversations/${id}/messages?limit=100`)]);
     if (!c.ok || !m.ok) { toast(errorText((c.ok ? m : c).body, (c.ok ? m : c).status), "error"); return; }
     current = id;
-    history.replaceState(null, "", `/chat?c=${id}`);
+    history.replaceState(null, "", `${BASE}/chat?c=${id}`);
     title.textContent = c.body.name;
     log.replaceChildren();
     for (const msg of m.body.items) renderMessage(msg);
@@ -141,8 +141,8 @@
 
   function card(m) {
     const li = node("li", {class: "card chat-card", "data-id": m.meme_id, "data-name": m.display_name});
-    const a = node("a", {class: "card-open", href: m.page_url, target: "_blank", rel: "noopener"});
-    a.append(node("img", {src: m.thumbnail_url, alt: m.display_name, loading: "lazy", decoding: "async"}));
+    const a = node("a", {class: "card-open", href: BASE + m.page_url, target: "_blank", rel: "noopener"});
+    a.append(node("img", {src: BASE + m.thumbnail_url, alt: m.display_name, loading: "lazy", decoding: "async"}));
     a.append(node("span", {class: "name"}, m.display_name));
     const actions = node("div", {class: "card-actions"});
     actions.append(
@@ -153,7 +153,7 @@
       withIcon(node("button", {type: "button", "data-action": "share", title: t("js.share"),
                                "aria-label": t("js.share")}), "share"),
       // download="" keeps the server's file name (Content-Disposition: name and extension)
-      withIcon(node("a", {href: `${m.media_url}?download=1`, download: "", title: t("js.download"),
+      withIcon(node("a", {href: `${BASE}${m.media_url}?download=1`, download: "", title: t("js.download"),
                           "aria-label": t("js.download")}), "download"),
     );
     li.append(a, actions);
@@ -198,7 +198,7 @@
       const r = await api("POST", "/api/v1/conversations", {});
       if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
       current = r.body.id;
-      history.replaceState(null, "", `/chat?c=${current}`);
+      history.replaceState(null, "", `${BASE}/chat?c=${current}`);
     }
     let body, headers = {Accept: "text/event-stream"};
     if (pendingImage) {
@@ -214,7 +214,7 @@
     setStreaming(true);
     let reply = null;
     try {
-      const resp = await fetch(`/api/v1/conversations/${current}/messages`, {method: "POST", headers, body});
+      const resp = await fetch(`${BASE}/api/v1/conversations/${current}/messages`, {method: "POST", headers, body});
       if (!resp.ok || !resp.body) {
         let data = null;
         try { data = await resp.json(); } catch (e) { /* not JSON */ }
@@ -260,7 +260,7 @@
       }
       setStreaming(false);
       loadList();
-      fetch(`/api/v1/conversations/${current}`).then((r) => r.json()).then((c) => { if (c.name) title.textContent = c.name; })
+      fetch(`${BASE}/api/v1/conversations/${current}`).then((r) => r.json()).then((c) => { if (c.name) title.textContent = c.name; })
         .catch(() => {});
     }
   }

@@ -14,12 +14,12 @@
     const body = {email: form.email.value, password: form.password.value, time_zone: browserZone()};
     if (mode === "signup") body.setup_code = form.setup_code ? form.setup_code.value.trim() || null : null;
     const r = await api("POST", `/api/v1/auth/${mode}`, body);
-    if (r.ok) { location.href = next; return; }
+    if (r.ok) { location.href = BASE + next; return; }
     error.textContent = errorText(r.body, r.status);
   });
   const out = document.getElementById("logout");
   if (out) out.addEventListener("click", async () => {
-    await fetch("/api/v1/auth/logout", {method: "POST"});
+    await fetch(BASE + "/api/v1/auth/logout", {method: "POST"});
     location.reload();
   });
 })();

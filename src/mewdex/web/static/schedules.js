@@ -184,7 +184,7 @@
       if (run.coalesced) detail = `${t("js.sched_coalesced", {n: run.coalesced})} ${detail}`;
       const detailCell = node("td", {}, detail);
       if (run.conversation_id) {
-        detailCell.append(" ", node("a", {href: `/chat?c=${run.conversation_id}`}, t("js.sched_conversation")));
+        detailCell.append(" ", node("a", {href: `${BASE}/chat?c=${run.conversation_id}`}, t("js.sched_conversation")));
       }
       tr.append(node("td", {}, wallTime(run.slot, job.tz)), node("td", {}, run.slot.utc.slice(0, 16).replace("T", " ")),
                 node("td", {}, t(`status.${run.status}`)), node("td", {}, t(`js.sched_delivery_${run.delivery_status}`)),

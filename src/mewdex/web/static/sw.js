@@ -1,4 +1,6 @@
-// mewdex service worker (served as /sw.js, scope "/"; web/routers/pwa.py).
+// mewdex service worker (served as <base>/sw.js, scope "<base>/"; web/routers/pwa.py); BASE below is the base
+// path (MEWDEX_BASE_PATH, "" at the root) read from the scope, and every path here is under it.
+// under BASE, the base path (MEWDEX_BASE_PATH) read from the worker's own scope.
 // 1. The shell only: styles, scripts and icons under /static/ come from the network and are kept in a
 //    cache for when it is down. Pages, the API and media are never cached here (per user, they change).
 // 2. The Web Share Target: a picture shared to the installed app arrives as a POST to /share-target;
@@ -10,6 +12,7 @@
 
 const SHELL = "mewdex-shell-v1";
 const SHARED = "mewdex-shared";
+const BASE = new URL(self.registration.scope).pathname.replace(/\/$/, "");
 const SHELL_FILES = [
   "/static/mewdex.css",
   "/static/app.js",
@@ -18,7 +21,7 @@ const SHELL_FILES = [
   "/static/htmx.min.js",
   "/static/icons/icon.svg",
   "/static/icons/icon-192.png",
-];
+].map((path) => BASE + path);
 
 self.addEventListener("install", (event) => {
   event.waitUntil(caches.open(SHELL).then((cache) => cache.addAll(SHELL_FILES)).then(() => self.skipWaiting()));
@@ -55,21 +58,21 @@ async function receiveShare(request) {
     for (const old of await cache.keys()) await cache.delete(old);  // the last share, and whose it was
     for (const [i, file] of files.entries()) {
       const headers = {"Content-Type": file.type || "application/octet-stream", "X-Filename": encodeURIComponent(file.name || `shared-${i + 1}`)};
-      await cache.put(`/shared-files/${i}`, new Response(file, {headers}));
+      await cache.put(`${BASE}/shared-files/${i}`, new Response(file, {headers}));
       count++;
     }
   } catch (e) {
-    return Response.redirect("/upload?shared=failed", 303);
+    return Response.redirect(`${BASE}/upload?shared=failed`, 303);
   }
-  return Response.redirect(`/upload?shared=${count}`, 303);
+  return Response.redirect(`${BASE}/upload?shared=${count}`, 303);
 }
 
 self.addEventListener("fetch", (event) => {
   const url = new URL(event.request.url);
   if (url.origin !== self.location.origin) return;
-  if (event.request.method === "POST" && url.pathname === "/share-target") {
+  if (event.request.method === "POST" && url.pathname === BASE + "/share-target") {
     event.respondWith(receiveShare(event.request));
-  } else if (event.request.method === "GET" && url.pathname.startsWith("/static/") && SHELL_FILES.includes(url.pathname)) {
+  } else if (event.request.method === "GET" && url.pathname.startsWith(BASE + "/static/") && SHELL_FILES.includes(url.pathname)) {
     event.respondWith(shellAsset(event.request));
   }
 });
