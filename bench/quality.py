@@ -19,7 +19,10 @@ which names such memes from their caption and numbers namesakes in a folder).
 (keyword documents, and the text embeddings of memes whose embedded fields changed): the cheap loop
 after a change to :mod:`mewdex.search.documents`, without OCR or the visual model again.
 
-Run: .venv/bin/python bench/quality.py [--data-dir DIR] [--reindex] [--names [--repair-names]]
+``--traditional`` asks the Chinese queries only, converted to Traditional (OpenCC ``s2t``): the keyword
+leg folds both scripts to one (issue 46; with the fold its figures equal the Simplified queries').
+
+Run: .venv/bin/python bench/quality.py [--data-dir DIR] [--reindex] [--traditional] [--names [--repair-names]]
 """
 
 from __future__ import annotations
@@ -169,7 +172,8 @@ def reindex(sessions, scope) -> None:
                 embedded += len(new)
                 items = [(k, t, vectors[t] if t in vectors else stored[(embedder.model, t)]) for k, t in texts.items()]
                 metadata_hash = meme.search_metadata_hash or context_hash(meme.meme_context)
-                for generation in write_targets(session, meme.scope_id, leg, embedder.model, embedder.dimensions):
+                targets = write_targets(session, meme.scope_id, {leg: (embedder.model, embedder.dimensions)})
+                for generation in targets[leg]:
                     write_vectors(session, generation, meme, metadata_hash, items)
     print(f"reindexed {len(ids)} memes, embedded {embedded} new field texts")
 
@@ -178,6 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-dir", help="reuse a data dir that already holds the processed corpus")
     parser.add_argument("--reindex", action="store_true", help="re-run the search recipe over stored contexts")
+    parser.add_argument("--traditional", action="store_true", help="the Chinese queries only, in Traditional")
     parser.add_argument("--names", action="store_true", help="report how readable the names are (no retrieval)")
     parser.add_argument("--repair-names", action="store_true", help="with --names: before and after the repair")
     args = parser.parse_args()
@@ -211,6 +216,11 @@ def main() -> None:
         return
     mapping = corpus.path_to_meme_ids()
     queries = corpus.dev_queries()
+    if args.traditional:  # the Chinese queries as a Taiwan or Hong Kong user types them (OpenCC s2t)
+        import opencc
+
+        s2t = opencc.OpenCC("s2t")
+        queries = [dict(q, query=s2t.convert(q["query"])) for q in queries if q["lang"] == "zh"]
 
     def runner(legs):
         def run(query: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Outgoing HTTP: the one place mewdex calls out (a test fails when another module imports httpx).
+"""Outgoing HTTP: the one place mewdex calls out (a test fails when another module imports an HTTP client).
 
 :func:`fetch` is for any address that did not come from the operator's own command line
 (providers, channels, schedules, URLs in user content):
@@ -13,7 +13,7 @@
   that was checked (no second resolution: DNS rebinding cannot swap it), with the original name as
   ``Host`` and TLS SNI/certificate name.
 * Redirects are followed by hand, at most :data:`MAX_REDIRECTS`, each one checked again. To another
-  origin (scheme, host or port; ``http`` → ``https`` on the same host excepted, as httpx does) the
+  origin (scheme, host or port; ``http`` → ``https`` on the same host excepted, as httpx2 does) the
   credential headers are dropped (``Authorization``, ``Proxy-Authorization``, ``Cookie``,
   ``Api-Key``, ``X-Api-Key`` and any the caller names in ``secret_headers``), and a 307/308 that would
   re-send a body there is refused (``egress_redirect_refused``): the body may hold credentials too.
@@ -34,7 +34,10 @@
 :func:`operator_request` is for the address the operator typed (``mewdex search --server URL``):
 no address checks, but the same ``trust_env=False`` and timeouts.
 
-Imports only the standard library, httpx (httpx2 for SDK clients) and :mod:`mewdex.config`.
+Imports only the standard library, ``httpx2``/``httpcore2`` and :mod:`mewdex.config`. One HTTP client stack:
+``httpx2`` is the one the ``openai`` and ``mcp`` SDKs require, so :func:`fetch`, the SDK client
+(:func:`guarded_client`) and the operator's client use it too; ``httpx`` is only a test tool
+(Starlette's TestClient, python-telegram-bot and the OIDC provider mock need it).
 """
 
 from __future__ import annotations
@@ -51,18 +54,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urljoin, urlsplit
 
-import httpcore
-import httpx
+import httpcore2
+import httpx2
 
 from mewdex.config import get_settings
 
 log = logging.getLogger(__name__)
-# httpx logs each request line with its full URL at INFO; URLs may carry secrets (a Telegram bot
+# httpx2 logs each request line with its full URL at INFO; URLs may carry secrets (a Telegram bot
 # token is part of the path), so only its warnings reach the log.
-logging.getLogger("httpx").setLevel(logging.WARNING)
+logging.getLogger("httpx2").setLevel(logging.WARNING)
 MAX_REDIRECTS = 3
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
-DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)
+DEFAULT_TIMEOUT = httpx2.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)
 #: the whole of one :func:`fetch` (connects, redirects, retries, every byte), seconds
 DEFAULT_DEADLINE_SECONDS = 60.0
 #: the longest ``Retry-After`` :func:`fetch` waits itself; a longer one is the caller's to honour
@@ -250,7 +253,7 @@ class _Deadline:
         return left is not None and left <= 0
 
     def bound(self, timeout: float | None, error: type[Exception]) -> float | None:
-        """``timeout`` cut to what is left; ``error`` (an httpcore timeout) when nothing is."""
+        """``timeout`` cut to what is left; ``error`` (an httpcore2 timeout) when nothing is."""
         left = self.left()
         if left is None:
             return timeout
@@ -259,24 +262,24 @@ class _Deadline:
         return left if timeout is None else min(timeout, left)
 
 
-class _DeadlineStream(httpcore.NetworkStream):
+class _DeadlineStream(httpcore2.NetworkStream):
     """A socket stream whose every read, write and TLS handshake ends by the call's deadline."""
 
-    def __init__(self, inner: httpcore.NetworkStream, deadline: _Deadline) -> None:
+    def __init__(self, inner: httpcore2.NetworkStream, deadline: _Deadline) -> None:
         self._inner, self._deadline = inner, deadline
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._deadline.bound(timeout, httpcore.ReadTimeout))
+        return self._inner.read(max_bytes, self._deadline.bound(timeout, httpcore2.ReadTimeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, self._deadline.bound(timeout, httpcore.WriteTimeout))
+        self._inner.write(buffer, self._deadline.bound(timeout, httpcore2.WriteTimeout))
 
     def close(self) -> None:
         self._inner.close()
 
-    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore2.NetworkStream:
         inner = self._inner.start_tls(
-            ssl_context, server_hostname, self._deadline.bound(timeout, httpcore.ConnectTimeout)
+            ssl_context, server_hostname, self._deadline.bound(timeout, httpcore2.ConnectTimeout)
         )
         return _DeadlineStream(inner, self._deadline)
 
@@ -284,30 +287,30 @@ class _DeadlineStream(httpcore.NetworkStream):
         return self._inner.get_extra_info(info)
 
 
-class _DeadlineBackend(httpcore.NetworkBackend):
+class _DeadlineBackend(httpcore2.NetworkBackend):
     def __init__(self, deadline: _Deadline) -> None:
-        self._inner, self._deadline = httpcore.SyncBackend(), deadline
+        self._inner, self._deadline = httpcore2.SyncBackend(), deadline
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        timeout = self._deadline.bound(timeout, httpcore.ConnectTimeout)
+        timeout = self._deadline.bound(timeout, httpcore2.ConnectTimeout)
         return _DeadlineStream(
             self._inner.connect_tcp(host, port, timeout, local_address, socket_options), self._deadline
         )
 
     def connect_unix_socket(self, path, timeout=None, socket_options=None):  # pragma: no cover - never used
-        raise httpcore.ConnectError("unix sockets are not reachable through egress")
+        raise httpcore2.ConnectError("unix sockets are not reachable through egress")
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
 
-class _DeadlineTransport(httpx.HTTPTransport):
-    """httpx's transport over a connection pool whose sockets honour one :class:`_Deadline`."""
+class _DeadlineTransport(httpx2.HTTPTransport):
+    """httpx2's transport over a connection pool whose sockets honour one :class:`_Deadline`."""
 
     def __init__(self, deadline: _Deadline) -> None:
         super().__init__(verify=True, trust_env=False)
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=True, trust_env=False),
+        self._pool = httpcore2.ConnectionPool(
+            ssl_context=httpx2.create_ssl_context(verify=True, trust_env=False),
             network_backend=_DeadlineBackend(deadline),
         )
 
@@ -323,7 +326,7 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 
 
 def _keeps_credentials(old: str, new: str) -> bool:
-    """Same origin, or the same host moving from ``http`` to ``https`` on the default ports (httpx's rule)."""
+    """Same origin, or the same host moving from ``http`` to ``https`` on the default ports (httpx2's rule)."""
     a, b = _origin(old), _origin(new)
     return a == b or (a[1] == b[1] and a[0] == "http" and b[0] == "https" and a[2] == 80 and b[2] == 443)
 
@@ -337,7 +340,7 @@ def fetch(
     json=None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     content_types: tuple[str, ...] | None = None,
-    timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+    timeout: httpx2.Timeout | float = DEFAULT_TIMEOUT,
     deadline: float | None = DEFAULT_DEADLINE_SECONDS,
     secret_headers: tuple[str, ...] = (),
     retries: int = 2,
@@ -352,7 +355,7 @@ def fetch(
     dropped = CREDENTIAL_HEADERS | {h.lower() for h in secret_headers}
     current = dict(headers or {})
     attempts = 0
-    with httpx.Client(
+    with httpx2.Client(
         transport=_DeadlineTransport(budget), trust_env=False, timeout=timeout, follow_redirects=False
     ) as client:
         hops = 0
@@ -372,7 +375,7 @@ def fetch(
             )
             try:
                 response = client.send(request, stream=True)
-            except httpx.HTTPError as exc:
+            except httpx2.HTTPError as exc:
                 raise _failed(target, exc, budget) from None
             try:
                 if response.is_redirect and "location" in response.headers:
@@ -405,7 +408,7 @@ def fetch(
                     url,
                     redirects,
                 )
-            except httpx.HTTPError as exc:
+            except httpx2.HTTPError as exc:
                 raise _failed(target, exc, budget) from None
             finally:
                 response.close()
@@ -432,7 +435,7 @@ def fetch(
 def _failed(target: Target, exc: Exception, budget: _Deadline) -> EgressError:
     if budget.expired():
         return EgressError("egress_deadline", f"the call to {target.host} ran past its deadline")
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, httpx2.TimeoutException):
         return EgressError("egress_timeout", f"{target.host} did not answer in time ({type(exc).__name__})")
     return EgressError("egress_failed", f"request to {target.host} failed: {type(exc).__name__}")
 
@@ -482,7 +485,6 @@ def call_time_left() -> float | None:
 
 def _bounded_backend_class():
     """An httpcore2 network backend whose sockets honour the deadline a request's timeouts carry."""
-    import httpcore2
 
     class BoundedStream(httpcore2.NetworkStream):
         def __init__(self, inner: httpcore2.NetworkStream) -> None:
@@ -521,8 +523,6 @@ def _guarded_transport_class():
     checked address, with the original ``Host`` and TLS SNI name; each request ends by its
     ``deadline`` (seconds from its start: connects, every read and write, the whole streamed body),
     or by the deadline of the SDK call it belongs to (:func:`one_deadline`) when that ends sooner."""
-    import httpcore2
-    import httpx2
 
     class GuardedTransport(httpx2.HTTPTransport):
         def __init__(self, deadline: float) -> None:
@@ -571,8 +571,6 @@ def guarded_client(timeout: float = 60.0, connect_timeout: float = 5.0, deadline
     request, its streamed body included, as :func:`fetch`'s (default: twice ``timeout``, the
     providers' rule; past it the SDK sees a timeout). One SDK call with retries shares one deadline
     when its wrapper opens :func:`one_deadline` (``providers.openai_compat.sdk_client`` does)."""
-    import httpx2
-
     return httpx2.Client(
         transport=_guarded_transport_class()(deadline if deadline is not None else 2 * timeout),
         trust_env=False,
@@ -583,14 +581,14 @@ def guarded_client(timeout: float = 60.0, connect_timeout: float = 5.0, deadline
 
 #: What :func:`operator_client`'s requests raise: any transport failure, and the refused connection
 #: among them (a caller tells "no server there" from other failures without importing the client).
-OperatorError = httpx.HTTPError
-OperatorConnectError = httpx.ConnectError
+OperatorError = httpx2.HTTPError
+OperatorConnectError = httpx2.ConnectError
 
 
-def operator_client(timeout: float = 60.0) -> httpx.Client:
+def operator_client(timeout: float = 60.0) -> httpx2.Client:
     """A client for the server the operator named (no address checks, ``trust_env=False``, cookies
     kept across its requests: a sign-in then a call with the session). Close it (``with``)."""
-    return httpx.Client(trust_env=False, timeout=timeout)
+    return httpx2.Client(trust_env=False, timeout=timeout)
 
 
 def operator_request(
@@ -599,9 +597,9 @@ def operator_request(
     """A request to the server the operator named on the command line (no address checks; the
     same ``trust_env=False`` and timeouts). Raises :class:`EgressError` ``egress_failed``."""
     try:
-        with httpx.Client(trust_env=False, timeout=timeout) as client:
+        with httpx2.Client(trust_env=False, timeout=timeout) as client:
             response = client.request(method, url, headers=headers, **kw)
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         raise EgressError("egress_failed", f"cannot reach {urlsplit(url).hostname}: {type(exc).__name__}") from None
     return EgressResponse(
         response.status_code, {k.lower(): v for k, v in response.headers.items()}, response.content, str(response.url)

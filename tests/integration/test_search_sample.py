@@ -66,6 +66,13 @@ def test_an_exact_caption_brings_its_meaning_before_shared_characters(sample, se
     assert without.index(shared) < without.index(same), without
 
 
+@pytest.mark.parametrize("query", ["從此站起來", "僅供參考"])
+def test_a_traditional_query_finds_the_simplified_caption(sample, sessions, query):
+    # 中国人民从此站起来了, 仅供大家参考: no word of the query is written the same way in the caption
+    expected = {"從此站起來": "vvquest/中国人民从此站起来了.png", "僅供參考": "vvquest/仅供大家参考.png"}[query]
+    assert ranked(sessions, sample, query, legs=("keyword",))[:1] == [expected]
+
+
 def test_paraphrase_finds_the_caption_by_meaning(sample, sessions):
     # No shared words with "他这里边一个字我都不信": only the vector legs can find it.
     assert "vvquest/一个字我都不信.png" in ranked(sessions, sample, "I don't believe a single word he says", n=3)

@@ -159,6 +159,16 @@ def test_a_data_dir_of_schema_0001_is_upgraded_by_serve_and_keeps_its_data():
             assert conn.execute("SELECT value FROM platform_settings WHERE key = 'name_rules'").fetchone() == (
                 NAME_RULES,
             )
+            # indexed before the keyword recipe had a version: start-up queued the rewrite of its keyword index
+            assert conn.execute(
+                "SELECT count(*) FROM tasks WHERE scope_id = %s AND task_type = 'keyword_rebuild'",
+                (old["scope"],),
+            ).fetchone() == (1,)
+            from mewdex.search.documents import KEYWORD_VERSION
+
+            assert conn.execute("SELECT value FROM platform_settings WHERE key = 'keyword_recipe'").fetchone() == (
+                KEYWORD_VERSION,
+            )
     finally:
         if proc is not None:
             proc.terminate()

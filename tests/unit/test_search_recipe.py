@@ -43,6 +43,17 @@ def test_fold_collapses_whitespace_and_keeps_non_latin_marks():
     assert fold("") == "" and fold(None) == ""
 
 
+def test_traditional_chinese_folds_to_simplified_for_the_keyword_leg():
+    assert fold("頭髮亂了") == fold("头发乱了") == "头发乱了"
+    assert fold("什麼") == "什么" and fold("後來") == "后来"
+    # Simplified text is never rewritten (OpenCC's tw2s would turn 特么 into 特幺)
+    assert fold("谁特么当你女朋友 为什么") == "谁特么当你女朋友 为什么" and fold("著名") == "著名"
+    assert tokenize("電腦壞掉了") == tokenize("电脑坏掉了")
+    assert fold("Café 臺灣") == "cafe 台湾" and fold("ＡＢＣ") == "abc"
+    # the words embedded and shown keep the script they were written in
+    assert search_text.readable_words("頭髮亂了") == ["頭髮亂了"]
+
+
 def test_script_predicates():
     assert is_han("信") and not is_han("a") and not is_han("が")
     assert has_han("I don't care 我们不在乎") and not has_han("distracted boyfriend") and not has_han(None)

@@ -8,7 +8,8 @@ white; ``spread4`` = up to 4 evenly spaced frames of an animation), each resized
 scaled ``(x - 127) / 128``. Output per image: the 1280-d pooled features of each frame, each
 L2-normalised, averaged, L2-normalised again; top-5 ImageNet classes of the mean softmax.
 
-Perceptual hash: ``imagehash.phash`` (64-bit DCT hash) of the first frame, as 16 hex digits.
+Perceptual hash: the 64-bit DCT hash of the first frame (``imagehash.phash``'s recipe, in numpy), as 16
+hex digits.
 
 The ``visual`` stage that runs it is :mod:`mewdex.pipeline.visual`; the near-duplicate search over
 its vectors and hashes is :mod:`mewdex.search.near_duplicates`.
@@ -207,21 +208,35 @@ def labels_in(labels: list[dict[str, Any]], lang: str) -> list[str]:
 
 
 PHASH_BASE = 256
+_PHASH_SIDE = 32  # the grey copy the DCT runs on
+_PHASH_BITS = 8  # the low-frequency block kept: 8 × 8 = 64 bits
+# Rows k < 8 of the unnormalised DCT-II matrix (SciPy's ``dct(type=2)``): C[k, n] = 2 cos(π k (2n + 1) / 2N).
+_DCT_ROWS = 2.0 * np.cos(
+    np.pi * np.arange(_PHASH_BITS)[:, None] * (2 * np.arange(_PHASH_SIDE)[None, :] + 1) / (2 * _PHASH_SIDE)
+)
 
 
 def phash_hex(frame: Image.Image) -> str:
-    """64-bit DCT perceptual hash (imagehash.phash) as 16 lower-case hex digits.
+    """64-bit DCT perceptual hash as 16 lower-case hex digits: the same hash as ``imagehash.phash``
+    (4.3, ``hash_size=8``), which mewdex used before (``tests/cases/phash_reference.json`` holds
+    imagehash's own hashes; stored hashes stay comparable, nothing is re-hashed on upgrade).
 
     The frame (upright RGB on white) is first shrunk to ≤ 256 px (longest side, box filter) so a
-    large image costs no more than a small one; the hash itself works on a 32×32 grey copy.
+    large image costs no more than a small one; then a 32×32 grey copy (Lanczos), its 2-D DCT-II
+    (unnormalised, as SciPy's), the top-left 8×8 coefficients; a bit is set where a coefficient is
+    above their median, row by row, the first bit the highest. The coefficients are rounded to 6
+    decimals first: the matrix product leaves ~1e-12 of noise where the exact DCT has ties (flat,
+    symmetric images) and SciPy's FFT leaves none, so noise must not decide a bit.
     """
-    import imagehash
-
     if max(frame.size) > PHASH_BASE:
         scale = PHASH_BASE / max(frame.size)
         size = (max(1, round(frame.width * scale)), max(1, round(frame.height * scale)))
         frame = frame.resize(size, Image.Resampling.BOX, reducing_gap=2.0)
-    return str(imagehash.phash(frame, hash_size=8))
+    grey = frame.convert("L").resize((_PHASH_SIDE, _PHASH_SIDE), Image.Resampling.LANCZOS)
+    pixels = np.asarray(grey, dtype=np.float64)
+    low = np.round(_DCT_ROWS @ pixels @ _DCT_ROWS.T, 6)
+    bits = (low > np.median(low)).ravel()
+    return f"{int(''.join('1' if b else '0' for b in bits), 2):016x}"
 
 
 def phash_of(decoded: thumbs.DecodedVisual) -> str:

@@ -27,6 +27,7 @@ TASK_TYPE_MODULES = (
     "mewdex.queue.noop",
     "mewdex.pipeline.tasks",
     "mewdex.pipeline.name_repair",
+    "mewdex.pipeline.keyword_rebuild",
     "mewdex.search.generations",
     "mewdex.search.eval_gate",  # the eval gate every generation switch passes
     "mewdex.runtime.maintenance",
@@ -66,6 +67,7 @@ def prepare_database() -> None:
     recover_storage()
     generations.check_text_models(get_sessionmaker())
     check_search_recipe()
+    check_keyword_recipe()
     check_name_rules()
     configure_providers()
 
@@ -122,6 +124,30 @@ def check_search_recipe() -> list[str]:
             "(task type search_reindex; search serves the old ones until each new one passes the eval gate)",
             stored,
             current,
+            _libraries(len(scopes)),
+        )
+    return scopes
+
+
+KEYWORD_RECIPE_SETTING = "keyword_recipe"
+
+
+def check_keyword_recipe() -> list[str]:
+    """Start-up check: when the keyword recipe (:data:`mewdex.search.documents.KEYWORD_VERSION`) differs
+    from the one recorded (``platform_settings.keyword_recipe``; none recorded: a library indexed before
+    it had a version), queue the rewrite of every library's keyword documents (``keyword_rebuild``
+    tasks) and record it. Keyword search serves the old documents until each is rewritten. Returns the
+    scopes queued."""
+    from mewdex.pipeline import keyword_rebuild
+    from mewdex.search.documents import KEYWORD_VERSION
+
+    stored, scopes = _queue_on_change(KEYWORD_RECIPE_SETTING, KEYWORD_VERSION, keyword_rebuild.submit_keyword_rebuild)
+    if scopes:
+        log.warning(
+            "search: the keyword recipe changed (%s → %s): rewriting the keyword documents of %s in the "
+            "background (task type keyword_rebuild)",
+            stored,
+            KEYWORD_VERSION,
             _libraries(len(scopes)),
         )
     return scopes

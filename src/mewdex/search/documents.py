@@ -17,6 +17,10 @@ from mewdex.search.text import fold, readable_words, tokenize
 CONTEXT_VERSION = "ctx-1"
 #: Bump when what the vector legs embed changes without a context change (``semantic_fields``).
 SEMANTIC_VERSION = 1
+#: Bump when what the keyword leg indexes changes (:func:`keyword_document`, :func:`mewdex.search.text.fold`
+#: and ``tokenize``): the next start rewrites every library's keyword documents from the stored contexts
+#: (``mewdex.runtime.check_keyword_recipe``). 2: Traditional Chinese folded to Simplified (OpenCC).
+KEYWORD_VERSION = 2
 
 
 def recipe() -> str:
@@ -157,7 +161,8 @@ def keyword_document(context: dict[str, Any]) -> dict[str, str]:
     Empty fields omitted.
     """
     out: dict[str, str] = {}
-    name_toks = list(context.get("source_name_tokens") or [])
+    # tokens stored in the context by an older recipe are folded again (fold is idempotent)
+    name_toks = [fold(t) for t in context.get("source_name_tokens") or []]
     if context.get("name_text"):
         name_toks.extend(tokenize(context["name_text"]))
     name_toks = [t for t in dict.fromkeys(name_toks) if t]
