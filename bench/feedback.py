@@ -505,7 +505,9 @@ def cost(sessions, scope, queries: list[dict], events: int, distinct: int, round
             with sessions.begin() as session:
                 vectors = feedback.query_vectors(session, scope.scope_id, query)
                 t0 = time.perf_counter()
-                feedback.leg(session, scope.scope_id, query, vectors)
+                if not hasattr(feedback, "pair_similarity"):  # a leg of one encoder (before issue 45)
+                    vectors = vectors[:1]
+                feedback.leg(session, scope.scope_id, query, vectors[0] if len(vectors) == 1 else vectors or None)
                 leg_ms.append((time.perf_counter() - t0) * 1000)
             for learn, sink in ((True, with_ms), (False, without_ms)):
                 with sessions.begin() as session:
