@@ -9,7 +9,19 @@
 2. Reworded repeats: each chosen query of the first half, reworded by hand (:data:`REWORDED`), is
    searched with the leg: the share that finds the chosen meme first, and S@10 / MRR@10 of the
    rewordings with and without the leg.
-3. Cost: the leg alone (one statement on the caller's session) p50 / p95 in ms, and the fused
+3. Transfer by meaning (issue 45), on bench/transfer_pairs.jsonl (each development query reworded and
+   translated by hand, with three related-but-different queries), split in two halves alternately in
+   file order. The first half calibrates the match threshold of the leg's two encoders combined
+   (``feedback.BOTH``: same language, above all but a tenth of the related queries; other language,
+   above every related query) and prints it beside the shipped one. On the held-out half: the share
+   of rewordings, translations and related queries the rule matches; then a simulated user marks,
+   sends, copies or shares the first relevant meme of each held-out query (top 50), and each
+   partner (rewording, translation) is searched with and without the leg: the chosen meme first and
+   in the top 10; the related queries (each held-out choice alone): how many the leg put the chosen
+   meme higher for, and into the top 10; and the development set's S@10 / MRR@10 with and without
+   the leg while those choices exist (all queries, and those whose own query has no choice).
+   ``--transfer-only`` runs only this part.
+4. Cost: the leg alone (one statement on the caller's session) p50 / p95 in ms, and the fused
    search with and without it, after ``--events`` synthetic events (random memes, ``--queries``
    distinct synthetic queries with random unit vectors per model) are added to the library's own.
    The library is the data dir's: the corpus (~940 memes), or a large one built by bench/scale.py
@@ -21,20 +33,29 @@ The scope's feedback is cleared at the start and at the end (the data dir stays 
 quality.py). Timings on a shared machine are noisy: compare the ratios.
 
 Run: .venv/bin/python bench/feedback.py [--data-dir DIR] [--events 10000] [--queries 3000] [--cost-only]
+     [--transfer-only] [--swap] [--calibrated]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import time
 import uuid
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
 import corpus
+
+PAIRS = Path(__file__).with_name("transfer_pairs.jsonl")
+PARTNERS = ("reworded", "translated")
+#: The share of a calibration half's same-language related queries the threshold may let through (some
+#: differ from their query in one word: "开心地接受邀请" / "婉拒别人的邀请").
+RELATED_ALLOWED = 0.1
 
 #: A small rewording of each development query (the meaning kept, other words).
 REWORDED = {
@@ -118,6 +139,13 @@ def main() -> None:
     parser.add_argument(
         "--cost-only", action="store_true", help="only the cost part (any library, e.g. bench/scale.py's)"
     )
+    parser.add_argument("--transfer-only", action="store_true", help="only the transfer-by-meaning part")
+    parser.add_argument(
+        "--swap", action="store_true", help="transfer: calibrate on the second half, hold out the first"
+    )
+    parser.add_argument(
+        "--calibrated", action="store_true", help="transfer: use the threshold this run calibrates, not the shipped one"
+    )
     args = parser.parse_args()
     data_dir = corpus.use_data_dir(args.data_dir)
     print(f"data dir: {data_dir}")
@@ -148,8 +176,11 @@ def main() -> None:
         if not args.cost_only:
             with sessions.begin() as session:
                 print(f"{len(queries)} queries, {status(session, scope)['memes']} memes")
+        if not args.cost_only and not args.transfer_only:
             simulate(sessions, scope, queries)
-        if args.events > 0:
+        if not args.cost_only:
+            transfer(sessions, scope, queries, swap=args.swap, calibrated=args.calibrated)
+        if args.events > 0 and not args.transfer_only:
             cost(sessions, scope, queries, args.events, args.queries, args.rounds)
     finally:
         with sessions.begin() as session:
@@ -227,6 +258,158 @@ def simulate(sessions, scope, queries: list[dict]) -> None:
     _print_pair(
         _mean(sums["held-out without"]), _mean(sums["held-out with"]), "both rounds, held-out halves (mean of rounds)"
     )
+
+
+def load_pairs() -> list[dict]:
+    """bench/transfer_pairs.jsonl: ``{"qid", "lang", "query", "reworded", "translated", "related": [...]}``."""
+    return [json.loads(line) for line in PAIRS.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def calibrate(similar: list[tuple[float, bool]], related: list[tuple[float, bool]]) -> dict[bool, float]:
+    """``{cross_language: threshold}`` from ``(similarity without the cross-language credit, cross)`` of
+    same-meaning pairs and of related-but-different ones: just above the related queries of the same
+    language but the top :data:`RELATED_ALLOWED` share, and above every one across languages."""
+    found = {}
+    for cross in (False, True):
+        negatives = sorted((s for s, c in related if c == cross), reverse=True)
+        allowed = 0 if cross else int(RELATED_ALLOWED * len(negatives))
+        found[cross] = round(negatives[allowed] + 0.0005, 3) if negatives else 1.0
+    return found
+
+
+def transfer(sessions, scope, queries: list[dict], *, swap: bool, calibrated: bool) -> None:
+    from mewdex.search import feedback, service
+    from mewdex.search import text as search_text
+
+    mapping = corpus.path_to_meme_ids()
+    dev = {q["qid"]: q for q in queries}
+    pairs = load_pairs()
+    calibration, held_out = halves(pairs)[::-1] if swap else halves(pairs)
+    print(
+        f"\ntransfer by meaning: {len(pairs)} hand-made pairs;"
+        f" calibration half {len(calibration)}, held-out {len(held_out)}"
+    )
+    both = hasattr(feedback, "pair_similarity")  # this code matches past queries with both encoders
+
+    def cosines(a: str, b: str) -> dict[str, float]:
+        with sessions.begin() as session:
+            va = {leg: v for leg, _m, v in feedback.query_vectors(session, scope.scope_id, a)}
+            vb = {leg: v for leg, _m, v in feedback.query_vectors(session, scope.scope_id, b)}
+        return {leg: float(va[leg] @ vb[leg]) for leg in va if leg in vb}
+
+    def pair_sets(entries: list[dict]):
+        similar, related = [], []
+        for p in entries:
+            for partner in [p[k] for k in PARTNERS]:
+                similar.append((p["query"], partner))
+            for other in p["related"]:
+                related.append((p["query"], other))
+        return similar, related
+
+    def sim(a: str, b: str) -> tuple[float, bool]:
+        cross = search_text.has_han(a) != search_text.has_han(b)
+        raw = feedback.pair_similarity(cosines(a, b), False, False)
+        return raw, cross
+
+    if both:
+        similar, related = pair_sets(calibration)
+        found = calibrate([sim(a, b) for a, b in similar], [sim(a, b) for a, b in related])
+        credit = round(found[False] - found[True], 3)
+        print(
+            f"  calibrated on {len(similar)} same-meaning and {len(related)} related pairs:"
+            f" threshold {found[False]:.3f}"
+            f" (same language), {found[True]:.3f} (other language: credit {credit:+.3f});"
+            f" shipped {feedback.MIN_SIMILARITY[feedback.BOTH]:.3f}, credit {feedback.CROSS_LANGUAGE_CREDIT:+.3f}"
+        )
+        if calibrated:
+            feedback.MIN_SIMILARITY[feedback.BOTH] = found[False]
+            feedback.CROSS_LANGUAGE_CREDIT = credit
+            print("  (this run uses the calibrated threshold)")
+    else:
+        print("  (this code matches past queries with one encoder, USE: nothing to calibrate)")
+
+    def matches(a: str, b: str) -> bool:
+        """Whether the leg of this code counts ``b`` as a past query of ``a``'s meaning."""
+        if both:
+            raw, cross = sim(a, b)
+            return raw + (feedback.CROSS_LANGUAGE_CREDIT if cross else 0.0) >= feedback.MIN_SIMILARITY[feedback.BOTH]
+        return cosines(a, b)["use"] >= feedback.MIN_SIMILARITY["use"]
+
+    similar, related = pair_sets(held_out)
+    for name, group in (("rewordings", similar[0::2]), ("translations", similar[1::2]), ("related", related)):
+        matched = sum(matches(a, b) for a, b in group)
+        print(f"  held-out {name:12s} matched by the rule: {matched}/{len(group)} = {matched / len(group):.3f}")
+
+    def ranked(query: str, learn: bool, n: int = 10) -> list[str]:
+        with sessions.begin() as session:
+            return [r.id for r in service.search(session, scope, query, n, learn=learn).results]
+
+    def relevant(qid: str) -> set[str]:
+        return {mapping[p] for p in dev[qid]["relevant"] if p in mapping}
+
+    with sessions.begin() as session:
+        feedback.clear(session, scope)
+    chosen: dict[str, str] = {}
+    kinds = ("mark", "send", "copy", "share")
+    for i, p in enumerate(held_out):
+        top = ranked(p["query"], True, TOP)
+        rank = first_relevant(top, relevant(p["qid"]))
+        if rank is None:
+            continue
+        with sessions.begin() as session:
+            feedback.record(session, scope, p["query"], top[rank - 1], kinds[i % len(kinds)], "search")
+        chosen[p["qid"]] = top[rank - 1]
+    print(
+        f"  the user chose a relevant meme for {len(chosen)} of {len(held_out)} held-out queries (mark/send/copy/share)"
+    )
+    for partner in PARTNERS:
+        line = []
+        for learn in (False, True):
+            ranks = []
+            for p in held_out:
+                if p["qid"] in chosen:
+                    top = ranked(p[partner], learn)
+                    ranks.append(top.index(chosen[p["qid"]]) + 1 if chosen[p["qid"]] in top else None)
+                    if learn and ranks[-1] != 1:
+                        print(f"    not first: {p['qid']} {p[partner]!r}: the chosen meme at {ranks[-1]}")
+            first = sum(1 for r in ranks if r == 1)
+            ten = sum(1 for r in ranks if r is not None)
+            line.append(
+                f"{'with' if learn else 'without'} the leg: first {first}/{len(ranks)} = {first / len(ranks):.3f},"
+                f" top 10 {ten}/{len(ranks)} = {ten / len(ranks):.3f}"
+            )
+        print(f"  held-out {partner:10s} partner, the chosen meme: " + "; ".join(line))
+    lists = {learn: [ranked(q["query"], learn) for q in queries] for learn in (False, True)}
+    # Related queries, each entry's choice alone (other entries' choices may rightly lift the same meme:
+    # q010 and q054 ask for one meme).
+    higher = into_top = total = 0
+    for i, p in enumerate(held_out):
+        if p["qid"] not in chosen:
+            continue
+        with sessions.begin() as session:
+            feedback.clear(session, scope)
+            feedback.record(session, scope, p["query"], chosen[p["qid"]], kinds[i % len(kinds)], "search")
+        for other in p["related"]:
+            total += 1
+            a, b = ranked(other, False, TOP), ranked(other, True, TOP)
+            ra = a.index(chosen[p["qid"]]) + 1 if chosen[p["qid"]] in a else TOP + 1
+            rb = b.index(chosen[p["qid"]]) + 1 if chosen[p["qid"]] in b else TOP + 1
+            higher += rb < ra
+            into_top += rb <= 10 < ra
+    print(
+        f"  held-out related queries (each entry's choice alone): the leg put the chosen meme higher for"
+        f" {higher}/{total}, into the top 10 for {into_top}/{total}"
+    )
+    with_own = {p["qid"] for p in held_out if p["qid"] in chosen}
+    for title, own in (("all development queries", True), ("those with no choice of their own", False)):
+        picked = [(q, i) for i, q in enumerate(queries) if own or q["qid"] not in with_own]
+        rows = {
+            learn: [(q["type"], first_relevant(lists[learn][i], relevant(q["qid"]))) for q, i in picked]
+            for learn in (False, True)
+        }
+        _print_pair(metrics(rows[False]), metrics(rows[True]), f"{title} ({len(picked)}), the held-out choices kept")
+    with sessions.begin() as session:
+        feedback.clear(session, scope)
 
 
 def _mean(results: list[dict]) -> dict:
@@ -322,7 +505,9 @@ def cost(sessions, scope, queries: list[dict], events: int, distinct: int, round
             with sessions.begin() as session:
                 vectors = feedback.query_vectors(session, scope.scope_id, query)
                 t0 = time.perf_counter()
-                feedback.leg(session, scope.scope_id, query, vectors[0] if vectors else None)
+                if not hasattr(feedback, "pair_similarity"):  # a leg of one encoder (before issue 45)
+                    vectors = vectors[:1]
+                feedback.leg(session, scope.scope_id, query, vectors[0] if len(vectors) == 1 else vectors or None)
                 leg_ms.append((time.perf_counter() - t0) * 1000)
             for learn, sink in ((True, with_ms), (False, without_ms)):
                 with sessions.begin() as session:

@@ -2,7 +2,8 @@
 for a query in one language lifts that meme for a paraphrase in the other, with ``why``; clearing
 removes the effect; the assistant's "换一个" moves its conversation on and changes nothing elsewhere
 (issue 45); a rejection is forgotten by its own entry; the per-account off switch; feedback never
-crosses scopes; downloads from a result and the CLI."""
+crosses scopes; downloads from a result and the CLI; a choice transfers by meaning (both encoders)
+to a rewording and a translation, not to a related request."""
 
 from __future__ import annotations
 
@@ -71,6 +72,44 @@ def test_a_mark_lifts_the_meme_for_a_paraphrase_in_the_other_language_and_cleari
         cleared = _search(c, EN)
         assert _rank(cleared, chosen) == _rank(before, chosen) and all(r["why"] is None for r in cleared)
         assert c.get("/api/v1/feedback").json()["events"] == []
+
+
+#: A query, the same request in other words and in the other language, and related requests for other
+#: memes (bench/transfer_pairs.jsonl's q022): one encoder alone (USE ≥ 0.54) matched the related ones too.
+CAT = "cat with a permanently angry frown"
+CAT_SAME = ("grumpy cat that always looks annoyed", "一直皱着眉、一脸怒气的猫")
+CAT_RELATED = ("happy cat purring on a lap", "猫咪在睡觉")
+#: q058 and its translation: USE alone puts them at 0.51, below its threshold; both encoders match them.
+LAUGH = "实在憋不住了，笑出声"
+LAUGH_EN = "I couldn't hold it in any more and burst out laughing"
+
+
+def test_a_mark_transfers_to_a_rewording_and_a_translation_and_not_to_a_related_query(learned, sessions):
+    from mewdex.search import feedback
+
+    with sessions.begin() as session:
+        assert {leg for leg, _m, _v in feedback.query_vectors(session, learned.scope_id, CAT)} == {"use", "e5"}
+    with client_for(learned) as c:
+        queries = (*CAT_SAME, *CAT_RELATED, LAUGH_EN)
+        before = {q: _search(c, q) for q in queries}
+        # The weakest result of the marked query: nothing about it says "angry cat" (nor laughing).
+        chosen = _search(c, CAT)[-1]["id"]
+        laughing = next(r["id"] for r in reversed(_search(c, LAUGH)) if r["id"] != chosen)
+        for query, meme in ((CAT, chosen), (LAUGH, laughing)):
+            assert c.post("/api/v1/search/marks", json={"query": query, "meme_id": meme}).status_code == 201
+        for query, marked, meme in (
+            (CAT_SAME[0], CAT, chosen),  # a rewording
+            (CAT_SAME[1], CAT, chosen),  # en → zh
+            (LAUGH_EN, LAUGH, laughing),  # zh → en
+        ):
+            after = _search(c, query)
+            rank = _rank(after, meme)
+            assert rank is not None and rank <= 3, (query, rank, _rank(before[query], meme))
+            assert after[rank - 1]["why"] == f"you picked this for '{marked}'"
+        for query in CAT_RELATED:  # another request about a cat: the choice does not follow it
+            after = _search(c, query)
+            assert _rank(after, chosen) == _rank(before[query], chosen), query
+            assert all(r["why"] is None for r in after), query
 
 
 def test_strong_exact_caption_match_stays_first_over_a_neighbours_lift(learned):
@@ -217,9 +256,10 @@ def test_feedback_never_crosses_scopes(learned, sessions, store, mewdex_env):
         own = add_image(sessions, store, other, buffer.getvalue(), filename="own.png", provenance={}, process=False)
         with sessions.begin() as session:
             vectors = feedback.query_vectors(session, learned.scope_id, EN)
-            assert vectors  # the sample's text models
-            assert feedback.leg(session, learned.scope_id, EN, vectors[0]).net  # its own scope sees it
-            assert feedback.leg(session, other.scope_id, EN, vectors[0]).empty
+            assert len(vectors) == 2  # the sample's text models: past queries match with both
+            assert feedback.leg(session, learned.scope_id, EN, vectors).net  # its own scope sees it
+            assert feedback.leg(session, other.scope_id, EN, vectors).empty
+            assert feedback.leg(session, other.scope_id, EN, vectors[0]).empty  # one model alone neither
             assert feedback.leg(session, other.scope_id, ZH).empty
         with client_for(learned) as c:
             theirs = c.get("/api/v1/feedback").json()["events"][0]["id"]

@@ -10,9 +10,11 @@ of a scope is embedded once per active text model (``search_feedback_queries``; 
 the search's query cache, :mod:`mewdex.search.query_vectors`).
 
 The leg (:func:`leg`): the scope's past queries nearest to this one — the same query first (its folded
-key), then up to :data:`NEIGHBOURS` by cosine over the preferred model's per-model HNSW index (USE,
-else e5: both multilingual, so a ✓ for "打工人下班累瘫了" helps "exhausted office worker after work") —
-and their events give each meme ``Σ similarity × kind weight × recency`` (:data:`KIND_WEIGHTS`,
+key), then the past queries of the same meaning (issue 45): up to :data:`NEIGHBOURS` nearest by each
+text model's per-model HNSW index (USE and e5, both multilingual), kept when their cosines combined
+(:data:`BOTH`) reach a threshold calibrated on hand-made rewordings, translations and related queries
+(bench/transfer_pairs.jsonl), so a ✓ for "打工人下班累瘫了" helps "exhausted office worker after work" and
+not "打工人上班摸鱼" — and their events give each meme ``Σ similarity × kind weight × recency`` (:data:`KIND_WEIGHTS`,
 half-life :data:`HALF_LIFE_DAYS`). The search service fuses it (:func:`mewdex.search.service.search`):
 a lift of at most :data:`LIFT` fused-score units, saturating with the count; a strong lexical or
 exact-phrase match is never buried by lifts from other queries' feedback (it stays second at worst).
@@ -94,19 +96,38 @@ EXACT_QUERY_ROWS = 1000
 NEIGHBOURS = 16
 #: Events read per past query (newest first).
 EVENTS_PER_QUERY = 50
-#: The text legs whose model embeds past queries, in order of preference, with the cosine below which
-#: a past query is not "the same meaning". Measured on the development queries and their rewordings
-#: (bench/feedback.py's REWORDED): USE puts a rewording at 0.62–0.95 (median 0.86), two different
-#: queries sharing a relevant meme (mostly across languages) at 0.44–0.56, and unrelated pairs at
-#: ≤ 0.539 (the highest, "别慌，保持冷静" / "实在憋不住了，笑出声"): 0.54 keeps every unrelated pair out.
-#: e5's cosines crowd together (rewordings 0.91–0.99, unrelated pairs up to 0.92): a fallback only.
+#: The text legs whose model embeds past queries, in order of preference. With both, a past query is
+#: matched by :data:`BOTH`: their cosines combined; with one, by that model's cosine alone (a fallback).
 MODEL_LEGS = ("use", "e5")
-MIN_SIMILARITY = {"use": 0.54, "e5": 0.93}
-#: The cosine at which a past query would count nothing: a neighbour counts (cos − floor) / (1 − floor).
-SIMILARITY_FLOOR = {"use": 0.45, "e5": 0.9}
-#: The cosine from which a past query is the same request reworded (dev queries: rewordings ≥ 0.62,
-#: different requests ≤ 0.56): only such a lift may pass a strong lexical match (see ``fuse_feedback``).
-REWORDED_SIMILARITY = {"use": 0.6, "e5": 0.96}
+#: Both encoders together: a past query's similarity is ``Σ MODEL_WEIGHTS[leg] × cosine`` (1 for the same
+#: text), plus :data:`CROSS_LANGUAGE_CREDIT` when one of the two is written in Han
+#: characters and the other is not (:func:`mewdex.search.text.has_han`).
+BOTH = "both"
+#: Measured on bench/transfer_pairs.jsonl (each development query reworded and translated by hand, with
+#: three related-but-different queries): e5 separates a same-language rewording from a related query
+#: better than USE (whose cosines spread wide: rewordings 0.33–0.87, related queries up to 0.77), USE
+#: separates a translation from a query of other words better; the mix beats either alone on both
+#: (threshold set on the first half, share of the second half's partners matched: same language, with a
+#: tenth of related queries let through, USE 0.65, e5 0.60, the mix 0.75; other language, with none
+#: let through, 0.50, 0.35, 0.85).
+MODEL_WEIGHTS = {"use": 0.25, "e5": 0.75}
+#: Both encoders put a translation lower than a same-language rewording of the same meaning (combined,
+#: all 40 pairs: translations 0.72–0.87, related queries in the other language 0.60–0.76; same language:
+#: rewordings 0.73–0.94, related queries 0.60–0.91): the gap of the two thresholds calibrated on the
+#: pairs' first half (bench/feedback.py, ``calibrate``), so one threshold serves both.
+CROSS_LANGUAGE_CREDIT = 0.062
+#: The similarity below which a past query is not "the same meaning": for :data:`BOTH`, calibrated on
+#: the first half of bench/transfer_pairs.jsonl (same language: above all but a tenth of the related
+#: queries — some differ from the query in one word, "开心地接受邀请" / "婉拒别人的邀请"; other language:
+#: above every related query). Held-out half: 16/20 rewordings, 18/20 translations and 6/60 related
+#: queries match (USE ≥ 0.54 alone: 17, 17, 6); over all 40 pairs 30, 38 and 10/120 (USE alone: 34, 36,
+#: 15/120). One model alone: USE puts unrelated pairs at ≤ 0.539; e5's cosines crowd together.
+MIN_SIMILARITY = {BOTH: 0.818, "use": 0.54, "e5": 0.93}
+#: The similarity at which a past query would count nothing: a neighbour counts (sim − floor) / (1 − floor).
+SIMILARITY_FLOOR = {BOTH: 0.7, "use": 0.45, "e5": 0.9}
+#: The similarity from which a past query is the same request reworded: only such a lift may pass a
+#: strong lexical match (see ``fuse_feedback``).
+REWORDED_SIMILARITY = {BOTH: 0.86, "use": 0.6, "e5": 0.96}
 #: The most the leg adds to a meme's fused score (RRF with k = 5: a meme first in every leg has 0.58).
 LIFT = 1.5
 #: Net feedback for this very query from which a result counts as chosen (``high`` confidence): a
@@ -474,48 +495,91 @@ _LEG_HEAD = """
 _NEIGHBOURS = """
         UNION ALL
         SELECT query_key, 1 - {exact} FROM ({nearest}) n"""
+#: Both encoders: the past queries nearest by either model, each with its combined similarity
+#: (:data:`MODEL_WEIGHTS`, :data:`CROSS_LANGUAGE_CREDIT`); one a model has no vector for counts nothing.
+_BOTH_NEIGHBOURS = """
+        UNION ALL
+        SELECT c.query_key, {combined}
+               + CASE WHEN (c.query_key ~ :han) <> :query_han THEN :cross_credit ELSE 0 END
+        FROM ({candidates}) c"""
+_MODEL_COSINE = (
+    ":weight_{m} * (SELECT 1 - {exact} FROM search_feedback_queries p WHERE p.scope_id = :scope"
+    " AND p.model = :model_{m} AND p.dimensions = :dims_{m} AND p.query_key = c.query_key)"
+)
 #: The scope's past queries of the model, nearest first (an exact scan of a scope with few of them).
 _PAST_QUERIES = (
     "SELECT query_key, embedding FROM search_feedback_queries"
-    " WHERE scope_id = :scope AND model = :model AND dimensions = :dims"
+    " WHERE scope_id = :scope AND model = :model{m} AND dimensions = :dims{m}"
 )
+
+Vector = tuple[str, str, np.ndarray]
 
 
 def leg(
     session: Session,
     scope_id: str,
     query: str,
-    vector: tuple[str, str, np.ndarray] | None = None,
+    vector: Vector | list[Vector] | None = None,
     filters: SearchFilters | None = None,
 ) -> LegResult:
     """The feedback leg for ``query`` (as searched) in the scope: one statement (plus the HNSW
-    settings for the transaction when a ``vector`` — ``(leg, model, embedding)`` of the query, see
-    :func:`query_vectors` — looks up neighbours). ``filters`` keep only the memes that pass them (as
-    the other legs). Empty with learning off or no feedback."""
+    settings for the transaction when vectors look up neighbours). ``vector``: the query's
+    ``(leg, model, embedding)`` for one model, or the list :func:`query_vectors` gives — with both
+    :data:`MODEL_LEGS`, past queries match by :data:`BOTH` (their cosines combined, calibrated on
+    bench/transfer_pairs.jsonl), with one by that model alone; with none only this very query counts.
+    ``filters`` keep only the memes that pass them (as the other legs). Empty with learning off or no
+    feedback."""
     started = time.perf_counter()
     key = fold_key(search_text.clean_query(" ".join(query.split())))
     params: dict[str, Any] = {"scope": scope_id, "key": key, "per_query": EVENTS_PER_QUERY}
+    vectors = [vector] if isinstance(vector, tuple) else list(vector or [])
+    by_leg = {v[0]: v for v in vectors if v[0] in MODEL_LEGS}
     neighbours = ""
     leg_name = "exact"
-    if vector is not None:
-        leg_name, model, q = vector
+    if all(m in by_leg for m in MODEL_LEGS):
+        leg_name = BOTH
+        nearest, cosines = [], []
+        for m in MODEL_LEGS:
+            _leg, model, q = by_leg[m]
+            dims = int(q.shape[0])
+            nearest.append(
+                exact_or_hnsw(
+                    _PAST_QUERIES.format(m=f"_{m}"),
+                    vector_index.exact_distance_sql(dims, f"query_{m}"),
+                    vector_index.distance_sql(dims, f"query_{m}"),
+                    f"search_feedback_queries WHERE scope_id = :scope AND model = :model_{m}",
+                    limit="neighbours",
+                )
+            )
+            cosines.append(_MODEL_COSINE.format(m=m, exact=vector_index.exact_distance_sql(dims, f"query_{m}")))
+            params |= {
+                f"model_{m}": model,
+                f"dims_{m}": dims,
+                f"query_{m}": np.asarray(q, dtype=np.float32),
+                f"weight_{m}": MODEL_WEIGHTS[m],
+            }
+        candidates = " UNION ".join(f"SELECT query_key FROM ({n}) n{i}" for i, n in enumerate(nearest))
+        neighbours = _BOTH_NEIGHBOURS.format(combined="\n             + ".join(cosines), candidates=candidates)
+        params |= {
+            "han": search_text.HAN_PATTERN,
+            "query_han": search_text.has_han(key),
+            "cross_credit": CROSS_LANGUAGE_CREDIT,
+        }
+    elif vectors:
+        leg_name, model, q = vectors[0]
         dims = int(q.shape[0])
         exact = vector_index.exact_distance_sql(dims)
-        nearest = exact_or_hnsw(
-            _PAST_QUERIES,
+        nearest_one = exact_or_hnsw(
+            _PAST_QUERIES.format(m=""),
             exact,
             vector_index.distance_sql(dims),
             "search_feedback_queries WHERE scope_id = :scope AND model = :model",
             limit="neighbours",
         )
-        neighbours = _NEIGHBOURS.format(exact=exact, nearest=nearest)
-        params |= {
-            "model": model,
-            "dims": dims,
-            "query": np.asarray(q, dtype=np.float32),
-            "neighbours": NEIGHBOURS,
-            "exact_rows": EXACT_QUERY_ROWS,
-        }
+        neighbours = _NEIGHBOURS.format(exact=exact, nearest=nearest_one)
+        params |= {"model": model, "dims": dims, "query": np.asarray(q, dtype=np.float32)}
+    if neighbours:
+        params |= {"neighbours": NEIGHBOURS, "exact_rows": EXACT_QUERY_ROWS}
         hnsw_settings(session, max(40, NEIGHBOURS))
     params["min_sim"] = MIN_SIMILARITY.get(leg_name, 1.0)
     keeps, filter_params = exists_sql(filters, "e.meme_id")
@@ -526,6 +590,13 @@ def leg(
     result.reworded_at = similarity_weight(REWORDED_SIMILARITY.get(leg_name, 1.0), 0.0, False, floor)
     result.took_ms = (time.perf_counter() - started) * 1000
     return result
+
+
+def pair_similarity(cosines: dict[str, float], han_a: bool, han_b: bool) -> float:
+    """The :data:`BOTH` similarity of two queries from their cosines per leg of :data:`MODEL_LEGS` and
+    whether each is written with Han characters: what :func:`leg` computes in SQL (the benches
+    calibrate and check it with this)."""
+    return sum(MODEL_WEIGHTS[m] * cosines[m] for m in MODEL_LEGS) + (CROSS_LANGUAGE_CREDIT if han_a != han_b else 0.0)
 
 
 def similarity_weight(sim: float, min_sim: float, exact: bool, floor: float = 0.0) -> float:

@@ -242,9 +242,9 @@ def _feedback_leg(
     session: Session, scope_id: str, query: str, cleaned: str, filters: SearchFilters | None
 ) -> feedback.LegResult:
     """The feedback leg on the caller's session (the other legs run on their own connections meanwhile):
-    the preferred model's query vector comes from the query cache :func:`embed_queries` filled."""
-    vectors = feedback.query_vectors(session, scope_id, cleaned)
-    return feedback.leg(session, scope_id, query, vectors[0] if vectors else None, filters)
+    both text models' query vectors (past queries match by meaning with both) come from the query cache
+    :func:`embed_queries` filled."""
+    return feedback.leg(session, scope_id, query, feedback.query_vectors(session, scope_id, cleaned), filters)
 
 
 def fuse_feedback(

@@ -48,6 +48,8 @@ _WS = re.compile(r"\s+")
 # Han ideographs (CJK Unified + Ext A + compatibility), used to route runs to jieba.
 _HAN_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HAN_RUN = re.compile(f"[{_HAN_CLASS}]+")
+#: One Han ideograph, as a regular expression both Python and PostgreSQL (``~``) read the same way.
+HAN_PATTERN = f"[{_HAN_CLASS}]"
 # A "word" outside Han: letters/digits/marks of any script, plus in-word joiners we split later.
 _RUN = re.compile(f"[{_HAN_CLASS}]+|[^\\W_{_HAN_CLASS}]+(?:['’_\\-.][^\\W_{_HAN_CLASS}]+)*", re.UNICODE)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_A-Za-z]+", re.UNICODE)
