@@ -15,6 +15,7 @@ from sqlalchemy import text
 
 from conftest import MEWDEX_BIN, case_file, client_for, wait_until
 from it_helpers import counts
+from mewdex.cli.common import ExitCode
 
 STATUS_KEYS = {"queued", "running", "succeeded", "failed"}
 
@@ -269,7 +270,7 @@ def test_serve_on_a_busy_port_says_so_before_anything_else(mewdex_env):
         busy.listen()
         port = busy.getsockname()[1]
         proc = mewdex_env.cli("serve", "--port", str(port), timeout=60)
-    assert proc.returncode == 1
+    assert proc.returncode == ExitCode.CONFLICT  # the port is in use
     assert proc.stdout == ""
     assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
 
@@ -279,7 +280,7 @@ def test_db_stop_refuses_while_the_database_is_in_use(mewdex_env, sessions):
     with sessions.begin() as session:
         session.execute(text("SELECT 1"))  # this test process holds a connection
     proc = mewdex_env.cli("db", "stop", timeout=60)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == ExitCode.CONFLICT, proc.stdout + proc.stderr  # the database is in use
     assert "in use by" in proc.stderr and f":{os.getpid()}" in proc.stderr
     assert "stopped" not in proc.stdout
     with sessions.begin() as session:  # still running

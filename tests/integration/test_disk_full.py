@@ -16,6 +16,7 @@ from PIL import Image
 from sqlalchemy import select
 
 from conftest import MEWDEX_BIN, TEST_ENV, client_for
+from mewdex.cli.common import ExitCode
 
 
 def png(seed: int) -> bytes:
@@ -132,7 +133,7 @@ def test_cli_import_whose_database_goes_away_ends_with_a_message(tmp_path):
         postmaster = int((pgdata / "postmaster.pid").read_text().splitlines()[0])
         os.kill(postmaster, signal.SIGKILL)
         out, errors = proc.communicate(timeout=120)
-        assert proc.returncode == 1, out[-2000:] + errors[-2000:]
+        assert proc.returncode == ExitCode.UNAVAILABLE, out[-2000:] + errors[-2000:]  # the database went away
         assert len(out.splitlines()) < 79, "the import finished before the database was killed"
         assert "Traceback" not in errors, errors[-3000:]
         assert "the database became unavailable during the import" in " ".join(errors.split())

@@ -340,7 +340,7 @@ def test_delete_removes_rows_and_files(app_store, client, sessions, scope):
     keep_id = created_id(client, 501)
     with sessions.begin() as session:
         collections.add_items(session, scope, collection_id, [meme_id, keep_id])
-    assert client.delete(f"/api/v1/memes/{meme_id}", headers={"If-Match": "7"}).status_code == 409
+    assert client.delete(f"/api/v1/memes/{meme_id}", headers={"If-Match": "7"}).status_code == 412  # a stale If-Match
     assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204
     assert client.get(f"/api/v1/memes/{meme_id}").status_code == 404
     assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 404

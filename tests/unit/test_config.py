@@ -58,7 +58,7 @@ def test_worker_nice_out_of_range_is_rejected(monkeypatch):
     ],
 )
 def test_list_settings_take_commas_or_json(monkeypatch, value, expected):
-    # (MEWDEX_TRUSTED_PROXIES takes the same forms but only addresses: tests/unit/test_client_address.py)
+    # (MEWDEX_TRUSTED_PROXIES takes the same forms but only addresses: tests/unit/test_client_address_rules.py)
     for name in ("EGRESS_ALLOW_HOSTS", "ALLOWED_HOSTS", "METRICS_ALLOW"):
         monkeypatch.setenv(f"MEWDEX_{name}", value)
     settings = Settings(_env_file=None)

@@ -9,9 +9,10 @@ from mewdex.search.vector_index import index_name, made_index
 def _definition(name: str, table: str = "meme_embeddings", model: str = "intfloat/e5-small", dims: int = 384) -> str:
     """An index as ``pg_get_indexdef`` shows what ``ensure_index`` made."""
     literal = model.replace("'", "''")
+    column = "model" if table == "search_feedback_queries" else "(model)::text"  # a text column, a varchar one
     return (
         f"CREATE INDEX {name} ON public.{table} USING hnsw (((embedding)::public.halfvec({dims})) "
-        f"public.halfvec_cosine_ops) WITH (m='32', ef_construction='200') WHERE (((model)::text = "
+        f"public.halfvec_cosine_ops) WITH (m='32', ef_construction='200') WHERE (({column} = "
         f"'{literal}'::text) AND (dimensions = {dims}))"
     )
 

@@ -30,7 +30,7 @@ def serve(
     settings = get_settings()
     if problem := _port_problem(host or settings.host, port or settings.port):
         err.print(f"[red]error:[/red] {problem}")
-        raise typer.Exit(ExitCode.UNAVAILABLE)
+        raise typer.Exit(ExitCode.CONFLICT)  # in use, as a database in use is
     _setup_logging()
     from mewdex.platform.auth import startup_problem
 

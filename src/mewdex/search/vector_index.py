@@ -27,7 +27,11 @@ HNSW_WITH = f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
 #: only indexes mewdex makes outside its migrations (restore recognises them: :func:`made_index`).
 INDEXED_TABLES = ("meme_embeddings", "meme_visual_embeddings", "search_feedback_queries")
 _MADE_NAME = re.compile(r"ix_(\w+)_hnsw_[0-9a-f]{10}_(\d{1,5})")
-_MADE_PREDICATE = re.compile(r" WHERE \(\(\(model\)::text = '((?:[^']|'')*)'::text\) AND \(dimensions = (\d{1,5})\)\)$")
+#: ``pg_get_indexdef`` writes the predicate ``(model)::text = …`` over a varchar column (the embedding
+#: tables) and ``model = …`` over a text one (``search_feedback_queries``).
+_MADE_PREDICATE = re.compile(
+    r" WHERE \(\((?:\(model\)::text|model) = '((?:[^']|'')*)'::text\) AND \(dimensions = (\d{1,5})\)\)$"
+)
 
 
 def index_name(table: str, model: str, dimensions: int) -> str:

@@ -151,7 +151,7 @@ def guides_dir() -> Path:
 @lru_cache(maxsize=GUIDE_CACHE)
 def _guide_html(path: Path, mtime: float) -> tuple[str, str]:
     """``(title, body HTML)`` of one guide: CommonMark + tables, raw HTML in the markdown escaped
-    (``html`` off), links to a sibling ``x.md`` pointed at its page."""
+    (``html`` off), links to a sibling ``x.md`` pointed at its page (relative, so under the base path too)."""
     from markdown_it import MarkdownIt
 
     text = path.read_text(encoding="utf-8")
@@ -166,7 +166,7 @@ def _guide_html(path: Path, mtime: float) -> tuple[str, str]:
         for child in tok.children or ():
             href = child.attrGet("href") if child.type == "link_open" else None
             if isinstance(href, str) and href.endswith(".md") and "/" not in href:
-                child.attrSet("href", f"/help/channels/{href[:-3]}")
+                child.attrSet("href", href[:-3])  # a sibling page, relative: under any base path
             elif isinstance(href, str) and href.startswith(("http://", "https://")):
                 child.attrSet("target", "_blank")
                 child.attrSet("rel", "noopener")

@@ -94,7 +94,7 @@ def _retry_after(exc: service.Overloaded) -> int:
 
 def _search_response(request: Request, template: str, context: dict):
     """The search page or fragment; 503 with ``Retry-After`` when the search was refused as overloaded."""
-    context = {**context, "retry_href": "/?" + request.url.query if request.url.query else "/"}
+    context = {**context, "retry_href": prefix(request, "/?" + request.url.query if request.url.query else "/")}
     retry_after = context.get("retry_after")
     response = render(request, template, context, status_code=200 if retry_after is None else 503)
     if retry_after is not None:
