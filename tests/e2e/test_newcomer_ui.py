@@ -161,7 +161,11 @@ def test_tasks_table_headers_sit_over_their_columns(browser, admin):
                     assert abs(h_left - c_left) <= 1 and abs(h_right - c_right) <= 1, columns
             assert columns["table"] <= columns["wrap"] + 1, columns  # no sideways scrolling at 1280
             # Each row's bottom line is drawn at one height across every column (it was a pixel off under
-            # the buttons): find the line's rows of pixels at the left of each column.
+            # the buttons): find the line's rows of pixels at the left of each column. The window is made as
+            # tall as the page first: a table taller than the window is shot scrolled, with the sticky header
+            # painted over its rows (it failed so after other tests had queued many tasks).
+            height = pg.evaluate("() => Math.ceil(document.documentElement.scrollHeight)")
+            pg.set_viewport_size({"width": SIZES["1280"]["width"], "height": max(height, SIZES["1280"]["height"])})
             image = Image.open(io.BytesIO(pg.locator("table.tasks").screenshot())).convert("RGB")
             lines = []
             for left, _right in columns["head"]:
