@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mewdex.search import tags as search_tags
 from mewdex.search import text as search_text
 
 FOLLOW_UPS = {
@@ -65,8 +66,13 @@ def is_follow_up(text: str) -> bool:
 
 def strip_chat_phrasing(text: str, *, keep_if_empty: bool = True) -> str:
     """``text`` without the request around the query: search's own query cleaning
-    (:func:`mewdex.search.text.strip_request`: "给我一张表示无语的表情包" → "无语")."""
-    return search_text.strip_request(text, keep_if_empty=keep_if_empty)
+    (:func:`mewdex.search.text.strip_request`: "给我一张表示无语的表情包" → "无语"); ``tag:`` words
+    (:func:`mewdex.search.tags.parse_query`) are kept whole for the search to read."""
+    parsed = search_tags.parse_query(text)
+    if not parsed.has_tags:
+        return search_text.strip_request(text, keep_if_empty=keep_if_empty)
+    rest = search_text.strip_request(parsed.text, keep_if_empty=False) if parsed.text else ""
+    return f"{rest} {parsed.tag_words()}".strip()
 
 
 def parse(text: str, collections: dict[str, str] | None = None) -> ParsedMessage:

@@ -7,6 +7,7 @@ human ``message`` and optional ``details``; the web layer alone maps codes to HT
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from pydantic import BaseModel
@@ -41,3 +42,17 @@ class ErrorBody(BaseModel):
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details}}
+
+
+# Format characters (Cf) that may stay in a name: the joiners inside emoji and Indic/Persian text,
+# and the tag characters of subdivision flags (🏴 + tags).
+_KEPT_FORMAT = frozenset("\u200c\u200d" + "".join(chr(c) for c in range(0xE0020, 0xE0080)))
+
+
+def strip_format_characters(value: str) -> str:
+    """``value`` NFC without invisible format characters (Unicode category Cf: bidi overrides and
+    isolates, zero-width spaces, BOM …) except the joiners ZWJ/ZWNJ and emoji tag characters. The one rule every
+    user-visible name (meme, collection, user, token) passes through so no name can disguise itself."""
+    return "".join(
+        ch for ch in unicodedata.normalize("NFC", value) if ch in _KEPT_FORMAT or unicodedata.category(ch) != "Cf"
+    )

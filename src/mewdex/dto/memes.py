@@ -78,6 +78,7 @@ class Meme(MemeBrief):
     stages: dict[str, StageStatus]
     revision: int
     updated_at: Timestamp
+    tags: list[str] = Field(default_factory=list, description="the meme's tags, sorted (normalised names)")
 
 
 class MemePage(Dto):
@@ -88,7 +89,52 @@ class MemePage(Dto):
 
 
 class RenameRequest(Dto):
-    display_name: str
+    """``PATCH /api/v1/memes/{id}``: any of ``display_name`` (rename) and ``tags`` (the meme's whole tag
+    list: up to 50 names of up to 64 characters, normalised)."""
+
+    display_name: str | None = None
+    tags: list[str] | None = Field(None, max_length=200)
+
+
+class TagEditRequest(Dto):
+    """``POST /api/v1/memes/tags``: add ``add`` to and take ``remove`` from every meme of ``ids``
+    (1–500 of the caller's memes), all or nothing."""
+
+    ids: list[str] = Field(min_length=1, max_length=500)
+    add: list[str] = Field(default_factory=list, max_length=50)
+    remove: list[str] = Field(default_factory=list, max_length=50)
+
+
+class MemeTags(Dto):
+    id: str
+    tags: list[str]
+
+
+class TagEditResult(Dto):
+    """Each edited meme's tags after the edit, in request order."""
+
+    items: list[MemeTags]
+
+
+class TagCount(Dto):
+    name: str
+    count: int = Field(description="how many of the caller's memes have the tag")
+
+
+class TagList(Dto):
+    """The caller's tags, most used first, then by name."""
+
+    items: list[TagCount]
+
+
+class TagRenameRequest(Dto):
+    """``PATCH /api/v1/tags/{name}``: the tag's new ``name`` (an existing tag's name merges the two)."""
+
+    name: str
+
+
+class TagRenamed(TagCount):
+    merged: bool = Field(description="the new name existed: the two tags are one now")
 
 
 class UploadError(Dto):

@@ -24,7 +24,9 @@ class SearchFilters(BaseModel):
     ``collection_ids``: members of any of these collections; ``animated``: only animated (true) or
     only still (false) images; ``formats``: only these image formats; ``status``: the latest
     processing job's status (or ``pending`` / ``none``); ``created_from`` (inclusive) /
-    ``created_to`` (exclusive): the meme's creation time (ISO 8601; without an offset, UTC).
+    ``created_to`` (exclusive): the meme's creation time (ISO 8601; without an offset, UTC);
+    ``tags``: memes with every one of these tags; ``not_tags``: memes with none of them (names as a
+    search's ``tag:NAME`` reads them, folded the way tags are stored).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -37,6 +39,8 @@ class SearchFilters(BaseModel):
     ) = None
     created_from: datetime | None = None
     created_to: datetime | None = None
+    tags: list[str] | None = Field(None, max_length=10)
+    not_tags: list[str] | None = Field(None, max_length=10)
 
     @field_validator("collection_ids")
     @classmethod
@@ -59,7 +63,16 @@ class SearchFilters(BaseModel):
     def empty(self) -> bool:
         return not any(
             v is not None
-            for v in (self.collection_ids, self.animated, self.formats, self.status, self.created_from, self.created_to)
+            for v in (
+                self.collection_ids,
+                self.animated,
+                self.formats,
+                self.status,
+                self.created_from,
+                self.created_to,
+                self.tags or None,
+                self.not_tags or None,
+            )
         )
 
 

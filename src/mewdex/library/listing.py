@@ -26,6 +26,7 @@ from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, Sco
 from mewdex.dto.memes import JobBrief, MemeBrief, MemeRef, NearDuplicate, StageStatus
 from mewdex.dto.memes import Meme as MemeDto
 from mewdex.dto.search import SearchFilters
+from mewdex.library import tags
 from mewdex.library.images import EXTENSIONS, MEDIA_TYPES
 
 MEDIA_TYPES_BY_EXTENSION = {EXTENSIONS[f]: MEDIA_TYPES[f] for f in EXTENSIONS}
@@ -85,6 +86,9 @@ def escape_like(value: str) -> str:
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+_TAGGED = "SELECT 1 FROM meme_tags t WHERE t.scope_id = memes.scope_id AND t.meme_id = memes.id"
+
+
 def filter_sql(filters: SearchFilters | None, *, name: str | None = None) -> tuple[str, dict[str, Any]]:
     """``(predicate, params)``: SQL over the ``memes`` table (unaliased) that is true for the memes the
     filters keep (``TRUE`` with no filter); params are prefixed ``f_``. ``name``: case-insensitive
@@ -120,6 +124,12 @@ def filter_sql(filters: SearchFilters | None, *, name: str | None = None) -> tup
         if filters.created_to is not None:
             parts.append("memes.created_at < :f_created_to")
             params["f_created_to"] = filters.created_to
+        for i, tag in enumerate(filters.tags or ()):  # every one of them (issue 43)
+            parts.append(f"EXISTS ({_TAGGED} AND t.tag = :f_tag_{i})")
+            params[f"f_tag_{i}"] = tag
+        if filters.not_tags:
+            parts.append(f"NOT EXISTS ({_TAGGED} AND t.tag = ANY(CAST(:f_not_tags AS varchar[])))")
+            params["f_not_tags"] = list(filters.not_tags)
     return (" AND ".join(parts) or "TRUE"), params
 
 
@@ -195,6 +205,7 @@ def memes_full(
         return []
     jobs, stages = latest_job_stages(session, memes[0].scope_id, [m.id for m in memes])
     thumbnails = thumbnail_statuses(session, memes)
+    tagged = tags.of_memes(session, memes[0].scope_id, [m.id for m in memes])
     out = []
     for meme in memes:
         job = jobs.get(meme.id)
@@ -223,6 +234,7 @@ def memes_full(
                 },
                 revision=meme.revision,
                 updated_at=meme.updated_at.isoformat(),
+                tags=tagged.get(meme.id, []),
             )
         )
     return out
@@ -265,6 +277,7 @@ class MemeCard:
     created_at: Any
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     group_size: int = 1  # with variants collapsed: the memes of its template group, itself included
+    tags: list[str] = field(default_factory=list)
 
     @property
     def state(self) -> str:
@@ -280,6 +293,7 @@ class MemeCard:
 def cards(session: Session, scope: ScopeContext, memes: list[Meme], *, with_stages: bool = True) -> list[MemeCard]:
     """Cards of ``memes`` (in order), with the stage statuses of each one's latest job when asked."""
     stages = stage_statuses(session, scope, [m.id for m in memes]) if with_stages else {}
+    tagged = tags.of_memes(session, scope.scope_id, [m.id for m in memes])
     out = []
     for m in memes:
         image = m.extensions.get("image", {})
@@ -294,6 +308,7 @@ def cards(session: Session, scope: ScopeContext, memes: list[Meme], *, with_stag
                 height=image.get("height"),
                 created_at=m.created_at,
                 stages=stages.get(m.id, {}),
+                tags=tagged.get(m.id, []),
             )
         )
     return out

@@ -4,8 +4,6 @@ stage module (``stages`` and ``visual`` both import this one)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,6 +13,7 @@ from mewdex.db.models import Meme
 from mewdex.dto.scopes import ScopeContext
 from mewdex.library import memes
 from mewdex.queue.registry import TaskError
+from mewdex.search.documents import context_hash as context_hash  # re-exported: the stages use it
 
 # Stored stage names (the seed's ``image_stage`` values) → the version of what the stage computes.
 # ``agent`` is the stored name of the local analysis (OCR + name tokens → meme context) stage.
@@ -53,11 +52,6 @@ class Stage(Protocol):
     def run(self, meme: MemeSnapshot) -> Any: ...
 
     def apply(self, session: Session, meme: Meme, output: Any) -> None: ...
-
-
-def context_hash(context: dict[str, Any]) -> str:
-    """sha256 hex of a meme context's canonical JSON (the seed's ``search_metadata_hash``)."""
-    return hashlib.sha256(json.dumps(context, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def load_meme(session: Session, scope_id: str, meme_id) -> Meme | None:

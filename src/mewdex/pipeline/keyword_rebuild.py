@@ -17,6 +17,7 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.db.models import Meme, MemeSearchDocument
+from mewdex.library import tags
 from mewdex.pipeline.base import context_hash
 from mewdex.queue.registry import RetryPolicy, TaskContext, submit, task_type
 from mewdex.search import keyword
@@ -47,10 +48,15 @@ def rebuild_keyword_documents(sessions: sessionmaker[Session], scope_id: str, *,
             )
             if not memes:
                 return {"rewritten": rewritten}
+            tagged = tags.of_memes(session, scope_id, [m.id for m in memes])
             documents = [
-                (m.id, m.search_metadata_hash or context_hash(m.meme_context), keyword_document(m.meme_context))
+                (
+                    m.id,
+                    m.search_metadata_hash or context_hash(m.meme_context),
+                    keyword_document(m.meme_context, tagged.get(m.id, ())),
+                )
                 for m in memes
-                if m.meme_context
+                if m.meme_context or m.id in tagged
             ]
             keyword.index_documents(session, scope_id, documents)
             rewritten += len(documents)

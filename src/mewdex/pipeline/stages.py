@@ -15,6 +15,7 @@ from mewdex.config import get_settings
 from mewdex.db.models import Meme, ScopeContext
 from mewdex.inference import models
 from mewdex.inference.errors import BackendUnavailable
+from mewdex.library import tags
 from mewdex.library.images import ImageError, load_frames
 from mewdex.library.names import import_path
 from mewdex.pipeline.auto_rename import AutoRenameStage, readable_name
@@ -149,13 +150,13 @@ def reverse_image_context(meme: MemeSnapshot, ctx: Any) -> dict[str, Any]:
 
 
 def write_keyword_document(session: Session, meme: Meme) -> None:
-    """Re-index the meme in the keyword leg from its display name and context."""
+    """Re-index the meme in the keyword leg from its display name, context and tags."""
     keyword.index_document(
         session,
         meme.scope_id,
         meme.id,
         meme.search_metadata_hash or context_hash(meme.meme_context),
-        keyword_document(meme.meme_context),
+        keyword_document(meme.meme_context, tags.of_memes(session, meme.scope_id, [meme.id]).get(meme.id, ())),
     )
 
 

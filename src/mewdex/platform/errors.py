@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import unicodedata
 
+from mewdex.dto.errors import _KEPT_FORMAT as _KEPT_FORMAT  # re-exported: library.names uses it
 from mewdex.dto.errors import DomainError
+from mewdex.dto.errors import strip_format_characters as strip_format_characters  # the one name rule
 
 
 class PlatformError(DomainError):
     """A refused account/quota operation: ``code`` (``invalid_credentials``, ``quota_exceeded`` …),
     ``message``, ``details``, ``headers`` (``Retry-After``); the web layer maps the code to a status."""
-
-
-# Format characters (Cf) that may stay in a name: the joiners inside emoji and Indic/Persian text,
-# and the tag characters of subdivision flags (🏴 + tags).
-_KEPT_FORMAT = frozenset("\u200c\u200d" + "".join(chr(c) for c in range(0xE0020, 0xE0080)))
-
-
-def strip_format_characters(value: str) -> str:
-    """``value`` NFC without invisible format characters (Unicode category Cf: bidi overrides and
-    isolates, zero-width spaces, BOM …) except the joiners ZWJ/ZWNJ and emoji tag characters. The one rule every
-    user-visible name (meme, collection, user, token) passes through so no name can disguise itself."""
-    return "".join(
-        ch for ch in unicodedata.normalize("NFC", value) if ch in _KEPT_FORMAT or unicodedata.category(ch) != "Cf"
-    )
 
 
 def clean_text(value: str, field: str, *, max_chars: int) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from mewdex.inference.models import TEXT_LEGS
@@ -20,7 +21,13 @@ SEMANTIC_VERSION = 1
 #: Bump when what the keyword leg indexes changes (:func:`keyword_document`, :func:`mewdex.search.text.fold`
 #: and ``tokenize``): the next start rewrites every library's keyword documents from the stored contexts
 #: (``mewdex.runtime.check_keyword_recipe``). 2: Traditional Chinese folded to Simplified (OpenCC).
+#: (The ``tags`` field of issue 43 needed no bump: no document held a tag before it.)
 KEYWORD_VERSION = 2
+
+
+def context_hash(context: dict[str, Any]) -> str:
+    """sha256 hex of a meme context's canonical JSON (the seed's ``search_metadata_hash``)."""
+    return hashlib.sha256(json.dumps(context, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def recipe() -> str:
@@ -148,8 +155,12 @@ def _embedder_key(embedder: str) -> str:
     raise ValueError(f"no field set for embedder {embedder!r}")
 
 
-def keyword_document(context: dict[str, Any]) -> dict[str, str]:
+def keyword_document(context: dict[str, Any], tags: Sequence[str] = ()) -> dict[str, str]:
     """Texts for the keyword leg.
+
+    ``tags``: the meme's tags (:mod:`mewdex.library.tags`), indexed as field ``tags`` (weighted as the
+    name: the person chose these words) and part of ``phrase`` (a search for a whole tag is an exact
+    match), so a plain search for a tag's words finds its memes.
 
     ``name``, ``ocr``, ``labels``, ``vision`` (the vision model's fields): space-joined folded tokens
     (from :func:`tokenize`), for a
@@ -177,12 +188,16 @@ def keyword_document(context: dict[str, Any]) -> dict[str, str]:
     vision_toks = tokenize(vision_terms(context))
     if vision_toks:
         out["vision"] = " ".join(dict.fromkeys(vision_toks))
+    tag_toks = tokenize(" ; ".join(tags))
+    if tag_toks:
+        out["tags"] = " ".join(dict.fromkeys(tag_toks))
     phrase = "\n".join(
         x
         for x in (
             fold(context.get("title") or ""),
             fold(context.get("name_text") or ""),
             fold(context.get("ocr_text") or ""),
+            *(fold(t) for t in tags),
         )
         if x
     )

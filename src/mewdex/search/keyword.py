@@ -18,7 +18,7 @@ from mewdex.library.listing import exists_sql
 from mewdex.search.text import fold, has_han, is_han, tokenize
 
 # Term frequency multipliers per context field (measured by bench/lab_text_recipe.py).
-FIELD_WEIGHTS = {"name": 2.0, "ocr": 1.0, "labels": 0.5, "vision": 1.0}
+FIELD_WEIGHTS = {"name": 2.0, "ocr": 1.0, "labels": 0.5, "vision": 1.0, "tags": 2.0}
 PHRASE_FIELD = "phrase"
 BM25_K1 = 1.2
 BM25_B = 0.75

@@ -24,8 +24,8 @@ from mewdex.dto.search import (
 )
 from mewdex.dto.search import SearchFilters, SearchHit, SearchResults
 from mewdex.inference.errors import BackendUnavailable
-from mewdex.library.listing import meme_ref
-from mewdex.search import feedback, generations, keyword, steps, text, variants, vector
+from mewdex.library.listing import filtered_memes, meme_ref
+from mewdex.search import feedback, generations, keyword, steps, tags, text, variants, vector
 from mewdex.search.confidence import HIGH_MIN_SCORE, confidence
 from mewdex.search.fusion import rrf
 from mewdex.search.query_vectors import QUERY_CACHE_SIZE as QUERY_CACHE_SIZE
@@ -93,6 +93,9 @@ def search(
     metered: bool = True,
 ) -> SearchResponse:
     """Search the scope for ``query`` (1–500 chars); ``legs`` picks the legs (default all, fused).
+    ``tag:NAME`` / ``-tag:NAME`` words in it (:func:`mewdex.search.tags.parse_query`; every surface
+    searches through here) keep only memes with / without that tag, in every leg's SQL, the other words
+    ranking within them; a query of only such words lists the memes they keep, newest first.
     ``fold_variants`` keeps only the best-ranked meme of each template group ("show 1 per template",
     :mod:`mewdex.search.variants`).
 
@@ -145,7 +148,10 @@ def _search(
 ) -> SearchResponse:
     started = time.perf_counter()
     query = "".join(ch for ch in query if ch >= " " or ch in "\t\n")  # control characters (NUL) mean nothing here
+    query, filters = _read_tags(query, filters)  # tag:NAME / -tag:NAME become filters of every leg
     filters = None if filters is None or filters.empty else filters
+    if not query.strip() and filters is not None and (filters.tags or filters.not_tags):
+        return _tag_listing(session, scope, filters, n_results, offset, fold_variants, started)
     cleaned = text.clean_query(query)  # the legs search what a meme shows or says, not "meme"/"表情包"
     embed_queries(session, scope.scope_id, cleaned, legs)
     futures = {leg: executor.submit(_run_leg, leg, scope.scope_id, cleaned, filters) for leg in legs}
@@ -197,6 +203,47 @@ def _search(
         degraded=degraded,
         feedback_ms=fb.took_ms if fb is not None else None,
     )
+
+
+def _read_tags(query: str, filters: SearchFilters | None) -> tuple[str, SearchFilters | None]:
+    """The query without its ``tag:`` words (:func:`mewdex.search.tags.parse_query`, the one parser of
+    every surface) and the filters with them added (with ``filters.tags`` / ``not_tags`` folded as tags
+    are stored)."""
+    parsed = tags.parse_query(query)
+    given = filters or SearchFilters()
+    wanted = [*(tags.fold_tag(t) for t in given.tags or ()), *parsed.tags]
+    unwanted = [*(tags.fold_tag(t) for t in given.not_tags or ()), *parsed.not_tags]
+    if not wanted and not unwanted:
+        return query, filters
+    update = {"tags": list(dict.fromkeys(wanted)) or None, "not_tags": list(dict.fromkeys(unwanted)) or None}
+    return (parsed.text if parsed.has_tags else query), given.model_copy(update=update)
+
+
+def _tag_listing(
+    session: Session,
+    scope: ScopeContext,
+    filters: SearchFilters,
+    n_results: int,
+    offset: int,
+    fold_variants: bool,
+    started: float,
+) -> SearchResponse:
+    """A search that is only ``tag:`` words: the memes the filters keep, newest first (each a ``high``
+    match: it carries the tag asked for)."""
+    ids = list(
+        session.execute(
+            filtered_memes(scope.scope_id, filters)
+            .with_only_columns(Meme.id)
+            .order_by(Meme.created_at.desc(), Meme.id.desc())
+            .limit(CANDIDATES)
+        ).scalars()
+    )
+    if fold_variants:
+        ids = variants.fold(ids, variants.template_groups(session, scope.scope_id))
+    ordered = ids[offset : offset + n_results]
+    results = hydrate(session, scope, ordered, dict.fromkeys(ordered, 1.0), dict.fromkeys(ordered, "high"))
+    telemetry.SEARCH_LATENCY.observe(time.perf_counter() - started)
+    return SearchResponse(results=results, took_ms=(time.perf_counter() - started) * 1000, legs={"tags": len(ids)})
 
 
 def _like_exact_match(

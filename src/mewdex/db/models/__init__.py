@@ -18,6 +18,7 @@ from mewdex.db.models.library import (
     MemeCollection,
     MemeCollectionItem,
     MemeNearDuplicate,
+    MemeTag,
     Scope,
     StorageOperation,
 )

@@ -194,6 +194,25 @@ class MemeCollectionItem(Base):
     )
 
 
+class MemeTag(Base):
+    """A tag on a meme (issue 43): its normalised name (:func:`mewdex.library.tags.normalize_tag`), unique
+    per meme, scoped like the meme. New table (the seeds name none)."""
+
+    __tablename__ = "meme_tags"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    meme_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
+    tag: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["scope_id", "meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE", name="fk_meme_tags_meme"
+        ),
+        CheckConstraint("tag <> '' AND tag = btrim(tag) AND tag !~ '[[:cntrl:]]'", name="ck_meme_tags_tag"),
+        Index("ix_meme_tags_scope_tag", "scope_id", "tag", "meme_id"),
+    )
+
+
 class StorageOperation(Base):
     """Journal of an upload/rename/delete spanning the database and the blob store."""
 

@@ -22,10 +22,12 @@ from mewdex.library import memes as library
 from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
 from mewdex.library.packages import content_disposition
 from mewdex.library.scopes import storage_namespace
+from mewdex.library.tags import normalize_tags
 from mewdex.platform.auth import Principal
 from mewdex.queue import backpressure
 from mewdex.search import feedback
 from mewdex.search.image_search import near_duplicates_of_many
+from mewdex.search.tags import set_tags
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_principal, current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body, error_responses
@@ -360,14 +362,24 @@ def _if_match(value: str | None) -> int | None:
 def rename_meme(
     meme_id: str, body: RenameRequest, if_match: str | None = Header(None), scope: ScopeContext = Depends(current_scope)
 ):
-    """Rename: body ``{"display_name": str}`` (normalized under the name rules; ``name_source``
-    becomes ``manual``). ``If-Match: <revision>`` makes it conditional. Returns the meme (new
-    revision, ``ETag``). Errors: 404 ``not_found``, 412 ``revision_conflict`` (a stale ``If-Match``), 422
-    ``display_name_invalid`` / ``invalid_request``."""
+    """Rename and/or set the tags: body ``{"display_name": str}`` (normalized under the name rules;
+    ``name_source`` becomes ``manual``), ``{"tags": [str]}`` (the meme's whole tag list, normalised by
+    :func:`mewdex.library.tags.normalize_tag`; the keyword index follows at once; the revision stays).
+    ``If-Match: <revision>`` makes it conditional. Returns the meme (``ETag``: its revision). Errors:
+    404 ``not_found``, 412 ``revision_conflict`` (a stale ``If-Match``), 422 ``display_name_invalid`` /
+    ``tag_empty`` / ``tag_too_long`` / ``tag_invalid`` / ``too_many_tags`` / ``invalid_request``."""
     name = body.display_name
     expected = _if_match(if_match)
     uid = parse_id(meme_id)
-    library.rename(get_sessionmaker(), scope, uid, name, expected_revision=expected)
+    if name is None and body.tags is None:
+        raise ApiError(422, "invalid_request", "send display_name and/or tags")
+    new_tags = None if body.tags is None else normalize_tags(body.tags)  # refused before anything is written
+    if name is not None:
+        library.rename(get_sessionmaker(), scope, uid, name, expected_revision=expected)
+        expected = None  # the rename moved the revision on
+    if new_tags is not None:
+        with get_sessionmaker().begin() as session:
+            set_tags(session, scope, uid, new_tags, expected_revision=expected)
     with get_sessionmaker().begin() as session:
         meme = get_meme(session, scope, meme_id)
         return JSONResponse(meme_dict(session, meme), headers={"ETag": f'"{meme.revision}"'})
