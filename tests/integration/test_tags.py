@@ -187,8 +187,10 @@ def test_tag_narrows_search_excludes_and_lists(lib, mewdex_env, sessions):
     _put(client, ids["cat_a"], [])
 
 
-def test_tag_list_rename_and_merge(lib):
-    client, _scope, ids, _ = lib
+def test_tag_list_rename_and_merge(lib, sessions):
+    from mewdex.pipeline.keyword_rebuild import rebuild_keyword_documents
+
+    client, scope, ids, _ = lib
     client.post("/api/v1/memes/tags", json={"ids": [ids["cat_a"], ids["cat_b"]], "add": ["kitty"]})
     client.post("/api/v1/memes/tags", json={"ids": [ids["cat_a"], ids["dog"]], "add": ["pet"]})
     client.post("/api/v1/memes/tags", json={"ids": [ids["frog"]], "add": ["猫猫"]})
@@ -211,6 +213,8 @@ def test_tag_list_rename_and_merge(lib):
     assert r.json() == {"name": "cat pics", "count": 4, "merged": True}
     assert _tags(client, ids["cat_a"]) == ["cat pics"]
     assert client.get("/api/v1/tags").json()["items"] == [{"name": "cat pics", "count": 4}]
+    rebuild_keyword_documents(sessions, scope.scope_id)  # a keyword-recipe rebuild keeps the tags' words
+    assert sorted(_search(client, "pics")) == ["cat_a", "cat_b", "dog", "frog"]
 
     r = client.patch("/api/v1/tags/nothing-here", json={"name": "x"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"

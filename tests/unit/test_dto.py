@@ -53,6 +53,7 @@ FULL = {
     "stages": {"visual": {"status": "succeeded", "planned": True, "skip_reason": None, "attempts": 1, "error": None}},
     "revision": 2,
     "updated_at": NOW,
+    "tags": ["cat"],
 }
 TASK = {
     "id": "t1",
