@@ -88,7 +88,40 @@ class MemePage(Dto):
 
 
 class RenameRequest(Dto):
-    display_name: str
+    """``PATCH /api/v1/memes/{id}``: at least one field. ``text`` replaces what OCR read (≤
+    :data:`MAX_TEXT_CHARS` characters; ``""`` says it shows no text), the OCR original kept;
+    ``"text": null`` restores the OCR original."""
+
+    display_name: str | None = None
+    text: str | None = Field(None, description="the meme's corrected text; null: back to what OCR read")
+
+
+#: The longest corrected text ``PATCH /api/v1/memes/{id}`` takes (characters).
+MAX_TEXT_CHARS = 2000
+
+
+class TrashItem(MemeBrief):
+    """A meme in the trash: when it was trashed and when it is deleted for good (``MEWDEX_TRASH_DAYS``)."""
+
+    deleted_at: Timestamp
+    purge_at: Timestamp
+
+
+class TrashPage(Dto):
+    """A page of the trash (most recently trashed first; pass ``next_cursor`` back as ``cursor``), with
+    the whole trash's ``total`` memes and ``total_bytes`` (they count toward the quota) and ``trash_days``."""
+
+    items: list[TrashItem]
+    next_cursor: str | None = None
+    total: int
+    total_bytes: int
+    trash_days: float
+
+
+class TrashEmptied(Dto):
+    """``DELETE /api/v1/trash``: how many memes were deleted for good."""
+
+    purged: int
 
 
 class UploadError(Dto):

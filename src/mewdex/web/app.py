@@ -45,6 +45,7 @@ from mewdex.web.routers import (
     sso,
     task_pages,
     tasks,
+    trash,
     usage,
     visual,
 )
@@ -109,6 +110,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         search_marks,
         feedback,
         memes,
+        trash,
         visual,
         collections,
         tasks,
