@@ -28,7 +28,11 @@ def trash_page(session: Session, scope: ScopeContext, *, limit: int = 50, cursor
     page = trash.list_trash(session, scope, limit=limit, cursor=cursor)
     return TrashPage(
         items=[
-            TrashItem(**meme_brief(m).model_dump(), deleted_at=m.deleted_at, purge_at=trash.purge_time(m))
+            TrashItem(
+                **meme_brief(m).model_dump(),
+                deleted_at=m.deleted_at.isoformat(),
+                purge_at=trash.purge_time(m).isoformat(),
+            )
             for m in page.memes
         ],
         next_cursor=page.next_cursor,
