@@ -252,7 +252,7 @@ trash.purge(get_sessionmaker(), blob_store(), ScopeContext(sys.argv[1]), sys.arg
 """
 
 
-@pytest.mark.parametrize("failpoint", ["delete.after_rows_deleted", "delete.after_blob_delete"])
+@pytest.mark.parametrize("failpoint", ["delete.after_rows_deleted"])
 def test_a_purge_killed_midway_leaves_no_orphan_file(mewdex_env, sessions, store, failpoint):
     scope = new_scope(sessions, "trash-crash")
     try:
