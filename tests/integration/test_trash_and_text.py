@@ -182,10 +182,12 @@ def test_trash_hides_everywhere_and_restore_brings_everything_back(client, sessi
             "list": gone in listed,
             "get": client.get(f"/api/v1/memes/{gone}").status_code == 200,
             "search": gone in found(client, "platypus"),
-            "filtered_search": gone in [
-                h["id"] for h in client.post(
-                    "/api/v1/search", json={"query": "platypus", "collection_ids": [cid]}
-                ).json()["results"]
+            "filtered_search": gone
+            in [
+                h["id"]
+                for h in client.post("/api/v1/search", json={"query": "platypus", "collection_ids": [cid]}).json()[
+                    "results"
+                ]
             ],
             "similar": gone in similar,
             "collection": gone in members,
@@ -210,9 +212,14 @@ def test_trash_hides_everywhere_and_restore_brings_everything_back(client, sessi
     assert r.status_code == 200 and r.json()["id"] == gone
     assert all(visible().values()), visible()
     with sessions.begin() as session:
-        assert session.execute(
-            select(func.count()).select_from(SearchFeedbackEvent).where(SearchFeedbackEvent.meme_id == uuid.UUID(gone))
-        ).scalar_one() == events
+        assert (
+            session.execute(
+                select(func.count())
+                .select_from(SearchFeedbackEvent)
+                .where(SearchFeedbackEvent.meme_id == uuid.UUID(gone))
+            ).scalar_one()
+            == events
+        )
     assert gone not in [i["id"] for i in client.get("/api/v1/trash").json()["items"]]
 
 

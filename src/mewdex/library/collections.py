@@ -379,9 +379,7 @@ def count_matching(session: Session, scope: ScopeContext, q: str | None = None) 
 def _live_member():
     """A membership whose meme is live (:func:`mewdex.library.listing.live`): the trash's memes keep
     their memberships (a restore brings them back) but are never counted, shown or a cover."""
-    return exists().where(
-        Meme.scope_id == MemeCollectionItem.scope_id, Meme.id == MemeCollectionItem.meme_id, live()
-    )
+    return exists().where(Meme.scope_id == MemeCollectionItem.scope_id, Meme.id == MemeCollectionItem.meme_id, live())
 
 
 def _name_filter(scope: ScopeContext, q: str | None):

@@ -56,9 +56,7 @@ def live_ids(session: Session, scope_id: str, ids) -> set[UUID]:
     wanted = list(dict.fromkeys(ids))
     if not wanted:
         return set()
-    return set(
-        session.execute(select(Meme.id).where(Meme.scope_id == scope_id, Meme.id.in_(wanted), live())).scalars()
-    )
+    return set(session.execute(select(Meme.id).where(Meme.scope_id == scope_id, Meme.id.in_(wanted), live())).scalars())
 
 
 def find(

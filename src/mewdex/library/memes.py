@@ -321,9 +321,10 @@ def delete(
     in_trash: bool = False,
 ) -> None:
     """Delete a meme for good (the API's delete moves it to the trash, :mod:`mewdex.library.trash`, whose
-    purge calls this with ``in_trash``: only a meme in the trash): its row and everything hanging off it (jobs, stages, tasks, embeddings,
-    thumbnails, search documents and terms, collection memberships, near-duplicate pairs), then its
-    blob and thumbnail files unless another meme (or an upload in flight) still uses them.
+    purge calls this with ``in_trash``: only a meme in the trash): its row and everything hanging off it
+    (jobs, stages, tasks, embeddings, thumbnails, search documents and terms, collection memberships,
+    near-duplicate pairs), then its blob and thumbnail files unless another meme (or an upload in
+    flight) still uses them.
 
     Journaled: the rows go in the transaction that records a ``delete`` operation with the file
     keys; the files are removed after it commits and the operation completed — recovery finishes

@@ -30,7 +30,7 @@ def trash_page(session: Session, scope: ScopeContext, *, limit: int = 50, cursor
         items=[
             TrashItem(
                 **meme_brief(m).model_dump(),
-                deleted_at=m.deleted_at.isoformat(),
+                deleted_at=m.deleted_at.isoformat() if m.deleted_at else "",
                 purge_at=trash.purge_time(m).isoformat(),
             )
             for m in page.memes
