@@ -103,7 +103,7 @@ def trash_view(
         page = trash_page(session, scope, limit=60, cursor=cursor or None)
     except CursorInvalid:
         page = trash_page(session, scope, limit=60)
-    return render(request, "trash.html", {"page": "library", "trash": page})
+    return render(request, "trash.html", {"page": "trash", "trash": page})
 
 
 @router.get("/upload")
