@@ -294,6 +294,11 @@ class Settings(BaseSettings):
         gt=0,
         description="Conversations of successful isolated schedule runs are deleted after this long.",
     )
+    trash_days: float = Field(
+        default=30.0,
+        gt=0,
+        description="Memes in the trash are deleted for good (files too) this many days after they were trashed.",
+    )
     retention_batch_rows: int = Field(
         default=1000, ge=10, le=100_000, description="Rows one retention statement deletes (one short transaction)."
     )

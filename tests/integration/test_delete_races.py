@@ -44,6 +44,7 @@ def test_delete_while_a_worker_queues_and_claims_the_next_stage(client, sessions
     from mewdex.queue import tasks as queue
 
     meme_id = _upload(client, 11)
+    assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204  # to the trash; the purge races below
     task_id = f"noop-{uuid.uuid4().hex}"
     with sessions.begin() as session:
         queue.ensure_lane(session, "default", scope_id=scope.scope_id)
@@ -71,7 +72,7 @@ def test_delete_while_a_worker_queues_and_claims_the_next_stage(client, sessions
             {"s": scope.scope_id, "id": task_id},
         )
         answers: list[int] = []
-        deleter = threading.Thread(target=lambda: answers.append(client.delete(f"/api/v1/memes/{meme_id}").status_code))
+        deleter = threading.Thread(target=lambda: answers.append(client.delete(f"/api/v1/trash/{meme_id}").status_code))
         deleter.start()
         _wait_for_lock_wait(sessions)
         worker.commit()
@@ -90,9 +91,11 @@ def test_delete_while_a_worker_queues_and_claims_the_next_stage(client, sessions
 
 def test_concurrent_deletes_of_one_meme_give_one_204(client, sessions, store, scope):
     meme_ids = [_upload(client, 20 + i) for i in range(3)]
+    for m in meme_ids:
+        assert client.delete(f"/api/v1/memes/{m}").status_code == 204  # to the trash; the purges race below
     with ThreadPoolExecutor(8) as pool:
         codes = list(
-            pool.map(lambda m: client.delete(f"/api/v1/memes/{m}").status_code, [m for m in meme_ids for _ in range(4)])
+            pool.map(lambda m: client.delete(f"/api/v1/trash/{m}").status_code, [m for m in meme_ids for _ in range(4)])
         )
     assert sorted(codes) == [204] * 3 + [404] * 9, codes
     check_storage_invariants(sessions, store, scope)

@@ -343,7 +343,8 @@ def test_delete_removes_rows_and_files(app_store, client, sessions, scope):
     assert client.delete(f"/api/v1/memes/{meme_id}", headers={"If-Match": "7"}).status_code == 412  # a stale If-Match
     assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204
     assert client.get(f"/api/v1/memes/{meme_id}").status_code == 404
-    assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 404
+    assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 404  # already in the trash
+    assert client.delete(f"/api/v1/trash/{meme_id}").status_code == 204  # deleted for good
     with sessions.begin() as session:
         for table in ("memes", "image_processing_jobs", "tasks", "meme_collection_items"):
             column = "id" if table == "memes" else ("target_meme_id" if table == "tasks" else "meme_id")
@@ -373,6 +374,7 @@ def test_delete_keeps_a_blob_an_upload_in_flight_uses(app_store, client, session
     with sessions.begin() as session:  # another request is uploading the same bytes right now
         op_id = journal.prepare_upload(session, scope.scope_id, key, key[:64], len(data)).id
     assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204
+    assert client.delete(f"/api/v1/trash/{meme_id}").status_code == 204
     assert store.exists(namespace(sessions, scope), key)
     with sessions.begin() as session:  # that upload died; recovery removes the blob nobody uses now
         journal.recover(session, store, older_than_seconds=0)
@@ -405,9 +407,11 @@ def test_delete_keeps_a_thumbnail_another_meme_shares(app_store, client, session
     shared = set(store.iter_keys(th.thumbnail_namespace(ns)))
     assert shared
     assert client.delete(f"/api/v1/memes/{ids[0]}").status_code == 204
+    assert client.delete(f"/api/v1/trash/{ids[0]}").status_code == 204
     assert set(store.iter_keys(th.thumbnail_namespace(ns))) == shared
     check_storage_invariants(sessions, store, scope)
     assert client.delete(f"/api/v1/memes/{ids[1]}").status_code == 204
+    assert client.delete(f"/api/v1/trash/{ids[1]}").status_code == 204
     assert set(store.iter_keys(th.thumbnail_namespace(ns))) == set()
     check_storage_invariants(sessions, store, scope)
 
@@ -481,6 +485,7 @@ def test_delete_while_a_worker_runs_the_memes_task(client, sessions, store, scop
         claim = queue.claim(session, owner="pytest-delete", lanes=["visual"], lease_seconds=60)
     assert claim is not None and claim.scope_id == scope.scope_id and str(claim.target_meme_id) == meme_id
     assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204
+    assert client.delete(f"/api/v1/trash/{meme_id}").status_code == 204
     with pytest.raises(queue.StaleClaim), sessions.begin() as session:
         queue.fenced(session, claim)
     check_storage_invariants(sessions, store, scope)
@@ -527,6 +532,7 @@ def test_deleting_the_last_pending_meme_of_an_import_completes_its_batch(client,
         meme_id = session.execute(select(Meme.id).where(Meme.scope_id == scope.scope_id)).scalar_one()
         assert session.get(TaskBatch, (scope.scope_id, summary.batch_id)).finalizer_state != "complete"
     assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204
+    assert client.delete(f"/api/v1/trash/{meme_id}").status_code == 204
     with sessions.begin() as session:
         batch = session.get(TaskBatch, (scope.scope_id, summary.batch_id))
         assert batch.finalizer_state == "complete" and batch.summary["tasks"] == 0

@@ -78,7 +78,8 @@ def test_media_ranges_thumbnails_and_delete(app_store, sessions, scope):
         assert gone.status_code == 404 and gone.json()["error"]["code"] == "blob_missing"
         app_store.put(ns, key, big)
 
-        assert api.delete(f"/api/v1/memes/{meme_id}").status_code == 204
+        assert api.delete(f"/api/v1/memes/{meme_id}").status_code == 204  # to the trash
+        assert api.delete(f"/api/v1/trash/{meme_id}").status_code == 204  # for good
     assert list(app_store.iter_keys(ns)) == []
     assert list(app_store.iter_keys(th.thumbnail_namespace(ns))) == []
     check_storage_invariants(sessions, app_store, scope)

@@ -106,6 +106,7 @@ def test_every_api_operation_that_takes_a_body_documents_it(spec):
         "/api/v1/connectors/connections/{connection_id}/verify",
         "/api/v1/admin/connectors/{definition_id}/grants/{user_id}",
         "/api/v1/conversations/{conversation_id}/restore",
+        "/api/v1/trash/{meme_id}/restore",
         "/api/v1/conversations/{conversation_id}/cancel",
         "/api/v1/channels/telegram/link",
         "/api/v1/channels/wecom/link",

@@ -310,20 +310,29 @@ def rename(
     console.print(f"renamed (revision {revision})")
 
 
-def delete(meme_id: Annotated[str, typer.Argument(help="The meme's id.")]) -> None:
-    """Delete a meme with its thumbnails, embeddings and memberships (its file too, unless shared)."""
+def delete(
+    meme_id: Annotated[str, typer.Argument(help="The meme's id.")],
+    forever: Annotated[
+        bool, typer.Option("--forever", help="Delete it for good at once (else: to the trash).")
+    ] = False,
+) -> None:
+    """Move a meme to the trash (restore it on the Trash page or with the API; purged after
+    MEWDEX_TRASH_DAYS); ``--forever`` deletes it for good with its files (unless shared)."""
     from mewdex.db.engine import get_sessionmaker
-    from mewdex.library import memes
+    from mewdex.library import memes, trash
     from mewdex.library.scopes import default_scope
     from mewdex.storage import blob_store
 
     _prepare()
+    uid = _meme_uuid(meme_id)
     try:
-        memes.delete(get_sessionmaker(), blob_store(), default_scope(), _meme_uuid(meme_id))
+        trash.move_to_trash(get_sessionmaker(), default_scope(), uid)
+        if forever:
+            trash.purge(get_sessionmaker(), blob_store(), default_scope(), uid)
     except memes.MemeError as exc:
         err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
         raise typer.Exit(exit_for(exc.code)) from None
-    console.print("deleted")
+    console.print("deleted for good" if forever else "moved to the trash")
 
 
 def status_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from mewdex.dto.common import Dto, JsonObject, Timestamp
 
@@ -88,12 +88,53 @@ class MemePage(Dto):
     next_cursor: str | None = None
 
 
-class RenameRequest(Dto):
-    """``PATCH /api/v1/memes/{id}``: any of ``display_name`` (rename) and ``tags`` (the meme's whole tag
-    list: up to 50 names of up to 64 characters, normalised)."""
+class MemePatchRequest(Dto):
+    """``PATCH /api/v1/memes/{id}``: at least one of ``display_name`` (rename), ``text`` and ``tags``,
+    applied together. ``text`` replaces what OCR read (≤ :data:`MAX_TEXT_CHARS` characters; ``""`` says it
+    shows no text), the OCR original kept; ``"text": null`` restores the OCR original. ``tags`` is the
+    meme's whole tag list (up to 50 names of up to 64 characters, normalised). An empty body, or
+    ``display_name`` / ``tags`` sent as null, is invalid (422 ``invalid_request``)."""
 
     display_name: str | None = None
-    tags: list[str] | None = Field(None, max_length=200)
+    text: str | None = Field(None, description="the meme's corrected text; null: back to what OCR read")
+    tags: list[str] | None = Field(None, max_length=200, description="the meme's whole tag list")
+
+    @model_validator(mode="after")
+    def _some_change(self) -> MemePatchRequest:
+        sent = self.model_fields_set
+        if not sent & {"display_name", "text", "tags"}:
+            raise ValueError("send display_name, text and/or tags")
+        if ("display_name" in sent and self.display_name is None) or ("tags" in sent and self.tags is None):
+            raise ValueError("display_name is a string and tags a list (only text may be null)")
+        return self
+
+
+#: The longest corrected text ``PATCH /api/v1/memes/{id}`` takes (characters).
+MAX_TEXT_CHARS = 2000
+
+
+class TrashItem(MemeBrief):
+    """A meme in the trash: when it was trashed and when it is deleted for good (``MEWDEX_TRASH_DAYS``)."""
+
+    deleted_at: Timestamp
+    purge_at: Timestamp
+
+
+class TrashPage(Dto):
+    """A page of the trash (most recently trashed first; pass ``next_cursor`` back as ``cursor``), with
+    the whole trash's ``total`` memes and ``total_bytes`` (they count toward the quota) and ``trash_days``."""
+
+    items: list[TrashItem]
+    next_cursor: str | None = None
+    total: int
+    total_bytes: int
+    trash_days: float
+
+
+class TrashEmptied(Dto):
+    """``DELETE /api/v1/trash``: how many memes were deleted for good."""
+
+    purged: int
 
 
 class TagEditRequest(Dto):

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from sqlalchemy import CursorResult, and_, delete, func, select
+from sqlalchemy import CursorResult, and_, delete, exists, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -29,7 +29,7 @@ from mewdex.db.models import (
     utcnow,
 )
 from mewdex.dto.errors import DomainError
-from mewdex.library.listing import escape_like
+from mewdex.library.listing import escape_like, live
 from mewdex.library.names import strip_format_characters
 
 MAX_NAME_CHARS = 100
@@ -150,7 +150,7 @@ def list_collections(session: Session, scope: ScopeContext) -> list[tuple[MemeCo
     """All the scope's collections by name, each with its member count."""
     counts = (
         select(MemeCollectionItem.collection_id, func.count().label("n"))
-        .where(MemeCollectionItem.scope_id == scope.scope_id)
+        .where(MemeCollectionItem.scope_id == scope.scope_id, _live_member())
         .group_by(MemeCollectionItem.collection_id)
         .subquery()
     )
@@ -167,7 +167,11 @@ def count_items(session: Session, scope: ScopeContext, collection_id: UUID) -> i
     return session.execute(
         select(func.count())
         .select_from(MemeCollectionItem)
-        .where(MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id)
+        .where(
+            MemeCollectionItem.scope_id == scope.scope_id,
+            MemeCollectionItem.collection_id == collection_id,
+            _live_member(),
+        )
     ).scalar_one()
 
 
@@ -238,7 +242,11 @@ def members(session: Session, scope: ScopeContext, collection_id: UUID) -> list[
                 MemeCollectionItem,
                 (MemeCollectionItem.scope_id == Meme.scope_id) & (MemeCollectionItem.meme_id == Meme.id),
             )
-            .where(MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == collection_id)
+            .where(
+                MemeCollectionItem.scope_id == scope.scope_id,
+                MemeCollectionItem.collection_id == collection_id,
+                live(),
+            )
             .order_by(MemeCollectionItem.added_at, MemeCollectionItem.meme_id)
         ).scalars()
     )
@@ -271,7 +279,9 @@ def add_members(session: Session, scope: ScopeContext, collection_id: UUID, meme
     if invalid:
         raise CollectionError("invalid_request", "some meme ids are not ids", {"invalid": invalid})
     wanted = list(dict.fromkeys(parsed))
-    found = set(session.execute(select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id.in_(wanted))).scalars())
+    found = set(
+        session.execute(select(Meme.id).where(Meme.scope_id == scope.scope_id, Meme.id.in_(wanted), live())).scalars()
+    )
     missing = [str(m) for m in wanted if m not in found]
     if missing:
         raise CollectionError("memes_not_found", f"{len(missing)} meme(s) not found", {"missing": missing})
@@ -330,12 +340,20 @@ def overview(
     :data:`OVERVIEW_SORTS`: name A–Z, size largest first, updated newest first), ``limit`` from ``offset``."""
     count = (
         select(func.count())
-        .where(MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == MemeCollection.id)
+        .where(
+            MemeCollectionItem.scope_id == scope.scope_id,
+            MemeCollectionItem.collection_id == MemeCollection.id,
+            _live_member(),
+        )
         .scalar_subquery()
     )
     cover = (
         select(MemeCollectionItem.meme_id)
-        .where(MemeCollectionItem.scope_id == scope.scope_id, MemeCollectionItem.collection_id == MemeCollection.id)
+        .where(
+            MemeCollectionItem.scope_id == scope.scope_id,
+            MemeCollectionItem.collection_id == MemeCollection.id,
+            _live_member(),
+        )
         .order_by(MemeCollectionItem.added_at, MemeCollectionItem.meme_id)
         .limit(1)
         .scalar_subquery()
@@ -356,6 +374,12 @@ def overview(
 def count_matching(session: Session, scope: ScopeContext, q: str | None = None) -> int:
     """How many collections :func:`overview` finds for ``q``."""
     return session.execute(select(func.count()).select_from(MemeCollection).where(_name_filter(scope, q))).scalar_one()
+
+
+def _live_member():
+    """A membership whose meme is live (:func:`mewdex.library.listing.live`): the trash's memes keep
+    their memberships (a restore brings them back) but are never counted, shown or a cover."""
+    return exists().where(Meme.scope_id == MemeCollectionItem.scope_id, Meme.id == MemeCollectionItem.meme_id, live())
 
 
 def _name_filter(scope: ScopeContext, q: str | None):

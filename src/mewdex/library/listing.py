@@ -1,6 +1,10 @@
 """Library queries shared by the API, the pages, search and the CLI: the meme filters (one SQL
 predicate every caller uses), "the latest processing job of each meme" and the meme DTOs.
 
+* :data:`LIVE_SQL` / :func:`live` / :func:`live_ids` — the one rule of a live meme (not in the trash,
+  ``memes.deleted_at IS NULL``): :func:`filter_sql`, :func:`find`, :func:`memes_by_id`, the search
+  service's fused ranking and the collections' listings all apply it, so a trashed meme is never
+  listed, found or sent (only :mod:`mewdex.library.trash` asks for trashed ones).
 * :func:`filter_sql` — the filters of :class:`~mewdex.dto.search.SearchFilters` (plus a name
   substring) as one SQL predicate over the ``memes`` table; search legs embed it in their own SQL
   (``EXISTS (SELECT 1 FROM memes WHERE memes.scope_id = … AND memes.id = <leg>.meme_id AND …)``),
@@ -38,13 +42,38 @@ def library_scopes(session: Session) -> list[str]:
     return list(session.execute(select(Meme.scope_id).distinct().order_by(Meme.scope_id)).scalars())
 
 
+#: The one rule of a live meme (not in the trash) as SQL over the unaliased ``memes`` table.
+LIVE_SQL = "memes.deleted_at IS NULL"
+
+
+def live():
+    """:data:`LIVE_SQL` as an ORM clause over :class:`Meme`."""
+    return Meme.deleted_at.is_(None)
+
+
+def live_ids(session: Session, scope_id: str, ids) -> set[UUID]:
+    """Those of ``ids`` that are live memes of the scope (one statement; the search service drops the
+    others from its fused ranking)."""
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        return set()
+    return set(session.execute(select(Meme.id).where(Meme.scope_id == scope_id, Meme.id.in_(wanted), live())).scalars())
+
+
 def find(
-    session: Session, scope: ScopeContext, meme_id: UUID | str | None, *, lock: bool = False, key_share: bool = False
+    session: Session,
+    scope: ScopeContext,
+    meme_id: UUID | str | None,
+    *,
+    lock: bool = False,
+    key_share: bool = False,
+    include_trashed: bool = False,
 ) -> Meme | None:
-    """The meme ``meme_id`` (a UUID or its text) of the scope, or None (none there, no id, not a UUID); the one
-    "meme with this (scope, id)" lookup of every layer. ``lock``: ``SELECT … FOR UPDATE`` until the
-    transaction ends; with ``key_share``, ``FOR NO KEY UPDATE`` (the lock an UPDATE of the row takes:
-    rows that only reference the meme can still be written beside it)."""
+    """The meme ``meme_id`` (a UUID or its text) of the scope, or None (none there, no id, not a UUID, in the
+    trash); the one "meme with this (scope, id)" lookup of every layer. ``lock``: ``SELECT … FOR UPDATE`` until
+    the transaction ends; with ``key_share``, ``FOR NO KEY UPDATE`` (the lock an UPDATE of the row takes:
+    rows that only reference the meme can still be written beside it). ``include_trashed``: a meme in the
+    trash too (the trash itself, its media, the pipeline and the permanent delete)."""
     if meme_id is None:
         return None
     if not isinstance(meme_id, UUID):
@@ -53,6 +82,8 @@ def find(
         except ValueError:
             return None
     query = select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id == meme_id)
+    if not include_trashed:
+        query = query.where(live())
     if lock:
         query = query.with_for_update(key_share=key_share)
     return session.execute(query).scalar_one_or_none()
@@ -91,9 +122,9 @@ _TAGGED = "SELECT 1 FROM meme_tags t WHERE t.scope_id = memes.scope_id AND t.mem
 
 def filter_sql(filters: SearchFilters | None, *, name: str | None = None) -> tuple[str, dict[str, Any]]:
     """``(predicate, params)``: SQL over the ``memes`` table (unaliased) that is true for the memes the
-    filters keep (``TRUE`` with no filter); params are prefixed ``f_``. ``name``: case-insensitive
-    substring of the display name."""
-    parts: list[str] = []
+    filters keep — always live ones (:data:`LIVE_SQL`); params are prefixed ``f_``. ``name``:
+    case-insensitive substring of the display name."""
+    parts: list[str] = [LIVE_SQL]
     params: dict[str, Any] = {}
     if name:
         parts.append("memes.display_name ILIKE :f_name ESCAPE '\\'")
@@ -130,12 +161,13 @@ def filter_sql(filters: SearchFilters | None, *, name: str | None = None) -> tup
         if filters.not_tags:
             parts.append(f"NOT EXISTS ({_TAGGED} AND t.tag = ANY(CAST(:f_not_tags AS varchar[])))")
             params["f_not_tags"] = list(filters.not_tags)
-    return (" AND ".join(parts) or "TRUE"), params
+    return " AND ".join(parts), params
 
 
 def exists_sql(filters: SearchFilters | None, meme_id_column: str) -> tuple[str, dict[str, Any]]:
     """``(" AND EXISTS (…)", params)`` narrowing rows whose ``meme_id_column`` (with ``:scope`` as
-    scope) is a meme the filters keep; ``("", {})`` without filters (the SQL stays as it was)."""
+    scope) is a live meme the filters keep; ``("", {})`` without filters (the SQL stays as it was: the
+    search service drops trashed memes from the fused ranking, :func:`live_ids`)."""
     if filters is None or filters.empty:
         return "", {}
     predicate, params = filter_sql(filters)
@@ -241,12 +273,9 @@ def memes_full(
 
 
 def filtered_memes(scope_id: str, filters: SearchFilters | None, *, name: str | None = None):
-    """A ``select(Meme)`` of the scope narrowed by :func:`filter_sql`."""
-    query = select(Meme).where(Meme.scope_id == scope_id)
+    """A ``select(Meme)`` of the scope's live memes narrowed by :func:`filter_sql`."""
     predicate, params = filter_sql(filters, name=name)
-    if params or predicate != "TRUE":
-        query = query.where(text(predicate).bindparams(**params))
-    return query
+    return select(Meme).where(Meme.scope_id == scope_id, text(predicate).bindparams(**params))
 
 
 # ------------------------------------------------------------------ the pages' cards and library page
@@ -383,8 +412,10 @@ def library_page(
 
 
 def meme_count(session: Session, scope: ScopeContext) -> int:
-    """How many memes the scope has."""
-    return session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id)).scalar_one()
+    """How many live memes the scope has (the trash not counted)."""
+    return session.execute(
+        select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id, live())
+    ).scalar_one()
 
 
 @dataclass
@@ -408,10 +439,12 @@ def processing(session: Session, scope: ScopeContext) -> Processing:
 
 
 def memes_by_id(session: Session, scope: ScopeContext, ids: list[UUID]) -> dict[UUID, Meme]:
-    """``{id: meme}`` of those of ``ids`` the scope has."""
+    """``{id: meme}`` of those of ``ids`` the scope has alive (not in the trash)."""
     if not ids:
         return {}
     return {
         m.id: m
-        for m in session.execute(select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))).scalars()
+        for m in session.execute(
+            select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids), live())
+        ).scalars()
     }

@@ -27,6 +27,7 @@ from mewdex.library.images import ImageError, ImageInfo, probe
 # The one "meme with this (scope, id)" lookup; it lives in listing so that search, which may not reach
 # the platform this module imports, can use it too.
 from mewdex.library.listing import find as find
+from mewdex.library.listing import live
 from mewdex.library.names import folder_named, name_for_file
 from mewdex.library.scopes import ensure_scope
 from mewdex.platform import quotas
@@ -95,7 +96,8 @@ def add_image(
 ) -> AddResult:
     """Add one image: ``skipped`` with a stable error code for bad bytes or ``quota_exceeded`` (the
     owner's storage/meme limit; nothing written), ``duplicate`` (the existing
-    meme, added to the collections too) for bytes already in the scope, else ``created``.
+    meme, added to the collections too; one in the trash comes back from it) for bytes already in the scope,
+    else ``created``.
 
     ``collection_names`` are created when missing; ``collection_ids`` must be collections of the
     scope (the caller checks). ``auto_name``: the job's ``auto_rename`` stage names the meme from
@@ -120,6 +122,9 @@ def add_image(
         namespace = str(scope_row.storage_namespace)
         existing = find_by_sha256(session, scope, sha256)
         if existing is not None:
+            if existing.deleted_at is not None:  # the same bytes again: the meme comes back from the trash
+                existing.deleted_at = None
+                existing.updated_at = utcnow()
             _add_to_collections(session, scope, existing, collection_names, collection_ids)
             return AddResult("duplicate", meme_id=str(existing.id), info=info)
         try:  # before anything is written; an exact duplicate (above) adds nothing
@@ -226,7 +231,7 @@ def resolve_meme_id(session: Session, scope: ScopeContext, value: str) -> UUID:
     found = (
         session.execute(
             select(Meme.id)
-            .where(Meme.scope_id == scope.scope_id, cast(Meme.id, String).like(text_value + "%"))
+            .where(Meme.scope_id == scope.scope_id, cast(Meme.id, String).like(text_value + "%"), live())
             .order_by(Meme.id)
             .limit(2)
         )
@@ -240,10 +245,11 @@ def resolve_meme_id(session: Session, scope: ScopeContext, value: str) -> UUID:
     return found[0]
 
 
-def _locked_meme(session: Session, scope: ScopeContext, meme_id) -> Meme:
-    meme = find(session, scope, meme_id, lock=True)
-    if meme is None:
-        raise MemeError("not_found", "meme not found")
+def _locked_meme(session: Session, scope: ScopeContext, meme_id, *, in_trash: bool = False) -> Meme:
+    """The live meme locked (``in_trash``: the meme in the trash); MemeError ``not_found`` otherwise."""
+    meme = find(session, scope, meme_id, lock=True, include_trashed=in_trash)
+    if meme is None or (in_trash and meme.deleted_at is None):
+        raise MemeError("not_found", "meme not found" if not in_trash else "no such meme in the trash")
     return meme
 
 
@@ -306,18 +312,26 @@ def rename(
 
 
 def delete(
-    sessions: sessionmaker[Session], store, scope: ScopeContext, meme_id, *, expected_revision: int | None = None
+    sessions: sessionmaker[Session],
+    store,
+    scope: ScopeContext,
+    meme_id,
+    *,
+    expected_revision: int | None = None,
+    in_trash: bool = False,
 ) -> None:
-    """Delete a meme: its row and everything hanging off it (jobs, stages, tasks, embeddings,
-    thumbnails, search documents and terms, collection memberships, near-duplicate pairs), then its
-    blob and thumbnail files unless another meme (or an upload in flight) still uses them.
+    """Delete a meme for good (the API's delete moves it to the trash, :mod:`mewdex.library.trash`, whose
+    purge calls this with ``in_trash``: only a meme in the trash): its row and everything hanging off it
+    (jobs, stages, tasks, embeddings, thumbnails, search documents and terms, collection memberships,
+    near-duplicate pairs), then its blob and thumbnail files unless another meme (or an upload in
+    flight) still uses them.
 
     Journaled: the rows go in the transaction that records a ``delete`` operation with the file
     keys; the files are removed after it commits and the operation completed — recovery finishes
     the file removals if the process dies in between.
 
     Raises:
-        MemeError: ``not_found``, ``revision_conflict``.
+        MemeError: ``not_found`` (with ``in_trash``: not in the trash), ``revision_conflict``.
     """
     from mewdex.db.models import Task
 
@@ -333,7 +347,7 @@ def delete(
 
     for attempt in range(1, DELETE_ATTEMPTS + 1):
         try:
-            op_id, key, namespace = _delete_rows(sessions, scope, meme_id, expected_revision, meme_tasks)
+            op_id, key, namespace = _delete_rows(sessions, scope, meme_id, expected_revision, meme_tasks, in_trash)
             break
         except OperationalError as exc:
             # A deadlock with a worker that holds a task of the meme and waits for the meme row:
@@ -357,7 +371,7 @@ def delete(
 DELETE_ATTEMPTS = 3
 
 
-def _delete_rows(sessions, scope: ScopeContext, meme_id, expected_revision: int | None, meme_tasks):
+def _delete_rows(sessions, scope: ScopeContext, meme_id, expected_revision: int | None, meme_tasks, in_trash: bool):
     """The row part of :func:`delete` (one transaction): returns the journal operation's id, the
     blob key and the storage namespace."""
     from sqlalchemy import text
@@ -369,7 +383,7 @@ def _delete_rows(sessions, scope: ScopeContext, meme_id, expected_revision: int 
     with sessions.begin() as session:
         # Same lock order as a worker (task rows, then the meme) so the two rarely deadlock.
         meme_tasks(session)
-        meme = _locked_meme(session, scope, meme_id)
+        meme = _locked_meme(session, scope, meme_id, in_trash=in_trash)
         _check_revision(meme, expected_revision)
         # Again under the meme's lock: a task queued for the meme (and claimed) after the first read
         # — a worker's next pipeline stage — holds a lane slot too; with the meme locked no new one

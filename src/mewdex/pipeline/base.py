@@ -59,4 +59,4 @@ def load_meme(session: Session, scope_id: str, meme_id) -> Meme | None:
     UPDATE``, as an UPDATE of the row takes: it orders the stages of one meme, while rows that only
     reference the meme (another image's near-duplicate pair, a collection item) are written beside it
     instead of making the stage wait for their transaction."""
-    return memes.find(session, ScopeContext(scope_id), meme_id, lock=True, key_share=True)
+    return memes.find(session, ScopeContext(scope_id), meme_id, lock=True, key_share=True, include_trashed=True)

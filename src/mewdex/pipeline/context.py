@@ -309,3 +309,29 @@ def _readable_title(stem: str) -> list[str]:
         if chunk and not is_generic_segment(chunk):
             out.append(chunk if has_han(chunk) else " ".join(split_compound(chunk)))
     return out or [seg]
+
+
+def apply_text_correction(context: dict[str, Any], text: str | None) -> dict[str, Any]:
+    """A copy of ``context`` saying ``text`` instead of what OCR read (issue 43), or, with ``None``, what
+    OCR read again (a correction undone; a context never corrected comes back unchanged).
+
+    The corrected context's ``ocr_text`` is ``text``'s non-blank lines, its ``ocr_lines`` those lines
+    with score 1 (sure text: it may name the meme), its ``title`` follows when it was taken from the
+    OCR text, and ``language`` is detected again. What OCR read is kept under ``text_correction``
+    (``{"ocr_text", "ocr_lines", "title"}``) for the undo; a second correction keeps the first original.
+    """
+    out = dict(context)
+    original = out.pop("text_correction", None)
+    if isinstance(original, dict):  # back to what OCR read before anything else
+        out.update({k: original.get(k) for k in ("ocr_text", "ocr_lines", "title")})
+    if text is not None:
+        read_lines = [str(line.get("text") or "") for line in out.get("ocr_lines") or [] if isinstance(line, dict)]
+        title = out.get("title") or ""
+        out["text_correction"] = {k: out.get(k) for k in ("ocr_text", "ocr_lines", "title")}
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        out["ocr_text"] = "\n".join(lines)
+        out["ocr_lines"] = [{"text": line, "score": 1.0} for line in lines]
+        if not title or title in read_lines:  # the title was the longest line OCR read: the corrected one now
+            out["title"] = max(lines, key=len)[:120] if lines else ""
+    out["language"] = detect_language([out.get("ocr_text") or "", out.get("name_text") or ""])
+    return out

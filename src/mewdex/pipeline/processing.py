@@ -148,7 +148,11 @@ def not_ready_memes(session: Session, scope: ScopeContext) -> list[Meme]:
         session.execute(
             select(Meme)
             .outerjoin(latest, latest.c.meme_id == Meme.id)
-            .where(Meme.scope_id == scope.scope_id, or_(latest.c.status.is_(None), latest.c.status != "succeeded"))
+            .where(
+                Meme.scope_id == scope.scope_id,
+                listing.live(),  # the trash is not reprocessed
+                or_(latest.c.status.is_(None), latest.c.status != "succeeded"),
+            )
             .order_by(Meme.created_at)
         ).scalars()
     )

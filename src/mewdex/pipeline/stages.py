@@ -28,7 +28,7 @@ from mewdex.pipeline.base import (  # noqa: F401 - the stage contract, re-export
     context_hash,
     load_meme,
 )
-from mewdex.pipeline.context import build_meme_context, keyword_document, semantic_fields
+from mewdex.pipeline.context import apply_text_correction, build_meme_context, keyword_document, semantic_fields
 from mewdex.pipeline.visual import VisualStage
 from mewdex.search import keyword
 from mewdex.search.generations import write_targets
@@ -68,6 +68,8 @@ class ContextStage:
         return context
 
     def apply(self, session: Session, meme: Meme, output: dict[str, Any]) -> None:
+        if (meme.meme_context or {}).get("text_correction") is not None:  # a person's text outlives a re-read
+            output = apply_text_correction(output, meme.meme_context.get("ocr_text") or "")
         meme.meme_context = output
         meme.context_status = "ready"
         meme.text_input_status = "eligible"

@@ -6,6 +6,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, ScopeContext
+from mewdex.library.listing import live
 from mewdex.pipeline.jobs import IMPLEMENTED_STAGES
 
 STATUS_KEYS = ("queued", "running", "succeeded", "failed")
@@ -41,7 +42,9 @@ def pending_memes(session: Session, scope: ScopeContext) -> int:
 
 def status(session: Session, scope: ScopeContext) -> dict:
     """``{"memes": N, "stages": {stage: {"queued", "running", "succeeded", "failed"[, other states]}}}``."""
-    memes = session.execute(select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id)).scalar_one()
+    memes = session.execute(
+        select(func.count()).select_from(Meme).where(Meme.scope_id == scope.scope_id, live())
+    ).scalar_one()
     # auto_rename is optional (jobs with auto_name only): listed when some job planned it.
     stages = {stage: dict.fromkeys(STATUS_KEYS, 0) for stage in IMPLEMENTED_STAGES if stage != "auto_rename"}
     for stage, state, count in session.execute(_STAGE_COUNTS, {"scope": scope.scope_id}):

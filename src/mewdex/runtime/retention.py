@@ -15,12 +15,15 @@ rule                     what is deleted                                  kept
                          than ``MEWDEX_RETENTION_DELIVERY_DAYS``
 ``audits``               connector audit rows of successful calls older  failed calls and refusals
                          than ``MEWDEX_RETENTION_AUDIT_DAYS``
+``trash``                memes trashed ``MEWDEX_TRASH_DAYS`` ago, for     memes restored meanwhile
+                         good: each through the storage journal
+                         (``library.trash.purge_expired``)
 ``schedule_conversations`` conversations of isolated schedule runs whose  a persistent job's conversation; runs
                          every run succeeded, unchanged for               that failed; a conversation in a run;
                          ``MEWDEX_RETENTION_SCHEDULE_CONVERSATION_DAYS``  the run rows themselves (the history)
 ======================== ================================================ =====================================
 
-Billing rows (``usage_events``), memes and what the pages list are never deleted here.
+Billing rows (``usage_events``), live memes and what the pages list are never deleted here.
 """
 
 from __future__ import annotations
@@ -125,6 +128,17 @@ def _delete(session: Session, table: str, key: str, where: str, age_seconds: flo
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+def _trash(sessions: sessionmaker[Session], limit: int) -> int:
+    """Purge up to ``limit`` memes trashed ``MEWDEX_TRASH_DAYS`` ago (each its own journaled delete)."""
+    from mewdex.library import trash
+    from mewdex.storage import blob_store
+
+    return trash.purge_expired(sessions, blob_store(), limit=limit)
+
+
+#: Rules that run their own transactions (a journaled delete is several).
+SESSION_RULES: dict[str, Callable[[sessionmaker[Session], int], int]] = {"trash": _trash}
+
 RULES: dict[str, Callable[[Session, int], int]] = {
     "tasks": _tasks,
     "deliveries": _deliveries,
@@ -140,15 +154,18 @@ def run(sessions: sessionmaker[Session], *, budget_seconds: float = RUN_BUDGET_S
     is False when the budget ran out first (the next run goes on)."""
     limit = get_settings().retention_batch_rows
     started = time.monotonic()
-    deleted = dict.fromkeys(RULES, 0)
+    deleted = dict.fromkeys([*RULES, *SESSION_RULES], 0)
     batches = 0
-    pending = list(RULES)
+    pending = list(deleted)
     while pending:
         for name in list(pending):
             if time.monotonic() - started > budget_seconds:
                 return _summary(deleted, batches, started, complete=False)
-            with sessions.begin() as session:
-                n = RULES[name](session, limit)
+            if name in SESSION_RULES:
+                n = SESSION_RULES[name](sessions, limit)
+            else:
+                with sessions.begin() as session:
+                    n = RULES[name](session, limit)
             batches += 1
             deleted[name] += n
             if n < limit:

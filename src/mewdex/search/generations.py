@@ -584,7 +584,7 @@ def build(ctx: TaskContext, generation_id: UUID | None, embed: Embed) -> Built:
                     generation_id = _create(session, scope_id, embed, len(next(iter(vectors.values()))))
                 generation = session.get_one(SearchGeneration, generation_id)
                 for meme, found in zip(batch, fields, strict=True):
-                    stored = listing.find(session, ScopeContext(scope_id), meme.id)
+                    stored = listing.find(session, ScopeContext(scope_id), meme.id, include_trashed=True)
                     if stored is None or stored.search_metadata_hash != meme.search_metadata_hash:
                         continue  # deleted, or re-analysed meanwhile: the next pass embeds its new context
                     items = [(field, document, vectors[document]) for field, document in found.items()]

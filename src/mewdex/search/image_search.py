@@ -54,17 +54,24 @@ def search_by_vector(
     """Memes nearest to the visual embedding ``vector``, narrowed by ``filters`` inside the HNSW query."""
     started = time.perf_counter() if started is None else started
     filters = None if filters is None or filters.empty else filters
-    hits = nearest_images(
-        session,
-        scope.scope_id,
-        vector,
-        offset + n_results,
-        model=visual.MODEL_ID,
-        preprocess_version=visual.PREPROCESS_VERSION,
-        exclude=exclude,
-        filters=filters,
-    )[offset:]
-    return _response(session, scope, hits, started)
+    want = fetch = offset + n_results
+    while True:  # trashed memes keep their vectors: read further until enough live ones are found
+        hits = nearest_images(
+            session,
+            scope.scope_id,
+            vector,
+            fetch,
+            model=visual.MODEL_ID,
+            preprocess_version=visual.PREPROCESS_VERSION,
+            exclude=exclude,
+            filters=filters,
+        )
+        alive = listing.live_ids(session, scope.scope_id, [m for m, _ in hits])
+        kept = [h for h in hits if h[0] in alive]
+        if len(kept) >= want or len(hits) < fetch:
+            break
+        fetch *= 2
+    return _response(session, scope, kept[offset:want], started)
 
 
 def search_by_image(

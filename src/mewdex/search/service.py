@@ -24,7 +24,7 @@ from mewdex.dto.search import (
 )
 from mewdex.dto.search import SearchFilters, SearchHit, SearchResults
 from mewdex.inference.errors import BackendUnavailable
-from mewdex.library.listing import filtered_memes, meme_ref
+from mewdex.library.listing import filtered_memes, live, live_ids, meme_ref
 from mewdex.search import feedback, generations, keyword, steps, tags, text, variants, vector
 from mewdex.search.confidence import HIGH_MIN_SCORE, confidence
 from mewdex.search.fusion import rrf
@@ -170,10 +170,20 @@ def _search(
             continue
         rankings[leg] = ranked
         phrase |= leg_phrase
+    # Trashed memes keep their index rows (a restore is instant); the one live rule drops them here,
+    # before anything is fused (the legs read without filters stay one index scan each).
+    alive = live_ids(session, scope.scope_id, [m for r in rankings.values() for m in r] + list(fb.net if fb else ()))
+    rankings = {leg: [m for m in ranked if m in alive] for leg, ranked in rankings.items()}
+    phrase &= alive
+    if fb is not None:
+        fb.net = {m: v for m, v in fb.net.items() if m in alive}
     weights = steps.weights(LEG_WEIGHTS, rankings)
     base = rrf(rankings, k=RRF_K, weights=weights)
     anchor = max(phrase, key=lambda m: (base.get(m, 0.0), str(m)), default=None)  # the best exact match
     like = _like_exact_match(executor, scope.scope_id, anchor, rankings, filters) if anchor is not None else {}
+    if like:  # the live rule again, for memes only the caption-meaning rankings found
+        alive |= live_ids(session, scope.scope_id, [m for r in like.values() for m in r if m not in alive])
+        like = {name: [m for m in ranked if m in alive] for name, ranked in like.items()}
     if like:  # they order what follows the exact matches, never the exact matches among themselves
         weights |= {name: LEG_WEIGHTS[name[: -len(LIKE_SUFFIX)]] for name in like}
         fused = rrf(rankings | like, k=RRF_K, weights=weights)
@@ -466,7 +476,7 @@ def hydrate(
         for row in session.execute(
             select(
                 Meme.id, Meme.display_name, Meme.sha256, Meme.meme_context["ocr_text"].astext.label("ocr_text")
-            ).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids))
+            ).where(Meme.scope_id == scope.scope_id, Meme.id.in_(ids), live())
         )
     }
     return [

@@ -47,6 +47,7 @@ from mewdex.web.routers import (
     tags,
     task_pages,
     tasks,
+    trash,
     usage,
     visual,
 )
@@ -112,6 +113,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         feedback,
         memes,
         tags,
+        trash,
         visual,
         collections,
         tasks,

@@ -52,6 +52,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "host_not_allowed": 421,
     "revision_conflict": 412,  # If-Match named an older revision (HTTP's "precondition failed")
     "operation_in_progress": 409,
+    "text_not_ready": 409,
     "collection_name_taken": 409,
     "email_taken": 409,
     "ambiguous_id": 409,

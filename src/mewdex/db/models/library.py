@@ -76,6 +76,9 @@ class Meme(Base):
     revision: Mapped[int] = mapped_column(BigInteger, nullable=False, default=1)
     created_at: Mapped[datetime] = created_at()
     updated_at: Mapped[datetime] = updated_at()
+    # When the meme went to the trash (migration 0025); NULL: live. Every listing and search keeps
+    # only live memes (``mewdex.library.listing.live``).
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
         UniqueConstraint("scope_id", "id", name="uq_memes_scope_id"),
@@ -85,6 +88,13 @@ class Meme(Base):
         Index("ix_memes_scope_name_lower", "scope_id", func.lower(text("display_name")), "id"),
         Index("ix_memes_scope_updated", "scope_id", text("updated_at DESC"), text("id DESC")),
         Index("ix_memes_scope_created", "scope_id", text("created_at DESC"), text("id DESC")),
+        Index(
+            "ix_memes_scope_trash",
+            "scope_id",
+            text("deleted_at DESC"),
+            text("id DESC"),
+            postgresql_where=text("deleted_at IS NOT NULL"),
+        ),
         CheckConstraint("size_bytes >= 0", name="ck_memes_size_nonnegative"),
         CheckConstraint("name_source IN ('uploaded','manual','automatic','unknown')", name="ck_memes_name_source"),
         CheckConstraint(

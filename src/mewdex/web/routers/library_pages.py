@@ -1,5 +1,7 @@
 """The library page (``/library``: every meme as a grid or a list, filtered, sorted, paged, variants
-collapsed on request) with its items fragment (``/ui/library``), and the upload page (``/upload``).
+collapsed on request) with its items fragment (``/ui/library``), the trash (``/trash``: restore, delete
+for good, empty it; read with the API's :func:`mewdex.web.routers.trash.trash_page`) and the upload
+page (``/upload``).
 
 Reads: :func:`mewdex.library.listing.library_page` (template groups from
 :func:`mewdex.search.variants.template_groups`), the menus from :mod:`mewdex.library.collections`.
@@ -85,6 +87,23 @@ def library(
 @router.get("/ui/library")
 def library_fragment(request: Request, items: dict[str, Any] = Depends(library_items)):
     return render(request, "partials/library_items.html", items)
+
+
+@router.get("/trash")
+def trash_view(
+    request: Request,
+    cursor: str | None = None,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
+    from mewdex.dto.cursor import CursorInvalid
+    from mewdex.web.routers.trash import trash_page
+
+    try:
+        page = trash_page(session, scope, limit=60, cursor=cursor or None)
+    except CursorInvalid:
+        page = trash_page(session, scope, limit=60)
+    return render(request, "trash.html", {"page": "trash", "trash": page})
 
 
 @router.get("/upload")

@@ -14,6 +14,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Request
 from sqlalchemy.orm import Session
 
+from mewdex.dto.memes import MAX_TEXT_CHARS
 from mewdex.dto.scopes import ScopeContext
 from mewdex.inference import visual_model
 from mewdex.library import collections, listing, memes
@@ -56,6 +57,7 @@ def meme_detail(
         "meme": data,
         "stages": stages,
         "ocr_text": context.get("ocr_text") or "",
+        "max_text_chars": MAX_TEXT_CHARS,
         "context": context,
         # "Looks like" in the page's language only (the context keeps both for search)
         "labels_by_lang": {lang: visual_model.labels_in(visual_labels, lang) for lang in ("en", "zh")},

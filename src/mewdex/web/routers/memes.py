@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.memes import Meme as MemeDto
-from mewdex.dto.memes import MemePage, RenameRequest, UploadResponse
+from mewdex.dto.memes import MemePage, MemePatchRequest, UploadResponse
 from mewdex.dto.scopes import ScopeContext
 from mewdex.library import collections, listing
 from mewdex.library import memes as library
@@ -39,9 +39,10 @@ from mewdex.web.uploads import memory_slot, read_upload, upload_slot
 router = APIRouter(tags=["memes"])
 
 
-def get_meme(session: Session, scope: ScopeContext, meme_id: str) -> library.Meme:
-    """The scope's meme ``meme_id``; 404 ``not_found`` (also for an id that is no UUID)."""
-    meme = library.find(session, scope, parse_id(meme_id))
+def get_meme(session: Session, scope: ScopeContext, meme_id: str, *, include_trashed: bool = False) -> library.Meme:
+    """The scope's live meme ``meme_id`` (``include_trashed``: one in the trash too, for its media on the
+    trash page); 404 ``not_found`` (also for an id that is no UUID)."""
+    meme = library.find(session, scope, parse_id(meme_id), include_trashed=include_trashed)
     if meme is None:
         raise ApiError(404, "not_found", "meme not found")
     return meme
@@ -95,8 +96,11 @@ def media(
 
     ``q``: the search whose result was downloaded (the result cards' download link): recorded as
     ``download`` feedback (learning, :mod:`mewdex.search.feedback`) for a GET of the account itself
-    from this site (not a signed link, not a read-only token, not a request from another site)."""
-    meme = get_meme(session, scope, meme_id)
+    from this site (not a signed link, not a read-only token, not a request from another site). A meme
+    in the trash is served too (the trash page shows it; its files are kept until it is purged)."""
+    meme = get_meme(session, scope, meme_id, include_trashed=True)
+    if meme.deleted_at is not None:
+        q = None  # nothing is learned from the trash
     if q and request.method == "GET" and _may_learn(request, principal):
         try:
             feedback.record(session, scope, q, meme.id, "download", "search")
@@ -358,25 +362,40 @@ def _if_match(value: str | None) -> int | None:
     return int(match.group(1))
 
 
-@router.patch("/api/v1/memes/{meme_id}", response_model=MemeDto, responses=error_responses(412))
+@router.patch("/api/v1/memes/{meme_id}", response_model=MemeDto, responses=error_responses(409, 412))
 def rename_meme(
-    meme_id: str, body: RenameRequest, if_match: str | None = Header(None), scope: ScopeContext = Depends(current_scope)
+    meme_id: str,
+    body: MemePatchRequest,
+    if_match: str | None = Header(None),
+    scope: ScopeContext = Depends(current_scope),
 ):
-    """Rename and/or set the tags: body ``{"display_name": str}`` (normalized under the name rules;
-    ``name_source`` becomes ``manual``), ``{"tags": [str]}`` (the meme's whole tag list, normalised by
-    :func:`mewdex.library.tags.normalize_tag`; the keyword index follows at once; the revision stays).
-    ``If-Match: <revision>`` makes it conditional. Returns the meme (``ETag``: its revision). Errors:
-    404 ``not_found``, 412 ``revision_conflict`` (a stale ``If-Match``), 422 ``display_name_invalid`` /
-    ``tag_empty`` / ``tag_too_long`` / ``tag_invalid`` / ``too_many_tags`` / ``invalid_request``."""
-    name = body.display_name
+    """Rename, correct the text and/or set the tags, together: body ``{"display_name": str}``
+    (normalized under the name rules; ``name_source`` becomes ``manual``), ``{"text": str | null}`` —
+    what the meme says, replacing what OCR read (≤ 2000 characters; the OCR original is kept in
+    ``meme_context.text_correction`` and ``"text": null`` restores it; the meme is re-indexed at once:
+    keyword, vectors, a name that came from its text), ``{"tags": [str]}`` (the meme's whole tag list,
+    normalised by :func:`mewdex.library.tags.normalize_tag`; the keyword index follows at once; the
+    revision stays). ``If-Match: <revision>`` makes it conditional (each step checks the revision the
+    previous one left). Returns the meme (``ETag``: its revision). Errors: 404 ``not_found``, 409
+    ``text_not_ready`` (not analysed yet) / ``operation_in_progress``, 412 ``revision_conflict`` (a stale
+    ``If-Match``), 422 ``display_name_invalid`` / ``text_too_long`` / ``text_invalid`` / ``tag_empty`` /
+    ``tag_too_long`` / ``tag_invalid`` / ``too_many_tags`` / ``invalid_request`` (no field, or
+    ``display_name`` / ``tags`` null)."""
+    from mewdex.pipeline import corrections
+
+    fields = body.model_fields_set
     expected = _if_match(if_match)
     uid = parse_id(meme_id)
-    if name is None and body.tags is None:
-        raise ApiError(422, "invalid_request", "send display_name and/or tags")
-    new_tags = None if body.tags is None else normalize_tags(body.tags)  # refused before anything is written
-    if name is not None:
-        library.rename(get_sessionmaker(), scope, uid, name, expected_revision=expected)
-        expected = None  # the rename moved the revision on
+    # every value is checked before anything is written
+    new_tags = None if body.tags is None else normalize_tags(body.tags)
+    if "text" in fields:
+        corrections.checked_text(body.text)
+    if body.display_name is not None:
+        revision = library.rename(get_sessionmaker(), scope, uid, body.display_name, expected_revision=expected)
+        expected = revision if expected is not None else None
+    if "text" in fields:
+        revision = corrections.set_text(get_sessionmaker(), scope, uid, body.text, expected_revision=expected)
+        expected = revision if expected is not None else None
     if new_tags is not None:
         with get_sessionmaker().begin() as session:
             set_tags(session, scope, uid, new_tags, expected_revision=expected)
@@ -385,10 +404,14 @@ def rename_meme(
         return JSONResponse(meme_dict(session, meme), headers={"ETag": f'"{meme.revision}"'})
 
 
-@router.delete("/api/v1/memes/{meme_id}", status_code=204, responses=error_responses(412))
+@router.delete("/api/v1/memes/{meme_id}", status_code=204, responses=error_responses(409, 412))
 def delete_meme(meme_id: str, if_match: str | None = Header(None), scope: ScopeContext = Depends(current_scope)):
-    """Delete the meme, its derived rows and files (the blob stays while another meme uses it).
-    ``If-Match: <revision>`` makes it conditional. 204; 404 ``not_found``; 412 ``revision_conflict``."""
+    """Move the meme to the trash (``GET /api/v1/trash``): no longer listed, found or sent; its files,
+    collections, tags and learning are kept for a restore until it is purged (``DELETE /api/v1/trash/{id}``,
+    or ``MEWDEX_TRASH_DAYS`` later). ``If-Match: <revision>`` makes it conditional. 204; 404 ``not_found``
+    (also one already in the trash); 409 ``operation_in_progress``; 412 ``revision_conflict``."""
+    from mewdex.library import trash
+
     expected = _if_match(if_match)
-    library.delete(get_sessionmaker(), blob_store(), scope, parse_id(meme_id), expected_revision=expected)
+    trash.move_to_trash(get_sessionmaker(), scope, parse_id(meme_id), expected_revision=expected)
     return Response(status_code=204)

@@ -56,9 +56,9 @@ def thumbnail(
 
     When no thumbnail is available yet (the worker makes them) the original's bytes stand in
     (``Cache-Control: no-store``) so the UI always has a picture; 404 ``blob_missing`` when even
-    the original is gone.
+    the original is gone. A meme in the trash has its thumbnail too (the trash page).
     """
-    meme = get_meme(session, scope, meme_id)
+    meme = get_meme(session, scope, meme_id, include_trashed=True)
     namespace = storage_namespace(session, scope.scope_id)
     store = blob_store()
     profiles = ([thumbs.ANIMATED_PROFILE] if animated else []) + [thumbs.STILL_PROFILE]

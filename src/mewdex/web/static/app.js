@@ -327,6 +327,7 @@ document.addEventListener("submit", (e) => {
   const handlers = {
     "rename": renameMeme, "rename-collection": renameCollection, "create-collection": createCollection,
     "import-collection": importCollection, "add-to-collection": addToCollection,
+    "set-text": (f) => saveText(f.closest(".detail"), f.text.value, f),
   };
   handlers[form.dataset.actionForm](form);
 });
@@ -406,6 +407,46 @@ async function deleteMeme(button) {
   }
 }
 
+// The meme's text (issue 43): corrected in place; null restores what OCR read. The detail is read again
+// (the name may follow the text).
+function toggleText(box, on) {
+  const form = $(".text-form", box);
+  form.hidden = !on;
+  $(".text-view", box).hidden = on;
+  $(".form-error", form).textContent = "";
+  if (on) $("textarea", form).focus();
+  else { const start = $("[data-action=text-start]", box); if (start) start.focus(); }
+}
+
+async function saveText(article, text, form) {
+  const r = await api("PATCH", `/api/v1/memes/${article.dataset.id}`, {text},
+                      {"If-Match": article.dataset.revision});
+  if (!r.ok) {
+    if (form) $(".form-error", form).textContent = errorText(r.body, r.status);
+    else toast(errorText(r.body, r.status), "error");
+    return;
+  }
+  toast(t("js.text_saved"));
+  reloadDetail();
+}
+
+// The trash page: restore or delete one for good; empty it all.
+async function trashAction(button, method, suffix, done) {
+  const item = button.closest(".trash-item");
+  const r = await api(method, `/api/v1/trash/${item.dataset.id}${suffix}`);
+  if (!r.ok && r.status !== 404) { toast(errorText(r.body, r.status), "error"); return; }
+  toast(t(done));
+  item.remove();
+  if (!$(".trash-item")) location.reload();
+}
+
+async function emptyTrash() {
+  const r = await api("DELETE", "/api/v1/trash");
+  if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
+  toast(t("js.purged"));
+  location.reload();
+}
+
 async function deleteCollection() {
   const head = $("[data-collection]");
   const r = await api("DELETE", `/api/v1/collections/${head.dataset.collection}`);
@@ -464,6 +505,12 @@ document.addEventListener("click", (e) => {
     case "confirm-start": toggleConfirm(el.closest("[data-component=confirm]"), true); break;
     case "confirm-cancel": toggleConfirm(el.closest("[data-component=confirm]"), false); break;
     case "delete-meme": deleteMeme(el); break;
+    case "text-start": toggleText(el.closest("[data-component=text-edit]"), true); break;
+    case "text-cancel": toggleText(el.closest("[data-component=text-edit]"), false); break;
+    case "text-revert": saveText(el.closest(".detail"), null, null); break;
+    case "trash-restore": trashAction(el, "POST", "/restore", "js.restored"); break;
+    case "trash-purge": trashAction(el, "DELETE", "", "js.purged"); break;
+    case "trash-empty": emptyTrash(); break;
     case "delete-collection": deleteCollection(); break;
     case "remove-member": removeMember(el); break;
     case "retry-task": retryTask(el); break;
