@@ -91,6 +91,7 @@ def keyword_found(sessions, scope, query: str) -> list[str]:
 def test_corrected_text_is_found_and_the_old_one_is_not_and_null_undoes_it(client, sessions, store, scope):
     meme_id = analysed(sessions, store, scope, 1, "helo wrold zebrafish")
     assert meme_id in found(client, "zebrafish")
+    assert client.patch(f"/api/v1/memes/{meme_id}", json={"tags": ["wombat"]}).status_code == 200
 
     r = client.patch(f"/api/v1/memes/{meme_id}", json={"text": "hello world\nquokka"})
     assert r.status_code == 200, r.text
@@ -104,6 +105,9 @@ def test_corrected_text_is_found_and_the_old_one_is_not_and_null_undoes_it(clien
     assert meme_id not in keyword_found(sessions, scope, "zebrafish")
     # the name came from the serial file name: it follows the caption
     assert body["display_name"] != "IMG_0001"
+    # the re-index kept the tag's word (tags are words of the keyword leg)
+    assert body["tags"] == ["wombat"]
+    assert meme_id in keyword_found(sessions, scope, "wombat") and meme_id in found(client, "tag:wombat")
 
     r = client.patch(f"/api/v1/memes/{meme_id}", json={"text": None})
     assert r.status_code == 200, r.text
@@ -112,6 +116,20 @@ def test_corrected_text_is_found_and_the_old_one_is_not_and_null_undoes_it(clien
     assert meme_id in found(client, "zebrafish")
     assert meme_id not in found(client, "quokka")
     assert meme_id not in keyword_found(sessions, scope, "quokka")
+    assert meme_id in keyword_found(sessions, scope, "wombat")
+
+    # one PATCH renames, corrects and tags; If-Match holds for the whole request
+    revision = r.json()["revision"]
+    both = {"display_name": "numbat", "text": "echidna", "tags": ["bilby"]}
+    r = client.patch(f"/api/v1/memes/{meme_id}", json=both, headers={"If-Match": str(revision - 1)})
+    assert (r.status_code, r.json()["error"]["code"]) == (412, "revision_conflict")
+    r = client.patch(f"/api/v1/memes/{meme_id}", json=both, headers={"If-Match": str(revision)})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["display_name"], body["meme_context"]["ocr_text"], body["tags"]) == ("numbat", "echidna", ["bilby"])
+    assert r.headers["ETag"] == f'"{body["revision"]}"' and body["revision"] > revision
+    assert meme_id in keyword_found(sessions, scope, "echidna") and meme_id in keyword_found(sessions, scope, "bilby")
+    assert meme_id not in keyword_found(sessions, scope, "wombat")
 
 
 @pytest.mark.parametrize(
@@ -121,8 +139,10 @@ def test_corrected_text_is_found_and_the_old_one_is_not_and_null_undoes_it(clien
         ({"text": 12}, 422, "invalid_request"),
         ({"text": "bell\x07"}, 422, "text_invalid"),
         ({}, 422, "invalid_request"),
+        ({"display_name": None, "text": "new words"}, 422, "invalid_request"),
+        ({"text": "new words", "tags": ["ok", ""]}, 422, "tag_empty"),
     ],
-    ids=["too_long", "not_a_string", "control_character", "no_field"],
+    ids=["too_long", "not_a_string", "control_character", "no_field", "null_name", "bad_tag_beside"],
 )
 def test_bad_text_is_refused_with_its_code(client, sessions, store, scope, body, status, code):
     meme_id = analysed(sessions, store, scope, 100 + len(str(body)) % 97, "unchanged words")
@@ -172,6 +192,12 @@ def test_trash_hides_everywhere_and_restore_brings_everything_back(client, sessi
         ).scalar_one()
     assert events == 1
     cid = str(collection.id)
+    tag = "monotreme"  # on both memes: the trashed one leaves its counts and its listing
+    r = client.post("/api/v1/memes/tags", json={"ids": [gone, kept], "add": [tag]})
+    assert r.status_code == 200, r.text
+
+    def tag_count(name: str) -> int:
+        return {t["name"]: t["count"] for t in client.get("/api/v1/tags").json()["items"]}.get(name, 0)
 
     def visible() -> dict[str, bool]:
         listed = [m["id"] for m in client.get("/api/v1/memes", params={"limit": 200}).json()["items"]]
@@ -192,12 +218,21 @@ def test_trash_hides_everywhere_and_restore_brings_everything_back(client, sessi
             "similar": gone in similar,
             "collection": gone in members,
             "library_page": gone in page,
+            "tag_count": tag_count(tag) == 2,
+            "tag_listing": gone in found(client, f'tag:"{tag}"'),
+            "tag_search": gone in found(client, f'tag:"{tag}" platypus'),
         }
 
     assert all(visible().values()), visible()
     assert client.delete(f"/api/v1/memes/{gone}").status_code == 204
     assert not any(visible().values()), visible()
     assert client.delete(f"/api/v1/memes/{gone}").status_code == 404  # already in the trash
+    assert tag_count(tag) == 1 and kept in found(client, f"tag:{tag}")  # the live one still counts
+    assert client.patch(f"/api/v1/memes/{gone}", json={"tags": ["x"]}).status_code == 404
+    # a tag renamed while the meme is in the trash: the restore brings it back under the new name
+    r = client.patch(f"/api/v1/tags/{tag}", json={"name": "egg layer"})
+    assert (r.status_code, r.json()["count"], r.json()["merged"]) == (200, 1, False), r.text
+    tag = "egg layer"
     overview = {c["id"]: c for c in client.get("/api/v1/collections").json()["collections"]}
     assert overview[cid]["item_count"] == 1
     r = client.get("/api/v1/trash")
@@ -209,7 +244,7 @@ def test_trash_hides_everywhere_and_restore_brings_everything_back(client, sessi
     assert client.get("/trash").status_code == 200 and gone in client.get("/trash").text
 
     r = client.post(f"/api/v1/trash/{gone}/restore")
-    assert r.status_code == 200 and r.json()["id"] == gone
+    assert r.status_code == 200 and r.json()["id"] == gone and r.json()["tags"] == [tag]
     assert all(visible().values()), visible()
     with sessions.begin() as session:
         assert (

@@ -2,9 +2,10 @@
 predicate every caller uses), "the latest processing job of each meme" and the meme DTOs.
 
 * :data:`LIVE_SQL` / :func:`live` / :func:`live_ids` — the one rule of a live meme (not in the trash,
-  ``memes.deleted_at IS NULL``): :func:`filter_sql`, :func:`find`, :func:`memes_by_id`, the search
-  service's fused ranking and the collections' listings all apply it, so a trashed meme is never
-  listed, found or sent (only :mod:`mewdex.library.trash` asks for trashed ones).
+  ``memes.deleted_at IS NULL``; defined in :mod:`mewdex.library.live`, re-exported here):
+  :func:`filter_sql`, :func:`find`, :func:`memes_by_id`, the search service's fused ranking, the
+  collections' listings and the tag counts all apply it, so a trashed meme is never listed, counted,
+  found or sent (only :mod:`mewdex.library.trash` asks for trashed ones).
 * :func:`filter_sql` — the filters of :class:`~mewdex.dto.search.SearchFilters` (plus a name
   substring) as one SQL predicate over the ``memes`` table; search legs embed it in their own SQL
   (``EXISTS (SELECT 1 FROM memes WHERE memes.scope_id = … AND memes.id = <leg>.meme_id AND …)``),
@@ -32,6 +33,9 @@ from mewdex.dto.memes import Meme as MemeDto
 from mewdex.dto.search import SearchFilters
 from mewdex.library import tags
 from mewdex.library.images import EXTENSIONS, MEDIA_TYPES
+from mewdex.library.live import LIVE_SQL as LIVE_SQL
+from mewdex.library.live import live as live
+from mewdex.library.live import live_ids as live_ids
 
 MEDIA_TYPES_BY_EXTENSION = {EXTENSIONS[f]: MEDIA_TYPES[f] for f in EXTENSIONS}
 
@@ -40,24 +44,6 @@ def library_scopes(session: Session) -> list[str]:
     """The scopes that hold memes, sorted: every library a library-wide job covers (``mewdex reindex``,
     a search-recipe rebuild, a naming-rules repair)."""
     return list(session.execute(select(Meme.scope_id).distinct().order_by(Meme.scope_id)).scalars())
-
-
-#: The one rule of a live meme (not in the trash) as SQL over the unaliased ``memes`` table.
-LIVE_SQL = "memes.deleted_at IS NULL"
-
-
-def live():
-    """:data:`LIVE_SQL` as an ORM clause over :class:`Meme`."""
-    return Meme.deleted_at.is_(None)
-
-
-def live_ids(session: Session, scope_id: str, ids) -> set[UUID]:
-    """Those of ``ids`` that are live memes of the scope (one statement; the search service drops the
-    others from its fused ranking)."""
-    wanted = list(dict.fromkeys(ids))
-    if not wanted:
-        return set()
-    return set(session.execute(select(Meme.id).where(Meme.scope_id == scope_id, Meme.id.in_(wanted), live())).scalars())
 
 
 def find(

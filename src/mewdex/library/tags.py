@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, MemeTag, ScopeContext
 from mewdex.dto.errors import DomainError, strip_format_characters
+from mewdex.library.live import live
 
 MAX_TAG_CHARS = 64
 MAX_TAGS_PER_MEME = 50
@@ -85,12 +86,13 @@ def of_memes(session: Session, scope_id: str, meme_ids: Iterable[UUID]) -> dict[
 
 
 def counts(session: Session, scope: ScopeContext, *, prefix: str = "", limit: int = 1000) -> list[tuple[str, int]]:
-    """``[(tag, memes with it)]`` of the scope, most used first, then by name; ``prefix``: only tags
-    starting with it (folded as tags are)."""
+    """``[(tag, live memes with it)]`` of the scope, most used first, then by name (a meme in the trash
+    keeps its tags but is not counted: :func:`mewdex.library.live.live`); ``prefix``: only tags starting
+    with it (folded as tags are)."""
     query = (
         select(MemeTag.tag, func.count())
         .join(Meme, (Meme.scope_id == MemeTag.scope_id) & (Meme.id == MemeTag.meme_id))
-        .where(MemeTag.scope_id == scope.scope_id)
+        .where(MemeTag.scope_id == scope.scope_id, live())
         .group_by(MemeTag.tag)
         .order_by(func.count().desc(), MemeTag.tag)
         .limit(limit)
@@ -101,10 +103,15 @@ def counts(session: Session, scope: ScopeContext, *, prefix: str = "", limit: in
     return [(tag, int(n)) for tag, n in session.execute(query)]
 
 
-def memes_tagged(session: Session, scope_id: str, tag: str) -> list[UUID]:
-    """The ids of the scope's memes tagged ``tag`` (a stored, normalised name)."""
-    return list(
-        session.execute(
-            select(MemeTag.meme_id).where(MemeTag.scope_id == scope_id, MemeTag.tag == tag).order_by(MemeTag.meme_id)
-        ).scalars()
+def memes_tagged(session: Session, scope_id: str, tag: str, *, include_trashed: bool = False) -> list[UUID]:
+    """The ids of the scope's live memes tagged ``tag`` (a stored, normalised name); with
+    ``include_trashed`` those in the trash too (a tag rename moves their tags along)."""
+    query = (
+        select(MemeTag.meme_id)
+        .join(Meme, (Meme.scope_id == MemeTag.scope_id) & (Meme.id == MemeTag.meme_id))
+        .where(MemeTag.scope_id == scope_id, MemeTag.tag == tag)
+        .order_by(MemeTag.meme_id)
     )
+    if not include_trashed:
+        query = query.where(live())
+    return list(session.execute(query).scalars())

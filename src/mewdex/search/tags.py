@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, MemeTag, ScopeContext
 from mewdex.library import tags as library_tags
+from mewdex.library.listing import live
 from mewdex.library.tags import MAX_TAGS_PER_MEME, TagError, fold_tag, normalize_tag, normalize_tags
 from mewdex.search import keyword
 from mewdex.search.documents import context_hash, keyword_document
@@ -99,18 +100,15 @@ def reindex(session: Session, scope_id: str, memes: Sequence[Meme]) -> None:
     )
 
 
-def _lock(session: Session, scope: ScopeContext, ids: Iterable[UUID]) -> list[Meme]:
-    """The scope's memes of ``ids`` locked in id order (``FOR NO KEY UPDATE``, as the stages lock them);
-    ``not_found`` (details: ``missing``) unless every one is the scope's."""
+def _lock(session: Session, scope: ScopeContext, ids: Iterable[UUID], *, include_trashed: bool = False) -> list[Meme]:
+    """The scope's live memes of ``ids`` (with ``include_trashed``, those in the trash too) locked in id
+    order (``FOR NO KEY UPDATE``, as the stages lock them); ``not_found`` (details: ``missing``) unless
+    every one is there."""
     wanted = sorted(set(ids))
-    memes = list(
-        session.execute(
-            select(Meme)
-            .where(Meme.scope_id == scope.scope_id, Meme.id.in_(wanted))
-            .order_by(Meme.id)
-            .with_for_update(key_share=True)
-        ).scalars()
-    )
+    query = select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(wanted))
+    if not include_trashed:
+        query = query.where(live())
+    memes = list(session.execute(query.order_by(Meme.id).with_for_update(key_share=True)).scalars())
     if len(memes) != len(wanted):
         found = {m.id for m in memes}
         missing = [str(i) for i in wanted if i not in found]
@@ -193,16 +191,17 @@ class Renamed:
 
 def rename_tag(session: Session, scope: ScopeContext, old: str, new: object) -> Renamed:
     """Rename the scope's tag ``old`` to ``new`` (normalised); when ``new`` exists already the two are
-    merged (a meme with both keeps one). Re-indexes the memes. Raises :class:`TagError` ``not_found``
-    (no meme has ``old``) and the name rule's codes."""
+    merged (a meme with both keeps one). The memes in the trash that have it are renamed too (a restore
+    brings back the tag as it is named now); ``count`` and ``merged`` are of live memes. Re-indexes the
+    memes. Raises :class:`TagError` ``not_found`` (no live meme has ``old``) and the name rule's codes."""
     source = fold_tag(old)
     target = normalize_tag(new)
-    ids = library_tags.memes_tagged(session, scope.scope_id, source) if source else []
-    if not ids:
+    if not source or not library_tags.memes_tagged(session, scope.scope_id, source):
         raise TagError("not_found", "no meme has this tag")
+    ids = library_tags.memes_tagged(session, scope.scope_id, source, include_trashed=True)
     merged = target != source and bool(library_tags.memes_tagged(session, scope.scope_id, target))
     if target != source:
-        memes = _lock(session, scope, ids)
+        memes = _lock(session, scope, ids, include_trashed=True)
         _insert(session, scope.scope_id, [(m, target) for m in ids])
         session.execute(delete(MemeTag).where(MemeTag.scope_id == scope.scope_id, MemeTag.tag == source))
         reindex(session, scope.scope_id, memes)
