@@ -128,9 +128,10 @@ def main() -> int:
     engine.load()
     started = time.perf_counter()
     chosen = pick(args.corpus, args.n, args.seed, engine)
-    print(f"picked {len(chosen)} captioned memes in {time.perf_counter() - started:.1f} s: " + ", ".join(
-        f"{'/'.join(k)}={v}" for k, v in sorted(Counter(m["kind"] for m in chosen).items())
-    ))
+    print(
+        f"picked {len(chosen)} captioned memes in {time.perf_counter() - started:.1f} s: "
+        + ", ".join(f"{'/'.join(k)}={v}" for k, v in sorted(Counter(m["kind"] for m in chosen).items()))
+    )
     rows, still_s, frame_s = [], [], []
     for index, meme in enumerate(chosen):
         lang = meme["kind"][0]
@@ -176,35 +177,52 @@ def main() -> int:
     mean_new = statistics.mean(r["new_read"] for r in rows) if rows else 0.0
     mean_old = statistics.mean(r["old_read"] for r in rows) if rows else 0.0
     print()
-    print(f"memes: {len(rows)}  new characters read: mean {mean_new:.0%}  old characters still read: mean {mean_old:.0%}")
+    print(
+        f"memes: {len(rows)}  new characters read: mean {mean_new:.0%}  old characters still read: mean {mean_old:.0%}"
+    )
     print(
         f"memes with ≥{MIN_NEW:.0%} new read and ≤{MAX_OLD:.0%} old read: {passed}/{len(rows)} = {share:.0%} "
         f"(target ≥{TARGET_SHARE:.0%}: {'met' if share >= TARGET_SHARE else 'NOT met'})"
     )
     if still_s:
-        print(f"time per still image: median {statistics.median(still_s):.3f} s, max {max(still_s):.3f} s ({len(still_s)})")
+        median, worst = statistics.median(still_s), max(still_s)
+        print(f"time per still image: median {median:.3f} s, max {worst:.3f} s ({len(still_s)} stills)")
     if frame_s:
-        print(f"time per GIF frame: median {statistics.median(frame_s):.3f} s, max {max(frame_s):.3f} s ({len(frame_s)} GIFs)")
+        median, worst = statistics.median(frame_s), max(frame_s)
+        print(f"time per GIF frame: median {median:.3f} s, max {worst:.3f} s ({len(frame_s)} GIFs)")
     write_page(args.out, rows, share, mean_new, mean_old)
     print(f"before/after page: {args.out / 'index.html'}")
     return 0 if share >= TARGET_SHARE else 1
 
 
-def write_page(out: Path, rows: list[dict], share: float, mean_new: float, mean_old: float) -> None:
-    cards = "\n".join(
-        f"""<figure class="{'ok' if r['ok'] else 'fail'}"><div><img src="{html.escape(r['before'])}" loading="lazy">
-<img src="{html.escape(r['after'])}" loading="lazy"></div><figcaption><b>{html.escape(r['file'])}</b> ({html.escape(r['kind'])})<br>
-old: {html.escape(r['old'])}<br>new: {html.escape(r['new'])} · OCR now reads: {html.escape(r['read'])}<br>
-new read {r['new_read']:.0%} · old read {r['old_read']:.0%} · {r['seconds']:.2f} s, {r['frames']} frame(s)</figcaption></figure>"""
-        for r in rows
+CSS = (
+    "body{font:14px system-ui,sans-serif;margin:1rem}"
+    "figure{margin:0 0 1.5rem;padding:.5rem;border-left:4px solid #2a2}figure.fail{border-color:#c22}"
+    "figure div{display:flex;gap:.5rem;flex-wrap:wrap}img{max-width:min(45vw,420px);max-height:360px}"
+)
+
+
+def card(r: dict) -> str:
+    e = html.escape
+    return (
+        f'<figure class="{"ok" if r["ok"] else "fail"}"><div><img src="{e(r["before"])}" loading="lazy">'
+        f'<img src="{e(r["after"])}" loading="lazy"></div>'
+        f"<figcaption><b>{e(r['file'])}</b> ({e(r['kind'])})<br>old: {e(r['old'])}<br>"
+        f"new: {e(r['new'])} · OCR now reads: {e(r['read'])}<br>new read {r['new_read']:.0%} · "
+        f"old read {r['old_read']:.0%} · {r['seconds']:.2f} s, {r['frames']} frame(s)</figcaption></figure>"
     )
-    page = f"""<!doctype html><meta charset="utf-8"><title>mewdex re-caption: before / after</title>
-<style>body{{font:14px system-ui,sans-serif;margin:1rem}}figure{{margin:0 0 1.5rem;padding:.5rem;border-left:4px solid #2a2}}
-figure.fail{{border-color:#c22}}figure div{{display:flex;gap:.5rem;flex-wrap:wrap}}img{{max-width:min(45vw,420px);max-height:360px}}</style>
-<h1>Re-caption: before / after</h1>
-<p>{len(rows)} memes · pass (new ≥ 80 %, old ≤ 20 %): {share:.0%} · mean new read {mean_new:.0%} · mean old read {mean_old:.0%}</p>
-{cards}
-"""
+
+
+def write_page(out: Path, rows: list[dict], share: float, mean_new: float, mean_old: float) -> None:
+    summary = (
+        f"{len(rows)} memes · pass (new ≥ 80 %, old ≤ 20 %): {share:.0%} · "
+        f"mean new read {mean_new:.0%} · mean old read {mean_old:.0%}"
+    )
+    page = (
+        f'<!doctype html><meta charset="utf-8"><title>mewdex re-caption: before / after</title>'
+        f"<style>{CSS}</style>\n<h1>Re-caption: before / after</h1>\n<p>{summary}</p>\n"
+        + "\n".join(card(r) for r in rows)
+    )
     (out / "index.html").write_text(page, encoding="utf-8")
 
 

@@ -164,7 +164,8 @@ def check_boxes(boxes: Sequence[TextBox], size: tuple[int, int]) -> list[TextBox
         x1, y1 = min(width, max(box.x0, box.x1)), min(height, max(box.y0, box.y1))
         if x1 - x0 < 2 or y1 - y0 < 2:
             raise RecaptionError(
-                "boxes_invalid", f"box {box.x0},{box.y0},{box.x1},{box.y1} is empty or outside the {width}×{height} image"
+                "boxes_invalid",
+                f"box {box.x0},{box.y0},{box.x1},{box.y1} is empty or outside the {width}×{height} image",
             )
         out.append(TextBox(x0, y0, x1, y1, box.frame))
     return out
@@ -193,10 +194,10 @@ def caption_font_file() -> tuple[str, int]:
     ``caption_font_missing`` (install Debian's ``fonts-noto-cjk``: ``make install`` does)."""
     configured = get_settings().caption_font
     if configured:
-        path, _, index = configured.partition("#")
-        if not Path(path).is_file():
-            raise RecaptionError("caption_font_missing", f"MEWDEX_CAPTION_FONT names no file: {path}")
-        return path, int(index or 0)
+        file, _, face = configured.partition("#")
+        if not Path(file).is_file() or not (face or "0").isdigit():
+            raise RecaptionError("caption_font_missing", f"MEWDEX_CAPTION_FONT names no font file: {configured}")
+        return file, int(face or 0)
     for path, index in FONT_CANDIDATES:
         if Path(path).is_file():
             return path, index
@@ -361,9 +362,11 @@ def erase(arr: np.ndarray, block: Sequence[TextBox]) -> None:
         inner = _pad((box.x0, box.y0, box.x1, box.y1), grow, (w, h))
         x0, y0, x1, y1 = inner
         region = arr[y0:y1, x0:x1]
-        mask = _text_mask(region, background, threshold=40.0).astype(np.uint8)
         radius = max(2, line // 12)
-        mask = cv2.dilate(mask, np.ones((2 * radius + 1, 2 * radius + 1), np.uint8))
+        mask = cv2.dilate(
+            _text_mask(region, background, threshold=40.0).astype(np.uint8),
+            np.ones((2 * radius + 1, 2 * radius + 1), np.uint8),
+        )
         if flat:
             region[mask > 0] = background.astype(np.uint8)
             continue
@@ -491,7 +494,7 @@ def render(
     data: bytes,
     text: str | None,
     boxes: Sequence[TextBox],
-    style: CaptionStyle = CaptionStyle(),
+    style: CaptionStyle | None = None,
     *,
     first_frame_only: bool = False,
     max_pixels: int | None = None,
@@ -502,6 +505,7 @@ def render(
     (:func:`clean_text`'s codes, ``boxes_invalid``, ``no_text_boxes``, ``style_invalid``,
     ``recaption_too_large``, ``caption_font_missing``) or an image code (``image_corrupt``...)."""
     started = time.perf_counter()
+    style = style or CaptionStyle()
     caption = clean_text(text) if text is not None else None
     fill_override = parse_color(style.color, "color")
     outline_off = (style.outline or "").strip().lower() == "none"
@@ -536,7 +540,9 @@ def render(
     ]
     # where an animation's frame shows little of a block's text (it comes and goes), that block is
     # left as it is on that frame (the new text is drawn on every frame)
-    shown = [presence(arrays[min(b[0].frame, len(arrays) - 1)], b, st.fill) for b, st in zip(blocks, styles, strict=True)]
+    shown = [
+        presence(arrays[min(b[0].frame, len(arrays) - 1)], b, st.fill) for b, st in zip(blocks, styles, strict=True)
+    ]
     out_frames = []
     for arr in arrays:
         for block, detected, reference in zip(blocks, styles, shown, strict=True):
