@@ -115,11 +115,13 @@ def recaption(
     boxes: Sequence[Sequence[int]] | None = None,
     style: CaptionStyle | None = None,
     save: bool = True,
+    all_frames: bool = False,
 ) -> Recaptioned:
     """Re-caption the scope's meme ``meme_id`` with ``text`` (see :func:`mewdex.library.recaption.render`
     for the drawing; ``boxes``: ``[x0, y0, x1, y1]`` to write in instead of the OCR's). ``save``: add the
     result to the library as a new meme naming the original as ``template_id`` (its display name is the
-    caption; processed like an upload), else only return the image of the first frame (a preview).
+    caption; processed like an upload), else only return the image: its first frame (a preview), every
+    frame with ``all_frames``.
 
     Raises :class:`RecaptionError`: ``not_found``, ``caption_empty``, ``caption_too_long``,
     ``no_text_boxes`` (no boxes given and the OCR reads none), ``boxes_invalid``, ``style_invalid``,
@@ -127,15 +129,13 @@ def recaption(
     image and upload codes (``image_too_large``, ``quota_exceeded``, ``insufficient_storage``...);
     :class:`mewdex.queue.backpressure.QueueFull` when the scope's processing queue is full."""
     meme, data = _original(sessions, store, scope, meme_id)
-    chosen = (
-        [_box(b) for b in boxes] if boxes is not None and len(boxes) > 0 else None
-    )  # an empty list means "the OCR's"
+    chosen = [_box(b) for b in boxes] if boxes else None  # none or an empty list: the OCR's
     if chosen is None:
         clean_text(text)  # an empty or over-long caption fails before the OCR runs
         chosen = text_boxes(meme, data)
-    rendered = render(
-        data, text, chosen, style or CaptionStyle(), first_frame_only=not save, max_pixels=get_settings().max_pixels
-    )
+    preview = not save and not all_frames
+    limit = get_settings().max_pixels
+    rendered = render(data, text, chosen, style or CaptionStyle(), first_frame_only=preview, max_pixels=limit)
     if not save:
         return Recaptioned("preview", None, rendered, str(meme.id))
     provenance = {"source": "recaption", "template_id": str(meme.id), "caption": " ".join(text.split())[:200]}
