@@ -1,6 +1,6 @@
 """Re-captioning quality and speed on real memes (issue 44).
 
-Picks 30 captioned memes of the corpus (``/work/shared/data/memes`` or ``--corpus``): Chinese and
+Picks 30 captioned memes of the corpus (``../shared/data/memes``, ``MEWDEX_CORPUS`` or ``--corpus``): Chinese and
 English, light and dark text, outlined and plain, stills and GIFs — balanced over those kinds from a
 seeded shuffle of the memes whose OCR reads a caption. Each is re-captioned
 (:func:`mewdex.library.recaption.render`, the boxes the project's OCR read, as the context stage
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import os
 import random
 import statistics
 import sys
@@ -36,7 +37,7 @@ from mewdex.library import recaption
 from mewdex.library.images import ImageError, load_frames, probe
 from mewdex.pipeline.context import clean_ocr_lines, has_han
 
-DEFAULT_CORPUS = Path("/work/shared/data/memes")
+DEFAULT_CORPUS = Path(os.environ.get("MEWDEX_CORPUS", Path(__file__).resolve().parents[1].parent / "shared/data/memes"))
 SOURCES = ("vvquest", "chinesebqb", "memegen")
 NEW_ZH = ["我不信", "今天也要加油", "快去写代码", "这就是命运", "别问我为什么", "周一又来了", "说得好", "下班啦"]
 NEW_EN = ["NOT TODAY", "SHIP IT NOW", "MONDAY AGAIN", "WORKS ON MY MACHINE", "NICE TRY", "TOO EASY"]

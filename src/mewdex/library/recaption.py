@@ -8,7 +8,8 @@ How (per text block — OCR lines that sit on top of each other form one block):
 * **Style** (:func:`detect_style`), from the original pixels in the block: the background is the
   median of a ring just outside the boxes; the pixels far from it are text. When they split into a
   bright and a dark class of which one lies along the other's edges, the text is *outlined* (the
-  edge class is the outline, the other the fill: classic white-on-black meme text); otherwise the
+  class on the text's outer rim is the outline, the other the fill: classic white-on-black meme
+  text; a rim colour between the fill and the background is anti-aliasing, not an outline); otherwise the
   fill is the median of the pixels furthest from the background. An explicit colour, outline or size
   in :class:`CaptionStyle` wins.
 * **Erase** (:func:`erase`): the text pixels (dilated over their anti-aliased edge) are filled with
@@ -251,7 +252,8 @@ def _pad(box: Box, pad: int, size: tuple[int, int]) -> Box:
 
 
 def _line_height(block: Sequence[TextBox]) -> int:
-    return max(4, int(np.median([b.height for b in block])))
+    """The block's text size: its boxes' median height, or width for a column of vertical text."""
+    return max(4, int(np.median([min(b.height, b.width) if b.height > 1.5 * b.width else b.height for b in block])))
 
 
 def _ring(arr: np.ndarray, inner: Box, pad: int) -> np.ndarray:
@@ -311,10 +313,9 @@ def detect_style(arr: np.ndarray, block: Sequence[TextBox]) -> DetectedStyle:
         dark_on_edge = (dark & near_bright).sum() / n_dark
         bright_on_edge = (bright & near_dark).sum() / n_bright
         if max(dark_on_edge, bright_on_edge) > 0.75:
-            if abs(dark_on_edge - bright_on_edge) < 0.08:  # thin strokes: both hug each other; the fill is the bigger
-                fill_is_bright = n_bright >= n_dark
-            else:
-                fill_is_bright = dark_on_edge > bright_on_edge
+            # the outline is what the text shows the background: the class on the text's outer rim
+            rim = mask & (cv2.dilate((~mask).astype(np.uint8), np.ones((3, 3), np.uint8)) > 0)
+            fill_is_bright = (rim & dark).sum() >= (rim & bright).sum()
             fill_mask, edge_mask = (bright, dark) if fill_is_bright else (dark, bright)
             fill = tuple(int(v) for v in np.median(region[fill_mask], axis=0))
             edge = tuple(int(v) for v in np.median(region[edge_mask], axis=0))
@@ -433,18 +434,22 @@ def _layout(text: str, block: Sequence[TextBox], size: tuple[int, int], style: C
     """(font, lines, line spacing px, centre) of the text for ``block``: auto-fitted unless ``font_size``."""
     width, height = size
     x0, y0, x1, y1 = _union(block)
-    avail_w = max(x1 - x0, width * 0.92)
-    avail_h = max(y1 - y0, _line_height(block)) * 1.6
+    line = _line_height(block)
+    vertical = (y1 - y0) > 1.5 * (x1 - x0)  # a column: written across, about its height's space
+    avail_w = width * 0.92
+    avail_h = min(height * 0.9, (y1 - y0) if vertical else max(y1 - y0, line) * 1.6)
+    # text smaller than this is not read back well (the OCR sees the image at most 480 px wide)
+    smallest = max(MIN_FONT_PX, round(max(width, height) * 0.03))
     if style.font_size is not None:
         sizes = [style.font_size]
     else:
-        start = max(MIN_FONT_PX, min(400, round(0.8 * _line_height(block))))
+        start = max(smallest, min(400, round(0.85 * line)))
         sizes = []
         s = float(start)
-        while s > MIN_FONT_PX:
+        while s > smallest:
             sizes.append(int(s))
             s *= 0.92
-        sizes.append(MIN_FONT_PX)
+        sizes.append(smallest)
     for px in sizes:
         font = caption_font(px)
         lines = wrap(text, font, avail_w)
@@ -456,6 +461,19 @@ def _layout(text: str, block: Sequence[TextBox], size: tuple[int, int], style: C
     total = len(lines) * spacing
     cy = min(max((y0 + y1) / 2, total / 2 + 2), height - total / 2 - 2)
     return font, lines, spacing, (cx, cy)
+
+
+def _contrasts(fill: RGB, image: Image.Image, layout) -> bool:
+    """Whether plain text of ``fill`` stands out from what it is drawn on (the erased background
+    under the laid-out text, median luma at least 90 apart); when not, it gets an outline."""
+    font, lines, spacing, (cx, cy) = layout
+    half_w = max(font.getlength(line) for line in lines) / 2
+    half_h = len(lines) * spacing / 2
+    box = (int(max(0, cx - half_w)), int(max(0, cy - half_h)), int(cx + half_w) + 1, int(cy + half_h) + 1)
+    under = np.asarray(image.crop(box), float).reshape(-1, 3)
+    if not under.size:
+        return True
+    return abs(float(_luma(np.median(under, axis=0))) - float(_luma(np.array(fill, float)))) >= 90
 
 
 def draw_text(image: Image.Image, layout, fill: RGB, outline: RGB | None) -> None:
@@ -552,8 +570,11 @@ def render(
         for layout, detected in zip(layouts, styles, strict=True):
             if layout is None:
                 continue
+            fill = fill_override or detected.fill
             outline = detected.outline if outline_override is None else outline_override
-            draw_text(image, layout, fill_override or detected.fill, None if outline_off else outline)
+            if outline is None and not outline_off and not _contrasts(fill, image, layout):
+                outline = (0, 0, 0) if _luma(np.array(fill, float)) >= 128 else (255, 255, 255)
+            draw_text(image, layout, fill, None if outline_off else outline)
         out_frames.append(image)
     encoded, extension = _encode(out_frames, animation.durations, animation.loop, animation.format)
     return Rendered(encoded, extension, len(out_frames), time.perf_counter() - started, styles)
