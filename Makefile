@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-fast check install bench clean-data browser fuzz lock
+.PHONY: run test test-fast check install bench clean-data browser fonts fuzz lock
 
 # Dependencies come from lock files (exact, tested versions); mewdex itself is installed on top.
 # `make run` installs the runtime set only (requirements.lock); `make test` adds the test tools
@@ -47,10 +47,17 @@ lock:
 	cat .lock-head requirements.lock > .lock.new && mv .lock.new requirements.lock
 	mv .lock-test.new requirements-test.lock && rm -rf .lock-venv .lock-head .lock-head-test
 
-install: $(TEST_STAMP)
+install: $(TEST_STAMP) fonts
+
+# Re-captioning draws with Noto Sans CJK (Debian's fonts-noto-cjk, OFL); installed once when missing.
+# Without it (no apt, no root) re-captioning answers 503 caption_font_missing (or set MEWDEX_CAPTION_FONT).
+CAPTION_FONT := /usr/share/fonts/opentype/noto/NotoSansCJK-Bold.ttc
+fonts:
+	@test -f $(CAPTION_FONT) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-noto-cjk) \
+		|| echo "warning: could not install fonts-noto-cjk; re-captioning needs it (or MEWDEX_CAPTION_FONT)"
 
 # `mewdex serve` checks the port before it prints anything (a second `make run` says it is busy).
-run: $(STAMP)
+run: $(STAMP) fonts
 	@$(BIN)/mewdex serve
 
 # The e2e tests drive Debian's chromium (never a downloaded browser); installed once when missing.

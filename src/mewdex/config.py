@@ -165,6 +165,10 @@ class Settings(BaseSettings):
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_max_seconds: float = Field(default=300.0, ge=0)
     ocr_threads: int = Field(default=1, ge=1)
+    caption_font: str | None = Field(
+        default=None,
+        description="Font file re-captioning draws with (`path` or `path#face`); unset = Debian's Noto Sans CJK SC.",
+    )
     query_embedding_threads: int | None = Field(
         default=None,
         ge=1,

@@ -117,6 +117,14 @@ class CreateCollectionArgs(Arguments):
     name: str = Field(description="the new collection's name")
 
 
+class MakeMemeArgs(Arguments):
+    caption: str = Field(description="the new text to write on the picture (a line break: one line per text block)")
+    template: str | None = Field(None, description=f"{_MEME_ID}: the picture to re-caption")
+    description: str | None = Field(
+        None, description="without template: the picture to find and re-caption (熊猫头, panda head, drake)"
+    )
+
+
 class AddToCollectionArgs(Arguments):
     collection: str = Field(description="a collection's name or id (a new name creates it)")
     meme_ids: list[str] = Field(min_length=1, max_length=tools.MAX_ADD_IDS, description="meme ids")
@@ -154,6 +162,14 @@ class CollectionAdded(BaseModel):
     collection_id: str
     name: str
     added: int
+
+
+class MemeMade(BaseModel):
+    id: str
+    display_name: str
+    media_url: str
+    template_id: str
+    status: str = Field(description="created, or duplicate (the same picture was already in the library)")
 
 
 class CollectionCreated(BaseModel):
@@ -200,6 +216,10 @@ def _show_memes(ctx: ToolContext, a: ShowMemesArgs) -> dict[str, Any]:
     if ctx.show is None:
         raise ToolFailure("invalid_request", "memes can only be shown in a chat")
     return ctx.show(a.meme_ids)
+
+
+def _make_meme(ctx: ToolContext, a: MakeMemeArgs) -> Pictured:
+    return Pictured(*tools.make_meme(ctx.sessions, ctx.scope, a.caption, a.template, a.description))
 
 
 def _list_collections(ctx: ToolContext, _a: NoArgs) -> list[dict[str, Any]]:
@@ -260,6 +280,16 @@ CATALOGUE: tuple[Tool, ...] = (
         "read",
         _show_memes,
         surfaces=frozenset({"agent"}),
+    ),
+    Tool(
+        "make_meme",
+        "Make a meme (改字): re-caption one of the user's memes — a template id, or a description of the "
+        "picture to search for — with new text, saved as a new meme of the library (the original is "
+        "kept). Returns the new meme's id (show it with show_memes) and, over MCP, its picture.",
+        MakeMemeArgs,
+        "write",
+        _make_meme,
+        MemeMade,
     ),
     Tool(
         "list_collections",

@@ -202,3 +202,42 @@ def create_collection(sessions: sessionmaker[Session], scope: ScopeContext, name
     with sessions.begin() as session:
         created = library_collections.create(session, scope, name)
         return {"collection_id": str(created.id), "name": created.name}
+
+
+def make_meme(
+    sessions: sessionmaker[Session],
+    scope: ScopeContext,
+    caption: str,
+    template: str | None = None,
+    description: str | None = None,
+) -> tuple[dict[str, Any], bytes | None, str]:
+    """Make a meme (issue 44): the meme ``template`` (an id), else the best search hit for
+    ``description`` ("熊猫头", "panda head"), re-captioned with ``caption`` into a new meme of the
+    library (:func:`mewdex.pipeline.recaption.recaption`). Returns ``({"id", "display_name",
+    "media_url", "template_id", "status"}, image, format)``. Errors: ``invalid_request`` (neither a
+    template nor a description), ``not_found`` (no such meme, or the search found none), the
+    re-caption's codes (``caption_empty``, ``no_text_boxes``...)."""
+    from mewdex.pipeline import recaption
+
+    if template:
+        with sessions.begin() as session:
+            template_id = _meme(session, scope, template).id
+    elif description and description.strip():
+        hits = search_memes(sessions, scope, description, 1)
+        if not hits:
+            raise AssistantError("not_found", f"no meme matches {description!r}")
+        template_id = hits[0]["id"]
+    else:
+        raise AssistantError("invalid_request", "give a template meme id or a description of the picture")
+    made = recaption.recaption(sessions, blob_store(), scope, template_id, caption)
+    with sessions.begin() as session:
+        meme = _meme(session, scope, made.meme_id)
+        facts = {
+            "id": str(meme.id),
+            "display_name": meme.display_name,
+            "media_url": f"/media/{meme.id}",
+            "template_id": made.template_id,
+            "status": made.status,
+        }
+    assert made.rendered is not None
+    return facts, made.rendered.data, made.rendered.extension.lstrip(".").replace("jpg", "jpeg")

@@ -1,4 +1,4 @@
-"""Library commands: ``import``, ``export``, ``rename``, ``delete``, ``status``."""
+"""Library commands: ``import``, ``export``, ``rename``, ``recaption``, ``delete``, ``status``."""
 
 from __future__ import annotations
 
@@ -308,6 +308,44 @@ def rename(
         err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
         raise typer.Exit(exit_for(exc.code)) from None
     console.print(f"renamed (revision {revision})")
+
+
+def recaption(
+    meme_id: Annotated[str, typer.Argument(help="The meme's id (or 8+ first characters).")],
+    text: Annotated[str, typer.Argument(help="The new caption (a line break: one line per text block).")],
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Also write the image to this file.", dir_okay=False)
+    ] = None,
+    no_save: Annotated[bool, typer.Option("--no-save", help="Only write -o FILE; add nothing to the library.")] = False,
+    color: Annotated[str | None, typer.Option(help="Text colour #rrggbb (default: as the old text).")] = None,
+    outline: Annotated[str | None, typer.Option(help="Outline colour #rrggbb, or none (default: as the old).")] = None,
+    font_size: Annotated[int | None, typer.Option(help="Font size in pixels (default: auto-fit).")] = None,
+) -> None:
+    """Re-caption a meme (改字): its text erased and TEXT drawn in its place, on every frame, as a new meme
+    of the library (processed like an upload; the original is not changed). Prints the new meme's id."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.scopes import default_scope
+    from mewdex.pipeline import recaption as service
+    from mewdex.storage import blob_store
+
+    if no_save and output is None:
+        err.print("[red]error:[/red] --no-save needs -o FILE")
+        raise typer.Exit(ExitCode.USAGE)
+    _prepare()
+    uid = _meme_uuid(meme_id)
+    style = service.CaptionStyle(color=color, outline=outline, font_size=font_size)
+    try:
+        made = service.recaption(
+            get_sessionmaker(), blob_store(), default_scope(), uid, text, style=style, save=not no_save, all_frames=True
+        )
+    except service.RecaptionError as exc:
+        err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
+        raise typer.Exit(exit_for(exc.code, ExitCode.USAGE)) from None
+    if output is not None and made.rendered is not None:
+        output.write_bytes(made.rendered.data)
+        console.print(f"wrote {output}")
+    if made.meme_id is not None:
+        console.print(f"{made.status}: {made.meme_id} (template {made.template_id})")
 
 
 def delete(

@@ -74,6 +74,9 @@ class Meme(MemeBrief):
     context_status: str
     meme_context: JsonObject
     provenance: JsonObject
+    template_id: str | None = Field(
+        default=None, description="the meme this one was re-captioned from or made a template of (issue 44)"
+    )
     job: JobBrief | None = None
     stages: dict[str, StageStatus]
     revision: int
@@ -196,3 +199,18 @@ class UploadResponse(Dto):
 
     results: list[UploadResult]
     error: Any = None
+
+
+class RecaptionRequest(Dto):
+    """A new caption for a meme (``POST /api/v1/memes/{id}/recaption``): ``text`` (1–200 characters,
+    line breaks kept: one line per text block when the counts match), ``boxes`` (``[x0, y0, x1, y1]``
+    pixels of the upright image to write in; default: the caption lines the OCR read), and the style —
+    ``color``/``outline`` ``#rrggbb`` (``outline: "none"``: no outline; default: as the old text),
+    ``font_size`` in pixels (default: auto-fit). ``GET /media/{id}/recaption`` previews the same
+    without storing anything."""
+
+    text: str = Field(max_length=2000)
+    boxes: list[list[int]] | None = Field(default=None, max_length=20)
+    color: str | None = Field(default=None, max_length=16)
+    outline: str | None = Field(default=None, max_length=16)
+    font_size: int | None = None

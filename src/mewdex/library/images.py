@@ -200,6 +200,45 @@ def load_frames(
     return [frame.transpose(method) if method else frame for frame in frames]
 
 
+@dataclass(frozen=True, slots=True)
+class Animation:
+    """Every frame of an image as :func:`load_all_frames` decoded it: ``frames`` (upright 8-bit
+    ``RGB``, transparency on white), ``durations`` (ms per frame, a missing or zero delay counts
+    100 ms), ``loop`` (the GIF/WEBP loop count, 0 = forever, ``None`` when the file has none) and
+    the sniffed ``format``."""
+
+    frames: list[Image.Image]
+    durations: list[int]
+    loop: int | None
+    format: str
+
+
+def load_all_frames(
+    data: bytes,
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_total_pixels: int = DEFAULT_MAX_TOTAL_PIXELS,
+    max_frames: int = MAX_FRAMES,
+) -> Animation:
+    """Decode every frame (a still image has one), with the limits of :func:`probe` and at most
+    ``max_frames`` frames. Raises :class:`ImageError` as :func:`probe` does (``image_too_large``
+    past ``max_frames``)."""
+    fmt = _require_format(data)
+    with _guard():
+        with _open(data, fmt, max_pixels) as im:
+            frame_count(im, max_frames=min(max_frames, MAX_FRAMES))  # image_too_large past the cap
+            frames, durations = [], []
+            for frame in _iter_frames(im, max_pixels, max_total_pixels):
+                frames.append(_to_rgb(frame))
+                durations.append(_frame_duration(im))
+            im.seek(0)
+            loop = im.info.get("loop")
+            method = _TRANSPOSE.get(_orientation(im))
+    if method:
+        frames = [frame.transpose(method) for frame in frames]
+    return Animation(frames, durations, loop if isinstance(loop, int) else None, fmt)
+
+
 def select_frame_indices(n_frames: int, indices: FrameSelection) -> list[int]:
     """Return the sorted frame numbers a selection names for ``n_frames`` frames.
 

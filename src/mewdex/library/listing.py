@@ -239,6 +239,7 @@ def memes_full(
                 context_status=meme.context_status,
                 meme_context=meme.meme_context,
                 provenance=meme.provenance,
+                template_id=(meme.provenance or {}).get("template_id"),
                 job=None if job is None else JobBrief(id=str(job.id), status=job.status, error=job.error),
                 stages={
                     s.stage: StageStatus(

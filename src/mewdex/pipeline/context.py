@@ -103,11 +103,17 @@ def name_parts(relative_path: str, display_name: str | None = None) -> dict[str,
 
 def _line_dict(line: Any) -> dict[str, Any]:
     if isinstance(line, dict):
-        return {"text": str(line.get("text", "")), "score": float(line.get("score", 0.0)), "box": line.get("box")}
+        return {
+            "text": str(line.get("text", "")),
+            "score": float(line.get("score", 0.0)),
+            "box": line.get("box"),
+            "frame": line.get("frame") or 0,
+        }
     return {
         "text": str(getattr(line, "text", "")),
         "score": float(getattr(line, "score", 0.0)),
         "box": getattr(line, "box", None),
+        "frame": getattr(line, "frame", 0) or 0,
     }
 
 
@@ -151,7 +157,8 @@ def clean_ocr_lines(
     letters/ideographs (or one ideograph with score >= 0.95). With ``image_size`` (width,
     height in the pixel space of the line boxes) small text blocks in the corners are dropped
     too. Accepts OcrLine objects or dicts; returns ``[{"text", "score"}]`` in input order,
-    folded duplicates removed."""
+    folded duplicates removed; a line read with a box keeps it (``"box": [[x, y] × 4]``, pixels of the
+    upright frame, and ``"frame"``: the frame it was read on), which re-captioning writes in."""
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     lines = [_line_dict(raw) for raw in ocr_lines or []]
@@ -173,7 +180,10 @@ def clean_ocr_lines(
         if key in seen:
             continue
         seen.add(key)
-        out.append({"text": text, "score": round(d["score"], 4)})
+        kept: dict[str, Any] = {"text": text, "score": round(d["score"], 4)}
+        if d["box"]:
+            kept.update(box=[[int(x), int(y)] for x, y in d["box"]], frame=int(d["frame"]))
+        out.append(kept)
     return out
 
 
@@ -251,7 +261,7 @@ def build_meme_context(
          "folders": [str],
          "source_name_tokens": [str],     # folded keyword tokens from stem + folders
          "ocr_text": str,                 # kept lines joined with "\\n"
-         "ocr_lines": [{"text", "score"}],# kept lines
+         "ocr_lines": [{"text", "score", "box"?, "frame"?}],  # kept lines
          "ocr_line_count_raw": int,
          "labels": [str],
          "language": "zh" | "en" | "mixed" | "unknown"}

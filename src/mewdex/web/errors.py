@@ -105,6 +105,14 @@ STATUS_BY_CODE: dict[str, int] = {
     "too_many_uploads": 429,
     "backend_unavailable": 503,
     "overloaded": 503,
+    # re-captioning (issue 44)
+    "caption_empty": 422,
+    "caption_too_long": 422,
+    "no_text_boxes": 422,
+    "boxes_invalid": 422,
+    "style_invalid": 422,
+    "recaption_too_large": 413,
+    "caption_font_missing": 503,
 }
 
 
