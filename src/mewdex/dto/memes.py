@@ -4,7 +4,7 @@ reports; search hits carry only its :class:`MemeRef` core) and the full one
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -89,6 +89,29 @@ class MemePage(Dto):
 
 class RenameRequest(Dto):
     display_name: str
+
+
+#: The most hashes one ``POST /api/v1/memes/known`` asks about.
+MAX_KNOWN_HASHES = 1000
+
+
+class KnownRequest(Dto):
+    """``{"sha256": [hex digest, ...]}``: which of these contents the caller's library holds."""
+
+    sha256: list[Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]] = Field(
+        min_length=1, max_length=MAX_KNOWN_HASHES, description="SHA-256 hex digests of file contents (1–1000)"
+    )
+
+
+class KnownMeme(Dto):
+    sha256: str
+    meme_id: str
+
+
+class KnownResponse(Dto):
+    """The asked hashes the caller's library holds (lower case), each with its meme; the others are new."""
+
+    known: list[KnownMeme]
 
 
 class UploadError(Dto):
