@@ -292,3 +292,17 @@ def emit_import_json(item, result) -> None:
         ),
         flush=True,
     )
+
+
+def watched_folders(entries: list[str], source: str) -> list:
+    """The watched folders of ``entries`` (:func:`mewdex.library.watch.resolve`); a bad one ends the command
+    with one line naming ``source`` (the setting or the argument) and exit 2."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.watch import WatchError, resolve
+
+    try:
+        with get_sessionmaker().begin() as session:
+            return resolve(session, entries)
+    except WatchError as exc:
+        err.print(f"[red]error:[/red] {source}: {exc.message}", soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None

@@ -168,7 +168,7 @@ def _files(api: remote.Api, items: list[ImportItem], collection: str | None, as_
                         members[name].append(result.meme_id)
             if as_json:
                 emit_import_json(item, result)
-            else:
+            elif progress is not None and bar is not None:
                 if result.status in ("skipped", "failed"):
                     skipped.append((item.path, result.status, result.error or "", result.message or ""))
                 progress.update(bar, description="importing")
@@ -242,7 +242,7 @@ def _package(api: remote.Api, path: Path, name: str | None, as_json: bool) -> bo
         for item in items:
             print(json.dumps({"path": str(path), **item}, ensure_ascii=False), flush=True)
         return False
-    count = defaultdict(int)
+    count: dict[str, int] = defaultdict(int)
     for item in items:
         count[item.get("status")] += 1
     console.print(

@@ -24,6 +24,7 @@ from mewdex.cli.common import (
     get_settings,
     print_import_summary,
     running_server,
+    watched_folders,
 )
 
 
@@ -87,7 +88,7 @@ def import_(
     if target is not None:
         from mewdex.cli import import_remote
 
-        import_remote.run(*target, items, packages, collection, as_json, min_collection, wait)
+        import_remote.run(target[0], target[1], items, packages, collection, as_json, min_collection, wait)
         return
     _prepare()
     scope = default_scope()
@@ -120,6 +121,49 @@ def import_(
             pool.stop()
     if failed:
         raise typer.Exit(ExitCode.FAILED)
+
+
+def watch_(
+    folders: Annotated[
+        list[str],
+        typer.Argument(help="Folders to watch: DIR (the default library) or DIR=email (that account's library)."),
+    ],
+) -> None:
+    """Import the folders' images, then every file added or changed in them, until Ctrl-C (what
+    MEWDEX_WATCH_DIRS makes `mewdex serve` do). A renamed or moved file keeps its meme; a meme whose file
+    is deleted is marked missing on its page, never deleted. A running `mewdex serve` or `mewdex worker`
+    processes the new memes."""
+    import threading
+
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library import watch
+    from mewdex.storage import blob_store
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for entry in folders:  # a typo fails at once, before the database starts
+        if not Path(watch.parse_entry(entry)[0]).expanduser().is_dir():
+            err.print(f"[red]error:[/red] mewdex watch: {watch.parse_entry(entry)[0]!r} is not a folder")
+            raise typer.Exit(ExitCode.USAGE)
+    _prepare()
+    found = watched_folders(folders, "mewdex watch")
+    sessions = get_sessionmaker()
+
+    def said(folder, path, result) -> None:
+        if result.status in ("created", "skipped", "failed"):
+            code = f": {result.error}" if result.error else ""
+            console.print(f"{result.status} {path}{code}", soft_wrap=True)
+
+    def missing(folder, meme_ids) -> None:
+        console.print(f"{len(meme_ids)} memes marked missing (their files left {folder.root})", soft_wrap=True)
+
+    def ready() -> None:
+        console.print("watching " + ", ".join(str(f.root) for f in found) + " (Ctrl-C stops)", soft_wrap=True)
+        _say_who_processes(sessions)
+
+    try:
+        watch.watch(sessions, blob_store(), found, threading.Event(), said, missing, ready)
+    except KeyboardInterrupt:
+        pass
 
 
 def _import_target(server: str | None):

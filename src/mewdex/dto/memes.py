@@ -59,6 +59,15 @@ class StageStatus(Dto):
     error: JsonObject | None = None
 
 
+class WatchedFile(Dto):
+    """Where the meme's file lies in a watched folder (``MEWDEX_WATCH_DIRS``, ``mewdex watch``): the folder, the
+    path below it, and since when the file is gone (deleted or moved out; the meme stays)."""
+
+    folder: str
+    path: str
+    missing_since: Timestamp | None = None
+
+
 class Meme(MemeBrief):
     """The full meme: image facts, derived data and the stage statuses of its latest job."""
 
@@ -74,6 +83,7 @@ class Meme(MemeBrief):
     context_status: str
     meme_context: JsonObject
     provenance: JsonObject
+    watched_file: WatchedFile | None = None
     job: JobBrief | None = None
     stages: dict[str, StageStatus]
     revision: int
