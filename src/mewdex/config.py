@@ -270,6 +270,12 @@ class Settings(BaseSettings):
     )
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
+    watch_dirs: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description='Folders `mewdex serve` imports continuously (README "Watched folders"), comma-separated; '
+        "`DIR=email` puts a folder's memes into that account's library (else the default library).",
+        examples=["/srv/memes,/home/alice/Pictures/memes=alice@example.com"],
+    )
     disk_low_bytes: int = Field(default=1024**3, ge=0, description="/health warns below this much free space.")
     search_replica_max_lag_seconds: float = Field(
         default=30.0,
@@ -308,7 +314,13 @@ class Settings(BaseSettings):
     )
 
     @field_validator(
-        "allowed_hosts", "trusted_proxies", "egress_allow_hosts", "metrics_allow", "task_modules", mode="before"
+        "allowed_hosts",
+        "trusted_proxies",
+        "egress_allow_hosts",
+        "metrics_allow",
+        "task_modules",
+        "watch_dirs",
+        mode="before",
     )
     @classmethod
     def _list_setting(cls, value: Any) -> Any:

@@ -88,13 +88,17 @@ class UiServer:
                 self.process.wait()
 
 
-def start_server(mewdex_env, scope, log: Path, *, workers: int = 0, timeout: float = 120) -> UiServer:
-    """Start ``mewdex serve`` on a free port for ``scope``; wait until ``/health`` answers ok."""
+def start_server(
+    mewdex_env, scope, log: Path, *, workers: int = 0, timeout: float = 120, env: dict | None = None
+) -> UiServer:
+    """Start ``mewdex serve`` on a free port for ``scope``; wait until ``/health`` answers ok. ``env``: more
+    settings (``MEWDEX_AUTH=required``, ``MEWDEX_WATCH_DIRS``…), over the others."""
     port = free_port()
     # The single-user local install (no login) unless the caller's environment says otherwise, whatever
     # accounts earlier tests created in this database (`auto` would then ask for a login).
+    extra = env
     env = {"MEWDEX_AUTH": "none", **os.environ, **mewdex_env.env}
-    env |= {"MEWDEX_DEFAULT_SCOPE": scope.scope_id, "NO_COLOR": "1"}
+    env |= {"MEWDEX_DEFAULT_SCOPE": scope.scope_id, "NO_COLOR": "1", **(extra or {})}
     out = log.open("w")
     process = subprocess.Popen(
         [str(MEWDEX_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],

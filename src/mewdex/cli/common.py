@@ -4,10 +4,12 @@ progress bars, meme ids and calls to a remote server."""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import IntEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -22,8 +24,6 @@ from rich.progress import (
 )
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from mewdex.config import Settings
 
 console = Console()
@@ -260,3 +260,49 @@ def running_server() -> str | None:
         return str(record["url"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def print_import_summary(summary, skipped: list[tuple[Path, str, str, str]], remote: bool = False) -> None:
+    """The one summary of a folder import, local or into a server: counts, then each file skipped or
+    failed with its code; exits 1 when some were not stored (running the same import again adds them)."""
+    console.print(
+        f"[green]{summary.created} created[/green] · {summary.duplicates} duplicates · "
+        f"[yellow]{summary.skipped} skipped[/yellow]"
+        + (f" · {summary.ignored} ignored (not images)" if summary.ignored else "")
+        + (f" · [red]{summary.failed} failed[/red]" if summary.failed else "")
+    )
+    for path, status, code, message in skipped:
+        console.print(f"  {status} {path}: [yellow]{code}[/yellow] {message}")
+    if summary.failed:
+        reason = "the server could not store them" if remote else "the disk is full"
+        err.print(
+            f"[red]error:[/red] {summary.failed} files were not stored ({reason}); "
+            + ("" if remote else "free some space and ")
+            + "run the same import again: files already stored are recognised and skipped"
+        )
+        raise typer.Exit(ExitCode.FAILED)
+
+
+def emit_import_json(item, result) -> None:
+    """``--json``: one line per file, local or remote."""
+    print(
+        json.dumps(
+            {"path": str(item.path), "status": result.status, "meme_id": result.meme_id, "error": result.error},
+            ensure_ascii=False,
+        ),
+        flush=True,
+    )
+
+
+def watched_folders(entries: list[str], source: str) -> list:
+    """The watched folders of ``entries`` (:func:`mewdex.library.watch.resolve`); a bad one ends the command
+    with one line naming ``source`` (the setting or the argument) and exit 2."""
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library.watch import WatchError, resolve
+
+    try:
+        with get_sessionmaker().begin() as session:
+            return resolve(session, entries)
+    except WatchError as exc:
+        err.print(f"[red]error:[/red] {source}: {exc.message}", soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None

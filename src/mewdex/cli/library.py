@@ -18,10 +18,13 @@ from mewdex.cli.common import (
     _prepare,
     _progress,
     console,
+    emit_import_json,
     err,
     exit_for,
     get_settings,
+    print_import_summary,
     running_server,
+    watched_folders,
 )
 
 
@@ -44,9 +47,24 @@ def import_(
             ),
         ),
     ] = 3,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            envvar="MEWDEX_SERVER",
+            help=(
+                "Upload into your library on this mewdex server (URL; token from `mewdex login --server URL` or "
+                "MEWDEX_TOKEN). Default: the `mewdex serve` of this data dir when you are logged in to it, "
+                "else the local database."
+            ),
+        ),
+    ] = None,
 ) -> None:
     """Import image files and folders (folders of --min-collection images become collections) and
-    collection ZIPs (each becomes a new collection; see `mewdex export`)."""
+    collection ZIPs (each becomes a new collection; see `mewdex export`). Logged in to a server (`mewdex
+    login`, or MEWDEX_TOKEN with --server), the files go into your account's library there, through its
+    API: their hashes first, so files the library holds are never sent (running it again after an
+    interruption sends only the rest)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from mewdex.db.engine import get_sessionmaker
     from mewdex.library.collections import normalize_collection_name
@@ -59,7 +77,6 @@ def import_(
         except ValueError:
             err.print("[red]error:[/red] --collection needs a name with visible characters (≤ 100)")
             raise typer.Exit(ExitCode.USAGE) from None
-    _prepare()
     packages = [p for p in paths if p.suffix.lower() == ".zip" and p.is_file()]
     paths = [p for p in paths if p not in packages]
     try:
@@ -67,6 +84,13 @@ def import_(
     except FileNotFoundError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(ExitCode.USAGE) from None
+    target = _import_target(server)
+    if target is not None:
+        from mewdex.cli import import_remote
+
+        import_remote.run(target[0], target[1], items, packages, collection, as_json, min_collection, wait)
+        return
+    _prepare()
     scope = default_scope()
     sessions = get_sessionmaker()
     pool = None
@@ -97,6 +121,64 @@ def import_(
             pool.stop()
     if failed:
         raise typer.Exit(ExitCode.FAILED)
+
+
+def watch_(
+    folders: Annotated[
+        list[str],
+        typer.Argument(help="Folders to watch: DIR (the default library) or DIR=email (that account's library)."),
+    ],
+) -> None:
+    """Import the folders' images, then every file added or changed in them, until Ctrl-C (what
+    MEWDEX_WATCH_DIRS makes `mewdex serve` do). A renamed or moved file keeps its meme; a meme whose file
+    is deleted is marked missing on its page, never deleted. A running `mewdex serve` or `mewdex worker`
+    processes the new memes."""
+    import threading
+
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library import watch
+    from mewdex.storage import blob_store
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for entry in folders:  # a typo fails at once, before the database starts
+        if not Path(watch.parse_entry(entry)[0]).expanduser().is_dir():
+            err.print(f"[red]error:[/red] mewdex watch: {watch.parse_entry(entry)[0]!r} is not a folder")
+            raise typer.Exit(ExitCode.USAGE)
+    _prepare()
+    found = watched_folders(folders, "mewdex watch")
+    sessions = get_sessionmaker()
+
+    def said(folder, path, result) -> None:
+        if result.status in ("created", "skipped", "failed"):
+            code = f": {result.error}" if result.error else ""
+            console.print(f"{result.status} {path}{code}", soft_wrap=True)
+
+    def missing(folder, meme_ids) -> None:
+        console.print(f"{len(meme_ids)} memes marked missing (their files left {folder.root})", soft_wrap=True)
+
+    def ready() -> None:
+        console.print("watching " + ", ".join(str(f.root) for f in found) + " (Ctrl-C stops)", soft_wrap=True)
+        _say_who_processes(sessions)
+
+    try:
+        watch.watch(sessions, blob_store(), found, threading.Event(), said, missing, ready)
+    except KeyboardInterrupt:
+        pass
+
+
+def _import_target(server: str | None):
+    """``(server, token)`` when the import goes to a server: the one named with --server, or this data dir's
+    running `mewdex serve` when a token for it is at hand (`mewdex login`, MEWDEX_TOKEN); None: the local
+    database (no server runs, or no login for it: the single-user install)."""
+    from mewdex.cli import remote
+
+    if server:
+        named = remote.named_server(server)
+        return named, remote.token_for(named)
+    local = remote.local_server(explain=False)
+    if local is not None and (token := remote.token_for(local)):
+        return local, token
+    return None
 
 
 def _import_package(sessions, scope, path: Path, name: str | None, as_json: bool) -> bool:
@@ -211,18 +293,14 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool,
     from mewdex.storage import blob_store
 
     if as_json:
-
-        def emit(item, result):
-            print(
-                json.dumps(
-                    {"path": str(item.path), "status": result.status, "meme_id": result.meme_id, "error": result.error},
-                    ensure_ascii=False,
-                ),
-                flush=True,
-            )
-
         if import_paths(
-            sessions, blob_store(), scope, items, collection=collection, min_collection=min_collection, on_result=emit
+            sessions,
+            blob_store(),
+            scope,
+            items,
+            collection=collection,
+            min_collection=min_collection,
+            on_result=emit_import_json,
         ).failed:
             raise typer.Exit(
                 ExitCode.FAILED
@@ -246,20 +324,7 @@ def _import_items(sessions, scope, items, collection: str | None, as_json: bool,
             min_collection=min_collection,
             on_result=advance,
         )
-    console.print(
-        f"[green]{summary.created} created[/green] · {summary.duplicates} duplicates · "
-        f"[yellow]{summary.skipped} skipped[/yellow]"
-        + (f" · {summary.ignored} ignored (not images)" if summary.ignored else "")
-        + (f" · [red]{summary.failed} failed[/red]" if summary.failed else "")
-    )
-    for path, status, code, message in skipped:
-        console.print(f"  {status} {path}: [yellow]{code}[/yellow] {message}")
-    if summary.failed:
-        err.print(
-            f"[red]error:[/red] {summary.failed} files were not stored (the disk is full); free some space and "
-            "run the same import again: files already stored are recognised and skipped"
-        )
-        raise typer.Exit(ExitCode.FAILED)
+    print_import_summary(summary, skipped)
 
 
 def _wait_for_processing(quiet: bool) -> None:

@@ -287,6 +287,11 @@ def call(
     except egress.OperatorError as exc:
         err.print(f"[red]error:[/red] cannot reach {server.url}: {type(exc).__name__}")
         raise typer.Exit(ExitCode.UNAVAILABLE) from None
+    return answer(server, token, response)
+
+
+def answer(server: Server, token: str | None, response: Any) -> Any:
+    """The JSON of a successful answer (None when empty); a failure exits as :func:`call` says."""
     code, message = _error(response)
     if response.status_code == 401:
         refused = "its API token was refused" if token else "it needs a login"
@@ -300,6 +305,56 @@ def call(
         err.print(f"[red]error:[/red] {code}: {message}", soft_wrap=True)
         raise typer.Exit(exit_for_status(response.status_code))
     return response.json() if response.content else None
+
+
+#: The longest a busy server's ``Retry-After`` is waited for at once (seconds).
+MAX_RETRY_AFTER = 30.0
+
+
+class Api:
+    """Many calls to one server over one connection pool: ``with Api(server, token) as api: api.call(...)``.
+    :meth:`call` answers as :func:`call` does; :meth:`request` returns the raw response after waiting out
+    a busy server (429 ``queue_full`` / ``too_many_uploads``: its ``Retry-After``, at most
+    :data:`MAX_RETRY_AFTER` s each time, as often as it says so; ``on_wait(seconds, code)`` is told)."""
+
+    def __init__(self, server: Server, token: str | None, timeout: float = 120) -> None:
+        self.server, self.token, self.timeout = server, token, timeout
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def __enter__(self) -> Api:
+        from mewdex import egress
+
+        self.client = egress.operator_client(self.timeout)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+
+    def request(self, method: str, path: str, *, on_wait: Any = None, **kw: Any) -> Any:
+        import time
+
+        from mewdex import egress
+
+        while True:
+            try:
+                response = self.client.request(method, self.server.url + path, headers=self.headers, **kw)
+            except egress.OperatorConnectError:
+                raise Unreachable(self.server.url) from None
+            except egress.OperatorError as exc:
+                err.print(f"[red]error:[/red] cannot reach {self.server.url}: {type(exc).__name__}")
+                raise typer.Exit(ExitCode.UNAVAILABLE) from None
+            if response.status_code != 429:
+                return response
+            try:
+                delay = min(MAX_RETRY_AFTER, max(0.2, float(response.headers.get("retry-after", "1"))))
+            except ValueError:
+                delay = 1.0
+            if on_wait is not None:
+                on_wait(delay, _error(response)[0])
+            time.sleep(delay)
+
+    def call(self, method: str, path: str, **kw: Any) -> Any:
+        return answer(self.server, self.token, self.request(method, path, **kw))
 
 
 def _error(response: Any) -> tuple[str, str]:

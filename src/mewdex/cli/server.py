@@ -9,7 +9,16 @@ from typing import Annotated
 
 import typer
 
-from mewdex.cli.common import ExitCode, _prepare, _setup_logging, announce_server, console, err, get_settings
+from mewdex.cli.common import (
+    ExitCode,
+    _prepare,
+    _setup_logging,
+    announce_server,
+    console,
+    err,
+    get_settings,
+    watched_folders,
+)
 
 
 def serve(
@@ -38,6 +47,7 @@ def serve(
         err.print(f"[red]error:[/red] {problem}")
         raise typer.Exit(ExitCode.USAGE)
     _prepare()  # fails early with a clear message when the database cannot start
+    folders = watched_folders(settings.watch_dirs, "MEWDEX_WATCH_DIRS") if settings.watch_dirs else []
     console.print(
         f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})"
     )
@@ -52,6 +62,7 @@ def serve(
     cached_settings.cache_clear()
     bound = host or settings.host
     forget = announce_server(f"http://{f'[{bound}]' if ':' in bound else bound}:{port or settings.port}")
+    stop_watching = _start_watching(folders)
     try:
         uvicorn.run(
             "mewdex.web.app:create_app",
@@ -65,7 +76,20 @@ def serve(
             proxy_headers=False,
         )
     finally:
+        stop_watching()
         forget()
+
+
+def _start_watching(folders: list):
+    """Watch ``folders`` beside the server (a thread of this process); returns the function that stops it."""
+    if not folders:
+        return lambda: None
+    from mewdex.db.engine import get_sessionmaker
+    from mewdex.library import watch
+    from mewdex.storage import blob_store
+
+    console.print("watching " + ", ".join(str(f.root) for f in folders), soft_wrap=True)
+    return watch.start(get_sessionmaker(), blob_store(), folders)
 
 
 def _port_problem(host: str, port: int) -> str | None:

@@ -4,7 +4,7 @@ reports; search hits carry only its :class:`MemeRef` core) and the full one
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -59,6 +59,15 @@ class StageStatus(Dto):
     error: JsonObject | None = None
 
 
+class WatchedFile(Dto):
+    """Where the meme's file lies in a watched folder (``MEWDEX_WATCH_DIRS``, ``mewdex watch``): the folder, the
+    path below it, and since when the file is gone (deleted or moved out; the meme stays)."""
+
+    folder: str
+    path: str
+    missing_since: Timestamp | None = None
+
+
 class Meme(MemeBrief):
     """The full meme: image facts, derived data and the stage statuses of its latest job."""
 
@@ -77,6 +86,7 @@ class Meme(MemeBrief):
     template_id: str | None = Field(
         default=None, description="the meme this one was re-captioned from or made a template of (issue 44)"
     )
+    watched_file: WatchedFile | None = None
     job: JobBrief | None = None
     stages: dict[str, StageStatus]
     revision: int
@@ -179,6 +189,29 @@ class TagRenameRequest(Dto):
 
 class TagRenamed(TagCount):
     merged: bool = Field(description="the new name existed: the two tags are one now")
+
+
+#: The most hashes one ``POST /api/v1/memes/known`` asks about.
+MAX_KNOWN_HASHES = 1000
+
+
+class KnownRequest(Dto):
+    """``{"sha256": [hex digest, ...]}``: which of these contents the caller's library holds."""
+
+    sha256: list[Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]] = Field(
+        min_length=1, max_length=MAX_KNOWN_HASHES, description="SHA-256 hex digests of file contents (1–1000)"
+    )
+
+
+class KnownMeme(Dto):
+    sha256: str
+    meme_id: str
+
+
+class KnownResponse(Dto):
+    """The asked hashes the caller's library holds (lower case), each with its meme; the others are new."""
+
+    known: list[KnownMeme]
 
 
 class UploadError(Dto):

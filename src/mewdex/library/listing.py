@@ -28,7 +28,7 @@ from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, ScopeContext
-from mewdex.dto.memes import JobBrief, MemeBrief, MemeRef, NearDuplicate, StageStatus
+from mewdex.dto.memes import JobBrief, MemeBrief, MemeRef, NearDuplicate, StageStatus, WatchedFile
 from mewdex.dto.memes import Meme as MemeDto
 from mewdex.dto.search import SearchFilters
 from mewdex.library import tags
@@ -211,6 +211,16 @@ def meme_brief(meme: Meme) -> MemeBrief:
     )
 
 
+def _watched_file(meme: Meme) -> WatchedFile | None:
+    """The meme's place in a watched folder (``extensions.watch``, :mod:`mewdex.library.watch`), or None."""
+    watch = (meme.extensions or {}).get("watch")
+    if not isinstance(watch, dict) or not watch.get("root"):
+        return None
+    return WatchedFile(
+        folder=str(watch["root"]), path=str(watch.get("path") or ""), missing_since=watch.get("missing_since")
+    )
+
+
 def memes_full(
     session: Session, memes: list[Meme], *, near_duplicates: dict[UUID, list[dict[str, Any]]]
 ) -> list[MemeDto]:
@@ -240,6 +250,7 @@ def memes_full(
                 meme_context=meme.meme_context,
                 provenance=meme.provenance,
                 template_id=(meme.provenance or {}).get("template_id"),
+                watched_file=_watched_file(meme),
                 job=None if job is None else JobBrief(id=str(job.id), status=job.status, error=job.error),
                 stages={
                     s.stage: StageStatus(

@@ -78,6 +78,18 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
     ).scalar_one_or_none()
 
 
+def known_sha256(session: Session, scope: ScopeContext, digests: Sequence[str]) -> dict[str, str]:
+    """``{sha256: meme id}`` for those of ``digests`` (hex, any case) that memes of the scope hold: what a
+    remote import skips before sending a byte. One indexed statement; other scopes' memes never count."""
+    wanted = sorted({d.lower() for d in digests})
+    if not wanted:
+        return {}
+    rows = session.execute(
+        select(Meme.sha256, Meme.id).where(Meme.scope_id == scope.scope_id, Meme.sha256.in_(wanted))
+    ).all()
+    return {sha: str(meme_id) for sha, meme_id in rows}
+
+
 def add_image(
     sessions: sessionmaker[Session],
     store,

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
+from mewdex.dto.memes import KnownMeme, KnownRequest, KnownResponse, MemePage, MemePatchRequest, UploadResponse
 from mewdex.dto.memes import Meme as MemeDto
-from mewdex.dto.memes import MemePage, MemePatchRequest, UploadResponse
 from mewdex.dto.scopes import ScopeContext
 from mewdex.library import collections, listing
 from mewdex.library import memes as library
@@ -157,16 +157,36 @@ def _collection_id(session: Session, scope: ScopeContext, value: str):
     return collection_id
 
 
-def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value: str | None) -> list[dict]:
+def _relative_paths(values: list[str], files) -> list[str | None]:
+    """The form's ``relative_path`` values, one per file in order (a folder import's path of each file,
+    ``memegen/drake/1.png``): ``/``-separated, without empty, ``.`` or ``..`` parts; 422 ``invalid_request``
+    when given for some files only."""
+    if not values:
+        return [None] * len(files)
+    if len(values) != len(files):
+        raise ApiError(422, "invalid_request", "send one relative_path per file, in the order of the files")
+    cleaned: list[str | None] = []
+    for value in values:
+        parts = [p for p in value.replace("\\", "/").split("/") if p and p not in (".", "..")]
+        cleaned.append("/".join(parts)[:1000] or None)
+    return cleaned
+
+
+def _upload_files(
+    scope: ScopeContext, files, auto_name: bool, collection_value: str | None, paths: list[str | None]
+) -> list[dict]:
     """Add each file (a few at a time: the work is mostly database round trips); results in request order."""
     sessions, store = get_sessionmaker(), blob_store()
     collection_ids = []
     if collection_value:
         with sessions.begin() as session:
             collection_ids = [_collection_id(session, scope, collection_value)]
+    path_of = {id(part): path for part, path in zip(files, paths, strict=True)}
 
     def add(part) -> dict:
         name = part.filename.replace("\\", "/").rsplit("/", 1)[-1]
+        relative = path_of[id(part)]
+        folder = relative.rsplit("/", 2)[-2] if relative and "/" in relative else None
         with memory_slot(part.size):  # bounds the upload bytes in memory per process
             result = library.add_image(
                 sessions,
@@ -174,9 +194,10 @@ def _upload_files(scope: ScopeContext, files, auto_name: bool, collection_value:
                 scope,
                 part.read(),
                 filename=name,
-                provenance={"source": "upload", "relative_path": name},
+                provenance={"source": "upload", "relative_path": relative or name},
                 collection_ids=collection_ids,
                 auto_name=auto_name,
+                folder=folder,
             )
         entry = {"filename": part.filename, "status": result.status, "meme": None, "error": None}
         if result.status in ("skipped", "failed"):
@@ -231,6 +252,11 @@ UPLOAD_BODY = {
                         },
                         "auto_name": {"type": "boolean"},
                         "collection_id": {"type": "string", "format": "uuid"},
+                        "relative_path": {
+                            "type": "array",
+                            "items": {"type": "string", "maxLength": 1000},
+                            "maxItems": 20,
+                        },
                     },
                 }
             }
@@ -249,7 +275,9 @@ UPLOAD_BODY = {
 async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope)):
     """Upload 1–20 images as multipart field ``files`` (each ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, the
     request ≤ 200 MiB, enforced while streaming). Form options: ``auto_name`` (bool: name each new
-    meme from its context title once analysed) and ``collection_id`` (add the memes to it).
+    meme from its context title once analysed), ``collection_id`` (add the memes to it) and
+    ``relative_path`` (one per file, in order: the path it had in an imported folder, ``memegen/drake/1.png``;
+    its folders name a meme with a generic file name and stay searchable, as for a local folder import).
 
     Response ``{"results": [{"filename", "status": "created"|"duplicate"|"rejected"|"failed", "meme", "error"}]}``
     in request order; ``meme`` is the meme as ``GET /api/v1/memes/{id}`` shows it (stages pending
@@ -281,8 +309,9 @@ async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope
         if flag not in _TRUE | _FALSE:
             raise ApiError(422, "invalid_request", "auto_name must be true or false")
         await run_in_threadpool(_check_backpressure, scope, len(form.files))
+        paths = _relative_paths(form.values.get("relative_path", []), form.files)
         results = await run_in_threadpool(
-            _upload_files, scope, form.files, flag in _TRUE, form.fields.get("collection_id") or None
+            _upload_files, scope, form.files, flag in _TRUE, form.fields.get("collection_id") or None, paths
         )
     finally:
         form.close()
@@ -315,6 +344,20 @@ async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope
         ),
     }
     return JSONResponse(body, status_code=status)
+
+
+@router.post("/api/v1/memes/known", response_model=KnownResponse)
+def known_memes(
+    body: KnownRequest, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+):
+    """Which contents the caller's library already holds: body ``{"sha256": [hex, ...]}`` (1–1000 SHA-256
+    digests of files), answer ``{"known": [{"sha256", "meme_id"}]}`` for the ones it holds (lower case), in
+    no particular order; the rest are new. Only the caller's own memes count (another account's copy of
+    the same bytes is not known here). ``mewdex import`` against a server asks this before uploading, so
+    known files are never sent. A write-scoped token (it is the first step of an upload). 422
+    ``invalid_request`` (not hex digests, none, more than 1000)."""
+    found = library.known_sha256(session, scope, body.sha256)
+    return KnownResponse(known=[KnownMeme(sha256=sha, meme_id=meme_id) for sha, meme_id in sorted(found.items())])
 
 
 @router.get("/api/v1/memes", response_model=MemePage)
