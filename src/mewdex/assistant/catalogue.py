@@ -121,7 +121,7 @@ class MakeMemeArgs(Arguments):
     caption: str = Field(description="the new text to write on the picture (a line break: one line per text block)")
     template: str | None = Field(None, description=f"{_MEME_ID}: the picture to re-caption")
     description: str | None = Field(
-        None, description="without template: the picture to find and re-caption (熊猫头, panda head, drake)"
+        None, description="without template: the picture to find and re-caption (panda head, drake, grumpy cat)"
     )
 
 
@@ -283,7 +283,7 @@ CATALOGUE: tuple[Tool, ...] = (
     ),
     Tool(
         "make_meme",
-        "Make a meme (改字): re-caption one of the user's memes — a template id, or a description of the "
+        "Make a meme: re-caption one of the user's memes — a template id, or a description of the "
         "picture to search for — with new text, saved as a new meme of the library (the original is "
         "kept). Returns the new meme's id (show it with show_memes) and, over MCP, its picture.",
         MakeMemeArgs,
