@@ -32,10 +32,9 @@ import queue
 import threading
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
-from openai.types.chat import ChatCompletionMessageParam
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -49,6 +48,9 @@ from mewdex.dto.search import SearchHit
 from mewdex.providers import metering, openai_compat
 from mewdex.providers.errors import ProviderError
 from mewdex.search import service as search_service
+
+if TYPE_CHECKING:  # the SDK's types only; the SDK itself loads when a model is first called
+    from openai.types.chat import ChatCompletionMessageParam
 
 log = logging.getLogger(__name__)
 

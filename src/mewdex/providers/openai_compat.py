@@ -21,13 +21,14 @@ Credentials: ``{"api_key": "..."}`` (sealed). Entry points:
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import openai
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
@@ -36,6 +37,9 @@ from mewdex.egress import EgressError, call_time_left, guarded_client, one_deadl
 from mewdex.providers import connectors
 from mewdex.providers.connectors import Connection, ProviderSpec, register_provider
 from mewdex.providers.errors import ProviderError
+
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger(__name__)
 PROVIDER = "openai_compatible"
@@ -128,26 +132,32 @@ def _validate_config(config: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-class _OneDeadlineOpenAI(openai.OpenAI):
+@functools.cache
+def _one_deadline_client() -> Callable[..., openai.OpenAI]:
     """``openai.OpenAI`` whose every call ends by one deadline (``call_deadline`` seconds from the
     call's start): all its tries, the waits between them and a streamed body
     (:func:`mewdex.egress.one_deadline`); a retry wait is cut to what the deadline leaves, and the tries
-    after it fail at once as timeouts."""
+    after it fail at once as timeouts. Made on first use: the SDK takes most of a second to import,
+    which a command or process that never calls a model should not pay."""
+    import openai
 
-    def __init__(self, *, call_deadline: float | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        timeout = kwargs.get("timeout")
-        # copy()/with_options() build a new client without call_deadline: twice its timeout again
-        self.call_deadline = call_deadline or (2 * timeout if isinstance(timeout, int | float) else 120.0)
+    class OneDeadlineOpenAI(openai.OpenAI):
+        def __init__(self, *, call_deadline: float | None = None, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            timeout = kwargs.get("timeout")
+            # copy()/with_options() build a new client without call_deadline: twice its timeout again
+            self.call_deadline = call_deadline or (2 * timeout if isinstance(timeout, int | float) else 120.0)
 
-    def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # every SDK call comes here
-        with one_deadline(self.call_deadline):
-            return super().request(*args, **kwargs)
+        def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # every SDK call comes here
+            with one_deadline(self.call_deadline):
+                return super().request(*args, **kwargs)
 
-    def _calculate_retry_timeout(self, *args: Any, **kwargs: Any) -> float:
-        wait = super()._calculate_retry_timeout(*args, **kwargs)
-        left = call_time_left()
-        return wait if left is None else max(0.0, min(wait, left))
+        def _calculate_retry_timeout(self, *args: Any, **kwargs: Any) -> float:
+            wait = super()._calculate_retry_timeout(*args, **kwargs)
+            left = call_time_left()
+            return wait if left is None else max(0.0, min(wait, left))
+
+    return OneDeadlineOpenAI
 
 
 def sdk_client(
@@ -157,11 +167,11 @@ def sdk_client(
     retries: the SDK retries connection errors, 408/409/429/5xx honouring ``Retry-After``). Every
     call also has an overall deadline, twice ``timeout`` as for the other provider calls
     (:func:`mewdex.egress.guarded_client`), that starts with the call and covers all its retries and
-    the waits between them (:class:`_OneDeadlineOpenAI`): a server that trickles its answer (a
+    the waits between them (:func:`_one_deadline_client`): a server that trickles its answer (a
     streamed one included) or keeps asking for retries is cut there, and the call fails as a timeout."""
     settings = get_settings()
     seconds = timeout or settings.provider_timeout_seconds
-    return _OneDeadlineOpenAI(
+    return _one_deadline_client()(
         api_key=connection.credentials.get("api_key") or "none",
         base_url=connection.config["base_url"],
         http_client=guarded_client(timeout=seconds, deadline=2 * seconds),
@@ -208,6 +218,8 @@ def provider_error(exc: BaseException) -> ProviderError:
     egress = exc if isinstance(exc, EgressError) else cause
     if isinstance(egress, EgressError):
         return ProviderError(egress.code, egress.message)
+    import openai
+
     if isinstance(exc, openai.APITimeoutError):
         return ProviderError("provider_failed", "the provider did not answer in time", retryable=True)
     if isinstance(exc, openai.RateLimitError):
