@@ -429,9 +429,15 @@ def delete(
     _prepare()
     uid = _meme_uuid(meme_id)
     try:
-        trash.move_to_trash(get_sessionmaker(), default_scope(), uid)
-        if forever:
+        if forever:  # from the library or from the trash: purge takes what is in the trash
+            try:
+                trash.move_to_trash(get_sessionmaker(), default_scope(), uid)
+            except memes.MemeError as exc:
+                if exc.code != "not_found":  # not found in the library: perhaps in the trash already
+                    raise
             trash.purge(get_sessionmaker(), blob_store(), default_scope(), uid)
+        else:
+            trash.move_to_trash(get_sessionmaker(), default_scope(), uid)
     except memes.MemeError as exc:
         err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
         raise typer.Exit(exit_for(exc.code)) from None
