@@ -156,6 +156,16 @@ def test_text_of_a_meme_not_analysed_yet_is_409_and_another_accounts_meme_404(cl
     pending = add_image(sessions, store, scope, png(30), filename="p.png", provenance={}, process=False).meme_id
     r = client.patch(f"/api/v1/memes/{pending}", json={"text": "words"})
     assert (r.status_code, r.json()["error"]["code"]) == (409, "text_not_ready")
+    # with a rename and tags beside it, nothing of the request is written
+    before = client.get(f"/api/v1/memes/{pending}").json()
+    r = client.patch(f"/api/v1/memes/{pending}", json={"display_name": "renamed", "text": "words", "tags": ["x"]})
+    assert (r.status_code, r.json()["error"]["code"]) == (409, "text_not_ready")
+    after = client.get(f"/api/v1/memes/{pending}").json()
+    assert (after["display_name"], after["tags"], after["revision"]) == (
+        before["display_name"],
+        before["tags"],
+        before["revision"],
+    )
 
     other = new_scope(sessions, "trash-other")
     try:

@@ -68,9 +68,7 @@ def set_text(
     text = checked_text(text)
     with sessions.begin() as session:
         meme = memes._locked_meme(session, scope, meme_id)
-        memes._check_revision(meme, expected_revision)
-        if meme.context_status != "ready" or not meme.meme_context:
-            raise MemeError("text_not_ready", "the meme has not been analysed yet; correct its text afterwards")
+        _check_correctable(meme, expected_revision)
         if journal.open_operation(session, meme) is not None:
             raise MemeError("operation_in_progress", "the meme is being changed right now; try again in a moment")
         before = meme.meme_context
@@ -79,6 +77,22 @@ def set_text(
             return meme.revision
         _reindex(session, meme, before, after)
         return meme.revision
+
+
+def check_correctable(
+    sessions: sessionmaker[Session], scope: ScopeContext, meme_id, *, expected_revision: int | None = None
+) -> None:
+    """What :func:`set_text` checks before it writes (``not_found``, ``revision_conflict``,
+    ``text_not_ready``), asked first by a request that also renames or tags, so that a text that cannot
+    be set leaves the rest unwritten too."""
+    with sessions.begin() as session:
+        _check_correctable(memes._locked_meme(session, scope, meme_id), expected_revision)
+
+
+def _check_correctable(meme: Meme, expected_revision: int | None) -> None:
+    memes._check_revision(meme, expected_revision)
+    if meme.context_status != "ready" or not meme.meme_context:
+        raise MemeError("text_not_ready", "the meme has not been analysed yet; correct its text afterwards")
 
 
 def _reindex(session: Session, meme: Meme, before: dict[str, Any], after: dict[str, Any]) -> None:

@@ -433,6 +433,8 @@ def rename_meme(
     new_tags = None if body.tags is None else normalize_tags(body.tags)
     if "text" in fields:
         corrections.checked_text(body.text)
+        if len(fields) > 1:  # a text that cannot be set now must not leave a rename or tags written
+            corrections.check_correctable(get_sessionmaker(), scope, uid, expected_revision=expected)
     if body.display_name is not None:
         revision = library.rename(get_sessionmaker(), scope, uid, body.display_name, expected_revision=expected)
         expected = revision if expected is not None else None
