@@ -144,6 +144,14 @@ def test_known_hashes_answer_only_for_the_callers_library(served):
     assert httpx.post(server.url + "/api/v1/memes/known", json=ask, headers=headers).json() == {
         "known": [{"sha256": digest, "meme_id": meme_id}]
     }
+    # in the trash it is not known: an import sends it again, and the upload brings it back
+    assert httpx.delete(server.url + f"/api/v1/memes/{meme_id}", headers=headers).status_code == 204
+    assert httpx.post(server.url + "/api/v1/memes/known", json=ask, headers=headers).json() == {"known": []}
+    again = httpx.post(server.url + "/api/v1/memes", files={"files": ("a.png", data)}, headers=headers).json()
+    assert again["results"][0]["meme"]["id"] == meme_id
+    assert httpx.post(server.url + "/api/v1/memes/known", json=ask, headers=headers).json() == {
+        "known": [{"sha256": digest, "meme_id": meme_id}]
+    }
     theirs = {"Authorization": f"Bearer {owner['token']}"}  # another account: not known to it
     assert httpx.post(server.url + "/api/v1/memes/known", json=ask, headers=theirs).json() == {"known": []}
     bad = httpx.post(server.url + "/api/v1/memes/known", json={"sha256": ["not hex"]}, headers=headers)

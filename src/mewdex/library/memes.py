@@ -79,13 +79,15 @@ def find_by_sha256(session: Session, scope: ScopeContext, sha256: str) -> Meme |
 
 
 def known_sha256(session: Session, scope: ScopeContext, digests: Sequence[str]) -> dict[str, str]:
-    """``{sha256: meme id}`` for those of ``digests`` (hex, any case) that memes of the scope hold: what a
-    remote import skips before sending a byte. One indexed statement; other scopes' memes never count."""
+    """``{sha256: meme id}`` for those of ``digests`` (hex, any case) that live memes of the scope hold:
+    what a remote import skips before sending a byte. One indexed statement; other scopes' memes never
+    count, nor trashed ones (their file is sent, and the upload brings the meme back, as a local import
+    does)."""
     wanted = sorted({d.lower() for d in digests})
     if not wanted:
         return {}
     rows = session.execute(
-        select(Meme.sha256, Meme.id).where(Meme.scope_id == scope.scope_id, Meme.sha256.in_(wanted))
+        select(Meme.sha256, Meme.id).where(Meme.scope_id == scope.scope_id, Meme.sha256.in_(wanted), live())
     ).all()
     return {sha: str(meme_id) for sha, meme_id in rows}
 
