@@ -101,6 +101,28 @@ def other_account(sessions, store):
     yield from _account(sessions, store)
 
 
+#: Seconds between two sends to one chat while a test runs (the adapters' own 0.5–1 s made the channel
+#: tests sleep most of their time); the pacing itself is checked at the adapters' real intervals by the
+#: tests marked ``real_pacing`` and by
+#: ``test_channels_telegram.py::test_sends_to_one_chat_are_paced_by_the_adapters_interval``.
+TEST_SEND_INTERVAL = 0.05
+
+
+@pytest.fixture
+def quick_pacing(request, monkeypatch):
+    """Every channel adapter paces its sends to one chat :data:`TEST_SEND_INTERVAL` apart (still through
+    ``delivery.reserve_slot``) for this test; the module's ``pytestmark`` asks for it. A test marked
+    ``real_pacing`` keeps the adapters' own intervals."""
+    from mewdex.channels import registry
+
+    if request.node.get_closest_marker("real_pacing") is not None:
+        return
+    registry.load()
+    for adapter in registry.ADAPTERS.values():
+        if adapter.min_send_interval > 0:
+            monkeypatch.setattr(adapter, "min_send_interval", TEST_SEND_INTERVAL)
+
+
 @pytest.fixture
 def telegram(settings_env):
     """A fake Telegram (a bot of its own: a new token each test) that mewdex talks to."""

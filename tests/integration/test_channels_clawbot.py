@@ -16,6 +16,8 @@ from conftest import client_for, drain_queue
 from fakes.clawbot_server import FakeClawBot
 from mewdex.db.models import ChannelBinding, ChannelDelivery, Meme, ScopeContext, User
 
+pytestmark = pytest.mark.usefixtures("quick_pacing")  # sends to one chat 0.05 s apart (channel_helpers)
+
 SYSTEM = ScopeContext("__system__")
 PERSON = "o9cq80_person@im.wechat"
 

@@ -22,6 +22,8 @@ from conftest import app_for, drain_queue, drop_scope, new_scope, wait_until
 from fakes.discord_server import FakeDiscord, snowflake
 from mewdex.db.models import ChannelDelivery, ScopeContext
 
+pytestmark = pytest.mark.usefixtures("quick_pacing")  # sends to one chat 0.05 s apart (channel_helpers)
+
 SYSTEM = ScopeContext("__system__")
 DEFERRED, DEFERRED_UPDATE, MESSAGE, UPDATE_MESSAGE, EPHEMERAL = 5, 6, 4, 7, 64
 

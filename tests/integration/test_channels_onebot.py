@@ -20,6 +20,8 @@ from conftest import app_for, client_for, drain_queue, wait_until
 from fakes.onebot_client import FakeNapCat, FakeOneBotHTTP, group_event, private_event, signed_post
 from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
 
+pytestmark = pytest.mark.usefixtures("quick_pacing")  # sends to one chat 0.05 s apart (channel_helpers)
+
 SYSTEM = ScopeContext("__system__")
 BOT_QQ = 3889000111
 FRIEND = 1234567890

@@ -16,6 +16,8 @@ from channel_helpers import new_user_id
 from conftest import client_for, drain_queue
 from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
 
+pytestmark = pytest.mark.usefixtures("quick_pacing")  # sends to one chat 0.05 s apart (channel_helpers)
+
 SYSTEM = ScopeContext("__system__")
 
 
@@ -45,6 +47,7 @@ def bind(sessions, acct, fake, user_id: int) -> None:
     drain(sessions, acct)
 
 
+@pytest.mark.real_pacing  # checks the adapter's one message per second per chat
 def test_bind_message_meme_another_revoke(sessions, account, telegram):
     fake, uid = telegram, new_user_id()
     bind(sessions, account, fake, uid)
@@ -146,6 +149,29 @@ def _bound(sessions, account, uid):
             identity=str(uid),
             config={"chat_id": str(uid)},
         )
+
+
+def test_sends_to_one_chat_are_paced_by_the_adapters_interval(sessions):
+    """The adapter's own ``min_send_interval`` (not the tests' quick one) spaces two sends to one chat,
+    by the database's clock (so across processes); another chat is not held up by it."""
+    from sqlalchemy import text
+
+    from mewdex.channels import registry
+    from mewdex.channels.delivery import reserve_slot
+
+    interval = type(registry.adapter("telegram")).min_send_interval
+    chat = f"pacing-{new_user_id()}"
+    assert interval > 0
+    try:
+        assert reserve_slot(sessions, "telegram", chat, interval) == 0.0
+        second = reserve_slot(sessions, "telegram", chat, interval)
+        assert interval - 0.5 < second <= interval, second
+        third = reserve_slot(sessions, "telegram", chat, interval)
+        assert 2 * interval - 0.5 < third <= 2 * interval, third
+        assert reserve_slot(sessions, "telegram", f"{chat}-other", interval) == 0.0
+    finally:
+        with sessions.begin() as session:
+            session.execute(text("DELETE FROM channel_chat_pacing WHERE target LIKE :t"), {"t": f"{chat}%"})
 
 
 def test_retry_after_is_honoured_and_file_ids_are_reused(sessions, account, telegram, settings_env):

@@ -17,6 +17,8 @@ from fakes.wecom_server import FakeWeCom, message_callback, verification_query
 from mewdex.channels.wecom.crypto import WXBizMsgCrypt
 from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
 
+pytestmark = pytest.mark.usefixtures("quick_pacing")  # sends to one chat 0.05 s apart (channel_helpers)
+
 SYSTEM = ScopeContext("__system__")
 MEMBER = "zhangsan"
 

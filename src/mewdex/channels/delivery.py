@@ -350,7 +350,7 @@ def _attempt_started(ctx: TaskContext) -> tuple[UUID, dict[str, Any] | None]:
     lane=LANE,
     resource_per_scope=True,
     external=True,
-    retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, base_seconds=2.0, cap_seconds=300.0),
+    retry=RetryPolicy(max_attempts=MAX_ATTEMPTS),  # backoff: MEWDEX_RETRY_BASE_SECONDS / _MAX_SECONDS (2 s / 300 s)
     on_failure=_on_failure,
 )
 def deliver(ctx: TaskContext) -> dict[str, Any]:

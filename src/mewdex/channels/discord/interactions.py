@@ -351,7 +351,7 @@ def answer(
     lane=LANE,
     resource_per_scope=True,
     external=True,
-    retry=RetryPolicy(max_attempts=3, base_seconds=2.0, cap_seconds=60.0),
+    retry=RetryPolicy(max_attempts=3, cap_seconds=60.0),  # base: MEWDEX_RETRY_BASE_SECONDS (2 s)
 )
 def interaction_task(ctx: TaskContext) -> dict[str, Any]:
     """Answer one deferred interaction (:func:`answer`); a platform error is retried while Discord
