@@ -77,8 +77,11 @@ check: $(TEST_STAMP)
 	$(BIN)/deptry src
 
 # Two test processes (pytest-xdist), one test file at a time each; every process has its own embedded
-# PostgreSQL (tests/conftest.py), so the run takes about half as long on two cores.
+# PostgreSQL (tests/conftest.py), so the run takes about half as long on two cores. The sources are
+# compiled first: with PYTHONDONTWRITEBYTECODE set (as in many CI images) every one of the suite's
+# hundreds of `mewdex` processes would otherwise compile the whole package again.
 test: $(TEST_STAMP) check browser
+	$(BIN)/python -m compileall -q -j 0 src
 	$(BIN)/pytest -q -n 2 --dist loadfile
 
 # The edit loop: the unit tests and a few integration files over the core paths (schema against the
