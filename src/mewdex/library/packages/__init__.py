@@ -42,10 +42,12 @@ manifest's name (or the given one, or the file name); a taken name gets a `` (2)
 
 from mewdex.library.packages.export import (  # noqa: F401
     ExportEntry,
+    MAX_SELECTION,
     ExportPlan,
     content_disposition,
     export_to_file,
     plan_export,
+    plan_selection,
     stream_zip,
 )
 from mewdex.library.packages.imports import (  # noqa: F401
