@@ -88,7 +88,9 @@ def _plan(session: Session, store, scope: ScopeContext, name: str, memes: list) 
             raise PackageError(409, "blob_missing", f"the file of meme {meme.id} is missing", {"meme_id": str(meme.id)})
         opener = partial(store.open, namespace, meme.storage_key)
         entries.append(
-            ExportEntry(IMAGES_DIR + entry_name, opener, meme.display_name, meme.extension, meme.size_bytes, meme.sha256)
+            ExportEntry(
+                IMAGES_DIR + entry_name, opener, meme.display_name, meme.extension, meme.size_bytes, meme.sha256
+            )
         )
     manifest = {
         "format": FORMAT,

@@ -717,6 +717,7 @@ function syncSelection() {
     box.closest(".card").classList.toggle("is-selected", box.checked);
   });
   $("#selection-count").textContent = t("js.selected", {n: selected.size});
+  $("#selection-bar").classList.toggle("has-selection", selected.size > 0);
   $$("[data-action=bulk-retry], [data-action=bulk-add], [data-action=bulk-tag-add], [data-action=bulk-tag-remove], " +
      "[data-action=bulk-zip], [data-action=select-none], #selection-bar [data-action=confirm-start]")
     .forEach((b) => { b.disabled = selected.size === 0; });
