@@ -159,6 +159,12 @@ class TagEditRequest(Dto):
     remove: list[str] = Field(default_factory=list, max_length=50)
 
 
+class MemeZipRequest(Dto):
+    """``POST /api/v1/memes/zip``: the caller's memes ``ids`` (1–500) to download as one ZIP."""
+
+    ids: list[str] = Field(min_length=1, max_length=500)
+
+
 class MemeTags(Dto):
     id: str
     tags: list[str]

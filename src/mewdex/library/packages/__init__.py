@@ -16,6 +16,9 @@ manifest keeps the real display names, so an import restores them.
 The package is split by concern: :mod:`.zipformat` (names, limits, the guarded entry reader),
 :mod:`.export` and :mod:`.imports`; this module re-exports their public names.
 
+A selection of memes exports in the same layout (:func:`plan_selection`, ``POST /api/v1/memes/zip``; the
+manifest's collection name is ``mewdex <date>``).
+
 Export streams: :func:`stream_zip` yields the archive chunk by chunk (data descriptors, no
 seeking, no temporary file). Import (:func:`import_package`) reads a seekable ZIP (a spooled
 upload or a file) and writes nothing until a preflight has checked the whole archive:
@@ -41,11 +44,13 @@ manifest's name (or the given one, or the file name); a taken name gets a `` (2)
 """
 
 from mewdex.library.packages.export import (  # noqa: F401
+    MAX_SELECTION,
     ExportEntry,
     ExportPlan,
     content_disposition,
     export_to_file,
     plan_export,
+    plan_selection,
     stream_zip,
 )
 from mewdex.library.packages.imports import (  # noqa: F401

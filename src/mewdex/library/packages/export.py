@@ -16,7 +16,7 @@ from uuid import UUID
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import ScopeContext
-from mewdex.library import collections
+from mewdex.library import collections, listing
 from mewdex.library.packages.zipformat import (
     FORMAT,
     IMAGES_DIR,
@@ -53,20 +53,49 @@ def plan_export(session: Session, store, scope: ScopeContext, collection_id: UUI
     ``blob_missing`` when a member's file is gone (checked before anything is streamed)."""
     collection = collections.find(session, scope, collection_id)
     memes = collections.members(session, scope, collection.id)
+    return _plan(session, store, scope, collection.name, memes)
+
+
+#: The most memes one selection ZIP holds (``POST /api/v1/memes/zip``), as many as a bulk tag edit.
+MAX_SELECTION = 500
+
+
+def plan_selection(session: Session, store, scope: ScopeContext, meme_ids: list[UUID]) -> ExportPlan:
+    """A ZIP of the scope's live memes ``meme_ids`` (1–:data:`MAX_SELECTION`, duplicates once, in
+    request order), the same ``mewdex-collection`` v1 layout as a collection's (so it imports as a
+    collection named ``mewdex <date>``). Raises PackageError 404 ``not_found`` when any id is not one
+    of the scope's live memes (``details.missing``; nothing is streamed), 422 ``too_many_items`` past
+    the bound, 409 ``blob_missing``."""
+    wanted = list(dict.fromkeys(meme_ids))
+    if not wanted or len(wanted) > MAX_SELECTION:
+        raise PackageError(
+            422, "too_many_items", f"a selection ZIP holds 1 to {MAX_SELECTION} memes", {"limit": MAX_SELECTION}
+        )
+    found = listing.memes_by_id(session, scope, wanted)
+    missing = [str(i) for i in wanted if i not in found]
+    if missing:
+        raise PackageError(404, "not_found", "some memes were not found", {"missing": missing})
+    name = f"mewdex {datetime.now(UTC):%Y-%m-%d}"
+    return _plan(session, store, scope, name, [found[i] for i in wanted])
+
+
+def _plan(session: Session, store, scope: ScopeContext, name: str, memes: list) -> ExportPlan:
     namespace = storage_namespace(session, scope.scope_id)
     names = unique_entry_names([(m.display_name, m.extension) for m in memes])
     entries = []
-    for meme, name in zip(memes, names, strict=False):
+    for meme, entry_name in zip(memes, names, strict=False):
         if not store.exists(namespace, meme.storage_key):
             raise PackageError(409, "blob_missing", f"the file of meme {meme.id} is missing", {"meme_id": str(meme.id)})
         opener = partial(store.open, namespace, meme.storage_key)
         entries.append(
-            ExportEntry(IMAGES_DIR + name, opener, meme.display_name, meme.extension, meme.size_bytes, meme.sha256)
+            ExportEntry(
+                IMAGES_DIR + entry_name, opener, meme.display_name, meme.extension, meme.size_bytes, meme.sha256
+            )
         )
     manifest = {
         "format": FORMAT,
         "version": VERSION,
-        "collection": {"name": collection.name},
+        "collection": {"name": name},
         "exported_at": datetime.now(UTC).isoformat(),
         "items": [
             {
@@ -80,7 +109,7 @@ def plan_export(session: Session, store, scope: ScopeContext, collection_id: UUI
         ],
     }
     data = json.dumps(manifest, ensure_ascii=False, indent=1).encode()
-    return ExportPlan(collection.name, safe_entry_stem(collection.name) + ".zip", entries, data)
+    return ExportPlan(name, safe_entry_stem(name) + ".zip", entries, data)
 
 
 class _Sink:

@@ -18,6 +18,7 @@ from mewdex.dto.memes import MAX_TEXT_CHARS
 from mewdex.dto.scopes import ScopeContext
 from mewdex.inference import visual_model
 from mewdex.library import collections, listing, memes
+from mewdex.library.recaption import MAX_TEXT_CHARS as MAX_CAPTION_CHARS
 from mewdex.pipeline.jobs import STAGES
 from mewdex.search import image_search
 from mewdex.web.deps import current_scope, db_session
@@ -52,12 +53,15 @@ def meme_detail(
     for stage in stages:
         stage["task_id"] = task_ids.get(stage["stage"], {}).get("task_id")
     context = meme.meme_context or {}
+    # a re-captioned meme or a template copy: the meme it was made from, while it is in the library
+    template = memes.find(session, scope, data["template_id"]) if data.get("template_id") else None
     visual_labels = ((meme.extensions or {}).get("visual") or {}).get("labels") or []
     return {
         "meme": data,
         "stages": stages,
         "ocr_text": context.get("ocr_text") or "",
         "max_text_chars": MAX_TEXT_CHARS,
+        "max_caption_chars": MAX_CAPTION_CHARS,
         "context": context,
         # "Looks like" in the page's language only (the context keeps both for search)
         "labels_by_lang": {lang: visual_model.labels_in(visual_labels, lang) for lang in ("en", "zh")},
@@ -65,6 +69,7 @@ def meme_detail(
         "duplicates": [d for d in data["near_duplicates"] if d["kind"] == "duplicate"],
         "variants": [d for d in data["near_duplicates"] if d["kind"] == "variant"],
         "in_collections": collections.of_meme(session, scope, meme.id),
+        "template": template,
         "collections": collections.overview(session, scope),
     }
 

@@ -9,18 +9,25 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
-from mewdex.dto.memes import KnownMeme, KnownRequest, KnownResponse, MemePage, MemePatchRequest, UploadResponse
+from mewdex.dto.memes import (
+    KnownMeme,
+    KnownRequest,
+    KnownResponse,
+    MemePage,
+    MemePatchRequest,
+    MemeZipRequest,
+    UploadResponse,
+)
 from mewdex.dto.memes import Meme as MemeDto
 from mewdex.dto.scopes import ScopeContext
-from mewdex.library import collections, listing
+from mewdex.library import collections, listing, packages
 from mewdex.library import memes as library
 from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
-from mewdex.library.packages import content_disposition
 from mewdex.library.scopes import storage_namespace
 from mewdex.library.tags import normalize_tags
 from mewdex.platform.auth import Principal
@@ -110,7 +117,7 @@ def media(
     headers = {
         "ETag": etag,
         "Cache-Control": "private, max-age=31536000, immutable",
-        "Content-Disposition": content_disposition(
+        "Content-Disposition": packages.content_disposition(
             f"{meme.display_name}{meme.extension}", "attachment" if download else "inline"
         ),
     }
@@ -358,6 +365,33 @@ def known_memes(
     ``invalid_request`` (not hex digests, none, more than 1000)."""
     found = library.known_sha256(session, scope, body.sha256)
     return KnownResponse(known=[KnownMeme(sha256=sha, meme_id=meme_id) for sha, meme_id in sorted(found.items())])
+
+
+@router.post(
+    "/api/v1/memes/zip",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "the ZIP, streamed",
+            "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}},
+        },
+        **error_responses(404, 409),
+    },
+)
+def zip_memes(body: MemeZipRequest, scope: ScopeContext = Depends(current_scope)) -> StreamingResponse:
+    """Download a selection (the library's bulk "Download ZIP"): body ``{"ids": [...]}`` (1–500 of the
+    caller's memes), answer a ``mewdex-collection`` v1 ZIP (``images/<name>.<ext>`` in request order and
+    ``manifest.json``; it imports as a collection), streamed, ``Content-Disposition`` naming it. Errors:
+    404 ``not_found`` (any id that is not one of the caller's live memes; ``details.missing``, nothing
+    streamed), 409 ``blob_missing``, 422 ``invalid_request`` (no ids, or more than 500)."""
+    ids = [parse_id(i) for i in body.ids]
+    with get_sessionmaker().begin() as session:
+        plan = packages.plan_selection(session, blob_store(), scope, ids)
+    return StreamingResponse(
+        packages.stream_zip(plan),
+        media_type="application/zip",
+        headers={"Content-Disposition": packages.content_disposition(plan.archive_name)},
+    )
 
 
 @router.get("/api/v1/memes", response_model=MemePage)

@@ -524,6 +524,10 @@ document.addEventListener("click", (e) => {
     case "bulk-retry": bulkRetry(); break;
     case "bulk-add": bulkAdd(); break;
     case "bulk-delete": bulkDelete(); break;
+    case "select-none": selectNone(); break;
+    case "bulk-tag-add": bulkTags("add"); break;
+    case "bulk-tag-remove": bulkTags("remove"); break;
+    case "bulk-zip": bulkZip(el); break;
     case "sign-out": fetch(BASE + "/api/v1/auth/logout", {method: "POST"}).then(() => { location.href = BASE + "/login"; }); break;
     default: break;
   }
@@ -713,8 +717,15 @@ function syncSelection() {
     box.closest(".card").classList.toggle("is-selected", box.checked);
   });
   $("#selection-count").textContent = t("js.selected", {n: selected.size});
-  $$("[data-action=bulk-retry], [data-action=bulk-add], #selection-bar [data-action=confirm-start]")
+  $("#selection-bar").classList.toggle("has-selection", selected.size > 0);
+  $$("[data-action=bulk-retry], [data-action=bulk-add], [data-action=bulk-tag-add], [data-action=bulk-tag-remove], " +
+     "[data-action=bulk-zip], [data-action=select-none], #selection-bar [data-action=confirm-start]")
     .forEach((b) => { b.disabled = selected.size === 0; });
+}
+
+function selectNone() {
+  selected.clear();
+  syncSelection();
 }
 
 function selectAll() {
@@ -742,6 +753,49 @@ async function bulkAdd() {
   toast(t("js.bulk_add_done", {n: selected.size}));
 }
 
+// Tag the selection (issue 43): the names typed (comma-separated) added to or taken from every selected
+// meme, all or nothing (POST /api/v1/memes/tags); the cards show their new chips after the refresh.
+async function bulkTags(mode) {
+  const input = $("#bulk-tags");
+  const names = input.value.split(/[,，、]/).map((s) => s.trim()).filter(Boolean);
+  if (!names.length) { toast(t("js.bulk_tags_none"), "error"); input.focus(); return; }
+  const r = await api("POST", "/api/v1/memes/tags", {ids: [...selected], [mode]: names});
+  if (!r.ok) { toast(errorText(r.body, r.status), "error"); return; }
+  toast(t(mode === "add" ? "js.bulk_tags_added" : "js.bulk_tags_removed", {n: selected.size}));
+  input.value = "";
+  refreshLibrary();
+}
+
+// Download the selection as one ZIP (POST /api/v1/memes/zip): the answer saved under the name it gives.
+async function bulkZip(button) {
+  button.disabled = true;
+  toast(t("js.bulk_zip_preparing"));
+  let resp;
+  try {
+    resp = await fetch(`${BASE}/api/v1/memes/zip`, {
+      method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify({ids: [...selected]}),
+    });
+  } catch (e) {
+    resp = null;
+  }
+  button.disabled = selected.size === 0;
+  if (!resp || !resp.ok) {
+    const body = resp ? await resp.json().catch(() => null) : null;
+    toast(errorText(body, resp ? resp.status : 0), "error");
+    return;
+  }
+  const header = resp.headers.get("Content-Disposition") || "";
+  const match = header.match(/filename\*=UTF-8''([^;]+)/);
+  const url = URL.createObjectURL(await resp.blob());
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = match ? decodeURIComponent(match[1]) : "mewdex.zip";
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+}
+
 async function bulkDelete() {
   let failed = 0;
   for (const id of [...selected]) {
@@ -755,6 +809,16 @@ async function bulkDelete() {
 }
 
 function libraryPage() {
+  // Keys: A selects the page (again: clears it), Escape clears the selection, Enter on a card's checkbox
+  // ticks it (as Space does); Enter in the tag box adds the tags.
+  document.addEventListener("keydown", (e) => {
+    if (e.ctrlKey || e.metaKey || e.altKey || e.isComposing || dialog.open) return;
+    if (e.target.matches("input[data-action=select]") && e.key === "Enter") { e.preventDefault(); e.target.click(); return; }
+    if (e.target.id === "bulk-tags" && e.key === "Enter") { e.preventDefault(); if (selected.size) bulkTags("add"); return; }
+    if (e.target.closest("input:not([type=checkbox]):not([type=radio]), textarea, select, [contenteditable]")) return;
+    if (e.key === "a" || e.key === "A") { e.preventDefault(); selectAll(); }
+    else if (e.key === "Escape" && selected.size) { e.preventDefault(); selectNone(); }
+  });
   document.addEventListener("change", (e) => {
     if (!e.target.matches("input[data-action=select]")) return;
     if (e.target.checked) selected.add(e.target.value); else selected.delete(e.target.value);
