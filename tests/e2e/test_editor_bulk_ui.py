@@ -203,6 +203,11 @@ def test_bulk_tag_and_zip(browser, work_server, bulk_memes, locale, lang, viewpo
         pg.wait_for_function("() => document.querySelectorAll('input[data-action=select]:checked').length === 3")
         pg.locator("body").press("a")  # and again: none
         pg.wait_for_function("() => !document.querySelector('input[data-action=select]:checked')")
+        # the list view's rows tick as the cards do
+        pg.goto(f"{work_server.url}/library?name=bulk&view=list")
+        pg.locator(f"input[data-action=select][value='{a}']").check()
+        assert "1" in count.inner_text()
+        assert "is-selected" in (pg.locator(f"tr:has(input[value='{a}'])").get_attribute("class") or "").split()
         for meme_id in (a, b):  # back as it was for the next run
             httpx.patch(f"{work_server.url}/api/v1/memes/{meme_id}", json={"tags": []}, timeout=30)
     finally:

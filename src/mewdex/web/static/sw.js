@@ -10,12 +10,14 @@
 //    presses Upload; Discard, like Upload, clears them here (app.js, sharedProposal).
 "use strict";
 
-const SHELL = "mewdex-shell-v1";
+const SHELL = "mewdex-shell-v2";
 const SHARED = "mewdex-shared";
 const BASE = new URL(self.registration.scope).pathname.replace(/\/$/, "");
 const SHELL_FILES = [
   "/static/mewdex.css",
   "/static/app.js",
+  "/static/tags.js",
+  "/static/recaption.js",
   "/static/auth.js",
   "/static/times.js",
   "/static/htmx.min.js",
