@@ -93,6 +93,25 @@ def test_members_read_search_and_removal(auth_app, sessions, store):  # noqa: F8
     assert api.post(f"/api/v1/collections/{cid}/links", json={}, headers=t).status_code == 404
     assert api.post(f"/api/v1/collections/{cid}/links", json={}, headers=v).status_code == 404  # a member's neither
 
+    # a viewer cannot add; an editor adds a meme of its own: a copy lands in the owner's library
+    mine = _meme(sessions, store, viewer.scope_id, 4324, "my own quokka")
+    assert api.post(f"/api/v1/collections/{cid}/items", json={"meme_ids": [mine]}, headers=v).status_code == 404
+    assert (
+        api.put(f"/api/v1/collections/{cid}/members/{viewer.email}", json={"role": "editor"}, headers=o).status_code
+        == 200
+    )
+    assert api.post(f"/api/v1/collections/{cid}/items", json={"meme_ids": [outside]}, headers=v).status_code == 422
+    r = api.post(f"/api/v1/collections/{cid}/items", json={"meme_ids": [mine]}, headers=v)
+    assert r.status_code == 200, r.text
+    assert r.json()["added"] == 1 and r.json()["item_count"] == 2
+    copy = r.json()["items"][0]["meme_id"]
+    assert copy != mine
+    with sessions.begin() as session:
+        row = session.get_one(Meme, uuid.UUID(copy))
+        assert row.scope_id == owner.scope_id and row.provenance["origin"]["source_meme_id"] == mine
+    assert {i["id"] for i in api.get(f"/api/v1/collections/{cid}", headers=o).json()["items"]} == {inside, copy}
+    assert api.get(f"/api/v1/memes/{mine}", headers=v).status_code == 200  # the editor keeps its own
+
     # removal ends it at once
     assert api.delete(f"/api/v1/collections/{cid}/members/{viewer.email}", headers=o).status_code == 204
     assert api.get(f"/api/v1/collections/{cid}", headers=v).status_code == 404

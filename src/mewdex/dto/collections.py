@@ -50,10 +50,20 @@ class AddItemsRequest(BaseModel):
     ]
 
 
+class CopiedItem(Dto):
+    """An editor's meme copied into a shared collection's owner library (``status`` as an upload's)."""
+
+    source_id: str
+    status: str
+    meme_id: str | None = None
+    error: str | None = None
+
+
 class AddItemsResponse(Dto):
     added: int
     already_members: int
     item_count: int
+    items: list[CopiedItem] | None = None  # an editor's copies (a shared collection); else left out
 
 
 class ImportItem(Dto):

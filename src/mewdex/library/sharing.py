@@ -23,7 +23,7 @@ from uuid import UUID
 
 from sqlalchemy import and_, delete, select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import get_settings
 from mewdex.db.models import (
@@ -36,8 +36,10 @@ from mewdex.db.models import (
     User,
     utcnow,
 )
-from mewdex.library.collections import CollectionError
+from mewdex.library.collections import MAX_ITEMS_PER_REQUEST, CollectionError
 from mewdex.library.listing import live
+from mewdex.library.memes import add_image
+from mewdex.library.scopes import storage_namespace
 from mewdex.platform import sessions as platform_sessions
 from mewdex.platform.tokens import digest
 from mewdex.platform.users import find_by_email
@@ -205,6 +207,76 @@ def remove_member(session: Session, scope: ScopeContext, collection_id: UUID, em
         ).first()
     if deleted is None:
         raise CollectionError("not_found", "no such member")
+
+
+def editor_add(
+    sessions: sessionmaker[Session],
+    store,
+    scope: ScopeContext,
+    user_id: UUID | None,
+    collection_id: UUID,
+    meme_ids: Any,
+) -> dict:
+    """An editor adds memes of its own library to a collection shared with it: each is copied into the
+    owner's library through the normal add path (:func:`mewdex.library.memes.add_image`: the owner's
+    quota, duplicates reused, processing) with ``provenance.origin`` saying where it came from, and
+    added to the collection. ``meme_ids``: 1–1000 ids of the caller's live memes.
+
+    Returns ``{"added", "already_members", "items": [{"source_id", "status", "meme_id", "error"}]}``.
+    Raises CollectionError 404 ``not_found`` (not an editor of it), 422 ``invalid_request`` /
+    ``memes_not_found`` (nothing is copied then)."""
+    with sessions.begin() as session:
+        granted = access(session, scope, user_id, collection_id, need="edit")
+        wanted = _meme_ids(meme_ids)
+        found = {
+            m.id: m
+            for m in session.execute(
+                select(Meme).where(Meme.scope_id == scope.scope_id, Meme.id.in_(wanted), live())
+            ).scalars()
+        }
+        missing = [str(m) for m in wanted if m not in found]
+        if missing:
+            raise CollectionError("memes_not_found", f"{len(missing)} meme(s) not found", {"missing": missing})
+        namespace = storage_namespace(session, scope.scope_id)
+        sources = [(m, found[m].storage_key, f"{found[m].display_name}{found[m].extension}") for m in wanted]
+        before = collection_meme_ids(session, granted)
+    items = []
+    for source_id, key, filename in sources:
+        with store.open(namespace, key) as handle:
+            data = handle.read()
+        origin = {
+            "via": "shared_collection",
+            "collection_id": str(granted.collection.id),
+            "editor_user_id": str(user_id),
+            "source_meme_id": str(source_id),
+        }
+        result = add_image(
+            sessions,
+            store,
+            granted.owner,
+            data,
+            filename=filename,
+            provenance={"origin": origin},
+            collection_ids=[granted.collection.id],
+        )
+        items.append(
+            {"source_id": str(source_id), "status": result.status, "meme_id": result.meme_id, "error": result.error}
+        )
+    landed = [UUID(i["meme_id"]) for i in items if i["meme_id"]]
+    added = len({m for m in landed if m not in before})
+    return {"added": added, "already_members": len(set(landed)) - added, "items": items}
+
+
+def _meme_ids(values: Any) -> list[UUID]:
+    if not isinstance(values, list) or not 1 <= len(values) <= MAX_ITEMS_PER_REQUEST:
+        raise CollectionError("invalid_request", f"meme_ids must be a list of 1–{MAX_ITEMS_PER_REQUEST} ids")
+    try:
+        parsed = [UUID(v) for v in values if isinstance(v, str)]
+    except ValueError:
+        parsed = []
+    if len(parsed) != len(values):
+        raise CollectionError("invalid_request", "some meme ids are not ids")
+    return list(dict.fromkeys(parsed))
 
 
 # ------------------------------------------------------------------ public links

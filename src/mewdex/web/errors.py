@@ -64,7 +64,6 @@ STATUS_BY_CODE: dict[str, int] = {
     "too_many_tokens": 409,
     "too_many_links": 409,
     "too_many_members": 409,
-    "read_only_member": 403,
     "blob_missing": 409,
     "task_not_retryable": 409,
     "task_not_cancellable": 409,

@@ -232,16 +232,24 @@ def delete_collection(
     return Response(status_code=204)
 
 
-@router.post("/{collection_id}/items", response_model=AddItemsResponse)
+@router.post("/{collection_id}/items", response_model=AddItemsResponse, response_model_exclude_none=True)
 def add_items(
     collection_id: str,
     body: AddItemsRequest,
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
+    user_id: UUID | None = Depends(current_user_id),
 ):
     """``{"meme_ids": [...]}`` → ``{"added", "already_members", "item_count"}``; all or nothing:
-    422 ``memes_not_found`` (details ``missing``) when any id is missing or another scope's."""
+    422 ``memes_not_found`` (details ``missing``) when any id is missing or another scope's.
+
+    An editor of a collection shared with it adds memes of its own library: each is copied into the
+    owner's library (``provenance.origin`` says from where) and added (``items`` reports each copy)."""
     cid = parse_id(collection_id, "collection")
+    granted = sharing.access(session, scope, user_id, cid, need="edit")
+    if granted.role != "owner":
+        result = sharing.editor_add(get_sessionmaker(), blob_store(), scope, user_id, cid, body.meme_ids)
+        return {**result, "item_count": collections.count_items(session, granted.owner, cid)}
     result = collections.add_members(session, scope, cid, body.meme_ids)
     return {**result, "item_count": collections.count_items(session, scope, cid)}
 
