@@ -452,6 +452,11 @@ class Settings(BaseSettings):
     )
     signup_quota_memes: int = Field(default=5000, ge=0, description="Meme limit of an account made by sign-up.")
     signup_max_per_ip: int = Field(default=20, ge=1, description="Sign-up attempts per client address per hour.")
+    share_max_per_minute: int = Field(
+        default=600,
+        ge=1,
+        description="Requests to public collection links (pages, searches, files) per client address per minute.",
+    )
     max_concurrent_uploads: int = Field(
         default=4, ge=1, description="Upload/import/image-search bodies one user may stream at once."
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, WithJsonSchema
 
@@ -11,11 +11,16 @@ from mewdex.dto.memes import MemeBrief
 
 
 class CollectionBrief(Dto):
+    """A collection in a list. ``role``: ``owner`` (the caller's own), or ``viewer`` / ``editor`` (shared
+    with the caller; ``owner`` then names the owning account's email, else null)."""
+
     id: str
     name: str
     item_count: int
     created_at: Timestamp
     updated_at: Timestamp
+    role: Literal["owner", "editor", "viewer"] = "owner"
+    owner: str | None = None
 
 
 class Collection(CollectionBrief):
@@ -45,10 +50,20 @@ class AddItemsRequest(BaseModel):
     ]
 
 
+class CopiedItem(Dto):
+    """An editor's meme copied into a shared collection's owner library (``status`` as an upload's)."""
+
+    source_id: str
+    status: str
+    meme_id: str | None = None
+    error: str | None = None
+
+
 class AddItemsResponse(Dto):
     added: int
     already_members: int
     item_count: int
+    items: list[CopiedItem] | None = None  # an editor's copies (a shared collection); else left out
 
 
 class ImportItem(Dto):
@@ -62,3 +77,46 @@ class ImportItem(Dto):
 class ImportResponse(Dto):
     collection: CollectionBrief
     items: list[ImportItem]
+
+
+class LinkRequest(BaseModel):
+    """``{"expires_in_days": 1–365 (default 30), "show_owner": false}``; the service checks the values
+    (422 ``expiry_invalid`` / ``invalid_request``)."""
+
+    expires_in_days: Annotated[Any, WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 365})] = None
+    show_owner: Annotated[Any, WithJsonSchema({"type": "boolean"})] = False
+
+
+class LinkBrief(Dto):
+    """A public link of a collection (its token is never shown again after creation)."""
+
+    id: str
+    expires_at: Timestamp
+    created_at: Timestamp
+    show_owner: bool
+
+
+class LinkCreated(LinkBrief):
+    """The new link with its ``url`` (``<base>/s/<token>``), shown this once."""
+
+    url: str
+
+
+class LinkList(Dto):
+    links: list[LinkBrief]
+
+
+class MemberRequest(BaseModel):
+    """``{"role": "viewer" | "editor"}`` (422 ``role_invalid`` otherwise)."""
+
+    role: Annotated[Any, WithJsonSchema({"type": "string", "enum": ["viewer", "editor"]})]
+
+
+class Member(Dto):
+    email: str
+    role: Literal["viewer", "editor"]
+    created_at: Timestamp
+
+
+class MemberList(Dto):
+    members: list[Member]

@@ -76,17 +76,38 @@ class SearchFilters(BaseModel):
         )
 
 
+class SearchWithin(BaseModel):
+    """``{"collection": id}``: search only this collection's memes — the caller's own collection or
+    one shared with the caller's account (404 ``not_found`` otherwise)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    collection: str
+
+    @field_validator("collection")
+    @classmethod
+    def _uuid(cls, value: str) -> str:
+        from uuid import UUID
+
+        try:
+            return str(UUID(value))
+        except (ValueError, AttributeError, TypeError):
+            raise ValueError("collection must be a collection id") from None
+
+
 class SearchRequest(SearchFilters):
     """``POST /api/v1/search``: ``query`` 1–500 characters, ``n_results`` 1–50, ``offset`` 0–50 (the
     next page starts at ``offset + n_results``), ``fold_variants`` (one meme per template group),
     plus the filters of :class:`SearchFilters`."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     query: str
     n_results: int = 10
     offset: int = 0
     fold_variants: bool = False  # the best-ranked meme of each template group only ("1 per template")
+    # ``{"filters": {"collection": id}}``: inside one collection, possibly shared with the caller
+    within: SearchWithin | None = Field(None, alias="filters")
 
     def filters(self) -> SearchFilters:
         return SearchFilters(**self.model_dump(include=set(SearchFilters.model_fields)))

@@ -24,7 +24,8 @@ DEFAULT_SCOPES = ("read", "write")
 MAX_EXPIRY_DAYS = 3650
 
 
-def _digest(token: str) -> str:
+def digest(token: str) -> str:
+    """The stored form of a secret token: its sha256, hex (API tokens, public collection links)."""
     return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
 
 
@@ -76,7 +77,7 @@ def create_token(
     row = ApiToken(
         user_id=user.user_id,
         name=name,
-        token_hash=_digest(plain),
+        token_hash=digest(plain),
         prefix=plain[:8],
         scopes=wanted,
         expires_at=expires_at,
@@ -113,7 +114,7 @@ def resolve_token(session: Session, token: str) -> tuple[ApiToken, User] | None:
         select(ApiToken, User)
         .join(User, User.user_id == ApiToken.user_id)
         .where(
-            ApiToken.token_hash == _digest(token),
+            ApiToken.token_hash == digest(token),
             ApiToken.revoked_at.is_(None),
             User.disabled.is_(False),
             (ApiToken.expires_at.is_(None)) | (ApiToken.expires_at > utcnow()),

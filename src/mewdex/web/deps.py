@@ -135,6 +135,15 @@ def streaming_scope(request: Request, _bearer: object = Security(BEARER)) -> Sco
         return current_principal(request, session).scope
 
 
+def current_user_id(request: Request, scope: ScopeContext = Depends(current_scope)) -> UUID | None:
+    """The signed-in account's id beside :func:`current_scope` (what a shared collection is shared
+    with); None in single-user mode, for a signed media URL and when no account stands behind the scope."""
+    principal = getattr(request.state, "principal", None)
+    if principal is None or principal.user is None or principal.scope.scope_id != scope.scope_id:
+        return None
+    return principal.user.user_id
+
+
 def current_user(principal: Principal = Depends(current_principal)) -> User:
     """The signed-in user; 409 ``no_accounts`` in single-user mode (no account to act as)."""
     if principal.user is None:

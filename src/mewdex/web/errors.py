@@ -62,6 +62,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "cannot_delete_self": 409,
     "account_busy": 409,
     "too_many_tokens": 409,
+    "too_many_links": 409,
+    "too_many_members": 409,
     "blob_missing": 409,
     "task_not_retryable": 409,
     "task_not_cancellable": 409,

@@ -12,6 +12,8 @@ from mewdex.db.models.channels import (
     ChannelMediaCache,
 )
 from mewdex.db.models.library import (
+    CollectionLink,
+    CollectionMember,
     DerivedImageThumbnail,
     InstallationState,
     Meme,

@@ -13,6 +13,7 @@ from uuid import UUID
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Float,
@@ -201,6 +202,54 @@ class MemeCollectionItem(Base):
         ),
         ForeignKeyConstraint(["scope_id", "meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE"),
         Index("ix_meme_collection_items_page", "scope_id", "collection_id", "added_at", "meme_id"),
+    )
+
+
+class CollectionMember(Base):
+    """An account a collection is shared with (issue 43): ``viewer`` reads it, its items' media and
+    searches inside it; ``editor`` also adds memes to it (copies into the owner's library). New table
+    (the seeds name none); ends with the collection or the account."""
+
+    __tablename__ = "collection_members"
+    scope_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    collection_id: Mapped[UUID] = mapped_column(Uuid, primary_key=True)
+    user_id: Mapped[UUID] = mapped_column(Uuid, ForeignKey("users.user_id", ondelete="CASCADE"), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["scope_id", "collection_id"],
+            ["meme_collections.scope_id", "meme_collections.id"],
+            ondelete="CASCADE",
+            name="fk_collection_members_collection",
+        ),
+        CheckConstraint("role IN ('viewer','editor')", name="ck_collection_members_role"),
+        Index("ix_collection_members_user", "user_id"),
+    )
+
+
+class CollectionLink(Base):
+    """A public link to a collection (issue 43): only the sha256 of its token is kept (like API tokens),
+    it ends at ``expires_at`` or when deleted. ``show_owner``: the gallery names the owner. New table."""
+
+    __tablename__ = "collection_links"
+    id: Mapped[UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    scope_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    collection_id: Mapped[UUID] = mapped_column(Uuid, nullable=False)
+    token_hash: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
+    show_owner: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["scope_id", "collection_id"],
+            ["meme_collections.scope_id", "meme_collections.id"],
+            ondelete="CASCADE",
+            name="fk_collection_links_collection",
+        ),
+        Index("ix_collection_links_collection", "scope_id", "collection_id"),
     )
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -23,25 +24,35 @@ from mewdex.dto.collections import (
     ImportResponse,
 )
 from mewdex.dto.scopes import ScopeContext
-from mewdex.library import collections, packages
+from mewdex.library import collections, packages, sharing
 from mewdex.library.collections import MemeCollection
 from mewdex.library.listing import meme_brief
 from mewdex.storage import blob_store
-from mewdex.web.deps import current_scope, db_session, parse_id, streaming_scope
+from mewdex.web.deps import current_scope, current_user_id, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError
+from mewdex.web.routers.memes import file_response
 from mewdex.web.uploads import upload_slot
 
 router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
 
 
-def collection_brief(collection: MemeCollection, item_count: int) -> CollectionBrief:
+def collection_brief(
+    collection: MemeCollection, item_count: int, role: str = "owner", owner: str | None = None
+) -> CollectionBrief:
     return CollectionBrief(
         id=str(collection.id),
         name=collection.name,
         item_count=item_count,
         created_at=collection.created_at.isoformat(),
         updated_at=collection.updated_at.isoformat(),
+        role=role,  # type: ignore[arg-type]  # one of the Literal's values (library.sharing.access)
+        owner=owner,
     )
+
+
+def member_media_url(collection_id, meme_id) -> str:
+    """A shared collection's meme as a member reads it (never the owner's ``/media/{id}``)."""
+    return f"/api/v1/collections/{collection_id}/media/{meme_id}"
 
 
 def collection_dict(collection: MemeCollection, item_count: int) -> dict:
@@ -49,9 +60,20 @@ def collection_dict(collection: MemeCollection, item_count: int) -> dict:
 
 
 @router.get("", response_model=CollectionList)
-def list_collections(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
-    """``{"collections": [{"id", "name", "item_count", "created_at", "updated_at"}]}`` by name."""
-    return CollectionList(collections=[collection_brief(c, n) for c, n in collections.list_collections(session, scope)])
+def list_collections(
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+    user_id: UUID | None = Depends(current_user_id),
+):
+    """``{"collections": [{"id", "name", "item_count", "created_at", "updated_at", "role", "owner"}]}``:
+    the caller's own by name (``role`` ``owner``), then those shared with the caller's account by name
+    (``role`` ``viewer``/``editor``, ``owner`` the owning account's email)."""
+    own = [collection_brief(c, n) for c, n in collections.list_collections(session, scope)]
+    shared = [
+        collection_brief(c, collections.count_items(session, ScopeContext(c.scope_id), c.id), role, email)
+        for c, role, email in sharing.shared_with(session, user_id)
+    ]
+    return CollectionList(collections=own + shared)
 
 
 @router.post("", status_code=201, response_model=CollectionBrief)
@@ -142,12 +164,51 @@ async def receive_zip_upload(request: Request) -> tuple[UploadFile, dict[str, st
 
 @router.get("/{collection_id}", response_model=Collection)
 def read_collection(
-    collection_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+    collection_id: str,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+    user_id: UUID | None = Depends(current_user_id),
 ):
-    """The collection with ``items`` (meme summaries in member order); 404 ``not_found``."""
-    collection = collections.find(session, scope, parse_id(collection_id, "collection"))
-    items = collections.members(session, scope, collection.id)
-    return Collection(**collection_brief(collection, len(items)).model_dump(), items=[meme_brief(m) for m in items])
+    """The collection with ``items`` (meme summaries in member order): the caller's own, or one shared
+    with the caller's account (its items' ``media_url``/``thumbnail_url`` then point at
+    ``/api/v1/collections/{id}/media/{meme_id}``); 404 ``not_found``."""
+    granted = sharing.access(session, scope, user_id, parse_id(collection_id, "collection"))
+    items = [meme_brief(m) for m in collections.members(session, granted.owner, granted.collection.id)]
+    owner = None
+    if granted.role != "owner":
+        owner = sharing.owner_email(session, granted.owner.scope_id)
+        for item in items:
+            item.media_url = item.thumbnail_url = member_media_url(granted.collection.id, item.id)
+    brief = collection_brief(granted.collection, len(items), granted.role, owner)
+    return Collection(**brief.model_dump(), items=items)
+
+
+IMAGE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the meme's original bytes",
+        "content": {
+            t: {"schema": {"type": "string", "format": "binary"}}
+            for t in ("image/png", "image/jpeg", "image/gif", "image/webp")
+        },
+    }
+}
+
+
+@router.get("/{collection_id}/media/{meme_id}", response_class=Response, responses=IMAGE_RESPONSE)
+def member_media(
+    collection_id: str,
+    meme_id: str,
+    request: Request,
+    download: bool = Query(False, description="true: ``Content-Disposition: attachment``"),
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+    user_id: UUID | None = Depends(current_user_id),
+) -> Response:
+    """The original bytes of a meme of the collection (the caller's own or one shared with it); 404
+    ``not_found`` for a meme outside it, in the trash, or a collection the caller may not read."""
+    granted = sharing.access(session, scope, user_id, parse_id(collection_id, "collection"))
+    meme = sharing.collection_meme(session, granted, parse_id(meme_id))
+    return file_response(request, session, granted.owner, meme, download=download, cache="private, no-cache")
 
 
 @router.patch("/{collection_id}", response_model=CollectionBrief)
@@ -171,16 +232,24 @@ def delete_collection(
     return Response(status_code=204)
 
 
-@router.post("/{collection_id}/items", response_model=AddItemsResponse)
+@router.post("/{collection_id}/items", response_model=AddItemsResponse, response_model_exclude_none=True)
 def add_items(
     collection_id: str,
     body: AddItemsRequest,
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
+    user_id: UUID | None = Depends(current_user_id),
 ):
     """``{"meme_ids": [...]}`` → ``{"added", "already_members", "item_count"}``; all or nothing:
-    422 ``memes_not_found`` (details ``missing``) when any id is missing or another scope's."""
+    422 ``memes_not_found`` (details ``missing``) when any id is missing or another scope's.
+
+    An editor of a collection shared with it adds memes of its own library: each is copied into the
+    owner's library (``provenance.origin`` says from where) and added (``items`` reports each copy)."""
     cid = parse_id(collection_id, "collection")
+    granted = sharing.access(session, scope, user_id, cid, need="edit")
+    if granted.role != "owner":
+        result = sharing.editor_add(get_sessionmaker(), blob_store(), scope, user_id, cid, body.meme_ids)
+        return {**result, "item_count": collections.count_items(session, granted.owner, cid)}
     result = collections.add_members(session, scope, cid, body.meme_ids)
     return {**result, "item_count": collections.count_items(session, scope, cid)}
 

@@ -113,10 +113,25 @@ def media(
             feedback.record(session, scope, q, meme.id, "download", "search")
         except feedback.FeedbackError:
             pass  # an empty or overlong query: the download itself goes on
+    return file_response(request, session, scope, meme, download=download)
+
+
+def file_response(
+    request: Request,
+    session: Session,
+    scope: ScopeContext,
+    meme: library.Meme,
+    *,
+    download: bool,
+    cache: str = "private, max-age=31536000, immutable",
+) -> Response:
+    """The meme's original bytes (of ``scope``'s blob namespace) with ``ETag`` (sha256, 304 on a match),
+    ``cache`` as ``Cache-Control`` and ``Content-Disposition`` naming the file (``attachment`` when
+    ``download``); 404 ``blob_missing``. The caller has checked the meme may be read."""
     etag = f'"{meme.sha256}"'
     headers = {
         "ETag": etag,
-        "Cache-Control": "private, max-age=31536000, immutable",
+        "Cache-Control": cache,
         "Content-Disposition": packages.content_disposition(
             f"{meme.display_name}{meme.extension}", "attachment" if download else "inline"
         ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from fastapi import APIRouter, Depends
 from pydantic import ValidationError
@@ -17,9 +18,11 @@ from mewdex.dto.search import (
     SearchResults,
     SearchStatus,
 )
+from mewdex.library import sharing
 from mewdex.search import generations, service
-from mewdex.web.deps import current_scope, db_session
+from mewdex.web.deps import current_scope, current_user_id, db_session
 from mewdex.web.errors import ApiError
+from mewdex.web.routers.collections import member_media_url
 
 router = APIRouter(prefix="/api/v1", tags=["search"])
 
@@ -52,7 +55,10 @@ def search_filters(**values: Any) -> SearchFilters:
 
 @router.post("/search", response_model=SearchResults)
 def search(
-    request: SearchRequest, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+    request: SearchRequest,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+    user_id: UUID | None = Depends(current_user_id),
 ):
     """``{"results": [{"id", "display_name", "sha256", "score", "media_url", "snippet", "confidence"}],
     "took_ms"}`` (``confidence``: ``high`` | ``medium`` | ``low``, see ``mewdex.search.confidence``).
@@ -60,8 +66,11 @@ def search(
     ``fold_variants``: only the best-ranked meme of each template group. Filters (all optional,
     combined with AND, applied inside every leg's SQL so a match ranked anywhere is found):
     ``collection_ids``, ``animated``, ``formats``, ``status``, ``created_from`` / ``created_to``;
-    paging: ``n_results`` and ``offset``."""
+    paging: ``n_results`` and ``offset``. ``{"filters": {"collection": id}}``: only that collection's
+    memes — the caller's own collection or one shared with its account (404 ``not_found`` otherwise)."""
     query = validate(request)
+    if request.within is not None:
+        return _search_within(session, scope, user_id, request, query)
     return service.search(
         session,
         scope,
@@ -71,6 +80,36 @@ def search(
         offset=request.offset,
         fold_variants=request.fold_variants,
     ).to_dto()
+
+
+def _search_within(
+    session: Session, scope: ScopeContext, user_id: UUID | None, request: SearchRequest, query: str
+) -> SearchResults:
+    """A search inside one collection (``{"filters": {"collection": id}}``), the caller's own or shared
+    with it (:func:`mewdex.library.sharing.access`, 404 ``not_found`` otherwise): the owner's library
+    searched with the collection as filter, every hit checked to be one of its live memes; a member
+    learns nothing into the owner's library, spends none of its providers, and gets its media URLs."""
+    assert request.within is not None
+    granted = sharing.access(session, scope, user_id, UUID(request.within.collection))
+    filters = request.filters().model_copy(update={"collection_ids": [str(granted.collection.id)]})
+    own = granted.role == "owner"
+    found = service.search(
+        session,
+        granted.owner,
+        query,
+        request.n_results,
+        filters=filters,
+        offset=request.offset,
+        fold_variants=request.fold_variants,
+        learn=own,
+        metered=own,
+    ).to_dto()
+    inside = {str(i) for i in sharing.collection_meme_ids(session, granted)}
+    found.results = [hit for hit in found.results if hit.id in inside]
+    if not own:
+        for hit in found.results:
+            hit.media_url = member_media_url(granted.collection.id, hit.id)
+    return found
 
 
 @router.get("/search/status", response_model=SearchStatus)
