@@ -11,7 +11,7 @@ import uuid
 
 from sqlalchemy import update
 
-from accounts_helpers import auth_app, bearer  # noqa: F401  (auth_app: the fixture)
+from accounts_helpers import bearer
 from library_helpers import png
 from mewdex.db.models import Meme, ScopeContext, utcnow
 from mewdex.library import collections
@@ -34,7 +34,7 @@ def _meme(sessions, store, scope_id: str, seed: int, ocr: str) -> str:
     return result.meme_id
 
 
-def test_members_read_search_and_removal(auth_app, sessions, store):  # noqa: F811
+def test_members_read_search_and_removal(auth_app, sessions, store):
     owner, viewer, third = auth_app.new("owner"), auth_app.new("viewer"), auth_app.new("third")
     inside = _meme(sessions, store, owner.scope_id, 4321, "quokka grins widely")
     outside = _meme(sessions, store, owner.scope_id, 4322, "quokka grins at night")

@@ -90,8 +90,31 @@ TASK = {
     [
         (MemeBrief, BRIEF),
         (Meme, FULL),
-        (CollectionBrief, {"id": "c", "name": "n", "item_count": 1, "created_at": NOW, "updated_at": NOW}),
-        (Collection, {"id": "c", "name": "n", "item_count": 1, "created_at": NOW, "updated_at": NOW, "items": [BRIEF]}),
+        (
+            CollectionBrief,
+            {
+                "id": "c",
+                "name": "n",
+                "item_count": 1,
+                "created_at": NOW,
+                "updated_at": NOW,
+                "role": "owner",
+                "owner": None,
+            },
+        ),
+        (
+            Collection,
+            {
+                "id": "c",
+                "name": "n",
+                "item_count": 1,
+                "created_at": NOW,
+                "updated_at": NOW,
+                "role": "viewer",
+                "owner": "friend@example.com",
+                "items": [BRIEF],
+            },
+        ),
         (
             SearchResults,
             {
