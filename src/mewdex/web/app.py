@@ -70,7 +70,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         _app.state.shutting_down = False
         metrics.watch_shutdown(_app)  # /readyz answers 503 from the first signal on
         runtime.prepare_database()
-        threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
+        if get_settings().warm_models:
+            threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
         stop = threading.Event()
         supervisor.start(stop)  # a crashed database is noticed and (embedded) restarted within seconds
         pool = runtime.start_workers(count)
