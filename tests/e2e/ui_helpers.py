@@ -2,7 +2,8 @@
 embedded PostgreSQL and a
 real headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright; never a downloaded browser).
 
-* ``browser``       one Chromium per test module (a live Playwright loop would break asyncio.run in later tests).
+* ``browser``       one Chromium per test process, kept while browser tests follow one another (a live
+                    Playwright loop would break asyncio.run: stopped before any other test).
 * ``search_server`` ``mewdex serve`` on the shared corpus sample's scope (read-only, no workers).
 * ``work_server``   ``mewdex serve`` on a fresh scope of its own (no workers: tests drain the queue
                     themselves with ``drain`` so they decide when processing happens).
@@ -120,16 +121,55 @@ def start_server(mewdex_env, scope, log: Path, *, workers: int = 0, timeout: flo
     return server
 
 
-@pytest.fixture(scope="module")
-def browser():
+# One Playwright driver and Chromium per test process, shared by the browser tests that run one after
+# another (a launch costs 1.5-2 s of CPU); stopped before the first test that does not use it, since
+# its running event loop would break asyncio.run in that test.
+_live: dict[str, object] = {}
+
+
+def _shared_browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed (make browser)")
+    b = _live.get("browser")
+    if b is not None and b.is_connected():
+        return b
+    stop_shared_browser()
+    playwright = sync_api.sync_playwright().start()
+    _live["playwright"] = playwright
+    _live["browser"] = b = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    return b
+
+
+def stop_shared_browser() -> None:
+    """Close the shared Chromium and stop its Playwright driver (and event loop), if running."""
+    b, playwright = _live.pop("browser", None), _live.pop("playwright", None)
+    try:
+        if b is not None and b.is_connected():
+            b.close()
+    finally:
+        if playwright is not None:
+            playwright.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if "browser" not in item.fixturenames:
+        stop_shared_browser()
+
+
+def pytest_sessionfinish(session):
+    stop_shared_browser()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """The process's Chromium (see :func:`_shared_browser`); contexts a module left open are closed after it."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    b = _shared_browser()
+    yield b
+    for context in list(b.contexts):
+        context.close()
 
 
 @pytest.fixture(scope="module")
