@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,30 +92,46 @@ class UiServer:
 
 def start_server(mewdex_env, scope, log: Path, *, workers: int = 0, timeout: float = 120) -> UiServer:
     """Start ``mewdex serve`` on a free port for ``scope``; wait until ``/health`` answers ok."""
-    port = free_port()
     # The single-user local install (no login) unless the caller's environment says otherwise, whatever
     # accounts earlier tests created in this database (`auto` would then ask for a login).
     env = {"MEWDEX_AUTH": "none", **os.environ, **mewdex_env.env}
     env |= {"MEWDEX_DEFAULT_SCOPE": scope.scope_id, "NO_COLOR": "1"}
+    return serve(env, log, workers=workers, timeout=timeout, scope=scope)
+
+
+def serve(
+    env: dict[str, str],
+    log: Path,
+    *,
+    host: str | None = "127.0.0.1",
+    port: int | None = None,
+    workers: int = 0,
+    timeout: float = 120,
+    scope=None,
+    command: Sequence[str] = (str(MEWDEX_BIN),),
+) -> UiServer:
+    """Start ``<command> serve`` with exactly ``env`` (``host`` None: MEWDEX_HOST's) on ``port`` (default a
+    free one), its output in ``log``; return once ``/health`` answers 200 (polled every 0.1 s). Raises
+    AssertionError with the log when it exits or is not up within ``timeout`` s (it is stopped then).
+    The one start/poll/stop of a server subprocess for the tests that need one."""
+    port = port or free_port()
+    args = [*command, "serve", "--port", str(port), "--workers", str(workers)]
+    if host is not None:
+        args[len(command) + 1 : len(command) + 1] = ["--host", host]
     out = log.open("w")
-    process = subprocess.Popen(
-        [str(MEWDEX_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-    )
-    server = UiServer(f"http://127.0.0.1:{port}", scope, process, log)
+    process = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
+    server = UiServer(f"http://{host or '127.0.0.1'}:{port}", scope, process, log)
 
     def healthy() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"mewdex serve exited with {process.returncode}")
         try:
-            return server.get("/health").status_code == 200
+            return httpx.get(server.url + "/health", timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
 
     try:
-        wait_until(healthy, timeout, 0.3, "mewdex serve to come up")
+        wait_until(healthy, timeout, 0.1, "mewdex serve to come up")
     except AssertionError as error:
         server.stop()
         raise AssertionError(f"{error}:\n{log.read_text()}") from None
