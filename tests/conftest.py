@@ -76,6 +76,9 @@ TEST_ENV = {
     # hold another test's long-poll task when it is stopped: it is released after 5 s, not the default 30
     # (tests of the grace period set their own).
     "MEWDEX_WORKER_GRACE_SECONDS": "5",
+    # Most test servers never search: they load the search models (2-3 s of CPU) at their first search,
+    # not beside every start-up, where the load slowed the tests running on the other core.
+    "MEWDEX_WARM_MODELS": "false",
 }
 
 # Corpus files of the shared sample (paths below each source's ``images/``), ≤ 30 with the cases.

@@ -142,6 +142,12 @@ class Settings(BaseSettings):
     api_concurrency: int = Field(
         default=40, ge=1, le=1000, description="Requests `serve` works on at once (threads); sizes the database pool."
     )
+    warm_models: bool = Field(
+        default=True,
+        description="`serve` loads the search models (query embedders, image model, word splitter) as it starts, "
+        "so the first search does not wait for them; false = at the first search (a server that never searches "
+        "never loads them).",
+    )
     search_concurrency: int = Field(
         default=8, ge=1, le=64, description="Searches one process runs at once (their legs have a pool of their own)."
     )

@@ -16,7 +16,6 @@ Sits between the interfaces and ``runtime``: ``cli`` and ``web`` import it, it i
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,7 +156,8 @@ def build(caller: Callable[[], Caller], *, http: bool = False, base_url: str = "
 def http_app(base_url: str = "http://127.0.0.1"):
     """The streamable HTTP transport as a Starlette app serving :data:`PATH`, and its server (whose
     ``session_manager.run()`` the host's lifespan must enter, once per server). Host checks are
-    mewdex's own (``MEWDEX_ALLOWED_HOSTS``), so the SDK's DNS-rebinding check is off."""
+    mewdex's own (``MEWDEX_ALLOWED_HOSTS``), so the SDK's DNS-rebinding check is off. ``mewdex serve``
+    builds it at the first request to ``/mcp`` (:mod:`mewdex.web.mcp_mount`)."""
     server = build(http_caller, http=True, base_url=base_url)
     app = server.streamable_http_app(
         streamable_http_path=PATH,
@@ -166,34 +166,6 @@ def http_app(base_url: str = "http://127.0.0.1"):
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     return app, server
-
-
-class HttpTransport:
-    """An ASGI endpoint for :data:`PATHS` that serves a fresh :func:`http_app` per run of the host
-    app (the SDK's session manager runs only once per server; tests start one app several times)."""
-
-    PATHS = (PATH, "/.well-known/oauth-protected-resource" + PATH)
-
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
-        self._app = None
-
-    @contextlib.asynccontextmanager
-    async def running(self):
-        app, server = http_app(self.base_url)
-        async with server.session_manager.run():
-            self._app = app
-            try:
-                yield
-            finally:
-                self._app = None
-
-    async def __call__(self, scope, receive, send) -> None:
-        if self._app is None:  # not started (or shutting down)
-            await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/plain")]})
-            await send({"type": "http.response.body", "body": b"MCP is not running"})
-            return
-        await self._app(scope, receive, send)
 
 
 def run_stdio(caller: Caller) -> None:

@@ -82,18 +82,31 @@ def admin(mewdex_env, sessions, tmp_path_factory):
             session.execute(text("DELETE FROM users WHERE user_id = :u"), {"u": str(user_id)})
 
 
-def _signed_in(browser, server, lang: str, size: str):
-    context = browser.new_context(viewport=SIZES[size], locale=LOCALES[lang])
+@pytest.fixture(scope="module")
+def signed_in(browser, admin):
+    """The admin signed in once on the login page; the browser's cookies then (Playwright's storage
+    state), which each test's contexts start from instead of signing in again."""
+    context = browser.new_context(viewport=SIZES["1280"], locale=LOCALES["en"])
     context.set_default_timeout(15_000)
+    try:
+        pg = context.new_page()
+        pg.goto(admin.url + "/login")
+        pg.fill("input[name=email]", Admin.email)
+        pg.fill("input[name=password]", PASSWORD)
+        pg.locator("#login-form button[type=submit]").first.click()
+        pg.wait_for_selector(".account [data-action=sign-out]")
+        return context.storage_state()
+    finally:
+        context.close()
+
+
+def _signed_in(browser, server, state, lang: str, size: str):
+    context = browser.new_context(viewport=SIZES[size], locale=LOCALES[lang], storage_state=state)
+    context.set_default_timeout(15_000)
+    context.add_cookies([{"name": "mewdex_lang", "value": lang, "url": server.url}])
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    pg.goto(server.url + "/login")
-    pg.fill("input[name=email]", Admin.email)
-    pg.fill("input[name=password]", PASSWORD)
-    pg.locator("#login-form button[type=submit]").first.click()
-    pg.wait_for_selector(".account [data-action=sign-out]")
-    context.add_cookies([{"name": "mewdex_lang", "value": lang, "url": server.url}])
     return context, pg, errors
 
 
@@ -118,13 +131,14 @@ def _is_line(pixel: tuple[int, int, int]) -> bool:
 
 
 @pytest.mark.parametrize("lang", list(LOCALES))
-def test_signed_in_header_is_one_row_on_every_page(browser, admin, lang):
+def test_signed_in_header_is_one_row_on_every_page(browser, admin, signed_in, lang):
     for size in SIZES:
-        context, pg, errors = _signed_in(browser, admin, lang, size)
+        context, pg, errors = _signed_in(browser, admin, signed_in, lang, size)
         try:
             for name, path in PAGES.items():
                 pg.goto(admin.url + path)
                 pg.wait_for_load_state()
+                assert pg.locator(".account [data-action=sign-out]").count() == 1, (name, "not signed in")
                 pg.screenshot(path=str(SCREENSHOTS / f"newcomer-{name}-{size}-{lang}.png"))
                 got = pg.evaluate(ONE_ROW)
                 assert got["overflow"] <= 1, (name, size, got)
@@ -135,9 +149,9 @@ def test_signed_in_header_is_one_row_on_every_page(browser, admin, lang):
             context.close()
 
 
-def test_tasks_table_headers_sit_over_their_columns(browser, admin):
+def test_tasks_table_headers_sit_over_their_columns(browser, admin, signed_in):
     for lang in LOCALES:
-        context, pg, errors = _signed_in(browser, admin, lang, "1280")
+        context, pg, errors = _signed_in(browser, admin, signed_in, lang, "1280")
         try:
             # The rows refresh every 2 s (hx-trigger "every 2s"): hold them still, so the measured table
             # and its screenshot are one rendering (a 204 makes htmx keep what it shows).

@@ -13,23 +13,28 @@ from ui_helpers import DESKTOP, start_server
 PASSWORD = "correct horse battery staple"
 
 
-@pytest.fixture
-def signin_server(mewdex_env, sessions, monkeypatch, tmp_path):
+@pytest.fixture(scope="module")
+def signin_server(mewdex_env, sessions, tmp_path_factory):
+    """One server with sign-in required for the module (each test signs in in a browser of its own)."""
     from mewdex.platform.users import create_user
 
     email = f"cookie-{uuid.uuid4().hex[:8]}@example.com"
     with sessions.begin() as session:
         user = create_user(session, email, PASSWORD, role="admin")
         user_id, scope_id = str(user.user_id), user.scope_id
-    monkeypatch.setenv("MEWDEX_AUTH", "required")
-    monkeypatch.setenv("MEWDEX_BCRYPT_ROUNDS", "4")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MEWDEX_AUTH", "required")
+    mp.setenv("MEWDEX_BCRYPT_ROUNDS", "4")
 
     class Scope:
         pass
 
     scope = Scope()
     scope.scope_id = scope_id
-    server = start_server(mewdex_env, scope, tmp_path / "serve.log")
+    try:
+        server = start_server(mewdex_env, scope, tmp_path_factory.mktemp("serve") / "serve.log")
+    finally:
+        mp.undo()
     try:
         yield server, email
     finally:

@@ -2,7 +2,8 @@
 embedded PostgreSQL and a
 real headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright; never a downloaded browser).
 
-* ``browser``       one Chromium per test module (a live Playwright loop would break asyncio.run in later tests).
+* ``browser``       one Chromium per test process, kept while browser tests follow one another (a live
+                    Playwright loop would break asyncio.run: stopped before any other test).
 * ``search_server`` ``mewdex serve`` on the shared corpus sample's scope (read-only, no workers).
 * ``work_server``   ``mewdex serve`` on a fresh scope of its own (no workers: tests drain the queue
                     themselves with ``drain`` so they decide when processing happens).
@@ -18,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,47 +95,102 @@ def start_server(
 ) -> UiServer:
     """Start ``mewdex serve`` on a free port for ``scope``; wait until ``/health`` answers ok. ``env``: more
     settings (``MEWDEX_AUTH=required``, ``MEWDEX_WATCH_DIRS``…), over the others."""
-    port = free_port()
     # The single-user local install (no login) unless the caller's environment says otherwise, whatever
     # accounts earlier tests created in this database (`auto` would then ask for a login).
     extra = env
     env = {"MEWDEX_AUTH": "none", **os.environ, **mewdex_env.env}
     env |= {"MEWDEX_DEFAULT_SCOPE": scope.scope_id, "NO_COLOR": "1", **(extra or {})}
+    return serve(env, log, workers=workers, timeout=timeout, scope=scope)
+
+
+def serve(
+    env: dict[str, str],
+    log: Path,
+    *,
+    host: str | None = "127.0.0.1",
+    port: int | None = None,
+    workers: int = 0,
+    timeout: float = 120,
+    scope=None,
+    command: Sequence[str] = (str(MEWDEX_BIN),),
+) -> UiServer:
+    """Start ``<command> serve`` with exactly ``env`` (``host`` None: MEWDEX_HOST's) on ``port`` (default a
+    free one), its output in ``log``; return once ``/health`` answers 200 (polled every 0.1 s). Raises
+    AssertionError with the log when it exits or is not up within ``timeout`` s (it is stopped then).
+    The one start/poll/stop of a server subprocess for the tests that need one."""
+    port = port or free_port()
+    args = [*command, "serve", "--port", str(port), "--workers", str(workers)]
+    if host is not None:
+        args[len(command) + 1 : len(command) + 1] = ["--host", host]
     out = log.open("w")
-    process = subprocess.Popen(
-        [str(MEWDEX_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-    )
-    server = UiServer(f"http://127.0.0.1:{port}", scope, process, log)
+    process = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
+    server = UiServer(f"http://{host or '127.0.0.1'}:{port}", scope, process, log)
 
     def healthy() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"mewdex serve exited with {process.returncode}")
         try:
-            return server.get("/health").status_code == 200
+            return httpx.get(server.url + "/health", timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
 
     try:
-        wait_until(healthy, timeout, 0.3, "mewdex serve to come up")
+        wait_until(healthy, timeout, 0.1, "mewdex serve to come up")
     except AssertionError as error:
         server.stop()
         raise AssertionError(f"{error}:\n{log.read_text()}") from None
     return server
 
 
-@pytest.fixture(scope="module")
-def browser():
+# One Playwright driver and Chromium per test process, shared by the browser tests that run one after
+# another (a launch costs 1.5-2 s of CPU); stopped before the first test that does not use it, since
+# its running event loop would break asyncio.run in that test.
+_live: dict[str, object] = {}
+
+
+def _shared_browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed (make browser)")
+    b = _live.get("browser")
+    if b is not None and b.is_connected():
+        return b
+    stop_shared_browser()
+    playwright = sync_api.sync_playwright().start()
+    _live["playwright"] = playwright
+    _live["browser"] = b = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    return b
+
+
+def stop_shared_browser() -> None:
+    """Close the shared Chromium and stop its Playwright driver (and event loop), if running."""
+    b, playwright = _live.pop("browser", None), _live.pop("playwright", None)
+    try:
+        if b is not None and b.is_connected():
+            b.close()
+    finally:
+        if playwright is not None:
+            playwright.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if "browser" not in item.fixturenames:
+        stop_shared_browser()
+
+
+def pytest_sessionfinish(session):
+    stop_shared_browser()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """The process's Chromium (see :func:`_shared_browser`); contexts a module left open are closed after it."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    b = _shared_browser()
+    yield b
+    for context in list(b.contexts):
+        context.close()
 
 
 @pytest.fixture(scope="module")

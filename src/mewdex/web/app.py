@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.routing import Route
 
-from mewdex import mcp_server, runtime
+from mewdex import runtime
 from mewdex.config import get_settings, package_version
 from mewdex.db import supervisor
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
@@ -21,6 +21,7 @@ from mewdex.web import errors, failures, metrics, security
 from mewdex.web.base_path import BasePath
 from mewdex.web.guards import RequestGuards
 from mewdex.web.hygiene import JsonTextGuard
+from mewdex.web.mcp_mount import McpMount
 from mewdex.web.routers import (
     account_pages,
     admin,
@@ -65,7 +66,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     ``host``
     is the bind address (default ``MEWDEX_HOST``), which decides the automatic auth mode."""
     count = get_settings().workers if workers is None else workers
-    mcp_http = mcp_server.HttpTransport(f"http://{host or get_settings().host}:{get_settings().port}")
+    mcp_http = McpMount(f"http://{host or get_settings().host}:{get_settings().port}")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -75,7 +76,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         _app.state.shutting_down = False
         metrics.watch_shutdown(_app)  # /readyz answers 503 from the first signal on
         runtime.prepare_database()
-        threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
+        if get_settings().warm_models:
+            threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
         stop = threading.Event()
         supervisor.start(stop)  # a crashed database is noticed and (embedded) restarted within seconds
         pool = runtime.start_workers(count)
@@ -83,7 +85,7 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         # workers this process enqueues it for the workers of other processes.
         scheduler = runtime.start_scheduler() if count == 0 else None
         _app.state.worker_pool = pool
-        async with mcp_http.running():  # the MCP transport's task group (/mcp)
+        async with mcp_http.running():  # the MCP transport's task group (/mcp, built at its first request)
             yield
         _app.state.shutting_down = True
         stop.set()
@@ -146,7 +148,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         app.include_router(module.router)
     for channel_router in channel_routes.channel_routers():  # each channel package's own (its registry entry)
         app.include_router(channel_router)
-    # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token) serves these paths.
+    # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token), built at the first
+    # request to these paths (web.mcp_mount), serves them.
     for path in mcp_http.PATHS:
         app.router.routes.append(Route(path, endpoint=mcp_http, include_in_schema=False))
     api_docs.install(app)
