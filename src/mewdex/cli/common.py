@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from mewdex.config import Settings
 
 console = Console()
-err = Console(stderr=True)
+# Errors are never broken into lines by the console (the terminal wraps them): a path or a command in
+# one stays whole, to copy or to grep.
+err = Console(stderr=True, soft_wrap=True)
 
 
 class ExitCode(IntEnum):
