@@ -78,6 +78,10 @@ class WaitCountingPool(QueuePool):
         self._waiting_lock = threading.Lock()
 
     def _do_get(self) -> Any:
+        # Only a thread that finds every connection out (none idle, no overflow left) waits; one that
+        # takes an idle connection or opens a new one is not counted, however long the connect takes.
+        if self.checkedin() > 0 or self._max_overflow < 0 or self.checkedout() < self.size() + self._max_overflow:
+            return super()._do_get()
         with self._waiting_lock:
             self.waiting += 1
         try:

@@ -56,7 +56,7 @@ def list_trash(
 
 
 @router.post("/api/v1/trash/{meme_id}/restore", response_model=MemeDto)
-def restore(meme_id: str, scope: ScopeContext = Depends(current_scope)):
+def restore_from_trash(meme_id: str, scope: ScopeContext = Depends(current_scope)):
     """Bring the meme back as it was (collections, tags, learning, search); returns the meme. 404
     ``not_found`` (not in the trash)."""
     revision = trash.restore(get_sessionmaker(), scope, parse_id(meme_id))
@@ -65,7 +65,7 @@ def restore(meme_id: str, scope: ScopeContext = Depends(current_scope)):
 
 
 @router.delete("/api/v1/trash/{meme_id}", status_code=204)
-def purge(meme_id: str, scope: ScopeContext = Depends(current_scope)):
+def purge_from_trash(meme_id: str, scope: ScopeContext = Depends(current_scope)):
     """Delete the meme in the trash for good: its rows, then its files (unless another meme uses them),
     through the storage journal. 204; 404 ``not_found`` (not in the trash)."""
     trash.purge(get_sessionmaker(), blob_store(), scope, parse_id(meme_id))
@@ -73,7 +73,7 @@ def purge(meme_id: str, scope: ScopeContext = Depends(current_scope)):
 
 
 @router.delete("/api/v1/trash", response_model=TrashEmptied)
-def empty(scope: ScopeContext = Depends(current_scope)):
+def empty_trash(scope: ScopeContext = Depends(current_scope)):
     """Empty the trash: every meme in it deleted for good (as ``DELETE /api/v1/trash/{id}``);
     ``{"purged": n}``."""
     return TrashEmptied(purged=trash.empty(get_sessionmaker(), blob_store(), scope))
