@@ -73,6 +73,14 @@ def admin(mewdex_env, sessions, tmp_path_factory):
         for i in range(3)
     ]
     assert httpx.post(server.url + "/api/v1/memes", headers=auth, files=files, timeout=60).status_code in (200, 201)
+    # one task done: its row has no button (an action cell that was no table cell drew its line half a row
+    # up in such rows; it showed only when other tests had left finished tasks)
+    queued = httpx.get(server.url + "/api/v1/tasks", headers=auth, params={"status": "queued"}, timeout=30).json()
+    with sessions.begin() as session:
+        session.execute(
+            text("UPDATE tasks SET status = 'succeeded', completed_at = now() WHERE id = :id"),
+            {"id": queued["items"][0]["id"]},
+        )
     try:
         yield server
     finally:
