@@ -20,3 +20,16 @@ class OpenDto(BaseModel):
     """A response DTO that may carry fields beyond the documented ones (kept as they come)."""
 
     model_config = ConfigDict(extra="allow")
+
+
+class HealthReason(Dto):
+    code: str
+    message: str
+
+
+class HealthStatus(OpenDto):
+    """``GET /health``: ``status`` ``ok`` (200) or ``degraded`` (503), the public ``reasons`` when the
+    database is unreachable; an admin gets the details beside them (workers, queues, disk, backup)."""
+
+    status: str = Field(description="ok | degraded")
+    reasons: list[HealthReason] | None = None

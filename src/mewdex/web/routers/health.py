@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
+from mewdex.dto.common import HealthStatus
 
 # ``mewdex worker`` processes connect with this application_name prefix (runtime.run_worker sets PGAPPNAME).
 from mewdex.runtime import WORKER_APPLICATION_PREFIX
@@ -38,7 +39,11 @@ def _is_admin(request: Request) -> bool:
 _limiter: anyio.CapacityLimiter | None = None
 
 
-@router.get("/health")
+@router.get(
+    "/health",
+    response_model=HealthStatus,
+    responses={503: {"model": HealthStatus, "description": "degraded (the same shape as ok; not an error body)"}},
+)
 async def health(request: Request):
     """Anyone: ``{"status": "ok"}`` (200) or ``{"status": "degraded"}`` (503: a worker this server
     started is not running, or queued work has had no consumer for a while); when the database is
