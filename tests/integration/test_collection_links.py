@@ -183,3 +183,25 @@ def test_public_requests_are_rate_limited(world):
         os.environ.pop("MEWDEX_SHARE_MAX_PER_MINUTE")
         get_settings.cache_clear()
         limiter._failures.clear()
+
+
+def test_a_disabled_owners_links_answer_404(required, sessions):
+    from accounts_helpers import delete_users, own_scope_users
+    from mewdex.db.models import User
+    from mewdex.dto.scopes import ScopeContext
+    from mewdex.library import sharing
+
+    with sessions.begin() as session:
+        (user,), made = own_scope_users(session, ["linker"], role="user")
+        scope = ScopeContext(user.scope_id)
+        collection = collections.create(session, scope, "Mine")
+        _link, token = sharing.create_link(session, scope, collection.id)
+    public = TestClient(app_for(None), **LOCAL_CLIENT, raise_server_exceptions=False)
+    try:
+        with public:
+            assert public.get(f"/s/{token}").status_code == 200
+            with sessions.begin() as session:
+                session.execute(update(User).where(User.user_id == user.user_id).values(disabled=True))
+            assert public.get(f"/s/{token}").status_code == 404
+    finally:
+        delete_users(sessions, made)

@@ -41,6 +41,7 @@ from mewdex.library.listing import live
 from mewdex.library.memes import add_image
 from mewdex.library.scopes import storage_namespace
 from mewdex.platform import sessions as platform_sessions
+from mewdex.platform.owners import owner_active
 from mewdex.platform.tokens import digest
 from mewdex.platform.users import find_by_email
 
@@ -357,7 +358,7 @@ class PublicView:
 
 def open_link(session: Session, token: str) -> PublicView:
     """The collection behind a link token; CollectionError 404 ``not_found`` for a token that is
-    unknown, expired or deleted (the same answer for each)."""
+    unknown, expired or deleted, or whose owner is disabled (the same answer for each)."""
     if not 20 <= len(token) <= 100:
         raise CollectionError("not_found", "link not found")
     found = session.execute(
@@ -368,7 +369,7 @@ def open_link(session: Session, token: str) -> PublicView:
         )
         .where(CollectionLink.token_hash == digest(token), CollectionLink.expires_at > utcnow())
     ).first()
-    if found is None:
+    if found is None or not owner_active(session, found[0].scope_id):  # a disabled owner shares nothing
         raise CollectionError("not_found", "link not found")
     link, collection = found
     name = None
