@@ -68,6 +68,13 @@ def red_over_blue_sideways() -> Image.Image:
         (b"GIF89a\x01\x00", "gif"),
         (b"GIF87a\x01\x00", "gif"),
         (b"RIFF\x10\x00\x00\x00WEBPVP8 ", "webp"),
+        (b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00avifmif1", "avif"),
+        (b"\x00\x00\x00\x1cftypmif1\x00\x00\x00\x00mif1avif", "avif"),
+        (b"\x00\x00\x00\x1cftypheic\x00\x00\x00\x00mif1heic", "heic"),
+        (b"\x00\x00\x00\x1cftypmif1\x00\x00\x00\x00mif1heic", "heic"),
+        (b"\x00\x00\x00\x20ftypisom\x00\x00\x02\x00isomiso2avc1mp41", "mp4"),
+        (b"\x1a\x45\xdf\xa3\x9fB\x86\x81\x01", "webm"),
+        (b"\x1f\x8b\x08\x00", "tgs"),
         (b"RIFF\x10\x00\x00\x00WAVEfmt ", None),
         (b"RIFF", None),
         (b"", None),
@@ -80,9 +87,20 @@ def test_sniff_format(head, fmt):
 
 
 def test_format_tables_agree():
-    assert EXTENSIONS == {"png": ".png", "jpeg": ".jpg", "gif": ".gif", "webp": ".webp"}
+    assert EXTENSIONS == {
+        "png": ".png",
+        "jpeg": ".jpg",
+        "gif": ".gif",
+        "webp": ".webp",
+        "avif": ".avif",
+        "heic": ".heic",
+        "mp4": ".mp4",
+        "webm": ".webm",
+        "tgs": ".tgs",
+    }
     assert set(MEDIA_TYPES) == set(EXTENSIONS)
     assert MEDIA_TYPES["jpeg"] == "image/jpeg"
+    assert MEDIA_TYPES["mp4"] == "video/mp4"
 
 
 def test_image_error_codes_carry_http_status():

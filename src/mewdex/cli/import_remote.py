@@ -83,14 +83,14 @@ def _readable(item: ImportItem) -> tuple[str | None, AddResult | None]:
     import stat
 
     from mewdex.library.images import sniff_format
-    from mewdex.library.names import IMAGE_SUFFIXES
+    from mewdex.library.names import MEDIA_SUFFIXES
 
     try:
         if not stat.S_ISREG(item.path.stat().st_mode):
             return None, AddResult("skipped", error="unsupported_media_type", message="not a regular file")
         with item.path.open("rb") as fileobj:
-            head = fileobj.read(32)
-        if sniff_format(head) is None and item.path.suffix.lower() not in IMAGE_SUFFIXES:
+            head = fileobj.read(64)
+        if sniff_format(head) is None and item.path.suffix.lower() not in MEDIA_SUFFIXES:
             return None, AddResult("ignored", message="not an image file")
         return sha256_of(item.path), None
     except OSError as exc:
@@ -109,7 +109,7 @@ def sent_path(item: ImportItem) -> str:
 def _upload(api: remote.Api, item: ImportItem, on_wait) -> AddResult:
     """Send one file; the upload's answer as an :class:`AddResult` (a refusal of the whole request, such as
     401 or a missing collection, exits as :func:`remote.answer` says)."""
-    from mewdex.library.names import IMAGE_SUFFIXES
+    from mewdex.library.names import MEDIA_SUFFIXES
 
     try:
         with item.path.open("rb") as fileobj:
@@ -143,7 +143,7 @@ def _upload(api: remote.Api, item: ImportItem, on_wait) -> AddResult:
     code = error.get("code") or "rejected"
     if code in _FAILED or status == "failed":
         return AddResult("failed", error=code, message=error.get("message"))
-    if code == "unsupported_media_type" and item.path.suffix.lower() not in IMAGE_SUFFIXES:
+    if code == "unsupported_media_type" and item.path.suffix.lower() not in MEDIA_SUFFIXES:
         return AddResult("ignored", message="not an image file")
     return AddResult("skipped", error=code, message=error.get("message"))
 

@@ -6,6 +6,15 @@ lie), reject oversized images from the header dimensions before any pixel is
 decoded, and turn every decoder failure into an :class:`ImageError` with a
 stable code.
 
+Formats: PNG, JPEG, GIF, WEBP, AVIF (Pillow's own plugin) and HEIC (``pillow-heif``'s opener,
+registered here) through Pillow; MP4 and WebM clips through PyAV (``av``: FFmpeg), and Telegram's
+animated stickers (TGS: gzipped Lottie JSON) rendered by ``rlottie-python``. A clip or a TGS is
+opened as a :class:`_Clip`, which :func:`_iter_frames` walks like a Pillow animation, so every
+path (probe, model frames, thumbnails) samples a clip's frames exactly as a GIF's, under the same
+limits: :data:`MAX_FRAMES` (counted from the container's packets or the Lottie header before any
+frame is decoded), ``max_pixels`` per frame, ``max_total_pixels`` over all frames and
+:data:`DECODE_SECONDS`; the caller bounds the bytes (``MEWDEX_MAX_UPLOAD_BYTES``).
+
 Pillow's own decompression-bomb limit is switched off at import
 (``Image.MAX_IMAGE_PIXELS = None``) so that the project's ``max_pixels`` decides;
 this is safe only because no other module opens untrusted images directly.
@@ -15,16 +24,21 @@ this is safe only because no other module opens untrusted images directly.
 from __future__ import annotations
 
 import io
+import json
+import math
 import time
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
+import pillow_heif
 from PIL import Image, UnidentifiedImageError
 
 Image.MAX_IMAGE_PIXELS = None
+pillow_heif.register_heif_opener()  # HEIC/HEIF through Image.open (format "HEIF")
 
 DEFAULT_MAX_PIXELS = 24_000_000
 DEFAULT_MAX_TOTAL_PIXELS = 1_000_000_000
@@ -37,9 +51,40 @@ DECODE_SECONDS = 20.0  # wall-clock budget of one probe/load (checked between fr
 MAX_JPEG_SCANS = 500
 DEFAULT_FRAME_MS = 100
 
-EXTENSIONS = {"png": ".png", "jpeg": ".jpg", "gif": ".gif", "webp": ".webp"}
-MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
-_PIL_FORMATS = {"png": "PNG", "jpeg": "JPEG", "gif": "GIF", "webp": "WEBP"}
+MAX_TGS_JSON_BYTES = 8 * 1024 * 1024  # a TGS inflates to at most this much Lottie JSON (Telegram's are < 1 MB)
+
+EXTENSIONS = {
+    "png": ".png",
+    "jpeg": ".jpg",
+    "gif": ".gif",
+    "webp": ".webp",
+    "avif": ".avif",
+    "heic": ".heic",
+    "mp4": ".mp4",
+    "webm": ".webm",
+    "tgs": ".tgs",
+}
+MEDIA_TYPES = {
+    "png": "image/png",
+    "jpeg": "image/jpeg",
+    "gif": "image/gif",
+    "webp": "image/webp",
+    "avif": "image/avif",
+    "heic": "image/heic",
+    "mp4": "video/mp4",
+    "webm": "video/webm",
+    "tgs": "application/x-tgsticker",
+}
+#: Formats a browser plays as a clip (a ``<video>`` element), not as an image.
+VIDEO_FORMATS = frozenset({"mp4", "webm"})
+#: Formats browsers do not show (HEIC: Safari only; TGS: none): pages show their thumbnails instead.
+NOT_IN_BROWSERS = frozenset({"heic", "tgs"})
+_PIL_FORMATS = {"png": "PNG", "jpeg": "JPEG", "gif": "GIF", "webp": "WEBP", "avif": "AVIF", "heic": "HEIF"}
+_FORMAT_NAMES = "PNG, JPEG, GIF, WEBP, AVIF, HEIC, MP4, WebM or TGS"
+# ISO base media (ftyp) brands: AVIF still/sequence, HEIF/HEIC; any other ftyp file is a clip (MP4/MOV/3GP)
+_AVIF_BRANDS = (b"avif", b"avis")
+_HEIC_BRANDS = (b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs")
+_HEIF_GENERIC_BRANDS = (b"mif1", b"msf1", b"miaf")
 
 _HTTP_STATUS = {"image_corrupt": 422, "unsupported_media_type": 415, "image_too_large": 413}
 
@@ -56,6 +101,16 @@ _TRANSPOSE = {
 _WHITE = (255, 255, 255)
 
 FrameSelection = Literal["first", "first_middle", "spread4"]
+
+
+def page_element(extension: str) -> Literal["video", "image", "thumbnail"]:
+    """How a page shows a meme stored with ``extension`` (``.mp4``): ``"video"`` (a ``<video>`` of the
+    original), ``"image"`` (an ``<img>`` of the original) or ``"thumbnail"`` (an ``<img>`` of its
+    thumbnail: a format browsers cannot show)."""
+    fmt = next((f for f, ext in EXTENSIONS.items() if ext == extension), None)
+    if fmt in VIDEO_FORMATS:
+        return "video"
+    return "thumbnail" if fmt in NOT_IN_BROWSERS else "image"
 
 
 class ImageError(Exception):
@@ -80,7 +135,7 @@ class ImageError(Exception):
 class ImageInfo:
     """What :func:`probe` learned from a fully decoded image.
 
-    ``format`` is the sniffed format key (``png|jpeg|gif|webp``); ``extension``
+    ``format`` is the sniffed format key (a key of :data:`EXTENSIONS`); ``extension``
     and ``media_type`` follow from it. ``width``/``height`` are pixels after EXIF
     orientation. ``frames`` >= 1; ``duration_ms`` is the summed frame delay of an
     animation (a missing or zero delay counts 100 ms), 0 for a still image.
@@ -100,9 +155,12 @@ def sniff_format(head: bytes) -> str | None:
     """Return the real format of image bytes from their magic number.
 
     Args:
-        head: the first bytes of the file (12 are enough).
+        head: the first bytes of the file (12 are enough for most; 64 let an AVIF or HEIC whose
+            major brand is a generic HEIF one be told apart by its compatible brands).
     Returns:
-        ``"png"``, ``"jpeg"``, ``"gif"``, ``"webp"``, or ``None`` for anything else.
+        a key of :data:`EXTENSIONS` (``"png"``, ``"jpeg"``, ``"gif"``, ``"webp"``, ``"avif"``,
+        ``"heic"``, ``"mp4"``, ``"webm"``, ``"tgs"``), or ``None`` for anything else. Any EBML
+        (Matroska) file counts as WebM, any gzip stream as TGS: decoding refuses the rest.
     """
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
         return "png"
@@ -112,7 +170,25 @@ def sniff_format(head: bytes) -> str | None:
         return "gif"
     if len(head) >= 12 and head.startswith(b"RIFF") and head[8:12] == b"WEBP":
         return "webp"
+    if len(head) >= 12 and head[4:8] == b"ftyp":
+        return _ftyp_format(head)
+    if head.startswith(b"\x1a\x45\xdf\xa3"):
+        return "webm"
+    if head.startswith(b"\x1f\x8b"):
+        return "tgs"
     return None
+
+
+def _ftyp_format(head: bytes) -> str | None:
+    major = head[8:12]
+    size = int.from_bytes(head[0:4], "big")
+    compatible = [head[at : at + 4] for at in range(16, min(size, len(head)) - 3, 4)]
+    brands = [major, *compatible]
+    if any(b in _AVIF_BRANDS for b in brands) and major not in _HEIC_BRANDS:
+        return "avif"
+    if any(b in _HEIC_BRANDS for b in brands) or major in _HEIF_GENERIC_BRANDS:
+        return "heic"
+    return "mp4"
 
 
 def probe(
@@ -132,7 +208,7 @@ def probe(
     Returns:
         :class:`ImageInfo`.
     Raises:
-        ImageError: ``unsupported_media_type`` (not PNG/JPEG/GIF/WEBP),
+        ImageError: ``unsupported_media_type`` (none of the formats of :data:`EXTENSIONS`),
             ``image_too_large`` (over a pixel limit), ``image_corrupt`` (anything
             the decoder rejects, including truncated files).
     """
@@ -144,9 +220,9 @@ def probe(
             im._mewdex_validate_only = True  # type: ignore[attr-defined]
             frames = 0
             duration_ms = 0
-            for _frame in _iter_frames(im, max_pixels, max_total_pixels):
+            for frame in _iter_frames(im, max_pixels, max_total_pixels):
                 frames += 1
-                duration_ms += _frame_duration(im)
+                duration_ms += _frame_duration(frame)
             im.seek(0)
             if _orientation(im) >= 5:
                 width, height = height, width
@@ -230,7 +306,7 @@ def load_all_frames(
             frames, durations = [], []
             for frame in _iter_frames(im, max_pixels, max_total_pixels):
                 frames.append(_to_rgb(frame))
-                durations.append(_frame_duration(im))
+                durations.append(_frame_duration(frame))
             im.seek(0)
             loop = im.info.get("loop")
             method = _TRANSPOSE.get(_orientation(im))
@@ -257,9 +333,9 @@ def select_frame_indices(n_frames: int, indices: FrameSelection) -> list[int]:
 
 
 def _require_format(data: bytes) -> str:
-    fmt = sniff_format(bytes(data[:16]))
+    fmt = sniff_format(bytes(data[:64]))
     if fmt is None:
-        raise ImageError("unsupported_media_type", "not a PNG, JPEG, GIF or WEBP image")
+        raise ImageError("unsupported_media_type", f"not a {_FORMAT_NAMES} file")
     return fmt
 
 
@@ -314,9 +390,14 @@ def _jpeg_scans(data: bytes, cap: int) -> int:
     return count
 
 
-def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:
+def _open(data: bytes, fmt: str, max_pixels: int) -> Any:
     """Open (header only) with the sniffed format's decoder and check the size (and, for WEBP, the
-    frame count; for JPEG, the number of scans)."""
+    frame count; for JPEG, the number of scans; for a clip or TGS, the frame count from its packets or
+    header). Returns a Pillow image, or a :class:`_Clip` that :func:`_iter_frames` walks alike."""
+    if fmt in VIDEO_FORMATS:
+        return _open_video(data, fmt, max_pixels)
+    if fmt == "tgs":
+        return _open_tgs(data, max_pixels)
     if fmt == "webp" and _webp_frame_chunks(data, MAX_FRAMES) > MAX_FRAMES:
         raise ImageError("image_too_large", f"the animation has more than {MAX_FRAMES} frames")
     if fmt == "jpeg" and _jpeg_scans(data, MAX_JPEG_SCANS) > MAX_JPEG_SCANS:
@@ -335,7 +416,7 @@ def _check_pixels(size: tuple[int, int], max_pixels: int) -> None:
         )
 
 
-def frame_count(im: Image.Image, max_frames: int = MAX_FRAMES) -> int:
+def frame_count(im: Any, max_frames: int = MAX_FRAMES) -> int:
     """Frames of ``im``, refusing more than ``max_frames`` (``image_too_large``) without walking
     past the cap: GIF's ``n_frames`` would seek through every frame of a million-frame file."""
     if im.format == "GIF":
@@ -356,27 +437,45 @@ def frame_count(im: Image.Image, max_frames: int = MAX_FRAMES) -> int:
     return max(count, 1)
 
 
-def _iter_frames(im: Image.Image, max_pixels: int, max_total_pixels: int) -> Iterator[Image.Image]:
+def _iter_frames(im: Any, max_pixels: int, max_total_pixels: int) -> Iterator[Image.Image]:
     """Seek through frames in order, checking sizes before decoding each one, at most
     :data:`MAX_FRAMES` frames and :data:`DECODE_SECONDS` of decoding.
 
     GIF frames may enlarge the canvas, so the size is checked after every seek.
+    A :class:`_Clip` (video, TGS) yields a new image per frame, decoded in order; its size is its
+    stream's, checked before each frame is decoded, and the decoded frame is checked again.
     """
     total = 0
     deadline = time.monotonic() + DECODE_SECONDS
+    clip_frames = im.decode() if isinstance(im, _Clip) else None
     for index in range(frame_count(im)):
-        im.seek(index)
+        if clip_frames is None:
+            im.seek(index)
         _check_pixels(im.size, max_pixels)
         total += im.size[0] * im.size[1]
         if total > max_total_pixels:
             raise ImageError("image_too_large", f"animation decodes to more than {max_total_pixels} pixels")
-        if im.format == "JPEG" and index == 0 and im.size[0] * im.size[1] > DRAFT_ABOVE_PIXELS and _validate_only(im):
-            # Validation decodes at 1/8 scale (DCT scaling): every scan is still read, 64× fewer pixels.
-            im.draft("RGB", (max(1, im.size[0] // 8), max(1, im.size[1] // 8)))
-        im.load()
+        if clip_frames is not None:
+            frame = next(clip_frames, None)
+            if frame is None:  # fewer frames decoded than the container announced
+                if index == 0:
+                    raise ImageError("image_corrupt", "the clip has no frame that can be decoded")
+                break
+            _check_pixels(frame.size, max_pixels)
+        else:
+            if (
+                im.format == "JPEG"
+                and index == 0
+                and im.size[0] * im.size[1] > DRAFT_ABOVE_PIXELS
+                and _validate_only(im)
+            ):
+                # Validation decodes at 1/8 scale (DCT scaling): every scan is still read, 64× fewer pixels.
+                im.draft("RGB", (max(1, im.size[0] // 8), max(1, im.size[1] // 8)))
+            im.load()
+            frame = im
         if time.monotonic() > deadline:
             raise ImageError("image_too_large", f"the image takes more than {DECODE_SECONDS:g} s to decode")
-        yield im
+        yield frame
 
 
 DRAFT_ABOVE_PIXELS = 4_000_000
@@ -427,3 +526,142 @@ def _wide_grey_to_l(frame: Image.Image) -> Image.Image:
     alpha = Image.fromarray(np.where(raw == transparent, 0, 255).astype(np.uint8), "L")
     grey.putalpha(alpha)
     return grey
+
+
+# ---------------------------------------------------------------- clips and TGS stickers
+
+
+@dataclass
+class _Clip:
+    """A video or TGS opened for decoding: the subset of a Pillow animation that :func:`_iter_frames`,
+    :func:`frame_count` and the callers read (``format``, ``size``, ``n_frames``, ``info``, ``seek(0)``,
+    ``getexif``). ``decode()`` yields the frames in order, each an image whose ``info["duration"]`` is
+    its delay in ms. Closed with the ``with`` block."""
+
+    format: str
+    size: tuple[int, int]
+    n_frames: int
+    decode: Callable[[], Iterator[Image.Image]]
+    close: Callable[[], None] = lambda: None
+    info: dict[str, Any] = field(default_factory=lambda: {"loop": 0})
+
+    def seek(self, index: int) -> None:  # callers rewind before reading the orientation
+        if index != 0:
+            raise EOFError(index)
+
+    def getexif(self) -> dict[int, Any]:
+        return {}
+
+    def __enter__(self) -> _Clip:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _frame_count_error(count: int) -> ImageError:
+    return ImageError("image_too_large", f"the clip has {count} or more frames; the limit is {MAX_FRAMES}")
+
+
+def _open_video(data: bytes, fmt: str, max_pixels: int) -> _Clip:
+    """An MP4 or WebM: its first video stream's size and frame count (its packets, counted by demuxing
+    without decoding, refused past :data:`MAX_FRAMES`). A VP8/VP9 stream with an alpha channel (a
+    Telegram video sticker) is decoded by libvpx, which keeps the alpha (FFmpeg's own decoders drop it)."""
+    import av  # FFmpeg's libraries: loaded only when a clip is decoded
+
+    container = av.open(io.BytesIO(data), mode="r")
+    try:
+        if not container.streams.video:
+            raise ImageError("unsupported_media_type", "the file holds no video stream")
+        stream = container.streams.video[0]
+        width, height = stream.codec_context.width, stream.codec_context.height
+        if width <= 0 or height <= 0:
+            raise ImageError("image_corrupt", "the clip's video stream has no frame size")
+        _check_pixels((width, height), max_pixels)
+        packets = 0
+        for packet in container.demux(stream):
+            if packet.size:
+                packets += 1
+                if packets > MAX_FRAMES:
+                    raise _frame_count_error(packets)
+        rate = stream.average_rate or stream.guessed_rate
+        frame_ms = round(1000 / float(rate)) if rate and float(rate) > 0 else DEFAULT_FRAME_MS
+        alpha = str(stream.metadata.get("alpha_mode", stream.metadata.get("ALPHA_MODE", ""))) == "1"
+        codec = stream.codec_context.name
+    finally:
+        container.close()
+    if packets == 0:
+        raise ImageError("image_corrupt", "the clip has no video frames")
+    opened: list[Any] = []
+
+    def decode() -> Iterator[Image.Image]:
+        clip = av.open(io.BytesIO(data), mode="r")
+        opened.append(clip)
+        video = clip.streams.video[0]
+        decoder = None
+        if alpha and codec in ("vp8", "vp9"):
+            decoder = av.CodecContext.create("libvpx-vp9" if codec == "vp9" else "libvpx", "r")
+            decoder.extradata = video.codec_context.extradata
+        if decoder is None:
+            frames: Iterator[Any] = clip.decode(video)
+        else:
+            frames = (f for packet in clip.demux(video) for f in decoder.decode(packet if packet.size else None))
+        for frame in frames:
+            if alpha or "a" in frame.format.name.replace("yuv", ""):
+                image = Image.fromarray(frame.to_ndarray(format="rgba"), "RGBA")
+            else:
+                image = frame.to_image()
+            image.info = {"duration": frame_ms}
+            yield image
+
+    def close() -> None:
+        for clip in opened:
+            clip.close()
+
+    return _Clip(format=fmt.upper(), size=(width, height), n_frames=packets, decode=decode, close=close)
+
+
+def _open_tgs(data: bytes, max_pixels: int) -> _Clip:
+    """A Telegram animated sticker: gzipped Lottie JSON (inflated to at most :data:`MAX_TGS_JSON_BYTES`),
+    its size and frame count from the Lottie header, rendered frame by frame by rlottie."""
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        raw = inflater.decompress(data, MAX_TGS_JSON_BYTES + 1)
+    except zlib.error as exc:
+        raise ImageError("image_corrupt", f"the sticker cannot be unpacked: {exc}") from exc
+    if len(raw) > MAX_TGS_JSON_BYTES:
+        raise ImageError("image_too_large", f"the sticker unpacks to more than {MAX_TGS_JSON_BYTES} bytes")
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise ImageError("unsupported_media_type", "a gzip file that is no Lottie animation (TGS)") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
+        raise ImageError("unsupported_media_type", "a gzip file that is no Lottie animation (TGS)")
+    try:
+        width, height = int(doc["w"]), int(doc["h"])
+        rate = float(doc["fr"])
+        first, last = float(doc["ip"]), float(doc["op"])
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise ImageError("image_corrupt", "the sticker's header has no size, frame rate or frame range") from exc
+    if width <= 0 or height <= 0 or not (rate > 0) or not (last > first) or not math.isfinite(last - first):
+        raise ImageError("image_corrupt", "the sticker's header has no size, frame rate or frame range")
+    _check_pixels((width, height), max_pixels)
+    count = math.ceil(last - first)
+    if count > MAX_FRAMES:
+        raise _frame_count_error(count)
+    frame_ms = max(1, round(1000 / rate))
+
+    def decode() -> Iterator[Image.Image]:
+        from rlottie_python import LottieAnimation  # the rlottie library: loaded only for a TGS
+
+        animation = LottieAnimation.from_data(raw.decode("utf-8"))
+        try:
+            total = min(count, int(animation.lottie_animation_get_totalframe()))
+            for index in range(total):
+                image = animation.render_pillow_frame(frame_num=index, width=width, height=height)
+                image.info = {"duration": frame_ms}
+                yield image
+        finally:
+            animation.lottie_animation_destroy()
+
+    return _Clip(format="TGS", size=(width, height), n_frames=count, decode=decode)

@@ -19,7 +19,7 @@ from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext
 from mewdex.library.collections import normalize_collection_name
 from mewdex.library.memes import AddResult, add_image
-from mewdex.library.names import IMAGE_SUFFIXES, is_generic_stem
+from mewdex.library.names import MEDIA_SUFFIXES, is_generic_stem
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def import_item(
     if (
         result.status == "skipped"
         and result.error == "unsupported_media_type"
-        and item.path.suffix.lower() not in IMAGE_SUFFIXES
+        and item.path.suffix.lower() not in MEDIA_SUFFIXES
     ):
         return AddResult("ignored", message="not an image file")
     return result
@@ -160,7 +160,7 @@ def folder_collections(items: list[ImportItem], min_collection: int = DEFAULT_MI
     :func:`collection_name_for`. Folder names stay searchable for every meme either way (the analysis
     reads them from the meme's ``provenance.relative_path``)."""
     images = Counter(
-        item.path.parent for item in items if item.folder_parts and item.path.suffix.lower() in IMAGE_SUFFIXES
+        item.path.parent for item in items if item.folder_parts and item.path.suffix.lower() in MEDIA_SUFFIXES
     )
     found: dict[Path, str] = {}
     for item in items:

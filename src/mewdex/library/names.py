@@ -30,8 +30,12 @@ from mewdex.library import generic_words
 from mewdex.platform.errors import _KEPT_FORMAT
 from mewdex.platform.errors import strip_format_characters as strip_format_characters
 
-ALLOWED_EXTENSIONS = (".png", ".jpg", ".gif", ".webp")
+ALLOWED_EXTENSIONS = (".png", ".jpg", ".gif", ".webp", ".avif", ".heic", ".mp4", ".webm", ".tgs")
+# A display name never ends in one of these (the mirror of ck_memes_display_name_safe)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
+# File names that say "a meme file" (import and watched folders: a file so named that does not decode
+# is reported, any other is ignored; a folder of them becomes a collection)
+MEDIA_SUFFIXES = (*IMAGE_SUFFIXES, ".avif", ".heic", ".heif", ".mp4", ".m4v", ".mov", ".webm", ".tgs")
 RESERVED_NAMES = frozenset({".", "..", ".staging", ".quarantine"})
 MAX_NAME_BYTES = 255
 MAX_NAME_CHARS = 255
@@ -53,7 +57,7 @@ def normalize_extension(value: object) -> str:
     Args:
         value: e.g. ``"PNG"``, ``".Jpeg"``, ``"webp"``.
     Returns:
-        one of ``.png .jpg .gif .webp`` (lower case, leading dot, ``.jpeg`` → ``.jpg``).
+        one of :data:`ALLOWED_EXTENSIONS` (lower case, leading dot, ``.jpeg`` → ``.jpg``).
     Raises:
         ValueError("extension_invalid"): anything else, including non-strings.
     """

@@ -38,7 +38,7 @@ from typing import BinaryIO, Protocol
 
 from mewdex.storage import failpoints
 
-KEY_PATTERN = re.compile(r"[0-9a-f]{64}\.(png|jpg|gif|webp)")
+KEY_PATTERN = re.compile(r"[0-9a-f]{64}\.(png|jpg|gif|webp|avif|heic|mp4|webm|tgs)")
 STAGING_DIR = ".staging"
 CHUNK_SIZE = 1024 * 1024
 # ``<pid>-<random>-<host tag>.tmp``: whose write it is (see clean_staging).
@@ -70,9 +70,9 @@ BlobData = bytes | bytearray | memoryview | BinaryIO
 
 class BlobStore(Protocol):
     """What every blob store offers. ``namespace``: a UUID (string or :class:`uuid.UUID`); ``key``:
-    ``<64 lower-case hex><.png|.jpg|.gif|.webp>``; anything else raises ``ValueError``
-    (``storage_namespace_invalid`` / ``blob_key_invalid``) before the store is touched. Failures of
-    the store itself raise ``OSError`` (:class:`BlobStoreError` for an object store)."""
+    ``<64 lower-case hex><extension>`` (an extension of ``library.images.EXTENSIONS``); anything else
+    raises ``ValueError`` (``storage_namespace_invalid`` / ``blob_key_invalid``) before the store is
+    touched. Failures of the store itself raise ``OSError`` (:class:`BlobStoreError` for an object store)."""
 
     def put(self, namespace: str | uuid.UUID, key: str, data: BlobData) -> object:
         """Store the bytes (or a binary stream, read in chunks) under ``key``, atomically: a reader
@@ -138,7 +138,7 @@ class LocalBlobStore:
 
         Raises:
             ValueError: ``namespace`` is not a UUID, or ``key`` is not
-                ``<64 lower-case hex><.png|.jpg|.gif|.webp>``.
+                ``<64 lower-case hex><extension>``.
         """
         key = check_key(key)
         return self.root / check_namespace(namespace) / key[:2] / key

@@ -48,7 +48,18 @@ from mewdex.storage.blobs import KEY_PATTERN, BlobData, BlobStat, BlobStoreError
 PART_SIZE = 8 * 1024 * 1024
 MIN_PART_SIZE = 5 * 1024 * 1024
 READ_CHUNK = 256 * 1024
-MEDIA_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
+# The Content-Type of each stored extension (library.images.MEDIA_TYPES by extension; storage sits below it)
+MEDIA_TYPES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+    ".avif": "image/avif",
+    ".heic": "image/heic",
+    ".mp4": "video/mp4",
+    ".webm": "video/webm",
+    ".tgs": "application/x-tgsticker",
+}
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 T = TypeVar("T")
 

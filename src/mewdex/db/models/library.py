@@ -32,7 +32,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from mewdex.db.models.base import Base, created_at, updated_at, utcnow
 
-IMAGE_EXTENSIONS_SQL = "('.png','.jpg','.gif','.webp')"
+# Stored extensions (library.images.EXTENSIONS; migration 0027 added the clips, stickers, AVIF and HEIC)
+IMAGE_EXTENSIONS_SQL = "('.png','.jpg','.gif','.webp','.avif','.heic','.mp4','.webm','.tgs')"
 
 
 class Scope(Base):

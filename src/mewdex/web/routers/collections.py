@@ -26,7 +26,7 @@ from mewdex.dto.collections import (
 from mewdex.dto.scopes import ScopeContext
 from mewdex.library import collections, packages, sharing
 from mewdex.library.collections import MemeCollection
-from mewdex.library.listing import meme_brief
+from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION, meme_brief
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, current_user_id, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError
@@ -186,10 +186,7 @@ def read_collection(
 IMAGE_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "the meme's original bytes",
-        "content": {
-            t: {"schema": {"type": "string", "format": "binary"}}
-            for t in ("image/png", "image/jpeg", "image/gif", "image/webp")
-        },
+        "content": {t: {"schema": {"type": "string", "format": "binary"}} for t in MEDIA_TYPES_BY_EXTENSION.values()},
     }
 }
 

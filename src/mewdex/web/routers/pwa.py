@@ -24,6 +24,7 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
+from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
 from mewdex.web import i18n
 from mewdex.web.base_path import prefix, root
 from mewdex.web.security import SHARE_TARGET_PATH
@@ -31,7 +32,8 @@ from mewdex.web.security import SHARE_TARGET_PATH
 router = APIRouter(include_in_schema=False)
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
-SHARED_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"]  # the formats mewdex stores
+# the formats mewdex stores, with the other names HEIC and MP4 files are shared under
+SHARED_TYPES = sorted({*MEDIA_TYPES_BY_EXTENSION.values(), "image/heif", "video/quicktime"})
 THEME_COLOR = "#e4572e"  # the UI accent (mewdex.css --accent), the icon's background
 
 

@@ -81,8 +81,13 @@ async function asPng(blob) {
 
 async function copyImage(id) {
   try {
-    const resp = await fetch(`${BASE}/media/${id}`);
+    let resp = await fetch(`${BASE}/media/${id}`);
     if (!resp.ok) throw new Error(String(resp.status));
+    // a clip, a sticker or a HEIC photo is no image the page can draw: its still thumbnail (the poster) is copied
+    if (!/^image\/(png|jpeg|gif|webp|avif)$/.test(resp.headers.get("content-type") || "")) {
+      resp = await fetch(`${BASE}/media/${id}/thumbnail`);
+      if (!resp.ok) throw new Error(String(resp.status));
+    }
     const png = await asPng(await resp.blob());
     await navigator.clipboard.write([new ClipboardItem({"image/png": png})]);
     toast(t("js.copied_image"));
@@ -102,7 +107,10 @@ function reportChoice(holder, kind) {
   api("POST", "/api/v1/feedback", {query, meme_id: holder.dataset.id, kind, source: "search"});
 }
 
-const EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp"};
+const EXTENSIONS = {
+  "image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp", "image/avif": ".avif",
+  "image/heic": ".heic", "video/mp4": ".mp4", "video/webm": ".webm", "application/x-tgsticker": ".tgs",
+};
 
 // Share (phones; shown where the browser has the Web Share API): the image itself as a file named
 // "<name>.<ext>", or its link where files cannot be shared. A cancelled share says nothing.
@@ -138,8 +146,13 @@ async function mediaLink(id) {
   return `${location.origin}${BASE}/media/${id}`;
 }
 
-// Animated preview on hover/focus: swap the still thumbnail for the animated one.
+// Animated preview on hover/focus: swap the still thumbnail for the animated one; a clip plays.
 function setPreview(target, on) {
+  const clip = target && target.querySelector ? target.querySelector("video[data-clip]") : null;
+  if (clip) {
+    if (on) clip.play().catch(() => {}); else clip.pause();
+    return;
+  }
   const img = target && target.querySelector ? target.querySelector("img[data-animated-src]") : null;
   if (!img) return;
   if (on && !img.dataset.stillSrc) {

@@ -1,0 +1,251 @@
+"""Stickers and clips (issue 42 item 2) against the real app, database, blob store, worker and models:
+WebM, MP4, AVIF, HEIC and TGS files upload and import as memes of their own format; a video sticker
+(VP9 WebM with alpha) and an MP4 whose frames show drawn words are animated memes whose words search
+finds (OCR of the sampled frames); a TGS renders to an animated meme with a poster and an animated
+preview; the media is served with its content type and played in the page; over-limit clips are
+refused with a clear code and nothing stored. Every file is made here (PyAV, Pillow, pillow-heif, a
+hand-written Lottie document), small."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+
+import av
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from conftest import client_for, drop_scope, new_scope
+from it_helpers import meme
+from library_helpers import check_storage_invariants
+from mewdex.library import images
+from mewdex.library.importer import collect, import_paths
+
+STICKER_WORD, CLIP_WORD = "PINEAPPLE", "WALRUS"
+
+
+def captioned(word: str, size: tuple[int, int], index: int, transparent: bool) -> Image.Image:
+    """A frame with ``word`` in large black letters (moving a pixel a frame) on white, or on a transparent
+    background (a sticker)."""
+    image = Image.new("RGBA", size, (255, 255, 255, 0 if transparent else 255))
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.load_default(size=size[1] // 3)
+    draw.text((size[0] / 2 + index, size[1] / 2), word, font=font, fill=(0, 0, 0, 255), anchor="mm")
+    return image
+
+
+def clip(container: str, codec: str, word: str = "HELLO", frames: int = 10, size=(320, 128), alpha=False) -> bytes:
+    """A clip of ``frames`` frames at 10 fps showing ``word``; ``alpha``: VP9 with an alpha channel, as a
+    Telegram video sticker."""
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format=container) as out:
+        stream = out.add_stream(codec, rate=10)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuva420p" if alpha else "yuv420p"
+        for index in range(frames):
+            frame = captioned(word, size, index, transparent=alpha)
+            rgba = np.asarray(frame if alpha else frame.convert("RGBA"))
+            video_frame = av.VideoFrame.from_ndarray(
+                rgba if alpha else rgba[..., :3].copy(), format="rgba" if alpha else "rgb24"
+            )
+            for packet in stream.encode(video_frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buffer.getvalue()
+
+
+def lottie(frames: int = 30, size: int = 64, header: dict | None = None) -> bytes:
+    """A TGS: gzipped Lottie JSON of a red square sliding left to right over ``frames`` frames at 30 fps."""
+    static = {"a": 0, "k": [0, 0]}
+    square = {"ty": "rc", "p": static, "s": {"a": 0, "k": [20, 20]}, "r": {"a": 0, "k": 0}}
+    fill = {"ty": "fl", "c": {"a": 0, "k": [0.9, 0.1, 0.1, 1]}, "o": {"a": 0, "k": 100}}
+    group_transform = {"ty": "tr", "p": static, "a": static, "s": {"a": 0, "k": [100, 100]}, "r": {"a": 0, "k": 0}}
+    group_transform["o"] = {"a": 0, "k": 100}
+    ease = {"i": {"x": [1], "y": [1]}, "o": {"x": [0], "y": [0]}}
+    slide = {"a": 1, "k": [{"t": 0, "s": [10, size // 2], **ease}, {"t": frames, "s": [size - 10, size // 2]}]}
+    transform = {"o": {"a": 0, "k": 100}, "r": {"a": 0, "k": 0}, "p": slide, "a": {"a": 0, "k": [0, 0, 0]}}
+    transform["s"] = {"a": 0, "k": [100, 100, 100]}
+    layer = {"ty": 4, "ind": 1, "ip": 0, "op": frames, "st": 0, "sr": 1, "ks": transform}
+    layer["shapes"] = [{"ty": "gr", "it": [square, fill, group_transform]}]
+    document = {"v": "5.5.2", "fr": 30, "ip": 0, "op": frames, "w": size, "h": size, "layers": [layer]}
+    document.update(header or {})
+    return gzip.compress(json.dumps(document).encode(), mtime=0)
+
+
+def still(fmt: str, seed: int) -> bytes:
+    """A small AVIF or HEIC photo (a gradient with a block: not flat)."""
+    rng = np.random.default_rng(seed)
+    pixels = np.zeros((48, 64, 3), np.uint8)
+    pixels[..., 0] = np.linspace(0, 255, 64)[None, :]
+    pixels[..., 2] = rng.integers(0, 255)
+    pixels[10:30, 10:30] = (20, 200, 40)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+SAMPLES = {
+    "webm": lambda: clip("webm", "libvpx-vp9", "FROG", alpha=True),
+    "mp4": lambda: clip("mp4", "libx264", "TOAD"),
+    "avif": lambda: still("AVIF", 1),
+    "heic": lambda: still("HEIF", 2),
+    "tgs": lambda: lottie(),
+}
+
+
+@pytest.fixture(scope="module")
+def scope(sessions):
+    s = new_scope(sessions, "clips")
+    yield s
+    drop_scope(sessions, s)
+
+
+@pytest.fixture(scope="module")
+def client(scope):
+    with client_for(scope) as c:
+        yield c
+
+
+def upload(client, name: str, data: bytes, content_type: str = "application/octet-stream"):
+    return client.post("/api/v1/memes", files=[("files", (name, data, content_type))])
+
+
+@pytest.mark.parametrize("fmt", sorted(SAMPLES))
+def test_each_format_uploads_as_itself_and_is_served_with_its_type(client, sessions, scope, fmt):
+    data = SAMPLES[fmt]()
+    r = upload(client, f"sample.{fmt}", data, images.MEDIA_TYPES[fmt])
+    assert r.status_code == 201, r.text
+    result = r.json()["results"][0]
+    assert result["status"] == "created", result
+    row = meme(sessions, scope, result["meme"]["id"])
+    assert row.extension == images.EXTENSIONS[fmt] and row.storage_key == row.sha256 + row.extension
+    assert row.extensions["image"]["format"] == fmt
+    assert row.extensions["image"]["animated"] is (fmt in ("webm", "mp4", "tgs"))
+    media = client.get(f"/media/{row.id}")
+    assert media.status_code == 200 and media.content == data
+    assert media.headers["content-type"] == images.MEDIA_TYPES[fmt]
+    # a clip is played from any point: the browser's range requests work
+    part = client.get(f"/media/{row.id}", headers={"Range": "bytes=0-9"})
+    assert part.status_code == 206 and part.content == data[:10]
+
+
+def test_each_format_imports_from_a_folder(sessions, store, tmp_path):
+    scope = new_scope(sessions, "clipimp")
+    try:
+        names = {f"party {fmt}.{fmt}": fmt for fmt in SAMPLES} | {"phone call.mov": "mp4", "beach day.heif": "heic"}
+        made = {name: SAMPLES[fmt]() for name, fmt in names.items()}
+        made["phone call.mov"], made["beach day.heif"] = clip("mp4", "libx264", "MOOSE"), still("HEIF", 3)
+        for name, data in made.items():
+            (tmp_path / name).write_bytes(data)
+        results = {}
+        import_paths(
+            sessions,
+            store,
+            scope,
+            collect([tmp_path]),
+            on_result=lambda item, res: results.update({item.path.name: res}),
+        )
+        assert {n: r.status for n, r in results.items()} == dict.fromkeys(names, "created"), results
+        for name, fmt in names.items():
+            row = meme(sessions, scope, results[name].meme_id)
+            assert (row.extension, row.display_name) == (images.EXTENSIONS[fmt], name.rsplit(".", 1)[0])
+        check_storage_invariants(sessions, store, scope)
+    finally:
+        drop_scope(sessions, scope)
+
+
+def test_video_sticker_and_mp4_are_animated_memes_whose_words_search_finds(client, sessions, scope, drain):
+    sticker = upload(client, "sticker.webm", clip("webm", "libvpx-vp9", STICKER_WORD, frames=12, alpha=True))
+    mp4 = upload(client, "clip.mp4", clip("mp4", "libx264", CLIP_WORD, frames=12))
+    ids = {}
+    for word, r in ((STICKER_WORD, sticker), (CLIP_WORD, mp4)):
+        assert r.status_code == 201, r.text
+        ids[word] = r.json()["results"][0]["meme"]["id"]
+        image = meme(sessions, scope, ids[word]).extensions["image"]
+        assert image["animated"] is True and image["frames"] == 12 and image["duration_ms"] == 1200
+    drain(scope)
+    for word, meme_id in ids.items():
+        assert word.lower() in (meme(sessions, scope, meme_id).meme_context.get("ocr_text") or "").lower()
+        found = client.post("/api/v1/search", json={"query": word.lower(), "n_results": 3})
+        assert found.status_code == 200, found.text
+        assert found.json()["results"][0]["id"] == meme_id, found.json()
+        # the poster (the still thumbnail) and the animated preview were made from the clip's frames
+        poster = client.get(f"/media/{meme_id}/thumbnail")
+        assert poster.status_code == 200 and poster.headers["content-type"] == "image/webp"
+        preview = Image.open(io.BytesIO(client.get(f"/media/{meme_id}/thumbnail?animated=1").content))
+        assert preview.n_frames > 1
+    # the page plays the clip: a muted looping <video> with the poster on the detail page, and on the cards
+    page = client.get(f"/memes/{ids[CLIP_WORD]}").text
+    video = re.search(r"<video [^>]*>", page)
+    assert video and f'src="/media/{ids[CLIP_WORD]}"' in video[0] and f"/media/{ids[CLIP_WORD]}/thumbnail" in video[0]
+    assert all(word in video[0] for word in ("muted", "loop", "autoplay", "playsinline"))
+    library = client.get("/library").text
+    assert re.search(rf'<video src="/media/{ids[STICKER_WORD]}"[^>]*data-clip', library)
+
+
+def test_tgs_renders_to_an_animated_meme_with_a_poster(client, sessions, scope, drain):
+    r = upload(client, "sticker.tgs", lottie(frames=24, size=96))
+    assert r.status_code == 201, r.text
+    meme_id = r.json()["results"][0]["meme"]["id"]
+    image = meme(sessions, scope, meme_id).extensions["image"]
+    assert (image["animated"], image["frames"], image["width"], image["height"]) == (True, 24, 96, 96)
+    drain(scope)
+    poster = Image.open(io.BytesIO(client.get(f"/media/{meme_id}/thumbnail").content)).convert("RGBA")
+    red = np.asarray(poster)[..., 0] > 180
+    assert red.any()  # the square was drawn
+    preview = Image.open(io.BytesIO(client.get(f"/media/{meme_id}/thumbnail?animated=1").content))
+    assert preview.n_frames > 1
+    # the square moves: the first and last frames differ
+    preview.seek(0)
+    first = np.asarray(preview.convert("RGBA")).copy()
+    preview.seek(preview.n_frames - 1)
+    assert not np.array_equal(first, np.asarray(preview.convert("RGBA")))
+    # browsers cannot show a TGS: the page shows its animated preview
+    assert f'src="/media/{meme_id}/thumbnail?animated=1"' in client.get(f"/memes/{meme_id}").text
+
+
+def long_clip() -> bytes:
+    return clip("webm", "libvpx", frames=images.MAX_FRAMES + 1, size=(16, 16))
+
+
+# The upload API answers image_too_large with 422 (a file's content, not the request's size: 413 is
+# upload_too_large / quota_exceeded); the error code says which.
+@pytest.mark.parametrize(
+    ("make", "code", "status"),
+    [
+        (long_clip, "image_too_large", 422),  # more frames than a GIF may have
+        (lambda: lottie(header={"w": 20000, "h": 20000}), "image_too_large", 422),
+        (lambda: lottie(header={"op": images.MAX_FRAMES + 5}), "image_too_large", 422),
+        # a gzip bomb: 9 MB of Lottie JSON in a few KB
+        (lambda: gzip.compress(b'{"layers":[], "x":"' + b" " * (9 * 1024 * 1024) + b'"}'), "image_too_large", 422),
+        (lambda: gzip.compress(b"just some text"), "unsupported_media_type", 415),
+        (lambda: clip("mp4", "libx264")[:300], "image_corrupt", 422),
+        (lambda: b"\x1a\x45\xdf\xa3" + b"\x00" * 64, "image_corrupt", 422),
+    ],
+    ids=["frames", "tgs-pixels", "tgs-frames", "tgs-bomb", "gzip-not-lottie", "mp4-truncated", "ebml-junk"],
+)
+def test_over_limit_or_broken_clips_are_refused_and_nothing_is_stored(
+    client, sessions, store, scope, make, code, status
+):
+    before = client.get("/api/v1/memes").json()
+    r = upload(client, "bad.webm", make())
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["results"][0]["status"] == "rejected" and body["results"][0]["error"]["code"] == code
+    assert client.get("/api/v1/memes").json() == before
+    check_storage_invariants(sessions, store, scope)
+
+
+def test_a_clip_over_the_pixel_limit_is_refused_before_decoding(client, settings_env):
+    settings_env(MEWDEX_MAX_PIXELS="10000")
+    r = upload(client, "big.mp4", clip("mp4", "libx264", size=(160, 96)))  # 15,360 pixels a frame
+    assert r.status_code == 422 and r.json()["results"][0]["error"]["code"] == "image_too_large", r.text
+
+
+def test_the_share_target_accepts_clips_and_stickers(client):
+    accepted = client.get("/manifest.webmanifest").json()["share_target"]["params"]["files"][0]["accept"]
+    assert {"video/mp4", "video/webm", "image/avif", "image/heic", "application/x-tgsticker"} <= set(accepted)
