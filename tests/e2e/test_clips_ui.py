@@ -1,0 +1,68 @@
+"""Clips in the browser (issue 42 item 2): a real ``mewdex serve`` and Chromium. The meme page plays a
+WebM clip in a muted looping <video> with its poster, a result card plays it while hovered (as a GIF's
+preview), and a TGS sticker's page shows its animated preview; at desktop and phone widths."""
+
+from __future__ import annotations
+
+import pytest
+
+from clip_helpers import clip, lottie
+from mewdex.library.memes import add_image
+from ui_helpers import PHONE
+
+
+@pytest.fixture(scope="module")
+def clips(work_server, sessions, store):
+    """``{"webm": id, "tgs": id}`` added to the server's scope, processed (thumbnails and previews)."""
+    from conftest import drain_queue
+
+    made = {}
+    for fmt, data in (("webm", clip("webm", "libvpx-vp9", "DANCE", frames=20, alpha=True)), ("tgs", lottie())):
+        result = add_image(sessions, store, work_server.scope, data, filename=f"party.{fmt}", provenance={})
+        assert result.status == "created", result
+        made[fmt] = str(result.meme_id)
+    drain_queue(sessions, work_server.scope)
+    return made
+
+
+def playing(pg, selector: str) -> bool:
+    return pg.evaluate(
+        "(s) => { const v = document.querySelector(s);"
+        " return !!v && !v.paused && v.readyState >= 2 && v.muted && v.loop; }",
+        selector,
+    )
+
+
+def test_meme_page_plays_the_clip_and_cards_play_on_hover(page, work_server, clips):
+    page.goto(f"{work_server.url}/memes/{clips['webm']}")
+    page.wait_for_function(
+        "() => { const v = document.querySelector('.detail-media video'); return v && v.currentTime > 0; }"
+    )
+    assert playing(page, ".detail-media video")
+    page.shot("clip-detail")
+    page.goto(f"{work_server.url}/library")
+    card = page.locator(f'.card[data-id="{clips["webm"]}"]')
+    video = card.locator("video[data-clip]")
+    assert video.get_attribute("poster").endswith(f"/media/{clips['webm']}/thumbnail")
+    assert page.evaluate("(id) => document.querySelector(`.card[data-id='${id}'] video`).paused", clips["webm"])
+    card.hover()
+    page.wait_for_function(
+        "(id) => document.querySelector(`.card[data-id='${id}'] video`).currentTime > 0", arg=clips["webm"]
+    )
+    page.shot("clip-card-hover")
+    page.mouse.move(0, 0)
+    page.wait_for_function("(id) => document.querySelector(`.card[data-id='${id}'] video`).paused", arg=clips["webm"])
+
+
+def test_sticker_page_shows_its_animated_preview_at_phone_width(page, work_server, clips):
+    page.set_viewport_size(PHONE)
+    page.goto(f"{work_server.url}/memes/{clips['tgs']}")
+    image = page.locator(".detail-media img")
+    assert image.get_attribute("src").endswith(f"/media/{clips['tgs']}/thumbnail?animated=1")
+    page.wait_for_function("() => document.querySelector('.detail-media img').naturalWidth > 0")
+    page.goto(f"{work_server.url}/memes/{clips['webm']}")
+    page.wait_for_function("() => document.querySelector('.detail-media video').currentTime > 0")
+    width = page.evaluate("() => document.querySelector('.detail-media video').getBoundingClientRect().width")
+    assert 0 < width <= PHONE["width"]
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
+    page.shot("clip-detail-phone")
