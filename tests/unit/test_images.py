@@ -505,3 +505,51 @@ def test_jpeg_scans_are_counted_by_walking_the_markers():
         probe(many)
     assert err.value.code == "image_too_large"
     assert probe(progressive).format == "jpeg"
+
+
+# --- clips (issue 42): frames turned upright, transparency on white ------------------------------
+
+
+def _clip(rotation: int = 0, alpha: bool = False) -> bytes:
+    """Three 64x32 frames, the left half red (transparent elsewhere when ``alpha``), with a display rotation."""
+    import av
+
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format="webm" if alpha else "mp4") as out:
+        stream = out.add_stream("libvpx-vp9" if alpha else "libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 64, 32, "yuva420p" if alpha else "yuv420p"
+        if rotation:
+            stream.set_display_rotation(rotation)
+        for _ in range(3):
+            frame = Image.new("RGBA", (64, 32), (0, 0, 255, 0) if alpha else (255, 255, 255, 255))
+            frame.paste((255, 0, 0, 255), (0, 0, 32, 32))
+            video = av.VideoFrame.from_ndarray(
+                np.asarray(frame if alpha else frame.convert("RGB")), "rgba" if alpha else "rgb24"
+            )
+            for packet in stream.encode(video):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buffer.getvalue()
+
+
+# the left half is red; turned 90° counter-clockwise it is the bottom half, clockwise (-90) the top half
+@pytest.mark.parametrize(
+    ("rotation", "size", "red", "white"),
+    [(0, (64, 32), (16, 16), (48, 16)), (90, (32, 64), (16, 48), (16, 16)), (-90, (32, 64), (16, 16), (16, 48))],
+)
+def test_a_rotated_clip_is_decoded_upright(rotation, size, red, white):
+    data = _clip(rotation)
+    info = probe(data)
+    frame = load_frames(data)[0]
+    assert (info.width, info.height) == frame.size == size
+    assert close(frame.getpixel(red), (255, 0, 0), tol=30)
+    assert close(frame.getpixel(white), (255, 255, 255), tol=30)
+
+
+def test_a_video_stickers_transparency_is_kept_and_composited_on_white():
+    data = _clip(alpha=True)
+    frame = load_frames(data)[0]
+    # the transparent half was blue under its alpha: on white, never blue (libvpx kept the alpha)
+    assert close(frame.getpixel((2, 2)), (255, 0, 0), tol=30)
+    assert close(frame.getpixel((60, 16)), (255, 255, 255), tol=30)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -563,13 +564,23 @@ def _frame_count_error(count: int) -> ImageError:
     return ImageError("image_too_large", f"the clip has {count} or more frames; the limit is {MAX_FRAMES}")
 
 
+# The one demuxer each clip format is opened with: never FFmpeg's guess, which could pick a demuxer that
+# opens other files or URLs (a playlist, a concat list) for bytes that merely start like an MP4.
+_DEMUXERS = {"mp4": "mp4", "webm": "webm"}
+# FFmpeg pixel formats with an alpha channel (yuva420p, rgba, gbrap, ya8, …)
+_ALPHA_PIXEL_FORMAT = re.compile(r"^(yuva|gbrap|ya\d)|rgba|bgra|argb|abgr")
+# A frame's display rotation (counter-clockwise degrees, FFmpeg's display matrix) as the turn that shows it upright
+_ROTATIONS = {90: Image.Transpose.ROTATE_90, 180: Image.Transpose.ROTATE_180, 270: Image.Transpose.ROTATE_270}
+
+
 def _open_video(data: bytes, fmt: str, max_pixels: int) -> _Clip:
     """An MP4 or WebM: its first video stream's size and frame count (its packets, counted by demuxing
     without decoding, refused past :data:`MAX_FRAMES`). A VP8/VP9 stream with an alpha channel (a
-    Telegram video sticker) is decoded by libvpx, which keeps the alpha (FFmpeg's own decoders drop it)."""
+    Telegram video sticker) is decoded by libvpx, which keeps the alpha (FFmpeg's own decoders drop it).
+    Frames are turned upright by their display rotation (a phone's portrait clip), as browsers show them."""
     import av  # FFmpeg's libraries: loaded only when a clip is decoded
 
-    container = av.open(io.BytesIO(data), mode="r")
+    container = av.open(io.BytesIO(data), mode="r", format=_DEMUXERS[fmt])
     try:
         if not container.streams.video:
             raise ImageError("unsupported_media_type", "the file holds no video stream")
@@ -593,9 +604,12 @@ def _open_video(data: bytes, fmt: str, max_pixels: int) -> _Clip:
     if packets == 0:
         raise ImageError("image_corrupt", "the clip has no video frames")
     opened: list[Any] = []
+    rotation = _first_frame_rotation(av, data, fmt)
+    if rotation in (90, 270):
+        width, height = height, width
 
     def decode() -> Iterator[Image.Image]:
-        clip = av.open(io.BytesIO(data), mode="r")
+        clip = av.open(io.BytesIO(data), mode="r", format=_DEMUXERS[fmt])
         opened.append(clip)
         video = clip.streams.video[0]
         decoder = None
@@ -607,10 +621,12 @@ def _open_video(data: bytes, fmt: str, max_pixels: int) -> _Clip:
         else:
             frames = (f for packet in clip.demux(video) for f in decoder.decode(packet if packet.size else None))
         for frame in frames:
-            if alpha or "a" in frame.format.name.replace("yuv", ""):
+            if alpha or _ALPHA_PIXEL_FORMAT.search(frame.format.name):
                 image = Image.fromarray(frame.to_ndarray(format="rgba"), "RGBA")
             else:
                 image = frame.to_image()
+            if rotation in _ROTATIONS:
+                image = image.transpose(_ROTATIONS[rotation])
             image.info = {"duration": frame_ms}
             yield image
 
@@ -619,6 +635,13 @@ def _open_video(data: bytes, fmt: str, max_pixels: int) -> _Clip:
             clip.close()
 
     return _Clip(format=fmt.upper(), size=(width, height), n_frames=packets, decode=decode, close=close)
+
+
+def _first_frame_rotation(av: Any, data: bytes, fmt: str) -> int:
+    """The display rotation of a clip's first frame, in counter-clockwise degrees 0, 90, 180 or 270."""
+    with av.open(io.BytesIO(data), mode="r", format=_DEMUXERS[fmt]) as clip:
+        first = next(clip.decode(clip.streams.video[0]), None)
+    return round(float(getattr(first, "rotation", 0) or 0) / 90) % 4 * 90 if first is not None else 0
 
 
 def _open_tgs(data: bytes, max_pixels: int) -> _Clip:
