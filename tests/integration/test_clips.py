@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
+import os
 import re
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from clip_helpers import clip, lottie, still
-from conftest import client_for, drop_scope, new_scope
+from conftest import MEWDEX_BIN, client_for, drop_scope, new_scope
 from it_helpers import meme
 from library_helpers import check_storage_invariants
 from mewdex.library import images
 from mewdex.library.importer import collect, import_paths
+from mewdex.library.watch import WatchedFolder, sync_file
 
 STICKER_WORD, CLIP_WORD = "PINEAPPLE", "WALRUS"
 
@@ -92,6 +97,32 @@ def test_each_format_imports_from_a_folder(sessions, store, tmp_path):
             row = meme(sessions, scope, results[name].meme_id)
             assert (row.extension, row.display_name) == (images.EXTENSIONS[fmt], name.rsplit(".", 1)[0])
         check_storage_invariants(sessions, store, scope)
+    finally:
+        drop_scope(sessions, scope)
+
+
+def test_mewdex_import_and_a_watched_folder_take_clips(mewdex_env, sessions, store, tmp_path):
+    """The real ``mewdex import --json`` command, and a watched folder's file sync, on clips and stickers."""
+    scope = new_scope(sessions, "clipcli")
+    try:
+        (tmp_path / "cli").mkdir()
+        (tmp_path / "cli" / "jump.webm").write_bytes(clip("webm", "libvpx", "JUMP"))
+        (tmp_path / "cli" / "wave.tgs").write_bytes(lottie(frames=12))
+        env = {**os.environ, **mewdex_env.env, "MEWDEX_DEFAULT_SCOPE": scope.scope_id, "NO_COLOR": "1"}
+        run = subprocess.run(
+            [str(MEWDEX_BIN), "import", str(tmp_path / "cli"), "--json"], env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{") and '"path"' in line]
+        assert sorted((Path(r["path"]).name, r["status"]) for r in lines) == [
+            ("jump.webm", "created"),
+            ("wave.tgs", "created"),
+        ], run.stdout
+        folder = WatchedFolder(root=tmp_path.resolve(), scope=scope, entry=str(tmp_path))
+        (tmp_path / "photo.heic").write_bytes(still("HEIF", 7))
+        result = sync_file(sessions, store, folder, (tmp_path / "photo.heic").resolve())
+        assert result is not None and result.status == "created", result
+        assert meme(sessions, scope, result.meme_id).extension == ".heic"
     finally:
         drop_scope(sessions, scope)
 
