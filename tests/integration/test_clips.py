@@ -218,3 +218,21 @@ def test_a_clip_over_the_pixel_limit_is_refused_before_decoding(client, settings
 def test_the_share_target_accepts_clips_and_stickers(client):
     accepted = client.get("/manifest.webmanifest").json()["share_target"]["params"]["files"][0]["accept"]
     assert {"video/mp4", "video/webm", "image/avif", "image/heic", "application/x-tgsticker"} <= set(accepted)
+
+
+def test_a_shared_collection_link_plays_its_clips(client, sessions, scope):
+    from mewdex.library import collections
+
+    meme_id = upload(client, "link.mp4", clip("mp4", "libx264", "SHARE")).json()["results"][0]["meme"]["id"]
+    with sessions.begin() as session:
+        made = collections.create(session, scope, "Clips to share")
+        collections.add_members(session, scope, made.id, [meme_id])
+        collection_id = str(made.id)
+    link = client.post(f"/api/v1/collections/{collection_id}/links", json={"expires_in_days": 1})
+    assert link.status_code == 201, link.text
+    token = link.json()["url"].rsplit("/", 1)[1]
+    page = client.get(f"/s/{token}", headers={"Accept": "text/html"}).text
+    video = re.search(r"<video [^>]*>", page)
+    assert video and f'src="/s/{token}/media/{meme_id}"' in video[0] and "muted" in video[0], page
+    served = client.get(f"/s/{token}/media/{meme_id}")
+    assert served.status_code == 200 and served.headers["content-type"] == "video/mp4"
