@@ -138,7 +138,7 @@ class ImageInfo:
 
     ``format`` is the sniffed format key (a key of :data:`EXTENSIONS`); ``extension``
     and ``media_type`` follow from it. ``width``/``height`` are pixels after EXIF
-    orientation. ``frames`` >= 1; ``duration_ms`` is the summed frame delay of an
+    orientation (a clip's: after its display rotation). ``frames`` >= 1; ``duration_ms`` is the summed frame delay of an
     animation (a missing or zero delay counts 100 ms), 0 for a still image.
     """
 
