@@ -94,6 +94,19 @@ class Meme(MemeBrief):
     tags: list[str] = Field(default_factory=list, description="the meme's tags, sorted (normalised names)")
 
 
+class PopularMeme(MemeBrief):
+    """A meme of ``GET /api/v1/memes/popular`` with how often it was used in the window."""
+
+    uses: int = Field(description="the caller's send, share, copy and download events for it in the window")
+
+
+class PopularMemes(Dto):
+    """The caller's most used live memes of the last ``days`` days, most used first."""
+
+    days: int
+    items: list[PopularMeme]
+
+
 class MemePage(Dto):
     """A page of memes; pass ``next_cursor`` back as ``cursor`` (null on the last page)."""
 
