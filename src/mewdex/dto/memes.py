@@ -194,6 +194,19 @@ class TagCount(Dto):
     count: int = Field(description="how many of the caller's memes have the tag")
 
 
+class TagSuggestion(Dto):
+    name: str = Field(description="a tag name, normalised as tags are")
+    source: Literal["folder", "label", "caption"] = Field(
+        description="the folder the file came from, the visual model's labels, or a word of the meme's text"
+    )
+
+
+class TagSuggestions(Dto):
+    """Tags a meme could have (none it has), folder first, then labels, then caption words."""
+
+    items: list[TagSuggestion]
+
+
 class TagList(Dto):
     """The caller's tags, most used first, then by name."""
 
