@@ -279,3 +279,8 @@ class RecaptionRequest(Dto):
     color: str | None = Field(default=None, max_length=16)
     outline: str | None = Field(default=None, max_length=16)
     font_size: int | None = None
+    place: Literal["top", "bottom"] | None = Field(
+        default=None,
+        description="write in the top or bottom band, over the picture, erasing nothing (a text-free "
+        "template); instead of boxes",
+    )

@@ -23,6 +23,7 @@ from mewdex.dto.search import SearchFilters
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library import collections, listing
 from mewdex.library.images import ImageError
+from mewdex.library.recaption import MAX_TEXT_CHARS as MAX_CAPTION_CHARS
 from mewdex.search import feedback, image_search, service
 from mewdex.search.confidence import strong_match
 from mewdex.web import i18n
@@ -171,6 +172,7 @@ def index(
             "fold": fold,
             "collections": collections.overview(session, scope),
             "processing": listing.processing(session, scope),
+            "max_caption_chars": MAX_CAPTION_CHARS,  # "Make a meme" (partials/make_meme.html)
         },
     )
 
