@@ -146,6 +146,23 @@ def test_stored_boxes_style_and_preview(client, sessions, scope, memes):
     assert meme_count(sessions, scope) == count  # a preview stores nothing
 
 
+def test_a_caption_placed_on_a_text_free_template(client, sessions, memes):
+    """``place``: the top or bottom band, drawn over the picture (white, outlined), nothing erased: the
+    search page's "Make a meme" on a meme with no text."""
+    original = client.get(f"/media/{memes['blank']}").content
+    r = client.get(f"/media/{memes['blank']}/recaption", params={"text": "HELLO", "place": "bottom"})
+    assert r.status_code == 200, r.text
+    before = np.array(Image.open(io.BytesIO(original)).convert("RGB")).astype(int)
+    after = np.array(Image.open(io.BytesIO(r.content)).convert("RGB")).astype(int)
+    changed = np.nonzero(np.abs(after - before).sum(axis=2) > 30)[0]
+    assert changed.size > 200 and changed.min() >= int(before.shape[0] * 0.75)  # only the bottom band
+    assert (after == 255).all(axis=2).sum() > 100  # white text
+    bad = client.get(f"/media/{memes['blank']}/recaption", params={"text": "HELLO", "place": "middle"})
+    assert bad.status_code == 422
+    made = client.post(f"/api/v1/memes/{memes['blank']}/recaption", json={"text": "HELLO", "place": "top"})
+    assert made.status_code == 201 and made.json()["template_id"] == memes["blank"], made.text
+
+
 def test_gif_every_frame(client, memes):
     r = client.post(f"/api/v1/memes/{memes['gif']}/recaption", json={"text": NEW})
     assert r.status_code == 201, r.text

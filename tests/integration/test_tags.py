@@ -220,3 +220,28 @@ def test_tag_list_rename_and_merge(lib, sessions):
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
     r = client.patch("/api/v1/tags/cat%20pics", json={"name": "  "})
     assert r.status_code == 422 and r.json()["error"]["code"] == "tag_empty"
+
+
+def test_suggested_tags_name_the_folder_and_caption_words_never_a_tag_it_has(lib, sessions):
+    import uuid
+
+    from sqlalchemy import update
+
+    client, _scope, ids, other_ids = lib
+    with sessions.begin() as session:
+        session.execute(
+            update(Meme)
+            .where(Meme.id == uuid.UUID(ids["dog"]))
+            .values(provenance={"source": "folder_import", "root": "/x/memes", "relative_path": "Good Dogs/1.png"})
+        )
+    before = _tags(client, ids["dog"])
+    _put(client, ids["dog"], ["happy"])
+    try:
+        r = client.get(f"/api/v1/memes/{ids['dog']}/tag-suggestions", params={"lang": "en"})
+        assert r.status_code == 200, r.text
+        got = [(s["name"], s["source"]) for s in r.json()["items"]]
+        assert got[0] == ("good dogs", "folder") and ("running", "caption") in got
+        assert "happy" not in [name for name, _ in got]  # a tag it has is never suggested
+        assert client.get(f"/api/v1/memes/{other_ids['dog']}/tag-suggestions").status_code == 404
+    finally:
+        _put(client, ids["dog"], before)

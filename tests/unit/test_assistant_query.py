@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from mewdex.assistant import query
 from mewdex.assistant.query import is_follow_up, parse, strip_chat_phrasing
 
 
@@ -81,3 +82,24 @@ def test_the_assistant_and_search_clean_queries_with_one_function():
 
     for message in ("给我一张表示无语的表情包", "send me a meme for monday mornings", "来个摸鱼的表情"):
         assert clean_query(message) == parse(message).query == clean_query(parse(message).query)
+
+
+@pytest.mark.parametrize(
+    ("message", "kind", "rest"),
+    [
+        ("热门", "hot", ""),
+        ("hot!", "hot", ""),
+        ("随机", "random", ""),
+        ("随机 tag:猫", "random", "tag:猫"),
+        ("random tag:cat", "random", "tag:cat"),
+        ("随机来一张猫", "random", "猫"),
+        ("/random 摸鱼合集", "random", "摸鱼合集"),
+    ],
+)
+def test_commands_are_read(message, kind, rest):
+    assert query.command(message) == query.Command(kind, rest)
+
+
+@pytest.mark.parametrize("message", ["randomly", "随机应变", "hot dog", "热门电影里的猫", "another"])
+def test_other_messages_are_no_command(message):
+    assert query.command(message) is None

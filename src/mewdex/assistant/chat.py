@@ -6,8 +6,9 @@ Events (``(name, data)``): ``message`` (the user's message), ``delta`` (``{"text
 card), ``done`` (``{"message", "run_status"}``), ``error`` (``{"code", "message"}``).
 
 With a chat model the reply comes from :mod:`.agent` (tool calls, streamed text, tokens and cost on
-the message and the conversation, the auto-title by the title model); without one, or when it
-fails, from :mod:`.retrieval`.
+the message and the conversation, the auto-title by the title model); without one, when it fails,
+and for a command ("热门"/"hot", "随机"/"random": :func:`mewdex.assistant.query.command`), from
+:mod:`.retrieval`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from uuid import UUID
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.assistant import agent, conversations, retrieval, runs, titles
+from mewdex.assistant import query as chat_query
 from mewdex.assistant.errors import AssistantError
 from mewdex.config import get_settings
 from mewdex.db.models import Artifact, Conversation, Message, ScopeContext
@@ -182,7 +184,10 @@ def stream(sessions: sessionmaker[Session], run: Run, *, retrieval_only: bool = 
     sent = _Sent()
     finished = False
     try:
-        model, problem = (None, None) if retrieval_only or run.guest else agent.chat_model(sessions, run.scope)
+        # A command ("热门"/"hot", "随机"/"random": chat_query.command) is answered as meme bots do, without the model.
+        command = run.image is None and chat_query.command(run.text) is not None
+        plain = retrieval_only or run.guest or command
+        model, problem = (None, None) if plain else agent.chat_model(sessions, run.scope)
         if model is not None:
             yield from _model_reply(sessions, run, model, sent)
         else:

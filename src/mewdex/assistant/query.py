@@ -1,6 +1,7 @@
 """Reading a chat message as a search: chat phrasing stripped (by search's query cleaning, one
-function for both), obvious filters parsed, follow-ups ("换一个", "another", "more") recognised. Pure
-functions, no database."""
+function for both), obvious filters parsed, follow-ups ("换一个", "another", "more") and the two
+commands (issue 43: "热门"/"hot", the most used memes of the week; "随机"/"random", optionally with
+``tag:NAME``, a collection or words, a random meme) recognised. Pure functions, no database."""
 
 from __future__ import annotations
 
@@ -36,6 +37,11 @@ FOLLOW_UPS = {
     "next one",
     "different one",
 }
+#: Whole messages that ask for the account's most used memes of the week.
+HOT_WORDS = {"热门", "热门表情", "热门表情包", "最热", "本周热门", "hot", "popular", "trending", "top", "/hot"}
+#: A message that starts with one of these asks for a random meme (the rest narrows it: ``tag:NAME``,
+#: a collection's name, words to search).
+_RANDOM = re.compile(r"^\s*(?:随机(?!应变)(?:来?一[张个])?|随便来?一[张个]|/?random)(?=$|\s|[^a-z])", re.IGNORECASE)
 _ANIMATED = re.compile(r"的?(?:动图|动态图)|\bgifs?\b|\banimated\b|\banimation\b", re.IGNORECASE)
 _EDGE_PUNCT = " \t\n\"'“”‘’「」『』.,!?;:。，！？；：、…~～"
 # A description longer than this keeps its "animated"/"gif" word: the word is part of what the picture
@@ -62,6 +68,25 @@ def _bare(text: str) -> str:
 def is_follow_up(text: str) -> bool:
     """Whether the whole message asks for more of the same ("换一个", "another one", "more!")."""
     return _bare(text) in FOLLOW_UPS
+
+
+@dataclass(frozen=True)
+class Command:
+    """A chat command: ``kind`` ``hot`` or ``random``; ``rest`` the words after "随机"/"random"
+    (``tag:猫``, a collection's name, words to search; "" for none)."""
+
+    kind: str
+    rest: str = ""
+
+
+def command(text: str) -> Command | None:
+    """The command the whole message is ("热门"/"hot", "随机 tag:猫"/"random tag:cat"), or None."""
+    if _bare(text) in HOT_WORDS:
+        return Command("hot")
+    match = _RANDOM.match(text or "")
+    if match is None:
+        return None
+    return Command("random", " ".join(text[match.end() :].strip(_EDGE_PUNCT).split()))
 
 
 def strip_chat_phrasing(text: str, *, keep_if_empty: bool = True) -> str:

@@ -11,6 +11,12 @@ in this conversation for its next :data:`REJECTED_TURNS` requests (``rejected``,
 new request; :func:`still_rejected`). That is the conversation's own state: it hides nothing from the
 search page, MCP or another conversation.
 
+Commands (issue 43, :func:`mewdex.assistant.query.command`): "热门"/"hot" lists the account's most used
+memes of the last :data:`HOT_DAYS` days (:func:`mewdex.search.feedback.popular`); "随机"/"random" sends one
+live meme at random — of a tag (``随机 tag:猫``), a collection named in the message, or among the
+results of the words after it — and "another" then sends another of the same draw (the state's
+``page`` is 1).
+
 Learning (issue 33): the message after a reply judges the page it showed — "换一个"/"another" records
 it as ``rejected`` for the reply's query, a new request as ``kept`` (the same request again records
 nothing: it was not what was wanted; :func:`learn_from_last_page`). The assistant's later searches
@@ -20,6 +26,7 @@ read a rejection back only as a small push down that fades in days
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,16 +43,19 @@ from mewdex.db.models import Meme, Message, ScopeContext
 from mewdex.dto.i18n import translate
 from mewdex.dto.search import SearchFilters, SearchHit
 from mewdex.library import collections as library_collections
-from mewdex.library.listing import filtered_memes
+from mewdex.library.listing import filtered_memes, random_memes
 from mewdex.providers import policy
 from mewdex.search import feedback, image_search
 from mewdex.search import service as search_service
+from mewdex.search import tags as search_tags
 from mewdex.search.confidence import strong_match
 
 PAGE = 3
 RESULT_LIST = 30
 #: A meme passed over with "another" is not offered again in the conversation's next this many requests.
 REJECTED_TURNS = 5
+#: "热门"/"hot": the most used memes of this many days.
+HOT_DAYS = 7
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff]")
 
 
@@ -154,8 +164,8 @@ def _same_request(query: str, text: str) -> bool:
     return bool(query) and feedback.fold_key(asked) == feedback.fold_key(query)
 
 
-def _page(session: Session, scope: ScopeContext, results: list[str], offset: int) -> list[SearchHit]:
-    ids = [UUID(i) for i in results[offset : offset + PAGE]]
+def _page(session: Session, scope: ScopeContext, results: list[str], offset: int, size: int = PAGE) -> list[SearchHit]:
+    ids = [UUID(i) for i in results[offset : offset + size]]
     return search_service.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))
 
 
@@ -194,19 +204,23 @@ def answer(
                 session, scope, image, RESULT_LIST, max_pixels=get_settings().max_pixels, filters=filters
             ).results
         return _first_page(hits, "", t("found_image"), t("none_image"), t)
+    command = chat_query.command(text)
+    if command is not None:
+        return _command_reply(sessions, scope, command, t, guest=guest)
     if chat_query.is_follow_up(text):
         with sessions.begin() as session:
             state = last_state(session, conversation_id, guest=guest)
             if state is None:
                 return Reply(t("first"))
             results, offset = state.get("results") or [], int(state.get("offset") or 0)
+            size = int(state.get("page") or PAGE)  # a random draw sends one at a time
             if not guest:
                 learn_from_last_page(session, scope, state, "rejected")  # "换一个": not what was wanted
-            memes = _page(session, scope, results, offset)
+            memes = _page(session, scope, results, offset, size)
         state = {**state, "rejected": still_rejected(state, another=True)}  # not again in this conversation
         if not memes:
             return Reply(t("end"), state={**state, "offset": len(results), "shown": len(results)})
-        new_offset = offset + PAGE
+        new_offset = offset + size
         more = new_offset < len(results)
         return Reply(
             t("next") + (" " + t("more") if more else ""),
@@ -249,3 +263,37 @@ def _first_page(
         hits[:PAGE],
         {"results": results, "offset": min(PAGE, len(results)), "shown": 0, "query": query} | kept,
     )
+
+
+def _command_reply(
+    sessions: sessionmaker[Session],
+    scope: ScopeContext,
+    command: chat_query.Command,
+    t: Callable[..., str],
+    *,
+    guest: bool = False,
+) -> Reply:
+    """The reply to "热门"/"hot" (the most used memes of :data:`HOT_DAYS` days, a page of them) or
+    "随机"/"random" (one live meme at random: of the ``tag:`` words, the collection named or the search
+    of the other words; "another" draws the next of the same shuffled list)."""
+    if command.kind == "hot":
+        with sessions.begin() as session:
+            ids = [m for m, _uses in feedback.popular(session, scope, days=HOT_DAYS, limit=RESULT_LIST)]
+            hits = search_service.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))
+        return _first_page(hits, "", t("hot", days=HOT_DAYS), t("hot_none", days=HOT_DAYS), t)
+    with sessions.begin() as session:
+        parsed, filters = parse(session, scope, command.rest) if command.rest else (None, SearchFilters())
+    words = search_tags.parse_query(parsed.query) if parsed is not None else search_tags.TagQuery("")
+    filters = filters.model_copy(update={"tags": list(words.tags) or None, "not_tags": list(words.not_tags) or None})
+    if words.text.strip():  # "随机 猫": a random one of what the words find
+        _query, found = search_ids(sessions, scope, command.rest, guest=guest)
+        hits = [h for h in found if h.confidence != "low"] or found
+        random.shuffle(hits)
+    else:
+        with sessions.begin() as session:
+            ids = [m.id for m in random_memes(session, scope.scope_id, filters, RESULT_LIST)]
+            hits = search_service.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))
+    if not hits:
+        return Reply(t("random_none"), state={"results": [], "offset": 0, "query": ""})
+    results = [h.id for h in hits]
+    return Reply(t("random"), hits[:1], {"results": results, "offset": 1, "shown": 0, "query": "", "page": 1})

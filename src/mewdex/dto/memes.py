@@ -94,6 +94,19 @@ class Meme(MemeBrief):
     tags: list[str] = Field(default_factory=list, description="the meme's tags, sorted (normalised names)")
 
 
+class PopularMeme(MemeBrief):
+    """A meme of ``GET /api/v1/memes/popular`` with how often it was used in the window."""
+
+    uses: int = Field(description="the caller's send, share, copy and download events for it in the window")
+
+
+class PopularMemes(Dto):
+    """The caller's most used live memes of the last ``days`` days, most used first."""
+
+    days: int
+    items: list[PopularMeme]
+
+
 class MemePage(Dto):
     """A page of memes; pass ``next_cursor`` back as ``cursor`` (null on the last page)."""
 
@@ -181,6 +194,19 @@ class TagCount(Dto):
     count: int = Field(description="how many of the caller's memes have the tag")
 
 
+class TagSuggestion(Dto):
+    name: str = Field(description="a tag name, normalised as tags are")
+    source: Literal["folder", "label", "caption"] = Field(
+        description="the folder the file came from, the visual model's labels, or a word of the meme's text"
+    )
+
+
+class TagSuggestions(Dto):
+    """Tags a meme could have (none it has), folder first, then labels, then caption words."""
+
+    items: list[TagSuggestion]
+
+
 class TagList(Dto):
     """The caller's tags, most used first, then by name."""
 
@@ -253,3 +279,8 @@ class RecaptionRequest(Dto):
     color: str | None = Field(default=None, max_length=16)
     outline: str | None = Field(default=None, max_length=16)
     font_size: int | None = None
+    place: Literal["top", "bottom"] | None = Field(
+        default=None,
+        description="write in the top or bottom band, over the picture, erasing nothing (a text-free "
+        "template); instead of boxes",
+    )

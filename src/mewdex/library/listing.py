@@ -276,6 +276,12 @@ def filtered_memes(scope_id: str, filters: SearchFilters | None, *, name: str | 
     return select(Meme).where(Meme.scope_id == scope_id, text(predicate).bindparams(**params))
 
 
+def random_memes(session: Session, scope_id: str, filters: SearchFilters | None = None, n: int = 1) -> list[Meme]:
+    """Up to ``n`` live memes of the scope drawn at random among those the filters keep (a tag, a
+    collection: :func:`filter_sql`); empty when none passes. What "随机"/"random" sends in a chat."""
+    return list(session.execute(filtered_memes(scope_id, filters).order_by(func.random()).limit(max(1, n))).scalars())
+
+
 # ------------------------------------------------------------------ the pages' cards and library page
 
 MEME_STATES = ("ready", "processing", "failed")

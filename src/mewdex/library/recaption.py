@@ -33,7 +33,7 @@ import re
 import time
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -97,6 +97,25 @@ class CaptionStyle:
     color: str | None = None
     outline: str | None = None
     font_size: int | None = None
+    #: False: draw over the picture without erasing anything first (a caption placed on a text-free
+    #: template, :func:`band`), white with a black outline unless ``color``/``outline`` say otherwise.
+    erase: bool = True
+
+
+#: Where :func:`band` puts a caption on a picture that has none (the classic meme's top or bottom text).
+PLACES = ("top", "bottom")
+
+
+def band(place: str, size: tuple[int, int]) -> TextBox:
+    """The caption box ``place`` (``top``/``bottom``: a band of a fifth of the height, inset from the
+    edges) of an upright image of ``size`` (width, height); ``boxes_invalid`` for another place."""
+    if place not in PLACES:
+        raise RecaptionError("boxes_invalid", f"place is one of {', '.join(PLACES)}")
+    width, height = size
+    x0, x1 = round(width * 0.04), round(width * 0.96)
+    if place == "top":
+        return TextBox(x0, round(height * 0.02), x1, round(height * 0.2))
+    return TextBox(x0, round(height * 0.8), x1, round(height * 0.98))
 
 
 @dataclass(frozen=True)
@@ -516,18 +535,27 @@ def render(
     *,
     first_frame_only: bool = False,
     max_pixels: int | None = None,
+    place: str | None = None,
 ) -> Rendered:
     """Re-caption image bytes: every frame (or only the first, for a preview) with ``boxes`` erased and
-    ``text`` drawn (``text=None``: erase only — a template). Returns :class:`Rendered` (PNG for a
-    still PNG/WEBP, JPEG for a JPEG, GIF for an animation). Raises :class:`RecaptionError`
-    (:func:`clean_text`'s codes, ``boxes_invalid``, ``no_text_boxes``, ``style_invalid``,
-    ``recaption_too_large``, ``caption_font_missing``) or an image code (``image_corrupt``...)."""
+    ``text`` drawn (``text=None``: erase only — a template). ``place`` (``top``/``bottom``): write in
+    that :func:`band` instead of ``boxes``, over the picture, erasing nothing (a text-free template).
+    Returns :class:`Rendered` (PNG for a still PNG/WEBP, JPEG for a JPEG, GIF for an animation). Raises
+    :class:`RecaptionError` (:func:`clean_text`'s codes, ``boxes_invalid``, ``no_text_boxes``,
+    ``style_invalid``, ``recaption_too_large``, ``caption_font_missing``) or an image code
+    (``image_corrupt``...)."""
     started = time.perf_counter()
     style = style or CaptionStyle()
+    if place is not None:
+        band(place, (1, 1))  # an unknown place fails before any decoding
+        style = replace(style, erase=False)
     caption = clean_text(text) if text is not None else None
     fill_override = parse_color(style.color, "color")
     outline_off = (style.outline or "").strip().lower() == "none"
     outline_override = None if outline_off else parse_color(style.outline, "outline")
+    if not style.erase:  # nothing to match on a text-free picture: classic meme text
+        fill_override = fill_override or (255, 255, 255)
+        outline_override = None if outline_off else (outline_override or (0, 0, 0))
     if style.font_size is not None and not (MIN_FONT_PX <= style.font_size <= 400):
         raise RecaptionError("style_invalid", f"font_size must be {MIN_FONT_PX} to 400 pixels")
     if caption is not None:
@@ -545,7 +573,7 @@ def render(
         raise RecaptionError(exc.code, exc.message) from None
     frames = animation.frames[:1] if first_frame_only else animation.frames
     size = frames[0].size
-    checked = check_boxes(boxes, size)
+    checked = check_boxes([band(place, size)] if place is not None else boxes, size)
     blocks = text_blocks(checked)
     arrays = [np.array(frame) for frame in frames]
     styles = []
@@ -564,7 +592,7 @@ def render(
     out_frames = []
     for arr in arrays:
         for block, detected, reference in zip(blocks, styles, shown, strict=True):
-            if len(arrays) == 1 or presence(arr, block, detected.fill) >= 0.35 * reference:
+            if style.erase and (len(arrays) == 1 or presence(arr, block, detected.fill) >= 0.35 * reference):
                 erase(arr, block)
         image = Image.fromarray(arr)
         for layout, detected in zip(layouts, styles, strict=True):

@@ -116,12 +116,14 @@ def recaption(
     style: CaptionStyle | None = None,
     save: bool = True,
     all_frames: bool = False,
+    place: str | None = None,
 ) -> Recaptioned:
     """Re-caption the scope's meme ``meme_id`` with ``text`` (see :func:`mewdex.library.recaption.render`
-    for the drawing; ``boxes``: ``[x0, y0, x1, y1]`` to write in instead of the OCR's). ``save``: add the
-    result to the library as a new meme naming the original as ``template_id`` (its display name is the
-    caption; processed like an upload), else only return the image: its first frame (a preview), every
-    frame with ``all_frames``.
+    for the drawing; ``boxes``: ``[x0, y0, x1, y1]`` to write in instead of the OCR's; ``place``:
+    ``top``/``bottom``, a band written over the picture, nothing erased — a text-free template's
+    caption). ``save``: add the result to the library as a new meme naming the original as
+    ``template_id`` (its display name is the caption; processed like an upload), else only return the
+    image: its first frame (a preview), every frame with ``all_frames``.
 
     Raises :class:`RecaptionError`: ``not_found``, ``caption_empty``, ``caption_too_long``,
     ``no_text_boxes`` (no boxes given and the OCR reads none), ``boxes_invalid``, ``style_invalid``,
@@ -130,12 +132,16 @@ def recaption(
     :class:`mewdex.queue.backpressure.QueueFull` when the scope's processing queue is full."""
     meme, data = _original(sessions, store, scope, meme_id)
     chosen = [_box(b) for b in boxes] if boxes else None  # none or an empty list: the OCR's
-    if chosen is None:
+    if place is not None:  # a band of the picture, over it (render: nothing erased)
+        chosen = []
+    elif chosen is None:
         clean_text(text)  # an empty or over-long caption fails before the OCR runs
         chosen = text_boxes(meme, data)
     preview = not save and not all_frames
     limit = get_settings().max_pixels
-    rendered = render(data, text, chosen, style or CaptionStyle(), first_frame_only=preview, max_pixels=limit)
+    rendered = render(
+        data, text, chosen, style or CaptionStyle(), first_frame_only=preview, max_pixels=limit, place=place
+    )
     if not save:
         return Recaptioned("preview", None, rendered, str(meme.id))
     provenance = {"source": "recaption", "template_id": str(meme.id), "caption": " ".join(text.split())[:200]}

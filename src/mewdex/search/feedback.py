@@ -37,7 +37,7 @@ import unicodedata
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
@@ -413,6 +413,37 @@ def export(session: Session, scope: ScopeContext, batch: int = 1000) -> Iterator
         if len(rows) < batch:
             return
         after = (rows[-1].created_at, rows[-1].event_id)
+
+
+#: The kinds that say a meme was used, counted by :func:`popular` ("sent or copied"): sent from a chat,
+#: shared, copied, downloaded. A mark, a kept or a rejected result is a judgement, not a use.
+POPULAR_KINDS = ("send", "share", "copy", "download")
+#: The longest window :func:`popular` reads, in days.
+POPULAR_MAX_DAYS = 90
+
+
+def popular(session: Session, scope: ScopeContext, *, days: int = 7, limit: int = 12) -> list[tuple[UUID, int]]:
+    """The scope's most used memes of the last ``days`` days (1–:data:`POPULAR_MAX_DAYS`): ``[(meme_id,
+    uses)]``, most used first (ties: the most recently used first), at most ``limit``; uses are the
+    scope's own events of :data:`POPULAR_KINDS` in the window. Live memes only
+    (:func:`mewdex.library.live.live`: a trashed meme never appears). One statement; empty for a
+    scope with learning off (it writes no events)."""
+    days = max(1, min(int(days), POPULAR_MAX_DAYS))
+    uses = func.count().label("uses")
+    rows = session.execute(
+        select(SearchFeedbackEvent.meme_id, uses)
+        .join(Meme, (Meme.scope_id == SearchFeedbackEvent.scope_id) & (Meme.id == SearchFeedbackEvent.meme_id))
+        .where(
+            SearchFeedbackEvent.scope_id == scope.scope_id,
+            SearchFeedbackEvent.kind.in_(POPULAR_KINDS),
+            SearchFeedbackEvent.created_at >= utcnow() - timedelta(days=days),
+            listing.live(),
+        )
+        .group_by(SearchFeedbackEvent.meme_id)
+        .order_by(uses.desc(), func.max(SearchFeedbackEvent.created_at).desc(), SearchFeedbackEvent.meme_id)
+        .limit(max(1, int(limit)))
+    ).all()
+    return [(meme_id, int(n)) for meme_id, n in rows]
 
 
 def clear(session: Session, scope: ScopeContext) -> int:

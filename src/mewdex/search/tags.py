@@ -5,6 +5,9 @@ the keyword leg: :func:`mewdex.search.documents.keyword_document`).
 * :func:`parse_query` — every search surface gets it through :func:`mewdex.search.service.search`.
 * :func:`set_tags` (``PATCH /api/v1/memes/{id}``, the detail page), :func:`bulk_edit`
   (``POST /api/v1/memes/tags``), :func:`rename_tag` (rename, or merge into an existing tag).
+* :func:`suggestions` — tags a meme could have from what the pipeline already knows: the folder it was
+  imported from, the visual model's labels, words of its text (the keyword leg's tokeniser), each
+  once and none it has (``GET /api/v1/memes/{id}/tag-suggestions``, the detail page's chips).
 
 The name rule and the reads are :mod:`mewdex.library.tags`.
 """
@@ -14,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
 from uuid import UUID
 
 from sqlalchemy import delete, func, select
@@ -21,13 +26,27 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme, MemeTag, ScopeContext
+from mewdex.inference import visual_model
 from mewdex.library import tags as library_tags
+from mewdex.library.generic_words import GENERIC_NAMES
 from mewdex.library.listing import live
 from mewdex.library.tags import MAX_TAGS_PER_MEME, TagError, fold_tag, normalize_tag, normalize_tags
 from mewdex.search import keyword
+from mewdex.search import text as search_text
 from mewdex.search.documents import context_hash, keyword_document
 
-__all__ = ["TagError", "TagQuery", "fold_tag", "parse_query", "set_tags", "bulk_edit", "rename_tag", "reindex"]
+__all__ = [
+    "TagError",
+    "TagQuery",
+    "Suggestion",
+    "fold_tag",
+    "parse_query",
+    "set_tags",
+    "bulk_edit",
+    "rename_tag",
+    "reindex",
+    "suggestions",
+]
 
 #: ``tag:NAME``, ``-tag:NAME``, ``tag:"two words"`` (also ``标签:`` and a full-width colon or curly
 #: quotes), standing as a word of its own.
@@ -78,6 +97,100 @@ def parse_query(query: str) -> TagQuery:
         tags=tuple(dict.fromkeys(tags))[:MAX_QUERY_TAGS],
         not_tags=tuple(dict.fromkeys(not_tags))[:MAX_QUERY_TAGS],
     )
+
+
+# ------------------------------------------------------------------------------------- suggestions
+
+#: At most this many suggestions of each source (folder, labels, caption words).
+SUGGESTIONS_PER_SOURCE = 4
+#: Caption words that say nothing as a tag (after folding): pronouns, particles, the commonest words.
+_FILLER = frozenset(
+    """
+    the and you your yours are was were for not but with this that what when who how why have has had
+    just all can will its it's i'm don't dont get got too very from they them their our out about then
+    我们 你们 他们 她们 自己 什么 怎么 这个 那个 这样 那样 就是 还是 不是 没有 一个 一下 可以 因为 所以
+    但是 如果 然后 已经 现在 真的 知道 觉得 这么 那么 为什么
+    """.split()
+)
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A tag a meme could have: ``name`` (normalised as tags are) and where it came from: ``folder``,
+    ``label`` (the visual model) or ``caption`` (a word of its text)."""
+
+    name: str
+    source: str
+
+
+def source_folder(meme: Meme) -> str | None:
+    """The name of the folder the meme's file came from — a folder import's or upload's
+    ``provenance.relative_path`` (its parent, else the import root's name), a watched folder's
+    ``extensions.watch`` — when it says something (:func:`mewdex.search.text.is_generic_segment`)."""
+    places: list[dict[str, Any]] = [meme.provenance or {}, ((meme.extensions or {}).get("watch") or {})]
+    for place in places:
+        relative = place.get("relative_path") or place.get("path")
+        if not isinstance(relative, str) or not relative:
+            continue
+        parent = PurePosixPath(relative.replace("\\", "/")).parent.name
+        root = place.get("root")
+        name = parent or (PurePosixPath(str(root).replace("\\", "/")).name if isinstance(root, str) else "")
+        if name and not search_text.is_generic_segment(name):
+            return name
+    return None
+
+
+def _caption_words(caption: str) -> list[str]:
+    """Words of ``caption`` worth a tag, in order: the keyword leg's tokens (:func:`search_text.tokenize`,
+    jieba for Chinese), Chinese ones of two characters or more, others of three letters or more, no
+    number or filler word, none inside a longer one kept."""
+    words = [
+        w
+        for w in search_text.tokenize(caption)
+        if not w.isdigit()
+        and w not in _FILLER
+        and w not in GENERIC_NAMES
+        and (len(w) >= 2 if search_text.has_han(w) else len(w) >= 3)
+    ]
+    return [w for w in words if not any(w != other and w in other for other in words)]
+
+
+def suggestions(session: Session, scope: ScopeContext, meme: Meme, lang: str = "en") -> list[Suggestion]:
+    """Tags ``meme`` could have, none it has: its folder's name (:func:`source_folder`), the visual
+    model's labels in ``lang`` (``en``/``zh``), words of its text (corrected or as OCR read); at most
+    :data:`SUGGESTIONS_PER_SOURCE` of each, in that order, a caption word that is already one of the
+    scope's tags first. Names that break the tag rule are skipped, never an error."""
+    context = meme.meme_context or {}
+    have = set(library_tags.of_memes(session, scope.scope_id, [meme.id]).get(meme.id, []))
+    found: dict[str, str] = {}
+
+    def offer(values: Iterable[str], source: str) -> None:
+        n = 0
+        for value in values:
+            try:
+                name = normalize_tag(value)
+            except TagError:
+                continue
+            if name in have or name in found:
+                continue
+            found[name] = source
+            n += 1
+            if n >= SUGGESTIONS_PER_SOURCE:
+                return
+
+    folder = source_folder(meme)
+    offer([folder, *search_text.readable_words(folder)] if folder else [], "folder")
+    visual_labels = ((meme.extensions or {}).get("visual") or {}).get("labels") or []
+    offer(visual_model.labels_in(visual_labels, "zh" if lang == "zh" else "en"), "label")
+    words = _caption_words(str(context.get("ocr_text") or ""))
+    if words:
+        known = set(
+            session.execute(
+                select(MemeTag.tag).where(MemeTag.scope_id == scope.scope_id, MemeTag.tag.in_(words)).distinct()
+            ).scalars()
+        )
+        offer(sorted(words, key=lambda w: w not in known), "caption")
+    return [Suggestion(name, source) for name, source in found.items()]
 
 
 # ------------------------------------------------------------------------------------------- writes

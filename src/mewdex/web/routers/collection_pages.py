@@ -1,5 +1,7 @@
 """The collections pages: ``/collections`` (searched by name, sorted, in pages of 50) and
-``/collections/{id}`` (one collection with its members in the order they were added).
+``/collections/{id}`` (one collection with its members in the order they were added, and the owner's
+sharing section: accounts it is shared with, public links; sharing.js calls the API routes of
+:mod:`mewdex.web.routers.collection_shares`).
 
 Reads: :mod:`mewdex.library.collections`, the member cards of :mod:`mewdex.library.listing`.
 """
@@ -12,11 +14,13 @@ from fastapi import APIRouter, Depends, Request
 from sqlalchemy.orm import Session
 
 from mewdex.dto.scopes import ScopeContext
-from mewdex.library import collections, listing
+from mewdex.library import collections, listing, sharing
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.templating import not_found, parse_uuid, render
 
 router = APIRouter(include_in_schema=False)
+#: The expiries the sharing section offers for a new public link, in days (the API takes 1–365).
+LINK_DAYS = (1, 7, 30, 90, 365)
 
 
 def collections_overview(
@@ -70,7 +74,14 @@ def collection_detail(
         row = collections.find(session, scope, cid)
     except collections.CollectionError:
         return None
-    return {"collection": row, "members": listing.cards(session, scope, collections.members(session, scope, row.id))}
+    return {
+        "collection": row,
+        "members": listing.cards(session, scope, collections.members(session, scope, row.id)),
+        # the owner's sharing section (this page is the owner's alone: collections.find is scoped)
+        "shared_with": [{"email": email, "role": m.role} for m, email in sharing.list_members(session, scope, row.id)],
+        "links": sharing.list_links(session, scope, row.id),
+        "link_days": LINK_DAYS,
+    }
 
 
 @router.get("/collections/{collection_id}")

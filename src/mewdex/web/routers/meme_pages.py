@@ -20,7 +20,8 @@ from mewdex.inference import visual_model
 from mewdex.library import collections, listing, memes
 from mewdex.library.recaption import MAX_TEXT_CHARS as MAX_CAPTION_CHARS
 from mewdex.pipeline.jobs import STAGES
-from mewdex.search import image_search
+from mewdex.search import image_search, tags
+from mewdex.web import i18n
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.routers.memes import meme_dict
 from mewdex.web.templating import not_found, render
@@ -30,7 +31,10 @@ SIMILAR_RESULTS = 12
 
 
 def meme_detail(
-    meme_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
+    meme_id: str,
+    request: Request,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
 ) -> dict[str, Any] | None:
     """What the page and the fragment show of the meme; None when the scope has no such meme."""
     meme = memes.find(session, scope, meme_id)
@@ -71,6 +75,7 @@ def meme_detail(
         "in_collections": collections.of_meme(session, scope, meme.id),
         "template": template,
         "collections": collections.overview(session, scope),
+        "tag_suggestions": tags.suggestions(session, scope, meme, i18n.request_locale(request)),
     }
 
 

@@ -21,6 +21,8 @@ from mewdex.dto.memes import (
     MemePage,
     MemePatchRequest,
     MemeZipRequest,
+    PopularMeme,
+    PopularMemes,
     UploadResponse,
 )
 from mewdex.dto.memes import Meme as MemeDto
@@ -70,6 +72,22 @@ def memes_dto(session: Session, memes: list[library.Meme]) -> list[MemeDto]:
 
 def meme_dict(session: Session, meme: library.Meme) -> dict:
     return meme_dto(session, meme).model_dump()
+
+
+@router.get("/api/v1/memes/popular", response_model=PopularMemes)
+def popular_memes(
+    days: int = Query(7, ge=1, le=feedback.POPULAR_MAX_DAYS, description="the window, in days back from now"),
+    limit: int = Query(12, ge=1, le=100),
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
+    """The caller's most used live memes of the last ``days`` days (sent, shared, copied or downloaded:
+    their own feedback events, :func:`mewdex.search.feedback.popular`), most used first. Empty when
+    learning is off (no events are written). 422 for ``days``/``limit`` out of range."""
+    ranked = feedback.popular(session, scope, days=days, limit=limit)
+    memes = listing.memes_by_id(session, scope, [m for m, _n in ranked])
+    items = [PopularMeme(**listing.meme_brief(memes[m]).model_dump(), uses=n) for m, n in ranked if m in memes]
+    return PopularMemes(days=days, items=items)
 
 
 @router.get("/api/v1/memes/{meme_id}", response_model=MemeDto)

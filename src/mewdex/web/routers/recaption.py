@@ -49,7 +49,15 @@ async def recaption_meme(meme_id: str, body: RecaptionRequest, scope: ScopeConte
     uid = parse_id(meme_id)
     style = service.CaptionStyle(color=body.color, outline=body.outline, font_size=body.font_size)
     made = await run_in_threadpool(
-        service.recaption, get_sessionmaker(), blob_store(), scope, uid, body.text, boxes=body.boxes, style=style
+        service.recaption,
+        get_sessionmaker(),
+        blob_store(),
+        scope,
+        uid,
+        body.text,
+        boxes=body.boxes,
+        style=style,
+        place=body.place,
     )
     return _answer(scope, made)
 
@@ -78,13 +86,23 @@ async def preview(
     color: str | None = Query(None, max_length=16),
     outline: str | None = Query(None, max_length=16),
     font_size: int | None = Query(None),
+    place: str | None = Query(None, pattern="^(top|bottom)$"),
     scope: ScopeContext = Depends(current_scope),
 ):
     """The re-captioned first frame as an image (PNG, or JPEG for a JPEG), stored nowhere: the detail
-    page's live preview and "copy without saving". Errors as for ``POST .../recaption``."""
+    page's live preview, "Make a meme" on the search page, and "copy without saving". ``place``: as in
+    :class:`~mewdex.dto.memes.RecaptionRequest`. Errors as for ``POST .../recaption``."""
     style = service.CaptionStyle(color=color or None, outline=outline or None, font_size=font_size)
     made = await run_in_threadpool(
-        service.recaption, get_sessionmaker(), blob_store(), scope, parse_id(meme_id), text, style=style, save=False
+        service.recaption,
+        get_sessionmaker(),
+        blob_store(),
+        scope,
+        parse_id(meme_id),
+        text,
+        style=style,
+        save=False,
+        place=place or None,
     )
     assert made.rendered is not None
     media_type = MEDIA_TYPES_BY_EXTENSION.get(made.rendered.extension, "image/png")

@@ -23,7 +23,8 @@ from mewdex.dto.search import SearchFilters
 from mewdex.inference.errors import BackendUnavailable
 from mewdex.library import collections, listing
 from mewdex.library.images import ImageError
-from mewdex.search import image_search, service
+from mewdex.library.recaption import MAX_TEXT_CHARS as MAX_CAPTION_CHARS
+from mewdex.search import feedback, image_search, service
 from mewdex.search.confidence import strong_match
 from mewdex.web import i18n
 from mewdex.web.base_path import cookie_path, prefix
@@ -55,12 +56,14 @@ def search_results(
     scope: ScopeContext = Depends(current_scope),
 ) -> dict[str, Any]:
     """The results of a text search (the page's and the fragment's query): ``state`` ``idle`` (no query;
-    ``library_empty`` then), ``error`` (``error``: a catalogue key; ``retry_after`` when overloaded),
-    ``results`` or ``empty``."""
+    ``library_empty`` then, else the ``popular`` cards), ``error`` (``error``: a catalogue key;
+    ``retry_after`` when overloaded), ``results`` or ``empty``."""
     query = q.strip()
     context: dict[str, Any] = {"q": q, "state": "idle", "results": [], "took_ms": None, "error": None}
     if not query:
         context["library_empty"] = listing.meme_count(session, scope) == 0
+        if not context["library_empty"]:
+            context["popular"] = popular_cards(session, scope)
         return context
     if len(query) > service.MAX_QUERY_CHARS:
         return {**context, "state": "error", "error": "error.query_too_long"}
@@ -83,6 +86,19 @@ def search_results(
         {r.id: r.confidence for r in response.results},
         {r.id: r.why_query for r in response.results if r.why_query},
     )
+
+
+#: "Popular this week" on the search page: how many of the caller's most used memes of how many days.
+POPULAR_CARDS = 8
+POPULAR_DAYS = 7
+
+
+def popular_cards(session: Session, scope: ScopeContext) -> list[listing.MemeCard]:
+    """Cards of the caller's most used live memes of :data:`POPULAR_DAYS` days
+    (:func:`mewdex.search.feedback.popular`), most used first; empty when nothing was used."""
+    ids = [m for m, _n in feedback.popular(session, scope, days=POPULAR_DAYS, limit=POPULAR_CARDS)]
+    memes = listing.memes_by_id(session, scope, ids)
+    return listing.cards(session, scope, [memes[i] for i in ids if i in memes], with_stages=False)
 
 
 def _retry_after(exc: service.Overloaded) -> int:
@@ -156,6 +172,7 @@ def index(
             "fold": fold,
             "collections": collections.overview(session, scope),
             "processing": listing.processing(session, scope),
+            "max_caption_chars": MAX_CAPTION_CHARS,  # "Make a meme" (partials/make_meme.html)
         },
     )
 

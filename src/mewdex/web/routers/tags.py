@@ -5,15 +5,27 @@ rules are :mod:`mewdex.library.tags` (names, reads) and :mod:`mewdex.search.tags
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.orm import Session
 
-from mewdex.dto.memes import MemeTags, TagCount, TagEditRequest, TagEditResult, TagList, TagRenamed, TagRenameRequest
+from mewdex.dto.memes import (
+    MemeTags,
+    TagCount,
+    TagEditRequest,
+    TagEditResult,
+    TagList,
+    TagRenamed,
+    TagRenameRequest,
+    TagSuggestion,
+    TagSuggestions,
+)
 from mewdex.dto.scopes import ScopeContext
+from mewdex.library import memes
 from mewdex.library import tags as library_tags
 from mewdex.search import tags
+from mewdex.web import i18n
 from mewdex.web.deps import current_scope, db_session, parse_id
-from mewdex.web.errors import error_responses
+from mewdex.web.errors import ApiError, error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["tags"])
 
@@ -59,3 +71,23 @@ def rename_tag(
     / ``tag_too_long`` / ``tag_invalid``."""
     renamed = tags.rename_tag(session, scope, name, body.name)
     return TagRenamed(name=renamed.name, count=renamed.count, merged=renamed.merged)
+
+
+@router.get("/memes/{meme_id}/tag-suggestions", response_model=TagSuggestions, responses=error_responses(404))
+def tag_suggestions(
+    meme_id: str,
+    request: Request,
+    lang: str | None = Query(None, pattern="^(en|zh)$", description="the labels' language; default: the page's"),
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
+    """Tags the meme could have, none it has: ``{"items": [{"name", "source"}]}`` — the folder its file
+    came from (``folder``), the visual model's labels (``label``), words of its text (``caption``); at
+    most 4 of each. Accept one by adding it with ``PATCH /api/v1/memes/{id}`` ``{"tags"}``.
+    404 ``not_found``."""
+    meme = memes.find(session, scope, parse_id(meme_id))
+    if meme is None:
+        raise ApiError(404, "not_found", "meme not found")
+    language = lang or i18n.page_language(request) or "en"
+    found = tags.suggestions(session, scope, meme, language)
+    return TagSuggestions(items=[TagSuggestion(name=s.name, source=s.source) for s in found])

@@ -1,4 +1,5 @@
-// Re-caption (改字, issue 44) on the meme's detail (page and dialog; partials/meme_detail.html): the preview
+// Re-caption (改字, issue 44) on the meme's detail (page and dialog; partials/meme_detail.html) and in "Make a
+// meme" on the search page (partials/make_meme.html: the template is chosen there, form.dataset.meme): the preview
 // follows the text as it is typed (GET /media/{id}/recaption, nothing stored; RECAPTION_DEBOUNCE_MS after
 // the last key, the request in flight aborted by a newer one), "Save as new meme" posts
 // POST /api/v1/memes/{id}/recaption and opens the new meme (its toast shown there), Copy and Download take
@@ -15,11 +16,15 @@ function recaptionStateOf(form) {
   return recaptionState.get(form);
 }
 
+// The meme the form re-captions (its data-meme: the detail's meme, or the template chosen in "Make a meme").
+const recaptionMeme = (form) => form.dataset.meme;
+const STYLE_FIELDS = ["color", "outline", "font_size", "place"];  // "place": only "Make a meme" has it
+
 // The caption and its style as the preview's query string (empty style fields: as the old text).
 function recaptionQuery(form) {
   const p = new URLSearchParams({text: form.text.value});
-  for (const name of ["color", "outline", "font_size"]) if (form[name].value) p.set(name, form[name].value);
-  return p.toString();
+  for (const name of STYLE_FIELDS) if (form[name] && form[name].value) p.set(name, form[name].value);
+  return `${recaptionMeme(form)}?${p}`;
 }
 
 function recaptionReady(form, ready) {
@@ -49,14 +54,14 @@ async function recaptionPreview(form) {
   const controller = new AbortController();
   controller.key = key;
   state.controller = controller;
-  const id = form.closest(".detail").dataset.id;
   form.setAttribute("aria-busy", "true");
   $("[data-recaption-status]", form).textContent = t("js.recaption_rendering");
   let resp;
   let blob = null;
   let body = null;
   try {
-    resp = await fetch(`${BASE}/media/${id}/recaption?${key}`, {signal: controller.signal});
+    const [id, query] = key.split("?");
+    resp = await fetch(`${BASE}/media/${id}/recaption?${query}`, {signal: controller.signal});
     if (resp.ok) blob = await resp.blob();
     else body = await resp.json().catch(() => null);
   } catch (e) {
@@ -65,6 +70,11 @@ async function recaptionPreview(form) {
   }
   if (state.controller !== controller) return;
   state.controller = null;
+  if (!blob && body?.error?.code === "no_text_boxes" && form.place && !form.place.value) {
+    form.place.value = "bottom";  // a text-free template: the caption goes at the bottom, over the picture
+    recaptionPreview(form);
+    return;
+  }
   if (!blob) { recaptionClear(form, errorText(body, resp.status)); return; }
   state.key = key;
   state.blob = blob;
@@ -91,7 +101,8 @@ async function recaptionSave(form) {
   if (form.color.value) body.color = form.color.value;
   if (form.outline.value) body.outline = form.outline.value;
   if (form.font_size.value) body.font_size = Number(form.font_size.value);
-  const id = form.closest(".detail").dataset.id;
+  if (form.place && form.place.value) body.place = form.place.value;
+  const id = recaptionMeme(form);
   const button = $("button[type=submit]", form);
   button.disabled = true;
   $("[data-recaption-status]", form).textContent = t("js.recaption_saving");
@@ -106,9 +117,8 @@ async function recaptionSave(form) {
 }
 
 function recaptionFileName(form, blob) {
-  const article = form.closest(".detail");
   const caption = form.text.value.trim().replace(/[\\/:*?"<>|\s]+/g, " ").trim().slice(0, 40);
-  return `${article.dataset.name || "meme"} - ${caption}${EXTENSIONS[blob.type] || ".png"}`;
+  return `${form.dataset.name || "meme"} - ${caption}${EXTENSIONS[blob.type] || ".png"}`;
 }
 
 async function recaptionCopy(form) {
@@ -165,6 +175,56 @@ document.addEventListener("click", (e) => {
   const form = button.closest("form[data-recaption-form]");
   if (button.dataset.recaptionAction === "copy") recaptionCopy(form);
   else if (button.dataset.recaptionAction === "download") recaptionDownload(form);
+});
+
+// "Make a meme" on the search page (partials/make_meme.html): a search for a template by meaning
+// (POST /api/v1/search, one per template group), its results as buttons; the one picked is the form's meme.
+function makeTemplateButton(hit) {
+  const li = document.createElement("li");
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "make-template";
+  button.dataset.makeTemplate = hit.id;
+  button.dataset.name = hit.display_name;
+  button.setAttribute("aria-pressed", "false");
+  button.title = hit.display_name;
+  const img = document.createElement("img");
+  img.src = `${BASE}/media/${hit.id}/thumbnail`;
+  img.alt = hit.display_name;
+  img.loading = "lazy";
+  button.append(img);
+  li.append(button);
+  return li;
+}
+
+document.addEventListener("submit", async (e) => {
+  const search = e.target.closest("form[data-make-search]");
+  if (!search) return;
+  e.preventDefault();
+  const box = search.closest("[data-component=make]");
+  const query = search.q.value.trim();
+  if (!query) { search.q.focus(); return; }
+  const status = $("[data-make-status]", box);
+  status.textContent = t("js.make_searching");
+  const r = await api("POST", "/api/v1/search", {query, n_results: 12, fold_variants: true});
+  if (!r.ok) { status.textContent = errorText(r.body, r.status); return; }
+  const hits = r.body.results || [];
+  $("[data-make-templates]", box).replaceChildren(...hits.map(makeTemplateButton));
+  status.textContent = hits.length ? t("js.make_pick") : t("js.make_none");
+});
+
+document.addEventListener("click", (e) => {
+  const button = e.target.closest("[data-make-template]");
+  if (!button) return;
+  const box = button.closest("[data-component=make]");
+  $$("[data-make-template]", box).forEach((b) => b.setAttribute("aria-pressed", String(b === button)));
+  const form = $("form[data-recaption-form]", box);
+  form.dataset.meme = button.dataset.makeTemplate;
+  form.dataset.name = button.dataset.name;
+  form.place.value = "";  // where the template's own text is; a text-free one switches to the bottom
+  form.hidden = false;
+  form.text.focus();
+  if (form.text.value.trim()) recaptionPreview(form);
 });
 
 // The toast a save left for this page (the new meme's).

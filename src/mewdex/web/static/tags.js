@@ -73,6 +73,18 @@ document.addEventListener("submit", async (e) => {
   }
 });
 
+// A suggested tag (partials/meme_tags.html): one click adds it; its chip goes, the row with the last one.
+document.addEventListener("click", async (e) => {
+  const button = e.target.closest("[data-tag-action=accept]");
+  if (!button) return;
+  const box = button.closest("[data-component=tags]");
+  button.disabled = true;
+  if (!(await saveTags(box, [...currentTags(box), button.dataset.tag]))) { button.disabled = false; return; }
+  const row = button.closest("[data-tag-suggestions]");
+  button.closest("li").remove();
+  if (!$("li", row)) row.remove();
+});
+
 document.addEventListener("click", (e) => {
   const button = e.target.closest("[data-tag-action=remove]");
   if (!button) return;
