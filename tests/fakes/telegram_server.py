@@ -45,6 +45,7 @@ class FakeTelegram:
         self.next_update_id = 1000
         self.next_message_id = 1
         self.files: dict[str, bytes] = {}
+        self.answered_callbacks: list[str] = []
         self.sent: list[dict[str, Any]] = []
         self.calls: list[dict[str, Any]] = []
         self.inline_answers: list[dict[str, Any]] = []
@@ -412,6 +413,12 @@ class FakeTelegram:
             if ref is not None and ref not in self.files:
                 raise ApiError(400, "Bad Request: wrong file identifier/HTTP URL specified")
         self.inline_answers.append(params)
+        return True
+
+    def m_answerCallbackQuery(self, params, files):
+        if not str(params.get("callback_query_id") or ""):
+            raise ApiError(400, "Bad Request: query is too old and response timeout expired or query ID is invalid")
+        self.answered_callbacks.append(str(params["callback_query_id"]))
         return True
 
     def m_deleteMessage(self, params, files):

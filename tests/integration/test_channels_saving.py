@@ -92,12 +92,15 @@ def test_telegram_an_image_alone_finds_similar_with_a_save_button_that_saves(ses
     [answer] = [m for m in telegram.sent_to(uid) if m.get("reply_markup")]
     [[button]] = answer["reply_markup"]["inline_keyboard"]
     assert button["text"] == "Save" and button["callback_data"].startswith("save:")
-    telegram.press(uid, answer, button["callback_data"])
+    pressed = telegram.press(uid, answer, button["callback_data"])
     tg_run(sessions, account)
     assert sha(data) in saved_memes(sessions, account)
+    assert telegram.answered_callbacks == [pressed["callback_query"]["id"]], "the button stops spinning"
 
 
 def test_telegram_autosave_saves_every_image_the_owner_sends(sessions, account, telegram):
+    from conftest import client_for
+
     uid = new_user_id()
     bind_telegram(sessions, account, uid)
     telegram.user_message(uid, "/autosave on")
@@ -107,3 +110,12 @@ def test_telegram_autosave_saves_every_image_the_owner_sends(sessions, account, 
     telegram.user_message(uid, None, photo=data)
     tg_run(sessions, account)
     assert sha(data) in saved_memes(sessions, account)
+
+    with client_for(account.scope) as client:  # the same setting through the API
+        off = client.put("/api/v1/channels/telegram/save-all", json={"save_all": False})
+        assert off.status_code == 200 and off.json()["config"]["save_all"] is False, off.text
+        assert client.put("/api/v1/channels/discord/save-all", json={"save_all": True}).status_code == 404
+    later = image_bytes("png", seed=4206)
+    telegram.user_message(uid, None, photo=later)
+    tg_run(sessions, account)
+    assert sha(later) not in saved_memes(sessions, account), "off: an image alone is a search again"

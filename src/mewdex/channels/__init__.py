@@ -53,6 +53,7 @@ the framework calls them directly, never looks them up) and registers one instan
         # def status(self) -> dict                                    more fields of the Channels page's entry
         # def owner_gone(self, session, scope_id) -> None             the owner was disabled or deleted
         # def poll(self, sessions, seconds) -> dict / poll_seconds()  one poll (polls = True)
+        # def acknowledge(self, inbound) -> None                      the platform waits for a receipt (a button press)
 
     register_adapter(WeComAdapter())
 

@@ -242,6 +242,12 @@ class Adapter:
 
     # ---------------------------------------------------------------- inbound
 
+    def acknowledge(self, inbound: Inbound) -> None:
+        """Tell the platform a message was taken in, where it waits for that (a pressed button:
+        Telegram's ``answerCallbackQuery``); called by the inbound task before it answers. Errors
+        are the caller's to log, never the message's end."""
+        return None
+
     def fetch_image(self, ref: str) -> bytes:
         """The bytes of an inbound media reference (``Inbound.images``, ``Inbound.reply_media``),
         fetched through the platform's API under the egress rules."""

@@ -156,6 +156,10 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
     unbound|owner_disabled|rate_limited|answered|failed}``, or a save's (:func:`.saving.save`:
     saved|already_saved|save_failed; save_refused for a guest, nothing_to_save, save_all_on|off)."""
     channel = adapter(inbound.channel)
+    try:
+        channel.acknowledge(inbound)
+    except (EgressError, PlatformError, DeliveryFailed) as exc:
+        log.info("%s: acknowledging a message failed (%s)", inbound.channel, getattr(exc, "code", exc))
     lang = _lang(inbound)
     wants_save = saving.is_save(inbound.text)
     direct = addressed(inbound, channel.command_prefixes)

@@ -11,7 +11,8 @@ its language: saved (searchable in about N s), already there (with its name), or
 
 Only the owner's own messages save: a guest's 收 saves nothing, and the chat is told why once a day
 per guest. A binding whose config has :data:`SAVE_ALL_KEY` saves every file its owner sends without
-a word (``/autosave on`` / ``自动收 开`` in the chat, or :func:`set_save_all`).
+a word (``/autosave on`` / ``自动收 开`` in the chat, or ``PUT /api/v1/channels/{channel}/save-all``:
+:func:`save_all`).
 
 The chat's memory (``config["recent_media"]``, a dict so that the API view leaves it out): the last
 :data:`RECENT_KEEP` messages with files of the binding's chats, ``{"chat", "person", "mid", "refs",
@@ -74,6 +75,14 @@ def saves_all(row: ChannelBinding) -> bool:
 def set_save_all(session: Session, row: ChannelBinding, on: bool) -> None:
     """Turn "save every file the owner sends" on or off for the binding (the caller holds the row)."""
     bindings.update_config(session, row, {SAVE_ALL_KEY: bool(on)})
+
+
+def save_all(session: Session, scope_id: str, channel: str, on: bool) -> ChannelBinding:
+    """The API's switch of :data:`SAVE_ALL_KEY` on the scope's confirmed binding of ``channel``;
+    ``channel_not_bound`` (404) without one. Returns the binding."""
+    row = bindings.active(session, scope_id, channel, lock=True)
+    set_save_all(session, row, on)
+    return row
 
 
 def save_button(lang: str, inbound: Inbound) -> tuple[Button, ...]:

@@ -52,6 +52,11 @@ class TelegramAdapter(Adapter):
         url = f"{get_settings().telegram_api_url.rstrip('/')}/file/bot{token()}/{path}"
         return fetch_image(url, max_bytes=get_settings().max_upload_bytes, content_types=None)
 
+    def acknowledge(self, inbound: Inbound) -> None:
+        """A pressed button (the Save button) stops spinning in the person's app: ``answerCallbackQuery``."""
+        if inbound.extra.get("callback_query_id"):
+            call("answerCallbackQuery", {"callback_query_id": inbound.extra["callback_query_id"]})
+
     def send(self, binding: Binding | None, target: str, reply: Reply) -> Sent:
         """A :class:`Reply` with its buttons as an inline keyboard (one row; ``callback_data`` = the action)."""
         if not reply.buttons:

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.orm import Session
 
-from mewdex.channels import bindings, delivery, registry
+from mewdex.channels import bindings, delivery, registry, saving
 from mewdex.channels.bindings import ChannelDelivery
 from mewdex.channels.platform import loopback
 from mewdex.channels.registry import WebKit
@@ -119,6 +119,18 @@ def channel_bind_code(
     409 ``channel_not_configured``, 422 ``channel_config_invalid`` (the channel binds another way)."""
     user_id = bindings.owner_user_id(session, scope.scope_id)
     return bindings.issue_bind_code(session, scope_id=scope.scope_id, user_id=user_id, channel=channel)
+
+
+@router.put("/api/v1/channels/{channel}/save-all", response_model=dto.ChannelBinding)
+def channel_save_all(
+    channel: str,
+    body: dto.SaveAll,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
+    """Whether the caller's chat saves every image they send there without a word (``config.save_all``;
+    the chat's ``/autosave on|off`` sets the same). 404 ``channel_not_bound``."""
+    return bindings.api_view(saving.save_all(session, scope.scope_id, channel, body.save_all))
 
 
 @router.delete("/api/v1/channels/{channel}", response_model=dto.ChannelBinding)
