@@ -136,9 +136,82 @@ def telegram(settings_env):
         yield fake
 
 
+def bind_telegram(sessions, account, uid: int) -> None:
+    """Link Telegram user ``uid``'s private chat to ``account`` (as a confirmed deep link does)."""
+    from mewdex.channels import bindings
+
+    with sessions.begin() as session:
+        bindings.bind(
+            session,
+            scope_id=account.scope.scope_id,
+            user_id=account.user_id,
+            channel="telegram",
+            identity=str(uid),
+            config={"chat_id": str(uid)},
+        )
+
+
 def new_user_id() -> int:
     return random.randrange(10**9, 10**10)
 
 
 def drain(sessions) -> int:
     return drain_queue(sessions, timeout=120)
+
+
+def saved_memes(sessions, account) -> dict[str, str]:
+    """``{sha256: display name}`` of the account's memes (what saving from a chat added)."""
+    from sqlalchemy import select
+
+    from mewdex.db.models import Meme
+
+    with sessions.begin() as session:
+        rows = session.execute(select(Meme.sha256, Meme.display_name).where(Meme.scope_id == account.scope.scope_id))
+        return dict(rows.all())
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class MediaServer:
+    """A local HTTP server of files, as a chat platform's media URLs are (``url(data)`` serves
+    ``data`` as ``image/png`` at a path of its own)."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        files = self.files = {}
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                data = files.get(self.path)
+                self.send_response(200 if data is not None else 404)
+                self.send_header("Content-Type", "image/png")
+                self.send_header("Content-Length", str(len(data or b"")))
+                self.end_headers()
+                self.wfile.write(data or b"")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def url(self, data: bytes) -> str:
+        path = f"/media/{sha256(data)}.png"
+        self.files[path] = data
+        return f"http://{self.host}{path}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def media_server():
+    server = MediaServer()
+    yield server
+    server.close()

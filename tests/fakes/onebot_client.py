@@ -129,6 +129,14 @@ class FakeNapCat:
         self._send(group_event(self.self_id, group_id, user_id, text, message_id, at_self=at_self))
         return message_id
 
+    def group_segments(self, group_id: int, user_id: int, segments: list[dict[str, Any]]) -> int:
+        """A group message event of ``segments`` (an image's ``url``, a ``reply`` segment); its message id."""
+        message_id = next(self._ids)
+        event = group_event(self.self_id, group_id, user_id, "", message_id)
+        event["message"] = segments
+        self._send(event)
+        return message_id
+
     def wait_actions(self, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         while len(self.actions) < count:

@@ -45,6 +45,7 @@ class FakeTelegram:
         self.next_update_id = 1000
         self.next_message_id = 1
         self.files: dict[str, bytes] = {}
+        self.answered_callbacks: list[str] = []
         self.sent: list[dict[str, Any]] = []
         self.calls: list[dict[str, Any]] = []
         self.inline_answers: list[dict[str, Any]] = []
@@ -140,9 +141,12 @@ class FakeTelegram:
         chat_type: str = "private",
         photo: bytes | None = None,
         reply_to_bot: bool = False,
+        reply_to: dict[str, Any] | None = None,
+        sticker: bytes | None = None,
         first_name: str = "Tester",
     ) -> dict[str, Any]:
-        """A message from ``user_id`` (in its private chat, or in group ``chat_id``)."""
+        """A message from ``user_id`` (in its private chat, or in group ``chat_id``); ``reply_to``: the
+        ``Message`` it replies to (``reply_to_message``); ``sticker``: a static sticker's WebP bytes."""
         message: dict[str, Any] = {
             "message_id": self._message_id(),
             "date": int(time.time()),
@@ -154,13 +158,19 @@ class FakeTelegram:
         else:
             message["chat"]["title"] = "A group"
         if text is not None:
-            message["caption" if photo is not None else "text"] = text
+            message["caption" if photo is not None or sticker is not None else "text"] = text
             if text.startswith("/"):
                 command = text.split(" ", 1)[0]
                 message["entities"] = [{"type": "bot_command", "offset": 0, "length": len(command)}]
         if photo is not None:
             file_id = self._store(photo, "photo")
             message["photo"] = [{"file_id": file_id, "file_unique_id": file_id[-12:], "width": 64, "height": 64}]
+        if sticker is not None:
+            file_id = self._store(sticker, "sticker")
+            message["sticker"] = {"file_id": file_id, "file_unique_id": file_id[-12:], "width": 64, "height": 64,
+                                  "is_animated": False, "is_video": False, "type": "regular"}  # fmt: skip
+        if reply_to is not None:
+            message["reply_to_message"] = reply_to
         if reply_to_bot:
             message["reply_to_message"] = {
                 "message_id": 1,
@@ -169,6 +179,16 @@ class FakeTelegram:
                 "chat": message["chat"],
             }
         return self._add_update({"message": message})
+
+    def press(self, user_id: int, sent: dict[str, Any], data: str) -> dict[str, Any]:
+        """``user_id`` presses the inline-keyboard button with ``callback_data`` ``data`` under the bot's
+        message ``sent`` (an entry of :attr:`sent`)."""
+        chat_id = int(sent["chat_id"])
+        message = {"message_id": sent.get("message_id", 0), "date": int(time.time()),
+                   "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"}}  # fmt: skip
+        query = {"id": f"cq{self.next_update_id}", "from": {"id": user_id, "is_bot": False, "first_name": "Tester"},
+                 "chat_instance": "1", "message": message, "data": data}  # fmt: skip
+        return self._add_update({"callback_query": query})
 
     def inline_query(self, user_id: int, query: str, offset: str = "", language_code: str = "en") -> dict[str, Any]:
         return self._add_update(
@@ -312,11 +332,18 @@ class FakeTelegram:
             **fields,
         }
 
+    @staticmethod
+    def _markup(params) -> dict[str, Any] | None:
+        """A send's ``reply_markup`` (JSON in a form, an object in a JSON body), or None."""
+        markup = params.get("reply_markup")
+        return json.loads(markup) if isinstance(markup, str) else markup
+
     def m_sendMessage(self, params, files):
         chat_id = self._check_chat(params)
         if not str(params.get("text") or "").strip():
             raise ApiError(400, "Bad Request: message text is empty")
-        self.sent.append({"method": "sendMessage", "chat_id": chat_id, "text": params["text"], "at": time.monotonic()})
+        self.sent.append({"method": "sendMessage", "chat_id": chat_id, "text": params["text"], "at": time.monotonic(),
+                          "reply_markup": self._markup(params)})  # fmt: skip
         return self._message(chat_id, text=params["text"])
 
     def _media(self, kind: str, params, files) -> tuple[str, bool]:
@@ -338,6 +365,7 @@ class FakeTelegram:
                 "file_id": file_id,
                 "uploaded": uploaded,
                 "at": time.monotonic(),
+                "reply_markup": self._markup(params),
             }
         )
         extra: dict[str, Any] = {"caption": params["caption"]} if params.get("caption") else {}
@@ -385,6 +413,12 @@ class FakeTelegram:
             if ref is not None and ref not in self.files:
                 raise ApiError(400, "Bad Request: wrong file identifier/HTTP URL specified")
         self.inline_answers.append(params)
+        return True
+
+    def m_answerCallbackQuery(self, params, files):
+        if not str(params.get("callback_query_id") or ""):
+            raise ApiError(400, "Bad Request: query is too old and response timeout expired or query ID is invalid")
+        self.answered_callbacks.append(str(params["callback_query_id"]))
         return True
 
     def m_deleteMessage(self, params, files):

@@ -189,16 +189,18 @@ def message_callback(
     agent_id: int | str = 1000002,
     msg_type: str = "text",
     timestamp: int | None = None,
+    pic_url: str | None = None,
 ) -> tuple[dict[str, str], bytes]:
-    """The query and XML body of one encrypted, signed message callback (``msg_type`` ``text``;
-    ``timestamp``: Unix seconds, by default now)."""
+    """The query and XML body of one encrypted, signed message callback (``msg_type`` ``text``, or
+    ``image`` with ``pic_url``; ``timestamp``: Unix seconds, by default now)."""
     ts, nonce = str(int(time.time()) if timestamp is None else timestamp), str(secrets.randbelow(10**9))
     msg_id = msg_id or str(secrets.randbelow(10**18))
     inner = (
         f"<xml><ToUserName><![CDATA[{crypt.receive_id}]]></ToUserName>"
         f"<FromUserName><![CDATA[{from_user}]]></FromUserName><CreateTime>{ts}</CreateTime>"
         f"<MsgType><![CDATA[{msg_type}]]></MsgType><Content><![CDATA[{content}]]></Content>"
-        f"<MsgId>{msg_id}</MsgId><AgentID>{agent_id}</AgentID></xml>"
+        + (f"<PicUrl><![CDATA[{pic_url}]]></PicUrl><MediaId><![CDATA[m{msg_id}]]></MediaId>" if pic_url else "")
+        + f"<MsgId>{msg_id}</MsgId><AgentID>{agent_id}</AgentID></xml>"
     )
     encrypt = crypt.encrypt(inner)
     body = (

@@ -145,10 +145,11 @@ def test_a_channel_that_binds_by_a_code_gets_the_generic_card_and_its_code(page_
     page shows the generic block, ``POST /api/v1/channels/<name>/code`` gives a code that binds to the
     caller; a channel that binds another way, one not set up and an unknown one are refused."""
     from mewdex.channels import bindings, registry
+    from mewdex.channels.base import Adapter
     from mewdex.channels.registry import Channel
 
-    class CodeChat:
-        name, secret_fields, min_send_interval, command_prefixes, outbound_only = "codechat", (), 0.0, ("/",), False
+    class CodeChat(Adapter):  # every other hook is the base adapter's default
+        name, min_send_interval = "codechat", 0.0
         binds_by_code, ready = True, True
 
         def configured(self) -> bool:

@@ -250,3 +250,33 @@ def test_a_long_poll_that_times_out_is_an_empty_batch_and_keeps_the_cursor(fake)
     assert 5.0 <= time.monotonic() - started < 8.0
     fake.long_poll_seconds = 0.3  # answered in time: an empty batch too, not an error
     assert clawbot.get_updates(fake.url, token, "5", timeout=2.0) == ([], "5")
+
+
+# ------------------------------------------------------------------ saving from the chat (issue 42)
+
+
+def test_clawbot_save_takes_the_last_image_sent_and_a_repeat_is_already_there(sessions, account, fake):
+    """ClawBot's replies carry no media: 收 saves the last image the person sent within ten minutes
+    (downloaded and decrypted from the CDN), into the upload path; the same image again is 已有同款."""
+    from channel_helpers import image_bytes, saved_memes, sha256
+
+    token = scan_and_bind(account, fake)
+    confirm_in_chat(sessions, account, fake, token)
+    data = image_bytes("png", seed=4601)
+
+    def said() -> str:
+        return [m for m in fake.sent if m["item_list"][0]["type"] == 1][-1]["item_list"][0]["text_item"]["text"]
+
+    def says(text: str = "", image: bytes | None = None) -> None:
+        fake.user_says(token, text, image=image)
+        poll(sessions)
+        drain(sessions, account)
+
+    says(image=data)  # an image alone: similar memes, nothing saved
+    assert sha256(data) not in saved_memes(sessions, account)
+    says("收")
+    assert sha256(data) in saved_memes(sessions, account) and "秒后可以搜到" in said()
+    count = len(saved_memes(sessions, account))
+    says("收", image=data)  # the caption form, the same file again
+    assert said() == f"已有同款：{saved_memes(sessions, account)[sha256(data)]}"
+    assert len(saved_memes(sessions, account)) == count

@@ -119,8 +119,8 @@ def test_connect_link_meme_another_and_the_message_command(sessions, account, di
     assert registered.status_code == 200, registered.text
     listed = client.get("/api/v1/channels").text
     page = client.get("/settings/channels")
-    assert [c["name"] for c in fake.commands] == ["meme", "link", "Find a meme for this"]
-    assert [c["type"] for c in fake.commands] == [1, 1, 3]
+    assert [c["name"] for c in fake.commands] == ["meme", "link", "Find a meme for this", "Save to mewdex"]
+    assert [c["type"] for c in fake.commands] == [1, 1, 3, 3]
     assert fake.commands[0]["description_localizations"]["zh-CN"] and fake.commands[2]["name_localizations"]["zh-CN"]
     assert fake.bot_token not in listed and fake.bot_token not in page.text
     assert 'data-channel="discord"' in page.text and fake.endpoint in page.text, "the card shows the endpoint URL"
@@ -390,3 +390,43 @@ def test_a_waiting_interaction_token_is_rotated_with_the_other_secrets(sessions,
     [edit] = fake.answers(waiting["token"])
     assert edit["kind"] == "edit" and edit["files"], "the re-sealed token still answers"
     assert waiting["token"] not in json.dumps(sealed_fields.status(sessions))
+
+
+def save_command(fake, user_id: str, url: str) -> dict:
+    """The message command "Save to mewdex" on a message with an image attached at ``url``."""
+    target = snowflake()
+    attachment = {"id": snowflake(), "filename": "meme.png", "url": url, "content_type": "image/png"}
+    message = {"id": target, "content": "", "author": {"id": snowflake()}, "attachments": [attachment]}
+    data = {"id": snowflake(), "name": "Save to mewdex", "type": 3, "target_id": target,
+            "resolved": {"messages": {target: message}}}  # fmt: skip
+    return fake._interaction(2, user_id, data, locale="zh-CN")
+
+
+def test_save_to_mewdex_saves_for_the_linked_person_only(sessions, account, discord, settings_env, media_server):
+    """The linked person's "Save to mewdex" on a message saves its attachment through the upload path
+    (the chat is told in its language), the same again is 已有同款, and someone else's saves nothing."""
+    from channel_helpers import image_bytes, saved_memes, sha256
+
+    fake, owner, stranger = discord, snowflake(), snowflake()
+    settings_env(MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([f"127.0.0.1:{fake.port}", media_server.host]))
+    connect(fake)
+    link(fake, owner)
+    data = image_bytes("png", seed=4401)
+    channel = next(iter(fake.channels))
+
+    def save(user: str) -> tuple[dict, list[str]]:
+        before = len(fake.messages(channel))
+        status, answer = fake.deliver(fake.endpoint, save_command(fake, user, media_server.url(data)))
+        assert status == 200 and answer["type"] == MESSAGE and answer["data"]["flags"] == EPHEMERAL, answer
+        drain(sessions, account)
+        return answer, [m["payload"].get("content", "") for m in fake.messages(channel)[before:]]
+
+    answer, said = save(owner)
+    assert answer["data"]["content"] == "正在收藏…" and "秒后可以搜到" in said[-1]
+    assert sha256(data) in saved_memes(sessions, account)
+    count = len(saved_memes(sessions, account))
+    _answer, said = save(owner)
+    assert said == [f"已有同款：{saved_memes(sessions, account)[sha256(data)]}"]
+    answer, said = save(stranger)
+    assert answer["data"]["content"] == "只有这个 mewdex 表情库的主人才能在这里收藏表情。" and said == []
+    assert len(saved_memes(sessions, account)) == count

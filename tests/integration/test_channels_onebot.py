@@ -467,3 +467,65 @@ def test_the_guest_rate_limit_is_per_account_and_chat(sessions, settings_env):
         assert [guest_allowed(session, first, "onebot", chat) for _ in range(3)] == [True, True, False]
         assert guest_allowed(session, second, "onebot", chat), "another account's allowance is its own"
         assert guest_allowed(session, first, "onebot", chat + "0"), "and so is another chat's"
+
+
+# ------------------------------------------------------------------ saving from the chat (issue 42)
+
+SAVER_QQ = 3889000444
+GROUP = 4242
+
+
+def said(actions) -> list[str]:
+    """The texts the bot said, in order."""
+    return ["".join(s["data"].get("text", "") for s in a["params"]["message"] if s["type"] == "text") for a in actions]
+
+
+def test_qq_owner_saves_by_caption_and_by_reply_a_guest_cannot(sessions, settings_env, account, server, media_server):
+    """The owner's 收 as the text of an image and as a reply to a friend's image saves each through
+    the upload path; the same file again is 已有同款 with its name; a guest's 收 saves nothing and the
+    group is told why once."""
+    from channel_helpers import image_bytes, saved_memes, sha256
+
+    settings_env(MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([media_server.host]))
+    token = bind(account, owner_qq=str(FRIEND))["access_token"]
+    own, friends, guests = (image_bytes("png", seed=s) for s in (4301, 4302, 4303))
+    with FakeNapCat(f"ws://{server}/channels/onebot/ws", SAVER_QQ, token) as napcat:
+        wait_until(lambda: connected_as(sessions, account, SAVER_QQ), timeout=15, what="the bot")
+
+        def image(data: bytes) -> dict:
+            return {"type": "image", "data": {"file": "x.png", "url": media_server.url(data)}}
+
+        def text_(words: str) -> dict:
+            return {"type": "text", "data": {"text": words}}
+
+        def post(*segments, user=FRIEND) -> int:
+            """Send a message event and wait until mewdex has queued it (its dedupe key)."""
+            from mewdex.db.models import Task
+
+            mid = napcat.group_segments(GROUP, user, list(segments))
+            key = f"onebot:group:{GROUP}:{SAVER_QQ}:{mid}"
+            wait_until(lambda: any(t.dedupe_key == key for t in scope_rows(sessions, account, Task)), what="queued")
+            drain(sessions, account)
+            return mid
+
+        def step(*segments, user=FRIEND) -> list[str]:
+            before = len(napcat.actions)
+            post(*segments, user=user)
+            return said(napcat.actions[before:])
+
+        assert "秒后可以搜到" in step(image(own), text_("收"))[-1]  # the caption form
+        assert sha256(own) in saved_memes(sessions, account)
+
+        posted = post(image(friends), user=STRANGER)  # a friend's meme: no word, not saved
+        assert sha256(friends) not in saved_memes(sessions, account)
+        assert "秒后可以搜到" in step({"type": "reply", "data": {"id": str(posted)}}, text_("收"))[-1]
+        assert sha256(friends) in saved_memes(sessions, account)  # the reply form
+
+        name = saved_memes(sessions, account)[sha256(own)]
+        assert step(image(own), text_("收"))[-1] == f"已有同款：{name}"
+        count = len(saved_memes(sessions, account))
+
+        refused = step(image(guests), text_("收"), user=STRANGER)
+        assert refused == ["只有这个 mewdex 表情库的主人才能在这里收藏表情。"]
+        assert step(image(guests), text_("收"), user=STRANGER) == [], "told why once"
+        assert len(saved_memes(sessions, account)) == count and sha256(guests) not in saved_memes(sessions, account)

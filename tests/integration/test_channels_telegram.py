@@ -12,7 +12,7 @@ import time
 import pytest
 from sqlalchemy import select
 
-from channel_helpers import new_user_id
+from channel_helpers import bind_telegram, new_user_id
 from conftest import client_for, drain_queue
 from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
 
@@ -138,17 +138,7 @@ def test_revoke_cancels_queued_deliveries(sessions, account, telegram):
 
 
 def _bound(sessions, account, uid):
-    from mewdex.channels import bindings
-
-    with sessions.begin() as session:
-        bindings.bind(
-            session,
-            scope_id=account.scope.scope_id,
-            user_id=account.user_id,
-            channel="telegram",
-            identity=str(uid),
-            config={"chat_id": str(uid)},
-        )
+    bind_telegram(sessions, account, uid)
 
 
 def test_sends_to_one_chat_are_paced_by_the_adapters_interval(sessions):

@@ -251,3 +251,42 @@ def test_replay_window_and_signature_bytes(sessions, account, wecom):
         stale = c.post("/channels/wecom/callback", params=query, content=body)
         assert stale.status_code == 401 and stale.json()["error"]["code"] == "channel_request_expired"
     assert conversation_length(sessions, account) == 2
+
+
+# ------------------------------------------------------------------ saving from the chat (issue 42)
+
+
+def test_wecom_save_takes_the_last_image_sent_and_a_repeat_is_already_there(
+    sessions, account, wecom, settings_env, media_server
+):
+    """WeCom's replies carry no media: 收 saves the last image the same person sent within ten
+    minutes (fetched from its URL through egress, into the upload path); the same image again is
+    已有同款; someone who is not linked saves nothing."""
+    from channel_helpers import image_bytes, saved_memes, sha256
+    from fakes.wecom_server import message_callback
+
+    fake, crypt = wecom
+    settings_env(MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([fake.host, media_server.host]))
+    bind(sessions, account, crypt)
+    data = image_bytes("png", seed=4501)
+
+    def image(from_user: str = MEMBER) -> None:
+        query, body = message_callback(crypt, from_user, "", msg_type="image", pic_url=media_server.url(data))
+        with client(None) as c:
+            assert c.post("/channels/wecom/callback", params=query, content=body).status_code == 200
+        drain(sessions, account)
+
+    def said() -> str:
+        return [m for m in fake.sent if m["msgtype"] == "text"][-1]["text"]["content"]
+
+    image()  # an image alone: similar memes, nothing saved
+    assert sha256(data) not in saved_memes(sessions, account)
+    post_message(crypt, "收")
+    drain(sessions, account)
+    assert sha256(data) in saved_memes(sessions, account) and "秒后可以搜到" in said()
+    count = len(saved_memes(sessions, account))
+    image()
+    post_message(crypt, "save")
+    drain(sessions, account)
+    assert said() == f"Already in your library: {saved_memes(sessions, account)[sha256(data)]}"
+    assert len(saved_memes(sessions, account)) == count

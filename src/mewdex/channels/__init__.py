@@ -14,7 +14,11 @@ Modules
 - ``platform``: what every platform call shares (:class:`platform.PlatformError`,
   :func:`platform.call_json`, :func:`platform.failure` → ``DeliveryFailed``, :func:`platform.multipart`,
   :func:`platform.fetch_image`).
-- ``base``: the adapter contract (below) and its types; the group rule :func:`base.addressed`.
+- ``base``: the adapter contract (:class:`base.Adapter`, below) and its types (:class:`base.Reply`:
+  text, meme, buttons); the group rule :func:`base.addressed`.
+- ``media``: :func:`media.meme_file`, a meme's bytes for every path that sends one.
+- ``polling``: the one poller (lane, task type and schedule of each adapter with ``polls``).
+- ``saving``: saving a meme from a chat (收 / 存 / save), written once for every channel.
 - ``bindings``: ``channel_bindings`` (seed 004), bind codes, the standing conversation.
 - ``inbound``: :func:`inbound.submit` (queue an :class:`base.Inbound`) and the ``channel_inbound`` task.
 - ``delivery``: :func:`delivery.send_meme` / :func:`delivery.send_text` (the public outbound API),
@@ -24,34 +28,34 @@ Modules
 
 Adapter contract (a new channel is one package and one line in ``registry.BUILTIN``)
 -------------------------------------------------------------------------------------
-A module of the channel's package defines a class with these class attributes and methods and
-registers one instance at import with :func:`registry.register_adapter`::
+A module of the channel's package subclasses :class:`base.Adapter` (every hook has a default there;
+the framework calls them directly, never looks them up) and registers one instance at import with
+:func:`registry.register_adapter`::
 
-    class WeComAdapter:
+    class WeComAdapter(Adapter):
         name = "wecom"                     # channel_bindings.channel, conversations.channel
-        secret_fields = ()                 # config keys sealed at rest (e.g. ("bot_token", "latest_context_token"))
-        min_send_interval = 1.0            # seconds between two sends to one chat (all processes)
-        command_prefixes = ("/",)          # a group message starting with one is for the bot
-        outbound_only = False              # True: no inbound, no identity (the webhook channel)
+        min_send_interval = 0.5            # seconds between two sends to one chat (all processes); default 1
+        # secret_fields = ()               config keys sealed at rest (e.g. ("bot_token", "latest_context_token"))
+        # command_prefixes = ("/",)        a group message starting with one is for the bot
+        # outbound_only = False            True: no inbound, no identity (the webhook channel)
+        # binds_by_code = False            a person binds by sending the framework's one-time code to the bot
+        # buttons = False                  send() shows a Reply's buttons (Telegram, Discord)
+        # polls = False                    True: mewdex.channels.polling runs poll() every poll_seconds()
 
         def target_of(self, binding: Binding) -> str: ...            # where a proactive send goes
         def send_meme(self, binding: Binding | None, target: str, meme: MemeFile, caption: str | None) -> Sent: ...
         def send_text(self, binding: Binding | None, target: str, text: str) -> Sent: ...
-        def fetch_image(self, ref: str) -> bytes: ...                 # bytes of an Inbound.images entry
-        def binding_config(self, inbound: Inbound) -> dict: ...       # config a bind code creates
-        def bind_help(self, lang: str) -> str: ...                    # reply to an unbound sender ("en"/"zh")
-
-        # optional: binds_by_code = True                (a person binds by sending a one-time code to the bot:
-        #           the Channels page's generic card and POST /api/v1/channels/<name>/code give one)
-        # optional: def configured(self) -> bool: ...  (the admin set the channel up; the Channels page shows it)
-        # optional: def status(self) -> dict: ...      (more fields of the Channels page's entry, e.g. a token hint)
-        # optional: def owner_gone(self, session, scope_id) -> None: ...  (the owner was disabled or deleted:
-        #           close what the channel holds open for that scope, in the caller's transaction)
+        # def send(self, binding, target, reply: Reply) -> Sent       default: meme + caption, or text; no buttons
+        def fetch_image(self, ref: str) -> bytes: ...                 # bytes of an Inbound.images/media entry
+        def binding_config(self, inbound: Inbound) -> dict: ...       # config a bind code creates (default {})
+        # def bind_help(self, lang) -> str                            default: catalogue bot.bind_help.<name>
+        # def configured(self) -> bool                                default True (the admin set it up)
+        # def status(self) -> dict                                    more fields of the Channels page's entry
+        # def owner_gone(self, session, scope_id) -> None             the owner was disabled or deleted
+        # def poll(self, sessions, seconds) -> dict / poll_seconds()  one poll (polls = True)
+        # def acknowledge(self, inbound) -> None                      the platform waits for a receipt (a button press)
 
     register_adapter(WeComAdapter())
-
-    def schedules() -> list[Schedule]: ...   # optional, module level in a CHANNEL.modules entry: periodic work
-                                             # (a poller), collected by mewdex.channels.tasks.schedules()
 
 - ``send_meme`` / ``send_text`` run inside the ``channel_delivery`` task (no transaction held). They
   return :class:`base.Sent` (the platform's message id) or raise :class:`base.DeliveryFailed` with
@@ -65,16 +69,22 @@ registers one instance at import with :func:`registry.register_adapter`::
   which the security middleware lets through without a session: the route checks the platform's own
   secret/signature) or poller (a task type in the channel's package) builds an :class:`base.Inbound`
   (``sender`` = the identity bindings are matched on, ``chat`` = where replies go, ``is_group``,
-  ``mentioned``, ``text`` without the mention, ``images`` as refs, ``bind_code``, ``message_id``)
-  and calls :func:`inbound.submit` in its transaction. Binding, the unbound reply, the group rule,
-  the standing conversation, the assistant and the queued reply are the framework's.
+  ``mentioned``, ``text`` without the mention, ``images`` as refs, ``media`` (every file it carries:
+  images, stickers, GIFs, clips), ``reply_media`` (the media of the message it replies to),
+  ``bind_code``, ``message_id``) and calls :func:`inbound.submit` in its transaction. Binding, the
+  unbound reply, the group rule, the standing conversation, the assistant, saving from the chat
+  (:mod:`saving`) and the queued reply are the framework's.
 - Bindings made another way (a QR login, a code sent to an app) call :func:`bindings.bind`
   (``scope_id``, ``user_id``, ``channel``, ``identity``, ``config``); per-binding state (a cursor,
-  a context token) is written with :func:`bindings.update_config`. :func:`bindings.new_bind_code`
-  / :func:`bindings.redeem_bind_code` are the one-time codes.
-- Task types of a channel (a poller, an upload) register with ``queue.registry.task_type`` in lane
-  :data:`delivery.LANE` (``channel``) or a lane of their own, in a module of ``CHANNEL.modules``;
-  ``mewdex.channels.tasks`` (which the runtime loads in every process) loads them all.
+  a context token) is written with :func:`bindings.update_config`. :func:`bindings.link_code`
+  / :func:`bindings.redeem_bind_code` are the one-time codes (made one way).
+- A channel that polls sets ``polls = True``: :mod:`polling` declares its lane, task type and
+  schedule. Other task types of a channel register with ``queue.registry.task_type`` in lane
+  :data:`delivery.LANE` (``channel``), in a module of ``CHANNEL.modules``; ``mewdex.channels.tasks``
+  (which the runtime loads in every process) loads them all.
+- A meme's file is :func:`media.meme_file`; the paging of every reply mode ("another") is
+  :func:`inbound.search_memes`; the owner check of an answer from the library is
+  :func:`bindings.in_force`; the loopback rule of a callback URL is :func:`platform.loopback`.
 - The Channels page lists every registered adapter; its texts are ``channels.name.<name>`` (en/zh
   catalogues already hold telegram, webhook, onebot, wecom, clawbot).
 - Per-bot state: ``channel_bots`` (``update_offset``, ``username``, ``webhook_url``); reusable

@@ -10,7 +10,10 @@ from __future__ import annotations
 import io
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
+
+#: The scope of what belongs to no account: replies to unbound senders, the pollers' tasks.
+UNBOUND_SCOPE = "__system__"
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,12 @@ class Inbound:
     - ``is_group`` / ``mentioned``: a group message is answered only when the bot is mentioned or the
       text is a command (:func:`addressed`);
     - ``text``: the message text with the bot's mention removed;
-    - ``images``: platform references of attached images, fetched by :meth:`ChannelAdapter.fetch_image`;
+    - ``images``: platform references of attached images, fetched by :meth:`Adapter.fetch_image`
+      (an image alone finds similar memes);
+    - ``media``: references of every file the message carries (images, stickers, GIFs, animations,
+      clips), what 收 / save keeps; ``reply_media``: those of the message it replies to (Telegram's
+      ``reply_to_message``, Discord's "Save to mewdex" target); ``reply_to``: the ``message_id`` of
+      the message it replies to, where the reply does not carry its files (QQ's reply segment);
     - ``bind_code``: a one-time code the message carries (Telegram ``/start <code>``), or None;
     - ``message_id``: the platform's id (dedupe), ``extra``: adapter-specific JSON (e.g. a context token);
     - ``scope_id``: the binding the transport authenticated (a OneBot socket's or HTTP signature's
@@ -77,6 +85,9 @@ class Inbound:
     chat: str
     text: str = ""
     images: tuple[str, ...] = ()
+    media: tuple[str, ...] = ()
+    reply_media: tuple[str, ...] = ()
+    reply_to: str | None = None
     is_group: bool = False
     mentioned: bool = False
     bind_code: str | None = None
@@ -97,6 +108,9 @@ class Inbound:
             "chat": self.chat,
             "text": self.text,
             "images": list(self.images),
+            "media": list(self.media),
+            "reply_media": list(self.reply_media),
+            "reply_to": self.reply_to,
             "is_group": self.is_group,
             "mentioned": self.mentioned,
             "bind_code": self.bind_code,
@@ -108,7 +122,13 @@ class Inbound:
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> Inbound:
-        return cls(**{**payload, "images": tuple(payload.get("images") or ())})
+        tuples = {k: tuple(payload.get(k) or ()) for k in ("images", "media", "reply_media")}
+        return cls(**{**payload, **tuples})
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """What the message itself carries: ``media``, else ``images``."""
+        return self.media or self.images
 
 
 @dataclass(frozen=True)
@@ -142,44 +162,123 @@ class DeliveryFailed(Exception):
         self.retryable = retryable or retry_after is not None
 
 
-class ChannelAdapter(Protocol):
-    """One channel (see the package docstring for the whole contract).
+@dataclass(frozen=True)
+class Button:
+    """A button under a reply (platforms with buttons: Telegram's inline keyboard, Discord's
+    components): its ``label`` and the ``action`` it sends back (``save:<ref>``, ``another:<n>``; at
+    most 64 bytes, Telegram's ``callback_data`` limit)."""
+
+    label: str
+    action: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the bot says in one message: ``text`` (a meme's caption when ``meme`` is set), ``meme``,
+    ``buttons`` (shown where the platform has them; ignored elsewhere)."""
+
+    text: str | None = None
+    meme: MemeFile | None = None
+    buttons: tuple[Button, ...] = ()
+
+
+class Adapter:
+    """The base of every channel's adapter: the contract (package docstring) with its defaults, so
+    that the framework calls every hook directly (a channel overrides what it has).
 
     Class attributes: ``name`` (``channel_bindings.channel``), ``secret_fields`` (config keys sealed
     at rest), ``min_send_interval`` (seconds between two sends to one chat), ``command_prefixes``
     (a group message starting with one is addressed to the bot), ``outbound_only`` (no inbound, no
-    identity: the webhook channel)."""
+    identity: the webhook channel), ``binds_by_code`` (a person binds by sending the framework's
+    one-time code to the bot), ``buttons`` (:meth:`send` shows a :class:`Reply`'s buttons),
+    ``polls`` (the channel's messages are fetched by :mod:`mewdex.channels.polling`, which calls
+    :meth:`poll`)."""
 
-    name: ClassVar[str]
-    secret_fields: ClassVar[tuple[str, ...]]
-    min_send_interval: ClassVar[float]
-    command_prefixes: ClassVar[tuple[str, ...]]
-    outbound_only: ClassVar[bool]
+    name: ClassVar[str] = ""
+    secret_fields: ClassVar[tuple[str, ...]] = ()
+    min_send_interval: ClassVar[float] = 1.0
+    command_prefixes: ClassVar[tuple[str, ...]] = ("/",)
+    outbound_only: ClassVar[bool] = False
+    binds_by_code: ClassVar[bool] = False
+    buttons: ClassVar[bool] = False
+    polls: ClassVar[bool] = False
+
+    # ---------------------------------------------------------------- set-up and state
+
+    def configured(self) -> bool:
+        """The admin has set the channel up (the Channels page offers binding only then)."""
+        return True
+
+    def status(self) -> dict[str, Any]:
+        """More fields of the Channels page's entry (e.g. a token hint; never a secret)."""
+        return {}
+
+    def owner_gone(self, session: Any, scope_id: str) -> None:
+        """The owner of ``scope_id`` was disabled or deleted: close what the channel holds open for
+        it, in the caller's transaction (OneBot's sockets)."""
+        return None
+
+    # ---------------------------------------------------------------- outbound
 
     def target_of(self, binding: Binding) -> str:
         """Where a proactive send to this binding goes (a chat id, a user id, a URL)."""
-        ...
+        raise NotImplementedError
 
     def send_meme(self, binding: Binding | None, target: str, meme: MemeFile, caption: str | None) -> Sent:
         """Send one meme in the channel's native form; raise :class:`DeliveryFailed` when not delivered.
         ``binding`` is None for a reply to an unbound sender."""
-        ...
+        raise NotImplementedError
 
     def send_text(self, binding: Binding | None, target: str, text: str) -> Sent:
         """Send a text message; raise :class:`DeliveryFailed` when not delivered."""
-        ...
+        raise NotImplementedError
+
+    def send(self, binding: Binding | None, target: str, reply: Reply) -> Sent:
+        """Send one :class:`Reply` (what the delivery task calls). The default sends the meme with the
+        text as its caption, or the text, and leaves out buttons; a channel with ``buttons`` overrides it."""
+        if reply.meme is not None:
+            return self.send_meme(binding, target, reply.meme, reply.text)
+        return self.send_text(binding, target, reply.text or "")
+
+    # ---------------------------------------------------------------- inbound
+
+    def acknowledge(self, inbound: Inbound) -> None:
+        """Tell the platform a message was taken in, where it waits for that (a pressed button:
+        Telegram's ``answerCallbackQuery``); called by the inbound task before it answers. Errors
+        are the caller's to log, never the message's end."""
+        return None
 
     def fetch_image(self, ref: str) -> bytes:
-        """The bytes of an inbound image reference (``Inbound.images``)."""
-        ...
+        """The bytes of an inbound media reference (``Inbound.images``, ``Inbound.reply_media``),
+        fetched through the platform's API under the egress rules."""
+        raise DeliveryFailed("channel_platform_error", f"{self.name or 'this channel'} takes no inbound media")
 
     def binding_config(self, inbound: Inbound) -> dict[str, Any]:
         """The binding ``config`` a bind code sent in ``inbound`` creates (e.g. ``{"chat_id": …}``)."""
-        ...
+        return {}
 
     def bind_help(self, lang: str) -> str:
-        """The short how-to-bind reply an unbound sender gets (``lang``: ``en`` or ``zh``)."""
-        ...
+        """The short how-to-bind reply an unbound sender gets (``lang``: ``en`` or ``zh``): the
+        catalogue's ``bot.bind_help.<name>``."""
+        from mewdex.dto.i18n import translate
+
+        return translate(lang, f"bot.bind_help.{self.name}")
+
+    # ---------------------------------------------------------------- polling (mewdex.channels.polling)
+
+    def poll_seconds(self) -> float:
+        """How long one poll runs and how often one is queued (read at each schedule tick; only
+        for an adapter with ``polls``)."""
+        return 30.0
+
+    def poll(self, sessions: Any, seconds: float) -> dict[str, Any]:
+        """One poll of about ``seconds`` (the ``<name>_polling`` task): fetch what came, submit it,
+        keep the cursor. Returns what the task records."""
+        return {}
+
+
+#: The adapter contract's type (every adapter is an :class:`Adapter`).
+ChannelAdapter = Adapter
 
 
 #: The id of the delivery being sent, while an adapter's ``send_*`` runs (None otherwise): a stable

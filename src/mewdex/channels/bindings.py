@@ -128,6 +128,16 @@ def confirm(session: Session, row: ChannelBinding) -> None:
     update_config(session, row, {PENDING_KEY: False})
 
 
+def in_force(session: Session, row: ChannelBinding | None) -> bool:
+    """The one owner check of an answer from the library: the binding is active, its chat has
+    confirmed it (not :func:`pending`), and its owner's account is enabled."""
+    from mewdex.platform import owners
+
+    return bool(
+        row is not None and row.status == "active" and not pending(row) and owners.owner_active(session, row.scope_id)
+    )
+
+
 def owner_of(row: ChannelBinding) -> str | None:
     """The platform account of the binding's owner, recorded at binding time (``owner_id``; a
     OneBot binding's ``owner_qq``; else the bound identity): the only person whose messages may
@@ -270,11 +280,16 @@ def issue_bind_code(session: Session, *, scope_id: str, user_id: UUID | None, ch
     ``binds_by_code``; the Channels page's generic card): ``{"code", "expires_in"}`` (seconds).
     ``channel_unknown`` (404), ``channel_not_configured`` (409: the admin has not set it up),
     ``channel_config_invalid`` (422: the channel binds another way)."""
-    found = adapter(channel)
-    if not getattr(found, "binds_by_code", False):
+    if not adapter(channel).binds_by_code:
         raise ChannelError("channel_config_invalid", f"{channel} does not bind by a code; see its guide")
-    configured = getattr(found, "configured", None)
-    if configured is not None and not configured():
+    return link_code(session, scope_id=scope_id, user_id=user_id, channel=channel)
+
+
+def link_code(session: Session, *, scope_id: str, user_id: UUID | None, channel: str) -> dict[str, Any]:
+    """The one way a one-time link code is made (the generic card, Telegram's deep link, WeCom's
+    code): ``{"code", "expires_in"}`` (seconds). ``channel_unknown`` (404), ``channel_not_configured``
+    (409: the admin has not set the channel up)."""
+    if not adapter(channel).configured():
         raise ChannelError("channel_not_configured", f"the admin has not set up {channel} yet")
     code = new_bind_code(session, scope_id=scope_id, user_id=user_id, channel=channel)
     return {"code": code, "expires_in": BIND_CODE_TTL_SECONDS}

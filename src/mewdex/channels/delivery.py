@@ -5,7 +5,8 @@ most ``MEWDEX_CHANNEL_SCOPE_CONCURRENCY`` of one scope running at once, external
 :data:`MAX_ATTEMPTS` attempts with backoff). The handler checks the binding is still active (a
 revoked binding's deliveries are cancelled and never sent), waits for the chat's pace slot
 (:func:`reserve_slot`: the adapter's ``min_send_interval`` per chat, across all processes), sends
-through the adapter, and writes the outcome on the row: ``sent`` with the platform's message id, or
+through the adapter (:meth:`~mewdex.channels.base.Adapter.send`: a :class:`~mewdex.channels.base.Reply`
+of text, meme and buttons), and writes the outcome on the row: ``sent`` with the platform's message id, or
 the platform's error code and text. A ``retry_after`` the platform asked for delays the next attempt
 at least that long. When the attempts are used up the row is ``failed`` with the reason; a worker
 that died mid-send leaves it ``unknown`` (never sent twice). Nothing fails silently.
@@ -29,13 +30,14 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings, platform
-from mewdex.channels.base import DeliveryFailed, MemeFile, current_delivery
+from mewdex.channels.base import UNBOUND_SCOPE, Button, DeliveryFailed, MemeFile, Reply, current_delivery
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.media import meme_file
 from mewdex.channels.platform import PlatformError
 from mewdex.channels.registry import adapter
 from mewdex.config import get_settings
 from mewdex.db.models import ChannelDelivery, ScopeContext, Task, utcnow
-from mewdex.db.scopes import ensure_scope, storage_namespace
+from mewdex.db.scopes import ensure_scope
 from mewdex.egress import EgressError
 from mewdex.library import memes
 from mewdex.platform import owners
@@ -46,8 +48,6 @@ log = logging.getLogger(__name__)
 LANE = "channel"
 TASK_TYPE = "channel_delivery"
 MAX_ATTEMPTS = 5
-# Replies to senders who are not bound belong to no account: they queue in the system scope.
-UNBOUND_SCOPE = "__system__"
 MAX_CAPTION_CHARS = 1024
 MAX_TEXT_CHARS = 4000
 SOURCES = ("assistant", "schedule", "bind", "test", "api")
@@ -69,6 +69,7 @@ def _enqueue(
     source: str = "assistant",
     conversation_id: UUID | None = None,
     bound: bool = True,
+    buttons: tuple[Button, ...] = (),
 ) -> ChannelDelivery:
     row = ChannelDelivery(
         scope_id=scope_id,
@@ -85,9 +86,10 @@ def _enqueue(
     )
     session.add(row)
     session.flush()
-    task = registry.submit(
-        session, scope_id=scope_id, task_type=TASK_TYPE, payload={"delivery_id": str(row.delivery_id)}
-    )
+    payload: dict[str, Any] = {"delivery_id": str(row.delivery_id)}
+    if buttons:  # shown where the platform has buttons (Adapter.send)
+        payload["buttons"] = [[b.label, b.action] for b in buttons]
+    task = registry.submit(session, scope_id=scope_id, task_type=TASK_TYPE, payload=payload)
     row.task_id = task.id
     return row
 
@@ -190,8 +192,18 @@ def send_text(
     )
 
 
-def reply_meme(session: Session, binding_row: Any, target: str, meme_id: str, caption: str | None, conversation_id):
-    """Queue a meme answering an inbound message (to ``target``: the chat it came from)."""
+def reply_meme(
+    session: Session,
+    binding_row: Any,
+    target: str,
+    meme_id: str,
+    caption: str | None,
+    conversation_id,
+    *,
+    buttons: tuple[Button, ...] = (),
+):
+    """Queue a meme answering an inbound message (to ``target``: the chat it came from), with
+    ``buttons`` where the platform has them."""
     return _enqueue(
         session,
         scope_id=binding_row.scope_id,
@@ -203,6 +215,7 @@ def reply_meme(session: Session, binding_row: Any, target: str, meme_id: str, ca
         text_=caption,
         source="assistant",
         conversation_id=conversation_id,
+        buttons=buttons,
     )
 
 
@@ -215,10 +228,11 @@ def reply_text(
     conversation_id=None,
     *,
     source: str | None = None,
+    buttons: tuple[Button, ...] = (),
 ):
     """Queue a text answering an inbound message; ``binding_row`` None: an unbound sender (system
     scope). ``source`` ``bind``: part of linking the chat (sent while the binding awaits the chat's
-    confirmation; other sends to a pending binding are not)."""
+    confirmation; other sends to a pending binding are not). ``buttons``: where the platform has them."""
     if binding_row is None:
         ensure_scope(session, ScopeContext(UNBOUND_SCOPE))
     return _enqueue(
@@ -232,6 +246,7 @@ def reply_text(
         source=source or ("assistant" if binding_row is not None else "bind"),
         conversation_id=conversation_id,
         bound=binding_row is not None,
+        buttons=buttons,
     )
 
 
@@ -272,14 +287,10 @@ def reserve_slot(sessions: sessionmaker[Session], channel: str, target: str, int
 
 
 def _load_meme(session: Session, row: ChannelDelivery) -> MemeFile:
-    from mewdex.storage import blob_store
-
-    meme = memes.find(session, ScopeContext(row.scope_id), row.meme_id)
-    if meme is None:
+    found = meme_file(session, row.scope_id, row.meme_id)
+    if found is None:
         raise TaskError("channel_meme_gone", "the meme was deleted before it was sent", retryable=False)
-    with blob_store().open(storage_namespace(session, row.scope_id), meme.storage_key) as handle:
-        data = handle.read()
-    return MemeFile(str(meme.id), data, meme.extension.lower(), meme.sha256, meme.display_name)
+    return found
 
 
 def _record_failure(sessions: sessionmaker[Session], delivery_id: UUID, exc: DeliveryFailed) -> None:
@@ -342,6 +353,7 @@ def _attempt_started(ctx: TaskContext) -> tuple[UUID, dict[str, Any] | None]:
             "text": row.text,
             "binding": binding,
             "meme": meme,
+            "buttons": tuple(Button(str(label), str(action)) for label, action in ctx.payload.get("buttons") or ()),
         }
 
 
@@ -365,10 +377,8 @@ def deliver(ctx: TaskContext) -> dict[str, Any]:
     ctx.external_started()
     token = current_delivery.set(str(delivery_id))
     try:
-        if job["kind"] == "meme":
-            sent = channel.send_meme(job["binding"], job["target"], job["meme"], job["text"])
-        else:
-            sent = channel.send_text(job["binding"], job["target"], job["text"] or "")
+        reply = Reply(job["text"], job["meme"], job["buttons"])
+        sent = channel.send(job["binding"], job["target"], reply)
     except (EgressError, PlatformError) as exc:  # not mapped by the adapter: the shared rule (channels.platform)
         failed = platform.failure(exc)
         _record_failure(ctx.sessions, delivery_id, failed)

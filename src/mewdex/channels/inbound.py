@@ -15,7 +15,13 @@ and calls :func:`submit` (in its transaction; the HTTP answer goes back at once)
 5. otherwise the message goes to the binding's standing conversation (``config.chat_task_id``),
    the assistant answers it (:func:`mewdex.assistant.chat.post`: "another"/"换一个" pages on as on
    the web), and the reply is queued: each meme shown (the reply text as the first one's caption),
-   or the text alone when it shows none.
+   or the text alone when it shows none; an image alone from the owner gets a Save button where
+   the platform has buttons.
+
+Saving (:mod:`mewdex.channels.saving`): 收 / 存 / save / ``/save`` (addressed to the bot even in a
+group without a mention) saves the file of the message, of the one it replies to, or the person's
+last in the chat; only the owner's own messages save (a guest is told why once); a binding with
+``save_all`` saves every file its owner sends without a word (``/autosave on|off``).
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.assistant import chat
 from mewdex.assistant.retrieval import language
-from mewdex.channels import bindings, delivery
-from mewdex.channels.base import DeliveryFailed, Inbound, addressed
+from mewdex.channels import bindings, delivery, saving
+from mewdex.channels.base import DeliveryFailed, Inbound, MemeFile, addressed
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.media import meme_file
 from mewdex.channels.platform import PlatformError
 from mewdex.channels.registry import adapter
 from mewdex.config import get_settings
@@ -84,6 +91,10 @@ def submit(session: Session, inbound: Inbound) -> Task | None:
 
 
 def _lang(inbound: Inbound) -> str:
+    """The chat's language: the one the platform told (``extra["lang"]``: a Discord locale), else
+    the message's own (``zh`` for Chinese text), else ``en``."""
+    if inbound.extra.get("lang") in ("en", "zh"):
+        return str(inbound.extra["lang"])
     return language(inbound.text) if inbound.text.strip() else "en"
 
 
@@ -122,23 +133,53 @@ def guest_allowed(session: Session, scope_id: str, channel: str, chat: str) -> b
     return allowed is not None
 
 
+def search_memes(
+    sessions: sessionmaker[Session], scope_id: str, query: str, *, start: int = 0, count: int = 1, data: bool = True
+) -> list[MemeFile]:
+    """The paging of every reply mode: results ``start`` to ``start + count`` of ``query`` (a chat
+    message, read by the assistant's parser; at most 500 characters) in ``scope_id``'s library, best
+    first, as :class:`MemeFile` (``data=False``: without their bytes). "Another" is the next ``start``."""
+    from mewdex.assistant.retrieval import search_ids
+
+    _parsed, hits = search_ids(sessions, ScopeContext(scope_id), query[:500], n=start + count)
+    found: list[MemeFile] = []
+    with sessions.begin() as session:
+        for hit in hits[start : start + count]:
+            meme = meme_file(session, scope_id, hit.id, data=data)
+            if meme is not None:
+                found.append(meme)
+    return found
+
+
 def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
     """Answer one inbound message (module doc). ``{"outcome": ignored|confirm_asked|bound|bind_refused|
-    unbound|owner_disabled|rate_limited|answered|failed}``."""
+    unbound|owner_disabled|rate_limited|answered|failed}``, or a save's (:func:`.saving.save`:
+    saved|already_saved|save_failed; save_refused for a guest, nothing_to_save, save_all_on|off)."""
     channel = adapter(inbound.channel)
-    if not addressed(inbound, channel.command_prefixes):
-        return {"outcome": "ignored"}
+    try:
+        channel.acknowledge(inbound)
+    except (EgressError, PlatformError, DeliveryFailed) as exc:
+        log.info("%s: acknowledging a message failed (%s)", inbound.channel, getattr(exc, "code", exc))
     lang = _lang(inbound)
+    wants_save = saving.is_save(inbound.text)
+    direct = addressed(inbound, channel.command_prefixes)
+    spoken_to = direct or wants_save
+    if not spoken_to and not inbound.files:
+        return {"outcome": "ignored"}
     if inbound.bind_code:
         return _bind(sessions, inbound, lang)
     with sessions.begin() as session:
         row = binding_of(session, inbound)
         if row is None:
+            if not direct:  # a 收 of someone unbound in a group is not for this bot
+                return {"outcome": "ignored"}
             delivery.reply_text(session, None, inbound.channel, inbound.chat, channel.bind_help(lang))
             return {"outcome": "unbound"}
         if not owners.owner_active(session, row.scope_id):
             return {"outcome": "owner_disabled"}
         if bindings.pending(row):
+            if not spoken_to:
+                return {"outcome": "ignored"}
             if inbound.text.strip().lower().rstrip(".!！。") in YES:
                 bindings.confirm(session, row)
                 bindings.standing_conversation(session, row)
@@ -150,13 +191,37 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
             delivery.reply_text(session, row, inbound.channel, inbound.chat, question, source="bind")
             return {"outcome": "confirm_asked"}
         guest = inbound.person != bindings.owner_of(row)
+        if inbound.files:  # what a reply, a bare 收 or a Save button may take later (saving module doc)
+            row = bindings.get(session, row.scope_id, row.channel, lock=True) or row
+            saving.remember(session, row, inbound)
+        save_all = not guest and bool(inbound.files) and not inbound.text.strip() and saving.saves_all(row)
+        if wants_save or save_all:
+            if guest:
+                saving.refuse_once(session, row, inbound, lang)
+                return {"outcome": "save_refused"}
+            refs, scope_id = saving.refs_to_save(row, inbound), row.scope_id
+            if not refs:
+                delivery.reply_text(session, row, inbound.channel, inbound.chat, translate(lang, "bot.save.nothing"))
+                return {"outcome": "nothing_to_save"}
+        elif not spoken_to:
+            return {"outcome": "ignored"}
+        elif (switch := saving.autosave_command(inbound.text)) is not None and not guest:
+            saving.set_save_all(session, bindings.get(session, row.scope_id, row.channel, lock=True) or row, switch)
+            words = translate(lang, "bot.save.all_on" if switch else "bot.save.all_off")
+            delivery.reply_text(session, row, inbound.channel, inbound.chat, words)
+            return {"outcome": "save_all_on" if switch else "save_all_off"}
         if guest and not guest_allowed(session, row.scope_id, inbound.channel, inbound.chat):
             log.info(
                 "%s: a guest's message in %s over the chat's rate limit; not answered", inbound.channel, row.scope_id
             )
             return {"outcome": "rate_limited"}
-        conversation = bindings.standing_conversation(session, row)
-        scope, conversation_id = ScopeContext(row.scope_id), conversation.conversation_id
+        if wants_save or save_all:
+            conversation = None
+        else:
+            conversation = bindings.standing_conversation(session, row)
+            scope, conversation_id = ScopeContext(row.scope_id), conversation.conversation_id
+    if conversation is None:
+        return saving.save(sessions, channel, scope_id, inbound, refs, lang)
     image = None
     if inbound.images:
         try:
@@ -183,12 +248,22 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
             delivery.reply_text(session, row, inbound.channel, inbound.chat, failed)
             return {"outcome": "failed", "error": result.get("error")}
         memes = reply.get("memes") or []
+        # an image alone keeps its meaning (find similar), with a Save button for its owner
+        button = saving.save_button(lang, inbound) if inbound.files and not guest and channel.buttons else ()
         for i, card in enumerate(memes):
             caption = (reply.get("content") or None) if i == 0 else None
-            delivery.reply_meme(session, row, inbound.chat, card["meme_id"], caption, conversation_id)
+            delivery.reply_meme(
+                session, row, inbound.chat, card["meme_id"], caption, conversation_id, buttons=button if i == 0 else ()
+            )
         if not memes:
             delivery.reply_text(
-                session, row, inbound.channel, inbound.chat, reply.get("content") or "…", conversation_id
+                session,
+                row,
+                inbound.channel,
+                inbound.chat,
+                reply.get("content") or "…",
+                conversation_id,
+                buttons=button,
             )
     return {"outcome": "answered", "memes": len(memes), "guest": guest}
 

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from mewdex.channels.base import DeliveryFailed
 from mewdex.egress import RETRY_STATUSES, EgressError, fetch
@@ -185,3 +186,11 @@ def fetch_image(
     if response.status != 200:
         raise PlatformError("platform_download_failed", f"the image download answered HTTP {response.status}")
     return response.content
+
+
+def loopback(url: str | None) -> bool:
+    """The loopback rule, for every callback a platform must reach: whether ``url`` (a public base
+    URL or an endpoint under it) is this machine only: none, ``localhost`` / ``*.localhost``,
+    ``127.*`` or ``::1``. WeCom, Discord and Telegram's webhook mode cannot call such a URL."""
+    host = (urlsplit(url or "").hostname or "").lower()
+    return host in ("", "localhost", "::1") or host.startswith("127.") or host.endswith(".localhost")

@@ -74,6 +74,10 @@ BUILTIN: tuple[str, ...] = (
 )
 
 
+#: The framework's own words (saving from a chat: ``bot.save.*``), added to the catalogues on :func:`load`.
+FRAMEWORK_LOCALES = Path(__file__).parent / "locales"
+
+
 @dataclass(frozen=True)
 class Channel:
     """A channel package's declaration (module doc): ``name``, ``modules`` imported in every process
@@ -139,6 +143,7 @@ def load() -> dict[str, Channel]:
     with _lock:
         if len(_loaded) == len(BUILTIN):
             return dict(_loaded)
+        i18n.add_messages(FRAMEWORK_LOCALES)
         for package in BUILTIN:
             declared = _declaration(package)
             if declared.locales is not None:
@@ -180,15 +185,4 @@ def error_statuses() -> dict[str, int]:
     found = dict(STATUSES)
     for declared in channels():
         found.update(declared.errors)
-    return found
-
-
-def schedules() -> list[Any]:
-    """The periodic work of the channels: each ``modules`` entry's module-level ``schedules()``."""
-    found: list[Any] = []
-    for declared in channels():
-        for name in declared.modules:
-            module = importlib.import_module(name)
-            if hasattr(module, "schedules"):
-                found += module.schedules()
     return found

@@ -21,6 +21,10 @@ class ChannelBinding(Dto):
     revoked_at: Timestamp | None = None
 
 
+class SaveAll(Dto):
+    save_all: bool = Field(description="Save every image the binding's owner sends in the chat, without a word")
+
+
 class ChannelInfo(Dto):
     name: str
     configured: bool = Field(description="The admin has set the channel up (e.g. a Telegram bot token)")

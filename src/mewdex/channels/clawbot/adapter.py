@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from mewdex.channels import bindings
-from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent
+from mewdex.channels.base import Adapter, Binding, DeliveryFailed, Inbound, MemeFile, Sent
 from mewdex.channels.clawbot import NAME
 from mewdex.channels.clawbot.api import (
     WINDOW_SECONDS,
@@ -21,6 +21,7 @@ from mewdex.channels.clawbot.setup import cdn_url
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.platform import PlatformError, failure
 from mewdex.channels.registry import register_adapter
+from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.i18n import translate
 from mewdex.platform import owners
@@ -35,14 +36,21 @@ def window_text(state: str, lang: str = "en") -> str:
     return translate(lang, f"bot.clawbot.window.{state}", hours=WINDOW_SECONDS // 3600, sends=WINDOW_SENDS)
 
 
-class ClawBotAdapter:
+class ClawBotAdapter(Adapter):
     """The ``clawbot`` channel (module doc): one bot per person, bound by scanning a QR code."""
 
     name: ClassVar[str] = NAME
     secret_fields: ClassVar[tuple[str, ...]] = ("bot_token", "latest_context_token")
-    min_send_interval: ClassVar[float] = 1.0
-    command_prefixes: ClassVar[tuple[str, ...]] = ("/",)
-    outbound_only: ClassVar[bool] = False
+    polls: ClassVar[bool] = True
+
+    def poll_seconds(self) -> float:
+        return float(get_settings().clawbot_poll_seconds)
+
+    def poll(self, sessions: Any, seconds: float) -> dict[str, Any]:
+        """Long-poll every active binding at once (:func:`.inbound.poll_once`). ``{"messages"}``."""
+        from mewdex.channels.clawbot.inbound import poll_once
+
+        return {"messages": poll_once(sessions, seconds)}
 
     def target_of(self, binding: Binding) -> str:
         return str(binding.config.get("user_im_id") or binding.identity or "")
@@ -51,9 +59,6 @@ class ClawBotAdapter:
         raise ChannelError(
             "channel_config_invalid", "WeChat ClawBot binds by scanning the QR code on the Channels page"
         )
-
-    def bind_help(self, lang: str) -> str:
-        return translate(lang, "bot.bind_help.clawbot")
 
     def fetch_image(self, ref: str) -> bytes:
         return download_image(ref, cdn_url())

@@ -1,5 +1,6 @@
-"""ClawBot's inbound: the ``clawbot_polling`` task long-polls every active binding at once
-(:func:`poll_once`), queues the messages and reopens the window with the cursor in one transaction."""
+"""ClawBot's inbound: the ``clawbot_polling`` task (:mod:`mewdex.channels.polling`) long-polls
+every active binding at once (:func:`poll_once`), queues the messages and reopens the window with
+the cursor in one transaction."""
 
 from __future__ import annotations
 
@@ -15,18 +16,11 @@ from mewdex.channels.base import Binding, Inbound
 from mewdex.channels.clawbot import NAME
 from mewdex.channels.clawbot.api import get_updates, parse_message
 from mewdex.channels.platform import PlatformError
-from mewdex.config import get_settings
 from mewdex.db.models import ChannelBinding
 from mewdex.platform import owners
-from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, register_lane, task_type
-from mewdex.queue.scheduler import Schedule
 
-POLL_TASK = "clawbot_polling"
-POLL_LANE = "clawbot_poll"
 MAX_POLLERS = 16
 log = logging.getLogger(__name__)
-
-register_lane(Lane(POLL_LANE, concurrency=lambda: 1, listed=False))
 
 
 def _poll_binding(sessions: sessionmaker[Session], scope_id: str, view: Binding, seconds: float) -> int:
@@ -87,15 +81,3 @@ def poll_once(sessions: sessionmaker[Session], seconds: float) -> int:
         return 0
     with ThreadPoolExecutor(max_workers=min(MAX_POLLERS, len(views))) as pool:
         return sum(pool.map(lambda v: _poll_binding(sessions, v[0], v[1], seconds), views))
-
-
-@task_type(POLL_TASK, lane=POLL_LANE, retry=RetryPolicy(max_attempts=1))
-def clawbot_polling(ctx: TaskContext) -> dict[str, Any]:
-    """Keep ClawBot's inbound going for :attr:`clawbot_poll_seconds`. ``{"messages"}``."""
-    return {"messages": poll_once(ctx.sessions, get_settings().clawbot_poll_seconds)}
-
-
-def schedules() -> list[Schedule]:
-    from mewdex.channels.delivery import UNBOUND_SCOPE
-
-    return [Schedule(POLL_TASK, POLL_TASK, lambda: get_settings().clawbot_poll_seconds, UNBOUND_SCOPE)]

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent
+from mewdex.channels.base import Adapter, Binding, DeliveryFailed, MemeFile, Sent
 from mewdex.channels.discord import api, interactions
 from mewdex.channels.errors import ChannelError
-from mewdex.channels.platform import PlatformError
+from mewdex.channels.platform import PlatformError, fetch_image
 from mewdex.channels.registry import register_adapter
+from mewdex.config import get_settings
 
 
-class DiscordAdapter:
+class DiscordAdapter(Adapter):
     name: ClassVar[str] = interactions.NAME
     secret_fields: ClassVar[tuple[str, ...]] = ("bot_token",)
-    min_send_interval: ClassVar[float] = 1.0
-    command_prefixes: ClassVar[tuple[str, ...]] = ("/",)
-    outbound_only: ClassVar[bool] = False
     #: the framework issues the one-time code (POST /api/v1/channels/discord/code); ``/link`` redeems it
     binds_by_code: ClassVar[bool] = True
 
@@ -32,14 +30,12 @@ class DiscordAdapter:
             )
         return str(channel_id)
 
-    def binding_config(self, inbound: Inbound) -> dict[str, Any]:
-        return {}
-
     def bind_help(self, lang: str) -> str:
         return interactions.say(lang, "help")
 
     def fetch_image(self, ref: str) -> bytes:
-        raise DeliveryFailed("channel_platform_error", "Discord messages reach mewdex as interactions, not images")
+        """An attachment's bytes (its CDN URL; "Save to mewdex"), images and clips."""
+        return fetch_image(ref, max_bytes=get_settings().max_upload_bytes, content_types=("image/", "video/"))
 
     def _token(self, binding: Binding | None) -> str:
         token = (binding.config if binding is not None else {}).get("bot_token")

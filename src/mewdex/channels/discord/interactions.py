@@ -49,14 +49,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings, inbound, replay
-from mewdex.channels.base import MemeFile
+from mewdex.channels.base import Inbound
 from mewdex.channels.delivery import LANE
 from mewdex.channels.discord import api
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.platform import PlatformError
-from mewdex.db.models import ChannelBinding, ScopeContext
+from mewdex.db.models import ChannelBinding
 from mewdex.dto.i18n import translate
-from mewdex.library import memes
 from mewdex.platform import owners
 from mewdex.providers import sealed_fields, secrets
 from mewdex.queue import registry
@@ -70,6 +69,7 @@ PING, COMMAND, COMPONENT = 1, 2, 3
 CHAT_INPUT, MESSAGE_COMMAND = 1, 3
 PONG, MESSAGE, DEFERRED, DEFERRED_UPDATE, UPDATE_MESSAGE = 1, 4, 5, 6, 7
 MEME_COMMAND, LINK_COMMAND, CONTEXT_COMMAND = "meme", "link", "Find a meme for this"
+SAVE_COMMAND = "Save to mewdex"
 ANOTHER = "another"
 CONFIRM_LINK = "link:confirm"
 MAX_QUERY = 200
@@ -210,6 +210,45 @@ def _confirmed(session: Session, row: ChannelBinding, lang: str) -> dict[str, An
     return {"type": UPDATE_MESSAGE, "data": {"content": text, "components": [], "allowed_mentions": {}}}
 
 
+def attachments_of(data: dict[str, Any]) -> tuple[str, ...]:
+    """The URLs of the images and clips attached to a message command's target message."""
+    messages = (data.get("resolved") or {}).get("messages") or {}
+    target = messages.get(str(data.get("target_id"))) or {}
+    return tuple(
+        str(a["url"])
+        for a in target.get("attachments") or ()
+        if isinstance(a, dict)
+        and str(a.get("url") or "").startswith(("https://", "http://"))
+        and str(a.get("content_type") or "image/").startswith(("image/", "video/"))
+    )
+
+
+def _save(session: Session, row: ChannelBinding, interaction: dict[str, Any], person: str, lang: str) -> dict[str, Any]:
+    """The message command "Save to mewdex" by the linked person: the target message's attachment
+    goes the shared way (:func:`mewdex.channels.inbound.submit` → :mod:`mewdex.channels.saving`), and
+    the chat is told the outcome in the channel; the command itself is answered "Saving…" (ephemeral)."""
+    data = interaction.get("data") or {}
+    found = attachments_of(data)
+    if not found:
+        return _message(translate(lang, "bot.save.nothing"))
+    inbound.submit(
+        session,
+        Inbound(
+            channel=NAME,
+            sender=str(row.identity),
+            chat=str(interaction.get("channel_id") or ""),
+            text="/save",
+            reply_media=found[:1],
+            mentioned=True,
+            message_id=f"interaction:{interaction.get('id')}",
+            extra={"lang": lang},
+            scope_id=row.scope_id,
+            author=person,
+        ),
+    )
+    return _message(translate(lang, "bot.save.saving"))
+
+
 def accept(
     session: Session, application_id: str, signature: str | None, timestamp: str | None, body: bytes
 ) -> dict[str, Any]:
@@ -240,12 +279,15 @@ def accept(
         raise ChannelError("invalid_request", "an interaction this application does not answer")
     if kind == COMMAND and data.get("name") == LINK_COMMAND:
         return _link(session, row, person, _option(data, "code"), lang)
+    saving_asked = kind == COMMAND and data.get("type") == MESSAGE_COMMAND and data.get("name") == SAVE_COMMAND
     if row.identity != identity(application_id, person):
-        return _message(say(lang, "help"))
+        return _message(translate(lang, "bot.save.owner_only") if saving_asked and row.identity else say(lang, "help"))
     if bindings.pending(row):  # linked by /link, not yet confirmed by its person's press
         if kind == COMPONENT and data.get("custom_id") == CONFIRM_LINK:
             return _confirmed(session, row, lang)
         return _confirm_question(session, row, lang)
+    if saving_asked:
+        return _save(session, row, interaction, person, lang)
     if kind == COMPONENT:
         parsed = _parse_another(str(data.get("custom_id") or ""))
         if parsed is None:
@@ -279,29 +321,15 @@ def accept(
 # ------------------------------------------------------------------ the follow-up task
 
 
-def _meme_file(session: Session, scope_id: str, meme_id: str) -> MemeFile | None:
-    from mewdex.db.scopes import storage_namespace
-    from mewdex.storage import blob_store
-
-    meme = memes.find(session, ScopeContext(scope_id), meme_id)
-    if meme is None:
-        return None
-    with blob_store().open(storage_namespace(session, scope_id), meme.storage_key) as handle:
-        data = handle.read()
-    return MemeFile(str(meme.id), data, meme.extension.lower(), meme.sha256, meme.display_name)
-
-
 def _still_linked(sessions: sessionmaker[Session], scope_id: str, application_id: str, person: str) -> bool:
     """The binding still holds the application, links this person, and its owner is enabled."""
     with sessions.begin() as session:
         row = bindings.get(session, scope_id, NAME)
         return bool(
-            row is not None
-            and row.status == "active"
+            bindings.in_force(session, row)
+            and row is not None
             and (row.config or {}).get("application_id") == application_id
             and row.identity == identity(application_id, person)
-            and not bindings.pending(row)
-            and owners.owner_active(session, scope_id)
         )
 
 
@@ -311,8 +339,6 @@ def answer(
     """Fill in one interaction's answer (module doc): ``{"outcome": "meme"|"none"|"no_more"|
     "unavailable", "meme_id"?}``; ``started`` is called before the first API call. Raises
     :class:`PlatformError` from the API."""
-    from mewdex.assistant.retrieval import search_ids
-
     app = payload["application_id"]
     try:
         token = secrets.open_sealed(payload["token"], TOKEN_AAD)
@@ -324,11 +350,8 @@ def answer(
         started()
         api.edit_original(app, token, {"content": say(lang, "unavailable"), "attachments": [], "components": []})
         return {"outcome": "unavailable"}
-    _parsed, hits = search_ids(sessions, ScopeContext(scope_id), query, n=index + 1)
-    meme = None
-    if len(hits) > index:
-        with sessions.begin() as session:
-            meme = _meme_file(session, scope_id, hits[index].id)
+    found = inbound.search_memes(sessions, scope_id, query, start=index)
+    meme = found[0] if found else None
     started()
     if meme is None:
         if index == 0:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.concurrency import run_in_threadpool
@@ -33,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from mewdex.channels import bindings
 from mewdex.channels.discord import interactions, setup
+from mewdex.channels.platform import loopback
 from mewdex.channels.registry import WebKit
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.scopes import ScopeContext
@@ -63,11 +63,6 @@ class Commands(BaseModel):
     registered: list[str]
 
 
-def _loopback(url: str | None) -> bool:
-    host = (urlsplit(url or "").hostname or "").lower()
-    return host in ("", "localhost", "::1") or host.startswith("127.") or host.endswith(".localhost")
-
-
 def router(web: WebKit) -> APIRouter:
     """The routes (module doc), with the web layer's dependencies from ``web``."""
     api = APIRouter(tags=["channels"])
@@ -76,7 +71,7 @@ def router(web: WebKit) -> APIRouter:
         found = setup.status(bindings.get(session, scope.scope_id, setup.NAME))
         app = found["application_id"]
         url = f"{web.public_base_url(request)}{setup.endpoint_path(app)}" if app else None
-        return {**found, "endpoint_url": url, "loopback": _loopback(url or web.public_base_url(request))}
+        return {**found, "endpoint_url": url, "loopback": loopback(url or web.public_base_url(request))}
 
     @api.get("/api/v1/channels/discord", response_model=Status)
     def discord_status(

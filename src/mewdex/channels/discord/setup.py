@@ -42,7 +42,8 @@ def _words(key: str) -> dict[str, Any]:
 
 
 def commands() -> list[dict[str, Any]]:
-    """The application commands: ``/meme query``, ``/link code`` and the message command."""
+    """The application commands: ``/meme query``, ``/link code`` and the message commands "Find a
+    meme for this" and "Save to mewdex"."""
 
     def described(key: str, **fields: Any) -> dict[str, Any]:
         words = _words(key)
@@ -63,6 +64,7 @@ def commands() -> list[dict[str, Any]]:
             options=[described("link.code", type=3, name="code", required=True, max_length=64)],
         ),
         {"name": interactions.CONTEXT_COMMAND, "type": 3, "name_localizations": {"zh-CN": context["zh-CN"]}},
+        {"name": interactions.SAVE_COMMAND, "type": 3, "name_localizations": {"zh-CN": _words("save")["zh-CN"]}},
     ]
 
 

@@ -7,11 +7,11 @@ binding owner's library. Targets are ``private:<qq>`` and ``group:<group id>``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from sqlalchemy.orm import Session
 
-from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent
+from mewdex.channels.base import Adapter, Binding, DeliveryFailed, MemeFile, Sent
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.onebot import NAME
 from mewdex.channels.onebot.protocol import message_segments, parse_target, send_action
@@ -19,20 +19,17 @@ from mewdex.channels.onebot.relay import hang_up, relay_send
 from mewdex.channels.onebot.transport import call_http
 from mewdex.channels.platform import PlatformError, failure, fetch_image
 from mewdex.channels.registry import register_adapter
-from mewdex.dto.i18n import translate
 
 #: OneBot's codes as a delivery's
 CODES = {"onebot_not_connected": "onebot_not_connected", "onebot_timeout": "channel_unreachable"}
 
 
-class OneBotAdapter:
+class OneBotAdapter(Adapter):
     """The ``onebot`` channel (module doc; binding model in the comment above the relay)."""
 
     name: ClassVar[str] = NAME
     secret_fields: ClassVar[tuple[str, ...]] = ("access_token",)
-    min_send_interval: ClassVar[float] = 1.0
     command_prefixes: ClassVar[tuple[str, ...]] = ("/", "#")
-    outbound_only: ClassVar[bool] = False
 
     def target_of(self, binding: Binding) -> str:
         owner = binding.config.get("owner_qq")
@@ -41,12 +38,6 @@ class OneBotAdapter:
                 "channel_config_invalid", "this QQ binding has no owner QQ number to send to (set owner_qq)"
             )
         return f"private:{owner}"
-
-    def binding_config(self, inbound: Inbound) -> dict[str, Any]:
-        return {}
-
-    def bind_help(self, lang: str) -> str:
-        return translate(lang, "bot.bind_help.onebot")
 
     def fetch_image(self, ref: str) -> bytes:
         return fetch_image(ref)

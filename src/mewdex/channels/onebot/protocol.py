@@ -126,7 +126,9 @@ def segments_of(message: Any) -> list[dict[str, Any]]:
 class InboundMessage:
     """A message event: ``self_id`` (the bot), ``message_type`` (``private``/``group``), ``user_id``
     (the sender), ``group_id`` (None in private), ``text`` (the text segments joined, stripped),
-    ``mentioned`` (the bot was @-ed), ``message_id``, ``images`` (the URL of an attached picture)."""
+    ``mentioned`` (the bot was @-ed), ``message_id``, ``images`` (the URL of an attached picture),
+    ``media`` (the URLs of every picture, sticker and clip: ``image``, ``mface`` and ``video``
+    segments), ``reply_to`` (the message id of a ``reply`` segment: the message it answers)."""
 
     self_id: str
     message_type: str
@@ -136,7 +138,12 @@ class InboundMessage:
     mentioned: bool
     message_id: str
     images: tuple[str, ...] = ()
+    media: tuple[str, ...] = ()
+    reply_to: str | None = None
 
+
+#: the segments whose ``url`` is a file a meme can be (a picture, a market sticker, a clip)
+MEDIA_SEGMENTS = ("image", "mface", "video")
 
 #: a user or group id in an event (QQ numbers; lenient about length, never more than 20 digits)
 CHAT_ID = re.compile(r"[0-9]{1,20}")
@@ -176,6 +183,13 @@ def parse_event(event: dict[str, Any]) -> InboundMessage | None:
         for s in segments
         if s.get("type") == "image" and str(s["data"].get("url", "")).startswith(("https://", "http://"))
     )
+    media = tuple(
+        str(s["data"]["url"])
+        for s in segments
+        if s.get("type") in MEDIA_SEGMENTS and str(s["data"].get("url", "")).startswith(("https://", "http://"))
+    )
+    replied = next((s["data"].get("id") for s in segments if s.get("type") == "reply"), None)
+    reply_to = _id_of(replied, MESSAGE_ID) if replied is not None else None
     return InboundMessage(
         self_id=self_id,
         message_type=str(event["message_type"]),
@@ -185,6 +199,8 @@ def parse_event(event: dict[str, Any]) -> InboundMessage | None:
         mentioned=mentioned,
         message_id=message_id,
         images=images[:1],
+        media=media[:1],
+        reply_to=reply_to,
     )
 
 

@@ -22,12 +22,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from mewdex.channels.media import meme_file
 from mewdex.channels.onebot.protocol import ACTION_TIMEOUT, message_segments, parse_target, send_action
 from mewdex.channels.onebot.transport import ActionChannel, registry
 from mewdex.channels.platform import PlatformError
 from mewdex.db.engine import get_sessionmaker
-from mewdex.dto.scopes import ScopeContext
-from mewdex.library import memes
 
 RELAY_OUT = "mewdex_onebot_out"
 RELAY_DONE = "mewdex_onebot_done"
@@ -79,15 +78,11 @@ def relay_send(self_id: str, request: dict[str, Any], timeout: float = RELAY_TIM
 
 
 def _load_meme_bytes(scope_id: str, meme_id: str) -> bytes:
-    from mewdex.db.scopes import storage_namespace
-    from mewdex.storage import blob_store
-
     with get_sessionmaker().begin() as session:
-        meme = memes.find(session, ScopeContext(scope_id), meme_id)
-        if meme is None:
-            raise PlatformError("onebot_action_failed", "the meme was deleted before it was sent")
-        with blob_store().open(storage_namespace(session, scope_id), meme.storage_key) as handle:
-            return handle.read()
+        found = meme_file(session, scope_id, meme_id)
+    if found is None:
+        raise PlatformError("onebot_action_failed", "the meme was deleted before it was sent")
+    return found.data
 
 
 async def _serve_request(channel: ActionChannel, request: dict[str, Any]) -> dict[str, Any]:

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from mewdex.channels.base import Binding, Inbound, MemeFile, Sent
+from mewdex.channels.base import Adapter, Binding, Inbound, MemeFile, Reply, Sent
 from mewdex.channels.platform import fetch_image
 from mewdex.channels.registry import register_adapter
 from mewdex.channels.telegram import NAME, setup
 from mewdex.channels.telegram.api import bot_id, call, configured_token, send_file, token
 from mewdex.config import get_settings
-from mewdex.dto.i18n import translate
 
 
-class TelegramAdapter:
+class TelegramAdapter(Adapter):
     name: ClassVar[str] = NAME
-    secret_fields: ClassVar[tuple[str, ...]] = ()
-    min_send_interval: ClassVar[float] = 1.0
-    command_prefixes: ClassVar[tuple[str, ...]] = ("/",)
-    outbound_only: ClassVar[bool] = False
+    polls: ClassVar[bool] = True
+    buttons: ClassVar[bool] = True
+
+    def poll_seconds(self) -> float:
+        return float(get_settings().telegram_poll_seconds)
+
+    def poll(self, sessions: Any, seconds: float) -> dict[str, Any]:
+        from mewdex.channels.telegram.inbound import run_poll
+
+        return run_poll(sessions, seconds)
 
     def configured(self) -> bool:
         return configured_token()[0] is not None
@@ -41,14 +46,31 @@ class TelegramAdapter:
     def binding_config(self, message: Inbound) -> dict[str, Any]:
         return {"chat_id": message.sender, "bot_id": bot_id()}
 
-    def bind_help(self, lang: str) -> str:
-        return translate(lang, "bot.bind_help.telegram")
-
     def fetch_image(self, ref: str) -> bytes:
         info = call("getFile", {"file_id": ref})
         path = str(info.get("file_path") or "")
         url = f"{get_settings().telegram_api_url.rstrip('/')}/file/bot{token()}/{path}"
         return fetch_image(url, max_bytes=get_settings().max_upload_bytes, content_types=None)
+
+    def acknowledge(self, inbound: Inbound) -> None:
+        """A pressed button (the Save button) stops spinning in the person's app: ``answerCallbackQuery``."""
+        if inbound.extra.get("callback_query_id"):
+            call("answerCallbackQuery", {"callback_query_id": inbound.extra["callback_query_id"]})
+
+    def send(self, binding: Binding | None, target: str, reply: Reply) -> Sent:
+        """A :class:`Reply` with its buttons as an inline keyboard (one row; ``callback_data`` = the action)."""
+        if not reply.buttons:
+            return super().send(binding, target, reply)
+        keyboard = {"inline_keyboard": [[{"text": b.label, "callback_data": b.action[:64]} for b in reply.buttons]]}
+        if reply.meme is None:
+            result = call(
+                "sendMessage", {"chat_id": target, "text": (reply.text or "")[:4096], "reply_markup": keyboard}
+            )
+            return Sent(str(result.get("message_id")))
+        params: dict[str, Any] = {"chat_id": target, "reply_markup": keyboard}
+        if reply.text:
+            params["caption"] = reply.text[:1024]
+        return Sent(str(send_file(target, reply.meme, params).get("message_id")))
 
     def send_text(self, binding: Binding | None, target: str, text: str) -> Sent:
         result = call("sendMessage", {"chat_id": target, "text": text[:4096]})

@@ -1,6 +1,7 @@
-"""Telegram's inbound: updates by webhook (:func:`accept_webhook`) or long polling (the
-``telegram_polling`` task, :func:`poll_once`), parsed into the framework's :class:`Inbound`
-(:func:`parse_message`), and inline queries (``@bot 无语``: the ``telegram_inline`` task)."""
+"""Telegram's inbound: updates by webhook (:func:`accept_webhook`) or long polling (:func:`run_poll`,
+the ``telegram_polling`` task of :mod:`mewdex.channels.polling`; :func:`poll_once`), parsed into
+the framework's :class:`Inbound` (:func:`parse_message`), and inline queries (``@bot 无语``: the
+``telegram_inline`` task)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ import hmac
 import logging
 import time
 from typing import Any
-from uuid import UUID
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.channels import bindings, inbound, replay, state
-from mewdex.channels.base import DeliveryFailed, Inbound, MemeFile
+from mewdex.channels import bindings, inbound, replay, saving, state
+from mewdex.channels.base import UNBOUND_SCOPE, DeliveryFailed, Inbound
 from mewdex.channels.delivery import LANE
 from mewdex.channels.errors import ChannelError
+from mewdex.channels.media import meme_file
 from mewdex.channels.telegram import NAME
 from mewdex.channels.telegram.api import (
     PHOTO_EXTENSIONS,
@@ -30,21 +31,17 @@ from mewdex.channels.telegram.api import (
 from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext
 from mewdex.dto.i18n import translate
-from mewdex.library import listing
-from mewdex.platform import owners
 from mewdex.queue import registry
-from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, register_lane, task_type
-from mewdex.queue.scheduler import Schedule
+from mewdex.queue.registry import RetryPolicy, TaskContext, task_type
 
 log = logging.getLogger(__name__)
-POLL_LANE = "channel_poll"
 WEBHOOK_PATH = "/channels/telegram/webhook"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 INLINE_MAX = 50
 INLINE_UPLOADS_PER_QUERY = 10
-ALLOWED_UPDATES = ["message", "inline_query"]
-
-register_lane(Lane(POLL_LANE, concurrency=lambda: 1, listed=False))
+#: Commands the framework reads whole (mewdex.channels.saving); any other's text is what follows it.
+FRAMEWORK_COMMANDS = ("save", "autosave")
+ALLOWED_UPDATES = ["message", "inline_query", "callback_query"]
 
 
 def parse_message(message: dict[str, Any], username: str | None) -> Inbound | None:
@@ -69,23 +66,50 @@ def parse_message(message: dict[str, Any], username: str | None) -> Inbound | No
             return None  # a command for another bot in the group
         if name == "start" and rest.strip():
             bind_code = rest.strip()[:64]
-        text = rest.strip() if name != "start" else ""
+        if name in FRAMEWORK_COMMANDS:  # the framework reads these as typed (/save, /autosave on)
+            text = f"/{name} {rest.strip()}".strip()
+        else:
+            text = rest.strip() if name != "start" else ""
         mentioned = True
     if mention:
         text = " ".join(text.replace(mention, " ").replace(mention.lower(), " ").split())
     photos = message.get("photo") or []
     images = (photos[-1]["file_id"],) if photos else ()
+    replied = message.get("reply_to_message")
     return Inbound(
         channel=NAME,
         sender=str(sender),
         chat=str(chat["id"]),
         text=text,
         images=images,
+        media=media_of(message),
+        reply_media=media_of(replied) if isinstance(replied, dict) else (),
         is_group=is_group,
         mentioned=mentioned,
         bind_code=bind_code,
         message_id=str(message.get("message_id")) if message.get("message_id") is not None else None,
     )
+
+
+#: The fields of a Bot API ``Message`` that carry a file a meme can be (a document only when its
+#: type is an image or a video)
+MEDIA_FIELDS = ("animation", "sticker", "video", "video_note", "document")
+
+
+def media_of(message: dict[str, Any]) -> tuple[str, ...]:
+    """The ``file_id`` of the file a ``Message`` carries (its largest photo size, a sticker, an
+    animation, a video, an image or video document), or ()."""
+    photos = message.get("photo") or []
+    if photos and isinstance(photos[-1], dict) and photos[-1].get("file_id"):
+        return (str(photos[-1]["file_id"]),)
+    for field in MEDIA_FIELDS:
+        found = message.get(field)
+        if not isinstance(found, dict) or not found.get("file_id"):
+            continue
+        if field == "document" and not str(found.get("mime_type") or "").startswith(("image/", "video/")):
+            continue
+        return (str(found["file_id"]),)
+    return ()
 
 
 def dispatch(session: Session, update: dict[str, Any], username: str | None) -> str:
@@ -104,6 +128,12 @@ def dispatch(session: Session, update: dict[str, Any], username: str | None) -> 
             dedupe_key=f"telegram-inline:{query.get('id')}",
         )
         return "inline_query"
+    if isinstance(update.get("callback_query"), dict):
+        parsed = parse_callback(update["callback_query"])
+        if parsed is not None:
+            inbound.submit(session, parsed)
+            return "callback_query"
+        return "ignored"
     message = update.get("message")
     if isinstance(message, dict):
         parsed = parse_message(message, username)
@@ -113,8 +143,27 @@ def dispatch(session: Session, update: dict[str, Any], username: str | None) -> 
     return "ignored"
 
 
+def parse_callback(query: dict[str, Any]) -> Inbound | None:
+    """A press of a button under one of the bot's messages (an inline keyboard's ``callback_data``):
+    the Save button (``save:<message id>``) as a save of that message by whoever pressed it; None
+    for any other press."""
+    sender = (query.get("from") or {}).get("id")
+    chat = ((query.get("message") or {}).get("chat") or {}).get("id")
+    data = str(query.get("data") or "")
+    if sender is None or chat is None or not data.startswith(saving.SAVE_ACTION):
+        return None
+    return Inbound(
+        channel=NAME,
+        sender=str(sender),
+        chat=str(chat),
+        text="/save",
+        mentioned=True,
+        message_id=f"callback:{query.get('id')}",
+        extra={"button_of": data[len(saving.SAVE_ACTION) :], "callback_query_id": str(query.get("id") or "")},
+    )
+
+
 def _ensure_system_scope(session: Session) -> str:
-    from mewdex.channels.delivery import UNBOUND_SCOPE
     from mewdex.db.scopes import ensure_scope
 
     ensure_scope(session, ScopeContext(UNBOUND_SCOPE))
@@ -185,31 +234,23 @@ def ensure_mode(sessions: sessionmaker[Session]) -> str:
     return "webhook" if url else "polling"
 
 
-@task_type("telegram_polling", lane=POLL_LANE, retry=RetryPolicy(max_attempts=1))
-def telegram_polling(ctx: TaskContext) -> dict[str, Any]:
-    """Keep Telegram's inbound going for :attr:`telegram_poll_seconds`: register the webhook (public
-    URL) or long-poll ``getUpdates``. ``{"mode", "updates"}``; ``{"skipped"}`` without a token."""
+def run_poll(sessions: sessionmaker[Session], seconds: float) -> dict[str, Any]:
+    """One ``telegram_polling`` run (:mod:`mewdex.channels.polling`): keep Telegram's inbound going
+    for ``seconds``: register the webhook (public URL) or long-poll ``getUpdates``. ``{"mode",
+    "updates"}``; ``{"skipped"}`` without a token."""
     if configured_token()[0] is None:  # read each run: a token saved on the page starts polling here
         return {"skipped": "no bot token (Channels page or MEWDEX_TELEGRAM_BOT_TOKEN)"}
     try:
-        if ensure_mode(ctx.sessions) == "webhook":
+        if ensure_mode(sessions) == "webhook":
             return {"mode": "webhook", "updates": 0}
-        deadline = time.monotonic() + get_settings().telegram_poll_seconds
+        deadline = time.monotonic() + seconds
         count = 0
         while (left := deadline - time.monotonic()) >= 1:
-            count += poll_once(ctx.sessions, timeout=int(min(left, 50)))
+            count += poll_once(sessions, timeout=int(min(left, 50)))
         return {"mode": "polling", "updates": count}
     except (DeliveryFailed, ChannelError) as exc:
         log.warning("telegram polling: %s (%s)", exc.code, getattr(exc, "platform_error", None) or exc)
         return {"mode": "error", "code": exc.code}
-
-
-def schedules() -> list[Schedule]:
-    from mewdex.channels.delivery import UNBOUND_SCOPE
-
-    return [
-        Schedule("telegram_polling", "telegram_polling", lambda: get_settings().telegram_poll_seconds, UNBOUND_SCOPE)
-    ]
 
 
 # ------------------------------------------------------------------ inline mode
@@ -231,15 +272,11 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
     """Answer an inline query (``@bot 无语``) with up to :data:`INLINE_MAX` memes of the sender's
     library; an unbound sender gets no results and a button that opens the bot (in the language of
     their Telegram app). Returns how many."""
-    from mewdex.assistant.retrieval import search_ids
-    from mewdex.db.scopes import storage_namespace
-    from mewdex.storage import blob_store
 
     sender = str((query.get("from") or {}).get("id"))
     with sessions.begin() as session:
         row = bindings.find_by_identity(session, NAME, sender)
-        usable = row is not None and not bindings.pending(row) and owners.owner_active(session, row.scope_id)
-        scope_id = row.scope_id if row is not None and usable else None
+        scope_id = row.scope_id if row is not None and bindings.in_force(session, row) else None
     if scope_id is None:  # unbound, not confirmed yet, or a disabled owner's: no library
         call(
             "answerInlineQuery",
@@ -252,23 +289,16 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
             },
         )
         return 0
-    _q, hits = search_ids(sessions, ScopeContext(scope_id), str(query.get("query") or "")[:500], n=INLINE_MAX)
-    ids = [UUID(h.id) for h in hits]
-    with sessions.begin() as session:
-        memes = listing.memes_by_id(session, ScopeContext(scope_id), ids)
-        namespace = storage_namespace(session, scope_id)
     storage_chat = get_settings().telegram_storage_chat_id
     results, uploads, bid = [], 0, bot_id()
-    for mid in ids:
-        meme = memes.get(mid)
-        if meme is None:
-            continue
-        probe = MemeFile(str(mid), b"", meme.extension.lower(), meme.sha256, meme.display_name)
+    for probe in inbound.search_memes(sessions, scope_id, str(query.get("query") or ""), count=INLINE_MAX, data=False):
         kind = "animation" if probe.animated else ("photo" if probe.extension in PHOTO_EXTENSIONS else "photo_png")
-        file_id = state.cached_file_id(sessions, NAME, bid, meme.sha256, kind)
+        file_id = state.cached_file_id(sessions, NAME, bid, probe.sha256, kind)
         if file_id is None and storage_chat and uploads < INLINE_UPLOADS_PER_QUERY:
-            with blob_store().open(namespace, meme.storage_key) as handle:
-                full = MemeFile(str(mid), handle.read(), probe.extension, meme.sha256, meme.display_name)
+            with sessions.begin() as session:
+                full = meme_file(session, scope_id, probe.meme_id)
+            if full is None:
+                continue
             uploads += 1
             try:
                 sent = send_file(storage_chat, full, {"disable_notification": True})
@@ -277,7 +307,7 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
                 log.warning("telegram inline: uploading a meme to the storage chat failed (%s)", exc.code)
                 break
         if file_id:
-            results.append(_inline_result(str(mid), kind, file_id))
+            results.append(_inline_result(probe.meme_id, kind, file_id))
         if len(results) >= INLINE_MAX:
             break
     call(

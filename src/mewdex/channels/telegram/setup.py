@@ -46,5 +46,5 @@ def link(session: Session, sessions: sessionmaker[Session], *, scope_id: str, us
     """A deep link that binds the chat which opens it: ``{"url": "https://t.me/<bot>?start=<code>", "code"}``.
     Raises ``ChannelError`` ``channel_not_configured`` (409) / ``channel_platform_error`` (502)."""
     username = bot_username(sessions)
-    code = bindings.new_bind_code(session, scope_id=scope_id, user_id=user_id, channel=NAME)
+    code = bindings.link_code(session, scope_id=scope_id, user_id=user_id, channel=NAME)["code"]
     return {"url": f"https://t.me/{username}?start={code}", "code": code}

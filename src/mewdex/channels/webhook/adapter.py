@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 from uuid import UUID
 
-from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent, current_delivery
+from mewdex.channels.base import Adapter, Binding, DeliveryFailed, Inbound, MemeFile, Sent, current_delivery
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.registry import register_adapter
 from mewdex.channels.webhook import NAME
@@ -25,7 +25,7 @@ from mewdex.providers.errors import ProviderError
 INLINE_IMAGE_BYTES = 256 * 1024
 
 
-class WebhookAdapter:
+class WebhookAdapter(Adapter):
     name: ClassVar[str] = NAME
     secret_fields: ClassVar[tuple[str, ...]] = ("secret",)
     min_send_interval: ClassVar[float] = 0.0

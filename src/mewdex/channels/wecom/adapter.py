@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from mewdex.channels import state
-from mewdex.channels.base import Binding, DeliveryFailed, Inbound, MemeFile, Sent
+from mewdex.channels.base import Adapter, Binding, DeliveryFailed, Inbound, MemeFile, Sent
 from mewdex.channels.platform import PlatformError, failure, fetch_image
 from mewdex.channels.registry import register_adapter
 from mewdex.channels.wecom import NAME
@@ -15,7 +15,6 @@ from mewdex.channels.wecom.api import WeComApp, prepare_image, send_message, sen
 from mewdex.channels.wecom.setup import APP_SETTING, load_app
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import utcnow
-from mewdex.dto.i18n import translate
 from mewdex.platform import instance
 
 log = logging.getLogger(__name__)
@@ -28,15 +27,12 @@ CODES = {
 }
 
 
-class WeComAdapter:
+class WeComAdapter(Adapter):
     """The ``wecom`` channel: a self-built app pushes to a member (``wecom_userid``) at any time;
     inbound messages arrive on the callback URL (see :func:`accept_callback`)."""
 
     name: ClassVar[str] = NAME
-    secret_fields: ClassVar[tuple[str, ...]] = ()
     min_send_interval: ClassVar[float] = 0.5
-    command_prefixes: ClassVar[tuple[str, ...]] = ("/",)
-    outbound_only: ClassVar[bool] = False
 
     def _app(self) -> WeComApp:
         with get_sessionmaker().begin() as session:
@@ -55,9 +51,6 @@ class WeComAdapter:
 
     def binding_config(self, inbound: Inbound) -> dict[str, Any]:
         return {"wecom_userid": inbound.sender}
-
-    def bind_help(self, lang: str) -> str:
-        return translate(lang, "bot.bind_help.wecom")
 
     def fetch_image(self, ref: str) -> bytes:
         return fetch_image(ref)

@@ -109,5 +109,5 @@ def link(session: Session, *, scope_id: str, user_id: UUID | None) -> dict[str, 
     """A one-time code the signed-in user sends to the WeCom app to bind their ``wecom_userid``:
     ``{"code", "instructions"}``. ``channel_not_configured`` without an app."""
     require_app(session)
-    code = bindings.new_bind_code(session, scope_id=scope_id, user_id=user_id, channel=NAME)
+    code = bindings.link_code(session, scope_id=scope_id, user_id=user_id, channel=NAME)["code"]
     return {"code": code, "instructions": f"Send this code to the mewdex app in WeCom: {code}"}

@@ -15,13 +15,13 @@ import importlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.orm import Session
 
-from mewdex.channels import bindings, delivery, registry
+from mewdex.channels import bindings, delivery, registry, saving
 from mewdex.channels.bindings import ChannelDelivery
+from mewdex.channels.platform import loopback
 from mewdex.channels.registry import WebKit
 from mewdex.config import get_settings
 from mewdex.dto import channels as dto
@@ -77,15 +77,8 @@ def channel_infos() -> list[dict[str, Any]]:
     infos = []
     for name in (c.name for c in registry.channels()):
         adapter = registry.ADAPTERS[name]
-        configured = getattr(adapter, "configured", None)
-        info: dict[str, Any] = {
-            "name": name,
-            "configured": bool(configured()) if configured else True,
-            "bind_code": bool(getattr(adapter, "binds_by_code", False)),
-        }
-        status = getattr(adapter, "status", None)
-        if status is not None:
-            info.update(status())
+        info: dict[str, Any] = {"name": name, "configured": adapter.configured(), "bind_code": adapter.binds_by_code}
+        info.update(adapter.status())
         infos.append(info)
     return infos
 
@@ -114,8 +107,7 @@ def channel_deliveries(
 def public_url_loopback() -> bool:
     """Whether the URL platforms would call back is this machine only (``MEWDEX_PUBLIC_URL`` unset, or
     naming 127.0.0.1 / localhost / ::1): WeCom and Telegram's webhook mode cannot reach it."""
-    host = (urlsplit(get_settings().public_url or "").hostname or "").lower()
-    return host in ("", "localhost", "::1") or host.startswith("127.") or host.endswith(".localhost")
+    return loopback(get_settings().public_url)
 
 
 @router.post("/api/v1/channels/{channel}/code", response_model=dto.BindCode, status_code=201)
@@ -127,6 +119,18 @@ def channel_bind_code(
     409 ``channel_not_configured``, 422 ``channel_config_invalid`` (the channel binds another way)."""
     user_id = bindings.owner_user_id(session, scope.scope_id)
     return bindings.issue_bind_code(session, scope_id=scope.scope_id, user_id=user_id, channel=channel)
+
+
+@router.put("/api/v1/channels/{channel}/save-all", response_model=dto.ChannelBinding)
+def channel_save_all(
+    channel: str,
+    body: dto.SaveAll,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
+    """Whether the caller's chat saves every image they send there without a word (``config.save_all``;
+    the chat's ``/autosave on|off`` sets the same). 404 ``channel_not_bound``."""
+    return bindings.api_view(saving.save_all(session, scope.scope_id, channel, body.save_all))
 
 
 @router.delete("/api/v1/channels/{channel}", response_model=dto.ChannelBinding)

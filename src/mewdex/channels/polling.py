@@ -1,0 +1,57 @@
+"""One poller for every channel whose messages are fetched rather than pushed (Telegram without a
+public URL, ClawBot): an adapter with ``polls = True`` gets, from here, its lane ``<name>_poll``
+(one poll at a time, all processes), its task type ``<name>_polling`` (one attempt: the next slot
+polls again) and its schedule (every :meth:`~mewdex.channels.base.Adapter.poll_seconds`, in the
+system scope). The task calls :meth:`~mewdex.channels.base.Adapter.poll`; the cursor is the
+adapter's (a bot's ``update_offset`` in ``channel_bots``, a binding's ``get_updates_buf``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mewdex.channels.base import UNBOUND_SCOPE, Adapter
+from mewdex.channels.registry import ADAPTERS
+from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, TaskType, register_lane, register_task_type
+from mewdex.queue.scheduler import Schedule
+
+
+def lane_of(name: str) -> str:
+    """The lane of channel ``name``'s polls."""
+    return f"{name}_poll"
+
+
+def task_type_of(name: str) -> str:
+    """The task type of channel ``name``'s polls."""
+    return f"{name}_polling"
+
+
+def pollers() -> list[Adapter]:
+    """The registered adapters that poll."""
+    return [a for a in ADAPTERS.values() if a.polls]
+
+
+def _handler(adapter: Adapter):
+    def poll(ctx: TaskContext) -> dict[str, Any]:
+        return adapter.poll(ctx.sessions, adapter.poll_seconds())
+
+    poll.__doc__ = f"One poll of {adapter.name} (mewdex.channels.polling)."
+    return poll
+
+
+def register() -> None:
+    """Declare each polling adapter's lane and task type (once per process; again is harmless)."""
+    for adapter in pollers():
+        register_lane(Lane(lane_of(adapter.name), concurrency=lambda: 1, listed=False))
+        register_task_type(
+            TaskType(
+                name=task_type_of(adapter.name),
+                handler=_handler(adapter),
+                lane=lane_of(adapter.name),
+                retry=RetryPolicy(max_attempts=1),
+            )
+        )
+
+
+def schedules() -> list[Schedule]:
+    """A schedule per polling adapter: a poll every ``poll_seconds()`` (read at each tick)."""
+    return [Schedule(task_type_of(a.name), task_type_of(a.name), a.poll_seconds, UNBOUND_SCOPE) for a in pollers()]
