@@ -26,11 +26,12 @@ import unicodedata
 import regex
 
 # The one name rule lives below the library (accounts use it too); re-exported here for name code.
+from mewdex.dto.media import EXTENSIONS
 from mewdex.library import generic_words
 from mewdex.platform.errors import _KEPT_FORMAT
 from mewdex.platform.errors import strip_format_characters as strip_format_characters
 
-ALLOWED_EXTENSIONS = (".png", ".jpg", ".gif", ".webp", ".avif", ".heic", ".mp4", ".webm", ".tgs")
+ALLOWED_EXTENSIONS = tuple(EXTENSIONS.values())  # the stored ones: mewdex.dto.media
 # A display name never ends in one of these (the mirror of ck_memes_display_name_safe)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
 # File names that say "a meme file" (import and watched folders: a file so named that does not decode
