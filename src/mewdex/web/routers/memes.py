@@ -295,8 +295,10 @@ UPLOAD_BODY = {
     responses={200: {"model": UploadResponse, "description": "no meme created; a duplicate"}},
 )
 async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope)):
-    """Upload 1–20 images as multipart field ``files`` (each ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, the
-    request ≤ 200 MiB, enforced while streaming). Form options: ``auto_name`` (bool: name each new
+    """Upload 1–20 memes as multipart field ``files`` (each ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, the
+    request ≤ 200 MiB, enforced while streaming): PNG, JPEG, GIF, WEBP, AVIF, HEIC, MP4 and WebM clips,
+    TGS stickers — the format read from the bytes, never from the name or the part's content type (a
+    file of another format is ``rejected`` with 415 ``unsupported_media_type``). Form options: ``auto_name`` (bool: name each new
     meme from its context title once analysed), ``collection_id`` (add the memes to it) and
     ``relative_path`` (one per file, in order: the path it had in an imported folder, ``memegen/drake/1.png``;
     its folders name a meme with a generic file name and stay searchable, as for a local folder import).
