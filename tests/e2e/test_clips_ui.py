@@ -90,3 +90,15 @@ def test_cards_and_the_meme_page_name_a_clip_and_a_sticker(page, work_server, cl
         assert facts in page.locator("dl.facts").first.inner_text()
     assert page.evaluate("() => document.documentElement.scrollWidth") <= page.viewport_size["width"]
     page.shot(f"clip-badges-detail-{lang}")
+
+
+def test_a_clip_renamed_with_its_extension_downloads_under_that_name_once(page, work_server, clips):
+    page.goto(f"{work_server.url}/memes/{clips['webm']}")
+    page.click("[data-action=rename-start]")
+    page.fill(".rename-form input[name=display_name]", "dance.webm")
+    page.click(".rename-form button[type=submit]")
+    page.wait_for_function("() => document.querySelector('.meme-name').textContent === 'dance.webm'")
+    assert page.locator(".detail .actions a[download]").get_attribute("download") == "dance.webm"  # app.js
+    page.reload()
+    assert page.locator(".detail .actions a[download]").get_attribute("download") == "dance.webm"  # the server
+    assert page.evaluate("() => savedName('Party.WEBM', '.webm')") == "Party.webm"

@@ -100,6 +100,21 @@ def normalize_display_name(value: object) -> str:
     return name
 
 
+def saved_stem(display_name: str, extension: str) -> str:
+    """The stem of the file a meme is saved as (a download, a ZIP entry): its display name without a
+    trailing ``extension`` (any case). A display name never ends in ``.png .jpg .gif .webp``, but may
+    in a newer format's: a clip renamed ``dance.webm`` saves as ``dance.webm``, never ``dance.webm.webm``."""
+    if extension and _pg_lower(display_name).endswith(extension.lower()) and len(display_name) > len(extension):
+        return display_name[: -len(extension)]
+    return display_name
+
+
+def saved_name(display_name: str, extension: str) -> str:
+    """The name of the file a meme is saved as: :func:`saved_stem` plus the stored ``extension``
+    (``"dance"``, ``".webm"`` → ``"dance.webm"``; ``"dance.webm"``, ``".webm"`` → ``"dance.webm"``)."""
+    return saved_stem(display_name, extension) + extension
+
+
 def display_name_from_filename(filename: str) -> str:
     """Derive a display name from an uploaded or imported file name.
 
