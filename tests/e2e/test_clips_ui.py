@@ -66,3 +66,39 @@ def test_sticker_page_shows_its_animated_preview_at_phone_width(page, work_serve
     assert 0 < width <= PHONE["width"]
     assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
     page.shot("clip-detail-phone")
+
+
+BADGES = {"en": {"webm": "CLIP", "tgs": "STICKER"}, "zh": {"webm": "视频", "tgs": "贴纸"}}
+FACTS = {"en": {"webm": "clip, 20 frames", "tgs": "animated sticker, 30 frames"}, "zh": {"webm": "视频，20 帧"}}
+
+
+@pytest.mark.parametrize("lang,viewport", [("en", None), ("zh", {"width": 375, "height": 812})])
+def test_cards_and_the_meme_page_name_a_clip_and_a_sticker(page, work_server, clips, lang, viewport):
+    """The badge says what moves: a clip and a sticker are no "GIF" (desktop in English, 375 px in Chinese)."""
+    page.context.add_cookies([{"name": "mewdex_lang", "value": lang, "url": work_server.url}])
+    if viewport:
+        page.set_viewport_size(viewport)
+    page.goto(f"{work_server.url}/library")
+    for fmt, word in BADGES[lang].items():
+        badge = page.locator(f'.card[data-id="{clips[fmt]}"] .tag-anim')
+        assert badge.inner_text() == word and badge.is_visible()
+    page.shot(f"clip-badges-library-{lang}")
+    for fmt, facts in FACTS[lang].items():
+        page.goto(f"{work_server.url}/memes/{clips[fmt]}")
+        badge = page.locator(".detail-media .tag-anim")
+        assert badge.inner_text() == BADGES[lang][fmt] and badge.is_visible()
+        assert facts in page.locator("dl.facts").first.inner_text()
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= page.viewport_size["width"]
+    page.shot(f"clip-badges-detail-{lang}")
+
+
+def test_a_clip_renamed_with_its_extension_downloads_under_that_name_once(page, work_server, clips):
+    page.goto(f"{work_server.url}/memes/{clips['webm']}")
+    page.click("[data-action=rename-start]")
+    page.fill(".rename-form input[name=display_name]", "dance.webm")
+    page.click(".rename-form button[type=submit]")
+    page.wait_for_function("() => document.querySelector('.meme-name').textContent === 'dance.webm'")
+    assert page.locator(".detail .actions a[download]").get_attribute("download") == "dance.webm"  # app.js
+    page.reload()
+    assert page.locator(".detail .actions a[download]").get_attribute("download") == "dance.webm"  # the server
+    assert page.evaluate("() => savedName('Party.WEBM', '.webm')") == "Party.webm"

@@ -98,3 +98,20 @@ def test_a_trashed_meme_is_not_found(client, memes):
         assert r.status_code == 404 and r.json()["error"]["details"]["missing"] == [victim]
     finally:
         assert client.post(f"/api/v1/trash/{victim}/restore").status_code in (200, 204)
+
+
+def test_a_clip_named_with_its_extension_is_saved_under_that_name_once(client, sessions, store, scopes):
+    from clip_helpers import clip
+
+    made = add_image(
+        sessions, store, scopes[0], clip("webm", "libvpx", "HOP"), filename="hop.webm", provenance={}, process=False
+    )
+    meme_id = str(made.meme_id)
+    assert client.patch(f"/api/v1/memes/{meme_id}", json={"display_name": "dance.webm"}).status_code == 200
+    r = client.post("/api/v1/memes/zip", json={"ids": [meme_id]})
+    assert r.status_code == 200, r.text
+    assert [i["file"] for i in json.loads(zipfile.ZipFile(io.BytesIO(r.content)).read("manifest.json"))["items"]] == [
+        "images/dance.webm"
+    ]
+    download = client.get(f"/media/{meme_id}", params={"download": 1})
+    assert download.headers["content-disposition"].endswith("filename*=UTF-8''dance.webm")

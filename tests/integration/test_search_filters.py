@@ -276,3 +276,47 @@ def test_api_image_search_applies_the_filters(client, sessions, scope):
         data={"n_results": "5", "formats": ["gif"]},
     )
     assert r.status_code == 200 and [h["id"] for h in r.json()["results"]] == [str(gif.id)], r.text
+
+
+@pytest.fixture(scope="module")
+def one_of_each(sessions):
+    """A scope with one "sticker" meme of each stored format (:data:`mewdex.dto.media.FORMATS`), none
+    probed as animated (a one-frame clip or sticker still counts as animated); ``{format: meme id}``."""
+    from conftest import drop_scope, new_scope
+    from mewdex.dto.media import EXTENSIONS
+
+    s = new_scope(sessions, "formats")
+    with sessions.begin() as session:
+        memes = {fmt: _meme(s, i, extension=ext) for i, (fmt, ext) in enumerate(EXTENSIONS.items())}
+        session.add_all(memes.values())
+        session.flush()
+        for m in memes.values():
+            keyword.index_document(
+                session, s.scope_id, m.id, "h", {"name": "sticker", "ocr": "", "labels": "", "phrase": ""}
+            )
+        ids = {fmt: str(m.id) for fmt, m in memes.items()}
+    with client_for(s) as c:
+        yield c, ids
+    drop_scope(sessions, s)
+
+
+def test_the_formats_filter_takes_every_stored_format(one_of_each):
+    client, ids = one_of_each
+    r = client.post("/api/v1/search", json={"query": "sticker", "n_results": 20, "formats": ["webm"]})
+    assert r.status_code == 200 and [h["id"] for h in r.json()["results"]] == [ids["webm"]], r.text
+    for fmt, meme_id in ids.items():
+        r = client.post("/api/v1/search", json={"query": "sticker", "n_results": 20, "formats": [fmt]})
+        assert [h["id"] for h in r.json()["results"]] == [meme_id], (fmt, r.text)
+    r = client.post("/api/v1/search", json={"query": "sticker", "n_results": 20, "formats": list(ids)})
+    assert {h["id"] for h in r.json()["results"]} == set(ids.values())
+
+
+def test_animated_keeps_clips_and_stickers_and_stills_never_show_them(one_of_each):
+    client, ids = one_of_each
+    found = {}
+    for animated in (True, False):
+        r = client.post("/api/v1/search", json={"query": "sticker", "n_results": 20, "animated": animated})
+        assert r.status_code == 200, r.text
+        found[animated] = {h["id"] for h in r.json()["results"]}
+    assert found[True] == {ids["mp4"], ids["webm"], ids["tgs"]}
+    assert found[False] == set(ids.values()) - found[True]

@@ -7,12 +7,14 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from starlette.requests import Request
 
 from mewdex.channels import registry
 from mewdex.dto import i18n
+from mewdex.dto.media import MediaKind
 from mewdex.web import i18n as web_i18n
 
 registry.load()  # the channel packages' own catalogues join the core ones, as in the app
@@ -76,6 +78,8 @@ def test_dynamic_keys_used_by_templates_exist():
         "library.state.": ["ready", "processing", "failed"],
         "nav.": ["search", "library", "upload", "collections", "tasks"],
         "error.": ["image_corrupt", "unsupported_media_type", "image_too_large", "blob_missing", "unsafe_path"],
+        "meme.kind.": get_args(MediaKind),  # a card's and a meme page's badge
+        "meme.frames.": get_args(MediaKind),
     }.items():
         for value in values:
             assert prefix + value in en, prefix + value

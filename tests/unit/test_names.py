@@ -15,6 +15,7 @@ from mewdex.library.names import (
     is_valid_display_name,
     normalize_display_name,
     normalize_extension,
+    saved_name,
 )
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
@@ -250,3 +251,17 @@ def test_random_hostile_names_always_storable():
 )
 def test_display_name_from_filename(filename, expected):
     assert display_name_from_filename(filename) == expected
+
+
+@pytest.mark.parametrize(
+    "name,extension,expected",
+    [
+        ("dance", ".webm", "dance.webm"),
+        ("dance.webm", ".webm", "dance.webm"),  # a clip renamed with its extension: never doubled
+        ("Dance.WEBM", ".webm", "Dance.webm"),
+        ("dance.mp4", ".webm", "dance.mp4.webm"),  # another format's suffix is part of the name
+        (".tgs", ".tgs", ".tgs.tgs"),  # nothing would be left of the name
+    ],
+)
+def test_saved_name_adds_the_extension_once(name, extension, expected):
+    assert saved_name(name, extension) == expected

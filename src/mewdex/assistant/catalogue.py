@@ -87,12 +87,14 @@ _MEME_ID = "a meme id that a tool returned"
 class SearchMemesArgs(Arguments):
     query: str = Field(description="a few words: feeling, situation, text (any language)")
     n: int = _n()
-    animated: bool | None = Field(None, description="true: only GIFs/animations")
+    animated: bool | None = Field(None, description="true: only animated memes (GIFs, clips, stickers)")
     collection: str | None = Field(None, description="only this collection (name or id)")
 
 
 class SearchByImageArgs(Arguments):
-    image_base64: str = Field(description="the image: PNG/JPEG/GIF/WEBP bytes, base64-encoded")
+    image_base64: str = Field(
+        description="the image, base64-encoded: PNG, JPEG, GIF, WEBP, AVIF, HEIC, an MP4/WebM clip or a TGS sticker"
+    )
     n: int = _n()
 
 

@@ -270,7 +270,7 @@ def print_import_summary(summary, skipped: list[tuple[Path, str, str, str]], rem
     console.print(
         f"[green]{summary.created} created[/green] · {summary.duplicates} duplicates · "
         f"[yellow]{summary.skipped} skipped[/yellow]"
-        + (f" · {summary.ignored} ignored (not images)" if summary.ignored else "")
+        + (f" · {summary.ignored} ignored (not images, clips or stickers)" if summary.ignored else "")
         + (f" · [red]{summary.failed} failed[/red]" if summary.failed else "")
     )
     for path, status, code, message in skipped:

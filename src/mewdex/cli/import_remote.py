@@ -26,7 +26,7 @@ import typer
 
 from mewdex.cli import remote
 from mewdex.cli.common import ExitCode, _progress, console, emit_import_json, err, print_import_summary
-from mewdex.library.importer import ImportItem, ImportSummary, folder_collections
+from mewdex.library.importer import NOT_A_MEME_FILE, ImportItem, ImportSummary, folder_collections
 from mewdex.library.memes import AddResult
 
 #: Files hashed and asked about at once (``POST /api/v1/memes/known`` takes up to 1000).
@@ -79,7 +79,7 @@ def sha256_of(path: Path) -> str:
 
 def _readable(item: ImportItem) -> tuple[str | None, AddResult | None]:
     """``(sha256, None)`` for a file to ask about, ``(None, result)`` for one settled here: not a regular
-    file or unreadable (``skipped``), not an image by its name or bytes (``ignored``)."""
+    file or unreadable (``skipped``), not an image, clip or sticker by its name or bytes (``ignored``)."""
     import stat
 
     from mewdex.library.images import sniff_format
@@ -91,7 +91,7 @@ def _readable(item: ImportItem) -> tuple[str | None, AddResult | None]:
         with item.path.open("rb") as fileobj:
             head = fileobj.read(64)
         if sniff_format(head) is None and item.path.suffix.lower() not in MEDIA_SUFFIXES:
-            return None, AddResult("ignored", message="not an image file")
+            return None, AddResult("ignored", message=NOT_A_MEME_FILE)
         return sha256_of(item.path), None
     except OSError as exc:
         return None, AddResult("skipped", error="unreadable", message=str(exc))
@@ -144,7 +144,7 @@ def _upload(api: remote.Api, item: ImportItem, on_wait) -> AddResult:
     if code in _FAILED or status == "failed":
         return AddResult("failed", error=code, message=error.get("message"))
     if code == "unsupported_media_type" and item.path.suffix.lower() not in MEDIA_SUFFIXES:
-        return AddResult("ignored", message="not an image file")
+        return AddResult("ignored", message=NOT_A_MEME_FILE)
     return AddResult("skipped", error=code, message=error.get("message"))
 
 

@@ -42,7 +42,7 @@ def import_(
             "--min-collection",
             min=1,
             help=(
-                "A folder holding at least this many images becomes a collection, named by its path "
+                "A folder holding at least this many memes becomes a collection, named by its path "
                 "(memegen/drake); folder names are searchable either way."
             ),
         ),
@@ -60,8 +60,9 @@ def import_(
         ),
     ] = None,
 ) -> None:
-    """Import image files and folders (folders of --min-collection images become collections) and
-    collection ZIPs (each becomes a new collection; see `mewdex export`). Logged in to a server (`mewdex
+    """Import memes (images, GIFs, MP4/WebM clips, TGS stickers, AVIF, HEIC) and folders of them (folders
+    of --min-collection memes become collections) and collection ZIPs (each becomes a new collection;
+    see `mewdex export`). Logged in to a server (`mewdex
     login`, or MEWDEX_TOKEN with --server), the files go into your account's library there, through its
     API: their hashes first, so files the library holds are never sent (running it again after an
     interruption sends only the rest)."""
@@ -129,7 +130,7 @@ def watch_(
         typer.Argument(help="Folders to watch: DIR (the default library) or DIR=email (that account's library)."),
     ],
 ) -> None:
-    """Import the folders' images, then every file added or changed in them, until Ctrl-C (what
+    """Import the folders' memes (images, clips, stickers), then every file added or changed in them, until Ctrl-C (what
     MEWDEX_WATCH_DIRS makes `mewdex serve` do). A renamed or moved file keeps its meme; a meme whose file
     is deleted is marked missing on its page, never deleted. A running `mewdex serve` or `mewdex worker`
     processes the new memes."""

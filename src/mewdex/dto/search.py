@@ -8,9 +8,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mewdex.dto.common import Dto, JsonObject
+from mewdex.dto.media import FORMATS, MediaFormat
 from mewdex.dto.memes import MemeBrief, MemeRef, NearDuplicate
 
-FORMATS = ("png", "jpeg", "gif", "webp")
 # The latest processing job's status, or ``pending`` (queued or running) / ``none`` (no job).
 PROCESSING_STATUSES = ("queued", "running", "succeeded", "failed", "blocked", "unknown_execution", "pending", "none")
 MAX_QUERY_CHARS = 500
@@ -21,8 +21,9 @@ MAX_OFFSET = 50
 class SearchFilters(BaseModel):
     """Narrow a search (every leg, inside its SQL) or a listing. All optional; they combine with AND.
 
-    ``collection_ids``: members of any of these collections; ``animated``: only animated (true) or
-    only still (false) images; ``formats``: only these image formats; ``status``: the latest
+    ``collection_ids``: members of any of these collections; ``animated``: only animated memes — GIFs,
+    clips and stickers — (true) or only stills (false); ``formats``: only these formats
+    (:data:`mewdex.dto.media.FORMATS`: ``png`` … ``mp4``, ``webm``, ``tgs``); ``status``: the latest
     processing job's status (or ``pending`` / ``none``); ``created_from`` (inclusive) /
     ``created_to`` (exclusive): the meme's creation time (ISO 8601; without an offset, UTC);
     ``tags``: memes with every one of these tags; ``not_tags``: memes with none of them (names as a
@@ -33,7 +34,7 @@ class SearchFilters(BaseModel):
 
     collection_ids: list[str] | None = Field(None, max_length=100)
     animated: bool | None = None
-    formats: list[Literal["png", "jpeg", "gif", "webp"]] | None = Field(None, max_length=4)
+    formats: list[MediaFormat] | None = Field(None, max_length=len(FORMATS))
     status: (
         Literal["queued", "running", "succeeded", "failed", "blocked", "unknown_execution", "pending", "none"] | None
     ) = None

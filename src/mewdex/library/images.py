@@ -38,6 +38,8 @@ import numpy as np
 import pillow_heif
 from PIL import Image, UnidentifiedImageError
 
+from mewdex.dto import media
+
 Image.MAX_IMAGE_PIXELS = None
 pillow_heif.register_heif_opener()  # HEIC/HEIF through Image.open (format "HEIF")
 
@@ -54,17 +56,8 @@ DEFAULT_FRAME_MS = 100
 
 MAX_TGS_JSON_BYTES = 8 * 1024 * 1024  # a TGS inflates to at most this much Lottie JSON (Telegram's are < 1 MB)
 
-EXTENSIONS = {
-    "png": ".png",
-    "jpeg": ".jpg",
-    "gif": ".gif",
-    "webp": ".webp",
-    "avif": ".avif",
-    "heic": ".heic",
-    "mp4": ".mp4",
-    "webm": ".webm",
-    "tgs": ".tgs",
-}
+# The formats and their extensions: one list, mewdex.dto.media (the search filter, names, the CHECK constraint)
+EXTENSIONS = media.EXTENSIONS
 MEDIA_TYPES = {
     "png": "image/png",
     "jpeg": "image/jpeg",
@@ -77,7 +70,7 @@ MEDIA_TYPES = {
     "tgs": "application/x-tgsticker",
 }
 #: Formats a browser plays as a clip (a ``<video>`` element), not as an image.
-VIDEO_FORMATS = frozenset({"mp4", "webm"})
+VIDEO_FORMATS = media.CLIP_FORMATS
 #: Formats browsers do not show (HEIC: Safari only; TGS: none): pages show their thumbnails instead.
 NOT_IN_BROWSERS = frozenset({"heic", "tgs"})
 _PIL_FORMATS = {"png": "PNG", "jpeg": "JPEG", "gif": "GIF", "webp": "WEBP", "avif": "AVIF", "heic": "HEIF"}

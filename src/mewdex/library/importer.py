@@ -21,6 +21,9 @@ from mewdex.library.collections import normalize_collection_name
 from mewdex.library.memes import AddResult, add_image
 from mewdex.library.names import MEDIA_SUFFIXES, is_generic_stem
 
+# Why a file of a folder import is ``ignored``: neither its bytes nor its name say it is a meme (notes.txt)
+NOT_A_MEME_FILE = "not an image, clip or sticker file"
+
 
 @dataclass(frozen=True)
 class ImportItem:
@@ -134,7 +137,7 @@ def import_item(
         and result.error == "unsupported_media_type"
         and item.path.suffix.lower() not in MEDIA_SUFFIXES
     ):
-        return AddResult("ignored", message="not an image file")
+        return AddResult("ignored", message=NOT_A_MEME_FILE)
     return result
 
 

@@ -28,6 +28,7 @@ from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import ImageProcessingJob, ImageProcessingStage, Meme, ScopeContext
+from mewdex.dto.media import MOVING_EXTENSIONS
 from mewdex.dto.memes import JobBrief, MemeBrief, MemeRef, NearDuplicate, StageStatus, WatchedFile
 from mewdex.dto.memes import Meme as MemeDto
 from mewdex.dto.search import SearchFilters
@@ -96,7 +97,13 @@ def latest_stage_sql(statuses: tuple[str, ...]):
     )
 
 
-_ANIMATED_SQL = "COALESCE(CAST(memes.extensions -> 'image' ->> 'animated' AS boolean), false)"
+# Animated: a GIF/WEBP/AVIF of more than one frame, and every clip and sticker (even a one-frame one:
+# the page plays it as a clip), so "animated only" keeps them and "stills only" never shows one.
+_ANIMATED_SQL = (
+    "(COALESCE(CAST(memes.extensions -> 'image' ->> 'animated' AS boolean), false) OR memes.extension IN ("
+    + ",".join(f"'{extension}'" for extension in MOVING_EXTENSIONS)
+    + "))"
+)
 
 
 def escape_like(value: str) -> str:

@@ -26,11 +26,12 @@ import unicodedata
 import regex
 
 # The one name rule lives below the library (accounts use it too); re-exported here for name code.
+from mewdex.dto.media import EXTENSIONS
 from mewdex.library import generic_words
 from mewdex.platform.errors import _KEPT_FORMAT
 from mewdex.platform.errors import strip_format_characters as strip_format_characters
 
-ALLOWED_EXTENSIONS = (".png", ".jpg", ".gif", ".webp", ".avif", ".heic", ".mp4", ".webm", ".tgs")
+ALLOWED_EXTENSIONS = tuple(EXTENSIONS.values())  # the stored ones: mewdex.dto.media
 # A display name never ends in one of these (the mirror of ck_memes_display_name_safe)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
 # File names that say "a meme file" (import and watched folders: a file so named that does not decode
@@ -97,6 +98,21 @@ def normalize_display_name(value: object) -> str:
     if not name or name in RESERVED_NAMES:
         raise ValueError("display_name_invalid")
     return name
+
+
+def saved_stem(display_name: str, extension: str) -> str:
+    """The stem of the file a meme is saved as (a download, a ZIP entry): its display name without a
+    trailing ``extension`` (any case). A display name never ends in ``.png .jpg .gif .webp``, but may
+    in a newer format's: a clip renamed ``dance.webm`` saves as ``dance.webm``, never ``dance.webm.webm``."""
+    if extension and _pg_lower(display_name).endswith(extension.lower()) and len(display_name) > len(extension):
+        return display_name[: -len(extension)]
+    return display_name
+
+
+def saved_name(display_name: str, extension: str) -> str:
+    """The name of the file a meme is saved as: :func:`saved_stem` plus the stored ``extension``
+    (``"dance"``, ``".webm"`` → ``"dance.webm"``; ``"dance.webm"``, ``".webm"`` → ``"dance.webm"``)."""
+    return saved_stem(display_name, extension) + extension
 
 
 def display_name_from_filename(filename: str) -> str:

@@ -20,7 +20,9 @@ from markupsafe import Markup
 
 from mewdex import channels as channels_package
 from mewdex.db.engine import get_sessionmaker
+from mewdex.dto.media import media_kind
 from mewdex.library.images import page_element
+from mewdex.library.names import saved_name
 from mewdex.web import base_path, deps, errors, i18n
 from mewdex.web.base_path import route_path
 from mewdex.web.server_state import page_state
@@ -64,6 +66,8 @@ def when(value: datetime | str | None) -> Markup:
 templates.env.filters["filesize"] = filesize
 templates.env.filters["when"] = when
 templates.env.filters["page_element"] = page_element  # "video" | "image" | "thumbnail" of an extension
+templates.env.filters["saved_name"] = saved_name  # display_name | saved_name(extension): "dance.webm"
+templates.env.filters["media_kind"] = media_kind  # extension | media_kind(animated): "gif" | "clip" | "sticker" | None
 
 
 def _error_page_principal(request: Request):

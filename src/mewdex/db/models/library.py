@@ -31,9 +31,11 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from mewdex.db.models.base import Base, created_at, updated_at, utcnow
+from mewdex.dto.media import EXTENSIONS
 
-# Stored extensions (library.images.EXTENSIONS; migration 0027 added the clips, stickers, AVIF and HEIC)
-IMAGE_EXTENSIONS_SQL = "('.png','.jpg','.gif','.webp','.avif','.heic','.mp4','.webm','.tgs')"
+# Stored extensions (mewdex.dto.media, the one list; migration 0027 added the clips, stickers, AVIF and HEIC:
+# a format added there needs a migration, which the schema contract test asks for)
+IMAGE_EXTENSIONS_SQL = "(" + ",".join(f"'{extension}'" for extension in EXTENSIONS.values()) + ")"
 
 
 class Scope(Base):

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 import regex
 
 from mewdex.config import get_settings
+from mewdex.library.names import saved_stem
 
 FORMAT = "mewdex-collection"
 VERSION = 1
@@ -93,7 +94,7 @@ def unique_entry_names(items: list[tuple[str, str]]) -> list[str]:
     taken: set[str] = set()
     names = []
     for display_name, extension in items:
-        stem = safe_entry_stem(display_name)
+        stem = safe_entry_stem(saved_stem(display_name, extension))
         candidate, n = stem + extension, 0
         while _fold(candidate) in taken:
             n += 1

@@ -30,6 +30,7 @@ from mewdex.dto.scopes import ScopeContext
 from mewdex.library import collections, listing, packages
 from mewdex.library import memes as library
 from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
+from mewdex.library.names import saved_name
 from mewdex.library.scopes import storage_namespace
 from mewdex.library.tags import normalize_tags
 from mewdex.platform.auth import Principal
@@ -151,7 +152,7 @@ def file_response(
         "ETag": etag,
         "Cache-Control": cache,
         "Content-Disposition": packages.content_disposition(
-            f"{meme.display_name}{meme.extension}", "attachment" if download else "inline"
+            saved_name(meme.display_name, meme.extension), "attachment" if download else "inline"
         ),
     }
     if request.headers.get("if-none-match") == etag:
@@ -313,11 +314,14 @@ UPLOAD_BODY = {
     responses={200: {"model": UploadResponse, "description": "no meme created; a duplicate"}},
 )
 async def upload(request: Request, scope: ScopeContext = Depends(streaming_scope)):
-    """Upload 1–20 images as multipart field ``files`` (each ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, the
-    request ≤ 200 MiB, enforced while streaming). Form options: ``auto_name`` (bool: name each new
-    meme from its context title once analysed), ``collection_id`` (add the memes to it) and
-    ``relative_path`` (one per file, in order: the path it had in an imported folder, ``memegen/drake/1.png``;
-    its folders name a meme with a generic file name and stay searchable, as for a local folder import).
+    """Upload 1–20 memes as multipart field ``files`` (each ≤ ``MEWDEX_MAX_UPLOAD_BYTES``, the
+    request ≤ 200 MiB, enforced while streaming): PNG, JPEG, GIF, WEBP, AVIF, HEIC, MP4 and WebM clips,
+    TGS stickers — the format read from the bytes, never from the name or the part's content type (a
+    file of another format is ``rejected`` with 415 ``unsupported_media_type``). Form options:
+    ``auto_name`` (bool: name each new meme from its context title once analysed), ``collection_id``
+    (add the memes to it) and ``relative_path`` (one per file, in order: the path it had in an imported
+    folder, ``memegen/drake/1.png``; its folders name a meme with a generic file name and stay
+    searchable, as for a local folder import).
 
     Response ``{"results": [{"filename", "status": "created"|"duplicate"|"rejected"|"failed", "meme", "error"}]}``
     in request order; ``meme`` is the meme as ``GET /api/v1/memes/{id}`` shows it (stages pending

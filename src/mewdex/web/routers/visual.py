@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
+from mewdex.dto.media import FORMATS
 from mewdex.dto.scopes import ScopeContext
 from mewdex.dto.search import DuplicateClusters, NearDuplicates, SearchFilters, SearchResults
 from mewdex.inference.errors import BackendUnavailable
@@ -116,7 +117,7 @@ SEARCH_IMAGE_BODY = {
                         "n_results": {"type": "integer", "default": 10},
                         "collection_ids": {"type": "array", "items": {"type": "string", "format": "uuid"}},
                         "animated": {"type": "boolean"},
-                        "formats": {"type": "array", "items": {"type": "string"}},
+                        "formats": {"type": "array", "items": {"type": "string", "enum": list(FORMATS)}},
                         "status": {"type": "string"},
                         "created_from": {"type": "string", "format": "date-time"},
                         "created_to": {"type": "string", "format": "date-time"},

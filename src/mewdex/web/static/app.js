@@ -112,6 +112,13 @@ const EXTENSIONS = {
   "image/heic": ".heic", "video/mp4": ".mp4", "video/webm": ".webm", "application/x-tgsticker": ".tgs",
 };
 
+// The name a meme's file is saved under (the mirror of library.names.saved_name): its name plus its
+// extension, unless the name ends in it already (a clip renamed "dance.webm" is never "dance.webm.webm").
+function savedName(name, ext) {
+  const lower = name.toLowerCase();
+  return ext && name.length > ext.length && lower.endsWith(ext.toLowerCase()) ? name.slice(0, -ext.length) + ext : name + ext;
+}
+
 // Share (phones; shown where the browser has the Web Share API): the image itself as a file named
 // "<name>.<ext>", or its link where files cannot be shared. A cancelled share says nothing.
 async function shareMeme(holder) {
@@ -120,7 +127,7 @@ async function shareMeme(holder) {
     const resp = await fetch(`${BASE}/media/${id}`);
     if (!resp.ok) throw new Error(String(resp.status));
     const blob = await resp.blob();
-    const name = (holder.dataset.name || "meme") + (holder.dataset.ext || EXTENSIONS[blob.type] || "");
+    const name = savedName(holder.dataset.name || "meme", holder.dataset.ext || EXTENSIONS[blob.type] || "");
     const file = new File([blob], name, {type: blob.type});
     if (navigator.canShare && navigator.canShare({files: [file]})) {
       await navigator.share({files: [file], title: holder.dataset.name || ""});
@@ -239,6 +246,9 @@ async function renameMeme(form) {
   const shown = meme.display_name || name;
   article.dataset.revision = meme.revision ?? article.dataset.revision;
   article.dataset.name = shown;
+  const saved = savedName(shown, article.dataset.ext || "");
+  const at = `[data-id="${article.dataset.id}"]`;
+  $$(`.card${at} .card-actions a[download], .detail${at} .actions a[download]`).forEach((el) => { el.download = saved; });
   $(".meme-name", article).textContent = shown;
   $$(`.card[data-id="${article.dataset.id}"] .name`).forEach((el) => { el.textContent = shown; });
   toggleRename(form.closest("[data-component=rename]"), false);
