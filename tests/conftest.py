@@ -173,7 +173,7 @@ def mewdex_env() -> MewdexEnv:
         upgrade(get_engine())
         from mewdex.runtime import load_plugins
 
-        load_plugins()  # what every entry point does (runtime.prepare_database)
+        load_plugins()  # the tests run every kind of work in this process, as a worker does
         yield MewdexEnv(data_dir, env)
     finally:
         _reset_process_state()

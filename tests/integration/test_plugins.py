@@ -85,3 +85,27 @@ def test_a_fresh_process_finds_the_plugin_through_its_entry_point(installed):
         env={**os.environ, "PYTHONPATH": path},
     )
     assert json.loads(out.stdout) == ["remote", "word"]
+
+
+START_UP = """
+import json, sys
+from mewdex import hooks
+from mewdex.runtime import prepare_database
+prepare_database()
+print(json.dumps(sorted(p.module for p in hooks.BUILTIN_PLUGINS if p.module in sys.modules)))
+"""
+
+
+def test_start_up_imports_only_the_plugins_its_checks_use(mewdex_env):
+    """What every command runs first (``prepare_database``) imports no channel, schedule, assistant,
+    provider, backup or maintenance module: a light command stays light (a worker loads them all)."""
+    out = subprocess.run(
+        [sys.executable, "-c", START_UP], capture_output=True, text=True, check=True, timeout=300, env=os.environ
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [
+        "mewdex.inference.models",  # the search-model check
+        "mewdex.pipeline.keyword_rebuild",  # the keyword-recipe check
+        "mewdex.pipeline.name_repair",  # the naming-rules check
+        "mewdex.queue.tasks",
+        "mewdex.search.generations",  # the search-model check
+    ]
