@@ -94,7 +94,7 @@ def library(mewdex_env, sessions, store, tmp_path_factory):
     receiver = WebhookReceiver().__enter__()
     allow = json.dumps([f"127.0.0.1:{receiver.port}"])
     os.environ["MEWDEX_EGRESS_ALLOW_HOSTS"] = allow
-    key_file = tmp_path_factory.mktemp("backup-key") / "backup.key"  # removed with the test's folders
+    key_file = tmp_path_factory.mktemp("backup-key") / "backup.key"  # pytest keeps only its last runs' folders
     key_file.write_text(BACKUP_KEY + "\n")
     os.environ["MEWDEX_BACKUP_KEY_FILE"] = str(key_file)
     from mewdex.config import get_settings
