@@ -171,9 +171,9 @@ def mewdex_env() -> MewdexEnv:
     _reset_process_state()
     try:
         upgrade(get_engine())
-        from mewdex.runtime import load_task_types
+        from mewdex.runtime import load_plugins
 
-        load_task_types()  # what every entry point does (runtime.prepare_database)
+        load_plugins()  # the tests run every kind of work in this process, as a worker does
         yield MewdexEnv(data_dir, env)
     finally:
         _reset_process_state()

@@ -233,7 +233,7 @@ class Settings(BaseSettings):
     analysis_max_cost_per_scope_day: float | None = Field(default=None, ge=0)
     task_modules: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Extra modules to import at start-up that register task types (comma-separated or a JSON list).",
+        description="Extra plugin modules (task types, search legs, …), like entry points; comma-separated or JSON.",
         examples=["mypkg.tasks,otherpkg.tasks"],
     )
 

@@ -295,7 +295,7 @@ def test_the_reaper_is_a_scheduled_task_type():
     from mewdex.queue import registry
     from mewdex.runtime import maintenance
 
-    runtime.load_task_types()
+    runtime.load_plugins()
     assert registry.get("conversation_run_reaping") is not None
     assert "conversation_run_reaping" in {s.task_type for s in maintenance.schedules()}
 

@@ -87,14 +87,14 @@ class Library:
 
 
 @pytest.fixture(scope="module")
-def library(mewdex_env, sessions, store):
+def library(mewdex_env, sessions, store, tmp_path_factory):
     from mewdex.platform import media_urls
     from mewdex.providers import connectors
 
     receiver = WebhookReceiver().__enter__()
     allow = json.dumps([f"127.0.0.1:{receiver.port}"])
     os.environ["MEWDEX_EGRESS_ALLOW_HOSTS"] = allow
-    key_file = Path(tempfile.mkdtemp(prefix="mewdex-backup-key-")) / "backup.key"
+    key_file = tmp_path_factory.mktemp("backup-key") / "backup.key"  # pytest keeps only its last runs' folders
     key_file.write_text(BACKUP_KEY + "\n")
     os.environ["MEWDEX_BACKUP_KEY_FILE"] = str(key_file)
     from mewdex.config import get_settings

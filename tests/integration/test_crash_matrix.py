@@ -39,10 +39,10 @@ from pathlib import Path
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ScopeContext
 from mewdex.library import memes
-from mewdex.runtime import load_task_types
+from mewdex.runtime import load_plugins
 from mewdex.storage import blob_store
 
-load_task_types()  # what every mewdex process does at start-up (the pipeline creates each upload's job)
+load_plugins()  # what every mewdex process does at start-up (the pipeline creates each upload's job)
 op, scope_id, arg = sys.argv[1:4]
 scope = ScopeContext(scope_id)
 if op == "upload":

@@ -129,9 +129,9 @@ def test_worker_hands_its_task_back_when_the_database_dies_under_it(tmp_path):
     from mewdex.library.scopes import ensure_scope
     from mewdex.queue import tasks as queue
     from mewdex.queue.worker import Worker
-    from mewdex.runtime import load_task_types
+    from mewdex.runtime import load_plugins
 
-    load_task_types()  # the worker runs registered task types (noop among them)
+    load_plugins()  # the worker runs registered task types (noop among them)
     data_dir = tmp_path / "data"
     pgdata = data_dir.resolve() / "pgdata"
     env = {**os.environ, **TEST_ENV, "MEWDEX_DATA_DIR": str(data_dir)}

@@ -137,8 +137,11 @@ def test_upload_options_auto_name_and_collection(client, sessions, scope):
 
 @pytest.mark.parametrize("mode", ["true_length", "no_length", "false_small_length"])
 def test_up01_oversize_upload_is_413_after_reading_at_most_limit_plus_a_chunk(
-    app, settings_env, scope, sessions, store, mode
+    app, settings_env, scope, sessions, store, mode, tmp_path, monkeypatch
 ):
+    # The spooled upload's temporary files go to a folder of this test's (the machine-wide one also
+    # holds what other processes, e.g. a package install beside the suite, create meanwhile).
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     settings_env(MEWDEX_MAX_UPLOAD_BYTES=str(2 * MiB))
     body, ctype = multipart([("big.png", noise_png(3 * MiB))])
     headers = {"content-type": ctype}

@@ -141,7 +141,7 @@ def test_the_worker_entry_point_imports_neither_fastapi_nor_the_web_layer():
         import sys
         from mewdex import runtime
         from mewdex.cli import app, worker  # the console entry (mewdex = "mewdex.cli:app") and the command
-        runtime.load_task_types()  # every task type a worker runs
+        runtime.load_plugins()  # every task type a worker runs
         import mewdex.queue.worker, mewdex.queue.scheduler, mewdex.runtime.maintenance
         runtime.scheduler
         loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("fastapi", "starlette")

@@ -296,10 +296,10 @@ import sys
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ScopeContext
 from mewdex.library import trash
-from mewdex.runtime import load_task_types
+from mewdex.runtime import load_plugins
 from mewdex.storage import blob_store
 
-load_task_types()
+load_plugins()
 trash.purge(get_sessionmaker(), blob_store(), ScopeContext(sys.argv[1]), sys.argv[2])
 """
 

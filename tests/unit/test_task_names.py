@@ -7,7 +7,7 @@ from mewdex.dto import i18n
 from mewdex.pipeline.tasks import CONTEXT_LANE
 from mewdex.queue import registry
 from mewdex.queue.tasks import lane_names
-from mewdex.runtime import TASK_TYPE_MODULES
+from mewdex.runtime import load_plugins
 
 
 def built_in_task_types() -> list[str]:
@@ -16,7 +16,7 @@ def built_in_task_types() -> list[str]:
 
 
 def test_every_task_type_and_listed_lane_has_a_name_in_both_languages():
-    registry.load(TASK_TYPE_MODULES)
+    load_plugins()
     for locale in i18n.LOCALES:
         catalogue = i18n.catalogue(locale)
         missing = [f"task_type.{n}" for n in built_in_task_types() if f"task_type.{n}" not in catalogue]
@@ -26,7 +26,7 @@ def test_every_task_type_and_listed_lane_has_a_name_in_both_languages():
 
 
 def test_pipeline_lanes_are_named_like_their_tasks():
-    registry.load(TASK_TYPE_MODULES)
+    load_plugins()
     pipeline = {"visual": "visual_embedding_generation", CONTEXT_LANE: "meme_context_generation"}
     pipeline["embedding"] = "text_embedding_generation"
     for locale in i18n.LOCALES:

@@ -17,6 +17,7 @@ from sqlalchemy import SQLColumnExpression, String, cast, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex import hooks
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, Scope, ScopeContext, StorageOperation, utcnow
 from mewdex.dto.cursor import CursorInvalid, decode_cursor, encode_cursor
@@ -38,24 +39,24 @@ from mewdex.storage.blobs import BlobStoreError, is_disk_full
 log = logging.getLogger(__name__)
 
 
-# The image pipeline registers how a new meme's processing job is created (``pipeline.jobs.create_job``):
-# the library sits below the pipeline and must not import it (dependency inversion). Signature:
-# ``submit(session, meme, *, auto_name, batch_id, new_meme)``, in the caller's transaction.
-_PROCESSING_SUBMITTER: Callable[..., Any] | None = None
+# The image pipeline provides how a new meme's processing job is created (``pipeline.jobs.create_job``,
+# the ``processing_submitters`` hook of :mod:`mewdex.hooks`): the library sits below the pipeline and
+# must not import it (dependency inversion). Signature: ``submit(session, meme, *, auto_name, batch_id,
+# new_meme)``, in the caller's transaction.
 
 
 def set_processing_submitter(submit: Callable[..., Any]) -> None:
     """Called once by :mod:`mewdex.pipeline.jobs` when it is imported."""
-    global _PROCESSING_SUBMITTER
-    _PROCESSING_SUBMITTER = submit
+    hooks.provide("processing_submitters", getattr(submit, "__name__", "submit"), submit, stacklevel=2)
 
 
 def processing_submitter() -> Callable[..., Any]:
-    """The registered job creator; RuntimeError when the pipeline was not loaded
-    (``mewdex.runtime.load_task_types`` loads it)."""
-    if _PROCESSING_SUBMITTER is None:
-        raise RuntimeError("no processing submitter: import mewdex.pipeline.jobs (runtime.load_task_types) first")
-    return _PROCESSING_SUBMITTER
+    """The provided job creator (its plugin, ``pipeline.jobs``, imported on first use); RuntimeError
+    when no plugin provides one."""
+    submit: Callable[..., Any] | None = hooks.single("processing_submitters")
+    if submit is None:
+        raise RuntimeError("no processing submitter: no plugin provides the processing_submitters hook")
+    return submit
 
 
 @dataclass

@@ -17,6 +17,7 @@ import bcrypt
 from sqlalchemy import Table, delete, func, select
 from sqlalchemy.orm import Session
 
+from mewdex import hooks
 from mewdex.config import get_settings
 from mewdex.db.models import LoginFailure, PasswordResetLink, ScopeContext, User
 from mewdex.db.scopes import default_scope, ensure_scope
@@ -219,20 +220,20 @@ def set_role(session: Session, user: User, role: str) -> None:
 
 
 #: ``hook(session, user, event)`` run in the transaction of an account's ``disabled`` / ``enabled`` /
-#: ``deleted`` change. The layers above the platform register theirs at import (the channels close
-#: the account's sockets and cancel its queued sends; the schedules pause and restore its jobs), so
-#: every entry point that changes an account (admin API, CLI) does all of it.
+#: ``deleted`` change: the ``account_hooks`` hook of :mod:`mewdex.hooks`. The layers above the platform
+#: provide theirs (the channels close the account's sockets and cancel its queued sends; the schedules
+#: pause and restore its jobs); the plugins that declare one are imported at the first change, so every
+#: entry point that changes an account (admin API, CLI) does all of it.
 AccountHook = Callable[[Session, User, str], None]
-_ACCOUNT_HOOKS: dict[str, AccountHook] = {}
 
 
 def on_account_change(name: str, hook: AccountHook) -> None:
-    """Register ``hook`` under ``name`` (idempotent: a re-import replaces it)."""
-    _ACCOUNT_HOOKS[name] = hook
+    """Provide ``hook`` under ``name`` (idempotent: a re-import replaces it)."""
+    hooks.provide("account_hooks", name, hook, stacklevel=2)
 
 
 def _account_changed(session: Session, user: User, event: str) -> None:
-    for hook in list(_ACCOUNT_HOOKS.values()):
+    for hook in hooks.implementations("account_hooks").values():
         hook(session, user, event)
 
 

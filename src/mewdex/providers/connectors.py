@@ -29,6 +29,7 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex import hooks
 from mewdex.db.models import (
     ExternalSystem,
     ExternalSystemAudit,
@@ -56,42 +57,26 @@ class ProviderSpec:
     verify: Callable[[Connection], tuple[int | None, int | None]] | None = None
 
 
-PROVIDERS: dict[str, ProviderSpec] = {}
+#: The providers loaded so far (the ``providers`` hook's live mapping, :mod:`mewdex.hooks`; the
+#: built-in ones are declared there and imported on first lookup).
+PROVIDERS: dict[str, ProviderSpec] = hooks.provided("providers")
 
 
 def register_provider(spec: ProviderSpec) -> ProviderSpec:
-    PROVIDERS[spec.name] = spec
-    return spec
+    """Provide ``spec`` (the ``providers`` hook)."""
+    return hooks.provide("providers", spec.name, spec, stacklevel=2)
 
 
 def provider_spec(name: str) -> ProviderSpec:
-    _load_builtin()
-    spec = PROVIDERS.get(name)
+    spec: ProviderSpec | None = hooks.get("providers", name)
     if spec is None:
-        raise ProviderError("provider_unknown", f"unknown provider {name!r}", {"known": sorted(PROVIDERS)})
+        raise ProviderError("provider_unknown", f"unknown provider {name!r}", {"known": sorted(provider_specs())})
     return spec
 
 
 def provider_specs() -> dict[str, ProviderSpec]:
-    """Every known provider by name (the built-in ones loaded)."""
-    _load_builtin()
-    return dict(sorted(PROVIDERS.items()))
-
-
-# Modules that register a provider when imported (loaded on first lookup; by name, so this module
-# does not depend on the providers that depend on it).
-BUILTIN_PROVIDER_MODULES = (
-    "mewdex.providers.openai_compat",
-    "mewdex.providers.webhook",
-    "mewdex.providers.reverse_image",
-)
-
-
-def _load_builtin() -> None:
-    import importlib
-
-    for module in BUILTIN_PROVIDER_MODULES:
-        importlib.import_module(module)
+    """Every known provider by name (every plugin that declares one imported)."""
+    return dict(sorted(hooks.implementations("providers").items()))
 
 
 @dataclass

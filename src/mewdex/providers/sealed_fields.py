@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex import hooks
 from mewdex.db.models import ChannelBinding, ExternalSystem, ExternalSystemDefinition, PlatformSetting, Task
 from mewdex.providers import secrets
 
@@ -59,17 +60,27 @@ def platform_setting_aad(key: str, field: str) -> str:
     return f"platform_settings:{key}:{field}"
 
 
-SEALED_SETTINGS: dict[str, tuple[str, ...]] = {
-    "channel_wecom_app": ("secret", "token", "encoding_aes_key"),
-    "channel_telegram_bot": ("token",),
-}
+# The sealed members of instance settings and task payloads are the hooks ``sealed_settings`` and
+# ``sealed_task_payloads`` of :mod:`mewdex.hooks`; the channels' are declared here until each channel
+# package declares its own.
+hooks.provide("sealed_settings", "channel_wecom_app", ("secret", "token", "encoding_aes_key"))
+hooks.provide("sealed_settings", "channel_telegram_bot", ("token",))
+hooks.provide("sealed_task_payloads", "discord_interaction", ("token",))
+
+SEALED_SETTINGS: dict[str, tuple[str, ...]] = hooks.provided("sealed_settings")
 """The instance settings (``platform_settings.key``) with sealed members, and those members: every
 sealed member of a ``platform_settings`` row is rotated; this names the ones that are expected."""
 
 
-SEALED_TASK_PAYLOADS: dict[str, tuple[str, ...]] = {"discord_interaction": ("token",)}
+SEALED_TASK_PAYLOADS: dict[str, tuple[str, ...]] = hooks.provided("sealed_task_payloads")
 """The task types whose payload has sealed members, and those members (sealed with
-:func:`task_payload_aad`); rotation walks the waiting tasks of these types."""
+:func:`task_payload_aad`); rotation walks the waiting tasks of these types (:func:`sealed_task_types`:
+the plugins' too)."""
+
+
+def sealed_task_types() -> tuple[str, ...]:
+    """Every task type whose payload has sealed members (every plugin that declares one imported)."""
+    return tuple(hooks.implementations("sealed_task_payloads"))
 
 
 def task_payload_aad(task_type: str, member: str) -> str:
@@ -129,7 +140,7 @@ SEALED_COLUMNS: tuple[SealedColumn, ...] = (
         "payload",
         ("id",),
         lambda row, member: task_payload_aad(row.task_type, member),
-        lambda: Task.task_type.in_(tuple(SEALED_TASK_PAYLOADS)) & Task.status.in_(("queued", "running")),
+        lambda: Task.task_type.in_(sealed_task_types()) & Task.status.in_(("queued", "running")),
     ),
 )
 

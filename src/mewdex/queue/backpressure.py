@@ -45,7 +45,7 @@ def queued_in_lane(session: Session, scope: ScopeContext, lane: str) -> int:
 
 def limit(lane: str) -> int | None:
     """The lane's back-pressure limit (queued tasks per scope), None when the lane is not limited."""
-    declared = registry.LANES.get(lane)
+    declared = registry.lane(lane)
     return declared.backpressure() if declared is not None and declared.backpressure is not None else None
 
 

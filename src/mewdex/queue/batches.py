@@ -238,11 +238,12 @@ def feed(session: Session) -> int:
     from mewdex.queue import backpressure, registry
 
     by_lane: dict[str, list[str]] = {}
-    for tt in registry.TASK_TYPES.values():
+    known = registry.task_types()
+    for tt in known.values():
         lane = tt.pressure_lane or tt.lane
         if backpressure.limit(lane) is not None:
             by_lane.setdefault(lane, []).append(tt.name)
-    free = [name for name in registry.TASK_TYPES if not any(name in names for names in by_lane.values())]
+    free = [name for name in known if not any(name in names for names in by_lane.values())]
     fed = 0
     for lane, types in by_lane.items():
         # With one limited lane (the image pipeline's), every other parked task waits for its room too, as

@@ -1,13 +1,15 @@
 """The registry of task types and lanes, and the context a handler runs with.
 
 A kind of work is one :class:`TaskType` registered with :func:`register_task_type` (or the
-:func:`task_type` decorator) in the module that owns the work: its name (``tasks.task_type``), lane,
+:func:`task_type` decorator; both provide the ``task_types`` hook of :mod:`mewdex.hooks`) in the
+module that owns the work: its name (``tasks.task_type``), lane,
 resource key, retry policy, handler, hooks, and whether the handler makes an external call. Lanes
 are declared with :func:`register_lane` (concurrency, back-pressure). The worker
 (:mod:`mewdex.queue.worker`) runs every type the same way: claim → ``on_claim`` (claim transaction)
 → handler with a heartbeat (no transaction) → fenced write-back (``on_success`` or ``on_failure``)
-→ batch bookkeeping. This package imports nothing above it: the modules that register types are
-imported by :func:`load` (``mewdex.runtime`` lists them).
+→ batch bookkeeping. This package imports nothing above it: the plugins that register types are
+declared by name in :data:`mewdex.hooks.BUILTIN_PLUGINS` and imported when a type is first used
+(:func:`get`, :func:`submit`), or all at once by a worker (:func:`mewdex.hooks.load_all`).
 
 A handler is ``handler(ctx: TaskContext) -> result`` (JSON-able); it raises :class:`TaskError` with
 a stable code to fail.
@@ -15,7 +17,6 @@ a stable code to fail.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -24,11 +25,13 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex import hooks
 from mewdex.config import get_settings
 from mewdex.db.models import GLOBAL_LANE_RESOURCE_KEY, ImageProcessingAttempt, Task, utcnow
 from mewdex.queue import tasks as queue
 from mewdex.queue.tasks import LANES as LANES  # lanes are declared with types: re-exported
 from mewdex.queue.tasks import Lane as Lane
+from mewdex.queue.tasks import lane as lane
 from mewdex.queue.tasks import lane_names as lane_names
 from mewdex.queue.tasks import register_lane as register_lane
 
@@ -79,7 +82,7 @@ class TaskContext:
     def external_started(self, executor_attempt_id: str | None = None) -> None:
         """Commit ``external_started`` on the attempt before a non-idempotent external call begins.
         Only types registered with ``external=True`` may (else ``TaskError("not_external")``, not retried)."""
-        tt = TASK_TYPES.get(self.claim.task_type)
+        tt = get(self.claim.task_type)
         if tt is None or not tt.external:
             raise TaskError(
                 "not_external", f"task type {self.claim.task_type!r} is not registered as external", retryable=False
@@ -193,13 +196,15 @@ class TaskType:
     crash_code: str = "task_crashed"
 
 
-TASK_TYPES: dict[str, TaskType] = {}
-_LOADED: set[str] = set()
+#: The task types loaded so far (the ``task_types`` hook's live mapping): use :func:`get`, which
+#: imports the plugin that declares a type on first use, or :func:`task_types` for all.
+TASK_TYPES: dict[str, TaskType] = hooks.provided("task_types")
 
 
-def register_task_type(task_type: TaskType) -> TaskType:
-    """Register a task type (its lane is declared with defaults if nobody declared it yet)."""
-    TASK_TYPES[task_type.name] = task_type
+def register_task_type(task_type: TaskType, *, _stacklevel: int = 2) -> TaskType:
+    """Register a task type (the ``task_types`` hook; its lane is declared with defaults if nobody
+    declares it)."""
+    hooks.provide("task_types", task_type.name, task_type, stacklevel=_stacklevel)
     queue.declare_lane_implicitly(task_type.lane)
     return task_type
 
@@ -209,14 +214,22 @@ def task_type(name: str, **options: Any) -> Callable[[Handler], Handler]:
     built from ``options`` (its other fields)."""
 
     def wrap(fn: Handler) -> Handler:
-        register_task_type(TaskType(name=name, handler=fn, **options))
+        register_task_type(TaskType(name=name, handler=fn, **options), _stacklevel=3)
         return fn
 
     return wrap
 
 
 def get(name: str) -> TaskType | None:
-    return TASK_TYPES.get(name)
+    """The task type ``name``, its plugin imported on first use; None when no plugin has it."""
+    found: TaskType | None = hooks.get("task_types", name)
+    return found
+
+
+def task_types() -> dict[str, TaskType]:
+    """Every task type (every plugin that declares one is imported)."""
+    found: dict[str, TaskType] = hooks.implementations("task_types")
+    return found
 
 
 def submit(
@@ -231,7 +244,9 @@ def submit(
     """Enqueue a task of a registered type with the type's lane, resource key and ``max_attempts``
     (``fields`` may override them or set other task columns), in the caller's transaction; returns
     the active task with the same dedupe key instead when there is one. KeyError for an unknown type."""
-    tt = TASK_TYPES[task_type]
+    tt = get(task_type)
+    if tt is None:
+        raise KeyError(task_type)
     fields.setdefault("lane", tt.lane)
     fields.setdefault(
         "lane_resource_key", queue.scope_resource_key(scope_id) if tt.resource_per_scope else tt.resource_key
@@ -243,15 +258,12 @@ def submit(
 
 
 def load(modules: Iterable[str]) -> None:
-    """Import the modules that register task types and lanes (once each)."""
-    for module in modules:
-        if module not in _LOADED:
-            importlib.import_module(module)
-            _LOADED.add(module)
+    """Import the modules that register task types and lanes (once each; :func:`mewdex.hooks.load`)."""
+    hooks.load(list(modules))
 
 
 def failure_outcome(session: Session, task: Task, outcome: str) -> None:
     """Run the task type's ``on_failure`` hook, if it has one (``outcome``: one of FAILURE_OUTCOMES)."""
-    tt = TASK_TYPES.get(task.task_type)
+    tt = get(task.task_type)
     if tt is not None and tt.on_failure is not None:
         tt.on_failure(session, task, outcome)

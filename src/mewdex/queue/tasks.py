@@ -30,6 +30,7 @@ from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, object_session
 
+from mewdex import hooks
 from mewdex.config import get_settings
 from mewdex.db.models import (
     GLOBAL_LANE_RESOURCE_KEY,
@@ -104,30 +105,41 @@ def scope_resource_key(scope_id: str) -> str:
     return SCOPE_RESOURCE_PREFIX + scope_id
 
 
-LANES: dict[str, Lane] = {}
+#: The lanes loaded so far (the ``lanes`` hook's live mapping, :mod:`mewdex.hooks`): use :func:`lane`
+#: and :func:`lane_names`, which load the plugin that declares a lane.
+LANES: dict[str, Lane] = hooks.provided("lanes")
 _IMPLICIT: set[str] = set()
 
 
 def register_lane(lane: Lane) -> Lane:
-    """Declare a lane (a later declaration of the same name replaces the earlier one). Lanes list in
-    declaration order; one first declared implicitly by a task type moves to its place here."""
-    if lane.name in _IMPLICIT:
-        _IMPLICIT.discard(lane.name)
-        LANES.pop(lane.name, None)
-    LANES[lane.name] = lane
-    return lane
+    """Declare a lane (the ``lanes`` hook; a later declaration of the same name replaces the earlier
+    one). Lanes list in the plugins' order; one first declared implicitly by a task type is replaced."""
+    _IMPLICIT.discard(lane.name)
+    return hooks.provide("lanes", lane.name, lane, stacklevel=2)
 
 
 def declare_lane_implicitly(name: str) -> None:
-    """Declare ``name`` with defaults unless it is declared (a task type's lane nobody declared)."""
-    if name not in LANES:
-        LANES[name] = Lane(name)
+    """Declare ``name`` with defaults unless it is declared (a task type's lane; the plugin that declares
+    it, when one does, replaces it once imported: nothing is imported here, in the middle of a module's
+    import)."""
+    if name not in LANES:  # a plugin that declares it replaces it when imported (:func:`lane`)
+        hooks.provide("lanes", name, Lane(name), stacklevel=3)
         _IMPLICIT.add(name)
 
 
+def lane(name: str) -> Lane | None:
+    """The declared lane ``name`` (its plugin imported on first use), None when nobody declares it."""
+    if name in _IMPLICIT and (module := hooks.declared("lanes").get(name)) is not None:
+        hooks.load([module])  # declared implicitly by a task type of another plugin: load the real one
+    found: Lane | None = hooks.get("lanes", name)
+    return found
+
+
 def lane_names(listed_only: bool = False) -> list[str]:
-    """Every declared lane (``listed_only``: those with ``listed``), in declaration order."""
-    return [name for name, lane in LANES.items() if lane.listed or not listed_only]
+    """Every declared lane (``listed_only``: those with ``listed``), in the plugins' order (this imports
+    every plugin that declares a lane)."""
+    lanes: dict[str, Lane] = hooks.implementations("lanes")
+    return [name for name, lane in lanes.items() if lane.listed or not listed_only]
 
 
 register_lane(Lane("default"))
@@ -345,10 +357,10 @@ def lane_caps(lanes: list[str]) -> tuple[list[int], dict[str, int], list[int | N
     per-scope share (None: the lane's concurrency)."""
     settings = get_settings()
     caps = [
-        min(MAX_LANE_SLOTS, lane.cap()) if (lane := LANES.get(name)) else settings.lane_concurrency(name)
+        min(MAX_LANE_SLOTS, declared.cap()) if (declared := lane(name)) else settings.lane_concurrency(name)
         for name in lanes
     ]
-    rdefaults = [lane.scope_cap() if (lane := LANES.get(name)) else None for name in lanes]
+    rdefaults = [declared.scope_cap() if (declared := lane(name)) else None for name in lanes]
     return caps, dict(settings.resource_concurrency), rdefaults
 
 

@@ -49,8 +49,9 @@ def serving_lanes(lanes: list[str] | None) -> list[str]:
     """The lanes a worker claims from: ``lanes`` (default: every declared lane) plus the internal lanes
     (``listed=False``, e.g. ``maintenance``), which every worker serves so the queue's upkeep runs
     wherever workers run."""
-    chosen = list(lanes or registry.lane_names())
-    return chosen + [lane for lane in registry.lane_names() if lane not in chosen and not registry.LANES[lane].listed]
+    every = registry.lane_names()
+    chosen = list(lanes or every)
+    return chosen + [lane for lane in every if lane not in chosen and not registry.LANES[lane].listed]
 
 
 class Worker:

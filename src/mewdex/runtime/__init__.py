@@ -12,40 +12,23 @@ import signal
 import socket
 import threading
 
+from mewdex import hooks
 from mewdex.config import get_settings
 from mewdex.db.engine import get_engine, get_sessionmaker, size_for_worker_threads
 from mewdex.db.migrate import upgrade
-from mewdex.queue import registry
-from mewdex.runtime import maintenance
-from mewdex.runtime.maintenance import SYSTEM_SCOPE, recover_storage  # noqa: F401 - part of the runtime's API
+from mewdex.runtime.recovery import SYSTEM_SCOPE, recover_storage  # noqa: F401 - part of the runtime's API
 
 log = logging.getLogger(__name__)
 
-# The modules that register the built-in task types and lanes (imported by load_task_types), in lane
-# order; ``MEWDEX_TASK_MODULES`` adds more (extensions, tests).
-TASK_TYPE_MODULES = (
-    "mewdex.queue.noop",
-    "mewdex.pipeline.tasks",
-    "mewdex.pipeline.name_repair",
-    "mewdex.pipeline.keyword_rebuild",
-    "mewdex.search.generations",
-    "mewdex.search.eval_gate",  # the eval gate every generation switch passes
-    "mewdex.runtime.maintenance",
-    "mewdex.runtime.backup",  # backup_check, backup (scheduled backups)
-    "mewdex.assistant.runs",
-    "mewdex.channels.tasks",
-    "mewdex.schedules.dispatch",
-    "mewdex.schedules.runner",
-    "mewdex.providers.search_steps",  # remote_embedding_sync; registers the optional LLM search steps
-)
 # /health counts live worker processes by their connections' application_name.
 WORKER_APPLICATION_PREFIX = "mewdex-worker"
 
 
-def load_task_types() -> None:
-    """Register the built-in task types and those of ``MEWDEX_TASK_MODULES`` (idempotent)."""
-    registry.load(TASK_TYPE_MODULES)
-    registry.load(get_settings().task_modules)
+def load_plugins() -> None:
+    """Import every plugin (:func:`mewdex.hooks.load_all`: the built-ins, ``MEWDEX_TASK_MODULES``, the
+    entry points; idempotent): what a worker and a server do, since a worker runs any task type.
+    Other commands import a plugin only when they use what it provides (:mod:`mewdex.hooks`)."""
+    hooks.load_all()
 
 
 def prepare_database() -> None:
@@ -59,7 +42,6 @@ def prepare_database() -> None:
     from mewdex.library.scopes import default_scope, ensure_scope
     from mewdex.search import generations
 
-    load_task_types()
     upgrade(get_engine())
     with get_sessionmaker().begin() as session:
         ensure_scope(session, default_scope())
@@ -177,7 +159,10 @@ def check_name_rules() -> list[str]:
 
 def configure_providers() -> None:
     """The platform connector from ``MEWDEX_OPENAI_*`` (created or updated; a bad value is logged,
-    never fatal: mewdex works without a provider)."""
+    never fatal: mewdex works without a provider). Without ``MEWDEX_OPENAI_BASE_URL`` nothing is
+    imported (the client and its HTTP stack stay unloaded for a light command)."""
+    if not get_settings().openai_base_url:
+        return
     from mewdex.providers.errors import ProviderError
     from mewdex.providers.openai_compat import configure_from_env
 
@@ -205,6 +190,7 @@ def warm_models() -> None:
 def scheduler():
     """A scheduler of the built-in maintenance schedules (:mod:`mewdex.runtime.maintenance`)."""
     from mewdex.queue.scheduler import Scheduler
+    from mewdex.runtime import maintenance
 
     return Scheduler(get_sessionmaker(), maintenance.schedules())
 
@@ -214,6 +200,7 @@ def start_workers(count: int):
     maintenance schedules run in them. Returns the pool (``stop()``, ``status()``)."""
     from mewdex.queue.worker import start_workers as start
 
+    load_plugins()
     return start(get_sessionmaker(), count, scheduler=scheduler())
 
 
@@ -221,7 +208,9 @@ def start_scheduler():
     """A scheduler thread for a process without worker threads (``serve`` with no workers, or with
     child processes): it only enqueues; any worker runs the tasks. Returns it (``stop()``)."""
     from mewdex.queue.scheduler import SchedulerThread
+    from mewdex.runtime import maintenance
 
+    load_plugins()
     thread = SchedulerThread(get_sessionmaker(), maintenance.schedules())
     thread.start()
     return thread
@@ -260,6 +249,7 @@ def run_worker(
         die_with_parent(parent_pid)
     size_for_worker_threads(concurrency)
     prepare_database()
+    load_plugins()
     if stop.is_set():
         return 0
     pool = WorkerPool(get_sessionmaker(), concurrency, lanes=lanes, scheduler=scheduler())

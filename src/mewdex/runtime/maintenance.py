@@ -33,30 +33,15 @@ from mewdex.queue import maintenance as queue_maintenance
 from mewdex.queue.registry import RetryPolicy, TaskContext, task_type
 from mewdex.queue.scheduler import Schedule
 from mewdex.runtime import retention as rules
+from mewdex.runtime.recovery import SYSTEM_SCOPE, recover_storage
 from mewdex.schedules import dispatch
 
 log = logging.getLogger(__name__)
-SYSTEM_SCOPE = "__system__"
 LANE = queue_maintenance.MAINTENANCE_LANE
 RECOVERY_INTERVAL_SECONDS = 300
 RECONCILE_INTERVAL_SECONDS = 24 * 3600
 BACKUP_CHECK_SECONDS = 60
 _ONCE = RetryPolicy(max_attempts=1)
-
-
-# A staging file older than this belongs to a write that died (writes take milliseconds).
-STAGING_MAX_AGE_SECONDS = 3600
-
-
-def recover_storage() -> None:
-    """Complete or compensate interrupted uploads, renames and deletes; remove stale staging files
-    (at every start-up, and every 300 s as the ``storage_recovery`` task)."""
-    from mewdex.db.engine import get_sessionmaker
-    from mewdex.storage import blob_store, journal
-
-    with get_sessionmaker().begin() as session:
-        journal.recover(session, blob_store())
-    blob_store().clean_staging(older_than_seconds=STAGING_MAX_AGE_SECONDS)
 
 
 @task_type("storage_recovery", lane=LANE, retry=_ONCE)

@@ -31,6 +31,7 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex import hooks
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, MemeEmbedding, ScopeContext, SearchGeneration, SearchHead, Task, utcnow
 from mewdex.library import listing
@@ -135,14 +136,17 @@ def building_generation(session: Session, scope_id: str, model: str) -> SearchGe
     ).scalar_one_or_none()
 
 
-# The eval gate's check (:func:`mewdex.search.eval_gate.check`), set when that module is loaded (it
-# reads the search legs, which read this module: the hook keeps the import graph acyclic).
-_gate: Callable[..., dict[str, Any]] | None = None
+# The eval gate's check (:func:`mewdex.search.eval_gate.check`) is the ``eval_gates`` hook of
+# :mod:`mewdex.hooks`, provided when that module is imported (it reads the search legs, which read this
+# module: the hook keeps the import graph acyclic); the first switch imports it.
 
 
 def set_gate(check: Callable[..., dict[str, Any]] | None) -> None:
-    global _gate
-    _gate = check
+    """Provide the eval gate's check (None: none; tests)."""
+    if check is None:
+        hooks.withdraw("eval_gates")
+    else:
+        hooks.provide("eval_gates", "eval_gate", check, stacklevel=2)
 
 
 def activate(
@@ -162,10 +166,11 @@ def activate(
     _lock(session, generation.scope_id, f"head:{leg}")
     fresh = session.get_one(SearchGeneration, generation.id, with_for_update=True)
     old = current_generation(session, generation.scope_id, leg)
-    if embed_candidate is None or _gate is None:
+    gate = hooks.single("eval_gates")
+    if embed_candidate is None or gate is None:
         verdict: dict[str, Any] = {"passed": True, "forced": False, "reason": "not_measured"}
     else:
-        verdict = _gate(
+        verdict = gate(
             session, fresh, leg, current=old, embed_candidate=embed_candidate, embed_current=embed_current, force=force
         )
     if not verdict["passed"]:

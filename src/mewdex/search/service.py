@@ -153,8 +153,9 @@ def _search(
     if not query.strip() and filters is not None and (filters.tags or filters.not_tags):
         return _tag_listing(session, scope, filters, n_results, offset, fold_variants, started)
     cleaned = text.clean_query(query)  # the legs search what a meme shows or says, not "meme"/"表情包"
-    embed_queries(session, scope.scope_id, cleaned, legs)
-    futures = {leg: executor.submit(_run_leg, leg, scope.scope_id, cleaned, filters) for leg in legs}
+    base_legs = tuple(leg for leg in legs if leg in LEGS)  # an extra leg asked for by name runs below
+    embed_queries(session, scope.scope_id, cleaned, base_legs)
+    futures = {leg: executor.submit(_run_leg, leg, scope.scope_id, cleaned, filters) for leg in base_legs}
     # Optional steps (issue 15): rewritten queries through the same legs, extra legs (remote embeddings).
     if metered:
         futures |= steps.submit_extra(executor, _run_leg, scope, query, legs, LEGS, filters, CANDIDATES)

@@ -1,8 +1,10 @@
 """Optional search steps that a layer above search supplies (issue 15, points 6–7): query
 rewriting before the legs, extra legs fused like the others, and reranking after fusion.
 
-Search knows nothing of providers, budgets or connectors: :mod:`mewdex.providers.search_steps`
-registers the implementations here when it is loaded (a runtime task module), and
+Search knows nothing of providers, budgets or connectors: the steps are the hooks
+``search_enhancers``, ``search_legs`` and ``search_rerankers`` of :mod:`mewdex.hooks`, which
+:mod:`mewdex.providers.search_steps` (a built-in plugin, imported at the first search) and any
+third-party plugin implement (``examples/wordleg``: a leg), and
 :mod:`mewdex.search.service` calls the three entry points at fixed places:
 
 * :func:`submit_extra` — right after the plain legs are submitted: the rewritten queries of the
@@ -24,9 +26,9 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from uuid import UUID
 
+from mewdex import hooks
 from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext
 from mewdex.dto.search import SearchFilters
@@ -48,32 +50,35 @@ Reranker = Callable[[ScopeContext, str, list[UUID]], list[UUID] | None]
 ExtraLeg = Callable[[ScopeContext, str, SearchFilters | None, int], list[UUID] | None]
 
 
-@dataclass
-class _Registry:
-    enhancer: Enhancer | None = None
-    reranker: Reranker | None = None
-    legs: dict[str, tuple[ExtraLeg, float]] | None = None
+def set_enhancer(fn: Enhancer | None, name: str = "llm_enhance") -> None:
+    """Provide the query rewriter (the ``search_enhancers`` hook; None: none)."""
+    if fn is None:
+        hooks.withdraw("search_enhancers")
+    else:
+        hooks.provide("search_enhancers", name, fn, stacklevel=2)
 
 
-_registry = _Registry(legs={})
-
-
-def set_enhancer(fn: Enhancer | None) -> None:
-    _registry.enhancer = fn
-
-
-def set_reranker(fn: Reranker | None) -> None:
-    _registry.reranker = fn
+def set_reranker(fn: Reranker | None, name: str = "llm_rerank") -> None:
+    """Provide the reranker (the ``search_rerankers`` hook; None: none)."""
+    if fn is None:
+        hooks.withdraw("search_rerankers")
+    else:
+        hooks.provide("search_rerankers", name, fn, stacklevel=2)
 
 
 def register_leg(name: str, fn: ExtraLeg, weight: float = 1.0) -> None:
-    """An extra leg ``name`` (runs with the default legs, or when asked for by name)."""
-    assert _registry.legs is not None
-    _registry.legs[name] = (fn, weight)
+    """An extra leg ``name`` (the ``search_legs`` hook: runs with the default legs, or when asked for
+    by name), fused with ``weight``."""
+    hooks.provide("search_legs", name, (fn, weight), stacklevel=2)
+
+
+def _legs() -> dict[str, tuple[ExtraLeg, float]]:
+    legs: dict[str, tuple[ExtraLeg, float]] = hooks.implementations("search_legs")
+    return legs
 
 
 def extra_leg_names() -> tuple[str, ...]:
-    return tuple(_registry.legs or {})
+    return tuple(_legs())
 
 
 def _timeout() -> float:
@@ -94,12 +99,13 @@ def submit_extra(
     ``{}`` when nothing is registered or enabled. Waits at most the step timeout for the enhancer."""
     futures: dict[str, Future] = {}
     base = tuple(leg for leg in legs if leg in default_legs)
-    for name, (fn, _) in (_registry.legs or {}).items():
+    for name, (fn, _) in _legs().items():
         if name in legs or tuple(legs) == tuple(default_legs):
             futures[name] = executor.submit(_extra_leg, fn, scope, query, filters, limit)
-    if _registry.enhancer is None or not base:
+    enhancer = hooks.single("search_enhancers")
+    if enhancer is None or not base:
         return futures
-    variants = _bounded(executor, _registry.enhancer, "llm_enhance", scope, query) or []
+    variants = _bounded(executor, enhancer, "llm_enhance", scope, query) or []
     seen = {query.casefold()}
     kept = []
     for variant in variants:
@@ -135,7 +141,7 @@ def weights(base: dict[str, float], names) -> dict[str, float]:
     """Fusion weights of ``names`` (every ranking of one search): a base leg's own, a variant
     ``<leg>+<n>`` :data:`VARIANT_WEIGHT` × its leg's, an extra leg its registered weight."""
     out = dict(base)
-    extra = _registry.legs or {}
+    extra = _legs()
     for name in names:
         if name in extra:
             out[name] = extra[name][1]
@@ -147,10 +153,11 @@ def weights(base: dict[str, float], names) -> dict[str, float]:
 def rerank(executor: ThreadPoolExecutor, scope: ScopeContext, query: str, ordered: list[UUID]) -> list[UUID]:
     """``ordered`` with its top :data:`RERANK_TOP` reordered by the registered reranker (when it
     answers in time with a permutation of them; else unchanged)."""
-    if _registry.reranker is None or len(ordered) < 2:
+    reranker = hooks.single("search_rerankers")
+    if reranker is None or len(ordered) < 2:
         return ordered
     top = ordered[:RERANK_TOP]
-    new = _bounded(executor, _registry.reranker, "rerank", scope, query, list(top))
+    new = _bounded(executor, reranker, "rerank", scope, query, list(top))
     if not new or sorted(map(str, new)) != sorted(map(str, top)):
         return ordered
     return list(new) + ordered[RERANK_TOP:]

@@ -1,0 +1,111 @@
+"""A third-party plugin (``examples/wordleg``: the search leg ``word``) installed from its own folder
+takes part in a search: found through its entry point (group ``mewdex.plugins``), in this process
+and in a fresh one, with nothing of mewdex changed."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from mewdex import hooks
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordleg"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The example installed with pip from (a copy of) its folder into a folder of its own (offline: no
+    index, no dependencies, the setuptools already here; setuptools builds in the source folder),
+    pip's temporary files in a folder of the test's."""
+    root = tmp_path_factory.mktemp("wordleg")
+    source, target, tmp = root / "wordleg", root / "site", root / "tmp"
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    tmp.mkdir()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-build-isolation"]
+        + ["--no-cache-dir", "--target", str(target), str(source)],
+        check=True,
+        timeout=300,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        cwd=root,
+    )
+    return target
+
+
+def _png(seed: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 32), (seed * 70 % 256, seed * 30 % 256, 90)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def _search(sessions, scope, query: str) -> list:
+    from mewdex.search.service import search
+
+    with sessions.begin() as session:
+        return [r.id for r in search(session, scope, query, 10, legs=("keyword", "word"), learn=False).results]
+
+
+def test_the_example_plugin_takes_part_in_a_search(installed, sessions, store, scope, monkeypatch):
+    from mewdex.library.memes import add_image
+
+    ids = {}
+    for n, name in enumerate(("submarine volcano", "pancake giraffe"), 1):
+        ids[name] = add_image(sessions, store, scope, _png(n), filename=f"{name}.png", provenance={"test": "p"}).meme_id
+    # Not processed yet (no keyword document): without the plugin nothing finds them.
+    assert _search(sessions, scope, "volcano") == []
+
+    monkeypatch.syspath_prepend(str(installed))
+    monkeypatch.setattr(hooks, "_entry_points_loaded", False)  # look at the entry points again
+    try:
+        assert _search(sessions, scope, "Volcano") == [str(ids["submarine volcano"])]
+        assert _search(sessions, scope, "giraffe pancake") == [str(ids["pancake giraffe"])]
+        assert hooks.table()["search_legs"]["word"] == "mewdex_wordleg"
+    finally:
+        hooks.withdraw("search_legs", "word")
+        sys.modules.pop("mewdex_wordleg", None)
+
+
+def test_a_fresh_process_finds_the_plugin_through_its_entry_point(installed):
+    code = "import json; from mewdex import hooks; print(json.dumps(sorted(hooks.implementations('search_legs'))))"
+    path = os.pathsep.join([str(installed), os.environ.get("PYTHONPATH", "")])
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert json.loads(out.stdout) == ["remote", "word"]
+
+
+START_UP = """
+import json, sys
+from mewdex import hooks
+from mewdex.runtime import prepare_database
+prepare_database()
+print(json.dumps(sorted(p.module for p in hooks.BUILTIN_PLUGINS if p.module in sys.modules)))
+"""
+
+
+def test_start_up_imports_only_the_plugins_its_checks_use(mewdex_env):
+    """What every command runs first (``prepare_database``) imports no channel, schedule, assistant,
+    provider, backup or maintenance module: a light command stays light (a worker loads them all)."""
+    out = subprocess.run(
+        [sys.executable, "-c", START_UP], capture_output=True, text=True, check=True, timeout=300, env=os.environ
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [
+        "mewdex.inference.models",  # the search-model check
+        "mewdex.pipeline.keyword_rebuild",  # the keyword-recipe check
+        "mewdex.pipeline.name_repair",  # the naming-rules check
+        "mewdex.queue.tasks",
+        "mewdex.search.generations",  # the search-model check
+    ]
