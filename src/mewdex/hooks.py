@@ -138,7 +138,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     Plugin(
         "mewdex.channels.tasks",
         {
-            "lanes": ("channel", "channel_poll", "clawbot_poll"),
+            "lanes": ("channel", "telegram_poll", "clawbot_poll"),
             "task_types": _CHANNEL_TASK_TYPES,
             "account_hooks": ("channels",),
         },
