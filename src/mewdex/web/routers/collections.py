@@ -52,7 +52,7 @@ def collection_brief(
 
 def member_media_url(collection_id, meme_id) -> str:
     """A shared collection's meme as a member reads it (never the owner's ``/media/{id}``)."""
-    return f"/api/v1/collections/{collection_id}/media/{meme_id}"
+    return sharing.member_media_path(collection_id, meme_id)
 
 
 def collection_dict(collection: MemeCollection, item_count: int) -> dict:

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from mewdex.dto.search import MAX_QUERY_CHARS, MAX_RESULTS, SearchFilters
+from mewdex.dto.search import MAX_QUERY_CHARS, MAX_RESULTS
 from mewdex.library import collections, sharing
 from mewdex.search import service
 from mewdex.web.deps import db_session, parse_id
@@ -46,17 +46,10 @@ def gallery(
     granted = view.granted
     query = q.strip()
     if query:
-        found = service.search(
-            session,
-            granted.owner,
-            query,
-            MAX_RESULTS,
-            filters=SearchFilters(collection_ids=[str(granted.collection.id)]),
-            learn=False,
-            metered=False,
+        found = service.search_collection(
+            session, granted.owner, granted.collection.id, query, MAX_RESULTS, member=True
         )
-        inside = sharing.collection_meme_ids(session, granted)
-        ids = [UUID(hit.id) for hit in found.results if UUID(hit.id) in inside]
+        ids = [UUID(hit.id) for hit in found.results]
         by_id = {m.id: m for m in collections.members(session, granted.owner, granted.collection.id)}
         memes = [by_id[i] for i in ids if i in by_id]
     else:
