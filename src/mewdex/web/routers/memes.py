@@ -31,12 +31,10 @@ from mewdex.library import collections, listing, packages
 from mewdex.library import memes as library
 from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
 from mewdex.library.scopes import storage_namespace
-from mewdex.library.tags import normalize_tags
 from mewdex.platform.auth import Principal
 from mewdex.queue import backpressure
 from mewdex.search import feedback
 from mewdex.search.image_search import near_duplicates_of_many
-from mewdex.search.tags import set_tags
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_principal, current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body, error_responses
@@ -485,32 +483,24 @@ def rename_meme(
     ``meme_context.text_correction`` and ``"text": null`` restores it; the meme is re-indexed at once:
     keyword, vectors, a name that came from its text), ``{"tags": [str]}`` (the meme's whole tag list,
     normalised by :func:`mewdex.library.tags.normalize_tag`; the keyword index follows at once; the
-    revision stays). ``If-Match: <revision>`` makes it conditional (each step checks the revision the
-    previous one left). Returns the meme (``ETag``: its revision). Errors: 404 ``not_found``, 409
+    revision stays). ``If-Match: <revision>`` makes it conditional (checked once, against the meme as
+    the transaction locks it). Returns the meme (``ETag``: its revision). Errors: 404 ``not_found``, 409
     ``text_not_ready`` (not analysed yet) / ``operation_in_progress``, 412 ``revision_conflict`` (a stale
     ``If-Match``), 422 ``display_name_invalid`` / ``text_too_long`` / ``text_invalid`` / ``tag_empty`` /
     ``tag_too_long`` / ``tag_invalid`` / ``too_many_tags`` / ``invalid_request`` (no field, or
-    ``display_name`` / ``tags`` null)."""
+    ``display_name`` / ``tags`` null). Every value is checked first, then one transaction writes them
+    all (:func:`mewdex.pipeline.corrections.edit`): a refused request leaves nothing half-written."""
     from mewdex.pipeline import corrections
 
-    fields = body.model_fields_set
-    expected = _if_match(if_match)
-    uid = parse_id(meme_id)
-    # every value is checked before anything is written
-    new_tags = None if body.tags is None else normalize_tags(body.tags)
-    if "text" in fields:
-        corrections.checked_text(body.text)
-        if len(fields) > 1:  # a text that cannot be set now must not leave a rename or tags written
-            corrections.check_correctable(get_sessionmaker(), scope, uid, expected_revision=expected)
-    if body.display_name is not None:
-        revision = library.rename(get_sessionmaker(), scope, uid, body.display_name, expected_revision=expected)
-        expected = revision if expected is not None else None
-    if "text" in fields:
-        revision = corrections.set_text(get_sessionmaker(), scope, uid, body.text, expected_revision=expected)
-        expected = revision if expected is not None else None
-    if new_tags is not None:
-        with get_sessionmaker().begin() as session:
-            set_tags(session, scope, uid, new_tags, expected_revision=expected)
+    corrections.edit(
+        get_sessionmaker(),
+        scope,
+        parse_id(meme_id),
+        name=body.display_name,
+        text=body.text if "text" in body.model_fields_set else corrections.UNCHANGED,
+        tags=body.tags,
+        expected_revision=_if_match(if_match),
+    )
     with get_sessionmaker().begin() as session:
         meme = get_meme(session, scope, meme_id)
         return JSONResponse(meme_dict(session, meme), headers={"ETag": f'"{meme.revision}"'})
