@@ -58,6 +58,10 @@ def test_member_page_list_and_choice(auth_app, sessions, store):
     assert "Shared with me" in listing and f"/collections/{cid}" in listing and owner.email in listing
     assert f"/collections/{cid}" not in third.client.get("/collections").text
     assert third.client.get(f"/collections/{cid}").status_code == 404
+    thumbnail = sharing.member_media_path(cid, inside) + "/thumbnail"  # the grid's pictures
+    assert f'{thumbnail}"' in html and member.client.get(thumbnail).content == png(5101)  # none made yet: the original
+    assert third.client.get(thumbnail).status_code == 404
+    assert member.client.get(sharing.member_media_path(cid, outside) + "/thumbnail").status_code == 404
     assert 'data-component="sharing"' in owner.client.get(f"/collections/{cid}").text  # the owner's page as before
 
     # the choice is the member's own

@@ -99,7 +99,7 @@ def card_from_ref(ref: dict[str, Any]) -> dict[str, Any]:
 def _card(meme_id: Any, name: str, sha256: str, shared: str | None, artifact_id: Any) -> dict[str, Any]:
     if shared:
         media = sharing.member_media_path(shared, meme_id)
-        urls = {"media_url": media, "thumbnail_url": media, "page_url": f"/collections/{shared}"}
+        urls = {"media_url": media, "thumbnail_url": f"{media}/thumbnail", "page_url": f"/collections/{shared}"}
     else:
         urls = {
             "media_url": f"/media/{meme_id}",

@@ -29,6 +29,7 @@ from mewdex.dto.memes import Meme as MemeDto
 from mewdex.dto.scopes import ScopeContext
 from mewdex.library import collections, listing, packages
 from mewdex.library import memes as library
+from mewdex.library import thumbnails as thumbs
 from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
 from mewdex.library.scopes import storage_namespace
 from mewdex.platform.auth import Principal
@@ -161,6 +162,51 @@ def file_response(
     if found is None:
         raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
     return found
+
+
+def thumbnail_response(
+    request: Request,
+    session: Session,
+    scope: ScopeContext,
+    meme: library.Meme,
+    *,
+    animated: bool = False,
+    cache: str = "private, max-age=31536000, immutable",
+) -> Response:
+    """The meme's still WEBP thumbnail (``animated``: its animated preview when it has one) from the
+    thumbnail store of ``scope``'s namespace, ``ETag`` its sha256 (304 on a match), ``cache`` as
+    ``Cache-Control``. Until the worker has made one the original stands in (``no-store``); 404
+    ``blob_missing`` when even that is gone. The caller has checked the meme may be read."""
+    namespace = storage_namespace(session, scope.scope_id)
+    store = blob_store()
+    profiles = ([thumbs.ANIMATED_PROFILE] if animated else []) + [thumbs.STILL_PROFILE]
+    for profile in profiles:
+        row = thumbs.current_thumbnail(session, meme, profile)
+        if row is None or not row.output_key:
+            continue
+        etag = f'"{row.output_sha256}"'
+        headers = {"ETag": etag, "Cache-Control": cache}
+        found = blob_response(
+            store,
+            thumbs.thumbnail_namespace(namespace),
+            row.output_key,
+            media_type=row.media_type or thumbs.MEDIA_TYPE,
+            headers=headers,
+        )
+        if found is None:
+            continue
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        return found
+    # Thumbnails are made only by the worker: until then the original stands in (decoding here, on
+    # every GET and on an API thread, would let one image tie up the server).
+    media_type = (meme.extensions or {}).get("image", {}).get("media_type") or "application/octet-stream"
+    original = blob_response(
+        store, namespace, meme.storage_key, media_type=media_type, headers={"Cache-Control": "no-store"}
+    )
+    if original is None:
+        raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
+    return original
 
 
 def _may_learn(request: Request, principal: Principal) -> bool:
