@@ -87,6 +87,23 @@ def test_member_reads_searches_chooses_and_adds(browser, shared, sessions):
         with sessions.begin() as session:
             assert [str(a.collection.id) for a in sharing.chat_pools(session, _scope_of(session, email))] == [cid]
 
+        # the member's web chat answers from it: the card's picture, copy and download go through the member route
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+        pg.goto(f"{server.url}/chat")
+        pg.fill("#chat-input", "platypus")
+        pg.press("#chat-input", "Enter")
+        card = pg.locator(".chat-assistant .chat-card").first
+        card.wait_for()
+        assert card.get_attribute("data-src") == sharing.member_media_path(cid, card.get_attribute("data-id"))
+        pg.wait_for_function("() => document.querySelector('.chat-assistant .chat-card img').naturalWidth > 0")
+        card.locator("[data-action=copy-image]").click()
+        pg.wait_for_function("() => document.getElementById('toast').textContent === 'Image copied'")
+        assert (
+            card.locator("a[download]")
+            .get_attribute("href")
+            .endswith(f"/collections/{cid}/media/{card.get_attribute('data-id')}?download=1")
+        )
+
         pg.goto(f"{server.url}/collections/{cid}")
         pg.locator(f"[data-member-action=add][data-meme='{mine}']").click()
         pg.wait_for_function("() => document.getElementById('toast').textContent === 'Added to the collection'")

@@ -79,9 +79,13 @@ async function asPng(blob) {
   return await new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
 }
 
-async function copyImage(id) {
+// A meme's bytes: `/media/{id}`, or the card's `data-src` (a shared collection's meme, read through the
+// member route /api/v1/collections/{id}/media/{meme}: the chat's cards of a shared collection).
+const mediaPathOf = (holder) => (holder && holder.dataset.src) || `/media/${holder && holder.dataset.id}`;
+
+async function copyImage(holder) {
   try {
-    const resp = await fetch(`${BASE}/media/${id}`);
+    const resp = await fetch(BASE + mediaPathOf(holder));
     if (!resp.ok) throw new Error(String(resp.status));
     const png = await asPng(await resp.blob());
     await navigator.clipboard.write([new ClipboardItem({"image/png": png})]);
@@ -109,7 +113,7 @@ const EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gi
 async function shareMeme(holder) {
   const id = holder.dataset.id;
   try {
-    const resp = await fetch(`${BASE}/media/${id}`);
+    const resp = await fetch(BASE + mediaPathOf(holder));
     if (!resp.ok) throw new Error(String(resp.status));
     const blob = await resp.blob();
     const name = (holder.dataset.name || "meme") + (holder.dataset.ext || EXTENSIONS[blob.type] || "");
@@ -117,7 +121,7 @@ async function shareMeme(holder) {
     if (navigator.canShare && navigator.canShare({files: [file]})) {
       await navigator.share({files: [file], title: holder.dataset.name || ""});
     } else {
-      await navigator.share({url: await mediaLink(id), title: holder.dataset.name || ""});
+      await navigator.share({url: await mediaLink(id, holder), title: holder.dataset.name || ""});
     }
     reportChoice(holder, "share");
   } catch (e) {
@@ -128,7 +132,8 @@ async function shareMeme(holder) {
 if (navigator.share) document.documentElement.classList.add("can-share");
 
 // Signed in (login required): a signed, expiring link that works in chats without a session.
-async function mediaLink(id) {
+async function mediaLink(id, holder) {
+  if (holder && holder.dataset.src) return location.origin + BASE + holder.dataset.src;  // a member's link
   if (window.mewdexCsrfToken && window.mewdexCsrfToken()) {
     try {
       const resp = await fetch(`${BASE}/api/v1/memes/${id}/signed-url`);
@@ -495,9 +500,9 @@ document.addEventListener("click", (e) => {
   const holder = memeOf(el);
   const id = holder && holder.dataset.id;
   switch (action) {
-    case "copy-image": copyImage(id).then((ok) => { if (ok) reportChoice(holder, "copy"); }); break;
+    case "copy-image": copyImage(holder).then((ok) => { if (ok) reportChoice(holder, "copy"); }); break;
     case "share": shareMeme(holder); break;
-    case "copy-link": mediaLink(id).then(copyText).then((ok) => toast(ok ? t("js.copied_link") : t("js.copy_failed"), ok ? "ok" : "error")); break;
+    case "copy-link": mediaLink(id, holder).then(copyText).then((ok) => toast(ok ? t("js.copied_link") : t("js.copy_failed"), ok ? "ok" : "error")); break;
     case "close-dialog": dialog.close(); break;
     case "toggle-nav": toggleNav(el.getAttribute("aria-expanded") !== "true"); break;
     case "rename-start": toggleRename(el.closest("[data-component=rename]"), true); break;
