@@ -112,6 +112,11 @@ def test_member_chat_answers_from_chosen_shared_collections(auth_app, sessions, 
     shown = memes[0]
     assert shown["media_url"] == sharing.member_media_path(cid, inside) and shown["page_url"] == f"/collections/{cid}"
     assert member.client.get(shown["thumbnail_url"]).content == png(5101)  # the member can fetch what it was shown
+    with sessions.begin() as session:  # what a channel delivery of the member may send, from where
+        sent = sharing.sendable_meme(session, member.scope_id, uuid.UUID(inside))
+        assert sent is not None and sent[1].scope_id == owner.scope_id
+        assert sharing.sendable_meme(session, member.scope_id, uuid.UUID(outside)) is None
+        assert sharing.sendable_meme(session, third.scope_id, uuid.UUID(inside)) is None
     assert _chat(third, "numbat") == []  # a third account never
     assert api.put(f"/api/v1/collections/{cid}/membership", json={"use_in_chat": True},
                    headers=bearer(third.token)).status_code == 404  # fmt: skip
@@ -129,6 +134,7 @@ def test_member_chat_answers_from_chosen_shared_collections(auth_app, sessions, 
     assert _chat(member, "numbat") == []  # removal ends it at once
     with sessions.begin() as session:
         assert sharing.chat_pools(session, member.scope_id) == []
+        assert sharing.sendable_meme(session, member.scope_id, uuid.UUID(inside)) is None
 
 
 def test_disabled_member_or_owner_is_refused(auth_app, sessions, store):

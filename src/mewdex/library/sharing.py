@@ -40,7 +40,7 @@ from mewdex.db.models import (
     utcnow,
 )
 from mewdex.library.collections import MAX_ITEMS_PER_REQUEST, CollectionError
-from mewdex.library.listing import live
+from mewdex.library.listing import find, live
 from mewdex.library.memes import add_image
 from mewdex.library.scopes import storage_namespace
 from mewdex.platform import sessions as platform_sessions
@@ -226,6 +226,22 @@ def chat_pools(session: Session, scope_id: str) -> list[Access]:
         for c, m in rows
         if c.scope_id != scope_id and owner_active(session, c.scope_id)
     ]
+
+
+def sendable_meme(session: Session, scope_id: str, meme_id: UUID) -> tuple[Meme, ScopeContext] | None:
+    """The live meme ``meme_id`` the account of ``scope_id`` may send (a channel delivery of what its
+    assistant picked): its own, or one of a shared collection it chose for its chats now
+    (:func:`chat_pools`), with the scope whose blob namespace holds the file; None otherwise (also
+    once the membership or the choice has ended)."""
+    own = find(session, ScopeContext(scope_id), meme_id)
+    if own is not None:
+        return own, ScopeContext(scope_id)
+    for granted in chat_pools(session, scope_id):
+        try:
+            return collection_meme(session, granted, meme_id), granted.owner
+        except CollectionError:
+            continue
+    return None
 
 
 def set_member(session: Session, scope: ScopeContext, collection_id: UUID, email: str, role: Any) -> CollectionMember:
