@@ -70,6 +70,7 @@ def test_member_reads_searches_chooses_and_adds(browser, shared, sessions):
         pg.goto(f"{server.url}/collections")
         row = pg.locator(f".shared-with-me li[data-collection='{cid}']")
         assert owner_email in row.inner_text() and "Editor" in row.inner_text()
+        pg.wait_for_function("() => document.querySelector('.shared-with-me .cover img').naturalWidth > 0")  # its cover
         row.locator("a.collection-name").click()
         pg.wait_for_url(f"**/collections/{cid}")
         assert pg.locator(".member-grid").first.locator("li.card").count() == 2
@@ -122,6 +123,7 @@ def test_member_reads_searches_chooses_and_adds(browser, shared, sessions):
                 for name, path in (("list", "/collections"), ("page", f"/collections/{cid}")):
                     pg.goto(server.url + path)
                     pg.wait_for_load_state()
+                    pg.wait_for_function("() => [...document.images].every((i) => i.complete && i.naturalWidth > 0)")
                     if name == "page":
                         label = pg.locator("label.check").first.inner_text().strip()
                         assert label == ("Use in my chat answers" if lang == "en" else "用于我的聊天回答")

@@ -56,6 +56,7 @@ def test_member_page_list_and_choice(auth_app, sessions, store):
 
     listing = member.client.get("/collections").text
     assert "Shared with me" in listing and f"/collections/{cid}" in listing and owner.email in listing
+    assert sharing.member_media_path(cid, inside) + "/thumbnail" in listing  # its cover, through the member route
     assert f"/collections/{cid}" not in third.client.get("/collections").text
     assert third.client.get(f"/collections/{cid}").status_code == 404
     thumbnail = sharing.member_media_path(cid, inside) + "/thumbnail"  # the grid's pictures

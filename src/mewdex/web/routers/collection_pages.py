@@ -64,16 +64,17 @@ def collections_overview(
         "pages": pages,
         "total": total,
         "created": next((c for c in rows if c.id == created), None),
-        "shared": [
-            {
-                "collection": c,
-                "role": role,
-                "owner": email,
-                "count": collections.count_items(session, ScopeContext(c.scope_id), c.id),
-            }
-            for c, role, email in sharing.shared_with(session, user_id)
-        ],
+        "shared": [_shared_row(session, c, role, email) for c, role, email in sharing.shared_with(session, user_id)],
     }
+
+
+def _shared_row(session: Session, collection, role: str, owner: str | None) -> dict[str, Any]:
+    """A collection shared with the caller as the list shows it: role, owner, count and cover (the
+    first member's thumbnail through the member route)."""
+    rows = collections.overview(session, ScopeContext(collection.scope_id), q=collection.name)
+    row = next((r for r in rows if r.id == str(collection.id)), None)
+    cover = sharing.member_media_path(collection.id, row.cover) + "/thumbnail" if row and row.cover else None
+    return {"collection": collection, "role": role, "owner": owner, "count": row.count if row else 0, "cover": cover}
 
 
 @router.get("/collections")
