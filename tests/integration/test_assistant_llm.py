@@ -451,3 +451,57 @@ def test_an_attached_image_is_searched_by_the_model_with_search_by_image(session
     assert "search_by_image" in {t["function"]["name"] for t in first["tools"]}
     assert "[the user attached an image]" in FakeOpenAI.prompt_text(first)
     assert [d["meme_id"] for n, d in events if n == "meme"] == [library["gif"]]
+
+
+def test_the_models_tools_reach_the_shared_collections_a_member_chose(sessions, store, model):
+    """A member that chose "use in my chat answers" for a collection shared with it: the model's
+    search_memes finds the collection's meme (its member URL), show_memes shows it as a card of the
+    member routes; once the choice is off the same id is not found. Never the owner's other memes."""
+    from accounts_helpers import delete_users, own_scope_users
+    from mewdex.library import collections, sharing
+    from test_collection_members import _meme as shared_meme
+
+    with sessions.begin() as session:
+        (owner, member), made = own_scope_users(session, ["owner", "member"])
+        owner_scope, member_scope, member_id = (
+            ScopeContext(owner.scope_id),
+            ScopeContext(member.scope_id),
+            member.user_id,
+        )
+    try:
+        inside = shared_meme(sessions, store, owner_scope.scope_id, 7101, "bandicoot on a bicycle")
+        outside = shared_meme(sessions, store, owner_scope.scope_id, 7102, "bandicoot kept private")
+        with sessions.begin() as session:
+            c = collections.create(session, owner_scope, "Marsupials")
+            collections.add_members(session, owner_scope, c.id, [inside])
+            sharing.set_member(session, owner_scope, c.id, member.email, "viewer")
+            sharing.set_use_in_chat(session, member_scope, member_id, c.id, True)
+        media = sharing.member_media_path(c.id, inside)
+        model.steps.extend(
+            [
+                Reply.tool_call("search_memes", {"query": "bandicoot", "n": 5}),
+                Reply.calls([("show_memes", {"meme_ids": [inside, outside]})]),
+                Reply.text("A bandicoot."),
+            ]
+        )
+        events = _events(sessions, member_scope, _conversation(sessions, member_scope), "bandicoot please")
+        found = json.loads(list(FakeOpenAI.tool_results(model.requests()[1]).values())[0])
+        assert [h["id"] for h in found] == [inside]  # never the owner's meme outside the collection
+        cards = [d for n, d in events if n == "meme"]
+        assert [(d["meme_id"], d["media_url"], d["page_url"]) for d in cards] == [
+            (inside, media, f"/collections/{c.id}")
+        ]
+
+        from mewdex.assistant import tools  # MCP's search_memes: the same, with the member URL
+
+        assert [(h["id"], h["media_url"]) for h in tools.search_memes(sessions, member_scope, "bandicoot")] == [
+            (inside, media)
+        ]
+        with sessions.begin() as session:
+            sharing.set_use_in_chat(session, member_scope, member_id, c.id, False)
+        assert tools.search_memes(sessions, member_scope, "bandicoot") == []
+        model.steps.extend([Reply.calls([("show_memes", {"meme_ids": [inside]})]), Reply.text("none")])
+        events = _events(sessions, member_scope, _conversation(sessions, member_scope), "again")
+        assert [d for n, d in events if n == "meme"] == []
+    finally:
+        delete_users(sessions, made)

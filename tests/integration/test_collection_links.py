@@ -205,3 +205,47 @@ def test_a_disabled_owners_links_answer_404(required, sessions):
             assert public.get(f"/s/{token}").status_code == 404
     finally:
         delete_users(sessions, made)
+
+
+def test_the_gallery_grid_shows_link_scoped_thumbnails_and_originals_only_when_opened(world, sessions, store):
+    """The grid's pictures are the thumbnail store's stills through the link
+    (``/s/{token}/media/{id}/thumbnail``); the original goes out only when a meme is opened or
+    downloaded. A meme whose thumbnail the worker has not made yet shows its original (``no-store``);
+    a meme outside the collection, or a deleted link, is 404."""
+    from mewdex.library import thumbnails as th
+    from mewdex.library.scopes import storage_namespace
+
+    owner, _other, oc, _xc, public, ids = world
+    with sessions.begin() as session:
+        namespace = storage_namespace(session, owner.scope_id)
+        meme = session.get_one(Meme, uuid.UUID(ids["in_cat"]))
+        th.store_thumbnails(session, store, namespace, meme, th.make_thumbnails(png(4301)))
+        still = th.current_thumbnail(session, meme, th.STILL_PROFILE)
+        assert still is not None
+        still_bytes = store.read_bytes(th.thumbnail_namespace(namespace), still.output_key)
+    link = oc.post(f"/api/v1/collections/{ids['collection']}/links", json={"expires_in_days": 1}).json()
+    token = _token(link["url"])
+    page = public.get(f"/s/{token}").text
+    pictures = set(re.findall(r'<img src="([^"]+)"', page))
+    assert pictures == {f"/s/{token}/media/{ids[k]}/thumbnail" for k in ("in_cat", "in_dog")}
+    assert f'href="/s/{token}/media/{ids["in_cat"]}"' in page  # opening a card gets the original
+
+    r = public.get(f"/s/{token}/media/{ids['in_cat']}/thumbnail")
+    assert r.status_code == 200 and r.content == still_bytes and r.content != png(4301)
+    assert r.headers["content-type"] == "image/webp" and "noindex" in r.headers["x-robots-tag"]
+    assert (
+        public.get(
+            f"/s/{token}/media/{ids['in_cat']}/thumbnail", headers={"If-None-Match": r.headers["etag"]}
+        ).status_code
+        == 304
+    )
+    fallback = public.get(f"/s/{token}/media/{ids['in_dog']}/thumbnail")
+    assert (
+        fallback.status_code == 200
+        and fallback.content == png(4302)
+        and fallback.headers["cache-control"] == "no-store"
+    )
+    for other_meme in ("outside", "trashed", "others"):
+        assert public.get(f"/s/{token}/media/{ids[other_meme]}/thumbnail").status_code == 404
+    assert oc.delete(f"/api/v1/collections/{ids['collection']}/links/{link['id']}").status_code == 204
+    assert public.get(f"/s/{token}/media/{ids['in_cat']}/thumbnail").status_code == 404

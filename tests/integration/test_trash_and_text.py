@@ -356,3 +356,66 @@ def test_the_quota_counts_the_trash_until_it_is_purged(sessions, store):
         )
     finally:
         delete_users(sessions, made)
+
+
+def test_a_patch_of_name_text_and_tags_is_one_transaction(client, sessions, store, scope, monkeypatch):
+    """``PATCH`` with a name, a text and tags: all written by one transaction (one revision check,
+    the rename journaled ``completed`` in it); a failure in its last step or a change that lands
+    between the request's checks and its transaction (412) leaves none of it written."""
+    from mewdex.db.models import StorageOperation
+    from mewdex.library import memes as library_memes
+    from mewdex.library.memes import MemeError
+    from mewdex.pipeline import corrections
+
+    meme_id = analysed(sessions, store, scope, 4711, "axolotl smiles")
+    start = client.get(f"/api/v1/memes/{meme_id}").json()
+
+    def state() -> tuple:
+        meme = client.get(f"/api/v1/memes/{meme_id}").json()
+        with sessions.begin() as session:
+            ops = session.execute(
+                select(func.count()).select_from(StorageOperation).where(StorageOperation.meme_id == uuid.UUID(meme_id))
+            ).scalar_one()
+        return meme["display_name"], meme["meme_context"]["ocr_text"], meme["tags"], meme["revision"], ops
+
+    before = state()
+    body = {"display_name": "axolotl", "text": "axolotl waves", "tags": ["amphibian"]}
+
+    def failing_tags(*_args, **_kwargs):  # the last step fails after the rename and the text were done
+        raise MemeError("operation_in_progress", "injected")
+
+    monkeypatch.setattr(corrections, "set_tags", failing_tags)
+    r = client.patch(f"/api/v1/memes/{meme_id}", json=body, headers={"If-Match": str(start["revision"])})
+    assert (r.status_code, r.json()["error"]["code"]) == (409, "operation_in_progress")
+    assert state() == before  # nothing half-written: not the name, not the text, no journal row
+    monkeypatch.undo()
+
+    real_normalize = corrections.normalize_tags
+
+    def concurrent_change(values):  # another request renames it after this one's checks began
+        library_memes.rename(sessions, scope, uuid.UUID(meme_id), "someone else's name")
+        return real_normalize(values)
+
+    monkeypatch.setattr(corrections, "normalize_tags", concurrent_change)
+    r = client.patch(f"/api/v1/memes/{meme_id}", json=body, headers={"If-Match": str(start["revision"])})
+    assert (r.status_code, r.json()["error"]["code"]) == (412, "revision_conflict")
+    monkeypatch.undo()
+    name, text_now, tags, revision, ops = state()
+    assert (name, text_now, tags, revision) == ("someone else's name", "axolotl smiles", [], start["revision"] + 1)
+
+    r = client.patch(f"/api/v1/memes/{meme_id}", json=body, headers={"If-Match": str(revision)})
+    assert r.status_code == 200, r.text
+    assert r.headers["ETag"] == f'"{revision + 2}"'  # the rename and the text, as alone
+    assert state()[:4] == ("axolotl", "axolotl waves", ["amphibian"], revision + 2)
+    with sessions.begin() as session:
+        statuses = (
+            session.execute(
+                select(StorageOperation.status).where(
+                    StorageOperation.meme_id == uuid.UUID(meme_id), StorageOperation.operation_type == "rename"
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert statuses == ["completed", "completed"]  # the other request's rename and this one's
+    assert meme_id in found(client, "waves") and meme_id not in keyword_found(sessions, scope, "smiles")

@@ -113,3 +113,31 @@ def test_mewdex_watch_in_the_foreground(mewdex_env, sessions, scope, tmp_path):
         [str(MEWDEX_BIN), "watch", str(tmp_path / "nowhere")], env=env, capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 2 and "is not a folder" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_folder_of_a_disabled_account_imports_nothing(sessions, store, tmp_path):
+    """``DIR=email`` of a disabled account (``MEWDEX_WATCH_DIRS`` as ``serve`` resolves it): the start-up
+    rescan and a burst of events import nothing for it and mark nothing missing; enabled again, the next
+    rescan imports what lies there."""
+    from mewdex.library import watch
+    from mewdex.platform.users import set_disabled
+
+    folder = tmp_path / "off"
+    folder.mkdir()
+    data = png(9005, 16)
+    (folder / "while-off.png").write_bytes(data)
+    with sessions.begin() as session:
+        (user,), made = own_scope_users(session, ["disabled-watcher"], role="user")
+        (entry,) = watch.resolve(session, [f"{folder}={user.email}"])
+        set_disabled(session, user, True)
+    try:
+        assert watch.rescan(sessions, store, entry) == {"checked": 0, "imported": 0, "missing": 0}
+        assert watch.apply_changes(sessions, store, entry, [folder / "while-off.png"], []) == []
+        assert watch.sync_file(sessions, store, entry, folder / "while-off.png") is None
+        assert memes_with(sessions, data) == []
+        with sessions.begin() as session:
+            set_disabled(session, session.merge(user), False)
+        assert watch.rescan(sessions, store, entry)["imported"] == 1  # the same folder, enabled: it imports
+        assert [m.scope_id for m in memes_with(sessions, data)] == [entry.scope.scope_id]
+    finally:
+        delete_users(sessions, made)

@@ -38,7 +38,7 @@ from uuid import UUID
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.assistant import catalogue, conversations
+from mewdex.assistant import catalogue, conversations, pools
 from mewdex.assistant.prompts import FINAL_STEP_PROMPT, SUMMARY_PROMPT, SYSTEM_PROMPT
 from mewdex.config import get_settings
 from mewdex.db.models import Message, ScopeContext
@@ -47,7 +47,6 @@ from mewdex.dto.i18n import translate
 from mewdex.dto.search import SearchHit
 from mewdex.providers import metering, openai_compat
 from mewdex.providers.errors import ProviderError
-from mewdex.search import service as search_service
 
 if TYPE_CHECKING:  # the SDK's types only; the SDK itself loads when a model is first called
     from openai.types.chat import ChatCompletionMessageParam
@@ -479,7 +478,7 @@ class Agent:
                 wanted.append(uid)
         room = SHOW_PER_REPLY - len(self.shown)
         with self.sessions.begin() as session:
-            hits: list[SearchHit] = search_service.hydrate(
+            hits: list[SearchHit] = pools.hydrate(  # the caller's memes, and those of the shared collections it chose
                 session, self.scope, wanted[: max(room, 0)], dict.fromkeys(wanted, 0.0)
             )
         found = {h.id for h in hits}

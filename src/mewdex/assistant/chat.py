@@ -26,7 +26,7 @@ from uuid import UUID
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.assistant import agent, conversations, retrieval, runs, titles
+from mewdex.assistant import agent, conversations, pools, retrieval, runs, titles
 from mewdex.assistant import query as chat_query
 from mewdex.assistant.errors import AssistantError
 from mewdex.config import get_settings
@@ -35,6 +35,7 @@ from mewdex.dto.errors import DomainError
 from mewdex.dto.i18n import translate
 from mewdex.dto.search import SearchHit
 from mewdex.inference.errors import BackendUnavailable
+from mewdex.library import sharing
 from mewdex.library.images import ImageError
 
 MAX_MESSAGE_CHARS = 2000
@@ -80,29 +81,32 @@ def message_view(message: Message) -> dict[str, Any]:
 
 
 def card(hit: SearchHit) -> dict[str, Any]:
-    """A meme card: id, name, sha256, the original's and the thumbnail's URLs, the meme's page."""
-    return {
-        "meme_id": hit.id,
-        "display_name": hit.display_name,
-        "sha256": hit.sha256,
-        "media_url": f"/media/{hit.id}",
-        "thumbnail_url": f"/media/{hit.id}/thumbnail",
-        "page_url": f"/memes/{hit.id}",
-        "artifact_id": None,
-    }
+    """A meme card: id, name, sha256, the original's and the thumbnail's URLs, the meme's page (for a
+    meme of a shared collection (:mod:`.pools`): the member route and the collection's page)."""
+    return _card(hit.id, hit.display_name, hit.sha256, pools.shared_collection(hit), None)
 
 
 def card_from_ref(ref: dict[str, Any]) -> dict[str, Any]:
-    meme_id = ref.get("meme_id")
-    return {
-        "meme_id": meme_id,
-        "display_name": ref.get("display_name") or "",
-        "sha256": ref.get("sha256") or "",
-        "media_url": f"/media/{meme_id}",
-        "thumbnail_url": f"/media/{meme_id}/thumbnail",
-        "page_url": f"/memes/{meme_id}",
-        "artifact_id": ref.get("artifact_id"),
-    }
+    return _card(
+        ref.get("meme_id"),
+        ref.get("display_name") or "",
+        ref.get("sha256") or "",
+        ref.get("collection_id"),
+        ref.get("artifact_id"),
+    )
+
+
+def _card(meme_id: Any, name: str, sha256: str, shared: str | None, artifact_id: Any) -> dict[str, Any]:
+    if shared:
+        media = sharing.member_media_path(shared, meme_id)
+        urls = {"media_url": media, "thumbnail_url": f"{media}/thumbnail", "page_url": f"/collections/{shared}"}
+    else:
+        urls = {
+            "media_url": f"/media/{meme_id}",
+            "thumbnail_url": f"/media/{meme_id}/thumbnail",
+            "page_url": f"/memes/{meme_id}",
+        }
+    return {"meme_id": meme_id, "display_name": name, "sha256": sha256, **urls, "artifact_id": artifact_id}
 
 
 def _checked_text(text: str | None, has_image: bool) -> str:
@@ -392,14 +396,14 @@ def _artifact_refs(session: Session, conversation: Conversation, shown: list[Sea
         )
         session.add(artifact)
         session.flush()
-        refs.append(
-            {
-                "artifact_id": str(artifact.artifact_id),
-                "meme_id": hit.id,
-                "display_name": hit.display_name,
-                "sha256": hit.sha256,
-            }
-        )
+        ref = {
+            "artifact_id": str(artifact.artifact_id),
+            "meme_id": hit.id,
+            "display_name": hit.display_name,
+            "sha256": hit.sha256,
+        }
+        shared = pools.shared_collection(hit)
+        refs.append(ref | ({"collection_id": shared} if shared else {}))
     return refs
 
 

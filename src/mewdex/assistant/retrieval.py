@@ -36,7 +36,7 @@ from uuid import UUID
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.assistant import conversations
+from mewdex.assistant import conversations, pools
 from mewdex.assistant import query as chat_query
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, Message, ScopeContext
@@ -92,14 +92,20 @@ def search_ids(
 ) -> tuple[str, list[SearchHit]]:
     """The query read from a chat message and the memes it finds (best first). Short transactions:
     the search's legs take connections of their own, so none is held while they run. ``guest``: a
-    guest's turn runs no metered step (``search(metered=False)``): guests never spend the owner's budget."""
+    guest's turn runs no metered step (``search(metered=False)``): guests never spend the owner's budget.
+    The account's own turn also searches the shared collections it chose (:mod:`.pools`); a guest's never."""
     with sessions.begin() as session:
         parsed, filters = parse(session, scope, text)
-    with sessions.begin() as session:  # no connection is checked out until the legs are done
-        if parsed.query:
-            return parsed.query, search_service.search(
+    if parsed.query:
+        with sessions.begin() as session:  # no connection is checked out until the legs are done
+            own = search_service.search(
                 session, scope, parsed.query[:500], n, filters=filters, penalise_rejected=True, metered=not guest
             ).results
+        if guest:  # a collection shared with the account is not shared with the people in its chats
+            return parsed.query, own
+        # with the shared collections the account chose (pools), each in its own transaction
+        return parsed.query, pools.search(sessions, scope, parsed.query[:500], n, own, filters)
+    with sessions.begin() as session:
         # Only filters ("来个动图", a collection's name): the newest memes that pass them.
         memes = (
             session.execute(filtered_memes(scope.scope_id, filters).order_by(Meme.created_at.desc()).limit(n))
@@ -166,7 +172,7 @@ def _same_request(query: str, text: str) -> bool:
 
 def _page(session: Session, scope: ScopeContext, results: list[str], offset: int, size: int = PAGE) -> list[SearchHit]:
     ids = [UUID(i) for i in results[offset : offset + size]]
-    return search_service.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))
+    return pools.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))  # a shared one while it is still chosen
 
 
 def answer(

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex.assistant import pools
 from mewdex.assistant import query as chat_query
 from mewdex.assistant.errors import AssistantError
 from mewdex.config import get_settings
@@ -69,9 +70,11 @@ def search_memes(
     collection: str | None = None,
 ) -> list[dict[str, Any]]:
     """The ``n`` (1–20) best memes for ``query`` (chat phrasing stripped), optionally only animated
-    ones or one collection's (name or id): ``[{"id", "display_name", "media_url", "score", "snippet",
-    "confidence"}]`` (``confidence``: high | medium | low, :mod:`mewdex.search.confidence`). The
-    search page's ranking: what a person passed over with "another" in a chat hides nothing here."""
+    ones or one collection's (name or id), beside the caller's own library also the collections shared
+    with it that it chose for its chats (:mod:`.pools`; their ``media_url`` is the member route):
+    ``[{"id", "display_name", "media_url", "score", "snippet", "confidence"}]`` (``confidence``: high |
+    medium | low, :mod:`mewdex.search.confidence`). The search page's ranking: what a person passed
+    over with "another" in a chat hides nothing here."""
     n = _n(n)
     text = chat_query.strip_chat_phrasing((query or "").strip())[: search_service.MAX_QUERY_CHARS]
     if not text:
@@ -79,7 +82,8 @@ def search_memes(
     with sessions.begin() as session:
         filters = _filters(session, scope, animated, collection)
     with sessions.begin() as session:
-        return _hits(search_service.search(session, scope, text, n, filters=filters).results)
+        own = search_service.search(session, scope, text, n, filters=filters).results
+    return _hits(pools.search(sessions, scope, text, n, own, filters))  # and the shared collections chosen
 
 
 def search_by_image(

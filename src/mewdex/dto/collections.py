@@ -118,5 +118,19 @@ class Member(Dto):
     created_at: Timestamp
 
 
+class MembershipRequest(BaseModel):
+    """``{"use_in_chat": true | false}`` (422 ``invalid_request`` otherwise)."""
+
+    use_in_chat: Annotated[Any, WithJsonSchema({"type": "boolean"})]
+
+
+class Membership(Dto):
+    """The caller's membership of a collection shared with it."""
+
+    collection_id: str
+    role: Literal["viewer", "editor"]
+    use_in_chat: bool
+
+
 class MemberList(Dto):
     members: list[Member]

@@ -277,6 +277,31 @@ def _check_revision(meme: Meme, expected_revision: int | None) -> None:
         )
 
 
+def normalized_name(name: str) -> str:
+    """``name`` under the name rules (:func:`mewdex.library.names.normalize_display_name`); MemeError
+    ``display_name_invalid`` when nothing usable is left."""
+    from mewdex.library.names import normalize_display_name
+
+    try:
+        return normalize_display_name(name)
+    except ValueError:
+        raise MemeError("display_name_invalid", "the name is empty or not allowed") from None
+
+
+def rename_locked(session: Session, meme: Meme, new_name: str) -> None:
+    """Rename the live ``meme`` (locked by the caller's transaction) to ``new_name`` (from
+    :func:`normalized_name`) in that transaction, journaled as a ``rename`` operation that commits
+    ``completed`` with it (nothing to recover: the transaction holds both). The caller checked the
+    revision and that no operation is open (:func:`mewdex.storage.journal.open_operation`)."""
+    op = journal.prepare_rename(session, meme, new_name, meme.revision)
+    meme.display_name = new_name
+    meme.name_source = "manual"
+    meme.revision += 1
+    meme.updated_at = utcnow()
+    op.after_sha256 = meme.sha256
+    op.status = "completed"
+
+
 def rename(
     sessions: sessionmaker[Session], scope: ScopeContext, meme_id, name: str, *, expected_revision: int | None = None
 ) -> int:
@@ -291,12 +316,7 @@ def rename(
         MemeError: ``display_name_invalid`` (nothing usable is left), ``not_found``,
             ``revision_conflict`` (details: expected and current revision).
     """
-    from mewdex.library.names import normalize_display_name
-
-    try:
-        new_name = normalize_display_name(name)
-    except ValueError:
-        raise MemeError("display_name_invalid", "the name is empty or not allowed") from None
+    new_name = normalized_name(name)
     with sessions.begin() as session:
         meme = _locked_meme(session, scope, meme_id)
         _check_revision(meme, expected_revision)

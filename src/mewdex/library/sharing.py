@@ -11,6 +11,9 @@ a link is never listed with its token, and :func:`open_link` answers an unknown,
 token with the one 404 ``not_found``. What a link shows is only its collection's live memes
 (:func:`link_meme` is the one check of a meme behind a link). :func:`check_public_rate` limits the
 requests to links per client address.
+
+A member may choose that its assistant answers from a collection shared with it
+(:func:`set_use_in_chat`); :func:`chat_pools` is what the assistant reads at every search.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import and_, delete, select
+from sqlalchemy import and_, delete, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -37,7 +40,7 @@ from mewdex.db.models import (
     utcnow,
 )
 from mewdex.library.collections import MAX_ITEMS_PER_REQUEST, CollectionError
-from mewdex.library.listing import live
+from mewdex.library.listing import find, live
 from mewdex.library.memes import add_image
 from mewdex.library.scopes import storage_namespace
 from mewdex.platform import sessions as platform_sessions
@@ -56,20 +59,23 @@ NOT_FOUND = "collection not found"
 @dataclass(frozen=True)
 class Access:
     """A caller's access to a collection: the collection, its owner's scope (every read of its items
-    runs in it) and the caller's ``role``: ``owner``, ``editor`` or ``viewer``."""
+    runs in it), the caller's ``role`` (``owner``, ``editor`` or ``viewer``) and, for a member, whether
+    it chose to have its assistant answer from the collection (``use_in_chat``)."""
 
     collection: MemeCollection
     owner: ScopeContext
     role: str
+    use_in_chat: bool = False
 
 
 def access(
     session: Session, scope: ScopeContext, user_id: UUID | None, collection_id: UUID, *, need: str = "read"
 ) -> Access:
     """The one check of a collection read or write: the caller (``scope``, and ``user_id`` when it is an
-    account) is its owner, or a member with enough of a role for ``need`` (``read``: any member;
-    ``edit``: an editor; ``owner``: the owner only). Raises CollectionError 404 ``not_found`` for
-    everyone else (exactly as for a collection that does not exist)."""
+    account) is its owner, or an enabled member with enough of a role for ``need`` (``read``: any
+    member; ``edit``: an editor; ``owner``: the owner only) of an enabled owner's collection. Raises
+    CollectionError 404 ``not_found`` for everyone else (exactly as for a collection that does not
+    exist), a disabled member or a disabled owner's members included."""
     own = session.execute(
         select(MemeCollection).where(MemeCollection.scope_id == scope.scope_id, MemeCollection.id == collection_id)
     ).scalar_one_or_none()
@@ -77,7 +83,7 @@ def access(
         return Access(own, scope, "owner")
     if user_id is not None and need != "owner":
         found = session.execute(
-            select(MemeCollection, CollectionMember.role)
+            select(MemeCollection, CollectionMember)
             .join(
                 CollectionMember,
                 and_(
@@ -85,11 +91,34 @@ def access(
                     CollectionMember.collection_id == MemeCollection.id,
                 ),
             )
-            .where(MemeCollection.id == collection_id, CollectionMember.user_id == user_id)
+            .join(User, User.user_id == CollectionMember.user_id)
+            .where(MemeCollection.id == collection_id, CollectionMember.user_id == user_id, ~User.disabled)
         ).first()
-        if found is not None and (need == "read" or found[1] == "editor"):
-            return Access(found[0], ScopeContext(found[0].scope_id), found[1])
+        if (
+            found is not None
+            and (need == "read" or found[1].role == "editor")
+            and owner_active(session, found[0].scope_id)  # a disabled owner shares nothing
+        ):
+            collection, member = found
+            return Access(collection, ScopeContext(collection.scope_id), member.role, member.use_in_chat)
     raise CollectionError("not_found", NOT_FOUND)
+
+
+def member_media_path(collection_id: UUID | str, meme_id: UUID | str) -> str:
+    """The URL path of a shared collection's meme as a member reads it (never the owner's ``/media/{id}``):
+    ``/api/v1/collections/{collection_id}/media/{meme_id}``."""
+    return f"{MEMBER_MEDIA_PREFIX}{collection_id}/media/{meme_id}"
+
+
+MEMBER_MEDIA_PREFIX = "/api/v1/collections/"
+
+
+def member_media_collection(path: str | None) -> str | None:
+    """The collection id of a :func:`member_media_path` (None for any other path, e.g. ``/media/{id}``)."""
+    if not path or not path.startswith(MEMBER_MEDIA_PREFIX):
+        return None
+    collection_id, _, rest = path[len(MEMBER_MEDIA_PREFIX) :].partition("/media/")
+    return collection_id if rest else None
 
 
 def collection_meme(session: Session, granted: Access, meme_id: UUID) -> Meme:
@@ -136,7 +165,8 @@ def owner_email(session: Session, scope_id: str) -> str | None:
 
 
 def shared_with(session: Session, user_id: UUID | None) -> list[tuple[MemeCollection, str, str | None]]:
-    """The collections shared with the account: ``(collection, role, owner's email)``, by name."""
+    """The collections shared with the account: ``(collection, role, owner's email)``, by name (none of
+    a disabled owner: :func:`access` refuses them)."""
     if user_id is None:
         return []
     rows = session.execute(
@@ -152,7 +182,66 @@ def shared_with(session: Session, user_id: UUID | None) -> list[tuple[MemeCollec
         .where(CollectionMember.user_id == user_id)
         .order_by(MemeCollection.name, MemeCollection.id)
     ).all()
-    return [(c, role, email) for c, role, email in rows]
+    return [(c, role, email) for c, role, email in rows if owner_active(session, c.scope_id)]
+
+
+def set_use_in_chat(
+    session: Session, scope: ScopeContext, user_id: UUID | None, collection_id: UUID, on: Any
+) -> Access:
+    """The member's choice that its assistant answers from the collection shared with it (``on``: true
+    or false); the :class:`Access` after it. 404 ``not_found`` (no member of it: the owner's own
+    collections are its library already), 422 ``invalid_request`` (``on`` not a boolean)."""
+    if not isinstance(on, bool):
+        raise CollectionError("invalid_request", "use_in_chat is true or false")
+    granted = access(session, scope, user_id, collection_id)
+    if granted.role == "owner":
+        raise CollectionError("not_found", NOT_FOUND)
+    session.execute(
+        update(CollectionMember)
+        .where(CollectionMember.collection_id == granted.collection.id, CollectionMember.user_id == user_id)
+        .values(use_in_chat=on)
+    )
+    return Access(granted.collection, granted.owner, granted.role, on)
+
+
+def chat_pools(session: Session, scope_id: str) -> list[Access]:
+    """The shared collections the account of ``scope_id`` chose for its assistant (``use_in_chat``), as
+    :class:`Access` (role ``viewer``/``editor``), by name; none for a disabled account or of a disabled
+    owner. Read at every search, so a removed membership or a changed choice counts at once."""
+    rows = session.execute(
+        select(MemeCollection, CollectionMember)
+        .join(
+            CollectionMember,
+            and_(
+                CollectionMember.scope_id == MemeCollection.scope_id,
+                CollectionMember.collection_id == MemeCollection.id,
+            ),
+        )
+        .join(User, User.user_id == CollectionMember.user_id)
+        .where(User.scope_id == scope_id, ~User.disabled, CollectionMember.use_in_chat)
+        .order_by(MemeCollection.name, MemeCollection.id)
+    ).all()
+    return [
+        Access(c, ScopeContext(c.scope_id), m.role, True)
+        for c, m in rows
+        if c.scope_id != scope_id and owner_active(session, c.scope_id)
+    ]
+
+
+def sendable_meme(session: Session, scope_id: str, meme_id: UUID) -> tuple[Meme, ScopeContext] | None:
+    """The live meme ``meme_id`` the account of ``scope_id`` may send (a channel delivery of what its
+    assistant picked): its own, or one of a shared collection it chose for its chats now
+    (:func:`chat_pools`), with the scope whose blob namespace holds the file; None otherwise (also
+    once the membership or the choice has ended)."""
+    own = find(session, ScopeContext(scope_id), meme_id)
+    if own is not None:
+        return own, ScopeContext(scope_id)
+    for granted in chat_pools(session, scope_id):
+        try:
+            return collection_meme(session, granted, meme_id), granted.owner
+        except CollectionError:
+            continue
+    return None
 
 
 def set_member(session: Session, scope: ScopeContext, collection_id: UUID, email: str, role: Any) -> CollectionMember:

@@ -15,7 +15,8 @@ validation, quota, duplicates, the processing job). Where a meme's file lies is 
   size and modification time match the record are not read again, the rest as above.
 
 Hidden files and folders (a leading dot) are left alone, as the folder import does. Folder names stay
-searchable (``provenance.relative_path``); watched folders make no collections.
+searchable (``provenance.relative_path``); watched folders make no collections. A folder assigned to a
+disabled account imports nothing and marks nothing while it is disabled (:func:`active`, asked per file).
 """
 
 from __future__ import annotations
@@ -141,12 +142,22 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def active(sessions: sessionmaker[Session], folder: WatchedFolder) -> bool:
+    """Whether ``folder``'s library may take files now: not when its account is disabled (or gone):
+    :func:`mewdex.platform.owners.owner_active`, asked again for every file and burst."""
+    from mewdex.platform.owners import owner_active
+
+    with sessions.begin() as session:
+        return owner_active(session, folder.scope.scope_id)
+
+
 def sync_file(
     sessions: sessionmaker[Session], store, folder: WatchedFolder, path: Path, batch_id: str | None = None
 ) -> AddResult | None:
     """Bring one file of ``folder`` into the library (module doc): ``duplicate`` when its content is known
-    (the meme's place moves here), else the import's result; None when the file is gone or hidden."""
-    if not _visible(folder.root, path):
+    (the meme's place moves here), else the import's result; None when the file is gone or hidden, or
+    the folder's account is disabled (:func:`active`: nothing is imported for it)."""
+    if not _visible(folder.root, path) or not active(sessions, folder):
         return None
     try:
         info = path.stat()
@@ -236,13 +247,15 @@ def rescan(
     are one task batch, fed to the lanes as they drain (a large folder never floods the queue)."""
     from mewdex.queue import batches
 
+    counts = {"checked": 0, "imported": 0, "missing": 0}
+    if not active(sessions, folder):  # a disabled account's folder is left alone, files and records
+        return counts
     with sessions.begin() as session:
         placed = sorted(  # where two memes are recorded at one path, the one not missing counts
             (m.extensions["watch"] for m in _placed(session, folder)), key=lambda w: not w.get("missing_since")
         )
         recorded = {str(w.get("path")): w for w in placed}
         batch_id = batches.create(session, folder.scope.scope_id).batch_id
-    counts = {"checked": 0, "imported": 0, "missing": 0}
     seen: set[str] = set()
     try:
         for path in _files_under(folder.root):
@@ -284,7 +297,9 @@ def apply_changes(
 ) -> list[str]:
     """One burst of events of ``folder``: the added or modified paths first (a folder moved in: each of its
     files), then the deleted ones (so a rename in one burst only moves the meme). Returns the memes marked
-    missing."""
+    missing (none for a disabled account's folder: :func:`active`)."""
+    if not active(sessions, folder):
+        return []
     for path in sorted(set(changed)):
         for file in _files_under(path) if path.is_dir() else [path]:
             result = sync_file(sessions, store, folder, file)

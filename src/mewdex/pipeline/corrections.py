@@ -11,6 +11,7 @@ either way. A later re-analysis keeps the correction (:class:`~mewdex.pipeline.s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,10 +21,12 @@ from mewdex.db.models import Meme, ScopeContext, utcnow
 from mewdex.dto.memes import MAX_TEXT_CHARS
 from mewdex.library import memes
 from mewdex.library.memes import MemeError
+from mewdex.library.tags import normalize_tags
 from mewdex.pipeline.auto_rename import AutoRenameStage, readable_name
 from mewdex.pipeline.base import StageError, context_hash
 from mewdex.pipeline.context import apply_text_correction
 from mewdex.pipeline.stages import TextEmbeddingStage, write_keyword_document
+from mewdex.search.tags import set_tags
 from mewdex.storage import journal
 
 
@@ -76,6 +79,56 @@ def set_text(
         if after == before:
             return meme.revision
         _reindex(session, meme, before, after)
+        return meme.revision
+
+
+#: :func:`edit`'s "no text given" (``None`` is a text: back to what OCR read).
+UNCHANGED: Any = object()
+
+
+def edit(
+    sessions: sessionmaker[Session],
+    scope: ScopeContext,
+    meme_id,
+    *,
+    name: str | None = None,
+    text: Any = UNCHANGED,
+    tags: Iterable[object] | None = None,
+    expected_revision: int | None = None,
+) -> int:
+    """Rename, correct the text and/or set the tags of the live meme ``meme_id`` together
+    (``PATCH /api/v1/memes/{id}``), all or nothing: every value is checked first (the name rules,
+    :func:`checked_text`, :func:`mewdex.library.tags.normalize_tags`), then ONE transaction locks the
+    meme, checks ``expected_revision`` against it once, and writes the rename
+    (:func:`mewdex.library.memes.rename_locked`, journaled), the text (re-indexed as :func:`set_text`)
+    and the tags (:func:`mewdex.search.tags.set_tags`). A concurrent change is a 412-style
+    ``revision_conflict`` with nothing written. Returns the new revision (a rename and a changed text
+    each count one, as alone).
+
+    Raises:
+        MemeError: ``display_name_invalid``, ``text_invalid`` / ``text_too_long``, ``not_found``,
+            ``revision_conflict``, ``text_not_ready``, ``operation_in_progress``.
+        TagError: the tag rule's codes (``tag_empty``, ``too_many_tags`` …).
+    """
+    new_name = None if name is None else memes.normalized_name(name)
+    new_text = UNCHANGED if text is UNCHANGED else checked_text(text)
+    new_tags = None if tags is None else normalize_tags(tags)
+    with sessions.begin() as session:
+        meme = memes._locked_meme(session, scope, meme_id)
+        memes._check_revision(meme, expected_revision)
+        if new_text is not UNCHANGED:
+            _check_correctable(meme, None)
+        if journal.open_operation(session, meme) is not None:
+            raise MemeError("operation_in_progress", "the meme is being changed right now; try again in a moment")
+        if new_name is not None:
+            memes.rename_locked(session, meme, new_name)
+        if new_text is not UNCHANGED:
+            before = meme.meme_context
+            after = apply_text_correction(before, new_text)
+            if after != before:
+                _reindex(session, meme, before, after)
+        if new_tags is not None:
+            set_tags(session, scope, meme.id, new_tags)
         return meme.revision
 
 

@@ -17,7 +17,7 @@ from mewdex import telemetry
 from mewdex.config import get_settings
 from mewdex.db import replica
 from mewdex.db.engine import SEARCH_LEGS, get_search_sessionmaker
-from mewdex.db.models import Meme, ScopeContext
+from mewdex.db.models import Meme, MemeCollectionItem, ScopeContext
 from mewdex.dto.errors import DomainError
 from mewdex.dto.search import (
     MAX_QUERY_CHARS as MAX_QUERY_CHARS,  # re-exported: the pages and the CLI check it
@@ -130,6 +130,51 @@ def search(
         )  # fmt: skip
     finally:
         gate.release()
+
+
+def search_collection(
+    session: Session,
+    owner: ScopeContext,
+    collection_id: UUID,
+    query: str,
+    n_results: int = 10,
+    *,
+    filters: SearchFilters | None = None,
+    offset: int = 0,
+    fold_variants: bool = False,
+    member: bool = False,
+) -> SearchResponse:
+    """:func:`search` inside one collection of ``owner``'s scope (who may search it is the caller's
+    check: :func:`mewdex.library.sharing.access`): ``filters`` with the collection as its only
+    ``collection_ids``, every hit checked to be one of the collection's live memes. ``member``: a
+    caller other than the owner (a member of the collection, a public link): nothing is learned into
+    or read from the owner's feedback and no metered step spends the owner's providers."""
+    kept = (filters or SearchFilters()).model_copy(update={"collection_ids": [str(collection_id)]})
+    found = search(
+        session,
+        owner,
+        query,
+        n_results,
+        filters=kept,
+        offset=offset,
+        fold_variants=fold_variants,
+        learn=not member,
+        metered=not member,
+    )
+    inside = {
+        str(m)
+        for m in session.execute(
+            select(MemeCollectionItem.meme_id)
+            .join(Meme, (Meme.scope_id == MemeCollectionItem.scope_id) & (Meme.id == MemeCollectionItem.meme_id))
+            .where(
+                MemeCollectionItem.scope_id == owner.scope_id,
+                MemeCollectionItem.collection_id == collection_id,
+                live(),
+            )
+        ).scalars()
+    }
+    found.results = [hit for hit in found.results if hit.id in inside]
+    return found
 
 
 def _search(

@@ -1,17 +1,30 @@
 """Sharing a collection (issue 43): its members (``/api/v1/collections/{id}/members``) and its public
-links (``/api/v1/collections/{id}/links``), both the owner's alone; the rules live in
+links (``/api/v1/collections/{id}/links``), both the owner's alone, and a member's own choice
+(``/api/v1/collections/{id}/membership``: answer chats from it); the rules live in
 :mod:`mewdex.library.sharing`."""
 
 from __future__ import annotations
+
+from uuid import UUID
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from mewdex.dto.collections import LinkBrief, LinkCreated, LinkList, LinkRequest, Member, MemberList, MemberRequest
+from mewdex.dto.collections import (
+    LinkBrief,
+    LinkCreated,
+    LinkList,
+    LinkRequest,
+    Member,
+    MemberList,
+    MemberRequest,
+    Membership,
+    MembershipRequest,
+)
 from mewdex.dto.scopes import ScopeContext
 from mewdex.library import sharing
-from mewdex.web.deps import current_scope, db_session, parse_id, public_base_url
+from mewdex.web.deps import current_scope, current_user_id, db_session, parse_id, public_base_url
 
 router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
 
@@ -104,3 +117,20 @@ def delete_member(
     """End the share at once (the account's next request gets 404); 204, or 404 ``not_found``."""
     sharing.remove_member(session, scope, parse_id(collection_id, "collection"), email)
     return Response(status_code=204)
+
+
+@router.put("/{collection_id}/membership", response_model=Membership)
+def put_membership(
+    collection_id: str,
+    body: MembershipRequest,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+    user_id: UUID | None = Depends(current_user_id),
+):
+    """A member's own choice for a collection shared with it: ``{"use_in_chat": true}`` makes its
+    assistant (web chat, MCP, chat apps) answer from the collection's memes too, ``false`` stops it.
+    404 ``not_found`` (not a member: the owner's collections are its library already), 422
+    ``invalid_request``."""
+    granted = sharing.set_use_in_chat(session, scope, user_id, parse_id(collection_id, "collection"), body.use_in_chat)
+    role = granted.role  # viewer or editor (sharing.access)
+    return Membership(collection_id=str(granted.collection.id), role=role, use_in_chat=granted.use_in_chat)  # type: ignore[arg-type]

@@ -30,7 +30,7 @@ from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION, meme_brief
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, current_user_id, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError
-from mewdex.web.routers.memes import file_response
+from mewdex.web.routers.memes import file_response, thumbnail_response
 from mewdex.web.uploads import upload_slot
 
 router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
@@ -52,7 +52,7 @@ def collection_brief(
 
 def member_media_url(collection_id, meme_id) -> str:
     """A shared collection's meme as a member reads it (never the owner's ``/media/{id}``)."""
-    return f"/api/v1/collections/{collection_id}/media/{meme_id}"
+    return sharing.member_media_path(collection_id, meme_id)
 
 
 def collection_dict(collection: MemeCollection, item_count: int) -> dict:
@@ -206,6 +206,33 @@ def member_media(
     granted = sharing.access(session, scope, user_id, parse_id(collection_id, "collection"))
     meme = sharing.collection_meme(session, granted, parse_id(meme_id))
     return file_response(request, session, granted.owner, meme, download=download, cache="private, no-cache")
+
+
+THUMBNAIL_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the still WEBP thumbnail (the original's bytes until the worker has made it)",
+        "content": {
+            t: {"schema": {"type": "string", "format": "binary"}}
+            for t in ("image/webp", "image/png", "image/jpeg", "image/gif")
+        },
+    }
+}
+
+
+@router.get("/{collection_id}/media/{meme_id}/thumbnail", response_class=Response, responses=THUMBNAIL_RESPONSE)
+def member_thumbnail(
+    collection_id: str,
+    meme_id: str,
+    request: Request,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+    user_id: UUID | None = Depends(current_user_id),
+) -> Response:
+    """The still thumbnail of a meme of the collection (the caller's own or one shared with it): what a
+    member's page and chat cards show; 404 ``not_found`` as for its original."""
+    granted = sharing.access(session, scope, user_id, parse_id(collection_id, "collection"))
+    meme = sharing.collection_meme(session, granted, parse_id(meme_id))
+    return thumbnail_response(request, session, granted.owner, meme, cache="private, no-cache")
 
 
 @router.patch("/{collection_id}", response_model=CollectionBrief)

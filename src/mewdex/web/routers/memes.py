@@ -29,15 +29,14 @@ from mewdex.dto.memes import Meme as MemeDto
 from mewdex.dto.scopes import ScopeContext
 from mewdex.library import collections, listing, packages
 from mewdex.library import memes as library
+from mewdex.library import thumbnails as thumbs
 from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION
 from mewdex.library.names import saved_name
 from mewdex.library.scopes import storage_namespace
-from mewdex.library.tags import normalize_tags
 from mewdex.platform.auth import Principal
 from mewdex.queue import backpressure
 from mewdex.search import feedback
 from mewdex.search.image_search import near_duplicates_of_many
-from mewdex.search.tags import set_tags
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_principal, current_scope, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError, error_body, error_responses
@@ -164,6 +163,51 @@ def file_response(
     if found is None:
         raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
     return found
+
+
+def thumbnail_response(
+    request: Request,
+    session: Session,
+    scope: ScopeContext,
+    meme: library.Meme,
+    *,
+    animated: bool = False,
+    cache: str = "private, max-age=31536000, immutable",
+) -> Response:
+    """The meme's still WEBP thumbnail (``animated``: its animated preview when it has one) from the
+    thumbnail store of ``scope``'s namespace, ``ETag`` its sha256 (304 on a match), ``cache`` as
+    ``Cache-Control``. Until the worker has made one the original stands in (``no-store``); 404
+    ``blob_missing`` when even that is gone. The caller has checked the meme may be read."""
+    namespace = storage_namespace(session, scope.scope_id)
+    store = blob_store()
+    profiles = ([thumbs.ANIMATED_PROFILE] if animated else []) + [thumbs.STILL_PROFILE]
+    for profile in profiles:
+        row = thumbs.current_thumbnail(session, meme, profile)
+        if row is None or not row.output_key:
+            continue
+        etag = f'"{row.output_sha256}"'
+        headers = {"ETag": etag, "Cache-Control": cache}
+        found = blob_response(
+            store,
+            thumbs.thumbnail_namespace(namespace),
+            row.output_key,
+            media_type=row.media_type or thumbs.MEDIA_TYPE,
+            headers=headers,
+        )
+        if found is None:
+            continue
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        return found
+    # Thumbnails are made only by the worker: until then the original stands in (decoding here, on
+    # every GET and on an API thread, would let one image tie up the server).
+    media_type = (meme.extensions or {}).get("image", {}).get("media_type") or "application/octet-stream"
+    original = blob_response(
+        store, namespace, meme.storage_key, media_type=media_type, headers={"Cache-Control": "no-store"}
+    )
+    if original is None:
+        raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
+    return original
 
 
 def _may_learn(request: Request, principal: Principal) -> bool:
@@ -489,32 +533,24 @@ def rename_meme(
     ``meme_context.text_correction`` and ``"text": null`` restores it; the meme is re-indexed at once:
     keyword, vectors, a name that came from its text), ``{"tags": [str]}`` (the meme's whole tag list,
     normalised by :func:`mewdex.library.tags.normalize_tag`; the keyword index follows at once; the
-    revision stays). ``If-Match: <revision>`` makes it conditional (each step checks the revision the
-    previous one left). Returns the meme (``ETag``: its revision). Errors: 404 ``not_found``, 409
+    revision stays). ``If-Match: <revision>`` makes it conditional (checked once, against the meme as
+    the transaction locks it). Returns the meme (``ETag``: its revision). Errors: 404 ``not_found``, 409
     ``text_not_ready`` (not analysed yet) / ``operation_in_progress``, 412 ``revision_conflict`` (a stale
     ``If-Match``), 422 ``display_name_invalid`` / ``text_too_long`` / ``text_invalid`` / ``tag_empty`` /
     ``tag_too_long`` / ``tag_invalid`` / ``too_many_tags`` / ``invalid_request`` (no field, or
-    ``display_name`` / ``tags`` null)."""
+    ``display_name`` / ``tags`` null). Every value is checked first, then one transaction writes them
+    all (:func:`mewdex.pipeline.corrections.edit`): a refused request leaves nothing half-written."""
     from mewdex.pipeline import corrections
 
-    fields = body.model_fields_set
-    expected = _if_match(if_match)
-    uid = parse_id(meme_id)
-    # every value is checked before anything is written
-    new_tags = None if body.tags is None else normalize_tags(body.tags)
-    if "text" in fields:
-        corrections.checked_text(body.text)
-        if len(fields) > 1:  # a text that cannot be set now must not leave a rename or tags written
-            corrections.check_correctable(get_sessionmaker(), scope, uid, expected_revision=expected)
-    if body.display_name is not None:
-        revision = library.rename(get_sessionmaker(), scope, uid, body.display_name, expected_revision=expected)
-        expected = revision if expected is not None else None
-    if "text" in fields:
-        revision = corrections.set_text(get_sessionmaker(), scope, uid, body.text, expected_revision=expected)
-        expected = revision if expected is not None else None
-    if new_tags is not None:
-        with get_sessionmaker().begin() as session:
-            set_tags(session, scope, uid, new_tags, expected_revision=expected)
+    corrections.edit(
+        get_sessionmaker(),
+        scope,
+        parse_id(meme_id),
+        name=body.display_name,
+        text=body.text if "text" in body.model_fields_set else corrections.UNCHANGED,
+        tags=body.tags,
+        expected_revision=_if_match(if_match),
+    )
     with get_sessionmaker().begin() as session:
         meme = get_meme(session, scope, meme_id)
         return JSONResponse(meme_dict(session, meme), headers={"ETag": f'"{meme.revision}"'})

@@ -91,21 +91,18 @@ def _search_within(
     learns nothing into the owner's library, spends none of its providers, and gets its media URLs."""
     assert request.within is not None
     granted = sharing.access(session, scope, user_id, UUID(request.within.collection))
-    filters = request.filters().model_copy(update={"collection_ids": [str(granted.collection.id)]})
     own = granted.role == "owner"
-    found = service.search(
+    found = service.search_collection(
         session,
         granted.owner,
+        granted.collection.id,
         query,
         request.n_results,
-        filters=filters,
+        filters=request.filters(),
         offset=request.offset,
         fold_variants=request.fold_variants,
-        learn=own,
-        metered=own,
+        member=not own,
     ).to_dto()
-    inside = {str(i) for i in sharing.collection_meme_ids(session, granted)}
-    found.results = [hit for hit in found.results if hit.id in inside]
     if not own:
         for hit in found.results:
             hit.media_url = member_media_url(granted.collection.id, hit.id)

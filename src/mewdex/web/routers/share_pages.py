@@ -1,9 +1,11 @@
 """The public gallery of a collection link (issue 43): ``GET /s/{token}`` (server-rendered, works
-without JavaScript; ``?q=`` searches inside the collection) and ``GET /s/{token}/media/{meme_id}``
-(a meme's file; ``?download=1`` saves it). No sign-in: the token is the only credential, checked
-by :func:`mewdex.library.sharing.open_link` on every request (an unknown, expired or deleted token is
-the same 404), and only the collection's live memes are ever shown or served. Every request counts
-against the per-address limit (:func:`mewdex.library.sharing.check_public_rate`)."""
+without JavaScript; ``?q=`` searches inside the collection), ``GET /s/{token}/media/{meme_id}`` (a
+meme's file; ``?download=1`` saves it) and ``GET /s/{token}/media/{meme_id}/thumbnail`` (its still
+thumbnail, what the grid shows: the original is sent only when a meme is opened or downloaded). No
+sign-in: the token is the only credential, checked by :func:`mewdex.library.sharing.open_link` on
+every request (an unknown, expired or deleted token is the same 404), and only the collection's live
+memes are ever shown or served. Every request counts against the per-address limit
+(:func:`mewdex.library.sharing.check_public_rate`)."""
 
 from __future__ import annotations
 
@@ -13,11 +15,11 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from mewdex.dto.search import MAX_QUERY_CHARS, MAX_RESULTS, SearchFilters
+from mewdex.dto.search import MAX_QUERY_CHARS, MAX_RESULTS
 from mewdex.library import collections, sharing
 from mewdex.search import service
 from mewdex.web.deps import db_session, parse_id
-from mewdex.web.routers.memes import file_response
+from mewdex.web.routers.memes import file_response, thumbnail_response
 from mewdex.web.security import client_ip
 from mewdex.web.templating import render
 
@@ -46,17 +48,10 @@ def gallery(
     granted = view.granted
     query = q.strip()
     if query:
-        found = service.search(
-            session,
-            granted.owner,
-            query,
-            MAX_RESULTS,
-            filters=SearchFilters(collection_ids=[str(granted.collection.id)]),
-            learn=False,
-            metered=False,
+        found = service.search_collection(
+            session, granted.owner, granted.collection.id, query, MAX_RESULTS, member=True
         )
-        inside = sharing.collection_meme_ids(session, granted)
-        ids = [UUID(hit.id) for hit in found.results if UUID(hit.id) in inside]
+        ids = [UUID(hit.id) for hit in found.results]
         by_id = {m.id: m for m in collections.members(session, granted.owner, granted.collection.id)}
         memes = [by_id[i] for i in ids if i in by_id]
     else:
@@ -88,5 +83,23 @@ def shared_media(
     view = _open(request, session, token)
     meme = sharing.collection_meme(session, view.granted, parse_id(meme_id))
     response = file_response(request, session, view.granted.owner, meme, download=download, cache="private, no-cache")
+    response.headers.update(PRIVATE_HEADERS)
+    return response
+
+
+@router.get("/s/{token}/media/{meme_id}/thumbnail")
+@router.head("/s/{token}/media/{meme_id}/thumbnail")
+def shared_thumbnail(
+    token: str,
+    meme_id: str,
+    request: Request,
+    session: Session = Depends(db_session),
+) -> Response:
+    """The still thumbnail of a meme of the link's collection (the gallery's grid; the original only
+    when opened or downloaded); 404 for any other meme, or a dead link. ``no-cache``: every use asks
+    again, so a deleted link stops at once."""
+    view = _open(request, session, token)
+    meme = sharing.collection_meme(session, view.granted, parse_id(meme_id))
+    response = thumbnail_response(request, session, view.granted.owner, meme, cache="private, no-cache")
     response.headers.update(PRIVATE_HEADERS)
     return response

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -20,17 +19,13 @@ from mewdex.dto.media import FORMATS
 from mewdex.dto.scopes import ScopeContext
 from mewdex.dto.search import DuplicateClusters, NearDuplicates, SearchFilters, SearchResults
 from mewdex.inference.errors import BackendUnavailable
-from mewdex.library import thumbnails as thumbs
 from mewdex.library.images import ImageError
-from mewdex.library.scopes import storage_namespace
 from mewdex.pipeline.visual import MODEL_ID as visual_model_id
 from mewdex.platform import metering
 from mewdex.search import image_search
-from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, db_session, streaming_scope
 from mewdex.web.errors import ApiError
-from mewdex.web.media import blob_response
-from mewdex.web.routers.memes import get_meme
+from mewdex.web.routers.memes import get_meme, thumbnail_response
 from mewdex.web.routers.search import search_filters
 from mewdex.web.uploads import read_query_image, upload_slot
 
@@ -60,36 +55,7 @@ def thumbnail(
     the original is gone. A meme in the trash has its thumbnail too (the trash page).
     """
     meme = get_meme(session, scope, meme_id, include_trashed=True)
-    namespace = storage_namespace(session, scope.scope_id)
-    store = blob_store()
-    profiles = ([thumbs.ANIMATED_PROFILE] if animated else []) + [thumbs.STILL_PROFILE]
-    for profile in profiles:
-        row = thumbs.current_thumbnail(session, meme, profile)
-        if row is None or not row.output_key:
-            continue
-        etag = f'"{row.output_sha256}"'
-        headers = {"ETag": etag, "Cache-Control": "private, max-age=31536000, immutable"}
-        found = blob_response(
-            store,
-            thumbs.thumbnail_namespace(namespace),
-            row.output_key,
-            media_type=row.media_type or thumbs.MEDIA_TYPE,
-            headers=headers,
-        )
-        if found is None:
-            continue
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers=headers)
-        return found
-    # Thumbnails are made only by the worker: until then the original stands in (decoding here, on
-    # every GET and on an API thread, would let one image tie up the server).
-    media_type = (meme.extensions or {}).get("image", {}).get("media_type") or "application/octet-stream"
-    original = blob_response(
-        store, namespace, meme.storage_key, media_type=media_type, headers={"Cache-Control": "no-store"}
-    )
-    if original is None:
-        raise ApiError(404, "blob_missing", "the image file is missing from the blob store")
-    return original
+    return thumbnail_response(request, session, scope, meme, animated=animated)
 
 
 def _search_by_image(

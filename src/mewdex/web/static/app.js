@@ -79,13 +79,17 @@ async function asPng(blob) {
   return await new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
 }
 
-async function copyImage(id) {
+// A meme's bytes: `/media/{id}`, or the card's `data-src` (a shared collection's meme, read through the
+// member route /api/v1/collections/{id}/media/{meme}: the chat's cards of a shared collection).
+const mediaPathOf = (holder) => (holder && holder.dataset.src) || `/media/${holder && holder.dataset.id}`;
+
+async function copyImage(holder) {
   try {
-    let resp = await fetch(`${BASE}/media/${id}`);
+    let resp = await fetch(BASE + mediaPathOf(holder));
     if (!resp.ok) throw new Error(String(resp.status));
     // a clip, a sticker or a HEIC photo is no image the page can draw: its still thumbnail (the poster) is copied
     if (!/^image\/(png|jpeg|gif|webp|avif)$/.test(resp.headers.get("content-type") || "")) {
-      resp = await fetch(`${BASE}/media/${id}/thumbnail`);
+      resp = await fetch(BASE + mediaPathOf(holder) + "/thumbnail");
       if (!resp.ok) throw new Error(String(resp.status));
     }
     const png = await asPng(await resp.blob());
@@ -124,7 +128,7 @@ function savedName(name, ext) {
 async function shareMeme(holder) {
   const id = holder.dataset.id;
   try {
-    const resp = await fetch(`${BASE}/media/${id}`);
+    const resp = await fetch(BASE + mediaPathOf(holder));
     if (!resp.ok) throw new Error(String(resp.status));
     const blob = await resp.blob();
     const name = savedName(holder.dataset.name || "meme", holder.dataset.ext || EXTENSIONS[blob.type] || "");
@@ -132,7 +136,7 @@ async function shareMeme(holder) {
     if (navigator.canShare && navigator.canShare({files: [file]})) {
       await navigator.share({files: [file], title: holder.dataset.name || ""});
     } else {
-      await navigator.share({url: await mediaLink(id), title: holder.dataset.name || ""});
+      await navigator.share({url: await mediaLink(id, holder), title: holder.dataset.name || ""});
     }
     reportChoice(holder, "share");
   } catch (e) {
@@ -143,7 +147,8 @@ async function shareMeme(holder) {
 if (navigator.share) document.documentElement.classList.add("can-share");
 
 // Signed in (login required): a signed, expiring link that works in chats without a session.
-async function mediaLink(id) {
+async function mediaLink(id, holder) {
+  if (holder && holder.dataset.src) return location.origin + BASE + holder.dataset.src;  // a member's link
   if (window.mewdexCsrfToken && window.mewdexCsrfToken()) {
     try {
       const resp = await fetch(`${BASE}/api/v1/memes/${id}/signed-url`);
@@ -518,9 +523,9 @@ document.addEventListener("click", (e) => {
   const holder = memeOf(el);
   const id = holder && holder.dataset.id;
   switch (action) {
-    case "copy-image": copyImage(id).then((ok) => { if (ok) reportChoice(holder, "copy"); }); break;
+    case "copy-image": copyImage(holder).then((ok) => { if (ok) reportChoice(holder, "copy"); }); break;
     case "share": shareMeme(holder); break;
-    case "copy-link": mediaLink(id).then(copyText).then((ok) => toast(ok ? t("js.copied_link") : t("js.copy_failed"), ok ? "ok" : "error")); break;
+    case "copy-link": mediaLink(id, holder).then(copyText).then((ok) => toast(ok ? t("js.copied_link") : t("js.copy_failed"), ok ? "ok" : "error")); break;
     case "close-dialog": dialog.close(); break;
     case "toggle-nav": toggleNav(el.getAttribute("aria-expanded") !== "true"); break;
     case "rename-start": toggleRename(el.closest("[data-component=rename]"), true); break;

@@ -141,6 +141,7 @@
 
   function card(m) {
     const li = node("li", {class: "card chat-card", "data-id": m.meme_id, "data-name": m.display_name});
+    if (m.media_url !== `/media/${m.meme_id}`) li.dataset.src = m.media_url;  // a shared collection's meme
     const a = node("a", {class: "card-open", href: BASE + m.page_url, target: "_blank", rel: "noopener"});
     a.append(node("img", {src: BASE + m.thumbnail_url, alt: m.display_name, loading: "lazy", decoding: "async"}));
     a.append(node("span", {class: "name"}, m.display_name));

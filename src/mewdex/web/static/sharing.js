@@ -118,3 +118,35 @@ document.addEventListener("click", async (e) => {
   shareEmpty(box);
   toast(t(action === "remove-member" ? "js.share_removed" : "js.share_link_deleted"));
 });
+
+// A member's page of a collection shared with it (partials/collection_member.html): the "use in my chat
+// answers" choice (PUT /api/v1/collections/{id}/membership) and, for an editor, adding a meme of its own
+// library (POST /api/v1/collections/{id}/items: a copy lands in the owner's library; the page reloads to
+// show it).
+document.addEventListener("change", async (e) => {
+  const box = e.target.closest("[data-component=membership]");
+  if (!box || e.target.dataset.memberAction !== "use-in-chat") return;
+  const on = e.target.checked;
+  const r = await api("PUT", `${sharePath(box)}/membership`, {use_in_chat: on});
+  if (!r.ok) {
+    e.target.checked = !on;
+    toast(errorText(r.body, r.status), "error");
+    return;
+  }
+  toast(t(r.body.use_in_chat ? "js.member_chat_on" : "js.member_chat_off"));
+});
+
+document.addEventListener("click", async (e) => {
+  const button = e.target.closest("[data-member-action=add]");
+  if (!button) return;
+  const box = button.closest("[data-component=member-add]");
+  button.disabled = true;
+  const r = await api("POST", `${sharePath(box)}/items`, {meme_ids: [button.dataset.meme]});
+  if (!r.ok) {
+    button.disabled = false;
+    toast(errorText(r.body, r.status), "error");
+    return;
+  }
+  toast(t("js.member_added"));
+  setTimeout(() => window.location.reload(), 600);
+});
