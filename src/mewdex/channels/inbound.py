@@ -142,14 +142,23 @@ def guest_allowed(session: Session, scope_id: str, channel: str, chat: str) -> b
 
 
 def search_memes(
-    sessions: sessionmaker[Session], scope_id: str, query: str, *, start: int = 0, count: int = 1, data: bool = True
+    sessions: sessionmaker[Session],
+    scope_id: str,
+    query: str,
+    *,
+    start: int = 0,
+    count: int = 1,
+    data: bool = True,
+    pool_id: str | None = None,
 ) -> list[MemeFile]:
     """The paging of every reply mode: results ``start`` to ``start + count`` of ``query`` (a chat
-    message, read by the assistant's parser; at most 500 characters) in ``scope_id``'s library, best
-    first, as :class:`MemeFile` (``data=False``: without their bytes). "Another" is the next ``start``."""
+    message, read by the assistant's parser; at most 500 characters) in ``scope_id``'s library (only
+    the collection ``pool_id``: a chat's pool), best first, as :class:`MemeFile` (``data=False``:
+    without their bytes). "Another" is the next ``start``."""
     from mewdex.assistant.retrieval import search_ids
 
-    _parsed, hits = search_ids(sessions, ScopeContext(scope_id), query[:500], n=start + count)
+    with answering_from(pool_id):
+        _parsed, hits = search_ids(sessions, ScopeContext(scope_id), query[:500], n=start + count)
     found: list[MemeFile] = []
     with sessions.begin() as session:
         for hit in hits[start : start + count]:

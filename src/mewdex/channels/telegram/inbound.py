@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.channels import bindings, inbound, replay, saving, state
+from mewdex.channels import bindings, inbound, pool, replay, saving, state
 from mewdex.channels.base import UNBOUND_SCOPE, DeliveryFailed, Inbound
 from mewdex.channels.delivery import LANE
 from mewdex.channels.errors import ChannelError
@@ -282,6 +282,7 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
     with sessions.begin() as session:
         row = bindings.find_by_identity(session, NAME, sender)
         scope_id = row.scope_id if row is not None and bindings.in_force(session, row) else None
+        pool_id = pool.pool_of(row) if scope_id is not None and row is not None else None
     if scope_id is None:  # unbound, not confirmed yet, or a disabled owner's: no library
         call(
             "answerInlineQuery",
@@ -296,7 +297,8 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
         return 0
     storage_chat = get_settings().telegram_storage_chat_id
     results, uploads, bid = [], 0, bot_id()
-    for probe in inbound.search_memes(sessions, scope_id, str(query.get("query") or ""), count=INLINE_MAX, data=False):
+    query_text = str(query.get("query") or "")
+    for probe in inbound.search_memes(sessions, scope_id, query_text, count=INLINE_MAX, data=False, pool_id=pool_id):
         kind = media_kind(probe)
         file_id = state.cached_file_id(sessions, NAME, bid, probe.sha256, kind)
         if file_id is None and storage_chat and uploads < INLINE_UPLOADS_PER_QUERY:
