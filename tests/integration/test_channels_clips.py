@@ -110,3 +110,12 @@ def test_a_clip_as_a_gif_fits_the_gif_limits(monkeypatch):
     monkeypatch.setattr(base, "GIF_MAX_BYTES", 200)  # never small enough: its first frame as a still
     with Image.open(io.BytesIO(meme.as_gif())) as fallback:
         assert fallback.format == "PNG"
+
+
+def test_a_stickers_still_keeps_its_transparency():
+    from mewdex.channels import base
+
+    data = clip("webm", "libvpx-vp9", "HI", frames=3, size=(64, 64), alpha=True)
+    with Image.open(io.BytesIO(base.MemeFile("m", data, ".webm", "0" * 64, "s").as_png())) as still_png:
+        assert still_png.format == "PNG" and still_png.mode == "RGBA"
+        assert still_png.getchannel("A").getextrema()[0] == 0, "the clear background stays clear"
