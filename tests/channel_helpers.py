@@ -37,13 +37,14 @@ def image_bytes(kind: str = "png", seed: int | None = None) -> bytes:
     return out.getvalue()
 
 
-def add_meme(sessions, store, scope, name: str, kind: str = "png") -> str:
-    """A real meme: its blob in the store and a keyword-indexed name (found by search)."""
+def add_meme(sessions, store, scope, name: str, kind: str = "png", data: bytes | None = None) -> str:
+    """A real meme: its blob in the store and a keyword-indexed name (found by search); ``data``: its
+    file (of extension ``kind``: a clip, a sticker), else a small picture made here."""
     from mewdex.db.models import Meme
     from mewdex.db.scopes import storage_namespace
     from mewdex.search import keyword
 
-    data = image_bytes(kind, seed=hash((scope.scope_id, name)))
+    data = data if data is not None else image_bytes(kind, seed=hash((scope.scope_id, name)))
     sha = hashlib.sha256(data).hexdigest()
     ext = f".{kind}"
     with sessions.begin() as session:
@@ -59,7 +60,7 @@ def add_meme(sessions, store, scope, name: str, kind: str = "png") -> str:
             size_bytes=len(data),
             sha256=sha,
             provenance={},
-            extensions={"image": {"animated": kind == "gif"}},
+            extensions={"image": {"animated": kind in ("gif", "mp4", "webm", "tgs")}},
         )
         session.add(meme)
         session.flush()
@@ -215,3 +216,21 @@ def media_server():
     server = MediaServer()
     yield server
     server.close()
+
+
+def add_captioned_meme(sessions, store, account, word: str = "HELLO") -> str:
+    """A meme with ``word`` drawn in black on white and its OCR line stored (as the context stage
+    keeps it), so a re-caption erases and redraws there without running the OCR."""
+    from PIL import ImageDraw, ImageFont
+
+    from mewdex.db.models import Meme
+
+    image = Image.new("RGB", (200, 80), (255, 255, 255))
+    ImageDraw.Draw(image).text((100, 40), word, font=ImageFont.load_default(size=28), fill=(0, 0, 0), anchor="mm")
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    meme_id = add_meme(sessions, store, account.scope, f"captioned {word.lower()}", "png", out.getvalue())
+    box = [[50, 22], [150, 22], [150, 58], [50, 58]]
+    with sessions.begin() as session:
+        session.get(Meme, uuid.UUID(meme_id)).meme_context = {"ocr_lines": [{"text": word, "box": box}]}
+    return meme_id

@@ -131,6 +131,60 @@ def test_screenshots_and_no_horizontal_scroll(browser, channel_server, viewport,
     assert not errors, errors
 
 
+@pytest.mark.parametrize(
+    "viewport,locale,name",
+    [
+        (DESKTOP, "en-US", "channels-pool-desktop-en"),
+        (NARROW, "en-US", "channels-pool-375-en"),
+        (DESKTOP, "zh-CN", "channels-pool-desktop-zh"),
+        (NARROW, "zh-CN", "channels-pool-375-zh"),
+    ],
+)
+def test_a_linked_chats_pool_and_autosave(browser, sessions, channel_server, viewport, locale, name):
+    """A linked chat's row chooses the collection it answers from and switches auto-save, through the
+    API, in both languages and at 375 px."""
+    from mewdex.channels import bindings
+    from mewdex.library import collections
+
+    server, _fake, _receiver = channel_server
+    with sessions.begin() as session:
+        pool = str(collections.get_or_create(session, server.scope, "group pool").id)
+        if not any(
+            b.channel == "telegram" and b.status == "active"
+            for b in bindings.list_bindings(session, server.scope.scope_id)
+        ):
+            uid = str(random.randrange(10**9, 10**10))
+            bindings.bind(session, scope_id=server.scope.scope_id, user_id=None, channel="telegram", identity=uid,
+                          config={"chat_id": uid})  # fmt: skip
+        row = bindings.get(session, server.scope.scope_id, "telegram", lock=True)
+        bindings.update_config(session, row, {"pool": None, "save_all": False})
+    context, pg, errors = _page(browser, viewport, locale)
+    try:
+        pg.goto(server.url + "/settings/channels")
+        linked = pg.locator("table.linked tr[data-channel='telegram']")
+        linked.locator("select[data-setting='pool']").select_option(pool)
+        wait_until(lambda: _telegram_config(server).get("pool") == pool, 20, 0.2, "the pool saved")
+        linked.locator("input[data-setting='save_all']").check()
+        wait_until(lambda: _telegram_config(server).get("save_all") is True, 20, 0.2, "auto-save on")
+        pg.reload()
+        assert linked.locator("select[data-setting='pool']").input_value() == pool
+        assert linked.locator("input[data-setting='save_all']").is_checked()
+        label = linked.locator("label.chat-pool").inner_text()
+        assert ("回答范围" if locale == "zh-CN" else "Answers from") in label
+        pg.screenshot(path=str(_shot(name)), full_page=True)
+        assert pg.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
+        linked.locator("select[data-setting='pool']").select_option("")
+        wait_until(lambda: _telegram_config(server).get("pool") is None, 20, 0.2, "the whole library again")
+    finally:
+        context.close()
+    assert not errors, errors
+
+
+def _telegram_config(server) -> dict:
+    [row] = [b for b in server.get("/api/v1/channels").json()["bindings"] if b["channel"] == "telegram"]
+    return row["config"]
+
+
 def _shot(name: str):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS / f"{name}.png"

@@ -6,9 +6,9 @@ multipart body; answers ``{"ok": true, "result"}`` or ``{"ok": false, "error_cod
 "parameters": {"retry_after"}}``. A wrong token gets 401. Methods: ``getMe``, ``getUpdates``
 (``offset`` confirms earlier updates, ``timeout`` long-polls; 409 while a webhook is set),
 ``setWebhook`` / ``deleteWebhook`` / ``getWebhookInfo``, ``sendMessage``, ``sendPhoto``,
-``sendAnimation`` (an upload gets a new deterministic ``file_id``; a known ``file_id`` is reused,
-an unknown one is 400), ``getFile`` + ``GET /file/bot<token>/<path>``, ``answerInlineQuery`` (≤ 50
-results, cached results must name known file ids), ``deleteMessage``.
+``sendAnimation``, ``sendSticker`` (no caption; an upload gets a new deterministic ``file_id``; a
+known ``file_id`` is reused, an unknown one is 400), ``getFile`` + ``GET /file/bot<token>/<path>``,
+``answerInlineQuery`` (≤ 50 results, cached results must name known file ids), ``deleteMessage``.
 
 User side (what a test does): :meth:`FakeTelegram.user_message` / :meth:`inline_query` make an
 update; it is pushed to the webhook (with ``X-Telegram-Bot-Api-Secret-Token``) when one is set,
@@ -16,7 +16,7 @@ else kept for ``getUpdates``. :meth:`fail_next` scripts an error for the next ca
 (e.g. 429 with ``retry_after``); ``blocked`` chats answer 403.
 
 Everything the bot sent is in ``fake.sent`` (``{"method", "chat_id", "text"|"caption", "file_id",
-"uploaded", "at"}``), inline answers in ``fake.inline_answers``, every call in ``fake.calls``.
+"uploaded", "filename" (an upload's), "at"}``), inline answers in ``fake.inline_answers``, every call in ``fake.calls``.
 """
 
 from __future__ import annotations
@@ -233,6 +233,7 @@ class FakeTelegram:
                 data = part.get_payload(decode=True) or b""
                 if part.get_filename() is not None:
                     files[name] = data
+                    params.setdefault("_filenames", {})[name] = part.get_filename()
                 else:
                     params[name] = data.decode()
         for key, value in list(params.items()):  # form values of complex types are JSON
@@ -357,23 +358,32 @@ class FakeTelegram:
     def _send_media(self, kind: str, params, files):
         chat_id = self._check_chat(params)
         file_id, uploaded = self._media(kind, params, files)
-        self.sent.append(
-            {
-                "method": "sendPhoto" if kind == "photo" else "sendAnimation",
-                "chat_id": chat_id,
-                "caption": params.get("caption"),
-                "file_id": file_id,
-                "uploaded": uploaded,
-                "at": time.monotonic(),
-                "reply_markup": self._markup(params),
-            }
-        )
+        entry = {
+            "method": {"photo": "sendPhoto", "sticker": "sendSticker"}.get(kind, "sendAnimation"),
+            "chat_id": chat_id,
+            "caption": params.get("caption"),
+            "file_id": file_id,
+            "uploaded": uploaded,
+            "filename": (params.get("_filenames") or {}).get(kind),
+            "at": time.monotonic(),
+            "reply_markup": self._markup(params),
+        }
+        self.sent.append(entry)
+        message = self._media_message(kind, chat_id, file_id, params)
+        entry["message_id"], entry["message"] = message["message_id"], message
+        return message
+
+    def _media_message(self, kind: str, chat_id: str, file_id: str, params) -> dict[str, Any]:
         extra: dict[str, Any] = {"caption": params["caption"]} if params.get("caption") else {}
         if kind == "photo":
             sizes = [
                 {"file_id": f"{file_id}", "file_unique_id": file_id[-12:], "width": 320, "height": 320},
             ]
             return self._message(chat_id, photo=sizes, **extra)
+        if kind == "sticker":  # a sticker message has no caption
+            sticker = {"file_id": file_id, "file_unique_id": file_id[-12:], "width": 512, "height": 512,
+                       "is_animated": False, "is_video": True, "type": "regular"}  # fmt: skip
+            return self._message(chat_id, sticker=sticker)
         animation = {
             "file_id": file_id,
             "file_unique_id": file_id[-12:],
@@ -389,6 +399,11 @@ class FakeTelegram:
 
     def m_sendAnimation(self, params, files):
         return self._send_media("animation", params, files)
+
+    def m_sendSticker(self, params, files):
+        if params.get("caption"):
+            raise ApiError(400, "Bad Request: stickers take no caption")
+        return self._send_media("sticker", params, files)
 
     def m_getFile(self, params, files):
         file_id = params.get("file_id")

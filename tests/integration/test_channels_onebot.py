@@ -529,3 +529,56 @@ def test_qq_owner_saves_by_caption_and_by_reply_a_guest_cannot(sessions, setting
         assert refused == ["只有这个 mewdex 表情库的主人才能在这里收藏表情。"]
         assert step(image(guests), text_("收"), user=STRANGER) == [], "told why once"
         assert len(saved_memes(sessions, account)) == count and sha256(guests) not in saved_memes(sessions, account)
+
+
+CAPTION_QQ = 3889000555
+
+
+def test_qq_owner_recaptions_a_sent_meme_a_guest_cannot(sessions, store, settings_env, account, server):
+    """The owner's reply ``改字 新文字`` to a meme the bot sent gets the re-captioned picture back
+    through the relay (nothing saved); ``改字 收 …`` saves it; a guest's 改字 sends nothing."""
+    from channel_helpers import add_captioned_meme, saved_memes
+    from mewdex.channels import delivery
+
+    token = bind(account, owner_qq=str(FRIEND))["access_token"]
+    original_id = add_captioned_meme(sessions, store, account)
+    with FakeNapCat(f"ws://{server}/channels/onebot/ws", CAPTION_QQ, token) as napcat:
+        wait_until(lambda: connected_as(sessions, account, CAPTION_QQ), timeout=15, what="the bot")
+        with sessions.begin() as session:  # the bot posts the meme in the group (as an answer there)
+            binding = session.execute(
+                select(ChannelBinding).where(
+                    ChannelBinding.scope_id == account.scope.scope_id, ChannelBinding.channel == "onebot"
+                )
+            ).scalar_one()
+            sent_id = delivery.reply_meme(session, binding, f"group:{GROUP}", original_id, None, None).delivery_id
+        drain(sessions, account)
+        with sessions.begin() as session:
+            row = session.get(ChannelDelivery, sent_id)
+            assert row.status == "sent", row.error_code
+            platform_id = row.platform_message_id
+        [original] = sent_images(napcat.actions)
+        before = dict(saved_memes(sessions, account))
+
+        def step(words: str, user=FRIEND) -> list[dict]:
+            from mewdex.db.models import Task
+
+            start = len(napcat.actions)
+            mid = napcat.group_segments(
+                GROUP, user, [{"type": "reply", "data": {"id": platform_id}}, {"type": "text", "data": {"text": words}}]
+            )
+            key = f"onebot:group:{GROUP}:{CAPTION_QQ}:{mid}"
+            wait_until(lambda: any(t.dedupe_key == key for t in scope_rows(sessions, account, Task)), what="queued")
+            drain(sessions, account)
+            return napcat.actions[start:]
+
+        [remade] = sent_images(step("改字 好的"))
+        assert remade != original and remade[:8] == b"\x89PNG\r\n\x1a\n"
+        assert saved_memes(sessions, account) == before, "nothing saved"
+
+        answer = step("改字 收 世界")
+        assert len(sent_images(answer)) == 1 and "已收进" in said(answer)[-1]
+        assert len(saved_memes(sessions, account)) == len(before) + 1
+
+        refused = step("改字 收 坏", user=STRANGER)
+        assert not sent_images(refused) and said(refused) == ["只有这个 mewdex 表情库的主人才能在这里收藏表情。"]
+        assert len(saved_memes(sessions, account)) == len(before) + 1

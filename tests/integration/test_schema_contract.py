@@ -104,3 +104,47 @@ def test_migration_0016_moves_the_hnsw_indexes_to_half_precision_and_back(fresh_
     assert "::vector(8)) vector_cosine_ops" in definition()
     with fresh_engine.connect() as conn:  # float32 HNSW cannot hold it: dropped, and the downgrade went through
         assert conn.execute(text("SELECT count(*) FROM pg_indexes WHERE indexname = :n"), {"n": wide}).scalar() == 0
+
+
+def test_migration_0029_moves_queued_telegram_polls_to_the_kits_lane(fresh_engine):
+    """A ``telegram_polling`` task queued or leased in the old lane ``channel_poll`` (before the channel
+    kit) is in ``telegram_poll`` after 0029, with its lane slot; finished tasks and other lanes stay."""
+    from mewdex.channels.polling import lane_of
+
+    upgrade(fresh_engine, "0028")
+    rows = [  # id, task type, lane, status
+        ("queued", "telegram_polling", "channel_poll", "queued"),
+        ("leased", "telegram_polling", "channel_poll", "running"),
+        ("done", "telegram_polling", "channel_poll", "succeeded"),
+        ("claw", "clawbot_polling", "clawbot_poll", "queued"),
+    ]
+    with fresh_engine.begin() as conn:
+        conn.execute(text("INSERT INTO scopes (id, storage_namespace, created_at) VALUES ('__system__', :n, now())"),
+                     {"n": uuid.uuid4()})  # fmt: skip
+        for task_id, task_type, lane, status in rows:
+            conn.execute(
+                text(
+                    "INSERT INTO tasks (id, scope_id, task_type, lane, status, payload, claim_generation,"
+                    " attempt_count, max_attempts, available_at, created_at, updated_at)"
+                    " VALUES (:id, '__system__', :t, :l, :s, '{}', 1, 0, 1, now(), now(), now())"
+                ),
+                {"id": task_id, "t": task_type, "l": lane, "s": status},
+            )
+        conn.execute(
+            text(
+                "INSERT INTO task_lane_slots (lane, slot_number, task_scope_id, task_id, lease_owner,"
+                " claim_generation, lease_expires_at) VALUES ('channel_poll', 0, '__system__', 'leased', 'w1', 1,"
+                " now() + interval '1 minute')"
+            )
+        )
+    upgrade(fresh_engine)
+    with fresh_engine.connect() as conn:
+        lanes = dict(conn.execute(text("SELECT id, lane FROM tasks")).all())
+        slots = conn.execute(text("SELECT lane, task_id FROM task_lane_slots")).all()
+    assert lanes == {
+        "queued": lane_of("telegram"),
+        "leased": lane_of("telegram"),
+        "done": "channel_poll",
+        "claw": "clawbot_poll",
+    }
+    assert slots == [(lane_of("telegram"), "leased")]

@@ -26,6 +26,7 @@ answers retrieval-only with a note (:func:`fallback_note`).
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import queue
@@ -210,7 +211,9 @@ class Agent:
     # ------------------------------------------------------------------ running
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name="assistant-agent", daemon=True)
+        # the caller's context goes with it (a chat's pool: retrieval.answering_from)
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self.run,), name="assistant-agent", daemon=True)
         self._thread.start()
 
     def join(self, timeout: float | None = None) -> None:

@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.assistant import conversations, pools
 from mewdex.assistant import query as chat_query
+from mewdex.assistant.pool import in_pool, pooled
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, Message, ScopeContext
 from mewdex.dto.i18n import translate
@@ -84,7 +85,7 @@ def parse(session: Session, scope: ScopeContext, text: str) -> tuple[chat_query.
     filters = SearchFilters(
         animated=parsed.animated, collection_ids=[parsed.collection_id] if parsed.collection_id else None
     )
-    return parsed, filters
+    return parsed, pooled(filters) or filters
 
 
 def search_ids(
@@ -201,7 +202,7 @@ def answer(
         return translate(lang, "assistant." + key, **values)
 
     if image is not None:
-        filters = None
+        filters = pooled(None)
         if text.strip():
             with sessions.begin() as session:
                 _parsed, filters = parse(session, scope, text)
@@ -285,10 +286,12 @@ def _command_reply(
     if command.kind == "hot":
         with sessions.begin() as session:
             ids = [m for m, _uses in feedback.popular(session, scope, days=HOT_DAYS, limit=RESULT_LIST)]
+            ids = in_pool(session, scope, ids)
             hits = search_service.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))
         return _first_page(hits, "", t("hot", days=HOT_DAYS), t("hot_none", days=HOT_DAYS), t)
     with sessions.begin() as session:
         parsed, filters = parse(session, scope, command.rest) if command.rest else (None, SearchFilters())
+    filters = pooled(filters) or filters
     words = search_tags.parse_query(parsed.query) if parsed is not None else search_tags.TagQuery("")
     filters = filters.model_copy(update={"tags": list(words.tags) or None, "not_tags": list(words.not_tags) or None})
     if words.text.strip():  # "随机 猫": a random one of what the words find

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.assistant import pools
 from mewdex.assistant import query as chat_query
 from mewdex.assistant.errors import AssistantError
+from mewdex.assistant.pool import pooled
 from mewdex.config import get_settings
 from mewdex.db.models import Meme, MemeCollection, MemeCollectionItem, ScopeContext
 from mewdex.dto.search import SearchFilters
@@ -50,7 +51,7 @@ def _filters(session: Session, scope: ScopeContext, animated: bool | None, colle
     collection_ids = None
     if collection:
         collection_ids = [str(library_collections.find_by_name_or_id(session, scope, collection).id)]
-    return SearchFilters(animated=animated, collection_ids=collection_ids)
+    return pooled(SearchFilters(animated=animated, collection_ids=collection_ids)) or SearchFilters()
 
 
 def _hits(results) -> list[dict[str, Any]]:

@@ -19,27 +19,80 @@ UNBOUND_SCOPE = "__system__"
 @dataclass(frozen=True)
 class MemeFile:
     """A meme to send: its bytes, lower-case ``extension`` (``.gif``), ``sha256``, ``display_name``,
-    ``meme_id`` (str)."""
+    ``meme_id`` (str; a re-captioned image's original, or empty); ``remake``: the recipe of an
+    unsaved re-captioned image (:func:`mewdex.channels.media.remade`), None for a library meme."""
 
     meme_id: str
     data: bytes
     extension: str
     sha256: str
     display_name: str
+    remake: dict[str, Any] | None = None
 
     @property
     def animated(self) -> bool:
-        return self.extension == ".gif"
+        """A GIF, a clip (MP4, WebM) or an animated sticker (TGS): sent as an animation where the
+        platform has one."""
+        return self.extension in ANIMATED_EXTENSIONS
+
+    @property
+    def clip(self) -> bool:
+        """A clip or animated sticker (MP4, WebM, TGS): platforms that show only pictures get it
+        as a GIF (:meth:`as_gif`)."""
+        return self.extension in CLIP_EXTENSIONS
 
     def as_png(self) -> bytes:
-        """The first frame as PNG (for platforms that cannot show this format)."""
+        """The first frame as PNG, its transparency kept (for platforms that cannot show this
+        format: AVIF, HEIC, a clip's poster). Raises :class:`mewdex.library.images.ImageError`."""
+        from mewdex.library.thumbnails import iter_rgba_frames
+
+        frame, _duration = next(iter_rgba_frames(self.data, max_frames=1))
+        out = io.BytesIO()
+        frame.save(out, "PNG")
+        return out.getvalue()
+
+    def as_gif(self) -> bytes:
+        """A clip or sticker as an animated GIF, within the GIF limits (at most
+        :data:`GIF_MAX_SIDE` pixels a side, :data:`GIF_MAX_BYTES` bytes; the decoder's frame, pixel
+        and time limits): every frame, its timing and looping forever; scaled down until it fits,
+        else its first frame as PNG. A GIF is returned as it is. Raises
+        :class:`mewdex.library.images.ImageError` for bytes that are no image."""
+        if self.extension == ".gif":
+            return self.data
         from PIL import Image
 
-        with Image.open(io.BytesIO(self.data)) as image:
-            image.seek(0)
-            out = io.BytesIO()
-            image.convert("RGBA").save(out, "PNG")
-            return out.getvalue()
+        from mewdex.library.images import load_all_frames
+        from mewdex.library.recaption import encode_gif
+
+        animation = load_all_frames(self.data)
+        frames, durations = animation.frames, animation.durations
+        side = max(frames[0].size)
+        scale = min(1.0, GIF_MAX_SIDE / side)
+        for _ in range(4):
+            size = (max(1, round(frames[0].width * scale)), max(1, round(frames[0].height * scale)))
+            shrunk = frames if scale == 1.0 else [f.resize(size, Image.Resampling.LANCZOS) for f in frames]
+            data = encode_gif(shrunk, durations, 0)
+            if len(data) <= GIF_MAX_BYTES:
+                return data
+            scale *= 0.7
+        return self.as_png()
+
+    def as_picture(self) -> bytes:
+        """The bytes for a platform that shows only pictures (QQ, WeChat): a clip or sticker as a GIF
+        (:meth:`as_gif`), AVIF and HEIC as PNG, every other format as it is."""
+        if self.clip:
+            return self.as_gif()
+        if self.extension in (".avif", ".heic"):
+            return self.as_png()
+        return self.data
+
+
+#: Extensions sent as animations; the clips among them (:attr:`MemeFile.clip`).
+ANIMATED_EXTENSIONS = frozenset({".gif", ".mp4", ".webm", ".tgs"})
+CLIP_EXTENSIONS = frozenset({".mp4", ".webm", ".tgs"})
+#: A clip turned into a GIF (:meth:`MemeFile.as_gif`) is at most this wide/high and this large.
+GIF_MAX_SIDE = 512
+GIF_MAX_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -32,12 +32,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.channels import bindings, platform
 from mewdex.channels.base import UNBOUND_SCOPE, Button, DeliveryFailed, MemeFile, Reply, current_delivery
 from mewdex.channels.errors import ChannelError
-from mewdex.channels.media import meme_file
+from mewdex.channels.media import meme_file, remade
 from mewdex.channels.platform import PlatformError
 from mewdex.channels.registry import adapter
 from mewdex.config import get_settings
 from mewdex.db.models import ChannelDelivery, ScopeContext, Task, utcnow
 from mewdex.db.scopes import ensure_scope
+from mewdex.dto.errors import DomainError
 from mewdex.egress import EgressError
 from mewdex.library import memes
 from mewdex.platform import owners
@@ -51,6 +52,8 @@ MAX_ATTEMPTS = 5
 MAX_CAPTION_CHARS = 1024
 MAX_TEXT_CHARS = 4000
 SOURCES = ("assistant", "schedule", "bind", "test", "api")
+#: The key of a delivery task's payload that holds an unsaved re-captioned image's recipe.
+REMAKE_KEY = "remake"
 # Every account's channel work shares this lane; each scope gets at most its share of the slots
 # (MEWDEX_CHANNEL_SCOPE_CONCURRENCY), so one account's slow endpoint cannot hold them all.
 register_lane(Lane(LANE, scope_share=lambda: get_settings().channel_scope_concurrency))
@@ -70,6 +73,7 @@ def _enqueue(
     conversation_id: UUID | None = None,
     bound: bool = True,
     buttons: tuple[Button, ...] = (),
+    remake: dict[str, Any] | None = None,
 ) -> ChannelDelivery:
     row = ChannelDelivery(
         scope_id=scope_id,
@@ -89,6 +93,8 @@ def _enqueue(
     payload: dict[str, Any] = {"delivery_id": str(row.delivery_id)}
     if buttons:  # shown where the platform has buttons (Adapter.send)
         payload["buttons"] = [[b.label, b.action] for b in buttons]
+    if remake is not None:  # an unsaved re-captioned image, made at the send (media.remade)
+        payload[REMAKE_KEY] = remake
     task = registry.submit(session, scope_id=scope_id, task_type=TASK_TYPE, payload=payload)
     row.task_id = task.id
     return row
@@ -219,6 +225,24 @@ def reply_meme(
     )
 
 
+def reply_remade(session: Session, binding_row: Any, target: str, recipe: dict[str, Any]):
+    """Queue an unsaved re-captioned image answering an inbound message: a ``meme`` delivery (its
+    ``meme_id`` the original's, or none for a chat's file) made again from ``recipe`` when it is
+    sent (:func:`mewdex.channels.media.remade`)."""
+    meme_id = recipe.get("meme_id")
+    return _enqueue(
+        session,
+        scope_id=binding_row.scope_id,
+        user_id=binding_row.user_id,
+        channel=binding_row.channel,
+        target=target,
+        kind="meme",
+        meme_id=UUID(str(meme_id)) if meme_id else None,
+        source="assistant",
+        remake=recipe,
+    )
+
+
 def reply_text(
     session: Session,
     binding_row: Any | None,
@@ -293,6 +317,21 @@ def _load_meme(session: Session, row: ChannelDelivery) -> MemeFile:
     return found
 
 
+def _remade(sessions: sessionmaker[Session], delivery_id: UUID, scope_id: str, recipe: dict[str, Any]) -> MemeFile:
+    """The re-captioned image of a delivery's recipe; a failure to make it fails the delivery (a
+    fetch that may work later is retried)."""
+    try:
+        return remade(scope_id, recipe)
+    except (EgressError, PlatformError) as exc:
+        failed = platform.failure(exc)
+    except DeliveryFailed as exc:
+        failed = exc
+    except DomainError as exc:
+        failed = DeliveryFailed(exc.code, exc.message)
+    _record_failure(sessions, delivery_id, failed)
+    raise TaskError(failed.code, failed.message, retryable=failed.retryable)
+
+
 def _record_failure(sessions: sessionmaker[Session], delivery_id: UUID, exc: DeliveryFailed) -> None:
     with sessions.begin() as session:
         row = session.get(ChannelDelivery, delivery_id, with_for_update=True)
@@ -345,8 +384,11 @@ def _attempt_started(ctx: TaskContext) -> tuple[UUID, dict[str, Any] | None]:
         row.attempts += 1
         row.retry_after_seconds = None
         row.error_code = row.platform_code = row.platform_error = None
-        meme = _load_meme(session, row) if row.kind == "meme" else None
+        remake = ctx.payload.get(REMAKE_KEY)
+        meme = _load_meme(session, row) if row.kind == "meme" and remake is None else None
         return delivery_id, {
+            "scope_id": row.scope_id,
+            "remake": remake,
             "channel": row.channel,
             "target": row.target,
             "kind": row.kind,
@@ -371,6 +413,8 @@ def deliver(ctx: TaskContext) -> dict[str, Any]:
     if job is None:
         return {"status": "skipped"}
     channel = adapter(job["channel"])
+    if job["remake"] is not None:
+        job["meme"] = _remade(ctx.sessions, delivery_id, job["scope_id"], job["remake"])
     wait = reserve_slot(ctx.sessions, job["channel"], job["target"], channel.min_send_interval)
     if wait > 0:
         time.sleep(wait)

@@ -22,6 +22,13 @@ Saving (:mod:`mewdex.channels.saving`): 收 / 存 / save / ``/save`` (addressed 
 group without a mention) saves the file of the message, of the one it replies to, or the person's
 last in the chat; only the owner's own messages save (a guest is told why once); a binding with
 ``save_all`` saves every file its owner sends without a word (``/autosave on|off``).
+
+Re-captioning (:mod:`mewdex.channels.captioning`): the owner's ``改字 新文字`` / ``/caption new text``
+in reply to a meme the bot sent (or to an image) sends the re-captioned image back, unsaved;
+``改字 收 新文字`` saves it too. A guest's does nothing (told once, as for 收).
+
+A chat's pool (:mod:`mewdex.channels.pool`): a binding limited to one collection answers only from it,
+and what its owner saves there is added to it (``/pool NAME|off``, ``表情池 名字|关``).
 """
 
 from __future__ import annotations
@@ -33,8 +40,9 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.assistant import chat
+from mewdex.assistant.pool import answering_from, in_pool
 from mewdex.assistant.retrieval import language
-from mewdex.channels import bindings, delivery, saving
+from mewdex.channels import bindings, captioning, delivery, pool, saving
 from mewdex.channels.base import DeliveryFailed, Inbound, MemeFile, addressed
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.media import meme_file
@@ -134,14 +142,23 @@ def guest_allowed(session: Session, scope_id: str, channel: str, chat: str) -> b
 
 
 def search_memes(
-    sessions: sessionmaker[Session], scope_id: str, query: str, *, start: int = 0, count: int = 1, data: bool = True
+    sessions: sessionmaker[Session],
+    scope_id: str,
+    query: str,
+    *,
+    start: int = 0,
+    count: int = 1,
+    data: bool = True,
+    pool_id: str | None = None,
 ) -> list[MemeFile]:
     """The paging of every reply mode: results ``start`` to ``start + count`` of ``query`` (a chat
-    message, read by the assistant's parser; at most 500 characters) in ``scope_id``'s library, best
-    first, as :class:`MemeFile` (``data=False``: without their bytes). "Another" is the next ``start``."""
+    message, read by the assistant's parser; at most 500 characters) in ``scope_id``'s library (only
+    the collection ``pool_id``: a chat's pool), best first, as :class:`MemeFile` (``data=False``:
+    without their bytes). "Another" is the next ``start``."""
     from mewdex.assistant.retrieval import search_ids
 
-    _parsed, hits = search_ids(sessions, ScopeContext(scope_id), query[:500], n=start + count)
+    with answering_from(pool_id):
+        _parsed, hits = search_ids(sessions, ScopeContext(scope_id), query[:500], n=start + count)
     found: list[MemeFile] = []
     with sessions.begin() as session:
         for hit in hits[start : start + count]:
@@ -162,8 +179,9 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
         log.info("%s: acknowledging a message failed (%s)", inbound.channel, getattr(exc, "code", exc))
     lang = _lang(inbound)
     wants_save = saving.is_save(inbound.text)
+    recaption = captioning.parse(inbound.text)
     direct = addressed(inbound, channel.command_prefixes)
-    spoken_to = direct or wants_save
+    spoken_to = direct or wants_save or recaption is not None
     if not spoken_to and not inbound.files:
         return {"outcome": "ignored"}
     if inbound.bind_code:
@@ -195,7 +213,15 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
             row = bindings.get(session, row.scope_id, row.channel, lock=True) or row
             saving.remember(session, row, inbound)
         save_all = not guest and bool(inbound.files) and not inbound.text.strip() and saving.saves_all(row)
-        if wants_save or save_all:
+        if recaption is not None:  # 改字: the owner's only, as 收
+            if guest:
+                saving.refuse_once(session, row, inbound, lang)
+                return {"outcome": "caption_refused"}
+            made = captioning.handle(session, row, inbound, lang, *recaption)
+            if made["outcome"] != "caption_save":
+                return made
+            recipe, scope_id = made["recipe"], row.scope_id
+        elif wants_save or save_all:
             if guest:
                 saving.refuse_once(session, row, inbound, lang)
                 return {"outcome": "save_refused"}
@@ -210,16 +236,21 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
             words = translate(lang, "bot.save.all_on" if switch else "bot.save.all_off")
             delivery.reply_text(session, row, inbound.channel, inbound.chat, words)
             return {"outcome": "save_all_on" if switch else "save_all_off"}
+        elif (wanted := pool.command(inbound.text)) is not None and not guest:
+            return _set_pool(session, row, inbound, lang, wanted)
         if guest and not guest_allowed(session, row.scope_id, inbound.channel, inbound.chat):
             log.info(
                 "%s: a guest's message in %s over the chat's rate limit; not answered", inbound.channel, row.scope_id
             )
             return {"outcome": "rate_limited"}
-        if wants_save or save_all:
+        if wants_save or save_all or recaption is not None:
             conversation = None
         else:
             conversation = bindings.standing_conversation(session, row)
             scope, conversation_id = ScopeContext(row.scope_id), conversation.conversation_id
+            pool_id = pool.pool_of(row)
+    if conversation is None and recaption is not None:
+        return captioning.save_and_send(sessions, channel, scope_id, inbound, recipe, lang)
     if conversation is None:
         return saving.save(sessions, channel, scope_id, inbound, refs, lang)
     image = None
@@ -232,7 +263,8 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
         return {"outcome": "ignored"}
     try:
         # Only the binding's owner gets the chat model and its write tools; others a plain search.
-        result = chat.post(sessions, scope, conversation_id, inbound.text, image, guest=guest)
+        with answering_from(pool_id):  # a chat's pool: its searches find only that collection's memes
+            result = chat.post(sessions, scope, conversation_id, inbound.text, image, guest=guest)
     except DomainError as exc:
         result = {"reply": None, "error": {"code": exc.code, "message": exc.message}}
     with sessions.begin() as session:
@@ -248,6 +280,10 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
             delivery.reply_text(session, row, inbound.channel, inbound.chat, failed)
             return {"outcome": "failed", "error": result.get("error")}
         memes = reply.get("memes") or []
+        if pool_id is not None:  # only the pool's, whatever the reply shows
+            with answering_from(pool_id):
+                kept = set(in_pool(session, scope, [card["meme_id"] for card in memes]))
+            memes = [card for card in memes if card["meme_id"] in kept]
         # an image alone keeps its meaning (find similar), with a Save button for its owner
         button = saving.save_button(lang, inbound) if inbound.files and not guest and channel.buttons else ()
         for i, card in enumerate(memes):
@@ -266,6 +302,29 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
                 buttons=button,
             )
     return {"outcome": "answered", "memes": len(memes), "guest": guest}
+
+
+def _set_pool(session: Session, row: ChannelBinding, inbound: Inbound, lang: str, wanted: str) -> dict[str, Any]:
+    """The owner's ``/pool NAME|off`` (``表情池 名字|关``): limit the chat to a collection, or not; a
+    bare ``/pool`` says which. The chat is told."""
+    locked = bindings.get(session, row.scope_id, row.channel, lock=True) or row
+    if not wanted:
+        name = pool.collection_name(session, locked)
+        words = translate(lang, "bot.pool.current", name=name) if name else translate(lang, "bot.pool.none")
+        outcome = "pool_shown"
+    elif wanted.lower() in pool.OFF_WORDS:
+        pool.set_pool(session, locked, None)
+        words, outcome = translate(lang, "bot.pool.off"), "pool_off"
+    elif (found := pool.by_name(session, locked, wanted)) is None:
+        words, outcome = translate(lang, "bot.pool.unknown", name=wanted), "pool_unknown"
+    else:
+        pool.set_pool(session, locked, found)
+        words, outcome = (
+            translate(lang, "bot.pool.set", name=pool.collection_name(session, locked) or wanted),
+            "pool_set",
+        )
+    delivery.reply_text(session, row, inbound.channel, inbound.chat, words)
+    return {"outcome": outcome}
 
 
 def _bind(sessions: sessionmaker[Session], inbound: Inbound, lang: str) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from mewdex.channels.base import DeliveryFailed
+from mewdex.channels.base import DeliveryFailed, MemeFile
 from mewdex.egress import RETRY_STATUSES, EgressError, fetch
 
 #: ``code`` of an answer that is not JSON (or not the JSON shape asked for)
@@ -194,3 +194,15 @@ def loopback(url: str | None) -> bool:
     ``127.*`` or ``::1``. WeCom, Discord and Telegram's webhook mode cannot call such a URL."""
     host = (urlsplit(url or "").hostname or "").lower()
     return host in ("", "localhost", "::1") or host.startswith("127.") or host.endswith(".localhost")
+
+
+def picture_bytes(meme: MemeFile) -> bytes:
+    """A meme's bytes for a platform that shows only pictures (QQ, WeCom, ClawBot):
+    :meth:`MemeFile.as_picture` (a clip as a GIF, AVIF/HEIC as PNG). Raises :class:`PlatformError`
+    ``channel_platform_error`` when its file cannot be decoded."""
+    from mewdex.library.images import ImageError
+
+    try:
+        return meme.as_picture()
+    except ImageError as exc:
+        raise PlatformError("channel_platform_error", f"the meme cannot be sent as a picture ({exc.code})") from None

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.channels import bindings, delivery
+from mewdex.channels import bindings, delivery, pool
 from mewdex.channels.base import Adapter, Button, DeliveryFailed, Inbound
 from mewdex.channels.platform import PlatformError
 from mewdex.db.models import ChannelBinding, ScopeContext, Task
@@ -209,6 +209,7 @@ def save(
             else:
                 words = translate(lang, "bot.save.already", name=name)
             delivery.reply_text(session, row, inbound.channel, inbound.chat, words)
+            pool.add_saved(session, row, str(result.meme_id))  # a chat's pool keeps what its owner saves
             outcome = "saved" if result.status == "created" else "already_saved"
             return {"outcome": outcome, "meme_id": result.meme_id}
         reason = result.message if result is not None and result.message else translate(lang, "bot.save.unreadable")

@@ -25,6 +25,12 @@ class SaveAll(Dto):
     save_all: bool = Field(description="Save every image the binding's owner sends in the chat, without a word")
 
 
+class Pool(Dto):
+    collection_id: str | None = Field(
+        description="The collection the chat answers from and saves into (one of the caller's); null: the whole library"
+    )
+
+
 class ChannelInfo(Dto):
     name: str
     configured: bool = Field(description="The admin has set the channel up (e.g. a Telegram bot token)")

@@ -608,21 +608,29 @@ def render(
     return Rendered(encoded, extension, len(out_frames), time.perf_counter() - started, styles)
 
 
+def encode_gif(frames: Sequence[Image.Image], durations: Sequence[int], loop: int | None = 0) -> bytes:
+    """The one GIF writer (a re-captioned animation, a clip sent where a platform needs a GIF):
+    ``frames`` (RGB, one size), ``durations`` in ms per frame, ``loop`` (0 = forever, None: none
+    written). Returns the GIF's bytes."""
+    buffer = io.BytesIO()
+    extra = {"loop": loop} if loop is not None else {}
+    frames[0].save(
+        buffer,
+        "GIF",
+        save_all=True,
+        append_images=list(frames[1:]),
+        duration=list(durations[: len(frames)]),
+        optimize=False,
+        disposal=1,
+        **extra,
+    )
+    return buffer.getvalue()
+
+
 def _encode(frames: list[Image.Image], durations: list[int], loop: int | None, fmt: str) -> tuple[bytes, str]:
     buffer = io.BytesIO()
     if len(frames) > 1:
-        extra = {"loop": loop} if loop is not None else {}
-        frames[0].save(
-            buffer,
-            "GIF",
-            save_all=True,
-            append_images=frames[1:],
-            duration=durations[: len(frames)],
-            optimize=False,
-            disposal=1,
-            **extra,
-        )
-        return buffer.getvalue(), ".gif"
+        return encode_gif(frames, durations, loop), ".gif"
     if fmt == "jpeg":
         frames[0].save(buffer, "JPEG", quality=92)
         return buffer.getvalue(), ".jpg"

@@ -38,7 +38,15 @@ from mewdex.library.scopes import storage_namespace
 from mewdex.pipeline.context import clean_ocr_lines
 from mewdex.queue import backpressure
 
-__all__ = ["CaptionStyle", "RecaptionError", "Recaptioned", "recaption", "make_template", "text_boxes"]
+__all__ = [
+    "CaptionStyle",
+    "RecaptionError",
+    "Recaptioned",
+    "recaption",
+    "recaption_image",
+    "make_template",
+    "text_boxes",
+]
 
 
 @dataclass
@@ -53,10 +61,11 @@ class Recaptioned:
     template_id: str
 
 
-def text_boxes(meme: Meme, data: bytes) -> list[TextBox]:
+def text_boxes(meme: Meme | None, data: bytes) -> list[TextBox]:
     """The boxes of the meme's caption lines: those stored by the context stage, else read now with
-    the OCR (``backend_unavailable`` when it cannot load). Empty when the meme has no text."""
-    stored = (meme.meme_context or {}).get("ocr_lines") or []
+    the OCR (``backend_unavailable`` when it cannot load; ``meme`` None: an image of no library, read
+    now). Empty when the image has no text."""
+    stored = ((meme.meme_context or {}) if meme is not None else {}).get("ocr_lines") or []
     boxes = boxes_from_ocr([line for line in stored if isinstance(line, dict)])
     if boxes:
         return boxes
@@ -147,6 +156,33 @@ def recaption(
     provenance = {"source": "recaption", "template_id": str(meme.id), "caption": " ".join(text.split())[:200]}
     status, new_id = _store(sessions, store, scope, rendered, text, provenance)
     return Recaptioned(status, new_id, rendered, str(meme.id))
+
+
+def recaption_image(
+    sessions: sessionmaker[Session],
+    store,
+    scope: ScopeContext,
+    data: bytes,
+    text: str,
+    *,
+    save: bool = False,
+    place: str | None = None,
+    provenance: dict | None = None,
+) -> Recaptioned:
+    """Re-caption image bytes of no library (an image a chat sent): as :func:`recaption` with every
+    frame, the boxes read by the OCR now (or the ``place`` band). ``save``: added to the scope's
+    library like an upload (``provenance`` plus ``source: recaption`` and the caption), else only
+    returned (``status="preview"``). Raises as :func:`recaption`."""
+    chosen: list[TextBox] = []
+    if place is None:
+        clean_text(text)
+        chosen = text_boxes(None, data)
+    rendered = render(data, text, chosen, CaptionStyle(), max_pixels=get_settings().max_pixels, place=place)
+    if not save:
+        return Recaptioned("preview", None, rendered, "")
+    made = {**(provenance or {}), "source": "recaption", "caption": " ".join(text.split())[:200]}
+    status, new_id = _store(sessions, store, scope, rendered, text, made)
+    return Recaptioned(status, new_id, rendered, "")
 
 
 def make_template(sessions: sessionmaker[Session], store, scope: ScopeContext, meme_id: Any) -> Recaptioned:

@@ -19,7 +19,7 @@ from mewdex.channels.clawbot.api import (
 )
 from mewdex.channels.clawbot.setup import cdn_url
 from mewdex.channels.errors import ChannelError
-from mewdex.channels.platform import PlatformError, failure
+from mewdex.channels.platform import PlatformError, failure, picture_bytes
 from mewdex.channels.registry import register_adapter
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
@@ -104,7 +104,7 @@ class ClawBotAdapter(Adapter):
 
     def send_meme(self, binding: Binding | None, target: str, meme: MemeFile, caption: str | None) -> Sent:
         def image(config: dict[str, Any]) -> dict[str, Any]:
-            return upload_image(config["base_url"], config["bot_token"], target, meme.data, cdn_url())
+            return upload_image(config["base_url"], config["bot_token"], target, picture_bytes(meme), cdn_url())
 
         items = [image] + ([lambda _c: text_item(caption)] if caption else [])
         return self._send_items(binding, target, items)

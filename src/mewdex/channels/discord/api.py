@@ -30,7 +30,17 @@ from mewdex.config import get_settings
 USER_AGENT = "DiscordBot (https://github.com/mewdex/mewdex, 1.0)"
 MAX_CONTENT = 2000
 MAX_BYTES = 1024 * 1024
-_TYPES = {".gif": "image/gif", ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp"}
+_TYPES = {
+    ".gif": "image/gif",
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".webp": "image/webp",
+    ".mp4": "video/mp4",
+    ".webm": "video/webm",
+    ".avif": "image/avif",
+    ".heic": "image/heic",
+}
 
 
 def api_url() -> str:

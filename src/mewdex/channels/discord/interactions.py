@@ -48,7 +48,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.channels import bindings, inbound, replay
+from mewdex.channels import bindings, inbound, pool, replay
 from mewdex.channels.base import Inbound
 from mewdex.channels.delivery import LANE
 from mewdex.channels.discord import api
@@ -350,7 +350,10 @@ def answer(
         started()
         api.edit_original(app, token, {"content": say(lang, "unavailable"), "attachments": [], "components": []})
         return {"outcome": "unavailable"}
-    found = inbound.search_memes(sessions, scope_id, query, start=index)
+    with sessions.begin() as session:  # a pool limits the binding's answers (channels.pool)
+        row = bindings.get(session, scope_id, NAME)
+        pool_id = pool.pool_of(row) if row is not None else None
+    found = inbound.search_memes(sessions, scope_id, query, start=index, pool_id=pool_id)
     meme = found[0] if found else None
     started()
     if meme is None:

@@ -17,7 +17,7 @@ from mewdex.channels.onebot import NAME
 from mewdex.channels.onebot.protocol import message_segments, parse_target, send_action
 from mewdex.channels.onebot.relay import hang_up, relay_send
 from mewdex.channels.onebot.transport import call_http
-from mewdex.channels.platform import PlatformError, failure, fetch_image
+from mewdex.channels.platform import PlatformError, failure, fetch_image, picture_bytes
 from mewdex.channels.registry import register_adapter
 
 #: OneBot's codes as a delivery's
@@ -58,11 +58,13 @@ class OneBotAdapter(Adapter):
             raise failure(exc) from None
         try:
             if http:
-                action, params = send_action(kind, number, message_segments(kind, meme.data if meme else None, text))
+                picture = picture_bytes(meme) if meme else None
+                action, params = send_action(kind, number, message_segments(kind, picture, text))
                 data = call_http(binding.config["api_url"], binding.config["access_token"], action, params)
             else:
                 request = {"scope_id": binding.scope_id, "target": target, "text": text,
-                           "meme_id": meme.meme_id if meme else None}  # fmt: skip
+                           "meme_id": meme.meme_id if meme else None,
+                           "remake": meme.remake if meme else None}  # fmt: skip
                 data = relay_send(binding.identity, request)
         except PlatformError as exc:
             failed = failure(exc, CODES)

@@ -22,11 +22,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mewdex.channels.media import meme_file
+from mewdex.channels.media import meme_file, remade
 from mewdex.channels.onebot.protocol import ACTION_TIMEOUT, message_segments, parse_target, send_action
 from mewdex.channels.onebot.transport import ActionChannel, registry
-from mewdex.channels.platform import PlatformError
+from mewdex.channels.platform import PlatformError, picture_bytes
 from mewdex.db.engine import get_sessionmaker
+from mewdex.dto.errors import DomainError
 
 RELAY_OUT = "mewdex_onebot_out"
 RELAY_DONE = "mewdex_onebot_done"
@@ -77,19 +78,28 @@ def relay_send(self_id: str, request: dict[str, Any], timeout: float = RELAY_TIM
     raise PlatformError("onebot_not_connected", f"the QQ bot {self_id} is not connected to mewdex", retryable=True)
 
 
-def _load_meme_bytes(scope_id: str, meme_id: str) -> bytes:
+def _load_meme_bytes(scope_id: str, meme_id: str | None, remake: dict[str, Any] | None = None) -> bytes:
+    if remake is not None:  # an unsaved re-captioned image: made again here from its recipe
+        try:
+            return picture_bytes(remade(scope_id, remake))
+        except DomainError as exc:
+            raise PlatformError(
+                "onebot_action_failed", f"the re-captioned image could not be made ({exc.code})"
+            ) from None
     with get_sessionmaker().begin() as session:
         found = meme_file(session, scope_id, meme_id)
     if found is None:
         raise PlatformError("onebot_action_failed", "the meme was deleted before it was sent")
-    return found.data
+    return picture_bytes(found)
 
 
 async def _serve_request(channel: ActionChannel, request: dict[str, Any]) -> dict[str, Any]:
     try:
         data = None
-        if request.get("meme_id"):
-            data = await asyncio.to_thread(_load_meme_bytes, request["scope_id"], request["meme_id"])
+        if request.get("meme_id") or request.get("remake"):
+            data = await asyncio.to_thread(
+                _load_meme_bytes, request["scope_id"], request.get("meme_id"), request.get("remake")
+            )
         kind, number = parse_target(request["target"])
         action, params = send_action(kind, number, message_segments(kind, data, request.get("text")))
         answer = await channel.call(action, params)

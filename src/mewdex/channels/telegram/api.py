@@ -29,7 +29,16 @@ from mewdex.providers import sealed_fields, secrets
 
 log = logging.getLogger(__name__)
 PHOTO_EXTENSIONS = (".jpg", ".jpeg", ".png")
-_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".gif": "image/gif"}
+STICKER_EXTENSIONS = (".webm", ".tgs")  # video and animated stickers: sendSticker
+_TYPES = {
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".png": "image/png",
+    ".gif": "image/gif",
+    ".mp4": "video/mp4",
+    ".webm": "video/webm",
+    ".tgs": "application/x-tgsticker",
+}
 
 
 TOKEN_SETTING = "channel_telegram_bot"
@@ -151,16 +160,37 @@ def bot_username(sessions: sessionmaker[Session]) -> str:
     return username
 
 
+def media_kind(meme: MemeFile) -> str:
+    """How a meme is sent (and its ``file_id`` cached): ``animation`` (a GIF or an MP4:
+    ``sendAnimation``), ``sticker`` (a WebM video sticker or a TGS: ``sendSticker``), ``photo``
+    (JPEG/PNG: ``sendPhoto``), ``photo_png`` (any other picture, AVIF and HEIC included: its first
+    frame as PNG)."""
+    if meme.extension in STICKER_EXTENSIONS:
+        return "sticker"
+    if meme.animated:
+        return "animation"
+    if meme.extension in PHOTO_EXTENSIONS:
+        return "photo"
+    return "photo_png"
+
+
 def _form(meme: MemeFile) -> tuple[str, str, str, bytes, str]:
     """``(media kind, method, field, bytes, file name)`` of how a meme is sent."""
-    if meme.animated:
-        return "animation", "sendAnimation", "animation", meme.data, "meme.gif"
-    if meme.extension in PHOTO_EXTENSIONS:
-        return "photo", "sendPhoto", "photo", meme.data, f"meme{meme.extension}"
-    return "photo_png", "sendPhoto", "photo", meme.as_png(), "meme.png"
+    kind = media_kind(meme)
+    if kind == "sticker":
+        return kind, "sendSticker", "sticker", meme.data, f"meme{meme.extension}"
+    if kind == "animation":
+        return kind, "sendAnimation", "animation", meme.data, f"meme{meme.extension}"
+    if kind == "photo":
+        return kind, "sendPhoto", "photo", meme.data, f"meme{meme.extension}"
+    return kind, "sendPhoto", "photo", meme.as_png(), "meme.png"
 
 
-def _file_id(result: dict[str, Any], kind: str) -> str | None:
+def file_id_of(result: dict[str, Any], kind: str) -> str | None:
+    """The ``file_id`` Telegram gave a sent meme of :func:`media_kind` ``kind`` (``result``: the
+    sent ``Message``)."""
+    if kind == "sticker":
+        return (result.get("sticker") or {}).get("file_id")
     if kind == "animation":
         media = result.get("animation") or result.get("document") or {}
         return media.get("file_id")
@@ -170,9 +200,27 @@ def _file_id(result: dict[str, Any], kind: str) -> str | None:
 
 def send_file(chat_id: str, meme: MemeFile, params: dict[str, Any]) -> dict[str, Any]:
     """Send ``meme`` to ``chat_id`` reusing this bot's cached ``file_id`` (uploading, and caching
-    the new id, when there is none or Telegram no longer knows it). The sent message."""
+    the new id, when there is none or Telegram no longer knows it). A sticker takes no caption: the
+    caption follows it as a text message. The sent message (the meme's)."""
     sessions, bid = get_sessionmaker(), bot_id()
     kind, method, field, data, filename = _form(meme)
+    params = dict(params)
+    caption = params.pop("caption", None) if kind == "sticker" else None
+    result = _send_media(sessions, bid, chat_id, meme, params, (kind, method, field, data, filename))
+    if caption:
+        call("sendMessage", {"chat_id": chat_id, "text": str(caption)[:4096]})
+    return result
+
+
+def _send_media(
+    sessions: sessionmaker[Session],
+    bid: str,
+    chat_id: str,
+    meme: MemeFile,
+    params: dict[str, Any],
+    form: tuple[str, str, str, bytes, str],
+) -> dict[str, Any]:
+    kind, method, field, data, filename = form
     cached = state.cached_file_id(sessions, NAME, bid, meme.sha256, kind)
     if cached:
         try:
@@ -183,7 +231,7 @@ def send_file(chat_id: str, meme: MemeFile, params: dict[str, Any]) -> dict[str,
             state.forget_file_id(sessions, NAME, bid, meme.sha256, kind)  # a stale id: upload again
     content_type = _TYPES.get(filename[filename.rfind(".") :], "application/octet-stream")
     result = call(method, {**params, "chat_id": chat_id}, files={field: (filename, data, content_type)}, timeout=60)
-    file_id = _file_id(result, kind)
+    file_id = file_id_of(result, kind)
     if file_id:
         state.remember_file_id(sessions, NAME, bid, meme.sha256, kind, file_id)
     return result

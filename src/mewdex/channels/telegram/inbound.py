@@ -12,19 +12,19 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.channels import bindings, inbound, replay, saving, state
+from mewdex.channels import bindings, inbound, pool, replay, saving, state
 from mewdex.channels.base import UNBOUND_SCOPE, DeliveryFailed, Inbound
 from mewdex.channels.delivery import LANE
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.media import meme_file
 from mewdex.channels.telegram import NAME
 from mewdex.channels.telegram.api import (
-    PHOTO_EXTENSIONS,
-    _file_id,
     bot_id,
     bot_username,
     call,
     configured_token,
+    file_id_of,
+    media_kind,
     send_file,
     webhook_secret,
 )
@@ -40,7 +40,7 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 INLINE_MAX = 50
 INLINE_UPLOADS_PER_QUERY = 10
 #: Commands the framework reads whole (mewdex.channels.saving); any other's text is what follows it.
-FRAMEWORK_COMMANDS = ("save", "autosave")
+FRAMEWORK_COMMANDS = ("save", "autosave", "caption", "pool")
 ALLOWED_UPDATES = ["message", "inline_query", "callback_query"]
 
 
@@ -84,6 +84,7 @@ def parse_message(message: dict[str, Any], username: str | None) -> Inbound | No
         images=images,
         media=media_of(message),
         reply_media=media_of(replied) if isinstance(replied, dict) else (),
+        reply_to=str(replied["message_id"]) if isinstance(replied, dict) and replied.get("message_id") else None,
         is_group=is_group,
         mentioned=mentioned,
         bind_code=bind_code,
@@ -256,7 +257,11 @@ def run_poll(sessions: sessionmaker[Session], seconds: float) -> dict[str, Any]:
 # ------------------------------------------------------------------ inline mode
 
 
-def _inline_result(meme_id: str, kind: str, file_id: str) -> dict[str, Any]:
+def _inline_result(meme_id: str, kind: str, extension: str, file_id: str) -> dict[str, Any]:
+    if kind == "sticker":
+        return {"type": "sticker", "id": meme_id, "sticker_file_id": file_id}
+    if kind == "animation" and extension == ".mp4":
+        return {"type": "mpeg4_gif", "id": meme_id, "mpeg4_file_id": file_id}
     if kind == "animation":
         return {"type": "gif", "id": meme_id, "gif_file_id": file_id}
     return {"type": "photo", "id": meme_id, "photo_file_id": file_id}
@@ -277,6 +282,7 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
     with sessions.begin() as session:
         row = bindings.find_by_identity(session, NAME, sender)
         scope_id = row.scope_id if row is not None and bindings.in_force(session, row) else None
+        pool_id = pool.pool_of(row) if scope_id is not None and row is not None else None
     if scope_id is None:  # unbound, not confirmed yet, or a disabled owner's: no library
         call(
             "answerInlineQuery",
@@ -291,8 +297,9 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
         return 0
     storage_chat = get_settings().telegram_storage_chat_id
     results, uploads, bid = [], 0, bot_id()
-    for probe in inbound.search_memes(sessions, scope_id, str(query.get("query") or ""), count=INLINE_MAX, data=False):
-        kind = "animation" if probe.animated else ("photo" if probe.extension in PHOTO_EXTENSIONS else "photo_png")
+    query_text = str(query.get("query") or "")
+    for probe in inbound.search_memes(sessions, scope_id, query_text, count=INLINE_MAX, data=False, pool_id=pool_id):
+        kind = media_kind(probe)
         file_id = state.cached_file_id(sessions, NAME, bid, probe.sha256, kind)
         if file_id is None and storage_chat and uploads < INLINE_UPLOADS_PER_QUERY:
             with sessions.begin() as session:
@@ -302,12 +309,12 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
             uploads += 1
             try:
                 sent = send_file(storage_chat, full, {"disable_notification": True})
-                file_id = _file_id(sent, kind)
+                file_id = file_id_of(sent, kind)
             except DeliveryFailed as exc:
                 log.warning("telegram inline: uploading a meme to the storage chat failed (%s)", exc.code)
                 break
         if file_id:
-            results.append(_inline_result(probe.meme_id, kind, file_id))
+            results.append(_inline_result(probe.meme_id, kind, probe.extension, file_id))
         if len(results) >= INLINE_MAX:
             break
     call(

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from mewdex.channels import state
 from mewdex.channels.base import Adapter, Binding, DeliveryFailed, Inbound, MemeFile, Sent
-from mewdex.channels.platform import PlatformError, failure, fetch_image
+from mewdex.channels.platform import PlatformError, failure, fetch_image, picture_bytes
 from mewdex.channels.registry import register_adapter
 from mewdex.channels.wecom import NAME
 from mewdex.channels.wecom.api import WeComApp, prepare_image, send_message, send_text, upload_media
@@ -67,7 +67,7 @@ class WeComAdapter(Adapter):
         sessions = get_sessionmaker()
         bot_id = f"{app.corp_id}:{app.agent_id}"
         try:
-            prepared = prepare_image(meme.data, stem=meme.meme_id[:8])
+            prepared = prepare_image(picture_bytes(meme), stem=meme.meme_id[:8])  # a clip as a GIF (a file)
             media_id = state.cached_file_id(sessions, NAME, bot_id, meme.sha256, prepared.media_type)
             if media_id is None:
                 media_id = upload_media(

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.orm import Session
 
-from mewdex.channels import bindings, delivery, registry, saving
+from mewdex.channels import bindings, delivery, pool, registry, saving
 from mewdex.channels.bindings import ChannelDelivery
 from mewdex.channels.platform import loopback
 from mewdex.channels.registry import WebKit
@@ -133,6 +133,20 @@ def channel_save_all(
     return bindings.api_view(saving.save_all(session, scope.scope_id, channel, body.save_all))
 
 
+@router.put("/api/v1/channels/{channel}/pool", response_model=dto.ChannelBinding)
+def channel_pool(
+    channel: str,
+    body: dto.Pool,
+    session: Session = Depends(db_session),
+    scope: ScopeContext = Depends(current_scope),
+):
+    """Limit the caller's chat to one of their collections (``config.pool``): the bot answers there only
+    from it, and what they save there goes into it; ``null`` answers from the whole library again (the
+    chat's ``/pool NAME|off`` sets the same). 404 ``channel_not_bound``, 404 ``not_found`` (no such
+    collection of the caller's)."""
+    return bindings.api_view(pool.set_pool_of_channel(session, scope.scope_id, channel, body.collection_id))
+
+
 @router.delete("/api/v1/channels/{channel}", response_model=dto.ChannelBinding)
 def channel_revoke(channel: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Revoke at once: inbound from that chat is treated as unbound, queued deliveries are cancelled."""
@@ -201,8 +215,10 @@ def channel_guide(name: str, request: Request, _scope: ScopeContext = Depends(cu
 def channels_page(
     request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
 ):
-    """The Channels settings page: the linked chats (each with Remove; a link awaiting the chat's YES
-    says so), the Telegram link, the webhook (secret shown once), the log."""
+    """The Channels settings page: the linked chats (each with the collection it answers from, its
+    auto-save switch and Remove; a link awaiting the chat's YES says so), the Telegram link, the
+    webhook (secret shown once), the log."""
+    from mewdex.library import collections as library_collections
     from mewdex.library import listing
     from mewdex.web.templating import render
 
@@ -211,6 +227,7 @@ def channels_page(
     ids = {d.meme_id for d in log if d.meme_id}
     names = {i: m.display_name for i, m in listing.memes_by_id(session, scope, list(ids)).items()}
     by_channel = {b.channel: bindings.api_view(b) for b in rows}
+    collections = [{"id": str(c.id), "name": c.name} for c, _n in library_collections.list_collections(session, scope)]
     return render(
         request,
         "channels.html",
@@ -219,6 +236,8 @@ def channels_page(
             "channels": channel_infos(),
             "bindings": by_channel,
             "linked": [bindings.api_view(b) for b in rows if b.status == "active"],
+            "collections": collections,  # a linked chat's pool is one of them
+            "collection_ids": {c["id"] for c in collections},
             "public_url": get_settings().public_base(),
             "loopback": public_url_loopback(),
             "deliveries": [{**delivery_view(d), "meme_name": names.get(d.meme_id)} for d in log],

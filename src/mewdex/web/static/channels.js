@@ -1,5 +1,6 @@
 // The Channels settings page: link Telegram, the admin's Telegram bot token (saved sealed; used at
-// once), add a webhook (its secret shown once), revoke a binding.
+// once), add a webhook (its secret shown once), revoke a binding, a linked chat's pool (the collection
+// it answers from) and auto-save.
 // Every change goes through /api/v1/channels; strings come from the page's catalogue.
 "use strict";
 (() => {
@@ -33,6 +34,23 @@
     } else if (button.dataset.action === "copy-secret") {
       if (await copyText($(".webhook-secret code", box).textContent)) toast(t("js.channel_secret_copied"));
     }
+  });
+
+  document.addEventListener("change", async (event) => {
+    const control = event.target.closest("[data-setting]");
+    if (!control) return;
+    const channel = encodeURIComponent(section(control).dataset.channel);
+    control.disabled = true;
+    const r = control.dataset.setting === "pool"
+      ? await api("PUT", `/api/v1/channels/${channel}/pool`, {collection_id: control.value || null})
+      : await api("PUT", `/api/v1/channels/${channel}/save-all`, {save_all: control.checked});
+    control.disabled = false;
+    if (!r.ok) {
+      if (control.type === "checkbox") control.checked = !control.checked;
+      return toast(errorText(r.body, r.status), "bad");
+    }
+    toast(t(control.dataset.setting === "pool" ? "js.channel_pool_saved"
+      : control.checked ? "js.channel_autosave_on" : "js.channel_autosave_off"));
   });
 
   document.addEventListener("submit", async (event) => {
