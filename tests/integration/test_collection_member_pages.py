@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from accounts_helpers import bearer
 from library_helpers import png
+from mewdex.channels import media
 from mewdex.db.models import ScopeContext, User
 from mewdex.library import collections, sharing
 from mewdex.platform.users import set_disabled
@@ -116,6 +117,9 @@ def test_member_chat_answers_from_chosen_shared_collections(auth_app, sessions, 
     with sessions.begin() as session:  # what a channel delivery of the member may send, from where
         sent = sharing.sendable_meme(session, member.scope_id, uuid.UUID(inside))
         assert sent is not None and sent[1].scope_id == owner.scope_id
+        # the one loader of every channel send reads the owner's file for the member's delivery
+        assert media.meme_file(session, member.scope_id, inside).data == png(5101)
+        assert media.meme_file(session, third.scope_id, inside) is None
         assert sharing.sendable_meme(session, member.scope_id, uuid.UUID(outside)) is None
         assert sharing.sendable_meme(session, third.scope_id, uuid.UUID(inside)) is None
     assert _chat(third, "numbat") == []  # a third account never
@@ -136,6 +140,7 @@ def test_member_chat_answers_from_chosen_shared_collections(auth_app, sessions, 
     with sessions.begin() as session:
         assert sharing.chat_pools(session, member.scope_id) == []
         assert sharing.sendable_meme(session, member.scope_id, uuid.UUID(inside)) is None
+        assert media.meme_file(session, member.scope_id, inside) is None
 
 
 def test_disabled_member_or_owner_is_refused(auth_app, sessions, store):

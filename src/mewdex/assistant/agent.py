@@ -39,7 +39,7 @@ from uuid import UUID
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.assistant import catalogue, conversations, pools
+from mewdex.assistant import catalogue, conversations, shared_collections
 from mewdex.assistant.prompts import FINAL_STEP_PROMPT, SUMMARY_PROMPT, SYSTEM_PROMPT
 from mewdex.config import get_settings
 from mewdex.db.models import Message, ScopeContext
@@ -481,7 +481,8 @@ class Agent:
                 wanted.append(uid)
         room = SHOW_PER_REPLY - len(self.shown)
         with self.sessions.begin() as session:
-            hits: list[SearchHit] = pools.hydrate(  # the caller's memes, and those of the shared collections it chose
+            # the caller's memes, and those of the shared collections it chose
+            hits: list[SearchHit] = shared_collections.hydrate(
                 session, self.scope, wanted[: max(room, 0)], dict.fromkeys(wanted, 0.0)
             )
         found = {h.id for h in hits}

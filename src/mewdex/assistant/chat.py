@@ -26,7 +26,7 @@ from uuid import UUID
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.assistant import agent, conversations, pools, retrieval, runs, titles
+from mewdex.assistant import agent, conversations, retrieval, runs, shared_collections, titles
 from mewdex.assistant import query as chat_query
 from mewdex.assistant.errors import AssistantError
 from mewdex.config import get_settings
@@ -82,8 +82,8 @@ def message_view(message: Message) -> dict[str, Any]:
 
 def card(hit: SearchHit) -> dict[str, Any]:
     """A meme card: id, name, sha256, the original's and the thumbnail's URLs, the meme's page (for a
-    meme of a shared collection (:mod:`.pools`): the member route and the collection's page)."""
-    return _card(hit.id, hit.display_name, hit.sha256, pools.shared_collection(hit), None)
+    meme of a shared collection (:mod:`.shared_collections`): the member route and the collection's page)."""
+    return _card(hit.id, hit.display_name, hit.sha256, shared_collections.shared_collection(hit), None)
 
 
 def card_from_ref(ref: dict[str, Any]) -> dict[str, Any]:
@@ -402,7 +402,7 @@ def _artifact_refs(session: Session, conversation: Conversation, shown: list[Sea
             "display_name": hit.display_name,
             "sha256": hit.sha256,
         }
-        shared = pools.shared_collection(hit)
+        shared = shared_collections.shared_collection(hit)
         refs.append(ref | ({"collection_id": shared} if shared else {}))
     return refs
 

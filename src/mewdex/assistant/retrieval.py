@@ -36,7 +36,7 @@ from uuid import UUID
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.assistant import conversations, pools
+from mewdex.assistant import conversations, shared_collections
 from mewdex.assistant import query as chat_query
 from mewdex.assistant.pool import in_pool, pooled
 from mewdex.config import get_settings
@@ -94,7 +94,8 @@ def search_ids(
     """The query read from a chat message and the memes it finds (best first). Short transactions:
     the search's legs take connections of their own, so none is held while they run. ``guest``: a
     guest's turn runs no metered step (``search(metered=False)``): guests never spend the owner's budget.
-    The account's own turn also searches the shared collections it chose (:mod:`.pools`); a guest's never."""
+    The account's own turn also searches the shared collections it chose
+    (:mod:`.shared_collections`); a guest's never."""
     with sessions.begin() as session:
         parsed, filters = parse(session, scope, text)
     if parsed.query:
@@ -104,8 +105,8 @@ def search_ids(
             ).results
         if guest:  # a collection shared with the account is not shared with the people in its chats
             return parsed.query, own
-        # with the shared collections the account chose (pools), each in its own transaction
-        return parsed.query, pools.search(sessions, scope, parsed.query[:500], n, own, filters)
+        # with the shared collections the account chose, each in its own transaction
+        return parsed.query, shared_collections.search(sessions, scope, parsed.query[:500], n, own, filters)
     with sessions.begin() as session:
         # Only filters ("来个动图", a collection's name): the newest memes that pass them.
         memes = (
@@ -173,7 +174,8 @@ def _same_request(query: str, text: str) -> bool:
 
 def _page(session: Session, scope: ScopeContext, results: list[str], offset: int, size: int = PAGE) -> list[SearchHit]:
     ids = [UUID(i) for i in results[offset : offset + size]]
-    return pools.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))  # a shared one while it is still chosen
+    # a shared one while it is still chosen
+    return shared_collections.hydrate(session, scope, ids, dict.fromkeys(ids, 0.0))
 
 
 def answer(

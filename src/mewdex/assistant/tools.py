@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.assistant import pools
 from mewdex.assistant import query as chat_query
+from mewdex.assistant import shared_collections
 from mewdex.assistant.errors import AssistantError
 from mewdex.assistant.pool import pooled
 from mewdex.config import get_settings
@@ -72,7 +72,7 @@ def search_memes(
 ) -> list[dict[str, Any]]:
     """The ``n`` (1–20) best memes for ``query`` (chat phrasing stripped), optionally only animated
     ones or one collection's (name or id), beside the caller's own library also the collections shared
-    with it that it chose for its chats (:mod:`.pools`; their ``media_url`` is the member route):
+    with it that it chose for its chats (:mod:`.shared_collections`; their ``media_url`` is the member route):
     ``[{"id", "display_name", "media_url", "score", "snippet", "confidence"}]`` (``confidence``: high |
     medium | low, :mod:`mewdex.search.confidence`). The search page's ranking: what a person passed
     over with "another" in a chat hides nothing here."""
@@ -84,7 +84,7 @@ def search_memes(
         filters = _filters(session, scope, animated, collection)
     with sessions.begin() as session:
         own = search_service.search(session, scope, text, n, filters=filters).results
-    return _hits(pools.search(sessions, scope, text, n, own, filters))  # and the shared collections chosen
+    return _hits(shared_collections.search(sessions, scope, text, n, own, filters))  # and the shared collections chosen
 
 
 def search_by_image(

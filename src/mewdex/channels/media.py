@@ -6,26 +6,33 @@ from __future__ import annotations
 
 import hashlib
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy.orm import Session
 
 from mewdex.channels.base import MemeFile
 from mewdex.db.models import ScopeContext
 from mewdex.db.scopes import storage_namespace
-from mewdex.library import memes
+from mewdex.library import sharing
 
 
 def meme_file(session: Session, scope_id: str, meme_id: Any, *, data: bool = True) -> MemeFile | None:
-    """The live meme ``meme_id`` of ``scope_id`` as a :class:`MemeFile` (its blob read from the
-    store; ``data=False``: without the bytes, ``data`` empty), or None when the scope has no such meme."""
+    """The live meme ``meme_id`` that the account of ``scope_id`` may send as a :class:`MemeFile`
+    (its blob read from the store; ``data=False``: without the bytes, ``data`` empty): its own, or one
+    of a shared collection it chose for its chat answers (:func:`mewdex.library.sharing.sendable_meme`,
+    read from the owner's store). None when it may send no such meme (also once that choice ended)."""
     from mewdex.storage import blob_store
 
-    meme = memes.find(session, ScopeContext(scope_id), meme_id)
-    if meme is None:
+    try:
+        found = sharing.sendable_meme(session, scope_id, UUID(str(meme_id)))
+    except ValueError:
         return None
+    if found is None:
+        return None
+    meme, holder = found
     content = b""
     if data:
-        with blob_store().open(storage_namespace(session, scope_id), meme.storage_key) as handle:
+        with blob_store().open(storage_namespace(session, holder.scope_id), meme.storage_key) as handle:
             content = handle.read()
     return MemeFile(str(meme.id), content, meme.extension.lower(), meme.sha256, meme.display_name)
 
