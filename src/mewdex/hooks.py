@@ -170,12 +170,13 @@ def _hook(hook: str) -> str:
     return _spec(hook).name
 
 
-def provide(hook: str, name: str, value: T, *, stacklevel: int = 1) -> T:
+def provide(hook: str, name: str, value: T, *, stacklevel: int = 1, module: str | None = None) -> T:
     """Make ``value`` the implementation ``name`` of ``hook`` (a later one of the same name replaces
     it; on a single hook, any other). ``stacklevel``: how many frames above the caller is the module
-    that provides it (a typed front door passes 2), recorded for :func:`table`. Returns ``value``."""
+    that provides it (a typed front door passes 2), recorded for :func:`table`; ``module``: that
+    module by name instead. Returns ``value``."""
     spec = _spec(hook)
-    caller = sys._getframe(stacklevel).f_globals.get("__name__", "?")
+    caller = module or sys._getframe(stacklevel).f_globals.get("__name__", "?")
     with _lock:
         if spec.single:
             _provided[hook].clear()
@@ -285,6 +286,11 @@ def load_all() -> None:
     for plugin in BUILTIN_PLUGINS:
         _import(plugin.module)
     _load_extras()
+
+
+def provider_of(hook: str, name: str) -> str:
+    """The module that provided implementation ``name`` of ``hook`` ("?" when none has)."""
+    return _provider_module.get((_hook(hook), name), "?")
 
 
 def table() -> dict[str, dict[str, str]]:

@@ -243,11 +243,14 @@ def test_a_page_of_the_library_costs_the_same_statements_for_2_or_8_memes(client
     counts = {}
     event.listen(get_engine(), "before_cursor_execute", record)
     try:
+        # the fewest of three requests: a cache of the process expiring under load (a setting, a
+        # grant) adds its own statements to one request now and then, never per meme
         for limit in (2, 8):
-            statements.clear()
-            page = client.get("/api/v1/memes", params={"limit": limit})
-            assert page.status_code == 200 and len(page.json()["items"]) == limit
-            counts[limit] = len(statements)
+            for _ in range(3):
+                statements.clear()
+                page = client.get("/api/v1/memes", params={"limit": limit})
+                assert page.status_code == 200 and len(page.json()["items"]) == limit
+                counts[limit] = min(counts.get(limit, len(statements)), len(statements))
     finally:
         event.remove(get_engine(), "before_cursor_execute", record)
     assert counts[2] == counts[8] <= 8, counts

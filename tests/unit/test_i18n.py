@@ -202,6 +202,11 @@ PARSING = {
     "存",
     "自动收 开",
     "自动收 关",
+    "改字",  # the word that re-captions a meme in a chat (channels/captioning.py)
+    "表情池",  # a chat's pool (channels/pool.py) and the words that turn it off
+    "关",
+    "关闭",
+    "无",
     r"^\s*(?:/?bind\s+|绑定\s*)?([A-Za-z0-9_-]{32})\s*$",  # a WeCom bind code
 }
 

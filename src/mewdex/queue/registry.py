@@ -205,7 +205,7 @@ def register_task_type(task_type: TaskType, *, _stacklevel: int = 2) -> TaskType
     """Register a task type (the ``task_types`` hook; its lane is declared with defaults if nobody
     declares it)."""
     hooks.provide("task_types", task_type.name, task_type, stacklevel=_stacklevel)
-    queue.declare_lane_implicitly(task_type.lane)
+    queue.declare_lane_implicitly(task_type.lane, hooks.provider_of("task_types", task_type.name))
     return task_type
 
 

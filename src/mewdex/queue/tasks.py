@@ -118,12 +118,12 @@ def register_lane(lane: Lane) -> Lane:
     return hooks.provide("lanes", lane.name, lane, stacklevel=2)
 
 
-def declare_lane_implicitly(name: str) -> None:
+def declare_lane_implicitly(name: str, module: str) -> None:
     """Declare ``name`` with defaults unless it is declared (a task type's lane; the plugin that declares
     it, when one does, replaces it once imported: nothing is imported here, in the middle of a module's
-    import)."""
+    import). ``module``: the module of the task type that names it (its provider in :func:`hooks.table`)."""
     if name not in LANES:  # a plugin that declares it replaces it when imported (:func:`lane`)
-        hooks.provide("lanes", name, Lane(name), stacklevel=3)
+        hooks.provide("lanes", name, Lane(name), module=module)
         _IMPLICIT.add(name)
 
 
