@@ -319,6 +319,25 @@ def client(scope):
         yield c
 
 
+def module_scope_fixtures(prefix: str):
+    """``scope, client = module_scope_fixtures("clips")`` in a test module: the module-scoped versions of
+    the ``scope`` (named ``<prefix>-…``, removed after the module) and ``client`` fixtures above, for a
+    module whose tests share one library (one scope, one started app per module, not per test)."""
+
+    @pytest.fixture(scope="module")
+    def scope(sessions):
+        s = new_scope(sessions, prefix)
+        yield s
+        drop_scope(sessions, s)
+
+    @pytest.fixture(scope="module")
+    def client(scope):
+        with client_for(scope) as c:
+            yield c
+
+    return scope, client
+
+
 def corpus_available() -> bool:
     return all((CORPUS / src / "images" / rel).is_file() for src, rels in SAMPLE.items() for rel in rels)
 
