@@ -289,6 +289,25 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, what="co
         time.sleep(interval)
 
 
+_probe_client = None
+
+
+def http_ok(url: str, statuses: tuple[int, ...] = (200,), timeout: float = 5) -> bool:
+    """Whether ``GET url`` answers with one of ``statuses`` (False while nothing listens, or on a
+    timeout after ``timeout`` s): the probe to poll a starting server with (``wait_until(lambda:
+    http_ok(url + "/health"), …)``). One httpx client per test process, since each ``httpx.get``
+    builds its own client and TLS context (about 40 ms of CPU; ten polls a second add up)."""
+    import httpx
+
+    global _probe_client
+    if _probe_client is None:
+        _probe_client = httpx.Client()
+    try:
+        return _probe_client.get(url, timeout=timeout).status_code in statuses
+    except httpx.HTTPError:
+        return False
+
+
 def app_for(scope=None, **create_app_kwargs):
     """The real app (``create_app``, no worker threads unless ``workers=`` says so) answering as ``scope``
     (its ``current_scope`` and ``streaming_scope`` dependencies overridden), or through its own sign-in
@@ -317,6 +336,25 @@ def client(scope):
     """A started client of the real app answering as this test's ``scope``."""
     with client_for(scope) as c:
         yield c
+
+
+def module_scope_fixtures(prefix: str):
+    """``scope, client = module_scope_fixtures("clips")`` in a test module: the module-scoped versions of
+    the ``scope`` (named ``<prefix>-…``, removed after the module) and ``client`` fixtures above, for a
+    module whose tests share one library (one scope, one started app per module, not per test)."""
+
+    @pytest.fixture(scope="module")
+    def scope(sessions):
+        s = new_scope(sessions, prefix)
+        yield s
+        drop_scope(sessions, s)
+
+    @pytest.fixture(scope="module")
+    def client(scope):
+        with client_for(scope) as c:
+            yield c
+
+    return scope, client
 
 
 def corpus_available() -> bool:

@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import MEWDEX_BIN, drop_scope, new_scope, wait_until
+from conftest import MEWDEX_BIN, drop_scope, http_ok, new_scope, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -77,6 +77,10 @@ class UiServer:
     process: subprocess.Popen
     log: Path
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
     def get(self, path: str, **kw) -> httpx.Response:
         return httpx.get(self.url + path, timeout=30, **kw)
 
@@ -113,26 +117,25 @@ def serve(
     timeout: float = 120,
     scope=None,
     command: Sequence[str] = (str(MEWDEX_BIN),),
+    cwd: Path | None = None,
+    probe: str = "/health",
 ) -> UiServer:
     """Start ``<command> serve`` with exactly ``env`` (``host`` None: MEWDEX_HOST's) on ``port`` (default a
-    free one), its output in ``log``; return once ``/health`` answers 200 (polled every 0.1 s). Raises
-    AssertionError with the log when it exits or is not up within ``timeout`` s (it is stopped then).
+    free one), run in ``cwd``, its output in ``log``; return once ``probe`` answers 200 (polled every 0.1 s).
+    Raises AssertionError with the log when it exits or is not up within ``timeout`` s (it is stopped then).
     The one start/poll/stop of a server subprocess for the tests that need one."""
     port = port or free_port()
     args = [*command, "serve", "--port", str(port), "--workers", str(workers)]
     if host is not None:
         args[len(command) + 1 : len(command) + 1] = ["--host", host]
-    out = log.open("w")
-    process = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
+    with log.open("w") as out:  # the child keeps its own copy of the file
+        process = subprocess.Popen(args, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
     server = UiServer(f"http://{host or '127.0.0.1'}:{port}", scope, process, log)
 
     def healthy() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"mewdex serve exited with {process.returncode}")
-        try:
-            return httpx.get(server.url + "/health", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return http_ok(server.url + probe)
 
     try:
         wait_until(healthy, timeout, 0.1, "mewdex serve to come up")

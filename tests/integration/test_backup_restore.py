@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import select, text
 
 from channel_helpers import add_meme, image_bytes
-from conftest import MEWDEX_BIN, TEST_ENV, client_for, drop_scope, new_scope, wait_until
+from conftest import MEWDEX_BIN, TEST_ENV, client_for, drop_scope, http_ok, new_scope, wait_until
 from fakes.webhook_receiver import WebhookReceiver
 from s3_helpers import free_port
 
@@ -196,10 +196,7 @@ def restored(library):
 
     def up() -> bool:
         assert proc.poll() is None, (data_dir / "serve.log").read_text()[-3000:]
-        try:
-            return httpx.get(base + "/health", timeout=2).status_code in (200, 503)
-        except httpx.HTTPError:
-            return False
+        return http_ok(base + "/health", (200, 503), timeout=2)
 
     try:
         wait_until(up, timeout=180, interval=0.5, what="the restored server")

@@ -8,25 +8,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
-import socket
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 
-from conftest import MEWDEX_BIN, wait_until
+from conftest import MEWDEX_BIN
 from mewdex.db.models import Meme
 from mewdex.search import keyword
+from ui_helpers import free_port, serve
 
 PASSWORD = "correct horse battery"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +49,6 @@ def served(mewdex_env, sessions, tmp_path_factory):
             session, scope_id, meme.id, "h", {"name": "loginbear waving", "ocr": "", "labels": "", "phrase": ""}
         )
         meme_id = str(meme.id)
-    port = _free_port()
     config_home = tmp_path_factory.mktemp("config")
     env = {
         **os.environ,
@@ -71,29 +62,17 @@ def served(mewdex_env, sessions, tmp_path_factory):
         "NO_COLOR": "1",
     }
     env.pop("MEWDEX_TOKEN", None)
-    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
-    process = subprocess.Popen(
-        [str(MEWDEX_BIN), "serve", "--port", str(port), "--workers", "0"], env=env, stdout=log, stderr=log
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        assert process.poll() is None, f"mewdex serve exited with {process.returncode}"
-        try:
-            return httpx.get(url + "/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
+    server = None
     try:
-        wait_until(healthy, 120, 0.3, "mewdex serve to come up")
-        yield url, env, {"email": email, "meme_id": meme_id, "config": config_home / "mewdex" / "credentials.json"}
+        server = serve(env, tmp_path_factory.mktemp("serve") / "serve.log", host=None)
+        yield (
+            server.url,
+            env,
+            {"email": email, "meme_id": meme_id, "config": config_home / "mewdex" / "credentials.json"},
+        )
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if server is not None:
+            server.stop()
         delete_users(sessions, made)
 
 
@@ -153,7 +132,7 @@ def test_login_search_and_logout_against_the_running_server(served):
 
 def test_a_bad_setting_stops_a_command_and_serve_in_one_line(mewdex_env):
     env = {**os.environ, **mewdex_env.env, "NO_COLOR": "1", "COLUMNS": "250"}
-    for command in (("status",), ("serve", "--port", str(_free_port()))):
+    for command in (("status",), ("serve", "--port", str(free_port()))):
         bad = run(env, *command, MEWDEX_EGRESS_ALLOW_HOSTS='["127.0.0.1:9000"')
         assert bad.returncode == 2 and "Traceback" not in bad.stderr
         assert lines(bad.stderr) == [

@@ -10,9 +10,6 @@ the client it saw to ``X-Forwarded-For``.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import uuid
 from contextlib import contextmanager
 
@@ -22,49 +19,25 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from accounts_helpers import PASSWORD, delete_users, own_scope_users
-from conftest import LOCAL_CLIENT, MEWDEX_BIN, wait_until
+from conftest import LOCAL_CLIENT
+from ui_helpers import serve
 
 WRONG = "not the password at all"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
 def _serve(mewdex_env, tmp_path_factory, **settings: str):
     """``mewdex serve`` (login required, no workers) with ``settings``; yields an httpx client on it."""
-    port = _free_port()
     env = {**os.environ, **mewdex_env.env, "MEWDEX_AUTH": "required", "MEWDEX_BCRYPT_ROUNDS": "4", **settings}
     for name in ("FORWARDED_ALLOW_IPS", "MEWDEX_TRUSTED_PROXIES", "MEWDEX_PROXY_CLIENT_HEADER"):
         if name not in settings:
             env.pop(name, None)
-    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
-    process = subprocess.Popen(
-        [str(MEWDEX_BIN), "serve", "--port", str(port), "--workers", "0"], env=env, stdout=log, stderr=log
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        assert process.poll() is None, f"mewdex serve exited with {process.returncode}"
-        try:
-            return httpx.get(url + "/livez", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
+    server = serve(env, tmp_path_factory.mktemp("serve") / "serve.log", host=None)
     try:
-        wait_until(healthy, 120, 0.3, "mewdex serve to come up")
-        with httpx.Client(base_url=url, timeout=30) as client:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
             yield client
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 
 from clip_helpers import clip, lottie, still
-from conftest import MEWDEX_BIN, client_for, drop_scope, new_scope
+from conftest import MEWDEX_BIN, drop_scope, module_scope_fixtures, new_scope
 from it_helpers import meme
 from library_helpers import check_storage_invariants
 from mewdex.library import images
@@ -40,17 +40,7 @@ SAMPLES = {
 }
 
 
-@pytest.fixture(scope="module")
-def scope(sessions):
-    s = new_scope(sessions, "clips")
-    yield s
-    drop_scope(sessions, s)
-
-
-@pytest.fixture(scope="module")
-def client(scope):
-    with client_for(scope) as c:
-        yield c
+scope, client = module_scope_fixtures("clips")
 
 
 def upload(client, name: str, data: bytes, content_type: str = "application/octet-stream"):

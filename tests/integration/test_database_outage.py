@@ -17,7 +17,7 @@ import httpx
 from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
-from conftest import MEWDEX_BIN, TEST_ENV, wait_until
+from conftest import MEWDEX_BIN, TEST_ENV, http_ok, wait_until
 
 
 def _free_port() -> int:
@@ -33,10 +33,7 @@ def _postmaster_pid(pgdata) -> int:
 def _wait_healthy(base: str, proc: subprocess.Popen, timeout: float) -> None:
     def healthy() -> bool:
         assert proc.poll() is None, "serve exited"
-        try:
-            return httpx.get(base + "/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return http_ok(base + "/health", timeout=2)
 
     wait_until(healthy, timeout, 0.3, "serve to become healthy")
 

@@ -7,10 +7,9 @@ import signal
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 
-from conftest import MEWDEX_BIN, wait_until
+from conftest import MEWDEX_BIN, http_ok, wait_until
 
 
 def postmaster_pid(data_dir) -> int:
@@ -25,10 +24,7 @@ def test_serve_killed_leaves_the_server_running_and_the_next_command_reuses_it(m
     )
 
     def healthy() -> bool:
-        try:
-            return httpx.get("http://127.0.0.1:8291/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return http_ok("http://127.0.0.1:8291/health", timeout=1)
 
     try:
         wait_until(healthy, 60, 0.3, "serve to become healthy")

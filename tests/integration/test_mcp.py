@@ -21,7 +21,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import select
 
-from conftest import MEWDEX_BIN, wait_until
+from conftest import MEWDEX_BIN, http_ok, wait_until
 from mewdex.db.models import Meme, MemeCollectionItem, ScopeContext
 from mewdex.search import keyword
 
@@ -97,10 +97,7 @@ def server(mewdex_env, accounts, tmp_path):
 
     def up():
         assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-        try:
-            return httpx.get(url + "/health", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return http_ok(url + "/health")
 
     wait_until(up, 120, 0.3, "mewdex serve")
     yield url

@@ -24,7 +24,7 @@ import httpx
 import psycopg
 import pytest
 
-from conftest import CORPUS, MEWDEX_BIN, SAMPLE, TEST_ENV, corpus_available, wait_until
+from conftest import CORPUS, MEWDEX_BIN, SAMPLE, TEST_ENV, corpus_available, http_ok, wait_until
 from s3_helpers import free_port
 
 pytestmark = [
@@ -178,10 +178,7 @@ def test_two_api_processes_two_workers_one_database_one_object_store(cluster):
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
 
     def healthy():
-        try:
-            return all(httpx.get(f"{u}/health", timeout=5).status_code == 200 for u in urls.values())
-        except httpx.HTTPError:
-            return False
+        return all(http_ok(f"{u}/health") for u in urls.values())
 
     wait_for(healthy, 180, "both API processes", cluster)
     wait_for(

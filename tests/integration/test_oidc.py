@@ -10,7 +10,6 @@ httpx (cookies, the provider's form, each redirect by hand).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import uuid
 from contextlib import contextmanager
@@ -21,9 +20,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from accounts_helpers import PASSWORD, delete_users, own_scope_users
-from conftest import LOCAL_CLIENT, MEWDEX_BIN, wait_until
+from conftest import LOCAL_CLIENT, MEWDEX_BIN
 from oidc_helpers import approve, oidc_provider, sso_sign_in
-from ui_helpers import free_port
+from ui_helpers import free_port, serve
 
 ADMINS = "mewdex-admins"
 # The provider (oidc-provider-mock) still uses Authlib's deprecated JOSE module and JWT configuration.
@@ -37,32 +36,11 @@ class Sso:
 @contextmanager
 def _serve(mewdex_env, port: int, log_path, **settings: str):
     env = {**os.environ, **mewdex_env.env, "MEWDEX_AUTH": "required", "MEWDEX_BCRYPT_ROUNDS": "4", **settings}
-    log = log_path.open("w")
-    process = subprocess.Popen(
-        [str(MEWDEX_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "0"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        assert process.poll() is None, f"mewdex serve exited with {process.returncode}: {log_path.read_text()}"
-        try:
-            return httpx.get(url + "/livez", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
+    server = serve(env, log_path, port=port)
     try:
-        wait_until(healthy, 120, 0.3, "mewdex serve to come up")
-        yield url
+        yield server.url
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop()
 
 
 @pytest.fixture(scope="module")

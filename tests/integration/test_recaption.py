@@ -13,7 +13,7 @@ import pytest
 from PIL import Image, ImageDraw
 from sqlalchemy import func, select
 
-from conftest import client_for, drop_scope, new_scope
+from conftest import client_for, drop_scope, module_scope_fixtures, new_scope
 from library_helpers import check_storage_invariants
 from mewdex.assistant import catalogue
 from mewdex.db.models import Meme
@@ -65,17 +65,7 @@ def ocr(data: bytes) -> str:
     return "".join(line.text for line in models.ocr_engine().read(frames)).replace(" ", "")
 
 
-@pytest.fixture(scope="module")
-def scope(sessions):
-    s = new_scope(sessions, "recap")
-    yield s
-    drop_scope(sessions, s)
-
-
-@pytest.fixture(scope="module")
-def client(scope):
-    with client_for(scope) as c:
-        yield c
+scope, client = module_scope_fixtures("recap")
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 import zlib
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -37,10 +37,11 @@ import pytest
 from sqlalchemy import select, text
 
 from accounts_helpers import PASSWORD, delete_users, own_scope_users
-from conftest import MEWDEX_BIN, wait_until
+from conftest import wait_until
 from fakes.onebot_client import FakeNapCat
 from fakes.openai_server import FakeOpenAI, Reply
 from mewdex.db.models import ChannelBinding
+from ui_helpers import UiServer, free_port, serve
 
 DEPLOY = Path(__file__).resolve().parents[2] / "docs" / "deploy"
 UPSTREAM = "127.0.0.1:8275"  # the address of mewdex in the docs' configurations
@@ -54,12 +55,6 @@ NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").e
 CADDY = shutil.which("caddy")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _listening(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
@@ -71,44 +66,13 @@ def _listening(port: int) -> bool:
 # ------------------------------------------------------------------ mewdex serve, the model, the account
 
 
-@dataclass
-class Mewdex:
-    port: int
-    log: Path
-
-
-@contextmanager
-def _serve(mewdex_env, folder: Path, **settings: str):
-    """``mewdex serve`` (login required, no workers) with ``settings``, until the block ends."""
-    port = _free_port()
+def _serve(mewdex_env, folder: Path, **settings: str) -> UiServer:
+    """``mewdex serve`` (login required, no workers) with ``settings``, up; the caller stops it."""
     env = {**os.environ, **mewdex_env.env, "MEWDEX_AUTH": "required", "MEWDEX_BCRYPT_ROUNDS": "4", **settings}
     for name in ("FORWARDED_ALLOW_IPS", "MEWDEX_PUBLIC_URL", "MEWDEX_PROXY_CLIENT_HEADER"):
         env.pop(name, None)
-    log = folder / f"serve-{port}.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [str(MEWDEX_BIN), "serve", "--port", str(port), "--workers", "0"], env=env, stdout=out, stderr=out
-        )
-    try:
-        yield Mewdex(port, log), process
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_healthy(server: Mewdex, process: subprocess.Popen) -> None:
-    def healthy() -> bool:
-        assert process.poll() is None, f"mewdex serve exited: {server.log.read_text()[-2000:]}"
-        try:
-            return httpx.get(f"http://127.0.0.1:{server.port}/livez", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(healthy, 120, 0.3, "mewdex serve to come up")
+    port = free_port()
+    return serve(env, folder / f"serve-{port}.log", host=None, port=port)
 
 
 class Gate:
@@ -159,10 +123,10 @@ def deployment(mewdex_env, sessions, tmp_path_factory):
             "MEWDEX_PROVIDER_MAX_RETRIES": "0",
             "MEWDEX_ASSISTANT_LLM_TITLES": "false",
         }
-        sub, sub_process = stack.enter_context(_serve(mewdex_env, folder, MEWDEX_BASE_PATH="/memes", **settings))
-        root, root_process = stack.enter_context(_serve(mewdex_env, folder, MEWDEX_BASE_PATH="", **settings))
-        _wait_healthy(sub, sub_process)
-        _wait_healthy(root, root_process)
+        sub = _serve(mewdex_env, folder, MEWDEX_BASE_PATH="/memes", **settings)
+        stack.callback(sub.stop)
+        root = _serve(mewdex_env, folder, MEWDEX_BASE_PATH="", **settings)
+        stack.callback(root.stop)
         try:
             yield sub, root, gate, email
         finally:
@@ -244,7 +208,7 @@ def proxy(request, deployment, tmp_path_factory):
         pytest.skip(f"{name} is not installed (`make proxies` installs it with apt)")
     sub, root, _gate, _email = deployment
     folder = tmp_path_factory.mktemp(name)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "HOME": str(folder), "XDG_DATA_HOME": str(folder), "XDG_CONFIG_HOME": str(folder)}
     if name == "nginx":
         conf = nginx_config(folder, port, sub.port, root.port)

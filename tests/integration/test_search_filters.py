@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 
-from conftest import client_for
+from conftest import client_for, module_scope_fixtures
 from mewdex.db.models import (
     Meme,
     MemeCollection,
@@ -46,20 +45,8 @@ def _meme(scope, i: int, **fields) -> Meme:
     return Meme(**values)
 
 
-@pytest.fixture(scope="module")
-def scope(sessions):
-    """One scope for the module (building the library takes a while); removed afterwards."""
-    from sqlalchemy import text
-
-    from mewdex.db.models import ScopeContext
-    from mewdex.library.scopes import ensure_scope
-
-    s = ScopeContext(f"filters-{uuid.uuid4().hex[:12]}")
-    with sessions.begin() as session:
-        ensure_scope(session, s)
-    yield s
-    with sessions.begin() as session:
-        session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": s.scope_id})
+# One scope and one started app for the module (building the library takes a while).
+scope, client = module_scope_fixtures("filters")
 
 
 @pytest.fixture(scope="module")
@@ -155,12 +142,6 @@ def test_no_filter_and_empty_filters_rank_alike(sessions, scope, library):
         paged = service.search(session, scope, "cat", 10, legs=("keyword",), offset=10)
     assert [r.id for r in plain.results] == [r.id for r in empty.results]
     assert [r.id for r in paged.results] == [r.id for r in plain.results][10:]
-
-
-@pytest.fixture(scope="module")
-def client(scope):
-    with client_for(scope) as c:
-        yield c
 
 
 def test_api_search_takes_the_filters(client, library):

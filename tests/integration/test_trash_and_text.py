@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select, text
 
-from conftest import client_for, drop_scope, new_scope
+from conftest import drop_scope, module_scope_fixtures, new_scope
 from library_helpers import check_storage_invariants, png
 from mewdex.db.models import Meme, MemeVisualEmbedding, SearchFeedbackEvent, utcnow
 from mewdex.dto.memes import MAX_TEXT_CHARS
@@ -33,17 +33,7 @@ from mewdex.storage.failpoints import EXIT_CODE
 DIMS = 16
 
 
-@pytest.fixture(scope="module")
-def scope(sessions):
-    s = new_scope(sessions, "trash")
-    yield s
-    drop_scope(sessions, s)
-
-
-@pytest.fixture(scope="module")
-def client(scope):
-    with client_for(scope) as c:
-        yield c
+scope, client = module_scope_fixtures("trash")
 
 
 def analysed(sessions, store, scope, seed: int, ocr: str, name: str = "IMG_0001.png", vector=None) -> str:

@@ -17,7 +17,7 @@ import psycopg
 from sqlalchemy import create_engine
 
 from channel_helpers import image_bytes
-from conftest import MEWDEX_BIN, TEST_ENV, wait_until
+from conftest import MEWDEX_BIN, TEST_ENV, http_ok, wait_until
 from s3_helpers import free_port
 
 OLDEST = "0001"
@@ -112,10 +112,7 @@ def test_a_data_dir_of_schema_0001_is_upgraded_by_serve_and_keeps_its_data():
 
         def up() -> bool:
             assert proc is not None and proc.poll() is None, log.read_text()[-3000:]
-            try:
-                return httpx.get(base + "/health", timeout=2).status_code in (200, 503)
-            except httpx.HTTPError:
-                return False
+            return http_ok(base + "/health", (200, 503), timeout=2)
 
         wait_until(up, timeout=180, interval=0.5, what="mewdex serve on the upgraded data dir")
         with httpx.Client(base_url=base, timeout=60) as client:

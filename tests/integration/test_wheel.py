@@ -25,8 +25,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import CASES, REPO, wait_until
-from s3_helpers import free_port
+from conftest import CASES, REPO
+from ui_helpers import serve
 
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
@@ -166,7 +166,7 @@ def test_the_installed_wheel_serves_from_an_empty_folder(venv, tmp_path):
 
     assert cli("--version").stdout.strip() == f"mewdex {VERSION}"
 
-    process = None
+    server = None
     log_path = tmp_path / "serve.log"
     try:
         # A new data dir: the CLI makes the library and starts its embedded PostgreSQL (a second time if a
@@ -175,25 +175,15 @@ def test_the_installed_wheel_serves_from_an_empty_folder(venv, tmp_path):
             cli("db", "stop", check=False)
         assert json.loads(cli("status", "--json").stdout)["memes"] == 0
 
-        port = free_port()
-        with log_path.open("w") as log:
-            process = subprocess.Popen(
-                ["mewdex", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "0"],
-                cwd=empty,
-                env={**env, "MEWDEX_LOG_LEVEL": "WARNING"},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        url = f"http://127.0.0.1:{port}"
-
-        def healthy() -> bool:
-            assert process.poll() is None, f"mewdex serve exited with {process.returncode}: {log_path.read_text()}"
-            try:
-                return httpx.get(url + "/readyz", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(healthy, 180, 0.5, "the installed mewdex serve to come up")
+        server = serve(
+            {**env, "MEWDEX_LOG_LEVEL": "WARNING"},
+            log_path,
+            command=("mewdex",),
+            cwd=empty,
+            timeout=180,
+            probe="/readyz",
+        )
+        url = server.url
         with httpx.Client(base_url=url, timeout=60) as client:
             home_page = client.get("/")
             assert home_page.status_code == 200 and "<header" in home_page.text, home_page.text[:500]
@@ -223,16 +213,11 @@ def test_the_installed_wheel_serves_from_an_empty_folder(venv, tmp_path):
         hits = json.loads(cli("search", "hello", "--json").stdout)["results"]
         assert hits and hits[0]["display_name"].startswith("img05"), hits
     finally:
-        if process is not None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if server is not None:
+            server.stop()
         # The embedded PostgreSQL outlives `serve` (the CLI shares it); the installed CLI stops it.
         stopped = cli("db", "stop", check=False)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-    assert process.returncode in (0, -signal.SIGTERM), log_path.read_text()
+    assert server.process.returncode in (0, -signal.SIGTERM), log_path.read_text()
     assert "Traceback" not in log_path.read_text(), log_path.read_text()
     assert not list(empty.iterdir())  # nothing written to the folder it ran from
