@@ -58,6 +58,7 @@ HOOKS: dict[str, Hook] = {
     for h in (
         Hook("task_types", "queue.registry.TaskType, by its name (tasks.task_type)"),
         Hook("lanes", "queue.tasks.Lane, by its name"),
+        Hook("task_rows", "queue.registry.TaskRows: what a plugin's task types add to their tasks' rows, by plugin"),
         Hook("providers", "providers.connectors.ProviderSpec, by provider name"),
         Hook("search_legs", "(search.steps.ExtraLeg, weight), by leg name: fused with the built-in legs"),
         Hook("search_enhancers", "search.steps.Enhancer: rewrites the query before the legs", single=True),
@@ -101,6 +102,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
         "mewdex.pipeline.tasks",
         {
             "lanes": ("visual", "agent", "embedding"),
+            "task_rows": ("image_stages",),
             "task_types": (
                 "visual_embedding_generation",
                 "meme_context_generation",

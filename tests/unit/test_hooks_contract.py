@@ -61,6 +61,9 @@ EXPECTED: dict[str, dict[str, str]] = {
     "search_rerankers": {
         "llm_rerank": "mewdex.providers.search_steps",
     },
+    "task_rows": {
+        "image_stages": "mewdex.pipeline.tasks",
+    },
     "task_types": {
         "backup": "mewdex.runtime.backup",
         "backup_check": "mewdex.runtime.backup",

@@ -17,10 +17,11 @@ stage's submissions count against the ``agent`` lane (the first stage hands off 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
@@ -30,7 +31,15 @@ from mewdex.pipeline.base import CONTEXT_STAGE, STAGE_VERSIONS, MemeSnapshot, St
 from mewdex.pipeline.stages import HANDLERS, ContextStage
 from mewdex.platform import metering
 from mewdex.queue import tasks as queue
-from mewdex.queue.registry import Lane, TaskContext, TaskType, register_lane, register_task_type
+from mewdex.queue.registry import (
+    Lane,
+    TaskContext,
+    TaskRows,
+    TaskType,
+    register_lane,
+    register_task_rows,
+    register_task_type,
+)
 from mewdex.storage import blob_store
 
 CONTEXT_LANE = jobs.STAGE_LANES[CONTEXT_STAGE]  # "agent"
@@ -139,3 +148,28 @@ for _stage, _task_type in IMAGE_STAGE_TASK_TYPES.items():
             external=_stage == CONTEXT_STAGE,  # the vision model is outside
         )
     )
+
+
+def decorate_rows(session: Session, tasks: Sequence[Task]) -> dict[str, dict[str, Any]]:
+    """The tasks page's and API's fields of the tasks that carry image-stage columns: ``stage``,
+    ``job_id``, ``meme_id`` and ``meme_name`` (the target meme's display name; None when it is gone)."""
+    mine = [t for t in tasks if t.image_stage or t.processing_job_id or t.target_meme_id]
+    keys = {(t.scope_id, t.target_meme_id) for t in mine if t.target_meme_id is not None}
+    names: dict[tuple[str, Any], str] = {}
+    if keys:
+        rows = session.execute(
+            select(Meme.scope_id, Meme.id, Meme.display_name).where(tuple_(Meme.scope_id, Meme.id).in_(keys))
+        )
+        names = {(scope_id, meme_id): name for scope_id, meme_id, name in rows}
+    return {
+        t.id: {
+            "stage": t.image_stage,
+            "job_id": str(t.processing_job_id) if t.processing_job_id else None,
+            "meme_id": str(t.target_meme_id) if t.target_meme_id else None,
+            "meme_name": names.get((t.scope_id, t.target_meme_id)),
+        }
+        for t in mine
+    }
+
+
+register_task_rows("image_stages", TaskRows(decorate_rows, filters={"stage": lambda stage: Task.image_stage == stage}))

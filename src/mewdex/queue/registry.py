@@ -17,12 +17,12 @@ a stable code to fail.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex import hooks
@@ -255,6 +255,49 @@ def submit(
     return queue.enqueue(
         session, scope_id=scope_id, task_type=task_type, dedupe_key=dedupe_key, payload=payload, **fields
     )
+
+
+# decorate(session, tasks) -> {task id: {field: value}}: the fields a plugin adds to the rows of its
+# tasks (only those it knows; any other task is left out of the mapping).
+RowDecorator = Callable[[Session, Sequence[Task]], Mapping[str, Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class TaskRows:
+    """What a plugin's task types add to their tasks on the tasks pages and API (the ``task_rows`` hook,
+    by plugin): ``decorate`` gives each of its tasks its fields (the API's keys of
+    :class:`mewdex.dto.tasks.Task` it fills, and any the page shows, e.g. a target's name); ``filters``:
+    by filter name, ``value -> where clause over tasks`` (a list filter only a plugin understands)."""
+
+    decorate: RowDecorator
+    filters: Mapping[str, Callable[[str], ColumnElement[bool]]] = field(default_factory=dict)
+
+
+def register_task_rows(name: str, rows: TaskRows) -> TaskRows:
+    """Provide the ``task_rows`` hook's implementation ``name``."""
+    return hooks.provide("task_rows", name, rows, stacklevel=2)
+
+
+def row_fields(session: Session, tasks: Sequence[Task]) -> dict[str, dict[str, Any]]:
+    """Every task's fields from every ``task_rows`` implementation: ``{task id: {field: value}}`` (an
+    empty mapping for a task no plugin decorates). One call per implementation for all the tasks."""
+    out: dict[str, dict[str, Any]] = {t.id: {} for t in tasks}
+    if not tasks:
+        return out
+    decorators: dict[str, TaskRows] = hooks.implementations("task_rows")
+    for rows in decorators.values():
+        for task_id, fields in rows.decorate(session, tasks).items():
+            out.setdefault(task_id, {}).update(fields)
+    return out
+
+
+def row_filter(name: str, value: str) -> ColumnElement[bool] | None:
+    """The where clause of the list filter ``name`` (None: no plugin declares it)."""
+    decorators: dict[str, TaskRows] = hooks.implementations("task_rows")
+    for rows in decorators.values():
+        if name in rows.filters:
+            return rows.filters[name](value)
+    return None
 
 
 def load(modules: Iterable[str]) -> None:
