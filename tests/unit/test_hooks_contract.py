@@ -22,6 +22,9 @@ EXPECTED: dict[str, dict[str, str]] = {
         "channels": "mewdex.channels.tasks",
         "schedules": "mewdex.schedules.dispatch",
     },
+    "cost_budgets": {
+        "analysis_policy": "mewdex.pipeline.jobs",
+    },
     "eval_gates": {
         "eval_gate": "mewdex.search.eval_gate",
     },

@@ -145,6 +145,7 @@ for _stage, _task_type in IMAGE_STAGE_TASK_TYPES.items():
             pressure_lane=CONTEXT_LANE,
             store_result=False,
             crash_code="stage_crashed",
+            cost_budget=jobs.COST_BUDGET,
             external=_stage == CONTEXT_STAGE,  # the vision model is outside
         )
     )

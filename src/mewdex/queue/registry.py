@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex import hooks
@@ -95,34 +95,32 @@ class TaskContext:
             task.executor_attempt_id = executor_attempt_id
 
     def observe_cost(self, amount: float | Decimal) -> None:
-        """Add ``amount`` to the task's and the attempt's ``observed_cost`` and check the frozen
-        ``analysis_policy`` (``max_cost_per_image``, ``max_cost_per_scope_day``). The cost is recorded
-        either way; past a limit raises ``TaskError("analysis_cost_limit", retryable=False)``."""
+        """Add ``amount`` to the task's and the attempt's ``observed_cost``, then ask the task type's
+        cost budget (its ``cost_budget``, a ``cost_budgets`` hook implementation) whether the task is
+        over it. The cost is recorded either way; over the budget raises
+        ``TaskError("analysis_cost_limit", retryable=False)``."""
         amount = Decimal(str(amount))
+        tt = get(self.claim.task_type)
+        budget: CostBudget | None = None
+        if tt is not None and tt.cost_budget is not None:
+            budget = hooks.get("cost_budgets", tt.cost_budget)
         with self.sessions.begin() as session:
             task = queue.fenced(session, self.claim)
             attempt = self._attempt(session)
             task.observed_cost = (task.observed_cost or Decimal(0)) + amount
             attempt.observed_cost = (attempt.observed_cost or Decimal(0)) + amount
             task.usage_checked_at = attempt.usage_checked_at = utcnow()
-            policy = task.analysis_policy or {}
             over = None
-            per_image = policy.get("max_cost_per_image")
-            if per_image is not None and task.observed_cost > Decimal(str(per_image)):
-                over = f"observed cost {task.observed_cost} is over the per-image limit {per_image}"
-            per_day = policy.get("max_cost_per_scope_day")
-            if over is None and per_day is not None:
+            if budget is not None:
                 session.flush()
-                spent = session.execute(
-                    select(func.coalesce(func.sum(Task.observed_cost), 0)).where(
-                        Task.scope_id == task.scope_id,
-                        Task.updated_at >= func.date_trunc("day", func.now()),
-                    )
-                ).scalar_one()
-                if Decimal(spent or 0) > Decimal(str(per_day)):
-                    over = f"the scope spent {spent} today, over its daily limit {per_day}"
+                over = budget(session, task)
         if over is not None:
             raise TaskError("analysis_cost_limit", over, retryable=False, termination_reason="analysis_cost_limit")
+
+
+# budget(session, task) -> None, or why the task is over its budget: asked after each observed cost (the
+# task's ``observed_cost`` already includes it, flushed), in the transaction that records it.
+CostBudget = Callable[[Session, Task], str | None]
 
 
 Handler = Callable[[TaskContext], Any]
@@ -177,7 +175,9 @@ class TaskType:
       ``ctx.external_started()`` before, so a worker dying during the call leaves the task
       ``unknown_execution`` instead of replaying it;
     - ``store_result``: write the handler's return value to ``tasks.result`` (False: hooks consume it);
-    - ``crash_code``: the error code of an unexpected exception in the handler (retried).
+    - ``crash_code``: the error code of an unexpected exception in the handler (retried);
+    - ``cost_budget``: the name of the ``cost_budgets`` hook implementation (a :data:`CostBudget`) the
+      costs its handler observes are checked against (None: costs are recorded, never limited).
     """
 
     name: str
@@ -194,6 +194,7 @@ class TaskType:
     pressure_lane: str | None = None
     store_result: bool = True
     crash_code: str = "task_crashed"
+    cost_budget: str | None = None
 
 
 #: The task types loaded so far (the ``task_types`` hook's live mapping): use :func:`get`, which
@@ -271,6 +272,12 @@ class TaskRows:
 
     decorate: RowDecorator
     filters: Mapping[str, Callable[[str], ColumnElement[bool]]] = field(default_factory=dict)
+
+
+def register_cost_budget(name: str, budget: CostBudget) -> CostBudget:
+    """Provide the ``cost_budgets`` hook's implementation ``name`` (a task type names it as its
+    ``cost_budget``)."""
+    return hooks.provide("cost_budgets", name, budget, stacklevel=2)
 
 
 def register_task_rows(name: str, rows: TaskRows) -> TaskRows:
