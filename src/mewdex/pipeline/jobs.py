@@ -63,6 +63,9 @@ def processing_config(auto_name: bool = False) -> dict[str, Any]:
     }
 
 
+#: The task columns an image stage's task carries besides the queue's (declared by its task type, set here).
+STAGE_COLUMNS = ("image_stage", "processing_job_id", "target_meme_id", "target_image_sha256", "analysis_policy")
+
 #: The cost budget of the image stages (the ``cost_budgets`` hook): the task's frozen ``analysis_policy``.
 COST_BUDGET = "analysis_policy"
 
@@ -266,13 +269,11 @@ def _queue_stage(
         job.completed_at = utcnow()
         return None
     parking: dict[str, Any] = {"available_at": queue.PARKED_AT} if parked else {}
-    task = queue.enqueue(
+    task = registry.submit(
         session,
         scope_id=job.scope_id,
         task_type=IMAGE_STAGE_TASK_TYPES[stage.stage],
-        lane=STAGE_LANES[stage.stage],
         dedupe_key=f"{job.id}:{stage.stage}",
-        max_attempts=get_settings().task_max_attempts,
         submission_mode="pipeline",
         image_stage=stage.stage,
         processing_job_id=job.id,

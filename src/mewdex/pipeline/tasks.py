@@ -146,6 +146,7 @@ for _stage, _task_type in IMAGE_STAGE_TASK_TYPES.items():
             store_result=False,
             crash_code="stage_crashed",
             cost_budget=jobs.COST_BUDGET,
+            columns=jobs.STAGE_COLUMNS,
             external=_stage == CONTEXT_STAGE,  # the vision model is outside
         )
     )

@@ -176,6 +176,8 @@ class TaskType:
       ``unknown_execution`` instead of replaying it;
     - ``store_result``: write the handler's return value to ``tasks.result`` (False: hooks consume it);
     - ``crash_code``: the error code of an unexpected exception in the handler (retried);
+    - ``columns``: the task columns besides the queue's own (:data:`QUEUE_FIELDS`) its submitters set
+      through :func:`submit` (opaque to the queue: stored as given, read by the type's own hooks);
     - ``cost_budget``: the name of the ``cost_budgets`` hook implementation (a :data:`CostBudget`) the
       costs its handler observes are checked against (None: costs are recorded, never limited).
     """
@@ -195,6 +197,7 @@ class TaskType:
     store_result: bool = True
     crash_code: str = "task_crashed"
     cost_budget: str | None = None
+    columns: tuple[str, ...] = ()
 
 
 #: The task types loaded so far (the ``task_types`` hook's live mapping): use :func:`get`, which
@@ -233,6 +236,10 @@ def task_types() -> dict[str, TaskType]:
     return found
 
 
+#: The task columns of the queue's own a submitter may set (:func:`submit`); a type declares any other.
+QUEUE_FIELDS = frozenset({"lane", "lane_resource_key", "max_attempts", "available_at", "submission_mode"})
+
+
 def submit(
     session: Session,
     *,
@@ -242,12 +249,17 @@ def submit(
     dedupe_key: str | None = None,
     **fields: Any,
 ) -> Task:
-    """Enqueue a task of a registered type with the type's lane, resource key and ``max_attempts``
-    (``fields`` may override them or set other task columns), in the caller's transaction; returns
-    the active task with the same dedupe key instead when there is one. KeyError for an unknown type."""
+    """The one way a task is submitted: enqueue a task of a registered type with the type's lane,
+    resource key and ``max_attempts``, in the caller's transaction; returns the active task with the
+    same dedupe key instead when there is one. ``fields``: the queue's own (:data:`QUEUE_FIELDS`,
+    overriding the type's defaults) and the extra columns the type declares (``TaskType.columns``),
+    stored as given. KeyError for an unknown type; TypeError for a column the type does not declare."""
     tt = get(task_type)
     if tt is None:
         raise KeyError(task_type)
+    undeclared = set(fields) - QUEUE_FIELDS - set(tt.columns)
+    if undeclared:
+        raise TypeError(f"task type {task_type!r} declares no column {', '.join(sorted(undeclared))}")
     fields.setdefault("lane", tt.lane)
     fields.setdefault(
         "lane_resource_key", queue.scope_resource_key(scope_id) if tt.resource_per_scope else tt.resource_key

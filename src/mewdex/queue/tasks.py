@@ -200,10 +200,10 @@ def enqueue(
     lane_resource_key: str = GLOBAL_LANE_RESOURCE_KEY,
     **fields: Any,
 ) -> Task:
-    """Insert a queued task, or return the active (queued/running) one with the same dedupe key.
-
-    Stage hand-offs and batches call this directly: only interactive submissions are subject to
-    back-pressure (:func:`mewdex.queue.backpressure.check`).
+    """Insert a queued task, or return the active (queued/running) one with the same dedupe key: the
+    one INSERT of a task. Code submits through :func:`mewdex.queue.registry.submit` (the type's
+    defaults, and only the columns it declares); the queue's own tests call this directly. No
+    back-pressure here: interactive submissions check it first (:func:`mewdex.queue.backpressure.check`).
     """
     ensure_lane(session, lane, lane_resource_key, scope_id)
     values = dict(
