@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import select, text, tuple_
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
@@ -32,6 +32,7 @@ from mewdex.pipeline.stages import HANDLERS, ContextStage
 from mewdex.platform import metering
 from mewdex.queue import tasks as queue
 from mewdex.queue.registry import (
+    BatchUnits,
     Lane,
     TaskContext,
     TaskRows,
@@ -174,4 +175,30 @@ def decorate_rows(session: Session, tasks: Sequence[Task]) -> dict[str, dict[str
     }
 
 
-register_task_rows("image_stages", TaskRows(decorate_rows, filters={"stage": lambda stage: Task.image_stage == stage}))
+_BATCH_MEMES_SQL = text(
+    """
+    SELECT i.batch_id, count(DISTINCT j.id) AS jobs,
+           count(DISTINCT j.id) FILTER (WHERE j.status NOT IN ('queued', 'running')) AS jobs_done,
+           count(DISTINCT j.id) FILTER (WHERE j.status IN ('failed', 'blocked', 'unknown_execution')) AS jobs_failed
+    FROM task_batch_items i
+    JOIN image_processing_stages st ON st.scope_id = i.scope_id AND st.task_id = i.task_id
+    JOIN image_processing_jobs j ON j.scope_id = st.scope_id AND j.id = st.job_id
+    WHERE i.scope_id = :s AND i.batch_id = ANY(:b)
+    GROUP BY i.batch_id
+    """
+)
+
+
+def batch_memes(session: Session, scope_id: str, batch_ids: Sequence[str]) -> dict[str, BatchUnits]:
+    """The batches of image work, counted in memes (their processing jobs; a meme done when its job
+    ended, failed or not), by batch id."""
+    rows = session.execute(_BATCH_MEMES_SQL, {"s": scope_id, "b": list(batch_ids)}).mappings()
+    return {
+        r["batch_id"]: BatchUnits(r["jobs_done"], r["jobs"], r["jobs_failed"], "memes") for r in rows if r["jobs"] > 0
+    }
+
+
+register_task_rows(
+    "image_stages",
+    TaskRows(decorate_rows, filters={"stage": lambda stage: Task.image_stage == stage}, batch_units=batch_memes),
+)

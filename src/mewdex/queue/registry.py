@@ -276,14 +276,31 @@ RowDecorator = Callable[[Session, Sequence[Task]], Mapping[str, Mapping[str, Any
 
 
 @dataclass(frozen=True)
+class BatchUnits:
+    """A batch's progress in a plugin's own units: ``done`` (ended, failed or not) of ``total``,
+    ``failed`` of them, counted in ``unit`` (a word of the tasks page, e.g. ``memes``)."""
+
+    done: int
+    total: int
+    failed: int
+    unit: str
+
+
+# units(session, scope_id, batch_ids) -> {batch id: BatchUnits}: the batches whose work the plugin counts.
+BatchCounter = Callable[[Session, str, Sequence[str]], Mapping[str, BatchUnits]]
+
+
+@dataclass(frozen=True)
 class TaskRows:
     """What a plugin's task types add to their tasks on the tasks pages and API (the ``task_rows`` hook,
     by plugin): ``decorate`` gives each of its tasks its fields (the API's keys of
     :class:`mewdex.dto.tasks.Task` it fills, and any the page shows, e.g. a target's name); ``filters``:
-    by filter name, ``value -> where clause over tasks`` (a list filter only a plugin understands)."""
+    by filter name, ``value -> where clause over tasks`` (a list filter only a plugin understands);
+    ``batch_units``: the progress of the batches its work is counted in units of its own (None: in tasks)."""
 
     decorate: RowDecorator
     filters: Mapping[str, Callable[[str], ColumnElement[bool]]] = field(default_factory=dict)
+    batch_units: BatchCounter | None = None
 
 
 def register_cost_budget(name: str, budget: CostBudget) -> CostBudget:
@@ -307,6 +324,19 @@ def row_fields(session: Session, tasks: Sequence[Task]) -> dict[str, dict[str, A
     for rows in decorators.values():
         for task_id, fields in rows.decorate(session, tasks).items():
             out.setdefault(task_id, {}).update(fields)
+    return out
+
+
+def batch_units(session: Session, scope_id: str, batch_ids: Sequence[str]) -> dict[str, BatchUnits]:
+    """The batches a ``task_rows`` implementation counts in its own units, by batch id (the others
+    are counted in tasks by the caller)."""
+    out: dict[str, BatchUnits] = {}
+    if not batch_ids:
+        return out
+    decorators: dict[str, TaskRows] = hooks.implementations("task_rows")
+    for rows in decorators.values():
+        if rows.batch_units is not None:
+            out.update(rows.batch_units(session, scope_id, batch_ids))
     return out
 
 

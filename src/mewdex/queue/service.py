@@ -429,8 +429,8 @@ def lane_depths(session: Session, scope: ScopeContext) -> list[dict[str, Any]]:
 
 @dataclass
 class BatchProgress:
-    """One bulk submission (an import, a retry of many memes) as the tasks page shows it: ``done`` of
-    ``total`` memes processed (``unit`` ``memes``), or of tasks for a batch of other work (``tasks``)."""
+    """One bulk submission as the tasks page shows it: ``done`` of ``total`` ``unit`` (``tasks``, or the
+    units a task type's plugin counts its batches in), ``failed`` of them."""
 
     batch_id: str
     created_at: datetime
@@ -448,20 +448,15 @@ BATCH_SHOWN_AFTER_SECONDS = 600
 _BATCH_PROGRESS_SQL = text(
     """
     SELECT b.batch_id, b.created_at, b.finalizer_state = 'complete' AS complete,
-           count(DISTINCT j.id) AS jobs,
-           count(DISTINCT j.id) FILTER (WHERE j.status NOT IN ('queued', 'running')) AS jobs_done,
-           count(DISTINCT j.id) FILTER (WHERE j.status IN ('failed', 'blocked', 'unknown_execution')) AS jobs_failed,
-           count(DISTINCT t.id) AS tasks,
-           count(DISTINCT t.id) FILTER (WHERE t.status NOT IN ('queued', 'running')) AS tasks_done,
-           count(DISTINCT t.id) FILTER (WHERE t.status = 'failed') AS tasks_failed
+           count(t.id) AS tasks,
+           count(t.id) FILTER (WHERE t.status NOT IN ('queued', 'running')) AS tasks_done,
+           count(t.id) FILTER (WHERE t.status = 'failed') AS tasks_failed
     FROM (SELECT * FROM task_batches
           WHERE scope_id = :s
             AND (finalizer_state <> 'complete' OR finalized_at > now() - make_interval(secs => :recent))
           ORDER BY created_at DESC LIMIT :n) b
     JOIN task_batch_items i ON i.scope_id = b.scope_id AND i.batch_id = b.batch_id
     JOIN tasks t ON t.scope_id = i.scope_id AND t.id = i.task_id
-    LEFT JOIN image_processing_stages st ON st.scope_id = i.scope_id AND st.task_id = i.task_id
-    LEFT JOIN image_processing_jobs j ON j.scope_id = st.scope_id AND j.id = st.job_id
     GROUP BY b.batch_id, b.created_at, b.finalizer_state
     ORDER BY b.created_at DESC
     """
@@ -470,22 +465,26 @@ _BATCH_PROGRESS_SQL = text(
 
 def batch_progress(session: Session, scope: ScopeContext) -> list[BatchProgress]:
     """The scope's newest unfinished batches (and those finished in the last
-    :data:`BATCH_SHOWN_AFTER_SECONDS`), newest first: image work counts memes (their processing jobs,
-    a meme done when its job ended, failed or not); other work counts the batch's tasks."""
-    rows = session.execute(
-        _BATCH_PROGRESS_SQL, {"s": scope.scope_id, "recent": BATCH_SHOWN_AFTER_SECONDS, "n": BATCHES_SHOWN}
-    ).mappings()
+    :data:`BATCH_SHOWN_AFTER_SECONDS`), newest first: a batch whose work a task type's plugin counts
+    in units of its own (the ``task_rows`` hook's ``batch_units``, e.g. the pipeline's memes) shows
+    those; any other counts the batch's tasks."""
+    rows = list(
+        session.execute(
+            _BATCH_PROGRESS_SQL, {"s": scope.scope_id, "recent": BATCH_SHOWN_AFTER_SECONDS, "n": BATCHES_SHOWN}
+        ).mappings()
+    )
+    units = registry.batch_units(session, scope.scope_id, [r["batch_id"] for r in rows])
     out = []
     for r in rows:
-        by_meme = r["jobs"] > 0
+        u = units.get(r["batch_id"]) or registry.BatchUnits(r["tasks_done"], r["tasks"], r["tasks_failed"], "tasks")
         out.append(
             BatchProgress(
                 batch_id=r["batch_id"],
                 created_at=r["created_at"],
-                done=r["jobs_done"] if by_meme else r["tasks_done"],
-                total=r["jobs"] if by_meme else r["tasks"],
-                failed=r["jobs_failed"] if by_meme else r["tasks_failed"],
-                unit="memes" if by_meme else "tasks",
+                done=u.done,
+                total=u.total,
+                failed=u.failed,
+                unit=u.unit,
                 complete=r["complete"],
             )
         )
