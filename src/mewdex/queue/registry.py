@@ -57,7 +57,7 @@ class TaskContext:
 
     def __init__(self, sessions: sessionmaker[Session], claim: queue.Claim, prepared: Any = None):
         self.sessions, self.claim = sessions, claim
-        #: what the type's ``on_claim`` hook returned in the claim transaction (e.g. a meme snapshot)
+        #: what the type's ``on_claim`` hook returned in the claim transaction (e.g. a snapshot of what it works on)
         self.prepared = prepared
 
     @property
@@ -278,7 +278,7 @@ RowDecorator = Callable[[Session, Sequence[Task]], Mapping[str, Mapping[str, Any
 @dataclass(frozen=True)
 class BatchUnits:
     """A batch's progress in a plugin's own units: ``done`` (ended, failed or not) of ``total``,
-    ``failed`` of them, counted in ``unit`` (a word of the tasks page, e.g. ``memes``)."""
+    ``failed`` of them, counted in ``unit`` (a word of the tasks page)."""
 
     done: int
     total: int

@@ -381,7 +381,7 @@ def recent_tasks(
     limit: int = PAGE_TASKS,
 ) -> list[tuple[Task, dict[str, Any]]]:
     """The newest tasks (by last update), each with the fields its task type adds to its row (the
-    ``task_rows`` hook: e.g. ``stage``, ``meme_id``, ``meme_name``), filtered by status (one of
+    ``task_rows`` hook: the API's fields it fills, and any the page shows), filtered by status (one of
     :data:`TASK_STATUSES`; another: all), task type and ``stage`` (a filter a plugin declares)."""
     query = select(Task).where(Task.scope_id == scope.scope_id)
     if status in TASK_STATUSES:
@@ -466,7 +466,7 @@ _BATCH_PROGRESS_SQL = text(
 def batch_progress(session: Session, scope: ScopeContext) -> list[BatchProgress]:
     """The scope's newest unfinished batches (and those finished in the last
     :data:`BATCH_SHOWN_AFTER_SECONDS`), newest first: a batch whose work a task type's plugin counts
-    in units of its own (the ``task_rows`` hook's ``batch_units``, e.g. the pipeline's memes) shows
+    in units of its own (the ``task_rows`` hook's ``batch_units``) shows
     those; any other counts the batch's tasks."""
     rows = list(
         session.execute(

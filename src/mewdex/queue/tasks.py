@@ -151,9 +151,9 @@ def new_task_id(prefix: str) -> str:
 
 # Rows that exist are skipped before the insert: ON CONFLICT alone waits for any transaction that has
 # updated the conflicting row and not committed yet, which a claim does to its slot rows and its
-# scope's fairness row. A stage hand-off enqueuing in its write-back (the meme row locked) then waited
-# for a claim whose on_claim waited for that meme: a deadlock (seen on the corpus once in five
-# `bench/ingest.py` runs, where near-duplicate pairs hold the meme of another image).
+# scope's fairness row. A hand-off enqueuing in its write-back (holding a row lock of its own type's)
+# then waited for a claim whose on_claim waited for that row: a deadlock (seen with the pipeline's
+# stages once in five `bench/ingest.py` runs).
 _ENSURE_LANE_SQL = text(
     """
     WITH l AS (
