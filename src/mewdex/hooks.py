@@ -58,6 +58,8 @@ HOOKS: dict[str, Hook] = {
     for h in (
         Hook("task_types", "queue.registry.TaskType, by its name (tasks.task_type)"),
         Hook("lanes", "queue.tasks.Lane, by its name"),
+        Hook("cost_budgets", "queue.registry.CostBudget: budget(session, task) -> why it is over, by budget name"),
+        Hook("task_rows", "queue.registry.TaskRows: what a plugin's task types add to their tasks' rows, by plugin"),
         Hook("providers", "providers.connectors.ProviderSpec, by provider name"),
         Hook("search_legs", "(search.steps.ExtraLeg, weight), by leg name: fused with the built-in legs"),
         Hook("search_enhancers", "search.steps.Enhancer: rewrites the query before the legs", single=True),
@@ -96,11 +98,12 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     Plugin("mewdex.queue.noop", {"task_types": ("noop",)}),
     Plugin("mewdex.queue.maintenance", {"lanes": ("maintenance",), "task_types": ("lease_reaping", "batch_feeding")}),
     Plugin("mewdex.inference.models", {"text_embedders": ("e5", "use")}),
-    Plugin("mewdex.pipeline.jobs", {"processing_submitters": ("create_job",)}),
+    Plugin("mewdex.pipeline.jobs", {"processing_submitters": ("create_job",), "cost_budgets": ("analysis_policy",)}),
     Plugin(
         "mewdex.pipeline.tasks",
         {
             "lanes": ("visual", "agent", "embedding"),
+            "task_rows": ("image_stages",),
             "task_types": (
                 "visual_embedding_generation",
                 "meme_context_generation",

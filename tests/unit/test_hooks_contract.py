@@ -22,6 +22,9 @@ EXPECTED: dict[str, dict[str, str]] = {
         "channels": "mewdex.channels.tasks",
         "schedules": "mewdex.schedules.dispatch",
     },
+    "cost_budgets": {
+        "analysis_policy": "mewdex.pipeline.jobs",
+    },
     "eval_gates": {
         "eval_gate": "mewdex.search.eval_gate",
     },
@@ -60,6 +63,9 @@ EXPECTED: dict[str, dict[str, str]] = {
     },
     "search_rerankers": {
         "llm_rerank": "mewdex.providers.search_steps",
+    },
+    "task_rows": {
+        "image_stages": "mewdex.pipeline.tasks",
     },
     "task_types": {
         "backup": "mewdex.runtime.backup",

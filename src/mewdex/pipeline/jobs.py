@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import exists, select, text
+from sqlalchemy import exists, func, select, text
 from sqlalchemy.exc import NoResultFound
 from sqlalchemy.orm import Session
 
@@ -35,7 +36,7 @@ from mewdex.db.models import (
     utcnow,
 )
 from mewdex.pipeline.base import STAGE_VERSIONS
-from mewdex.queue import batches
+from mewdex.queue import batches, registry
 from mewdex.queue import tasks as queue
 
 MODES = ("normal", "full_retry", "repair")
@@ -60,6 +61,38 @@ def processing_config(auto_name: bool = False) -> dict[str, Any]:
             "max_cost_per_scope_day": settings.analysis_max_cost_per_scope_day,
         },
     }
+
+
+#: The task columns an image stage's task carries besides the queue's (declared by its task type, set here).
+STAGE_COLUMNS = ("image_stage", "processing_job_id", "target_meme_id", "target_image_sha256", "analysis_policy")
+
+#: The cost budget of the image stages (the ``cost_budgets`` hook): the task's frozen ``analysis_policy``.
+COST_BUDGET = "analysis_policy"
+
+
+def analysis_budget(session: Session, task: Task) -> str | None:
+    """Why the task is over its frozen ``analysis_policy`` (``max_cost_per_image`` against the task's
+    ``observed_cost``; ``max_cost_per_scope_day`` against what its scope's tasks observed today), or
+    None (within it, or no policy)."""
+    policy = task.analysis_policy or {}
+    cost = task.observed_cost or Decimal(0)
+    per_image = policy.get("max_cost_per_image")
+    if per_image is not None and cost > Decimal(str(per_image)):
+        return f"observed cost {cost} is over the per-image limit {per_image}"
+    per_day = policy.get("max_cost_per_scope_day")
+    if per_day is not None:
+        spent = session.execute(
+            select(func.coalesce(func.sum(Task.observed_cost), 0)).where(
+                Task.scope_id == task.scope_id,
+                Task.updated_at >= func.date_trunc("day", func.now()),
+            )
+        ).scalar_one()
+        if Decimal(spent or 0) > Decimal(str(per_day)):
+            return f"the scope spent {spent} today, over its daily limit {per_day}"
+    return None
+
+
+registry.register_cost_budget(COST_BUDGET, analysis_budget)
 
 
 def ready_stages(session: Session, meme: Meme) -> set[str]:
@@ -236,13 +269,11 @@ def _queue_stage(
         job.completed_at = utcnow()
         return None
     parking: dict[str, Any] = {"available_at": queue.PARKED_AT} if parked else {}
-    task = queue.enqueue(
+    task = registry.submit(
         session,
         scope_id=job.scope_id,
         task_type=IMAGE_STAGE_TASK_TYPES[stage.stage],
-        lane=STAGE_LANES[stage.stage],
         dedupe_key=f"{job.id}:{stage.stage}",
-        max_attempts=get_settings().task_max_attempts,
         submission_mode="pipeline",
         image_stage=stage.stage,
         processing_job_id=job.id,

@@ -23,7 +23,7 @@ from mewdex.dto.tasks import Job as JobDto
 from mewdex.library import listing
 from mewdex.pipeline import jobs
 from mewdex.queue import backpressure, batches
-from mewdex.queue.service import TaskNotFound, task_dict
+from mewdex.queue.service import TaskNotFound, task_dicts
 
 # Up to this many memes a submission is interactive (back-pressure applies); more, or "all not
 # ready", become a batch that feeds the lanes as they drain (never rejected).
@@ -131,7 +131,7 @@ def job_detail(session: Session, scope: ScopeContext, job_id: uuid.UUID) -> dict
             }
             for s in sorted(stages, key=lambda s: order[s.stage])
         ],
-        "tasks": [task_dict(t) for t in tasks],
+        "tasks": task_dicts(session, tasks),
     }
 
 

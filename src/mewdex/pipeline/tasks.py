@@ -17,10 +17,11 @@ stage's submissions count against the ``agent`` lane (the first stage hands off 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text, tuple_
 from sqlalchemy.orm import Session
 
 from mewdex.config import get_settings
@@ -30,7 +31,16 @@ from mewdex.pipeline.base import CONTEXT_STAGE, STAGE_VERSIONS, MemeSnapshot, St
 from mewdex.pipeline.stages import HANDLERS, ContextStage
 from mewdex.platform import metering
 from mewdex.queue import tasks as queue
-from mewdex.queue.registry import Lane, TaskContext, TaskType, register_lane, register_task_type
+from mewdex.queue.registry import (
+    BatchUnits,
+    Lane,
+    TaskContext,
+    TaskRows,
+    TaskType,
+    register_lane,
+    register_task_rows,
+    register_task_type,
+)
 from mewdex.storage import blob_store
 
 CONTEXT_LANE = jobs.STAGE_LANES[CONTEXT_STAGE]  # "agent"
@@ -136,6 +146,59 @@ for _stage, _task_type in IMAGE_STAGE_TASK_TYPES.items():
             pressure_lane=CONTEXT_LANE,
             store_result=False,
             crash_code="stage_crashed",
+            cost_budget=jobs.COST_BUDGET,
+            columns=jobs.STAGE_COLUMNS,
             external=_stage == CONTEXT_STAGE,  # the vision model is outside
         )
     )
+
+
+def decorate_rows(session: Session, tasks: Sequence[Task]) -> dict[str, dict[str, Any]]:
+    """The tasks page's and API's fields of the tasks that carry image-stage columns: ``stage``,
+    ``job_id``, ``meme_id`` and ``meme_name`` (the target meme's display name; None when it is gone)."""
+    mine = [t for t in tasks if t.image_stage or t.processing_job_id or t.target_meme_id]
+    keys = {(t.scope_id, t.target_meme_id) for t in mine if t.target_meme_id is not None}
+    names: dict[tuple[str, Any], str] = {}
+    if keys:
+        rows = session.execute(
+            select(Meme.scope_id, Meme.id, Meme.display_name).where(tuple_(Meme.scope_id, Meme.id).in_(keys))
+        )
+        names = {(scope_id, meme_id): name for scope_id, meme_id, name in rows}
+    return {
+        t.id: {
+            "stage": t.image_stage,
+            "job_id": str(t.processing_job_id) if t.processing_job_id else None,
+            "meme_id": str(t.target_meme_id) if t.target_meme_id else None,
+            "meme_name": names.get((t.scope_id, t.target_meme_id)),
+        }
+        for t in mine
+    }
+
+
+_BATCH_MEMES_SQL = text(
+    """
+    SELECT i.batch_id, count(DISTINCT j.id) AS jobs,
+           count(DISTINCT j.id) FILTER (WHERE j.status NOT IN ('queued', 'running')) AS jobs_done,
+           count(DISTINCT j.id) FILTER (WHERE j.status IN ('failed', 'blocked', 'unknown_execution')) AS jobs_failed
+    FROM task_batch_items i
+    JOIN image_processing_stages st ON st.scope_id = i.scope_id AND st.task_id = i.task_id
+    JOIN image_processing_jobs j ON j.scope_id = st.scope_id AND j.id = st.job_id
+    WHERE i.scope_id = :s AND i.batch_id = ANY(:b)
+    GROUP BY i.batch_id
+    """
+)
+
+
+def batch_memes(session: Session, scope_id: str, batch_ids: Sequence[str]) -> dict[str, BatchUnits]:
+    """The batches of image work, counted in memes (their processing jobs; a meme done when its job
+    ended, failed or not), by batch id."""
+    rows = session.execute(_BATCH_MEMES_SQL, {"s": scope_id, "b": list(batch_ids)}).mappings()
+    return {
+        r["batch_id"]: BatchUnits(r["jobs_done"], r["jobs"], r["jobs_failed"], "memes") for r in rows if r["jobs"] > 0
+    }
+
+
+register_task_rows(
+    "image_stages",
+    TaskRows(decorate_rows, filters={"stage": lambda stage: Task.image_stage == stage}, batch_units=batch_memes),
+)

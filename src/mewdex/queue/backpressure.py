@@ -53,7 +53,7 @@ def check(session: Session, scope: ScopeContext, lane: str, adding: int = 1) -> 
     """Raise :class:`QueueFull` when ``adding`` more interactive tasks would pass the scope's limit in ``lane``.
 
     Lanes without a back-pressure limit always pass. Callers: single uploads with processing, task
-    retries, processing re-submits of a few memes (they pass the pressure lane of the task type
+    retries, re-submits of a few items (they pass the pressure lane of the task type
     they submit). The suggested ``Retry-After`` grows with the backlog (about 2 s per queued task
     over the limit, 5..300 s).
     """

@@ -1,4 +1,4 @@
-"""Task batches: a bulk submission (import, retry-all, re-submit of many memes) is one ``task_batch``.
+"""Task batches: a bulk submission (an import, a retry of all, a re-submit of many) is one ``task_batch``.
 
 Its tasks are parked (``available_at = PARKED_AT``) and :func:`feed` releases them while the scope's
 pressure lane (the task type's ``pressure_lane``, e.g. the image pipeline's ``agent``) is under its

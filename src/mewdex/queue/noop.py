@@ -9,7 +9,9 @@ from typing import Any
 from mewdex.queue.registry import TaskContext, TaskError, task_type
 
 
-@task_type("noop", external=True)  # external only when its payload says so
+# external only when its payload says so; its observed costs are checked against a task's frozen
+# analysis_policy, as the image stages' are (the budget is provided by name through the hook registry)
+@task_type("noop", external=True, cost_budget="analysis_policy")
 def noop(ctx: TaskContext) -> dict[str, Any]:
     """Payload, all optional: ``sleep`` seconds (only on attempts ≤ ``sleep_attempts`` when given;
     ``progress`` reports it), ``fail`` an error code to raise on every attempt (``retryable`` default

@@ -17,12 +17,12 @@ a stable code to fail.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex import hooks
@@ -57,7 +57,7 @@ class TaskContext:
 
     def __init__(self, sessions: sessionmaker[Session], claim: queue.Claim, prepared: Any = None):
         self.sessions, self.claim = sessions, claim
-        #: what the type's ``on_claim`` hook returned in the claim transaction (e.g. a meme snapshot)
+        #: what the type's ``on_claim`` hook returned in the claim transaction (e.g. a snapshot of what it works on)
         self.prepared = prepared
 
     @property
@@ -95,34 +95,32 @@ class TaskContext:
             task.executor_attempt_id = executor_attempt_id
 
     def observe_cost(self, amount: float | Decimal) -> None:
-        """Add ``amount`` to the task's and the attempt's ``observed_cost`` and check the frozen
-        ``analysis_policy`` (``max_cost_per_image``, ``max_cost_per_scope_day``). The cost is recorded
-        either way; past a limit raises ``TaskError("analysis_cost_limit", retryable=False)``."""
+        """Add ``amount`` to the task's and the attempt's ``observed_cost``, then ask the task type's
+        cost budget (its ``cost_budget``, a ``cost_budgets`` hook implementation) whether the task is
+        over it. The cost is recorded either way; over the budget raises
+        ``TaskError("analysis_cost_limit", retryable=False)``."""
         amount = Decimal(str(amount))
+        tt = get(self.claim.task_type)
+        budget: CostBudget | None = None
+        if tt is not None and tt.cost_budget is not None:
+            budget = hooks.get("cost_budgets", tt.cost_budget)
         with self.sessions.begin() as session:
             task = queue.fenced(session, self.claim)
             attempt = self._attempt(session)
             task.observed_cost = (task.observed_cost or Decimal(0)) + amount
             attempt.observed_cost = (attempt.observed_cost or Decimal(0)) + amount
             task.usage_checked_at = attempt.usage_checked_at = utcnow()
-            policy = task.analysis_policy or {}
             over = None
-            per_image = policy.get("max_cost_per_image")
-            if per_image is not None and task.observed_cost > Decimal(str(per_image)):
-                over = f"observed cost {task.observed_cost} is over the per-image limit {per_image}"
-            per_day = policy.get("max_cost_per_scope_day")
-            if over is None and per_day is not None:
+            if budget is not None:
                 session.flush()
-                spent = session.execute(
-                    select(func.coalesce(func.sum(Task.observed_cost), 0)).where(
-                        Task.scope_id == task.scope_id,
-                        Task.updated_at >= func.date_trunc("day", func.now()),
-                    )
-                ).scalar_one()
-                if Decimal(spent or 0) > Decimal(str(per_day)):
-                    over = f"the scope spent {spent} today, over its daily limit {per_day}"
+                over = budget(session, task)
         if over is not None:
             raise TaskError("analysis_cost_limit", over, retryable=False, termination_reason="analysis_cost_limit")
+
+
+# budget(session, task) -> None, or why the task is over its budget: asked after each observed cost (the
+# task's ``observed_cost`` already includes it, flushed), in the transaction that records it.
+CostBudget = Callable[[Session, Task], str | None]
 
 
 Handler = Callable[[TaskContext], Any]
@@ -177,7 +175,11 @@ class TaskType:
       ``ctx.external_started()`` before, so a worker dying during the call leaves the task
       ``unknown_execution`` instead of replaying it;
     - ``store_result``: write the handler's return value to ``tasks.result`` (False: hooks consume it);
-    - ``crash_code``: the error code of an unexpected exception in the handler (retried).
+    - ``crash_code``: the error code of an unexpected exception in the handler (retried);
+    - ``columns``: the task columns besides the queue's own (:data:`QUEUE_FIELDS`) its submitters set
+      through :func:`submit` (opaque to the queue: stored as given, read by the type's own hooks);
+    - ``cost_budget``: the name of the ``cost_budgets`` hook implementation (a :data:`CostBudget`) the
+      costs its handler observes are checked against (None: costs are recorded, never limited).
     """
 
     name: str
@@ -194,6 +196,8 @@ class TaskType:
     pressure_lane: str | None = None
     store_result: bool = True
     crash_code: str = "task_crashed"
+    cost_budget: str | None = None
+    columns: tuple[str, ...] = ()
 
 
 #: The task types loaded so far (the ``task_types`` hook's live mapping): use :func:`get`, which
@@ -232,6 +236,10 @@ def task_types() -> dict[str, TaskType]:
     return found
 
 
+#: The task columns of the queue's own a submitter may set (:func:`submit`); a type declares any other.
+QUEUE_FIELDS = frozenset({"lane", "lane_resource_key", "max_attempts", "available_at", "submission_mode"})
+
+
 def submit(
     session: Session,
     *,
@@ -241,12 +249,17 @@ def submit(
     dedupe_key: str | None = None,
     **fields: Any,
 ) -> Task:
-    """Enqueue a task of a registered type with the type's lane, resource key and ``max_attempts``
-    (``fields`` may override them or set other task columns), in the caller's transaction; returns
-    the active task with the same dedupe key instead when there is one. KeyError for an unknown type."""
+    """The one way a task is submitted: enqueue a task of a registered type with the type's lane,
+    resource key and ``max_attempts``, in the caller's transaction; returns the active task with the
+    same dedupe key instead when there is one. ``fields``: the queue's own (:data:`QUEUE_FIELDS`,
+    overriding the type's defaults) and the extra columns the type declares (``TaskType.columns``),
+    stored as given. KeyError for an unknown type; TypeError for a column the type does not declare."""
     tt = get(task_type)
     if tt is None:
         raise KeyError(task_type)
+    undeclared = set(fields) - QUEUE_FIELDS - set(tt.columns)
+    if undeclared:
+        raise TypeError(f"task type {task_type!r} declares no column {', '.join(sorted(undeclared))}")
     fields.setdefault("lane", tt.lane)
     fields.setdefault(
         "lane_resource_key", queue.scope_resource_key(scope_id) if tt.resource_per_scope else tt.resource_key
@@ -255,6 +268,85 @@ def submit(
     return queue.enqueue(
         session, scope_id=scope_id, task_type=task_type, dedupe_key=dedupe_key, payload=payload, **fields
     )
+
+
+# decorate(session, tasks) -> {task id: {field: value}}: the fields a plugin adds to the rows of its
+# tasks (only those it knows; any other task is left out of the mapping).
+RowDecorator = Callable[[Session, Sequence[Task]], Mapping[str, Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class BatchUnits:
+    """A batch's progress in a plugin's own units: ``done`` (ended, failed or not) of ``total``,
+    ``failed`` of them, counted in ``unit`` (a word of the tasks page)."""
+
+    done: int
+    total: int
+    failed: int
+    unit: str
+
+
+# units(session, scope_id, batch_ids) -> {batch id: BatchUnits}: the batches whose work the plugin counts.
+BatchCounter = Callable[[Session, str, Sequence[str]], Mapping[str, BatchUnits]]
+
+
+@dataclass(frozen=True)
+class TaskRows:
+    """What a plugin's task types add to their tasks on the tasks pages and API (the ``task_rows`` hook,
+    by plugin): ``decorate`` gives each of its tasks its fields (the API's keys of
+    :class:`mewdex.dto.tasks.Task` it fills, and any the page shows, e.g. a target's name); ``filters``:
+    by filter name, ``value -> where clause over tasks`` (a list filter only a plugin understands);
+    ``batch_units``: the progress of the batches its work is counted in units of its own (None: in tasks)."""
+
+    decorate: RowDecorator
+    filters: Mapping[str, Callable[[str], ColumnElement[bool]]] = field(default_factory=dict)
+    batch_units: BatchCounter | None = None
+
+
+def register_cost_budget(name: str, budget: CostBudget) -> CostBudget:
+    """Provide the ``cost_budgets`` hook's implementation ``name`` (a task type names it as its
+    ``cost_budget``)."""
+    return hooks.provide("cost_budgets", name, budget, stacklevel=2)
+
+
+def register_task_rows(name: str, rows: TaskRows) -> TaskRows:
+    """Provide the ``task_rows`` hook's implementation ``name``."""
+    return hooks.provide("task_rows", name, rows, stacklevel=2)
+
+
+def row_fields(session: Session, tasks: Sequence[Task]) -> dict[str, dict[str, Any]]:
+    """Every task's fields from every ``task_rows`` implementation: ``{task id: {field: value}}`` (an
+    empty mapping for a task no plugin decorates). One call per implementation for all the tasks."""
+    out: dict[str, dict[str, Any]] = {t.id: {} for t in tasks}
+    if not tasks:
+        return out
+    decorators: dict[str, TaskRows] = hooks.implementations("task_rows")
+    for rows in decorators.values():
+        for task_id, fields in rows.decorate(session, tasks).items():
+            out.setdefault(task_id, {}).update(fields)
+    return out
+
+
+def batch_units(session: Session, scope_id: str, batch_ids: Sequence[str]) -> dict[str, BatchUnits]:
+    """The batches a ``task_rows`` implementation counts in its own units, by batch id (the others
+    are counted in tasks by the caller)."""
+    out: dict[str, BatchUnits] = {}
+    if not batch_ids:
+        return out
+    decorators: dict[str, TaskRows] = hooks.implementations("task_rows")
+    for rows in decorators.values():
+        if rows.batch_units is not None:
+            out.update(rows.batch_units(session, scope_id, batch_ids))
+    return out
+
+
+def row_filter(name: str, value: str) -> ColumnElement[bool] | None:
+    """The where clause of the list filter ``name`` (None: no plugin declares it)."""
+    decorators: dict[str, TaskRows] = hooks.implementations("task_rows")
+    for rows in decorators.values():
+        if name in rows.filters:
+            return rows.filters[name](value)
+    return None
 
 
 def load(modules: Iterable[str]) -> None:

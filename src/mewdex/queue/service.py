@@ -2,22 +2,22 @@
 history, retry (resume of an ``unknown_execution`` attempt included) and cancel. Every function takes
 the caller's :class:`ScopeContext`; another scope's task is :class:`TaskNotFound` like a missing one.
 
-The tasks pages' reads: :func:`recent_tasks` (with the target meme's name), :func:`page_task` (with its
+The tasks pages' reads: :func:`recent_tasks` (with what each task's type adds to its row), :func:`page_task` (with its
 attempts), :func:`task_types`, :func:`lane_depths`, :func:`batch_progress`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, and_, false, func, or_, select, text
+from sqlalchemy.orm import Session, object_session
 
 from mewdex.config import get_settings
 from mewdex.db.models import (
     ImageProcessingAttempt,
-    Meme,
     ScopeContext,
     Task,
     TaskBatch,
@@ -49,9 +49,13 @@ class TaskConflict(DomainError):
 BadCursor = CursorInvalid  # the one cursor error (422 ``invalid_cursor``)
 
 
-def task_dict(task: Task, *, batch_id: str | None = None) -> dict[str, Any]:
+def task_dict(task: Task, *, batch_id: str | None = None, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The public shape of a task (:class:`mewdex.dto.tasks.Task`: no ``analysis_policy``, no payload
-    internals beyond the payload itself)."""
+    internals beyond the payload itself). ``fields``: what its task type adds (the ``task_rows`` hook,
+    :func:`mewdex.queue.registry.row_fields`; read for this one task when not given)."""
+    if fields is None:
+        session = object_session(task)
+        fields = registry.row_fields(session, [task])[task.id] if session is not None else {}
     parked = task.status == "queued" and task.available_at >= queue.PARKED_AT
     return TaskDto(
         **{
@@ -60,10 +64,8 @@ def task_dict(task: Task, *, batch_id: str | None = None) -> dict[str, Any]:
             "status": task.status,
             "lane": task.lane,
             "resource_key": task.lane_resource_key,
-            "stage": task.image_stage,
             "submission_mode": task.submission_mode,
-            "job_id": str(task.processing_job_id) if task.processing_job_id else None,
-            "meme_id": str(task.target_meme_id) if task.target_meme_id else None,
+            **{k: v for k, v in fields.items() if k in TaskDto.model_fields},
             "batch_id": batch_id,
             "progress": task.progress,
             "message": task.message,
@@ -105,6 +107,18 @@ def attempt_dict(a: ImageProcessingAttempt) -> dict[str, Any]:
     }
 
 
+def task_dicts(session: Session, tasks: Sequence[Task]) -> list[dict[str, Any]]:
+    """:func:`task_dict` of each task, their task types' fields read once for all."""
+    fields = registry.row_fields(session, tasks)
+    return [task_dict(t, fields=fields[t.id]) for t in tasks]
+
+
+def _row_filter(name: str, value: str) -> ColumnElement[bool]:
+    """A list filter a task type's plugin declares (``task_rows``); nothing matches one nobody declares."""
+    clause = registry.row_filter(name, value)
+    return false() if clause is None else clause
+
+
 def _encode_cursor(task: Task) -> str:
     return encode_cursor([task.created_at, task.id])
 
@@ -134,7 +148,7 @@ def list_tasks(
     if task_type:
         query = query.where(Task.task_type == task_type)
     if stage:
-        query = query.where(Task.image_stage == stage)
+        query = query.where(_row_filter("stage", stage))
     if lane:
         query = query.where(Task.lane == lane)
     if batch_id:
@@ -147,7 +161,7 @@ def list_tasks(
     rows = session.execute(query.order_by(Task.created_at.desc(), Task.id.desc()).limit(limit + 1)).scalars().all()
     items = rows[:limit]
     return {
-        "items": [task_dict(t) for t in items],
+        "items": task_dicts(session, items),
         "next_cursor": _encode_cursor(items[-1]) if len(rows) > limit else None,
     }
 
@@ -365,22 +379,20 @@ def recent_tasks(
     task_type: str = "",
     stage: str = "",
     limit: int = PAGE_TASKS,
-) -> list[tuple[Task, str | None]]:
-    """The newest tasks (by last update) with the target meme's display name (None: no meme, or gone),
-    filtered by status (one of :data:`TASK_STATUSES`; another: all), task type and image stage."""
-    query = (
-        select(Task, Meme.display_name)
-        .outerjoin(Meme, and_(Meme.scope_id == Task.scope_id, Meme.id == Task.target_meme_id))
-        .where(Task.scope_id == scope.scope_id)
-    )
+) -> list[tuple[Task, dict[str, Any]]]:
+    """The newest tasks (by last update), each with the fields its task type adds to its row (the
+    ``task_rows`` hook: the API's fields it fills, and any the page shows), filtered by status (one of
+    :data:`TASK_STATUSES`; another: all), task type and ``stage`` (a filter a plugin declares)."""
+    query = select(Task).where(Task.scope_id == scope.scope_id)
     if status in TASK_STATUSES:
         query = query.where(Task.status == status)
     if task_type:
         query = query.where(Task.task_type == task_type)
     if stage:
-        query = query.where(Task.image_stage == stage)
-    rows = session.execute(query.order_by(Task.updated_at.desc(), Task.id).limit(limit)).all()
-    return [(task, display_name) for task, display_name in rows]
+        query = query.where(_row_filter("stage", stage))
+    rows = list(session.execute(query.order_by(Task.updated_at.desc(), Task.id).limit(limit)).scalars())
+    fields = registry.row_fields(session, rows)
+    return [(task, fields[task.id]) for task in rows]
 
 
 def page_task(session: Session, scope: ScopeContext, task_id: str) -> tuple[Task, list[ImageProcessingAttempt]] | None:
@@ -417,8 +429,8 @@ def lane_depths(session: Session, scope: ScopeContext) -> list[dict[str, Any]]:
 
 @dataclass
 class BatchProgress:
-    """One bulk submission (an import, a retry of many memes) as the tasks page shows it: ``done`` of
-    ``total`` memes processed (``unit`` ``memes``), or of tasks for a batch of other work (``tasks``)."""
+    """One bulk submission as the tasks page shows it: ``done`` of ``total`` ``unit`` (``tasks``, or the
+    units a task type's plugin counts its batches in), ``failed`` of them."""
 
     batch_id: str
     created_at: datetime
@@ -436,20 +448,15 @@ BATCH_SHOWN_AFTER_SECONDS = 600
 _BATCH_PROGRESS_SQL = text(
     """
     SELECT b.batch_id, b.created_at, b.finalizer_state = 'complete' AS complete,
-           count(DISTINCT j.id) AS jobs,
-           count(DISTINCT j.id) FILTER (WHERE j.status NOT IN ('queued', 'running')) AS jobs_done,
-           count(DISTINCT j.id) FILTER (WHERE j.status IN ('failed', 'blocked', 'unknown_execution')) AS jobs_failed,
-           count(DISTINCT t.id) AS tasks,
-           count(DISTINCT t.id) FILTER (WHERE t.status NOT IN ('queued', 'running')) AS tasks_done,
-           count(DISTINCT t.id) FILTER (WHERE t.status = 'failed') AS tasks_failed
+           count(t.id) AS tasks,
+           count(t.id) FILTER (WHERE t.status NOT IN ('queued', 'running')) AS tasks_done,
+           count(t.id) FILTER (WHERE t.status = 'failed') AS tasks_failed
     FROM (SELECT * FROM task_batches
           WHERE scope_id = :s
             AND (finalizer_state <> 'complete' OR finalized_at > now() - make_interval(secs => :recent))
           ORDER BY created_at DESC LIMIT :n) b
     JOIN task_batch_items i ON i.scope_id = b.scope_id AND i.batch_id = b.batch_id
     JOIN tasks t ON t.scope_id = i.scope_id AND t.id = i.task_id
-    LEFT JOIN image_processing_stages st ON st.scope_id = i.scope_id AND st.task_id = i.task_id
-    LEFT JOIN image_processing_jobs j ON j.scope_id = st.scope_id AND j.id = st.job_id
     GROUP BY b.batch_id, b.created_at, b.finalizer_state
     ORDER BY b.created_at DESC
     """
@@ -458,22 +465,26 @@ _BATCH_PROGRESS_SQL = text(
 
 def batch_progress(session: Session, scope: ScopeContext) -> list[BatchProgress]:
     """The scope's newest unfinished batches (and those finished in the last
-    :data:`BATCH_SHOWN_AFTER_SECONDS`), newest first: image work counts memes (their processing jobs,
-    a meme done when its job ended, failed or not); other work counts the batch's tasks."""
-    rows = session.execute(
-        _BATCH_PROGRESS_SQL, {"s": scope.scope_id, "recent": BATCH_SHOWN_AFTER_SECONDS, "n": BATCHES_SHOWN}
-    ).mappings()
+    :data:`BATCH_SHOWN_AFTER_SECONDS`), newest first: a batch whose work a task type's plugin counts
+    in units of its own (the ``task_rows`` hook's ``batch_units``) shows
+    those; any other counts the batch's tasks."""
+    rows = list(
+        session.execute(
+            _BATCH_PROGRESS_SQL, {"s": scope.scope_id, "recent": BATCH_SHOWN_AFTER_SECONDS, "n": BATCHES_SHOWN}
+        ).mappings()
+    )
+    units = registry.batch_units(session, scope.scope_id, [r["batch_id"] for r in rows])
     out = []
     for r in rows:
-        by_meme = r["jobs"] > 0
+        u = units.get(r["batch_id"]) or registry.BatchUnits(r["tasks_done"], r["tasks"], r["tasks_failed"], "tasks")
         out.append(
             BatchProgress(
                 batch_id=r["batch_id"],
                 created_at=r["created_at"],
-                done=r["jobs_done"] if by_meme else r["tasks_done"],
-                total=r["jobs"] if by_meme else r["tasks"],
-                failed=r["jobs_failed"] if by_meme else r["tasks_failed"],
-                unit="memes" if by_meme else "tasks",
+                done=u.done,
+                total=u.total,
+                failed=u.failed,
+                unit=u.unit,
                 complete=r["complete"],
             )
         )

@@ -151,9 +151,9 @@ def new_task_id(prefix: str) -> str:
 
 # Rows that exist are skipped before the insert: ON CONFLICT alone waits for any transaction that has
 # updated the conflicting row and not committed yet, which a claim does to its slot rows and its
-# scope's fairness row. A stage hand-off enqueuing in its write-back (the meme row locked) then waited
-# for a claim whose on_claim waited for that meme: a deadlock (seen on the corpus once in five
-# `bench/ingest.py` runs, where near-duplicate pairs hold the meme of another image).
+# scope's fairness row. A hand-off enqueuing in its write-back (holding a row lock of its own type's)
+# then waited for a claim whose on_claim waited for that row: a deadlock (seen with the pipeline's
+# stages once in five `bench/ingest.py` runs).
 _ENSURE_LANE_SQL = text(
     """
     WITH l AS (
@@ -200,10 +200,10 @@ def enqueue(
     lane_resource_key: str = GLOBAL_LANE_RESOURCE_KEY,
     **fields: Any,
 ) -> Task:
-    """Insert a queued task, or return the active (queued/running) one with the same dedupe key.
-
-    Stage hand-offs and batches call this directly: only interactive submissions are subject to
-    back-pressure (:func:`mewdex.queue.backpressure.check`).
+    """Insert a queued task, or return the active (queued/running) one with the same dedupe key: the
+    one INSERT of a task. Code submits through :func:`mewdex.queue.registry.submit` (the type's
+    defaults, and only the columns it declares); the queue's own tests call this directly. No
+    back-pressure here: interactive submissions check it first (:func:`mewdex.queue.backpressure.check`).
     """
     ensure_lane(session, lane, lane_resource_key, scope_id)
     values = dict(

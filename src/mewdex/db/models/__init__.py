@@ -25,6 +25,7 @@ from mewdex.db.models.library import (
     StorageOperation,
 )
 from mewdex.db.models.pipeline import (
+    IMAGE_STAGE_TASK_TYPES,
     STAGES,
     AgentCallbackRequest,
     ImageNamingPool,
@@ -52,7 +53,6 @@ from mewdex.db.models.providers import (
     ScopeAnalysisPolicy,
 )
 from mewdex.db.models.queue import (
-    IMAGE_STAGE_TASK_TYPES,
     Task,
     TaskBatch,
     TaskBatchItem,

@@ -28,6 +28,84 @@ from sqlalchemy.orm import Mapped, mapped_column
 from mewdex.db.models.base import Base, created_at, updated_at, utcnow
 
 STAGES = ("visual", "agent", "auto_rename", "text_embedding")
+
+
+#: The image stages' task types (stored names, by stage).
+IMAGE_STAGE_TASK_TYPES = {
+    "visual": "visual_embedding_generation",
+    "agent": "meme_context_generation",
+    "auto_rename": "image_auto_rename",
+    "text_embedding": "text_embedding_generation",
+}
+
+
+class StageTaskColumns:
+    """The columns seed 000 gives ``tasks`` for the image stages' task types (mixed into
+    :class:`mewdex.db.models.queue.Task`; the queue never names them: the stages' task types declare
+    them, ``pipeline.jobs.STAGE_COLUMNS``)."""
+
+    image_stage: Mapped[str | None] = mapped_column(String(32))
+    processing_job_id: Mapped[UUID | None] = mapped_column(Uuid)
+    target_meme_id: Mapped[UUID | None] = mapped_column(Uuid)
+    target_image_sha256: Mapped[str | None] = mapped_column(String(64))
+    visual_match_snapshot: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    visual_snapshot_sha256: Mapped[str | None] = mapped_column(String(64))
+    visual_snapshot_protocol_version: Mapped[int | None] = mapped_column(Integer)
+    visual_snapshot_matched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    visual_snapshot_candidate_count: Mapped[int | None] = mapped_column(Integer)
+
+
+def stage_task_table_args() -> tuple[Any, ...]:
+    """The constraints and indexes of those columns on ``tasks`` (seed 000), made for one table."""
+    return (
+        ForeignKeyConstraint(
+            ["scope_id", "processing_job_id"],
+            ["image_processing_jobs.scope_id", "image_processing_jobs.id"],
+            ondelete="CASCADE",
+        ),
+        ForeignKeyConstraint(["scope_id", "target_meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE"),
+        CheckConstraint(
+            "image_stage IS NULL OR image_stage IN ('visual','agent','auto_rename','text_embedding')",
+            name="ck_task_image_stage",
+        ),
+        CheckConstraint(
+            "target_image_sha256 IS NULL OR length(target_image_sha256) = 64", name="ck_task_target_image_sha256"
+        ),
+        CheckConstraint(
+            "submission_mode IS NULL "
+            "OR (submission_mode = 'standalone' AND processing_job_id IS NULL) "
+            "OR (submission_mode = 'pipeline' AND processing_job_id IS NOT NULL)",
+            name="ck_task_submission_job_exclusivity",
+        ),
+        CheckConstraint(
+            "task_type NOT IN ("
+            + ",".join(f"'{t}'" for t in IMAGE_STAGE_TASK_TYPES.values())
+            + ") OR submission_mode IS NULL OR (image_stage IS NOT NULL AND ("
+            + " OR ".join(f"(task_type = '{t}' AND image_stage = '{s}')" for s, t in IMAGE_STAGE_TASK_TYPES.items())
+            + "))",
+            name="ck_task_image_stage_type",
+        ),
+        CheckConstraint(
+            "visual_snapshot_sha256 IS NULL OR length(visual_snapshot_sha256) = 64",
+            name="ck_task_visual_snapshot_sha256",
+        ),
+        CheckConstraint(
+            "visual_snapshot_protocol_version IS NULL OR visual_snapshot_protocol_version > 0",
+            name="ck_task_visual_snapshot_protocol_version",
+        ),
+        CheckConstraint(
+            "visual_snapshot_candidate_count IS NULL OR visual_snapshot_candidate_count >= 0",
+            name="ck_task_visual_snapshot_candidate_count",
+        ),
+        Index(
+            "ix_tasks_image_submission", "scope_id", "submission_mode", "image_stage", "processing_job_id", "created_at"
+        ),
+        Index(
+            "ix_tasks_image_target_active", "scope_id", "target_meme_id", "target_image_sha256", "status", "created_at"
+        ),
+    )
+
+
 TERMINATION_REASONS_SQL = "('analysis_cost_limit','unknown_execution','timeout','cancelled','process_failed')"
 TERMINATION_SIGNALS_SQL = "('SIGTERM','SIGKILL','already_exited')"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
-from uuid import UUID
 
 from sqlalchemy import (
     BigInteger,
@@ -19,44 +18,31 @@ from sqlalchemy import (
     Numeric,
     String,
     UniqueConstraint,
-    Uuid,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from mewdex.db.models.base import GLOBAL_LANE_RESOURCE_KEY, Base, created_at, updated_at, utcnow
-
-IMAGE_STAGE_TASK_TYPES = {
-    "visual": "visual_embedding_generation",
-    "agent": "meme_context_generation",
-    "auto_rename": "image_auto_rename",
-    "text_embedding": "text_embedding_generation",
-}
+from mewdex.db.models.pipeline import StageTaskColumns as TaskTypeColumns
+from mewdex.db.models.pipeline import stage_task_table_args
 
 
-class Task(Base):
-    """A unit of queued work: status, dedupe key, lease, fencing generation, retries."""
+class Task(TaskTypeColumns, Base):
+    """A unit of queued work: status, dedupe key, lease, fencing generation, retries. The columns and
+    constraints the seed gives ``tasks`` for the task types of other domains (the image stages') are
+    declared by them (:class:`TaskTypeColumns`), not here."""
 
     __tablename__ = "tasks"
     id: Mapped[str] = mapped_column(String(255), primary_key=True)
     scope_id: Mapped[str] = mapped_column(String(128), nullable=False)
     task_type: Mapped[str] = mapped_column(String(128), nullable=False)
     submission_mode: Mapped[str | None] = mapped_column(String(16))
-    image_stage: Mapped[str | None] = mapped_column(String(32))
-    processing_job_id: Mapped[UUID | None] = mapped_column(Uuid)
-    target_meme_id: Mapped[UUID | None] = mapped_column(Uuid)
-    target_image_sha256: Mapped[str | None] = mapped_column(String(64))
     lane: Mapped[str] = mapped_column(String(64), nullable=False, default="default")
     lane_resource_key: Mapped[str] = mapped_column(
         String(128), nullable=False, default=GLOBAL_LANE_RESOURCE_KEY, server_default=text("'__global__'")
     )
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
-    visual_match_snapshot: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
-    visual_snapshot_sha256: Mapped[str | None] = mapped_column(String(64))
-    visual_snapshot_protocol_version: Mapped[int | None] = mapped_column(Integer)
-    visual_snapshot_matched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    visual_snapshot_candidate_count: Mapped[int | None] = mapped_column(Integer)
     dedupe_key: Mapped[str | None] = mapped_column(String(1024))
     status: Mapped[str] = mapped_column(String(32), nullable=False, default="queued")
     progress: Mapped[float | None] = mapped_column(Float, default=0.0)
@@ -93,52 +79,14 @@ class Task(Base):
     updated_at: Mapped[datetime] = updated_at()
 
     __table_args__ = (
+        *stage_task_table_args(),
         ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
-        ForeignKeyConstraint(
-            ["scope_id", "processing_job_id"],
-            ["image_processing_jobs.scope_id", "image_processing_jobs.id"],
-            ondelete="CASCADE",
-        ),
-        ForeignKeyConstraint(["scope_id", "target_meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE"),
         CheckConstraint("status IN ('queued','running','succeeded','failed')", name="ck_task_status"),
         CheckConstraint("attempt_count >= 0 AND max_attempts > 0", name="ck_task_attempts"),
         CheckConstraint(
             "submission_mode IS NULL OR submission_mode IN ('pipeline','standalone')", name="ck_task_submission_mode"
         ),
-        CheckConstraint(
-            "image_stage IS NULL OR image_stage IN ('visual','agent','auto_rename','text_embedding')",
-            name="ck_task_image_stage",
-        ),
-        CheckConstraint(
-            "target_image_sha256 IS NULL OR length(target_image_sha256) = 64", name="ck_task_target_image_sha256"
-        ),
-        CheckConstraint(
-            "submission_mode IS NULL "
-            "OR (submission_mode = 'standalone' AND processing_job_id IS NULL) "
-            "OR (submission_mode = 'pipeline' AND processing_job_id IS NOT NULL)",
-            name="ck_task_submission_job_exclusivity",
-        ),
-        CheckConstraint(
-            "task_type NOT IN ("
-            + ",".join(f"'{t}'" for t in IMAGE_STAGE_TASK_TYPES.values())
-            + ") OR submission_mode IS NULL OR (image_stage IS NOT NULL AND ("
-            + " OR ".join(f"(task_type = '{t}' AND image_stage = '{s}')" for s, t in IMAGE_STAGE_TASK_TYPES.items())
-            + "))",
-            name="ck_task_image_stage_type",
-        ),
         CheckConstraint("length(lane_resource_key) > 0", name="ck_task_lane_resource_key"),
-        CheckConstraint(
-            "visual_snapshot_sha256 IS NULL OR length(visual_snapshot_sha256) = 64",
-            name="ck_task_visual_snapshot_sha256",
-        ),
-        CheckConstraint(
-            "visual_snapshot_protocol_version IS NULL OR visual_snapshot_protocol_version > 0",
-            name="ck_task_visual_snapshot_protocol_version",
-        ),
-        CheckConstraint(
-            "visual_snapshot_candidate_count IS NULL OR visual_snapshot_candidate_count >= 0",
-            name="ck_task_visual_snapshot_candidate_count",
-        ),
         CheckConstraint("observed_cost IS NULL OR observed_cost >= 0", name="ck_task_observed_cost"),
         CheckConstraint(
             "termination_reason IS NULL OR termination_reason IN "
@@ -151,12 +99,6 @@ class Task(Base):
         ),
         UniqueConstraint("scope_id", "id", name="uq_task_scope_id"),
         Index(
-            "ix_tasks_image_submission", "scope_id", "submission_mode", "image_stage", "processing_job_id", "created_at"
-        ),
-        Index(
-            "ix_tasks_image_target_active", "scope_id", "target_meme_id", "target_image_sha256", "status", "created_at"
-        ),
-        Index(
             "ix_tasks_active_dedupe",
             "scope_id",
             "task_type",
@@ -165,7 +107,7 @@ class Task(Base):
             postgresql_where=text("status IN ('queued','running') AND dedupe_key IS NOT NULL"),
         ),
         # The scheduler's slot lookup and prune (queue.scheduler): standalone tasks by type and key,
-        # whatever their status, without reading the pipeline's three tasks per meme.
+        # whatever their status, without reading the pipeline's tasks.
         # Retention (oldest finished first) and /metrics' last five minutes (migration 0019).
         Index(
             "ix_tasks_finished_completed",

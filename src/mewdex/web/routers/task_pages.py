@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from mewdex.dto.scopes import ScopeContext
 from mewdex.library import memes
 from mewdex.pipeline.jobs import STAGES
-from mewdex.queue import service
+from mewdex.queue import registry, service
 from mewdex.web.deps import current_scope, db_session
 from mewdex.web.templating import not_found, render
 
@@ -28,7 +28,8 @@ def task_rows(
     session: Session = Depends(db_session),
     scope: ScopeContext = Depends(current_scope),
 ) -> dict[str, Any]:
-    """The page's and the fragment's rows: ``tasks`` (task, meme name), lane ``depths``, ``batches``, ``filters``."""
+    """The page's and the fragment's rows: ``tasks`` (task, the fields its type adds: stage, meme),
+    lane ``depths``, ``batches``, ``filters``."""
     return {
         "tasks": service.recent_tasks(session, scope, status=status, task_type=type, stage=stage),
         "depths": service.lane_depths(session, scope),
@@ -70,8 +71,9 @@ def task_detail(
     if found is None:
         return None
     task, attempts = found
-    meme = None if task.target_meme_id is None else memes.find(session, scope, task.target_meme_id)
-    return {"task": task, "meme": meme, "attempts": attempts}
+    row = registry.row_fields(session, [task])[task.id]
+    meme = memes.find(session, scope, row["meme_id"]) if row.get("meme_id") else None
+    return {"task": task, "row": row, "meme": meme, "attempts": attempts}
 
 
 @router.get("/tasks/{task_id}")
