@@ -8,12 +8,18 @@ multipart body; answers ``{"ok": true, "result"}`` or ``{"ok": false, "error_cod
 ``setWebhook`` / ``deleteWebhook`` / ``getWebhookInfo``, ``sendMessage``, ``sendPhoto``,
 ``sendAnimation``, ``sendSticker`` (no caption; an upload gets a new deterministic ``file_id``; a
 known ``file_id`` is reused, an unknown one is 400), ``getFile`` + ``GET /file/bot<token>/<path>``,
-``answerInlineQuery`` (≤ 50 results, cached results must name known file ids), ``deleteMessage``.
+``answerInlineQuery`` (≤ 50 results, cached results must name known file ids), ``deleteMessage``;
+sticker sets: ``getStickerSet`` (400 ``STICKERSET_INVALID`` for an unknown name), ``uploadStickerFile``
+(checks the format: a static sticker is PNG/WebP with a 512-px side and none longer, a video one
+WebM, an animated one TGS), ``createNewStickerSet`` / ``addStickerToSet`` (the name ends with
+``_by_<bot username>``, is free, 1–50 stickers of uploaded files in their format; the sets are in
+``fake.sticker_sets``).
 
 User side (what a test does): :meth:`FakeTelegram.user_message` / :meth:`inline_query` make an
 update; it is pushed to the webhook (with ``X-Telegram-Bot-Api-Secret-Token``) when one is set,
 else kept for ``getUpdates``. :meth:`fail_next` scripts an error for the next call of a method
-(e.g. 429 with ``retry_after``); ``blocked`` chats answer 403.
+(e.g. 429 with ``retry_after``); ``blocked`` chats answer 403. :meth:`FakeTelegram.add_sticker_set`
+publishes a set (as another bot made it) for ``getStickerSet``.
 
 Everything the bot sent is in ``fake.sent`` (``{"method", "chat_id", "text"|"caption", "file_id",
 "uploaded", "filename" (an upload's), "at"}``), inline answers in ``fake.inline_answers``, every call in ``fake.calls``.
@@ -21,8 +27,11 @@ Everything the bot sent is in ``fake.sent`` (``{"method", "chat_id", "text"|"cap
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
+import re
 import threading
 import time
 import urllib.request
@@ -53,6 +62,8 @@ class FakeTelegram:
         self.blocked: set[str] = set()
         self.webhook: dict[str, Any] | None = None
         self.pushes: list[int] = []
+        self.sticker_sets: dict[str, dict[str, Any]] = {}
+        self.sticker_uploads: dict[str, str] = {}  # file_id → sticker_format
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -201,6 +212,18 @@ class FakeTelegram:
                 }
             }
         )
+
+    def add_sticker_set(self, name: str, title: str, stickers: list[tuple[bytes, str]]) -> dict[str, Any]:
+        """Publish the set ``name`` of ``(file bytes, format)`` stickers (format ``static``, ``video``
+        or ``animated``); its ``StickerSet``."""
+        items = [self._sticker(self._store(data, "sticker"), fmt, name) for data, fmt in stickers]
+        self.sticker_sets[name] = {"name": name, "title": title, "sticker_type": "regular", "stickers": items}
+        return self.sticker_sets[name]
+
+    def _sticker(self, file_id: str, fmt: str, set_name: str, emoji: str = "🙂") -> dict[str, Any]:
+        return {"file_id": file_id, "file_unique_id": file_id[-12:], "type": "regular", "width": 512,
+                "height": 512, "is_animated": fmt == "animated", "is_video": fmt == "video", "emoji": emoji,
+                "set_name": set_name, "file_size": len(self.files[file_id])}  # fmt: skip
 
     def sent_to(self, chat_id: int | str) -> list[dict[str, Any]]:
         return [m for m in self.sent if str(m["chat_id"]) == str(chat_id)]
@@ -437,6 +460,89 @@ class FakeTelegram:
         return True
 
     def m_deleteMessage(self, params, files):
+        return True
+
+    # ---------------------------------------------------------------- sticker sets
+
+    def m_getStickerSet(self, params, files):
+        found = self.sticker_sets.get(str(params.get("name") or ""))
+        if found is None:
+            raise ApiError(400, "Bad Request: STICKERSET_INVALID")
+        return found
+
+    @staticmethod
+    def _check_sticker_file(data: bytes, fmt: str) -> None:
+        from PIL import Image
+
+        if fmt == "animated":
+            try:
+                json.loads(gzip.decompress(data))
+            except (OSError, ValueError):
+                raise ApiError(400, "Bad Request: STICKER_TGS_NOTGS") from None
+        elif fmt == "video":
+            if not data.startswith(b"\x1a\x45\xdf\xa3"):
+                raise ApiError(400, "Bad Request: STICKER_VIDEO_NOWEBM")
+        elif fmt == "static":
+            try:
+                image = Image.open(io.BytesIO(data))
+                image.load()
+            except OSError:
+                raise ApiError(400, "Bad Request: STICKER_PNG_NOPNG") from None
+            if image.format not in ("PNG", "WEBP"):
+                raise ApiError(400, "Bad Request: STICKER_PNG_NOPNG")
+            if max(image.size) != 512 or len(data) > 512 * 1024:
+                raise ApiError(400, "Bad Request: STICKER_PNG_DIMENSIONS")
+        else:
+            raise ApiError(400, "Bad Request: wrong sticker_format specified")
+
+    def m_uploadStickerFile(self, params, files):
+        if not str(params.get("user_id") or "").isdigit():
+            raise ApiError(400, "Bad Request: USER_ID_INVALID")
+        if "sticker" not in files:
+            raise ApiError(400, "Bad Request: there is no sticker file in the request")
+        fmt = str(params.get("sticker_format") or "")
+        self._check_sticker_file(files["sticker"], fmt)
+        file_id = self._store(files["sticker"], "sticker")
+        self.sticker_uploads[file_id] = fmt
+        return {"file_id": file_id, "file_unique_id": file_id[-12:], "file_size": len(files["sticker"])}
+
+    def _input_sticker(self, sticker: Any, set_name: str) -> dict[str, Any]:
+        if not isinstance(sticker, dict) or not sticker.get("emoji_list"):
+            raise ApiError(400, "Bad Request: STICKER_EMOJI_INVALID")
+        file_id, fmt = sticker.get("sticker"), sticker.get("format")
+        if file_id not in self.sticker_uploads:
+            raise ApiError(400, "Bad Request: wrong file identifier/HTTP URL specified")
+        if fmt != self.sticker_uploads[file_id]:
+            raise ApiError(400, "Bad Request: STICKER_FILE_INVALID")
+        return self._sticker(file_id, fmt, set_name, sticker["emoji_list"][0])
+
+    def m_createNewStickerSet(self, params, files):
+        name, title = str(params.get("name") or ""), str(params.get("title") or "")
+        suffix = f"_by_{self.username}"
+        if (not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,63}", name) or "__" in name
+                or not name.lower().endswith(suffix.lower()) or len(name) == len(suffix)):  # fmt: skip
+            raise ApiError(400, "Bad Request: invalid sticker set name is specified")
+        if not 1 <= len(title) <= 64:
+            raise ApiError(400, "Bad Request: invalid sticker set title is specified")
+        if not str(params.get("user_id") or "").isdigit():
+            raise ApiError(400, "Bad Request: USER_ID_INVALID")
+        if name in self.sticker_sets:
+            raise ApiError(400, "Bad Request: sticker set name is already occupied")
+        stickers = params.get("stickers")
+        if not isinstance(stickers, list) or not 1 <= len(stickers) <= 50:
+            raise ApiError(400, "Bad Request: STICKERS_INVALID")
+        items = [self._input_sticker(s, name) for s in stickers]
+        self.sticker_sets[name] = {"name": name, "title": title, "sticker_type": "regular", "stickers": items,
+                                   "owner": int(params["user_id"])}  # fmt: skip
+        return True
+
+    def m_addStickerToSet(self, params, files):
+        found = self.sticker_sets.get(str(params.get("name") or ""))
+        if found is None or found.get("owner") != int(str(params.get("user_id") or "0")):
+            raise ApiError(400, "Bad Request: STICKERSET_INVALID")
+        if len(found["stickers"]) >= 120:
+            raise ApiError(400, "Bad Request: STICKERS_TOO_MUCH")
+        found["stickers"].append(self._input_sticker(params.get("sticker"), found["name"]))
         return True
 
 
