@@ -90,7 +90,9 @@ def test_a_collection_of_stills_exports_as_a_set_of_512_px_stickers(sessions, ac
         bad = client.post(f"/api/v1/collections/{collection['id']}/sticker-set", json={"title": "C", "name": "a b"})
         assert bad.status_code == 422 and bad.json()["error"]["code"] == "sticker_set_name_invalid"
 
-        made = client.post(f"/api/v1/collections/{collection['id']}/sticker-set", json={"title": "Cats", "name": "cats"})
+        made = client.post(
+            f"/api/v1/collections/{collection['id']}/sticker-set", json={"title": "Cats", "name": "cats"}
+        )
         assert made.status_code == 201, made.text
         body = made.json()
     assert body["link"] == f"https://t.me/addstickers/cats_by_{telegram.username}"

@@ -107,7 +107,9 @@ def import_set(
         raise _refused(exc, "getStickerSet") from None
     stickers = [s for s in (found or {}).get("stickers") or [] if isinstance(s, dict) and s.get("file_id")]
     if len(stickers) > MAX_STICKERS:
-        raise ChannelError("sticker_set_too_large", f"a set has at most {MAX_STICKERS} stickers; this one {len(stickers)}")
+        raise ChannelError(
+            "sticker_set_too_large", f"a set has at most {MAX_STICKERS} stickers; this one {len(stickers)}"
+        )
     with sessions.begin() as session:
         if collection_id is None:
             collection = collections.create_unique(session, scope, str(found.get("title") or name)[:100] or name)
@@ -165,13 +167,16 @@ def sticker_of(meme: MemeFile) -> tuple[str, bytes, str] | str:
     if meme.animated:
         return "an animation other than a WebM or TGS cannot be a sticker"
     try:
-        frame = Image.open(io.BytesIO(meme.as_png()))
-        frame.load()
+        opened = Image.open(io.BytesIO(meme.as_png()))
+        opened.load()
     except (ImageError, OSError, ValueError):
         return "the image cannot be read"
-    scale = STICKER_SIDE / max(frame.size)
-    size = (max(1, min(STICKER_SIDE, round(frame.width * scale))), max(1, min(STICKER_SIDE, round(frame.height * scale))))
-    frame = frame.convert("RGBA").resize(size, Image.Resampling.LANCZOS)
+    scale = STICKER_SIDE / max(opened.size)
+    size = (
+        max(1, min(STICKER_SIDE, round(opened.width * scale))),
+        max(1, min(STICKER_SIDE, round(opened.height * scale))),
+    )
+    frame = opened.convert("RGBA").resize(size, Image.Resampling.LANCZOS)
     out = io.BytesIO()
     frame.save(out, "PNG", optimize=True)
     if out.tell() <= STATIC_MAX_BYTES:
@@ -200,7 +205,9 @@ def export_set(
         collections.find(session, scope, collection_id)
         ids = [m.id for m in collections.members(session, scope, collection_id)]
     if len(ids) > MAX_STICKERS:
-        raise ChannelError("sticker_set_too_large", f"a set has at most {MAX_STICKERS} stickers; this collection {len(ids)}")
+        raise ChannelError(
+            "sticker_set_too_large", f"a set has at most {MAX_STICKERS} stickers; this collection {len(ids)}"
+        )
     username = api.bot_username(sessions)
     suffix = f"_by_{username}"
     base = (name or "").strip()
