@@ -103,3 +103,12 @@ def test_a_collection_of_stills_exports_as_a_set_of_512_px_stickers(sessions, ac
     for sticker in made_set["stickers"]:
         image = Image.open(io.BytesIO(telegram.files[sticker["file_id"]]))
         assert image.format in ("PNG", "WEBP") and max(image.size) == 512
+
+
+def test_the_cli_imports_a_set_into_the_default_library(mewdex_env, sessions, account, telegram, sticker_set):
+    bind_telegram(sessions, account, new_user_id())
+    done = mewdex_env.cli("stickers", "import", "cats_by_other_bot", scope=account.scope.scope_id)
+    assert done.returncode == 0, done.stderr
+    assert "3 imported, 0 already there, 0 failed" in done.stdout
+    unknown = mewdex_env.cli("stickers", "import", "no_such_set", scope=account.scope.scope_id)
+    assert unknown.returncode == 4 and "sticker_set_not_found" in unknown.stderr

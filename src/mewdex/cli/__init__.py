@@ -23,6 +23,7 @@ from mewdex.cli import (
     schedules,
     search,
     server,
+    stickers,
     tasks,
     thumbnails,
     users,
@@ -107,6 +108,8 @@ generations_app = typer.Typer(
 app.add_typer(generations_app, name="generations")
 channels_app = typer.Typer(help="Chat channels: release an identity another account holds.", no_args_is_help=True)
 app.add_typer(channels_app, name="channels")
+stickers_app = typer.Typer(help="Telegram sticker sets: import one into a collection.", no_args_is_help=True)
+app.add_typer(stickers_app, name="stickers")
 
 app.command()(server.serve)
 app.command()(server.worker)
@@ -137,6 +140,7 @@ user_app.command("reset-password")(users.user_reset_password)
 user_app.command("list")(users.user_list)
 db_app.command("stop")(server.db_stop)
 channels_app.command("release")(channels.channels_release)
+stickers_app.command("import")(stickers.stickers_import)
 tasks_app.command("list")(tasks.tasks_list)
 tasks_app.command("show")(tasks.tasks_show)
 tasks_app.command("retry")(tasks.tasks_retry)
