@@ -21,11 +21,12 @@ from mewdex.dto.sticker_sets import (
     StickerSetImportRequest,
 )
 from mewdex.web.deps import current_scope, parse_id
+from mewdex.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
 
 
-@router.post("/import-sticker-set", status_code=201, response_model=StickerSetImport)
+@router.post("/import-sticker-set", status_code=201, response_model=StickerSetImport, responses=error_responses(502))
 async def import_sticker_set(body: StickerSetImportRequest, scope: ScopeContext = Depends(current_scope)):
     """Import a Telegram sticker set into a new collection (or ``collection_id``): 201 with the
     collection and the counts. 422 ``sticker_set_name_invalid`` / ``sticker_set_too_large``, 404
@@ -35,7 +36,9 @@ async def import_sticker_set(body: StickerSetImportRequest, scope: ScopeContext 
     return await run_in_threadpool(stickers.import_set, get_sessionmaker(), scope, body.set, cid)
 
 
-@router.post("/{collection_id}/sticker-set", status_code=201, response_model=StickerSetExport)
+@router.post(
+    "/{collection_id}/sticker-set", status_code=201, response_model=StickerSetExport, responses=error_responses(502)
+)
 async def export_sticker_set(
     collection_id: str, body: StickerSetExportRequest, scope: ScopeContext = Depends(current_scope)
 ):
