@@ -10,6 +10,7 @@ import types
 
 import pytest
 
+from mewdex import hooks
 from mewdex.channels import platform, registry
 from mewdex.channels.registry import Channel, ChannelMissing
 from mewdex.egress import EgressError
@@ -24,7 +25,8 @@ def fresh_registry(monkeypatch):
 
 def test_every_built_in_channel_loads_with_its_adapter_and_error_codes():
     loaded = registry.load()
-    assert list(loaded) == [p.rsplit(".", 1)[-1] for p in registry.BUILTIN]
+    assert list(loaded) == [p.rsplit(".", 1)[-1] for p in registry.packages()]
+    assert list(loaded) == list(hooks.declared("channel_adapters"))  # one plugin line per channel
     assert all(name in registry.ADAPTERS for name in loaded)
     from mewdex.web.errors import http_status
 
@@ -33,7 +35,8 @@ def test_every_built_in_channel_loads_with_its_adapter_and_error_codes():
 
 
 def test_a_missing_built_in_channel_stops_the_start_up(fresh_registry, monkeypatch):
-    monkeypatch.setattr(registry, "BUILTIN", (*registry.BUILTIN, "mewdex.channels.nosuch"))
+    built_in = registry.packages()
+    monkeypatch.setattr(registry, "packages", lambda: (*built_in, "mewdex.channels.nosuch"))
     with pytest.raises(ChannelMissing, match="mewdex.channels.nosuch is missing"):
         registry.load()
 
@@ -41,7 +44,7 @@ def test_a_missing_built_in_channel_stops_the_start_up(fresh_registry, monkeypat
 def test_a_package_without_its_declaration_or_adapter_is_refused(fresh_registry, monkeypatch):
     bare = types.ModuleType("mewdex.channels.bare")
     monkeypatch.setitem(__import__("sys").modules, "mewdex.channels.bare", bare)
-    monkeypatch.setattr(registry, "BUILTIN", ("mewdex.channels.bare",))
+    monkeypatch.setattr(registry, "packages", lambda: ("mewdex.channels.bare",))
     with pytest.raises(ChannelMissing, match="does not declare CHANNEL"):
         registry.load()
     bare.CHANNEL = Channel(name="bare", modules=())  # declared, but nothing registers its adapter

@@ -22,6 +22,14 @@ EXPECTED: dict[str, dict[str, str]] = {
         "channels": "mewdex.channels.tasks",
         "schedules": "mewdex.schedules.dispatch",
     },
+    "channel_adapters": {
+        "clawbot": "mewdex.channels.clawbot.adapter",
+        "discord": "mewdex.channels.discord.adapter",
+        "onebot": "mewdex.channels.onebot.adapter",
+        "telegram": "mewdex.channels.telegram.adapter",
+        "webhook": "mewdex.channels.webhook.adapter",
+        "wecom": "mewdex.channels.wecom.adapter",
+    },
     "eval_gates": {
         "eval_gate": "mewdex.search.eval_gate",
     },
@@ -46,11 +54,11 @@ EXPECTED: dict[str, dict[str, str]] = {
         "yandex_image_search": "mewdex.providers.reverse_image",
     },
     "sealed_settings": {
-        "channel_telegram_bot": "mewdex.providers.sealed_fields",
-        "channel_wecom_app": "mewdex.providers.sealed_fields",
+        "channel_telegram_bot": "mewdex.channels.telegram.api",
+        "channel_wecom_app": "mewdex.channels.wecom.setup",
     },
     "sealed_task_payloads": {
-        "discord_interaction": "mewdex.providers.sealed_fields",
+        "discord_interaction": "mewdex.channels.discord.interactions",
     },
     "search_enhancers": {
         "llm_enhance": "mewdex.providers.search_steps",

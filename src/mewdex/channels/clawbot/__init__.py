@@ -13,7 +13,7 @@ login), ``inbound`` (polling), ``adapter``, ``routes``.
 
 from __future__ import annotations
 
-from mewdex.channels.registry import Channel
+from mewdex.channels.registry import Channel, declare
 
 NAME = "clawbot"
 CHANNEL = Channel(
@@ -22,3 +22,4 @@ CHANNEL = Channel(
     routes="mewdex.channels.clawbot.routes",
     errors={"clawbot_session_expired": 502},  # iLink ret -14: the WeChat login must be scanned again
 )
+declare(CHANNEL)  # imports its modules: importing the package provides its adapter

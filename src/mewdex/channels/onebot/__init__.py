@@ -12,7 +12,7 @@ and the process holding the socket), ``setup`` (binding), ``inbound``, ``adapter
 
 from __future__ import annotations
 
-from mewdex.channels.registry import Channel
+from mewdex.channels.registry import Channel, declare
 
 NAME = "onebot"
 CHANNEL = Channel(
@@ -21,3 +21,4 @@ CHANNEL = Channel(
     routes="mewdex.channels.onebot.routes",
     errors={"onebot_not_connected": 503},  # no process holds the QQ bot's reverse WebSocket
 )
+declare(CHANNEL)  # imports its modules: importing the package provides its adapter

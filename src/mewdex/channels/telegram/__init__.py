@@ -27,7 +27,7 @@ Modules: ``api`` (the token, :func:`api.call`, :func:`api.send_file`), ``adapter
 
 from __future__ import annotations
 
-from mewdex.channels.registry import Channel
+from mewdex.channels.registry import Channel, declare
 
 NAME = "telegram"
 CHANNEL = Channel(
@@ -35,3 +35,4 @@ CHANNEL = Channel(
     modules=("mewdex.channels.telegram.adapter", "mewdex.channels.telegram.inbound"),
     routes="mewdex.channels.telegram.routes",
 )
+declare(CHANNEL)  # imports its modules: importing the package provides its adapter

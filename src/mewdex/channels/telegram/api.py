@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex import hooks
 from mewdex.channels import state
 from mewdex.channels.base import DeliveryFailed, MemeFile
 from mewdex.channels.errors import ChannelError
@@ -42,6 +43,7 @@ _TYPES = {
 
 
 TOKEN_SETTING = "channel_telegram_bot"
+hooks.provide("sealed_settings", TOKEN_SETTING, ("token",))  # the bot token saved on the Channels page
 TOKEN_SHAPE = re.compile(r"[0-9]{3,20}:[A-Za-z0-9_-]{20,100}")
 
 

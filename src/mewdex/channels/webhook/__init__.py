@@ -21,7 +21,8 @@ Modules: ``adapter`` (sending), ``setup`` (:func:`setup.connect`), ``routes`` (`
 
 from __future__ import annotations
 
-from mewdex.channels.registry import Channel
+from mewdex.channels.registry import Channel, declare
 
 NAME = "webhook"
 CHANNEL = Channel(name=NAME, modules=("mewdex.channels.webhook.adapter",), routes="mewdex.channels.webhook.routes")
+declare(CHANNEL)  # imports its modules: importing the package provides its adapter

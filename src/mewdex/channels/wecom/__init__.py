@@ -12,7 +12,7 @@ app, the link code), ``inbound`` (the callback), ``adapter``, ``routes``.
 
 from __future__ import annotations
 
-from mewdex.channels.registry import Channel
+from mewdex.channels.registry import Channel, declare
 
 NAME = "wecom"
 CHANNEL = Channel(
@@ -21,3 +21,4 @@ CHANNEL = Channel(
     routes="mewdex.channels.wecom.routes",
     errors={"wecom_ip_not_trusted": 502},  # WeCom 60020: this server's IP is not in the app's trusted IPs
 )
+declare(CHANNEL)  # imports its modules: importing the package provides its adapter
