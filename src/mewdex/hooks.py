@@ -69,6 +69,7 @@ HOOKS: dict[str, Hook] = {
         Hook("sealed_settings", "the sealed members of an instance setting, by its key"),
         Hook("sealed_task_payloads", "the sealed members of a task type's payload, by task type"),
         Hook("channel_adapters", "channels.base.Adapter, by channel name (its package declares CHANNEL)"),
+        Hook("settings", "a config.SettingsGroup class: a capability's own MEWDEX_* settings, by its name"),
     )
 }
 
@@ -134,12 +135,12 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     ),
     Plugin("mewdex.assistant.runs", {"task_types": ("conversation_run_reaping",)}),
     # The channel packages, in the order the Channels page lists them (channels.registry.load()).
-    _channel("telegram", sealed_settings=("channel_telegram_bot",)),
+    _channel("telegram", sealed_settings=("channel_telegram_bot",), settings=("telegram",)),
     _channel("webhook"),
     _channel("onebot"),
     _channel("wecom", sealed_settings=("channel_wecom_app",)),
-    _channel("clawbot"),
-    _channel("discord", sealed_task_payloads=("discord_interaction",)),
+    _channel("clawbot", settings=("clawbot",)),
+    _channel("discord", sealed_task_payloads=("discord_interaction",), settings=("discord",)),
     # The channel framework and every channel package (channels.registry.load()); its lanes are
     # "channel" (deliveries, inbound) and one polling lane per polling channel.
     Plugin(

@@ -154,3 +154,28 @@ def test_call_json_on_answers_that_are_not_what_was_asked(platform_server):
     assert (limited.code, limited.retryable, limited.retry_after) == ("channel_rate_limited", True, 120)
     odd = _call(platform_server + "/slow-down-json", errors_in_body=True)  # the body was to explain it
     assert (odd.code, odd.retryable, odd.retry_after) == (platform.NOT_JSON, True, 90)
+
+
+def test_a_channel_declares_its_own_settings_validated_as_the_core_ones(monkeypatch):
+    """``MEWDEX_TELEGRAM_*`` is declared in the Telegram package (not ``config.Settings``), read from the
+    same environment and refused with the same message, at first use and when a server starts."""
+    from mewdex.channels.telegram.settings import TelegramSettings, settings
+    from mewdex.config import ConfigError, Settings, get_settings
+    from mewdex.runtime import load_plugins
+
+    assert "telegram_api_url" not in Settings.model_fields and "telegram_api_url" in TelegramSettings.model_fields
+    try:
+        monkeypatch.setenv("MEWDEX_TELEGRAM_API_URL", "http://127.0.0.1:9/bot-api")
+        get_settings.cache_clear()
+        assert settings().telegram_api_url == "http://127.0.0.1:9/bot-api"
+        monkeypatch.setenv("MEWDEX_TELEGRAM_POLL_SECONDS", "1")
+        get_settings.cache_clear()
+        with pytest.raises(
+            ConfigError, match=r"MEWDEX_TELEGRAM_POLL_SECONDS='1' is not valid .*MEWDEX_TELEGRAM_POLL_SECONDS=25"
+        ):
+            settings()
+        with pytest.raises(ConfigError, match="MEWDEX_TELEGRAM_POLL_SECONDS"):
+            load_plugins()
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()

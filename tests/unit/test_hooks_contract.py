@@ -69,6 +69,11 @@ EXPECTED: dict[str, dict[str, str]] = {
     "search_rerankers": {
         "llm_rerank": "mewdex.providers.search_steps",
     },
+    "settings": {
+        "clawbot": "mewdex.channels.clawbot.settings",
+        "discord": "mewdex.channels.discord.settings",
+        "telegram": "mewdex.channels.telegram.settings",
+    },
     "task_types": {
         "backup": "mewdex.runtime.backup",
         "backup_check": "mewdex.runtime.backup",
