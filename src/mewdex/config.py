@@ -107,8 +107,8 @@ G = TypeVar("G", bound="SettingsGroup")
 
 class SettingsGroup(_FromEnvironment):
     """A capability's own settings, declared in its package (a channel's ``settings.py``) and provided
-    to the hook ``settings``: each field is named as the whole setting (``telegram_api_url`` is
-    ``MEWDEX_TELEGRAM_API_URL``), read from the same sources as :class:`Settings` and validated on
+    to the hook ``settings``: each field is named as the whole setting (``<name>_api_url`` is
+    ``MEWDEX_<NAME>_API_URL``), read from the same sources as :class:`Settings` and validated on
     first use (:meth:`Settings.group`); ``mewdex serve`` and ``worker`` validate every group at start
     (:func:`mewdex.runtime.load_plugins`), and the README's table lists them with the core's."""
 
