@@ -12,10 +12,10 @@ import re
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, TypeVar, cast, get_args
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -31,9 +31,10 @@ SECRET_WORDS = ("key", "token", "secret", "password", "passphrase", "database_ur
 
 
 def is_secret_setting(name: str) -> bool:
-    """Whether setting ``name`` (a field name, ``oidc_client_secret``) holds a secret: a text setting
-    whose name holds one of :data:`SECRET_WORDS` (``password_login``, a switch, is none)."""
-    field = Settings.model_fields.get(name)
+    """Whether setting ``name`` (a field name, ``oidc_client_secret``; a :class:`SettingsGroup`'s too)
+    holds a secret: a text setting whose name holds one of :data:`SECRET_WORDS` (``password_login``, a
+    switch, is none)."""
+    field = setting_field(name)
     text = field is not None and bool({str, SecretStr} & {field.annotation, *get_args(field.annotation)})
     return text and any(word in name for word in SECRET_WORDS)
 
@@ -82,8 +83,8 @@ def ipv4_form(entry: str) -> str:
     return str(ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}", strict=False))
 
 
-class Settings(BaseSettings):
-    """Process-wide configuration, read once per process (see :func:`get_settings`)."""
+class _FromEnvironment(BaseSettings):
+    """Where every setting comes from (``MEWDEX_*``: arguments, the environment, ``*_FILE``, ``.env``)."""
 
     model_config = SettingsConfigDict(env_prefix="MEWDEX_", env_file=".env", extra="ignore")
 
@@ -99,6 +100,53 @@ class Settings(BaseSettings):
         """Where values come from, first wins: arguments, the environment, ``MEWDEX_<SECRET>_FILE``
         (:class:`SecretFilesSource`), ``.env``."""
         return init_settings, env_settings, SecretFilesSource(settings_cls), dotenv_settings, file_secret_settings
+
+
+G = TypeVar("G", bound="SettingsGroup")
+
+
+class SettingsGroup(_FromEnvironment):
+    """A capability's own settings, declared in its package (a channel's ``settings.py``) and provided
+    to the hook ``settings``: each field is named as the whole setting (``<name>_api_url`` is
+    ``MEWDEX_<NAME>_API_URL``), read from the same sources as :class:`Settings` and validated on
+    first use (:meth:`Settings.group`); ``mewdex serve`` and ``worker`` validate every group at start
+    (:func:`mewdex.runtime.load_plugins`), and the README's table lists them with the core's."""
+
+
+def setting_groups() -> list[type[SettingsGroup]]:
+    """The :class:`SettingsGroup` classes imported so far (``hooks.implementations("settings")``
+    imports every declared one)."""
+    found: list[type[SettingsGroup]] = []
+    pending = list(SettingsGroup.__subclasses__())
+    while pending:
+        model = pending.pop(0)
+        found.append(model)
+        pending.extend(model.__subclasses__())
+    return found
+
+
+def setting_field(name: str) -> FieldInfo | None:
+    """The field of setting ``name``: the core's (:class:`Settings`) or an imported group's; None."""
+    models: list[type[BaseSettings]] = [Settings, *setting_groups()]
+    for model in models:
+        if name in model.model_fields:
+            return model.model_fields[name]
+    return None
+
+
+class Settings(_FromEnvironment):
+    """Process-wide configuration, read once per process (see :func:`get_settings`); a capability's own
+    settings are its :class:`SettingsGroup` (:meth:`group`)."""
+
+    _groups: dict[type[SettingsGroup], SettingsGroup] = PrivateAttr(default_factory=dict)
+
+    def group(self, model: type[G]) -> G:
+        """The settings of ``model`` (a :class:`SettingsGroup`), validated once per :class:`Settings`
+        (so ``get_settings.cache_clear()`` reads them again). Raises :class:`ConfigError`."""
+        found = self._groups.get(model)
+        if found is None:
+            found = self._groups[model] = _validated(model)
+        return cast(G, found)
 
     data_dir: Path = Field(default=Path(".mewdex"), description="Blobs and the embedded database live here.")
     database_url: str | None = Field(
@@ -468,16 +516,7 @@ class Settings(BaseSettings):
     )
     max_json_bytes: int = Field(default=64 * 1024, ge=1024, description="Largest JSON/form body of a non-upload route.")
 
-    # Channels (issue 17): WeChat ClawBot (the iLink bot API) and its CDN; a local server can stand in.
-    clawbot_api_url: str = Field(
-        default="https://ilinkai.weixin.qq.com", description="iLink bot API server of the WeChat ClawBot channel."
-    )
-    clawbot_cdn_url: str = Field(
-        default="https://novac2c.cdn.weixin.qq.com/c2c", description="CDN the ClawBot channel uploads images to."
-    )
-    clawbot_poll_seconds: int = Field(
-        default=25, ge=2, le=35, description="One clawbot_polling task long-polls getupdates this long."
-    )
+    # Channels (issue 17); each channel's own settings are declared in its package (SettingsGroup).
     channel_guest_messages_per_minute: int = Field(
         default=6,
         ge=0,
@@ -532,30 +571,6 @@ class Settings(BaseSettings):
         le=120,
         description="Longest wait for an optional LLM search step (llm_enhance, rerank, remote query "
         "embedding); past it the search answers without that step.",
-    )
-
-    # Channels (issue 17): Telegram (webhook mode when MEWDEX_PUBLIC_URL is set, long polling otherwise).
-    telegram_bot_token: str | None = Field(
-        default=None,
-        description="The installation's Telegram bot token (from @BotFather; never logged); wins over the one "
-        "saved on the Channels page.",
-    )
-    telegram_webhook_secret: str | None = Field(
-        default=None,
-        description="Secret Telegram sends in X-Telegram-Bot-Api-Secret-Token (1-256 of A-Z a-z 0-9 _ -); "
-        "unset = derived from the token.",
-    )
-    telegram_api_url: str = Field(
-        default="https://api.telegram.org", description="Bot API server (a local one can stand in for it)."
-    )
-    discord_api_url: str = Field(
-        default="https://discord.com/api/v10", description="Discord's REST API (a local one can stand in for it)."
-    )
-    telegram_poll_seconds: int = Field(
-        default=25, ge=2, le=50, description="Long-polling: one getUpdates task runs this long (no public URL)."
-    )
-    telegram_storage_chat_id: str | None = Field(
-        default=None, description="Chat the bot uploads memes to for inline mode (their file_id is cached)."
     )
 
     # Single sign-on (README "Single sign-on (OpenID Connect)"): the provider, how its users become
@@ -693,7 +708,9 @@ class ConfigError(ValueError):
 
 def _expected(name: str) -> str:
     """An example value of setting ``name`` (its ``examples``, else its default, else its type)."""
-    field = Settings.model_fields[name]
+    field = setting_field(name)
+    if field is None:
+        return "a value"
     if field.examples:
         return str(field.examples[0])
     default = field.get_default(call_default_factory=True)
@@ -717,7 +734,7 @@ def describe_config_error(exc: ValidationError) -> list[str]:
         loc = error.get("loc") or ()
         name = str(loc[0]) if loc else ""
         reason = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        if name not in Settings.model_fields:
+        if setting_field(name) is None:
             lines.append(reason)
             continue
         variable = f"MEWDEX_{name.upper()}"
@@ -745,7 +762,7 @@ def describe_settings_error(exc: SettingsError) -> list[str]:
     """The one line of a value pydantic-settings could not decode before validation (a list or mapping
     setting without ``NoDecode``): the same shape as :func:`describe_config_error`'s."""
     match = re.search(r'field "(\w+)"', str(exc))
-    if match is None or match.group(1) not in Settings.model_fields:
+    if match is None or setting_field(match.group(1)) is None:
         return [str(exc).splitlines()[0]]
     name = match.group(1)
     given = os.environ.get(f"MEWDEX_{name.upper()}", "")
@@ -761,6 +778,17 @@ def get_settings() -> Settings:
     """
     try:
         return Settings()
+    except ValidationError as exc:
+        raise ConfigError(describe_config_error(exc)) from None
+    except SettingsError as exc:
+        raise ConfigError(describe_settings_error(exc)) from None
+
+
+def _validated(model: type[G]) -> G:
+    """``model()`` (a :class:`SettingsGroup` read from the environment); :class:`ConfigError` as
+    :func:`get_settings`'s."""
+    try:
+        return model()
     except ValidationError as exc:
         raise ConfigError(describe_config_error(exc)) from None
     except SettingsError as exc:

@@ -70,6 +70,8 @@ HOOKS: dict[str, Hook] = {
         Hook("account_hooks", "hook(session, user, event) on an account's disabled/enabled/deleted"),
         Hook("sealed_settings", "the sealed members of an instance setting, by its key"),
         Hook("sealed_task_payloads", "the sealed members of a task type's payload, by task type"),
+        Hook("channel_adapters", "channels.base.Adapter, by channel name (its package declares CHANNEL)"),
+        Hook("settings", "a config.SettingsGroup class: a capability's own MEWDEX_* settings, by its name"),
     )
 }
 
@@ -81,6 +83,12 @@ class Plugin:
 
     module: str
     provides: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _channel(name: str, **provides: tuple[str, ...]) -> Plugin:
+    """The plugin of the channel package ``mewdex.channels.<name>``: its adapter (hook ``channel_adapters``)
+    and what else it provides (``sealed_settings=(…)``, …)."""
+    return Plugin(f"mewdex.channels.{name}", {"channel_adapters": (name,), **provides})
 
 
 _CHANNEL_TASK_TYPES = (
@@ -116,13 +124,6 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     Plugin("mewdex.pipeline.keyword_rebuild", {"task_types": ("keyword_rebuild",)}),
     Plugin("mewdex.search.generations", {"task_types": ("search_reindex",)}),
     Plugin("mewdex.search.eval_gate", {"eval_gates": ("eval_gate",)}),
-    Plugin(
-        "mewdex.providers.sealed_fields",
-        {
-            "sealed_settings": ("channel_wecom_app", "channel_telegram_bot"),
-            "sealed_task_payloads": ("discord_interaction",),
-        },
-    ),
     Plugin("mewdex.providers.openai_compat", {"providers": ("openai_compatible",)}),
     Plugin("mewdex.providers.reverse_image", {"providers": ("yandex_image_search", "serpapi_google_lens")}),
     Plugin("mewdex.providers.webhook", {"providers": ("webhook",)}),
@@ -136,6 +137,13 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
         },
     ),
     Plugin("mewdex.assistant.runs", {"task_types": ("conversation_run_reaping",)}),
+    # The channel packages, in the order the Channels page lists them (channels.registry.load()).
+    _channel("telegram", sealed_settings=("channel_telegram_bot",), settings=("telegram",)),
+    _channel("webhook"),
+    _channel("onebot"),
+    _channel("wecom", sealed_settings=("channel_wecom_app",)),
+    _channel("clawbot", settings=("clawbot",)),
+    _channel("discord", sealed_task_payloads=("discord_interaction",), settings=("discord",)),
     # The channel framework and every channel package (channels.registry.load()); its lanes are
     # "channel" (deliveries, inbound) and one polling lane per polling channel.
     Plugin(

@@ -10,6 +10,7 @@ import types
 
 import pytest
 
+from mewdex import hooks
 from mewdex.channels import platform, registry
 from mewdex.channels.registry import Channel, ChannelMissing
 from mewdex.egress import EgressError
@@ -24,7 +25,8 @@ def fresh_registry(monkeypatch):
 
 def test_every_built_in_channel_loads_with_its_adapter_and_error_codes():
     loaded = registry.load()
-    assert list(loaded) == [p.rsplit(".", 1)[-1] for p in registry.BUILTIN]
+    assert list(loaded) == [p.rsplit(".", 1)[-1] for p in registry.packages()]
+    assert list(loaded) == list(hooks.declared("channel_adapters"))  # one plugin line per channel
     assert all(name in registry.ADAPTERS for name in loaded)
     from mewdex.web.errors import http_status
 
@@ -33,7 +35,8 @@ def test_every_built_in_channel_loads_with_its_adapter_and_error_codes():
 
 
 def test_a_missing_built_in_channel_stops_the_start_up(fresh_registry, monkeypatch):
-    monkeypatch.setattr(registry, "BUILTIN", (*registry.BUILTIN, "mewdex.channels.nosuch"))
+    built_in = registry.packages()
+    monkeypatch.setattr(registry, "packages", lambda: (*built_in, "mewdex.channels.nosuch"))
     with pytest.raises(ChannelMissing, match="mewdex.channels.nosuch is missing"):
         registry.load()
 
@@ -41,7 +44,7 @@ def test_a_missing_built_in_channel_stops_the_start_up(fresh_registry, monkeypat
 def test_a_package_without_its_declaration_or_adapter_is_refused(fresh_registry, monkeypatch):
     bare = types.ModuleType("mewdex.channels.bare")
     monkeypatch.setitem(__import__("sys").modules, "mewdex.channels.bare", bare)
-    monkeypatch.setattr(registry, "BUILTIN", ("mewdex.channels.bare",))
+    monkeypatch.setattr(registry, "packages", lambda: ("mewdex.channels.bare",))
     with pytest.raises(ChannelMissing, match="does not declare CHANNEL"):
         registry.load()
     bare.CHANNEL = Channel(name="bare", modules=())  # declared, but nothing registers its adapter
@@ -151,3 +154,28 @@ def test_call_json_on_answers_that_are_not_what_was_asked(platform_server):
     assert (limited.code, limited.retryable, limited.retry_after) == ("channel_rate_limited", True, 120)
     odd = _call(platform_server + "/slow-down-json", errors_in_body=True)  # the body was to explain it
     assert (odd.code, odd.retryable, odd.retry_after) == (platform.NOT_JSON, True, 90)
+
+
+def test_a_channel_declares_its_own_settings_validated_as_the_core_ones(monkeypatch):
+    """``MEWDEX_TELEGRAM_*`` is declared in the Telegram package (not ``config.Settings``), read from the
+    same environment and refused with the same message, at first use and when a server starts."""
+    from mewdex.channels.telegram.settings import TelegramSettings, settings
+    from mewdex.config import ConfigError, Settings, get_settings
+    from mewdex.runtime import load_plugins
+
+    assert "telegram_api_url" not in Settings.model_fields and "telegram_api_url" in TelegramSettings.model_fields
+    try:
+        monkeypatch.setenv("MEWDEX_TELEGRAM_API_URL", "http://127.0.0.1:9/bot-api")
+        get_settings.cache_clear()
+        assert settings().telegram_api_url == "http://127.0.0.1:9/bot-api"
+        monkeypatch.setenv("MEWDEX_TELEGRAM_POLL_SECONDS", "1")
+        get_settings.cache_clear()
+        with pytest.raises(
+            ConfigError, match=r"MEWDEX_TELEGRAM_POLL_SECONDS='1' is not valid .*MEWDEX_TELEGRAM_POLL_SECONDS=25"
+        ):
+            settings()
+        with pytest.raises(ConfigError, match="MEWDEX_TELEGRAM_POLL_SECONDS"):
+            load_plugins()
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()

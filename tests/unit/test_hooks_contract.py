@@ -22,6 +22,14 @@ EXPECTED: dict[str, dict[str, str]] = {
         "channels": "mewdex.channels.tasks",
         "schedules": "mewdex.schedules.dispatch",
     },
+    "channel_adapters": {
+        "clawbot": "mewdex.channels.clawbot.adapter",
+        "discord": "mewdex.channels.discord.adapter",
+        "onebot": "mewdex.channels.onebot.adapter",
+        "telegram": "mewdex.channels.telegram.adapter",
+        "webhook": "mewdex.channels.webhook.adapter",
+        "wecom": "mewdex.channels.wecom.adapter",
+    },
     "cost_budgets": {
         "analysis_policy": "mewdex.pipeline.jobs",
     },
@@ -49,11 +57,11 @@ EXPECTED: dict[str, dict[str, str]] = {
         "yandex_image_search": "mewdex.providers.reverse_image",
     },
     "sealed_settings": {
-        "channel_telegram_bot": "mewdex.providers.sealed_fields",
-        "channel_wecom_app": "mewdex.providers.sealed_fields",
+        "channel_telegram_bot": "mewdex.channels.telegram.api",
+        "channel_wecom_app": "mewdex.channels.wecom.setup",
     },
     "sealed_task_payloads": {
-        "discord_interaction": "mewdex.providers.sealed_fields",
+        "discord_interaction": "mewdex.channels.discord.interactions",
     },
     "search_enhancers": {
         "llm_enhance": "mewdex.providers.search_steps",
@@ -63,6 +71,11 @@ EXPECTED: dict[str, dict[str, str]] = {
     },
     "search_rerankers": {
         "llm_rerank": "mewdex.providers.search_steps",
+    },
+    "settings": {
+        "clawbot": "mewdex.channels.clawbot.settings",
+        "discord": "mewdex.channels.discord.settings",
+        "telegram": "mewdex.channels.telegram.settings",
     },
     "task_rows": {
         "image_stages": "mewdex.pipeline.tasks",

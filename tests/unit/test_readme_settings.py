@@ -1,4 +1,5 @@
-"""The README's configuration table lists exactly the settings that ``mewdex.config.Settings`` defines.
+"""The README's configuration table lists exactly the settings that ``mewdex.config.Settings`` and the
+capabilities' own settings groups (hook ``settings``) define.
 
 A row's first cell names one or more variables in backticks, separated by `` / ``. A name that
 starts with ``_`` is short for the previous full name with its last words replaced:
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from mewdex import hooks
 from mewdex.config import Settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -44,12 +46,14 @@ def readme_settings(markdown: str) -> list[str]:
 
 
 def settings_env_names() -> set[str]:
-    """The environment variable of every ``Settings`` field (prefix + name, or its alias)."""
-    prefix = Settings.model_config.get("env_prefix", "")
+    """The environment variable of every setting: the core's ``Settings`` fields and every declared
+    capability's own (hook ``settings``: a channel package's ``SettingsGroup``), prefix + name or alias."""
     names = set()
-    for field_name, info in Settings.model_fields.items():
-        alias = info.validation_alias or info.alias
-        names.add(str(alias).upper() if isinstance(alias, str) else f"{prefix}{field_name}".upper())
+    for model in (Settings, *hooks.implementations("settings").values()):
+        prefix = model.model_config.get("env_prefix", "")
+        for field_name, info in model.model_fields.items():
+            alias = info.validation_alias or info.alias
+            names.add(str(alias).upper() if isinstance(alias, str) else f"{prefix}{field_name}".upper())
     return names
 
 

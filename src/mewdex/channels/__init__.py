@@ -6,7 +6,8 @@ imports (see :mod:`mewdex.channels.registry`). All outgoing HTTP goes through :m
 
 Modules
 -------
-- ``registry``: which channels exist (:data:`registry.BUILTIN`, one line per channel), their
+- ``registry``: which channels exist (:func:`registry.packages`: the plugins of the hook
+  ``channel_adapters`` in :data:`mewdex.hooks.BUILTIN_PLUGINS`, one line per channel), their
   declarations (:class:`registry.Channel`), the adapters by name (:func:`registry.register_adapter`,
   :func:`registry.adapter`), :func:`registry.load` (a missing built-in channel is an error) and what
   the web layer lends a channel's routes (:class:`registry.WebKit`). **How a channel package plugs in
@@ -24,10 +25,10 @@ Modules
 - ``delivery``: :func:`delivery.send_meme` / :func:`delivery.send_text` (the public outbound API),
   the ``channel_delivery`` task (lane ``channel``) and the delivery log.
 - ``errors``: :class:`errors.ChannelError` and the framework's codes with their HTTP statuses.
-- one package per channel: ``telegram``, ``webhook``, ``onebot``, ``wecom``, ``clawbot``.
+- one package per channel: ``telegram``, ``webhook``, ``onebot``, ``wecom``, ``clawbot``, ``discord``.
 
-Adapter contract (a new channel is one package and one line in ``registry.BUILTIN``)
--------------------------------------------------------------------------------------
+Adapter contract (a new channel is one package and one line in ``hooks.BUILTIN_PLUGINS``)
+------------------------------------------------------------------------------------------
 A module of the channel's package subclasses :class:`base.Adapter` (every hook has a default there;
 the framework calls them directly, never looks them up) and registers one instance at import with
 :func:`registry.register_adapter`::

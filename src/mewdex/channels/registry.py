@@ -1,28 +1,36 @@
-"""The channels of this installation, declared in one place: :data:`BUILTIN`.
+"""The channels of this installation: each is a built-in plugin of the hook ``channel_adapters``
+(:data:`mewdex.hooks.BUILTIN_PLUGINS`, one line per channel, in the order the Channels page lists them).
 
 How a channel package plugs in
 ------------------------------
 A channel is a package ``mewdex.channels.<name>`` (``telegram``, ``onebot``, …) and one line in
-:data:`BUILTIN`. Its ``__init__.py`` imports nothing heavy and declares the channel::
+:data:`mewdex.hooks.BUILTIN_PLUGINS` (``Plugin("mewdex.channels.<name>", {"channel_adapters":
+("<name>",), …})``, with any ``sealed_settings``/``sealed_task_payloads`` it declares). Its
+``__init__.py`` declares the channel and then imports its ``modules`` (importing the package is
+using it: the hook registry imports it when its adapter is first looked up)::
 
-    from mewdex.channels.registry import Channel
+    from mewdex.channels.registry import Channel, declare
 
     CHANNEL = Channel(
         name="discord",                                   # channel_bindings.channel; the package's name
-        modules=("mewdex.channels.discord.adapter",),     # imported in every process: the module that
-                                                          # calls base.register_adapter(...), task types,
-                                                          # a module-level schedules() (a poller)
+        modules=("mewdex.channels.discord.adapter",),     # imported with the package: the module that
+                                                          # calls register_adapter(...), task types,
+                                                          # sealed fields, a module-level schedules()
         routes="mewdex.channels.discord.routes",          # optional: HTTP routes (below), web process only
         # errors={...}: optional, the package's own error codes → HTTP status
         #   (OneBot declares {"onebot_not_connected": 503})
         locales=Path(__file__).parent / "locales",        # optional: its words, {en,zh}.json
     )
+    declare(CHANNEL)
 
-* **Adapter**: one of ``modules`` registers an instance of the adapter contract
-  (:class:`mewdex.channels.base.ChannelAdapter`) with :func:`mewdex.channels.base.register_adapter`
-  under ``CHANNEL.name``. Platform calls use :mod:`mewdex.channels.platform` (``call_json``,
-  :class:`~mewdex.channels.platform.PlatformError`, ``failure`` → ``DeliveryFailed``, ``multipart``,
-  ``fetch_image``).
+* **Adapter**: one of ``modules`` provides an instance of the adapter contract
+  (:class:`mewdex.channels.base.Adapter`) with :func:`register_adapter` (the hook
+  ``channel_adapters``) under ``CHANNEL.name``. Platform calls use :mod:`mewdex.channels.platform`
+  (``call_json``, :class:`~mewdex.channels.platform.PlatformError`, ``failure`` → ``DeliveryFailed``,
+  ``multipart``, ``fetch_image``).
+* **Sealed fields**: an instance setting or a task payload with sealed members is declared by the
+  module that owns it, ``hooks.provide("sealed_settings", key, members)`` (``sealed_task_payloads``:
+  by task type), and named in the package's ``Plugin`` line.
 * **Set-up routes**: ``routes`` names a module with ``def router(web: WebKit) -> fastapi.APIRouter``.
   The web app imports it (only the web app: a worker never loads FastAPI) and mounts the router as
   it is, so the module chooses its paths: set-up under ``/api/v1/channels/<name>/…`` (session
@@ -59,19 +67,16 @@ from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any
 
+from mewdex import hooks
 from mewdex.channels.base import ChannelAdapter
 from mewdex.channels.errors import ChannelError
 from mewdex.dto import i18n
 
-#: The built-in channel packages, in the order the Channels page lists them. A new channel adds one line.
-BUILTIN: tuple[str, ...] = (
-    "mewdex.channels.telegram",
-    "mewdex.channels.webhook",
-    "mewdex.channels.onebot",
-    "mewdex.channels.wecom",
-    "mewdex.channels.clawbot",
-    "mewdex.channels.discord",
-)
+
+def packages() -> tuple[str, ...]:
+    """The built-in channel packages (the plugins that declare a ``channel_adapters`` name), in the
+    order the Channels page lists them (nothing imported)."""
+    return tuple(dict.fromkeys(hooks.declared("channel_adapters").values()))
 
 
 #: The framework's own words (saving from a chat: ``bot.save.*``), added to the catalogues on :func:`load`.
@@ -117,8 +122,9 @@ class ChannelMissing(RuntimeError):
     """A built-in channel's package is not there or does not declare ``CHANNEL`` (a broken install)."""
 
 
-#: The registered adapters by name (:func:`register_adapter`).
-ADAPTERS: dict[str, ChannelAdapter] = {}
+#: The adapters loaded so far by name: the hook ``channel_adapters``'s live mapping (:func:`register_adapter`;
+#: :func:`load` first for every channel).
+ADAPTERS: dict[str, ChannelAdapter] = hooks.provided("channel_adapters")
 _loaded: dict[str, Channel] = {}
 _lock = threading.RLock()
 
@@ -137,14 +143,15 @@ def _declaration(package: str) -> Channel:
 
 
 def load() -> dict[str, Channel]:
-    """Import every built-in channel (its ``modules``) once; ``{name: Channel}`` in :data:`BUILTIN`
-    order. Raises :class:`ChannelMissing` for a built-in channel that is not there, or whose modules
+    """Import every built-in channel (its package and ``modules``) once; ``{name: Channel}`` in
+    :func:`packages` order. Raises :class:`ChannelMissing` for a built-in channel that is not there, or whose modules
     do not register its adapter."""
     with _lock:
-        if len(_loaded) == len(BUILTIN):
+        built_in = packages()
+        if len(_loaded) == len(built_in):
             return dict(_loaded)
         i18n.add_messages(FRAMEWORK_LOCALES)
-        for package in BUILTIN:
+        for package in built_in:
             declared = _declaration(package)
             if declared.locales is not None:
                 i18n.add_messages(declared.locales)
@@ -156,24 +163,32 @@ def load() -> dict[str, Channel]:
         return dict(_loaded)
 
 
+def declare(channel: Channel) -> Channel:
+    """Import ``channel.modules`` (a channel package's ``__init__`` calls this after ``CHANNEL = …``,
+    so that importing the package provides its adapter). Returns ``channel``."""
+    for name in channel.modules:
+        importlib.import_module(name)
+    return channel
+
+
 def register_adapter(instance: ChannelAdapter) -> ChannelAdapter:
-    """Register ``instance`` under ``instance.name`` (a channel's adapter module does this once, at import)."""
-    ADAPTERS[instance.name] = instance
-    return instance
+    """Provide ``instance`` as the ``channel_adapters`` implementation ``instance.name`` (a channel's
+    adapter module does this once, at import)."""
+    return hooks.provide("channel_adapters", instance.name, instance, stacklevel=2)
 
 
 def adapter(name: str) -> ChannelAdapter:
     """The adapter of ``name`` (the channels are loaded first); ``ChannelError("channel_unknown")`` (404) otherwise."""
     if name not in ADAPTERS:
         load()
-    found = ADAPTERS.get(name)
+    found = hooks.get("channel_adapters", name)
     if found is None:
         raise ChannelError("channel_unknown", f"no channel named {name!r}")
     return found
 
 
 def channels() -> list[Channel]:
-    """Every built-in channel (:func:`load`), in :data:`BUILTIN` order."""
+    """Every built-in channel (:func:`load`), in :func:`packages` order."""
     return list(load().values())
 
 

@@ -9,9 +9,9 @@ format lives in one place:
 * ``external_systems.credentials`` — a user's own connection credentials;
 * ``channel_bindings.config`` — a binding's secret fields (webhook ``secret``, OneBot
   ``access_token``, ClawBot ``bot_token`` and ``latest_context_token``);
-* ``platform_settings.value`` — instance settings with sealed members (:data:`SEALED_SETTINGS`: the
-  WeCom app's ``secret``, ``token``, ``encoding_aes_key``; the Telegram bot ``token`` saved on the
-  Channels page);
+* ``platform_settings.value`` — instance settings with sealed members (:data:`SEALED_SETTINGS`, the
+  hook ``sealed_settings``: the WeCom app's ``secret``, ``token``, ``encoding_aes_key``; the Telegram
+  bot ``token`` saved on the Channels page, each declared by its channel package);
 * ``tasks.payload`` of the tasks still waiting (queued or running) whose type seals members
   (:data:`SEALED_TASK_PAYLOADS`: a deferred Discord interaction's ``token``, valid 15 minutes).
 
@@ -61,15 +61,12 @@ def platform_setting_aad(key: str, field: str) -> str:
 
 
 # The sealed members of instance settings and task payloads are the hooks ``sealed_settings`` and
-# ``sealed_task_payloads`` of :mod:`mewdex.hooks`; the channels' are declared here until each channel
-# package declares its own.
-hooks.provide("sealed_settings", "channel_wecom_app", ("secret", "token", "encoding_aes_key"))
-hooks.provide("sealed_settings", "channel_telegram_bot", ("token",))
-hooks.provide("sealed_task_payloads", "discord_interaction", ("token",))
-
+# ``sealed_task_payloads`` of :mod:`mewdex.hooks`, provided by the modules that own them (the channel
+# packages: WeCom's app, the Telegram bot token, a Discord interaction's token).
 SEALED_SETTINGS: dict[str, tuple[str, ...]] = hooks.provided("sealed_settings")
-"""The instance settings (``platform_settings.key``) with sealed members, and those members: every
-sealed member of a ``platform_settings`` row is rotated; this names the ones that are expected."""
+"""The instance settings (``platform_settings.key``) with sealed members, and those members, as loaded
+so far (:func:`mewdex.hooks.implementations` for all): every sealed member of a ``platform_settings``
+row is rotated; this names the ones that are expected."""
 
 
 SEALED_TASK_PAYLOADS: dict[str, tuple[str, ...]] = hooks.provided("sealed_task_payloads")

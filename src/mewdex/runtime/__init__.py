@@ -27,8 +27,13 @@ WORKER_APPLICATION_PREFIX = "mewdex-worker"
 def load_plugins() -> None:
     """Import every plugin (:func:`mewdex.hooks.load_all`: the built-ins, ``MEWDEX_TASK_MODULES``, the
     entry points; idempotent): what a worker and a server do, since a worker runs any task type.
-    Other commands import a plugin only when they use what it provides (:mod:`mewdex.hooks`)."""
+    Other commands import a plugin only when they use what it provides (:mod:`mewdex.hooks`).
+    Validates every plugin's settings (hook ``settings``): a bad one stops the start with
+    :class:`mewdex.config.ConfigError`, as a core setting does."""
     hooks.load_all()
+    settings = get_settings()
+    for group in hooks.implementations("settings").values():
+        settings.group(group)
 
 
 def prepare_database() -> None:

@@ -13,7 +13,9 @@ login), ``inbound`` (polling), ``adapter``, ``routes``.
 
 from __future__ import annotations
 
-from mewdex.channels.registry import Channel
+from pathlib import Path
+
+from mewdex.channels.registry import Channel, declare
 
 NAME = "clawbot"
 CHANNEL = Channel(
@@ -21,4 +23,6 @@ CHANNEL = Channel(
     modules=("mewdex.channels.clawbot.adapter", "mewdex.channels.clawbot.inbound"),
     routes="mewdex.channels.clawbot.routes",
     errors={"clawbot_session_expired": 502},  # iLink ret -14: the WeChat login must be scanned again
+    locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
 )
+declare(CHANNEL)  # imports its modules: importing the package provides its adapter

@@ -17,11 +17,11 @@ from mewdex.channels.clawbot.api import (
     upload_image,
     window_state,
 )
+from mewdex.channels.clawbot.settings import settings
 from mewdex.channels.clawbot.setup import cdn_url
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.platform import PlatformError, failure, picture_bytes
 from mewdex.channels.registry import register_adapter
-from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.i18n import translate
 from mewdex.platform import owners
@@ -44,7 +44,7 @@ class ClawBotAdapter(Adapter):
     polls: ClassVar[bool] = True
 
     def poll_seconds(self) -> float:
-        return float(get_settings().clawbot_poll_seconds)
+        return float(settings().clawbot_poll_seconds)
 
     def poll(self, sessions: Any, seconds: float) -> dict[str, Any]:
         """Long-poll every active binding at once (:func:`.inbound.poll_once`). ``{"messages"}``."""

@@ -13,16 +13,16 @@ from sqlalchemy.orm import Session
 from mewdex.channels import bindings
 from mewdex.channels.clawbot import NAME
 from mewdex.channels.clawbot.api import get_bot_qrcode, get_qrcode_status
-from mewdex.config import get_settings
+from mewdex.channels.clawbot.settings import settings
 from mewdex.db.models import ChannelBinding
 
 
 def api_url() -> str:
-    return get_settings().clawbot_api_url.rstrip("/")
+    return settings().clawbot_api_url.rstrip("/")
 
 
 def cdn_url() -> str:
-    return get_settings().clawbot_cdn_url.rstrip("/")
+    return settings().clawbot_cdn_url.rstrip("/")
 
 
 def qr_svg(content: str) -> str:

@@ -15,7 +15,7 @@ Each mewdex account brings its own Discord application (mewdex/channels/guides/d
 
 from pathlib import Path
 
-from mewdex.channels.registry import Channel
+from mewdex.channels.registry import Channel, declare
 
 CHANNEL = Channel(
     name="discord",
@@ -23,3 +23,4 @@ CHANNEL = Channel(
     routes="mewdex.channels.discord.routes",
     locales=Path(__file__).parent / "locales",
 )
+declare(CHANNEL)  # imports its modules: importing the package provides its adapter

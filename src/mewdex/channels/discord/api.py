@@ -24,8 +24,8 @@ from typing import Any
 
 from mewdex.channels import platform
 from mewdex.channels.base import DeliveryFailed, MemeFile
+from mewdex.channels.discord.settings import settings
 from mewdex.channels.platform import PlatformError
-from mewdex.config import get_settings
 
 USER_AGENT = "DiscordBot (https://github.com/mewdex/mewdex, 1.0)"
 MAX_CONTENT = 2000
@@ -45,7 +45,7 @@ _TYPES = {
 
 def api_url() -> str:
     """The API base URL without a trailing slash (``MEWDEX_DISCORD_API_URL``)."""
-    return get_settings().discord_api_url.rstrip("/")
+    return settings().discord_api_url.rstrip("/")
 
 
 def failure(exc: PlatformError) -> DeliveryFailed:

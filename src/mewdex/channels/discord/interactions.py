@@ -32,7 +32,7 @@ MESSAGE_COMPONENT):
   when there is none, an ephemeral follow-up (``POST /webhooks/{app}/{token}``) says so.
 
 The interaction token (valid 15 minutes) travels sealed in the task's payload, a field of the
-sealed-field registry (:data:`mewdex.providers.sealed_fields.SEALED_TASK_PAYLOADS`): ``mewdex secrets
+sealed-field registry (the hook ``sealed_task_payloads``, provided below): ``mewdex secrets
 rotate`` re-seals a waiting one, so it still opens after the old key is dropped. It is never logged.
 """
 
@@ -48,6 +48,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex import hooks
 from mewdex.channels import bindings, inbound, pool, replay
 from mewdex.channels.base import Inbound
 from mewdex.channels.delivery import LANE
@@ -64,6 +65,7 @@ from mewdex.queue.registry import RetryPolicy, TaskContext, TaskError, task_type
 log = logging.getLogger(__name__)
 NAME = "discord"
 TASK_TYPE = "discord_interaction"
+hooks.provide("sealed_task_payloads", TASK_TYPE, ("token",))  # the interaction token, while the task waits
 EPHEMERAL = 64
 PING, COMMAND, COMPONENT = 1, 2, 3
 CHAT_INPUT, MESSAGE_COMMAND = 1, 3

@@ -12,7 +12,9 @@ and the process holding the socket), ``setup`` (binding), ``inbound``, ``adapter
 
 from __future__ import annotations
 
-from mewdex.channels.registry import Channel
+from pathlib import Path
+
+from mewdex.channels.registry import Channel, declare
 
 NAME = "onebot"
 CHANNEL = Channel(
@@ -20,4 +22,6 @@ CHANNEL = Channel(
     modules=("mewdex.channels.onebot.adapter",),
     routes="mewdex.channels.onebot.routes",
     errors={"onebot_not_connected": 503},  # no process holds the QQ bot's reverse WebSocket
+    locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
 )
+declare(CHANNEL)  # imports its modules: importing the package provides its adapter

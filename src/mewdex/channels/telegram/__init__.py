@@ -27,11 +27,15 @@ Modules: ``api`` (the token, :func:`api.call`, :func:`api.send_file`), ``adapter
 
 from __future__ import annotations
 
-from mewdex.channels.registry import Channel
+from pathlib import Path
+
+from mewdex.channels.registry import Channel, declare
 
 NAME = "telegram"
 CHANNEL = Channel(
     name=NAME,
     modules=("mewdex.channels.telegram.adapter", "mewdex.channels.telegram.inbound"),
     routes="mewdex.channels.telegram.routes",
+    locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
 )
+declare(CHANNEL)  # imports its modules: importing the package provides its adapter

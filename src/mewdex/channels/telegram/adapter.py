@@ -10,6 +10,7 @@ from mewdex.channels.platform import fetch_image
 from mewdex.channels.registry import register_adapter
 from mewdex.channels.telegram import NAME, setup
 from mewdex.channels.telegram.api import bot_id, call, configured_token, send_file, token
+from mewdex.channels.telegram.settings import settings
 from mewdex.config import get_settings
 
 
@@ -19,7 +20,7 @@ class TelegramAdapter(Adapter):
     buttons: ClassVar[bool] = True
 
     def poll_seconds(self) -> float:
-        return float(get_settings().telegram_poll_seconds)
+        return float(settings().telegram_poll_seconds)
 
     def poll(self, sessions: Any, seconds: float) -> dict[str, Any]:
         from mewdex.channels.telegram.inbound import run_poll
@@ -49,7 +50,7 @@ class TelegramAdapter(Adapter):
     def fetch_image(self, ref: str) -> bytes:
         info = call("getFile", {"file_id": ref})
         path = str(info.get("file_path") or "")
-        url = f"{get_settings().telegram_api_url.rstrip('/')}/file/bot{token()}/{path}"
+        url = f"{settings().telegram_api_url.rstrip('/')}/file/bot{token()}/{path}"
         return fetch_image(url, max_bytes=get_settings().max_upload_bytes, content_types=None)
 
     def acknowledge(self, inbound: Inbound) -> None:

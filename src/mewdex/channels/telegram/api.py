@@ -17,12 +17,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex import hooks
 from mewdex.channels import state
 from mewdex.channels.base import DeliveryFailed, MemeFile
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.platform import PlatformError, call_json, failure, multipart
 from mewdex.channels.telegram import NAME
-from mewdex.config import get_settings
+from mewdex.channels.telegram.settings import settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.platform import instance
 from mewdex.providers import sealed_fields, secrets
@@ -42,6 +43,7 @@ _TYPES = {
 
 
 TOKEN_SETTING = "channel_telegram_bot"
+hooks.provide("sealed_settings", TOKEN_SETTING, ("token",))  # the bot token saved on the Channels page
 TOKEN_SHAPE = re.compile(r"[0-9]{3,20}:[A-Za-z0-9_-]{20,100}")
 
 
@@ -58,7 +60,7 @@ def configured_token() -> tuple[str | None, str | None]:
     """``(token, source)``: ``MEWDEX_TELEGRAM_BOT_TOKEN`` (source ``environment``) wins over the
     admin's sealed setting (``settings``); ``(None, None)`` when neither is set or the stored one
     cannot be opened (its key is gone; logged without the token)."""
-    env = get_settings().telegram_bot_token
+    env = settings().telegram_bot_token
     if env:
         return env, "environment"
     with get_sessionmaker()() as session:
@@ -90,7 +92,7 @@ def bot_id() -> str:
 
 def webhook_secret() -> str:
     """The secret Telegram echoes in ``X-Telegram-Bot-Api-Secret-Token``."""
-    configured = get_settings().telegram_webhook_secret
+    configured = settings().telegram_webhook_secret
     if configured:
         return configured
     return hmac.new(token().encode(), b"mewdex telegram webhook", hashlib.sha256).hexdigest()
@@ -106,7 +108,7 @@ def call(
     """One Bot API call; its ``result``. Raises :class:`DeliveryFailed` (``channel_rate_limited``
     with ``retry_after``, ``channel_blocked``, ``channel_platform_error``, ``channel_unreachable``
     when there was no answer). Nothing raised names the token."""
-    url = f"{get_settings().telegram_api_url.rstrip('/')}/bot{token()}/{method}"
+    url = f"{settings().telegram_api_url.rstrip('/')}/bot{token()}/{method}"
     if files:
         body, content_type = multipart(params or {}, files)
     else:

@@ -28,6 +28,7 @@ from mewdex.channels.telegram.api import (
     send_file,
     webhook_secret,
 )
+from mewdex.channels.telegram.settings import settings
 from mewdex.config import get_settings
 from mewdex.db.models import ScopeContext
 from mewdex.dto.i18n import translate
@@ -295,7 +296,7 @@ def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int
             },
         )
         return 0
-    storage_chat = get_settings().telegram_storage_chat_id
+    storage_chat = settings().telegram_storage_chat_id
     results, uploads, bid = [], 0, bot_id()
     query_text = str(query.get("query") or "")
     for probe in inbound.search_memes(sessions, scope_id, query_text, count=INLINE_MAX, data=False, pool_id=pool_id):

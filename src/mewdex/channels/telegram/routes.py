@@ -3,11 +3,14 @@
 * ``POST /api/v1/channels/telegram/link`` — a one-time deep link ``https://t.me/<bot>?start=<code>``;
 * ``PUT /api/v1/channels/telegram/token`` (admin) — the installation's bot token (sealed; empty removes it);
 * ``POST /channels/telegram/webhook`` — Telegram's updates in webhook mode (the secret header is checked).
+* ``GET /channels/telegram/card.js`` — the Channels page card's script (its markup: ``card.html``).
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Header, Request
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
@@ -19,9 +22,17 @@ from mewdex.db.engine import get_sessionmaker
 from mewdex.dto import channels as dto
 from mewdex.dto.scopes import ScopeContext
 
+#: The card's script (its markup is card.html, included by the Channels page).
+CARD_SCRIPT = Path(__file__).with_name("card.js")
+
 
 def router(web: WebKit) -> APIRouter:
     routes = APIRouter(tags=["channels"])
+
+    @routes.get("/channels/telegram/card.js", include_in_schema=False)
+    def telegram_card_script():
+        """The Telegram card's script (card.js beside this module)."""
+        return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
 
     @routes.post("/api/v1/channels/telegram/link", response_model=dto.TelegramLink)
     def telegram_link(session: Session = Depends(web.db_session), scope: ScopeContext = Depends(web.current_scope)):

@@ -12,7 +12,7 @@ from mewdex.channels import bindings
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.telegram import NAME
 from mewdex.channels.telegram.api import TOKEN_SETTING, TOKEN_SHAPE, _token_aad, bot_username, configured_token
-from mewdex.config import get_settings
+from mewdex.channels.telegram.settings import settings
 from mewdex.platform import instance
 from mewdex.providers import secrets
 
@@ -36,7 +36,7 @@ def set_stored_token(session: Session, value: str | None) -> dict[str, Any]:
     else:
         instance.delete_setting(session, TOKEN_SETTING)
     session.flush()
-    env = get_settings().telegram_bot_token
+    env = settings().telegram_bot_token
     if env:
         return {"configured": True, "source": "environment", "hint": secrets.hint(env)}
     return {"configured": bool(value), "source": "settings" if value else None, "hint": secrets.hint(value)}

@@ -21,7 +21,15 @@ Modules: ``adapter`` (sending), ``setup`` (:func:`setup.connect`), ``routes`` (`
 
 from __future__ import annotations
 
-from mewdex.channels.registry import Channel
+from pathlib import Path
+
+from mewdex.channels.registry import Channel, declare
 
 NAME = "webhook"
-CHANNEL = Channel(name=NAME, modules=("mewdex.channels.webhook.adapter",), routes="mewdex.channels.webhook.routes")
+CHANNEL = Channel(
+    name=NAME,
+    modules=("mewdex.channels.webhook.adapter",),
+    routes="mewdex.channels.webhook.routes",
+    locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
+)
+declare(CHANNEL)  # imports its modules: importing the package provides its adapter

@@ -12,7 +12,9 @@ app, the link code), ``inbound`` (the callback), ``adapter``, ``routes``.
 
 from __future__ import annotations
 
-from mewdex.channels.registry import Channel
+from pathlib import Path
+
+from mewdex.channels.registry import Channel, declare
 
 NAME = "wecom"
 CHANNEL = Channel(
@@ -20,4 +22,6 @@ CHANNEL = Channel(
     modules=("mewdex.channels.wecom.adapter",),
     routes="mewdex.channels.wecom.routes",
     errors={"wecom_ip_not_trusted": 502},  # WeCom 60020: this server's IP is not in the app's trusted IPs
+    locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
 )
+declare(CHANNEL)  # imports its modules: importing the package provides its adapter

@@ -10,6 +10,7 @@ from uuid import UUID
 
 from sqlalchemy.orm import Session
 
+from mewdex import hooks
 from mewdex.channels import bindings
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.wecom import NAME
@@ -20,6 +21,7 @@ from mewdex.providers import sealed_fields, secrets
 
 APP_SETTING = "channel_wecom_app"
 APP_SECRET_FIELDS = ("secret", "token", "encoding_aes_key")
+hooks.provide("sealed_settings", APP_SETTING, APP_SECRET_FIELDS)
 CALLBACK_PATH = "/channels/wecom/callback"
 
 

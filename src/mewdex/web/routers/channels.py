@@ -216,8 +216,8 @@ def channels_page(
     request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
 ):
     """The Channels settings page: the linked chats (each with the collection it answers from, its
-    auto-save switch and Remove; a link awaiting the chat's YES says so), the Telegram link, the
-    webhook (secret shown once), the log."""
+    auto-save switch and Remove; a link awaiting the chat's YES says so), each channel's card (a
+    package's own ``card.html`` where it brings one), the webhook (secret shown once), the log."""
     from mewdex.library import collections as library_collections
     from mewdex.library import listing
     from mewdex.web.templating import render

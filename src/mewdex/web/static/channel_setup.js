@@ -1,7 +1,6 @@
-// The Channels page's QQ (OneBot), WeCom and WeChat ClawBot blocks: connect a QQ bot (its token shown
-// once; the card then says it waits for the bot, polling the bindings until the bot connects), the
-// WeCom app (admin) and a member's bind code, the WeChat login QR polled until confirmed, and the
-// bind code of any channel that binds by one.
+// The Channels page's QQ (OneBot) and WeCom blocks: connect a QQ bot (its token shown once; the card
+// then says it waits for the bot, polling the bindings until the bot connects), the WeCom app (admin)
+// and a member's bind code, and the bind code of any channel that binds by one.
 "use strict";
 (() => {
   const section = (el) => el.closest("[data-channel]");
@@ -26,29 +25,8 @@
       if (!r.ok) return toast(errorText(r.body, r.status), "bad");
       $(".bind-code code", box).textContent = r.body.code;
       $(".bind-code", box).hidden = false;
-    } else if (button.dataset.action === "clawbot-login") {
-      button.disabled = true;
-      const r = await api("POST", "/api/v1/channels/clawbot/login");
-      button.disabled = false;
-      if (!r.ok) return toast(errorText(r.body, r.status), "bad");
-      const holder = $(".clawbot-qr", box);
-      $(".qr", holder).innerHTML = r.body.qr_svg;  // an SVG made by the server (segno), not user content
-      holder.hidden = false;
-      pollLogin(box, r.body.qrcode);
     }
   });
-
-  async function pollLogin(box, qrcode) {
-    const status = $(".clawbot-status", box);
-    for (let i = 0; i < 120; i++) {
-      const r = await api("GET", `/api/v1/channels/clawbot/login/${encodeURIComponent(qrcode)}`);
-      if (!r.ok) { status.textContent = errorText(r.body, r.status); return; }
-      status.textContent = t(`js.clawbot_${r.body.status}`) || r.body.status;
-      if (r.body.status === "confirmed") { setTimeout(() => location.reload(), 800); return; }
-      if (r.body.status === "expired") return;
-      await new Promise((done) => setTimeout(done, 2000));
-    }
-  }
 
   document.addEventListener("submit", async (event) => {
     const form = event.target.closest("[data-channel-form='onebot-bind'], [data-channel-form='wecom-app']");

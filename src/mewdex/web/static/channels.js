@@ -1,6 +1,5 @@
-// The Channels settings page: link Telegram, the admin's Telegram bot token (saved sealed; used at
-// once), add a webhook (its secret shown once), revoke a binding, a linked chat's pool (the collection
-// it answers from) and auto-save.
+// The Channels settings page: add a webhook (its secret shown once), revoke a binding, a linked chat's
+// pool (the collection it answers from) and auto-save; a channel package's own card brings its script.
 // Every change goes through /api/v1/channels; strings come from the page's catalogue.
 "use strict";
 (() => {
@@ -10,26 +9,11 @@
     const button = event.target.closest("[data-action]");
     if (!button) return;
     const box = section(button);
-    if (button.dataset.action === "telegram-link") {
-      button.disabled = true;
-      const r = await api("POST", "/api/v1/channels/telegram/link");
-      button.disabled = false;
-      if (!r.ok) return toast(errorText(r.body, r.status), "bad");
-      const holder = $(".telegram-link", box);
-      const a = $("a", holder);
-      a.href = r.body.url;
-      a.textContent = r.body.url;
-      holder.hidden = false;
-    } else if (button.dataset.action === "revoke-channel") {
+    if (button.dataset.action === "revoke-channel") {
       if (!confirm(t("js.channel_revoke_confirm"))) return;
       const r = await api("DELETE", `/api/v1/channels/${encodeURIComponent(box.dataset.channel)}`);
       if (!r.ok) return toast(errorText(r.body, r.status), "bad");
       toast(t("js.channel_revoked"));
-      setTimeout(() => location.reload(), 600);
-    } else if (button.dataset.action === "telegram-token-remove") {
-      const r = await api("PUT", "/api/v1/channels/telegram/token", {token: null});
-      if (!r.ok) return toast(errorText(r.body, r.status), "bad");
-      toast(t("js.telegram_token_removed"));
       setTimeout(() => location.reload(), 600);
     } else if (button.dataset.action === "copy-secret") {
       if (await copyText($(".webhook-secret code", box).textContent)) toast(t("js.channel_secret_copied"));
@@ -54,19 +38,11 @@
   });
 
   document.addEventListener("submit", async (event) => {
-    const form = event.target.closest("[data-channel-form='webhook-create'], [data-channel-form='telegram-token']");
+    const form = event.target.closest("[data-channel-form='webhook-create']");
     if (!form) return;
     event.preventDefault();
     const error = $(".form-error", form);
     error.textContent = "";
-    if (form.dataset.channelForm === "telegram-token") {
-      const r = await api("PUT", "/api/v1/channels/telegram/token", {token: form.elements.token.value.trim()});
-      if (!r.ok) { error.textContent = errorText(r.body, r.status); return; }
-      form.reset();
-      toast(t("js.telegram_token_saved"));
-      setTimeout(() => location.reload(), 600);
-      return;
-    }
     const r = await api("POST", "/api/v1/channels/webhook", {url: form.elements.url.value.trim()});
     if (!r.ok) { error.textContent = errorText(r.body, r.status); return; }
     const box = section(form);
