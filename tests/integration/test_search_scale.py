@@ -416,11 +416,12 @@ def test_near_duplicates_by_index_find_what_the_scan_found(sessions):
         drop_scope(sessions, other)
 
 
-def test_vector_leg_of_a_small_scope_next_to_a_large_one_stays_exact(sessions, monkeypatch):
+def test_vector_leg_of_a_small_scope_next_to_a_large_one_stays_exact(sessions):
     """Through the search service (its leg pool: HNSW settings and custom plans on the connection,
     the scope's head cached), a 30-meme scope next to a 1,500-meme one whose vectors all sit nearer
     the query gets all its own memes in exact cosine order, every time (psycopg prepares a statement
     run 5 times; the plan must not turn generic)."""
+    from mewdex import hooks
     from mewdex.db.engine import get_search_sessionmaker
     from mewdex.inference import models
     from mewdex.search import service, vector
@@ -435,7 +436,7 @@ def test_vector_leg_of_a_small_scope_next_to_a_large_one_stays_exact(sessions, m
         def embed_query(self, text):
             return query
 
-    monkeypatch.setitem(models._FACTORIES, "scale-fixed", Fixed)
+    models.register_text_embedder("scale-fixed", Fixed)  # through the text_embedders hook; withdrawn below
     big, small = new_scope(sessions, "vecbig"), new_scope(sessions, "vecsmall")
     try:
         near = query + 0.05 * _unit(rng, 1500)
@@ -450,5 +451,6 @@ def test_vector_leg_of_a_small_scope_next_to_a_large_one_stays_exact(sessions, m
             assert session.execute(text("SHOW plan_cache_mode")).scalar_one() == "force_custom_plan"
             assert session.execute(text("SHOW hnsw.ef_search")).scalar_one() == str(vector.EF_SEARCH)
     finally:
+        hooks.withdraw("text_embedders", "scale-fixed")
         drop_scope(sessions, big)
         drop_scope(sessions, small)
