@@ -63,9 +63,12 @@ def test_bad_unknown_and_too_large_sets_and_no_linked_bot_get_their_codes(sessio
     with client_for(account.scope) as client:
         unlinked = client.post("/api/v1/collections/import-sticker-set", json={"set": "anything"})
         assert unlinked.status_code == 409 and unlinked.json()["error"]["code"] == "telegram_not_linked"
-        export = client.post(
+        unknown = client.post(
             f"/api/v1/collections/{'0' * 8}-0000-0000-0000-{'0' * 12}/sticker-set", json={"title": "x", "name": "x"}
         )
+        assert unknown.status_code == 404  # no such collection of this account: said before anything else
+        own = client.post("/api/v1/collections", json={"name": "unlinked export"}).json()["id"]
+        export = client.post(f"/api/v1/collections/{own}/sticker-set", json={"title": "x", "name": "x"})
         assert export.status_code == 409 and export.json()["error"]["code"] == "telegram_not_linked"
 
         bind_telegram(sessions, account, new_user_id())

@@ -197,12 +197,13 @@ def export_set(
     """Create the Telegram sticker set ``<name>_by_<bot username>`` (titled ``title``) from the
     collection's memes, owned by the Telegram user of the account's binding. ``{"name", "link",
     "added", "skipped": [{"meme_id", "name", "reason"}]}``. Errors: module doc."""
+    with sessions.begin() as session:  # another account's collection is 404 before anything else is said
+        collections.find(session, scope, collection_id)
     title = (title or "").strip()
     if not 1 <= len(title) <= 64:
         raise ChannelError("sticker_set_title_invalid", "a sticker set's title has 1 to 64 characters")
     with sessions.begin() as session:
         owner = _linked_owner(session, scope.scope_id)
-        collections.find(session, scope, collection_id)
         ids = [m.id for m in collections.members(session, scope, collection_id)]
     if len(ids) > MAX_STICKERS:
         raise ChannelError(
