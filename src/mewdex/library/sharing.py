@@ -68,6 +68,22 @@ class Access:
     use_in_chat: bool = False
 
 
+def _memberships():
+    """Collections with their members and the members' accounts (one row a membership): what
+    :func:`access` and :func:`chat_pools` narrow."""
+    return (
+        select(MemeCollection, CollectionMember)
+        .join(
+            CollectionMember,
+            and_(
+                CollectionMember.scope_id == MemeCollection.scope_id,
+                CollectionMember.collection_id == MemeCollection.id,
+            ),
+        )
+        .join(User, User.user_id == CollectionMember.user_id)
+    )
+
+
 def access(
     session: Session, scope: ScopeContext, user_id: UUID | None, collection_id: UUID, *, need: str = "read"
 ) -> Access:
@@ -83,16 +99,9 @@ def access(
         return Access(own, scope, "owner")
     if user_id is not None and need != "owner":
         found = session.execute(
-            select(MemeCollection, CollectionMember)
-            .join(
-                CollectionMember,
-                and_(
-                    CollectionMember.scope_id == MemeCollection.scope_id,
-                    CollectionMember.collection_id == MemeCollection.id,
-                ),
+            _memberships().where(
+                MemeCollection.id == collection_id, CollectionMember.user_id == user_id, ~User.disabled
             )
-            .join(User, User.user_id == CollectionMember.user_id)
-            .where(MemeCollection.id == collection_id, CollectionMember.user_id == user_id, ~User.disabled)
         ).first()
         if (
             found is not None
@@ -209,15 +218,7 @@ def chat_pools(session: Session, scope_id: str) -> list[Access]:
     :class:`Access` (role ``viewer``/``editor``), by name; none for a disabled account or of a disabled
     owner. Read at every search, so a removed membership or a changed choice counts at once."""
     rows = session.execute(
-        select(MemeCollection, CollectionMember)
-        .join(
-            CollectionMember,
-            and_(
-                CollectionMember.scope_id == MemeCollection.scope_id,
-                CollectionMember.collection_id == MemeCollection.id,
-            ),
-        )
-        .join(User, User.user_id == CollectionMember.user_id)
+        _memberships()
         .where(User.scope_id == scope_id, ~User.disabled, CollectionMember.use_in_chat)
         .order_by(MemeCollection.name, MemeCollection.id)
     ).all()
