@@ -72,6 +72,7 @@ HOOKS: dict[str, Hook] = {
         Hook("sealed_task_payloads", "the sealed members of a task type's payload, by task type"),
         Hook("channel_adapters", "channels.base.Adapter, by channel name (its package declares CHANNEL)"),
         Hook("settings", "a config.SettingsGroup class: a capability's own MEWDEX_* settings, by its name"),
+        Hook("metric_collectors", "series(execute) -> Iterator[prometheus Metric]: read at each /metrics scrape"),
     )
 }
 
@@ -104,6 +105,7 @@ _CHANNEL_TASK_TYPES = (
 BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     Plugin("mewdex.queue.tasks", {"lanes": ("default",)}),
     Plugin("mewdex.queue.noop", {"task_types": ("noop",)}),
+    Plugin("mewdex.queue.metrics", {"metric_collectors": ("queue", "tasks")}),
     Plugin("mewdex.queue.maintenance", {"lanes": ("maintenance",), "task_types": ("lease_reaping", "batch_feeding")}),
     Plugin("mewdex.inference.models", {"text_embedders": ("e5", "use")}),
     Plugin("mewdex.pipeline.jobs", {"processing_submitters": ("create_job",), "cost_budgets": ("analysis_policy",)}),
@@ -127,6 +129,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     Plugin("mewdex.providers.openai_compat", {"providers": ("openai_compatible",)}),
     Plugin("mewdex.providers.reverse_image", {"providers": ("yandex_image_search", "serpapi_google_lens")}),
     Plugin("mewdex.providers.webhook", {"providers": ("webhook",)}),
+    Plugin("mewdex.providers.metrics", {"metric_collectors": ("providers",)}),
     Plugin(
         "mewdex.providers.search_steps",
         {
@@ -154,6 +157,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
             "account_hooks": ("channels",),
         },
     ),
+    Plugin("mewdex.channels.metrics", {"metric_collectors": ("deliveries",)}),
     Plugin("mewdex.schedules.dispatch", {"task_types": ("scheduled_job_dispatch",), "account_hooks": ("schedules",)}),
     Plugin("mewdex.schedules.runner", {"lanes": ("schedules",), "task_types": ("scheduled_job_run",)}),
     Plugin(

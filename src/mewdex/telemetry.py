@@ -3,7 +3,8 @@
 The series kept in this process's memory: HTTP requests (the web layer records them), search and
 search-leg latency (``search.service``), search reads that left the replica for the main database.
 They live in :data:`REGISTRY`, which ``GET /metrics`` renders together with the values read from the
-database at scrape time (``web.metrics``: queue, tasks, deliveries, providers, pools, disk), so the
+database at scrape time (hook ``metric_collectors``: queue, tasks, deliveries, providers; and
+``web.metrics``: pools, workers, disk), so the
 API and worker processes share no memory. prometheus_client appends ``_total`` to counters and
 ``_bucket``/``_sum``/``_count`` to histograms.
 """
@@ -12,6 +13,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.process_collector import ProcessCollector
+
+#: Window of the scrape-time "recent" series (``*_5m``: tasks finished, deliveries, provider calls
+#: and cost), in seconds; the collectors of hook ``metric_collectors`` use it.
+WINDOW_SECONDS = 300
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)  # process_resident_memory_bytes, process_cpu_seconds_total, open fds

@@ -47,6 +47,12 @@ EXPECTED: dict[str, dict[str, str]] = {
         "telegram_poll": "mewdex.channels.polling",
         "visual": "mewdex.pipeline.tasks",
     },
+    "metric_collectors": {
+        "deliveries": "mewdex.channels.metrics",
+        "providers": "mewdex.providers.metrics",
+        "queue": "mewdex.queue.metrics",
+        "tasks": "mewdex.queue.metrics",
+    },
     "processing_submitters": {
         "create_job": "mewdex.pipeline.jobs",
     },

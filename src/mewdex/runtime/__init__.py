@@ -238,6 +238,19 @@ def queue_processors(session) -> list[str]:
     )
 
 
+def worker_processes(session) -> int:
+    """How many ``mewdex worker`` processes are connected to the database now (by
+    ``application_name``, :data:`WORKER_APPLICATION_PREFIX`); ``/health`` and ``/metrics`` show it."""
+    from sqlalchemy import text
+
+    return int(
+        session.execute(
+            text("SELECT count(DISTINCT application_name) FROM pg_stat_activity WHERE application_name LIKE :p"),
+            {"p": f"{WORKER_APPLICATION_PREFIX}:%"},
+        ).scalar_one()
+    )
+
+
 def run_worker(
     concurrency: int, lanes: list[str] | None, grace: float | None, parent_pid: int | None, announce=print
 ) -> int:

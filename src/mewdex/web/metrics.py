@@ -8,8 +8,8 @@
   who may read ``/metrics``, a fixed sentence per code to anyone else.
 - ``/metrics``: the Prometheus text format (prometheus_client). This process's own series
   (:mod:`mewdex.telemetry`: HTTP requests, search latency per leg) and, read at scrape time by
-  :class:`DatabaseCollector`, what lives in the database (queue, tasks, deliveries, provider
-  calls and cost), so API and worker processes share no memory. Readable from loopback (no
+  :class:`DatabaseCollector`, what lives in the database: each capability's series (hook
+  ``metric_collectors``: queue, tasks, deliveries, provider calls and cost), so API and worker processes share no memory. Readable from loopback (no
   forwarding headers), by an admin (token or session), or from an address in
   ``MEWDEX_METRICS_ALLOW``; 404 to anyone else.
 """
@@ -34,19 +34,17 @@ from prometheus_client.registry import Collector
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from mewdex import telemetry
+from mewdex import hooks, telemetry
 from mewdex.config import get_settings
 from mewdex.db import engine as db_engine
 from mewdex.db import replica
-from mewdex.queue.tasks import PARKED_AT, lane_names
+from mewdex.runtime import worker_processes
 from mewdex.storage import blob_store
 from mewdex.web import security, server_state
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
 
-#: Window of the "recent" series (``*_5m``): tasks finished, deliveries, provider calls and cost.
-WINDOW_SECONDS = 300
 #: Each statement of a scrape gives up after this long (a scrape must not pile up behind a lock).
 STATEMENT_TIMEOUT_MS = 2000
 
@@ -258,149 +256,10 @@ class DatabaseCollector(Collector):
     def _database(self) -> Iterator[Metric]:
         with db_engine.get_sessionmaker().begin() as session:
             session.execute(text(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}"))
-            run = session.execute
-            yield from _queue(run)
-            yield from _tasks(run)
-            yield from _deliveries(run)
-            yield from _providers(run)
-            workers = run(
-                text("SELECT count(DISTINCT application_name) FROM pg_stat_activity WHERE application_name LIKE :p"),
-                {"p": f"{_worker_prefix()}:%"},
-            ).scalar_one()
+            for collect in hooks.implementations("metric_collectors").values():
+                yield from collect(session.execute)
+            workers = worker_processes(session)
             yield _gauge("mewdex_worker_processes", "`mewdex worker` processes connected to the database.", workers)
-
-
-def _worker_prefix() -> str:
-    from mewdex.runtime import WORKER_APPLICATION_PREFIX
-
-    return WORKER_APPLICATION_PREFIX
-
-
-def _queue(run) -> Iterator[Metric]:
-    depth = GaugeMetricFamily(
-        "mewdex_queue_depth",
-        "Tasks per lane and state: queued (due or backing off), running, parked (held by a batch).",
-        labels=["lane", "state"],
-    )
-    oldest = GaugeMetricFamily(
-        "mewdex_queue_oldest_age_seconds",
-        "Per lane, how long the longest-waiting due task has waited since it became due (0: none waits).",
-        labels=["lane"],
-    )
-    rows = run(
-        text(
-            "SELECT lane, count(*) FILTER (WHERE status = 'queued' AND available_at < :parked), "
-            "count(*) FILTER (WHERE status = 'running'), "
-            "count(*) FILTER (WHERE status = 'queued' AND available_at >= :parked), "
-            "coalesce(extract(epoch FROM now() - min(available_at) "
-            "FILTER (WHERE status = 'queued' AND available_at <= now())), 0) "
-            "FROM tasks WHERE status IN ('queued', 'running') GROUP BY lane"
-        ),
-        {"parked": PARKED_AT},
-    ).all()
-    seen = {lane: (0, 0, 0, 0.0) for lane in lane_names()}
-    seen |= {lane: (queued, running, parked, float(age)) for lane, queued, running, parked, age in rows}
-    for lane, (queued, running, parked, age) in sorted(seen.items()):
-        depth.add_metric([lane, "queued"], queued)
-        depth.add_metric([lane, "running"], running)
-        depth.add_metric([lane, "parked"], parked)
-        oldest.add_metric([lane], max(age, 0.0))
-    yield from (depth, oldest)
-
-
-def _tasks(run) -> Iterator[Metric]:
-    finished = GaugeMetricFamily(
-        "mewdex_tasks_finished_5m",
-        "Tasks that ended in the last 5 minutes, by task type and outcome (succeeded|failed).",
-        labels=["task_type", "outcome"],
-    )
-    duration = GaugeMetricFamily(
-        "mewdex_task_duration_seconds_5m",
-        "Run time (claim to end) of the tasks that ended in the last 5 minutes, by task type, at the "
-        "0.5 and 0.95 quantiles and the maximum (quantile 1).",
-        labels=["task_type", "quantile"],
-    )
-    rows = run(
-        text(
-            "SELECT task_type, status, count(*), "
-            "percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - started_at)), "
-            "percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - started_at)), "
-            "max(extract(epoch FROM completed_at - started_at)) "
-            "FROM tasks WHERE status IN ('succeeded', 'failed') AND completed_at > now() - make_interval(secs => :w) "
-            "GROUP BY task_type, status"
-        ),
-        {"w": WINDOW_SECONDS},
-    ).all()
-    durations: dict[str, list[tuple[int, float, float, float]]] = {}
-    for task_type, status, count, p50, p95, top in rows:
-        finished.add_metric([task_type, status], count)
-        if p50 is not None:
-            durations.setdefault(task_type, []).append((count, float(p50), float(p95), float(top)))
-    for task_type, parts in sorted(durations.items()):
-        # Both outcomes together: the larger group's quantiles (failures are usually few), the overall max.
-        count, p50, p95, _ = max(parts)
-        duration.add_metric([task_type, "0.5"], p50)
-        duration.add_metric([task_type, "0.95"], p95)
-        duration.add_metric([task_type, "1"], max(p[3] for p in parts))
-    yield from (finished, duration)
-
-
-def _deliveries(run) -> Iterator[Metric]:
-    recent = GaugeMetricFamily(
-        "mewdex_channel_deliveries_5m",
-        "Channel deliveries created in the last 5 minutes, by channel and status "
-        "(queued, retrying, sent, failed, cancelled, unknown).",
-        labels=["channel", "status"],
-    )
-    for channel, status, count in run(
-        text(
-            "SELECT channel, status, count(*) FROM channel_deliveries "
-            "WHERE created_at > now() - make_interval(secs => :w) GROUP BY channel, status"
-        ),
-        {"w": WINDOW_SECONDS},
-    ):
-        recent.add_metric([channel, status], count)
-    pending = GaugeMetricFamily(
-        "mewdex_channel_deliveries_pending",
-        "Deliveries not yet sent (queued or retrying), by channel.",
-        labels=["channel"],
-    )
-    for channel, count in run(
-        text("SELECT channel, count(*) FROM channel_deliveries WHERE status IN ('queued', 'retrying') GROUP BY channel")
-    ):
-        pending.add_metric([channel], count)
-    yield from (recent, pending)
-
-
-def _providers(run) -> Iterator[Metric]:
-    calls = GaugeMetricFamily(
-        "mewdex_provider_calls_5m",
-        "Calls to outside systems (connectors) in the last 5 minutes, by provider and outcome (ok|failed).",
-        labels=["provider", "outcome"],
-    )
-    for provider, outcome, count in run(
-        text(
-            "SELECT coalesce(d.provider, 'unknown'), a.outcome, count(*) FROM external_system_audits a "
-            "LEFT JOIN external_system_definitions d ON d.definition_id = a.definition_id "
-            "WHERE a.created_at > now() - make_interval(secs => :w) GROUP BY 1, 2"
-        ),
-        {"w": WINDOW_SECONDS},
-    ):
-        calls.add_metric([provider, outcome], count)
-    cost = GaugeMetricFamily(
-        "mewdex_provider_cost_cny_5m",
-        "Metered cost (CNY, from MEWDEX_PRICES) of the last 5 minutes' provider calls, by kind.",
-        labels=["kind"],
-    )
-    for kind, total in run(
-        text(
-            "SELECT kind, sum(cost_cny) FROM usage_events "
-            "WHERE created_at > now() - make_interval(secs => :w) GROUP BY kind"
-        ),
-        {"w": WINDOW_SECONDS},
-    ):
-        cost.add_metric([kind], float(total or 0))
-    yield from (calls, cost)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -8,14 +8,13 @@ import logging
 import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.common import HealthStatus
 
 # ``mewdex worker`` processes connect with this application_name prefix (runtime.run_worker sets PGAPPNAME).
-from mewdex.runtime import WORKER_APPLICATION_PREFIX
+from mewdex.runtime import worker_processes
 from mewdex.runtime.backup import health as backup_health
 from mewdex.storage import blob_store
 from mewdex.web.server_state import DATABASE_UNREACHABLE, health_state, reasons_for
@@ -80,10 +79,7 @@ def _health(request: Request):
         return JSONResponse({"status": status}, status_code=code)
     pool = getattr(request.app.state, "worker_pool", None)
     with get_sessionmaker().begin() as session:
-        processes = session.execute(
-            text("SELECT count(DISTINCT application_name) FROM pg_stat_activity WHERE application_name LIKE :p"),
-            {"p": f"{WORKER_APPLICATION_PREFIX}:%"},
-        ).scalar_one()
+        processes = worker_processes(session)
         depth = queue_depth(session)
         backups = backup_health(session)
     free = blob_store().free_bytes()  # None: an object store (no free-space figure)
