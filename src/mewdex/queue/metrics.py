@@ -10,8 +10,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy import text
 
 from mewdex import hooks
-from mewdex.telemetry import WINDOW_SECONDS
 from mewdex.queue.tasks import PARKED_AT, lane_names
+from mewdex.telemetry import WINDOW_SECONDS
+
 
 def queue_series(run: Callable[..., Any]) -> Iterator[Metric]:
     """``mewdex_queue_depth`` {lane, state} and ``mewdex_queue_oldest_age_seconds`` {lane}; every
@@ -49,7 +50,8 @@ def queue_series(run: Callable[..., Any]) -> Iterator[Metric]:
 
 def task_series(run: Callable[..., Any]) -> Iterator[Metric]:
     """``mewdex_tasks_finished_5m`` {task_type, outcome} and ``mewdex_task_duration_seconds_5m``
-    {task_type, quantile} (0.5, 0.95, 1 = max; seconds from claim to end) over the window (:data:`mewdex.telemetry.WINDOW_SECONDS`)."""
+    {task_type, quantile} (0.5, 0.95, 1 = max; seconds from claim to end) over the window
+    (:data:`mewdex.telemetry.WINDOW_SECONDS`)."""
     finished = GaugeMetricFamily(
         "mewdex_tasks_finished_5m",
         "Tasks that ended in the last 5 minutes, by task type and outcome (succeeded|failed).",
