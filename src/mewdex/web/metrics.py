@@ -10,9 +10,8 @@
   (:mod:`mewdex.telemetry`: HTTP requests, search latency per leg) and, read at scrape time by
   :class:`DatabaseCollector`, what lives in the database: each capability's series (hook
   ``metric_collectors``: queue, tasks, deliveries, provider calls and cost), so API and worker
-  processes share no memory. Readable from loopback (no
-  forwarding headers), by an admin (token or session), or from an address in
-  ``MEWDEX_METRICS_ALLOW``; 404 to anyone else.
+  processes share no memory. Readable from loopback (no forwarding headers), by an admin (token or
+  session), or from an address in ``MEWDEX_METRICS_ALLOW``; 404 to anyone else.
 """
 
 from __future__ import annotations
