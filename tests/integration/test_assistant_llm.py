@@ -17,6 +17,7 @@ from sqlalchemy import select, text
 from conftest import client_for, wait_until
 from fakes.openai_server import FakeOpenAI, Reply
 from mewdex.assistant import agent, catalogue, chat, conversations, prompts, runs, titles
+from mewdex.assistant.errors import AssistantError
 from mewdex.db.models import Conversation, Message, ScopeContext, UsageEvent
 from test_assistant import _conversation, _meme, add_library
 
@@ -497,9 +498,17 @@ def test_the_models_tools_reach_the_shared_collections_a_member_chose(sessions, 
         assert [(h["id"], h["media_url"]) for h in tools.search_memes(sessions, member_scope, "bandicoot")] == [
             (inside, media)
         ]
+        facts, picture, _ = tools.get_meme(sessions, member_scope, inside)  # MCP's get_meme of what it found
+        assert (facts["id"], facts["media_url"], facts["collections"]) == (inside, media, ["Marsupials"])
+        assert picture  # read from the owner's store
+        with pytest.raises(AssistantError) as outside_pool:
+            tools.get_meme(sessions, member_scope, outside)
+        assert outside_pool.value.code == "not_found"
         with sessions.begin() as session:
             sharing.set_use_in_chat(session, member_scope, member_id, c.id, False)
         assert tools.search_memes(sessions, member_scope, "bandicoot") == []
+        with pytest.raises(AssistantError):
+            tools.get_meme(sessions, member_scope, inside)
         model.steps.extend([Reply.calls([("show_memes", {"meme_ids": [inside]})]), Reply.text("none")])
         events = _events(sessions, member_scope, _conversation(sessions, member_scope), "again")
         assert [d for n, d in events if n == "meme"] == []

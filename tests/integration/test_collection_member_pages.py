@@ -72,6 +72,10 @@ def test_member_page_list_and_choice(auth_app, sessions, store):
     r = api.put(path, json={"use_in_chat": True}, headers=bearer(member.token))
     assert r.status_code == 200 and r.json() == {"collection_id": cid, "role": "viewer", "use_in_chat": True}, r.text
     assert 'data-member-action="use-in-chat" checked' in member.client.get(f"/collections/{cid}").text
+    listed = api.get("/api/v1/collections", headers=bearer(member.token)).json()["collections"]
+    assert [(c["id"], c["role"], c["use_in_chat"]) for c in listed if c["id"] == cid] == [(cid, "viewer", True)]
+    assert api.get(f"/api/v1/collections/{cid}", headers=bearer(member.token)).json()["use_in_chat"] is True
+    assert api.get(f"/api/v1/collections/{cid}", headers=bearer(owner.token)).json()["use_in_chat"] is None
     assert api.put(path, json={"use_in_chat": "yes"}, headers=bearer(member.token)).status_code == 422
     assert api.put(path, json={"use_in_chat": True}, headers=bearer(third.token)).status_code == 404
     assert api.put(path, json={"use_in_chat": True}, headers=bearer(owner.token)).status_code == 404

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -25,6 +26,7 @@ from mewdex.db.models import Meme, MemeCollection, MemeCollectionItem, ScopeCont
 from mewdex.dto.search import SearchFilters
 from mewdex.library import collections as library_collections
 from mewdex.library import memes as library_memes
+from mewdex.library import sharing
 from mewdex.library import thumbnails as thumbs
 from mewdex.library.scopes import storage_namespace
 from mewdex.search import image_search
@@ -133,22 +135,34 @@ def get_meme(
 ) -> tuple[dict[str, Any], bytes | None, str]:
     """The meme's facts and context (``{"id", "display_name", "media_url", "extension", "animated",
     "context", "collections"}``), a picture of it (the still thumbnail, else the original when ≤ 1 MiB;
-    None when neither is at hand) and that picture's format (``webp``, ``png`` …)."""
+    None when neither is at hand) and that picture's format (``webp``, ``png`` …). A meme of a shared
+    collection the caller chose for its chats (:mod:`.shared_collections`) is read from its owner's
+    store, with the member route as ``media_url`` and that collection as its only one. Errors:
+    ``not_found``."""
     with sessions.begin() as session:
-        meme = _meme(session, scope, meme_id)
-        names = [
-            c.name
-            for c in session.execute(
-                select(MemeCollection)
-                .join(MemeCollectionItem, MemeCollectionItem.collection_id == MemeCollection.id)
-                .where(MemeCollectionItem.meme_id == meme.id, MemeCollection.scope_id == scope.scope_id)
-            ).scalars()
-        ]
+        meme = library_memes.find(session, scope, meme_id)
+        if meme is not None:
+            holder, media_url = scope, f"/media/{meme.id}"
+            names = [
+                c.name
+                for c in session.execute(
+                    select(MemeCollection)
+                    .join(MemeCollectionItem, MemeCollectionItem.collection_id == MemeCollection.id)
+                    .where(MemeCollectionItem.meme_id == meme.id, MemeCollection.scope_id == scope.scope_id)
+                ).scalars()
+            ]
+        else:
+            shared = sharing.chosen_meme(session, scope.scope_id, _uuid(meme_id))
+            if shared is None:
+                raise AssistantError("not_found", "no such meme")
+            meme, granted = shared
+            holder, names = granted.owner, [granted.collection.name]
+            media_url = sharing.member_media_path(granted.collection.id, meme.id)
         context = meme.meme_context or {}
         facts = {
             "id": str(meme.id),
             "display_name": meme.display_name,
-            "media_url": f"/media/{meme.id}",
+            "media_url": media_url,
             "extension": meme.extension,
             "animated": bool((meme.extensions or {}).get("image", {}).get("animated")),
             "context": {
@@ -158,7 +172,7 @@ def get_meme(
             },
             "collections": names,
         }
-        namespace = storage_namespace(session, scope.scope_id)
+        namespace = storage_namespace(session, holder.scope_id)
         store = blob_store()
         row = thumbs.current_thumbnail(session, meme, thumbs.STILL_PROFILE)
         if row is not None and row.output_key:
@@ -173,6 +187,13 @@ def get_meme(
                 return facts, None, ""
             return facts, data, meme.extension.lstrip(".").replace("jpg", "jpeg")
         return facts, None, ""
+
+
+def _uuid(value: Any) -> UUID:
+    try:
+        return value if isinstance(value, UUID) else UUID(str(value))
+    except ValueError:
+        raise AssistantError("not_found", "no such meme") from None
 
 
 def list_collections(sessions: sessionmaker[Session], scope: ScopeContext) -> list[dict[str, Any]]:

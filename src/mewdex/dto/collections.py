@@ -12,7 +12,8 @@ from mewdex.dto.memes import MemeBrief
 
 class CollectionBrief(Dto):
     """A collection in a list. ``role``: ``owner`` (the caller's own), or ``viewer`` / ``editor`` (shared
-    with the caller; ``owner`` then names the owning account's email, else null)."""
+    with the caller; ``owner`` then names the owning account's email, else null, and ``use_in_chat``
+    says whether the caller's assistant answers from it; null for the caller's own)."""
 
     id: str
     name: str
@@ -21,6 +22,7 @@ class CollectionBrief(Dto):
     updated_at: Timestamp
     role: Literal["owner", "editor", "viewer"] = "owner"
     owner: str | None = None
+    use_in_chat: bool | None = None
 
 
 class Collection(CollectionBrief):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from sqlalchemy import and_, delete, select, update
@@ -42,6 +42,7 @@ from mewdex.db.models import (
 from mewdex.library.collections import MAX_ITEMS_PER_REQUEST, CollectionError
 from mewdex.library.listing import find, live
 from mewdex.library.memes import add_image
+from mewdex.library.names import saved_name
 from mewdex.library.scopes import storage_namespace
 from mewdex.platform import sessions as platform_sessions
 from mewdex.platform.owners import owner_active
@@ -173,13 +174,22 @@ def owner_email(session: Session, scope_id: str) -> str | None:
 # ------------------------------------------------------------------ members
 
 
-def shared_with(session: Session, user_id: UUID | None) -> list[tuple[MemeCollection, str, str | None]]:
-    """The collections shared with the account: ``(collection, role, owner's email)``, by name (none of
-    a disabled owner: :func:`access` refuses them)."""
+class SharedCollection(NamedTuple):
+    """A collection shared with an account, as :func:`shared_with` lists it."""
+
+    collection: MemeCollection
+    role: str
+    owner_email: str | None
+    use_in_chat: bool
+
+
+def shared_with(session: Session, user_id: UUID | None) -> list[SharedCollection]:
+    """The collections shared with the account: collection, role, owner's email and the member's "use in
+    my chat answers" choice, by name (none of a disabled owner: :func:`access` refuses them)."""
     if user_id is None:
         return []
     rows = session.execute(
-        select(MemeCollection, CollectionMember.role, User.email)
+        select(MemeCollection, CollectionMember.role, User.email, CollectionMember.use_in_chat)
         .join(
             CollectionMember,
             and_(
@@ -191,7 +201,7 @@ def shared_with(session: Session, user_id: UUID | None) -> list[tuple[MemeCollec
         .where(CollectionMember.user_id == user_id)
         .order_by(MemeCollection.name, MemeCollection.id)
     ).all()
-    return [(c, role, email) for c, role, email in rows if owner_active(session, c.scope_id)]
+    return [SharedCollection(*row) for row in rows if owner_active(session, row[0].scope_id)]
 
 
 def set_use_in_chat(
@@ -232,14 +242,22 @@ def chat_pools(session: Session, scope_id: str) -> list[Access]:
 def sendable_meme(session: Session, scope_id: str, meme_id: UUID) -> tuple[Meme, ScopeContext] | None:
     """The live meme ``meme_id`` the account of ``scope_id`` may send (a channel delivery of what its
     assistant picked): its own, or one of a shared collection it chose for its chats now
-    (:func:`chat_pools`), with the scope whose blob namespace holds the file; None otherwise (also
+    (:func:`chosen_meme`), with the scope whose blob namespace holds the file; None otherwise (also
     once the membership or the choice has ended)."""
     own = find(session, ScopeContext(scope_id), meme_id)
     if own is not None:
         return own, ScopeContext(scope_id)
+    shared = chosen_meme(session, scope_id, meme_id)
+    return (shared[0], shared[1].owner) if shared is not None else None
+
+
+def chosen_meme(session: Session, scope_id: str, meme_id: UUID) -> tuple[Meme, Access] | None:
+    """The live meme ``meme_id`` of a shared collection the account of ``scope_id`` chose for its chats
+    now (:func:`chat_pools`), with that collection's access (its ``owner`` holds the file); None when
+    no chosen collection holds it."""
     for granted in chat_pools(session, scope_id):
         try:
-            return collection_meme(session, granted, meme_id), granted.owner
+            return collection_meme(session, granted, meme_id), granted
         except CollectionError:
             continue
     return None
@@ -329,7 +347,7 @@ def editor_add(
         if missing:
             raise CollectionError("memes_not_found", f"{len(missing)} meme(s) not found", {"missing": missing})
         namespace = storage_namespace(session, scope.scope_id)
-        sources = [(m, found[m].storage_key, f"{found[m].display_name}{found[m].extension}") for m in wanted]
+        sources = [(m, found[m].storage_key, saved_name(found[m].display_name, found[m].extension)) for m in wanted]
         before = collection_meme_ids(session, granted)
     items = []
     for source_id, key, filename in sources:

@@ -19,7 +19,7 @@ from mewdex.db.models import ScopeContext
 from mewdex.library import collections, memes
 from mewdex.library.images import ImageError, ImageInfo, probe
 from mewdex.library.memes import add_image
-from mewdex.library.names import display_name_from_filename, normalize_display_name
+from mewdex.library.names import display_name_from_filename, normalize_display_name, saved_name
 from mewdex.library.packages.zipformat import (
     FORMAT,
     MANIFEST,
@@ -344,7 +344,7 @@ def _import_item(
         store,
         scope,
         data,
-        filename=item.display_name + item.probed.extension,
+        filename=saved_name(item.display_name, item.probed.extension),
         provenance={"source": "zip_import", "package": source_name, "entry": item.name},
         collection_names=[collection_name],
         process=process,

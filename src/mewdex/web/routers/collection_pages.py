@@ -64,7 +64,9 @@ def collections_overview(
         "pages": pages,
         "total": total,
         "created": next((c for c in rows if c.id == created), None),
-        "shared": [_shared_row(session, c, role, email) for c, role, email in sharing.shared_with(session, user_id)],
+        "shared": [
+            _shared_row(session, s.collection, s.role, s.owner_email) for s in sharing.shared_with(session, user_id)
+        ],
     }
 
 

@@ -37,7 +37,11 @@ router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
 
 
 def collection_brief(
-    collection: MemeCollection, item_count: int, role: str = "owner", owner: str | None = None
+    collection: MemeCollection,
+    item_count: int,
+    role: str = "owner",
+    owner: str | None = None,
+    use_in_chat: bool | None = None,
 ) -> CollectionBrief:
     return CollectionBrief(
         id=str(collection.id),
@@ -47,6 +51,7 @@ def collection_brief(
         updated_at=collection.updated_at.isoformat(),
         role=role,  # type: ignore[arg-type]  # one of the Literal's values (library.sharing.access)
         owner=owner,
+        use_in_chat=use_in_chat,
     )
 
 
@@ -65,13 +70,20 @@ def list_collections(
     scope: ScopeContext = Depends(current_scope),
     user_id: UUID | None = Depends(current_user_id),
 ):
-    """``{"collections": [{"id", "name", "item_count", "created_at", "updated_at", "role", "owner"}]}``:
-    the caller's own by name (``role`` ``owner``), then those shared with the caller's account by name
-    (``role`` ``viewer``/``editor``, ``owner`` the owning account's email)."""
+    """``{"collections": [{"id", "name", "item_count", "created_at", "updated_at", "role", "owner",
+    "use_in_chat"}]}``: the caller's own by name (``role`` ``owner``, ``use_in_chat`` null), then those
+    shared with the caller's account by name (``role`` ``viewer``/``editor``, ``owner`` the owning
+    account's email, ``use_in_chat`` the member's choice of ``PUT /{id}/membership``)."""
     own = [collection_brief(c, n) for c, n in collections.list_collections(session, scope)]
     shared = [
-        collection_brief(c, collections.count_items(session, ScopeContext(c.scope_id), c.id), role, email)
-        for c, role, email in sharing.shared_with(session, user_id)
+        collection_brief(
+            s.collection,
+            collections.count_items(session, ScopeContext(s.collection.scope_id), s.collection.id),
+            s.role,
+            s.owner_email,
+            s.use_in_chat,
+        )
+        for s in sharing.shared_with(session, user_id)
     ]
     return CollectionList(collections=own + shared)
 
@@ -174,12 +186,12 @@ def read_collection(
     ``/api/v1/collections/{id}/media/{meme_id}``); 404 ``not_found``."""
     granted = sharing.access(session, scope, user_id, parse_id(collection_id, "collection"))
     items = [meme_brief(m) for m in collections.members(session, granted.owner, granted.collection.id)]
-    owner = None
+    owner, use_in_chat = None, None
     if granted.role != "owner":
-        owner = sharing.owner_email(session, granted.owner.scope_id)
+        owner, use_in_chat = sharing.owner_email(session, granted.owner.scope_id), granted.use_in_chat
         for item in items:
             item.media_url = item.thumbnail_url = member_media_url(granted.collection.id, item.id)
-    brief = collection_brief(granted.collection, len(items), granted.role, owner)
+    brief = collection_brief(granted.collection, len(items), granted.role, owner, use_in_chat)
     return Collection(**brief.model_dump(), items=items)
 
 
