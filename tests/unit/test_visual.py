@@ -303,6 +303,18 @@ def test_single_pass_decode_gives_exactly_load_frames(name):
     )
 
 
+@pytest.mark.parametrize(
+    "name", ["img01_cmyk_exif6.jpg", "img03_exif6.png", "img04_palette_trns.png", "img06_animated_3frames.webp"]
+)
+def test_the_hash_of_a_file_is_the_stages_from_its_first_frame_alone(name):
+    """A chat's save hashes the file at once (``phash_of_file``): the very hash the visual stage
+    stores (``phash_of`` of the whole decoding), upright, transparency on white, any frame count."""
+    data = case(name)
+    assert visual_model.phash_of_file(data, max_pixels=10**8) == visual_model.phash_of(th.decode_for_visual(data))
+    first = th.decode_for_visual(data, first_frame=True)
+    assert len(first.preview) == 1 and len(first.model_frames) == 1
+
+
 def test_single_pass_decode_of_a_long_animation_still_reaches_the_last_frame():
     frames = [Image.new("RGB", (40, 40), (0, 0, min(255, i))) for i in range(250)]
     data = encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=40, loop=0)
