@@ -108,9 +108,7 @@ class FakeWeCom:
     def calls(self, path: str) -> list[dict[str, Any]]:
         return [r for r in self.requests if r["path"] == path]
 
-    def _route(
-        self, method: str, path: str, query: dict[str, str], body: bytes, ctype: str
-    ) -> dict[str, Any] | bytes:
+    def _route(self, method: str, path: str, query: dict[str, str], body: bytes, ctype: str) -> dict[str, Any] | bytes:
         with self._lock:
             for i, (ipath, errcode, errmsg) in enumerate(self._injected):
                 if ipath == path:
