@@ -146,11 +146,15 @@ class FakeClawBot:
     def fail_next(self, ret: int) -> None:
         self._fail.append(ret)
 
-    def user_says(self, token: str, text: str = "", image: bytes | None = None) -> dict[str, Any]:
-        """The bound person writes to the bot of ``token`` (opens the window); returns the message."""
+    def user_says(
+        self, token: str, text: str = "", image: bytes | None = None, from_user: str | None = None
+    ) -> dict[str, Any]:
+        """The bound person (or ``from_user``, someone iLink should not let reach this 1:1 bot) writes
+        to the bot of ``token`` (opens the window); returns the message."""
         info = self.tokens[token]
+        sender = from_user or info["user_id"]
         context_token = secrets.token_urlsafe(24)
-        self.contexts[(info["bot_id"], info["user_id"])] = {"token": context_token, "at": self.now, "sends": 0}
+        self.contexts[(info["bot_id"], sender)] = {"token": context_token, "at": self.now, "sends": 0}
         items: list[dict[str, Any]] = []
         if text:
             items.append({"type": 1, "text_item": {"text": text}})
@@ -160,7 +164,7 @@ class FakeClawBot:
             self.downloads[param] = _ecb(key, image, True)
             items.append({"type": 2, "image_item": {"media": {"encrypt_query_param": param,
                           "aes_key": base64.b64encode(key.hex().encode()).decode(), "encrypt_type": 1}}})  # fmt: skip
-        message = {"seq": next(self._ids), "message_id": next(self._ids), "from_user_id": info["user_id"],
+        message = {"seq": next(self._ids), "message_id": next(self._ids), "from_user_id": sender,
                    "to_user_id": info["bot_id"], "create_time_ms": int(self.now * 1000), "message_type": 1,
                    "message_state": 2, "context_token": context_token, "item_list": items}  # fmt: skip
         with self._cond:

@@ -10,6 +10,10 @@ tests allow its ``127.0.0.1:port`` with ``MEWDEX_EGRESS_ALLOW_HOSTS``) with:
 * ``POST /cgi-bin/message/send?access_token=`` → ``{errcode:0, msgid}``; an unknown ``media_id`` →
   40007, a ``touser`` not in ``fake.members`` → 81013.
 
+* ``GET /cgi-bin/media/get?access_token=&media_id=`` → the bytes of a file a member sent
+  (``fake.member_file(data)`` keeps one and returns its ``media_id``, what a callback's ``MediaId``
+  names) or of an upload, with its image content type; an unknown ``media_id`` → 40007 (JSON).
+
 A missing or unknown token → 40014; a token made stale with ``fake.expire_tokens()`` → 42001.
 ``fake.inject(errcode, errmsg, path="/cgi-bin/message/send", times=1)`` makes the next calls to
 ``path`` answer that error (e.g. 60020 "not allow to access from your ip"). Everything received is in
@@ -40,6 +44,7 @@ class FakeWeCom:
         self.requests: list[dict[str, Any]] = []
         self.sent: list[dict[str, Any]] = []
         self.uploads: dict[str, dict[str, Any]] = {}
+        self.member_files: dict[str, bytes] = {}
         self.tokens: dict[str, bool] = {}  # token -> still fresh
         self._injected: list[tuple[str, int, str]] = []
         self._lock = threading.Lock()
@@ -49,10 +54,11 @@ class FakeWeCom:
             def log_message(self, *args):  # quiet
                 pass
 
-            def _answer(self, payload: dict[str, Any], status: int = 200) -> None:
-                body = json.dumps(payload).encode()
+            def _answer(self, payload: dict[str, Any] | bytes, status: int = 200) -> None:
+                raw = isinstance(payload, bytes)  # a file of media/get
+                body = payload if raw else json.dumps(payload).encode()
                 self.send_response(status)
-                self.send_header("content-type", "application/json; charset=UTF-8")
+                self.send_header("content-type", _image_type(body) if raw else "application/json; charset=UTF-8")
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -92,10 +98,17 @@ class FakeWeCom:
         with self._lock:
             self.tokens = {t: False for t in self.tokens}
 
+    def member_file(self, data: bytes) -> str:
+        """Keep a file a member sent (as WeCom does, 3 days); returns its ``media_id``."""
+        media_id = "2" + secrets.token_hex(20)
+        with self._lock:
+            self.member_files[media_id] = data
+        return media_id
+
     def calls(self, path: str) -> list[dict[str, Any]]:
         return [r for r in self.requests if r["path"] == path]
 
-    def _route(self, method: str, path: str, query: dict[str, str], body: bytes, ctype: str) -> dict[str, Any]:
+    def _route(self, method: str, path: str, query: dict[str, str], body: bytes, ctype: str) -> dict[str, Any] | bytes:
         with self._lock:
             for i, (ipath, errcode, errmsg) in enumerate(self._injected):
                 if ipath == path:
@@ -117,6 +130,11 @@ class FakeWeCom:
             return self._upload(query.get("type", ""), body, ctype)
         if path == "/cgi-bin/message/send" and method == "POST":
             return self._send(json.loads(body or b"{}"))
+        if path == "/cgi-bin/media/get" and method == "GET":
+            media_id = query.get("media_id", "")
+            with self._lock:
+                data = self.member_files.get(media_id) or (self.uploads.get(media_id) or {}).get("data")
+            return data if data is not None else {"errcode": 40007, "errmsg": "invalid media_id"}
         return {"errcode": 404, "errmsg": "unknown api"}
 
     def _upload(self, media_type: str, body: bytes, ctype: str) -> dict[str, Any]:
@@ -171,6 +189,13 @@ class FakeWeCom:
         self.close()
 
 
+def _image_type(data: bytes) -> str:
+    for magic, media_type in ((b"\x89PNG", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif")):
+        if data.startswith(magic):
+            return media_type
+    return "application/octet-stream"
+
+
 def verification_query(crypt: WXBizMsgCrypt, echo: str | None = None) -> tuple[dict[str, str], str]:
     """The query of WeCom's callback URL check and the plaintext the server must answer."""
     echo = echo or str(secrets.randbelow(10**18))
@@ -190,16 +215,19 @@ def message_callback(
     msg_type: str = "text",
     timestamp: int | None = None,
     pic_url: str | None = None,
+    media_id: str | None = None,
 ) -> tuple[dict[str, str], bytes]:
     """The query and XML body of one encrypted, signed message callback (``msg_type`` ``text``, or
-    ``image`` with ``pic_url``; ``timestamp``: Unix seconds, by default now)."""
+    ``image`` with ``pic_url`` and/or ``media_id`` (:meth:`FakeWeCom.member_file`); ``timestamp``:
+    Unix seconds, by default now)."""
     ts, nonce = str(int(time.time()) if timestamp is None else timestamp), str(secrets.randbelow(10**9))
     msg_id = msg_id or str(secrets.randbelow(10**18))
     inner = (
         f"<xml><ToUserName><![CDATA[{crypt.receive_id}]]></ToUserName>"
         f"<FromUserName><![CDATA[{from_user}]]></FromUserName><CreateTime>{ts}</CreateTime>"
         f"<MsgType><![CDATA[{msg_type}]]></MsgType><Content><![CDATA[{content}]]></Content>"
-        + (f"<PicUrl><![CDATA[{pic_url}]]></PicUrl><MediaId><![CDATA[m{msg_id}]]></MediaId>" if pic_url else "")
+        + (f"<PicUrl><![CDATA[{pic_url}]]></PicUrl>" if pic_url else "")
+        + (f"<MediaId><![CDATA[{media_id}]]></MediaId>" if media_id else "")
         + f"<MsgId>{msg_id}</MsgId><AgentID>{agent_id}</AgentID></xml>"
     )
     encrypt = crypt.encrypt(inner)

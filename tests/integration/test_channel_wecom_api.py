@@ -129,3 +129,20 @@ def test_parse_callback_reads_a_signed_encrypted_message(fake):
     query, body = message_callback(app.crypt(), "zhangsan", "无语", msg_id="123")
     message = wecom.parse_callback(app, query["msg_signature"], query["timestamp"], query["nonce"], body)
     assert (message.from_user, message.msg_type, message.content, message.msg_id) == ("zhangsan", "text", "无语", "123")
+
+
+def test_download_media_fetches_a_members_file_by_its_media_id(fake):
+    """``media/get``: the bytes of an inbound image's MediaId; a stale token is fetched again once;
+    WeCom's JSON refusal (40007) and a file over the limit are errors, never bytes."""
+    app = app_of(fake)
+    data = png(color=(10, 200, 10))
+    media_id = fake.member_file(data)
+    assert wecom.download_media(app, media_id, 1 << 20) == data
+    fake.expire_tokens()
+    assert wecom.download_media(app, media_id, 1 << 20) == data
+    with pytest.raises(PlatformError) as err:
+        wecom.download_media(app, "3unknown", 1 << 20)
+    assert (err.value.code, err.value.platform_code) == ("wecom_api_error", 40007)
+    with pytest.raises(PlatformError) as err:
+        wecom.download_media(app, media_id, len(data) - 1)
+    assert err.value.code == "egress_too_large"

@@ -280,3 +280,23 @@ def test_clawbot_save_takes_the_last_image_sent_and_a_repeat_is_already_there(se
     says("收", image=data)  # the caption form, the same file again
     assert said() == f"已有同款：{saved_memes(sessions, account)[sha256(data)]}"
     assert len(saved_memes(sessions, account)) == count
+
+
+def test_clawbot_a_message_from_another_wechat_user_saves_nothing(sessions, account, fake):
+    """A ClawBot bot is the 1:1 bot of the person who scanned it: iLink delivers only their messages.
+    Should another user id's 收 (with an image) reach the poller anyway, it is not the owner's: not
+    taken in, nothing saved, nothing said; the owner's own 收 after it still saves."""
+    from channel_helpers import image_bytes, saved_memes, sha256
+
+    token = scan_and_bind(account, fake)
+    confirm_in_chat(sessions, account, fake, token)
+    data = image_bytes("png", seed=4602)
+    said_before = len(fake.sent)
+    fake.user_says(token, "收", image=data, from_user="o9cq80_stranger@im.wechat")
+    assert poll(sessions) == 0, "not attributed to the owner"
+    drain(sessions, account)
+    assert sha256(data) not in saved_memes(sessions, account) and len(fake.sent) == said_before
+    fake.user_says(token, "收", image=data)  # the same from the owner
+    assert poll(sessions) == 1
+    drain(sessions, account)
+    assert sha256(data) in saved_memes(sessions, account)

@@ -1,12 +1,19 @@
 """Saving from a chat (issue 42 item 1) in Telegram, against the fake Bot API: the owner's 收 as a
 caption and as a reply saves the meme through the upload path, a second 收 of the same file says it
-is already there, a stranger's 收 saves nothing; an image alone still finds similar memes, with a
-Save button; ``/autosave on`` saves what the owner sends without a word. The other channels' saving
-tests are in their own files (``test_channels_{onebot,discord,wecom,clawbot}.py``, "saving")."""
+is already there, an altered copy of a saved meme is saved and called its variant, a 收 replying to
+a message without a file has nothing to save, a stranger's 收 saves nothing; an image alone still
+finds similar memes, with a Save button; ``/autosave on`` saves what the owner sends without a word.
+The other channels' saving tests are in their own files
+(``test_channels_{onebot,discord,wecom,clawbot}.py``, "saving")."""
 
 from __future__ import annotations
 
+import io
+import random
+import time
+
 import pytest
+from PIL import Image, ImageDraw
 
 from channel_helpers import bind_telegram, image_bytes, new_user_id, saved_memes
 from channel_helpers import sha256 as sha
@@ -119,3 +126,67 @@ def test_telegram_autosave_saves_every_image_the_owner_sends(sessions, account, 
     telegram.user_message(uid, None, photo=later)
     tg_run(sessions, account)
     assert sha(later) not in saved_memes(sessions, account), "off: an image alone is a search again"
+
+
+def drawn_image(seed: int, size: int = 96) -> bytes:
+    """A PNG of a few coloured shapes: a picture with a perceptual hash of its own (flat pictures
+    all hash alike)."""
+    rng = random.Random(seed)
+    image = Image.new("RGB", (size, size), tuple(rng.randrange(256) for _ in range(3)))
+    draw = ImageDraw.Draw(image)
+    for _ in range(6):
+        x, y = rng.randrange(size), rng.randrange(size)
+        box = (x, y, x + rng.randrange(10, size), y + rng.randrange(10, size))
+        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=tuple(rng.randrange(256) for _ in range(3)))
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
+
+
+def test_telegram_an_altered_copy_is_saved_as_a_variant_of_the_saved_meme(sessions, account, telegram):
+    """A saved meme, then the same picture enlarged and re-encoded as JPEG (other bytes, a perceptual
+    hash within the near-duplicate distance): saved, and the chat is told whose variant it looks
+    like, in its language; a different picture is only saved."""
+    uid = new_user_id()
+    bind_telegram(sessions, account, uid)
+    original = drawn_image(4210)
+    telegram.user_message(uid, "收", photo=original)
+    tg_run(sessions, account)  # processed: its perceptual hash is stored
+    name = saved_memes(sessions, account)[sha(original)]
+
+    picture = Image.open(io.BytesIO(original))
+    out = io.BytesIO()
+    picture.resize((120, 120), Image.Resampling.BICUBIC).save(out, "JPEG", quality=85)
+    altered = out.getvalue()
+    telegram.user_message(uid, "收", photo=altered)
+    tg_run(sessions, account)
+    assert sha(altered) in saved_memes(sessions, account), "a variant is a meme of its own"
+    assert texts(telegram, uid)[-1].startswith(f"已收进你的 mewdex 表情库，像是「{name}」的另一个版本")
+    other = drawn_image(4310)
+    telegram.user_message(uid, "save", photo=other)
+    tg_run(sessions, account)
+    assert sha(other) in saved_memes(sessions, account)
+    assert texts(telegram, uid)[-1].startswith("Saved to your mewdex library. It can be found")
+
+
+def test_telegram_save_replying_to_a_message_without_a_file_has_nothing_to_save(sessions, account, telegram):
+    """收 replying to a text-only message saves nothing, not even the person's last image (the
+    "last image" rule is for a bare 收 where replies carry no files), and says why in the chat's
+    language."""
+    uid = new_user_id()
+    bind_telegram(sessions, account, uid)
+    recent = image_bytes("png", seed=4207)
+    telegram.user_message(uid, None, photo=recent)  # an image alone: a search, remembered
+    tg_run(sessions, account)
+    words = {"message_id": 987654, "date": int(time.time()), "chat": {"id": uid, "type": "private"},
+             "from": {"id": uid, "is_bot": False, "first_name": "Tester"}, "text": "just words"}  # fmt: skip
+    before = count_of(sessions, account)
+    telegram.user_message(uid, "收", reply_to=words)
+    tg_run(sessions, account)
+    assert texts(telegram, uid)[-1] == "没有可收藏的：把“收”作为图片的说明发送，或回复一张图片“收”。"
+    telegram.user_message(uid, "save", reply_to=words)
+    tg_run(sessions, account)
+    assert texts(telegram, uid)[-1] == (
+        "Nothing to save: send “save” as the caption of an image, or as a reply to one."
+    )
+    assert count_of(sessions, account) == before and sha(recent) not in saved_memes(sessions, account)

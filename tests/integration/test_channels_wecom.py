@@ -260,33 +260,47 @@ def test_wecom_save_takes_the_last_image_sent_and_a_repeat_is_already_there(
     sessions, account, wecom, settings_env, media_server
 ):
     """WeCom's replies carry no media: 收 saves the last image the same person sent within ten
-    minutes (fetched from its URL through egress, into the upload path); the same image again is
-    已有同款; someone who is not linked saves nothing."""
+    minutes, fetched through the media API by its MediaId (its PicUrl only without one: here a URL
+    that serves nothing), into the upload path; the same image again (by PicUrl alone) is already
+    there; another member of the same app is not the owner: their 收 saves nothing, not even the
+    owner's last image."""
     from channel_helpers import image_bytes, saved_memes, sha256
-    from fakes.wecom_server import message_callback
 
     fake, crypt = wecom
     settings_env(MEWDEX_EGRESS_ALLOW_HOSTS=json.dumps([fake.host, media_server.host]))
     bind(sessions, account, crypt)
-    data = image_bytes("png", seed=4501)
+    data, owners_next = image_bytes("png", seed=4501), image_bytes("png", seed=4502)
 
-    def image(from_user: str = MEMBER) -> None:
-        query, body = message_callback(crypt, from_user, "", msg_type="image", pic_url=media_server.url(data))
+    def image(picture: bytes, from_user: str = MEMBER, media: bool = True) -> None:
+        if media:
+            kw = {"media_id": fake.member_file(picture), "pic_url": f"http://{media_server.host}/nothing-here.png"}
+        else:
+            kw = {"pic_url": media_server.url(picture)}
+        query, body = message_callback(crypt, from_user, "", msg_type="image", **kw)
         with client(None) as c:
             assert c.post("/channels/wecom/callback", params=query, content=body).status_code == 200
         drain(sessions, account)
 
-    def said() -> str:
-        return [m for m in fake.sent if m["msgtype"] == "text"][-1]["text"]["content"]
+    def said(to: str = MEMBER) -> str:
+        return [m for m in fake.sent if m["msgtype"] == "text" and m["touser"] == to][-1]["text"]["content"]
 
-    image()  # an image alone: similar memes, nothing saved
+    image(data)  # an image alone: similar memes, nothing saved
     assert sha256(data) not in saved_memes(sessions, account)
     post_message(crypt, "收")
     drain(sessions, account)
     assert sha256(data) in saved_memes(sessions, account) and "秒后可以搜到" in said()
+    fetched = [r["query"].get("media_id") for r in fake.calls("/cgi-bin/media/get")]
+    assert len(fetched) >= 2 and len(set(fetched)) == 1, "the image and its save, through media/get"
     count = len(saved_memes(sessions, account))
-    image()
+    image(data, media=False)
     post_message(crypt, "save")
     drain(sessions, account)
     assert said() == f"Already in your library: {saved_memes(sessions, account)[sha256(data)]}"
     assert len(saved_memes(sessions, account)) == count
+
+    fake.members.add("lisi")  # a guest: another member of the corp's app, proved by WeCom's signature
+    image(owners_next)  # the owner's last image, not saved
+    post_message(crypt, "收", from_user="lisi")
+    drain(sessions, account)
+    assert len(saved_memes(sessions, account)) == count and sha256(owners_next) not in saved_memes(sessions, account)
+    assert said("lisi").startswith("还没有绑定 mewdex 账户"), "told how to link their own"

@@ -156,6 +156,12 @@ def test_phash_is_64_bits_and_same_pixels_hash_equal():
     assert visual_model.hamming(a, b) > near_duplicates.PHASH_MAX_DISTANCE
 
 
+def test_a_plain_picture_hashes_alike_whatever_its_colour_and_says_too_little_to_be_a_variant():
+    plain = [visual_model.phash_hex(Image.new("RGB", (200, 120), c)) for c in ("red", "navy", "white")]
+    assert len(set(plain)) == 1 and not near_duplicates.informative_phash(plain[0])
+    assert all(near_duplicates.informative_phash(visual_model.phash_hex(_photo(seed))) for seed in (6, 7, 9))
+
+
 # ------------------------------------------------------------------ broken model (ML-01)
 
 
@@ -301,6 +307,18 @@ def test_single_pass_decode_gives_exactly_load_frames(name):
     assert [t.data for t in th.thumbnails_from(decoded)] == [t.data for t in th.make_thumbnails(data)] or name.endswith(
         ".jpg"
     )
+
+
+@pytest.mark.parametrize(
+    "name", ["img01_cmyk_exif6.jpg", "img03_exif6.png", "img04_palette_trns.png", "img06_animated_3frames.webp"]
+)
+def test_the_hash_of_a_file_is_the_stages_from_its_first_frame_alone(name):
+    """A chat's save hashes the file at once (``phash_of_file``): the very hash the visual stage
+    stores (``phash_of`` of the whole decoding), upright, transparency on white, any frame count."""
+    data = case(name)
+    assert visual_model.phash_of_file(data, max_pixels=10**8) == visual_model.phash_of(th.decode_for_visual(data))
+    first = th.decode_for_visual(data, first_frame=True)
+    assert len(first.preview) == 1 and len(first.model_frames) == 1
 
 
 def test_single_pass_decode_of_a_long_animation_still_reaches_the_last_frame():

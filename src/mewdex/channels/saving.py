@@ -6,8 +6,10 @@ names, looked up in the chat's memory below), else the last file the same person
 within :data:`RECENT_SECONDS` (WeCom and ClawBot, whose replies carry no media). The file is fetched
 through the adapter (:meth:`~mewdex.channels.base.Adapter.fetch_image`: the platform's API, under the
 egress rules) and enters through the upload path (:func:`mewdex.library.memes.add_image`: quota,
-duplicates, processing; a variant is found by the processing's visual stage). The chat is told, in
-its language: saved (searchable in about N s), already there (with its name), or why not.
+duplicates, processing). The chat is told, in its language: saved (searchable in about N s), saved
+and a variant of an existing meme (with its name: :func:`variant_of`, the new file's perceptual hash
+against the library's at once; the processing's ``visual`` stage records the pair later), already
+there (the same bytes, with its name), or why not.
 
 Only the owner's own messages save: a guest's 收 saves nothing, and the chat is told why once a day
 per guest. A binding whose config has :data:`SAVE_ALL_KEY` saves every file its owner sends without
@@ -24,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
@@ -172,6 +175,27 @@ def searchable_in(session: Session, scope_id: str) -> int:
     return int(10 + 3 * min(int(waiting), 200))
 
 
+def variant_of(sessions: sessionmaker[Session], scope_id: str, meme_id: str, data: bytes) -> tuple[str, str] | None:
+    """The live meme of the scope that the just-saved ``meme_id`` (file ``data``) looks like a variant
+    of: the nearest by perceptual hash within the near-duplicate distance
+    (:func:`mewdex.search.near_duplicates.closest_by_phash`, the hash the ``visual`` stage will store:
+    :func:`mewdex.inference.visual_model.phash_of_file`). ``(meme_id, display name)``, or None (none
+    close, or a file whose first frame cannot be decoded)."""
+    from mewdex.config import get_settings
+    from mewdex.inference.visual_model import phash_of_file
+    from mewdex.library.images import ImageError
+    from mewdex.search.near_duplicates import closest_by_phash
+
+    try:
+        phash = phash_of_file(data, max_pixels=get_settings().max_pixels)
+    except ImageError:
+        return None
+    with sessions.begin() as session:
+        found = closest_by_phash(session, scope_id, phash, UUID(str(meme_id)))
+        meme = memes.find(session, ScopeContext(scope_id), found[0]) if found is not None else None
+        return (str(meme.id), meme.display_name) if meme is not None else None
+
+
 def save(
     sessions: sessionmaker[Session],
     adapter: Adapter,
@@ -181,10 +205,11 @@ def save(
     lang: str,
 ) -> dict[str, Any]:
     """Save the first of ``refs`` into ``scope_id``'s library through the upload path and answer in
-    the chat. ``{"outcome": "saved"|"already_saved"|"save_failed", "meme_id"?}``."""
+    the chat. ``{"outcome": "saved"|"already_saved"|"save_failed", "meme_id"?, "variant_of"?}``
+    (``variant_of``: the meme a saved one looks like a variant of, :func:`variant_of`)."""
     from mewdex.storage import blob_store
 
-    result = None
+    result, variant = None, None
     try:
         data = adapter.fetch_image(refs[0])
         result = memes.add_image(
@@ -195,6 +220,8 @@ def save(
             filename="image",  # a generic name: the context title names the meme once analysed
             provenance={"source": "chat", "channel": inbound.channel, "message_id": inbound.message_id},
         )
+        if result.status == "created" and result.meme_id is not None:
+            variant = variant_of(sessions, scope_id, result.meme_id, data)
     except (EgressError, PlatformError, DeliveryFailed, DomainError) as exc:
         log.warning("%s: a file to save could not be fetched (%s)", inbound.channel, getattr(exc, "code", exc))
     with sessions.begin() as session:
@@ -202,16 +229,21 @@ def save(
         if row is None or not bindings.in_force(session, row):
             return {"outcome": "unbound"}
         if result is not None and result.status in ("created", "duplicate"):
-            meme = memes.find(session, ScopeContext(scope_id), result.meme_id)
-            name = meme.display_name if meme is not None else ""
-            if result.status == "created":
-                words = translate(lang, "bot.save.saved", seconds=str(searchable_in(session, scope_id)))
+            answer: dict[str, Any]
+            if result.status == "duplicate":
+                meme = memes.find(session, ScopeContext(scope_id), result.meme_id)
+                words = translate(lang, "bot.save.already", name=meme.display_name if meme is not None else "")
+                answer = {"outcome": "already_saved", "meme_id": result.meme_id}
             else:
-                words = translate(lang, "bot.save.already", name=name)
+                seconds = str(searchable_in(session, scope_id))
+                if variant is None:
+                    words = translate(lang, "bot.save.saved", seconds=seconds)
+                else:
+                    words = translate(lang, "bot.save.variant", name=variant[1], seconds=seconds)
+                answer = {"outcome": "saved", "meme_id": result.meme_id, "variant_of": variant and variant[0]}
             delivery.reply_text(session, row, inbound.channel, inbound.chat, words)
             pool.add_saved(session, row, str(result.meme_id))  # a chat's pool keeps what its owner saves
-            outcome = "saved" if result.status == "created" else "already_saved"
-            return {"outcome": outcome, "meme_id": result.meme_id}
+            return answer
         reason = result.message if result is not None and result.message else translate(lang, "bot.save.unreadable")
         delivery.reply_text(
             session, row, inbound.channel, inbound.chat, translate(lang, "bot.save.failed", reason=reason)

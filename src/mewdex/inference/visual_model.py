@@ -244,5 +244,12 @@ def phash_of(decoded: thumbs.DecodedVisual) -> str:
     return phash_hex(thumbs.flatten_white(decoded.preview[0][0]))
 
 
+def phash_of_file(data: bytes, *, max_pixels: int) -> str:
+    """The perceptual hash the ``visual`` stage will store for ``data`` (:func:`phash_of`), from
+    its first frame alone: no model, no other frame decoded (a chat's save asks it at once).
+    Raises :class:`~mewdex.library.images.ImageError`."""
+    return phash_of(thumbs.decode_for_visual(data, max_pixels=max_pixels, first_frame=True))
+
+
 def hamming(a: str, b: str) -> int:
     return bin(int(a, 16) ^ int(b, 16)).count("1")

@@ -115,9 +115,13 @@ class DecodedVisual:
     frames: int
 
 
-def decode_for_visual(data: bytes, *, max_pixels: int = images.DEFAULT_MAX_PIXELS) -> DecodedVisual:
+def decode_for_visual(
+    data: bytes, *, max_pixels: int = images.DEFAULT_MAX_PIXELS, first_frame: bool = False
+) -> DecodedVisual:
     """Decode once for both the model inputs and the thumbnails (animations are decoded frame by
-    frame only once instead of twice). Raises :class:`ImageError`."""
+    frame only once instead of twice). ``first_frame``: stop after the first frame (``model_frames``
+    and ``preview`` hold it alone, exactly as the whole decoding's first: what the perceptual hash
+    reads). Raises :class:`ImageError`."""
     fmt = images._require_format(data)
     fit = PROFILES[ANIMATED_PROFILE]
     model_frames: list[Image.Image] = []
@@ -125,7 +129,8 @@ def decode_for_visual(data: bytes, *, max_pixels: int = images.DEFAULT_MAX_PIXEL
     with images._guard():
         with images._open(data, fmt, max_pixels) as im:
             n_frames = getattr(im, "n_frames", 1)
-            wanted = images.select_frame_indices(n_frames, "spread4")
+            wanted = [0] if first_frame else images.select_frame_indices(n_frames, "spread4")
+            last = 1 if first_frame else min(n_frames, 4 * MAX_PREVIEW_FRAMES)
             for index, frame in enumerate(images._iter_frames(im, max_pixels, images.DEFAULT_MAX_TOTAL_PIXELS)):
                 rgb = images._to_rgb(frame) if index in wanted else None
                 if rgb is not None:
@@ -134,7 +139,7 @@ def decode_for_visual(data: bytes, *, max_pixels: int = images.DEFAULT_MAX_PIXEL
                     # an opaque frame is converted once
                     shown = rgb if rgb is not None and not _has_alpha(frame) else _to_rgba(frame)
                     preview.append((_resize(shown, fit), images._frame_duration(frame)))
-                if index >= max(wanted) and index + 1 >= min(n_frames, 4 * MAX_PREVIEW_FRAMES):
+                if index >= max(wanted) and index + 1 >= last:
                     break
             im.seek(0)
             method = images._TRANSPOSE.get(images._orientation(im))

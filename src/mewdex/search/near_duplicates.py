@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from typing import Any, cast
+from uuid import UUID
 
 import numpy as np
 from sqlalchemy import Table, delete, select, text
@@ -143,6 +144,44 @@ def find_near_duplicates(
         ).all():
             found[other]["cosine"] = round(float(cosine), 5)
     return found
+
+
+#: A perceptual hash with fewer set bits than this says little: the hash sets the bits of the 8×8
+#: low-frequency coefficients above their median, so a picture with detail sets about 32; a flat or
+#: nearly flat one leaves most coefficients tied at the median (a plain picture of any colour hashes
+#: to ``8000000000000000``), and every such picture would look like a variant of every other.
+PHASH_MIN_SET_BITS = 16
+
+
+def informative_phash(phash: str) -> bool:
+    """Whether ``phash`` (16 hex digits) carries enough detail to call two pictures variants by it
+    alone (:data:`PHASH_MIN_SET_BITS`)."""
+    return int(phash, 16).bit_count() >= PHASH_MIN_SET_BITS
+
+
+def closest_by_phash(
+    session: Session, scope_id: str, phash: str, exclude: UUID, *, phash_max: int = PHASH_MAX_DISTANCE
+) -> tuple[UUID, int] | None:
+    """The scope's live meme (other than ``exclude``, the meme asking) whose stored phash is nearest to ``phash`` within
+    ``phash_max`` bits (the bands of :func:`find_near_duplicates`): ``(meme_id, distance)``, the
+    nearest then the oldest; None when there is none. What a chat's save answers before the
+    ``visual`` stage has looked at the new meme (:mod:`mewdex.channels.saving`). A hash with little
+    detail (:func:`informative_phash`: a plain or nearly plain picture) finds none."""
+    from mewdex.db.models import Meme
+    from mewdex.library.live import live
+
+    if not informative_phash(phash):
+        return None
+    found = find_near_duplicates(session, scope_id, exclude, None, phash, "", "", phash_max=phash_max)
+    if not found:
+        return None
+    rows = session.execute(
+        select(Meme.id, Meme.created_at).where(Meme.scope_id == scope_id, Meme.id.in_(list(found)), live())
+    ).all()
+    if not rows:
+        return None
+    best = min(rows, key=lambda r: (found[r.id]["phash_distance"], r.created_at, str(r.id)))
+    return best.id, int(found[best.id]["phash_distance"])
 
 
 def record_near_duplicates(

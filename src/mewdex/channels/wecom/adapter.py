@@ -11,8 +11,17 @@ from mewdex.channels.base import Adapter, Binding, DeliveryFailed, Inbound, Meme
 from mewdex.channels.platform import PlatformError, failure, fetch_image, picture_bytes
 from mewdex.channels.registry import register_adapter
 from mewdex.channels.wecom import NAME
-from mewdex.channels.wecom.api import WeComApp, prepare_image, send_message, send_text, upload_media
+from mewdex.channels.wecom.api import (
+    MEDIA_REF,
+    WeComApp,
+    download_media,
+    prepare_image,
+    send_message,
+    send_text,
+    upload_media,
+)
 from mewdex.channels.wecom.setup import APP_SETTING, load_app
+from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import utcnow
 from mewdex.platform import instance
@@ -53,7 +62,12 @@ class WeComAdapter(Adapter):
         return {"wecom_userid": inbound.sender}
 
     def fetch_image(self, ref: str) -> bytes:
-        return fetch_image(ref)
+        """An inbound image: through ``media/get`` by its ``MediaId`` (:data:`MEDIA_REF`), else its
+        ``PicUrl``; under the egress rules, at most the upload limit."""
+        limit = get_settings().max_upload_bytes
+        if ref.startswith(MEDIA_REF):
+            return download_media(self._app(), ref[len(MEDIA_REF) :], limit)
+        return fetch_image(ref, max_bytes=limit)
 
     def send_text(self, binding: Binding | None, target: str, text: str) -> Sent:
         try:

@@ -8,6 +8,9 @@ API (``base_url`` default ``https://qyapi.weixin.qq.com``; every call through :m
 * ``POST /cgi-bin/media/upload?access_token=&type=image|file`` (multipart field ``media``) →
   ``{media_id}`` (valid 3 days). Images: JPG/PNG ≤ :data:`IMAGE_MAX_BYTES`.
 * ``POST /cgi-bin/message/send?access_token=`` ``{touser, msgtype, agentid, image|file|text}``.
+* ``GET /cgi-bin/media/get?access_token=&media_id=`` → the file's bytes (an inbound message's
+  ``MediaId``, valid 3 days), or a JSON ``{errcode, errmsg}`` (40007: an unknown media id):
+  :func:`download_media`.
 
 Errors: :class:`~mewdex.channels.platform.PlatformError` (``code`` ``wecom_ip_not_trusted`` for
 60020 — the server's address is not in the app's 企业可信IP —, ``wecom_user_invalid`` for
@@ -37,6 +40,9 @@ DEFAULT_BASE_URL = "https://qyapi.weixin.qq.com"
 IMAGE_MAX_BYTES = 2 * 1024 * 1024  # message/send image: JPG/PNG, 2 MB (the conservative documented limit)
 FILE_MAX_BYTES = 20 * 1024 * 1024
 STALE_TOKEN = {40014, 42001, 41001}
+#: An inbound image's reference (``Inbound.images``) when the callback gave its ``MediaId``: this
+#: prefix and the id (fetched by :func:`download_media`); a bare URL is its ``PicUrl``.
+MEDIA_REF = "media_id:"
 _CODES = {
     60020: "wecom_ip_not_trusted",
     81013: "wecom_user_invalid",
@@ -71,7 +77,8 @@ class WeComApp:
 class InboundMessage:
     """A decrypted callback: ``from_user`` (the member's userid), ``msg_type`` (``text``,
     ``image``, ``event``, …), ``content`` (text; ``""`` otherwise), ``msg_id`` (for de-duplication;
-    events get ``<FromUserName>:<CreateTime>:<Event>``), ``agent_id``, ``event`` (for ``event``)."""
+    events get ``<FromUserName>:<CreateTime>:<Event>``), ``agent_id``, ``event`` (for ``event``), an
+    image's ``pic_url`` and ``media_id`` (for :func:`download_media`)."""
 
     from_user: str
     msg_type: str
@@ -80,6 +87,7 @@ class InboundMessage:
     agent_id: str
     event: str = ""
     pic_url: str = ""
+    media_id: str = ""
 
 
 def _error_for(data: dict[str, Any], what: str) -> PlatformError:
@@ -157,6 +165,37 @@ def upload_media(app: WeComApp, data: bytes, filename: str, content_type: str, m
     if not media_id:
         raise PlatformError("wecom_api_error", "WeCom media/upload answered no media_id")
     return str(media_id)
+
+
+def download_media(app: WeComApp, media_id: str, max_bytes: int) -> bytes:
+    """The bytes of a temporary media file (an inbound image's ``MediaId``) through ``media/get``,
+    at most ``max_bytes`` (else ``egress_too_large``); a stale token is refreshed once. Raises
+    :class:`PlatformError`: WeCom's errcode as in every call (module doc), ``platform_download_failed``
+    for an HTTP status other than 200, an ``egress_*`` code when there was no answer."""
+    from mewdex.egress import EgressError, fetch
+
+    for attempt in (0, 1):
+        query = urlencode({"access_token": access_token(app, refresh=attempt == 1), "media_id": media_id})
+        try:
+            response = fetch("GET", f"{app.base_url.rstrip('/')}/cgi-bin/media/get?{query}", max_bytes=max_bytes)
+        except EgressError as exc:
+            raise PlatformError(exc.code, f"WeCom media/get failed: {exc.message}", retryable=exc.retryable) from None
+        if response.status >= 500:
+            raise PlatformError("wecom_api_error", f"WeCom media/get answered HTTP {response.status}", response.status,
+                                retryable=True)  # fmt: skip
+        if response.status != 200:
+            raise PlatformError("platform_download_failed", f"WeCom media/get answered HTTP {response.status}")
+        if response.content_type not in ("application/json", "text/plain"):
+            return response.content
+        try:  # an error is a JSON body (WeCom's own content type for it is application/json)
+            data = response.json()
+        except ValueError:
+            return response.content
+        errcode = int(data.get("errcode", -1)) if isinstance(data, dict) else -1
+        if errcode in STALE_TOKEN and attempt == 0:
+            continue
+        raise _error_for(data if isinstance(data, dict) else {}, "media/get")
+    raise AssertionError("unreachable")
 
 
 def send_message(app: WeComApp, touser: str, msgtype: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -241,4 +280,5 @@ def parse_callback(app: WeComApp, msg_signature: str, timestamp: str, nonce: str
         agent_id=fields.get("AgentID", ""),
         event=event,
         pic_url=fields.get("PicUrl", "") if msg_type == "image" else "",
+        media_id=fields.get("MediaId", "") if msg_type == "image" else "",
     )

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from mewdex.channels.base import Inbound
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.wecom import NAME
-from mewdex.channels.wecom.api import InboundMessage, parse_callback
+from mewdex.channels.wecom.api import MEDIA_REF, InboundMessage, parse_callback
 from mewdex.channels.wecom.setup import require_app
 
 _BIND_TEXT = re.compile(r"^\s*(?:/?bind\s+|绑定\s*)?([A-Za-z0-9_-]{32})\s*$", re.IGNORECASE)
@@ -19,16 +19,19 @@ _BIND_TEXT = re.compile(r"^\s*(?:/?bind\s+|绑定\s*)?([A-Za-z0-9_-]{32})\s*$", 
 def inbound_of(message: InboundMessage) -> Inbound | None:
     """The framework's :class:`Inbound` for a decrypted callback; None for what mewdex does not
     answer (events other than ``enter_agent``, voice, location, …). A text that is a bind code
-    (``<code>`` or ``bind <code>``) carries it as ``bind_code``."""
+    (``<code>`` or ``bind <code>``) carries it as ``bind_code``; an image is its ``MediaId``
+    (:data:`~.api.MEDIA_REF`), else its ``PicUrl``."""
     if not message.from_user or message.msg_type not in ("text", "image"):
         return None
     match = _BIND_TEXT.match(message.content) if message.msg_type == "text" else None
+    # the file through the media API when WeCom named it (its PicUrl only without a MediaId)
+    image = f"{MEDIA_REF}{message.media_id}" if message.media_id else message.pic_url
     return Inbound(
         channel=NAME,
         sender=message.from_user,
         chat=message.from_user,
         text="" if match else message.content,
-        images=(message.pic_url,) if message.pic_url else (),
+        images=(image,) if image else (),
         bind_code=match.group(1) if match else None,
         message_id=message.msg_id,
     )
