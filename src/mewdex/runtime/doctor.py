@@ -271,11 +271,11 @@ def check_search_index() -> Check:
 
 def check_backups() -> Check:
     from mewdex.db.engine import get_sessionmaker
-    from mewdex.runtime import backup
+    from mewdex.backups import service as backups
 
-    settings = get_settings()
+    settings = backups.settings()
     with get_sessionmaker().begin() as session:
-        state = backup.health(session)
+        state = backups.health(session)
     last = state["last"]
     if last and last.get("status") == "failed":
         return _result(
