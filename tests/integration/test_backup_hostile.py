@@ -33,9 +33,9 @@ RUNTIME_MODEL = "hostile-test-model"
 @pytest.fixture(scope="module")
 def made(mewdex_env, sessions, store, tmp_path_factory):
     """One real encrypted backup of a library with a meme: (dest, snapshot name, key)."""
-    from mewdex.config import get_settings
     from mewdex.backups.keys import parse_key
     from mewdex.backups.snapshot import backup
+    from mewdex.config import get_settings
     from mewdex.search.vector_index import ensure_index
 
     base = tmp_path_factory.mktemp("hostile")
@@ -215,7 +215,7 @@ def test_a_dump_with_a_server_side_command_is_refused_and_never_runs(made, sessi
 
     from mewdex.backups.archive import BackupError, _write_stored
     from mewdex.backups.database import _libpq, _pg_binary
-    from mewdex.backups.restore import known_revisions, _restricted_restore
+    from mewdex.backups.restore import _restricted_restore, known_revisions
     from mewdex.backups.schema import reference_schema
 
     dest, snapshot, key = made
@@ -306,9 +306,9 @@ def target(made, tmp_path):
     import psycopg
     from sqlalchemy.engine import make_url
 
+    from mewdex.backups.database import _libpq
     from mewdex.config import get_settings
     from mewdex.db.engine import database_url
-    from mewdex.backups.database import _libpq
 
     url, env = _libpq()
     name = f"restore_target_{uuid.uuid4().hex[:8]}"
@@ -357,7 +357,7 @@ def _tampered(made, tmp_path: Path, change: str) -> Path:
     import psycopg
     from sqlalchemy.engine import make_url
 
-    from mewdex.backups.archive import entries, _write_stored
+    from mewdex.backups.archive import _write_stored, entries
     from mewdex.backups.database import _libpq, _pg_binary
     from mewdex.backups.restore import fetch
     from mewdex.backups.targets import DirTarget, read_manifest

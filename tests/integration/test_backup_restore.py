@@ -421,14 +421,14 @@ def test_a_backup_missing_a_file_names_it_restores_the_rest_and_shows_on_health_
     on /health, the admin page and ``mewdex doctor``, and the CLI exits 1 saying what fixes it."""
     import io
 
-    from mewdex.db.scopes import storage_namespace
-    from mewdex.platform.instance import get_setting, set_setting
-    from mewdex.runtime import doctor
     from mewdex.backups.archive import _Quiet
     from mewdex.backups.restore import verify
     from mewdex.backups.snapshot import backup
     from mewdex.backups.status import LAST_BACKUP_SETTING
     from mewdex.backups.targets import DirTarget, read_manifest
+    from mewdex.db.scopes import storage_namespace
+    from mewdex.platform.instance import get_setting, set_setting
+    from mewdex.runtime import doctor
 
     meme_id = add_meme(sessions, store, library.scope, "a meme whose file was lost")
     with sessions.begin() as session:

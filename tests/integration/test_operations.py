@@ -35,8 +35,8 @@ def _run_schedule(sessions, name: str) -> None:
 
 
 def _pretend_checked_minutes_ago(sessions, minutes: int) -> None:
-    from mewdex.platform.instance import get_setting, set_setting
     from mewdex.backups.status import SCHEDULE_STATE_SETTING
+    from mewdex.platform.instance import get_setting, set_setting
 
     with sessions.begin() as session:
         state = dict(get_setting(session, SCHEDULE_STATE_SETTING, None) or {})
@@ -119,8 +119,8 @@ def test_scheduled_backups_run_keep_n_and_show_on_health_and_the_admin_page(
 
 
 def test_doctor_reports_a_failed_backup_with_its_fix_and_exits_1(sessions, settings_env, no_backup_state):
-    from mewdex.cli import app
     from mewdex.backups.status import record_result
+    from mewdex.cli import app
 
     settings_env(MEWDEX_BACKUP_DEST="/srv/backups/mewdex")
     record_result({"status": "failed", "code": "backup_store_failed", "message": "disk full", "dest": "/srv"})

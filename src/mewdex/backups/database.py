@@ -33,4 +33,3 @@ def _connect(url: str, env: dict[str, str]):
     import psycopg
 
     return psycopg.connect(url, password=env.get("PGPASSWORD"), autocommit=True, application_name="mewdex backup")
-

@@ -99,4 +99,3 @@ def _write_local_key(key: BackupKey) -> Path:
         out.flush()
         os.fsync(out.fileno())
     return path
-

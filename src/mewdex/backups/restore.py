@@ -394,4 +394,3 @@ def restore(
         "encrypted": encrypted,
         "seconds": round(time.monotonic() - started, 3),
     }
-

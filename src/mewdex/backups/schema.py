@@ -324,4 +324,3 @@ def reference_schema(url: str, env: dict[str, str], revision: str, tmp: Path) ->
     its scratch databases are dropped on leaving. ``tmp``: a private folder for its dump."""
     with ExitStack() as scratch:
         yield Reference(url, env, revision, tmp, scratch)
-

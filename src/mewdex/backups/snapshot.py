@@ -69,7 +69,6 @@ def _snapshot_facts(cur) -> tuple[str, dict[str, int], list[dict[str, Any]]]:
     return revision, counts, listed
 
 
-
 @dataclass
 class _Lease:
     conn: Any
@@ -326,5 +325,3 @@ def prune(target: Target, keep: int, key: BackupKey) -> list[str]:
         if rel not in kept:
             target.delete(rel)
     return drop
-
-

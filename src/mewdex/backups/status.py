@@ -77,4 +77,3 @@ def stale_after(cron: str) -> timedelta:
     runs = cronmath.next_runs(cron, "UTC", datetime.now(UTC), 2)
     gap = runs[1] - runs[0] if len(runs) == 2 else timedelta(days=1)
     return max(2 * gap, timedelta(days=1))
-

@@ -386,4 +386,3 @@ def _raw_manifest(target: Target, name: str) -> bytes:
 def read_manifest(target: Target, name: str, key: BackupKey) -> dict[str, Any]:
     """The authenticated manifest of snapshot ``name`` (:func:`open_manifest`)."""
     return open_manifest(_raw_manifest(target, name), key, name)
-

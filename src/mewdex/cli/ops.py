@@ -118,8 +118,8 @@ def restore(
     checked first, migrations run when the backup is older. Stop serve and workers of the target first."""
     import sys
 
-    from mewdex.db.embedded import EmbeddedDatabaseError
     from mewdex.backups.service import restore as run_restore
+    from mewdex.db.embedded import EmbeddedDatabaseError
 
     def ask(what: str) -> str | None:
         return typer.prompt(what, hide_input=True) if sys.stdin.isatty() else None

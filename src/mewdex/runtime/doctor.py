@@ -270,8 +270,8 @@ def check_search_index() -> Check:
 
 
 def check_backups() -> Check:
-    from mewdex.db.engine import get_sessionmaker
     from mewdex.backups import service as backups
+    from mewdex.db.engine import get_sessionmaker
 
     settings = backups.settings()
     with get_sessionmaker().begin() as session:

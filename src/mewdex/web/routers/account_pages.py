@@ -25,13 +25,13 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Depends, Request
 from sqlalchemy.orm import Session
 
+from mewdex.backups import service as backups
 from mewdex.config import get_settings
 from mewdex.dto.scopes import ScopeContext
 from mewdex.platform import oidc, sessions, tokens, usage, users
 from mewdex.platform.auth import Principal
 from mewdex.platform.instance import get_setting
 from mewdex.platform.users import User
-from mewdex.backups import service as backups
 from mewdex.search import feedback
 from mewdex.search.generations import builds
 from mewdex.web.deps import (

@@ -10,13 +10,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from mewdex.backups.service import health as backup_health
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.common import HealthStatus
 
 # ``mewdex worker`` processes connect with this application_name prefix (runtime.run_worker sets PGAPPNAME).
 from mewdex.runtime import WORKER_APPLICATION_PREFIX
-from mewdex.backups.service import health as backup_health
 from mewdex.storage import blob_store
 from mewdex.web.server_state import DATABASE_UNREACHABLE, health_state, reasons_for
 
