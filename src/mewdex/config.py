@@ -9,7 +9,6 @@ import ipaddress
 import json
 import os
 import re
-from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, cast, get_args
@@ -640,38 +639,6 @@ class Settings(_FromEnvironment):
                 "MEWDEX_PASSWORD_LOGIN=false needs MEWDEX_OIDC_ISSUER: nobody could sign in on the web otherwise"
             )
         return self
-
-    # Backups (README "Backups and upgrades"): scheduled by the periodic scheduler when a destination is set.
-    backup_dest: str | None = Field(
-        default=None, description="Scheduled backups go here: a directory or s3://bucket/prefix (unset: none)."
-    )
-    backup_cron: str = Field(default="0 3 * * *", description="When scheduled backups run (cron, UTC).")
-    backup_keep: int = Field(default=7, ge=1, description="Scheduled backups keep this many snapshots.")
-    backup_key_file: Path | None = Field(
-        default=None,
-        description="File holding the backup key (64 hex characters); unset: MEWDEX_BACKUP_PASSPHRASE, else "
-        "<data dir>/backup.key (made and printed once by the first backup).",
-    )
-    backup_passphrase: SecretStr | None = Field(
-        default=None, description="Passphrase the backup key is derived from (scrypt, salt kept in DEST)."
-    )
-    backup_s3_allow_http: bool = Field(
-        default=False, description="Allow an http:// S3 endpoint that is not loopback for backups."
-    )
-    backup_s3_sse: Literal["AES256", "aws:kms", "none"] = Field(
-        default="AES256", description="Server-side encryption asked for on backup objects in S3 (none: off)."
-    )
-
-    @field_validator("backup_cron")
-    @classmethod
-    def _backup_cron(cls, value: str) -> str:
-        from cronsim import CronSim, CronSimError
-
-        try:
-            CronSim(value, datetime.now(UTC))
-        except CronSimError as exc:
-            raise ValueError(f"MEWDEX_BACKUP_CRON is not a cron expression: {exc}") from None
-        return value
 
     @property
     def blob_root(self) -> Path:

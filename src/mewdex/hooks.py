@@ -164,7 +164,8 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
         "mewdex.runtime.maintenance",
         {"task_types": ("storage_recovery", "disk_rescan", "thumbnail_reconcile", "retention")},
     ),
-    Plugin("mewdex.runtime.backup", {"task_types": ("backup_check", "backup")}),
+    # Backups, a capability package (issue 41): its task types and its settings (mewdex/backups/__init__.py).
+    Plugin("mewdex.backups", {"task_types": ("backup_check", "backup"), "settings": ("backups",)}),
 )
 
 _provided: dict[str, dict[str, Any]] = {name: {} for name in HOOKS}

@@ -33,8 +33,9 @@ RUNTIME_MODEL = "hostile-test-model"
 @pytest.fixture(scope="module")
 def made(mewdex_env, sessions, store, tmp_path_factory):
     """One real encrypted backup of a library with a meme: (dest, snapshot name, key)."""
+    from mewdex.backups.keys import parse_key
+    from mewdex.backups.snapshot import backup
     from mewdex.config import get_settings
-    from mewdex.runtime.backup import backup, parse_key
     from mewdex.search.vector_index import ensure_index
 
     base = tmp_path_factory.mktemp("hostile")
@@ -72,7 +73,8 @@ def _copy(made, tmp_path: Path) -> Path:
 
 
 def _reseal(made, snapshot_dir: Path, change) -> None:
-    from mewdex.runtime.backup import DirTarget, read_manifest, seal_manifest
+    from mewdex.backups.archive import seal_manifest
+    from mewdex.backups.targets import DirTarget, read_manifest
 
     dest, snapshot, key = made
     manifest = read_manifest(DirTarget(dest), snapshot, key)
@@ -83,7 +85,8 @@ def _reseal(made, snapshot_dir: Path, change) -> None:
 
 def _refused(snapshot_dir: Path, sessions) -> str:
     """The code restore refuses ``snapshot_dir`` with (``force``: the next step would be the drop)."""
-    from mewdex.runtime.backup import BackupError, restore
+    from mewdex.backups.archive import BackupError
+    from mewdex.backups.restore import restore
 
     before = _state(sessions)
     with pytest.raises(BackupError) as refused:
@@ -122,7 +125,8 @@ def test_a_manifest_without_a_dump_is_refused_before_the_target_is_touched(made,
 
 
 def test_links_special_files_and_oversized_entries_are_refused(made, sessions, tmp_path):
-    from mewdex.runtime.backup import DirTarget, entries, object_name, read_manifest
+    from mewdex.backups.archive import entries, object_name
+    from mewdex.backups.targets import DirTarget, read_manifest
 
     dest, snapshot, key = made
     snapshot_dir = _copy(made, tmp_path)
@@ -183,7 +187,7 @@ def _evil_dump(tmp_path: Path, marker: Path) -> Path:
     import psycopg
     from sqlalchemy.engine import make_url
 
-    from mewdex.runtime.backup import _libpq, _pg_binary
+    from mewdex.backups.database import _libpq, _pg_binary
 
     url, env = _libpq()
     scratch = f"hostile_{uuid.uuid4().hex[:8]}"
@@ -209,15 +213,10 @@ def test_a_dump_with_a_server_side_command_is_refused_and_never_runs(made, sessi
     import psycopg
     from sqlalchemy.engine import make_url
 
-    from mewdex.runtime.backup import (
-        BackupError,
-        _libpq,
-        _pg_binary,
-        _restricted_restore,
-        _write_stored,
-        known_revisions,
-        reference_schema,
-    )
+    from mewdex.backups.archive import BackupError, _write_stored
+    from mewdex.backups.database import _libpq, _pg_binary
+    from mewdex.backups.restore import _restricted_restore, known_revisions
+    from mewdex.backups.schema import reference_schema
 
     dest, snapshot, key = made
     marker = tmp_path / "pwned"
@@ -307,9 +306,9 @@ def target(made, tmp_path):
     import psycopg
     from sqlalchemy.engine import make_url
 
+    from mewdex.backups.database import _libpq
     from mewdex.config import get_settings
     from mewdex.db.engine import database_url
-    from mewdex.runtime.backup import _libpq
 
     url, env = _libpq()
     name = f"restore_target_{uuid.uuid4().hex[:8]}"
@@ -358,7 +357,10 @@ def _tampered(made, tmp_path: Path, change: str) -> Path:
     import psycopg
     from sqlalchemy.engine import make_url
 
-    from mewdex.runtime.backup import DirTarget, _libpq, _pg_binary, _write_stored, entries, fetch, read_manifest
+    from mewdex.backups.archive import _write_stored, entries
+    from mewdex.backups.database import _libpq, _pg_binary
+    from mewdex.backups.restore import fetch
+    from mewdex.backups.targets import DirTarget, read_manifest
 
     dest, snapshot, key = made
     [entry] = [e for e in entries(read_manifest(DirTarget(dest), snapshot, key)) if e.name == "database.dump"]
@@ -504,7 +506,10 @@ def test_a_database_user_that_may_not_build_the_reference_is_told_what_it_needs(
     import psycopg
     from sqlalchemy.engine import make_url
 
-    from mewdex.runtime.backup import BackupError, _libpq, known_revisions, reference_schema
+    from mewdex.backups.archive import BackupError
+    from mewdex.backups.database import _libpq
+    from mewdex.backups.restore import known_revisions
+    from mewdex.backups.schema import reference_schema
 
     url, env = _libpq()
     role, password = f"restorer_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex

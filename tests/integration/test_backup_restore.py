@@ -44,7 +44,7 @@ BACKUP_KEY = "5" * 64
 
 
 def _key():
-    from mewdex.runtime.backup import parse_key
+    from mewdex.backups.keys import parse_key
 
     return parse_key(BACKUP_KEY, "the test key")
 
@@ -214,7 +214,9 @@ def restored(library):
 
 
 def test_backup_covers_the_library_and_its_keys_encrypted(library, sessions):
-    from mewdex.runtime.backup import DirTarget, _Quiet, read_manifest, verify
+    from mewdex.backups.archive import _Quiet
+    from mewdex.backups.restore import verify
+    from mewdex.backups.targets import DirTarget, read_manifest
 
     first = library.first
     manifest = read_manifest(DirTarget(library.dest), first["snapshot"], _key())
@@ -308,7 +310,7 @@ def test_restored_secrets_decrypt_and_the_webhook_signs_with_the_same_secret(lib
 
 
 def test_second_backup_copies_only_new_blobs(library, sessions, store):
-    from mewdex.runtime.backup import backup
+    from mewdex.backups.snapshot import backup
 
     blobs_dir = library.dest / "data"
     before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in blobs_dir.rglob("*") if p.is_file()}
@@ -329,7 +331,9 @@ def test_second_backup_copies_only_new_blobs(library, sessions, store):
 
 
 def test_restore_refuses_damage_a_newer_backup_a_wrong_key_and_a_full_target(library, restored):
-    from mewdex.runtime.backup import BackupError, DirTarget, read_manifest, restore, seal_manifest
+    from mewdex.backups.archive import BackupError, seal_manifest
+    from mewdex.backups.restore import restore
+    from mewdex.backups.targets import DirTarget, read_manifest
 
     snapshot = library.dest / library.first["snapshot"]
     with pytest.raises(BackupError) as full:  # this process's data dir holds data: refused without --force
@@ -417,10 +421,14 @@ def test_a_backup_missing_a_file_names_it_restores_the_rest_and_shows_on_health_
     on /health, the admin page and ``mewdex doctor``, and the CLI exits 1 saying what fixes it."""
     import io
 
+    from mewdex.backups.archive import _Quiet
+    from mewdex.backups.restore import verify
+    from mewdex.backups.snapshot import backup
+    from mewdex.backups.status import LAST_BACKUP_SETTING
+    from mewdex.backups.targets import DirTarget, read_manifest
     from mewdex.db.scopes import storage_namespace
     from mewdex.platform.instance import get_setting, set_setting
     from mewdex.runtime import doctor
-    from mewdex.runtime.backup import LAST_BACKUP_SETTING, DirTarget, _Quiet, backup, read_manifest, verify
 
     meme_id = add_meme(sessions, store, library.scope, "a meme whose file was lost")
     with sessions.begin() as session:
@@ -471,7 +479,8 @@ def test_pruning_runs_while_no_other_backup_can_write_the_destination(library, m
     """``--keep`` removes the blobs only dropped snapshots used; it does so while the backup still
     holds its one-at-a-time lock, so a second backup (which may be copying or reusing those very
     blobs in the same DEST) is refused meanwhile instead of losing them."""
-    from mewdex.runtime import backup as backups
+    from mewdex.backups import snapshot as backups
+    from mewdex.backups.archive import SNAPSHOT_NAME
 
     dest = Path(tempfile.mkdtemp(prefix="mewdex-prune-"))
     pruning, go_on = threading.Event(), threading.Event()
@@ -497,6 +506,6 @@ def test_pruning_runs_while_no_other_backup_can_write_the_destination(library, m
             go_on.set()
             first.join(120)
         assert len(outcome["removed_snapshots"]) == 1
-        assert [p.name for p in dest.iterdir() if backups.SNAPSHOT_NAME.fullmatch(p.name)] == [outcome["snapshot"]]
+        assert [p.name for p in dest.iterdir() if SNAPSHOT_NAME.fullmatch(p.name)] == [outcome["snapshot"]]
     finally:
         shutil.rmtree(dest, ignore_errors=True)

@@ -35,8 +35,8 @@ def _run_schedule(sessions, name: str) -> None:
 
 
 def _pretend_checked_minutes_ago(sessions, minutes: int) -> None:
+    from mewdex.backups.status import SCHEDULE_STATE_SETTING
     from mewdex.platform.instance import get_setting, set_setting
-    from mewdex.runtime.backup import SCHEDULE_STATE_SETTING
 
     with sessions.begin() as session:
         state = dict(get_setting(session, SCHEDULE_STATE_SETTING, None) or {})
@@ -59,7 +59,7 @@ def _backup_tasks(sessions) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def no_backup_state(sessions):
-    from mewdex.runtime.backup import LAST_BACKUP_SETTING, SCHEDULE_STATE_SETTING
+    from mewdex.backups.status import LAST_BACKUP_SETTING, SCHEDULE_STATE_SETTING
 
     def clear():
         with sessions.begin() as session:
@@ -77,7 +77,7 @@ def no_backup_state(sessions):
 def test_scheduled_backups_run_keep_n_and_show_on_health_and_the_admin_page(
     sessions, settings_env, tmp_path, no_backup_state
 ):
-    from mewdex.runtime.backup import SNAPSHOT_NAME
+    from mewdex.backups.archive import SNAPSHOT_NAME
 
     dest = tmp_path / "scheduled"
     (tmp_path / "backup.key").write_text("7" * 64)
@@ -119,8 +119,8 @@ def test_scheduled_backups_run_keep_n_and_show_on_health_and_the_admin_page(
 
 
 def test_doctor_reports_a_failed_backup_with_its_fix_and_exits_1(sessions, settings_env, no_backup_state):
+    from mewdex.backups.status import record_result
     from mewdex.cli import app
-    from mewdex.runtime.backup import record_result
 
     settings_env(MEWDEX_BACKUP_DEST="/srv/backups/mewdex")
     record_result({"status": "failed", "code": "backup_store_failed", "message": "disk full", "dest": "/srv"})
@@ -241,16 +241,11 @@ def test_reindex_covers_every_library(sessions, two_libraries):
 def test_backup_to_s3_is_content_addressed_verifiable_and_pruned(sessions, store, settings_env, s3_server, tmp_path):
     """DEST = s3://bucket/prefix with the S3 store's settings: the same layout, checks and pruning;
     encrypted, and an http:// endpoint on another machine is refused."""
-    from mewdex.runtime.backup import (
-        BackupError,
-        backup,
-        entries,
-        key_from_file,
-        object_name,
-        read_manifest,
-        resolve_source,
-        verify,
-    )
+    from mewdex.backups.archive import BackupError, entries, object_name
+    from mewdex.backups.keys import key_from_file
+    from mewdex.backups.restore import resolve_source, verify
+    from mewdex.backups.snapshot import backup
+    from mewdex.backups.targets import read_manifest
 
     env = s3_server.env("unused")
     (tmp_path / "backup.key").write_text("8" * 64)

@@ -125,7 +125,7 @@ def test_a_data_dir_of_schema_0001_is_upgraded_by_serve_and_keeps_its_data():
             hits = client.post("/api/v1/search", json={"query": "vintage kitten"}).json()["results"]
             assert [h["id"] for h in hits][:1] == [old["meme_id"]], "the keyword statistics were backfilled"
         with psycopg.connect(sa_url.replace("postgresql+psycopg://", "postgresql://", 1)) as conn:
-            from mewdex.runtime.backup import known_revisions
+            from mewdex.backups.restore import known_revisions
 
             assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == known_revisions()[-1]
             assert conn.execute("SELECT model FROM search_heads WHERE scope_id = %s", (old["scope"],)).fetchall() == [

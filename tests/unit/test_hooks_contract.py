@@ -79,6 +79,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "llm_rerank": "mewdex.providers.search_steps",
     },
     "settings": {
+        "backups": "mewdex.backups.settings",
         "clawbot": "mewdex.channels.clawbot.settings",
         "discord": "mewdex.channels.discord.settings",
         "telegram": "mewdex.channels.telegram.settings",
@@ -87,8 +88,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "image_stages": "mewdex.pipeline.tasks",
     },
     "task_types": {
-        "backup": "mewdex.runtime.backup",
-        "backup_check": "mewdex.runtime.backup",
+        "backup": "mewdex.backups.tasks",
+        "backup_check": "mewdex.backups.tasks",
         "batch_feeding": "mewdex.queue.maintenance",
         "channel_delivery": "mewdex.channels.delivery",
         "channel_inbound": "mewdex.channels.inbound",
@@ -160,7 +161,7 @@ def test_a_plugin_is_imported_only_when_what_it_provides_is_used():
     out = subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True, check=True, timeout=120)
     seen = json.loads(out.stdout)
     assert seen["before"] == []
-    assert seen["found"] == "backup" and "mewdex.runtime.backup" in seen["after"]
+    assert seen["found"] == "backup" and "mewdex.backups" in seen["after"]
     assert "mewdex.channels.tasks" not in seen["after"] and "mewdex.pipeline.tasks" not in seen["after"]
     assert seen["missing"] is None
 

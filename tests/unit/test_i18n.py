@@ -12,6 +12,7 @@ from typing import get_args
 import pytest
 from starlette.requests import Request
 
+import mewdex.backups  # noqa: F401 - its words join the core ones when it is imported, as in the app
 from mewdex.channels import registry
 from mewdex.dto import i18n
 from mewdex.dto.media import MediaKind
@@ -22,6 +23,7 @@ registry.load()  # the channel packages' own catalogues join the core ones, as i
 SRC = Path(i18n.__file__).parents[1]
 WEB = SRC / "web"
 TEMPLATES = sorted((WEB / "templates").rglob("*.html")) + sorted((SRC / "channels").rglob("*.html"))
+TEMPLATES += sorted((SRC / "backups").rglob("*.html"))  # a capability package's card
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 
 

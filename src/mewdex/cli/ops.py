@@ -12,7 +12,7 @@ from mewdex.cli.common import ExitCode, _logs_above, _prepare, _progress, _setup
 
 
 class _Bars:
-    """:class:`mewdex.runtime.backup.Progress` on a rich progress display (one bar per phase)."""
+    """:class:`mewdex.backups.service.Progress` on a rich progress display (one bar per phase)."""
 
     def __init__(self, progress) -> None:
         self.progress, self.task = progress, None
@@ -34,7 +34,7 @@ class _Bars:
 
 
 def _run(fn, as_json: bool) -> dict[str, Any]:
-    from mewdex.runtime.backup import BackupError
+    from mewdex.backups.service import BackupError
 
     try:
         if as_json:
@@ -67,8 +67,8 @@ def backup(
     copies only new blobs. The first backup without a configured key makes one and prints it once."""
     from rich.markup import escape
 
-    from mewdex.runtime.backup import backup as run_backup
-    from mewdex.runtime.backup import key_from_file, missing_message
+    from mewdex.backups.service import backup as run_backup
+    from mewdex.backups.service import key_from_file, missing_message
 
     _setup_logging()
     _prepare()
@@ -118,8 +118,8 @@ def restore(
     checked first, migrations run when the backup is older. Stop serve and workers of the target first."""
     import sys
 
+    from mewdex.backups.service import restore as run_restore
     from mewdex.db.embedded import EmbeddedDatabaseError
-    from mewdex.runtime.backup import restore as run_restore
 
     def ask(what: str) -> str | None:
         return typer.prompt(what, hide_input=True) if sys.stdin.isatty() else None

@@ -270,12 +270,12 @@ def check_search_index() -> Check:
 
 
 def check_backups() -> Check:
+    from mewdex.backups import service as backups
     from mewdex.db.engine import get_sessionmaker
-    from mewdex.runtime import backup
 
-    settings = get_settings()
+    settings = backups.settings()
     with get_sessionmaker().begin() as session:
-        state = backup.health(session)
+        state = backups.health(session)
     last = state["last"]
     if last and last.get("status") == "failed":
         return _result(

@@ -14,7 +14,7 @@ task type            what it does                           every
 ``thumbnail_reconcile`` missing or stale thumbnails         24 h, every user scope
 ``scheduled_job_dispatch`` due cron jobs → run tasks       1 s (``schedules.dispatch``)
 ``retention``        old finished work (``runtime.retention``)  600 s, small batches
-``backup_check``     a due ``MEWDEX_BACKUP_CRON`` run →     60 s (``runtime.backup``)
+``backup_check``     a due ``MEWDEX_BACKUP_CRON`` run →     60 s (``backups.tasks``)
                      one ``backup`` task
 ==================== ====================================== ===========================
 """

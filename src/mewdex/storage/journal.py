@@ -19,7 +19,7 @@ A blob is "in use" while a meme row references it or another open upload is abou
 removals of one key run under a transaction-scoped advisory lock on ``(scope, key)`` that uploads
 also take when they prepare, so a delete never removes a blob an upload has just written.
 
-**Backup lease.** A running backup (:mod:`mewdex.runtime.backup`) holds the advisory lock
+**Backup lease.** A running backup (:mod:`mewdex.backups`) holds the advisory lock
 :data:`BACKUP_LEASE_KEY` exclusively on its own connection from before its database snapshot until
 its last blob is copied. Every blob removal first takes that lock shared for its transaction
 (:func:`removal_deferred`): while a backup holds it, the removal is deferred: the operation stays

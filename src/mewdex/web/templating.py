@@ -18,6 +18,7 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader
 from markupsafe import Markup
 
+from mewdex import backups as backups_package
 from mewdex import channels as channels_package
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.media import media_kind
@@ -28,12 +29,18 @@ from mewdex.web.base_path import route_path
 from mewdex.web.server_state import page_state
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
-# A channel package may bring its card for the Channels page: "channel/<name>/card.html" is
-# src/mewdex/channels/<name>/card.html (channels.html includes it when it is there).
+# A capability package brings its own card: a channel's for the Channels page, "channel/<name>/card.html"
+# is src/mewdex/channels/<name>/card.html (channels.html includes it when it is there); the admin page's
+# backups card, "backups/card.html", is src/mewdex/backups/card.html.
 templates.env.loader = ChoiceLoader(
     [
         FileSystemLoader(Path(__file__).parent / "templates"),
-        PrefixLoader({"channel": FileSystemLoader(Path(channels_package.__file__).parent)}),
+        PrefixLoader(
+            {
+                "channel": FileSystemLoader(Path(channels_package.__file__).parent),
+                "backups": FileSystemLoader(Path(backups_package.__file__).parent),
+            }
+        ),
     ]
 )
 

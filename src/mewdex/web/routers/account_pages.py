@@ -25,14 +25,15 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Depends, Request
 from sqlalchemy.orm import Session
 
+from mewdex.backups import service as backups
 from mewdex.config import get_settings
 from mewdex.dto.scopes import ScopeContext
 from mewdex.platform import oidc, sessions, tokens, usage, users
 from mewdex.platform.auth import Principal
 from mewdex.platform.instance import get_setting
 from mewdex.platform.users import User
-from mewdex.runtime.backup import operations_overview
 from mewdex.search import feedback
+from mewdex.search.generations import builds
 from mewdex.web.deps import (
     current_principal,
     current_scope,
@@ -163,7 +164,8 @@ def admin_page(request: Request, principal: Principal = Depends(require_admin), 
             "me_id": _me_id(principal),
             "signup_enabled": bool(get_setting(session, "signup_enabled", False)),
             "instance": usage.instance_usage(session),
-            "operations": operations_overview(session),
+            "backups": backups.overview(session),  # the backups package's card (backups/card.html)
+            "rebuilds": builds(session),
         },
     )
 

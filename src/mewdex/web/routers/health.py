@@ -9,13 +9,12 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from mewdex.backups.service import health as backup_health
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.common import HealthStatus
 
-# ``mewdex worker`` processes connect with this application_name prefix (runtime.run_worker sets PGAPPNAME).
 from mewdex.runtime import worker_processes
-from mewdex.runtime.backup import health as backup_health
 from mewdex.storage import blob_store
 from mewdex.web.server_state import DATABASE_UNREACHABLE, health_state, reasons_for
 
@@ -58,7 +57,7 @@ async def health(request: Request):
     tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch); ``disk`` is
     ``{"free_bytes", "low"}`` of the blob store's file system (``low`` below ``MEWDEX_DISK_LOW_BYTES``:
     uploads will soon fail with 507), ``backup`` is ``{"configured", "last", "stale"}`` (the last backup's
-    result, :func:`mewdex.runtime.backup.health`), and ``warnings`` lists such conditions.
+    result, :func:`mewdex.backups.service.health`), and ``warnings`` lists such conditions.
 
     Runs on threads of its own, so it answers while every request thread is busy."""
     global _limiter
