@@ -13,7 +13,6 @@ from mewdex.backups.service import health as backup_health
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.common import HealthStatus
-
 from mewdex.runtime import worker_processes
 from mewdex.storage import blob_store
 from mewdex.web.server_state import DATABASE_UNREACHABLE, health_state, reasons_for
