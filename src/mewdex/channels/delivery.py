@@ -445,7 +445,7 @@ def _attempt_started(ctx: TaskContext) -> tuple[UUID, dict[str, Any] | None]:
         remake = ctx.payload.get(REMAKE_KEY)
         choices = [str(c) for c in ctx.payload.get(CHOICES_KEY) or ()]
         meme = _load_meme(session, row) if row.kind == "meme" and remake is None and not choices else None
-        found = [meme_file(session, row.scope_id, c, data=False) for c in choices]
+        chosen = [meme_file(session, row.scope_id, c, data=False) for c in choices]
         return delivery_id, {
             "scope_id": row.scope_id,
             "remake": remake,
@@ -456,7 +456,7 @@ def _attempt_started(ctx: TaskContext) -> tuple[UUID, dict[str, Any] | None]:
             "binding": binding,
             "meme": meme,
             "buttons": tuple(Button(str(label), str(action)) for label, action in ctx.payload.get("buttons") or ()),
-            "choices": tuple(f for f in found if f is not None),
+            "choices": tuple(f for f in chosen if f is not None),
         }
 
 

@@ -329,9 +329,7 @@ def answer_in_place(sessions: sessionmaker[Session], inbound: Inbound, mode: Rep
             delivery.reply_in_place(session, None, inbound.channel, inbound.chat, channel.answer(mode, None))
             return {"outcome": "unavailable"}
         scope_id, pool_id = row.scope_id, pool.pool_of(row)
-    found = search_memes(
-        sessions, scope_id, mode.query, start=mode.page, count=mode.count, data=False, pool_id=pool_id
-    )
+    found = search_memes(sessions, scope_id, mode.query, start=mode.page, count=mode.count, data=False, pool_id=pool_id)
     with sessions.begin() as session:
         row = binding_of(session, inbound)
         if row is None or row.scope_id != scope_id or not bindings.in_force(session, row):  # changed meanwhile

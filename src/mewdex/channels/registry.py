@@ -91,8 +91,9 @@ FRAMEWORK_LOCALES = Path(__file__).parent / "locales"
 class Channel:
     """A channel package's declaration (module doc): ``name``, ``modules`` imported in every process
     (adapter, task types, ``schedules()``), ``routes`` (a module with a module-level
-    ``router: APIRouter``, imported by the web app only; None: no routes of its own), ``errors`` (its own code → HTTP status),
-    ``locales`` (a directory of its own ``{en,zh}.json`` catalogues; None: its words are in the core's)."""
+    ``router: APIRouter``, imported by the web app only; None: no routes of its own), ``errors``
+    (its own code → HTTP status), ``locales`` (a directory of its own ``{en,zh}.json`` catalogues;
+    None: its words are in the core's)."""
 
     name: str
     modules: tuple[str, ...]

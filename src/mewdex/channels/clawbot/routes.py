@@ -38,6 +38,7 @@ def clawbot_card_script():
     """The ClawBot card's script (card.js beside this module)."""
     return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
 
+
 @router.post("/api/v1/channels/clawbot/login", response_model=dto.ClawBotQr)
 async def clawbot_login(
     scope: ScopeContext = Depends(web.current_scope), sessions: sessionmaker[Session] = Depends(web.sessions)
@@ -61,9 +62,12 @@ async def clawbot_login(
     await run_in_threadpool(remember)
     return qr
 
+
 @router.get("/api/v1/channels/clawbot/login/{qrcode}", response_model=dto.ClawBotLoginStatus)
 async def clawbot_login_status(
-    qrcode: str, scope: ScopeContext = Depends(web.current_scope), sessions: sessionmaker[Session] = Depends(web.sessions)
+    qrcode: str,
+    scope: ScopeContext = Depends(web.current_scope),
+    sessions: sessionmaker[Session] = Depends(web.sessions),
 ):
     """The login's state; ``confirmed`` binds the scanning person to the caller (bot token sealed)."""
 

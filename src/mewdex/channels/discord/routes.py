@@ -66,12 +66,14 @@ class Commands(BaseModel):
 web = web_kit()
 router = APIRouter(tags=["channels"])
 
+
 def status(session: Session, scope: ScopeContext, base: str) -> dict[str, Any]:
     """The card's state (``base``: the public base URL of the request's app)."""
     found = setup.status(bindings.get(session, scope.scope_id, setup.NAME))
     app = found["application_id"]
     url = f"{base}{setup.endpoint_path(app)}" if app else None
     return {**found, "endpoint_url": url, "loopback": loopback(url or base)}
+
 
 @router.get("/api/v1/channels/discord", response_model=Status)
 def discord_status(
@@ -81,6 +83,7 @@ def discord_status(
 ):
     """The Discord card's state (module doc); nothing of the bot token."""
     return status(session, scope, base)
+
 
 @router.put("/api/v1/channels/discord", response_model=Status)
 def discord_connect(
@@ -93,15 +96,15 @@ def discord_connect(
     application it is). 422 ``channel_config_invalid``, 409 ``channel_identity_taken``, 502
     ``channel_platform_error``."""
     owner = bindings.owner_user_id(session, scope.scope_id)
-    setup.connect(
-        session, scope_id=scope.scope_id, user_id=owner, bot_token=body.bot_token, channel_id=body.channel_id
-    )
+    setup.connect(session, scope_id=scope.scope_id, user_id=owner, bot_token=body.bot_token, channel_id=body.channel_id)
     return status(session, scope, base)
+
 
 @router.post("/api/v1/channels/discord/commands", response_model=Commands)
 def discord_commands(session: Session = Depends(web.db_session), scope: ScopeContext = Depends(web.current_scope)):
     """Register the commands on the caller's application. 404 ``channel_not_bound``, 502."""
     return {"registered": setup.register_commands(session, scope.scope_id)}
+
 
 @router.put("/api/v1/channels/discord/channel", response_model=Status)
 def discord_channel(
@@ -113,6 +116,7 @@ def discord_channel(
     """Choose the channel scheduled memes go to. 422 ``channel_config_invalid``, 404."""
     setup.set_channel(session, scope.scope_id, body.channel_id)
     return status(session, scope, base)
+
 
 @router.post(setup.endpoint_path("{application_id}"), include_in_schema=False)
 async def discord_interactions(
@@ -131,8 +135,8 @@ async def discord_interactions(
 
     return await run_in_threadpool(work)
 
+
 @router.get("/channels/discord/card.js", include_in_schema=False)
 def discord_card_script():
     """The Discord card's script (card.js beside this module)."""
     return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
-

@@ -56,9 +56,12 @@ def onebot_bind(
         "events_url": base + setup.EVENTS_PATH,
     }
 
+
 @router.websocket(setup.WS_PATH)
 async def onebot_ws(
-    websocket: WebSocket, access_token: str | None = Query(None), sessions: sessionmaker[Session] = Depends(web.sessions)
+    websocket: WebSocket,
+    access_token: str | None = Query(None),
+    sessions: sessionmaker[Session] = Depends(web.sessions),
 ):
     """The reverse WebSocket. The token (``Authorization: Bearer`` or ``?access_token=``) decides
     the binding, once, for the life of the connection; ``X-Self-ID`` is only a claim until the bot
@@ -181,6 +184,7 @@ async def onebot_ws(
         transport.registry.remove(channel)
         if proven.is_set() and transport.registry.get(claimed) is None:  # not replaced by a newer connection
             await run_in_threadpool(setup.detach, sessions, scope_id)
+
 
 @router.post(setup.EVENTS_PATH, include_in_schema=False)
 async def onebot_events(

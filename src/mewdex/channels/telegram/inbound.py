@@ -298,7 +298,9 @@ def request_of(query: dict[str, Any], received_at: float | None = None) -> tuple
         extra={"lang": lang},
     )
     deadline = (received_at or time.time()) + INLINE_LIFE
-    return message, ReplyMode("inline", str(query.get("id") or ""), query=text, count=INLINE_MAX, lang=lang, deadline=deadline)
+    return message, ReplyMode(
+        "inline", str(query.get("id") or ""), query=text, count=INLINE_MAX, lang=lang, deadline=deadline
+    )
 
 
 def answer(mode: ReplyMode, found: list[MemeFile] | None) -> Reply:

@@ -35,6 +35,7 @@ def telegram_card_script():
     """The Telegram card's script (card.js beside this module)."""
     return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
 
+
 @router.post("/api/v1/channels/telegram/link", response_model=dto.TelegramLink)
 def telegram_link(
     session: Session = Depends(web.db_session),
@@ -45,6 +46,7 @@ def telegram_link(
     user_id = bindings.owner_user_id(session, scope.scope_id)
     return setup.link(session, sessions, scope_id=scope.scope_id, user_id=user_id)
 
+
 @router.put("/api/v1/channels/telegram/token", response_model=dto.TelegramTokenStatus)
 def telegram_token_set(
     body: dto.TelegramTokenSet, session: Session = Depends(web.db_session), _admin=Depends(web.require_admin)
@@ -53,6 +55,7 @@ def telegram_token_set(
     a restart; ``MEWDEX_TELEGRAM_BOT_TOKEN``, when set, still wins (``source: environment``).
     422 ``channel_config_invalid`` for a value that is not a bot token."""
     return setup.set_stored_token(session, body.token)
+
 
 @router.post(inbound.WEBHOOK_PATH, include_in_schema=False)
 async def telegram_webhook(

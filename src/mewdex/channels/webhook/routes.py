@@ -12,7 +12,6 @@ from mewdex.channels.webhook import setup
 from mewdex.dto import channels as dto
 from mewdex.dto.scopes import ScopeContext
 
-
 #: The web layer's dependencies (lent once per process: channels.registry.lend).
 web = web_kit()
 router = APIRouter(tags=["channels"])

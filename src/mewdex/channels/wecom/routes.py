@@ -20,7 +20,6 @@ from mewdex.channels.wecom.crypto import WeComCryptoError
 from mewdex.dto import channel_setup as dto
 from mewdex.dto.scopes import ScopeContext
 
-
 #: The web layer's dependencies (lent once per process: channels.registry.lend).
 web = web_kit()
 router = APIRouter(tags=["channels"])
@@ -33,6 +32,7 @@ def status_view(base: str, status: dict) -> dict:
         "callback_url": base + setup.CALLBACK_PATH,
     }
 
+
 @router.get("/api/v1/channels/wecom/app", response_model=dto.WeComAppStatus)
 def wecom_app(
     base: str = Depends(web.public_base_url),
@@ -41,6 +41,7 @@ def wecom_app(
 ):
     """The installation's WeCom app (admin), without its secrets, and the callback URL to enter."""
     return status_view(base, setup.app_status(session))
+
 
 @router.put("/api/v1/channels/wecom/app", response_model=dto.WeComAppStatus)
 def wecom_app_set(
@@ -56,10 +57,12 @@ def wecom_app_set(
     )  # fmt: skip
     return status_view(base, status)
 
+
 @router.post("/api/v1/channels/wecom/link", response_model=dto.WeComLink)
 def wecom_link(session: Session = Depends(web.db_session), scope: ScopeContext = Depends(web.current_scope)):
     """A one-time code (15 minutes): the WeCom member who sends it to the app is bound to the caller."""
     return setup.link(session, scope_id=scope.scope_id, user_id=bindings.owner_user_id(session, scope.scope_id))
+
 
 @router.get(setup.CALLBACK_PATH, include_in_schema=False)
 async def wecom_verify(
@@ -79,6 +82,7 @@ async def wecom_verify(
         return PlainTextResponse(await run_in_threadpool(work))
     except WeComCryptoError as exc:
         raise ChannelError("channel_webhook_secret_invalid", exc.message) from None
+
 
 @router.post(setup.CALLBACK_PATH, include_in_schema=False)
 async def wecom_callback(
