@@ -32,7 +32,8 @@ and what its owner saves there is added to it (``/pool NAME|off``, ``表情池 �
 
 Reply modes (:class:`~mewdex.channels.base.ReplyMode`: a Discord interaction, a Telegram inline
 query) come through :func:`handle` too, from their channel's own inbound task (which holds the
-platform's token until it runs): the binding is owner-checked once (:func:`mewdex.channels.bindings.in_force`),
+platform's token until it runs): the binding is owner-checked by the one rule
+(:func:`mewdex.channels.bindings.in_force`, before the search and again as the answer is queued),
 the assistant's retrieval finds the page asked for (:func:`search_memes`, in the chat's pool; no chat
 model), the adapter makes the :class:`~mewdex.channels.base.Reply` (``Adapter.answer``) and it is queued
 as a delivery answering in place (:func:`mewdex.channels.delivery.reply_in_place`: the delivery log,
@@ -325,7 +326,7 @@ def answer_in_place(sessions: sessionmaker[Session], inbound: Inbound, mode: Rep
     channel = adapter(inbound.channel)
     with sessions.begin() as session:
         row = binding_of(session, inbound)
-        if not bindings.in_force(session, row) or row is None:  # the one owner check of a reply mode
+        if not bindings.in_force(session, row) or row is None:  # the owner check of a reply mode
             delivery.reply_in_place(session, None, inbound.channel, inbound.chat, channel.answer(mode, None))
             return {"outcome": "unavailable"}
         scope_id, pool_id = row.scope_id, pool.pool_of(row)
