@@ -155,6 +155,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
             "lanes": ("channel", "telegram_poll", "clawbot_poll"),
             "task_types": _CHANNEL_TASK_TYPES,
             "account_hooks": ("channels",),
+            "sealed_task_payloads": ("channel_delivery",),
         },
     ),
     Plugin("mewdex.channels.metrics", {"metric_collectors": ("deliveries",)}),

@@ -430,3 +430,42 @@ def test_save_to_mewdex_saves_for_the_linked_person_only(sessions, account, disc
     answer, said = save(stranger)
     assert answer["data"]["content"] == "只有这个 mewdex 表情库的主人才能在这里收藏表情。" and said == []
     assert len(saved_memes(sessions, account)) == count
+
+
+def test_an_interaction_is_answered_as_a_logged_delivery_and_not_late(sessions, account, discord):
+    """Issue 41 step 2: an interaction's answer is a reply mode of the shared path — a delivery in the
+    log (its token sealed in the task's payload), no turn of the chat's conversation — and an answer
+    past the token's life fails ``channel_reply_expired`` instead of reaching Discord."""
+    import time
+
+    from mewdex.channels import bindings, delivery
+    from mewdex.channels.base import Reply, ReplyMode
+    from mewdex.db.models import Task
+
+    fake, owner = discord, snowflake()
+    connect(fake)
+    link(fake, owner)
+    command = fake.slash(owner, "meme", query="cat")
+    assert meme_query(sessions, account, fake, command)["files"]
+    with sessions.begin() as session:
+        row = session.execute(
+            select(ChannelDelivery)
+            .where(ChannelDelivery.scope_id == account.scope.scope_id, ChannelDelivery.channel == "discord")
+            .order_by(ChannelDelivery.created_at.desc())
+            .limit(1)
+        ).scalar_one()
+        assert (row.status, row.kind, row.source, row.conversation_id) == ("sent", "meme", "assistant", None)
+        assert row.target == command["channel_id"]
+        payload = session.get(Task, row.task_id).payload
+        binding = bindings.get(session, account.scope.scope_id, "discord")
+        assert not (binding.config or {}).get("chat_task_id"), "no standing conversation was made for it"
+        late = ReplyMode("interaction", "late-token", query="cat", app=fake.application_id, deadline=time.time() - 1)
+        expired = delivery.reply_in_place(session, binding, "discord", row.target, Reply("late", mode=late))
+        expired_id = expired.delivery_id
+    assert payload["reply"]["kind"] == "interaction" and payload["reply_token"]["kid"]
+    assert command["token"] not in json.dumps(payload), "the token rides sealed"
+    drain(sessions, account)
+    with sessions.begin() as session:
+        gone = session.get(ChannelDelivery, expired_id)
+        assert (gone.status, gone.error_code) == ("failed", "channel_reply_expired")
+    assert fake.answers("late-token") == []

@@ -266,6 +266,9 @@ def test_inline_mode_offers_cached_memes(sessions, account, telegram, settings_e
     drain(sessions, account)
     assert len(telegram.sent_to(storage_chat)) == uploads, "cached file_ids are not uploaded again"
     assert telegram.inline_answers[-1]["results"] == results
+    with sessions.begin() as session:  # each answer is a delivery of the shared path (issue 41 step 2)
+        logged = session.execute(select(ChannelDelivery).where(ChannelDelivery.target == f"inline:{uid}")).scalars()
+        assert [(d.status, d.kind, d.scope_id) for d in logged] == [("sent", "meme", account.scope.scope_id)] * 2
 
 
 def test_webhook_mode_registers_the_secret_and_checks_it(sessions, account, telegram, settings_env):

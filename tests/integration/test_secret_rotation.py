@@ -203,10 +203,12 @@ def test_every_module_that_seals_is_covered_by_the_registry():
         for path in root.rglob("*.py")
         if "secrets.seal(" in path.read_text() and path.name not in ("secrets.py", "sealed_fields.py")
     )
-    # channels/discord/interactions.py seals a waiting interaction's token in its task's payload
-    # (sealed_fields.SEALED_TASK_PAYLOADS: the registry's tasks.payload column).
+    # channels/discord/interactions.py seals a waiting interaction's token in its task's payload, and
+    # channels/delivery.py a reply mode's handle in its delivery's (sealed_fields.SEALED_TASK_PAYLOADS:
+    # the registry's tasks.payload column).
     assert sealing == [
         "channels/bindings.py",
+        "channels/delivery.py",
         "channels/discord/interactions.py",
         "channels/telegram/setup.py",
         "channels/wecom/setup.py",

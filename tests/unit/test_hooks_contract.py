@@ -67,6 +67,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "channel_wecom_app": "mewdex.channels.wecom.setup",
     },
     "sealed_task_payloads": {
+        "channel_delivery": "mewdex.channels.delivery",
         "discord_interaction": "mewdex.channels.discord.interactions",
     },
     "search_enhancers": {

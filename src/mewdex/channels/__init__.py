@@ -55,6 +55,7 @@ the framework calls them directly, never looks them up) and registers one instan
         # def owner_gone(self, session, scope_id) -> None             the owner was disabled or deleted
         # def poll(self, sessions, seconds) -> dict / poll_seconds()  one poll (polls = True)
         # def acknowledge(self, inbound) -> None                      the platform waits for a receipt (a button press)
+        # def answer(self, mode: ReplyMode, found) -> Reply           a reply mode's Reply (found None: not in force)
 
     register_adapter(WeComAdapter())
 
@@ -83,6 +84,11 @@ the framework calls them directly, never looks them up) and registers one instan
   schedule. Other task types of a channel register with ``queue.registry.task_type`` in lane
   :data:`delivery.LANE` (``channel``), in a module of ``CHANNEL.modules``; ``mewdex.channels.tasks``
   (which the runtime loads in every process) loads them all.
+- Reply modes: a request the platform wants answered in place (Discord's interaction, Telegram's
+  inline query) is queued by its channel's own inbound task, which calls :func:`inbound.handle` with
+  a :class:`base.ReplyMode`; the adapter's ``answer`` makes the :class:`base.Reply` (with ``mode``
+  set) and its ``send`` answers in that mode, inside a ``channel_delivery`` like any send
+  (:func:`delivery.reply_in_place`).
 - A meme's file is :func:`media.meme_file`; the paging of every reply mode ("another") is
   :func:`inbound.search_memes`; the owner check of an answer from the library is
   :func:`bindings.in_force`; the loopback rule of a callback URL is :func:`platform.loopback`.

@@ -226,13 +226,63 @@ class Button:
 
 
 @dataclass(frozen=True)
+class ReplyMode:
+    """How a reply is given when it answers a platform's request in place rather than as a message in
+    a chat (a *reply mode* of the inbound path, :func:`mewdex.channels.inbound.handle`):
+
+    - ``kind``: ``interaction`` (Discord: the deferred response of an interaction is edited, or an
+      ephemeral follow-up sent, with its token) or ``inline`` (Telegram: ``answerInlineQuery``);
+    - ``handle``: the platform's key of the answer (the interaction token, the ``inline_query_id``);
+      sealed in the delivery's task payload, never logged;
+    - ``query``: what was asked (at most 500 characters); ``page``: the first result shown (0; "Another"
+      is the next); ``count``: results in one answer (an inline query's list: up to 50);
+    - ``lang``: ``en``/``zh``; ``app``: the platform application answering (Discord's application id);
+    - ``follow_up``: a message beside the answer instead of the answer itself (Discord's ephemeral
+      follow-up: "no more memes");
+    - ``deadline``: epoch seconds after which the platform takes no answer (an interaction token's 15
+      minutes, an inline query's life): a delivery not sent by then fails ``channel_reply_expired``.
+    """
+
+    kind: str
+    handle: str = field(repr=False)
+    query: str = ""
+    page: int = 0
+    count: int = 1
+    lang: str = "en"
+    app: str = ""
+    follow_up: bool = False
+    deadline: float | None = None
+
+    def as_payload(self) -> dict[str, Any]:
+        """Everything but ``handle`` (which travels sealed beside it)."""
+        return {
+            "kind": self.kind,
+            "query": self.query,
+            "page": self.page,
+            "count": self.count,
+            "lang": self.lang,
+            "app": self.app,
+            "follow_up": self.follow_up,
+            "deadline": self.deadline,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any], handle: str) -> ReplyMode:
+        return cls(handle=handle, **payload)
+
+
+@dataclass(frozen=True)
 class Reply:
     """What the bot says in one message: ``text`` (a meme's caption when ``meme`` is set), ``meme``,
-    ``buttons`` (shown where the platform has them; ignored elsewhere)."""
+    ``buttons`` (shown where the platform has them; ignored elsewhere); ``choices``: memes to choose
+    from (an inline query's results, without their bytes); ``mode``: the reply mode it answers in
+    (None: a message in the chat ``target``)."""
 
     text: str | None = None
     meme: MemeFile | None = None
     buttons: tuple[Button, ...] = ()
+    choices: tuple[MemeFile, ...] = ()
+    mode: ReplyMode | None = None
 
 
 class Adapter:
@@ -288,10 +338,25 @@ class Adapter:
 
     def send(self, binding: Binding | None, target: str, reply: Reply) -> Sent:
         """Send one :class:`Reply` (what the delivery task calls). The default sends the meme with the
-        text as its caption, or the text, and leaves out buttons; a channel with ``buttons`` overrides it."""
+        text as its caption, or the text, and leaves out buttons; a channel with ``buttons`` or a
+        reply mode (``reply.mode``) overrides it."""
         if reply.meme is not None:
             return self.send_meme(binding, target, reply.meme, reply.text)
         return self.send_text(binding, target, reply.text or "")
+
+    def answer(self, mode: ReplyMode, found: list[MemeFile] | None) -> Reply:
+        """The :class:`Reply` of a reply mode (:class:`ReplyMode`), made by the inbound path once it has
+        searched: ``found`` is the page of results (``mode.page`` on, at most ``mode.count``, without
+        their bytes), or None when the person's binding is not in force (unbound, unconfirmed, its
+        owner disabled: nothing from the library). The default: the first meme named, else the
+        how-to-bind reply or "nothing found"; a channel with reply modes overrides it."""
+        from mewdex.dto.i18n import translate
+
+        if found is None:
+            return Reply(self.bind_help(mode.lang), mode=mode)
+        if not found:
+            return Reply(translate(mode.lang, "bot.no_answer"), mode=mode)
+        return Reply(found[0].display_name, found[0], mode=mode)
 
     # ---------------------------------------------------------------- inbound
 

@@ -14,6 +14,13 @@ that died mid-send leaves it ``unknown`` (never sent twice). Nothing fails silen
 A disabled owner's deliveries are cancelled (``channel_owner_disabled``) and new ones refused
 (:func:`mewdex.platform.owners.owner_active`, the rule every channel path asks).
 
+A reply mode (:class:`~mewdex.channels.base.ReplyMode`: a Discord interaction's deferred response, a
+Telegram inline query's answer) is a delivery like any other (:func:`reply_in_place`): logged, paced
+per target, checked, retried. Its ``handle`` (the interaction token, the inline query id) rides
+sealed in the task's payload (member ``reply_token``, the hook ``sealed_task_payloads``: ``mewdex
+secrets rotate`` re-seals a waiting one); past the mode's ``deadline`` (or when the token cannot be
+opened any more) it fails ``channel_reply_expired`` instead of answering late.
+
 Public API (schedules and the inbound path call these, in the caller's transaction):
 :func:`send_meme`, :func:`send_text`, :func:`list_deliveries`.
 """
@@ -29,8 +36,17 @@ from uuid import UUID
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from mewdex import hooks
 from mewdex.channels import bindings, platform
-from mewdex.channels.base import UNBOUND_SCOPE, Button, DeliveryFailed, MemeFile, Reply, current_delivery
+from mewdex.channels.base import (
+    UNBOUND_SCOPE,
+    Button,
+    DeliveryFailed,
+    MemeFile,
+    Reply,
+    ReplyMode,
+    current_delivery,
+)
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.media import meme_file, remade
 from mewdex.channels.platform import PlatformError
@@ -42,6 +58,7 @@ from mewdex.dto.errors import DomainError
 from mewdex.egress import EgressError
 from mewdex.library import memes
 from mewdex.platform import owners
+from mewdex.providers import sealed_fields, secrets
 from mewdex.queue import registry
 from mewdex.queue.registry import Lane, RetryPolicy, TaskContext, TaskError, register_lane, task_type
 
@@ -54,6 +71,11 @@ MAX_TEXT_CHARS = 4000
 SOURCES = ("assistant", "schedule", "bind", "test", "api")
 #: The key of a delivery task's payload that holds an unsaved re-captioned image's recipe.
 REMAKE_KEY = "remake"
+#: The keys of a delivery task's payload that hold its reply mode (:class:`ReplyMode`, without its
+#: handle), the handle sealed, and the ids of the memes to choose from (an inline query's results).
+REPLY_KEY, REPLY_TOKEN, CHOICES_KEY = "reply", "reply_token", "choices"
+hooks.provide("sealed_task_payloads", TASK_TYPE, (REPLY_TOKEN,))  # a reply mode's handle, while the task waits
+REPLY_TOKEN_AAD = sealed_fields.task_payload_aad(TASK_TYPE, REPLY_TOKEN)
 # Every account's channel work shares this lane; each scope gets at most its share of the slots
 # (MEWDEX_CHANNEL_SCOPE_CONCURRENCY), so one account's slow endpoint cannot hold them all.
 register_lane(Lane(LANE, scope_share=lambda: get_settings().channel_scope_concurrency))
@@ -74,6 +96,8 @@ def _enqueue(
     bound: bool = True,
     buttons: tuple[Button, ...] = (),
     remake: dict[str, Any] | None = None,
+    mode: ReplyMode | None = None,
+    choices: tuple[str, ...] = (),
 ) -> ChannelDelivery:
     row = ChannelDelivery(
         scope_id=scope_id,
@@ -95,6 +119,11 @@ def _enqueue(
         payload["buttons"] = [[b.label, b.action] for b in buttons]
     if remake is not None:  # an unsaved re-captioned image, made at the send (media.remade)
         payload[REMAKE_KEY] = remake
+    if mode is not None:  # answered in place (reply_in_place): the handle sealed, never in the log
+        payload[REPLY_KEY] = mode.as_payload()
+        payload[REPLY_TOKEN] = secrets.seal(mode.handle, REPLY_TOKEN_AAD)
+    if choices:
+        payload[CHOICES_KEY] = list(choices)
     task = registry.submit(session, scope_id=scope_id, task_type=TASK_TYPE, payload=payload)
     row.task_id = task.id
     return row
@@ -274,6 +303,35 @@ def reply_text(
     )
 
 
+def reply_in_place(session: Session, binding_row: Any | None, channel: str, target: str, reply: Reply):
+    """Queue ``reply`` answering in its reply mode (``reply.mode``: required), e.g. the edit of a
+    Discord interaction's deferred response or a Telegram inline query's answer; ``target`` is what
+    it is logged and paced under (the chat it was asked in, or the person). ``binding_row`` None: an
+    answer that needs no binding in force (unbound, unconfirmed, disabled owner: it carries nothing
+    from the library; system scope). Logged as ``meme`` (the first of ``reply.choices`` when it has
+    several) or ``text``."""
+    if reply.mode is None:
+        raise ValueError("reply_in_place needs a reply with its mode")
+    if binding_row is None:
+        ensure_scope(session, ScopeContext(UNBOUND_SCOPE))
+    first = reply.meme or (reply.choices[0] if reply.choices else None)
+    return _enqueue(
+        session,
+        scope_id=binding_row.scope_id if binding_row is not None else UNBOUND_SCOPE,
+        user_id=binding_row.user_id if binding_row is not None else None,
+        channel=channel,
+        target=target,
+        kind="meme" if first is not None else "text",
+        meme_id=UUID(first.meme_id) if first is not None else None,
+        text_=reply.text[:MAX_TEXT_CHARS] if reply.text else None,
+        source="assistant",
+        bound=binding_row is not None,
+        buttons=reply.buttons,
+        mode=reply.mode,
+        choices=tuple(m.meme_id for m in reply.choices),
+    )
+
+
 def list_deliveries(session: Session, scope_id: str, *, channel: str | None = None, limit: int = 50):
     """The scope's delivery log, newest first (at most 200)."""
     stmt = select(ChannelDelivery).where(ChannelDelivery.scope_id == scope_id)
@@ -385,7 +443,9 @@ def _attempt_started(ctx: TaskContext) -> tuple[UUID, dict[str, Any] | None]:
         row.retry_after_seconds = None
         row.error_code = row.platform_code = row.platform_error = None
         remake = ctx.payload.get(REMAKE_KEY)
-        meme = _load_meme(session, row) if row.kind == "meme" and remake is None else None
+        choices = [str(c) for c in ctx.payload.get(CHOICES_KEY) or ()]
+        meme = _load_meme(session, row) if row.kind == "meme" and remake is None and not choices else None
+        chosen = [meme_file(session, row.scope_id, c, data=False) for c in choices]
         return delivery_id, {
             "scope_id": row.scope_id,
             "remake": remake,
@@ -396,7 +456,21 @@ def _attempt_started(ctx: TaskContext) -> tuple[UUID, dict[str, Any] | None]:
             "binding": binding,
             "meme": meme,
             "buttons": tuple(Button(str(label), str(action)) for label, action in ctx.payload.get("buttons") or ()),
+            "choices": tuple(f for f in chosen if f is not None),
         }
+
+
+def _mode_of(payload: dict[str, Any]) -> ReplyMode | None:
+    """The delivery's reply mode with its handle opened (None: a message in a chat). Raises
+    :class:`DeliveryFailed` ``channel_reply_expired`` when the handle cannot be opened any more (its
+    key dropped by a rotation)."""
+    if payload.get(REPLY_KEY) is None:
+        return None
+    try:
+        handle = secrets.open_sealed(payload[REPLY_TOKEN], REPLY_TOKEN_AAD)
+    except secrets.SecretError:
+        raise DeliveryFailed("channel_reply_expired", "the reply's token cannot be opened any more") from None
+    return ReplyMode.from_payload(payload[REPLY_KEY], handle)
 
 
 @task_type(
@@ -415,13 +489,22 @@ def deliver(ctx: TaskContext) -> dict[str, Any]:
     channel = adapter(job["channel"])
     if job["remake"] is not None:
         job["meme"] = _remade(ctx.sessions, delivery_id, job["scope_id"], job["remake"])
+    try:
+        mode = _mode_of(ctx.payload)
+    except DeliveryFailed as exc:
+        _record_failure(ctx.sessions, delivery_id, exc)
+        raise TaskError(exc.code, exc.message, retryable=False) from None
     wait = reserve_slot(ctx.sessions, job["channel"], job["target"], channel.min_send_interval)
+    if mode is not None and mode.deadline is not None and time.time() + wait > mode.deadline:
+        expired = DeliveryFailed("channel_reply_expired", "the platform takes no answer to this request any more")
+        _record_failure(ctx.sessions, delivery_id, expired)
+        raise TaskError(expired.code, expired.message, retryable=False)
     if wait > 0:
         time.sleep(wait)
     ctx.external_started()
     token = current_delivery.set(str(delivery_id))
     try:
-        reply = Reply(job["text"], job["meme"], job["buttons"])
+        reply = Reply(job["text"], job["meme"], job["buttons"], job["choices"], mode)
         sent = channel.send(job["binding"], job["target"], reply)
     except (EgressError, PlatformError) as exc:  # not mapped by the adapter: the shared rule (channels.platform)
         failed = platform.failure(exc)

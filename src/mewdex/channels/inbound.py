@@ -29,6 +29,17 @@ in reply to a meme the bot sent (or to an image) sends the re-captioned image ba
 
 A chat's pool (:mod:`mewdex.channels.pool`): a binding limited to one collection answers only from it,
 and what its owner saves there is added to it (``/pool NAME|off``, ``表情池 名字|关``).
+
+Reply modes (:class:`~mewdex.channels.base.ReplyMode`: a Discord interaction, a Telegram inline
+query) come through :func:`handle` too, from their channel's own inbound task (which holds the
+platform's token until it runs): the binding is owner-checked by the one rule
+(:func:`mewdex.channels.bindings.in_force`, before the search and again as the answer is queued),
+the assistant's retrieval finds the page asked for (:func:`search_memes`, in the chat's pool; no chat
+model), the adapter makes the :class:`~mewdex.channels.base.Reply` (``Adapter.answer``) and it is queued
+as a delivery answering in place (:func:`mewdex.channels.delivery.reply_in_place`: the delivery log,
+the pacing, the send-time checks). Such a request is not a turn of the binding's standing
+conversation: the person sees no chat (an inline query comes at every keystroke), and its paging
+needs none ("Another" names its page), so nothing is recorded there.
 """
 
 from __future__ import annotations
@@ -43,7 +54,7 @@ from mewdex.assistant import chat
 from mewdex.assistant.pool import answering_from, in_pool
 from mewdex.assistant.retrieval import language
 from mewdex.channels import bindings, captioning, delivery, pool, saving
-from mewdex.channels.base import DeliveryFailed, Inbound, MemeFile, addressed
+from mewdex.channels.base import DeliveryFailed, Inbound, MemeFile, ReplyMode, addressed
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.media import meme_file
 from mewdex.channels.platform import PlatformError
@@ -168,10 +179,13 @@ def search_memes(
     return found
 
 
-def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
+def handle(sessions: sessionmaker[Session], inbound: Inbound, mode: ReplyMode | None = None) -> dict[str, Any]:
     """Answer one inbound message (module doc). ``{"outcome": ignored|confirm_asked|bound|bind_refused|
     unbound|owner_disabled|rate_limited|answered|failed}``, or a save's (:func:`.saving.save`:
-    saved|already_saved|save_failed; save_refused for a guest, nothing_to_save, save_all_on|off)."""
+    saved|already_saved|save_failed; save_refused for a guest, nothing_to_save, save_all_on|off).
+    ``mode``: the request answers in place (:func:`answer_in_place`)."""
+    if mode is not None:
+        return answer_in_place(sessions, inbound, mode)
     channel = adapter(inbound.channel)
     try:
         channel.acknowledge(inbound)
@@ -302,6 +316,28 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound) -> dict[str, Any]:
                 buttons=button,
             )
     return {"outcome": "answered", "memes": len(memes), "guest": guest}
+
+
+def answer_in_place(sessions: sessionmaker[Session], inbound: Inbound, mode: ReplyMode) -> dict[str, Any]:
+    """A reply mode's request (module doc): ``inbound.text`` is ``mode.query``, ``inbound.chat`` the
+    target it is logged and paced under. ``{"outcome": "unavailable"}`` when the binding is not in
+    force (the adapter's answer for that, nothing from the library), else ``{"outcome": "answered",
+    "memes": n}``."""
+    channel = adapter(inbound.channel)
+    with sessions.begin() as session:
+        row = binding_of(session, inbound)
+        if not bindings.in_force(session, row) or row is None:  # the owner check of a reply mode
+            delivery.reply_in_place(session, None, inbound.channel, inbound.chat, channel.answer(mode, None))
+            return {"outcome": "unavailable"}
+        scope_id, pool_id = row.scope_id, pool.pool_of(row)
+    found = search_memes(sessions, scope_id, mode.query, start=mode.page, count=mode.count, data=False, pool_id=pool_id)
+    with sessions.begin() as session:
+        row = binding_of(session, inbound)
+        if row is None or row.scope_id != scope_id or not bindings.in_force(session, row):  # changed meanwhile
+            delivery.reply_in_place(session, None, inbound.channel, inbound.chat, channel.answer(mode, None))
+            return {"outcome": "unavailable"}
+        delivery.reply_in_place(session, row, inbound.channel, inbound.chat, channel.answer(mode, found))
+    return {"outcome": "answered", "memes": len(found)}
 
 
 def _set_pool(session: Session, row: ChannelBinding, inbound: Inbound, lang: str, wanted: str) -> dict[str, Any]:

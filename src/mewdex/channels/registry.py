@@ -31,13 +31,17 @@ using it: the hook registry imports it when its adapter is first looked up)::
 * **Sealed fields**: an instance setting or a task payload with sealed members is declared by the
   module that owns it, ``hooks.provide("sealed_settings", key, members)`` (``sealed_task_payloads``:
   by task type), and named in the package's ``Plugin`` line.
-* **Set-up routes**: ``routes`` names a module with ``def router(web: WebKit) -> fastapi.APIRouter``.
-  The web app imports it (only the web app: a worker never loads FastAPI) and mounts the router as
-  it is, so the module chooses its paths: set-up under ``/api/v1/channels/<name>/…`` (session
-  required), platform callbacks under ``/channels/<name>/…`` (no session: the route checks the
-  platform's own signature or secret). The module may import ``fastapi``/``starlette`` (the one
-  exception of the ``no-web-below-interfaces`` contract, for ``mewdex.channels.*.routes``) but never
-  ``mewdex.web``: what it needs of the web layer comes in the :class:`WebKit`. Errors are raised as
+* **Set-up routes**: ``routes`` names a module with a module-level ``router: fastapi.APIRouter``,
+  built once per process when the web layer first imports it (every app of the process mounts the
+  same router: no per-app state lives in it). The web app imports it (only the web app: a worker
+  never loads FastAPI) and mounts the router as it is, so the module chooses its paths: set-up under
+  ``/api/v1/channels/<name>/…`` (session required), platform callbacks under ``/channels/<name>/…``
+  (no session: the route checks the platform's own signature or secret). The module may import
+  ``fastapi``/``starlette`` (the one exception of the ``no-web-below-interfaces`` contract, for
+  ``mewdex.channels.*.routes``) but never ``mewdex.web``: what it needs of the web layer are the
+  FastAPI dependencies of the :class:`WebKit` the web layer lends once per process (:func:`lend`;
+  the module reads it with :func:`web_kit` at import), so each request gets its own app's state
+  (session, caller, sessionmaker, public URL; an app's ``dependency_overrides`` apply). Errors are raised as
   :class:`mewdex.channels.errors.ChannelError` (or any ``DomainError``) with a code; the web layer
   answers with that code's status.
 * **Error codes**: ``errors`` maps the package's own codes (``wecom_ip_not_trusted``) to their HTTP
@@ -86,9 +90,10 @@ FRAMEWORK_LOCALES = Path(__file__).parent / "locales"
 @dataclass(frozen=True)
 class Channel:
     """A channel package's declaration (module doc): ``name``, ``modules`` imported in every process
-    (adapter, task types, ``schedules()``), ``routes`` (a module with ``router(web) -> APIRouter``,
-    imported by the web app only; None: no routes of its own), ``errors`` (its own code → HTTP status),
-    ``locales`` (a directory of its own ``{en,zh}.json`` catalogues; None: its words are in the core's)."""
+    (adapter, task types, ``schedules()``), ``routes`` (a module with a module-level
+    ``router: APIRouter``, imported by the web app only; None: no routes of its own), ``errors``
+    (its own code → HTTP status), ``locales`` (a directory of its own ``{en,zh}.json`` catalogues;
+    None: its words are in the core's)."""
 
     name: str
     modules: tuple[str, ...]
@@ -106,8 +111,10 @@ class WebKit:
     - ``current_scope``: a dependency, the caller's ``ScopeContext`` (401 ``auth_required`` without
       a session);
     - ``require_admin``: a dependency, 403 ``admin_required`` unless the caller is an admin;
-    - ``public_base_url``: ``request → "https://host[:port]"`` this installation is reached at (the
-      callback URLs a platform is given).
+    - ``public_base_url``: a dependency, the ``"https://host[:port]"`` this installation is reached
+      at (the callback URLs a platform is given);
+    - ``sessions``: a dependency, the ``sessionmaker`` of the request's (or WebSocket's) app, for
+      work a route does in its own transactions (platform callbacks, off the event loop).
 
     The API's view of a binding is :func:`mewdex.channels.bindings.api_view`.
     """
@@ -115,7 +122,26 @@ class WebKit:
     db_session: Callable[..., Any]
     current_scope: Callable[..., Any]
     require_admin: Callable[..., Any]
-    public_base_url: Callable[[Any], str]
+    public_base_url: Callable[..., str]
+    sessions: Callable[..., Any]
+
+
+_web: WebKit | None = None
+
+
+def lend(kit: WebKit) -> None:
+    """The web layer lends its dependencies to the channels' routes (once per process, before it
+    imports a ``routes`` module)."""
+    global _web
+    _web = kit
+
+
+def web_kit() -> WebKit:
+    """The :class:`WebKit` the web layer lent (:func:`lend`); a ``routes`` module reads it at import.
+    ``RuntimeError`` outside the web layer (a worker never imports a ``routes`` module)."""
+    if _web is None:
+        raise RuntimeError("a channel's routes are imported by the web layer only (channels.registry.lend first)")
+    return _web
 
 
 class ChannelMissing(RuntimeError):

@@ -14,7 +14,8 @@ from uuid import UUID
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPBearer
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.requests import HTTPConnection
 
 from mewdex.config import get_settings
 from mewdex.db.engine import get_sessionmaker
@@ -50,6 +51,12 @@ def session_cookie_names(request: Request) -> tuple[str, str]:
 def _transaction() -> Iterator[Session]:
     with get_sessionmaker().begin() as session:
         yield session
+
+
+def app_sessions(connection: HTTPConnection) -> sessionmaker[Session]:
+    """The ``sessionmaker`` of the request's (or WebSocket's) app: the one it was given
+    (``app.state.sessions``), else the process's (:func:`mewdex.db.engine.get_sessionmaker`)."""
+    return getattr(connection.app.state, "sessions", None) or get_sessionmaker()
 
 
 def db_session(session: Session = Depends(_transaction, scope="function")) -> Session:

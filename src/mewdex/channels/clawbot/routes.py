@@ -8,13 +8,13 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings
 from mewdex.channels.clawbot import NAME, setup
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.platform import PlatformError
-from mewdex.channels.registry import WebKit
-from mewdex.db.engine import get_sessionmaker
+from mewdex.channels.registry import web_kit
 from mewdex.dto import channel_setup as dto
 from mewdex.dto.scopes import ScopeContext
 
@@ -28,61 +28,69 @@ def _platform_error(exc: PlatformError) -> ChannelError:
 CARD_SCRIPT = Path(__file__).with_name("card.js")
 
 
-def router(web: WebKit) -> APIRouter:
-    routes = APIRouter(tags=["channels"])
+#: The web layer's dependencies (lent once per process: channels.registry.lend).
+web = web_kit()
+router = APIRouter(tags=["channels"])
 
-    @routes.get("/channels/clawbot/card.js", include_in_schema=False)
-    def clawbot_card_script():
-        """The ClawBot card's script (card.js beside this module)."""
-        return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
 
-    @routes.post("/api/v1/channels/clawbot/login", response_model=dto.ClawBotQr)
-    async def clawbot_login(scope: ScopeContext = Depends(web.current_scope)):
-        """A new WeChat login QR code to scan (the bot QR login of the iLink bot API)."""
-        try:
-            qr = await run_in_threadpool(setup.start_login)
-        except PlatformError as exc:
-            raise _platform_error(exc) from None
+@router.get("/channels/clawbot/card.js", include_in_schema=False)
+def clawbot_card_script():
+    """The ClawBot card's script (card.js beside this module)."""
+    return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
 
-        def remember() -> None:  # only the caller may poll and complete this login
-            with get_sessionmaker().begin() as session:
-                bindings.issue_login(
-                    session,
-                    scope_id=scope.scope_id,
-                    user_id=bindings.owner_user_id(session, scope.scope_id),
-                    channel=NAME,
-                    login_id=qr["qrcode"],
-                )
 
-        await run_in_threadpool(remember)
-        return qr
+@router.post("/api/v1/channels/clawbot/login", response_model=dto.ClawBotQr)
+async def clawbot_login(
+    scope: ScopeContext = Depends(web.current_scope), sessions: sessionmaker[Session] = Depends(web.sessions)
+):
+    """A new WeChat login QR code to scan (the bot QR login of the iLink bot API)."""
+    try:
+        qr = await run_in_threadpool(setup.start_login)
+    except PlatformError as exc:
+        raise _platform_error(exc) from None
 
-    @routes.get("/api/v1/channels/clawbot/login/{qrcode}", response_model=dto.ClawBotLoginStatus)
-    async def clawbot_login_status(qrcode: str, scope: ScopeContext = Depends(web.current_scope)):
-        """The login's state; ``confirmed`` binds the scanning person to the caller (bot token sealed)."""
+    def remember() -> None:  # only the caller may poll and complete this login
+        with sessions.begin() as session:
+            bindings.issue_login(
+                session,
+                scope_id=scope.scope_id,
+                user_id=bindings.owner_user_id(session, scope.scope_id),
+                channel=NAME,
+                login_id=qr["qrcode"],
+            )
 
-        def started_here() -> bool:
-            with get_sessionmaker()() as session:
-                return bindings.login_started_by(session, scope_id=scope.scope_id, channel=NAME, login_id=qrcode)
+    await run_in_threadpool(remember)
+    return qr
 
-        # Another account's (or an expired, finished or invented) login is not asked about upstream.
-        if len(qrcode) > 200 or not await run_in_threadpool(started_here):
-            raise ChannelError("not_found", "no such login")
-        try:
-            status = await run_in_threadpool(setup.login_status, qrcode)
-        except PlatformError as exc:
-            raise _platform_error(exc) from None
-        if status["status"] != "confirmed":
-            return {"status": status["status"], "binding": None}
 
-        def bind() -> dict:
-            with get_sessionmaker().begin() as session:
-                # The login is used up first (checked: only its starter, once), then the person bound.
-                bindings.finish_login(session, scope_id=scope.scope_id, channel=NAME, login_id=qrcode)
-                user_id = bindings.owner_user_id(session, scope.scope_id)
-                row = setup.complete_login(session, scope_id=scope.scope_id, user_id=user_id, status=status)
-                return bindings.api_view(row)
+@router.get("/api/v1/channels/clawbot/login/{qrcode}", response_model=dto.ClawBotLoginStatus)
+async def clawbot_login_status(
+    qrcode: str,
+    scope: ScopeContext = Depends(web.current_scope),
+    sessions: sessionmaker[Session] = Depends(web.sessions),
+):
+    """The login's state; ``confirmed`` binds the scanning person to the caller (bot token sealed)."""
 
-        return {"status": "confirmed", "binding": await run_in_threadpool(bind)}
+    def started_here() -> bool:
+        with sessions() as session:
+            return bindings.login_started_by(session, scope_id=scope.scope_id, channel=NAME, login_id=qrcode)
 
-    return routes
+    # Another account's (or an expired, finished or invented) login is not asked about upstream.
+    if len(qrcode) > 200 or not await run_in_threadpool(started_here):
+        raise ChannelError("not_found", "no such login")
+    try:
+        status = await run_in_threadpool(setup.login_status, qrcode)
+    except PlatformError as exc:
+        raise _platform_error(exc) from None
+    if status["status"] != "confirmed":
+        return {"status": status["status"], "binding": None}
+
+    def bind() -> dict:
+        with sessions.begin() as session:
+            # The login is used up first (checked: only its starter, once), then the person bound.
+            bindings.finish_login(session, scope_id=scope.scope_id, channel=NAME, login_id=qrcode)
+            user_id = bindings.owner_user_id(session, scope.scope_id)
+            row = setup.complete_login(session, scope_id=scope.scope_id, user_id=user_id, status=status)
+            return bindings.api_view(row)
+
+    return {"status": "confirmed", "binding": await run_in_threadpool(bind)}

@@ -1,14 +1,13 @@
 """The ``discord`` channel's adapter: scheduled memes and texts to the channel the owner chose
-(``POST /channels/{channel_id}/messages`` with the binding's bot token and the meme attached).
-
-Answers to the people who use the commands do not go through here: they are the interactions'
-own (:mod:`mewdex.channels.discord.interactions`)."""
+(``POST /channels/{channel_id}/messages`` with the binding's bot token and the meme attached), and
+the answers to the commands in the reply mode ``interaction`` (the deferred response edited with
+the interaction's token, or its follow-up: :func:`.interactions.answer`, :func:`.interactions.send_answer`)."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from mewdex.channels.base import Adapter, Binding, DeliveryFailed, MemeFile, Sent
+from mewdex.channels.base import Adapter, Binding, DeliveryFailed, MemeFile, Reply, ReplyMode, Sent
 from mewdex.channels.discord import api, interactions
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.platform import PlatformError, fetch_image
@@ -32,6 +31,19 @@ class DiscordAdapter(Adapter):
 
     def bind_help(self, lang: str) -> str:
         return interactions.say(lang, "help")
+
+    def answer(self, mode: ReplyMode, found: list[MemeFile] | None) -> Reply:
+        return interactions.answer(mode, found)
+
+    def send(self, binding: Binding | None, target: str, reply: Reply) -> Sent:
+        """A reply mode ``interaction``'s answer (no bot token needed: the interaction's own), else the default."""
+        if reply.mode is None or reply.mode.kind != "interaction":
+            return super().send(binding, target, reply)
+        try:
+            answered = interactions.send_answer(reply)
+        except PlatformError as exc:
+            raise api.failure(exc) from None
+        return Sent(str(answered.get("id") or "") or None)
 
     def fetch_image(self, ref: str) -> bytes:
         """An attachment's bytes (its CDN URL; "Save to mewdex"), images and clips."""

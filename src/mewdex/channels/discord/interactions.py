@@ -24,43 +24,47 @@ MESSAGE_COMPONENT):
 - a person not linked → the ephemeral how-to-link reply (:func:`texts`), nothing else; a disabled
   owner's application → an ephemeral "not available", nothing from the library;
 - ``/meme query:<text>`` and the message command "Find a meme for this" (command type 3: the
-  target message's ``content`` is the query) → type 5 (DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE), and a
-  ``discord_interaction`` task fills the message in (``PATCH …/messages/@original``) with the best
-  meme as an attachment and an "Another" button (component type 2, ``custom_id``
-  ``another:<n>:<query>``);
-- "Another" → type 6 (DEFERRED_UPDATE_MESSAGE) and the task edits that message to the next meme;
+  target message's ``content`` is the query) → type 5 (DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE) within
+  the three seconds, and a ``discord_interaction`` task takes the request down the shared inbound
+  path as a reply mode (:func:`mewdex.channels.inbound.handle` with a
+  :class:`~mewdex.channels.base.ReplyMode` ``interaction``): the owner check, the search, and a
+  delivery (logged, paced) that fills the message in (``PATCH …/messages/@original``, the adapter's
+  ``send``) with the best meme as an attachment and an "Another" button (component type 2,
+  ``custom_id`` ``another:<n>:<query>``; :func:`answer`);
+- "Another" → type 6 (DEFERRED_UPDATE_MESSAGE) and the same path edits that message to the next meme;
   when there is none, an ephemeral follow-up (``POST /webhooks/{app}/{token}``) says so.
 
 The interaction token (valid 15 minutes) travels sealed in the task's payload, a field of the
-sealed-field registry (the hook ``sealed_task_payloads``, provided below): ``mewdex secrets
-rotate`` re-seals a waiting one, so it still opens after the old key is dropped. It is never logged.
+sealed-field registry (the hook ``sealed_task_payloads``, provided below), and then sealed in the
+delivery's (:mod:`mewdex.channels.delivery`): ``mewdex secrets rotate`` re-seals a waiting one, so
+it still opens after the old key is dropped. It is never logged.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+import time
+from dataclasses import replace
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from mewdex import hooks
-from mewdex.channels import bindings, inbound, pool, replay
-from mewdex.channels.base import Inbound
+from mewdex.channels import bindings, inbound, replay
+from mewdex.channels.base import Button, Inbound, MemeFile, Reply, ReplyMode
 from mewdex.channels.delivery import LANE
 from mewdex.channels.discord import api
 from mewdex.channels.errors import ChannelError
-from mewdex.channels.platform import PlatformError
 from mewdex.db.models import ChannelBinding
 from mewdex.dto.i18n import translate
 from mewdex.platform import owners
 from mewdex.providers import sealed_fields, secrets
 from mewdex.queue import registry
-from mewdex.queue.registry import RetryPolicy, TaskContext, TaskError, task_type
+from mewdex.queue.registry import RetryPolicy, TaskContext, task_type
 
 log = logging.getLogger(__name__)
 NAME = "discord"
@@ -78,6 +82,8 @@ MAX_QUERY = 200
 MAX_RESULTS = 50  # how far "Another" pages (the search's result list)
 CUSTOM_ID_MAX = 100
 TOKEN_AAD = sealed_fields.task_payload_aad(TASK_TYPE, "token")
+#: An interaction token answers for 15 minutes; an answer not sent by then is given up (a margin kept).
+TOKEN_LIFE = 15 * 60 - 30
 
 
 def language_of(locale: str | None) -> str:
@@ -314,78 +320,89 @@ def accept(
             "query": query,
             "index": index,
             "locale": interaction.get("locale"),
+            "channel_id": str(interaction.get("channel_id") or ""),
+            "received_at": time.time(),
         },
         dedupe_key=f"discord:{interaction.get('id')}",
     )
     return answer
 
 
-# ------------------------------------------------------------------ the follow-up task
+# ------------------------------------------------------------------ the answer (a reply mode)
 
 
-def _still_linked(sessions: sessionmaker[Session], scope_id: str, application_id: str, person: str) -> bool:
-    """The binding still holds the application, links this person, and its owner is enabled."""
-    with sessions.begin() as session:
-        row = bindings.get(session, scope_id, NAME)
-        return bool(
-            bindings.in_force(session, row)
-            and row is not None
-            and (row.config or {}).get("application_id") == application_id
-            and row.identity == identity(application_id, person)
-        )
+def answer(mode: ReplyMode, found: list[MemeFile] | None) -> Reply:
+    """The :class:`Reply` of an interaction (the adapter's ``answer``): the meme of ``mode.page``
+    named, with an "Another" button (none past :data:`MAX_RESULTS`); "no meme for …" on the first
+    page, an ephemeral follow-up "no more memes" on a later one; "not available" when the binding is
+    not in force (``found`` None)."""
+    lang, query = mode.lang, mode.query
+    if found is None:
+        return Reply(say(lang, "unavailable"), mode=mode)
+    if not found:
+        if mode.page == 0:
+            return Reply(say(lang, "none", query=query), mode=mode)
+        return Reply(say(lang, "no_more", query=query), mode=replace(mode, follow_up=True))
+    meme, following = found[0], mode.page + 1
+    buttons = (Button(say(lang, "another"), another_id(following, query)),) if following < MAX_RESULTS else ()
+    return Reply(meme.display_name[:200], meme, buttons, mode=mode)
 
 
-def answer(
-    sessions: sessionmaker[Session], scope_id: str, payload: dict[str, Any], started: Callable[[], None] = lambda: None
-) -> dict[str, Any]:
-    """Fill in one interaction's answer (module doc): ``{"outcome": "meme"|"none"|"no_more"|
-    "unavailable", "meme_id"?}``; ``started`` is called before the first API call. Raises
-    :class:`PlatformError` from the API."""
-    app = payload["application_id"]
+def send_answer(reply: Reply) -> dict[str, Any]:
+    """Send an interaction's :class:`Reply` (its ``mode`` holds the token): edit the original response
+    (the meme attached, the buttons as components; a text alone clears the attachments), or the
+    ephemeral follow-up. Raises :class:`~mewdex.channels.platform.PlatformError`."""
+    mode = reply.mode
+    assert mode is not None
+    text = (reply.text or "")[: api.MAX_CONTENT]
+    if mode.follow_up:
+        return api.follow_up(mode.app, mode.handle, {"content": text, "flags": EPHEMERAL})
+    message: dict[str, Any] = {"content": text, "allowed_mentions": {}}
+    buttons = [{"type": 2, "style": 2, "label": b.label, "custom_id": b.action} for b in reply.buttons]
+    message["components"] = [{"type": 1, "components": buttons}] if buttons else []
+    if reply.meme is None:
+        message["attachments"] = []
+    return api.edit_original(mode.app, mode.handle, message, reply.meme)
+
+
+def request_of(scope_id: str, payload: dict[str, Any], token: str) -> tuple[Inbound, ReplyMode]:
+    """The inbound path's view of a queued interaction: the message (its sender the person through
+    this application, its binding the application's: ``scope_id``, authenticated by the signature)
+    and its reply mode."""
+    app, person = str(payload["application_id"]), str(payload["person"])
+    lang = language_of(payload.get("locale"))
+    message = Inbound(
+        channel=NAME,
+        sender=identity(app, person),
+        chat=str(payload.get("channel_id") or f"interaction:{app}"),
+        text=str(payload["query"]),
+        mentioned=True,
+        extra={"lang": lang},
+        scope_id=scope_id,
+        author=person,
+    )
+    received = float(payload.get("received_at") or time.time())
+    mode = ReplyMode(
+        "interaction",
+        token,
+        query=str(payload["query"]),
+        page=int(payload["index"]),
+        lang=lang,
+        app=app,
+        deadline=received + TOKEN_LIFE,
+    )
+    return message, mode
+
+
+@task_type(TASK_TYPE, lane=LANE, resource_per_scope=True, retry=RetryPolicy(max_attempts=1))
+def interaction_task(ctx: TaskContext) -> dict[str, Any]:
+    """Take one deferred interaction down the shared path (:func:`mewdex.channels.inbound.handle`
+    with its reply mode); the answer is a delivery. One attempt (a retry could answer twice; the
+    delivery retries the platform)."""
     try:
-        token = secrets.open_sealed(payload["token"], TOKEN_AAD)
+        token = secrets.open_sealed(ctx.payload["token"], TOKEN_AAD)
     except secrets.SecretError:  # its key was dropped by a rotation within the token's 15 minutes
         log.warning("discord: an interaction token cannot be opened any more; not answered")
         return {"outcome": "token_unreadable"}
-    query, index, lang = payload["query"], int(payload["index"]), language_of(payload.get("locale"))
-    if not _still_linked(sessions, scope_id, app, payload["person"]):
-        started()
-        api.edit_original(app, token, {"content": say(lang, "unavailable"), "attachments": [], "components": []})
-        return {"outcome": "unavailable"}
-    with sessions.begin() as session:  # a pool limits the binding's answers (channels.pool)
-        row = bindings.get(session, scope_id, NAME)
-        pool_id = pool.pool_of(row) if row is not None else None
-    found = inbound.search_memes(sessions, scope_id, query, start=index, pool_id=pool_id)
-    meme = found[0] if found else None
-    started()
-    if meme is None:
-        if index == 0:
-            api.edit_original(app, token, {"content": say(lang, "none", query=query), "components": []})
-            return {"outcome": "none"}
-        api.follow_up(app, token, {"content": say(lang, "no_more", query=query), "flags": EPHEMERAL})
-        return {"outcome": "no_more"}
-    button = {"type": 2, "style": 2, "label": say(lang, "another"), "custom_id": another_id(index + 1, query)}
-    message = {
-        "content": meme.display_name[:200],
-        "allowed_mentions": {},
-        "components": [{"type": 1, "components": [button]}] if index + 1 < MAX_RESULTS else [],
-    }
-    api.edit_original(app, token, message, meme)
-    return {"outcome": "meme", "meme_id": meme.meme_id, "index": index}
-
-
-@task_type(
-    TASK_TYPE,
-    lane=LANE,
-    resource_per_scope=True,
-    external=True,
-    retry=RetryPolicy(max_attempts=3, cap_seconds=60.0),  # base: MEWDEX_RETRY_BASE_SECONDS (2 s)
-)
-def interaction_task(ctx: TaskContext) -> dict[str, Any]:
-    """Answer one deferred interaction (:func:`answer`); a platform error is retried while Discord
-    asks (rate limits, 5xx), within the token's 15 minutes."""
-    try:
-        return answer(ctx.sessions, ctx.claim.scope_id, ctx.payload, ctx.external_started)
-    except PlatformError as exc:
-        log.warning("discord: answering an interaction failed (%s %s)", exc.code, exc.platform_code)
-        raise TaskError(exc.code, exc.message, retryable=exc.retryable) from None
+    message, mode = request_of(ctx.claim.scope_id, ctx.payload, token)
+    return inbound.handle(ctx.sessions, message, mode)

@@ -28,13 +28,12 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings
 from mewdex.channels.discord import interactions, setup
 from mewdex.channels.platform import loopback
-from mewdex.channels.registry import WebKit
-from mewdex.db.engine import get_sessionmaker
+from mewdex.channels.registry import web_kit
 from mewdex.dto.scopes import ScopeContext
 
 CARD_SCRIPT = Path(__file__).with_name("card.js")
@@ -63,74 +62,81 @@ class Commands(BaseModel):
     registered: list[str]
 
 
-def router(web: WebKit) -> APIRouter:
-    """The routes (module doc), with the web layer's dependencies from ``web``."""
-    api = APIRouter(tags=["channels"])
+#: The web layer's dependencies (lent once per process: channels.registry.lend).
+web = web_kit()
+router = APIRouter(tags=["channels"])
 
-    def status(session: Session, scope: ScopeContext, request: Request) -> dict[str, Any]:
-        found = setup.status(bindings.get(session, scope.scope_id, setup.NAME))
-        app = found["application_id"]
-        url = f"{web.public_base_url(request)}{setup.endpoint_path(app)}" if app else None
-        return {**found, "endpoint_url": url, "loopback": loopback(url or web.public_base_url(request))}
 
-    @api.get("/api/v1/channels/discord", response_model=Status)
-    def discord_status(
-        request: Request, session: Session = Depends(web.db_session), scope: ScopeContext = Depends(web.current_scope)
-    ):
-        """The Discord card's state (module doc); nothing of the bot token."""
-        return status(session, scope, request)
+def status(session: Session, scope: ScopeContext, base: str) -> dict[str, Any]:
+    """The card's state (``base``: the public base URL of the request's app)."""
+    found = setup.status(bindings.get(session, scope.scope_id, setup.NAME))
+    app = found["application_id"]
+    url = f"{base}{setup.endpoint_path(app)}" if app else None
+    return {**found, "endpoint_url": url, "loopback": loopback(url or base)}
 
-    @api.put("/api/v1/channels/discord", response_model=Status)
-    def discord_connect(
-        body: Connect,
-        request: Request,
-        session: Session = Depends(web.db_session),
-        scope: ScopeContext = Depends(web.current_scope),
-    ):
-        """Connect the caller's Discord application by its bot token (Discord is asked which
-        application it is). 422 ``channel_config_invalid``, 409 ``channel_identity_taken``, 502
-        ``channel_platform_error``."""
-        owner = bindings.owner_user_id(session, scope.scope_id)
-        setup.connect(
-            session, scope_id=scope.scope_id, user_id=owner, bot_token=body.bot_token, channel_id=body.channel_id
-        )
-        return status(session, scope, request)
 
-    @api.post("/api/v1/channels/discord/commands", response_model=Commands)
-    def discord_commands(session: Session = Depends(web.db_session), scope: ScopeContext = Depends(web.current_scope)):
-        """Register the commands on the caller's application. 404 ``channel_not_bound``, 502."""
-        return {"registered": setup.register_commands(session, scope.scope_id)}
+@router.get("/api/v1/channels/discord", response_model=Status)
+def discord_status(
+    base: str = Depends(web.public_base_url),
+    session: Session = Depends(web.db_session),
+    scope: ScopeContext = Depends(web.current_scope),
+):
+    """The Discord card's state (module doc); nothing of the bot token."""
+    return status(session, scope, base)
 
-    @api.put("/api/v1/channels/discord/channel", response_model=Status)
-    def discord_channel(
-        body: ChannelChoice,
-        request: Request,
-        session: Session = Depends(web.db_session),
-        scope: ScopeContext = Depends(web.current_scope),
-    ):
-        """Choose the channel scheduled memes go to. 422 ``channel_config_invalid``, 404."""
-        setup.set_channel(session, scope.scope_id, body.channel_id)
-        return status(session, scope, request)
 
-    @api.post(setup.endpoint_path("{application_id}"), include_in_schema=False)
-    async def discord_interactions(
-        application_id: str,
-        request: Request,
-        signature: str | None = Header(None, alias="X-Signature-Ed25519"),
-        timestamp: str | None = Header(None, alias="X-Signature-Timestamp"),
-    ):
-        """Discord's interactions (module doc)."""
-        body = await request.body()
+@router.put("/api/v1/channels/discord", response_model=Status)
+def discord_connect(
+    body: Connect,
+    base: str = Depends(web.public_base_url),
+    session: Session = Depends(web.db_session),
+    scope: ScopeContext = Depends(web.current_scope),
+):
+    """Connect the caller's Discord application by its bot token (Discord is asked which
+    application it is). 422 ``channel_config_invalid``, 409 ``channel_identity_taken``, 502
+    ``channel_platform_error``."""
+    owner = bindings.owner_user_id(session, scope.scope_id)
+    setup.connect(session, scope_id=scope.scope_id, user_id=owner, bot_token=body.bot_token, channel_id=body.channel_id)
+    return status(session, scope, base)
 
-        def work() -> dict[str, Any]:
-            with get_sessionmaker().begin() as session:
-                return interactions.accept(session, application_id, signature, timestamp, body)
 
-        return await run_in_threadpool(work)
+@router.post("/api/v1/channels/discord/commands", response_model=Commands)
+def discord_commands(session: Session = Depends(web.db_session), scope: ScopeContext = Depends(web.current_scope)):
+    """Register the commands on the caller's application. 404 ``channel_not_bound``, 502."""
+    return {"registered": setup.register_commands(session, scope.scope_id)}
 
-    @api.get("/channels/discord/card.js", include_in_schema=False)
-    def discord_card_script():
-        """The Discord card's script (card.js beside this module)."""
-        return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
 
-    return api
+@router.put("/api/v1/channels/discord/channel", response_model=Status)
+def discord_channel(
+    body: ChannelChoice,
+    base: str = Depends(web.public_base_url),
+    session: Session = Depends(web.db_session),
+    scope: ScopeContext = Depends(web.current_scope),
+):
+    """Choose the channel scheduled memes go to. 422 ``channel_config_invalid``, 404."""
+    setup.set_channel(session, scope.scope_id, body.channel_id)
+    return status(session, scope, base)
+
+
+@router.post(setup.endpoint_path("{application_id}"), include_in_schema=False)
+async def discord_interactions(
+    application_id: str,
+    request: Request,
+    signature: str | None = Header(None, alias="X-Signature-Ed25519"),
+    timestamp: str | None = Header(None, alias="X-Signature-Timestamp"),
+    sessions: sessionmaker[Session] = Depends(web.sessions),
+):
+    """Discord's interactions (module doc)."""
+    body = await request.body()
+
+    def work() -> dict[str, Any]:
+        with sessions.begin() as session:
+            return interactions.accept(session, application_id, signature, timestamp, body)
+
+    return await run_in_threadpool(work)
+
+
+@router.get("/channels/discord/card.js", include_in_schema=False)
+def discord_card_script():
+    """The Discord card's script (card.js beside this module)."""
+    return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})

@@ -1,11 +1,12 @@
 """The Telegram adapter (the framework's contract, :mod:`mewdex.channels.base`): texts with
-``sendMessage``, memes with :func:`.api.send_file`, inbound photos through ``getFile``."""
+``sendMessage``, memes with :func:`.api.send_file`, inbound photos through ``getFile``, and the
+reply mode ``inline``: an inline query's answer (:func:`.inbound.answer`, :func:`.inbound.send_inline`)."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from mewdex.channels.base import Adapter, Binding, Inbound, MemeFile, Reply, Sent
+from mewdex.channels.base import Adapter, Binding, Inbound, MemeFile, Reply, ReplyMode, Sent
 from mewdex.channels.platform import fetch_image
 from mewdex.channels.registry import register_adapter
 from mewdex.channels.telegram import NAME, setup
@@ -58,8 +59,19 @@ class TelegramAdapter(Adapter):
         if inbound.extra.get("callback_query_id"):
             call("answerCallbackQuery", {"callback_query_id": inbound.extra["callback_query_id"]})
 
+    def answer(self, mode: ReplyMode, found: list[MemeFile] | None) -> Reply:
+        from mewdex.channels.telegram.inbound import answer
+
+        return answer(mode, found)
+
     def send(self, binding: Binding | None, target: str, reply: Reply) -> Sent:
-        """A :class:`Reply` with its buttons as an inline keyboard (one row; ``callback_data`` = the action)."""
+        """A :class:`Reply` with its buttons as an inline keyboard (one row; ``callback_data`` = the
+        action); an inline query's answer (reply mode ``inline``)."""
+        if reply.mode is not None and reply.mode.kind == "inline":
+            from mewdex.channels.telegram.inbound import send_inline
+
+            send_inline(binding, reply)
+            return Sent(None)
         if not reply.buttons:
             return super().send(binding, target, reply)
         keyboard = {"inline_keyboard": [[{"text": b.label, "callback_data": b.action[:64]} for b in reply.buttons]]}

@@ -1,7 +1,8 @@
 """Telegram's inbound: updates by webhook (:func:`accept_webhook`) or long polling (:func:`run_poll`,
 the ``telegram_polling`` task of :mod:`mewdex.channels.polling`; :func:`poll_once`), parsed into
 the framework's :class:`Inbound` (:func:`parse_message`), and inline queries (``@bot 无语``: the
-``telegram_inline`` task)."""
+``telegram_inline`` task takes one down the shared inbound path as the reply mode ``inline``, and
+the adapter answers it with ``answerInlineQuery``: :func:`answer`, :func:`send_inline`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.channels import bindings, inbound, pool, replay, saving, state
-from mewdex.channels.base import UNBOUND_SCOPE, DeliveryFailed, Inbound
+from mewdex.channels import bindings, inbound, replay, saving, state
+from mewdex.channels.base import UNBOUND_SCOPE, Binding, Button, DeliveryFailed, Inbound, MemeFile, Reply, ReplyMode
 from mewdex.channels.delivery import LANE
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.media import meme_file
@@ -30,6 +31,7 @@ from mewdex.channels.telegram.api import (
 )
 from mewdex.channels.telegram.settings import settings
 from mewdex.config import get_settings
+from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ScopeContext
 from mewdex.dto.i18n import translate
 from mewdex.queue import registry
@@ -40,6 +42,11 @@ WEBHOOK_PATH = "/channels/telegram/webhook"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 INLINE_MAX = 50
 INLINE_UPLOADS_PER_QUERY = 10
+#: How long after it came an inline query is still answered (Telegram refuses an answer to an old
+#: query: "query is too old"); a delivery not sent by then fails ``channel_reply_expired``.
+INLINE_LIFE = 30.0
+#: The action of the unbound person's button: open the bot with ``/start link``.
+LINK_ACTION = "start:link"
 #: Commands the framework reads whole (mewdex.channels.saving); any other's text is what follows it.
 FRAMEWORK_COMMANDS = ("save", "autosave", "caption", "pool")
 ALLOWED_UPDATES = ["message", "inline_query", "callback_query"]
@@ -126,7 +133,7 @@ def dispatch(session: Session, update: dict[str, Any], username: str | None) -> 
             session,
             scope_id=row.scope_id if row is not None else _ensure_system_scope(session),
             task_type="telegram_inline",
-            payload={"inline_query": query},
+            payload={"inline_query": query, "received_at": time.time()},
             dedupe_key=f"telegram-inline:{query.get('id')}",
         )
         return "inline_query"
@@ -274,58 +281,87 @@ def _user_lang(update: dict[str, Any]) -> str:
     return "zh" if code.lower().startswith("zh") else "en"
 
 
-def answer_inline(sessions: sessionmaker[Session], query: dict[str, Any]) -> int:
-    """Answer an inline query (``@bot 无语``) with up to :data:`INLINE_MAX` memes of the sender's
-    library; an unbound sender gets no results and a button that opens the bot (in the language of
-    their Telegram app). Returns how many."""
-
+def request_of(query: dict[str, Any], received_at: float | None = None) -> tuple[Inbound, ReplyMode]:
+    """The inbound path's view of an inline query: a message of its sender (``chat``
+    ``inline:<user id>``, what the answer is logged and paced under) and its reply mode ``inline``
+    (up to :data:`INLINE_MAX` results, :data:`INLINE_LIFE` seconds from ``received_at``)."""
     sender = str((query.get("from") or {}).get("id"))
-    with sessions.begin() as session:
-        row = bindings.find_by_identity(session, NAME, sender)
-        scope_id = row.scope_id if row is not None and bindings.in_force(session, row) else None
-        pool_id = pool.pool_of(row) if scope_id is not None and row is not None else None
-    if scope_id is None:  # unbound, not confirmed yet, or a disabled owner's: no library
+    text = str(query.get("query") or "")
+    lang = _user_lang(query)
+    message = Inbound(
+        channel=NAME,
+        sender=sender,
+        chat=f"inline:{sender}",
+        text=text,
+        mentioned=True,
+        message_id=f"inline:{query.get('id')}",
+        extra={"lang": lang},
+    )
+    deadline = (received_at or time.time()) + INLINE_LIFE
+    return message, ReplyMode(
+        "inline", str(query.get("id") or ""), query=text, count=INLINE_MAX, lang=lang, deadline=deadline
+    )
+
+
+def answer(mode: ReplyMode, found: list[MemeFile] | None) -> Reply:
+    """An inline query's :class:`Reply` (the adapter's ``answer``): the memes found to choose from;
+    for a person whose binding is not in force (unbound, unconfirmed, a disabled owner's) no results
+    and a button that opens the bot, in the language of their Telegram app."""
+    if found is None:
+        words = translate(mode.lang, "bot.telegram.inline_link")
+        return Reply(words, buttons=(Button(words, LINK_ACTION),), mode=mode)
+    return Reply(choices=tuple(found), mode=mode)
+
+
+def send_inline(binding: Binding | None, reply: Reply) -> int:
+    """Answer an inline query (``reply.mode.handle``: its id) with ``answerInlineQuery``: each of
+    ``reply.choices`` by its cached ``file_id`` (one without is uploaded to
+    ``MEWDEX_TELEGRAM_STORAGE_CHAT_ID`` first, at most :data:`INLINE_UPLOADS_PER_QUERY` a query; a
+    failed upload ends the list), or no results and the reply's button (``start:<parameter>``).
+    Returns how many results."""
+    mode = reply.mode
+    assert mode is not None
+    if not reply.choices and reply.buttons:
+        button = reply.buttons[0]
         call(
             "answerInlineQuery",
             {
-                "inline_query_id": query.get("id"),
+                "inline_query_id": mode.handle,
                 "results": [],
                 "cache_time": 0,
                 "is_personal": True,
-                "button": {"text": translate(_user_lang(query), "bot.telegram.inline_link"), "start_parameter": "link"},
+                "button": {"text": button.label, "start_parameter": button.action.partition(":")[2]},
             },
         )
         return 0
-    storage_chat = settings().telegram_storage_chat_id
+    sessions, storage_chat = get_sessionmaker(), settings().telegram_storage_chat_id
     results, uploads, bid = [], 0, bot_id()
-    query_text = str(query.get("query") or "")
-    for probe in inbound.search_memes(sessions, scope_id, query_text, count=INLINE_MAX, data=False, pool_id=pool_id):
+    for probe in reply.choices[:INLINE_MAX]:
         kind = media_kind(probe)
         file_id = state.cached_file_id(sessions, NAME, bid, probe.sha256, kind)
-        if file_id is None and storage_chat and uploads < INLINE_UPLOADS_PER_QUERY:
+        if file_id is None and storage_chat and binding is not None and uploads < INLINE_UPLOADS_PER_QUERY:
             with sessions.begin() as session:
-                full = meme_file(session, scope_id, probe.meme_id)
+                full = meme_file(session, binding.scope_id, probe.meme_id)
             if full is None:
                 continue
             uploads += 1
             try:
-                sent = send_file(storage_chat, full, {"disable_notification": True})
-                file_id = file_id_of(sent, kind)
+                file_id = file_id_of(send_file(storage_chat, full, {"disable_notification": True}), kind)
             except DeliveryFailed as exc:
                 log.warning("telegram inline: uploading a meme to the storage chat failed (%s)", exc.code)
                 break
         if file_id:
             results.append(_inline_result(probe.meme_id, kind, probe.extension, file_id))
-        if len(results) >= INLINE_MAX:
-            break
     call(
         "answerInlineQuery",
-        {"inline_query_id": query.get("id"), "results": results, "cache_time": 300, "is_personal": True},
+        {"inline_query_id": mode.handle, "results": results, "cache_time": 300, "is_personal": True},
     )
     return len(results)
 
 
 @task_type("telegram_inline", lane=LANE, resource_per_scope=True, retry=RetryPolicy(max_attempts=1))
 def telegram_inline(ctx: TaskContext) -> dict[str, Any]:
-    """Answer one queued inline query (:func:`answer_inline`); ``{"results": n}``."""
-    return {"results": answer_inline(ctx.sessions, ctx.payload["inline_query"])}
+    """Take one queued inline query down the shared path (:func:`mewdex.channels.inbound.handle`
+    with its reply mode); the answer is a delivery."""
+    message, mode = request_of(ctx.payload["inline_query"], ctx.payload.get("received_at"))
+    return inbound.handle(ctx.sessions, message, mode)

@@ -12,13 +12,12 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings
 from mewdex.channels.errors import ChannelError
-from mewdex.channels.registry import WebKit
+from mewdex.channels.registry import web_kit
 from mewdex.channels.telegram import inbound, setup
-from mewdex.db.engine import get_sessionmaker
 from mewdex.dto import channels as dto
 from mewdex.dto.scopes import ScopeContext
 
@@ -26,41 +25,52 @@ from mewdex.dto.scopes import ScopeContext
 CARD_SCRIPT = Path(__file__).with_name("card.js")
 
 
-def router(web: WebKit) -> APIRouter:
-    routes = APIRouter(tags=["channels"])
+#: The web layer's dependencies (lent once per process: channels.registry.lend).
+web = web_kit()
+router = APIRouter(tags=["channels"])
 
-    @routes.get("/channels/telegram/card.js", include_in_schema=False)
-    def telegram_card_script():
-        """The Telegram card's script (card.js beside this module)."""
-        return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
 
-    @routes.post("/api/v1/channels/telegram/link", response_model=dto.TelegramLink)
-    def telegram_link(session: Session = Depends(web.db_session), scope: ScopeContext = Depends(web.current_scope)):
-        """A one-time deep link ``https://t.me/<bot>?start=<code>``: the chat that opens it (Start) is bound."""
-        user_id = bindings.owner_user_id(session, scope.scope_id)
-        return setup.link(session, get_sessionmaker(), scope_id=scope.scope_id, user_id=user_id)
+@router.get("/channels/telegram/card.js", include_in_schema=False)
+def telegram_card_script():
+    """The Telegram card's script (card.js beside this module)."""
+    return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
 
-    @routes.put("/api/v1/channels/telegram/token", response_model=dto.TelegramTokenStatus)
-    def telegram_token_set(
-        body: dto.TelegramTokenSet, session: Session = Depends(web.db_session), _admin=Depends(web.require_admin)
-    ):
-        """Save the installation's bot token (admin; sealed; empty removes it). It is used at once, without
-        a restart; ``MEWDEX_TELEGRAM_BOT_TOKEN``, when set, still wins (``source: environment``).
-        422 ``channel_config_invalid`` for a value that is not a bot token."""
-        return setup.set_stored_token(session, body.token)
 
-    @routes.post(inbound.WEBHOOK_PATH, include_in_schema=False)
-    async def telegram_webhook(request: Request, secret: str | None = Header(None, alias=inbound.SECRET_HEADER)):
-        """Telegram's updates (webhook mode): the secret header is checked, the update queued, 200 at once."""
-        try:
-            update = await request.json()
-        except ValueError:
-            raise ChannelError("invalid_request", "the body is not JSON") from None
+@router.post("/api/v1/channels/telegram/link", response_model=dto.TelegramLink)
+def telegram_link(
+    session: Session = Depends(web.db_session),
+    scope: ScopeContext = Depends(web.current_scope),
+    sessions: sessionmaker[Session] = Depends(web.sessions),
+):
+    """A one-time deep link ``https://t.me/<bot>?start=<code>``: the chat that opens it (Start) is bound."""
+    user_id = bindings.owner_user_id(session, scope.scope_id)
+    return setup.link(session, sessions, scope_id=scope.scope_id, user_id=user_id)
 
-        def work() -> str:
-            with get_sessionmaker().begin() as session:
-                return inbound.accept_webhook(session, secret, update)
 
-        return {"ok": True, "queued": await run_in_threadpool(work)}
+@router.put("/api/v1/channels/telegram/token", response_model=dto.TelegramTokenStatus)
+def telegram_token_set(
+    body: dto.TelegramTokenSet, session: Session = Depends(web.db_session), _admin=Depends(web.require_admin)
+):
+    """Save the installation's bot token (admin; sealed; empty removes it). It is used at once, without
+    a restart; ``MEWDEX_TELEGRAM_BOT_TOKEN``, when set, still wins (``source: environment``).
+    422 ``channel_config_invalid`` for a value that is not a bot token."""
+    return setup.set_stored_token(session, body.token)
 
-    return routes
+
+@router.post(inbound.WEBHOOK_PATH, include_in_schema=False)
+async def telegram_webhook(
+    request: Request,
+    secret: str | None = Header(None, alias=inbound.SECRET_HEADER),
+    sessions: sessionmaker[Session] = Depends(web.sessions),
+):
+    """Telegram's updates (webhook mode): the secret header is checked, the update queued, 200 at once."""
+    try:
+        update = await request.json()
+    except ValueError:
+        raise ChannelError("invalid_request", "the body is not JSON") from None
+
+    def work() -> str:
+        with sessions.begin() as session:
+            return inbound.accept_webhook(session, secret, update)
+
+    return {"ok": True, "queued": await run_in_threadpool(work)}

@@ -26,7 +26,7 @@ from mewdex.channels.registry import WebKit
 from mewdex.config import get_settings
 from mewdex.dto import channels as dto
 from mewdex.dto.scopes import ScopeContext
-from mewdex.web.deps import current_scope, db_session, public_base_url, require_admin
+from mewdex.web.deps import app_sessions, current_scope, db_session, public_base_url, require_admin
 
 router = APIRouter(tags=["channels"])
 
@@ -35,17 +35,23 @@ def _iso(value) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def web_kit() -> WebKit:
-    """What a channel package's routes get of the web layer (:class:`mewdex.channels.registry.WebKit`)."""
-    return WebKit(
-        db_session=db_session, current_scope=current_scope, require_admin=require_admin, public_base_url=public_base_url
-    )
+#: What a channel package's routes get of the web layer (:class:`mewdex.channels.registry.WebKit`):
+#: lent once per process, before any of their modules is imported (:func:`channel_routers`).
+WEB_KIT = WebKit(
+    db_session=db_session,
+    current_scope=current_scope,
+    require_admin=require_admin,
+    public_base_url=public_base_url,
+    sessions=app_sessions,
+)
+registry.lend(WEB_KIT)
 
 
 def channel_routers() -> list[APIRouter]:
-    """The routers of the channel packages that have routes (``CHANNEL.routes``), in registry order."""
-    kit = web_kit()
-    return [importlib.import_module(c.routes).router(kit) for c in registry.channels() if c.routes]
+    """The routers of the channel packages that have routes (``CHANNEL.routes``), in registry order:
+    each module's own ``router``, built once per process (when the module is first imported) and
+    mounted by every app, which hands its own state to the routes through their dependencies."""
+    return [importlib.import_module(c.routes).router for c in registry.channels() if c.routes]
 
 
 def delivery_view(d: ChannelDelivery) -> dict[str, Any]:

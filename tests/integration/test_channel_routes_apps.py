@@ -1,0 +1,52 @@
+"""The channels' routes are module-level (issue 41 step 2): built once per process and mounted by
+every app, each app handing its own state to them through their dependencies. Two apps in one
+process answer with their own overrides and their own sessionmaker; nothing of one leaks into the other."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from conftest import LOCAL_CLIENT, app_for
+
+
+class CountingSessions:
+    """A sessionmaker that counts the transactions begun through it (the real one underneath)."""
+
+    def __init__(self, real) -> None:
+        self.real, self.calls = real, 0
+
+    def begin(self):
+        self.calls += 1
+        return self.real.begin()
+
+    def __call__(self):
+        self.calls += 1
+        return self.real()
+
+
+def test_two_apps_share_the_routers_but_not_their_state(sessions, scope):
+    from mewdex.web.deps import require_admin
+    from mewdex.web.errors import ApiError
+    from mewdex.web.routers.channels import channel_routers
+
+    def refused():
+        raise ApiError(403, "admin_required", "not an admin")
+
+    first, second = app_for(scope), app_for(scope)
+    first.dependency_overrides[require_admin] = refused
+    second.dependency_overrides[require_admin] = lambda: None
+    counted = CountingSessions(sessions)
+    second.state.sessions = counted
+    routers = channel_routers()
+    assert [id(r) for r in routers] == [id(r) for r in channel_routers()], "built once per process"
+    assert len(routers) >= 6
+    with TestClient(first, **LOCAL_CLIENT) as a, TestClient(second, **LOCAL_CLIENT) as b:
+        assert a.get("/api/v1/channels/wecom/app").status_code == 403, "the first app's override"
+        assert b.get("/api/v1/channels/wecom/app").status_code == 200, "the second app's override"
+        assert a.get("/api/v1/channels/wecom/app").status_code == 403, "still its own"
+        unsigned = "/channels/discord/123/interactions"
+        before = counted.calls
+        assert a.post(unsigned, content=b"{}").status_code == 401
+        assert counted.calls == before, "the first app does not use the second's sessionmaker"
+        assert b.post(unsigned, content=b"{}").status_code == 401
+        assert counted.calls == before + 1, "the second app's route works in its own sessionmaker"
