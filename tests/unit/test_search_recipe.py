@@ -411,6 +411,17 @@ def test_keyword_document_matches_query_tokens(drake):
     assert fold("The Code COMPILES") in doc["phrase"]  # the exact-phrase boost compares folded text
 
 
+def test_image_labels_are_indexed_in_both_languages_with_their_general_word():
+    # as the visual stage stored them before the translations were corrected: 风筝 (the toy) for the bird
+    stored = {"name_text": "", "labels": ["风筝", "kite", "虎斑猫", "tabby", "电脑键盘", "computer keyboard"]}
+    words = set(keyword_document(stored)["labels"].split())
+    assert {"鸢", "鸟", "bird", "猫", "cat", "键盘", "keyboard"} <= words and "风筝" not in words
+    for query in ("猫 在 键盘上", "a cat on the keyboard", "一只鸟"):
+        assert {"猫", "cat", "键盘", "keyboard", "鸟"} & set(tokenize(query)) & words, query
+    labels = semantic_fields(stored, embedder="use")["labels"]
+    assert labels.split(", ")[:4] == ["鸢", "kite", "鸟", "bird"] and "猫" in labels and "风筝" not in labels
+
+
 def test_keyword_document_of_a_chinese_meme_finds_its_words():
     c = build_meme_context(
         relative_path="vvquest/一个字我都不信.png",

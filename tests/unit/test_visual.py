@@ -17,6 +17,7 @@ from mewdex.library.images import ImageError, load_frames
 from mewdex.pipeline import visual
 from mewdex.pipeline.stages import MemeSnapshot, StageError
 from mewdex.search import near_duplicates
+from mewdex.search.text import has_han
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 
@@ -69,6 +70,31 @@ def test_assets_ship_model_licences_and_both_label_lists():
     en, zh = visual_model.label_names()
     assert len(en) == len(zh) == 1000
     assert (en[1], zh[1]) == ("goldfish", "金鱼") and (en[388], zh[388]) == ("giant panda", "大熊猫")
+
+
+def test_label_tables_name_every_class_in_both_languages_once():
+    en, zh = visual_model.label_names()
+    kinds, _by_en, retired = visual_model._label_table()
+    assert len(kinds) == 1000 and all(isinstance(z, str) and z.strip() == z and z for z in zh)
+    assert all(has_han(z) for z in zh if z != "iPod")
+    shared = {z for z in zh if zh.count(z) > 1}
+    assert shared <= {"笔记本电脑"}, shared  # laptop and notebook computer are one thing
+    assert all(k is None or (len(k) == 2 and all(isinstance(w, str) and w for w in k)) for k in kinds)
+    assert all(kinds[i] == ["dog", "狗"] for i in range(151, 269))  # every dog breed is a dog
+    assert not retired & set(zh), "a retired translation is no class's name now"
+    assert (en[21], zh[21], kinds[21]) == ("kite", "鸢", ["bird", "鸟"])  # the bird, not the toy
+
+
+def test_label_terms_give_each_class_both_names_and_its_general_word():
+    terms = visual_model.label_terms
+    assert terms(["金毛寻回犬", "golden retriever"]) == ["金毛寻回犬", "golden retriever", "狗", "dog"]
+    # stored with a translation since corrected: the current name replaces it, the English name stays
+    assert terms(["风筝", "kite"]) == ["鸢", "kite", "鸟", "bird"]
+    # an English name two classes share goes with the Chinese name beside it, else stays as it is
+    assert terms(["鹤", "crane"]) == ["鹤", "crane", "鸟", "bird"]
+    assert terms(["起重机", "crane"]) == ["起重机", "crane"]
+    assert terms(["crane"]) == ["crane"]
+    assert terms(["cat", "猫", " ", "tabby"]) == ["cat", "猫", "虎斑猫", "tabby"]  # other text kept
 
 
 def test_model_outputs_features_and_logits(model):

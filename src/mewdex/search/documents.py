@@ -11,18 +11,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from mewdex.inference.models import TEXT_LEGS
+from mewdex.inference.visual_model import label_terms
 from mewdex.search.text import fold, readable_words, tokenize
 
 #: Bump when the context recipe changes (goes into the stage idempotency key and every search
 #: generation's snapshot hash).
 CONTEXT_VERSION = "ctx-1"
 #: Bump when what the vector legs embed changes without a context change (``semantic_fields``).
-SEMANTIC_VERSION = 1
+#: 2: image labels in both languages with their general word (:func:`label_terms`; issue 45 item 7).
+SEMANTIC_VERSION = 2
 #: Bump when what the keyword leg indexes changes (:func:`keyword_document`, :func:`mewdex.search.text.fold`
 #: and ``tokenize``): the next start rewrites every library's keyword documents from the stored contexts
 #: (``mewdex.runtime.check_keyword_recipe``). 2: Traditional Chinese folded to Simplified (OpenCC).
-#: (The ``tags`` field of issue 43 needed no bump: no document held a tag before it.)
-KEYWORD_VERSION = 2
+#: (The ``tags`` field of issue 43 needed no bump: no document held a tag before it.) 3: image labels
+#: in both languages with their general word, from the shipped tables (:func:`label_terms`).
+KEYWORD_VERSION = 3
 
 
 def context_hash(context: dict[str, Any]) -> str:
@@ -113,7 +116,8 @@ def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dic
     ``folder``   the words of every folder on its path, e.g. ``"chinesebqb genshin"``;
     ``ocr``      cleaned OCR text (lines joined with ``"; "``), capped at 1000 characters;
     ``name_ocr`` ``name + "; " + ocr`` (only when both exist);
-    ``labels``   image labels joined with ``", "`` (zh and en names both);
+    ``labels``   image labels joined with ``", "``: each ImageNet class's zh and en names and its
+                 general word in both (:func:`~mewdex.inference.visual_model.label_terms`);
     ``vision``   the vision model's titles, descriptions and usage (:func:`vision_text`), when any.
 
     ``embedder``: ``"e5"`` or ``"use"`` (prefix match on a model id such as
@@ -131,8 +135,8 @@ def semantic_fields(context: dict[str, Any], embedder: str | None = None) -> dic
         fields["ocr"] = ocr
     if name and ocr:
         fields["name_ocr"] = f"{name}; {ocr}"
-    labels = ", ".join(context.get("labels") or [])
-    if labels.strip():
+    labels = ", ".join(label_terms(context.get("labels") or []))
+    if labels:
         fields["labels"] = labels
     if folder:
         fields["folder"] = folder
@@ -162,7 +166,8 @@ def keyword_document(context: dict[str, Any], tags: Sequence[str] = ()) -> dict[
     name: the person chose these words) and part of ``phrase`` (a search for a whole tag is an exact
     match), so a plain search for a tag's words finds its memes.
 
-    ``name``, ``ocr``, ``labels``, ``vision`` (the vision model's fields): space-joined folded tokens
+    ``name``, ``ocr``, ``labels`` (as :func:`semantic_fields`' ``labels``), ``vision`` (the vision
+    model's fields): space-joined folded tokens
     (from :func:`tokenize`), for a
         ``tsvector`` per field with the ``simple`` configuration, e.g.
         ``setweight(to_tsvector('simple', name), 'A') || setweight(..ocr.., 'B') ||
@@ -182,7 +187,7 @@ def keyword_document(context: dict[str, Any], tags: Sequence[str] = ()) -> dict[
     ocr_toks = tokenize(context.get("ocr_text") or "")
     if ocr_toks:
         out["ocr"] = " ".join(ocr_toks)
-    lab_toks = tokenize(" ; ".join(context.get("labels") or []))
+    lab_toks = tokenize(" ; ".join(label_terms(context.get("labels") or [])))
     if lab_toks:
         out["labels"] = " ".join(lab_toks)
     vision_toks = tokenize(vision_terms(context))
