@@ -16,9 +16,9 @@ from mewdex.channels import bindings
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.registry import WebKit
 from mewdex.channels.wecom import inbound, setup
+from mewdex.channels.wecom import shapes as dto
 from mewdex.channels.wecom.crypto import WeComCryptoError
 from mewdex.db.engine import get_sessionmaker
-from mewdex.dto import channel_setup as dto
 from mewdex.dto.scopes import ScopeContext
 
 
