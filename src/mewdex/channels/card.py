@@ -226,7 +226,8 @@ class Callout:
 @dataclass(frozen=True)
 class Step:
     key: str
-    link: str | None = None  # an https:// address shown (without its scheme) after the words
+    link: str | None = None  # an https:// address after the words
+    text: str | None = None  # how the link reads (None: the address without its scheme)
 
 
 @dataclass(frozen=True)

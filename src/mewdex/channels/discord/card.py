@@ -102,7 +102,11 @@ CARD = (
         blocks=(
             Steps(
                 (
-                    Step("channels.discord.step1", link="https://discord.com/developers/applications"),
+                    Step(
+                    "channels.discord.step1",
+                    link="https://discord.com/developers/applications",
+                    text="discord.com/developers",
+                ),
                     Step("channels.discord.step2"),
                     Step("channels.discord.step3"),
                 )
