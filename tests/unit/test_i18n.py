@@ -252,7 +252,7 @@ def _card_keys(blocks) -> set[str]:
             for item in value:
                 walk(item, name)
         elif isinstance(value, dict):
-            for key, item in value.items():
+            for item in value.values():
                 walk(item, name if name == "choices" else "")
         elif isinstance(value, str) and re.fullmatch(r"(channels|js)\.[a-z_.]+[a-z_]", value) and name != "words":
             found.add(value)

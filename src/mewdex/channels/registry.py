@@ -51,8 +51,9 @@ using it: the hook registry imports it when its adapter is first looked up)::
   ``MEWDEX_TASK_MODULES``) that registers its adapter and calls :func:`declare` is listed by
   :func:`channels` after the built-in ones, with its card.
 * **Binding by a code**: an adapter with ``binds_by_code = True`` needs no card or route of its own:
-  the Channels page shows the one-time-code card (:func:`mewdex.channels.card.code_card`), ``POST /api/v1/channels/<name>/code`` gives a one-time
-  code, and the chat message that carries it sets ``Inbound.bind_code`` (the framework binds).
+  the Channels page shows the one-time-code card (:func:`mewdex.channels.card.code_card`),
+  ``POST /api/v1/channels/<name>/code`` gives a one-time code, and the chat message that carries it
+  sets ``Inbound.bind_code`` (the framework binds).
 * **Texts and guide**: ``locales`` names the package's own catalogues (``en.json``, ``zh.json``:
   ``channels.name.<name>`` names it on the Channels page, ``bot.bind_help.<name>``, its card's and
   replies' words), added to the core ones when it loads (:func:`mewdex.dto.i18n.add_messages`; a key

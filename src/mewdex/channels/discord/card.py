@@ -4,6 +4,7 @@ for scheduled memes."""
 
 from mewdex.channels.card import (
     Action,
+    Callout,
     Done,
     Field,
     Fill,
@@ -15,7 +16,6 @@ from mewdex.channels.card import (
     Step,
     Steps,
     Text,
-    Callout,
 )
 
 CONNECTED = ("binding.config.application_id",)
@@ -103,10 +103,10 @@ CARD = (
             Steps(
                 (
                     Step(
-                    "channels.discord.step1",
-                    link="https://discord.com/developers/applications",
-                    text="discord.com/developers",
-                ),
+                        "channels.discord.step1",
+                        link="https://discord.com/developers/applications",
+                        text="discord.com/developers",
+                    ),
                     Step("channels.discord.step2"),
                     Step("channels.discord.step3"),
                 )

@@ -1,7 +1,7 @@
 """Telegram's card on the Channels page, declared (:mod:`mewdex.channels.card`): the link to the bot (a
 one-time start link) and the admin's bot token (saved sealed, used at once; the environment's wins)."""
 
-from mewdex.channels.card import Action, Done, Field, Fill, Form, Reveal, Section, Step, Steps, Text, Callout
+from mewdex.channels.card import Action, Callout, Done, Field, Fill, Form, Reveal, Section, Step, Steps, Text
 
 CARD = (
     Text(("channels.telegram.help", "channels.telegram.mode_polling"), when=("configured", "info.mode!=webhook")),

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Request
@@ -27,7 +28,7 @@ from mewdex.dto.errors import ErrorBody
 from mewdex.dto.scopes import ScopeContext
 
 #: The sticker-set routes document their 502 (Telegram refused or could not be reached).
-PLATFORM_ERROR = {502: {"model": ErrorBody}}
+PLATFORM_ERROR: dict[int | str, dict[str, Any]] = {502: {"model": ErrorBody}}
 
 
 def _collection_id(value: str) -> UUID:

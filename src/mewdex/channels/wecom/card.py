@@ -1,7 +1,7 @@
 """WeCom's card on the Channels page, declared (:mod:`mewdex.channels.card`): a member's one-time code to
 send to the app; the admin's self-built app (secrets kept when left empty) and the callback URL to enter."""
 
-from mewdex.channels.card import Action, Done, Field, Fill, Form, Reveal, Section, Shown, Text, Callout
+from mewdex.channels.card import Action, Callout, Done, Field, Fill, Form, Reveal, Section, Shown, Text
 
 KEEP = "channels.wecom.keep"  # the secret boxes' placeholder: empty keeps the stored one
 
