@@ -15,8 +15,7 @@ catalogue keys (the package's ``locales/``); the scripts' words (``toast``) are 
 - :class:`Shown` — a read-only value to copy: from the page's context (``value``, a template over
   :data:`Cond` paths) or fetched when the page loads (``fetch``: ``GET`` path, answer field);
 - :class:`Row` — buttons on one line; :class:`Section` — a ``<details>`` with blocks inside;
-- :class:`Include` — a package's own small template (``channel/<name>/<template>``), for what no
-  block says (OneBot's live connection state); ``CHANNEL.script`` a package's own small script.
+- :class:`Wait` — a live line until the channel's bot connects (OneBot's socket).
 
 Conditions (:data:`Cond`): a tuple of terms that must all hold over the card's context: ``path``
 (truthy), ``!path``, ``path=value``, ``path!=value``; paths are ``configured``, ``admin`` (the
@@ -271,14 +270,25 @@ class Section:
 
 
 @dataclass(frozen=True)
-class Include:
-    """The package's own template ``channel/<name>/<template>`` (the card's context is its context)."""
+class Wait:
+    """A live line for a channel whose bot connects to mewdex (QQ's socket): ``<ref>-wait`` says the
+    first of ``text`` whose condition holds, shown while the caller's binding is linked and lacks
+    ``config.<flag>``, or after the form or action ``after`` answers (then ``waiting``, a ``js.*`` key);
+    it asks ``GET /api/v1/channels`` every ``every_ms`` (for at most an hour, stopping when the
+    binding is gone) until the flag is set, then hides and ``<ref>-connected`` says ``done`` (a
+    ``js.*`` key with ``{identity}``)."""
 
-    template: str
+    ref: str
+    flag: str
+    text: tuple[tuple[str, Cond], ...]
+    waiting: str
+    done: str
+    after: str
+    every_ms: int = 3000
     when: Cond = ()
 
 
-Block = Text | Callout | Steps | Form | Action | Reveal | Shown | Row | Section | Include
+Block = Text | Callout | Steps | Form | Action | Reveal | Shown | Row | Section | Wait
 
 
 def code_card() -> tuple[Block, ...]:

@@ -45,8 +45,8 @@ using it: the hook registry imports it when its adapter is first looked up)::
   :data:`mewdex.channels.errors.STATUSES`) to ``mewdex.web.errors``.
 * **Card**: ``card`` is its card on the Channels page as data, a setup schema of
   :mod:`mewdex.channels.card` (fields, buttons, what an answer reveals, …) that the web shell's one
-  generic card renders; ``script`` a small script of its own for what no block says (OneBot's), and
-  ``info`` the fields its adapter's ``status()`` adds to ``GET /api/v1/channels`` (:func:`info_fields`).
+  generic card renders (no channel needs a template or script of its own), and ``info`` the fields
+  its adapter's ``status()`` adds to ``GET /api/v1/channels`` (:func:`info_fields`).
 * **Third-party channels**: a plugin module (an entry point of ``mewdex.plugins``, or
   ``MEWDEX_TASK_MODULES``) that registers its adapter and calls :func:`declare` is listed by
   :func:`channels` after the built-in ones, with its card.
@@ -104,9 +104,8 @@ class Channel:
     imported by the web app only; None: no routes of its own), ``errors`` (its own code → HTTP status),
     ``locales`` (a directory of its own ``{en,zh}.json`` catalogues; None: its words are in the core's),
     ``card`` (its card on the Channels page as a setup schema, :mod:`mewdex.channels.card`; None: the
-    one-time-code card when its adapter binds by a code, else none), ``script`` (a small script of its
-    own the card loads, ``GET /channels/<name>/card.js``; None: the generic card's script is enough),
-    ``info`` (the fields its adapter's ``status()`` adds to its entry of ``GET /api/v1/channels``:
+    one-time-code card when its adapter binds by a code, else none), ``info`` (the fields its
+    adapter's ``status()`` adds to its entry of ``GET /api/v1/channels``:
     name → ``(type, pydantic.Field(...))``)."""
 
     name: str
@@ -115,7 +114,6 @@ class Channel:
     errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     locales: Path | None = None
     card: tuple[card_schema.Block, ...] | None = None
-    script: Path | None = None
     info: Mapping[str, tuple[Any, Any]] = field(default_factory=lambda: MappingProxyType({}))
 
 

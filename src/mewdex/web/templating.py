@@ -16,10 +16,8 @@ from uuid import UUID
 
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
-from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader
 from markupsafe import Markup
 
-from mewdex import channels as channels_package
 from mewdex.channels import card
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.media import media_kind
@@ -30,14 +28,6 @@ from mewdex.web.base_path import route_path
 from mewdex.web.server_state import page_state
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
-# A channel package may bring a small template its card includes (card.Include): "channel/<name>/<file>"
-# is src/mewdex/channels/<name>/<file>.
-templates.env.loader = ChoiceLoader(
-    [
-        FileSystemLoader(Path(__file__).parent / "templates"),
-        PrefixLoader({"channel": FileSystemLoader(Path(channels_package.__file__).parent)}),
-    ]
-)
 
 
 def filesize(n: float | None) -> str:

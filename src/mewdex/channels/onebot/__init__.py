@@ -25,6 +25,5 @@ CHANNEL = Channel(
     errors={"onebot_not_connected": 503},  # no process holds the QQ bot's reverse WebSocket
     locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
     card=card.CARD,  # its card on the Channels page (mewdex.channels.card)
-    script=Path(__file__).with_name("card.js"),  # "waiting for the bot" until it connects
 )
 declare(CHANNEL)  # imports its modules: importing the package provides its adapter

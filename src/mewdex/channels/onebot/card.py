@@ -1,11 +1,18 @@
 """QQ's (OneBot v11) card on the Channels page, declared (:mod:`mewdex.channels.card`): connect a bot
-(its reverse-WebSocket URL and access token shown once); its own ``status.html`` and ``card.js`` say
-"waiting for the bot" until the bot connects (the one bit no block says: a live connection)."""
+(its reverse-WebSocket URL and access token shown once), then "waiting for the bot" until it has
+connected and proved its number."""
 
-from mewdex.channels.card import Done, Field, Fill, Form, Include, Reveal, Text
+from mewdex.channels.card import Done, Field, Fill, Form, Reveal, Text, Wait
 
 CARD = (
-    Include("status.html"),
+    Wait(
+        "onebot",
+        flag="connected",
+        text=(("channels.onebot.waiting", ("!binding.identity",)), ("channels.onebot.disconnected", ())),
+        waiting="js.onebot_waiting",
+        done="js.onebot_connected",
+        after="onebot-bind",
+    ),
     Text(("channels.onebot.help",)),
     Form(
         "onebot-bind",

@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import Response
 from pydantic import create_model
 from sqlalchemy.orm import Session
 
 from mewdex.channels import bindings, delivery, pool, registry, saving
 from mewdex.channels.bindings import ChannelDelivery
-from mewdex.channels.errors import ChannelError
 from mewdex.channels.platform import loopback
 from mewdex.channels.registry import WebKit
 from mewdex.config import get_settings
@@ -227,16 +225,6 @@ def channel_guide(name: str, request: Request, _scope: ScopeContext = Depends(cu
 # ------------------------------------------------------------------ the page
 
 
-@router.get("/channels/{name}/card.js", include_in_schema=False)
-def channel_card_script(name: str):
-    """A channel package's own small card script (``CHANNEL.script``); 404 ``channel_unknown`` for a
-    channel without one."""
-    declared = next((c for c in registry.channels() if c.name == name and c.script is not None), None)
-    if declared is None or declared.script is None:
-        raise ChannelError("channel_unknown", f"no card script of a channel named {name!r}")
-    return Response(declared.script.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
-
-
 @router.get("/settings/channels", include_in_schema=False)
 def channels_page(
     request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
@@ -249,7 +237,7 @@ def channels_page(
     from mewdex.web.templating import render
 
     rows = bindings.list_bindings(session, scope.scope_id)
-    cards = {c.name: {"blocks": registry.card(c), "script": c.script is not None} for c in registry.channels()}
+    cards = {c.name: registry.card(c) for c in registry.channels()}
     log = delivery.list_deliveries(session, scope.scope_id, limit=50)
     ids = {d.meme_id for d in log if d.meme_id}
     names = {i: m.display_name for i, m in listing.memes_by_id(session, scope, list(ids)).items()}

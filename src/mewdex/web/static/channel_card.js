@@ -2,9 +2,9 @@
 // declared setup schema put in data-* attributes, naming no channel. A form (data-channel-form) or a
 // button with data-method/data-path calls the API; on success data-done says what follows (a toast,
 // a reveal filled from the answer, reset, reload) and data-poll asks again until a stop value; a
-// copy button copies its reveal's value; data-fetch / data-load fill values when the page loads.
-// Every answer is announced as the event "channel:answered" ({channel, ref, body}) for a package's
-// own small script. Strings come from the page's catalogue.
+// copy button copies its reveal's value; data-fetch / data-load fill values when the page loads; a
+// data-wait line says "waiting" until the channel's binding is connected. Strings come from the
+// page's catalogue.
 "use strict";
 (() => {
   const section = (el) => el.closest("[data-channel]");
@@ -47,7 +47,35 @@
     if (done.reload) setTimeout(() => location.reload(), 600);
     const spec = json(el, "poll");
     if (spec) poll(holder, spec, body);
-    box.dispatchEvent(new CustomEvent("channel:answered", {bubbles: true, detail: {channel: box.dataset.channel, ref, body}}));
+    const line = $("[data-wait]", box);
+    if (line && json(line, "wait").after === ref) wait(line, true);
+  }
+
+  // A live line (data-wait): asks the bindings until this channel's active one has the flag, then
+  // says so (stops when it is gone, or after an hour).
+  const timers = new WeakMap();
+  function wait(line, fresh) {
+    const spec = json(line, "wait");
+    const channel = section(line).dataset.channel;
+    const done = line.nextElementSibling;
+    if (fresh) line.textContent = t(spec.waiting);
+    line.hidden = false;
+    done.hidden = true;
+    clearTimeout(timers.get(line));
+    const until = Date.now() + 3600_000;
+    const tick = async () => {
+      const r = await api("GET", "/api/v1/channels");
+      const b = r.ok ? r.body.bindings.find((x) => x.channel === channel && x.status === "active") : null;
+      if (r.ok && !b) { line.hidden = true; return; }  // unlinked meanwhile
+      if (b && b.config[spec.flag]) {
+        line.hidden = true;
+        done.textContent = t(spec.done, {identity: b.identity || ""});
+        done.hidden = false;
+        return;
+      }
+      if (Date.now() < until) timers.set(line, setTimeout(tick, spec.every_ms));
+    };
+    timers.set(line, setTimeout(tick, spec.every_ms));
   }
 
   document.addEventListener("click", async (event) => {
@@ -88,6 +116,7 @@
 
   // Values the page fills when it loads (one request per path): a read-only value to copy, a form's
   // stored values (never a secret).
+  for (const line of document.querySelectorAll("[data-channel] [data-wait]")) if (!line.hidden) wait(line, false);
   const loads = {};
   const load = (path) => (loads[path] ??= api("GET", path));
   for (const el of document.querySelectorAll("[data-channel] [data-fetch]")) {
