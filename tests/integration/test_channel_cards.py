@@ -179,3 +179,62 @@ def test_a_channel_that_binds_by_a_code_gets_the_generic_card_and_its_code(page_
     page = page_client.get("/settings/channels").text
     card = page[page.index('id="channel-codechat"') :]
     assert 'data-action="bind-code"' not in card[: card.index("</section>")]
+
+
+PLUGIN_CHANNEL = '''
+"""A third-party channel (a test's plugin module): an adapter and a declared card, nothing else."""
+from mewdex.channels.base import Adapter
+from mewdex.channels.card import Done, Field, Fill, Form, Reveal, Text
+from mewdex.channels.registry import Channel, declare, register_adapter
+
+
+class Parrot(Adapter):
+    name, min_send_interval = "{name}", 0.0
+
+
+register_adapter(Parrot())
+CHANNEL = declare(Channel(
+    name="{name}",
+    modules=(),
+    card=(
+        Text(("channels.code.note",), marker="data-parrot-help"),
+        Form("parrot-room", "PUT", "/api/v1/channels/{{channel}}/room",
+             (Field("room", "channels.webhook.url", "url", required=True, max_length=300, blank="null"),),
+             "channels.webhook.save", Done(reveal="parrot-done")),
+        Reveal("parrot-done", (Fill("room"),)),
+        Text(("channels.code.not_configured",), when=("!configured",), marker="data-never"),
+    ),
+))
+'''
+
+
+def test_a_channel_from_a_plugin_is_listed_with_its_card_from_its_schema(
+    page_client, settings_env, tmp_path, monkeypatch
+):
+    """A channel that comes in through a plugin (here ``MEWDEX_TASK_MODULES``, the entry points' path)
+    is listed by ``GET /api/v1/channels`` and gets the generic card its declared schema says."""
+    import sys
+    import uuid
+
+    from mewdex import hooks
+    from mewdex.channels import registry
+
+    name = f"parrot{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}_plugin.py").write_text(PLUGIN_CHANNEL.format(name=name), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings_env(MEWDEX_TASK_MODULES=f"{name}_plugin")
+    try:
+        listed = [c["name"] for c in page_client.get("/api/v1/channels").json()["channels"]]
+        built_in = [p.rsplit(".", 1)[-1] for p in registry.packages()]
+        assert listed[-1] == name and listed[: len(built_in)] == built_in
+        page = page_client.get("/settings/channels").text
+        card = page[page.index(f'id="channel-{name}"') :]
+        card = card[: card.index("</section>")]
+        assert "data-parrot-help" in card and "data-never" not in card
+        assert f'data-path="/api/v1/channels/{name}/room"' in card and 'data-channel-form="parrot-room"' in card
+        assert '<input name="room" type="url" data-blank="null" required maxlength="300"' in card
+        assert '<div class="parrot-done" hidden>' in card and 'data-fill="room"' in card
+    finally:
+        registry._plugins.pop(name, None)
+        hooks.withdraw("channel_adapters", name)
+        sys.modules.pop(f"{name}_plugin", None)

@@ -124,11 +124,10 @@ def test_connect_link_meme_another_and_the_message_command(sessions, account, di
     assert fake.commands[0]["description_localizations"]["zh-CN"] and fake.commands[2]["name_localizations"]["zh-CN"]
     assert fake.bot_token not in listed and fake.bot_token not in page.text
     assert 'data-channel="discord"' in page.text and fake.endpoint in page.text, "the card shows the endpoint URL"
-    assert 'data-warning="public-url"' in page.text and "/channels/discord/card.js" in page.text
+    assert 'data-warning="public-url"' in page.text and "/static/channel_card.js" in page.text
+    assert 'data-channel-form="discord-channel"' in page.text and 'data-action="discord-commands"' in page.text
     guide = client.get("/help/channels/discord")
     assert guide.status_code == 200 and "Interactions Endpoint URL" in guide.text
-    script = client.get("/channels/discord/card.js")
-    assert script.status_code == 200 and "discord-connect" in script.text
 
     # Discord's checks of the endpoint: unsigned and wrongly signed requests are 401, PING is PONG.
     assert fake.deliver(fake.endpoint, fake.ping(), unsigned=True)[0] == 401

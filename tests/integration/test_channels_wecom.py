@@ -207,7 +207,7 @@ def test_channels_page_offers_qq_wecom_and_wechat(account):
             'data-channel-form="onebot-bind"',
             'data-action="clawbot-login"',
             "wecom-admin",
-            "channel_setup.js",
+            "channel_card.js",
         ):
             assert marker in page.text, marker
         assert "连接 QQ 机器人" in c.get("/settings/channels", headers={"Accept-Language": "zh"}).text

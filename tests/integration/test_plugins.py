@@ -1,6 +1,7 @@
-"""A third-party plugin (``examples/wordleg``: the search leg ``word``) installed from its own folder
-takes part in a search: found through its entry point (group ``mewdex.plugins``), in this process
-and in a fresh one, with nothing of mewdex changed."""
+"""Third-party plugins installed from their own folders, found through their entry points (group
+``mewdex.plugins``) with nothing of mewdex changed: ``examples/wordleg`` (the search leg ``word``)
+takes part in a search, in this process and in a fresh one; ``examples/postbox`` (a channel) is
+listed on the Channels page with the card its package declares."""
 
 from __future__ import annotations
 
@@ -17,17 +18,16 @@ from PIL import Image
 
 from mewdex import hooks
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordleg"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """The example installed with pip from (a copy of) its folder into a folder of its own (offline: no
-    index, no dependencies, the setuptools already here; setuptools builds in the source folder),
-    pip's temporary files in a folder of the test's."""
-    root = tmp_path_factory.mktemp("wordleg")
-    source, target, tmp = root / "wordleg", root / "site", root / "tmp"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+def _install(tmp_path_factory, example: str) -> Path:
+    """``examples/<example>`` installed with pip from (a copy of) its folder into a folder of its own
+    (offline: no index, no dependencies, the setuptools already here; setuptools builds in the source
+    folder), pip's temporary files in a folder of the test's."""
+    root = tmp_path_factory.mktemp(example)
+    source, target, tmp = root / example, root / "site", root / "tmp"
+    shutil.copytree(EXAMPLES / example, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     tmp.mkdir()
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-build-isolation"]
@@ -38,6 +38,12 @@ def installed(tmp_path_factory):
         cwd=root,
     )
     return target
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """``examples/wordleg`` installed (:func:`_install`)."""
+    return _install(tmp_path_factory, "wordleg")
 
 
 def _png(seed: int) -> bytes:
@@ -109,3 +115,27 @@ def test_start_up_imports_only_the_plugins_its_checks_use(mewdex_env):
         "mewdex.queue.tasks",
         "mewdex.search.generations",  # the search-model check
     ]
+
+
+def test_the_example_channel_is_listed_with_its_declared_card(tmp_path_factory, scope, monkeypatch):
+    """``examples/postbox``: one package with an entry point — its adapter, its words and its card as
+    data — is a channel of the Channels page (after the built-in ones), binding by the framework's code."""
+    from conftest import client_for
+    from mewdex.channels import registry
+
+    monkeypatch.syspath_prepend(str(_install(tmp_path_factory, "postbox")))
+    monkeypatch.setattr(hooks, "_entry_points_loaded", False)  # look at the entry points again
+    try:
+        with client_for(scope) as client:
+            listed = client.get("/api/v1/channels").json()["channels"]
+            assert [c["name"] for c in listed][-1] == "postbox" and listed[-1]["bind_code"] is True
+            page = client.get("/settings/channels", headers={"Accept-Language": "zh"}).text
+            card = page[page.index('id="channel-postbox"') :]
+            card = card[: card.index("</section>")]
+            assert "信箱（示例插件）" in card and "data-postbox-help" in card and 'data-action="bind-code"' in card
+            assert client.post("/api/v1/channels/postbox/code").status_code == 201
+        assert hooks.table()["channel_adapters"]["postbox"] == "mewdex_postbox"
+    finally:
+        registry._plugins.pop("postbox", None)
+        hooks.withdraw("channel_adapters", "postbox")
+        sys.modules.pop("mewdex_postbox", None)

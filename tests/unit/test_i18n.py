@@ -238,3 +238,33 @@ def test_channels_and_the_assistant_hold_no_hard_coded_chinese_words():
                     if CJK.search(node.value) and node.value not in PARSING:
                         found.append((rel, node.lineno, node.value[:40]))
     assert found == [], found
+
+
+def _card_keys(blocks) -> set[str]:
+    """Every catalogue key a declared card names (labels, helps, notes, summaries, toasts)."""
+    from dataclasses import fields, is_dataclass
+
+    found: set[str] = set()
+
+    def walk(value, name=""):
+        if is_dataclass(value):
+            for f in fields(value):
+                walk(getattr(value, f.name), f.name)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                walk(item, name)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item, name if name == "choices" else "")
+        elif isinstance(value, str) and re.fullmatch(r"(channels|js)\.[a-z_.]+[a-z_]", value) and name != "words":
+            found.add(value)
+
+    walk(tuple(blocks))
+    return found
+
+
+def test_every_key_a_declared_channel_card_names_exists_in_both_languages():
+    keys = {key for c in registry.channels() for key in _card_keys(registry.card(c))}
+    assert {"channels.telegram.token.title", "js.discord_connected", "channels.wecom.keep"} <= keys
+    for lang in i18n.LOCALES:
+        assert sorted(keys - set(i18n.catalogue(lang))) == [], lang

@@ -47,9 +47,17 @@ using it: the hook registry imports it when its adapter is first looked up)::
 * **Error codes**: ``errors`` maps the package's own codes (``wecom_ip_not_trusted``) to their HTTP
   status; :func:`error_statuses` gives every channel's (and the framework's
   :data:`mewdex.channels.errors.STATUSES`) to ``mewdex.web.errors``.
+* **Card**: ``card`` is its card on the Channels page as data, a setup schema of
+  :mod:`mewdex.channels.card` (fields, buttons, what an answer reveals, …) that the web shell's one
+  generic card renders (no channel needs a template or script of its own), and ``info`` the fields
+  its adapter's ``status()`` adds to ``GET /api/v1/channels`` (:func:`info_fields`).
+* **Third-party channels**: a plugin module (an entry point of ``mewdex.plugins``, or
+  ``MEWDEX_TASK_MODULES``) that registers its adapter and calls :func:`declare` is listed by
+  :func:`channels` after the built-in ones, with its card.
 * **Binding by a code**: an adapter with ``binds_by_code = True`` needs no card or route of its own:
-  the Channels page shows the generic card, ``POST /api/v1/channels/<name>/code`` gives a one-time
-  code, and the chat message that carries it sets ``Inbound.bind_code`` (the framework binds).
+  the Channels page shows the one-time-code card (:func:`mewdex.channels.card.code_card`),
+  ``POST /api/v1/channels/<name>/code`` gives a one-time code, and the chat message that carries it
+  sets ``Inbound.bind_code`` (the framework binds).
 * **Texts and guide**: ``locales`` names the package's own catalogues (``en.json``, ``zh.json``:
   ``channels.name.<name>`` names it on the Channels page, ``bot.bind_help.<name>``, its card's and
   replies' words), added to the core ones when it loads (:func:`mewdex.dto.i18n.add_messages`; a key
@@ -72,6 +80,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 from mewdex import hooks
+from mewdex.channels import card as card_schema
 from mewdex.channels.base import ChannelAdapter
 from mewdex.channels.errors import ChannelError
 from mewdex.dto import i18n
@@ -83,6 +92,11 @@ def packages() -> tuple[str, ...]:
     return tuple(dict.fromkeys(hooks.declared("channel_adapters").values()))
 
 
+#: Channels declared by third-party plugins (:func:`declare` of a package no built-in plugin names),
+#: listed after the built-in ones.
+_plugins: dict[str, Channel] = {}
+
+
 #: The framework's own words (saving from a chat: ``bot.save.*``), added to the catalogues on :func:`load`.
 FRAMEWORK_LOCALES = Path(__file__).parent / "locales"
 
@@ -90,16 +104,21 @@ FRAMEWORK_LOCALES = Path(__file__).parent / "locales"
 @dataclass(frozen=True)
 class Channel:
     """A channel package's declaration (module doc): ``name``, ``modules`` imported in every process
-    (adapter, task types, ``schedules()``), ``routes`` (a module with a module-level
-    ``router: APIRouter``, imported by the web app only; None: no routes of its own), ``errors``
-    (its own code → HTTP status), ``locales`` (a directory of its own ``{en,zh}.json`` catalogues;
-    None: its words are in the core's)."""
+    (adapter, task types, ``schedules()``), ``routes`` (a module with a module-level ``router: APIRouter``,
+    imported by the web app only; None: no routes of its own), ``errors`` (its own code → HTTP status),
+    ``locales`` (a directory of its own ``{en,zh}.json`` catalogues; None: its words are in the core's),
+    ``card`` (its card on the Channels page as a setup schema, :mod:`mewdex.channels.card`; None: the
+    one-time-code card when its adapter binds by a code, else none), ``info`` (the fields its
+    adapter's ``status()`` adds to its entry of ``GET /api/v1/channels``:
+    name → ``(type, pydantic.Field(...))``)."""
 
     name: str
     modules: tuple[str, ...]
     routes: str | None = None
     errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     locales: Path | None = None
+    card: tuple[card_schema.Block, ...] | None = None
+    info: Mapping[str, tuple[Any, Any]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -189,11 +208,29 @@ def load() -> dict[str, Channel]:
         return dict(_loaded)
 
 
+def _with_plugins() -> dict[str, Channel]:
+    """The built-in channels (:func:`load`) and then the third-party ones: the entry points are
+    imported (once), and every channel a plugin declared whose adapter is provided is added."""
+    found = load()
+    hooks.implementations("channel_adapters")  # imports the third-party plugins (once)
+    with _lock:
+        for name, declared in _plugins.items():
+            if name not in found and name in ADAPTERS:
+                if declared.locales is not None:
+                    i18n.add_messages(declared.locales)
+                found[name] = declared
+    return found
+
+
 def declare(channel: Channel) -> Channel:
     """Import ``channel.modules`` (a channel package's ``__init__`` calls this after ``CHANNEL = …``,
-    so that importing the package provides its adapter). Returns ``channel``."""
+    so that importing the package provides its adapter). A channel no built-in plugin declares is a
+    third-party plugin's: :func:`channels` lists it after the built-in ones. Returns ``channel``."""
     for name in channel.modules:
         importlib.import_module(name)
+    if channel.name not in hooks.declared("channel_adapters"):
+        with _lock:
+            _plugins[channel.name] = channel
     return channel
 
 
@@ -214,8 +251,26 @@ def adapter(name: str) -> ChannelAdapter:
 
 
 def channels() -> list[Channel]:
-    """Every built-in channel (:func:`load`), in :func:`packages` order."""
-    return list(load().values())
+    """Every channel: the built-in ones (:func:`load`) in :func:`packages` order, then those of
+    third-party plugins (entry points, ``MEWDEX_TASK_MODULES``) that :func:`declare` a channel."""
+    return list(_with_plugins().values())
+
+
+def card(channel: Channel) -> tuple[card_schema.Block, ...]:
+    """The blocks of ``channel``'s card: its declared ``card``, else the one-time-code card when its
+    adapter binds by a code (:func:`mewdex.channels.card.code_card`), else none."""
+    if channel.card is not None:
+        return channel.card
+    return card_schema.code_card() if ADAPTERS[channel.name].binds_by_code else ()
+
+
+def info_fields() -> dict[str, tuple[Any, Any]]:
+    """The fields the channels add to their entries of ``GET /api/v1/channels`` (``CHANNEL.info`` of
+    each), gathered for the response's shape."""
+    found: dict[str, tuple[Any, Any]] = {}
+    for declared in channels():
+        found.update(declared.info)
+    return found
 
 
 def error_statuses() -> dict[str, int]:

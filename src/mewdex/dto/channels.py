@@ -1,5 +1,6 @@
-"""Channel shapes (issue 17): bindings, the Telegram link, the webhook channel, the delivery log.
-No shape carries a secret except :class:`WebhookCreated` (the one answer that shows it)."""
+"""The shapes every channel shares (issue 17): bindings, a channel's entry, a bind code, the delivery log.
+A channel's own set-up shapes are its package's (``mewdex/channels/<name>/shapes.py``); no shape here
+carries a secret."""
 
 from __future__ import annotations
 
@@ -32,13 +33,11 @@ class Pool(Dto):
 
 
 class ChannelInfo(Dto):
+    """A channel's entry of ``GET /api/v1/channels``; each channel may add fields of its own (its
+    package's ``CHANNEL.info``, gathered into the documented shape by the web layer)."""
+
     name: str
-    configured: bool = Field(description="The admin has set the channel up (e.g. a Telegram bot token)")
-    mode: str | None = Field(None, description="Telegram: webhook (public URL) or polling")
-    token_source: str | None = Field(
-        None, description="Telegram: where the bot token comes from (environment | settings), None when unset"
-    )
-    token_hint: str | None = Field(None, description="Telegram: the token's last characters (never the token)")
+    configured: bool = Field(description="The admin has set the channel up (e.g. a bot token)")
     bind_code: bool = Field(
         False, description="Binds by a one-time code sent from the chat app (POST /api/v1/channels/{name}/code)"
     )
@@ -47,37 +46,6 @@ class ChannelInfo(Dto):
 class BindCode(Dto):
     code: str = Field(description="Send it to the bot in the chat app; it works once")
     expires_in: int = Field(description="Seconds the code stays valid")
-
-
-class TelegramTokenSet(Dto):
-    token: str | None = Field(
-        None, max_length=200, description="A bot token from @BotFather; empty or null removes the saved one"
-    )
-
-
-class TelegramTokenStatus(Dto):
-    configured: bool
-    source: str | None = Field(None, description="environment (MEWDEX_TELEGRAM_BOT_TOKEN wins) | settings | None")
-    hint: str = Field(description="The token's last characters (never the token)")
-
-
-class ChannelList(Dto):
-    bindings: list[ChannelBinding]
-    channels: list[ChannelInfo]
-
-
-class TelegramLink(Dto):
-    url: str = Field(description="https://t.me/<bot username>?start=<code>")
-    code: str = Field(description="One-time bind code (valid 15 minutes)")
-
-
-class WebhookCreate(Dto):
-    url: str = Field(max_length=2000)
-
-
-class WebhookCreated(Dto):
-    binding: ChannelBinding
-    secret: str = Field(description="The whsec_ signing secret; shown this once")
 
 
 class Delivery(Dto):

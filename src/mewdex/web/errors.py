@@ -54,8 +54,6 @@ STATUS_BY_CODE: dict[str, int] = {
     "operation_in_progress": 409,
     "text_not_ready": 409,
     "collection_name_taken": 409,
-    "sticker_set_not_found": 404,  # Telegram sticker sets (mewdex.channels.telegram.stickers)
-    "telegram_not_linked": 409,
     "email_taken": 409,
     "ambiguous_id": 409,
     "signup_failed": 409,

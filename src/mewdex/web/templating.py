@@ -8,6 +8,7 @@ renders the browsers' error pages (:func:`mewdex.web.errors.error_page`, registe
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -19,7 +20,7 @@ from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader
 from markupsafe import Markup
 
 from mewdex import backups as backups_package
-from mewdex import channels as channels_package
+from mewdex.channels import card
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.media import media_kind
 from mewdex.library.images import page_element
@@ -29,18 +30,12 @@ from mewdex.web.base_path import route_path
 from mewdex.web.server_state import page_state
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
-# A capability package brings its own card: a channel's for the Channels page, "channel/<name>/card.html"
-# is src/mewdex/channels/<name>/card.html (channels.html includes it when it is there); the admin page's
-# backups card, "backups/card.html", is src/mewdex/backups/card.html.
+# A capability package brings its own card: the admin page's backups card, "backups/card.html", is
+# src/mewdex/backups/card.html (a channel's card is declared data: mewdex.channels.card).
 templates.env.loader = ChoiceLoader(
     [
         FileSystemLoader(Path(__file__).parent / "templates"),
-        PrefixLoader(
-            {
-                "channel": FileSystemLoader(Path(channels_package.__file__).parent),
-                "backups": FileSystemLoader(Path(backups_package.__file__).parent),
-            }
-        ),
+        PrefixLoader({"backups": FileSystemLoader(Path(backups_package.__file__).parent)}),
     ]
 )
 
@@ -75,6 +70,16 @@ templates.env.filters["when"] = when
 templates.env.filters["page_element"] = page_element  # "video" | "image" | "thumbnail" of an extension
 templates.env.filters["saved_name"] = saved_name  # display_name | saved_name(extension): "dance.webm"
 templates.env.filters["media_kind"] = media_kind  # extension | media_kind(animated): "gif" | "clip" | "sticker" | None
+# The generic channel card (partials/channel_card.html) reads a package's setup schema through these.
+templates.env.globals.update(
+    card_holds=card.holds,
+    card_value=card.lookup,
+    card_key=card.key_of,
+    card_params=card.params_of,
+    card_format=card.format_value,
+    card_kind=card.kind,
+    card_data=dataclasses.asdict,
+)
 
 
 def _error_page_principal(request: Request):

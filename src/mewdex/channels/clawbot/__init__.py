@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mewdex.channels.clawbot import card
 from mewdex.channels.registry import Channel, declare
 
 NAME = "clawbot"
@@ -24,5 +25,6 @@ CHANNEL = Channel(
     routes="mewdex.channels.clawbot.routes",
     errors={"clawbot_session_expired": 502},  # iLink ret -14: the WeChat login must be scanned again
     locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
+    card=card.CARD,  # its card on the Channels page (mewdex.channels.card)
 )
 declare(CHANNEL)  # imports its modules: importing the package provides its adapter

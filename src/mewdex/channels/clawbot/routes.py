@@ -1,21 +1,18 @@
 """ClawBot's routes (imported by the web layer only): ``POST /api/v1/channels/clawbot/login`` — a
-login QR; ``GET /api/v1/channels/clawbot/login/{qrcode}`` — its state (``confirmed`` binds the caller);
-``GET /channels/clawbot/card.js`` — the Channels page card's script (its markup: ``card.html``)."""
+login QR; ``GET /api/v1/channels/clawbot/login/{qrcode}`` — its state (``confirmed`` binds the caller)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.channels import bindings
 from mewdex.channels.clawbot import NAME, setup
+from mewdex.channels.clawbot import shapes as dto
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.platform import PlatformError
 from mewdex.channels.registry import web_kit
-from mewdex.dto import channel_setup as dto
 from mewdex.dto.scopes import ScopeContext
 
 
@@ -24,19 +21,9 @@ def _platform_error(exc: PlatformError) -> ChannelError:
     return ChannelError("channel_platform_error", exc.message)
 
 
-#: The card's script (its markup is card.html, included by the Channels page).
-CARD_SCRIPT = Path(__file__).with_name("card.js")
-
-
 #: The web layer's dependencies (lent once per process: channels.registry.lend).
 web = web_kit()
 router = APIRouter(tags=["channels"])
-
-
-@router.get("/channels/clawbot/card.js", include_in_schema=False)
-def clawbot_card_script():
-    """The ClawBot card's script (card.js beside this module)."""
-    return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})
 
 
 @router.post("/api/v1/channels/clawbot/login", response_model=dto.ClawBotQr)

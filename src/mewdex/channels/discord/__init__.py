@@ -15,6 +15,7 @@ Each mewdex account brings its own Discord application (mewdex/channels/guides/d
 
 from pathlib import Path
 
+from mewdex.channels.discord import card
 from mewdex.channels.registry import Channel, declare
 
 CHANNEL = Channel(
@@ -22,5 +23,6 @@ CHANNEL = Channel(
     modules=("mewdex.channels.discord.adapter",),
     routes="mewdex.channels.discord.routes",
     locales=Path(__file__).parent / "locales",
+    card=card.CARD,  # its card on the Channels page (mewdex.channels.card)
 )
 declare(CHANNEL)  # imports its modules: importing the package provides its adapter

@@ -11,8 +11,7 @@ Set-up (the caller's session; errors as :mod:`mewdex.channels.discord.setup` say
 
 The link code is the framework's (``POST /api/v1/channels/discord/code``: the adapter binds by a code).
 
-The card's script: ``GET /channels/discord/card.js`` (its markup is ``card.html``, included by the
-Channels page).
+The card on the Channels page is declared (``card.py``), rendered by the web shell's generic card.
 
 Discord's side (no session: the Ed25519 signature is checked):
 ``POST /channels/discord/{application_id}/interactions`` — 401 ``channel_webhook_secret_invalid``
@@ -21,12 +20,10 @@ for a bad or missing signature, else the interaction response (:func:`interactio
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -35,8 +32,6 @@ from mewdex.channels.discord import interactions, setup
 from mewdex.channels.platform import loopback
 from mewdex.channels.registry import web_kit
 from mewdex.dto.scopes import ScopeContext
-
-CARD_SCRIPT = Path(__file__).with_name("card.js")
 
 
 class Connect(BaseModel):
@@ -134,9 +129,3 @@ async def discord_interactions(
             return interactions.accept(session, application_id, signature, timestamp, body)
 
     return await run_in_threadpool(work)
-
-
-@router.get("/channels/discord/card.js", include_in_schema=False)
-def discord_card_script():
-    """The Discord card's script (card.js beside this module)."""
-    return Response(CARD_SCRIPT.read_bytes(), media_type="text/javascript", headers={"cache-control": "no-cache"})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mewdex.channels.onebot import card
 from mewdex.channels.registry import Channel, declare
 
 NAME = "onebot"
@@ -23,5 +24,6 @@ CHANNEL = Channel(
     routes="mewdex.channels.onebot.routes",
     errors={"onebot_not_connected": 503},  # no process holds the QQ bot's reverse WebSocket
     locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
+    card=card.CARD,  # its card on the Channels page (mewdex.channels.card)
 )
 declare(CHANNEL)  # imports its modules: importing the package provides its adapter

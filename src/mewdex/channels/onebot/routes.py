@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.channels import bindings
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.onebot import NAME, inbound, protocol, relay, setup, transport
+from mewdex.channels.onebot import shapes as dto
 from mewdex.channels.platform import PlatformError
 from mewdex.channels.registry import web_kit
-from mewdex.dto import channel_setup as dto
 from mewdex.dto.scopes import ScopeContext
 from mewdex.platform import owners
 

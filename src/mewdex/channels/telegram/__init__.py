@@ -30,12 +30,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from mewdex.channels.registry import Channel, declare
+from mewdex.channels.telegram import card, shapes
 
 NAME = "telegram"
 CHANNEL = Channel(
     name=NAME,
     modules=("mewdex.channels.telegram.adapter", "mewdex.channels.telegram.inbound"),
     routes="mewdex.channels.telegram.routes",
+    errors={"sticker_set_not_found": 404, "telegram_not_linked": 409},  # its sticker sets (stickers.py)
     locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
+    card=card.CARD,  # its card on the Channels page (mewdex.channels.card)
+    info=shapes.INFO,  # mode, token_source, token_hint in GET /api/v1/channels
 )
 declare(CHANNEL)  # imports its modules: importing the package provides its adapter

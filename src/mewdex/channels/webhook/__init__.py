@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mewdex.channels.registry import Channel, declare
+from mewdex.channels.webhook import card
 
 NAME = "webhook"
 CHANNEL = Channel(
@@ -31,5 +32,6 @@ CHANNEL = Channel(
     modules=("mewdex.channels.webhook.adapter",),
     routes="mewdex.channels.webhook.routes",
     locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
+    card=card.CARD,  # its card on the Channels page (mewdex.channels.card)
 )
 declare(CHANNEL)  # imports its modules: importing the package provides its adapter

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from mewdex.channels import bindings
 from mewdex.channels.registry import web_kit
 from mewdex.channels.webhook import setup
-from mewdex.dto import channels as dto
+from mewdex.channels.webhook import shapes as dto
 from mewdex.dto.scopes import ScopeContext
 
 #: The web layer's dependencies (lent once per process: channels.registry.lend).

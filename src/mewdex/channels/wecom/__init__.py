@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mewdex.channels.registry import Channel, declare
+from mewdex.channels.wecom import card
 
 NAME = "wecom"
 CHANNEL = Channel(
@@ -23,5 +24,6 @@ CHANNEL = Channel(
     routes="mewdex.channels.wecom.routes",
     errors={"wecom_ip_not_trusted": 502},  # WeCom 60020: this server's IP is not in the app's trusted IPs
     locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
+    card=card.CARD,  # its card on the Channels page (mewdex.channels.card)
 )
 declare(CHANNEL)  # imports its modules: importing the package provides its adapter

@@ -16,8 +16,8 @@ from mewdex.channels import bindings
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.registry import web_kit
 from mewdex.channels.wecom import inbound, setup
+from mewdex.channels.wecom import shapes as dto
 from mewdex.channels.wecom.crypto import WeComCryptoError
-from mewdex.dto import channel_setup as dto
 from mewdex.dto.scopes import ScopeContext
 
 #: The web layer's dependencies (lent once per process: channels.registry.lend).

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
+from pydantic import create_model
 from sqlalchemy.orm import Session
 
 from mewdex.channels import bindings, delivery, pool, registry, saving
@@ -25,6 +26,7 @@ from mewdex.channels.platform import loopback
 from mewdex.channels.registry import WebKit
 from mewdex.config import get_settings
 from mewdex.dto import channels as dto
+from mewdex.dto.common import Dto
 from mewdex.dto.scopes import ScopeContext
 from mewdex.web.deps import app_sessions, current_scope, db_session, public_base_url, require_admin
 
@@ -48,10 +50,33 @@ registry.lend(WEB_KIT)
 
 
 def channel_routers() -> list[APIRouter]:
-    """The routers of the channel packages that have routes (``CHANNEL.routes``), in registry order:
+    """The routers of the channel packages that have routes (``CHANNEL.routes``), in registry order,
+    after the channel list (its shape gathers the fields the channels declare, :func:`list_router`):
     each module's own ``router``, built once per process (when the module is first imported) and
     mounted by every app, which hands its own state to the routes through their dependencies."""
-    return [importlib.import_module(c.routes).router for c in registry.channels() if c.routes]
+    return [list_router(), *(importlib.import_module(c.routes).router for c in registry.channels() if c.routes)]
+
+
+@lru_cache(maxsize=1)
+def list_router() -> APIRouter:
+    """``GET /api/v1/channels``, whose channel entries are :class:`mewdex.dto.channels.ChannelInfo` with
+    the fields each channel declares (``CHANNEL.info``; e.g. a token hint), documented as such. Built
+    once per process, as the channels' own routers are."""
+    info = create_model("ChannelInfo", __base__=dto.ChannelInfo, **registry.info_fields())  # type: ignore[call-overload]
+    shape = create_model(
+        "ChannelList", __base__=Dto, bindings=(list[dto.ChannelBinding], ...), channels=(list[info], ...)
+    )
+    routes = APIRouter(tags=["channels"])
+
+    @routes.get("/api/v1/channels", response_model=shape)
+    def list_channels(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
+        """The caller's bindings (active and revoked) and the channels this installation offers."""
+        return {
+            "bindings": [bindings.api_view(b) for b in bindings.list_bindings(session, scope.scope_id)],
+            "channels": channel_infos(),
+        }
+
+    return routes
 
 
 def delivery_view(d: ChannelDelivery) -> dict[str, Any]:
@@ -82,20 +107,11 @@ def channel_infos() -> list[dict[str, Any]]:
     ``name``, ``configured`` and what the adapter's optional ``status()`` adds."""
     infos = []
     for name in (c.name for c in registry.channels()):
-        adapter = registry.ADAPTERS[name]
+        adapter = registry.adapter(name)
         info: dict[str, Any] = {"name": name, "configured": adapter.configured(), "bind_code": adapter.binds_by_code}
         info.update(adapter.status())
         infos.append(info)
     return infos
-
-
-@router.get("/api/v1/channels", response_model=dto.ChannelList)
-def list_channels(session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
-    """The caller's bindings (active and revoked) and the channels this installation offers."""
-    return {
-        "bindings": [bindings.api_view(b) for b in bindings.list_bindings(session, scope.scope_id)],
-        "channels": channel_infos(),
-    }
 
 
 @router.get("/api/v1/channels/deliveries", response_model=dto.DeliveryList)
@@ -112,7 +128,7 @@ def channel_deliveries(
 
 def public_url_loopback() -> bool:
     """Whether the URL platforms would call back is this machine only (``MEWDEX_PUBLIC_URL`` unset, or
-    naming 127.0.0.1 / localhost / ::1): WeCom and Telegram's webhook mode cannot reach it."""
+    naming 127.0.0.1 / localhost / ::1): a channel that needs a callback cannot be reached."""
     return loopback(get_settings().public_url)
 
 
@@ -222,13 +238,14 @@ def channels_page(
     request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
 ):
     """The Channels settings page: the linked chats (each with the collection it answers from, its
-    auto-save switch and Remove; a link awaiting the chat's YES says so), each channel's card (a
-    package's own ``card.html`` where it brings one), the webhook (secret shown once), the log."""
+    auto-save switch and Remove; a link awaiting the chat's YES says so), each channel's card (the
+    generic card rendering the setup schema its package declares, ``CHANNEL.card``), the log."""
     from mewdex.library import collections as library_collections
     from mewdex.library import listing
     from mewdex.web.templating import render
 
     rows = bindings.list_bindings(session, scope.scope_id)
+    cards = {c.name: registry.card(c) for c in registry.channels()}
     log = delivery.list_deliveries(session, scope.scope_id, limit=50)
     ids = {d.meme_id for d in log if d.meme_id}
     names = {i: m.display_name for i, m in listing.memes_by_id(session, scope, list(ids)).items()}
@@ -240,6 +257,7 @@ def channels_page(
         {
             "page": "channels",
             "channels": channel_infos(),
+            "cards": cards,  # each channel's setup schema (partials/channel_card.html renders it)
             "bindings": by_channel,
             "linked": [bindings.api_view(b) for b in rows if b.status == "active"],
             "collections": collections,  # a linked chat's pool is one of them

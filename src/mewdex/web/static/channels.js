@@ -1,5 +1,5 @@
-// The Channels settings page: add a webhook (its secret shown once), revoke a binding, a linked chat's
-// pool (the collection it answers from) and auto-save; a channel package's own card brings its script.
+// The Channels settings page: revoke a binding, a linked chat's pool (the collection it answers from)
+// and auto-save; each channel's card is the generic card's (channel_card.js).
 // Every change goes through /api/v1/channels; strings come from the page's catalogue.
 "use strict";
 (() => {
@@ -15,8 +15,6 @@
       if (!r.ok) return toast(errorText(r.body, r.status), "bad");
       toast(t("js.channel_revoked"));
       setTimeout(() => location.reload(), 600);
-    } else if (button.dataset.action === "copy-secret") {
-      if (await copyText($(".webhook-secret code", box).textContent)) toast(t("js.channel_secret_copied"));
     }
   });
 
@@ -35,20 +33,5 @@
     }
     toast(t(control.dataset.setting === "pool" ? "js.channel_pool_saved"
       : control.checked ? "js.channel_autosave_on" : "js.channel_autosave_off"));
-  });
-
-  document.addEventListener("submit", async (event) => {
-    const form = event.target.closest("[data-channel-form='webhook-create']");
-    if (!form) return;
-    event.preventDefault();
-    const error = $(".form-error", form);
-    error.textContent = "";
-    const r = await api("POST", "/api/v1/channels/webhook", {url: form.elements.url.value.trim()});
-    if (!r.ok) { error.textContent = errorText(r.body, r.status); return; }
-    const box = section(form);
-    $(".webhook-secret code", box).textContent = r.body.secret;
-    $(".webhook-secret", box).hidden = false;
-    form.reset();
-    toast(t("js.channel_webhook_saved"));
   });
 })();

@@ -100,7 +100,7 @@
     for (const z of all) list.append(node("option", {value: z}));
   }
 
-  // Delivery targets: the caller's active channel bindings (telegram, webhook, …), when there are any.
+  // Delivery targets: the caller's active channel bindings (a chat app, a webhook, …), when there are any.
   async function loadChannels() {
     const r = await api("GET", "/api/v1/channels");
     if (!r.ok || !r.body.bindings) return;
