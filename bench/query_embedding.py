@@ -5,8 +5,8 @@ search fares with the query embedded inside the e5 leg (1 thread, or the query t
 Runs in-process on a library that bench/scale.py grew (``--data-dir``; its large default scope and
 the 100-meme ``bench-small`` scope), over the same queries as bench/scale.py, with the query cache
 emptied before every search (the process's and the data dir's shared one). It also prints what
-several queries cost in one engine call (the micro-batch of concurrent searches' queries). The modes run one after another in the same process, so compare them
-as ratios; run with nothing else busy on the machine.
+several queries cost in one engine call (the micro-batch of concurrent searches' queries). The
+modes run one after another in the same process, so compare them as ratios; run with nothing else busy on the machine.
 
 Run: .venv/bin/python bench/query_embedding.py --data-dir /tmp/scale [--rounds 2] [--json]
 """

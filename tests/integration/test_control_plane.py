@@ -361,7 +361,9 @@ def _backends(sessions, pids: list[int]) -> list[int]:
     with sessions() as session:
         return list(
             session.execute(
-                text("SELECT pid FROM pg_stat_activity WHERE application_name LIKE :prefix AND application_name ~ :pids"),
+                text(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name LIKE :prefix AND application_name ~ :pids"
+                ),
                 {"prefix": f"{WORKER_APPLICATION_PREFIX}:%", "pids": f":({'|'.join(map(str, pids))})$"},
             ).scalars()
         )

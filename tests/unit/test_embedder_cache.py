@@ -149,3 +149,17 @@ def test_concurrent_e5_queries_share_one_engine_call_and_each_gets_its_own_vecto
     for i, q in enumerate(queries):
         np.testing.assert_array_equal(got[i], alone[q])
     assert got[1] is not got[3]  # the callers of one text get arrays of their own
+
+
+def test_an_e5_query_takes_one_thread_when_the_cores_are_busy(monkeypatch):
+    """A team of 2 on a busy machine waits at every barrier for its other thread's next time slice:
+    the query threads are used only while that many cores are free."""
+    embedder = embedders.E5Embedder(query_threads=2)
+    engine = embedder._get()
+    limits: list[int | None] = []
+    monkeypatch.setattr(embedder, "_limit", limits.append)
+    for free in (2.0, 1.0, 0.0):
+        monkeypatch.setattr(embedders, "_free_cores", lambda free=free: free)
+        embedder._embed_queries(engine, ["猫猫震惊"])
+    assert limits == [2, 1, 1]
+    assert 0 <= embedders._free_cores() <= embedders._usable_cores()
