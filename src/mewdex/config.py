@@ -227,7 +227,8 @@ class Settings(_FromEnvironment):
         default=None,
         ge=1,
         le=64,
-        description="OpenMP threads that embed one search query with e5; unset = min(2, cores).",
+        description="OpenMP threads that embed one search query with e5 while that many cores are free (else 1); "
+        "unset = min(2, cores).",
     )
     query_cache_entries: int = Field(
         default=20_000,
