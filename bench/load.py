@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import os
 import random
 import time
 from collections import Counter, defaultdict
@@ -89,8 +90,13 @@ def error_code(response: httpx.Response) -> str:
         return f"<{response.headers.get('content-type', 'no body')}>"
 
 
+#: Salts this run's images: a rerun on the same ``--data-dir`` must upload new images too (the last
+#: run's are in its trash, and the same bytes again would only bring them back, with no processing).
+RUN_SALT = os.urandom(8).hex()
+
+
 def fresh_png(rng: random.Random) -> bytes:
-    """A small PNG no library holds yet (random pixels)."""
+    """A small PNG no library holds yet (random pixels; ``rng`` seeded with :data:`RUN_SALT`)."""
     from PIL import Image
 
     image = Image.frombytes("RGB", (64, 64), rng.randbytes(64 * 64 * 3))
@@ -130,7 +136,7 @@ async def mixed_load(client: httpx.AsyncClient, seconds: float, searchers: int, 
             )
 
     async def uploader(seed: int) -> None:
-        rng = random.Random(1000 + seed)
+        rng = random.Random(f"{RUN_SALT}-{seed}")
         while time.perf_counter() < deadline:
             files = [("files", (f"load-{seed}-{i}.png", fresh_png(rng), "image/png")) for i in range(2)]
             response = await rec.call(client, "upload", "POST", "/api/v1/memes", files=files)

@@ -4,8 +4,9 @@ search fares with the query embedded inside the e5 leg (1 thread, or the query t
 
 Runs in-process on a library that bench/scale.py grew (``--data-dir``; its large default scope and
 the 100-meme ``bench-small`` scope), over the same queries as bench/scale.py, with the query cache
-emptied before every search. The modes run one after another in the same process, so compare them
-as ratios; run with nothing else busy on the machine.
+emptied before every search (the process's and the data dir's shared one). It also prints what
+several queries cost in one engine call (the micro-batch of concurrent searches' queries). The
+modes run one after another in the same process, so compare them as ratios; run with nothing else busy on the machine.
 
 Run: .venv/bin/python bench/query_embedding.py --data-dir /tmp/scale [--rounds 2] [--json]
 """
@@ -65,6 +66,22 @@ def main() -> None:
         per_token[threads] = rows
     results["e5_per_token"] = per_token
     tag = iter(range(10**9))  # every query text new: no cache on the engine's side either
+
+    # Several queries in one engine call (what E5Embedder does with the queries of concurrent
+    # searches): wall and CPU ms per query, on the query threads; 1 = a call per query.
+    import time
+
+    per_batch = {}
+    for k in (1, 2, 4, 8):
+        walls, cpus = [], []
+        for r in range(12):
+            texts = [f"{queries[(r * k + i) % len(queries)]} {next(tag)}" for i in range(k)]
+            wall, cpu = time.perf_counter(), time.process_time()
+            e5._embed_queries(engine, texts)
+            walls.append((time.perf_counter() - wall) * 1000 / k)
+            cpus.append((time.process_time() - cpu) * 1000 / k)
+        per_batch[k] = {"ms_per_query": round(sorted(walls)[6], 2), "cpu_ms_per_query": round(sorted(cpus)[6], 2)}
+    results["e5_batch"] = per_batch
     results["e5_alone"] = figures(timed(lambda q: e5.embed_query(f"{q} {next(tag)}"), queries))
     results["use_then_e5"] = figures(
         timed(lambda q: (use.embed_query(f"{q} {next(tag)}"), e5.embed_query(f"{q} {next(tag)}")), queries)
@@ -87,7 +104,7 @@ def main() -> None:
             for name, scope_id in scopes.items():
 
                 def search(q: str, scope_id: str = scope_id) -> None:
-                    service._query_cache.clear()
+                    service.forget_query_vectors()
                     with sessions.begin() as session:
                         service.search(session, ScopeContext(scope_id), q, 10)
 
@@ -103,6 +120,10 @@ def main() -> None:
     print(f"{len(queries)} queries; e5 query threads {e5.query_threads}")
     for threads, rows in per_token.items():
         print(f"  e5 on {threads} thread(s): " + ", ".join(f"{r['tokens']} tokens {r['p50_ms']} ms" for r in rows))
+    print(
+        "  e5 queries per engine call → ms per query (CPU ms): "
+        + ", ".join(f"{k}: {v['ms_per_query']} ({v['cpu_ms_per_query']})" for k, v in per_batch.items())
+    )
     a, b = results["e5_alone"], results["use_then_e5"]
     print(
         f"  e5 query alone p50/p95 {a['p50_ms']:.1f}/{a['p95_ms']:.1f} ms;"

@@ -79,6 +79,10 @@ TEST_ENV = {
     # Most test servers never search: they load the search models (2-3 s of CPU) at their first search,
     # not beside every start-up, where the load slowed the tests running on the other core.
     "MEWDEX_WARM_MODELS": "false",
+    # Tests register fake embedders under model ids of their own and clear the process's query cache
+    # between cases; a cache shared through the data dir would hand one test another's vectors. Its own
+    # tests turn it on.
+    "MEWDEX_QUERY_CACHE_ENTRIES": "0",
 }
 
 # Corpus files of the shared sample (paths below each source's ``images/``), ≤ 30 with the cases.

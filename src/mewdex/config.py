@@ -226,7 +226,15 @@ class Settings(_FromEnvironment):
         default=None,
         ge=1,
         le=64,
-        description="OpenMP threads that embed one search query with e5; unset = min(2, cores).",
+        description="OpenMP threads that embed one search query with e5 while that many cores are free (else 1); "
+        "unset = min(2, cores).",
+    )
+    query_cache_entries: int = Field(
+        default=20_000,
+        ge=0,
+        le=10_000_000,
+        description="Query embeddings `serve` and its workers share (`DATA_DIR/cache/query-vectors.sqlite3`, "
+        "≈ 2 KB each; 0 = off): a query one process embedded is read by the others.",
     )
     log_level: str = "INFO"
     # Collection ZIP import (library.packages): limits on what an archive may inflate to.

@@ -43,6 +43,11 @@ SEARCH_LATENCY = Histogram(
     buckets=LATENCY_BUCKETS,
     registry=REGISTRY,
 )
+SEARCHES_SHARED = Counter(
+    "mewdex_searches_shared",
+    "Searches answered with the answer of an identical search already running in the process.",
+    registry=REGISTRY,
+)
 SEARCH_LEG_LATENCY = Histogram(
     "mewdex_search_leg_duration_seconds",
     "One search leg's statement (keyword, e5, use, extra legs), by leg and the database it read (replica|primary).",

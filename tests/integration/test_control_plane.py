@@ -308,8 +308,10 @@ sys.stdin.readline()
 def test_worker_child_processes_drain_the_queue_stop_cleanly_and_die_with_their_parent(
     mewdex_env, sessions, scope, lane
 ):
-    """``serve`` and ``import --wait`` start ``mewdex worker`` children (queue.worker.WorkerProcesses)."""
-    env = {**os.environ, **mewdex_env.env, **FAST}
+    """``serve`` and ``import --wait`` start ``mewdex worker`` children (queue.worker.WorkerProcesses),
+    which run ``MEWDEX_WORKER_NICE`` below their starter, and so do their backends of the embedded
+    database."""
+    env = {**os.environ, **mewdex_env.env, **FAST, "MEWDEX_WORKER_NICE": "3"}
     enqueue_noops(sessions, scope, 30, lane=lane)
     starters, children = [], []
 
@@ -326,6 +328,10 @@ def test_worker_child_processes_drain_the_queue_stop_cleanly_and_die_with_their_
         first = start()
         assert len(children) == 2
         wait_until(lambda: status_counts(sessions, scope).get("succeeded") == 30, 90, what="30 no-ops done")
+        lowered = min(19, os.getpriority(os.PRIO_PROCESS, first.pid) + 3)
+        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in children] == [lowered, lowered]
+        backends = _backends(sessions, children)
+        assert backends and [os.getpriority(os.PRIO_PROCESS, pid) for pid in backends] == [lowered] * len(backends)
         first.stdin.write("\n")
         first.stdin.flush()
         killed, *codes = [int(x) for x in first.stdout.readline().split()]
@@ -346,6 +352,21 @@ def test_worker_child_processes_drain_the_queue_stop_cleanly_and_die_with_their_
         for pid in children:
             if _state(pid) not in ("gone", "Z"):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _backends(sessions, pids: list[int]) -> list[int]:
+    """The database backends of the ``mewdex worker`` processes ``pids`` (by their application name)."""
+    from mewdex.runtime import WORKER_APPLICATION_PREFIX
+
+    with sessions() as session:
+        return list(
+            session.execute(
+                text(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name LIKE :prefix AND application_name ~ :pids"
+                ),
+                {"prefix": f"{WORKER_APPLICATION_PREFIX}:%", "pids": f":({'|'.join(map(str, pids))})$"},
+            ).scalars()
+        )
 
 
 def _state(pid: int) -> str:

@@ -31,8 +31,8 @@ def test_a_worker_lowers_its_cpu_priority_by_worker_nice(nice, expected):
     import sys
 
     code = (
-        "import os; from mewdex.cli.server import _lower_priority; "
-        "before = os.nice(0); _lower_priority(); print(os.nice(0) - before)"
+        "import os; from mewdex.runtime import lower_priority; "
+        "before = os.nice(0); lower_priority(); print(os.nice(0) - before)"
     )
     env = {**os.environ, "MEWDEX_WORKER_NICE": nice}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout

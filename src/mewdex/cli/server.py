@@ -129,18 +129,6 @@ def _print_setup_code() -> None:
         )
 
 
-def _lower_priority() -> None:
-    """Add ``MEWDEX_WORKER_NICE`` to this worker's niceness, so that on a busy small machine the
-    pipeline (OCR, embeddings) yields the CPU to searches and pages instead of sharing it evenly.
-    (bench/load.py's uploads are tiny and showed no difference; real images cost far more.)"""
-    nice = get_settings().worker_nice
-    if nice:
-        try:
-            os.nice(nice)
-        except OSError:  # not permitted here: run at the normal priority
-            pass
-
-
 def _limit_memory() -> None:
     """Cap this worker's address space (``MEWDEX_WORKER_MEMORY_LIMIT_MB``): an image that slips past
     the decode budgets fails its task with MemoryError instead of taking the machine down."""
@@ -179,7 +167,6 @@ def worker(
     lane_list = [lane.strip() for lane in lanes.split(",") if lane.strip()] if lanes else None
     _setup_logging()
     _limit_memory()
-    _lower_priority()
     try:
         released = run_worker(concurrency, lane_list, grace, parent_pid, announce=console.print)
     except EmbeddedDatabaseError as exc:

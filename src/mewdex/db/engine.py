@@ -54,6 +54,7 @@ def get_engine() -> Engine:
             sizes = pool_sizes(settings, _worker_threads)
             _engine, _sessions = _pool(
                 database_url(settings),
+                embedded=not settings.database_url,
                 pool_size=sizes["pool_size"],
                 max_overflow=sizes["max_overflow"],
                 pool_timeout=10,
@@ -91,11 +92,15 @@ class WaitCountingPool(QueuePool):
                 self.waiting -= 1
 
 
-def _pool(url: str | URL, **options: Any) -> tuple[Engine, sessionmaker[Session]]:
+def _pool(url: str | URL, *, embedded: bool = False, **options: Any) -> tuple[Engine, sessionmaker[Session]]:
     """An engine on ``url`` with ``options`` (``create_engine``'s), pgvector's types registered on
-    every connection and idle connections pinged (:func:`_ping_when_idle`), and its sessionmaker."""
+    every connection and idle connections pinged (:func:`_ping_when_idle`), and its sessionmaker.
+    ``embedded``: ``url`` is this data dir's embedded server (its backends run at this process's
+    niceness: :func:`_backend_at_our_niceness`)."""
     engine = create_engine(url, poolclass=WaitCountingPool, **options)
     event.listen(engine, "connect", _register_vector)
+    if embedded:
+        event.listen(engine, "connect", _backend_at_our_niceness)
     _ping_when_idle(engine)
     return engine, sessionmaker(engine, expire_on_commit=False)
 
@@ -178,6 +183,27 @@ def _ping_when_idle(engine: Engine) -> None:
             raise exc.DisconnectionError("the idle connection is gone")
 
 
+def _backend_at_our_niceness(dbapi_connection, _record) -> None:
+    """Give the embedded server's backend of a new connection this process's niceness when that is
+    lower priority than the backend's: a worker process (``MEWDEX_WORKER_NICE``) then yields the CPU
+    to searches in its database work too (index writes, HNSW inserts), not only in its models. The
+    backend is a process of this host and user (the embedded server runs as whoever started it); one
+    this process may not renice stays as it is."""
+    nice = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's: Linux keeps niceness per thread
+    if nice <= 0:
+        return
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    if not dbapi_connection.autocommit:
+        dbapi_connection.rollback()  # the SELECT opened a transaction
+    try:
+        if os.getpriority(os.PRIO_PROCESS, pid) < nice:
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+    except OSError:  # not ours (a server started by another user) or gone
+        pass
+
+
 def _register_vector(dbapi_connection, _record) -> None:
     from pgvector.psycopg import register_vector
 
@@ -220,6 +246,7 @@ def get_search_sessionmaker(options: str = "", *, primary: bool = False) -> sess
             if _search_fallback_sessions is None:
                 _search_fallback_engine, _search_fallback_sessions = _pool(
                     engine.url,
+                    embedded=not settings.database_url,
                     pool_size=pool_sizes(settings)["search_pool"],
                     max_overflow=0,
                     isolation_level="AUTOCOMMIT",
@@ -233,6 +260,7 @@ def get_search_sessionmaker(options: str = "", *, primary: bool = False) -> sess
                 connect_args["connect_timeout"] = REPLICA_CONNECT_TIMEOUT_SECONDS
             _search_engine, _search_sessions = _pool(
                 _psycopg(settings.search_database_url) if settings.search_database_url else engine.url,
+                embedded=not settings.database_url and not settings.search_database_url,
                 pool_size=size,
                 max_overflow=0,
                 isolation_level="AUTOCOMMIT",
@@ -275,6 +303,7 @@ def get_primary_search_sessionmaker() -> sessionmaker[Session]:
         if _primary_search_sessions is None:
             _primary_search_engine, _primary_search_sessions = _pool(
                 engine.url,
+                embedded=not settings.database_url,
                 pool_size=pool_sizes(settings)["search_pool"],
                 max_overflow=0,
                 connect_args=_application_name(),

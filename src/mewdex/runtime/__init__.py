@@ -251,6 +251,20 @@ def worker_processes(session) -> int:
     )
 
 
+def lower_priority() -> None:
+    """Add ``MEWDEX_WORKER_NICE`` to this worker process's niceness (the ``mewdex worker`` process,
+    also each one ``serve`` and ``import --wait`` start), so that on a busy small machine the pipeline
+    (OCR, embeddings, index writes) yields the CPU to searches and pages instead of sharing it evenly;
+    its connections' backends of the embedded database follow it (:func:`mewdex.db.engine.get_engine`).
+    Call before the process starts threads (Linux keeps a niceness per thread; new ones inherit it)."""
+    nice = get_settings().worker_nice
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:  # not permitted here: run at the normal priority
+            pass
+
+
 def run_worker(
     concurrency: int, lanes: list[str] | None, grace: float | None, parent_pid: int | None, announce=print
 ) -> int:
@@ -259,6 +273,7 @@ def run_worker(
     many running tasks had to be released."""
     from mewdex.queue.worker import WorkerPool, die_with_parent
 
+    lower_priority()  # first: every thread this process starts inherits it
     os.environ["PGAPPNAME"] = f"{WORKER_APPLICATION_PREFIX}:{socket.gethostname()}:{os.getpid()}"[:63]
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):  # before start-up: a stop during it is a clean stop

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import cast
 from uuid import UUID
 
@@ -31,6 +31,7 @@ from mewdex.search.fusion import rrf
 from mewdex.search.query_vectors import QUERY_CACHE_SIZE as QUERY_CACHE_SIZE
 from mewdex.search.query_vectors import _query_cache as _query_cache  # the benches clear it
 from mewdex.search.query_vectors import embedder_of as _embedder_of
+from mewdex.search.query_vectors import forget_query_vectors as forget_query_vectors  # the benches call it
 from mewdex.search.query_vectors import query_embedding as query_embedding
 
 LEGS = ("keyword", "e5", "use")
@@ -91,6 +92,7 @@ def search(
     learn: bool = True,
     penalise_rejected: bool = False,
     metered: bool = True,
+    shared: bool = False,
 ) -> SearchResponse:
     """Search the scope for ``query`` (1–500 chars); ``legs`` picks the legs (default all, fused).
     ``tag:NAME`` / ``-tag:NAME`` words in it (:func:`mewdex.search.tags.parse_query`; every surface
@@ -119,7 +121,64 @@ def search(
     deadlocks under load). At most ``search_concurrency`` searches run at once per process; one that
     waited ``search_wait_seconds`` for a slot raises :class:`Overloaded`. A vector leg whose embedding
     backend is unavailable is skipped (listed in ``degraded``); keyword search keeps working.
+
+    ``shared``: a search identical to one running now in this process (same scope and arguments)
+    waits for that one's answer instead of running again (each caller gets a copy; an error reaches
+    them all) — for callers whose ``session`` holds no writes of their own (the search routes).
     """
+    if not shared:
+        return _gated(session, scope, query, n_results, legs, filters, offset, fold_variants, learn,
+                      penalise_rejected, metered)  # fmt: skip
+    key = (scope.scope_id, query, n_results, legs, filters.model_dump_json() if filters else None, offset,
+           fold_variants, learn, penalise_rejected, metered)  # fmt: skip
+    with _running_lock:
+        running = _running.get(key)
+        if running is None:
+            mine: Future[SearchResponse] = Future()
+            _running[key] = mine
+    if running is not None:
+        telemetry.SEARCHES_SHARED.inc()
+        return _copy(running.result())
+    try:
+        found = _gated(session, scope, query, n_results, legs, filters, offset, fold_variants, learn,
+                       penalise_rejected, metered)  # fmt: skip
+    except BaseException as exc:
+        mine.set_exception(exc)
+        raise
+    else:
+        mine.set_result(found)
+        return _copy(found)
+    finally:
+        with _running_lock:
+            _running.pop(key, None)
+
+
+#: Searches of ``search(shared=True)`` running now in this process, by their arguments.
+_running: dict[tuple, Future[SearchResponse]] = {}
+_running_lock = threading.Lock()
+
+
+def _copy(response: SearchResponse) -> SearchResponse:
+    """A caller's own copy of a shared answer (callers change their hits, e.g. a member's media URLs)."""
+    return replace(response, results=[hit.model_copy() for hit in response.results], legs=dict(response.legs),
+                   degraded=list(response.degraded))  # fmt: skip
+
+
+def _gated(
+    session: Session,
+    scope: ScopeContext,
+    query: str,
+    n_results: int,
+    legs: tuple[str, ...],
+    filters: SearchFilters | None,
+    offset: int,
+    fold_variants: bool,
+    learn: bool,
+    penalise_rejected: bool,
+    metered: bool,
+) -> SearchResponse:
+    """:func:`search` in one of the process's search slots (:class:`Overloaded` after waiting
+    ``search_wait_seconds`` for one)."""
     gate, executor = _slots()
     if not gate.acquire(timeout=get_settings().search_wait_seconds):
         raise Overloaded(message="too many searches at once; try again in a moment", headers={"Retry-After": "1"})

@@ -79,6 +79,7 @@ def search(
         filters=request.filters(),
         offset=request.offset,
         fold_variants=request.fold_variants,
+        shared=True,
     ).to_dto()
 
 

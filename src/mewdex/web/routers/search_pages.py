@@ -70,7 +70,13 @@ def search_results(
     started = time.perf_counter()
     try:
         response = service.search(
-            session, scope, query, SEARCH_RESULTS, filters=_filters(collection, animated), fold_variants=fold
+            session,
+            scope,
+            query,
+            SEARCH_RESULTS,
+            filters=_filters(collection, animated),
+            fold_variants=fold,
+            shared=True,
         )
     except service.Overloaded as exc:
         # Every search slot stayed busy: the page says so (503 with the server's Retry-After; the
