@@ -287,3 +287,29 @@ class _Silent:
 
     def advance(self, steps=1):
         pass
+
+
+def test_doctor_reads_the_sealed_payloads_of_waiting_tasks_only(sessions):
+    """A finished task's payload is history: a key rotation re-seals only waiting tasks, so a finished
+    one may keep a handle sealed under a dropped key; the doctor's secrets check walks what a rotation
+    walks and is not alarmed by it, while a waiting task's unreadable handle is a problem."""
+    from mewdex.queue import registry
+    from mewdex.runtime.doctor import sealed_secrets
+
+    unreadable = {"v": 1, "kid": "dropped-key", "nonce": "AAAA", "ct": "AAAA"}
+    scope = new_scope(sessions)
+    try:
+        with sessions.begin() as session:
+            waiting, finished = (
+                registry.submit(
+                    session, scope_id=scope.scope_id, task_type="channel_delivery", payload={"reply_token": unreadable}
+                ).id
+                for _ in range(2)
+            )
+            session.execute(text("UPDATE tasks SET status = 'succeeded', completed_at = now() WHERE id = :i"),
+                            {"i": finished})  # fmt: skip
+        with sessions.begin() as session:
+            places = [where for where, _ in sealed_secrets(session)]
+        assert any(str(waiting) in p for p in places) and not any(str(finished) in p for p in places)
+    finally:
+        drop_scope(sessions, scope)

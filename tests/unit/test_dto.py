@@ -100,6 +100,7 @@ TASK = {
                 "updated_at": NOW,
                 "role": "owner",
                 "owner": None,
+                "use_in_chat": None,
             },
         ),
         (
@@ -112,6 +113,7 @@ TASK = {
                 "updated_at": NOW,
                 "role": "viewer",
                 "owner": "friend@example.com",
+                "use_in_chat": True,
                 "items": [BRIEF],
             },
         ),

@@ -97,7 +97,8 @@ def check_disk() -> Check:
 def sealed_secrets(session) -> list[tuple[str, Callable[[], object]]]:
     """Every sealed secret stored now, as ``(where, open)``: ``open()`` decrypts it (raises when it
     cannot). Walks the registry of sealed columns (:data:`mewdex.providers.sealed_fields.SEALED_COLUMNS`),
-    each value with the AAD it was sealed with."""
+    each value with the AAD it was sealed with, over the rows a rotation re-seals (a finished task's
+    payload is history: a rotation leaves it, so its handle may stay under a dropped key)."""
     from sqlalchemy import select
 
     from mewdex.providers import secrets
@@ -105,7 +106,10 @@ def sealed_secrets(session) -> list[tuple[str, Callable[[], object]]]:
 
     out: list[tuple[str, Callable[[], object]]] = []
     for column in SEALED_COLUMNS:
-        for row in session.execute(select(column.model)).scalars():
+        query = select(column.model)
+        if column.where is not None:  # the rows a rotation re-seals (tasks: only those still waiting)
+            query = query.where(column.where())
+        for row in session.execute(query).scalars():
             value = getattr(row, column.column)
             if not isinstance(value, dict):
                 continue
