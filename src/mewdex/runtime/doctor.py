@@ -106,7 +106,7 @@ def sealed_secrets(session) -> list[tuple[str, Callable[[], object]]]:
 
     out: list[tuple[str, Callable[[], object]]] = []
     for column in SEALED_COLUMNS:
-        query = select(column.model)
+        query: Any = select(column.model)
         if column.where is not None:  # the rows a rotation re-seals (tasks: only those still waiting)
             query = query.where(column.where())
         for row in session.execute(query).scalars():
