@@ -238,7 +238,9 @@ def test_reindex_covers_every_library(sessions, two_libraries):
     assert _reindex_tasks(sessions, ids) == dict.fromkeys(ids, "requested")
 
 
-def test_backup_to_s3_is_content_addressed_verifiable_and_pruned(sessions, store, settings_env, s3_server, tmp_path):
+def test_backup_to_s3_is_content_addressed_verifiable_and_pruned(
+    sessions, store, settings_env, s3_server, tmp_path, no_backup_state
+):
     """DEST = s3://bucket/prefix with the S3 store's settings: the same layout, checks and pruning;
     encrypted, and an http:// endpoint on another machine is refused."""
     from mewdex.backups.archive import BackupError, entries, object_name

@@ -93,7 +93,15 @@ def test_mewdex_watch_in_the_foreground(mewdex_env, sessions, scope, tmp_path):
     folder.mkdir()
     env = {**os.environ, **mewdex_env.env, "MEWDEX_DEFAULT_SCOPE": scope.scope_id, "NO_COLOR": "1"}
     log = (tmp_path / "watch.log").open("w")
-    process = subprocess.Popen([str(MEWDEX_BIN), "watch", str(folder)], env=env, stdout=log, stderr=log)
+    process = subprocess.Popen(
+        [str(MEWDEX_BIN), "watch", str(folder)],
+        env=env,
+        stdout=log,
+        stderr=log,
+        # Ctrl-C as a terminal sends it: a runner started in the background (no job control) ignores
+        # SIGINT, its children inherit that, and Python then never turns SIGINT into KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         wait_until(lambda: "watching" in (tmp_path / "watch.log").read_text(), 60, 0.1, "mewdex watch to start")
         data = png(9004, 16)
