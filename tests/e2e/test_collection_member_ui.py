@@ -79,9 +79,11 @@ def test_member_reads_searches_chooses_and_adds(browser, shared, sessions):
         pg.locator("#member-q").press("Enter")
         pg.wait_for_url("**q=platypus**")
         assert pg.locator(".member-grid").first.locator("li.card").count() == 1
-        img = pg.locator(".member-grid li.card img").first
-        img.wait_for()
-        assert pg.evaluate("(el) => el.complete && el.naturalWidth > 0", img.element_handle())
+        pg.locator(".member-grid li.card img").first.wait_for()
+        pg.wait_for_function(  # the picture loads through the member route (not only its element is there)
+            "() => { const el = document.querySelector('.member-grid li.card img');"
+            " return el && el.complete && el.naturalWidth > 0; }"
+        )
 
         pg.locator("[data-member-action=use-in-chat]").check()
         pg.wait_for_function("() => document.getElementById('toast').textContent.includes('chat answers')")
