@@ -272,6 +272,15 @@ def reply_remade(session: Session, binding_row: Any, target: str, recipe: dict[s
     )
 
 
+def _sender(session: Session, binding_row) -> dict[str, Any]:
+    """Whose a reply is: the binding's scope and account, or, for an unbound sender (``binding_row``
+    None), the system scope made sure of (``UNBOUND_SCOPE``) and no account."""
+    if binding_row is None:
+        ensure_scope(session, ScopeContext(UNBOUND_SCOPE))
+        return {"scope_id": UNBOUND_SCOPE, "user_id": None}
+    return {"scope_id": binding_row.scope_id, "user_id": binding_row.user_id}
+
+
 def reply_text(
     session: Session,
     binding_row: Any | None,
@@ -286,12 +295,9 @@ def reply_text(
     """Queue a text answering an inbound message; ``binding_row`` None: an unbound sender (system
     scope). ``source`` ``bind``: part of linking the chat (sent while the binding awaits the chat's
     confirmation; other sends to a pending binding are not). ``buttons``: where the platform has them."""
-    if binding_row is None:
-        ensure_scope(session, ScopeContext(UNBOUND_SCOPE))
     return _enqueue(
         session,
-        scope_id=binding_row.scope_id if binding_row is not None else UNBOUND_SCOPE,
-        user_id=binding_row.user_id if binding_row is not None else None,
+        **_sender(session, binding_row),
         channel=channel,
         target=target,
         kind="text",
@@ -312,13 +318,10 @@ def reply_in_place(session: Session, binding_row: Any | None, channel: str, targ
     several) or ``text``."""
     if reply.mode is None:
         raise ValueError("reply_in_place needs a reply with its mode")
-    if binding_row is None:
-        ensure_scope(session, ScopeContext(UNBOUND_SCOPE))
     first = reply.meme or (reply.choices[0] if reply.choices else None)
     return _enqueue(
         session,
-        scope_id=binding_row.scope_id if binding_row is not None else UNBOUND_SCOPE,
-        user_id=binding_row.user_id if binding_row is not None else None,
+        **_sender(session, binding_row),
         channel=channel,
         target=target,
         kind="meme" if first is not None else "text",
