@@ -41,10 +41,10 @@ def stage_rates() -> dict[str, dict]:
 
     sql = text(
         """
-        SELECT image_stage, count(*), sum(extract(epoch FROM t.completed_at - a.created_at))
-        FROM tasks t JOIN image_processing_attempts a
+        SELECT s.image_stage, count(*), sum(extract(epoch FROM t.completed_at - a.created_at))
+        FROM tasks t JOIN image_stage_tasks s ON s.task_id = t.id JOIN task_attempts a
           ON a.scope_id = t.scope_id AND a.task_id = t.id AND a.attempt = t.attempt_count
-        WHERE t.status = 'succeeded' AND t.image_stage IS NOT NULL GROUP BY image_stage
+        WHERE t.status = 'succeeded' GROUP BY s.image_stage
         """
     )
     with get_sessionmaker().begin() as session:

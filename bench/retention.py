@@ -4,7 +4,7 @@ On a temporary embedded PostgreSQL (or ``MEWDEX_DATABASE_URL``) it writes, with 
 of ``--memes`` memes processed evenly over the last ``--days`` days: three succeeded tasks per meme,
 each with its attempt row, plus one failed task per 100 memes (kept). Then it reports:
 
-- before: rows and on-disk size of ``tasks`` + ``image_processing_attempts``, and the time of the
+- before: rows and on-disk size of ``tasks`` + ``task_attempts``, and the time of the
   statements that read across the table (``/health``'s stalled-lane check, a ``/metrics`` scrape);
 - the catch-up run of ``runtime.retention`` (``MEWDEX_RETENTION_TASK_DAYS``, default 14): rows
   deleted, batches, rows/s, and the longest batch (one transaction: how long it holds its rows);
@@ -75,7 +75,7 @@ def main() -> None:
         report("a day later", steady)
 
         with get_engine().connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-            connection.execute(text("VACUUM (ANALYZE) tasks, image_processing_attempts"))
+            connection.execute(text("VACUUM (ANALYZE) tasks, task_attempts"))
         after = table_figures(sessions)
         expected = round(args.memes * 3 * keep_days / args.days)
         print(
@@ -119,11 +119,11 @@ def write_history(sessions, memes: int, days: float, *, offset_days: float) -> N
             )
         session.execute(
             text(
-                "INSERT INTO image_processing_attempts (scope_id, task_id, attempt, attempt_id, stage, state, "
-                "input_digest, target_sha256, claim_generation, created_at, updated_at) "
-                "SELECT scope_id, id, 1, id || '-1', lane, 'completed', repeat('0', 64), repeat('0', 64), 1, "
+                "INSERT INTO task_attempts (scope_id, task_id, attempt, attempt_id, state, "
+                "claim_generation, created_at, updated_at) "
+                "SELECT scope_id, id, 1, id || '-1', 'completed', 1, "
                 "created_at, created_at FROM tasks t WHERE scope_id = :s AND NOT EXISTS "
-                "(SELECT 1 FROM image_processing_attempts a WHERE a.scope_id = t.scope_id AND a.task_id = t.id)"
+                "(SELECT 1 FROM task_attempts a WHERE a.scope_id = t.scope_id AND a.task_id = t.id)"
             ),
             {"s": SCOPE},
         )
@@ -133,7 +133,7 @@ def analyze(sessions) -> None:
     from sqlalchemy import text
 
     with sessions.begin() as session:
-        session.execute(text("ANALYZE tasks; ANALYZE image_processing_attempts"))
+        session.execute(text("ANALYZE tasks; ANALYZE task_attempts"))
 
 
 def table_figures(sessions) -> dict:
@@ -142,9 +142,9 @@ def table_figures(sessions) -> dict:
     with sessions.begin() as session:
         row = session.execute(
             text(
-                "SELECT (SELECT count(*) FROM tasks), (SELECT count(*) FROM image_processing_attempts), "
+                "SELECT (SELECT count(*) FROM tasks), (SELECT count(*) FROM task_attempts), "
                 "(SELECT count(*) FROM tasks WHERE status = 'failed'), "
-                "pg_total_relation_size('tasks') + pg_total_relation_size('image_processing_attempts')"
+                "pg_total_relation_size('tasks') + pg_total_relation_size('task_attempts')"
             )
         ).one()
     return {"tasks": row[0], "attempts": row[1], "failed": row[2], "mb": row[3] / 1e6}

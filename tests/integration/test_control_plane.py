@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from conftest import wait_until
-from mewdex.db.models import ImageProcessingAttempt, Task
+from mewdex.db.models import Task, TaskAttempt
 from mewdex.queue import registry
 from mewdex.queue import tasks as queue
 from queue_helpers import (
@@ -56,7 +56,7 @@ def workers(mewdex_env):
 def attempts_of(sessions, scope) -> dict[str, list[tuple[int, str]]]:
     with sessions.begin() as session:
         rows = session.execute(
-            text("SELECT task_id, attempt, state FROM image_processing_attempts WHERE scope_id = :s ORDER BY attempt"),
+            text("SELECT task_id, attempt, state FROM task_attempts WHERE scope_id = :s ORDER BY attempt"),
             {"s": scope.scope_id},
         ).all()
     out: dict[str, list[tuple[int, str]]] = {}
@@ -98,7 +98,7 @@ def test_sigkilled_worker_task_is_completed_by_another_after_lease_expiry(sessio
     assert owner.split(":")[1] == str(victim.pid)
     with sessions.begin() as session:
         t = session.get(Task, task_id)
-        stale = queue.Claim(scope.scope_id, task_id, "noop", lane, {}, None, None, None, t.claim_generation, 1, 3)
+        stale = queue.Claim(scope.scope_id, task_id, "noop", lane, {}, t.claim_generation, 1, 3)
     [survivor] = workers(1, concurrency=1, lanes=lane, extra_env=short)  # the survivor, running before the kill
 
     def survivor_connected():
@@ -224,7 +224,7 @@ def test_sigterm_finishes_within_grace_or_releases(sessions, scope, lane, worker
     with sessions.begin() as session:
         t = session.get(Task, slow)
         assert t.status == "queued" and t.lease_owner is None and t.max_attempts == 4  # the attempt is given back
-        a = session.get(ImageProcessingAttempt, (scope.scope_id, slow, 1))
+        a = session.get(TaskAttempt, (scope.scope_id, slow, 1))
         assert (a.state, a.termination_signal) == ("failed", "SIGTERM")
         held = session.execute(
             text("SELECT count(*) FROM task_lane_slots WHERE task_id = :i"), {"i": slow}
@@ -250,7 +250,7 @@ def test_unknown_execution_is_not_replayed_and_resumes_on_request(sessions, scop
     with sessions.begin() as session:
         t = session.get(Task, task_id)
         assert (t.status, t.termination_reason, t.resume_available) == ("failed", "unknown_execution", True)
-        a = session.get(ImageProcessingAttempt, (scope.scope_id, task_id, 1))
+        a = session.get(TaskAttempt, (scope.scope_id, task_id, 1))
         assert (a.state, a.resume_available, a.executor_attempt_id) == ("unknown_execution", True, "exec-1")
     with sessions.begin() as session:
         assert queue.claim(session, owner="other", lanes=[lane], lease_seconds=60) is None  # never auto-replayed
@@ -260,7 +260,7 @@ def test_unknown_execution_is_not_replayed_and_resumes_on_request(sessions, scop
         c2 = queue.claim(session, owner="other", lanes=[lane], lease_seconds=60)
     assert c2.task_id == task_id and c2.attempt_count == 2
     with sessions.begin() as session:
-        a2 = session.get(ImageProcessingAttempt, (scope.scope_id, task_id, 2))
+        a2 = session.get(TaskAttempt, (scope.scope_id, task_id, 2))
         assert a2.resume_of_attempt_id == f"{task_id}:1" and a2.state == "prepared"
         assert session.get(Task, task_id).resume_attempt_count == 1
 
@@ -290,7 +290,7 @@ def test_analysis_cost_limit_terminates_the_task(sessions, scope, lane, drain):
         )
         assert over.attempt_count == 1 and float(over.observed_cost) == 0.5  # not retried; cost recorded
         assert fine.status == "succeeded" and float(fine.observed_cost) == 0.5
-        a = session.get(ImageProcessingAttempt, (scope.scope_id, ids[0], 1))
+        a = session.get(TaskAttempt, (scope.scope_id, ids[0], 1))
         assert (a.termination_reason, float(a.observed_cost)) == ("analysis_cost_limit", 0.5)
 
 

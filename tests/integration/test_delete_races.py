@@ -51,14 +51,21 @@ def test_delete_while_a_worker_queues_and_claims_the_next_stage(client, sessions
     worker = sessions()
     worker.begin()
     try:
-        # The worker's transaction: a new task for the meme (its foreign key check share-locks the
-        # meme row), then the task takes a lane slot.
+        # The worker's transaction: a new task for the meme (its stage row's foreign key check
+        # share-locks the meme row), then the task takes a lane slot.
         worker.execute(
             text(
                 "INSERT INTO tasks (id, scope_id, task_type, lane, payload, status, max_attempts, available_at, "
-                "created_at, updated_at, claim_generation, attempt_count, error_history, target_meme_id, "
+                "created_at, updated_at, claim_generation, attempt_count, error_history, "
                 "lease_owner, lease_expires_at) VALUES (:id, :s, 'noop', 'default', '{}', 'running', 3, now(), "
-                "now(), now(), 1, 1, '[]', :m, 'test-worker', now() + interval '2 minutes')"
+                "now(), now(), 1, 1, '[]', 'test-worker', now() + interval '2 minutes')"
+            ),
+            {"id": task_id, "s": scope.scope_id},
+        )
+        worker.execute(
+            text(
+                "INSERT INTO image_stage_tasks (task_id, scope_id, image_stage, target_meme_id) "
+                "VALUES (:id, :s, 'visual', :m)"
             ),
             {"id": task_id, "s": scope.scope_id, "m": meme_id},
         )

@@ -13,7 +13,7 @@ from sqlalchemy import select, text
 
 from conftest import app_for, client_for
 from library_helpers import asgi_post, check_storage_invariants, multipart, noise_png, png
-from mewdex.db.models import ImageProcessingJob, Meme, Scope, StorageOperation
+from mewdex.db.models import ImageProcessingJob, ImageStageTask, Meme, Scope, StorageOperation
 from mewdex.library import collections
 
 MiB = 1024 * 1024
@@ -347,17 +347,25 @@ def test_delete_removes_rows_and_files(app_store, client, sessions, scope):
     with sessions.begin() as session:
         collections.add_items(session, scope, collection_id, [meme_id, keep_id])
     assert client.delete(f"/api/v1/memes/{meme_id}", headers={"If-Match": "7"}).status_code == 412  # a stale If-Match
+    with sessions.begin() as session:
+        task_ids = list(
+            session.execute(
+                text("SELECT task_id FROM image_stage_tasks WHERE target_meme_id = :m"), {"m": meme_id}
+            ).scalars()
+        )
+    assert task_ids  # the meme's processing queued a task
     assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204
     assert client.get(f"/api/v1/memes/{meme_id}").status_code == 404
     assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 404  # already in the trash
     assert client.delete(f"/api/v1/trash/{meme_id}").status_code == 204  # deleted for good
     with sessions.begin() as session:
-        for table in ("memes", "image_processing_jobs", "tasks", "meme_collection_items"):
-            column = "id" if table == "memes" else ("target_meme_id" if table == "tasks" else "meme_id")
+        for table in ("memes", "image_processing_jobs", "image_stage_tasks", "meme_collection_items"):
+            column = "id" if table == "memes" else ("target_meme_id" if table == "image_stage_tasks" else "meme_id")
             assert (
                 session.execute(text(f"SELECT count(*) FROM {table} WHERE {column} = :m"), {"m": meme_id}).scalar_one()
                 == 0
             ), table
+        assert session.execute(text("SELECT count(*) FROM tasks WHERE id = ANY(:t)"), {"t": task_ids}).scalar_one() == 0
         op = session.execute(
             select(StorageOperation).where(
                 StorageOperation.scope_id == scope.scope_id, StorageOperation.operation_type == "delete"
@@ -489,7 +497,9 @@ def test_delete_while_a_worker_runs_the_memes_task(client, sessions, store, scop
     meme_id = created_id(client, 540)
     with sessions.begin() as session:
         claim = queue.claim(session, owner="pytest-delete", lanes=["visual"], lease_seconds=60)
-    assert claim is not None and claim.scope_id == scope.scope_id and str(claim.target_meme_id) == meme_id
+    assert claim is not None and claim.scope_id == scope.scope_id
+    with sessions.begin() as session:
+        assert str(session.get(ImageStageTask, claim.task_id).target_meme_id) == meme_id
     assert client.delete(f"/api/v1/memes/{meme_id}").status_code == 204
     assert client.delete(f"/api/v1/trash/{meme_id}").status_code == 204
     with pytest.raises(queue.StaleClaim), sessions.begin() as session:

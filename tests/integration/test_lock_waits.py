@@ -89,22 +89,9 @@ def test_the_stage_meme_lock_does_not_wait_for_a_row_that_references_the_meme(se
     with sessions.begin() as session:  # a write-back
         _impatient(session)
         assert load_meme(session, scope.scope_id, meme_id) is not None
-    claim = queue.Claim(
-        scope_id=scope.scope_id,
-        task_id="t",
-        task_type="visual_embedding_generation",
-        lane="visual",
-        payload={},
-        processing_job_id=None,
-        image_stage="visual",
-        target_meme_id=meme_id,
-        claim_generation=1,
-        attempt_count=1,
-        max_attempts=3,
-    )
     with sessions.begin() as session:  # a claim's on_claim
         _impatient(session)
-        assert pipeline_tasks.snapshot(session, claim) is not None
+        assert pipeline_tasks.snapshot(session, scope.scope_id, meme_id) is not None
     with sessions.begin() as session:  # the lock still orders two stages of one meme
         load_meme(session, scope.scope_id, meme_id)
         with sessions.begin() as second:

@@ -255,9 +255,9 @@ def test_two_api_processes_two_workers_one_database_one_object_store(cluster):
     )
     assert sorted(jobs) == sorted((meme_id, 1) for meme_id in meme_ids)
     tasks = db.query(
-        "SELECT t.target_meme_id::text, t.image_stage, t.status, t.attempt_count, (SELECT count(*)"
-        " FROM image_processing_attempts a WHERE a.scope_id = t.scope_id AND a.task_id = t.id) FROM tasks t"
-        " WHERE t.scope_id = %(s)s AND t.target_meme_id IS NOT NULL",
+        "SELECT s.target_meme_id::text, s.image_stage, t.status, t.attempt_count, (SELECT count(*)"
+        " FROM task_attempts a WHERE a.scope_id = t.scope_id AND a.task_id = t.id) FROM tasks t"
+        " JOIN image_stage_tasks s ON s.task_id = t.id WHERE t.scope_id = %(s)s",
         {"s": scope_id},
     )
     stages = Counter((meme_id, stage) for meme_id, stage, *_ in tasks)

@@ -9,7 +9,7 @@ from sqlalchemy import func, select, text
 
 from conftest import case_file, drop_scope, new_scope
 from it_helpers import meme, stage_states
-from mewdex.db.models import ImageProcessingJob, Meme, MemeEmbedding, MemeSearchDocument, Scope, Task
+from mewdex.db.models import ImageProcessingJob, ImageStageTask, Meme, MemeEmbedding, MemeSearchDocument, Scope, Task
 from mewdex.library.memes import add_image
 from mewdex.pipeline.jobs import create_job
 from mewdex.pipeline.status import pending_memes, status
@@ -37,7 +37,12 @@ def stage_task(sessions, scope, meme_id, stage) -> Task:
     with sessions.begin() as session:
         return session.execute(
             select(Task)
-            .where(Task.scope_id == scope.scope_id, Task.target_meme_id == meme_id, Task.image_stage == stage)
+            .join(ImageStageTask, ImageStageTask.task_id == Task.id)
+            .where(
+                ImageStageTask.scope_id == scope.scope_id,
+                ImageStageTask.target_meme_id == meme_id,
+                ImageStageTask.image_stage == stage,
+            )
             .order_by(Task.created_at.desc())
             .limit(1)
         ).scalar_one()
@@ -190,11 +195,11 @@ def test_job02_poison_fails_in_the_visual_stage_and_others_complete(sessions, st
         assert (
             session.execute(
                 select(func.count())
-                .select_from(Task)
+                .select_from(ImageStageTask)
                 .where(
-                    Task.scope_id == scope.scope_id,
-                    Task.target_meme_id == poison,
-                    Task.image_stage.in_(("agent", "text_embedding")),
+                    ImageStageTask.scope_id == scope.scope_id,
+                    ImageStageTask.target_meme_id == poison,
+                    ImageStageTask.image_stage.in_(("agent", "text_embedding")),
                 )
             ).scalar_one()
             == 0
@@ -270,10 +275,14 @@ def test_stale_worker_result_is_discarded(sessions, store, scope, drain):
         meme_context={},
         read_bytes=lambda: case_file("img06_animated_3frames.webp").read_bytes(),
     )
-    assert dead.image_stage == "visual"
+    with sessions.begin() as session:
+        row = session.get(ImageStageTask, dead.task_id)
+        session.expunge(row)
+    assert row.image_stage == "visual"
+    from mewdex.pipeline.tasks import Prepared
     from mewdex.queue import registry
 
-    Worker(sessions, name="dead-worker")._execute(dead, registry.get(dead.task_type), snapshot)
+    Worker(sessions, name="dead-worker")._execute(dead, registry.get(dead.task_type), Prepared(row, snapshot))
     after = meme(sessions, scope, meme_id)
     assert after.meme_context == before.meme_context
     assert after.extensions == before.extensions  # phash, labels and frames_used of the live worker's run

@@ -27,11 +27,11 @@ def _task(session, scope_id: str, status: str, *, old: bool, task_type: str = "n
     )
     session.execute(
         text(
-            "INSERT INTO image_processing_attempts (scope_id, task_id, attempt, attempt_id, stage, state, "
-            "input_digest, target_sha256, claim_generation, created_at, updated_at) "
-            "VALUES (:s, :id, 1, :a, 'noop', 'completed', :z, :z, 1, now(), now())"
+            "INSERT INTO task_attempts (scope_id, task_id, attempt, attempt_id, state, "
+            "claim_generation, created_at, updated_at) "
+            "VALUES (:s, :id, 1, :a, 'completed', 1, now(), now())"
         ),
-        {"s": scope_id, "id": task_id, "a": f"{task_id}:1", "z": "0" * 64},
+        {"s": scope_id, "id": task_id, "a": f"{task_id}:1"},
     )
     return task_id
 
@@ -130,7 +130,7 @@ def test_retention_deletes_old_finished_work_in_batches_and_keeps_the_rest(sessi
     with sessions.begin() as session:
         left = set(session.execute(text("SELECT id FROM tasks WHERE scope_id = :s"), {"s": s}).scalars())
         assert left == {old_failed, recent_done}
-        assert _count(session, "SELECT count(*) FROM image_processing_attempts WHERE scope_id = :s", s=s) == 2
+        assert _count(session, "SELECT count(*) FROM task_attempts WHERE scope_id = :s", s=s) == 2
         # The meme page's stage rows stay, succeeded, without the deleted task's link.
         stages = session.execute(
             text("SELECT status, task_id FROM image_processing_stages WHERE scope_id = :s AND planned"), {"s": s}

@@ -62,8 +62,8 @@ def serpapi(settings_env, sessions):
 
 class Meme:
     def __init__(self, sessions, store, scope, seed: int):
+        from mewdex.db.models import ImageStageTask
         from mewdex.db.models import Meme as MemeRow
-        from mewdex.db.models import Task
         from mewdex.library.memes import add_image
 
         self.data = _png(seed)
@@ -72,7 +72,9 @@ class Meme:
             row = session.execute(select(MemeRow).where(MemeRow.id == result.meme_id)).scalar_one()
             self.id, self.sha256 = row.id, row.sha256
             # the meme's processing task (the lookup's usage row names it)
-            self.task_id = session.execute(select(Task.id).where(Task.target_meme_id == row.id).limit(1)).scalar_one()
+            self.task_id = session.execute(
+                select(ImageStageTask.task_id).where(ImageStageTask.target_meme_id == row.id).limit(1)
+            ).scalar_one()
 
 
 def _lookup(sessions, scope, meme, policy="auto"):

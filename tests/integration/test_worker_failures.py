@@ -12,7 +12,7 @@ import uuid
 from sqlalchemy import text
 
 from conftest import wait_until
-from mewdex.db.models import ImageProcessingAttempt, Task
+from mewdex.db.models import Task, TaskAttempt
 from mewdex.queue import registry
 from mewdex.queue.registry import RetryPolicy, TaskType
 from mewdex.queue.tasks import Lane
@@ -277,7 +277,7 @@ def test_a_write_back_in_flight_that_loses_its_connection_hands_the_task_back(se
     with sessions.begin() as session:
         task = session.get(Task, task_id)
         assert task.attempt_count == 2  # handed back at once, not after its lease expired
-        first = session.get(ImageProcessingAttempt, (task.scope_id, task_id, 1))
+        first = session.get(TaskAttempt, (task.scope_id, task_id, 1))
         assert (first.state, first.error["code"]) == ("failed", "database_unavailable")
         assert _held_slots(session, tt.lane) == 0
     assert len(threads) == 2 and all("write-back" in name for name in threads)

@@ -60,15 +60,18 @@ class Task(TaskBrief):
 
 
 class Attempt(OpenDto):
-    """One execution of a task."""
+    """One execution of a task (the queue's record; a task type may add fields of its own, e.g. an
+    image stage's ``stage`` and ``input_digest``)."""
 
     attempt: int
     attempt_id: str | None = None
     stage: str | None = None
     state: str
+    claim_generation: int | None = None
     error: JsonObject | None = None
     created_at: Timestamp
     updated_at: Timestamp
+    finished_at: Timestamp | None = None
 
 
 class TaskDetail(Task):

@@ -368,15 +368,16 @@ def delete(
     Raises:
         MemeError: ``not_found`` (with ``in_trash``: not in the trash), ``revision_conflict``.
     """
-    from mewdex.db.models import Task
+    from mewdex.db.models import ImageStageTask, Task
 
     def meme_tasks(session: Session) -> list:
         return list(
             session.execute(
                 select(Task.id)
-                .where(Task.scope_id == scope.scope_id, Task.target_meme_id == meme_id)
+                .join(ImageStageTask, ImageStageTask.task_id == Task.id)
+                .where(ImageStageTask.scope_id == scope.scope_id, ImageStageTask.target_meme_id == meme_id)
                 .order_by(Task.id)
-                .with_for_update()
+                .with_for_update(of=Task)
             ).scalars()
         )
 

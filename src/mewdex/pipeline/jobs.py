@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import exists, func, select, text
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import NoResultFound
 from sqlalchemy.orm import Session
 
@@ -29,6 +30,7 @@ from mewdex.db.models import (
     STAGES,
     ImageProcessingJob,
     ImageProcessingStage,
+    ImageStageTask,
     Meme,
     MemeEmbedding,
     MemeVisualEmbedding,
@@ -63,8 +65,9 @@ def processing_config(auto_name: bool = False) -> dict[str, Any]:
     }
 
 
-#: The task columns an image stage's task carries besides the queue's (declared by its task type, set here).
-STAGE_COLUMNS = ("image_stage", "processing_job_id", "target_meme_id", "target_image_sha256", "analysis_policy")
+#: The task columns an image stage's task sets besides the queue's (declared by its task type, set here);
+#: the rest of what the pipeline knows of the task is its ``image_stage_tasks`` row.
+STAGE_COLUMNS = ("analysis_policy",)
 
 #: The cost budget of the image stages (the ``cost_budgets`` hook): the task's frozen ``analysis_policy``.
 COST_BUDGET = "analysis_policy"
@@ -275,12 +278,20 @@ def _queue_stage(
         task_type=IMAGE_STAGE_TASK_TYPES[stage.stage],
         dedupe_key=f"{job.id}:{stage.stage}",
         submission_mode="pipeline",
-        image_stage=stage.stage,
-        processing_job_id=job.id,
-        target_meme_id=job.meme_id,
-        target_image_sha256=job.image_sha256,
         analysis_policy=job.processing_config.get("analysis_policy") if stage.stage == "agent" else None,
         **parking,
+    )
+    session.execute(  # an active task with the same dedupe key (same job and stage) has its row already
+        insert(ImageStageTask)
+        .values(
+            task_id=task.id,
+            scope_id=job.scope_id,
+            image_stage=stage.stage,
+            processing_job_id=job.id,
+            target_meme_id=job.meme_id,
+            target_image_sha256=job.image_sha256,
+        )
+        .on_conflict_do_nothing(index_elements=["task_id"])
     )
     stage.task_id = task.id
     stage.status = "queued"
@@ -321,76 +332,106 @@ _STAGE_STARTED_SQL = text(
         UPDATE image_processing_stages st SET status = 'running', attempt_count = :n, updated_at = now()
         FROM j WHERE st.scope_id = j.scope_id AND st.job_id = j.id AND st.stage = CAST(:stage AS varchar)
     )
-    UPDATE image_processing_attempts a
-    SET processing_config_hash = j.processing_config_hash,
-        input_digest = encode(sha256(convert_to(t.task_type || '|' || coalesce(t.target_image_sha256, '') || '|'
-                                                || coalesce(j.processing_config_hash, '') || '|' || t.payload::text,
-                                                'UTF8')), 'hex')
-    FROM j, tasks t
-    WHERE t.scope_id = :s AND t.id = :task AND a.scope_id = t.scope_id AND a.task_id = t.id AND a.attempt = :n
+    INSERT INTO image_processing_attempts (
+        scope_id, task_id, attempt, attempt_id, stage, state, input_digest, target_sha256, claim_generation,
+        processing_config_hash, analysis_policy, resume_of_attempt_id, created_at, updated_at)
+    SELECT a.scope_id, a.task_id, a.attempt, a.attempt_id, CAST(:stage AS varchar), 'prepared',
+           encode(sha256(convert_to(t.task_type || '|' || coalesce(CAST(:sha AS varchar), '') || '|'
+                                    || coalesce(j.processing_config_hash, '') || '|' || t.payload::text,
+                                    'UTF8')), 'hex'),
+           coalesce(CAST(:sha AS varchar), repeat('0', 64)), a.claim_generation, j.processing_config_hash,
+           t.analysis_policy, a.resume_of_attempt_id, now(), now()
+    FROM task_attempts a
+    JOIN tasks t ON t.scope_id = a.scope_id AND t.id = a.task_id
+    LEFT JOIN j ON true
+    WHERE a.scope_id = :s AND a.task_id = :task AND a.attempt = :n
+    ON CONFLICT DO NOTHING
     """
 )
 
 
-def stage_started(session: Session, task: Task | queue.Claim) -> None:
-    """In the claim's transaction: mark the task's job and stage running, and record the job's
-    ``processing_config_hash`` (and the input digest that includes it) on the new attempt row. One
+def stage_started(session: Session, claim: queue.Claim, stage_task: ImageStageTask) -> None:
+    """In the claim's transaction: mark the task's job and stage running (a task with a job), and
+    record the attempt as the pipeline sees it (``image_processing_attempts``: the stage, the job's
+    ``processing_config_hash`` and the input digest that includes it, the target sha256). One
     statement; the job row is locked after the meme (the write-back's order)."""
     session.execute(
         _STAGE_STARTED_SQL,
         {
-            "s": task.scope_id,
-            "job": task.processing_job_id,
-            "stage": task.image_stage,
-            "n": task.attempt_count,
-            "task": task.task_id if isinstance(task, queue.Claim) else task.id,
+            "s": claim.scope_id,
+            "job": stage_task.processing_job_id,
+            "stage": stage_task.image_stage,
+            "sha": stage_task.target_image_sha256,
+            "n": claim.attempt_count,
+            "task": claim.task_id,
         },
     )
 
 
-def _stage_name(task: Task) -> str:
-    """The task's ``image_stage``; ValueError for a task that is not an image-stage task."""
-    if task.image_stage is None:
-        raise ValueError(f"task {task.id} ({task.task_type}) is not an image-stage task")
-    return task.image_stage
+_ATTEMPT_ENDED_SQL = text(
+    """
+    UPDATE image_processing_attempts p
+    SET state = coalesce(CAST(:state AS varchar), a.state), error = a.error,
+        termination_reason = a.termination_reason, termination_signal = a.termination_signal,
+        resume_available = a.resume_available, resume_reason = a.resume_reason,
+        executor_attempt_id = a.executor_attempt_id, observed_cost = a.observed_cost,
+        usage_checked_at = a.usage_checked_at, updated_at = now()
+    FROM task_attempts a
+    WHERE a.scope_id = :s AND a.task_id = :task AND a.attempt = :n
+      AND p.scope_id = a.scope_id AND p.task_id = a.task_id AND p.attempt = a.attempt
+    """
+)
 
 
-def stage_succeeded(session: Session, task: Task, batch_id: str | None) -> Task | None:
+def attempt_ended(session: Session, task: Task, state: str | None = None) -> None:
+    """Copy how the task's last attempt ended (the queue's ``task_attempts`` row: state, error,
+    termination, resume, cost) onto the pipeline's attempt row; ``state`` overrides the state (the
+    success write-back runs before the queue marks the attempt ``completed``)."""
+    session.flush()  # the queue's changes to the attempt, made through the ORM
+    session.execute(_ATTEMPT_ENDED_SQL, {"state": state, "s": task.scope_id, "task": task.id, "n": task.attempt_count})
+
+
+def stage_task(session: Session, task_id: str) -> ImageStageTask | None:
+    """The image-stage row of the task (None: not an image-stage task)."""
+    return session.get(ImageStageTask, task_id)
+
+
+def stage_succeeded(session: Session, stage_task: ImageStageTask, batch_id: str | None) -> Task | None:
     """Record a stage's success and hand off to the next planned stage (never rejected); the next
-    stage's task joins ``batch_id``, the batch of ``task`` (``queue.batches.batch_of``). Returns
+    stage's task joins ``batch_id``, the batch of the task (``queue.batches.batch_of``). Returns
     that task, or None when the job is done."""
-    job, stages = _job_and_stages(session, task.scope_id, task.processing_job_id)
-    stage = stages[_stage_name(task)]
+    job, stages = _job_and_stages(session, stage_task.scope_id, stage_task.processing_job_id)
+    stage = stages[stage_task.image_stage]
     stage.status = "succeeded"
     stage.error = None
     return _queue_stage(session, job, _next_planned(session, job, after=stage.stage, stages=stages), batch_id)
 
 
-def stage_retrying(session: Session, task: Task) -> None:
+def stage_retrying(session: Session, task: Task, stage_task: ImageStageTask) -> None:
     """A stage attempt failed and will be retried at ``task.available_at``."""
-    job, stages = _job_and_stages(session, task.scope_id, task.processing_job_id)
-    stage = stages[_stage_name(task)]
+    job, stages = _job_and_stages(session, stage_task.scope_id, stage_task.processing_job_id)
+    stage = stages[stage_task.image_stage]
     stage.status = "queued"
     stage.error = task.error
     stage.retry_at = task.available_at
     job.retry_at = task.available_at
 
 
-def stage_unknown(session: Session, task: Task) -> None:
+def stage_unknown(session: Session, task: Task, stage_task: ImageStageTask) -> None:
     """The stage's worker died after an external call started: stage and job are ``unknown_execution``
     (never replayed automatically; a retry on request resumes it)."""
-    job, stages = _job_and_stages(session, task.scope_id, task.processing_job_id)
-    stage = stages[_stage_name(task)]
+    job, stages = _job_and_stages(session, stage_task.scope_id, stage_task.processing_job_id)
+    stage = stages[stage_task.image_stage]
     stage.status = "unknown_execution"
     stage.error = task.error
     job.status = "unknown_execution"
     job.error = {"stage": stage.stage, **(task.error or {})}
 
 
-def stage_failed(session: Session, task: Task) -> None:
+def stage_failed(session: Session, task: Task, stage_task: ImageStageTask) -> None:
     """A stage failed for good: the job fails and the later planned stages are blocked."""
-    job, stages = _job_and_stages(session, task.scope_id, task.processing_job_id)
-    stage = stages[_stage_name(task)]
+    job, stages = _job_and_stages(session, stage_task.scope_id, stage_task.processing_job_id)
+    stage = stages[stage_task.image_stage]
     stage.status = "failed"
     stage.error = task.error
     for name in STAGES[STAGES.index(stage.stage) + 1 :]:
@@ -401,11 +442,11 @@ def stage_failed(session: Session, task: Task) -> None:
     job.completed_at = utcnow()
 
 
-def stage_requeued(session: Session, task: Task) -> None:
+def stage_requeued(session: Session, task: Task, stage_task: ImageStageTask) -> None:
     """A failed or unknown stage task is queued again on request: the stage, the job and the later
     planned stages it had blocked are active again."""
-    job, stages = _job_and_stages(session, task.scope_id, task.processing_job_id)
-    stage = stages[_stage_name(task)]
+    job, stages = _job_and_stages(session, stage_task.scope_id, stage_task.processing_job_id)
+    stage = stages[stage_task.image_stage]
     stage.status = "queued"
     stage.error = None
     for name in STAGES[STAGES.index(stage.stage) + 1 :]:

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from mewdex.db.models import (
     ImageProcessingJob,
     ImageProcessingStage,
+    ImageStageTask,
     Meme,
     ScopeContext,
     Task,
@@ -109,7 +110,8 @@ def job_detail(session: Session, scope: ScopeContext, job_id: uuid.UUID) -> dict
     tasks = (
         session.execute(
             select(Task)
-            .where(Task.scope_id == scope.scope_id, Task.processing_job_id == job.id)
+            .join(ImageStageTask, ImageStageTask.task_id == Task.id)
+            .where(ImageStageTask.scope_id == scope.scope_id, ImageStageTask.processing_job_id == job.id)
             .order_by(Task.created_at)
         )
         .scalars()

@@ -24,13 +24,14 @@ _STAGE_COUNTS = text(
     """
 )
 
-# The scope's queued and running tasks only (index ix_tasks_claimable): as cheap in a library of a
-# million memes as in one of a hundred. A meme's next stage is queued in the transaction that ends its
-# last one, so a meme in processing always has an active task.
+# The scope's queued and running tasks only (index ix_tasks_claimable), each with its stage row (by
+# its key): as cheap in a library of a million memes as in one of a hundred. A meme's next stage is
+# queued in the transaction that ends its last one, so a meme in processing always has an active task.
 _PENDING_MEMES = text(
     """
-    SELECT count(DISTINCT target_meme_id) FROM tasks
-    WHERE scope_id = :scope AND status IN ('queued', 'running') AND processing_job_id IS NOT NULL
+    SELECT count(DISTINCT s.target_meme_id) FROM tasks t
+    JOIN image_stage_tasks s ON s.task_id = t.id
+    WHERE t.scope_id = :scope AND t.status IN ('queued', 'running') AND s.processing_job_id IS NOT NULL
     """
 )
 

@@ -14,22 +14,22 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ScopeContext
+from mewdex.db.models import ImageStageTask, ScopeContext
 from mewdex.platform import grants, usage
 
 
-def meter_stage(session: Session, claim, output: Any, model_profile: str) -> None:
-    """Write the usage of one applied stage (``claim``: the queue claim; ``output``: the stage's;
-    ``model_profile``: the analysis stage's version, recorded on its usage event)."""
-    stage = claim.image_stage
+def meter_stage(session: Session, stage_task: ImageStageTask, output: Any, model_profile: str) -> None:
+    """Write the usage of one applied stage (``stage_task``: the task's image-stage row; ``output``: the
+    stage's; ``model_profile``: the analysis stage's version, recorded on its usage event)."""
+    stage = stage_task.image_stage
     if stage == "agent":
         grant = grants.reserve(
             session,
-            ScopeContext(claim.scope_id),
+            ScopeContext(stage_task.scope_id),
             "analysis.agent",
-            f"task:{claim.task_id}",
-            task_id=claim.task_id,
-            resource_id=str(claim.target_meme_id),
+            f"task:{stage_task.task_id}",
+            task_id=stage_task.task_id,
+            resource_id=str(stage_task.target_meme_id),
             check_budget=False,
         )
         lines = (output or {}).get("ocr_lines") or []
@@ -43,14 +43,14 @@ def meter_stage(session: Session, claim, output: Any, model_profile: str) -> Non
     elif stage == "text_embedding":
         usage.record_all(
             session,
-            claim.scope_id,
+            stage_task.scope_id,
             [
                 usage.Usage(
                     "embedding",
                     role["model"],
                     {"passages": len(role["items"])},
-                    task_id=claim.task_id,
-                    idempotency_key=f"task:{claim.task_id}:{role['model']}",
+                    task_id=stage_task.task_id,
+                    idempotency_key=f"task:{stage_task.task_id}:{role['model']}",
                 )
                 for role in (output or {}).values()
             ],

@@ -12,7 +12,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import ScopeContext, Task
+from mewdex.db.models.base import ScopeContext
+from mewdex.db.models.queue import Task
 from mewdex.queue import registry
 
 

@@ -16,7 +16,8 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, select, text
 from sqlalchemy.orm import Session
 
-from mewdex.db.models import TaskBatch, TaskBatchItem, utcnow
+from mewdex.db.models.base import utcnow
+from mewdex.db.models.queue import TaskBatch, TaskBatchItem
 from mewdex.queue.tasks import PARKED_AT
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.db.models import ImageProcessingAttempt, Task
+from mewdex.db.models.queue import Task
 from mewdex.db.supervisor import is_connection_lost
 from mewdex.queue import tasks as queue
 
@@ -37,8 +37,8 @@ def hand_back(
     """Wait up to ``wait_seconds`` for the database, then release ``claim``'s task back to the queue
     (its attempt is recorded failed with ``database_unavailable`` and does not use up a retry).
 
-    ``on_released(session, task)`` runs in the same transaction (an image stage marks its stage
-    retrying). Returns True when released; False when the claim is stale (the lease moved on) or the
+    ``on_released(session, task)`` runs in the same transaction (e.g. the task type's failure hook
+    sees ``retrying``). Returns True when released; False when the claim is stale (the lease moved on) or the
     database did not come back in time. Errors other than a lost connection are raised.
     """
     deadline = time.monotonic() + wait_seconds
@@ -47,12 +47,14 @@ def hand_back(
             with sessions.begin() as session:
                 task = queue.fenced(session, claim)
                 queue.release(task, "handed back after the database connection was lost")
-                attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
-                if attempt is not None:
-                    attempt.state = "failed"
-                    attempt.error = queue.error_record(
-                        REASON, "the database connection was lost during the task", claim.attempt_count
-                    )
+                queue.end_attempt(
+                    session,
+                    claim.scope_id,
+                    claim.task_id,
+                    claim.attempt_count,
+                    queue.error_record(REASON, "the database connection was lost during the task", claim.attempt_count),
+                    state="failed",
+                )
                 if on_released is not None:
                     on_released(session, task)
             log.warning("task %s handed back to the queue after a database outage", claim.task_id)

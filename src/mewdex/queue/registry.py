@@ -27,7 +27,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex import hooks
 from mewdex.config import get_settings
-from mewdex.db.models import GLOBAL_LANE_RESOURCE_KEY, ImageProcessingAttempt, Task, utcnow
+from mewdex.db.models.base import GLOBAL_LANE_RESOURCE_KEY, utcnow
+from mewdex.db.models.queue import Task, TaskAttempt
 from mewdex.queue import tasks as queue
 from mewdex.queue.tasks import LANES as LANES  # lanes are declared with types: re-exported
 from mewdex.queue.tasks import Lane as Lane
@@ -64,9 +65,9 @@ class TaskContext:
     def payload(self) -> dict[str, Any]:
         return self.claim.payload
 
-    def _attempt(self, session: Session) -> ImageProcessingAttempt:
+    def _attempt(self, session: Session) -> TaskAttempt:
         c = self.claim
-        attempt = session.get(ImageProcessingAttempt, (c.scope_id, c.task_id, c.attempt_count), with_for_update=True)
+        attempt = session.get(TaskAttempt, (c.scope_id, c.task_id, c.attempt_count), with_for_update=True)
         if attempt is None:  # claim() writes it in the claim's transaction; gone only if the row was deleted
             raise LookupError(f"task {c.task_id} has no attempt {c.attempt_count}")
         return attempt
@@ -170,7 +171,7 @@ class TaskType:
       (:func:`mewdex.queue.tasks.scope_resource_key`), so the lane's ``scope_share`` caps what one
       scope runs at once;
     - ``pressure_lane``: the lane whose back-pressure limit its submissions count against (a type whose
-      tasks hand off into that lane, e.g. the first image stage), None = its own lane;
+      tasks hand off into that lane), None = its own lane;
     - ``external``: the handler calls something outside the machine; it must call
       ``ctx.external_started()`` before, so a worker dying during the call leaves the task
       ``unknown_execution`` instead of replaying it;
@@ -273,6 +274,9 @@ def submit(
 # decorate(session, tasks) -> {task id: {field: value}}: the fields a plugin adds to the rows of its
 # tasks (only those it knows; any other task is left out of the mapping).
 RowDecorator = Callable[[Session, Sequence[Task]], Mapping[str, Mapping[str, Any]]]
+# attempts(session, task) -> {attempt number: {field: value}}: what a plugin records of the attempts of
+# a task of its own besides the queue's attempt rows (an empty mapping for any other task).
+AttemptDecorator = Callable[[Session, Task], Mapping[int, Mapping[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -296,11 +300,13 @@ class TaskRows:
     by plugin): ``decorate`` gives each of its tasks its fields (the API's keys of
     :class:`mewdex.dto.tasks.Task` it fills, and any the page shows, e.g. a target's name); ``filters``:
     by filter name, ``value -> where clause over tasks`` (a list filter only a plugin understands);
-    ``batch_units``: the progress of the batches its work is counted in units of its own (None: in tasks)."""
+    ``batch_units``: the progress of the batches its work is counted in units of its own (None: in tasks);
+    ``attempts``: the fields it adds to each attempt of a task's detail (None: none)."""
 
     decorate: RowDecorator
     filters: Mapping[str, Callable[[str], ColumnElement[bool]]] = field(default_factory=dict)
     batch_units: BatchCounter | None = None
+    attempts: AttemptDecorator | None = None
 
 
 def register_cost_budget(name: str, budget: CostBudget) -> CostBudget:
@@ -324,6 +330,17 @@ def row_fields(session: Session, tasks: Sequence[Task]) -> dict[str, dict[str, A
     for rows in decorators.values():
         for task_id, fields in rows.decorate(session, tasks).items():
             out.setdefault(task_id, {}).update(fields)
+    return out
+
+
+def attempt_fields(session: Session, task: Task) -> dict[int, dict[str, Any]]:
+    """What every ``task_rows`` implementation adds to the task's attempts: ``{attempt: {field: value}}``."""
+    out: dict[int, dict[str, Any]] = {}
+    decorators: dict[str, TaskRows] = hooks.implementations("task_rows")
+    for rows in decorators.values():
+        if rows.attempts is not None:
+            for attempt, fields in rows.attempts(session, task).items():
+                out.setdefault(attempt, {}).update(fields)
     return out
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.db.models import Task
+from mewdex.db.models.queue import Task
 from mewdex.db.supervisor import log_loop_error
 from mewdex.queue import registry
 

@@ -16,14 +16,8 @@ from sqlalchemy import ColumnElement, and_, false, func, or_, select, text
 from sqlalchemy.orm import Session, object_session
 
 from mewdex.config import get_settings
-from mewdex.db.models import (
-    ImageProcessingAttempt,
-    ScopeContext,
-    Task,
-    TaskBatch,
-    TaskBatchItem,
-    utcnow,
-)
+from mewdex.db.models.base import ScopeContext, utcnow
+from mewdex.db.models.queue import Task, TaskAttempt, TaskBatch, TaskBatchItem
 from mewdex.dto.cursor import CursorInvalid, decode_cursor, encode_cursor
 from mewdex.dto.errors import DomainError
 from mewdex.dto.tasks import Batch as BatchDto
@@ -85,16 +79,16 @@ def task_dict(task: Task, *, batch_id: str | None = None, fields: Mapping[str, A
     ).model_dump()
 
 
-def attempt_dict(a: ImageProcessingAttempt) -> dict[str, Any]:
+def attempt_dict(a: TaskAttempt, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The public shape of an attempt (:class:`mewdex.dto.tasks.Attempt`); ``fields``: what its task
+    type records of it besides (the ``task_rows`` hook's ``attempts``)."""
     return {
+        **(fields or {}),
         "attempt": a.attempt,
         "attempt_id": a.attempt_id,
-        "stage": a.stage,
         "state": a.state,
         "claim_generation": a.claim_generation,
-        "input_digest": a.input_digest,
-        "target_sha256": a.target_sha256,
-        "processing_config_hash": a.processing_config_hash,
+        "lease_owner": a.lease_owner,
         "executor_attempt_id": a.executor_attempt_id,
         "resume_of_attempt_id": a.resume_of_attempt_id,
         "resume_available": a.resume_available,
@@ -104,6 +98,7 @@ def attempt_dict(a: ImageProcessingAttempt) -> dict[str, Any]:
         "error": a.error,
         "created_at": a.created_at.isoformat(),
         "updated_at": a.updated_at.isoformat(),
+        "finished_at": a.finished_at.isoformat() if a.finished_at else None,
     }
 
 
@@ -195,13 +190,13 @@ def get_task(session: Session, scope: ScopeContext, task_id: str, *, lock: bool 
     return task
 
 
-def _attempts(session: Session, scope: ScopeContext, task_id: str) -> list[ImageProcessingAttempt]:
+def _attempts(session: Session, scope: ScopeContext, task_id: str) -> list[TaskAttempt]:
     """The task's attempts, oldest first."""
     return list(
         session.execute(
-            select(ImageProcessingAttempt)
-            .where(ImageProcessingAttempt.scope_id == scope.scope_id, ImageProcessingAttempt.task_id == task_id)
-            .order_by(ImageProcessingAttempt.attempt)
+            select(TaskAttempt)
+            .where(TaskAttempt.scope_id == scope.scope_id, TaskAttempt.task_id == task_id)
+            .order_by(TaskAttempt.attempt)
         ).scalars()
     )
 
@@ -211,13 +206,14 @@ def task_detail(session: Session, scope: ScopeContext, task_id: str) -> dict[str
     task = get_task(session, scope, task_id)
     task_id = task.id  # the full id when a prefix named it
     attempts = _attempts(session, scope, task_id)
+    fields = registry.attempt_fields(session, task)
     return {
         **task_dict(task, batch_id=batches.batch_of(session, scope.scope_id, task_id)),
         "payload": task.payload,
         "result": task.result,
         "first_error": task.first_error,
         "error_history": task.error_history,
-        "attempt_history": [attempt_dict(a) for a in attempts],
+        "attempt_history": [attempt_dict(a, fields.get(a.attempt)) for a in attempts],
     }
 
 
@@ -302,11 +298,7 @@ def cancel(session: Session, scope: ScopeContext, task_id: str) -> Task:
     session.flush()
     queue.release_slots(session, task.scope_id, task.id)
     if was_running:
-        attempt = session.get(ImageProcessingAttempt, (task.scope_id, task.id, task.attempt_count))
-        if attempt is not None:
-            attempt.state = "unknown_execution" if attempt.state == "external_started" else "failed"
-            attempt.termination_reason = "cancelled"
-            attempt.error = error
+        queue.end_attempt(session, task.scope_id, task.id, task.attempt_count, error, termination_reason="cancelled")
     registry.failure_outcome(session, task, "cancelled")
     batches.task_ended(session, task.scope_id, task.id)
     return task
@@ -395,7 +387,7 @@ def recent_tasks(
     return [(task, fields[task.id]) for task in rows]
 
 
-def page_task(session: Session, scope: ScopeContext, task_id: str) -> tuple[Task, list[ImageProcessingAttempt]] | None:
+def page_task(session: Session, scope: ScopeContext, task_id: str) -> tuple[Task, list[TaskAttempt]] | None:
     """The task with exactly this id and its attempts (oldest first); None when not in the scope."""
     task = session.execute(select(Task).where(Task.scope_id == scope.scope_id, Task.id == task_id)).scalar_one_or_none()
     if task is None:

@@ -32,12 +32,8 @@ from sqlalchemy.orm import Session, object_session
 
 from mewdex import hooks
 from mewdex.config import get_settings
-from mewdex.db.models import (
-    GLOBAL_LANE_RESOURCE_KEY,
-    ImageProcessingAttempt,
-    Task,
-    utcnow,
-)
+from mewdex.db.models.base import GLOBAL_LANE_RESOURCE_KEY, utcnow
+from mewdex.db.models.queue import Task, TaskAttempt
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +52,6 @@ class Claim:
     task_type: str
     lane: str
     payload: dict[str, Any]
-    processing_job_id: uuid.UUID | None
-    image_stage: str | None
-    target_meme_id: uuid.UUID | None
     claim_generation: int
     attempt_count: int
     max_attempts: int
@@ -240,12 +233,10 @@ def enqueue(
 
 # One statement per claim: pick the least recently served scope of an open lane, lock its oldest due
 # task, a free lane slot and a free resource slot (all SKIP LOCKED), then mark the task running, take
-# both slots, advance the scope's dispatch sequence and write the attempt row (every task type's
-# attempts are recorded there: ``external_started`` and ``unknown_execution`` live on it). Its
-# ``input_digest`` is ``sha256(task_type|target_sha256|config_hash|payload)`` with an empty config
-# hash; a type with a processing configuration sets both in its ``on_claim`` hook (image stages:
-# ``pipeline.jobs.stage_started``). Any missing piece
-# (e.g. a slot taken by a concurrent claimer) leaves everything untouched.
+# both slots, advance the scope's dispatch sequence and write the attempt row (``task_attempts``:
+# every task type's attempts are recorded there; ``external_started`` and ``unknown_execution`` live
+# on it; what a type records of an attempt besides, its ``on_claim`` hook writes in its own table).
+# Any missing piece (e.g. a slot taken by a concurrent claimer) leaves everything untouched.
 _CLAIM_SQL = text(
     """
     WITH caps AS MATERIALIZED (
@@ -305,8 +296,7 @@ _CLAIM_SQL = text(
             updated_at = now()
         FROM cand, lslot, rslot
         WHERE t.scope_id = cand.scope_id AND t.id = cand.id
-        RETURNING t.scope_id, t.id, t.task_type, t.lane, t.lane_resource_key, t.payload, t.processing_job_id,
-                  t.image_stage, t.target_meme_id, t.target_image_sha256, t.analysis_policy, t.claim_generation,
+        RETURNING t.scope_id, t.id, t.task_type, t.lane, t.lane_resource_key, t.payload, t.claim_generation,
                   t.attempt_count, t.max_attempts, t.lease_expires_at
     ),
     ls AS (
@@ -330,15 +320,11 @@ _CLAIM_SQL = text(
         WHERE f.lane = upd.lane AND f.resource_key = upd.lane_resource_key AND f.scope_id = upd.scope_id
     ),
     att AS (
-        INSERT INTO image_processing_attempts (
-            scope_id, task_id, attempt, attempt_id, stage, state, input_digest, target_sha256, claim_generation,
-            processing_config_hash, analysis_policy, resume_of_attempt_id, created_at, updated_at)
-        SELECT upd.scope_id, upd.id, upd.attempt_count, upd.id || ':' || upd.attempt_count,
-               left(coalesce(upd.image_stage, upd.task_type), 64), 'prepared',
-               encode(sha256(convert_to(upd.task_type || '|' || coalesce(upd.target_image_sha256, '') || '||'
-                                        || upd.payload::text, 'UTF8')), 'hex'),
-               coalesce(upd.target_image_sha256, repeat('0', 64)), upd.claim_generation,
-               NULL, upd.analysis_policy,
+        INSERT INTO task_attempts (
+            scope_id, task_id, attempt, attempt_id, state, claim_generation, lease_owner, resume_available,
+            resume_of_attempt_id, created_at, updated_at)
+        SELECT upd.scope_id, upd.id, upd.attempt_count, upd.id || ':' || upd.attempt_count, 'prepared',
+               upd.claim_generation, :owner, false,
                CASE WHEN cand.resume_available THEN upd.id || ':' || (upd.attempt_count - 1) END, now(), now()
         FROM upd
         JOIN cand ON cand.scope_id = upd.scope_id AND cand.id = upd.id
@@ -401,9 +387,6 @@ def claim(
         task_type=row["task_type"],
         lane=row["lane"],
         payload=row["payload"],
-        processing_job_id=row["processing_job_id"],
-        image_stage=row["image_stage"],
-        target_meme_id=row["target_meme_id"],
         claim_generation=row["claim_generation"],
         attempt_count=row["attempt_count"],
         max_attempts=row["max_attempts"],
@@ -490,7 +473,7 @@ _COMPLETE_SQL = text(
         WHERE scope_id = :s AND id = :i AND claim_generation = :g AND status = 'running'
         RETURNING scope_id, id, attempt_count
     ), a AS (
-        UPDATE image_processing_attempts a SET state = 'completed', updated_at = now() FROM t
+        UPDATE task_attempts a SET state = 'completed', finished_at = now(), updated_at = now() FROM t
         WHERE a.scope_id = t.scope_id AND a.task_id = t.id AND a.attempt = t.attempt_count
     ), l AS (
         UPDATE task_lane_slots s
@@ -528,6 +511,31 @@ def complete(session: Session, c: Claim, result: Any = None, message: str | None
     """:func:`try_complete` that raises StaleClaim when the claim is stale."""
     if not try_complete(session, c, result, message):
         raise StaleClaim(f"task {c.task_id} generation {c.claim_generation} is stale")
+
+
+def end_attempt(
+    session: Session,
+    scope_id: str,
+    task_id: str,
+    attempt: int,
+    error: dict[str, Any],
+    *,
+    state: str | None = None,
+    **fields: Any,
+) -> TaskAttempt | None:
+    """Record the end of a task's attempt that did not complete: ``state`` (None: ``unknown_execution``
+    when its external call had started, else ``failed``), ``error`` (an :func:`error_record`),
+    ``finished_at``, and any other :class:`TaskAttempt` column in ``fields`` (e.g.
+    ``termination_reason``). Returns the row, None when the attempt has none."""
+    row = session.get(TaskAttempt, (scope_id, task_id, attempt))
+    if row is None:
+        return None
+    row.state = state or ("unknown_execution" if row.state == "external_started" else "failed")
+    row.error = error
+    row.finished_at = utcnow()
+    for name, value in fields.items():
+        setattr(row, name, value)
+    return row
 
 
 def backoff_seconds(attempt: int, base: float, cap: float) -> float:
@@ -621,7 +629,7 @@ def reap_expired(session: Session, limit: int = 100) -> list[Reaped]:
     )
     out = []
     for task in tasks:
-        attempt = session.get(ImageProcessingAttempt, (task.scope_id, task.id, task.attempt_count))
+        attempt = session.get(TaskAttempt, (task.scope_id, task.id, task.attempt_count))
         task.lease_owner = None
         task.lease_expires_at = None
         if attempt is not None and attempt.state == "external_started":
@@ -630,11 +638,17 @@ def reap_expired(session: Session, limit: int = 100) -> list[Reaped]:
                 "the worker died after its external call started; the result is unknown (retry to resume)",
                 task.attempt_count,
             )
-            attempt.state = "unknown_execution"
-            attempt.termination_reason = "unknown_execution"
-            attempt.resume_available = True
-            attempt.resume_reason = "unknown_execution"
-            attempt.error = error
+            end_attempt(
+                session,
+                task.scope_id,
+                task.id,
+                task.attempt_count,
+                error,
+                state="unknown_execution",
+                termination_reason="unknown_execution",
+                resume_available=True,
+                resume_reason="unknown_execution",
+            )
             _record_error(task, error)
             task.status = "failed"
             task.termination_reason = "unknown_execution"
@@ -645,9 +659,7 @@ def reap_expired(session: Session, limit: int = 100) -> list[Reaped]:
             outcome = "unknown_execution"
         else:
             error = error_record("lease_expired", "the worker stopped responding", task.attempt_count)
-            if attempt is not None:
-                attempt.state = "failed"
-                attempt.error = error
+            end_attempt(session, task.scope_id, task.id, task.attempt_count, error, state="failed")
             _record_error(task, error)
             if task.attempt_count < task.max_attempts:
                 task.status = "queued"

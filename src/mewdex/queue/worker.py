@@ -30,7 +30,6 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.config import Settings, get_settings
-from mewdex.db.models import ImageProcessingAttempt
 from mewdex.db.supervisor import is_connection_lost, log_loop_error
 from mewdex.queue import batches, registry
 from mewdex.queue import tasks as queue
@@ -57,7 +56,7 @@ def serving_lanes(lanes: list[str] | None) -> list[str]:
 class Worker:
     """One claim-run-write-back loop. ``run_once`` processes at most one task; ``run`` loops until stopped.
 
-    Under ``run`` the success write-back of a task type with an ``on_success`` hook (the image stages)
+    Under ``run`` the success write-back of a task type with an ``on_success`` hook (e.g. the pipeline's)
     is handed to the worker's writer thread, and the loop claims and runs the next task meanwhile: the
     write-back (its statements, the database's work, the commit; about a fifth of a pipeline worker's
     time, ``bench/ingest.py``) overlaps the next handler instead of idling the models. At most one
@@ -332,11 +331,16 @@ class Worker:
             cap=policy.cap(),
             termination_reason=error.termination_reason,
         )
-        attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
-        if attempt is not None:
-            attempt.state = "failed"
-            attempt.error = task.error
-            attempt.termination_reason = error.termination_reason
+        assert task.error is not None  # queue.fail recorded it
+        queue.end_attempt(
+            session,
+            claim.scope_id,
+            claim.task_id,
+            claim.attempt_count,
+            task.error,
+            state="failed",
+            termination_reason=error.termination_reason,
+        )
         registry.failure_outcome(session, task, "failed" if final else "retrying")
         if final:
             batches.task_ended(session, claim.scope_id, claim.task_id)
@@ -350,13 +354,16 @@ class Worker:
             with self.sessions.begin() as session:
                 task = queue.fenced(session, claim)
                 queue.release(task, f"released by a stopping worker ({signal_name})")
-                attempt = session.get(ImageProcessingAttempt, (claim.scope_id, claim.task_id, claim.attempt_count))
-                if attempt is not None:
-                    attempt.state = "unknown_execution" if attempt.state == "external_started" else "failed"
-                    attempt.termination_signal = signal_name
-                    attempt.error = queue.error_record(
+                queue.end_attempt(
+                    session,
+                    claim.scope_id,
+                    claim.task_id,
+                    claim.attempt_count,
+                    queue.error_record(
                         "worker_stopped", "the worker stopped before the task ended", claim.attempt_count
-                    )
+                    ),
+                    termination_signal=signal_name,
+                )
                 registry.failure_outcome(session, task, "retrying")
         except queue.StaleClaim:
             return False

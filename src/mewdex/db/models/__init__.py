@@ -32,6 +32,7 @@ from mewdex.db.models.pipeline import (
     ImageProcessingAttempt,
     ImageProcessingJob,
     ImageProcessingStage,
+    ImageStageTask,
     OperationGrant,
     ReverseImageUsageEvent,
 )
@@ -54,6 +55,7 @@ from mewdex.db.models.providers import (
 )
 from mewdex.db.models.queue import (
     Task,
+    TaskAttempt,
     TaskBatch,
     TaskBatchItem,
     TaskLaneFairness,

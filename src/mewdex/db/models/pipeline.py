@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from mewdex.db.models.base import Base, created_at, updated_at, utcnow
+from mewdex.db.models.queue import TERMINATION_REASONS, TERMINATION_SIGNALS
 
 STAGES = ("visual", "agent", "auto_rename", "text_embedding")
 
@@ -39,12 +40,19 @@ IMAGE_STAGE_TASK_TYPES = {
 }
 
 
-class StageTaskColumns:
-    """The columns seed 000 gives ``tasks`` for the image stages' task types (mixed into
-    :class:`mewdex.db.models.queue.Task`; the queue never names them: the stages' task types declare
-    them, ``pipeline.jobs.STAGE_COLUMNS``)."""
+class ImageStageTask(Base):
+    """The image-stage side of a queued task (seed 000 gave these columns to ``tasks``; the queue's
+    table holds none of them): which stage of which job on which image revision. One row per
+    image-stage task, written by ``pipeline.jobs`` with the task and read by the stages' hooks.
 
-    image_stage: Mapped[str | None] = mapped_column(String(32))
+    Deleting the row deletes its task (trigger ``trg_image_stage_tasks_delete_task``, migration
+    0030), so a deleted meme or job takes its tasks with it, as the seed's foreign keys on ``tasks``
+    did; deleting the task deletes the row (its foreign key)."""
+
+    __tablename__ = "image_stage_tasks"
+    task_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    scope_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    image_stage: Mapped[str] = mapped_column(String(32), nullable=False)
     processing_job_id: Mapped[UUID | None] = mapped_column(Uuid)
     target_meme_id: Mapped[UUID | None] = mapped_column(Uuid)
     target_image_sha256: Mapped[str | None] = mapped_column(String(64))
@@ -54,60 +62,35 @@ class StageTaskColumns:
     visual_snapshot_matched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     visual_snapshot_candidate_count: Mapped[int | None] = mapped_column(Integer)
 
-
-def stage_task_table_args() -> tuple[Any, ...]:
-    """The constraints and indexes of those columns on ``tasks`` (seed 000), made for one table."""
-    return (
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id", "task_id"], ["tasks.scope_id", "tasks.id"], ondelete="CASCADE"),
         ForeignKeyConstraint(
             ["scope_id", "processing_job_id"],
             ["image_processing_jobs.scope_id", "image_processing_jobs.id"],
             ondelete="CASCADE",
         ),
         ForeignKeyConstraint(["scope_id", "target_meme_id"], ["memes.scope_id", "memes.id"], ondelete="CASCADE"),
+        CheckConstraint(f"image_stage IN {STAGES!r}".replace('"', "'"), name="ck_image_stage_task_stage"),
         CheckConstraint(
-            "image_stage IS NULL OR image_stage IN ('visual','agent','auto_rename','text_embedding')",
-            name="ck_task_image_stage",
-        ),
-        CheckConstraint(
-            "target_image_sha256 IS NULL OR length(target_image_sha256) = 64", name="ck_task_target_image_sha256"
-        ),
-        CheckConstraint(
-            "submission_mode IS NULL "
-            "OR (submission_mode = 'standalone' AND processing_job_id IS NULL) "
-            "OR (submission_mode = 'pipeline' AND processing_job_id IS NOT NULL)",
-            name="ck_task_submission_job_exclusivity",
-        ),
-        CheckConstraint(
-            "task_type NOT IN ("
-            + ",".join(f"'{t}'" for t in IMAGE_STAGE_TASK_TYPES.values())
-            + ") OR submission_mode IS NULL OR (image_stage IS NOT NULL AND ("
-            + " OR ".join(f"(task_type = '{t}' AND image_stage = '{s}')" for s, t in IMAGE_STAGE_TASK_TYPES.items())
-            + "))",
-            name="ck_task_image_stage_type",
+            "target_image_sha256 IS NULL OR length(target_image_sha256) = 64",
+            name="ck_image_stage_task_target_image_sha256",
         ),
         CheckConstraint(
             "visual_snapshot_sha256 IS NULL OR length(visual_snapshot_sha256) = 64",
-            name="ck_task_visual_snapshot_sha256",
+            name="ck_image_stage_task_visual_snapshot_sha256",
         ),
         CheckConstraint(
             "visual_snapshot_protocol_version IS NULL OR visual_snapshot_protocol_version > 0",
-            name="ck_task_visual_snapshot_protocol_version",
+            name="ck_image_stage_task_visual_snapshot_protocol_version",
         ),
         CheckConstraint(
             "visual_snapshot_candidate_count IS NULL OR visual_snapshot_candidate_count >= 0",
-            name="ck_task_visual_snapshot_candidate_count",
+            name="ck_image_stage_task_visual_snapshot_candidate_count",
         ),
-        Index(
-            "ix_tasks_image_submission", "scope_id", "submission_mode", "image_stage", "processing_job_id", "created_at"
-        ),
-        Index(
-            "ix_tasks_image_target_active", "scope_id", "target_meme_id", "target_image_sha256", "status", "created_at"
-        ),
+        # A job's tasks by stage (and the job's cascade); a meme's tasks by image revision (and its cascade).
+        Index("ix_image_stage_tasks_job", "scope_id", "processing_job_id", "image_stage"),
+        Index("ix_image_stage_tasks_target", "scope_id", "target_meme_id", "target_image_sha256"),
     )
-
-
-TERMINATION_REASONS_SQL = "('analysis_cost_limit','unknown_execution','timeout','cancelled','process_failed')"
-TERMINATION_SIGNALS_SQL = "('SIGTERM','SIGKILL','already_exited')"
 
 
 class ImageProcessingJob(Base):
@@ -193,7 +176,9 @@ class ImageProcessingStage(Base):
 
 
 class ImageProcessingAttempt(Base):
-    """One execution of a stage task: input digest, target sha256 and the fencing generation."""
+    """One execution of an image-stage task as the pipeline records it: its stage, input digest,
+    target sha256, configuration hash and the fencing generation (written by the stages' claim hook;
+    the end of the attempt is copied from the queue's ``task_attempts`` row)."""
 
     __tablename__ = "image_processing_attempts"
     scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
@@ -249,11 +234,11 @@ class ImageProcessingAttempt(Base):
         ),
         CheckConstraint("observed_cost IS NULL OR observed_cost >= 0", name="ck_attempt_observed_cost"),
         CheckConstraint(
-            f"termination_reason IS NULL OR termination_reason IN {TERMINATION_REASONS_SQL}",
+            f"termination_reason IS NULL OR termination_reason IN {TERMINATION_REASONS}",
             name="ck_attempt_termination_reason",
         ),
         CheckConstraint(
-            f"termination_signal IS NULL OR termination_signal IN {TERMINATION_SIGNALS_SQL}",
+            f"termination_signal IS NULL OR termination_signal IN {TERMINATION_SIGNALS}",
             name="ck_attempt_termination_signal",
         ),
         CheckConstraint(

@@ -1,4 +1,5 @@
-"""Durable task queue tables: tasks, batches, lane slots and lane fairness (seed 000)."""
+"""Durable task queue tables: tasks, their attempts, batches, lane slots and lane fairness (seed 000).
+They hold what the queue knows of any task; a task type keeps what only it knows in tables of its own."""
 
 from __future__ import annotations
 
@@ -24,14 +25,17 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from mewdex.db.models.base import GLOBAL_LANE_RESOURCE_KEY, Base, created_at, updated_at, utcnow
-from mewdex.db.models.pipeline import StageTaskColumns as TaskTypeColumns
-from mewdex.db.models.pipeline import stage_task_table_args
+
+#: The termination reasons and signals a task or an attempt records (SQL lists of seed 000's values).
+TERMINATION_REASONS = "('analysis_cost_limit','unknown_execution','timeout','cancelled','process_failed')"
+TERMINATION_SIGNALS = "('SIGTERM','SIGKILL','already_exited')"
+#: The states of an attempt (:class:`TaskAttempt`).
+ATTEMPT_STATES = ("prepared", "external_started", "completed", "failed", "unknown_execution")
 
 
-class Task(TaskTypeColumns, Base):
-    """A unit of queued work: status, dedupe key, lease, fencing generation, retries. The columns and
-    constraints the seed gives ``tasks`` for the task types of other domains (the image stages') are
-    declared by them (:class:`TaskTypeColumns`), not here."""
+class Task(Base):
+    """A unit of queued work: status, dedupe key, lease, fencing generation, retries. What a task type
+    alone knows of its tasks lives in its own tables, keyed by the task (none of it here)."""
 
     __tablename__ = "tasks"
     id: Mapped[str] = mapped_column(String(255), primary_key=True)
@@ -79,7 +83,6 @@ class Task(TaskTypeColumns, Base):
     updated_at: Mapped[datetime] = updated_at()
 
     __table_args__ = (
-        *stage_task_table_args(),
         ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
         CheckConstraint("status IN ('queued','running','succeeded','failed')", name="ck_task_status"),
         CheckConstraint("attempt_count >= 0 AND max_attempts > 0", name="ck_task_attempts"),
@@ -89,12 +92,11 @@ class Task(TaskTypeColumns, Base):
         CheckConstraint("length(lane_resource_key) > 0", name="ck_task_lane_resource_key"),
         CheckConstraint("observed_cost IS NULL OR observed_cost >= 0", name="ck_task_observed_cost"),
         CheckConstraint(
-            "termination_reason IS NULL OR termination_reason IN "
-            "('analysis_cost_limit','unknown_execution','timeout','cancelled','process_failed')",
+            f"termination_reason IS NULL OR termination_reason IN {TERMINATION_REASONS}",
             name="ck_task_termination_reason",
         ),
         CheckConstraint(
-            "termination_signal IS NULL OR termination_signal IN ('SIGTERM','SIGKILL','already_exited')",
+            f"termination_signal IS NULL OR termination_signal IN {TERMINATION_SIGNALS}",
             name="ck_task_termination_signal",
         ),
         UniqueConstraint("scope_id", "id", name="uq_task_scope_id"),
@@ -133,6 +135,56 @@ class Task(TaskTypeColumns, Base):
             postgresql_where=text("status = 'queued'"),
         ),
         Index("ix_tasks_running_lease", "lease_expires_at", postgresql_where=text("status = 'running'")),
+    )
+
+
+class TaskAttempt(Base):
+    """One execution of a task, whatever its type: written by the claim (``prepared``, with the claim's
+    generation and lease owner), ``external_started`` before a non-idempotent external call, and ended
+    ``completed``, ``failed`` or ``unknown_execution`` (a worker that died after its external call
+    started; ``resume_available``) with ``finished_at``."""
+
+    __tablename__ = "task_attempts"
+    scope_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    state: Mapped[str] = mapped_column(String(32), nullable=False, default="prepared")
+    claim_generation: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    executor_attempt_id: Mapped[str | None] = mapped_column(String(255))
+    resume_of_attempt_id: Mapped[str | None] = mapped_column(String(255))
+    observed_cost: Mapped[Decimal | None] = mapped_column(Numeric(20, 8))
+    usage_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    termination_reason: Mapped[str | None] = mapped_column(String(64))
+    termination_signal: Mapped[str | None] = mapped_column(String(16))
+    resume_available: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=text("false"))
+    resume_reason: Mapped[str | None] = mapped_column(String(64))
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = updated_at()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        ForeignKeyConstraint(["scope_id", "task_id"], ["tasks.scope_id", "tasks.id"], ondelete="CASCADE"),
+        UniqueConstraint("attempt_id", name="uq_task_attempts_attempt_id"),
+        CheckConstraint(f"state IN {ATTEMPT_STATES!r}".replace('"', "'"), name="ck_task_attempt_state"),
+        CheckConstraint("attempt > 0", name="ck_task_attempt_number"),
+        CheckConstraint("observed_cost IS NULL OR observed_cost >= 0", name="ck_task_attempt_observed_cost"),
+        CheckConstraint(
+            f"termination_reason IS NULL OR termination_reason IN {TERMINATION_REASONS}",
+            name="ck_task_attempt_termination_reason",
+        ),
+        CheckConstraint(
+            f"termination_signal IS NULL OR termination_signal IN {TERMINATION_SIGNALS}",
+            name="ck_task_attempt_termination_signal",
+        ),
+        Index(
+            "uq_task_attempt_executor_id",
+            "executor_attempt_id",
+            unique=True,
+            postgresql_where=text("executor_attempt_id IS NOT NULL"),
+        ),
     )
 
 
