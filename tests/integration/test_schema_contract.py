@@ -148,3 +148,99 @@ def test_migration_0029_moves_queued_telegram_polls_to_the_kits_lane(fresh_engin
         "claw": "clawbot_poll",
     }
     assert slots == [(lane_of("telegram"), "leased")]
+
+
+def test_migration_0030_moves_stage_columns_and_attempts_out_of_the_queues_tables(fresh_engine):
+    """0030 carries an image-stage task's columns to ``image_stage_tasks`` and every attempt to
+    ``task_attempts`` (the pipeline's ``image_processing_attempts`` keeps the stage task's only);
+    deleting the meme still deletes its task; the downgrade puts both back."""
+    from alembic import command
+
+    from mewdex.db.migrate import alembic_config
+
+    upgrade(fresh_engine, "0029")
+    meme, job, sha = uuid.uuid4(), uuid.uuid4(), "a" * 64
+    with fresh_engine.begin() as conn:
+        conn.execute(text("INSERT INTO scopes (id, storage_namespace, created_at) VALUES ('s', :n, now())"),
+                     {"n": uuid.uuid4()})  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO memes (id, scope_id, storage_key, extension, size_bytes, sha256, context_status,"
+                " meme_context, provenance, extensions, revision, created_at, updated_at)"
+                " VALUES (:m, 's', :sha || '.png', '.png', 1, :sha, 'pending', '{}', '{}', '{}', 1, now(), now())"
+            ),
+            {"m": meme, "sha": sha},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO image_processing_jobs (id, scope_id, meme_id, revision, image_sha256,"
+                " processing_config_hash, processing_config, reverse_image_policy, status, claim_generation,"
+                " created_at, updated_at) VALUES (:j, 's', :m, 1, :sha, :sha, '{}', 'forbid', 'running', 0,"
+                " now(), now())"
+            ),
+            {"j": job, "m": meme, "sha": sha},
+        )
+        for task_id, task_type, stage in (("stage", "visual_embedding_generation", "visual"), ("other", "noop", None)):
+            conn.execute(
+                text(
+                    "INSERT INTO tasks (id, scope_id, task_type, submission_mode, image_stage, processing_job_id,"
+                    " target_meme_id, target_image_sha256, lane, status, payload, claim_generation, attempt_count,"
+                    " max_attempts, available_at, created_at, updated_at) VALUES (:id, 's', :t, :mode, :st, :j,"
+                    " :m, :sha, 'default', 'succeeded', '{}', 1, 1, 3, now(), now(), now())"
+                ),
+                {
+                    "id": task_id,
+                    "t": task_type,
+                    "mode": "pipeline" if stage else None,
+                    "st": stage,
+                    "j": job if stage else None,
+                    "m": meme if stage else None,
+                    "sha": sha if stage else None,
+                },
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO image_processing_attempts (scope_id, task_id, attempt, attempt_id, stage, state,"
+                    " input_digest, target_sha256, claim_generation, executor_attempt_id, created_at, updated_at)"
+                    " VALUES ('s', :id, 1, :a, :st, 'completed', :z, :z, 1, :x, now(), now())"
+                ),
+                {"id": task_id, "a": f"{task_id}:1", "st": stage or task_type, "z": "0" * 64, "x": f"exec-{task_id}"},
+            )
+
+    upgrade(fresh_engine)
+    with fresh_engine.connect() as conn:
+        moved = conn.execute(
+            text(
+                "SELECT task_id, image_stage, processing_job_id, target_meme_id, target_image_sha256"
+                " FROM image_stage_tasks"
+            )
+        ).all()
+        attempts = conn.execute(text("SELECT task_id, state, executor_attempt_id FROM task_attempts ORDER BY 1")).all()
+        pipeline = conn.execute(text("SELECT task_id FROM image_processing_attempts")).scalars().all()
+        columns = set(
+            conn.execute(
+                text("SELECT column_name FROM information_schema.columns WHERE table_name = 'tasks'")
+            ).scalars()
+        )
+    assert moved == [("stage", "visual", job, meme, sha)]
+    assert attempts == [("other", "completed", "exec-other"), ("stage", "completed", "exec-stage")]
+    assert pipeline == ["stage"]
+    assert not columns & {"image_stage", "processing_job_id", "target_meme_id", "target_image_sha256"}
+
+    cfg = alembic_config()
+    with fresh_engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0029")
+    with fresh_engine.connect() as conn:
+        back = conn.execute(text("SELECT id, image_stage, target_meme_id FROM tasks ORDER BY id")).all()
+        stages = dict(conn.execute(text("SELECT task_id, stage FROM image_processing_attempts")).all())
+    assert back == [("other", None, None), ("stage", "visual", meme)]
+    assert stages == {"other": "noop", "stage": "visual"}
+
+    upgrade(fresh_engine)
+    with fresh_engine.begin() as conn:
+        conn.execute(text("DELETE FROM memes WHERE id = :m"), {"m": meme})
+    with fresh_engine.connect() as conn:
+        left = conn.execute(text("SELECT id FROM tasks ORDER BY id")).scalars().all()
+        stage_rows = conn.execute(text("SELECT count(*) FROM image_stage_tasks")).scalar_one()
+    assert left == ["other"] and stage_rows == 0  # the meme's task went with it, as before 0030
