@@ -24,8 +24,9 @@ SEMANTIC_VERSION = 2
 #: and ``tokenize``): the next start rewrites every library's keyword documents from the stored contexts
 #: (``mewdex.runtime.check_keyword_recipe``). 2: Traditional Chinese folded to Simplified (OpenCC).
 #: (The ``tags`` field of issue 43 needed no bump: no document held a tag before it.) 3: image labels
-#: in both languages with their general word, from the shipped tables (:func:`label_terms`).
-KEYWORD_VERSION = 3
+#: in both languages with their general word, from the shipped tables (:func:`label_terms`). 4: the
+#: ``labels`` field weighs as much as OCR text (``keyword.FIELD_WEIGHTS``: 0.5 → 1.0; issue 45 item 7).
+KEYWORD_VERSION = 4
 
 
 def context_hash(context: dict[str, Any]) -> str:

@@ -17,8 +17,10 @@ from mewdex.dto.search import SearchFilters
 from mewdex.library.listing import exists_sql
 from mewdex.search.text import fold, has_han, is_han, tokenize
 
-# Term frequency multipliers per context field (measured by bench/lab_text_recipe.py).
-FIELD_WEIGHTS = {"name": 2.0, "ocr": 1.0, "labels": 0.5, "vision": 1.0, "tags": 2.0}
+# Term frequency multipliers per context field (measured by bench/lab_text_recipe.py; ``labels`` 0.5 → 1.0
+# by bench/quality.py --extra-queries bench/visual_queries_zh.jsonl: the keyword leg's MRR@10 0.143 → 0.157,
+# fused 0.300 → 0.303, the Chinese picture descriptions' fused MRR@10 0.067 → 0.080; 2.0 was worse).
+FIELD_WEIGHTS = {"name": 2.0, "ocr": 1.0, "labels": 1.0, "vision": 1.0, "tags": 2.0}
 PHRASE_FIELD = "phrase"
 BM25_K1 = 1.2
 BM25_B = 0.75
