@@ -7,7 +7,8 @@ advisory lock on the slot's dedupe key (``schedule:<name>:<slot>``), checks whet
 key exists in any status, and enqueues one if not, so N processes never enqueue a slot twice, even
 when the first one's task already finished. A schedule's first slot is due one interval after its
 scheduler started (start-up work runs in ``mewdex.runtime`` instead). Finished tasks of a schedule
-older than ``keep_intervals`` intervals are deleted when a later slot is enqueued.
+older than ``keep_intervals`` intervals are deleted when a later slot is enqueued (at every
+:func:`prune_every`-th slot). A scheduler reads whether its due slot is taken before it takes the lock.
 
 Built-in maintenance schedules live in :mod:`mewdex.runtime.maintenance`; one of them
 (``scheduled_job_dispatch``) dispatches users' cron jobs (:mod:`mewdex.schedules.dispatch`).
@@ -65,20 +66,11 @@ class Schedule:
 def enqueue_slot(session: Session, schedule: Schedule, slot: int) -> Task | None:
     """Enqueue the schedule's task of ``slot`` unless a task for it exists already (any status);
     returns the new task, or None. Safe against concurrent callers in other processes (an advisory
-    lock on the slot key, held to the end of the caller's transaction)."""
+    lock on the slot key, held to the end of the caller's transaction). Finished tasks of the schedule
+    past what it keeps are deleted at every :func:`prune_every`-th slot."""
     key = schedule.dedupe_key(slot)
     session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
-    exists = session.execute(
-        select(Task.id)
-        .where(
-            Task.scope_id == schedule.scope_id,
-            Task.task_type == schedule.task_type,
-            Task.dedupe_key == key,
-            Task.submission_mode == "standalone",  # ix_tasks_standalone_dedupe: no scan of all tasks
-        )
-        .limit(1)
-    ).first()
-    if exists is not None:
+    if slot_taken(session, schedule, slot):
         return None
     task = registry.submit(
         session,
@@ -88,8 +80,32 @@ def enqueue_slot(session: Session, schedule: Schedule, slot: int) -> Task | None
         payload=dict(schedule.payload, slot=slot),
         submission_mode="standalone",
     )
-    _prune(session, schedule)
+    if slot % prune_every(schedule) == 0:
+        _prune(session, schedule)
     return task
+
+
+def slot_taken(session: Session, schedule: Schedule, slot: int) -> bool:
+    """Whether a task of the schedule's ``slot`` exists (any status)."""
+    return (
+        session.execute(
+            select(Task.id)
+            .where(
+                Task.scope_id == schedule.scope_id,
+                Task.task_type == schedule.task_type,
+                Task.dedupe_key == schedule.dedupe_key(slot),
+                Task.submission_mode == "standalone",  # ix_tasks_standalone_dedupe: no scan of all tasks
+            )
+            .limit(1)
+        ).first()
+        is not None
+    )
+
+
+def prune_every(schedule: Schedule) -> int:
+    """Prune a schedule's finished tasks at every this many slots (a sixth of what it keeps: a one-second
+    schedule keeping 60 prunes every 10 s, not at every tick of every process)."""
+    return max(1, schedule.keep_intervals // 6)
 
 
 def _prune(session: Session, schedule: Schedule) -> None:
@@ -131,6 +147,12 @@ class Scheduler:
             slot = math.floor(now / seconds)
             self._next_due[schedule.name] = (slot + 1) * seconds
             try:
+                # Every process's scheduler is due at the same moment: the ones that come after the slot
+                # was enqueued learn it from one read, without the lock and its transaction (an idle server
+                # with two workers spent most of its CPU on the one-second schedules' ticks).
+                with self.sessions() as session:
+                    if slot_taken(session, schedule, slot):
+                        continue
                 with self.sessions.begin() as session:
                     task = enqueue_slot(session, schedule, slot)
             except Exception as exc:
