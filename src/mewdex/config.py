@@ -265,12 +265,6 @@ class Settings(_FromEnvironment):
         description="Channel tasks (deliveries, inbound messages) one account runs at once, all processes: "
         "its share of the `channel` lane.",
     )
-    schedule_scope_concurrency: int = Field(
-        default=2,
-        ge=1,
-        le=8,
-        description="Scheduled runs one account runs at once, all processes: its share of the `schedules` lane.",
-    )
     resource_concurrency: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict,
         description='JSON {"lane/resource_key": n} or key=n pairs: slots of one resource key (default: the lane\'s).',
@@ -317,18 +311,6 @@ class Settings(_FromEnvironment):
         description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.',
         examples=['{"gpt-4o-mini": {"tokens_in": 1e-6}}'],
     )
-    schedule_max_jobs_per_account: int = Field(
-        default=20, ge=1, description="Scheduled jobs one account may have (admins can change it at run time)."
-    )
-    schedule_min_interval_minutes: int = Field(
-        default=5,
-        ge=1,
-        le=1440,
-        description="Shortest gap between two runs a job's cron may ask for (admins can change it at run time).",
-    )
-    schedule_keep_run_conversations: int = Field(
-        default=20, ge=1, description="An isolated job keeps the conversations of its latest runs; older are deleted."
-    )
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
     watch_dirs: Annotated[list[str], NoDecode] = Field(
@@ -359,11 +341,6 @@ class Settings(_FromEnvironment):
     )
     retention_audit_days: float = Field(
         default=365.0, gt=0, description="Connector audit rows of successful calls are deleted after this long."
-    )
-    retention_schedule_conversation_days: float = Field(
-        default=30.0,
-        gt=0,
-        description="Conversations of successful isolated schedule runs are deleted after this long.",
     )
     trash_days: float = Field(
         default=30.0,

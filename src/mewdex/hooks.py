@@ -161,6 +161,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     Plugin("mewdex.channels.metrics", {"metric_collectors": ("deliveries",)}),
     Plugin("mewdex.schedules.dispatch", {"task_types": ("scheduled_job_dispatch",), "account_hooks": ("schedules",)}),
     Plugin("mewdex.schedules.runner", {"lanes": ("schedules",), "task_types": ("scheduled_job_run",)}),
+    Plugin("mewdex.schedules.settings", {"settings": ("schedules",)}),
     Plugin(
         "mewdex.runtime.maintenance",
         {"task_types": ("storage_recovery", "disk_rescan", "thumbnail_reconcile", "retention")},

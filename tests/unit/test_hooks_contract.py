@@ -83,6 +83,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "backups": "mewdex.backups.settings",
         "clawbot": "mewdex.channels.clawbot.settings",
         "discord": "mewdex.channels.discord.settings",
+        "schedules": "mewdex.schedules.settings",
         "telegram": "mewdex.channels.telegram.settings",
     },
     "task_rows": {

@@ -20,6 +20,7 @@ from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader
 from markupsafe import Markup
 
 from mewdex import backups as backups_package
+from mewdex import schedules as schedules_package
 from mewdex.channels import card
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.media import media_kind
@@ -30,12 +31,18 @@ from mewdex.web.base_path import route_path
 from mewdex.web.server_state import page_state
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
-# A capability package brings its own card: the admin page's backups card, "backups/card.html", is
-# src/mewdex/backups/card.html (a channel's card is declared data: mewdex.channels.card).
+# A capability package brings its own templates, mounted under its name: the admin page's backups
+# card, "backups/card.html", is src/mewdex/backups/card.html; the schedules page "schedules/page.html"
+# is src/mewdex/schedules/page.html (a channel's card is declared data: mewdex.channels.card).
 templates.env.loader = ChoiceLoader(
     [
         FileSystemLoader(Path(__file__).parent / "templates"),
-        PrefixLoader({"backups": FileSystemLoader(Path(backups_package.__file__).parent)}),
+        PrefixLoader(
+            {
+                "backups": FileSystemLoader(Path(backups_package.__file__).parent),
+                "schedules": FileSystemLoader(Path(schedules_package.__file__).parent),
+            }
+        ),
     ]
 )
 
