@@ -339,9 +339,6 @@ class Settings(_FromEnvironment):
     retention_delivery_days: float = Field(
         default=90.0, gt=0, description="Sent and cancelled channel deliveries are deleted after this long."
     )
-    retention_audit_days: float = Field(
-        default=365.0, gt=0, description="Connector audit rows of successful calls are deleted after this long."
-    )
     trash_days: float = Field(
         default=30.0,
         gt=0,

@@ -130,6 +130,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     Plugin("mewdex.providers.reverse_image", {"providers": ("yandex_image_search", "serpapi_google_lens")}),
     Plugin("mewdex.providers.webhook", {"providers": ("webhook",)}),
     Plugin("mewdex.providers.metrics", {"metric_collectors": ("providers",)}),
+    Plugin("mewdex.providers.connectors.settings", {"settings": ("connectors",)}),
     Plugin(
         "mewdex.providers.search_steps",
         {

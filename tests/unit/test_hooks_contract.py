@@ -82,6 +82,7 @@ EXPECTED: dict[str, dict[str, str]] = {
     "settings": {
         "backups": "mewdex.backups.settings",
         "clawbot": "mewdex.channels.clawbot.settings",
+        "connectors": "mewdex.providers.connectors.settings",
         "discord": "mewdex.channels.discord.settings",
         "schedules": "mewdex.schedules.settings",
         "telegram": "mewdex.channels.telegram.settings",

@@ -90,12 +90,14 @@ def _deliveries(session: Session, limit: int) -> int:
 
 
 def _audits(session: Session, limit: int) -> int:
+    from mewdex.providers.connectors import connector_settings
+
     return _delete(
         session,
         "external_system_audits",
         "audit_id",
         "outcome = 'ok' AND created_at < now() - make_interval(secs => :age) ORDER BY created_at",
-        get_settings().retention_audit_days * DAY,
+        connector_settings().retention_audit_days * DAY,
         limit,
     )
 

@@ -39,10 +39,10 @@ WEB_KIT = WebKit(
 capability.lend(WEB_KIT)
 
 #: The capability packages with routes of their own (a module-level ``router``), in mounting order.
-ROUTES = ("mewdex.schedules.routes",)
+ROUTES = ("mewdex.providers.connectors.routes", "mewdex.schedules.routes")
 
 #: The packages whose ``static/`` folder is served under ``/static/`` beside the shell's own.
-STATIC_PACKAGES = ("mewdex.schedules",)
+STATIC_PACKAGES = ("mewdex.providers.connectors", "mewdex.schedules")
 
 
 def routers() -> list[APIRouter]:
