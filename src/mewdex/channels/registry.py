@@ -50,7 +50,9 @@ using it: the hook registry imports it when its adapter is first looked up)::
 * **Card**: ``card`` is its card on the Channels page as data, a setup schema of
   :mod:`mewdex.channels.card` (fields, buttons, what an answer reveals, …) that the web shell's one
   generic card renders (no channel needs a template or script of its own), and ``info`` the fields
-  its adapter's ``status()`` adds to ``GET /api/v1/channels`` (:func:`info_fields`).
+  its adapter's ``status()`` adds to ``GET /api/v1/channels`` (:func:`info_fields`). How the page's
+  linked chats show one of its bindings is declared too: ``shown_by`` (a key of the binding's config
+  shown instead of its identity) and ``outbound_only`` (no pool or auto-save to set).
 * **Third-party channels**: a plugin module (an entry point of ``mewdex.plugins``, or
   ``MEWDEX_TASK_MODULES``) that registers its adapter and calls :func:`declare` is listed by
   :func:`channels` after the built-in ones, with its card.
@@ -111,7 +113,9 @@ class Channel:
     ``card`` (its card on the Channels page as a setup schema, :mod:`mewdex.channels.card`; None: the
     one-time-code card when its adapter binds by a code, else none), ``info`` (the fields its
     adapter's ``status()`` adds to its entry of ``GET /api/v1/channels``:
-    name → ``(type, pydantic.Field(...))``)."""
+    name → ``(type, pydantic.Field(...))``), ``shown_by`` (the key of a binding's ``config`` that the
+    Channels page shows a linked chat by, instead of its identity; the webhook's ``"url"``),
+    ``outbound_only`` (no chat talks to it: a linked one has no pool and no auto-save to set)."""
 
     name: str
     modules: tuple[str, ...]
@@ -120,6 +124,8 @@ class Channel:
     locales: Path | None = None
     card: tuple[card_schema.Block, ...] | None = None
     info: Mapping[str, tuple[Any, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    shown_by: str | None = None
+    outbound_only: bool = False
 
 
 class ChannelMissing(RuntimeError):

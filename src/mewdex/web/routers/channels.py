@@ -251,6 +251,7 @@ def channels_page(
             "page": "channels",
             "channels": channel_infos(),
             "cards": cards,  # each channel's setup schema (partials/channel_card.html renders it)
+            "declared": {c.name: c for c in registry.channels()},  # shown_by, outbound_only of each
             "bindings": by_channel,
             "linked": [bindings.api_view(b) for b in rows if b.status == "active"],
             "collections": collections,  # a linked chat's pool is one of them
