@@ -3,10 +3,10 @@ package"): the :class:`WebKit` the web layer lends once per process (:func:`lend
 any package's ``routes`` module, which reads it at import (:func:`web_kit`).
 
 A capability's routes module (a channel's ``routes.py``, ``schedules/routes.py``,
-``providers/connectors/routes.py``) imports FastAPI but never ``mewdex.web``; every app that mounts
-its module-level router hands it its own state through these dependencies (its sessionmaker, its
-``dependency_overrides``). A low module (standard library only), so that a package of any layer can
-read it.
+``providers/connectors/routes.py``, ``assistant/routes.py``) imports FastAPI but never
+``mewdex.web``; every app that mounts its module-level router hands it its own state through these
+dependencies (its sessionmaker, its ``dependency_overrides``). A low module (standard library
+only), so that a package of any layer can read it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,15 @@ class WebKit:
       work a route does in its own transactions (platform callbacks, off the event loop);
     - ``render``: ``render(request, "<package>/<template>.html", context)``, a page in the request's
       language (the web layer's templates mount each package's under its name);
-    - ``parse_id``: ``parse_id(value, what) -> UUID``, 404 ``not_found`` for anything else.
+    - ``parse_id``: ``parse_id(value, what) -> UUID``, 404 ``not_found`` for anything else;
+    - ``streaming_scope``: a dependency, :attr:`current_scope` for a route that streams a request body
+      (authenticated in a transaction of its own that ends before the body is read);
+    - ``page_language``: ``page_language(request) -> "en" | "zh" | None``, the language of the page
+      that sent the request (None: a script's request names none);
+    - ``read_query_image``: ``await read_query_image(request, max_bytes=…) -> (bytes, file name, fields)``,
+      the image of a multipart body (field ``file``) bounded while it streams;
+    - ``upload_slot``: ``async with upload_slot(scope_id)``, one of the scope's concurrent-upload slots
+      (429 ``too_many_uploads``).
     """
 
     db_session: Callable[..., Any]
@@ -44,6 +52,10 @@ class WebKit:
     current_principal: Callable[..., Any]
     render: Callable[..., Any]
     parse_id: Callable[..., Any]
+    streaming_scope: Callable[..., Any]
+    page_language: Callable[..., Any]
+    read_query_image: Callable[..., Any]
+    upload_slot: Callable[..., Any]
 
 
 _web: WebKit | None = None

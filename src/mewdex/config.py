@@ -445,18 +445,7 @@ class Settings(_FromEnvironment):
             )
         return self
 
-    # Assistant (issue 16): a run whose owner is gone (another host) or that ran this long is reaped
-    # to ``error``; the pause between streamed reply chunks (0: none; tests slow it to stop mid-stream).
-    assistant_run_timeout_seconds: int = Field(default=600, ge=10)
-    assistant_stream_delay_ms: int = Field(default=0, ge=0, le=5000)
-    # With a chat model: model calls per reply (tool steps), messages sent before older ones are
-    # folded into a summary, and the auto-title by a cheap model (off: the first message titles it).
-    assistant_max_steps: int = Field(default=6, ge=1, le=20)
-    assistant_context_messages: int = Field(default=20, ge=4, le=200)
-    assistant_llm_titles: bool = True
-    assistant_title_model: str | None = Field(
-        default=None, description="Model of the chat connector that titles conversations (unset: its chat model)."
-    )
+    # The assistant's own settings are declared in its package (mewdex/assistant/settings.py).
 
     # Security (README "Security"): who may reach the server and how much a request may send.
     allowed_hosts: Annotated[list[str], NoDecode] = Field(

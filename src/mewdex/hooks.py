@@ -141,6 +141,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
         },
     ),
     Plugin("mewdex.assistant.runs", {"task_types": ("conversation_run_reaping",)}),
+    Plugin("mewdex.assistant.settings", {"settings": ("assistant",)}),
     # The channel packages, in the order the Channels page lists them (channels.registry.load()).
     _channel("telegram", sealed_settings=("channel_telegram_bot",), settings=("telegram",)),
     _channel("webhook"),

@@ -80,6 +80,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "llm_rerank": "mewdex.providers.search_steps",
     },
     "settings": {
+        "assistant": "mewdex.assistant.settings",
         "backups": "mewdex.backups.settings",
         "clawbot": "mewdex.channels.clawbot.settings",
         "connectors": "mewdex.providers.connectors.settings",

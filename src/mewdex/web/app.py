@@ -27,7 +27,6 @@ from mewdex.web.routers import (
     admin,
     api_docs,
     auth,
-    chat_page,
     collection_pages,
     collection_shares,
     collections,
@@ -52,7 +51,6 @@ from mewdex.web.routers import (
     visual,
 )
 from mewdex.web.routers import channels as channel_routes
-from mewdex.web.routers import conversations as conversation_routes
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +130,6 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         usage,
         admin,
         account_pages,
-        conversation_routes,
-        chat_page,
         channel_routes,
         pwa,
     ):

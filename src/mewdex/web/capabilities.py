@@ -22,8 +22,11 @@ from mewdex.web.deps import (
     parse_id,
     public_base_url,
     require_admin,
+    streaming_scope,
 )
+from mewdex.web.i18n import page_language
 from mewdex.web.templating import render
+from mewdex.web.uploads import read_query_image, upload_slot
 
 #: What a capability's routes get of the web layer (:class:`mewdex.capability.WebKit`).
 WEB_KIT = WebKit(
@@ -35,14 +38,18 @@ WEB_KIT = WebKit(
     current_principal=current_principal,
     render=render,
     parse_id=parse_id,
+    streaming_scope=streaming_scope,
+    page_language=page_language,
+    read_query_image=read_query_image,
+    upload_slot=upload_slot,
 )
 capability.lend(WEB_KIT)
 
 #: The capability packages with routes of their own (a module-level ``router``), in mounting order.
-ROUTES = ("mewdex.providers.connectors.routes", "mewdex.schedules.routes")
+ROUTES = ("mewdex.providers.connectors.routes", "mewdex.assistant.routes", "mewdex.schedules.routes")
 
 #: The packages whose ``static/`` folder is served under ``/static/`` beside the shell's own.
-STATIC_PACKAGES = ("mewdex.providers.connectors", "mewdex.schedules")
+STATIC_PACKAGES = ("mewdex.providers.connectors", "mewdex.assistant", "mewdex.schedules")
 
 
 def routers() -> list[APIRouter]:
