@@ -265,12 +265,6 @@ class Settings(_FromEnvironment):
         description="Channel tasks (deliveries, inbound messages) one account runs at once, all processes: "
         "its share of the `channel` lane.",
     )
-    schedule_scope_concurrency: int = Field(
-        default=2,
-        ge=1,
-        le=8,
-        description="Scheduled runs one account runs at once, all processes: its share of the `schedules` lane.",
-    )
     resource_concurrency: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict,
         description='JSON {"lane/resource_key": n} or key=n pairs: slots of one resource key (default: the lane\'s).',
@@ -317,18 +311,6 @@ class Settings(_FromEnvironment):
         description='CNY per unit by model profile, e.g. {"gpt-4o-mini": {"tokens_in": 1e-6}}.',
         examples=['{"gpt-4o-mini": {"tokens_in": 1e-6}}'],
     )
-    schedule_max_jobs_per_account: int = Field(
-        default=20, ge=1, description="Scheduled jobs one account may have (admins can change it at run time)."
-    )
-    schedule_min_interval_minutes: int = Field(
-        default=5,
-        ge=1,
-        le=1440,
-        description="Shortest gap between two runs a job's cron may ask for (admins can change it at run time).",
-    )
-    schedule_keep_run_conversations: int = Field(
-        default=20, ge=1, description="An isolated job keeps the conversations of its latest runs; older are deleted."
-    )
     media_url_ttl_seconds: int = Field(default=3600, ge=1, le=86400)
     disk_rescan_seconds: int = Field(default=900, ge=10)
     watch_dirs: Annotated[list[str], NoDecode] = Field(
@@ -356,14 +338,6 @@ class Settings(_FromEnvironment):
     )
     retention_delivery_days: float = Field(
         default=90.0, gt=0, description="Sent and cancelled channel deliveries are deleted after this long."
-    )
-    retention_audit_days: float = Field(
-        default=365.0, gt=0, description="Connector audit rows of successful calls are deleted after this long."
-    )
-    retention_schedule_conversation_days: float = Field(
-        default=30.0,
-        gt=0,
-        description="Conversations of successful isolated schedule runs are deleted after this long.",
     )
     trash_days: float = Field(
         default=30.0,
@@ -471,18 +445,7 @@ class Settings(_FromEnvironment):
             )
         return self
 
-    # Assistant (issue 16): a run whose owner is gone (another host) or that ran this long is reaped
-    # to ``error``; the pause between streamed reply chunks (0: none; tests slow it to stop mid-stream).
-    assistant_run_timeout_seconds: int = Field(default=600, ge=10)
-    assistant_stream_delay_ms: int = Field(default=0, ge=0, le=5000)
-    # With a chat model: model calls per reply (tool steps), messages sent before older ones are
-    # folded into a summary, and the auto-title by a cheap model (off: the first message titles it).
-    assistant_max_steps: int = Field(default=6, ge=1, le=20)
-    assistant_context_messages: int = Field(default=20, ge=4, le=200)
-    assistant_llm_titles: bool = True
-    assistant_title_model: str | None = Field(
-        default=None, description="Model of the chat connector that titles conversations (unset: its chat model)."
-    )
+    # The assistant's own settings are declared in its package (mewdex/assistant/settings.py).
 
     # Security (README "Security"): who may reach the server and how much a request may send.
     allowed_hosts: Annotated[list[str], NoDecode] = Field(

@@ -130,6 +130,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     Plugin("mewdex.providers.reverse_image", {"providers": ("yandex_image_search", "serpapi_google_lens")}),
     Plugin("mewdex.providers.webhook", {"providers": ("webhook",)}),
     Plugin("mewdex.providers.metrics", {"metric_collectors": ("providers",)}),
+    Plugin("mewdex.providers.connectors.settings", {"settings": ("connectors",)}),
     Plugin(
         "mewdex.providers.search_steps",
         {
@@ -140,6 +141,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
         },
     ),
     Plugin("mewdex.assistant.runs", {"task_types": ("conversation_run_reaping",)}),
+    Plugin("mewdex.assistant.settings", {"settings": ("assistant",)}),
     # The channel packages, in the order the Channels page lists them (channels.registry.load()).
     _channel("telegram", sealed_settings=("channel_telegram_bot",), settings=("telegram",)),
     _channel("webhook"),
@@ -161,6 +163,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     Plugin("mewdex.channels.metrics", {"metric_collectors": ("deliveries",)}),
     Plugin("mewdex.schedules.dispatch", {"task_types": ("scheduled_job_dispatch",), "account_hooks": ("schedules",)}),
     Plugin("mewdex.schedules.runner", {"lanes": ("schedules",), "task_types": ("scheduled_job_run",)}),
+    Plugin("mewdex.schedules.settings", {"settings": ("schedules",)}),
     Plugin(
         "mewdex.runtime.maintenance",
         {"task_types": ("storage_recovery", "disk_rescan", "thumbnail_reconcile", "retention")},

@@ -97,6 +97,14 @@ def test_link_telegram_chat_log_webhook_and_unlink(browser, channel_server):
         pg.reload()
         assert secret not in pg.content(), "the secret is shown once"
         assert pg.locator("#channel-webhook .channel-state.ok").count() == 1
+        assert receiver.url in pg.inner_text("#channel-webhook .channel-state.ok")
+        # The webhook declares how a linked one shows (CHANNEL.shown_by, outbound_only): by its URL,
+        # with no pool or auto-save to set; a chat's row keeps both.
+        hooked = pg.locator("table.linked tr[data-channel='webhook']")
+        assert hooked.locator("code").inner_text() == receiver.url
+        assert hooked.locator("[data-setting]").count() == 0
+        assert linked.locator("select[data-setting='pool']").count() == 1
+        assert linked.locator("input[data-setting='save_all']").count() == 1
 
         pg.click("#channel-webhook [data-action='revoke-channel']")
         pg.wait_for_function("() => !document.querySelector('#channel-webhook .channel-state.ok')")

@@ -194,7 +194,13 @@ def test_the_installed_wheel_serves_from_an_empty_folder(venv, tmp_path):
             docs = client.get("/docs")
             assert docs.status_code == 200 and "swagger-ui" in docs.text
             assert client.get("/openapi.json").json()["info"]["version"] == VERSION
-            for asset in ("/static/app.js", "/static/mewdex.css", "/docs-assets/swagger-ui-bundle.js"):
+            # A capability package's script is served from its own static/ under /static/ (web.capabilities).
+            for asset in (
+                "/static/app.js",
+                "/static/mewdex.css",
+                "/static/schedules.js",
+                "/docs-assets/swagger-ui-bundle.js",
+            ):
                 answer = client.get(asset)
                 assert answer.status_code == 200 and len(answer.content) > 100, asset
             found = client.post("/api/v1/search", json={"query": "熊本熊"})

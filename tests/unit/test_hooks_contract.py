@@ -80,9 +80,12 @@ EXPECTED: dict[str, dict[str, str]] = {
         "llm_rerank": "mewdex.providers.search_steps",
     },
     "settings": {
+        "assistant": "mewdex.assistant.settings",
         "backups": "mewdex.backups.settings",
         "clawbot": "mewdex.channels.clawbot.settings",
+        "connectors": "mewdex.providers.connectors.settings",
         "discord": "mewdex.channels.discord.settings",
+        "schedules": "mewdex.schedules.settings",
         "telegram": "mewdex.channels.telegram.settings",
     },
     "task_rows": {

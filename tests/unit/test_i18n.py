@@ -12,7 +12,10 @@ from typing import get_args
 import pytest
 from starlette.requests import Request
 
+import mewdex.assistant  # noqa: F401 - as backups
 import mewdex.backups  # noqa: F401 - its words join the core ones when it is imported, as in the app
+import mewdex.providers.connectors  # noqa: F401 - as backups
+import mewdex.schedules  # noqa: F401 - as backups
 from mewdex.channels import registry
 from mewdex.dto import i18n
 from mewdex.dto.media import MediaKind
@@ -24,6 +27,8 @@ SRC = Path(i18n.__file__).parents[1]
 WEB = SRC / "web"
 TEMPLATES = sorted((WEB / "templates").rglob("*.html")) + sorted((SRC / "channels").rglob("*.html"))
 TEMPLATES += sorted((SRC / "backups").rglob("*.html"))  # a capability package's card
+TEMPLATES += sorted((SRC / "schedules").rglob("*.html"))  # and pages
+TEMPLATES += sorted((SRC / "providers" / "connectors").rglob("*.html")) + sorted((SRC / "assistant").rglob("*.html"))
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 
 

@@ -1,2 +1,22 @@
 """The chat assistant (issue 16): conversations and messages (seed 004), the retrieval-only reply,
-runs (owner, cancel, reaper). Below ``runtime``, above ``pipeline``/``search``."""
+runs (owner, cancel, reaper). Below ``runtime``, above ``pipeline``/``search``. A capability package
+(docs/architecture.md "A capability is a package"):
+
+- the assistant itself: ``conversations``, ``catalogue``/``tools`` (the tools MCP and the chat model
+  are built from), ``artifacts``, ``runs``, ``pool``, ``query``, ``retrieval``, ``agent``, ``prompts``,
+  ``titles``, ``chat``, ``shared_collections``, ``errors``;
+- ``settings``: ``MEWDEX_ASSISTANT_*`` (:class:`~.settings.AssistantSettings`, hook ``settings``);
+- ``routes`` (``/api/v1/conversations`` and the chat page ``/chat``, imported by the web layer only),
+  ``shapes`` (the API's request and response models), ``page.html`` (``assistant/page.html`` to the
+  web layer's templates), ``static/`` (``chat.js``, ``chat.css``: served under ``/static/``),
+  ``locales/{en,zh}.json`` (its words: the replies', the chat page's; added to the catalogues when the
+  package is imported).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mewdex.dto import i18n
+
+i18n.add_messages(Path(__file__).parent / "locales")

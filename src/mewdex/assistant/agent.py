@@ -41,7 +41,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.assistant import catalogue, conversations, shared_collections
 from mewdex.assistant.prompts import FINAL_STEP_PROMPT, SUMMARY_PROMPT, SYSTEM_PROMPT
-from mewdex.config import get_settings
+from mewdex.assistant.settings import settings as assistant_settings
 from mewdex.db.models import Message, ScopeContext
 from mewdex.dto.errors import DomainError
 from mewdex.dto.i18n import translate
@@ -244,7 +244,7 @@ class Agent:
             self.events.put(("end", None))
 
     def _loop(self) -> None:
-        settings = get_settings()
+        settings = assistant_settings()
         messages = self.context()
         tools_offered = tool_definitions(with_image=self.image is not None)
         steps = settings.assistant_max_steps
@@ -297,7 +297,7 @@ class Agent:
                 .order_by(Message.idx)
             ).all()
         window = [(idx, m) for idx, payload, refs in rows if (m := _history_message(payload, refs)) is not None]
-        limit = get_settings().assistant_context_messages
+        limit = assistant_settings().assistant_context_messages
         if len(window) > limit:
             keep = max(2, limit // 2)
             old, window = window[:-keep], window[-keep:]

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.assistant import agent, conversations, retrieval, runs, shared_collections, titles
 from mewdex.assistant import query as chat_query
 from mewdex.assistant.errors import AssistantError
-from mewdex.config import get_settings
+from mewdex.assistant.settings import settings as assistant_settings
 from mewdex.db.models import Artifact, Conversation, Message, ScopeContext
 from mewdex.dto.errors import DomainError
 from mewdex.dto.i18n import translate
@@ -60,7 +60,7 @@ class Run:
 
 
 def message_view(message: Message) -> dict[str, Any]:
-    """A message as the API shows it (``dto.assistant.MessageOut``)."""
+    """A message as the API shows it (``assistant.shapes.MessageOut``)."""
     payload = message.payload or {}
     refs = message.artifact_refs
     return {
@@ -210,7 +210,7 @@ def stream(sessions: sessionmaker[Session], run: Run, *, retrieval_only: bool = 
 def _retrieval_reply(
     sessions: sessionmaker[Session], run: Run, sent: _Sent, note: str | None = None
 ) -> Iterator[Event]:
-    delay = get_settings().assistant_stream_delay_ms / 1000
+    delay = assistant_settings().assistant_stream_delay_ms / 1000
     try:
         reply = retrieval.answer(
             sessions, run.scope, run.conversation_id, run.text, run.image, run.lang, guest=run.guest

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from mewdex.assistant import conversations
 from mewdex.assistant.errors import AssistantError
-from mewdex.config import get_settings
+from mewdex.assistant.settings import settings as assistant_settings
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import Conversation, ScopeContext, utcnow
 from mewdex.queue.maintenance import MAINTENANCE_LANE
@@ -104,7 +104,7 @@ def finish(conversation: Conversation, owner: str, *, error: str | None = None) 
 
 def reap(session: Session) -> int:
     """End every active run whose owner died (or that timed out) as ``error``; how many."""
-    timeout = timedelta(seconds=get_settings().assistant_run_timeout_seconds)
+    timeout = timedelta(seconds=assistant_settings().assistant_run_timeout_seconds)
     rows = (
         session.execute(
             select(Conversation).where(Conversation.run_status.in_(ACTIVE)).with_for_update(skip_locked=True)

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex.assistant import conversations, retrieval
 from mewdex.assistant.agent import chat_model
 from mewdex.assistant.prompts import TITLE_PROMPT
-from mewdex.config import get_settings
+from mewdex.assistant.settings import settings as assistant_settings
 from mewdex.db.models import ScopeContext
 from mewdex.providers import metering, openai_compat
 
@@ -23,7 +23,7 @@ def title_model(sessions: sessionmaker[Session], scope: ScopeContext) -> openai_
     """The model that titles conversations: ``MEWDEX_ASSISTANT_TITLE_MODEL`` on the chat connector
     (its price from the connector's price table), else the chat model; None when titles are off
     (``MEWDEX_ASSISTANT_LLM_TITLES=false``) or there is no chat model."""
-    settings = get_settings()
+    settings = assistant_settings()
     if not settings.assistant_llm_titles:
         return None
     model, _problem = chat_model(sessions, scope)

@@ -72,7 +72,7 @@ def schedule() -> dict[str, Any] | None:
 
 def stale_after(cron: str) -> timedelta:
     """Twice the gap between the cron expression's next two runs, at least a day."""
-    from mewdex.schedules import cron as cronmath
+    from mewdex.schedules import service as cronmath
 
     runs = cronmath.next_runs(cron, "UTC", datetime.now(UTC), 2)
     gap = runs[1] - runs[0] if len(runs) == 2 else timedelta(days=1)

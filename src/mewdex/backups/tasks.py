@@ -22,7 +22,7 @@ def backup_check(ctx: TaskContext) -> dict[str, Any]:
 
     from mewdex.platform.instance import get_setting, set_setting
     from mewdex.queue import registry
-    from mewdex.schedules import cron as cronmath
+    from mewdex.schedules import service as cronmath
 
     settings = backup_settings()
     if not settings.backup_dest:

@@ -50,7 +50,9 @@ using it: the hook registry imports it when its adapter is first looked up)::
 * **Card**: ``card`` is its card on the Channels page as data, a setup schema of
   :mod:`mewdex.channels.card` (fields, buttons, what an answer reveals, …) that the web shell's one
   generic card renders (no channel needs a template or script of its own), and ``info`` the fields
-  its adapter's ``status()`` adds to ``GET /api/v1/channels`` (:func:`info_fields`).
+  its adapter's ``status()`` adds to ``GET /api/v1/channels`` (:func:`info_fields`). How the page's
+  linked chats show one of its bindings is declared too: ``shown_by`` (a key of the binding's config
+  shown instead of its identity) and ``outbound_only`` (no pool or auto-save to set).
 * **Third-party channels**: a plugin module (an entry point of ``mewdex.plugins``, or
   ``MEWDEX_TASK_MODULES``) that registers its adapter and calls :func:`declare` is listed by
   :func:`channels` after the built-in ones, with its card.
@@ -73,13 +75,14 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any
 
 from mewdex import hooks
+from mewdex.capability import WebKit, lend, web_kit  # noqa: F401 - re-exported: what a channel's routes get
 from mewdex.channels import card as card_schema
 from mewdex.channels.base import ChannelAdapter
 from mewdex.channels.errors import ChannelError
@@ -110,7 +113,9 @@ class Channel:
     ``card`` (its card on the Channels page as a setup schema, :mod:`mewdex.channels.card`; None: the
     one-time-code card when its adapter binds by a code, else none), ``info`` (the fields its
     adapter's ``status()`` adds to its entry of ``GET /api/v1/channels``:
-    name → ``(type, pydantic.Field(...))``)."""
+    name → ``(type, pydantic.Field(...))``), ``shown_by`` (the key of a binding's ``config`` that the
+    Channels page shows a linked chat by, instead of its identity; the webhook's ``"url"``),
+    ``outbound_only`` (no chat talks to it: a linked one has no pool and no auto-save to set)."""
 
     name: str
     modules: tuple[str, ...]
@@ -119,48 +124,8 @@ class Channel:
     locales: Path | None = None
     card: tuple[card_schema.Block, ...] | None = None
     info: Mapping[str, tuple[Any, Any]] = field(default_factory=lambda: MappingProxyType({}))
-
-
-@dataclass(frozen=True)
-class WebKit:
-    """What the web layer lends a channel's routes (so that no channel package imports ``mewdex.web``).
-
-    - ``db_session``: a FastAPI dependency, the request's ``Session`` in a transaction (committed
-      after the handler returns);
-    - ``current_scope``: a dependency, the caller's ``ScopeContext`` (401 ``auth_required`` without
-      a session);
-    - ``require_admin``: a dependency, 403 ``admin_required`` unless the caller is an admin;
-    - ``public_base_url``: a dependency, the ``"https://host[:port]"`` this installation is reached
-      at (the callback URLs a platform is given);
-    - ``sessions``: a dependency, the ``sessionmaker`` of the request's (or WebSocket's) app, for
-      work a route does in its own transactions (platform callbacks, off the event loop).
-
-    The API's view of a binding is :func:`mewdex.channels.bindings.api_view`.
-    """
-
-    db_session: Callable[..., Any]
-    current_scope: Callable[..., Any]
-    require_admin: Callable[..., Any]
-    public_base_url: Callable[..., str]
-    sessions: Callable[..., Any]
-
-
-_web: WebKit | None = None
-
-
-def lend(kit: WebKit) -> None:
-    """The web layer lends its dependencies to the channels' routes (once per process, before it
-    imports a ``routes`` module)."""
-    global _web
-    _web = kit
-
-
-def web_kit() -> WebKit:
-    """The :class:`WebKit` the web layer lent (:func:`lend`); a ``routes`` module reads it at import.
-    ``RuntimeError`` outside the web layer (a worker never imports a ``routes`` module)."""
-    if _web is None:
-        raise RuntimeError("a channel's routes are imported by the web layer only (channels.registry.lend first)")
-    return _web
+    shown_by: str | None = None
+    outbound_only: bool = False
 
 
 class ChannelMissing(RuntimeError):

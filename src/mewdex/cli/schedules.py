@@ -19,7 +19,7 @@ def _call(fn, *args, all_scopes: bool = False, **kwargs):
     from mewdex.db.engine import get_sessionmaker
     from mewdex.dto.errors import DomainError
     from mewdex.library.scopes import default_scope
-    from mewdex.schedules.jobs import Viewer
+    from mewdex.schedules.service import Viewer
 
     _prepare()
     try:
@@ -32,19 +32,21 @@ def _call(fn, *args, all_scopes: bool = False, **kwargs):
 
 def _resolve(session, viewer, job_id: str):
     """A job by its id or an unambiguous prefix of it (8+ characters)."""
-    from mewdex.schedules import jobs
-    from mewdex.schedules.errors import ScheduleError
+    from mewdex.schedules import service as schedules
+    from mewdex.schedules.service import ScheduleError
 
     if len(job_id) >= 36:
-        return jobs.get(session, viewer, job_id)
-    matches = [j for j in jobs.list_jobs(session, viewer, limit=10_000) if str(j.job_id).startswith(job_id.lower())]
+        return schedules.get(session, viewer, job_id)
+    matches = [
+        j for j in schedules.list_jobs(session, viewer, limit=10_000) if str(j.job_id).startswith(job_id.lower())
+    ]
     if len(job_id) < 8 or len(matches) != 1:
         raise ScheduleError("not_found", f"no single schedule with id {job_id!r} (give 8+ characters of its id)")
     return matches[0]
 
 
 def _job_dict(job) -> dict[str, Any]:
-    from mewdex.schedules import cron
+    from mewdex.schedules import service as schedules
 
     return {
         "id": str(job.job_id),
@@ -55,7 +57,7 @@ def _job_dict(job) -> dict[str, Any]:
         "mode": job.mode,
         "notify": job.notify,
         "enabled": job.enabled,
-        "next_run": cron.run_view(job.next_run_at, job.tz),
+        "next_run": schedules.run_view(job.next_run_at, job.tz),
         "last_status": job.last_status,
         "last_error": job.last_error,
         "run_count": job.run_count,
@@ -84,8 +86,8 @@ def schedule_add(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Add a cron job that sends a meme, and show its next five runs."""
-    from mewdex.schedules import clock, cron, jobs
-    from mewdex.schedules.errors import ScheduleError
+    from mewdex.schedules import service as schedules
+    from mewdex.schedules.service import ScheduleError
 
     if webhook and channel:
         err.print("[red]error:[/red] give --webhook or --channel, not both")
@@ -109,17 +111,17 @@ def schedule_add(
         "max_runs": max_runs,
         "cost_cap_cny": cost_cap,
     }
-    job = _call(lambda s, v: _job_dict(jobs.create(s, v, values)))
+    job = _call(lambda s, v: _job_dict(schedules.create(s, v, values)))
     try:
-        runs = cron.next_runs(job["cron"], job["tz"], clock.now(), 5)
+        runs = schedules.next_runs(job["cron"], job["tz"], schedules.now(), 5)
     except ScheduleError:
         runs = []
-    next_five = [cron.run_view(r, job["tz"]) for r in runs]
+    next_five = [schedules.run_view(r, job["tz"]) for r in runs]
     if as_json:
         print(json.dumps({**job, "next_runs": next_five}, ensure_ascii=False))
         return
     _print_job(job)
-    console.print(cron.explain(job["cron"]))
+    console.print(schedules.explain(job["cron"]))
     for r in next_five:
         console.print(f"  next: {r['local_display']} {job['tz']} ({r['utc'][:16].replace('T', ' ')} UTC)")
 
@@ -129,9 +131,9 @@ def schedule_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The cron jobs, newest first, with their next run and last outcome."""
-    from mewdex.schedules import jobs
+    from mewdex.schedules import service as schedules
 
-    items = _call(lambda s, v: [_job_dict(j) for j in jobs.list_jobs(s, v)], all_scopes=all_scopes)
+    items = _call(lambda s, v: [_job_dict(j) for j in schedules.list_jobs(s, v)], all_scopes=all_scopes)
     if as_json:
         print(json.dumps({"items": items}, ensure_ascii=False))
         return
@@ -159,14 +161,14 @@ def schedule_runs(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """A job's runs, the latest slot first (skipped slots too)."""
-    from mewdex.schedules import cron, jobs
+    from mewdex.schedules import service as schedules
 
     def runs(session, viewer):
         job = _resolve(session, viewer, job_id)
         return job.tz, [
             {
                 "id": str(r.run_id),
-                "slot": cron.run_view(r.slot, job.tz),
+                "slot": schedules.run_view(r.slot, job.tz),
                 "status": r.status,
                 "reason": r.reason,
                 "coalesced": r.coalesced,
@@ -175,7 +177,7 @@ def schedule_runs(
                 "error": r.error,
                 "meme_id": str(r.meme_id) if r.meme_id else None,
             }
-            for r in jobs.runs(session, viewer, job.job_id, limit=limit)
+            for r in schedules.runs(session, viewer, job.job_id, limit=limit)
         ]
 
     tz, items = _call(runs, all_scopes=True)
@@ -194,9 +196,9 @@ def schedule_runs(
 
 
 def _state_change(action: str, job_id: str) -> None:
-    from mewdex.schedules import jobs
+    from mewdex.schedules import service as schedules
 
-    fn = {"pause": jobs.pause, "resume": jobs.resume, "delete": jobs.delete}[action]
+    fn = {"pause": schedules.pause, "resume": schedules.resume, "delete": schedules.delete}[action]
     job = _call(lambda s, v: _job_dict(fn(s, v, _resolve(s, v, job_id).job_id)), all_scopes=True)
     if action == "delete":
         console.print(f"deleted {job['name']} ({job['id']})")

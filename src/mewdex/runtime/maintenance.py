@@ -34,7 +34,7 @@ from mewdex.queue.registry import RetryPolicy, TaskContext, task_type
 from mewdex.queue.scheduler import Schedule
 from mewdex.runtime import retention as rules
 from mewdex.runtime.recovery import SYSTEM_SCOPE, recover_storage
-from mewdex.schedules import dispatch
+from mewdex.schedules import service as schedule_service
 
 log = logging.getLogger(__name__)
 LANE = queue_maintenance.MAINTENANCE_LANE
@@ -97,7 +97,7 @@ def schedules() -> list[Schedule]:
         Schedule(
             "scheduled_job_dispatch",
             "scheduled_job_dispatch",
-            dispatch.DISPATCH_INTERVAL_SECONDS,
+            schedule_service.DISPATCH_INTERVAL_SECONDS,
             SYSTEM_SCOPE,
             keep_intervals=60,
         ),

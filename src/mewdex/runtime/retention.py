@@ -90,17 +90,21 @@ def _deliveries(session: Session, limit: int) -> int:
 
 
 def _audits(session: Session, limit: int) -> int:
+    from mewdex.providers.connectors import connector_settings
+
     return _delete(
         session,
         "external_system_audits",
         "audit_id",
         "outcome = 'ok' AND created_at < now() - make_interval(secs => :age) ORDER BY created_at",
-        get_settings().retention_audit_days * DAY,
+        connector_settings().retention_audit_days * DAY,
         limit,
     )
 
 
 def _schedule_conversations(session: Session, limit: int) -> int:
+    from mewdex.schedules.service import settings as schedule_settings
+
     return _delete(
         session,
         "conversations",
@@ -111,7 +115,7 @@ def _schedule_conversations(session: Session, limit: int) -> int:
         "AND NOT EXISTS (SELECT 1 FROM scheduled_job_runs r WHERE r.conversation_id = conversations.conversation_id "
         "  AND r.status <> 'ok') "
         "ORDER BY updated_at",
-        get_settings().retention_schedule_conversation_days * DAY,
+        schedule_settings().retention_schedule_conversation_days * DAY,
         limit,
     )
 

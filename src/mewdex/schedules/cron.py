@@ -140,7 +140,7 @@ def _iso_utc(instant: datetime) -> str:
 
 
 def run_view(instant: datetime, tz: str) -> dict[str, str]:
-    """One run as :class:`mewdex.dto.schedules.PreviewRun`: UTC, local ISO, ``Mon 2026-12-07 09:00``, offset.
+    """One run as :class:`mewdex.schedules.shapes.PreviewRun`: UTC, local ISO, ``Mon 2026-12-07 09:00``, offset.
     ``local_display`` is English (the CLI's); the web page formats ``utc`` in the run's zone and the
     page's language itself (``times.js``), so the Chinese page shows 周一, not Mon."""
     local = instant.astimezone(zone(tz))
@@ -154,7 +154,7 @@ def run_view(instant: datetime, tz: str) -> dict[str, str]:
 
 
 def preview(expr: str, tz: str, after: datetime, count: int = 5) -> dict[str, object]:
-    """:class:`mewdex.dto.schedules.SchedulePreview` of ``expr`` in ``tz``: the next ``count`` runs
+    """:class:`mewdex.schedules.shapes.SchedulePreview` of ``expr`` in ``tz``: the next ``count`` runs
     strictly after ``after`` (aware). Raises ``ScheduleError`` (``cron_invalid``, ``cron_never_runs``,
     ``timezone_invalid``, ``schedule_invalid``)."""
     expr = check_cron(expr)

@@ -27,11 +27,11 @@ from uuid import UUID
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mewdex.config import get_settings
 from mewdex.db.models import ScheduledJob, ScheduledJobRun, Scope, ScopeContext, utcnow
 from mewdex.platform import instance, owners
 from mewdex.schedules import clock, cron
 from mewdex.schedules.errors import ScheduleError
+from mewdex.schedules.settings import settings as schedule_settings
 
 MODES = ("isolated", "persistent")
 MAX_NAME = 200
@@ -59,7 +59,7 @@ LIMIT_SETTINGS = ("schedule_max_jobs_per_account", "schedule_min_interval_minute
 def limits(session: Session) -> dict[str, int]:
     """``{"schedule_max_jobs_per_account", "schedule_min_interval_minutes"}``: the admin's run-time
     value (``platform_settings``) of each, else the setting's."""
-    settings = get_settings()
+    settings = schedule_settings()
     return {
         key: int(value) if (value := instance.get_setting(session, key, None)) is not None else getattr(settings, key)
         for key in LIMIT_SETTINGS

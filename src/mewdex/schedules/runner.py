@@ -27,7 +27,6 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from mewdex.assistant import chat, conversations, retrieval
-from mewdex.config import get_settings
 from mewdex.db.models import Conversation, ScheduledJob, ScheduledJobRun, ScopeContext, Task, utcnow
 from mewdex.dto.search import SearchHit
 from mewdex.platform import owners
@@ -36,6 +35,7 @@ from mewdex.queue.tasks import Claim, Lane, register_lane
 from mewdex.schedules import jobs
 from mewdex.schedules.delivery import DeliveryError, Push, deliver
 from mewdex.schedules.dispatch import RUN_LANE, RUN_TASK_TYPE
+from mewdex.schedules.settings import settings
 from mewdex.search import service as search_service
 
 NO_REPEAT_RUNS = 10
@@ -105,7 +105,7 @@ def prune_run_conversations(session: Session, job: ScheduledJob) -> int:
         select(Conversation.conversation_id)
         .where(Conversation.scheduled_job_id == job.job_id, Conversation.scope_id == job.scope_id)
         .order_by(Conversation.created_at.desc(), Conversation.conversation_id.desc())
-        .offset(get_settings().schedule_keep_run_conversations)
+        .offset(settings().schedule_keep_run_conversations)
     )
     if job.bound_task_id is not None:
         old = old.where(Conversation.conversation_id != job.bound_task_id)
@@ -305,7 +305,7 @@ def on_failure(session: Session, task: Task, outcome: str) -> None:
 
 # Every account's runs share the lane; each account runs at most its share of its slots at once
 # (MEWDEX_SCHEDULE_SCOPE_CONCURRENCY), so one account's many jobs cannot hold them all.
-register_lane(Lane(RUN_LANE, scope_share=lambda: get_settings().schedule_scope_concurrency))
+register_lane(Lane(RUN_LANE, scope_share=lambda: settings().schedule_scope_concurrency))
 
 register_task_type(
     TaskType(

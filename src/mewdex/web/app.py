@@ -17,7 +17,7 @@ from mewdex import runtime
 from mewdex.config import get_settings, package_version
 from mewdex.db import supervisor
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
-from mewdex.web import errors, failures, metrics, security
+from mewdex.web import capabilities, errors, failures, metrics, security
 from mewdex.web.base_path import BasePath
 from mewdex.web.guards import RequestGuards
 from mewdex.web.hygiene import JsonTextGuard
@@ -27,12 +27,9 @@ from mewdex.web.routers import (
     admin,
     api_docs,
     auth,
-    chat_page,
     collection_pages,
     collection_shares,
     collections,
-    connector_pages,
-    connectors,
     feedback,
     health,
     library_pages,
@@ -40,8 +37,6 @@ from mewdex.web.routers import (
     memes,
     pwa,
     recaption,
-    schedules,
-    schedules_page,
     search,
     search_marks,
     search_pages,
@@ -56,7 +51,6 @@ from mewdex.web.routers import (
     visual,
 )
 from mewdex.web.routers import channels as channel_routes
-from mewdex.web.routers import conversations as conversation_routes
 
 log = logging.getLogger(__name__)
 
@@ -136,16 +130,12 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         usage,
         admin,
         account_pages,
-        connectors,
-        connector_pages,
-        conversation_routes,
-        chat_page,
         channel_routes,
-        schedules,
-        schedules_page,
         pwa,
     ):
         app.include_router(module.router)
+    for capability_router in capabilities.routers():  # each capability package's own (web.capabilities)
+        app.include_router(capability_router)
     for channel_router in channel_routes.channel_routers():  # each channel package's own (its registry entry)
         app.include_router(channel_router)
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token), built at the first
@@ -153,5 +143,9 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     for path in mcp_http.PATHS:
         app.router.routes.append(Route(path, endpoint=mcp_http, include_in_schema=False))
     api_docs.install(app)
-    app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
+    # The shell's scripts and styles, then each capability package's static/ folder, under one /static/.
+    static = StaticFiles(
+        directory=Path(__file__).parent / "static", packages=[(name, "static") for name in capabilities.STATIC_PACKAGES]
+    )
+    app.mount("/static", static, name="static")
     return app

@@ -19,23 +19,36 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader
 from markupsafe import Markup
 
+from mewdex import assistant as assistant_package
 from mewdex import backups as backups_package
+from mewdex import schedules as schedules_package
 from mewdex.channels import card
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.media import media_kind
 from mewdex.library.images import page_element
 from mewdex.library.names import saved_name
+from mewdex.providers import connectors as connectors_package
 from mewdex.web import base_path, deps, errors, i18n
 from mewdex.web.base_path import route_path
 from mewdex.web.server_state import page_state
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
-# A capability package brings its own card: the admin page's backups card, "backups/card.html", is
-# src/mewdex/backups/card.html (a channel's card is declared data: mewdex.channels.card).
+# A capability package brings its own templates, mounted under its name: the admin page's backups
+# card, "backups/card.html", is src/mewdex/backups/card.html; the schedules page "schedules/page.html"
+# is src/mewdex/schedules/page.html, the chat page "assistant/page.html" src/mewdex/assistant/page.html, the
+# connectors' pages "connectors/*.html" src/mewdex/providers/connectors/
+# (a channel's card is declared data: mewdex.channels.card).
 templates.env.loader = ChoiceLoader(
     [
         FileSystemLoader(Path(__file__).parent / "templates"),
-        PrefixLoader({"backups": FileSystemLoader(Path(backups_package.__file__).parent)}),
+        PrefixLoader(
+            {
+                "assistant": FileSystemLoader(Path(assistant_package.__file__).parent),
+                "backups": FileSystemLoader(Path(backups_package.__file__).parent),
+                "connectors": FileSystemLoader(Path(connectors_package.__file__).parent),
+                "schedules": FileSystemLoader(Path(schedules_package.__file__).parent),
+            }
+        ),
     ]
 )
 

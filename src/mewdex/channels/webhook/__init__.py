@@ -33,5 +33,7 @@ CHANNEL = Channel(
     routes="mewdex.channels.webhook.routes",
     locales=Path(__file__).parent / "locales",  # its words, {en,zh}.json
     card=card.CARD,  # its card on the Channels page (mewdex.channels.card)
+    shown_by="url",  # a linked webhook is shown by its URL (it has no identity)
+    outbound_only=True,  # no chat talks to it: no pool, no auto-save
 )
 declare(CHANNEL)  # imports its modules: importing the package provides its adapter

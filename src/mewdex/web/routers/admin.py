@@ -186,7 +186,7 @@ def all_usage(
 
 
 def _instance_settings(session: Session) -> dict:
-    from mewdex.schedules import jobs
+    from mewdex.schedules import service as jobs
 
     return {"signup_enabled": bool(get_setting(session, "signup_enabled", False)), **jobs.limits(session)}
 
@@ -199,7 +199,7 @@ def read_settings(session: Session = Depends(db_session)):
 
 @router.patch("/settings", response_model=InstanceSettings)
 def patch_settings(body: SettingsPatch, session: Session = Depends(db_session)):
-    from mewdex.schedules import jobs
+    from mewdex.schedules import service as jobs
 
     if body.signup_enabled is not None:
         set_setting(session, "signup_enabled", body.signup_enabled)

@@ -23,12 +23,12 @@ from sqlalchemy.orm import Session
 from mewdex.channels import bindings, delivery, pool, registry, saving
 from mewdex.channels.bindings import ChannelDelivery
 from mewdex.channels.platform import loopback
-from mewdex.channels.registry import WebKit
 from mewdex.config import get_settings
 from mewdex.dto import channels as dto
 from mewdex.dto.common import Dto
 from mewdex.dto.scopes import ScopeContext
-from mewdex.web.deps import app_sessions, current_scope, db_session, public_base_url, require_admin
+from mewdex.web import capabilities
+from mewdex.web.deps import current_scope, db_session
 
 router = APIRouter(tags=["channels"])
 
@@ -37,16 +37,9 @@ def _iso(value) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-#: What a channel package's routes get of the web layer (:class:`mewdex.channels.registry.WebKit`):
-#: lent once per process, before any of their modules is imported (:func:`channel_routers`).
-WEB_KIT = WebKit(
-    db_session=db_session,
-    current_scope=current_scope,
-    require_admin=require_admin,
-    public_base_url=public_base_url,
-    sessions=app_sessions,
-)
-registry.lend(WEB_KIT)
+#: What a channel package's routes get of the web layer (:class:`mewdex.capability.WebKit`): lent
+#: once per process by :mod:`mewdex.web.capabilities`, before any of their modules is imported.
+WEB_KIT = capabilities.WEB_KIT
 
 
 def channel_routers() -> list[APIRouter]:
@@ -258,6 +251,7 @@ def channels_page(
             "page": "channels",
             "channels": channel_infos(),
             "cards": cards,  # each channel's setup schema (partials/channel_card.html renders it)
+            "declared": {c.name: c for c in registry.channels()},  # shown_by, outbound_only of each
             "bindings": by_channel,
             "linked": [bindings.api_view(b) for b in rows if b.status == "active"],
             "collections": collections,  # a linked chat's pool is one of them

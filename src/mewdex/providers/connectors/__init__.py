@@ -14,6 +14,19 @@ call. Every outside call of a provider goes through :mod:`mewdex.egress`.
 
 Secrets are sealed with :mod:`mewdex.providers.secrets` (bound to the row's id); answers carry only
 ``credential_hint``.
+
+The connectors are a capability package (docs/architecture.md "A capability is a package"): this
+module is the service (what the other providers, the channels, the schedules, the assistant, the
+command line and the runtime import), and beside it
+
+- ``settings``: ``MEWDEX_RETENTION_AUDIT_DAYS`` (:class:`~.settings.ConnectorSettings`, hook ``settings``);
+- ``routes`` (the JSON API) and ``pages`` (the user's page, the audit viewers, the admin page),
+  imported by the web layer only, which mounts ``routes.router``; ``views`` (a row as the API shows
+  it), ``shapes`` (the API's request and response models);
+- ``page.html``, ``admin.html``, ``audits.html`` (``connectors/…`` to the web layer's templates),
+  ``static/`` (``connectors.js``, ``connectors.css``: served under ``/static/``),
+  ``locales/{en,zh}.json`` (its words: the pages', the providers' names, its error codes; added to
+  the catalogues when the package is imported).
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -39,8 +53,13 @@ from mewdex.db.models import (
     User,
     utcnow,
 )
+from mewdex.dto import i18n
 from mewdex.providers import sealed_fields, secrets
+from mewdex.providers.connectors.settings import ConnectorSettings  # noqa: F401 - the package's settings
+from mewdex.providers.connectors.settings import settings as connector_settings  # noqa: F401 - re-exported
 from mewdex.providers.errors import ProviderError
+
+i18n.add_messages(Path(__file__).parent / "locales")
 
 log = logging.getLogger(__name__)
 

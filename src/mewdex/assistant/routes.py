@@ -1,4 +1,7 @@
-"""Assistant conversations (issue 16): ``/api/v1/conversations`` and their messages.
+"""The assistant's routes (issue 16), imported by the web layer only, which mounts :data:`router`:
+``/api/v1/conversations`` and their messages, then the chat page ``/chat`` (``?c=<conversation id>``
+opens one; ``assistant/page.html``, whose script ``/static/chat.js`` — this package's ``static/`` —
+talks to the API).
 
 Errors: 404 ``not_found`` (missing, deleted, or another scope's), 409 ``conversation_not_deleted`` /
 ``run_not_active``, 422 ``message_empty`` / ``message_too_long`` / ``invalid_request``, 413/415/422
@@ -10,30 +13,32 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.assistant import chat, conversations, runs
+from mewdex.assistant import shapes as dto
 from mewdex.assistant.conversations import Conversation
+from mewdex.capability import web_kit
 from mewdex.config import get_settings
-from mewdex.db.engine import get_sessionmaker
-from mewdex.dto import assistant as dto
 from mewdex.dto.cursor import decode_cursor, encode_cursor
+from mewdex.dto.errors import DomainError
 from mewdex.dto.scopes import ScopeContext
-from mewdex.web.deps import current_scope, db_session, streaming_scope
-from mewdex.web.errors import ApiError
-from mewdex.web.i18n import page_language
-from mewdex.web.uploads import read_query_image, upload_slot
 
-router = APIRouter(prefix="/api/v1/conversations", tags=["assistant"])
+#: The web layer's dependencies (lent once per process: mewdex.capability.lend).
+web = web_kit()
+current_scope, db_session, streaming_scope = web.current_scope, web.db_session, web.streaming_scope
+
+api = APIRouter(prefix="/api/v1/conversations", tags=["assistant"])
 
 
 def view(c: Conversation) -> dict[str, Any]:
-    """A conversation as :class:`mewdex.dto.assistant.Conversation`."""
+    """A conversation as :class:`mewdex.assistant.shapes.Conversation`."""
     return {
         "id": str(c.conversation_id),
         "name": c.name,
@@ -52,7 +57,7 @@ def view(c: Conversation) -> dict[str, Any]:
     }
 
 
-@router.post("", response_model=dto.Conversation, status_code=201)
+@api.post("", response_model=dto.Conversation, status_code=201)
 def create(
     body: dto.ConversationCreate, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
 ):
@@ -61,7 +66,7 @@ def create(
     return view(c)
 
 
-@router.get("", response_model=dto.ConversationList)
+@api.get("", response_model=dto.ConversationList)
 def list_all(
     q: str | None = Query(None, max_length=200),
     deleted: bool = False,
@@ -75,12 +80,12 @@ def list_all(
     }
 
 
-@router.get("/{conversation_id}", response_model=dto.Conversation)
+@api.get("/{conversation_id}", response_model=dto.Conversation)
 def read(conversation_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     return view(conversations.get(session, scope, conversation_id))
 
 
-@router.patch("/{conversation_id}", response_model=dto.Conversation)
+@api.patch("/{conversation_id}", response_model=dto.Conversation)
 def patch(
     conversation_id: str,
     body: dto.ConversationPatch,
@@ -91,24 +96,24 @@ def patch(
     return view(conversations.rename(session, scope, conversation_id, body.name))
 
 
-@router.delete("/{conversation_id}", response_model=dto.Conversation)
+@api.delete("/{conversation_id}", response_model=dto.Conversation)
 def remove(conversation_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Soft delete (restorable; messages kept)."""
     return view(conversations.soft_delete(session, scope, conversation_id))
 
 
-@router.post("/{conversation_id}/restore", response_model=dto.Conversation)
+@api.post("/{conversation_id}/restore", response_model=dto.Conversation)
 def restore(conversation_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     return view(conversations.restore(session, scope, conversation_id))
 
 
-@router.post("/{conversation_id}/cancel", response_model=dto.Conversation)
+@api.post("/{conversation_id}/cancel", response_model=dto.Conversation)
 def cancel(conversation_id: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Stop the reply being written (``cancelling``; the stream ends it ``cancelled``); 409 ``run_not_active``."""
     return view(runs.cancel(session, scope, conversation_id))
 
 
-@router.get("/{conversation_id}/messages", response_model=dto.MessagePage)
+@api.get("/{conversation_id}/messages", response_model=dto.MessagePage)
 def list_messages(
     conversation_id: str,
     cursor: str | None = Query(None, max_length=2048, description="``next_cursor`` of the previous page"),
@@ -167,35 +172,39 @@ def _sse(events: Iterator[tuple[str, dict[str, Any]]]) -> Iterator[str]:
         yield f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-@router.post(
+@api.post(
     "/{conversation_id}/messages",
     response_model=dto.PostedMessage,
     openapi_extra=MESSAGE_BODY,
     responses={200: {"content": {"text/event-stream": {"schema": SSE_EVENT}}}},
 )
-async def post_message(conversation_id: str, request: Request, scope: ScopeContext = Depends(streaming_scope)):
+async def post_message(
+    conversation_id: str,
+    request: Request,
+    scope: ScopeContext = Depends(streaming_scope),
+    sessions: sessionmaker[Session] = Depends(web.sessions),
+):
     """Send a message and get the reply. ``Accept: text/event-stream``: events ``message`` (the stored
     user message), ``delta`` (``{"text"}``), ``meme`` (a card), ``done`` (``{"message", "run_status"}``),
     ``error`` (``{"code", "message"}``); otherwise JSON (:class:`PostedMessage`). Body: JSON
     ``{"content"}``, or multipart with an image ``file`` (a search by image) and an optional ``content``."""
     image: bytes | None = None
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        async with upload_slot(scope.scope_id):
-            image, _name, fields = await read_query_image(request, max_bytes=get_settings().max_upload_bytes)
+        async with web.upload_slot(scope.scope_id):
+            image, _name, fields = await web.read_query_image(request, max_bytes=get_settings().max_upload_bytes)
         if not image:
-            raise ApiError(422, "image_corrupt", "the file is empty")
+            raise DomainError("image_corrupt", "the file is empty")
         content = (fields.get("content") or [""])[-1]
     else:
         try:
             content = dto.MessageCreate.model_validate(json.loads(await request.body() or b"null")).content
         except (ValueError, ValidationError):
             content = None
-    sessions = get_sessionmaker()
     if content is None:
         # Another scope's conversation answers 404 before the body's fault is told.
         await run_in_threadpool(_exists, sessions, scope, conversation_id)
-        raise ApiError(422, "invalid_request", 'the body must be {"content": "…"} (at most 2000 characters)')
-    lang = page_language(request)
+        raise DomainError("invalid_request", 'the body must be {"content": "…"} (at most 2000 characters)')
+    lang = web.page_language(request)
     if "text/event-stream" in request.headers.get("accept", ""):
         run = await run_in_threadpool(chat.begin, sessions, scope, conversation_id, content, image, lang)
         return StreamingResponse(
@@ -209,3 +218,21 @@ async def post_message(conversation_id: str, request: Request, scope: ScopeConte
 def _exists(sessions, scope: ScopeContext, conversation_id: str) -> None:
     with sessions.begin() as session:
         conversations.get(session, scope, conversation_id)
+
+
+pages = APIRouter(include_in_schema=False)
+
+
+@pages.get("/chat")
+def chat_page(request: Request, c: str | None = None, scope: ScopeContext = Depends(current_scope)):
+    try:
+        conversation_id = str(UUID(c)) if c else None
+    except ValueError:
+        conversation_id = None
+    return web.render(request, "assistant/page.html", {"page": "chat", "conversation_id": conversation_id})
+
+
+#: What the web layer mounts: the API, then the page.
+router = APIRouter()
+router.include_router(api)
+router.include_router(pages)

@@ -1,5 +1,7 @@
-"""Connector pages of the web UI (issue 15, point 8). Reads only; every change goes through the
-connectors JSON API (``/static/connectors.js``).
+"""The connectors' pages (issue 15, point 8), mounted with the API by :mod:`.routes` (web layer only).
+Reads only; every change goes through the connectors JSON API (``/static/connectors.js``, this
+package's ``static/``). Templates: ``connectors/page.html``, ``connectors/admin.html``,
+``connectors/audits.html`` (this package's).
 
 * ``/connectors`` — the user's page: connectors they may use (platform ones and granted ones), a
   form per definition to connect with their own credentials (only the hint is ever shown back),
@@ -19,13 +21,21 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.orm import Session
 
+from mewdex.capability import web_kit
 from mewdex.dto.cursor import CursorInvalid
 from mewdex.platform import usage, users
 from mewdex.platform.auth import Principal
 from mewdex.providers import connectors, policy
-from mewdex.web.deps import current_principal, db_session, require_admin
-from mewdex.web.routers.connectors import audit_dict, connection_dict, definition_dict
-from mewdex.web.templating import render
+from mewdex.providers.connectors.views import audit_dict, connection_dict, definition_dict
+
+#: The web layer's dependencies (lent once per process: mewdex.capability.lend).
+web = web_kit()
+current_principal, db_session, require_admin, render = (
+    web.current_principal,
+    web.db_session,
+    web.require_admin,
+    web.render,
+)
 
 router = APIRouter(include_in_schema=False)
 AUDIT_PAGE = 50
@@ -58,7 +68,7 @@ def connectors_page(
     now = datetime.now(UTC)
     return render(
         request,
-        "connectors.html",
+        "connectors/page.html",
         {
             "page": "connectors",
             "accounts": user is not None,
@@ -128,7 +138,7 @@ def my_audits_page(
         cursor=cursor,
         admin=False,
     )
-    return render(request, "audits.html", {"page": "connectors", "action": "/connectors/audits", **context})
+    return render(request, "connectors/audits.html", {"page": "connectors", "action": "/connectors/audits", **context})
 
 
 @router.get("/admin/connectors/audits", dependencies=[Depends(require_admin)])
@@ -144,7 +154,7 @@ def all_audits_page(
     context = _audits_context(
         session, scope_id=None, filters=_filters(event, outcome, definition, user), cursor=cursor, admin=True
     )
-    return render(request, "audits.html", {"page": "admin", "action": "/admin/connectors/audits", **context})
+    return render(request, "connectors/audits.html", {"page": "admin", "action": "/admin/connectors/audits", **context})
 
 
 @router.get("/admin/connectors", dependencies=[Depends(require_admin)])
@@ -160,7 +170,7 @@ def admin_connectors_page(request: Request, session: Session = Depends(db_sessio
         definitions.append(item)
     return render(
         request,
-        "admin_connectors.html",
+        "connectors/admin.html",
         {
             "page": "admin",
             "definitions": definitions,

@@ -1,5 +1,9 @@
-"""Schedules (issue 18): ``/api/v1/schedules`` — cron jobs of the caller's scope (an admin sees and
-manages every scope's), their runs, and the preview of an expression in a zone.
+"""Schedules' routes (issue 18), imported by the web layer only, which mounts :data:`router`:
+
+* ``/api/v1/schedules`` — cron jobs of the caller's scope (an admin sees and manages every scope's),
+  their runs, and the preview of an expression in a zone;
+* ``/schedules`` — the page (``schedules/page.html``); its script (``/static/schedules.js``, this
+  package's ``static/``) talks to the API.
 
 Errors: 404 ``not_found`` (missing, deleted or another owner's job), 422 ``cron_invalid`` /
 ``cron_never_runs`` / ``timezone_invalid`` / ``schedule_invalid``.
@@ -13,14 +17,18 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.orm import Session
 
-from mewdex.dto import schedules as dto
+from mewdex.capability import web_kit
 from mewdex.dto.scopes import ScopeContext
 from mewdex.schedules import cron, jobs
+from mewdex.schedules import shapes as dto
 from mewdex.schedules.errors import ScheduleError
 from mewdex.schedules.jobs import ScheduledJob, ScheduledJobRun, Viewer
-from mewdex.web.deps import current_scope, db_session
 
-router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"])
+#: The web layer's dependencies (lent once per process: mewdex.capability.lend).
+web = web_kit()
+current_scope, db_session = web.current_scope, web.db_session
+
+api = APIRouter(prefix="/api/v1/schedules", tags=["schedules"])
 
 
 def viewer(request: Request, scope: ScopeContext = Depends(current_scope)) -> Viewer:
@@ -47,7 +55,7 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def view(job: ScheduledJob) -> dict[str, Any]:
-    """A job as :class:`mewdex.dto.schedules.Schedule`."""
+    """A job as :class:`mewdex.schedules.shapes.Schedule`."""
     return {
         "id": str(job.job_id),
         "scope_id": job.scope_id,
@@ -78,7 +86,7 @@ def view(job: ScheduledJob) -> dict[str, Any]:
 
 
 def run_view(run: ScheduledJobRun, tz: str) -> dict[str, Any]:
-    """A run as :class:`mewdex.dto.schedules.ScheduleRun` (its slot in UTC and in the job's zone)."""
+    """A run as :class:`mewdex.schedules.shapes.ScheduleRun` (its slot in UTC and in the job's zone)."""
     return {
         "id": str(run.run_id),
         "slot": cron.run_view(run.slot, tz),
@@ -98,7 +106,7 @@ def run_view(run: ScheduledJobRun, tz: str) -> dict[str, Any]:
     }
 
 
-@router.get("/preview", response_model=dto.SchedulePreview)
+@api.get("/preview", response_model=dto.SchedulePreview)
 def preview_schedule(
     cron_expr: str = Query(..., alias="cron", max_length=200, description="5-field cron expression"),
     tz: str = Query(cron.DEFAULT_TZ, max_length=100, description="IANA time zone"),
@@ -110,24 +118,24 @@ def preview_schedule(
     return cron.preview(cron_expr, tz, parse_instant(after), count)
 
 
-@router.get("", response_model=dto.ScheduleList)
+@api.get("", response_model=dto.ScheduleList)
 def list_schedules(session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     """``{"items"}`` newest first: the caller's jobs (an admin: everyone's)."""
     return {"items": [view(j) for j in jobs.list_jobs(session, who)]}
 
 
-@router.post("", response_model=dto.Schedule, status_code=201)
+@api.post("", response_model=dto.Schedule, status_code=201)
 def create_schedule(body: dto.ScheduleCreate, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     """A new enabled job in the caller's scope; its first run is the first slot after now."""
     return view(jobs.create(session, who, body.model_dump()))
 
 
-@router.get("/{job_id}", response_model=dto.Schedule)
+@api.get("/{job_id}", response_model=dto.Schedule)
 def read_schedule(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     return view(jobs.get(session, who, job_id))
 
 
-@router.patch("/{job_id}", response_model=dto.Schedule)
+@api.patch("/{job_id}", response_model=dto.Schedule)
 def patch_schedule(
     job_id: str, body: dto.SchedulePatch, session: Session = Depends(db_session), who: Viewer = Depends(viewer)
 ):
@@ -135,25 +143,25 @@ def patch_schedule(
     return view(jobs.update(session, who, job_id, body.model_dump(exclude_unset=True)))
 
 
-@router.delete("/{job_id}", response_model=dto.Schedule)
+@api.delete("/{job_id}", response_model=dto.Schedule)
 def delete_schedule(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     """Delete the job (its runs and conversations stay); answers the job as it was deleted."""
     return view(jobs.delete(session, who, job_id))
 
 
-@router.post("/{job_id}/pause", response_model=dto.Schedule)
+@api.post("/{job_id}/pause", response_model=dto.Schedule)
 def pause_schedule(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     return view(jobs.pause(session, who, job_id))
 
 
-@router.post("/{job_id}/resume", response_model=dto.Schedule)
+@api.post("/{job_id}/resume", response_model=dto.Schedule)
 def resume_schedule(job_id: str, session: Session = Depends(db_session), who: Viewer = Depends(viewer)):
     """Enable again (clears an automatic disable and its failure count); the next run is after now.
     422 ``schedule_too_frequent`` when the job's cron runs more often than the minimum interval now allows."""
     return view(jobs.resume(session, who, job_id))
 
 
-@router.get("/{job_id}/runs", response_model=dto.ScheduleRunList)
+@api.get("/{job_id}/runs", response_model=dto.ScheduleRunList)
 def list_schedule_runs(
     job_id: str,
     limit: int = Query(50, ge=1, le=200),
@@ -163,3 +171,17 @@ def list_schedule_runs(
     """``{"items"}``: the job's runs, the latest slot first (skipped slots included)."""
     job = jobs.get(session, who, job_id)
     return {"items": [run_view(r, job.tz) for r in jobs.runs(session, who, job_id, limit=limit)]}
+
+
+pages = APIRouter(include_in_schema=False)
+
+
+@pages.get("/schedules")
+def schedules_page(request: Request, scope: ScopeContext = Depends(current_scope)):
+    return web.render(request, "schedules/page.html", {"page": "schedules"})
+
+
+#: What the web layer mounts: the API, then the page.
+router = APIRouter()
+router.include_router(api)
+router.include_router(pages)

@@ -1,4 +1,6 @@
-"""Connectors API (issue 15; services in :mod:`mewdex.providers`). Never answers a secret.
+"""The connectors' routes (issue 15; the service is the package, :mod:`mewdex.providers.connectors`),
+imported by the web layer only, which mounts :data:`router`: the JSON API below, then the pages
+(:mod:`.pages`). Never answers a secret.
 
 User (their own only; definitions not granted to them answer 404):
 
@@ -16,10 +18,15 @@ Admin (404 for others): ``GET|POST /api/v1/admin/connectors``, ``PATCH /api/v1/a
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Response
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.db.engine import get_sessionmaker
-from mewdex.dto.connectors import (
+from mewdex.capability import web_kit
+from mewdex.dto.errors import DomainError, ErrorBody
+from mewdex.dto.scopes import ScopeContext
+from mewdex.platform.auth import Principal
+from mewdex.providers import connectors, policy
+from mewdex.providers.connectors import pages
+from mewdex.providers.connectors.shapes import (
     AnalysisPolicy,
     AnalysisPolicyPatch,
     AuditList,
@@ -31,80 +38,29 @@ from mewdex.dto.connectors import (
     ConnectorDefinitionList,
     ConnectorDefinitionPatch,
 )
-from mewdex.dto.scopes import ScopeContext
-from mewdex.platform.auth import Principal
-from mewdex.providers import connectors, policy
-from mewdex.providers.connectors import ExternalSystem, ExternalSystemAudit, ExternalSystemDefinition
+from mewdex.providers.connectors.views import audit_dict, connection_dict, definition_dict
 from mewdex.providers.errors import ProviderError
-from mewdex.web.deps import current_principal, current_scope, db_session, parse_id, require_admin
-from mewdex.web.errors import error_responses
 
-router = APIRouter(prefix="/api/v1", tags=["connectors"], responses=error_responses(401, 403, 404, 409, 422))
+#: The web layer's dependencies (lent once per process: mewdex.capability.lend).
+web = web_kit()
+current_principal, current_scope, db_session, parse_id, require_admin = (
+    web.current_principal,
+    web.current_scope,
+    web.db_session,
+    web.parse_id,
+    web.require_admin,
+)
 
-
-def _iso(value) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
-def definition_dict(d: ExternalSystemDefinition, *, admin: bool) -> dict:
-    return {
-        "id": str(d.definition_id),
-        "provider": d.provider,
-        "name": d.name,
-        "config": d.config,
-        "revision": d.revision,
-        "owner_type": d.owner_type,
-        "visibility": d.visibility,
-        "trust_level": d.trust_level,
-        "review_status": d.review_status,
-        "enabled": d.enabled,
-        "has_platform_credentials": bool(d.credentials),
-        "credential_hint": d.credential_hint if admin else None,
-    }
-
-
-def connection_dict(session: Session, s: ExternalSystem) -> dict:
-    d = connectors.get_definition(session, s.definition_id)
-    return {
-        "id": str(s.external_system_id),
-        "definition_id": str(s.definition_id),
-        "provider": d.provider,
-        "name": s.name,
-        "credential_hint": s.credential_hint,
-        "state": connectors.connection_state(s, d),
-        "verified_revision": s.verified_revision,
-        "definition_revision": d.revision,
-        "last_error": s.last_error,
-        "last_verified_at": _iso(s.last_verified_at),
-    }
-
-
-def audit_dict(a: ExternalSystemAudit) -> dict:
-    return {
-        "id": str(a.audit_id),
-        "scope_id": a.scope_id,
-        "user_id": str(a.user_id) if a.user_id else None,
-        "definition_id": str(a.definition_id) if a.definition_id else None,
-        "definition_revision": a.definition_revision,
-        "external_system_id": str(a.external_system_id) if a.external_system_id else None,
-        "task_id": a.task_id,
-        "event": a.event,
-        "operation_id": a.operation_id,
-        "outcome": a.outcome,
-        "status_code": a.status_code,
-        "duration_ms": a.duration_ms,
-        "response_bytes": a.response_bytes,
-        "detail": a.detail,
-        "created_at": _iso(a.created_at),
-    }
+api = APIRouter(
+    prefix="/api/v1",
+    tags=["connectors"],
+    responses={status: {"model": ErrorBody} for status in (401, 403, 404, 409, 422)},
+)
 
 
 def _user(principal: Principal):
-    from mewdex.web.errors import ApiError
-
     if principal.user is None:
-        raise ApiError(
-            409,
+        raise DomainError(
             "no_accounts",
             "connections belong to accounts; single-user mode uses the platform's "
             "connectors (MEWDEX_OPENAI_* or `mewdex connectors create`)",
@@ -115,7 +71,7 @@ def _user(principal: Principal):
 # ---------------------------------------------------------------- user
 
 
-@router.get("/connectors/definitions", response_model=ConnectorDefinitionList)
+@api.get("/connectors/definitions", response_model=ConnectorDefinitionList)
 def my_definitions(principal: Principal = Depends(current_principal), session: Session = Depends(db_session)):
     return {
         "definitions": [
@@ -124,18 +80,21 @@ def my_definitions(principal: Principal = Depends(current_principal), session: S
     }
 
 
-@router.get("/connectors/connections", response_model=ConnectionList)
+@api.get("/connectors/connections", response_model=ConnectionList)
 def my_connections(principal: Principal = Depends(current_principal), session: Session = Depends(db_session)):
     if principal.user is None:
         return {"connections": []}
     return {"connections": [connection_dict(session, s) for s in connectors.user_connections(session, principal.user)]}
 
 
-@router.post("/connectors/connections", response_model=Connection, status_code=201)
-def connect(body: ConnectionCreate, principal: Principal = Depends(current_principal)):
+@api.post("/connectors/connections", response_model=Connection, status_code=201)
+def connect(
+    body: ConnectionCreate,
+    principal: Principal = Depends(current_principal),
+    sessions: sessionmaker[Session] = Depends(web.sessions),
+):
     """Save credentials for a granted definition, then verify them (no transaction held during the
     call); ``state`` ``verified`` or ``failed`` (``last_error``)."""
-    sessions = get_sessionmaker()
     with sessions.begin() as session:
         user = session.merge(_user(principal), load=True)
         system = connectors.save_connection(
@@ -145,10 +104,14 @@ def connect(body: ConnectionCreate, principal: Principal = Depends(current_princ
     return _verified(sessions, principal.scope, system_id, principal)
 
 
-@router.post("/connectors/connections/{connection_id}/verify", response_model=Connection)
-def verify(connection_id: str, principal: Principal = Depends(current_principal)):
+@api.post("/connectors/connections/{connection_id}/verify", response_model=Connection)
+def verify(
+    connection_id: str,
+    principal: Principal = Depends(current_principal),
+    sessions: sessionmaker[Session] = Depends(web.sessions),
+):
     _user(principal)
-    return _verified(get_sessionmaker(), principal.scope, parse_id(connection_id, "connection"), principal)
+    return _verified(sessions, principal.scope, parse_id(connection_id, "connection"), principal)
 
 
 def _verified(sessions, scope: ScopeContext, system_id, principal: Principal) -> dict:
@@ -162,7 +125,7 @@ def _verified(sessions, scope: ScopeContext, system_id, principal: Principal) ->
         return connection_dict(session, connectors.get_connection(session, user, system_id))
 
 
-@router.delete("/connectors/connections/{connection_id}", status_code=204, response_class=Response)
+@api.delete("/connectors/connections/{connection_id}", status_code=204, response_class=Response)
 def disconnect(
     connection_id: str, principal: Principal = Depends(current_principal), session: Session = Depends(db_session)
 ):
@@ -170,7 +133,7 @@ def disconnect(
     return Response(status_code=204)
 
 
-@router.get("/connectors/audits", response_model=AuditList)
+@api.get("/connectors/audits", response_model=AuditList)
 def my_audits(
     limit: int = Query(100, ge=1, le=500),
     event: str | None = Query(None, max_length=64),
@@ -193,12 +156,12 @@ def my_audits(
     return {"audits": [audit_dict(a) for a in rows], "next_cursor": next_cursor}
 
 
-@router.get("/analysis-policy", response_model=AnalysisPolicy)
+@api.get("/analysis-policy", response_model=AnalysisPolicy)
 def get_policy(scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)):
     return policy.for_scope(session, scope.scope_id)
 
 
-@router.patch("/analysis-policy", response_model=AnalysisPolicy)
+@api.patch("/analysis-policy", response_model=AnalysisPolicy)
 def patch_policy(
     body: AnalysisPolicyPatch, scope: ScopeContext = Depends(current_scope), session: Session = Depends(db_session)
 ):
@@ -208,12 +171,12 @@ def patch_policy(
 # ---------------------------------------------------------------- admin
 
 
-@router.get("/admin/connectors", response_model=ConnectorDefinitionList, dependencies=[Depends(require_admin)])
+@api.get("/admin/connectors", response_model=ConnectorDefinitionList, dependencies=[Depends(require_admin)])
 def all_definitions(session: Session = Depends(db_session)):
     return {"definitions": [definition_dict(d, admin=True) for d in connectors.list_definitions(session)]}
 
 
-@router.post("/admin/connectors", response_model=ConnectorDefinition, status_code=201)
+@api.post("/admin/connectors", response_model=ConnectorDefinition, status_code=201)
 def create_definition(
     body: ConnectorDefinitionCreate,
     principal: Principal = Depends(require_admin),
@@ -233,7 +196,7 @@ def create_definition(
     return definition_dict(row, admin=True)
 
 
-@router.patch(
+@api.patch(
     "/admin/connectors/{definition_id}", response_model=ConnectorDefinition, dependencies=[Depends(require_admin)]
 )
 def patch_definition(definition_id: str, body: ConnectorDefinitionPatch, session: Session = Depends(db_session)):
@@ -248,7 +211,7 @@ def patch_definition(definition_id: str, body: ConnectorDefinitionPatch, session
     return definition_dict(row, admin=True)
 
 
-@router.put("/admin/connectors/{definition_id}/grants/{user_id}", status_code=204, response_class=Response)
+@api.put("/admin/connectors/{definition_id}/grants/{user_id}", status_code=204, response_class=Response)
 def grant(
     definition_id: str,
     user_id: str,
@@ -269,7 +232,7 @@ def grant(
     return Response(status_code=204)
 
 
-@router.delete(
+@api.delete(
     "/admin/connectors/{definition_id}/grants/{user_id}",
     status_code=204,
     response_class=Response,
@@ -280,7 +243,7 @@ def revoke(definition_id: str, user_id: str, session: Session = Depends(db_sessi
     return Response(status_code=204)
 
 
-@router.get("/admin/connectors/audits", response_model=AuditList, dependencies=[Depends(require_admin)])
+@api.get("/admin/connectors/audits", response_model=AuditList, dependencies=[Depends(require_admin)])
 def all_audits(
     limit: int = Query(100, ge=1, le=500),
     event: str | None = Query(None, max_length=64),
@@ -302,3 +265,9 @@ def all_audits(
         cursor=cursor,
     )
     return {"audits": [audit_dict(a) for a in rows], "next_cursor": next_cursor}
+
+
+#: What the web layer mounts: the API, then the pages (:mod:`.pages`).
+router = APIRouter()
+router.include_router(api)
+router.include_router(pages.router)
