@@ -106,6 +106,10 @@ def _stage_columns() -> list[sa.Column]:
 
 
 def upgrade() -> None:
+    # The tables this rewrites, locked first and in the order the queue's transactions take them: a worker
+    # of the old version still running (another machine's) then waits for the migration instead of
+    # deadlocking with it halfway (its statements fail afterwards: stop old workers before upgrading).
+    op.execute("LOCK TABLE tasks, image_processing_attempts IN ACCESS EXCLUSIVE MODE")
     op.create_table(
         "task_attempts",
         sa.Column("scope_id", sa.String(length=128), nullable=False),
