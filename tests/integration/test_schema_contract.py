@@ -180,7 +180,13 @@ def test_migration_0030_moves_stage_columns_and_attempts_out_of_the_queues_table
             ),
             {"j": job, "m": meme, "sha": sha},
         )
-        for task_id, task_type, stage in (("stage", "visual_embedding_generation", "visual"), ("other", "noop", None)):
+        # "legacy": a stage task written without its stage (the seed allowed it; mewdex never wrote one).
+        for task_id, task_type, stage in (
+            ("stage", "visual_embedding_generation", "visual"),
+            ("other", "noop", None),
+            ("legacy", "text_embedding_generation", None),
+        ):
+            targeted = stage is not None or task_id == "legacy"
             conn.execute(
                 text(
                     "INSERT INTO tasks (id, scope_id, task_type, submission_mode, image_stage, processing_job_id,"
@@ -194,8 +200,8 @@ def test_migration_0030_moves_stage_columns_and_attempts_out_of_the_queues_table
                     "mode": "pipeline" if stage else None,
                     "st": stage,
                     "j": job if stage else None,
-                    "m": meme if stage else None,
-                    "sha": sha if stage else None,
+                    "m": meme if targeted else None,
+                    "sha": sha if targeted else None,
                 },
             )
             conn.execute(
@@ -222,9 +228,13 @@ def test_migration_0030_moves_stage_columns_and_attempts_out_of_the_queues_table
                 text("SELECT column_name FROM information_schema.columns WHERE table_name = 'tasks'")
             ).scalars()
         )
-    assert moved == [("stage", "visual", job, meme, sha)]
-    assert attempts == [("other", "completed", "exec-other"), ("stage", "completed", "exec-stage")]
-    assert pipeline == ["stage"]
+    assert sorted(moved) == [("legacy", "text_embedding", None, meme, sha), ("stage", "visual", job, meme, sha)]
+    assert attempts == [
+        ("legacy", "completed", "exec-legacy"),
+        ("other", "completed", "exec-other"),
+        ("stage", "completed", "exec-stage"),
+    ]
+    assert sorted(pipeline) == ["legacy", "stage"]
     assert not columns & {"image_stage", "processing_job_id", "target_meme_id", "target_image_sha256"}
 
     cfg = alembic_config()
@@ -234,8 +244,8 @@ def test_migration_0030_moves_stage_columns_and_attempts_out_of_the_queues_table
     with fresh_engine.connect() as conn:
         back = conn.execute(text("SELECT id, image_stage, target_meme_id FROM tasks ORDER BY id")).all()
         stages = dict(conn.execute(text("SELECT task_id, stage FROM image_processing_attempts")).all())
-    assert back == [("other", None, None), ("stage", "visual", meme)]
-    assert stages == {"other": "noop", "stage": "visual"}
+    assert back == [("legacy", "text_embedding", meme), ("other", None, None), ("stage", "visual", meme)]
+    assert stages == {"legacy": "text_embedding_generation", "other": "noop", "stage": "visual"}  # as written
 
     upgrade(fresh_engine)
     with fresh_engine.begin() as conn:
@@ -243,4 +253,4 @@ def test_migration_0030_moves_stage_columns_and_attempts_out_of_the_queues_table
     with fresh_engine.connect() as conn:
         left = conn.execute(text("SELECT id FROM tasks ORDER BY id")).scalars().all()
         stage_rows = conn.execute(text("SELECT count(*) FROM image_stage_tasks")).scalar_one()
-    assert left == ["other"] and stage_rows == 0  # the meme's task went with it, as before 0030
+    assert left == ["other"] and stage_rows == 0  # the meme's tasks went with it, as before 0030

@@ -227,8 +227,13 @@ def attempt_fields(session: Session, task: Task) -> dict[int, dict[str, Any]]:
 
 
 def stage_filter(stage: str) -> ColumnElement[bool]:
-    """The tasks list's ``stage`` filter: the image-stage tasks of that stage."""
-    return Task.id.in_(select(ImageStageTask.task_id).where(ImageStageTask.image_stage == stage))
+    """The tasks list's ``stage`` filter: the image-stage tasks of that stage (a probe of each listed
+    task's stage row by its key, not a scan of every scope's stage rows)."""
+    return (
+        select(ImageStageTask.task_id)
+        .where(ImageStageTask.task_id == Task.id, ImageStageTask.image_stage == stage)
+        .exists()
+    )
 
 
 _BATCH_MEMES_SQL = text(

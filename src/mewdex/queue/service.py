@@ -88,7 +88,6 @@ def attempt_dict(a: TaskAttempt, fields: Mapping[str, Any] | None = None) -> dic
         "attempt_id": a.attempt_id,
         "state": a.state,
         "claim_generation": a.claim_generation,
-        "lease_owner": a.lease_owner,
         "executor_attempt_id": a.executor_attempt_id,
         "resume_of_attempt_id": a.resume_of_attempt_id,
         "resume_available": a.resume_available,

@@ -193,7 +193,7 @@ class Worker:
         except Exception as exc:
             if pending is not None and is_connection_lost(exc):  # its result was not written: hand it back
                 self._pending = None
-                hand_back(self.sessions, pending[0], wait_seconds=self.settings.worker_lease_seconds)
+                self._hand_back(pending[0])
             raise
         if claim is None:
             return False

@@ -223,9 +223,15 @@ def upgrade() -> None:
         "ix_image_stage_tasks_target", "image_stage_tasks", ["scope_id", "target_meme_id", "target_image_sha256"]
     )
     columns = ", ".join(STAGE_COLUMNS)
+    # A stage task written without its stage (none of mewdex's writers did; the seed's checks allowed it)
+    # still carries its meme and job: its stage comes from its type, as the seed's ck_task_image_stage_type
+    # pairs them, so deleting the meme or job still deletes it.
+    stage_of_type = "CASE task_type " + " ".join(f"WHEN '{t}' THEN '{s}'" for s, t in STAGE_TYPES.items()) + " END"
+    selected = ", ".join(f"coalesce(image_stage, {stage_of_type})" if c == "image_stage" else c for c in STAGE_COLUMNS)
     op.execute(
         f"INSERT INTO image_stage_tasks (task_id, scope_id, {columns}) "  # noqa: S608 - fixed column names
-        f"SELECT id, scope_id, {columns} FROM tasks WHERE image_stage IS NOT NULL"
+        f"SELECT id, scope_id, {selected} FROM tasks WHERE image_stage IS NOT NULL OR ("
+        f"(processing_job_id IS NOT NULL OR target_meme_id IS NOT NULL) AND {stage_of_type} IS NOT NULL)"
     )
     # The pipeline's attempt rows are the image-stage tasks' only; every task's are in task_attempts.
     op.execute(
