@@ -91,11 +91,12 @@ test: $(TEST_STAMP) check browser
 # The edit loop: the unit tests and a few integration files over the core paths (schema against the
 # migrations, the HTTP API, the queue, search on the sample corpus, a signed webhook), two processes,
 # no code checks and no browser: under 2 minutes on 2 cores. `make test` before a commit runs all.
-FAST_TESTS := tests/unit tests/integration/test_schema_contract.py tests/integration/test_web_api.py \
+# The integration files first and the many quick unit tests last (as in `make test`), in that order.
+FAST_TESTS := tests/integration/test_schema_contract.py tests/integration/test_web_api.py \
 	tests/integration/test_queue_semantics.py tests/integration/test_search_sample.py \
-	tests/integration/test_webhook_provider.py
+	tests/integration/test_webhook_provider.py tests/unit
 test-fast: $(TEST_STAMP)
-	$(BIN)/pytest -q -n 2 --dist loadfile $(FAST_TESTS)
+	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(FAST_TESTS)
 
 # Schemathesis over the OpenAPI schema as a signed-in user, 200 examples per operation
 # (make test runs the same with 15).
