@@ -1,8 +1,9 @@
 """Shared fixtures: one embedded PostgreSQL per test session, a fresh scope per test, a queue drainer,
 a client of the real app, one wait helper, and a small corpus sample imported and processed once per session.
 
-Nothing here mocks mewdex code: the database is the real embedded PostgreSQL 18 + pgvector, the
-blob store is the real local one, the models are the real offline ones.
+Nothing here mocks mewdex code: the database is the real embedded PostgreSQL 18 + pgvector (with
+``fsync = off``: commits reach the kernel, not the disk; see :func:`_without_fsync`), the blob store
+is the real local one, the models are the real offline ones.
 
 Environment:
     MEWDEX_CORPUS   the meme corpus (default ``<repo>/../shared/data/memes``); corpus tests skip without it.
