@@ -4,9 +4,7 @@ real headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright; ne
 
 * ``browser``       one Chromium per test process, kept while browser tests follow one another (a live
                     Playwright loop would break asyncio.run: stopped before any other test).
-* ``search_server`` ``mewdex serve`` on the shared corpus sample's scope (read-only, no workers), one per
-                    test process: the sample is the session's, and a server's start and its search
-                    models (about 8 s of CPU together) were paid again by every module that searched it.
+* ``search_server`` ``mewdex serve`` on the shared corpus sample's scope (read-only, no workers).
 * ``work_server``   ``mewdex serve`` on a fresh scope of its own (no workers: tests drain the queue
                     themselves with ``drain`` so they decide when processing happens).
 * ``page``          a fresh 1280×900 page, Chinese clipboard permissions granted, with ``shot(name)``.
@@ -198,7 +196,7 @@ def browser():
         context.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def search_server(mewdex_env, sample, tmp_path_factory):
     server = start_server(mewdex_env, sample.scope, tmp_path_factory.mktemp("serve") / "search.log")
     yield server
