@@ -118,10 +118,13 @@ def serve(
     scope=None,
     command: Sequence[str] = (str(MEWDEX_BIN),),
     cwd: Path | None = None,
-    probe: str = "/health",
+    probe: str | None = None,
 ) -> UiServer:
     """Start ``<command> serve`` with exactly ``env`` (``host`` None: MEWDEX_HOST's) on ``port`` (default a
-    free one), run in ``cwd``, its output in ``log``; return once ``probe`` answers 200 (polled every 0.1 s).
+    free one), run in ``cwd``, its output in ``log``; return once ``probe`` answers 200 (polled every 0.1 s;
+    default ``/readyz``, or ``/health`` when it starts workers: then they run too). Not ``/health`` without
+    workers: it is rightly degraded (503) once work another test queued in the shared database has waited
+    ``MEWDEX_QUEUE_STALL_SECONDS`` with no consumer, which late in a run kept such servers from coming up.
     Raises AssertionError with the log when it exits or is not up within ``timeout`` s (it is stopped then).
     The one start/poll/stop of a server subprocess for the tests that need one."""
     port = port or free_port()
@@ -131,6 +134,7 @@ def serve(
     with log.open("w") as out:  # the child keeps its own copy of the file
         process = subprocess.Popen(args, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
     server = UiServer(f"http://{host or '127.0.0.1'}:{port}", scope, process, log)
+    probe = probe or ("/health" if workers else "/readyz")
 
     def healthy() -> bool:
         if process.poll() is not None:
