@@ -84,6 +84,11 @@ TEST_ENV = {
     # between cases; a cache shared through the data dir would hand one test another's vectors. Its own
     # tests turn it on.
     "MEWDEX_QUERY_CACHE_ENTRIES": "0",
+    # A test process's database outlives its tests, and most servers they start run no worker: work one
+    # test left queued would, after the default 300 s, make every later server's /health "degraded"
+    # (queue_stalled), which failed the API fuzzer and kept servers polled for health from coming up.
+    # Stall tests set their own.
+    "MEWDEX_QUEUE_STALL_SECONDS": "3600",
 }
 
 # Corpus files of the shared sample (paths below each source's ``images/``), ≤ 30 with the cases.
