@@ -1,6 +1,13 @@
-"""What a capability package's routes get of the web layer (docs/architecture.md "A capability is a
-package"): the :class:`WebKit` the web layer lends once per process (:func:`lend`), before it imports
-any package's ``routes`` module, which reads it at import (:func:`web_kit`).
+"""What a capability package declares to the web layer, and what its routes get of it
+(docs/architecture.md "A capability is a package").
+
+- :class:`Capability`: a package's declaration, provided to the hook ``capabilities`` by its
+  ``__init__`` (``CAPABILITY = hooks.provide("capabilities", name, Capability(...))``; a channel
+  package's :class:`mewdex.channels.registry.Channel` is one, provided by ``registry.declare``): the
+  HTTP status of each of its own error codes, which the web layer gathers
+  (:func:`mewdex.web.errors.all_statuses`);
+- :class:`WebKit`: the dependencies the web layer lends once per process (:func:`lend`), before it
+  imports any package's ``routes`` module, which reads it at import (:func:`web_kit`).
 
 A capability's routes module (a channel's ``routes.py``, ``schedules/routes.py``,
 ``providers/connectors/routes.py``, ``assistant/routes.py``) imports FastAPI but never
@@ -11,9 +18,20 @@ only), so that a package of any layer can read it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capability:
+    """A capability package's declaration (hook ``capabilities``, by ``name``): ``errors`` maps its
+    own error codes (``schedule_limit_reached``) to the HTTP status the API answers them with (a code
+    neither the core nor a capability declares is a request fault, 422; no code is declared twice)."""
+
+    name: str
+    errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)

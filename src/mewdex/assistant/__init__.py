@@ -19,6 +19,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mewdex import hooks
+from mewdex.capability import Capability
 from mewdex.dto import i18n
 
 i18n.add_messages(Path(__file__).parent / "locales")
+
+#: Its declaration (hook ``capabilities``): its error codes → HTTP status.
+CAPABILITY = hooks.provide(
+    "capabilities",
+    "assistant",
+    Capability(name="assistant", errors={"conversation_not_deleted": 409, "run_not_active": 409}),
+)
