@@ -20,14 +20,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from mewdex import hooks
-from mewdex.capability import Capability
+from mewdex.capability import Capability, NavEntry
 from mewdex.dto import i18n
 
 i18n.add_messages(Path(__file__).parent / "locales")
 
-#: Its declaration (hook ``capabilities``): its error codes → HTTP status.
+#: Its declaration (hook ``capabilities``): its error codes → HTTP status, the chat page's link in the header.
 CAPABILITY = hooks.provide(
     "capabilities",
     "assistant",
-    Capability(name="assistant", errors={"conversation_not_deleted": 409, "run_not_active": 409}),
+    Capability(
+        name="assistant",
+        errors={"conversation_not_deleted": 409, "run_not_active": 409},
+        nav=(NavEntry(page="chat", path="/chat", label="nav.chat", order=60),),
+    ),
 )

@@ -103,10 +103,11 @@ the framework calls them directly, never looks them up) and registers one instan
 from __future__ import annotations
 
 from mewdex import hooks
-from mewdex.capability import Capability
+from mewdex.capability import Capability, NavEntry
 
 #: The channel framework's declaration (hook ``capabilities``): its error codes → HTTP status (a
-#: channel package declares its own in ``CHANNEL.errors``).
+#: channel package declares its own in ``CHANNEL.errors``) and the Channels page's link in the header
+#: (the page, ``mewdex.web.routers.channels``, is still the web shell's, with its words).
 CAPABILITY = hooks.provide(
     "capabilities",
     "channels",
@@ -125,5 +126,6 @@ CAPABILITY = hooks.provide(
             "channel_window_closed": 409,
             "channel_platform_error": 502,
         },
+        nav=(NavEntry(page="channels", path="/settings/channels", label="nav.channels", order=90),),
     ),
 )
