@@ -1,6 +1,14 @@
-"""What a capability package's routes get of the web layer (docs/architecture.md "A capability is a
-package"): the :class:`WebKit` the web layer lends once per process (:func:`lend`), before it imports
-any package's ``routes`` module, which reads it at import (:func:`web_kit`).
+"""What a capability package declares to the web layer, and what its routes get of it
+(docs/architecture.md "A capability is a package").
+
+- :class:`Capability`: a package's declaration, provided to the hook ``capabilities`` by its
+  ``__init__`` (``CAPABILITY = hooks.provide("capabilities", name, Capability(...))``; a channel
+  package's :class:`mewdex.channels.registry.Channel` is one, provided by ``registry.declare``): the
+  HTTP status of each of its own error codes, which the web layer gathers
+  (:func:`mewdex.web.errors.all_statuses`), and its page's link in the header (:class:`NavEntry`,
+  rendered with the shell's own by :func:`mewdex.web.templating.nav`);
+- :class:`WebKit`: the dependencies the web layer lends once per process (:func:`lend`), before it
+  imports any package's ``routes`` module, which reads it at import (:func:`web_kit`).
 
 A capability's routes module (a channel's ``routes.py``, ``schedules/routes.py``,
 ``providers/connectors/routes.py``, ``assistant/routes.py``) imports FastAPI but never
@@ -11,9 +19,38 @@ only), so that a package of any layer can read it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
+
+
+@dataclass(frozen=True)
+class NavEntry:
+    """A link of the header's nav: ``path`` under the base path (``/schedules``), ``label`` its
+    catalogue key (``nav.schedules``), ``page`` the ``page`` of the templates it is current on
+    (``aria-current="page"``; also on those of ``current_on``), ``order`` its place among every entry
+    (the shell's: search 10, library 20, upload 30, collections 40, tags 50, tasks 80),
+    ``admin_only``: shown only to an admin (who passes the web layer's ``require_admin``)."""
+
+    page: str
+    path: str
+    label: str
+    order: int
+    admin_only: bool = False
+    current_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capability:
+    """A capability package's declaration (hook ``capabilities``, by ``name``): ``errors`` maps its
+    own error codes (``schedule_limit_reached``) to the HTTP status the API answers them with (a code
+    neither the core nor a capability declares is a request fault, 422; no code is declared twice);
+    ``nav``: the header's links to its pages (:class:`NavEntry`)."""
+
+    name: str
+    errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    nav: tuple[NavEntry, ...] = ()
 
 
 @dataclass(frozen=True)

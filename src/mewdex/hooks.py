@@ -73,6 +73,7 @@ HOOKS: dict[str, Hook] = {
         Hook("channel_adapters", "channels.base.Adapter, by channel name (its package declares CHANNEL)"),
         Hook("settings", "a config.SettingsGroup class: a capability's own MEWDEX_* settings, by its name"),
         Hook("metric_collectors", "series(execute) -> Iterator[prometheus Metric]: read at each /metrics scrape"),
+        Hook("capabilities", "capability.Capability: a capability package's declaration (its error codes), by name"),
     )
 }
 
@@ -87,9 +88,9 @@ class Plugin:
 
 
 def _channel(name: str, **provides: tuple[str, ...]) -> Plugin:
-    """The plugin of the channel package ``mewdex.channels.<name>``: its adapter (hook ``channel_adapters``)
-    and what else it provides (``sealed_settings=(…)``, …)."""
-    return Plugin(f"mewdex.channels.{name}", {"channel_adapters": (name,), **provides})
+    """The plugin of the channel package ``mewdex.channels.<name>``: its adapter (hook ``channel_adapters``),
+    its declaration (hook ``capabilities``) and what else it provides (``sealed_settings=(…)``, …)."""
+    return Plugin(f"mewdex.channels.{name}", {"channel_adapters": (name,), "capabilities": (name,), **provides})
 
 
 _CHANNEL_TASK_TYPES = (
@@ -130,6 +131,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     Plugin("mewdex.providers.reverse_image", {"providers": ("yandex_image_search", "serpapi_google_lens")}),
     Plugin("mewdex.providers.webhook", {"providers": ("webhook",)}),
     Plugin("mewdex.providers.metrics", {"metric_collectors": ("providers",)}),
+    Plugin("mewdex.providers.connectors", {"capabilities": ("connectors",)}),
     Plugin("mewdex.providers.connectors.settings", {"settings": ("connectors",)}),
     Plugin(
         "mewdex.providers.search_steps",
@@ -140,8 +142,10 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
             "search_rerankers": ("llm_rerank",),
         },
     ),
+    Plugin("mewdex.assistant", {"capabilities": ("assistant",)}),
     Plugin("mewdex.assistant.runs", {"task_types": ("conversation_run_reaping",)}),
     Plugin("mewdex.assistant.settings", {"settings": ("assistant",)}),
+    Plugin("mewdex.channels", {"capabilities": ("channels",)}),  # the channel framework's declaration
     # The channel packages, in the order the Channels page lists them (channels.registry.load()).
     _channel("telegram", sealed_settings=("channel_telegram_bot",), settings=("telegram",)),
     _channel("webhook"),
@@ -161,6 +165,7 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
         },
     ),
     Plugin("mewdex.channels.metrics", {"metric_collectors": ("deliveries",)}),
+    Plugin("mewdex.schedules", {"capabilities": ("schedules",)}),
     Plugin("mewdex.schedules.dispatch", {"task_types": ("scheduled_job_dispatch",), "account_hooks": ("schedules",)}),
     Plugin("mewdex.schedules.runner", {"lanes": ("schedules",), "task_types": ("scheduled_job_run",)}),
     Plugin("mewdex.schedules.settings", {"settings": ("schedules",)}),
@@ -169,7 +174,10 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
         {"task_types": ("storage_recovery", "disk_rescan", "thumbnail_reconcile", "retention")},
     ),
     # Backups, a capability package (issue 41): its task types and its settings (mewdex/backups/__init__.py).
-    Plugin("mewdex.backups", {"task_types": ("backup_check", "backup"), "settings": ("backups",)}),
+    Plugin(
+        "mewdex.backups",
+        {"task_types": ("backup_check", "backup"), "settings": ("backups",), "capabilities": ("backups",)},
+    ),
 )
 
 _provided: dict[str, dict[str, Any]] = {name: {} for name in HOOKS}

@@ -33,7 +33,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, create_model
 
-from mewdex.assistant import catalogue
+from mewdex.assistant import service as assistant
 from mewdex.db.engine import get_sessionmaker
 from mewdex.db.models import ScopeContext
 from mewdex.platform import tokens
@@ -85,12 +85,12 @@ def http_caller() -> Caller:
     return Caller(ScopeContext(access.subject), frozenset(access.scopes))
 
 
-def _arguments_model(tool: catalogue.Tool) -> type[ArgModelBase]:
+def _arguments_model(tool: assistant.Tool) -> type[ArgModelBase]:
     """The tool's arguments model as the SDK validates arguments (its ``ArgModelBase``)."""
     return cast("type[ArgModelBase]", type(tool.args.__name__, (tool.args, ArgModelBase), {}))
 
 
-def _output_model(tool: catalogue.Tool) -> tuple[Any, bool]:
+def _output_model(tool: assistant.Tool) -> tuple[Any, bool]:
     """The SDK's output model of ``tool.output`` and whether the result is wrapped in ``{"result"}``
     (structured content is an object; a list goes in ``result``)."""
     if isinstance(tool.output, type) and issubclass(tool.output, BaseModel):
@@ -98,7 +98,7 @@ def _output_model(tool: catalogue.Tool) -> tuple[Any, bool]:
     return create_model(f"{tool.name}_output", result=(tool.output, ...)), True
 
 
-def _register(tool: catalogue.Tool, caller: Callable[[], Caller]) -> Tool:
+def _register(tool: assistant.Tool, caller: Callable[[], Caller]) -> Tool:
     """The catalogue's ``tool`` as an SDK tool: ``insufficient_scope`` without the token scope it
     needs, the catalogue's errors as ``code: message`` tool errors."""
 
@@ -107,10 +107,10 @@ def _register(tool: catalogue.Tool, caller: Callable[[], Caller]) -> Tool:
         if tool.access not in who.scopes:
             raise ToolError(f"insufficient_scope: this token lacks the {tool.access!r} scope")
         try:
-            result = catalogue.call(tool, catalogue.ToolContext(get_sessionmaker(), who.scope), arguments)
-        except catalogue.ToolFailure as exc:
+            result = assistant.call_tool(tool, assistant.ToolContext(get_sessionmaker(), who.scope), arguments)
+        except assistant.ToolFailure as exc:
             raise ToolError(str(exc)) from None
-        if isinstance(result, catalogue.Pictured):
+        if isinstance(result, assistant.Pictured):
             content: list[Any] = [TextContent(text=json.dumps(result.value, ensure_ascii=False, default=str))]
             if result.data is not None:
                 content.append(Image(data=result.data, format=result.format).to_image_content())
@@ -149,7 +149,7 @@ def build(caller: Callable[[], Caller], *, http: bool = False, base_url: str = "
         instructions=INSTRUCTIONS,
         token_verifier=verifier,
         auth=auth,
-        tools=[_register(tool, caller) for tool in catalogue.offered("mcp")],
+        tools=[_register(tool, caller) for tool in assistant.offered_tools("mcp")],
     )
 
 

@@ -237,4 +237,5 @@ def test_a_channel_from_a_plugin_is_listed_with_its_card_from_its_schema(
     finally:
         registry._plugins.pop(name, None)
         hooks.withdraw("channel_adapters", name)
+        hooks.withdraw("capabilities", name)
         sys.modules.pop(f"{name}_plugin", None)

@@ -135,7 +135,9 @@ def test_the_example_channel_is_listed_with_its_declared_card(tmp_path_factory, 
             assert "信箱（示例插件）" in card and "data-postbox-help" in card and 'data-action="bind-code"' in card
             assert client.post("/api/v1/channels/postbox/code").status_code == 201
         assert hooks.table()["channel_adapters"]["postbox"] == "mewdex_postbox"
+        assert hooks.table()["capabilities"]["postbox"] == "mewdex_postbox"  # its CHANNEL, by declare()
     finally:
         registry._plugins.pop("postbox", None)
         hooks.withdraw("channel_adapters", "postbox")
+        hooks.withdraw("capabilities", "postbox")
         sys.modules.pop("mewdex_postbox", None)

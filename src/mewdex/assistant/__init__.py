@@ -5,6 +5,8 @@ runs (owner, cancel, reaper). Below ``runtime``, above ``pipeline``/``search``. 
 - the assistant itself: ``conversations``, ``catalogue``/``tools`` (the tools MCP and the chat model
   are built from), ``artifacts``, ``runs``, ``pool``, ``query``, ``retrieval``, ``agent``, ``prompts``,
   ``titles``, ``chat``, ``shared_collections``, ``errors``;
+- ``service``: the face the channels, the schedules, the runtime and the MCP server call (nothing
+  else of the package is imported from outside it but its routes: contract ``assistant-face``);
 - ``settings``: ``MEWDEX_ASSISTANT_*`` (:class:`~.settings.AssistantSettings`, hook ``settings``);
 - ``routes`` (``/api/v1/conversations`` and the chat page ``/chat``, imported by the web layer only),
   ``shapes`` (the API's request and response models), ``page.html`` (``assistant/page.html`` to the
@@ -17,6 +19,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mewdex import hooks
+from mewdex.capability import Capability, NavEntry
 from mewdex.dto import i18n
 
 i18n.add_messages(Path(__file__).parent / "locales")
+
+#: Its declaration (hook ``capabilities``): its error codes → HTTP status, the chat page's link in the header.
+CAPABILITY = hooks.provide(
+    "capabilities",
+    "assistant",
+    Capability(
+        name="assistant",
+        errors={"conversation_not_deleted": 409, "run_not_active": 409},
+        nav=(NavEntry(page="chat", path="/chat", label="nav.chat", order=60),),
+    ),
+)

@@ -348,7 +348,7 @@ def _finish(sessions: sessionmaker[Session], run: Run, sent: _Sent) -> tuple[dic
         conversation = conversations.get(session, run.scope, run.conversation_id, lock=True, include_deleted=True)
         view = None
         if sent.error is None and sent.answered:
-            refs = _artifact_refs(session, conversation, sent.shown)
+            refs = artifact_refs(session, conversation, sent.shown)
             payload: dict[str, Any] = {"role": "assistant", "content": sent.text}
             if run.guest:
                 payload[conversations.GUEST_KEY] = True
@@ -382,7 +382,10 @@ def _finish(sessions: sessionmaker[Session], run: Run, sent: _Sent) -> tuple[dic
         return view, status
 
 
-def _artifact_refs(session: Session, conversation: Conversation, shown: list[SearchHit]) -> list[dict[str, Any]]:
+def artifact_refs(session: Session, conversation: Conversation, shown: list[SearchHit]) -> list[dict[str, Any]]:
+    """One ``meme_pick`` artifact of ``conversation`` per hit of ``shown`` (flushed), and the message's
+    ``artifact_refs``: ``[{"artifact_id", "meme_id", "display_name", "sha256"[, "collection_id"]}]``
+    (the chat's meme cards; ``collection_id``: a hit of a collection shared with the account)."""
     refs = []
     for hit in shown:
         artifact = Artifact(

@@ -109,7 +109,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mewdex import hooks
 from mewdex.backups import settings, tasks  # noqa: F401 - importing the package provides its plugins
+from mewdex.capability import Capability
 from mewdex.dto import i18n
 
 i18n.add_messages(Path(__file__).parent / "locales")
+
+#: Its declaration (hook ``capabilities``): no error code of its reaches HTTP (a backup is the
+#: command line's and the queue's; the admin page only reads its status).
+CAPABILITY = hooks.provide("capabilities", "backups", Capability(name="backups"))

@@ -24,7 +24,8 @@ Modules
 - ``inbound``: :func:`inbound.submit` (queue an :class:`base.Inbound`) and the ``channel_inbound`` task.
 - ``delivery``: :func:`delivery.send_meme` / :func:`delivery.send_text` (the public outbound API),
   the ``channel_delivery`` task (lane ``channel``) and the delivery log.
-- ``errors``: :class:`errors.ChannelError` and the framework's codes with their HTTP statuses.
+- ``errors``: :class:`errors.ChannelError`; the framework's codes with their HTTP statuses are its
+  declaration below (:data:`CAPABILITY`, hook ``capabilities``).
 - one package per channel: ``telegram``, ``webhook``, ``onebot``, ``wecom``, ``clawbot``, ``discord``.
 
 Adapter contract (a new channel is one package and one line in ``hooks.BUILTIN_PLUGINS``)
@@ -98,3 +99,33 @@ the framework calls them directly, never looks them up) and registers one instan
   upload ids: ``channel_media_cache`` (per bot, by content SHA-256 and ``media_kind``, optional
   ``expires_at``).
 """
+
+from __future__ import annotations
+
+from mewdex import hooks
+from mewdex.capability import Capability, NavEntry
+
+#: The channel framework's declaration (hook ``capabilities``): its error codes → HTTP status (a
+#: channel package declares its own in ``CHANNEL.errors``) and the Channels page's link in the header
+#: (the page, ``mewdex.web.routers.channels``, is still the web shell's, with its words).
+CAPABILITY = hooks.provide(
+    "capabilities",
+    "channels",
+    Capability(
+        name="channels",
+        errors={
+            "channel_unknown": 404,
+            "channel_not_bound": 404,
+            "bind_code_invalid": 404,
+            "channel_webhook_secret_invalid": 401,
+            "channel_request_expired": 401,
+            "channel_request_replayed": 409,
+            "channel_owner_disabled": 409,
+            "channel_not_configured": 409,
+            "channel_identity_taken": 409,
+            "channel_window_closed": 409,
+            "channel_platform_error": 502,
+        },
+        nav=(NavEntry(page="channels", path="/settings/channels", label="nav.channels", order=90),),
+    ),
+)

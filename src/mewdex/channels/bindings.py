@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from mewdex.assistant import conversations
+from mewdex.assistant import service as assistant
 from mewdex.channels.base import Binding
 from mewdex.channels.errors import ChannelError
 from mewdex.channels.registry import adapter
@@ -385,7 +385,7 @@ def standing_conversation(session: Session, row: ChannelBinding) -> Conversation
         ).scalar_one_or_none()
         if found is not None:
             return found
-    conversation = conversations.create(
+    conversation = assistant.create_conversation(
         session, scope, user_id=row.user_id, name=TITLES.get(row.channel, row.channel), channel=row.channel
     )
     conversation.title_source = "fixed"

@@ -13,7 +13,7 @@ and calls :func:`submit` (in its transaction; the HTTP answer goes back at once)
 4. a person other than the binding's owner (a stranger in a QQ group) gets a retrieval-only
    answer — no chat model, no write tool — within the chat's guest rate limit;
 5. otherwise the message goes to the binding's standing conversation (``config.chat_task_id``),
-   the assistant answers it (:func:`mewdex.assistant.chat.post`: "another"/"换一个" pages on as on
+   the assistant answers it (:func:`mewdex.assistant.service.post`: "another"/"换一个" pages on as on
    the web), and the reply is queued: each meme shown (the reply text as the first one's caption),
    or the text alone when it shows none; an image alone from the owner gets a Save button where
    the platform has buttons.
@@ -50,9 +50,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from mewdex.assistant import chat
-from mewdex.assistant.pool import answering_from, in_pool
-from mewdex.assistant.retrieval import language
+from mewdex.assistant import service as assistant
 from mewdex.channels import bindings, captioning, delivery, pool, saving
 from mewdex.channels.base import DeliveryFailed, Inbound, MemeFile, ReplyMode, addressed
 from mewdex.channels.errors import ChannelError
@@ -114,7 +112,7 @@ def _lang(inbound: Inbound) -> str:
     the message's own (``zh`` for Chinese text), else ``en``."""
     if inbound.extra.get("lang") in ("en", "zh"):
         return str(inbound.extra["lang"])
-    return language(inbound.text) if inbound.text.strip() else "en"
+    return assistant.language(inbound.text) if inbound.text.strip() else "en"
 
 
 def account_label(session: Session, scope_id: str, lang: str) -> str:
@@ -166,10 +164,8 @@ def search_memes(
     message, read by the assistant's parser; at most 500 characters) in ``scope_id``'s library (only
     the collection ``pool_id``: a chat's pool), best first, as :class:`MemeFile` (``data=False``:
     without their bytes). "Another" is the next ``start``."""
-    from mewdex.assistant.retrieval import search_ids
-
-    with answering_from(pool_id):
-        _parsed, hits = search_ids(sessions, ScopeContext(scope_id), query[:500], n=start + count)
+    with assistant.answering_from(pool_id):
+        _parsed, hits = assistant.search_ids(sessions, ScopeContext(scope_id), query[:500], n=start + count)
     found: list[MemeFile] = []
     with sessions.begin() as session:
         for hit in hits[start : start + count]:
@@ -277,8 +273,8 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound, mode: ReplyMode | 
         return {"outcome": "ignored"}
     try:
         # Only the binding's owner gets the chat model and its write tools; others a plain search.
-        with answering_from(pool_id):  # a chat's pool: its searches find only that collection's memes
-            result = chat.post(sessions, scope, conversation_id, inbound.text, image, guest=guest)
+        with assistant.answering_from(pool_id):  # a chat's pool: its searches find only that collection's memes
+            result = assistant.post(sessions, scope, conversation_id, inbound.text, image, guest=guest)
     except DomainError as exc:
         result = {"reply": None, "error": {"code": exc.code, "message": exc.message}}
     with sessions.begin() as session:
@@ -295,8 +291,8 @@ def handle(sessions: sessionmaker[Session], inbound: Inbound, mode: ReplyMode | 
             return {"outcome": "failed", "error": result.get("error")}
         memes = reply.get("memes") or []
         if pool_id is not None:  # only the pool's, whatever the reply shows
-            with answering_from(pool_id):
-                kept = set(in_pool(session, scope, [card["meme_id"] for card in memes]))
+            with assistant.answering_from(pool_id):
+                kept = set(assistant.in_pool(session, scope, [card["meme_id"] for card in memes]))
             memes = [card for card in memes if card["meme_id"] in kept]
         # an image alone keeps its meaning (find similar), with a Save button for its owner
         button = saving.save_button(lang, inbound) if inbound.files and not guest and channel.buttons else ()

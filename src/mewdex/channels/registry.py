@@ -45,8 +45,10 @@ using it: the hook registry imports it when its adapter is first looked up)::
   :class:`mewdex.channels.errors.ChannelError` (or any ``DomainError``) with a code; the web layer
   answers with that code's status.
 * **Error codes**: ``errors`` maps the package's own codes (``wecom_ip_not_trusted``) to their HTTP
-  status; :func:`error_statuses` gives every channel's (and the framework's
-  :data:`mewdex.channels.errors.STATUSES`) to ``mewdex.web.errors``.
+  status. A ``Channel`` is a :class:`mewdex.capability.Capability`: :func:`declare` provides it to
+  the hook ``capabilities`` (and the package's ``Plugin`` line names it there), where the web layer
+  gathers every capability's codes (:func:`mewdex.web.errors.all_statuses`; the framework's own are
+  ``mewdex.channels.CAPABILITY.errors``).
 * **Card**: ``card`` is its card on the Channels page as data, a setup schema of
   :mod:`mewdex.channels.card` (fields, buttons, what an answer reveals, …) that the web shell's one
   generic card renders (no channel needs a template or script of its own), and ``info`` the fields
@@ -82,7 +84,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 from mewdex import hooks
-from mewdex.capability import WebKit, lend, web_kit  # noqa: F401 - re-exported: what a channel's routes get
+from mewdex.capability import Capability, WebKit, lend, web_kit  # noqa: F401 - re-exported: what a channel's routes get
 from mewdex.channels import card as card_schema
 from mewdex.channels.base import ChannelAdapter
 from mewdex.channels.errors import ChannelError
@@ -104,11 +106,12 @@ _plugins: dict[str, Channel] = {}
 FRAMEWORK_LOCALES = Path(__file__).parent / "locales"
 
 
-@dataclass(frozen=True)
-class Channel:
-    """A channel package's declaration (module doc): ``name``, ``modules`` imported in every process
+@dataclass(frozen=True, kw_only=True)
+class Channel(Capability):
+    """A channel package's declaration (module doc), a :class:`~mewdex.capability.Capability` (its
+    ``name`` and ``errors``: its own code → HTTP status): ``modules`` imported in every process
     (adapter, task types, ``schedules()``), ``routes`` (a module with a module-level ``router: APIRouter``,
-    imported by the web app only; None: no routes of its own), ``errors`` (its own code → HTTP status),
+    imported by the web app only; None: no routes of its own),
     ``locales`` (a directory of its own ``{en,zh}.json`` catalogues; None: its words are in the core's),
     ``card`` (its card on the Channels page as a setup schema, :mod:`mewdex.channels.card`; None: the
     one-time-code card when its adapter binds by a code, else none), ``info`` (the fields its
@@ -117,10 +120,8 @@ class Channel:
     Channels page shows a linked chat by, instead of its identity; the webhook's ``"url"``),
     ``outbound_only`` (no chat talks to it: a linked one has no pool and no auto-save to set)."""
 
-    name: str
     modules: tuple[str, ...]
     routes: str | None = None
-    errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     locales: Path | None = None
     card: tuple[card_schema.Block, ...] | None = None
     info: Mapping[str, tuple[Any, Any]] = field(default_factory=lambda: MappingProxyType({}))
@@ -188,9 +189,11 @@ def _with_plugins() -> dict[str, Channel]:
 
 
 def declare(channel: Channel) -> Channel:
-    """Import ``channel.modules`` (a channel package's ``__init__`` calls this after ``CHANNEL = …``,
-    so that importing the package provides its adapter). A channel no built-in plugin declares is a
-    third-party plugin's: :func:`channels` lists it after the built-in ones. Returns ``channel``."""
+    """Provide ``channel`` to the hook ``capabilities`` and import ``channel.modules`` (a channel
+    package's ``__init__`` calls this after ``CHANNEL = …``, so that importing the package provides
+    its adapter). A channel no built-in plugin declares is a third-party plugin's: :func:`channels`
+    lists it after the built-in ones. Returns ``channel``."""
+    hooks.provide("capabilities", channel.name, channel, stacklevel=2)
     for name in channel.modules:
         importlib.import_module(name)
     if channel.name not in hooks.declared("channel_adapters"):
@@ -235,15 +238,4 @@ def info_fields() -> dict[str, tuple[Any, Any]]:
     found: dict[str, tuple[Any, Any]] = {}
     for declared in channels():
         found.update(declared.info)
-    return found
-
-
-def error_statuses() -> dict[str, int]:
-    """The channel error codes and their HTTP statuses: the framework's
-    (:data:`mewdex.channels.errors.STATUSES`) and each channel's ``errors``."""
-    from mewdex.channels.errors import STATUSES
-
-    found = dict(STATUSES)
-    for declared in channels():
-        found.update(declared.errors)
     return found

@@ -17,7 +17,7 @@ def stickers_import(
 ) -> None:
     """Import a Telegram sticker set into the default library's collection through the linked Telegram
     bot (the library must have a linked Telegram chat). Prints the collection and the counts."""
-    from mewdex.channels.telegram import stickers
+    from mewdex.channels.telegram import service as telegram
     from mewdex.db.engine import get_sessionmaker
     from mewdex.dto.errors import DomainError
     from mewdex.library.collections import find_by_name_or_id
@@ -30,7 +30,7 @@ def stickers_import(
         if collection:
             with sessions.begin() as session:
                 collection_id = find_by_name_or_id(session, scope, collection).id
-        done = stickers.import_set(sessions, scope, name, collection_id)
+        done = telegram.import_set(sessions, scope, name, collection_id)
     except DomainError as exc:
         err.print(f"[red]error:[/red] {exc.code}: {exc.message}")
         codes = {"not_found": ExitCode.NOT_FOUND, "sticker_set_not_found": ExitCode.NOT_FOUND}

@@ -26,7 +26,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from mewdex.assistant import runs
+from mewdex.assistant.service import REAPING_INTERVAL_SECONDS as RUN_REAPING_INTERVAL_SECONDS
 from mewdex.channels import tasks as channel_tasks
 from mewdex.config import get_settings
 from mewdex.queue import maintenance as queue_maintenance
@@ -91,7 +91,7 @@ def schedules() -> list[Schedule]:
         Schedule("disk_rescan", "disk_rescan", lambda: get_settings().disk_rescan_seconds, SYSTEM_SCOPE),
         Schedule("thumbnail_reconcile", "thumbnail_reconcile", RECONCILE_INTERVAL_SECONDS, SYSTEM_SCOPE),
         Schedule("retention", "retention", rules.INTERVAL_SECONDS, SYSTEM_SCOPE),
-        Schedule("conversation_run_reaping", "conversation_run_reaping", runs.REAPING_INTERVAL_SECONDS, SYSTEM_SCOPE),
+        Schedule("conversation_run_reaping", "conversation_run_reaping", RUN_REAPING_INTERVAL_SECONDS, SYSTEM_SCOPE),
         *channel_tasks.schedules(),
         Schedule("backup_check", "backup_check", BACKUP_CHECK_SECONDS, SYSTEM_SCOPE),
         Schedule(

@@ -19,6 +19,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mewdex import hooks
+from mewdex.capability import Capability, NavEntry
 from mewdex.dto import i18n
 
 i18n.add_messages(Path(__file__).parent / "locales")
+
+#: Its declaration (hook ``capabilities``): its error codes → HTTP status, its page's link in the header.
+CAPABILITY = hooks.provide(
+    "capabilities",
+    "schedules",
+    Capability(
+        name="schedules",
+        errors={
+            "cron_invalid": 422,
+            "cron_never_runs": 422,
+            "schedule_invalid": 422,
+            "schedule_too_frequent": 422,
+            "schedule_limit_reached": 409,
+        },
+        nav=(NavEntry(page="schedules", path="/schedules", label="nav.schedules", order=70),),
+    ),
+)

@@ -26,7 +26,7 @@ from uuid import UUID
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from mewdex.assistant import chat, conversations, retrieval
+from mewdex.assistant import service as assistant
 from mewdex.db.models import Conversation, ScheduledJob, ScheduledJobRun, ScopeContext, Task, utcnow
 from mewdex.dto.search import SearchHit
 from mewdex.platform import owners
@@ -84,7 +84,7 @@ def _conversation(session: Session, job: ScheduledJob, scope: ScopeContext) -> C
         ).scalar_one_or_none()
         if found is not None:
             return found
-    conversation = conversations.create(
+    conversation = assistant.create_conversation(
         session, scope, user_id=job.user_id, name=job.name, channel="schedule", scheduled_job_id=job.job_id
     )
     conversation.title_source = "fixed"
@@ -170,7 +170,7 @@ def run_job(ctx: TaskContext) -> dict[str, Any]:
     deadline = time.monotonic() + snapshot["timeout"] if snapshot["timeout"] else None
 
     if snapshot["meme_id"] is None:
-        _query, hits = retrieval.search_ids(sessions, scope, snapshot["prompt"])
+        _query, hits = assistant.search_ids(sessions, scope, snapshot["prompt"])
         _deadline_check(deadline, "choosing a meme")
         if not hits:
             raise TaskError("schedule_no_meme", f"no meme matches {snapshot['prompt']!r}", retryable=False)
@@ -186,8 +186,8 @@ def run_job(ctx: TaskContext) -> dict[str, Any]:
             assert job is not None
             conversation = _conversation(session, job, scope)
             caption = _caption(snapshot["name"], hit)
-            refs = chat._artifact_refs(session, conversation, [hit])  # the chat's meme cards
-            conversations.append_message(
+            refs = assistant.artifact_refs(session, conversation, [hit])  # the chat's meme cards
+            assistant.append_message(
                 session,
                 conversation,
                 {

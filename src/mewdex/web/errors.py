@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mewdex import hooks
 from mewdex.dto.errors import DomainError, ErrorBody, ErrorDetail, error_body  # noqa: F401 (re-exported)
 from mewdex.web.base_path import prefix, route_path
 
@@ -27,9 +28,10 @@ class ApiError(DomainError):
         self.status = status
 
 
-# The one map from a domain error's code to the HTTP status the API answers with; codes not listed
-# are request faults (422). The channels' codes are declared by the channel packages
-# (:func:`mewdex.channels.registry.error_statuses`) and merged in by :func:`http_status`.
+# The core's map from a domain error's code to the HTTP status the API answers with; a capability
+# package declares its own codes (``Capability.errors``, hook ``capabilities``: the schedules', the
+# connectors', the assistant's, the channel framework's and each channel's), which :func:`all_statuses`
+# gathers; codes listed nowhere are request faults (422).
 STATUS_BY_CODE: dict[str, int] = {
     "not_found": 404,
     "invalid_credentials": 401,
@@ -70,20 +72,10 @@ STATUS_BY_CODE: dict[str, int] = {
     "task_active": 409,
     "visual_not_ready": 409,
     "no_accounts": 409,
-    "conversation_not_deleted": 409,
-    "cron_invalid": 422,
-    "cron_never_runs": 422,
     "timezone_invalid": 422,
     "language_invalid": 422,
     "reset_link_invalid": 410,
     "user_disabled": 409,
-    "schedule_invalid": 422,
-    "schedule_too_frequent": 422,
-    "schedule_limit_reached": 409,
-    "run_not_active": 409,
-    "connector_name_taken": 409,
-    "connector_unverified": 409,
-    "connector_unavailable": 409,
     "public_url_missing": 409,
     "provider_failed": 502,
     "provider_invalid_output": 502,
@@ -118,14 +110,21 @@ STATUS_BY_CODE: dict[str, int] = {
 }
 
 
+def all_statuses() -> dict[str, int]:
+    """Every error code with its HTTP status: the core's (:data:`STATUS_BY_CODE`) and those each
+    capability declares (``errors`` of the hook ``capabilities``' implementations, imported on first
+    use: :class:`mewdex.capability.Capability`, a channel's ``CHANNEL``)."""
+    found = dict(STATUS_BY_CODE)
+    for declared in hooks.implementations("capabilities").values():
+        found.update(declared.errors)
+    return found
+
+
 def http_status(code: str) -> int:
-    """The HTTP status of a domain error code (:data:`STATUS_BY_CODE`, then the channels' codes;
-    422 when not listed)."""
+    """The HTTP status of a domain error code (:func:`all_statuses`; 422 when not listed)."""
     if code in STATUS_BY_CODE:
         return STATUS_BY_CODE[code]
-    from mewdex.channels.registry import error_statuses
-
-    return error_statuses().get(code, 422)
+    return all_statuses().get(code, 422)
 
 
 def error_responses(*statuses: int) -> dict:

@@ -2,8 +2,9 @@
 :func:`render`, which every page router calls.
 
 :func:`render` adds what every page shows (the request's language and its catalogue for the
-scripts, the header's server state, who is signed in) and sends ``Cache-Control: no-store``; it also
-renders the browsers' error pages (:func:`mewdex.web.errors.error_page`, registered on import).
+scripts, the header's server state, who is signed in, the header's nav links: :func:`nav`) and sends
+``Cache-Control: no-store``; it also renders the browsers' error pages
+(:func:`mewdex.web.errors.error_page`, registered on import).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from markupsafe import Markup
 
 from mewdex import assistant as assistant_package
 from mewdex import backups as backups_package
+from mewdex import hooks
 from mewdex import schedules as schedules_package
+from mewdex.capability import NavEntry
 from mewdex.channels import card
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.media import media_kind
@@ -95,6 +98,25 @@ templates.env.globals.update(
 )
 
 
+#: The shell's own links of the header's nav; a capability's come with its declaration (``nav`` of
+#: the hook ``capabilities``: chat 60, schedules 70, channels 90, connectors 100).
+CORE_NAV: tuple[NavEntry, ...] = (
+    NavEntry(page="search", path="/", label="nav.search", order=10),
+    NavEntry(page="library", path="/library", label="nav.library", order=20, current_on=("meme", "trash")),
+    NavEntry(page="upload", path="/upload", label="nav.upload", order=30),
+    NavEntry(page="collections", path="/collections", label="nav.collections", order=40),
+    NavEntry(page="tags", path="/tags", label="nav.tags", order=50),
+    NavEntry(page="tasks", path="/tasks", label="nav.tasks", order=80),
+)
+
+
+def nav(admin: bool) -> list[NavEntry]:
+    """The header's nav links in ``order``: :data:`CORE_NAV` and every capability's ``nav``, those
+    ``admin_only`` only for an ``admin``."""
+    declared = [entry for capability in hooks.implementations("capabilities").values() for entry in capability.nav]
+    return sorted((e for e in (*CORE_NAV, *declared) if admin or not e.admin_only), key=lambda e: e.order)
+
+
 def _error_page_principal(request: Request):
     """Who is signed in, for an error page no route resolved it for (an unknown path); None when it
     cannot be told (no credential, a bad one, the database gone)."""
@@ -130,6 +152,7 @@ def render(request: Request, name: str, context: dict | None = None, status_code
             "admin": principal.is_admin,
         }
         base["time_zone"] = principal.user.time_zone  # times.js shows times in it (else the browser's)
+    base["nav"] = nav(principal is not None and principal.is_admin)
     response = templates.TemplateResponse(request, name, {**base, **(context or {})}, status_code=status_code)
     # Pages show one account's data: never kept for the Back button after signing out, nor by a proxy.
     response.headers["Cache-Control"] = "no-store"

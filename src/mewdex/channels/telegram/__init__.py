@@ -22,7 +22,8 @@ token). Calls are ``POST <api>/bot<token>/<method>``; answers ``{"ok": true, "re
   already has; others are uploaded once to ``MEWDEX_TELEGRAM_STORAGE_CHAT_ID`` when set).
 
 Modules: ``api`` (the token, :func:`api.call`, :func:`api.send_file`), ``adapter``, ``inbound``
-(webhook, polling, inline mode), ``setup`` (the admin's token, a person's link), ``routes``.
+(webhook, polling, inline mode), ``setup`` (the admin's token, a person's link), ``stickers`` (sticker
+sets), ``routes``; ``service``, its face (what the command line imports; contract ``channel-faces``).
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex import hooks
+from mewdex.capability import Capability, NavEntry
 from mewdex.db.models import (
     ExternalSystem,
     ExternalSystemAudit,
@@ -60,6 +61,17 @@ from mewdex.providers.connectors.settings import settings as connector_settings 
 from mewdex.providers.errors import ProviderError
 
 i18n.add_messages(Path(__file__).parent / "locales")
+
+#: Its declaration (hook ``capabilities``): its error codes → HTTP status, its page's link in the header.
+CAPABILITY = hooks.provide(
+    "capabilities",
+    "connectors",
+    Capability(
+        name="connectors",
+        errors={"connector_name_taken": 409, "connector_unverified": 409, "connector_unavailable": 409},
+        nav=(NavEntry(page="connectors", path="/connectors", label="nav.connectors", order=100),),
+    ),
+)
 
 log = logging.getLogger(__name__)
 
