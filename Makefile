@@ -76,14 +76,15 @@ check: $(TEST_STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/deptry src
 
-# Two test processes (pytest-xdist), one test file at a time each; every process has its own embedded
-# PostgreSQL (tests/conftest.py), so the run takes about half as long on two cores. (Handing the files
-# out in collection order, --no-loadscope-reorder, made a clean-clone run slower: 23:50 of pytest against
-# 19:51 with xdist's own order the stop before.) The sources are compiled first: with PYTHONDONTWRITEBYTECODE set (as in many CI images)
+# Three test processes (pytest-xdist) on two cores, one test file at a time each, the longest files
+# first (tests/conftest.py: pytest_xdist_make_scheduler, from tests/file_seconds.json); every process has
+# its own embedded PostgreSQL (tests/conftest.py). Two processes left a third of the two cores idle
+# (tests wait for servers, workers and fake platforms): 25:11 of pytest with two, see the CHANGELOG
+# for three. The sources are compiled first: with PYTHONDONTWRITEBYTECODE set (as in many CI images)
 # every one of the suite's hundreds of `mewdex` processes would otherwise compile the whole package again.
 test: $(TEST_STAMP) check browser
 	$(BIN)/python -m compileall -q -j 0 src
-	$(BIN)/pytest -q -n 2 --dist loadfile --durations=25
+	$(BIN)/pytest -q -n 3 --dist loadfile --durations=25
 
 # The edit loop: the unit tests and a few integration files over the core paths (schema against the
 # migrations, the HTTP API, the queue, search on the sample corpus, a signed webhook), two processes,

@@ -178,6 +178,31 @@ def _without_fsync(engine) -> None:
         connection.execute(text("SELECT pg_reload_conf()"))
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """The test processes take whole files (``--dist loadfile``), the longest first by the seconds each
+    took in a recorded run (``file_seconds.json``; refresh it with ``tests/file_seconds.py``; a file not
+    there counts 1.5 s a test): a long file handed out last (the API fuzzer is one 90 s test) left the
+    other process idle at the end of every run."""
+    import json
+
+    from xdist.scheduler import LoadFileScheduling
+
+    recorded = json.loads((Path(__file__).with_name("file_seconds.json")).read_text())
+
+    class LongestFirst(LoadFileScheduling):
+        ordered = False
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the first hand-out: the queue holds every file
+                self.ordered = True
+                files = sorted(self.workqueue.items(), key=lambda f: -recorded.get(f[0], 1.5 * len(f[1])))
+                self.workqueue.clear()
+                self.workqueue.update(files)
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
+
+
 @pytest.fixture(scope="session")
 def mewdex_env() -> MewdexEnv:
     """A temp data dir with its own embedded PostgreSQL, migrated; stopped and removed at session end."""

@@ -536,3 +536,46 @@ def test_a_link_waiting_for_the_chats_yes_can_be_removed(sessions, account, tele
         assert "not linked" in fake.sent_to(uid)[-1]["text"]
         bindings = client.get("/api/v1/channels").json()["bindings"]
         assert not [b for b in bindings if b["channel"] == "telegram" and b["status"] == "active"]
+
+
+def test_polls_that_piled_up_without_a_worker_are_skipped_and_the_current_one_polls(sessions, telegram, monkeypatch):
+    """One ``telegram_polling`` task is queued per slot while no worker runs; a worker that comes back runs
+    only the current slot's poll (and the one before), not every late one for its whole length."""
+    from datetime import UTC, datetime
+
+    from mewdex.channels import polling
+    from mewdex.channels.registry import ADAPTERS
+    from mewdex.config import get_settings
+    from mewdex.library.scopes import ensure_scope
+    from mewdex.queue.registry import submit
+    from mewdex.queue.worker import Worker
+
+    monkeypatch.setenv("MEWDEX_TELEGRAM_POLL_SECONDS", "2")  # the current poll runs this long
+    get_settings.cache_clear()
+    schedule = polling._schedule(ADAPTERS["telegram"])
+    now = schedule.slot(datetime.now(UTC))
+    ids = {}
+    with sessions.begin() as session:
+        ensure_scope(session, ScopeContext(schedule.scope_id))  # as every start-up makes it
+        for slot in (now - 30, now):
+            ids[slot] = submit(
+                session,
+                scope_id=schedule.scope_id,
+                task_type=schedule.task_type,
+                payload={"slot": slot},
+                dedupe_key=f"test-poll:{slot}",
+                submission_mode="standalone",
+            ).id
+    worker = Worker(sessions, name="pytest-polls", lanes=[polling.lane_of("telegram")])
+    results = {}
+    while worker.run_once():
+        pass
+    from mewdex.db.models.queue import Task
+
+    with sessions.begin() as session:
+        for slot, task_id in ids.items():
+            task = session.get(Task, task_id)
+            results[slot] = (task.status, task.result)
+    assert results[now - 30] == ("succeeded", {"skipped": "a later poll is due"})
+    assert results[now][0] == "succeeded" and results[now][1]["mode"] == "polling"
+    assert [c["method"] for c in telegram.calls].count("getUpdates") >= 1

@@ -2,11 +2,13 @@
 public URL, ClawBot): an adapter with ``polls = True`` gets, from here, its lane ``<name>_poll``
 (one poll at a time, all processes), its task type ``<name>_polling`` (one attempt: the next slot
 polls again) and its schedule (every :meth:`~mewdex.channels.base.Adapter.poll_seconds`, in the
-system scope). The task calls :meth:`~mewdex.channels.base.Adapter.poll`; the cursor is the
+system scope). The task calls :meth:`~mewdex.channels.base.Adapter.poll`, unless its slot is more than
+one interval old (polls that piled up while no worker ran are skipped, not run late one by one); the cursor is the
 adapter's (a bot's ``update_offset`` in ``channel_bots``, a binding's ``get_updates_buf``)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from mewdex.channels.base import UNBOUND_SCOPE, Adapter
@@ -32,6 +34,11 @@ def pollers() -> list[Adapter]:
 
 def _handler(adapter: Adapter):
     def poll(ctx: TaskContext) -> dict[str, Any]:
+        slot = ctx.payload.get("slot")
+        if isinstance(slot, int) and slot < _schedule(adapter).slot(datetime.now(UTC)) - 1:
+            # Polls queued while no worker ran (one per slot) are not run late one after another, each
+            # for its whole length: only the current slot's poll and the one before it fetch.
+            return {"skipped": "a later poll is due"}
         return adapter.poll(ctx.sessions, adapter.poll_seconds())
 
     poll.__doc__ = f"One poll of {adapter.name} (mewdex.channels.polling)."
@@ -54,4 +61,8 @@ def register() -> None:
 
 def schedules() -> list[Schedule]:
     """A schedule per polling adapter: a poll every ``poll_seconds()`` (read at each tick)."""
-    return [Schedule(task_type_of(a.name), task_type_of(a.name), a.poll_seconds, UNBOUND_SCOPE) for a in pollers()]
+    return [_schedule(a) for a in pollers()]
+
+
+def _schedule(adapter: Adapter) -> Schedule:
+    return Schedule(task_type_of(adapter.name), task_type_of(adapter.name), adapter.poll_seconds, UNBOUND_SCOPE)
