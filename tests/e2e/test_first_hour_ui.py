@@ -46,7 +46,9 @@ def test_collections_page_searches_sorts_pages_and_confirms_a_new_one(page, work
     assert page.locator(".collection-row").count() == 50
     assert page.locator(".pager").inner_text().startswith("Page 1 of 2")
     page.click(".pager a[rel=next]")
-    assert page.locator(".collection-row").count() == 10
+    page.wait_for_url("**page=2**")
+    # count() does not wait: the second page's rows once they are there, not the moment between pages
+    page.wait_for_function("document.querySelectorAll('.collection-row').length === 10")
     page.fill("#collection-filters input[name=q]", "c1")
     page.press("#collection-filters input[name=q]", "Enter")
     page.wait_for_url("**q=c1**")

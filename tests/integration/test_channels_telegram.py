@@ -70,8 +70,11 @@ def test_bind_message_meme_another_revoke(sessions, account, telegram):
     memes = [m for m in fake.sent_to(uid) if m["method"] in ("sendPhoto", "sendAnimation")]
     assert len(memes) == 3 and all(m["uploaded"] for m in memes)
     assert "cat" in memes[0]["caption"] and memes[1]["caption"] is None
+    # One send per second per chat, start to start (channels.delivery.reserve_slot): what the fake sees
+    # is when each arrived, later by however long the upload took on a busy machine, so a single gap
+    # may be shorter (0.6 s once); three sends still span at least two seconds less the first's upload.
     gaps = [b["at"] - a["at"] for a, b in zip(memes, memes[1:], strict=False)]
-    assert min(gaps) >= 0.75, f"about one message per second per chat: {gaps}"
+    assert memes[-1]["at"] - memes[0]["at"] >= 1.5, f"about one message per second per chat: {gaps}"
     first_page = {m["file_id"] for m in memes}
 
     fake.user_message(uid, "换一个")
