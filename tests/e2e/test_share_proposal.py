@@ -355,8 +355,16 @@ def test_a_picture_shared_from_the_phone_is_uploaded_with_one_tap(browser, signe
 
 @pytest.mark.parametrize("lang,locale", [("en", "en-US"), ("zh", "zh-CN")])
 @pytest.mark.parametrize("size,viewport", [("1280", DESKTOP), ("375", {"width": 375, "height": 812})])
-def test_screenshots_of_a_shared_proposal(browser, signed_in_server, other_site, lang, locale, size, viewport):
+def test_screenshots_of_a_shared_proposal(
+    browser, signed_in_server, other_site, sessions, lang, locale, size, viewport
+):
+    from mewdex.db.models import ScopeContext
+    from mewdex.library import collections
+
     server, account = signed_in_server
+    name = "A collection whose name is far longer than a phone is wide, which the page's select lists"
+    with sessions.begin() as session:
+        collections.get_or_create(session, ScopeContext(account.scope_id), name)
     files = [
         ("IMG_20240611_184455_a_rather_long_camera_file_name.png", "image/png", png_bytes((240, 160, 60), (120, 90))),
         ("猫猫 无语.png", "image/png", png_bytes((90, 140, 220), (60, 90))),
