@@ -195,7 +195,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(PackageError)
     async def _package_error(_request: Request, exc: PackageError):
         return JSONResponse(
-            error_body(exc.code, exc.message, exc.details), status_code=STATUS_BY_CODE.get(exc.code, exc.status)
+            error_body(exc.code, exc.message, exc.details), status_code=all_statuses().get(exc.code, exc.status)
         )
 
     def _api_error(request: Request, exc: ApiError):
