@@ -78,8 +78,12 @@ def stop_workers(procs, sig=signal.SIGTERM, timeout: float = 30) -> None:
         try:
             p.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+            p.send_signal(signal.SIGUSR1)  # `mewdex worker` writes every thread's stack to its log first
+            try:
+                p.wait(2)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def log_tail(proc: subprocess.Popen, chars: int = 3000) -> str:

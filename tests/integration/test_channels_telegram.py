@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
+import uuid
 
 import pytest
 from sqlalchemy import select
 
 from channel_helpers import bind_telegram, new_user_id
-from conftest import client_for, drain_queue
+from conftest import client_for, drain_queue, wait_until
 from mewdex.db.models import ChannelBinding, ChannelDelivery, ScopeContext
 
 pytestmark = pytest.mark.usefixtures("quick_pacing")  # sends to one chat 0.05 s apart (channel_helpers)
@@ -582,3 +584,54 @@ def test_polls_that_piled_up_without_a_worker_are_skipped_and_the_current_one_po
     assert results[now - 30] == ("succeeded", {"skipped": "a later poll is due"})
     assert results[now][0] == "succeeded" and results[now][1]["mode"] == "polling"
     assert [c["method"] for c in telegram.calls].count("getUpdates") >= 1
+
+
+def test_a_stopping_worker_gives_its_long_poll_back_at_once(sessions, telegram, mewdex_env):
+    """SIGTERM during a ``getUpdates`` long poll: the worker does not wait out the poll (nor its grace
+    period), exits 0 within seconds, and the poll task is back in the queue for the next worker."""
+    from datetime import UTC, datetime
+
+    from mewdex.channels import polling
+    from mewdex.channels.registry import ADAPTERS
+    from mewdex.db.models.queue import Task
+    from mewdex.library.scopes import ensure_scope
+    from mewdex.queue.registry import submit
+    from queue_helpers import log_tail, start_workers, stop_workers
+
+    schedule = polling._schedule(ADAPTERS["telegram"])
+    with sessions.begin() as session:
+        ensure_scope(session, ScopeContext(schedule.scope_id))
+        task_id = submit(
+            session,
+            scope_id=schedule.scope_id,
+            task_type=schedule.task_type,
+            payload={"slot": schedule.slot(datetime.now(UTC))},
+            dedupe_key=f"test-stop-poll:{uuid.uuid4().hex}",
+            submission_mode="standalone",
+        ).id
+    extra = {
+        "MEWDEX_TELEGRAM_BOT_TOKEN": telegram.token,
+        "MEWDEX_TELEGRAM_API_URL": telegram.url,
+        "MEWDEX_EGRESS_ALLOW_HOSTS": json.dumps([f"127.0.0.1:{telegram.port}"]),
+        "MEWDEX_TELEGRAM_POLL_SECONDS": "50",  # one getUpdates of up to 50 s
+        "MEWDEX_WORKER_GRACE_SECONDS": "60",  # what the worker would wait for a task that is not abandonable
+    }
+    [proc] = start_workers(mewdex_env, 1, concurrency=1, lanes=polling.lane_of("telegram"), extra_env=extra)
+    try:
+        wait_until(
+            lambda: any(c["method"] == "getUpdates" and float(c["params"].get("timeout") or 0) > 0
+                        for c in telegram.calls),
+            120, 0.1, "the worker's long poll",
+        )  # fmt: skip
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        stopped_in = time.monotonic() - started
+    finally:
+        stop_workers([proc])
+    assert proc.returncode == 0, log_tail(proc)
+    assert stopped_in < 15, (stopped_in, log_tail(proc))  # the poll would have held it for up to 50 s
+    with sessions.begin() as session:
+        task = session.get(Task, task_id)
+        assert (task.status, task.lease_owner) == ("queued", None)
+        assert "released by a stopping worker" in (task.message or "")

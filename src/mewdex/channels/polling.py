@@ -55,6 +55,9 @@ def register() -> None:
                 handler=_handler(adapter),
                 lane=lane_of(adapter.name),
                 retry=RetryPolicy(max_attempts=1),
+                # A poll mostly waits, and what it fetched commits with its cursor: a stopping worker
+                # gives it back at once instead of waiting out the long poll (up to 50 s).
+                abandonable=True,
             )
         )
 

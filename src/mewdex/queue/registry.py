@@ -180,7 +180,11 @@ class TaskType:
     - ``columns``: the task columns besides the queue's own (:data:`QUEUE_FIELDS`) its submitters set
       through :func:`submit` (opaque to the queue: stored as given, read by the type's own hooks);
     - ``cost_budget``: the name of the ``cost_budgets`` hook implementation (a :data:`CostBudget`) the
-      costs its handler observes are checked against (None: costs are recorded, never limited).
+      costs its handler observes are checked against (None: costs are recorded, never limited);
+    - ``abandonable``: a stopping worker gives a running task of this type back at once instead of
+      waiting up to its grace period, and exits without it. Only for handlers that mostly wait (a
+      long poll) and whose every effect commits in one transaction with its cursor, so a run cut
+      anywhere loses nothing: the next run fetches the same again.
     """
 
     name: str
@@ -199,6 +203,7 @@ class TaskType:
     crash_code: str = "task_crashed"
     cost_budget: str | None = None
     columns: tuple[str, ...] = ()
+    abandonable: bool = False
 
 
 #: The task types loaded so far (the ``task_types`` hook's live mapping): use :func:`get`, which

@@ -345,6 +345,12 @@ class Worker:
         if final:
             batches.task_ended(session, claim.scope_id, claim.task_id)
 
+    def running_abandonable(self) -> bool:
+        """Whether the running task's type is ``abandonable`` (a stopping pool need not wait for it)."""
+        claim = self.current
+        tt = registry.get(claim.task_type) if claim is not None else None
+        return tt is not None and tt.abandonable
+
     def release_current(self, signal_name: str = "SIGTERM") -> bool:
         """Give the running task back to the queue (shutdown past the grace period); True if one was released."""
         claim = self.current
@@ -457,9 +463,13 @@ class WorkerPool:
         for w in self.workers:
             w.stop_event.set()
         deadline = time.monotonic() + grace
-        for t in self.threads:
-            if t.ident is not None:
-                t.join(max(0.0, deadline - time.monotonic()))
+        for t, w in zip(self.threads, self.workers, strict=True):
+            # A thread in an abandonable task (a long poll) is not waited for: its task is given back below.
+            while t.ident is not None and t.is_alive() and not w.running_abandonable():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                t.join(min(0.1, left))
         released = sum(w.release_current() for w in self.workers if w.current is not None)
         # A write-back in flight past the grace period is a finished task's result: let it commit (its
         # statements take milliseconds) rather than roll it back with the process (`mewdex worker` exits

@@ -6,11 +6,12 @@ FastAPI or ``mewdex.web`` (``mewdex worker`` runs without them).
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
 import socket
-import threading
+import time
 
 from mewdex import hooks
 from mewdex.config import get_settings
@@ -275,15 +276,18 @@ def run_worker(
 
     lower_priority()  # first: every thread this process starts inherits it
     os.environ["PGAPPNAME"] = f"{WORKER_APPLICATION_PREFIX}:{socket.gethostname()}:{os.getpid()}"[:63]
-    stop = threading.Event()
+    # The handlers only append to a list: an Event.set() there could wait forever on the lock that the
+    # interrupted main thread holds inside Event.wait() (both run in the main thread).
+    stop: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):  # before start-up: a stop during it is a clean stop
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # every thread's stack to stderr: a stuck worker
     if parent_pid is not None:
         die_with_parent(parent_pid)
     size_for_worker_threads(concurrency)
     prepare_database()
     load_plugins()
-    if stop.is_set():
+    if stop:
         return 0
     pool = WorkerPool(get_sessionmaker(), concurrency, lanes=lanes, scheduler=scheduler())
     pool.start()
@@ -291,5 +295,6 @@ def run_worker(
         f"mewdex worker: {concurrency} threads, lanes {','.join(pool.workers[0].lanes)}; "
         "SIGTERM stops after the current tasks"
     )
-    stop.wait()
+    while not stop:
+        time.sleep(0.2)
     return pool.stop(grace)
