@@ -264,8 +264,28 @@ def new_scope(sessions, prefix: str = "t"):
 
 def drop_scope(sessions, scope) -> None:
     """Delete a test scope's rows (everything cascades from ``scopes``) so no other test's drain works on them."""
-    from sqlalchemy import text
+    import warnings
 
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        with sessions.begin() as session:
+            session.execute(text("SET LOCAL lock_timeout = '20s'"))
+            session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": scope.scope_id})
+        return
+    except OperationalError as exc:
+        if "lock timeout" not in str(exc):
+            raise
+    # Something held a lock on the scope's rows for 20 s (a teardown once took 178 s): say what, then wait.
+    with sessions.begin() as session:
+        holders = session.execute(
+            text(
+                "SELECT pid, application_name, state, now() - xact_start AS age, left(query, 300) AS query "
+                "FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+            )
+        ).all()
+    warnings.warn(f"drop_scope({scope.scope_id}) waited 20 s for locks; open transactions: {holders}", stacklevel=2)
     with sessions.begin() as session:
         session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": scope.scope_id})
 
