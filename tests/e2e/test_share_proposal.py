@@ -379,6 +379,13 @@ def test_screenshots_of_a_shared_proposal(
         pg.locator("[data-action=shared-discard]").click()
         pg.locator(PROPOSAL).wait_for(state="hidden")
         assert uploads == []
+        for path in ("/", "/library"):  # the other pages whose selects list the collections
+            pg.goto(server.url + path)
+            listed = "(n) => [...document.querySelectorAll('select option')].some((o) => o.textContent.trim() === n)"
+            assert pg.evaluate(listed, name), path
+            if path == "/":
+                pg.screenshot(path=str(SCREENSHOTS / f"search-long-collection-{size}-{lang}.png"))
+            assert pg.evaluate("() => document.documentElement.scrollWidth <= innerWidth + 1"), path
     finally:
         context.close()
     assert not errors, errors
