@@ -5,13 +5,14 @@
   ``__init__`` (``CAPABILITY = hooks.provide("capabilities", name, Capability(...))``; a channel
   package's :class:`mewdex.channels.registry.Channel` is one, provided by ``registry.declare``): the
   HTTP status of each of its own error codes, which the web layer gathers
-  (:func:`mewdex.web.errors.all_statuses`), and its page's link in the header (:class:`NavEntry`,
-  rendered with the shell's own by :func:`mewdex.web.templating.nav`);
+  (:func:`mewdex.web.errors.all_statuses`), its page's link in the header (:class:`NavEntry`,
+  rendered with the shell's own by :func:`mewdex.web.templating.nav`), and what the web layer
+  mounts of it: its routes module, its templates, its ``static/`` folder;
 - :class:`WebKit`: the dependencies the web layer lends once per process (:func:`lend`), before it
   imports any package's ``routes`` module, which reads it at import (:func:`web_kit`).
 
-A capability's routes module (a channel's ``routes.py``, ``schedules/routes.py``,
-``providers/connectors/routes.py``, ``assistant/routes.py``) imports FastAPI but never
+A capability's routes module (a channel's ``routes.py``, the channel framework's ``channels/routes.py``,
+``schedules/routes.py``, ``providers/connectors/routes.py``, ``assistant/routes.py``) imports FastAPI but never
 ``mewdex.web``; every app that mounts its module-level router hands it its own state through these
 dependencies (its sessionmaker, its ``dependency_overrides``). A low module (standard library
 only), so that a package of any layer can read it.
@@ -43,14 +44,31 @@ class NavEntry:
 
 @dataclass(frozen=True, kw_only=True)
 class Capability:
-    """A capability package's declaration (hook ``capabilities``, by ``name``): ``errors`` maps its
-    own error codes (``schedule_limit_reached``) to the HTTP status the API answers them with (a code
-    neither the core nor a capability declares is a request fault, 422; no code is declared twice);
-    ``nav``: the header's links to its pages (:class:`NavEntry`)."""
+    """A capability package's declaration (hook ``capabilities``, by ``name``), all the web layer
+    mounts of it (it names no package itself: :mod:`mewdex.web.capabilities`). Its *package folder*
+    is the folder of the module that provides it (``hooks.provider_of("capabilities", name)``: the
+    package's ``__init__``; a channel's, through ``registry.declare``).
+
+    - ``errors`` maps its own error codes (``schedule_limit_reached``) to the HTTP status the API
+      answers them with (a code neither the core nor a capability declares is a request fault, 422;
+      no code is declared twice);
+    - ``nav``: the header's links to its pages (:class:`NavEntry`);
+    - ``routes``: a module (``"mewdex.schedules.routes"``) with a module-level ``router:
+      fastapi.APIRouter``, imported by the web app only (a worker never loads it) and mounted as it
+      is, in the order the capabilities are declared (``hooks.BUILTIN_PLUGINS``, then third-party
+      ones); None: no routes of its own;
+    - ``templates``: its package folder is mounted under its ``name`` in the web layer's templates
+      (``schedules/page.html`` is ``mewdex/schedules/page.html``), rendered with the kit's ``render``;
+    - ``static``: its package folder's ``static/`` is served under ``/static/`` beside the shell's
+      own (``/static/schedules.js``; no file name repeats another's).
+    """
 
     name: str
     errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     nav: tuple[NavEntry, ...] = ()
+    routes: str | None = None
+    templates: bool = False
+    static: bool = False
 
 
 @dataclass(frozen=True)

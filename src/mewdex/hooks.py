@@ -73,7 +73,11 @@ HOOKS: dict[str, Hook] = {
         Hook("channel_adapters", "channels.base.Adapter, by channel name (its package declares CHANNEL)"),
         Hook("settings", "a config.SettingsGroup class: a capability's own MEWDEX_* settings, by its name"),
         Hook("metric_collectors", "series(execute) -> Iterator[prometheus Metric]: read at each /metrics scrape"),
-        Hook("capabilities", "capability.Capability: a capability package's declaration (its error codes), by name"),
+        Hook(
+            "capabilities",
+            "capability.Capability: a capability package's declaration (its error codes, nav links, and the"
+            " routes, templates and static folder the web layer mounts), by name",
+        ),
     )
 }
 
@@ -145,7 +149,9 @@ BUILTIN_PLUGINS: tuple[Plugin, ...] = (
     Plugin("mewdex.assistant", {"capabilities": ("assistant",)}),
     Plugin("mewdex.assistant.runs", {"task_types": ("conversation_run_reaping",)}),
     Plugin("mewdex.assistant.settings", {"settings": ("assistant",)}),
-    Plugin("mewdex.channels", {"capabilities": ("channels",)}),  # the channel framework's declaration
+    # The channel framework's declaration (its shared routes and the Channels page: mounted before the
+    # channels', which follow in this order).
+    Plugin("mewdex.channels", {"capabilities": ("channels",)}),
     # The channel packages, in the order the Channels page lists them (channels.registry.load()).
     _channel("telegram", sealed_settings=("channel_telegram_bot",), settings=("telegram",)),
     _channel("webhook"),

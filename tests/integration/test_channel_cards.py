@@ -114,7 +114,7 @@ def _warnings(html: str) -> dict[str, bool]:
 
 def test_guides_are_pages_with_raw_html_escaped_and_a_404_page_without_docs(page_client, monkeypatch, tmp_path):
     from mewdex.channels import registry
-    from mewdex.web.routers import channels
+    from mewdex.channels import routes as channel_routes
 
     for name in (c.name for c in registry.channels()):
         page = page_client.get(f"/help/channels/{name}")
@@ -130,7 +130,7 @@ def test_guides_are_pages_with_raw_html_escaped_and_a_404_page_without_docs(page
     (tmp_path / "webhook.md").write_text(
         "# Hook\n\n<script>alert(1)</script>\n\n<b onclick=x()>bold</b> see [QQ](onebot.md)\n"
     )
-    monkeypatch.setattr(channels, "guides_dir", lambda: tmp_path)
+    monkeypatch.setattr(channel_routes, "guides_dir", lambda: tmp_path)
     page = page_client.get("/help/channels/webhook")
     assert page.status_code == 200
     assert "<script>alert(1)" not in page.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text

@@ -1,6 +1,7 @@
-"""The channels' routes are module-level (issue 41 step 2): built once per process and mounted by
-every app, each app handing its own state to them through their dependencies. Two apps in one
-process answer with their own overrides and their own sessionmaker; nothing of one leaks into the other."""
+"""The capabilities' routes (the channels' among them) are module-level (issue 41): built once per
+process and mounted by every app, each app handing its own state to them through their dependencies.
+Two apps in one process answer with their own overrides and their own sessionmaker; nothing of one
+leaks into the other."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ class CountingSessions:
 
 
 def test_two_apps_share_the_routers_but_not_their_state(sessions, scope):
+    from mewdex.web.capabilities import routers
     from mewdex.web.deps import require_admin
     from mewdex.web.errors import ApiError
-    from mewdex.web.routers.channels import channel_routers
 
     def refused():
         raise ApiError(403, "admin_required", "not an admin")
@@ -37,9 +38,9 @@ def test_two_apps_share_the_routers_but_not_their_state(sessions, scope):
     second.dependency_overrides[require_admin] = lambda: None
     counted = CountingSessions(sessions)
     second.state.sessions = counted
-    routers = channel_routers()
-    assert [id(r) for r in routers] == [id(r) for r in channel_routers()], "built once per process"
-    assert len(routers) >= 6
+    mounted = routers()
+    assert [id(r) for r in mounted] == [id(r) for r in routers()], "built once per process"
+    assert len(mounted) >= 10  # connectors, assistant, the channel framework, six channels, schedules
     with TestClient(first, **LOCAL_CLIENT) as a, TestClient(second, **LOCAL_CLIENT) as b:
         assert a.get("/api/v1/channels/wecom/app").status_code == 403, "the first app's override"
         assert b.get("/api/v1/channels/wecom/app").status_code == 200, "the second app's override"

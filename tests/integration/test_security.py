@@ -263,8 +263,11 @@ def test_pages_and_media_carry_the_hardening_headers(settings_env, mewdex_env):
     from pathlib import Path
 
     import mewdex.web
+    from mewdex.web.templating import template_folders
 
-    for template in (Path(mewdex.web.__file__).parent / "templates").rglob("*.html"):
+    folders = [Path(mewdex.web.__file__).parent / "templates", *template_folders().values()]  # the capabilities' too
+    assert any((folder / "page.html").is_file() for folder in folders[1:])
+    for template in (t for folder in folders for t in folder.rglob("*.html")):
         html = template.read_text()
         assert not re.search(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>", html), template.name
         assert not re.search(r"\son[a-z]+=|hx-on|hx-vars|js:|hx-trigger=\"[^\"]*\[", html), template.name

@@ -199,6 +199,7 @@ def test_the_installed_wheel_serves_from_an_empty_folder(venv, tmp_path):
                 "/static/app.js",
                 "/static/mewdex.css",
                 "/static/schedules.js",
+                "/static/channel_card.js",
                 "/docs-assets/swagger-ui-bundle.js",
             ):
                 answer = client.get(asset)

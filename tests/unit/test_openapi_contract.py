@@ -7,9 +7,10 @@ import importlib
 import pkgutil
 
 import pytest
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 
 import mewdex.web.routers
+from mewdex.web import capabilities
 from mewdex.web.app import create_app
 
 
@@ -33,13 +34,21 @@ def _operations(spec: dict):
 
 
 def test_every_api_route_is_in_the_document(spec):
-    """Every ``/api/v1`` route of every router module is in the document (none hidden, none left out of
-    the app), and every one that answers a JSON body declares its ``response_model``."""
-    routes = []
-    for info in pkgutil.iter_modules(mewdex.web.routers.__path__):
-        router = getattr(importlib.import_module(f"mewdex.web.routers.{info.name}"), "router", None)
-        routes += [r for r in getattr(router, "routes", []) if isinstance(r, APIRoute) and r.path.startswith("/api/v1")]
+    """Every ``/api/v1`` route of every router module, the shell's and each capability's (their
+    declared ``routes``), is in the document (none hidden, none left out of the app), and every one
+    that answers a JSON body declares its ``response_model``."""
+    routers = [
+        getattr(importlib.import_module(f"mewdex.web.routers.{info.name}"), "router", None)
+        for info in pkgutil.iter_modules(mewdex.web.routers.__path__)
+    ]
+    routes = [
+        r  # a RouteContext: a route with its full path, in an included router too
+        for router in [*routers, *capabilities.routers()]
+        for r in iter_route_contexts(getattr(router, "routes", []))
+        if isinstance(r.original_route, APIRoute) and r.path.startswith("/api/v1")
+    ]
     assert len(routes) > 30
+    assert {"/api/v1/channels", "/api/v1/channels/deliveries", "/api/v1/schedules"} <= {r.path for r in routes}
     for route in routes:
         for method in route.methods:
             operation = spec["paths"].get(route.path, {}).get(method.lower())

@@ -25,7 +25,8 @@ from mewdex.dto import i18n
 
 i18n.add_messages(Path(__file__).parent / "locales")
 
-#: Its declaration (hook ``capabilities``): its error codes → HTTP status, the chat page's link in the header.
+#: Its declaration (hook ``capabilities``): its error codes → HTTP status, the chat page's link in the
+#: header, what the web layer mounts (its routes, its templates, its static/ folder).
 CAPABILITY = hooks.provide(
     "capabilities",
     "assistant",
@@ -33,5 +34,8 @@ CAPABILITY = hooks.provide(
         name="assistant",
         errors={"conversation_not_deleted": 409, "run_not_active": 409},
         nav=(NavEntry(page="chat", path="/chat", label="nav.chat", order=60),),
+        routes="mewdex.assistant.routes",
+        templates=True,  # "assistant/page.html"
+        static=True,  # chat.js, chat.css
     ),
 )

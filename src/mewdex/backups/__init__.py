@@ -117,5 +117,6 @@ from mewdex.dto import i18n
 i18n.add_messages(Path(__file__).parent / "locales")
 
 #: Its declaration (hook ``capabilities``): no error code of its reaches HTTP (a backup is the
-#: command line's and the queue's; the admin page only reads its status).
-CAPABILITY = hooks.provide("capabilities", "backups", Capability(name="backups"))
+#: command line's and the queue's; the admin page only reads its status); its templates are mounted
+#: ("backups/card.html", the admin page's card).
+CAPABILITY = hooks.provide("capabilities", "backups", Capability(name="backups", templates=True))

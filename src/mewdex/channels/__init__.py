@@ -26,6 +26,12 @@ Modules
   the ``channel_delivery`` task (lane ``channel``) and the delivery log.
 - ``errors``: :class:`errors.ChannelError`; the framework's codes with their HTTP statuses are its
   declaration below (:data:`CAPABILITY`, hook ``capabilities``).
+- ``routes`` (imported by the web layer only, which mounts its ``router``): the routes every channel
+  shares, ``/api/v1/channels`` (bindings, the channels offered, the delivery log, bind codes,
+  revoke), the set-up guides ``/help/channels/<name>`` and the Channels page ``/settings/channels``;
+  ``shapes``: their request and response models; ``page.html``, ``card.html`` (the one generic
+  card), ``guide.html``, ``guide_missing.html`` (``channels/…`` to the web layer's templates);
+  ``static/`` (``channels.js``, ``channel_card.js``: served under ``/static/``).
 - one package per channel: ``telegram``, ``webhook``, ``onebot``, ``wecom``, ``clawbot``, ``discord``.
 
 Adapter contract (a new channel is one package and one line in ``hooks.BUILTIN_PLUGINS``)
@@ -106,8 +112,9 @@ from mewdex import hooks
 from mewdex.capability import Capability, NavEntry
 
 #: The channel framework's declaration (hook ``capabilities``): its error codes → HTTP status (a
-#: channel package declares its own in ``CHANNEL.errors``) and the Channels page's link in the header
-#: (the page, ``mewdex.web.routers.channels``, is still the web shell's, with its words).
+#: channel package declares its own in ``CHANNEL.errors``), the Channels page's link in the header,
+#: and what the web layer mounts: its routes (:mod:`mewdex.channels.routes`, before every channel's),
+#: its templates (``channels/page.html`` …) and its ``static/`` scripts.
 CAPABILITY = hooks.provide(
     "capabilities",
     "channels",
@@ -127,5 +134,8 @@ CAPABILITY = hooks.provide(
             "channel_platform_error": 502,
         },
         nav=(NavEntry(page="channels", path="/settings/channels", label="nav.channels", order=90),),
+        routes="mewdex.channels.routes",
+        templates=True,
+        static=True,
     ),
 )

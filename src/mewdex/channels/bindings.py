@@ -70,7 +70,7 @@ def view(row: ChannelBinding) -> Binding:
 
 
 def api_view(row: ChannelBinding) -> dict[str, Any]:
-    """``row`` as the API shows it (``dto.channels.ChannelBinding``): its config without the
+    """``row`` as the API shows it (``channels.shapes.ChannelBinding``): its config without the
     adapter's secret fields and without nested objects."""
     from mewdex.channels.registry import ADAPTERS
 

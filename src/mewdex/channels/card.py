@@ -1,6 +1,7 @@
 """A channel's set-up card as data: the blocks of its card on the Channels page, declared by its package
-(``CHANNEL.card``) and rendered by the web shell's one generic card (``web/templates/partials/channel_card.html``)
-and script (``web/static/channel_card.js``). Nothing here renders or imports the web layer.
+(``CHANNEL.card``) and rendered by the framework's one generic card (``channels/card.html``, given this
+module's readers by :data:`mewdex.channels.routes.CARD_HELPERS`) and script (``channels/static/channel_card.js``).
+Nothing here renders or imports the web layer.
 
 A card is a tuple of blocks, shown in order; every block may carry ``when``, a :data:`Cond`. Words are
 catalogue keys (the package's ``locales/``); the scripts' words (``toast``) are ``js.*`` keys.

@@ -36,12 +36,16 @@ using it: the hook registry imports it when its adapter is first looked up)::
   same router: no per-app state lives in it). The web app imports it (only the web app: a worker
   never loads FastAPI) and mounts the router as it is, so the module chooses its paths: set-up under
   ``/api/v1/channels/<name>/…`` (session required), platform callbacks under ``/channels/<name>/…``
-  (no session: the route checks the platform's own signature or secret). The module may import
-  ``fastapi``/``starlette`` (the one exception of the ``no-web-below-interfaces`` contract, for
-  ``mewdex.channels.*.routes``) but never ``mewdex.web``: what it needs of the web layer are the
-  FastAPI dependencies of the :class:`WebKit` the web layer lends once per process (:func:`lend`;
-  the module reads it with :func:`web_kit` at import), so each request gets its own app's state
-  (session, caller, sessionmaker, public URL; an app's ``dependency_overrides`` apply). Errors are raised as
+  (no session: the route checks the platform's own signature or secret). ``routes`` is a field of
+  every :class:`mewdex.capability.Capability`: the web layer mounts the routes of every declaration
+  of the hook ``capabilities`` (:mod:`mewdex.web.capabilities`), the channel framework's own
+  (``mewdex.channels.routes``: the shared API, the guides, the Channels page) before the channels'.
+  The module may import ``fastapi``/``starlette`` (the one exception of the
+  ``no-web-below-interfaces`` contract, for ``mewdex.channels.*.routes`` and ``mewdex.channels.routes``)
+  but never ``mewdex.web``: what it needs of the web layer are the FastAPI dependencies of the
+  :class:`WebKit` the web layer lends once per process (:func:`lend`; the module reads it with
+  :func:`web_kit` at import), so each request gets its own app's state (session, caller,
+  sessionmaker, public URL; an app's ``dependency_overrides`` apply). Errors are raised as
   :class:`mewdex.channels.errors.ChannelError` (or any ``DomainError``) with a code; the web layer
   answers with that code's status.
 * **Error codes**: ``errors`` maps the package's own codes (``wecom_ip_not_trusted``) to their HTTP
@@ -50,8 +54,9 @@ using it: the hook registry imports it when its adapter is first looked up)::
   gathers every capability's codes (:func:`mewdex.web.errors.all_statuses`; the framework's own are
   ``mewdex.channels.CAPABILITY.errors``).
 * **Card**: ``card`` is its card on the Channels page as data, a setup schema of
-  :mod:`mewdex.channels.card` (fields, buttons, what an answer reveals, …) that the web shell's one
-  generic card renders (no channel needs a template or script of its own), and ``info`` the fields
+  :mod:`mewdex.channels.card` (fields, buttons, what an answer reveals, …) that the framework's one
+  generic card renders (``channels/card.html``, ``static/channel_card.js``; no channel needs a
+  template or script of its own), and ``info`` the fields
   its adapter's ``status()`` adds to ``GET /api/v1/channels`` (:func:`info_fields`). How the page's
   linked chats show one of its bindings is declared too: ``shown_by`` (a key of the binding's config
   shown instead of its identity) and ``outbound_only`` (no pool or auto-save to set).
@@ -109,9 +114,9 @@ FRAMEWORK_LOCALES = Path(__file__).parent / "locales"
 @dataclass(frozen=True, kw_only=True)
 class Channel(Capability):
     """A channel package's declaration (module doc), a :class:`~mewdex.capability.Capability` (its
-    ``name`` and ``errors``: its own code → HTTP status): ``modules`` imported in every process
-    (adapter, task types, ``schedules()``), ``routes`` (a module with a module-level ``router: APIRouter``,
-    imported by the web app only; None: no routes of its own),
+    ``name``, ``errors``: its own code → HTTP status, and ``routes``: a module with a module-level
+    ``router: APIRouter``, imported and mounted by the web app only; None: no routes of its own):
+    ``modules`` imported in every process (adapter, task types, ``schedules()``),
     ``locales`` (a directory of its own ``{en,zh}.json`` catalogues; None: its words are in the core's),
     ``card`` (its card on the Channels page as a setup schema, :mod:`mewdex.channels.card`; None: the
     one-time-code card when its adapter binds by a code, else none), ``info`` (the fields its
@@ -121,7 +126,6 @@ class Channel(Capability):
     ``outbound_only`` (no chat talks to it: a linked one has no pool and no auto-save to set)."""
 
     modules: tuple[str, ...]
-    routes: str | None = None
     locales: Path | None = None
     card: tuple[card_schema.Block, ...] | None = None
     info: Mapping[str, tuple[Any, Any]] = field(default_factory=lambda: MappingProxyType({}))

@@ -25,7 +25,8 @@ from mewdex.dto import i18n
 
 i18n.add_messages(Path(__file__).parent / "locales")
 
-#: Its declaration (hook ``capabilities``): its error codes → HTTP status, its page's link in the header.
+#: Its declaration (hook ``capabilities``): its error codes → HTTP status, its page's link in the header,
+#: what the web layer mounts (its routes, its templates, its static/ folder).
 CAPABILITY = hooks.provide(
     "capabilities",
     "schedules",
@@ -39,5 +40,8 @@ CAPABILITY = hooks.provide(
             "schedule_limit_reached": 409,
         },
         nav=(NavEntry(page="schedules", path="/schedules", label="nav.schedules", order=70),),
+        routes="mewdex.schedules.routes",
+        templates=True,  # "schedules/page.html"
+        static=True,  # schedules.js, schedules.css
     ),
 )

@@ -50,7 +50,6 @@ from mewdex.web.routers import (
     usage,
     visual,
 )
-from mewdex.web.routers import channels as channel_routes
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +129,13 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
         usage,
         admin,
         account_pages,
-        channel_routes,
         pwa,
     ):
         app.include_router(module.router)
-    for capability_router in capabilities.routers():  # each capability package's own (web.capabilities)
+    # Each capability package's routes, as declared (web.capabilities): the connectors', the
+    # assistant's, the channel framework's, each channel package's, the schedules'.
+    for capability_router in capabilities.routers():
         app.include_router(capability_router)
-    for channel_router in channel_routes.channel_routers():  # each channel package's own (its registry entry)
-        app.include_router(channel_router)
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token), built at the first
     # request to these paths (web.mcp_mount), serves them.
     for path in mcp_http.PATHS:
@@ -145,7 +143,8 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     api_docs.install(app)
     # The shell's scripts and styles, then each capability package's static/ folder, under one /static/.
     static = StaticFiles(
-        directory=Path(__file__).parent / "static", packages=[(name, "static") for name in capabilities.STATIC_PACKAGES]
+        directory=Path(__file__).parent / "static",
+        packages=[(name, "static") for name in capabilities.static_packages()],
     )
     app.mount("/static", static, name="static")
     return app

@@ -1,9 +1,14 @@
 """The web layer as a shell that mounts the capability packages (docs/architecture.md "A capability
 is a package"): it lends them its dependencies once per process (:data:`WEB_KIT`,
-:func:`mewdex.capability.lend`) before any of their ``routes`` modules is imported, and names each
-package only where it mounts it — its routes here (:func:`routers`), its templates in
-:mod:`mewdex.web.templating` (under the package's name), its scripts and styles under ``/static/``
-(:data:`STATIC_PACKAGES`, :mod:`mewdex.web.app`).
+:func:`mewdex.capability.lend`) before any of their ``routes`` modules is imported, and mounts what
+each declares (:class:`mewdex.capability.Capability`, hook ``capabilities``) without naming one: its
+routes (:func:`routers`), its ``static/`` folder under ``/static/`` (:func:`static_packages`,
+:mod:`mewdex.web.app`) and its templates under its name (:mod:`mewdex.web.templating`).
+
+Order: as the capabilities are declared (``hooks.BUILTIN_PLUGINS``: connectors, assistant, the
+channel framework, each channel package, schedules, backups), then third-party ones as they were
+provided; each after the shell's own routes (no capability's path overlaps another's or the shell's:
+``tests/unit/test_capabilities.py``).
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ import importlib
 
 from fastapi import APIRouter
 
-from mewdex import capability
-from mewdex.capability import WebKit
+from mewdex import capability, hooks
+from mewdex.capability import Capability, WebKit
 from mewdex.web.deps import (
     app_sessions,
     current_principal,
@@ -45,14 +50,20 @@ WEB_KIT = WebKit(
 )
 capability.lend(WEB_KIT)
 
-#: The capability packages with routes of their own (a module-level ``router``), in mounting order.
-ROUTES = ("mewdex.providers.connectors.routes", "mewdex.assistant.routes", "mewdex.schedules.routes")
 
-#: The packages whose ``static/`` folder is served under ``/static/`` beside the shell's own.
-STATIC_PACKAGES = ("mewdex.providers.connectors", "mewdex.assistant", "mewdex.schedules")
+def declarations() -> list[Capability]:
+    """Every capability's declaration, in mounting order (their plugins imported first)."""
+    return list(hooks.implementations("capabilities").values())
 
 
 def routers() -> list[APIRouter]:
-    """Each capability's router (:data:`ROUTES`), built once per process when its module is first
-    imported; every app mounts the same one and hands it its own state through the lent dependencies."""
-    return [importlib.import_module(name).router for name in ROUTES]
+    """Each declared ``routes`` module's ``router``, built once per process when the module is first
+    imported (here: only the web app imports it); every app mounts the same one and hands it its own
+    state through the lent dependencies."""
+    return [importlib.import_module(c.routes).router for c in declarations() if c.routes is not None]
+
+
+def static_packages() -> list[str]:
+    """The modules whose folder's ``static/`` is served under ``/static/`` after the shell's own: the
+    provider of each declaration with ``static`` (``hooks.provider_of``, its package's ``__init__``)."""
+    return [hooks.provider_of("capabilities", c.name) for c in declarations() if c.static]

@@ -1,5 +1,6 @@
-"""Rendering the UI's pages: the Jinja2 templates of ``web/templates/`` with their filters, and
-:func:`render`, which every page router calls.
+"""Rendering the UI's pages: the Jinja2 templates of ``web/templates/`` and of every capability
+package that declares ``templates`` (under its name: :class:`CapabilityTemplates`) with their
+filters, and :func:`render`, which every page router and every capability's routes call.
 
 :func:`render` adds what every page shows (the request's language and its catalogue for the
 scripts, the header's server state, who is signed in, the header's nav links: :func:`nav`) and sends
@@ -9,7 +10,7 @@ scripts, the header's server state, who is signed in, the header's nav links: :f
 
 from __future__ import annotations
 
-import dataclasses
+import sys
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -17,43 +18,55 @@ from uuid import UUID
 
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
-from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader
+from jinja2 import BaseLoader, ChoiceLoader, FileSystemLoader, PrefixLoader
 from markupsafe import Markup
 
-from mewdex import assistant as assistant_package
-from mewdex import backups as backups_package
 from mewdex import hooks
-from mewdex import schedules as schedules_package
 from mewdex.capability import NavEntry
-from mewdex.channels import card
 from mewdex.db.engine import get_sessionmaker
 from mewdex.dto.media import media_kind
 from mewdex.library.images import page_element
 from mewdex.library.names import saved_name
-from mewdex.providers import connectors as connectors_package
 from mewdex.web import base_path, deps, errors, i18n
 from mewdex.web.base_path import route_path
 from mewdex.web.server_state import page_state
 
+
+def package_folder(name: str) -> Path:
+    """The package folder of the capability ``name``: the folder of the module that provided its
+    declaration to the hook ``capabilities`` (its package's ``__init__``; ``hooks.provider_of``).
+    ``LookupError`` when no loaded module provided it."""
+    module = sys.modules.get(hooks.provider_of("capabilities", name))
+    if module is None or module.__file__ is None:
+        raise LookupError(f"the capability {name!r} was not provided by a loaded module")
+    return Path(module.__file__).resolve().parent
+
+
+def template_folders() -> dict[str, Path]:
+    """Each capability that declares ``templates``: its name (the templates' prefix) → its package
+    folder, in declaration order."""
+    declared = hooks.implementations("capabilities")
+    return {name: package_folder(name) for name, capability in declared.items() if capability.templates}
+
+
+class CapabilityTemplates(PrefixLoader):
+    """The capability packages' templates, each package folder under its name (``schedules/page.html``
+    is ``mewdex/schedules/page.html``): read from the declarations (:func:`template_folders`) at each
+    lookup of a template not yet compiled, so the web layer names no package."""
+
+    def __init__(self) -> None:
+        self.delimiter = "/"
+
+    @property
+    def mapping(self) -> dict[str, BaseLoader]:  # type: ignore[override]  # PrefixLoader's attribute, derived
+        return {name: FileSystemLoader(folder) for name, folder in template_folders().items()}
+
+
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
-# A capability package brings its own templates, mounted under its name: the admin page's backups
-# card, "backups/card.html", is src/mewdex/backups/card.html; the schedules page "schedules/page.html"
-# is src/mewdex/schedules/page.html, the chat page "assistant/page.html" src/mewdex/assistant/page.html, the
-# connectors' pages "connectors/*.html" src/mewdex/providers/connectors/
-# (a channel's card is declared data: mewdex.channels.card).
-templates.env.loader = ChoiceLoader(
-    [
-        FileSystemLoader(Path(__file__).parent / "templates"),
-        PrefixLoader(
-            {
-                "assistant": FileSystemLoader(Path(assistant_package.__file__).parent),
-                "backups": FileSystemLoader(Path(backups_package.__file__).parent),
-                "connectors": FileSystemLoader(Path(connectors_package.__file__).parent),
-                "schedules": FileSystemLoader(Path(schedules_package.__file__).parent),
-            }
-        ),
-    ]
-)
+# The shell's own templates first, then each capability package's under its name (the admin page's
+# backups card "backups/card.html" is src/mewdex/backups/card.html; the Channels page
+# "channels/page.html" src/mewdex/channels/page.html).
+templates.env.loader = ChoiceLoader([FileSystemLoader(Path(__file__).parent / "templates"), CapabilityTemplates()])
 
 
 def filesize(n: float | None) -> str:
@@ -86,16 +99,6 @@ templates.env.filters["when"] = when
 templates.env.filters["page_element"] = page_element  # "video" | "image" | "thumbnail" of an extension
 templates.env.filters["saved_name"] = saved_name  # display_name | saved_name(extension): "dance.webm"
 templates.env.filters["media_kind"] = media_kind  # extension | media_kind(animated): "gif" | "clip" | "sticker" | None
-# The generic channel card (partials/channel_card.html) reads a package's setup schema through these.
-templates.env.globals.update(
-    card_holds=card.holds,
-    card_value=card.lookup,
-    card_key=card.key_of,
-    card_params=card.params_of,
-    card_format=card.format_value,
-    card_kind=card.kind,
-    card_data=dataclasses.asdict,
-)
 
 
 #: The shell's own links of the header's nav; a capability's come with its declaration (``nav`` of

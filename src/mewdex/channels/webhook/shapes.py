@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mewdex.dto.channels import ChannelBinding
+from mewdex.channels.shapes import ChannelBinding
 from mewdex.dto.common import Dto
 
 

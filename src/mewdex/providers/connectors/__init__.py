@@ -62,7 +62,8 @@ from mewdex.providers.errors import ProviderError
 
 i18n.add_messages(Path(__file__).parent / "locales")
 
-#: Its declaration (hook ``capabilities``): its error codes → HTTP status, its page's link in the header.
+#: Its declaration (hook ``capabilities``): its error codes → HTTP status, its page's link in the header,
+#: what the web layer mounts (its routes, its templates, its static/ folder).
 CAPABILITY = hooks.provide(
     "capabilities",
     "connectors",
@@ -70,6 +71,9 @@ CAPABILITY = hooks.provide(
         name="connectors",
         errors={"connector_name_taken": 409, "connector_unverified": 409, "connector_unavailable": 409},
         nav=(NavEntry(page="connectors", path="/connectors", label="nav.connectors", order=100),),
+        routes="mewdex.providers.connectors.routes",  # the API, then pages.py's pages
+        templates=True,  # "connectors/page.html" …
+        static=True,  # connectors.js, connectors.css
     ),
 )
 

@@ -1,60 +1,58 @@
-"""Channels (issue 17), the routes every channel shares: ``/api/v1/channels`` (bindings and the
-channels offered, the delivery log, revoke), the set-up guides and the Channels page; and
-:func:`channel_routers`, which builds each channel package's own routes (set-up under
-``/api/v1/channels/<name>/…``, the platform's inbound endpoints under ``/channels/<name>/…``) from
-the registry (:mod:`mewdex.channels.registry`). No channel is named here.
+"""The channel framework's routes (issue 17), imported by the web layer only, which mounts
+:data:`router` before every channel package's own (``CHANNEL.routes``, mounted as declared):
 
-Errors: 404 ``channel_unknown`` / ``channel_not_bound``, 409 ``channel_not_configured`` /
-``channel_identity_taken``, 422 ``channel_config_invalid``, 401 ``channel_webhook_secret_invalid``,
-502 ``channel_platform_error``.
+* ``/api/v1/channels`` — the caller's bindings and the channels offered (its shape gathers the fields
+  the channels declare, :func:`list_routes`), the delivery log, a bind code, a linked chat's pool and
+  auto-save, revoke;
+* ``/help/channels/<name>`` — a channel's set-up guide (``channels/guide.html``, or
+  ``channels/guide_missing.html``);
+* ``/settings/channels`` — the Channels page (``channels/page.html``, each channel's card the one
+  generic ``channels/card.html`` rendering the setup schema its package declares); its scripts
+  (``/static/channels.js``, ``/static/channel_card.js``) are this package's ``static/``.
+
+No channel is named here. Errors: 404 ``channel_unknown`` / ``channel_not_bound``, 409
+``channel_not_configured`` / ``channel_identity_taken``, 422 ``channel_config_invalid``, 401
+``channel_webhook_secret_invalid``, 502 ``channel_platform_error``.
 """
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
+from markupsafe import Markup
 from pydantic import create_model
 from sqlalchemy.orm import Session
 
-from mewdex.channels import bindings, delivery, pool, registry, saving
+from mewdex.capability import web_kit
+from mewdex.channels import bindings, card, delivery, pool, registry, saving
+from mewdex.channels import shapes as dto
 from mewdex.channels.bindings import ChannelDelivery
 from mewdex.channels.platform import loopback
 from mewdex.config import get_settings
-from mewdex.dto import channels as dto
 from mewdex.dto.common import Dto
 from mewdex.dto.scopes import ScopeContext
-from mewdex.web import capabilities
-from mewdex.web.deps import current_scope, db_session
+from mewdex.library import collections as library_collections
+from mewdex.library import listing
 
-router = APIRouter(tags=["channels"])
+#: The web layer's dependencies (lent once per process: mewdex.capability.lend).
+web = web_kit()
+current_scope, db_session = web.current_scope, web.db_session
+
+api = APIRouter(tags=["channels"])
 
 
 def _iso(value) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-#: What a channel package's routes get of the web layer (:class:`mewdex.capability.WebKit`): lent
-#: once per process by :mod:`mewdex.web.capabilities`, before any of their modules is imported.
-WEB_KIT = capabilities.WEB_KIT
-
-
-def channel_routers() -> list[APIRouter]:
-    """The routers of the channel packages that have routes (``CHANNEL.routes``), in registry order,
-    after the channel list (its shape gathers the fields the channels declare, :func:`list_router`):
-    each module's own ``router``, built once per process (when the module is first imported) and
-    mounted by every app, which hands its own state to the routes through their dependencies."""
-    return [list_router(), *(importlib.import_module(c.routes).router for c in registry.channels() if c.routes)]
-
-
-@lru_cache(maxsize=1)
-def list_router() -> APIRouter:
-    """``GET /api/v1/channels``, whose channel entries are :class:`mewdex.dto.channels.ChannelInfo` with
-    the fields each channel declares (``CHANNEL.info``; e.g. a token hint), documented as such. Built
-    once per process, as the channels' own routers are."""
+def list_routes() -> APIRouter:
+    """``GET /api/v1/channels``, whose channel entries are :class:`mewdex.channels.shapes.ChannelInfo`
+    with the fields each channel declares (``CHANNEL.info``; e.g. a token hint), documented as such.
+    Built at this module's import (once per process), when every channel is loaded."""
     info = create_model("ChannelInfo", __base__=dto.ChannelInfo, **registry.info_fields())  # type: ignore[call-overload]
     shape = create_model(
         "ChannelList", __base__=Dto, bindings=(list[dto.ChannelBinding], ...), channels=(list[info], ...)
@@ -107,7 +105,7 @@ def channel_infos() -> list[dict[str, Any]]:
     return infos
 
 
-@router.get("/api/v1/channels/deliveries", response_model=dto.DeliveryList)
+@api.get("/api/v1/channels/deliveries", response_model=dto.DeliveryList)
 def channel_deliveries(
     channel: str | None = Query(None, max_length=32),
     limit: int = Query(50, ge=1, le=200),
@@ -125,7 +123,7 @@ def public_url_loopback() -> bool:
     return loopback(get_settings().public_url)
 
 
-@router.post("/api/v1/channels/{channel}/code", response_model=dto.BindCode, status_code=201)
+@api.post("/api/v1/channels/{channel}/code", response_model=dto.BindCode, status_code=201)
 def channel_bind_code(
     channel: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
 ):
@@ -136,7 +134,7 @@ def channel_bind_code(
     return bindings.issue_bind_code(session, scope_id=scope.scope_id, user_id=user_id, channel=channel)
 
 
-@router.put("/api/v1/channels/{channel}/save-all", response_model=dto.ChannelBinding)
+@api.put("/api/v1/channels/{channel}/save-all", response_model=dto.ChannelBinding)
 def channel_save_all(
     channel: str,
     body: dto.SaveAll,
@@ -148,7 +146,7 @@ def channel_save_all(
     return bindings.api_view(saving.save_all(session, scope.scope_id, channel, body.save_all))
 
 
-@router.put("/api/v1/channels/{channel}/pool", response_model=dto.ChannelBinding)
+@api.put("/api/v1/channels/{channel}/pool", response_model=dto.ChannelBinding)
 def channel_pool(
     channel: str,
     body: dto.Pool,
@@ -162,7 +160,7 @@ def channel_pool(
     return bindings.api_view(pool.set_pool_of_channel(session, scope.scope_id, channel, body.collection_id))
 
 
-@router.delete("/api/v1/channels/{channel}", response_model=dto.ChannelBinding)
+@api.delete("/api/v1/channels/{channel}", response_model=dto.ChannelBinding)
 def channel_revoke(channel: str, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)):
     """Revoke at once: inbound from that chat is treated as unbound, queued deliveries are cancelled."""
     return bindings.api_view(bindings.revoke(session, scope.scope_id, channel))
@@ -176,9 +174,7 @@ GUIDE_CACHE = 16  # guides kept rendered (one per channel)
 def guides_dir() -> Path:
     """The set-up guides' folder, ``mewdex/channels/guides`` (``<name>.md``): package data, so a wheel
     carries them."""
-    from mewdex import channels as channels_package
-
-    return Path(channels_package.__file__).resolve().parent / "guides"
+    return Path(__file__).resolve().parent / "guides"
 
 
 @lru_cache(maxsize=GUIDE_CACHE)
@@ -206,37 +202,44 @@ def _guide_html(path: Path, mtime: float) -> tuple[str, str]:
     return title, md.renderer.render(tokens, md.options, {})
 
 
-@router.get("/help/channels/{name}", include_in_schema=False)
+pages = APIRouter(include_in_schema=False)
+
+
+@pages.get("/help/channels/{name}")
 def channel_guide(name: str, request: Request, _scope: ScopeContext = Depends(current_scope)):
     """A channel's set-up guide (``mewdex/channels/guides/<name>.md``) as a page in the site's layout;
     the HTML 404 page for an unknown name or a channel without a guide."""
-    from markupsafe import Markup
-
-    from mewdex.web.templating import render
-
     known = name in {c.name for c in registry.channels()}
     path = guides_dir() / f"{name}.md"
     if not known or not path.is_file():
-        missing = known
-        return render(request, "guide_missing.html", {"page": "channels", "name": name, "missing": missing}, 404)
+        context = {"page": "channels", "name": name, "missing": known}
+        return web.render(request, "channels/guide_missing.html", context, 404)
     title, body = _guide_html(path, path.stat().st_mtime)
-    return render(request, "guide.html", {"page": "channels", "name": name, "title": title, "body": Markup(body)})
+    context = {"page": "channels", "name": name, "title": title, "body": Markup(body)}
+    return web.render(request, "channels/guide.html", context)
 
 
 # ------------------------------------------------------------------ the page
 
+#: What the generic card (``channels/card.html``) reads a package's setup schema with.
+CARD_HELPERS = {
+    "card_holds": card.holds,
+    "card_value": card.lookup,
+    "card_key": card.key_of,
+    "card_params": card.params_of,
+    "card_format": card.format_value,
+    "card_kind": card.kind,
+    "card_data": dataclasses.asdict,
+}
 
-@router.get("/settings/channels", include_in_schema=False)
+
+@pages.get("/settings/channels")
 def channels_page(
     request: Request, session: Session = Depends(db_session), scope: ScopeContext = Depends(current_scope)
 ):
     """The Channels settings page: the linked chats (each with the collection it answers from, its
     auto-save switch and Remove; a link awaiting the chat's YES says so), each channel's card (the
     generic card rendering the setup schema its package declares, ``CHANNEL.card``), the log."""
-    from mewdex.library import collections as library_collections
-    from mewdex.library import listing
-    from mewdex.web.templating import render
-
     rows = bindings.list_bindings(session, scope.scope_id)
     cards = {c.name: registry.card(c) for c in registry.channels()}
     log = delivery.list_deliveries(session, scope.scope_id, limit=50)
@@ -244,13 +247,14 @@ def channels_page(
     names = {i: m.display_name for i, m in listing.memes_by_id(session, scope, list(ids)).items()}
     by_channel = {b.channel: bindings.api_view(b) for b in rows}
     collections = [{"id": str(c.id), "name": c.name} for c, _n in library_collections.list_collections(session, scope)]
-    return render(
+    return web.render(
         request,
-        "channels.html",
+        "channels/page.html",
         {
             "page": "channels",
             "channels": channel_infos(),
-            "cards": cards,  # each channel's setup schema (partials/channel_card.html renders it)
+            "cards": cards,  # each channel's setup schema (channels/card.html renders it)
+            **CARD_HELPERS,
             "declared": {c.name: c for c in registry.channels()},  # shown_by, outbound_only of each
             "bindings": by_channel,
             "linked": [bindings.api_view(b) for b in rows if b.status == "active"],
@@ -261,3 +265,10 @@ def channels_page(
             "deliveries": [{**delivery_view(d), "meme_name": names.get(d.meme_id)} for d in log],
         },
     )
+
+
+#: What the web layer mounts: the shared API, the channel list, then the guides and the page.
+router = APIRouter()
+router.include_router(api)
+router.include_router(list_routes())
+router.include_router(pages)

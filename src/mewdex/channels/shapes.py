@@ -1,6 +1,7 @@
-"""The shapes every channel shares (issue 17): bindings, a channel's entry, a bind code, the delivery log.
-A channel's own set-up shapes are its package's (``mewdex/channels/<name>/shapes.py``); no shape here
-carries a secret."""
+"""The shapes every channel shares (issue 17), the request and response models of
+:mod:`mewdex.channels.routes`: bindings, a channel's entry, a bind code, the delivery log. A channel's
+own set-up shapes are its package's (``mewdex/channels/<name>/shapes.py``); no shape here carries a
+secret."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ class Pool(Dto):
 
 class ChannelInfo(Dto):
     """A channel's entry of ``GET /api/v1/channels``; each channel may add fields of its own (its
-    package's ``CHANNEL.info``, gathered into the documented shape by the web layer)."""
+    package's ``CHANNEL.info``, gathered into the documented shape by
+    :func:`mewdex.channels.routes.list_routes`)."""
 
     name: str
     configured: bool = Field(description="The admin has set the channel up (e.g. a bot token)")

@@ -1,4 +1,4 @@
-// The generic channel card of the Channels page (partials/channel_card.html): it runs what a channel's
+// The generic channel card of the Channels page (channels/card.html): it runs what a channel's
 // declared setup schema put in data-* attributes, naming no channel. A form (data-channel-form) or a
 // button with data-method/data-path calls the API; on success data-done says what follows (a toast,
 // a reveal filled from the answer, reset, reload) and data-poll asks again until a stop value; a
