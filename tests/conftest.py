@@ -11,6 +11,7 @@ Environment:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -418,6 +419,21 @@ def client(scope):
         yield c
 
 
+def _warn_if_slow(what: str, started: float, limit: float = 15.0) -> None:
+    """A teardown once took 180 s in the suite (test_search_filters): name the part that is slow."""
+    import warnings
+
+    if (took := time.monotonic() - started) > limit:
+        warnings.warn(f"{what} took {took:.0f} s", stacklevel=2)
+
+
+@contextlib.contextmanager
+def _slow_teardown_warned(what: str):
+    started = time.monotonic()
+    yield
+    _warn_if_slow(what, started)
+
+
 def module_scope_fixtures(prefix: str):
     """``scope, client = module_scope_fixtures("clips")`` in a test module: the module-scoped versions of
     the ``scope`` (named ``<prefix>-…``, removed after the module) and ``client`` fixtures above, for a
@@ -427,12 +443,16 @@ def module_scope_fixtures(prefix: str):
     def scope(sessions):
         s = new_scope(sessions, prefix)
         yield s
-        drop_scope(sessions, s)
+        with _slow_teardown_warned(f"{prefix}: drop_scope"):
+            drop_scope(sessions, s)
 
     @pytest.fixture(scope="module")
     def client(scope):
-        with client_for(scope) as c:
+        manager = client_for(scope)
+        with manager as c:
             yield c
+            started = time.monotonic()
+        _warn_if_slow(f"{prefix}: the app's shut-down", started)
 
     return scope, client
 
