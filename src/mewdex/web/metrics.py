@@ -75,11 +75,9 @@ def _schema_head() -> str:
     """This mewdex's newest migration (read once per process)."""
     global _head
     if _head is None:
-        from alembic.script import ScriptDirectory
+        from mewdex.db.migrate import head_revision
 
-        from mewdex.db.migrate import alembic_config
-
-        _head = ScriptDirectory.from_config(alembic_config()).get_current_head() or ""
+        _head = head_revision()
     return _head
 
 
