@@ -16,6 +16,7 @@ from channel_helpers import add_meme
 from conftest import drop_scope, new_scope, wait_until
 from fakes.telegram_server import FakeTelegram
 from fakes.webhook_receiver import WebhookReceiver
+from mewdex.dto import i18n
 from ui_helpers import DESKTOP, SCREENSHOTS, start_server
 
 NARROW = {"width": 375, "height": 812}
@@ -129,6 +130,10 @@ def test_screenshots_and_no_horizontal_scroll(browser, channel_server, viewport,
         pg.click("#channel-telegram [data-action='telegram-link']")
         pg.wait_for_selector("#channel-telegram .telegram-link:not([hidden])")
         pg.screenshot(path=str(_shot(name)), full_page=True)
+        # its words are the channel framework's own (channels/locales), in the page's language
+        words = i18n.catalogue(locale[:2])
+        assert pg.inner_text("h1") == words["channels.title"]
+        assert pg.text_content("#site-nav a[aria-current='page']") == words["nav.channels"]
         assert pg.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
         # the token set in the environment: the card says it wins; nothing overflows its card
         assert "MEWDEX_TELEGRAM_BOT_TOKEN" in pg.text_content("#channel-telegram [data-token-env]")

@@ -117,6 +117,7 @@ def test_the_wheel_holds_what_mewdex_reads_and_nothing_of_the_checkout(wheel):
         "mewdex/dto/locales/en.json",
         "mewdex/dto/locales/zh.json",
         "mewdex/channels/discord/locales/zh.json",
+        "mewdex/channels/locales/zh.json",
         "mewdex/db/migrations/env.py",
         "mewdex/db/migrations/script.py.mako",
         "mewdex/db/migrations/versions/",
@@ -191,6 +192,9 @@ def test_the_installed_wheel_serves_from_an_empty_folder(venv, tmp_path):
             assert login.status_code == 200 and "<form" in login.text, login.text[:500]
             guide = client.get("/help/channels/telegram")  # a guide from the package, not docs/ of a checkout
             assert guide.status_code == 200 and "BotFather" in guide.text
+            # in Chinese, with the channel framework's words (its package's locales/): no raw key
+            guide = client.get("/help/channels/telegram", headers={"Accept-Language": "zh"})
+            assert guide.status_code == 200 and "本指南为英文" in guide.text and "lang_note" not in guide.text
             docs = client.get("/docs")
             assert docs.status_code == 200 and "swagger-ui" in docs.text
             assert client.get("/openapi.json").json()["info"]["version"] == VERSION

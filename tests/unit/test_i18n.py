@@ -5,7 +5,11 @@ cookie or Accept-Language (``mewdex.web.i18n``)."""
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import get_args
 
@@ -58,9 +62,43 @@ def test_every_literal_key_in_templates_and_scripts_exists():
     used = set()
     for path in TEMPLATES:
         used |= set(re.findall(r"""_\(\s*["']([a-z_.]+)["']""", path.read_text()))
-    used |= set(re.findall(r"""\bt\(\s*["']([a-z_.]+)["']""", (WEB / "static" / "app.js").read_text()))
-    assert used, "no keys found"
-    assert sorted(k for k in used - keys if not k.endswith(".")) == []  # "prefix." ~ value: see below
+    # Every page script, the shell's and the capability packages' (channels.js, schedules.js, …):
+    # t("key") and any "js.…" literal (a key chosen by a condition).
+    for path in sorted(SRC.rglob("static/*.js")):
+        text = path.read_text()
+        used |= set(re.findall(r"""\bt\(\s*["']([a-z_.]+)["']""", text))
+        used |= set(re.findall(r"""["'`](js\.[a-z_.]+)["'`]""", text))
+    assert {"js.copied", "js.channel_revoked", "js.channel_autosave_on", "js.sched_deleted"} <= used
+    assert sorted(k for k in used - keys if not k.endswith((".", "_"))) == []  # "prefix." ~ value: see below
+
+
+def test_each_catalogue_file_has_the_same_keys_in_both_languages():
+    """The core's and every package's own (a key in one language of a package only would hide behind the
+    merged catalogues)."""
+    assert len(i18n._added) >= 8, "the packages' catalogues are loaded"
+    for directory in [SRC / "dto" / "locales", *i18n._added]:
+        en, zh = (i18n._read(directory / f"{lang}.json") for lang in i18n.LOCALES)
+        assert sorted(set(en) ^ set(zh)) == [], directory
+
+
+def test_the_channel_frameworks_words_are_its_own_and_load_with_the_package():
+    """``channels/locales/`` holds the Channels page's, its cards', guides' and scripts' words and what a
+    chat is told; importing ``mewdex.channels`` (as every process that uses one of its modules does)
+    adds them, without :func:`registry.load`."""
+    core = i18n._read(SRC / "dto" / "locales" / "en.json")
+    framework = i18n._read(SRC / "channels" / "locales" / "en.json")
+    assert [k for k in core if k.startswith(("channels.", "js.channel_", "error.channel_", "bot."))] == []
+    assert {"channels.title", "nav.channels", "js.channel_revoked", "bot.no_answer", "lane.channel"} <= set(framework)
+    wanted = [(lang, key) for lang in i18n.LOCALES for key in ("channels.title", "bot.no_answer", "nav.channels")]
+    probe = (
+        "import json, sys, mewdex.channels; from mewdex.dto.i18n import translate; "
+        "print(json.dumps([translate(lang, key) for lang, key in json.loads(sys.argv[1])]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC.parent)}  # this checkout's code
+    run = subprocess.run([sys.executable, "-c", probe, json.dumps(wanted)], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == [i18n.catalogue(lang)[key] for lang, key in wanted]
+    assert i18n.catalogue("zh")["channels.title"] != i18n.catalogue("en")["channels.title"]
 
 
 def test_dynamic_keys_used_by_templates_exist():
@@ -149,6 +187,8 @@ def test_no_message_shows_markdown_backticks():
 def test_the_pages_use_the_same_catalogues():
     assert web_i18n.translate is i18n.translate and web_i18n.catalogue is i18n.catalogue
     assert web_i18n.client_messages("zh")["js.copied"] == i18n.catalogue("zh")["js.copied"]
+    # a package's script words reach its page too (the Channels page's channels.js)
+    assert web_i18n.client_messages("zh")["js.channel_revoked"] == i18n.catalogue("zh")["js.channel_revoked"]
     assert i18n.translate("xx", "assistant.first") == i18n.catalogue("en")["assistant.first"], "unknown: English"
 
 

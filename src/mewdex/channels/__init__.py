@@ -31,7 +31,10 @@ Modules
   revoke), the set-up guides ``/help/channels/<name>`` and the Channels page ``/settings/channels``;
   ``shapes``: their request and response models; ``page.html``, ``card.html`` (the one generic
   card), ``guide.html``, ``guide_missing.html`` (``channels/…`` to the web layer's templates);
-  ``static/`` (``channels.js``, ``channel_card.js``: served under ``/static/``).
+  ``static/`` (``channels.js``, ``channel_card.js``: served under ``/static/``); ``locales/{en,zh}.json``:
+  the framework's words (the page's, the cards', the guides', its scripts' ``js.channel_*``, what the
+  chats are told, its error codes, task types and lane), added to the catalogues when this package
+  is imported (so in every process that imports any of its modules).
 - one package per channel: ``telegram``, ``webhook``, ``onebot``, ``wecom``, ``clawbot``, ``discord``.
 
 Adapter contract (a new channel is one package and one line in ``hooks.BUILTIN_PLUGINS``)
@@ -99,8 +102,8 @@ the framework calls them directly, never looks them up) and registers one instan
 - A meme's file is :func:`media.meme_file`; the paging of every reply mode ("another") is
   :func:`inbound.search_memes`; the owner check of an answer from the library is
   :func:`bindings.in_force`; the loopback rule of a callback URL is :func:`platform.loopback`.
-- The Channels page lists every registered adapter; its texts are ``channels.name.<name>`` (en/zh
-  catalogues already hold telegram, webhook, onebot, wecom, clawbot).
+- The Channels page lists every registered adapter; its name there is ``channels.name.<name>``, a
+  key of the channel package's own catalogues (``CHANNEL.locales``).
 - Per-bot state: ``channel_bots`` (``update_offset``, ``username``, ``webhook_url``); reusable
   upload ids: ``channel_media_cache`` (per bot, by content SHA-256 and ``media_kind``, optional
   ``expires_at``).
@@ -108,8 +111,13 @@ the framework calls them directly, never looks them up) and registers one instan
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mewdex import hooks
 from mewdex.capability import Capability, NavEntry
+from mewdex.dto import i18n
+
+i18n.add_messages(Path(__file__).parent / "locales")
 
 #: The channel framework's declaration (hook ``capabilities``): its error codes → HTTP status (a
 #: channel package declares its own in ``CHANNEL.errors``), the Channels page's link in the header,

@@ -107,10 +107,6 @@ def packages() -> tuple[str, ...]:
 _plugins: dict[str, Channel] = {}
 
 
-#: The framework's own words (saving from a chat: ``bot.save.*``), added to the catalogues on :func:`load`.
-FRAMEWORK_LOCALES = Path(__file__).parent / "locales"
-
-
 @dataclass(frozen=True, kw_only=True)
 class Channel(Capability):
     """A channel package's declaration (module doc), a :class:`~mewdex.capability.Capability` (its
@@ -165,7 +161,6 @@ def load() -> dict[str, Channel]:
         built_in = packages()
         if len(_loaded) == len(built_in):
             return dict(_loaded)
-        i18n.add_messages(FRAMEWORK_LOCALES)
         for package in built_in:
             declared = _declaration(package)
             if declared.locales is not None:
