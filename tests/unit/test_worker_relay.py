@@ -1,4 +1,5 @@
-"""A child worker's stderr reaches the parent's logging at the level it was logged at (queue.worker)."""
+"""A child worker's stderr reaches the parent's logging at the level it was logged at, without the
+date, time and level the parent's format adds again (queue.worker)."""
 
 import logging
 import subprocess
@@ -22,7 +23,7 @@ def test_a_childs_lines_keep_their_level_and_the_rest_is_a_warning(caplog) -> No
     child.wait()
     got = [(r.levelname, r.getMessage().split("] ", 1)[1][:40]) for r in caplog.records]
     assert got == [
-        ("INFO", "2026-12-03 04:05:10,420 INFO mewdex.queu"),
-        ("ERROR", "2026-12-03 04:05:11,000 ERROR mewdex.que"),
+        ("INFO", "mewdex.queue.worker: worker vm:1:abc sta"),
+        ("ERROR", "mewdex.queue.worker: task t-1 crashed"),
         ("WARNING", "Traceback (most recent call last):"),
     ]

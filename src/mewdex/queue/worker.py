@@ -619,16 +619,18 @@ _CHILD_LEVEL = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
 
 def _relay_stderr(child: subprocess.Popen[bytes]) -> None:
     """Pass a child worker's stderr lines to this process's logging, so they go where this process's
-    logs go (above a progress bar, never through it): a log line at its level (an ``import --wait``
-    at WARNING hides the children's INFO lines), anything else (a traceback's lines) as WARNING."""
+    logs go (above a progress bar, never through it): a log line at its level and without its own
+    date, time and level, which this process's format adds again (an ``import --wait`` at WARNING
+    hides the children's INFO lines), anything else (a traceback's lines) as WARNING, as it is."""
     assert child.stderr is not None
     for raw in child.stderr:
         line = raw.decode("utf-8", "replace").rstrip()
         if line:
             level = _CHILD_LEVEL.match(line)
-            _child_log.log(
-                getattr(logging, level.group(1)) if level else logging.WARNING, "[worker %s] %s", child.pid, line
-            )
+            if level is None:
+                _child_log.warning("[worker %s] %s", child.pid, line)
+            else:
+                _child_log.log(getattr(logging, level.group(1)), "[worker %s] %s", child.pid, line[level.end() :])
 
 
 def exit_reason(returncode: int) -> str:
