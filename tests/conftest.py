@@ -270,10 +270,11 @@ def drop_scope(sessions, scope) -> None:
     from sqlalchemy import text
     from sqlalchemy.exc import OperationalError
 
+    delete = text("DELETE FROM scopes WHERE id = :s")
     try:
         with sessions.begin() as session:
             session.execute(text("SET LOCAL lock_timeout = '20s'"))
-            session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": scope.scope_id})
+            session.execute(delete, {"s": scope.scope_id})
         return
     except OperationalError as exc:
         if "lock timeout" not in str(exc):
@@ -288,7 +289,7 @@ def drop_scope(sessions, scope) -> None:
         ).all()
     warnings.warn(f"drop_scope({scope.scope_id}) waited 20 s for locks; open transactions: {holders}", stacklevel=2)
     with sessions.begin() as session:
-        session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": scope.scope_id})
+        session.execute(delete, {"s": scope.scope_id})
 
 
 @pytest.fixture

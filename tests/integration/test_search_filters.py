@@ -264,7 +264,7 @@ def test_api_image_search_applies_the_filters(client, sessions, scope):
 def one_of_each(sessions):
     """A scope with one "sticker" meme of each stored format (:data:`mewdex.dto.media.FORMATS`), none
     probed as animated (a one-frame clip or sticker still counts as animated); ``{format: meme id}``."""
-    from conftest import _warn_if_slow, drop_scope, new_scope
+    from conftest import _slow_teardown_warned, _warn_if_slow, drop_scope, new_scope
     from mewdex.dto.media import EXTENSIONS
 
     s = new_scope(sessions, "formats")
@@ -281,9 +281,8 @@ def one_of_each(sessions):
         yield c, ids
         started = time.monotonic()
     _warn_if_slow("formats: the app's shut-down", started)
-    started = time.monotonic()
-    drop_scope(sessions, s)
-    _warn_if_slow("formats: drop_scope", started)
+    with _slow_teardown_warned("formats: drop_scope"):
+        drop_scope(sessions, s)
 
 
 def test_the_formats_filter_takes_every_stored_format(one_of_each):
