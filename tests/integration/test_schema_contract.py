@@ -258,7 +258,7 @@ def test_migration_0030_moves_stage_columns_and_attempts_out_of_the_queues_table
 
 def test_a_start_at_the_newest_revision_loads_no_migration_code(mewdex_env):
     """Every command starts with ``upgrade()``: at the newest revision it is one query, without
-    Alembic or the migration scripts (about 0.3 s of each start)."""
+    Alembic or the migration scripts."""
     import os
     import subprocess
     import sys

@@ -1,6 +1,6 @@
 """Schema migrations (Alembic), run by ``mewdex migrate`` and on every start (``serve``, ``worker``,
 each CLI command). A database already at the newest revision costs one query: Alembic and the
-migration scripts are loaded only when there is something to run (about 0.15 s of CPU a start)."""
+migration scripts are loaded only when there is something to run."""
 
 from __future__ import annotations
 
