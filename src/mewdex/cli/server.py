@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -30,12 +30,26 @@ def serve(
             min=0, max=32, help="Workers (default MEWDEX_WORKERS; MEWDEX_WORKER_MODE says processes or threads)."
         ),
     ] = None,
+    processes: Annotated[
+        str | None,
+        typer.Option(
+            "--processes",
+            help="Web processes answering on the port, 1–16 or `auto` = min(2, cores) (default "
+            "MEWDEX_WEB_PROCESSES, 1): searches use more than one core; each loads the search models.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the web UI and the API, with workers processing the queue."""
-    import os
-
     import uvicorn
 
+    from mewdex.config import get_settings as cached_settings
+
+    if processes is not None:  # the setting MEWDEX_WEB_PROCESSES, for this process and its web processes
+        if processes != "auto" and not (processes.isdigit() and 1 <= int(processes) <= 16):
+            raise typer.BadParameter("a number from 1 to 16, or auto", param_hint="'--processes'")
+        os.environ["MEWDEX_WEB_PROCESSES"] = processes
+        cached_settings.cache_clear()
     settings = get_settings()
     if problem := _port_problem(host or settings.host, port or settings.port):
         err.print(f"[red]error:[/red] {problem}")
@@ -46,10 +60,18 @@ def serve(
     if problem := startup_problem(host or settings.host):
         err.print(f"[red]error:[/red] {problem}")
         raise typer.Exit(ExitCode.USAGE)
+    web_processes = settings.serving_processes
+    state = None
+    if web_processes > 1:  # before anything loads prometheus_client (runtime.share_metrics)
+        from mewdex.runtime import prepare_serve_dir, share_metrics
+
+        state = prepare_serve_dir()
+        share_metrics(state / "metrics")
     _prepare()  # fails early with a clear message when the database cannot start
     folders = watched_folders(settings.watch_dirs, "MEWDEX_WATCH_DIRS") if settings.watch_dirs else []
     console.print(
-        f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})"
+        f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir}"
+        + (f"; {web_processes} web processes)" if web_processes > 1 else ")")
     )
     _print_setup_code()
     # The options are the settings MEWDEX_HOST/MEWDEX_WORKERS for this process; uvicorn builds the app from
@@ -57,27 +79,75 @@ def serve(
     os.environ["MEWDEX_HOST"] = host or settings.host
     if workers is not None:
         os.environ["MEWDEX_WORKERS"] = str(workers)
-    from mewdex.config import get_settings as cached_settings
-
     cached_settings.cache_clear()
     bound = host or settings.host
     forget = announce_server(f"http://{f'[{bound}]' if ':' in bound else bound}:{port or settings.port}")
     stop_watching = _start_watching(folders)
+    options: dict[str, Any] = {
+        "factory": True,
+        "host": host or settings.host,
+        "port": port or settings.port,
+        "log_level": "warning",
+        # The app decides the client address itself (web.security.client_address, from
+        # MEWDEX_TRUSTED_PROXIES); uvicorn's own X-Forwarded-For handling, which trusts 127.0.0.1 by
+        # default, would let any local process or TCP tunnel pick its address.
+        "proxy_headers": False,
+    }
     try:
-        uvicorn.run(
-            "mewdex.web.app:create_app",
-            factory=True,
-            host=host or settings.host,
-            port=port or settings.port,
-            log_level="warning",
-            # The app decides the client address itself (web.security.client_address, from
-            # MEWDEX_TRUSTED_PROXIES); uvicorn's own X-Forwarded-For handling, which trusts 127.0.0.1 by
-            # default, would let any local process or TCP tunnel pick its address.
-            proxy_headers=False,
-        )
+        if state is None:
+            uvicorn.run("mewdex.web.app:create_app", **options)
+        elif not _serve_processes(web_processes, state, options):
+            raise typer.Exit(ExitCode.FAILED)
     finally:
         stop_watching()
         forget()
+        if state is not None:
+            import shutil
+
+            shutil.rmtree(state, ignore_errors=True)
+
+
+def _serve_processes(count: int, state, options: dict[str, Any]) -> bool:
+    """``serve`` with ``count`` web processes (``MEWDEX_WEB_PROCESSES`` > 1) until SIGTERM/SIGINT: this
+    process runs the workers, the scheduler and the database's supervision (``runtime.start_server``,
+    publishing the workers' status in ``state`` for ``/health`` and ``/metrics``) and uvicorn's
+    supervisor of the web processes, which bind nothing themselves: they share this process's socket
+    (``mewdex.web.app:create_web_process_app``). One that dies is logged and started again. Stopping:
+    the web processes first (each finishes its requests), then the workers (they hand their tasks
+    back). Returns False when a web process could not start (its error is in the log above)."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    from mewdex.config import get_settings as settings
+    from mewdex.queue.worker import exit_reason
+    from mewdex.runtime import POOL_STATUS_FILE, check_connection_limit, start_server
+
+    log = logging.getLogger(__name__)
+    failed = False
+
+    class WebProcesses(Multiprocess):
+        """uvicorn's supervisor, saying in the log when a web process died (uvicorn, which starts
+        another in its place, says so at INFO only) and noting a start that failed."""
+
+        def keep_subprocess_alive(self) -> None:
+            nonlocal failed
+            before = list(self.processes)
+            stopping = self.should_exit.is_set()
+            super().keep_subprocess_alive()
+            failed = failed or (not stopping and self.should_exit.is_set())
+            for old, new in zip(before, self.processes, strict=True):
+                if new is not old:
+                    how = exit_reason(old.exitcode) if old.exitcode is not None else "stopped answering"
+                    log.error("web process %s %s; started %s in its place", old.pid, how, new.pid)
+
+    check_connection_limit()
+    server = start_server(settings().workers, publish=state / POOL_STATUS_FILE)
+    try:
+        config = uvicorn.Config("mewdex.web.app:create_web_process_app", workers=count, **options)
+        WebProcesses(config, sockets=[config.bind_socket()]).run()
+    finally:
+        server.stop()
+    return not failed
 
 
 def _start_watching(folders: list):
