@@ -188,10 +188,11 @@ class Settings(_FromEnvironment):
     )
     web_processes: Annotated[int, Field(ge=1, le=16)] | Literal["auto"] = Field(
         default=1,
-        description="Processes that serve the web app and the API on `serve`'s one port (`auto` = min(2, usable "
-        "cores)): each runs its own interpreter, so searches use more than one core; one of them (the parent) "
-        "alone runs the workers, the maintenance schedules and the database supervision. Each one loads the search "
-        "models (≈ 0.9 GB each) and has the request threads, search slots and connection pools below.",
+        description="Processes that answer on `serve`'s one port (`auto` = min(2, usable cores)): each runs its "
+        "own interpreter, so the web app's Python uses more than one core; `serve` itself then runs the workers, "
+        "the maintenance schedules and the database supervision. Each one loads the search models (≈ 0.5 GB "
+        "resident) and has the request threads, search slots and connection pools below. On 2 cores it gained "
+        "little (docs/scaling.md), hence 1.",
     )
     api_concurrency: int = Field(
         default=40,

@@ -96,8 +96,11 @@ def serve(
     try:
         if state is None:
             uvicorn.run("mewdex.web.app:create_app", **options)
-        elif not _serve_processes(web_processes, state, options):
-            raise typer.Exit(ExitCode.FAILED)
+        else:
+            from mewdex.cli.web_processes import serve_processes
+
+            if not serve_processes(web_processes, state, options):
+                raise typer.Exit(ExitCode.FAILED)
     finally:
         stop_watching()
         forget()
@@ -105,49 +108,6 @@ def serve(
             import shutil
 
             shutil.rmtree(state, ignore_errors=True)
-
-
-def _serve_processes(count: int, state, options: dict[str, Any]) -> bool:
-    """``serve`` with ``count`` web processes (``MEWDEX_WEB_PROCESSES`` > 1) until SIGTERM/SIGINT: this
-    process runs the workers, the scheduler and the database's supervision (``runtime.start_server``,
-    publishing the workers' status in ``state`` for ``/health`` and ``/metrics``) and uvicorn's
-    supervisor of the web processes, which bind nothing themselves: they share this process's socket
-    (``mewdex.web.app:create_web_process_app``). One that dies is logged and started again. Stopping:
-    the web processes first (each finishes its requests), then the workers (they hand their tasks
-    back). Returns False when a web process could not start (its error is in the log above)."""
-    import uvicorn
-    from uvicorn.supervisors import Multiprocess
-
-    from mewdex.config import get_settings as settings
-    from mewdex.queue.worker import exit_reason
-    from mewdex.runtime import POOL_STATUS_FILE, check_connection_limit, start_server
-
-    log = logging.getLogger(__name__)
-    failed = False
-
-    class WebProcesses(Multiprocess):
-        """uvicorn's supervisor, saying in the log when a web process died (uvicorn, which starts
-        another in its place, says so at INFO only) and noting a start that failed."""
-
-        def keep_subprocess_alive(self) -> None:
-            nonlocal failed
-            before = list(self.processes)
-            stopping = self.should_exit.is_set()
-            super().keep_subprocess_alive()
-            failed = failed or (not stopping and self.should_exit.is_set())
-            for old, new in zip(before, self.processes, strict=True):
-                if new is not old:
-                    how = exit_reason(old.exitcode) if old.exitcode is not None else "stopped answering"
-                    log.error("web process %s %s; started %s in its place", old.pid, how, new.pid)
-
-    check_connection_limit()
-    server = start_server(settings().workers, publish=state / POOL_STATUS_FILE)
-    try:
-        config = uvicorn.Config("mewdex.web.app:create_web_process_app", workers=count, **options)
-        WebProcesses(config, sockets=[config.bind_socket()]).run()
-    finally:
-        server.stop()
-    return not failed
 
 
 def _start_watching(folders: list):
