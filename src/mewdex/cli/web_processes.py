@@ -6,7 +6,7 @@ accepts every connection waiting on it at each wake-up, so whichever process wok
 burst of new connections (and kept them: keep-alive). In a run of ``bench/load.py`` one of two
 processes did 83 % of the work (45 of 54 CPU-seconds). Here each process gets a socket of its own,
 bound to the same address with ``SO_REUSEPORT``: the kernel spreads new connections over them by
-their addresses and ports (33 and 30 CPU-seconds in the same run).
+their addresses and ports (33 and 30 CPU-seconds in the next run).
 """
 
 from __future__ import annotations
