@@ -2,7 +2,8 @@
 
 Uses a data dir holding a processed library (``--data-dir``; without it the first ``--memes``
 corpus images, spread over the sources, are imported and processed first), starts the server on a
-free port with ``--workers`` worker processes, then runs:
+free port with ``--workers`` worker processes and ``--processes`` web processes (default 1; each is
+warmed up with searches of its own; its resident memory and CPU time are printed at the end), then runs:
 
 1. the mixed load for ``--seconds`` (default 120): 16 searchers, 2 uploaders (fresh generated
    images, so each upload creates a meme and queues its processing), 1 renamer/deleter (renames
@@ -210,16 +211,44 @@ async def burst(client: httpx.AsyncClient, size: int) -> Recorder:
     return rec
 
 
+async def each_web_process(
+    url: str, processes: int, path: str, method: str = "GET", **request
+) -> dict[int, httpx.Response]:
+    """``method`` ``path`` (``request``: httpx's arguments) on new connections until each of the server's
+    ``processes`` web processes answered it once (the admin ``/health`` on a connection says which one
+    holds it: ``web.pid``); the answers by pid."""
+    answers: dict[int, httpx.Response] = {}
+    for _ in range(50 * processes):
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=1)) as one:
+            pid = (await one.get("/health")).json()["web"]["pid"]
+            if pid not in answers:
+                answers[pid] = await one.request(method, path, **request)
+        if len(answers) == processes:
+            break
+    return answers
+
+
+def process_series(metrics: str, name: str) -> float:
+    """The value of ``process_*`` series ``name`` in a ``/metrics`` answer (the answering process's)."""
+    return float(next(line for line in metrics.splitlines() if line.startswith(name + " ")).split()[1])
+
+
 async def run(url: str, args: argparse.Namespace) -> None:
     limits = httpx.Limits(max_connections=args.burst + 32, max_keepalive_connections=args.burst + 32)
     async with httpx.AsyncClient(base_url=url, timeout=args.timeout, limits=limits) as client:
-        for text in queries()[:3]:  # warm-up: the models load on first use
-            (await client.post("/api/v1/search", json={"query": text, "n_results": 10})).raise_for_status()
+        for text in queries()[:3]:  # warm-up: the models load on first use (each web process loads its own)
+            search = {"query": text, "n_results": 10}
+            for answer in (await each_web_process(url, args.processes, "/api/v1/search", "POST", json=search)).values():
+                answer.raise_for_status()
         mixed = await mixed_load(client, args.seconds, args.searchers, args.uploaders)
         roles = f"{args.searchers} searchers, {args.uploaders} uploaders, 1 renamer/deleter, 1 lister"
         mixed.report(f"mixed load ({roles})")
         (await burst(client, args.burst)).report(f"burst of {args.burst} concurrent searches")
         await clean_up(client, mixed.leftovers)
+    scrapes = await each_web_process(url, args.processes, "/metrics")
+    for pid, r in sorted(scrapes.items()):
+        resident, cpu = (process_series(r.text, f"process_{n}") for n in ("resident_memory_bytes", "cpu_seconds_total"))
+        print(f"web process {pid}: resident memory {resident / 1e6:.0f} MB, CPU {cpu:.0f} s since it started")
 
 
 def main() -> None:
@@ -231,6 +260,7 @@ def main() -> None:
     parser.add_argument("--uploaders", type=int, default=2)
     parser.add_argument("--burst", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2, help="worker processes of the server")
+    parser.add_argument("--processes", type=int, default=1, help="web processes of the server (MEWDEX_WEB_PROCESSES)")
     parser.add_argument("--timeout", type=float, default=60, help="seconds before a request counts as failed")
     args = parser.parse_args()
     data_dir = corpus.use_data_dir(args.data_dir)
@@ -238,7 +268,7 @@ def main() -> None:
         prepare_subset(args.memes, args.workers)
     print(f"data dir: {data_dir}", flush=True)
     try:
-        with serve(data_dir, workers=args.workers) as url:
+        with serve(data_dir, workers=args.workers, processes=args.processes) as url:
             asyncio.run(run(url, args))
     finally:
         from mewdex.db.embedded import stop

@@ -52,11 +52,15 @@ def bench_queries() -> list[str]:
 
 
 @contextmanager
-def serve(data_dir: Path, workers: int = 0) -> Iterator[str]:
-    """``mewdex serve`` on a free port over ``data_dir`` with ``workers`` workers (default none);
-    yields its URL once ready."""
+def serve(data_dir: Path, workers: int = 0, processes: int = 1) -> Iterator[str]:
+    """``mewdex serve`` on a free port over ``data_dir`` with ``workers`` workers (default none) and
+    ``processes`` web processes (default one); yields its URL once ready."""
     port = free_port()
-    env = os.environ | {"MEWDEX_DATA_DIR": str(data_dir), "MEWDEX_WORKERS": str(workers)}
+    env = os.environ | {
+        "MEWDEX_DATA_DIR": str(data_dir),
+        "MEWDEX_WORKERS": str(workers),
+        "MEWDEX_WEB_PROCESSES": str(processes),
+    }
     mewdex = Path(sys.executable).parent / "mewdex"
     proc = subprocess.Popen(
         [str(mewdex), "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

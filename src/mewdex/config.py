@@ -186,8 +186,19 @@ class Settings(_FromEnvironment):
         description="CPU niceness each `mewdex worker` process adds to itself (0 = none): background processing "
         "yields the CPU to interactive requests (search, pages) instead of sharing it evenly.",
     )
+    web_processes: Annotated[int, Field(ge=1, le=16)] | Literal["auto"] = Field(
+        default=1,
+        description="Processes that answer on `serve`'s one port (`auto` = min(2, usable cores)): each runs its "
+        "own interpreter, so the web app's Python uses more than one core; `serve` itself then runs the workers, "
+        "the maintenance schedules and the database supervision. Each one loads the search models (≈ 0.5 GB "
+        "resident) and has the request threads, search slots and connection pools below. On 2 cores it gained "
+        "little (docs/scaling.md), hence 1.",
+    )
     api_concurrency: int = Field(
-        default=40, ge=1, le=1000, description="Requests `serve` works on at once (threads); sizes the database pool."
+        default=40,
+        ge=1,
+        le=1000,
+        description="Requests one web process of `serve` works on at once (threads); sizes its database pool.",
     )
     warm_models: bool = Field(
         default=True,
@@ -196,7 +207,11 @@ class Settings(_FromEnvironment):
         "never loads them).",
     )
     search_concurrency: int = Field(
-        default=8, ge=1, le=64, description="Searches one process runs at once (their legs have a pool of their own)."
+        default=8,
+        ge=1,
+        le=64,
+        description="Searches one process (each web process of `serve`) runs at once; their legs have a pool of "
+        "their own.",
     )
     pg_shared_buffers: str | None = Field(
         default=None,
@@ -482,7 +497,9 @@ class Settings(_FromEnvironment):
         description="Requests to public collection links (pages, searches, files) per client address per minute.",
     )
     max_concurrent_uploads: int = Field(
-        default=4, ge=1, description="Upload/import/image-search bodies one user may stream at once."
+        default=4,
+        ge=1,
+        description="Upload/import/image-search bodies one user may stream at once (counted per web process).",
     )
     max_json_bytes: int = Field(default=64 * 1024, ge=1024, description="Largest JSON/form body of a non-upload route.")
 
@@ -618,6 +635,13 @@ class Settings(_FromEnvironment):
     @property
     def pgdata(self) -> Path:
         return self.data_dir.resolve() / "pgdata"
+
+    @property
+    def serving_processes(self) -> int:
+        """``web_processes`` as a number: ``auto`` is min(2, the cores this process may run on)."""
+        if self.web_processes == "auto":
+            return min(2, len(os.sched_getaffinity(0)))
+        return self.web_processes
 
 
 def parse_blob_store_url(url: str) -> tuple[str, str]:

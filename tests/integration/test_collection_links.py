@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import text, update
 
 from conftest import LOCAL_CLIENT, app_for, client_for, drop_scope, new_scope
 from library_helpers import png
@@ -26,14 +26,13 @@ from mewdex.pipeline.stages import write_keyword_document
 
 
 @pytest.fixture(scope="module")
-def required(mewdex_env):
+def required(mewdex_env, sessions):
     from mewdex.config import get_settings
-    from mewdex.platform.sessions import limiter
 
     saved = os.environ.get("MEWDEX_AUTH")
     os.environ["MEWDEX_AUTH"] = "required"
     get_settings.cache_clear()
-    limiter._failures.clear()
+    _forget_public_requests(sessions)
     yield
     if saved is None:
         os.environ.pop("MEWDEX_AUTH", None)
@@ -168,21 +167,27 @@ def test_another_scope_gets_404_for_the_links(world):
     assert oc.delete(f"/api/v1/collections/{cid}/links/{link['id']}").status_code == 204
 
 
-def test_public_requests_are_rate_limited(world):
+def _forget_public_requests(sessions) -> None:
+    """The public-link counts per address (``share:…`` rows; every test client is one address)."""
+    with sessions.begin() as session:
+        session.execute(text("DELETE FROM login_failures WHERE key LIKE 'share:%'"))
+
+
+def test_public_requests_are_rate_limited(world, sessions):
     from mewdex.config import get_settings
-    from mewdex.platform.sessions import limiter
 
     _owner, _other, _oc, _xc, public, _ids = world
     os.environ["MEWDEX_SHARE_MAX_PER_MINUTE"] = "3"
     get_settings.cache_clear()
-    limiter._failures.clear()
+    _forget_public_requests(sessions)
     try:
         codes = [public.get("/s/" + "b" * 43).status_code for _ in range(4)]
         assert codes == [404, 404, 404, 429]
+        assert 1 <= int(public.get("/s/" + "b" * 43).headers["Retry-After"]) <= 60
     finally:
         os.environ.pop("MEWDEX_SHARE_MAX_PER_MINUTE")
         get_settings.cache_clear()
-        limiter._failures.clear()
+        _forget_public_requests(sessions)
 
 
 def test_a_disabled_owners_links_answer_404(required, sessions):

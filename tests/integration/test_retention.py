@@ -122,6 +122,16 @@ def test_retention_deletes_old_finished_work_in_batches_and_keeps_the_rest(sessi
                 {"r": uuid.uuid4(), "j": isolated, "s": s, "k": len(key), "st": status, "c": conv[key]},
             )
 
+        # Sign-up and public-link counts per address: an old window goes, a current one and the sign-in
+        # counters stay.
+        tag = uuid.uuid4().hex[:8]
+        counts = {f"signup:old-{tag}": OLD, f"share:old-{tag}": OLD, f"share:now-{tag}": "now()", f"ip:old-{tag}": OLD}
+        for key, when in counts.items():
+            session.execute(
+                text(f"INSERT INTO login_failures (key, failures, window_started_at) VALUES (:k, 1, {when})"),
+                {"k": key},
+            )
+
     result = retention.run(sessions)
     assert result["complete"] is True
     assert result["deleted"]["tasks"] >= 25 + len(stage_tasks)
@@ -150,3 +160,8 @@ def test_retention_deletes_old_finished_work_in_batches_and_keeps_the_rest(sessi
         )
         assert kept == {conv["error_run"], conv["bound"]}
         assert _count(session, "SELECT count(*) FROM scheduled_job_runs WHERE scope_id = :s", s=s) == 2  # history
+        kept = set(
+            session.execute(text("SELECT key FROM login_failures WHERE key LIKE :t"), {"t": f"%-{tag}"}).scalars()
+        )
+        assert kept == {f"share:now-{tag}", f"ip:old-{tag}"}
+        session.execute(text("DELETE FROM login_failures WHERE key LIKE :t"), {"t": f"%-{tag}"})

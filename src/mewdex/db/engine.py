@@ -16,6 +16,7 @@ from sqlalchemy.pool import QueuePool
 
 from mewdex.config import Settings, get_settings
 from mewdex.db.embedded import embedded_url
+from mewdex.db.pools import pool_sizes
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -27,7 +28,6 @@ _primary_search_sessions: sessionmaker[Session] | None = None
 _search_fallback_engine: Engine | None = None
 _search_fallback_sessions: sessionmaker[Session] | None = None
 REPLICA_CONNECT_TIMEOUT_SECONDS = 3
-SEARCH_LEGS = 3  # keyword, e5, use: the connections one search's legs hold at once
 
 
 def database_url(settings: Settings) -> str:
@@ -130,29 +130,6 @@ def size_for_worker_threads(threads: int) -> None:
         if _engine is not None:
             raise RuntimeError("the engine exists already: size its pool before first use")
         _worker_threads = threads
-
-
-def pool_sizes(settings: Settings, worker_threads: int | None = None) -> dict[str, int]:
-    """The connection pools of a process, from its settings (connections are opened on demand, so a
-    process uses only what it needs):
-
-    - the main pool (requests, workers, maintenance): ``pool_size`` = ``api_concurrency`` (request
-      threads, one connection each) + 3 × in-process worker threads (``worker_threads``, else
-      ``workers`` in thread mode: the worker's, its heartbeat's and its writer thread's) + 4
-      (scheduler, maintenance, health, start-up); ``max_overflow`` 10 for async routes that open
-      their own transactions;
-    - the search-leg pool (:func:`get_search_sessionmaker`): ``search_pool`` = 3 legs ×
-      ``search_concurrency``, exactly one per leg thread, so a leg never waits for a connection and
-      never takes one from the main pool that its request holds one of."""
-    if worker_threads is not None:
-        threads = worker_threads
-    else:
-        threads = settings.workers if settings.worker_mode == "thread" else 0
-    return {
-        "pool_size": settings.api_concurrency + 3 * threads + 4,
-        "max_overflow": 10,
-        "search_pool": SEARCH_LEGS * settings.search_concurrency,
-    }
 
 
 #: A pooled connection idle at least this long (seconds) is pinged before use; one in steady use is

@@ -4,9 +4,11 @@
 :data:`CHECK_SECONDS`. For the embedded server it looks at the postmaster's pid (no connection) and,
 when the postmaster is gone (killed, crashed), starts it again on the same data directory and drops the
 engine's pooled connections to the dead one; an external database (``MEWDEX_DATABASE_URL``) is only
-probed. While the database is unreachable :func:`unavailable_since` says since when; the web layer
-answers ``503 database_unavailable`` with ``Retry-After: RETRY_AFTER_SECONDS`` (see
-``mewdex.web.failures``) and the log says so once per :data:`LOG_INTERVAL_SECONDS`, not once per request.
+probed. The web processes of a ``serve`` with several (``MEWDEX_WEB_PROCESSES``) check without
+restarting (``restart=False``): their parent restarts it, they only notice the outage and its end.
+While the database is unreachable :func:`unavailable_since` says since when; the web layer answers
+``503 database_unavailable`` with ``Retry-After: RETRY_AFTER_SECONDS`` (see ``mewdex.web.failures``)
+and the log says so once per :data:`LOG_INTERVAL_SECONDS`, not once per request.
 
 :func:`is_connection_lost` tells a lost connection from other database errors; workers use it to hand
 back their tasks after an outage (``mewdex.queue.reconnect``).
@@ -114,12 +116,14 @@ def note_refused(reason: str) -> None:
             log.error("database still unavailable (%s): %d requests answered 503 so far", _reason, _refused)
 
 
-def check_once() -> bool:
-    """One check: restart the embedded server if its postmaster is gone, then probe with ``SELECT 1``.
-    Returns whether the database answers."""
+def check_once(*, restart: bool = True) -> bool:
+    """One check: restart the embedded server if its postmaster is gone (``restart``; else say it is
+    unavailable), then probe with ``SELECT 1``. Returns whether the database answers."""
     settings = get_settings()
     if not settings.database_url and not embedded.is_running(settings.pgdata):
         mark_unavailable("the embedded PostgreSQL is not running")
+        if not restart:
+            return False
         try:
             embedded.ensure_running(settings.pgdata)
         except embedded.EmbeddedDatabaseError as exc:
@@ -148,16 +152,17 @@ def note_restart_failure(exc: Exception) -> None:
     log.error("%s; retrying every %.0f s", exc, CHECK_SECONDS)
 
 
-def _loop(stop: threading.Event) -> None:
+def _loop(stop: threading.Event, restart: bool) -> None:
     while not stop.wait(CHECK_SECONDS):
         try:
-            check_once()
+            check_once(restart=restart)
         except Exception:  # never let the supervisor die
             log.exception("database check failed")
 
 
-def start(stop: threading.Event) -> threading.Thread:
-    """Start supervising the database until ``stop`` is set (one daemon thread); returns the thread."""
-    thread = threading.Thread(target=_loop, args=(stop,), name="database-supervisor", daemon=True)
+def start(stop: threading.Event, *, restart: bool = True) -> threading.Thread:
+    """Start supervising the database until ``stop`` is set (one daemon thread); returns the thread.
+    ``restart=False``: only check (another process of this server restarts the embedded one)."""
+    thread = threading.Thread(target=_loop, args=(stop, restart), name="database-supervisor", daemon=True)
     thread.start()
     return thread

@@ -490,11 +490,11 @@ def open_link(session: Session, token: str) -> PublicView:
 
 def check_public_rate(client_ip: str) -> None:
     """Count one request to a public link from ``client_ip`` (per
-    :func:`mewdex.platform.sessions.ip_bucket`, with the sign-in's limiter); 429 ``rate_limited``
-    past ``MEWDEX_SHARE_MAX_PER_MINUTE`` a minute (unknown tokens count too: no guessing)."""
+    :func:`mewdex.platform.sessions.ip_bucket`, in the count every API process shares:
+    :func:`mewdex.platform.sessions.count_attempt`); 429 ``rate_limited`` past
+    ``MEWDEX_SHARE_MAX_PER_MINUTE`` a minute (unknown tokens count too: no guessing)."""
     key = f"share:{platform_sessions.ip_bucket(client_ip)}"
-    limit = get_settings().share_max_per_minute
-    wait = platform_sessions.limiter.retry_after(key, limit, PUBLIC_RATE_WINDOW_SECONDS)
+    wait = platform_sessions.count_attempt(key, get_settings().share_max_per_minute, PUBLIC_RATE_WINDOW_SECONDS)
     if wait:
         raise CollectionError(
             "rate_limited",
@@ -502,4 +502,3 @@ def check_public_rate(client_ip: str) -> None:
             {"retry_after_seconds": int(wait)},
             headers={"Retry-After": str(int(wait))},
         )
-    platform_sessions.limiter.fail(key, PUBLIC_RATE_WINDOW_SECONDS)

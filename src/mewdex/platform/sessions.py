@@ -12,12 +12,9 @@ import hashlib
 import ipaddress
 import logging
 import secrets
-import threading
-import time
-from collections import deque
 from datetime import timedelta
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import case, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -52,40 +49,38 @@ def cookie_names(secure: bool) -> tuple[str, str]:
     return prefix + COOKIE_NAME, prefix + CSRF_COOKIE_NAME
 
 
-class FailureLimiter:
-    """Sliding-window failure counts per key, in this process (see the README: one API process per
-    database, or put the limit in a proxy, when scaling out)."""
+def count_attempt(key: str, limit: int, window: int) -> float:
+    """Count one attempt of ``key`` (``signup:<ip bucket>``, ``share:<ip bucket>``) against ``limit``
+    attempts per ``window`` seconds; returns 0.0 when it is within the limit, else the seconds until
+    the window ends (at least 1). The count is a row of ``login_failures`` (one upsert, in a
+    transaction of its own that commits whatever the request does next), so every API process of
+    every machine counts in the same window. The window starts at the key's first attempt after the
+    previous one ended, as the sign-in counters' do; attempts past the limit are counted too, and
+    change nothing but the number."""
+    from mewdex.db.engine import get_sessionmaker
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._failures: dict[str, deque[float]] = {}
+    table = LoginFailure.__table__
+    stale = table.c.window_started_at <= func.now() - timedelta(seconds=window)
+    statement = (
+        insert(LoginFailure)
+        .values(key=key, failures=1)
+        .on_conflict_do_update(
+            index_elements=["key"],
+            set_={
+                "failures": case((stale, 1), else_=table.c.failures + 1),
+                "window_started_at": case((stale, func.now()), else_=table.c.window_started_at),
+                "last_failure_at": func.now(),
+            },
+        )
+        .returning(
+            LoginFailure.failures,
+            func.extract("epoch", LoginFailure.window_started_at + timedelta(seconds=window) - func.now()),
+        )
+    )
+    with get_sessionmaker().begin() as session:
+        attempts, remaining = session.execute(statement).one()
+    return 0.0 if attempts <= limit else max(float(remaining), 1.0)
 
-    def _window(self, key: str, now: float, window: float) -> deque[float]:
-        q = self._failures.setdefault(key, deque())
-        while q and q[0] <= now - window:
-            q.popleft()
-        return q
-
-    def retry_after(self, key: str, limit: int, window: float) -> float:
-        """Seconds until ``key`` may try again (0 = now)."""
-        now = time.monotonic()
-        with self._lock:
-            q = self._window(key, now, window)
-            return 0.0 if len(q) < limit else max(q[len(q) - limit] + window - now, 1.0)
-
-    def fail(self, key: str, window: float) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self._window(key, now, window).append(now)
-            if len(self._failures) > 100_000:  # bound memory under a spray of random keys
-                self._failures = {k: v for k, v in self._failures.items() if v and v[-1] > now - window}
-
-    def clear(self, key: str) -> None:
-        with self._lock:
-            self._failures.pop(key, None)
-
-
-limiter = FailureLimiter()
 
 SIGNUP_WINDOW_SECONDS = 3600
 
@@ -94,8 +89,7 @@ def check_signup_rate(client_ip: str) -> None:
     """Count one sign-up attempt from ``client_ip``; 429 ``rate_limited`` past
     ``MEWDEX_SIGNUP_MAX_PER_IP`` attempts an hour, counted per :func:`ip_bucket` (an IPv6 host has a
     whole /64 to pick addresses from)."""
-    key, limit = f"signup:{ip_bucket(client_ip)}", get_settings().signup_max_per_ip
-    wait = limiter.retry_after(key, limit, SIGNUP_WINDOW_SECONDS)
+    wait = count_attempt(f"signup:{ip_bucket(client_ip)}", get_settings().signup_max_per_ip, SIGNUP_WINDOW_SECONDS)
     if wait:
         raise PlatformError(
             "rate_limited",
@@ -103,7 +97,6 @@ def check_signup_rate(client_ip: str) -> None:
             {"retry_after_seconds": int(wait)},
             headers={"Retry-After": str(int(wait))},
         )
-    limiter.fail(key, SIGNUP_WINDOW_SECONDS)
 
 
 INVALID = PlatformError("invalid_credentials", "the email or password is wrong")

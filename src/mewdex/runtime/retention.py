@@ -21,6 +21,9 @@ rule                     what is deleted                                  kept
 ``schedule_conversations`` conversations of isolated schedule runs whose  a persistent job's conversation; runs
                          every run succeeded, unchanged for               that failed; a conversation in a run;
                          ``MEWDEX_RETENTION_SCHEDULE_CONVERSATION_DAYS``  the run rows themselves (the history)
+``attempt_counts``       sign-up and public-link counts per address       the sign-in counters
+                         (``login_failures`` ``signup:``/``share:``)
+                         whose window began a day ago
 ======================== ================================================ =====================================
 
 Billing rows (``usage_events``), live memes and what the pages list are never deleted here.
@@ -120,6 +123,20 @@ def _schedule_conversations(session: Session, limit: int) -> int:
     )
 
 
+def _attempt_counts(session: Session, limit: int) -> int:
+    """Sign-up and public-link counts per address (``platform.sessions.count_attempt``) whose window
+    ended a day ago: one row per address that ever asked, else."""
+    return _delete(
+        session,
+        "login_failures",
+        "key",
+        "(key LIKE 'signup:%' OR key LIKE 'share:%') AND window_started_at < now() - make_interval(secs => :age) "
+        "ORDER BY window_started_at",
+        DAY,
+        limit,
+    )
+
+
 def _delete(session: Session, table: str, key: str, where: str, age_seconds: float, limit: int) -> int:
     """Delete up to ``limit`` rows of ``table`` matching ``where`` (which ends with its ORDER BY)."""
     result = session.execute(
@@ -148,6 +165,7 @@ RULES: dict[str, Callable[[Session, int], int]] = {
     "deliveries": _deliveries,
     "audits": _audits,
     "schedule_conversations": _schedule_conversations,
+    "attempt_counts": _attempt_counts,
 }
 
 

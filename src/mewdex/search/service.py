@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from mewdex import telemetry
 from mewdex.config import get_settings
 from mewdex.db import replica
-from mewdex.db.engine import SEARCH_LEGS, get_search_sessionmaker
+from mewdex.db.engine import get_search_sessionmaker
 from mewdex.db.models import Meme, MemeCollectionItem, ScopeContext
+from mewdex.db.pools import SEARCH_LEGS
 from mewdex.dto.errors import DomainError
 from mewdex.dto.search import (
     MAX_QUERY_CHARS as MAX_QUERY_CHARS,  # re-exported: the pages and the CLI check it

@@ -4,6 +4,7 @@ workers."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,7 +16,6 @@ from starlette.routing import Route
 
 from mewdex import runtime
 from mewdex.config import get_settings, package_version
-from mewdex.db import supervisor
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
 from mewdex.web import capabilities, errors, failures, metrics, security
 from mewdex.web.base_path import BasePath
@@ -54,37 +54,34 @@ from mewdex.web.routers import (
 log = logging.getLogger(__name__)
 
 
-def create_app(*, workers: int | None = None, host: str | None = None) -> FastAPI:
+def create_app(*, workers: int | None = None, host: str | None = None, parent: int | None = None) -> FastAPI:
     """The app; ``workers`` workers (default ``MEWDEX_WORKERS``, see ``MEWDEX_WORKER_MODE``) run while it is up;
-    ``host``
-    is the bind address (default ``MEWDEX_HOST``), which decides the automatic auth mode."""
+    ``host`` is the bind address (default ``MEWDEX_HOST``), which decides the automatic auth mode.
+    ``parent``: the app of a web process of a ``serve`` with several (:func:`create_web_process_app`),
+    whose parent process ``parent`` prepared the database and runs the workers: it starts none."""
     count = get_settings().workers if workers is None else workers
     mcp_http = McpMount(f"http://{host or get_settings().host}:{get_settings().port}")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         # Requests worked on at once (sync routes run on these threads); the database pool is sized
-        # from the same setting (db.engine.pool_sizes), so a request never waits for its connection.
+        # from the same setting (db.pools.pool_sizes), so a request never waits for its connection.
         to_thread.current_default_thread_limiter().total_tokens = get_settings().api_concurrency
         _app.state.shutting_down = False
         metrics.watch_shutdown(_app)  # /readyz answers 503 from the first signal on
-        runtime.prepare_database()
+        if parent is None:
+            runtime.prepare_database()
         if get_settings().warm_models:
             threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
-        stop = threading.Event()
-        supervisor.start(stop)  # a crashed database is noticed and (embedded) restarted within seconds
-        pool = runtime.start_workers(count)
-        # Periodic maintenance runs as scheduled tasks; the workers' schedulers enqueue it. Without
-        # workers this process enqueues it for the workers of other processes.
-        scheduler = runtime.start_scheduler() if count == 0 else None
-        _app.state.worker_pool = pool
+        # The database's supervision (a crashed one is noticed and, embedded, restarted within seconds)
+        # and the workers; periodic maintenance runs as scheduled tasks, which the workers' schedulers
+        # enqueue (without workers, this process's scheduler, for the workers of other processes).
+        server = runtime.start_server(count) if parent is None else runtime.join_server(parent)
+        _app.state.worker_pool = server.pool
         async with mcp_http.running():  # the MCP transport's task group (/mcp, built at its first request)
             yield
         _app.state.shutting_down = True
-        stop.set()
-        if scheduler is not None:
-            scheduler.stop()
-        pool.stop()
+        server.stop()
 
     # Every route may answer these errors (auth, scope 404s, validation, quotas, rate limits).
     app = FastAPI(
@@ -148,3 +145,12 @@ def create_app(*, workers: int | None = None, host: str | None = None) -> FastAP
     )
     app.mount("/static", static, name="static")
     return app
+
+
+def create_web_process_app() -> FastAPI:
+    """The app of one web process of a ``serve`` with several (``MEWDEX_WEB_PROCESSES``; uvicorn's
+    factory in each process it starts): it answers requests only; the parent that started it prepared
+    the database and runs the workers, the scheduler and the database's supervision
+    (:func:`mewdex.runtime.join_server`)."""
+    runtime.become_web_process()
+    return create_app(workers=0, parent=os.getppid())

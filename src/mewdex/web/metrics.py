@@ -6,8 +6,9 @@
   the server is not shutting down; else 503 with the reasons (``database_unreachable``,
   ``migrations_pending``, ``shutting_down``): their details (the schema revisions) only to a caller
   who may read ``/metrics``, a fixed sentence per code to anyone else.
-- ``/metrics``: the Prometheus text format (prometheus_client). This process's own series
-  (:mod:`mewdex.telemetry`: HTTP requests, search latency per leg) and, read at scrape time by
+- ``/metrics``: the Prometheus text format (prometheus_client). The web processes' series
+  (:mod:`mewdex.telemetry`: HTTP requests, search latency per leg; summed over every web process of
+  the server) and, read at scrape time by
   :class:`DatabaseCollector`, what lives in the database: each capability's series (hook
   ``metric_collectors``: queue, tasks, deliveries, provider calls and cost), so API and worker
   processes share no memory. Readable from loopback (no forwarding headers), by an admin (token or
@@ -316,7 +317,7 @@ def _render(request: Request) -> Response:
         scrape = CollectorRegistry(auto_describe=False)
         scrape.register(DatabaseCollector(request.app))
         _registries[app_id] = scrape
-    body = generate_latest(telemetry.REGISTRY) + generate_latest(scrape)
+    body = telemetry.exposition() + generate_latest(scrape)
     return Response(body, media_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
 
 

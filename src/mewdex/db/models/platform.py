@@ -143,8 +143,10 @@ class PasswordResetLink(Base):
 
 
 class LoginFailure(Base):
-    """Failed sign-ins of one key (``account:<email>`` or ``ip:<address or /64>``) in the current
-    window; every API process counts in this table (atomic upserts)."""
+    """Attempts of one key in its current window: failed sign-ins (``account:<email>``, ``ip:<address
+    or /64>``), the addresses an account signed in from (``known:…``), sign-ups and public-link
+    requests per address (``signup:…``, ``share:…``: :func:`mewdex.platform.sessions.count_attempt`);
+    every API process counts in this table (atomic upserts)."""
 
     __tablename__ = "login_failures"
     key: Mapped[str] = mapped_column(Text, primary_key=True)

@@ -4,6 +4,7 @@ same state (:func:`mewdex.web.server_state.health_state`) feeds the page header'
 from __future__ import annotations
 
 import logging
+import os
 
 import anyio
 from fastapi import APIRouter, Request
@@ -47,13 +48,16 @@ async def health(request: Request):
     unreachable, ``{"status": "degraded", "reasons": [{"code": "database_unreachable", ...}]}`` (503,
     ``Retry-After``: no one can be recognised as an admin then; the error itself goes to the server
     log, never into the answer). Admins additionally get ``{"reasons": [{"code", "message"}], "database",
-    "workers": {"pool": {...} | None, "processes": n}, "queues": {lane: {...}}, "disk", "warnings"}``.
+    "workers": {"pool": {...} | None, "processes": n}, "web": {"processes", "pid"}, "queues": {lane: {...}},
+    "disk", "warnings"}``.
 
     ``workers.pool`` describes the workers this server started: ``{"processes", "alive", "pids",
     "lanes", "restarts", "last_exit"}`` for child processes (``MEWDEX_WORKER_MODE=process``),
     ``{"threads", "alive", "busy", "lanes"}`` for threads; ``workers.processes`` counts live ``mewdex
-    worker`` processes connected to the database (its children included); ``queues`` has per lane the
-    tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held by a batch); ``disk`` is
+    worker`` processes connected to the database (its children included); ``web`` says how many web
+    processes answer on the server's port (``MEWDEX_WEB_PROCESSES``) and which one answered (``pid``);
+    ``queues`` has per lane the tasks ``queued`` (due or backing off), ``running`` and ``parked`` (held
+    by a batch); ``disk`` is
     ``{"free_bytes", "low"}`` of the blob store's file system (``low`` below ``MEWDEX_DISK_LOW_BYTES``:
     uploads will soon fail with 507), ``backup`` is ``{"configured", "last", "stale"}`` (the last backup's
     result, :func:`mewdex.backups.service.health`), and ``warnings`` lists such conditions.
@@ -94,6 +98,7 @@ def _health(request: Request):
             "reasons": reasons,
             "database": "ok",
             "workers": {"pool": pool.status() if pool is not None else None, "processes": processes},
+            "web": {"processes": get_settings().serving_processes, "pid": os.getpid()},
             "queues": depth,
             "disk": {"free_bytes": free, "low": low},
             "backup": backups,
