@@ -86,7 +86,7 @@ check: $(TEST_STAMP)
 # compile the whole package again.
 test: $(TEST_STAMP) check browser
 	$(BIN)/python -m compileall -q -j 0 src
-	$(BIN)/pytest -q -n 2 --dist loadfile --durations=25
+	$(BIN)/pytest -q -n 3 --dist loadfile --durations=25
 
 # The edit loop: the unit tests and a few integration files over the core paths (schema against the
 # migrations, the HTTP API, the queue, search on the sample corpus, a signed webhook), two processes,
