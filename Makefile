@@ -81,12 +81,12 @@ check: $(TEST_STAMP)
 # last left the other process idle at the end); every process has its own embedded PostgreSQL
 # (tests/conftest.py). (Three processes took 21:11 of pytest against about 25 with two, since the
 # tests leave a third of two cores idle waiting for servers and workers, but two timing-sensitive
-# tests failed in that run: not yet.) The sources are compiled first: with PYTHONDONTWRITEBYTECODE set
+# tests failed in that run; a later clean-clone run with three took 24:26 against 22:35 with two: not yet.) The sources are compiled first: with PYTHONDONTWRITEBYTECODE set
 # (as in many CI images) every one of the suite's hundreds of `mewdex` processes would otherwise
 # compile the whole package again.
 test: $(TEST_STAMP) check browser
 	$(BIN)/python -m compileall -q -j 0 src
-	$(BIN)/pytest -q -n 3 --dist loadfile --durations=25
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=25
 
 # The edit loop: the unit tests and a few integration files over the core paths (schema against the
 # migrations, the HTTP API, the queue, search on the sample corpus, a signed webhook), two processes,

@@ -263,6 +263,55 @@ def new_scope(sessions, prefix: str = "t"):
     return scope
 
 
+@contextlib.contextmanager
+def _backend_watched(sessions, session, what: str, after: float = 15.0, every: float = 5.0):
+    """Run the body; when it takes longer than ``after`` seconds, sample what the database backend of
+    ``session`` is doing every ``every`` seconds (its wait event, state, the locks it waits for) and
+    warn with the samples at the end. A teardown's DELETE took 180–205 s in some suite runs and 1 s
+    alone: this says where the time went next time."""
+    import threading
+    import warnings
+
+    from sqlalchemy import text
+
+    pid = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    done, samples = threading.Event(), []
+
+    def watch() -> None:
+        if done.wait(after):
+            return
+        while not done.is_set():
+            try:
+                with sessions.begin() as other:
+                    row = other.execute(
+                        text(
+                            "SELECT wait_event_type, wait_event, state, "
+                            "round(extract(epoch FROM now() - query_start)), "
+                            "(SELECT count(*) FROM pg_locks WHERE pid = :p AND NOT granted), "
+                            "(SELECT count(*) FROM pg_stat_activity WHERE state = 'active') "
+                            "FROM pg_stat_activity WHERE pid = :p"
+                        ),
+                        {"p": pid},
+                    ).first()
+                samples.append(tuple(row) if row else None)
+            except Exception as exc:  # noqa: BLE001 - a diagnostic never fails the teardown
+                samples.append(repr(exc))
+            done.wait(every)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(10)
+        if samples:
+            warnings.warn(
+                f"{what}: (wait type, wait event, state, running for, locks awaited, active backends): {samples}",
+                stacklevel=3,
+            )
+
+
 def drop_scope(sessions, scope) -> None:
     """Delete a test scope's rows (everything cascades from ``scopes``) so no other test's drain works on them."""
     import warnings
@@ -274,7 +323,8 @@ def drop_scope(sessions, scope) -> None:
     try:
         with sessions.begin() as session:
             session.execute(text("SET LOCAL lock_timeout = '20s'"))
-            session.execute(delete, {"s": scope.scope_id})
+            with _backend_watched(sessions, session, f"drop_scope({scope.scope_id})"):
+                session.execute(delete, {"s": scope.scope_id})
         return
     except OperationalError as exc:
         if "lock timeout" not in str(exc):
