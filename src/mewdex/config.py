@@ -640,8 +640,16 @@ class Settings(_FromEnvironment):
     def serving_processes(self) -> int:
         """``web_processes`` as a number: ``auto`` is min(2, the cores this process may run on)."""
         if self.web_processes == "auto":
-            return min(2, len(os.sched_getaffinity(0)))
+            return min(2, usable_cores())
         return self.web_processes
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. a container's cpuset; else the count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
 
 
 def parse_blob_store_url(url: str) -> tuple[str, str]:

@@ -152,3 +152,12 @@ def test_a_secret_setting_never_shows_its_value(monkeypatch):
         Strict(_env_file=None)
     lines = describe_config_error(info.value)
     assert "sk-do-not-print" not in "".join(lines) and "(hidden)" in lines[0]
+
+
+def test_auto_web_processes_where_the_cpu_affinity_cannot_be_read(monkeypatch):
+    """``MEWDEX_WEB_PROCESSES=auto`` counts the usable cores; without ``sched_getaffinity`` (macOS)
+    every core of the machine."""
+    import os
+
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    assert Settings(web_processes="auto").serving_processes == min(2, os.cpu_count() or 1)

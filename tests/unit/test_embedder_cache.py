@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from mewdex.config import usable_cores
 from mewdex.inference import embedders
 
 
@@ -162,4 +163,4 @@ def test_an_e5_query_takes_one_thread_when_the_cores_are_busy(monkeypatch):
         monkeypatch.setattr(embedders, "_free_cores", lambda free=free: free)
         embedder._embed_queries(engine, ["猫猫震惊"])
     assert limits == [2, 1, 1]
-    assert 0 <= embedders._free_cores() <= embedders._usable_cores()
+    assert 0 <= embedders._free_cores() <= usable_cores()

@@ -68,3 +68,21 @@ def test_the_database_allows_the_pools_of_each_further_web_process():
     two = one.model_copy(update={"web_processes": 2})
     assert server_connections(two) == 100 + (40 + 4 + 10) + 3 * 8  # its web processes run no worker threads
     assert server_connections(two.model_copy(update={"web_processes": 4, "api_concurrency": 16})) == 100 + 3 * 54
+
+
+def test_the_embedded_server_keeps_its_own_max_connections_with_one_web_process(monkeypatch):
+    """``mewdex.conf`` (included at the end of ``postgresql.conf``) sets ``max_connections`` only where
+    ``serve`` needs more than PostgreSQL's default: with one web process one set in
+    ``postgresql.conf`` holds."""
+    from mewdex.config import get_settings
+    from mewdex.db.embedded import server_settings
+
+    monkeypatch.setenv("MEWDEX_WEB_PROCESSES", "1")
+    get_settings.cache_clear()
+    try:
+        assert "max_connections" not in server_settings(4 << 30)
+        monkeypatch.setenv("MEWDEX_WEB_PROCESSES", "2")
+        get_settings.cache_clear()
+        assert int(server_settings(4 << 30)["max_connections"]) > 100
+    finally:
+        get_settings.cache_clear()

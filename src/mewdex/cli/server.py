@@ -61,53 +61,78 @@ def serve(
         err.print(f"[red]error:[/red] {problem}")
         raise typer.Exit(ExitCode.USAGE)
     web_processes = settings.serving_processes
+    if web_processes > 1 and not (port or settings.port):
+        err.print(
+            "[red]error:[/red] port 0 (any free port) needs one web process: each of several binds the port "
+            "itself; choose a port with --port or MEWDEX_PORT, or serve with --processes 1"
+        )
+        raise typer.Exit(ExitCode.USAGE)
     state = None
-    if web_processes > 1:  # before anything loads prometheus_client (runtime.share_metrics)
-        from mewdex.runtime import prepare_serve_dir, share_metrics
-
-        state = prepare_serve_dir()
-        share_metrics(state / "metrics")
-    _prepare()  # fails early with a clear message when the database cannot start
-    folders = watched_folders(settings.watch_dirs, "MEWDEX_WATCH_DIRS") if settings.watch_dirs else []
-    console.print(
-        f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir}"
-        + (f"; {web_processes} web processes)" if web_processes > 1 else ")")
-    )
-    _print_setup_code()
-    # The options are the settings MEWDEX_HOST/MEWDEX_WORKERS for this process; uvicorn builds the app from
-    # its import string, so `cli` never imports `web` (import-linter: the interfaces are independent).
-    os.environ["MEWDEX_HOST"] = host or settings.host
-    if workers is not None:
-        os.environ["MEWDEX_WORKERS"] = str(workers)
-    cached_settings.cache_clear()
-    bound = host or settings.host
-    forget = announce_server(f"http://{f'[{bound}]' if ':' in bound else bound}:{port or settings.port}")
-    stop_watching = _start_watching(folders)
-    options: dict[str, Any] = {
-        "factory": True,
-        "host": host or settings.host,
-        "port": port or settings.port,
-        "log_level": "warning",
-        # The app decides the client address itself (web.security.client_address, from
-        # MEWDEX_TRUSTED_PROXIES); uvicorn's own X-Forwarded-For handling, which trusts 127.0.0.1 by
-        # default, would let any local process or TCP tunnel pick its address.
-        "proxy_headers": False,
-    }
+    stop_watching = forget = lambda: None
     try:
+        if web_processes > 1:  # before anything loads prometheus_client (runtime.share_metrics)
+            from mewdex.runtime import prepare_serve_dir, share_metrics
+
+            state = prepare_serve_dir()
+            share_metrics(state / "metrics")
+        _prepare()  # fails early with a clear message when the database cannot start
+        folders = watched_folders(settings.watch_dirs, "MEWDEX_WATCH_DIRS") if settings.watch_dirs else []
+        console.print(
+            f"mewdex serving on http://{host or settings.host}:{port or settings.port}  (data: {settings.data_dir}"
+            + (f"; {web_processes} web processes)" if web_processes > 1 else ")")
+        )
+        _print_setup_code()
+        # The options are the settings MEWDEX_HOST/MEWDEX_WORKERS for this process; uvicorn builds the app from
+        # its import string, so `cli` never imports `web` (import-linter: the interfaces are independent).
+        os.environ["MEWDEX_HOST"] = host or settings.host
+        if workers is not None:
+            os.environ["MEWDEX_WORKERS"] = str(workers)
+        cached_settings.cache_clear()
+        bound = host or settings.host
+        forget = announce_server(f"http://{f'[{bound}]' if ':' in bound else bound}:{port or settings.port}")
+        stop_watching = _start_watching(folders)
+        options: dict[str, Any] = {
+            "factory": True,
+            "host": host or settings.host,
+            "port": port or settings.port,
+            "log_level": "warning",
+            # The app decides the client address itself (web.security.client_address, from
+            # MEWDEX_TRUSTED_PROXIES); uvicorn's own X-Forwarded-For handling, which trusts 127.0.0.1 by
+            # default, would let any local process or TCP tunnel pick its address.
+            "proxy_headers": False,
+        }
         if state is None:
             uvicorn.run("mewdex.web.app:create_app", **options)
         else:
-            from mewdex.cli.web_processes import serve_processes
-
-            if not serve_processes(web_processes, state, options):
-                raise typer.Exit(ExitCode.FAILED)
+            _serve_processes(web_processes, state, options)
     finally:
         stop_watching()
         forget()
         if state is not None:
-            import shutil
+            from mewdex.runtime import remove_serve_dir
 
-            shutil.rmtree(state, ignore_errors=True)
+            remove_serve_dir(state)
+
+
+def _serve_processes(count: int, state, options: dict[str, Any]) -> None:
+    """``serve`` with ``count`` web processes (``cli.web_processes``): their sockets bound here (an
+    address taken since the check at the start is the same error), until SIGTERM/SIGINT."""
+    from mewdex.cli.web_processes import listening_sockets, serve_processes
+
+    try:
+        sockets = listening_sockets(options["host"], options["port"], count)
+    except OSError as exc:
+        err.print(f"[red]error:[/red] {_port_in_use(options['host'], options['port'])} ({exc.strerror or exc})")
+        raise typer.Exit(ExitCode.CONFLICT) from exc
+    try:
+        if not serve_processes(sockets, state, options):
+            err.print(
+                "[red]error:[/red] stopped: a web process could not start, or they kept dying (see the log above)"
+            )
+            raise typer.Exit(ExitCode.FAILED)
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _start_watching(folders: list):
@@ -139,6 +164,10 @@ def _port_problem(host: str, port: int) -> str | None:
             pass
         else:
             return None
+    return _port_in_use(host, port)
+
+
+def _port_in_use(host: str, port: int) -> str:
     return (
         f"port {port} on {host} is already in use (is mewdex already serving? open http://{host}:{port}); "
         f"stop that process or choose another with --port or MEWDEX_PORT"

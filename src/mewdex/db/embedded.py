@@ -170,7 +170,8 @@ def embedded_url(pgdata: Path) -> str:
         with psycopg.connect(uri, autocommit=True) as conn:
             conn.execute("SELECT pg_reload_conf()")
             running = conn.execute("SHOW max_connections").fetchone()
-        if running and running[0] != server_settings()["max_connections"]:
+        wanted = server_settings().get("max_connections")
+        if wanted and running and running[0] != wanted:
             # more web processes (only a start applies it): restarted while nobody uses it yet
             ep.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=pgdata, user=SERVER_USER if os.geteuid() == 0 else None)
     return uri.replace("postgresql://", "postgresql+psycopg://", 1)
@@ -194,22 +195,26 @@ def server_settings(memory_bytes: int | None = None) -> dict[str, str]:
     - ``work_mem`` = memory / 512, 4–64 MB (``MEWDEX_PG_WORK_MEM``): per sort/hash node;
     - ``maintenance_work_mem`` = memory / 16, 64 MB–2 GB: HNSW builds stay in memory;
     - ``effective_cache_size`` = memory / 2: the planner's idea of the OS cache;
-    - ``max_connections``: 100, and the connections of each further web process of ``serve``
-      (``MEWDEX_WEB_PROCESSES``: :func:`mewdex.db.pools.server_connections`); only a start applies it.
+    - ``max_connections``, only where ``serve`` has several web processes (``MEWDEX_WEB_PROCESSES``):
+      PostgreSQL's 100 and the connections of each further one
+      (:func:`mewdex.db.pools.server_connections`); only a start applies it. With one, none: a
+      ``max_connections`` set in ``postgresql.conf`` holds (this file is included after it).
     """
     from mewdex.config import get_settings
-    from mewdex.db.pools import server_connections
+    from mewdex.db.pools import BASE_CONNECTIONS, server_connections
 
     if memory_bytes is None:
         memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     settings = get_settings()
-    return {
+    values = {
         "shared_buffers": settings.pg_shared_buffers or f"{_clamp(memory_bytes // 8, 128 * MB, 8192 * MB) // MB}MB",
         "work_mem": settings.pg_work_mem or f"{_clamp(memory_bytes // 512, 4 * MB, 64 * MB) // MB}MB",
         "maintenance_work_mem": f"{_clamp(memory_bytes // 16, 64 * MB, 2048 * MB) // MB}MB",
         "effective_cache_size": f"{max(memory_bytes // 2, 256 * MB) // MB}MB",
-        "max_connections": str(server_connections(settings)),
     }
+    if (connections := server_connections(settings)) > BASE_CONNECTIONS:
+        values["max_connections"] = str(connections)
+    return values
 
 
 def write_server_config(pgdata: Path) -> bool:

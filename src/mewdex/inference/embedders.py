@@ -33,6 +33,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from mewdex.config import usable_cores
+
 from .errors import BackendUnavailable
 
 __all__ = ["TextEmbedder", "E5Embedder", "UseEmbedder", "get_embedder"]
@@ -65,19 +67,11 @@ def _version(dist: str) -> str:
         return "unknown"
 
 
-def _usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity, e.g. a container's cpuset; else the count)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _free_cores() -> float:
     """Cores of this process's CPU set that no other runnable thread of the machine wants now: the
     usable cores less the other runnable tasks (``/proc/loadavg``, whose count includes the caller;
     scaled to this CPU set where the machine has more cores). Where it cannot be read: every core."""
-    cores = _usable_cores()
+    cores = usable_cores()
     try:
         with open("/proc/loadavg") as f:
             running = int(f.read().split()[3].split("/")[0])
@@ -194,7 +188,7 @@ class E5Embedder(_LazyEmbedder):
 
     def __init__(self, threads: int | None = 1, variant: str = "original", query_threads: int | None = None) -> None:
         super().__init__(threads)
-        self.query_threads = int(query_threads or min(2, _usable_cores()))
+        self.query_threads = int(query_threads or min(2, usable_cores()))
         self._query_runner: tuple[int, ThreadPoolExecutor] | None = None  # (pid, runner): made per process
         self._runner_lock = threading.Lock()  # not the passages' lock: a batch holds that for its whole run
         self._pending: list[tuple[str, Future[np.ndarray]]] = []  # queries waiting for the query thread

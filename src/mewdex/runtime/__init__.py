@@ -7,12 +7,14 @@ FastAPI or ``mewdex.web`` (``mewdex worker`` runs without them).
 from __future__ import annotations
 
 import faulthandler
+import fcntl
 import json
 import logging
 import os
 import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -276,29 +278,26 @@ def start_server(count: int, *, publish: Path | None = None) -> ServerRuntime:
     return ServerRuntime(pool, stop, scheduler)
 
 
-def join_server(parent_pid: int) -> ServerRuntime:
-    """For a web process of a ``serve`` with several (``MEWDEX_WEB_PROCESSES``), whose parent
-    ``parent_pid`` prepared the database and runs :func:`start_server`: the plugins, and a check of the
-    database that notices an outage and its end but leaves the restart to the parent. No workers, no
-    scheduler; ``pool`` is the parent's as it publishes it."""
+def join_server() -> ServerRuntime:
+    """For a web process of a ``serve`` with several (``MEWDEX_WEB_PROCESSES``), whose parent prepared
+    the database and runs :func:`start_server`: the plugins, and a check of the database that notices
+    an outage and its end but leaves the restart to the parent. No workers, no scheduler; ``pool`` is
+    the parent's as it publishes it in its :func:`serve_dir`."""
     from mewdex.db import supervisor
 
     load_plugins()
     stop = threading.Event()
     supervisor.start(stop, restart=False)
-    return ServerRuntime(PublishedPool(serve_dir(parent_pid) / POOL_STATUS_FILE), stop)
+    return ServerRuntime(PublishedPool(serve_dir() / POOL_STATUS_FILE), stop)
 
 
 def become_web_process() -> None:
-    """Call first in a web process of a ``serve`` with several: its connections are named
-    ``mewdex serve web:<pid>`` (:data:`WEB_APPLICATION_PREFIX`: ``mewdex db stop`` lists them;
-    :func:`queue_processors` does not count them), and it gets SIGTERM when its parent dies, so that
-    none keeps serving the port without the workers."""
-    from mewdex.queue.worker import die_with_parent
-
+    """Call first in the app of a web process of a ``serve`` with several: its log as its parent's,
+    and its connections named ``mewdex serve web:<pid>`` (:data:`WEB_APPLICATION_PREFIX`: ``mewdex db
+    stop`` lists them; :func:`queue_processors` does not count them). (That it dies with its parent
+    is arranged before: ``cli.web_processes.run_web_process``.)"""
     setup_logging()  # as its parent's: a spawned interpreter starts without
     os.environ["PGAPPNAME"] = f"{WEB_APPLICATION_PREFIX}:{os.getpid()}"[:63]
-    die_with_parent(os.getppid())
 
 
 def check_connection_limit() -> int | None:
@@ -337,26 +336,69 @@ POOL_STATUS_SECONDS = 1.0
 POOL_STATUS_STALE_SECONDS = 15.0
 
 
-def serve_dir(pid: int) -> Path:
-    """The folder of the ``mewdex serve`` ``pid`` with several web processes: ``<data dir>/run/serve-<pid>``,
-    holding its workers' status (:data:`POOL_STATUS_FILE`) and the web processes' metrics
-    (``metrics/``: :func:`share_metrics`)."""
-    return get_settings().data_dir.resolve() / "run" / f"serve-{pid}"
+#: The environment variable that names a ``serve``'s folder (:func:`prepare_serve_dir`) to the web
+#: processes it starts (not a setting).
+SERVE_DIR_ENV = "_MEWDEX_SERVE_DIR"
+#: The open, locked ``lock`` file of each folder this process made (:func:`prepare_serve_dir`).
+_serve_dir_locks: dict[Path, int] = {}
+
+
+def serve_dir() -> Path:
+    """The folder of the ``serve`` with several web processes this process belongs to (its own, or
+    its parent's: :data:`SERVE_DIR_ENV`), holding its workers' status (:data:`POOL_STATUS_FILE`) and
+    the web processes' metrics (``metrics/``: :func:`share_metrics`). KeyError outside one."""
+    return Path(os.environ[SERVE_DIR_ENV])
 
 
 def prepare_serve_dir() -> Path:
-    """This process's :func:`serve_dir`, new and empty (0700); the folders of ``serve`` processes that
-    are gone are removed."""
-    import psutil
-
-    here = serve_dir(os.getpid())
-    for old in here.parent.glob("serve-*"):
-        pid = old.name.removeprefix("serve-")
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+    """A new, empty folder (0700) for this ``serve``: ``<data dir>/run/serve-<random>``, named to the
+    web processes it starts in :data:`SERVE_DIR_ENV` (their :func:`serve_dir`); remove it with
+    :func:`remove_serve_dir`. It holds ``lock``, locked (``flock``) while this process lives: the
+    folders of ``serve`` processes that are gone (killed) are removed here, whatever their pid was (two
+    containers on one data dir are both pid 1)."""
+    run = get_settings().data_dir.resolve() / "run"
+    run.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for old in run.glob("serve-*"):
+        if _abandoned(old):
             shutil.rmtree(old, ignore_errors=True)
-    shutil.rmtree(here, ignore_errors=True)
-    here.mkdir(parents=True, mode=0o700)
+    here = Path(tempfile.mkdtemp(prefix="serve-", dir=run))
+    lock = os.open(here / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    os.rename(here / ".lock", here / "lock")  # locked before another serve can see it
+    _serve_dir_locks[here] = lock
+    os.environ[SERVE_DIR_ENV] = str(here)
     return here
+
+
+def remove_serve_dir(path: Path) -> None:
+    """Remove the folder :func:`prepare_serve_dir` made, and release its lock."""
+    shutil.rmtree(path, ignore_errors=True)
+    lock = _serve_dir_locks.pop(path, None)
+    if lock is not None:
+        os.close(lock)
+    if os.environ.get(SERVE_DIR_ENV) == str(path):
+        del os.environ[SERVE_DIR_ENV]
+
+
+def _abandoned(folder: Path) -> bool:
+    """Whether no living process holds ``folder``'s lock (one without a lock file: when older than a
+    minute, made by a ``serve`` that died at once or by an older mewdex)."""
+    try:
+        lock = os.open(folder / "lock", os.O_RDWR)
+    except FileNotFoundError:
+        try:
+            return time.time() - folder.stat().st_mtime > 60
+        except OSError:
+            return False
+    except OSError:
+        return False
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: its serve runs
+        return False
+    finally:
+        os.close(lock)  # releases the lock taken, if any
+    return True
 
 
 def share_metrics(directory: Path) -> None:
@@ -384,8 +426,8 @@ def _publish_loop(pool: Any, path: Path, stop: threading.Event) -> None:
 class PublishedPool:
     """The workers of a ``serve``'s parent as its web processes see them: the status it writes to
     ``path`` every :data:`POOL_STATUS_SECONDS` (the shape of its pool's ``status()``). A status older
-    than :data:`POOL_STATUS_STALE_SECONDS` counts every worker as down (``alive`` 0). ``stop()`` does
-    nothing: the workers are the parent's."""
+    than :data:`POOL_STATUS_STALE_SECONDS`, or none that can be read, counts every worker as down
+    (``alive`` 0, the reason in ``last_exit``). ``stop()`` does nothing: the workers are the parent's."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -394,8 +436,11 @@ class PublishedPool:
         try:
             record = json.loads(self.path.read_text())
             status, at = dict(record["status"]), float(record["at"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return {}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            settings = get_settings()  # the parent's MEWDEX_WORKERS and MEWDEX_WORKER_MODE
+            configured = "processes" if settings.worker_mode == "process" else "threads"
+            reason = f"no readable status from the server's parent process ({type(exc).__name__}: {exc})"
+            return {configured: settings.workers, "alive": 0, "last_exit": reason}
         if time.time() - at > POOL_STATUS_STALE_SECONDS:
             status["alive"] = 0
             status["last_exit"] = f"no status from the server's parent process for {time.time() - at:.0f} s"

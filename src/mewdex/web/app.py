@@ -4,7 +4,7 @@ workers."""
 from __future__ import annotations
 
 import logging
-import os
+import multiprocessing
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -76,7 +76,7 @@ def create_app(*, workers: int | None = None, host: str | None = None, parent: i
         # The database's supervision (a crashed one is noticed and, embedded, restarted within seconds)
         # and the workers; periodic maintenance runs as scheduled tasks, which the workers' schedulers
         # enqueue (without workers, this process's scheduler, for the workers of other processes).
-        server = runtime.start_server(count) if parent is None else runtime.join_server(parent)
+        server = runtime.start_server(count) if parent is None else runtime.join_server()
         _app.state.worker_pool = server.pool
         async with mcp_http.running():  # the MCP transport's task group (/mcp, built at its first request)
             yield
@@ -153,4 +153,6 @@ def create_web_process_app() -> FastAPI:
     the database and runs the workers, the scheduler and the database's supervision
     (:func:`mewdex.runtime.join_server`)."""
     runtime.become_web_process()
-    return create_app(workers=0, parent=os.getppid())
+    parent = multiprocessing.parent_process()  # the serve that spawned it (cli.web_processes)
+    assert parent is not None and parent.pid is not None, "a web process is started by serve"
+    return create_app(workers=0, parent=parent.pid)
