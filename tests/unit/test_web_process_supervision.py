@@ -34,7 +34,7 @@ def sock():
 
 
 def _config(app: str) -> uvicorn.Config:
-    return uvicorn.Config(app, factory=True, log_level="critical")
+    return uvicorn.Config(app, factory=True, log_level="critical", proxy_headers=False)
 
 
 @pytest.mark.parametrize("app", ["broken_app:create_app", f"{__name__}:failing_factory"])

@@ -96,13 +96,12 @@ def serve(
             "host": host or settings.host,
             "port": port or settings.port,
             "log_level": "warning",
+        }
+        if state is None:
             # The app decides the client address itself (web.security.client_address, from
             # MEWDEX_TRUSTED_PROXIES); uvicorn's own X-Forwarded-For handling, which trusts 127.0.0.1 by
             # default, would let any local process or TCP tunnel pick its address.
-            "proxy_headers": False,
-        }
-        if state is None:
-            uvicorn.run("mewdex.web.app:create_app", **options)
+            uvicorn.run("mewdex.web.app:create_app", proxy_headers=False, **options)
         else:
             _serve_processes(web_processes, state, options)
     finally:

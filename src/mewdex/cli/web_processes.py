@@ -48,7 +48,8 @@ def serve_processes(sockets: list[socket.socket], state: Path, options: dict[str
     from mewdex.runtime import POOL_STATUS_FILE, check_connection_limit, start_server
 
     check_connection_limit()
-    config = uvicorn.Config("mewdex.web.app:create_web_process_app", **options)
+    # proxy_headers off, as for one process (cli/server.py): the app decides the client address.
+    config = uvicorn.Config("mewdex.web.app:create_web_process_app", proxy_headers=False, **options)
     server = start_server(get_settings().workers, publish=state / POOL_STATUS_FILE)
     try:
         return WebProcesses(config, sockets).run()
