@@ -276,6 +276,18 @@ def _backend_watched(sessions, session, what: str, after: float = 15.0, every: f
 
     pid = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
     done, samples = threading.Event(), []
+    # The server's log (pgdata/log) gets the plan of each statement of this transaction, nested ones
+    # included (the cascades' and triggers'), that runs past 2 s: the samples above showed the backend
+    # on the CPU, waiting for nothing, for the whole 205 s.
+    log_from = None
+    try:
+        with session.begin_nested():
+            session.execute(text("LOAD 'auto_explain'"))
+            for name, value in (("log_min_duration", "2s"), ("log_nested_statements", "on"), ("log_analyze", "on")):
+                session.execute(text("SELECT set_config(:n, :v, true)"), {"n": f"auto_explain.{name}", "v": value})
+            log_from = session.execute(text("SELECT size FROM pg_stat_file('log', true)")).scalar()
+    except Exception:  # noqa: BLE001 - not a superuser, no such module: the samples alone
+        log_from = None
 
     def watch() -> None:
         if done.wait(after):
@@ -306,8 +318,19 @@ def _backend_watched(sessions, session, what: str, after: float = 15.0, every: f
         done.set()
         thread.join(10)
         if samples:
+            plans = ""
+            if log_from is not None:
+                try:
+                    with sessions.begin() as other:
+                        plans = other.execute(
+                            text("SELECT pg_read_file('log', :o, 20000, true)"), {"o": log_from}
+                        ).scalar()
+                except Exception as exc:  # noqa: BLE001 - a diagnostic never fails the teardown
+                    plans = repr(exc)
+            shown = samples if len(samples) <= 6 else [*samples[:3], "…", *samples[-2:]]
             warnings.warn(
-                f"{what}: (wait type, wait event, state, running for, locks awaited, active backends): {samples}",
+                f"{what}: (wait type, wait event, state, running for, locks awaited, active backends): {shown}"
+                f"\nthe server's log meanwhile (auto_explain, statements past 2 s):\n{plans or '(nothing)'}",
                 stacklevel=3,
             )
 
