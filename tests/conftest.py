@@ -283,7 +283,12 @@ def _backend_watched(sessions, session, what: str, after: float = 15.0, every: f
     try:
         with session.begin_nested():
             session.execute(text("LOAD 'auto_explain'"))
-            for name, value in (("log_min_duration", "2s"), ("log_nested_statements", "on"), ("log_analyze", "on")):
+            for name, value in (
+                ("log_min_duration", "2s"),
+                ("log_nested_statements", "on"),
+                ("log_analyze", "on"),
+                ("log_triggers", "on"),
+            ):
                 session.execute(text("SELECT set_config(:n, :v, true)"), {"n": f"auto_explain.{name}", "v": value})
             log_from = session.execute(text("SELECT size FROM pg_stat_file('log', true)")).scalar()
     except Exception:  # noqa: BLE001 - not a superuser, no such module: the samples alone
