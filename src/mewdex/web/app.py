@@ -54,11 +54,11 @@ from mewdex.web.routers import (
 log = logging.getLogger(__name__)
 
 
-def create_app(*, workers: int | None = None, host: str | None = None, parent: int | None = None) -> FastAPI:
+def create_app(*, workers: int | None = None, host: str | None = None, web_process: bool = False) -> FastAPI:
     """The app; ``workers`` workers (default ``MEWDEX_WORKERS``, see ``MEWDEX_WORKER_MODE``) run while it is up;
     ``host`` is the bind address (default ``MEWDEX_HOST``), which decides the automatic auth mode.
-    ``parent``: the app of a web process of a ``serve`` with several (:func:`create_web_process_app`),
-    whose parent process ``parent`` prepared the database and runs the workers: it starts none."""
+    ``web_process``: the app of a web process of a ``serve`` with several (:func:`create_web_process_app`),
+    whose parent process prepared the database and runs the workers: it starts none."""
     count = get_settings().workers if workers is None else workers
     mcp_http = McpMount(f"http://{host or get_settings().host}:{get_settings().port}")
 
@@ -69,14 +69,14 @@ def create_app(*, workers: int | None = None, host: str | None = None, parent: i
         to_thread.current_default_thread_limiter().total_tokens = get_settings().api_concurrency
         _app.state.shutting_down = False
         metrics.watch_shutdown(_app)  # /readyz answers 503 from the first signal on
-        if parent is None:
+        if not web_process:
             runtime.prepare_database()
         if get_settings().warm_models:
             threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
         # The database's supervision (a crashed one is noticed and, embedded, restarted within seconds)
         # and the workers; periodic maintenance runs as scheduled tasks, which the workers' schedulers
         # enqueue (without workers, this process's scheduler, for the workers of other processes).
-        server = runtime.start_server(count) if parent is None else runtime.join_server()
+        server = runtime.join_server() if web_process else runtime.start_server(count)
         _app.state.worker_pool = server.pool
         async with mcp_http.running():  # the MCP transport's task group (/mcp, built at its first request)
             yield
@@ -153,6 +153,5 @@ def create_web_process_app() -> FastAPI:
     the database and runs the workers, the scheduler and the database's supervision
     (:func:`mewdex.runtime.join_server`)."""
     runtime.become_web_process()
-    parent = multiprocessing.parent_process()  # the serve that spawned it (cli.web_processes)
-    assert parent is not None and parent.pid is not None, "a web process is started by serve"
-    return create_app(workers=0, parent=parent.pid)
+    assert multiprocessing.parent_process() is not None, "a web process is started by serve (cli.web_processes)"
+    return create_app(workers=0, web_process=True)
