@@ -48,6 +48,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: Databases (their URL, password hidden) this process has seen an account in. Once an account
+#: exists, ``auto`` means ``required`` for the process's life: remembering it spares every request of
+#: a loopback server a round trip, and it can only err towards asking for a sign-in (an install whose
+#: last account was removed opens again at its next start).
+_ACCOUNTS_SEEN: set[str] = set()
+
+
 def auth_mode(session: Session, bind_host: str) -> str:
     """``none`` or ``required`` for a server bound to ``bind_host`` (see the module doc)."""
     configured = get_settings().auth
@@ -55,7 +62,13 @@ def auth_mode(session: Session, bind_host: str) -> str:
         return configured
     if not is_loopback(bind_host):
         return "required"
-    return "required" if users.any_users(session) else "none"
+    database = str(session.get_bind().url)
+    if database in _ACCOUNTS_SEEN:
+        return "required"
+    if users.any_users(session):
+        _ACCOUNTS_SEEN.add(database)
+        return "required"
+    return "none"
 
 
 def startup_problem(bind_host: str) -> str | None:
