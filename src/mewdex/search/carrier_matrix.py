@@ -213,7 +213,8 @@ def _put(state: _State, key: tuple[str, UUID], entry: CarrierMatrix | _Large, bu
         state.entries[key] = entry
         state.nbytes += size
         while state.nbytes > budget:
-            _, evicted = state.entries.popitem(last=False)
+            gone, evicted = state.entries.popitem(last=False)
+            state.key_locks.pop(gone, None)  # at worst two threads reload it at once later
             if isinstance(evicted, CarrierMatrix):
                 state.nbytes -= evicted.nbytes
 
