@@ -1,0 +1,148 @@
+"""The vector legs' cached exact scan (mewdex.search.carrier_matrix): the same answer as PostgreSQL's
+scan, and never stale — rows committed before a statement, in any order, or deleted, are seen by it."""
+
+from __future__ import annotations
+
+import numpy as np
+from sqlalchemy import text
+
+from conftest import drop_scope, new_scope
+from mewdex.search import carrier_matrix, vector
+from mewdex.search.generations import active_generation
+
+MODEL = "carrier-cache-test-model"
+DIMS = 16
+
+
+def _unit(rng, n):
+    x = rng.normal(size=(n, DIMS)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _add(session, scope, vector_, i: int, *, digest: str | None = None, carries: bool = True):
+    """One meme with one 'document' row in the scope's active generation; ``carries`` False: a member
+    (NULL embedding) of the text ``digest``. Returns the meme id."""
+    generation = active_generation(session, scope.scope_id, MODEL, DIMS)
+    sha = f"{i:064x}"
+    meme_id = session.execute(
+        text(
+            "INSERT INTO memes (id, scope_id, storage_key, display_name, extension, size_bytes, sha256, "
+            "context_status, meme_context, provenance, extensions, revision, created_at, updated_at) "
+            "VALUES (gen_random_uuid(), :s, :k, :n, '.png', 1, :sha, 'ready', '{}', '{}', '{}', 1, now(), now()) "
+            "RETURNING id"
+        ),
+        {"s": scope.scope_id, "k": sha + ".png", "n": f"m{i}", "sha": sha},
+    ).scalar_one()
+    session.execute(
+        text(
+            "INSERT INTO meme_embeddings (scope_id, generation_id, meme_id, field, model, dimensions, embedding, "
+            "semantic_document, semantic_document_hash, metadata_hash, image_sha256, meme_revision, item_status) "
+            "VALUES (:s, :g, :m, 'document', :model, :d, :e, '', :h, :sha, :sha, 1, 'ready')"
+        ),
+        {
+            "s": scope.scope_id,
+            "g": generation.id,
+            "m": meme_id,
+            "model": MODEL,
+            "d": DIMS,
+            "e": vector_.astype(np.float32) if carries else None,
+            "h": digest or sha,
+            "sha": sha,
+        },
+    )
+    return meme_id
+
+
+def _search(sessions, scope, query, limit=10):
+    with sessions() as session:
+        return vector.search(session, scope.scope_id, MODEL, query, limit)
+
+
+def test_the_cached_scan_answers_as_postgresql_does(sessions, monkeypatch):
+    rng = np.random.default_rng(11)
+    scope = new_scope(sessions, "carrier")
+    try:
+        vectors = _unit(rng, 60)
+        carrier_matrix.clear()
+        with sessions.begin() as session:
+            generation_id = active_generation(session, scope.scope_id, MODEL, DIMS).id
+            ids = [_add(session, scope, v, i) for i, v in enumerate(vectors)]
+            # members sharing the texts of memes 0 and 1 (their carrier's distance)
+            members = [
+                _add(session, scope, vectors[0], 100 + i, digest=f"{i % 2:064x}", carries=False) for i in range(4)
+            ]
+        query = _unit(rng, 1)[0]
+        cached = _search(sessions, scope, query, 30)
+        assert carrier_matrix.cached(scope.scope_id, generation_id) is not None  # the cache answered
+        monkeypatch.setattr(carrier_matrix, "budget_bytes", lambda: 0)
+        exact = _search(sessions, scope, query, 30)
+        assert [(h.meme_id, h.field) for h in cached] == [(h.meme_id, h.field) for h in exact]
+        assert np.allclose([h.similarity for h in cached], [h.similarity for h in exact], atol=1e-6)
+        everyone = _search(sessions, scope, query, 100)
+        assert {h.meme_id for h in everyone} == set(ids) | set(members)
+    finally:
+        carrier_matrix.clear()
+        drop_scope(sessions, scope)
+
+
+def test_rows_committed_out_of_order_or_deleted_are_seen_at_once(sessions):
+    """A search after the cache was filled finds a meme committed since — also one whose transaction
+    began (took its xid) before another that committed first — and never returns a deleted one."""
+    rng = np.random.default_rng(12)
+    scope = new_scope(sessions, "carrier")
+    try:
+        query = _unit(rng, 1)[0]
+        with sessions.begin() as session:
+            for i, v in enumerate(_unit(rng, 40)):
+                _add(session, scope, v, i)
+        _search(sessions, scope, query)  # fills the cache
+        near = query + 0.01 * _unit(rng, 2)
+        near /= np.linalg.norm(near, axis=1, keepdims=True)
+        early, late = sessions(), sessions()
+        try:
+            first = _add(early, scope, near[0], 1000)  # takes the smaller xid
+            second = _add(late, scope, near[1], 1001)
+            late.commit()
+            found = [h.meme_id for h in _search(sessions, scope, query)]
+            assert second in found[:2] and first not in found
+            early.commit()  # the older transaction commits last
+            found = [h.meme_id for h in _search(sessions, scope, query)]
+            assert set(found[:2]) == {first, second}
+        finally:
+            early.close()
+            late.close()
+        with sessions.begin() as session:
+            session.execute(
+                text("DELETE FROM memes WHERE scope_id = :s AND id = :m"), {"s": scope.scope_id, "m": second}
+            )
+        found = [h.meme_id for h in _search(sessions, scope, query)]
+        assert found[0] == first and second not in found
+    finally:
+        carrier_matrix.clear()
+        drop_scope(sessions, scope)
+
+
+def test_the_byte_bound_evicts_the_least_recently_used_and_a_fork_starts_empty(sessions, monkeypatch):
+    rng = np.random.default_rng(13)
+    scopes = [new_scope(sessions, "carrier"), new_scope(sessions, "carrier")]
+    try:
+        for scope in scopes:
+            with sessions.begin() as session:
+                for i, v in enumerate(_unit(rng, 20)):
+                    _add(session, scope, v, i)
+        one = 20 * (DIMS * 4 + carrier_matrix.ROW_OVERHEAD_BYTES)  # one scope's matrix
+        monkeypatch.setattr(carrier_matrix, "budget_bytes", lambda: one + one // 2)
+        carrier_matrix.clear()
+        query = _unit(rng, 1)[0]
+        _search(sessions, scopes[0], query)
+        keys = list(carrier_matrix._current().entries)
+        assert [k[0] for k in keys] == [scopes[0].scope_id]
+        _search(sessions, scopes[1], query)
+        assert [k[0] for k in carrier_matrix._current().entries] == [scopes[1].scope_id]
+        assert carrier_matrix._current().nbytes == one
+        monkeypatch.setattr(carrier_matrix.os, "getpid", lambda: -1)  # as in a forked child
+        assert not carrier_matrix._current().entries
+    finally:
+        carrier_matrix.clear()
+        for scope in scopes:
+            drop_scope(sessions, scope)
