@@ -203,8 +203,9 @@ def test_a_scope_delete_reaches_its_statistics_by_key_whatever_the_planner_belie
         for table in ("meme_search_term_stats", "meme_search_scope_stats"):  # as ANALYZE of an empty table left them
             session.execute(
                 text(
-                    "SELECT pg_restore_relation_stats('schemaname', relnamespace::regnamespace::text, 'relname', relname::text,"
-                    " 'relpages', 1, 'reltuples', CAST(0 AS real)) FROM pg_class WHERE oid = CAST(:t AS regclass)"
+                    "SELECT pg_restore_relation_stats('schemaname', relnamespace::regnamespace::text,"
+                    " 'relname', relname::text, 'relpages', 1, 'reltuples', CAST(0 AS real))"
+                    " FROM pg_class WHERE oid = CAST(:t AS regclass)"
                 ),
                 {"t": table},
             )
