@@ -157,6 +157,76 @@ def test_keyword_ranking_equals_plain_bm25_and_stats_follow_every_write(sessions
         assert _stored_stats(session, a.scope_id) == (None, {})
 
 
+def _rows_read(session) -> dict[str, int]:
+    """Rows this transaction read so far from the two statistics tables (sequential and index scans)."""
+    return dict(
+        session.execute(
+            text(
+                "SELECT relname, seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
+                " WHERE relname IN ('meme_search_term_stats', 'meme_search_scope_stats')"
+            )
+        ).all()
+    )
+
+
+def test_a_scope_delete_reaches_its_statistics_by_key_whatever_the_planner_believes(sessions):
+    """Deleting a scope (everything cascades) takes its terms out of the statistics by their key, next to
+    a large statistics table the planner believes empty (analysed while empty, filled since) and with the
+    triggers' plans made at a one-meme delete: 0012's triggers then read the whole table for each deleted
+    term (a test teardown took 206 s); the rows read stay about the scope's own statistics rows. One
+    transaction, rolled back (the planner's statistics included)."""
+    rng = random.Random(31)
+    scope = new_scope(sessions, "kwdel")
+    filler = f"filler-{uuid.uuid4().hex[:12]}"
+    session = sessions()
+    try:
+        ids = _memes(session, scope, 30)
+        docs = {}
+        for m in ids:
+            ocr = " ".join(f"t{rng.randrange(400)}" for _ in range(40))
+            docs[m] = {"name": "", "ocr": ocr, "labels": "", "phrase": ocr}
+        keyword.index_documents(session, scope.scope_id, [(m, "h", f) for m, f in docs.items()])
+        session.execute(  # other scopes' statistics, 20,000 terms and 2,000 scopes
+            text(
+                "INSERT INTO meme_search_term_stats (scope_id, term, df) SELECT :f, 'f' || i, 1 + i % 5"
+                " FROM generate_series(1, 20000) i"
+            ),
+            {"f": filler},
+        )
+        session.execute(
+            text(
+                "INSERT INTO meme_search_scope_stats (scope_id, n_documents, total_length)"
+                " SELECT :f || '-' || i, 1, 10 FROM generate_series(1, 2000) i"
+            ),
+            {"f": filler},
+        )
+        for table in ("meme_search_term_stats", "meme_search_scope_stats"):  # as ANALYZE of an empty table left them
+            session.execute(
+                text(
+                    "SELECT pg_restore_relation_stats('schemaname', relnamespace::regnamespace::text,"
+                    " 'relname', relname::text, 'relpages', 1, 'reltuples', CAST(0 AS real))"
+                    " FROM pg_class WHERE oid = CAST(:t AS regclass)"
+                ),
+                {"t": table},
+            )
+        session.execute(text("DELETE FROM memes WHERE id = :m"), {"m": ids[0]})  # the triggers' plans: one meme
+        _assert_stats_right(session, scope.scope_id)
+        own = len(_stored_stats(session, scope.scope_id)[1])
+        before = _rows_read(session)
+        session.execute(text("DELETE FROM scopes WHERE id = :s"), {"s": scope.scope_id})
+        after = _rows_read(session)
+        assert _stored_stats(session, scope.scope_id) == (None, {})
+        left = session.execute(text("SELECT count(*) FROM meme_search_term_stats WHERE scope_id = :f"), {"f": filler})
+        assert left.scalar_one() == 20000
+        read = {t: after.get(t, 0) - before.get(t, 0) for t in after}
+        assert read["meme_search_term_stats"] <= 3 * own + 50, (own, read)
+        assert read["meme_search_scope_stats"] <= 50, read
+    finally:
+        session.rollback()
+        session.close()
+        drop_scope(sessions, scope)
+
+
 def test_long_documents_arriving_re_weight_the_scope(sessions):
     rng = random.Random(3)
     scope = new_scope(sessions, "kwd")

@@ -172,4 +172,6 @@ class Artifact(Base):
         CheckConstraint("status IN ('active','trashed')", name="ck_artifacts_status"),
         Index("ix_artifacts_scope_status", "scope_id", "status"),
         Index("ix_artifacts_origin_conversation", "origin_conversation_id"),
+        # a deleted meme's references are found, not scanned for (ON DELETE SET NULL; migration 0031)
+        Index("ix_artifacts_meme", "meme_id", postgresql_where=text("meme_id IS NOT NULL")),
     )

@@ -133,6 +133,8 @@ class ChannelDelivery(Base):
         CheckConstraint("kind IN ('meme','text')", name="ck_channel_deliveries_kind"),
         Index("ix_channel_deliveries_scope_created", "scope_id", "created_at"),
         Index("ix_channel_deliveries_created", "created_at"),  # retention, /metrics (migration 0019)
+        # a deleted meme's deliveries are found, not scanned for (ON DELETE SET NULL; migration 0031)
+        Index("ix_channel_deliveries_meme", "meme_id", postgresql_where=sql_text("meme_id IS NOT NULL")),
     )
 
 
