@@ -146,3 +146,38 @@ def test_the_byte_bound_evicts_the_least_recently_used_and_a_fork_starts_empty(s
         carrier_matrix.clear()
         for scope in scopes:
             drop_scope(sessions, scope)
+
+
+def _rewrite(sessions) -> None:
+    """``VACUUM FULL meme_embeddings``: every row version moves (a new file), keeping its ``xmin``."""
+    with sessions.kw["bind"].connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        connection.execute(text("SET lock_timeout = '20s'"))
+        connection.execute(text("VACUUM FULL meme_embeddings"))
+
+
+def test_a_table_rewrite_does_not_hand_a_row_another_rows_vector(sessions, monkeypatch):
+    """Rows written by one transaction share their ``xmin``; when some are deleted, ``VACUUM FULL``
+    packs the others into the freed places, so a row's new ``(ctid, xmin)`` is the one a deleted or
+    moved row had: the cache must not keep the old row's meme and vector for it."""
+    rng = np.random.default_rng(14)
+    scope = new_scope(sessions, "carrier")
+    try:
+        _rewrite(sessions)  # the rows before the scope's packed, so the next rewrite moves only these
+        with sessions.begin() as session:
+            ids = [_add(session, scope, v, i) for i, v in enumerate(_unit(rng, 40))]
+        query = _unit(rng, 1)[0]
+        _search(sessions, scope, query, 40)  # fills the cache
+        with sessions.begin() as session:
+            session.execute(
+                text("DELETE FROM memes WHERE scope_id = :s AND id = ANY(:m)"), {"s": scope.scope_id, "m": ids[:3]}
+            )
+        _rewrite(sessions)
+        cached = _search(sessions, scope, query, 40)
+        monkeypatch.setattr(carrier_matrix, "budget_bytes", lambda: 0)
+        exact = _search(sessions, scope, query, 40)
+        assert {h.meme_id for h in exact} == set(ids[3:])
+        assert [h.meme_id for h in cached] == [h.meme_id for h in exact]
+        assert np.allclose([h.similarity for h in cached], [h.similarity for h in exact], atol=1e-6)
+    finally:
+        carrier_matrix.clear()
+        drop_scope(sessions, scope)

@@ -10,21 +10,25 @@ carrier row's identity and, for the rows a leg searches (``item_status = 'ready'
 model and dimensions), ``meme_id``, ``field``, ``semantic_document_hash`` and the float32 vector.
 
 **Never stale.** A :class:`CarrierMatrix` carries the *fingerprint* of the carrier set it was read
-from: the number of carrier rows and the XOR of a 64-bit hash of each row version's identity,
-``hashtidextended(ctid, xmin)`` (:data:`ROW_HASH`). The leg's one statement computes the same
+from: the table's file (``pg_relation_filenode``, :data:`FILENODE`), the number of carrier rows and
+the XOR of a 64-bit hash of each row version's identity, ``hashtidextended(ctid, xmin)``
+(:data:`ROW_HASH`). The leg's one statement computes the same
 fingerprint over the carriers its own snapshot sees and uses the candidates ranked from the matrix
 only when the two are equal; otherwise Python reloads the matrix and runs the statement again.
 The fingerprint is a function of the set of visible row versions alone: an insert adds a version, a
 delete removes one, an update (a carrier becoming a member, a re-embedding) removes one and adds one
-with a new ``ctid``, and a ``(ctid, xmin)`` pair never names two versions (a line pointer is reused
-only after its old version is dead to every snapshot, by a later transaction: another ``xmin``). So
-the order in which concurrent transactions commit does not matter — unlike ``max(xmin)`` or a
-counter, nothing depends on which xid is larger, only on which versions the snapshot sees — and two
-different sets collide only when their counts and the XOR of their hashes both agree (2⁻⁶⁴ for
-unrelated changes). Freezing keeps the raw ``xmin``; a table rewrite (``VACUUM FULL``) moves every
-``ctid`` and costs one reload. The hash cannot miss a row a statement's snapshot sees: a meme
-processed a moment ago is found, a deleted one is not returned (a trashed one keeps its rows: the
-search service's live rule drops it, as for the SQL path).
+with a new ``ctid``, and within one file a ``(ctid, xmin)`` pair never names two versions (a line
+pointer is reused only after its old version is dead to every snapshot, by a later transaction:
+another ``xmin``). So the order in which concurrent transactions commit does not matter — unlike
+``max(xmin)`` or a counter, nothing depends on which xid is larger, only on which versions the
+snapshot sees — and two different sets collide only when their counts and the XOR of their hashes
+both agree (2⁻⁶⁴ for unrelated changes). Freezing keeps the raw ``xmin``. A table rewrite
+(``VACUUM FULL``, ``CLUSTER``, a rewriting ``ALTER TABLE``) packs the live versions into a new file
+with their ``xmin``: a row then takes the ``(ctid, xmin)`` a deleted or moved row of the same
+transaction had, so the file is part of the fingerprint and a reload after a rewrite reads every row
+(none of the old matrix's). The hash cannot miss a row a statement's snapshot sees: a meme processed
+a moment ago is found, a deleted one is not returned (a trashed one keeps its rows: the search
+service's live rule drops it, as for the SQL path).
 
 **Reloads are incremental** (one statement): PostgreSQL returns the hashes of all the carriers and
 full rows only for those whose hash the old matrix does not hold; under uploads the set changes every
@@ -54,9 +58,14 @@ from mewdex.config import get_settings
 #: SQL: a 64-bit hash of a ``meme_embeddings`` row version's identity (its place and the transaction
 #: that wrote it), seeded by ``xmin``.
 ROW_HASH = "hashtidextended(ctid, xmin::text::bigint)"
+#: SQL: the file ``meme_embeddings``' rows are in now (a new one after every rewrite of the table).
+FILENODE = "pg_relation_filenode('meme_embeddings'::regclass)::bigint"
 #: SQL over a ``meme_embeddings`` WHERE clause of the carriers: ``fresh``, whether the statement's
 #: snapshot sees the set a matrix of fingerprint ``(:fp_rows, :fp_xor)`` was read from.
-FINGERPRINT_SQL = "SELECT count(*) = :fp_rows AND coalesce(bit_xor({hash}), 0) = :fp_xor AS fresh FROM {carriers}"
+FINGERPRINT_SQL = (
+    f"SELECT {FILENODE} = :fp_filenode AND count(*) = :fp_rows AND coalesce(bit_xor({{hash}}), 0) = :fp_xor"
+    " AS fresh FROM {carriers}"
+)
 #: Seconds "this generation has more carriers than the exact scan takes" is trusted: the SQL path
 #: serves it meanwhile (correctly: it decides by its own probe), then one cheap probe looks again.
 LARGE_RECHECK_SECONDS = 10.0
@@ -68,12 +77,14 @@ ROW_OVERHEAD_BYTES = 300
 class CarrierMatrix:
     """The carriers of one (scope, generation) as read in one snapshot.
 
-    ``rows``: every carrier row (the exact-scan probe's count); ``fingerprint``: XOR of ``hashes``
-    ((rows,) int64, :data:`ROW_HASH` of each). ``searchable`` ((rows,) bool): a leg searches the row
+    ``filenode``: the table's file they were read from (:data:`FILENODE`); ``rows``: every carrier
+    row (the exact-scan probe's count); ``fingerprint``: XOR of ``hashes`` ((rows,) int64,
+    :data:`ROW_HASH` of each). ``searchable`` ((rows,) bool): a leg searches the row
     (ready, the generation's model and dimensions); ``meme_ids``/``fields``/``digests`` are the
     searchable rows', aligned with ``vectors`` ((n, d) float32) and ``squared_norms`` ((n,) float64).
     """
 
+    filenode: int
     rows: int
     fingerprint: int
     hashes: np.ndarray
@@ -229,7 +240,8 @@ def _load(
     base: CarrierMatrix | None,
 ) -> CarrierMatrix | None:
     """One statement: the hashes of every carrier (one ``bytea`` of big-endian int64) and the rows
-    ``base`` does not hold, vectors in pgvector's binary form (``vector_send``: a 4-byte header, then
+    ``base`` does not hold (all of them when the table's file is not ``base``'s: a hash names another
+    row after a rewrite), vectors in pgvector's binary form (``vector_send``: a 4-byte header, then
     big-endian float32); None when there are more than ``max_rows`` carriers."""
     carriers = "meme_embeddings WHERE scope_id = :scope AND generation_id = :generation AND embedding IS NOT NULL"
     known = ",".join(map(str, base.hashes.tolist())) if base is not None else ""
@@ -237,16 +249,20 @@ def _load(
         text(
             f"""
             WITH small AS MATERIALIZED (
-                SELECT count(*) <= :max_rows AS exact FROM (SELECT 1 FROM {carriers} LIMIT :max_rows + 1) probe)
+                SELECT count(*) <= :max_rows AS exact, {FILENODE} IS NOT DISTINCT FROM :filenode AS same_file
+                FROM (SELECT 1 FROM {carriers} LIMIT :max_rows + 1) probe)
             SELECT NULL::bigint, NULL::uuid, NULL::varchar, NULL::varchar, (SELECT exact FROM small),
-                   (SELECT string_agg(int8send({ROW_HASH}), ''::bytea) FROM {carriers} AND (SELECT exact FROM small))
+                   (SELECT string_agg(int8send({ROW_HASH}), ''::bytea) FROM {carriers} AND (SELECT exact FROM small)),
+                   {FILENODE}
             UNION ALL
             SELECT {ROW_HASH}, meme_id, field, semantic_document_hash,
                    item_status = 'ready' AND model = :model AND dimensions = :dims,
                    CASE WHEN item_status = 'ready' AND model = :model AND dimensions = :dims
-                        THEN vector_send(embedding) END
+                        THEN vector_send(embedding) END,
+                   NULL::bigint
             FROM {carriers} AND (SELECT exact FROM small)
-              AND {ROW_HASH} NOT IN (SELECT unnest(CAST(string_to_array(:known, ',') AS bigint[])))
+              AND (NOT (SELECT same_file FROM small)
+                   OR {ROW_HASH} NOT IN (SELECT unnest(CAST(string_to_array(:known, ',') AS bigint[]))))
             """
         ),
         {
@@ -256,11 +272,14 @@ def _load(
             "dims": dimensions,
             "max_rows": max_rows,
             "known": known,
+            "filenode": base.filenode if base is not None else None,
         },
     ).all()
     head = next(r for r in rows if r[0] is None)
     if not head[4]:
         return None
+    if base is not None and head[6] != base.filenode:  # rewritten: every row was read
+        base = None
     hashes = np.frombuffer(head[5] or b"", dtype=">i8").astype(np.int64)
     if len(np.unique(hashes)) != len(hashes):  # two rows of one hash (2⁻⁶⁴): no fingerprint can tell them apart
         return None
@@ -311,6 +330,7 @@ def _load(
         vectors[:] = base.vectors[np.asarray(take)]
     vectors.setflags(write=False)
     return CarrierMatrix(
+        filenode=head[6],
         rows=len(hashes),
         fingerprint=int(np.bitwise_xor.reduce(hashes)) if len(hashes) else 0,
         hashes=hashes,

@@ -284,6 +284,7 @@ def _search_cached(
             _CACHED_STATEMENT,
             {
                 **params,
+                "fp_filenode": carriers.filenode,
                 "fp_rows": carriers.rows,
                 "fp_xor": carriers.fingerprint,
                 "c_memes": ",".join(m for m, _, _, _ in nearest),
