@@ -4,7 +4,9 @@ scan, and never stale — rows committed before a statement, in any order, or de
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DataError
 
 from conftest import drop_scope, new_scope
 from mewdex.search import carrier_matrix, vector
@@ -74,6 +76,8 @@ def test_the_cached_scan_answers_as_postgresql_does(sessions, monkeypatch):
         query = _unit(rng, 1)[0]
         cached = _search(sessions, scope, query, 30)
         assert carrier_matrix.cached(scope.scope_id, generation_id) is not None  # the cache answered
+        with pytest.raises(DataError, match="NaN"):  # as PostgreSQL's scan refuses it
+            _search(sessions, scope, np.full(DIMS, np.nan, dtype=np.float32))
         monkeypatch.setattr(carrier_matrix, "budget_bytes", lambda: 0)
         exact = _search(sessions, scope, query, 30)
         assert [(h.meme_id, h.field) for h in cached] == [(h.meme_id, h.field) for h in exact]
@@ -178,6 +182,29 @@ def test_a_table_rewrite_does_not_hand_a_row_another_rows_vector(sessions, monke
         assert {h.meme_id for h in exact} == set(ids[3:])
         assert [h.meme_id for h in cached] == [h.meme_id for h in exact]
         assert np.allclose([h.similarity for h in cached], [h.similarity for h in exact], atol=1e-6)
+    finally:
+        carrier_matrix.clear()
+        drop_scope(sessions, scope)
+
+
+def test_texts_the_lists_cannot_carry_take_the_sql_path(sessions, monkeypatch):
+    """A digest with a comma (or empty) cannot travel in the statement's comma-joined lists: the SQL
+    scan answers."""
+    rng = np.random.default_rng(15)
+    scope = new_scope(sessions, "carrier")
+    try:
+        vectors = _unit(rng, 6)
+        with sessions.begin() as session:
+            digests = ["a,b", "", "c"] * 2
+            ids = [_add(session, scope, vectors[i], i, digest=digests[i]) for i in range(6)]
+            _add(session, scope, vectors[0], 100, digest="a,b", carries=False)  # a member of the text "a,b"
+        query = vectors[1]
+        carrier_matrix.clear()
+        cached = _search(sessions, scope, query)
+        monkeypatch.setattr(carrier_matrix, "budget_bytes", lambda: 0)
+        exact = _search(sessions, scope, query)
+        assert len(exact) == 7 and exact[0].meme_id == ids[1]
+        assert [(h.meme_id, h.field) for h in cached] == [(h.meme_id, h.field) for h in exact]
     finally:
         carrier_matrix.clear()
         drop_scope(sessions, scope)

@@ -269,7 +269,11 @@ def _search_cached(
 ) -> tuple[list[VectorHit], UUID | None] | None:
     """The leg's statement with the exact scan of a scope of at most :data:`EXACT_SCAN_ROWS` carriers
     ranked over :mod:`~mewdex.search.carrier_matrix`'s matrix; None (the caller's SQL path) for a
-    larger scope, with the cache off, or when the carriers kept changing under it."""
+    larger scope, with the cache off, when the carriers kept changing under it, for a query PostgreSQL
+    refuses (NaN or infinite: its scan raises the error), or for a field or digest the comma-joined
+    lists cannot carry (mewdex writes identifiers and hex digests)."""
+    if not np.isfinite(query).all():
+        return None
     stale = None
     for _ in range(CACHED_TRIES):
         carriers = carrier_matrix.matrix(
@@ -278,8 +282,8 @@ def _search_cached(
         if carriers is None:
             return None
         nearest = carriers.nearest(query, params["candidates"])
-        if any("," in field for _, field, _, _ in nearest):
-            return None  # not a field name mewdex writes; the list cannot carry it
+        if any("," in text_ or not text_ for _, field, digest, _ in nearest for text_ in (field, digest)):
+            return None  # string_to_array splits at a comma and makes a lone '' an empty array
         rows = session.execute(
             _CACHED_STATEMENT,
             {
