@@ -11,6 +11,7 @@ from sqlalchemy.exc import DataError
 from conftest import drop_scope, new_scope
 from mewdex.search import carrier_matrix, vector
 from mewdex.search.generations import active_generation
+from mewdex.telemetry import REGISTRY
 
 MODEL = "carrier-cache-test-model"
 DIMS = 16
@@ -144,6 +145,13 @@ def test_the_byte_bound_evicts_the_least_recently_used_and_a_fork_starts_empty(s
         _search(sessions, scopes[1], query)
         assert [k[0] for k in carrier_matrix._current().entries] == [scopes[1].scope_id]
         assert carrier_matrix._current().nbytes == one
+        # a matrix larger than the whole cache is not read again at every search: the SQL scan serves
+        monkeypatch.setattr(carrier_matrix, "budget_bytes", lambda: one // 2)
+        carrier_matrix.clear()
+        reloads = REGISTRY.get_sample_value("mewdex_search_carrier_cache_total", {"outcome": "reload"}) or 0
+        first, second = _search(sessions, scopes[0], query), _search(sessions, scopes[0], query)
+        assert REGISTRY.get_sample_value("mewdex_search_carrier_cache_total", {"outcome": "reload"}) == reloads + 1
+        assert [h.meme_id for h in first] == [h.meme_id for h in second]
         monkeypatch.setattr(carrier_matrix.os, "getpid", lambda: -1)  # as in a forked child
         assert not carrier_matrix._current().entries
     finally:

@@ -66,8 +66,9 @@ FINGERPRINT_SQL = (
     f"SELECT {FILENODE} = :fp_filenode AND count(*) = :fp_rows AND coalesce(bit_xor({{hash}}), 0) = :fp_xor"
     " AS fresh FROM {carriers}"
 )
-#: Seconds "this generation has more carriers than the exact scan takes" is trusted: the SQL path
-#: serves it meanwhile (correctly: it decides by its own probe), then one cheap probe looks again.
+#: Seconds "this generation has more carriers than the exact scan takes" (or "its matrix is larger
+#: than the whole cache") is trusted: the SQL path serves it meanwhile (correctly: it decides by its
+#: own probe), then one probe (or one read of the matrix) looks again.
 LARGE_RECHECK_SECONDS = 10.0
 #: Bytes counted per row beside its vector: the ids and digests as Python strings, hashes, norms.
 ROW_OVERHEAD_BYTES = 300
@@ -122,7 +123,8 @@ class CarrierMatrix:
 
 
 class _Large:
-    """Marker: the generation had more carriers than the exact scan takes, at ``seen`` (monotonic)."""
+    """Marker: the generation had more carriers than the exact scan takes, or a matrix larger than the
+    whole cache, at ``seen`` (monotonic)."""
 
     __slots__ = ("seen",)
 
@@ -183,8 +185,9 @@ def matrix(
 ) -> CarrierMatrix | None:
     """The carriers of (scope, generation) for an exact scan: the cached matrix, or — when there is
     none or it is ``stale`` (a statement's fingerprint differed) — one read now (incrementally from
-    the cached one: one statement). None when the generation has more than ``max_rows`` carriers
-    (remembered for :data:`LARGE_RECHECK_SECONDS`) or the cache is off."""
+    the cached one: one statement). None when the generation has more than ``max_rows`` carriers or
+    its matrix is larger than the whole cache (either remembered for :data:`LARGE_RECHECK_SECONDS`),
+    or the cache is off."""
     budget = budget_bytes()
     if budget <= 0:
         return None
@@ -219,8 +222,8 @@ def _put(state: _State, key: tuple[str, UUID], entry: CarrierMatrix | _Large, bu
         old = state.entries.pop(key, None)
         if isinstance(old, CarrierMatrix):
             state.nbytes -= old.nbytes
-        if size > budget:
-            return  # larger than the whole cache: used once, not kept
+        if size > budget:  # larger than the whole cache: used once, then the SQL scan serves it as a
+            entry, size = _Large(time.monotonic()), 0  # large one (else every search would read it all)
         state.entries[key] = entry
         state.nbytes += size
         while state.nbytes > budget:
