@@ -62,7 +62,7 @@ def auth_mode(session: Session, bind_host: str) -> str:
         return configured
     if not is_loopback(bind_host):
         return "required"
-    database = str(session.get_bind().url)
+    database = str(session.get_bind().engine.url)
     if database in _ACCOUNTS_SEEN:
         return "required"
     if users.any_users(session):
