@@ -148,8 +148,23 @@ def test_the_byte_bound_evicts_the_least_recently_used_and_a_fork_starts_empty(s
         _search(sessions, scopes[0], query)
         keys = list(carrier_matrix._current().entries)
         assert [k[0] for k in keys] == [scopes[0].scope_id]
+        # the scope searched a moment ago keeps its place: the newcomer is answered, not admitted (the
+        # scopes searched now do not fit together; evicting each other, every search would read it all)
+        refused = _search(sessions, scopes[1], query)
+        assert [k[0] for k in carrier_matrix._current().entries if carrier_matrix.cached(*k)] == [scopes[0].scope_id]
+        monkeypatch.setattr(carrier_matrix, "budget_bytes", lambda: 0)
+        assert [h.meme_id for h in refused] == [h.meme_id for h in _search(sessions, scopes[1], query)]
+        monkeypatch.setattr(carrier_matrix, "budget_bytes", lambda: one + one // 2)
+        reloads = REGISTRY.get_sample_value("mewdex_search_carrier_cache_total", {"outcome": "reload"}) or 0
+        _search(sessions, scopes[1], query)  # refused for HOT_SECONDS: the SQL scan, no read
+        assert REGISTRY.get_sample_value("mewdex_search_carrier_cache_total", {"outcome": "reload"}) == reloads
+        # once the first scope has not been searched for HOT_SECONDS, the least recently used goes
+        monkeypatch.setattr(carrier_matrix, "HOT_SECONDS", 0.0)
+        entries = carrier_matrix._current().entries
+        for key in [k for k in entries if k[0] == scopes[1].scope_id]:
+            del entries[key]  # its refusal's hold, as if it had passed
         _search(sessions, scopes[1], query)
-        assert [k[0] for k in carrier_matrix._current().entries] == [scopes[1].scope_id]
+        assert [k[0] for k in carrier_matrix._current().entries if carrier_matrix.cached(*k)] == [scopes[1].scope_id]
         assert carrier_matrix._current().nbytes == one
         # a matrix larger than the whole cache is not read again at every search: the SQL scan serves
         monkeypatch.setattr(carrier_matrix, "budget_bytes", lambda: one // 2)
