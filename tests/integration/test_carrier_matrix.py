@@ -237,3 +237,35 @@ def test_texts_the_lists_cannot_carry_take_the_sql_path(sessions, monkeypatch):
     finally:
         carrier_matrix.clear()
         drop_scope(sessions, scope)
+
+
+def test_a_stale_matrix_is_read_again_at_most_once_a_second_the_sql_scan_serving_meanwhile(sessions, monkeypatch):
+    """Under a steady stream of writes a read per change would cost more than the scans it saves."""
+    rng = np.random.default_rng(15)
+    scope = new_scope(sessions, "carrier")
+
+    def count(outcome: str) -> float:
+        return REGISTRY.get_sample_value("mewdex_search_carrier_cache_total", {"outcome": outcome}) or 0
+
+    try:
+        carrier_matrix.clear()
+        with sessions.begin() as session:
+            for i, v in enumerate(_unit(rng, 20)):
+                _add(session, scope, v, i)
+        query = _unit(rng, 1)[0]
+        monkeypatch.setattr(carrier_matrix, "RELOAD_SECONDS", 3600.0)  # "within the second", however slow the machine
+        _search(sessions, scope, query)  # reads the matrix
+        before = {outcome: count(outcome) for outcome in ("reload", "stale", "deferred", "hit")}
+        with sessions.begin() as session:
+            new = _add(session, scope, query, 50)  # the query's own vector: the nearest
+        assert _search(sessions, scope, query)[0].meme_id == new  # the SQL scan answered, the new meme first
+        assert count("stale") == before["stale"] + 1 and count("deferred") == before["deferred"] + 1
+        assert _search(sessions, scope, query)[0].meme_id == new  # straight to the SQL scan: no stale statement
+        assert count("stale") == before["stale"] + 1 and count("deferred") == before["deferred"] + 2
+        assert count("reload") == before["reload"]
+        monkeypatch.setattr(carrier_matrix, "RELOAD_SECONDS", 0.0)  # the second has passed: one read, then hits
+        assert _search(sessions, scope, query)[0].meme_id == new
+        assert count("reload") == before["reload"] + 1 and count("hit") == before["hit"] + 1
+    finally:
+        carrier_matrix.clear()
+        drop_scope(sessions, scope)

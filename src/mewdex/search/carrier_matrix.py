@@ -75,6 +75,12 @@ LARGE_RECHECK_SECONDS = 10.0
 #: other would make every search a full read (~80 ms for 2,400 × 512 against ~5 ms for the SQL scan).
 #: The refused scope is served by the SQL scan and tried again after as long.
 HOT_SECONDS = 60.0
+#: A matrix found stale (its carriers changed) is read again at most once this many seconds after its
+#: last read; meanwhile the SQL scan serves its scope. Under a steady stream of writes (imports being
+#: processed change the set several times a second) a read per change and leg cost more than the
+#: scans it saved; at most one read a second keeps the cost bounded, and searches between a read and
+#: the next change still take the matrix.
+RELOAD_SECONDS = 1.0
 #: Bytes counted per row beside its vector: the ids and digests as Python strings, hashes, norms.
 ROW_OVERHEAD_BYTES = 300
 
@@ -100,6 +106,7 @@ class CarrierMatrix:
     digests: tuple[str, ...]
     vectors: np.ndarray
     squared_norms: np.ndarray
+    loaded_at: float = 0.0  # monotonic seconds of the read
 
     @property
     def nbytes(self) -> int:
@@ -148,6 +155,7 @@ class _State:
         self.entries: OrderedDict[tuple[str, UUID], CarrierMatrix | _Large] = OrderedDict()
         self.key_locks: dict[tuple[str, UUID], threading.Lock] = {}
         self.used: dict[tuple[str, UUID], float] = {}  # a cached matrix's last search (monotonic)
+        self.stale: set[tuple[str, UUID]] = set()  # cached matrices a statement found stale
         self.nbytes = 0
 
 
@@ -176,6 +184,7 @@ def clear() -> None:
     with state.lock:
         state.entries.clear()
         state.used.clear()
+        state.stale.clear()
         state.nbytes = 0
 
 
@@ -198,7 +207,8 @@ def matrix(
     none or it is ``stale`` (a statement's fingerprint differed) — one read now (incrementally from
     the cached one: one statement). None when the generation has more than ``max_rows`` carriers or
     its matrix is larger than the whole cache (either remembered for :data:`LARGE_RECHECK_SECONDS`),
-    or the cache is off."""
+    when the cached matrix was found stale within :data:`RELOAD_SECONDS` of its read (read again
+    after that), or the cache is off."""
     budget = budget_bytes()
     if budget <= 0:
         return None
@@ -206,10 +216,17 @@ def matrix(
     state = _current()
     with state.lock:
         entry = state.entries.get(key)
-        if isinstance(entry, CarrierMatrix) and entry is not stale:
-            state.entries.move_to_end(key)
-            state.used[key] = time.monotonic()
-            return entry
+        if isinstance(entry, CarrierMatrix):
+            if entry is stale:
+                state.stale.add(key)
+            if key not in state.stale:
+                state.entries.move_to_end(key)
+                state.used[key] = time.monotonic()
+                return entry
+            if time.monotonic() - entry.loaded_at < RELOAD_SECONDS:
+                telemetry.SEARCH_CARRIER_CACHE.labels(outcome="deferred").inc()
+                return None
+            stale = entry
         if isinstance(entry, _Large) and entry.holds():
             telemetry.SEARCH_CARRIER_CACHE.labels(outcome="large").inc()
             return None
@@ -217,7 +234,7 @@ def matrix(
     with key_lock:  # one reload per key; the others wait for it and take its matrix
         with state.lock:
             entry = state.entries.get(key)
-        if isinstance(entry, CarrierMatrix) and entry is not stale:
+        if isinstance(entry, CarrierMatrix) and entry is not stale and key not in state.stale:
             return entry  # another thread (re)loaded it meanwhile (the statement checks it again)
         if isinstance(entry, _Large) and entry.holds():
             return None
@@ -248,6 +265,7 @@ def _put(state: _State, key: tuple[str, UUID], entry: CarrierMatrix | _Large, bu
         ):
             entry, size, admitted = _Large(now, HOT_SECONDS), 0, False
         state.entries[key] = entry
+        state.stale.discard(key)
         state.nbytes += size
         if admitted and isinstance(entry, CarrierMatrix):
             state.used[key] = now
@@ -257,6 +275,7 @@ def _put(state: _State, key: tuple[str, UUID], entry: CarrierMatrix | _Large, bu
             gone, evicted = state.entries.popitem(last=False)
             state.key_locks.pop(gone, None)  # at worst two threads reload it at once later
             state.used.pop(gone, None)
+            state.stale.discard(gone)
             if isinstance(evicted, CarrierMatrix):
                 state.nbytes -= evicted.nbytes
     return admitted
@@ -386,4 +405,5 @@ def _load(
         digests=tuple(digests),
         vectors=vectors,
         squared_norms=np.einsum("ij,ij->i", vectors, vectors).astype(np.float64),
+        loaded_at=time.monotonic(),
     )
