@@ -213,12 +213,6 @@ class Settings(_FromEnvironment):
         description="Searches one process (each web process of `serve`) runs at once; their legs have a pool of "
         "their own.",
     )
-    search_vector_cache_mb: int = Field(
-        default=64,
-        ge=0,
-        description="Memory each process may keep the vectors of small scopes in (MB), so that their exact "
-        "vector scans run in the process instead of PostgreSQL; 0 = off.",
-    )
     pg_shared_buffers: str | None = Field(
         default=None,
         description="Embedded PostgreSQL shared_buffers (e.g. `2GB`); unset = 1/8 of the machine's memory.",

@@ -63,15 +63,6 @@ SEARCH_LEG_LATENCY = Histogram(
     buckets=LATENCY_BUCKETS,
     registry=REGISTRY,
 )
-SEARCH_CARRIER_CACHE = Counter(
-    "mewdex_search_carrier_cache",
-    "Vector legs of small scopes ranked over the process's cached carrier vectors, by outcome: hit (the "
-    "statement's fingerprint matched), stale (it did not: reloaded, run again), reload (a matrix read), "
-    "large (above the exact scan's size or the whole cache's: the SQL path), deferred (stale, read again at "
-    "most once a second: the SQL path meanwhile).",
-    ["outcome"],
-    registry=REGISTRY,
-)
 SEARCH_REPLICA_FALLBACKS = Counter(
     "mewdex_search_replica_fallbacks",
     "Search legs that read the main database instead of MEWDEX_SEARCH_DATABASE_URL, by reason (unreachable|lagging).",

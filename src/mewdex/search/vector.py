@@ -1,7 +1,6 @@
 """Vector leg: nearest memes by cosine similarity in the scope's active generation of a leg,
-taking each meme's best field: an exact scan for a scope of at most :data:`EXACT_SCAN_ROWS` vectors
-(without filters, ranked in the process over :mod:`~mewdex.search.carrier_matrix`'s cached vectors,
-checked against the statement's snapshot), pgvector HNSW with iterative scans for a larger one."""
+taking each meme's best field: an exact scan for a scope of at most :data:`EXACT_SCAN_ROWS` vectors,
+pgvector HNSW with iterative scans for a larger one."""
 
 from __future__ import annotations
 
@@ -12,11 +11,8 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from mewdex import telemetry
 from mewdex.dto.search import SearchFilters
 from mewdex.library.listing import exists_sql
-from mewdex.search import carrier_matrix
-from mewdex.search.carrier_matrix import FINGERPRINT_SQL, ROW_HASH
 from mewdex.search.generations import GenerationRef, current_generation, forget_generation
 from mewdex.search.vector_index import distance_sql, exact_distance_sql
 
@@ -151,9 +147,7 @@ def search_generation(
     from ``limit ×`` :func:`rows_per_meme` nearest rows) and the generation the scope's head for ``leg``
     points at now (the caller's cached ``generation`` is stale when they differ: the process's cached
     head is then forgotten, :func:`~mewdex.search.generations.forget_generation`). HNSW settings come
-    from the connection (:data:`SEARCH_CONNECTION_OPTIONS`) or :func:`hnsw_settings`. Without
-    ``filters``, a small scope's exact scan is ranked over the cached carriers (:func:`_search_cached`;
-    a reload when they changed costs one more statement)."""
+    from the connection (:data:`SEARCH_CONNECTION_OPTIONS`) or :func:`hnsw_settings`."""
     dims = generation.dimensions
     if dims != query.shape[0]:
         return [], None
@@ -169,140 +163,61 @@ def search_generation(
         if keeps
         else ""
     )
-    # The nearest carrier rows: an exact scan of a small scope, else from the HNSW graph.
+    # The nearest carrier rows from the HNSW graph, plus the members sharing their texts (NULL
+    # embedding, the carrier's distance; see vector_rows.write_vectors): each text's members looked
+    # up once, nearest texts first, at most MEMBER_ROWS_PER_MEME × limit member rows (the loop stops
+    # there: a big folder's members tie, and only the first `limit` memes are wanted; a meme can be
+    # a member of several texts), then the best field per meme.
     nearest = f"""
         SELECT meme_id, field, semantic_document_hash AS digest, {exact} AS distance, {passes} AS passes
         FROM meme_embeddings
         WHERE model = :model AND dimensions = :dims AND scope_id = :scope AND generation_id = :generation
           AND item_status = 'ready' AND embedding IS NOT NULL{where}"""
-    params = {
-        "query": query.astype(np.float32),
-        "model": generation.model,
-        "dims": dims,
-        "scope": scope_id,
-        "leg": leg,
-        "generation": generation.id,
-        "candidates": limit * rows_per_meme(leg),
-        "member_rows": limit * MEMBER_ROWS_PER_MEME,
-        "limit": limit,
-        "exact_rows": EXACT_SCAN_ROWS,
-        **filter_params,
-    }
-    if not keeps:  # no filters: a small scope's exact scan ranks the process's cached carriers
-        found = _search_cached(session, scope_id, leg, generation, query, params)
-        if found is not None:
-            return found
     rows = session.execute(
-        text(_best_per_meme(exact_or_hnsw(nearest, exact, dist, _CARRIERS), member_keeps)), params
+        text(
+            f"""
+            WITH nearest AS MATERIALIZED ({exact_or_hnsw(nearest, exact, dist, _CARRIERS)})
+            SELECT NULL::uuid, NULL::varchar, NULL::float8,
+                   (SELECT active_generation_id FROM search_heads WHERE scope_id = :scope AND model = :leg)
+            UNION ALL
+            (SELECT meme_id, field, distance, NULL::uuid FROM (
+                SELECT DISTINCT ON (meme_id) meme_id, field, distance FROM (
+                    SELECT meme_id, field, distance FROM nearest WHERE passes
+                    UNION ALL
+                    (SELECT shared.meme_id, t.field, t.distance
+                     FROM (SELECT field, digest, min(distance) AS distance FROM nearest
+                           GROUP BY field, digest ORDER BY 3) t
+                     CROSS JOIN LATERAL (
+                        SELECT m.meme_id FROM meme_embeddings m
+                        WHERE {_members_of("t.field", "t.digest", member_keeps)}
+                        LIMIT :limit
+                     ) shared
+                     ORDER BY t.distance LIMIT :member_rows)
+                ) found ORDER BY meme_id, distance, field
+            ) best ORDER BY distance, meme_id LIMIT :limit)
+            """
+        ),
+        {
+            "query": query.astype(np.float32),
+            "model": generation.model,
+            "dims": dims,
+            "scope": scope_id,
+            "leg": leg,
+            "generation": generation.id,
+            "candidates": limit * rows_per_meme(leg),
+            "member_rows": limit * MEMBER_ROWS_PER_MEME,
+            "limit": limit,
+            "exact_rows": EXACT_SCAN_ROWS,
+            **filter_params,
+        },
     ).all()
-    return _hits(rows, scope_id, leg, generation)
-
-
-def _best_per_meme(nearest: str, member_keeps: str, before: str = "", fresh: str = "true") -> str:
-    """The vector legs' statement around ``nearest`` (SQL: carrier rows ``meme_id, field, digest,
-    distance, passes``, nearest first): a head row (meme id NULL: the scope's head for ``:leg`` and
-    ``fresh``), then the ``:limit`` memes nearest first, best field each. ``before``: CTEs ahead of
-    ``nearest`` (each followed by a comma)."""
-    # The nearest carrier rows, plus the members sharing their texts (NULL embedding, the carrier's
-    # distance; see vector_rows.write_vectors): each text's members looked up once, nearest texts
-    # first, at most MEMBER_ROWS_PER_MEME × limit member rows (the loop stops there: a big folder's
-    # members tie, and only the first `limit` memes are wanted; a meme can be a member of several
-    # texts), then the best field per meme.
-    return f"""
-        WITH {before} nearest AS MATERIALIZED ({nearest})
-        SELECT NULL::uuid, NULL::varchar, NULL::float8,
-               (SELECT active_generation_id FROM search_heads WHERE scope_id = :scope AND model = :leg), {fresh}
-        UNION ALL
-        (SELECT meme_id, field, distance, NULL::uuid, NULL::boolean FROM (
-            SELECT DISTINCT ON (meme_id) meme_id, field, distance FROM (
-                SELECT meme_id, field, distance FROM nearest WHERE passes
-                UNION ALL
-                (SELECT shared.meme_id, t.field, t.distance
-                 FROM (SELECT field, digest, min(distance) AS distance FROM nearest
-                       GROUP BY field, digest ORDER BY 3) t
-                 CROSS JOIN LATERAL (
-                    SELECT m.meme_id FROM meme_embeddings m
-                    WHERE {_members_of("t.field", "t.digest", member_keeps)}
-                    LIMIT :limit
-                 ) shared
-                 ORDER BY t.distance LIMIT :member_rows)
-            ) found ORDER BY meme_id, distance, field
-        ) best ORDER BY distance, meme_id LIMIT :limit)
-    """
-
-
-def _hits(rows, scope_id: str, leg: str, generation: GenerationRef) -> tuple[list[VectorHit], UUID | None]:
-    """The rows of :func:`_best_per_meme`'s statement as hits and the head."""
     # One row is the head (meme id NULL); the others are the memes, nearest first, best field each.
     head = next((r[3] for r in rows if r[0] is None), None)
     if head != generation.id:  # the head moved (or another generation was searched): read it afresh next time
         forget_generation(scope_id, leg)
     return [
-        VectorHit(meme_id, 1 - distance, field) for meme_id, field, distance, _, _ in rows if meme_id is not None
+        VectorHit(meme_id, 1 - distance, field) for meme_id, field, distance, _ in rows if meme_id is not None
     ], head
-
-
-#: The cached exact scan's ``nearest``: the candidates ranked in the process (comma-separated lists:
-#: psycopg's text arrays cost ~1 ms per 300 strings to send, a joined string ~0.1), used only when the
-#: statement's own snapshot sees the carriers they were ranked from (``fingerprint``).
-_CACHED_NEAREST = """
-    SELECT c.meme_id, c.field, c.digest, c.distance, true AS passes
-    FROM unnest(CAST(string_to_array(:c_memes, ',') AS uuid[]), CAST(string_to_array(:c_fields, ',') AS varchar[]),
-                CAST(string_to_array(:c_digests, ',') AS varchar[]),
-                CAST(string_to_array(:c_distances, ',') AS float8[])) AS c(meme_id, field, digest, distance)
-    WHERE (SELECT fresh FROM fingerprint)"""
-_CACHED_STATEMENT = text(
-    _best_per_meme(
-        _CACHED_NEAREST,
-        "",
-        before=f"fingerprint AS MATERIALIZED ({FINGERPRINT_SQL.format(hash=ROW_HASH, carriers=_CARRIERS)}),",
-        fresh="(SELECT fresh FROM fingerprint)",
-    )
-)
-#: Times a leg ranks from a matrix its statement found stale before it leaves the scan to PostgreSQL
-#: (the carriers changed between each reload and the statement after it).
-CACHED_TRIES = 3
-
-
-def _search_cached(
-    session: Session, scope_id: str, leg: str, generation: GenerationRef, query: np.ndarray, params: dict
-) -> tuple[list[VectorHit], UUID | None] | None:
-    """The leg's statement with the exact scan of a scope of at most :data:`EXACT_SCAN_ROWS` carriers
-    ranked over :mod:`~mewdex.search.carrier_matrix`'s matrix; None (the caller's SQL path) for a
-    larger scope, with the cache off, when the carriers kept changing under it, for a query PostgreSQL
-    refuses (NaN or infinite: its scan raises the error), or for a field or digest the comma-joined
-    lists cannot carry (mewdex writes identifiers and hex digests)."""
-    if not np.isfinite(query).all():
-        return None
-    stale = None
-    for _ in range(CACHED_TRIES):
-        carriers = carrier_matrix.matrix(
-            session, scope_id, generation.id, generation.model, generation.dimensions, EXACT_SCAN_ROWS, stale
-        )
-        if carriers is None:
-            return None
-        nearest = carriers.nearest(query, params["candidates"])
-        if any("," in text_ or not text_ for _, field, digest, _ in nearest for text_ in (field, digest)):
-            return None  # string_to_array splits at a comma and makes a lone '' an empty array
-        rows = session.execute(
-            _CACHED_STATEMENT,
-            {
-                **params,
-                "fp_filenode": carriers.filenode,
-                "fp_rows": carriers.rows,
-                "fp_xor": carriers.fingerprint,
-                "c_memes": ",".join(m for m, _, _, _ in nearest),
-                "c_fields": ",".join(f for _, f, _, _ in nearest),
-                "c_digests": ",".join(d for _, _, d, _ in nearest),
-                "c_distances": ",".join(repr(d) for _, _, _, d in nearest),
-            },
-        ).all()
-        if next(r[4] for r in rows if r[0] is None):
-            telemetry.SEARCH_CARRIER_CACHE.labels(outcome="hit").inc()
-            return _hits(rows, scope_id, leg, generation)
-        telemetry.SEARCH_CARRIER_CACHE.labels(outcome="stale").inc()
-        stale = carriers
-    return None
 
 
 def meme_vector(
