@@ -26,11 +26,11 @@ from mewdex.dto.collections import (
 from mewdex.dto.scopes import ScopeContext
 from mewdex.library import collections, packages, sharing
 from mewdex.library.collections import MemeCollection
-from mewdex.library.listing import MEDIA_TYPES_BY_EXTENSION, meme_brief
+from mewdex.library.listing import meme_brief
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, current_user_id, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError
-from mewdex.web.routers.memes import file_response, thumbnail_response
+from mewdex.web.routers.memes import IMAGE_RESPONSE, THUMBNAIL_RESPONSE, file_response, thumbnail_response
 from mewdex.web.uploads import upload_slot
 
 router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
@@ -195,14 +195,6 @@ def read_collection(
     return Collection(**brief.model_dump(), items=items)
 
 
-IMAGE_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "the meme's original bytes",
-        "content": {t: {"schema": {"type": "string", "format": "binary"}} for t in MEDIA_TYPES_BY_EXTENSION.values()},
-    }
-}
-
-
 @router.get("/{collection_id}/media/{meme_id}", response_class=Response, responses=IMAGE_RESPONSE)
 def member_media(
     collection_id: str,
@@ -218,17 +210,6 @@ def member_media(
     granted = sharing.access(session, scope, user_id, parse_id(collection_id, "collection"))
     meme = sharing.collection_meme(session, granted, parse_id(meme_id))
     return file_response(request, session, granted.owner, meme, download=download, cache="private, no-cache")
-
-
-THUMBNAIL_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "the still WEBP thumbnail (the original's bytes until the worker has made it)",
-        "content": {
-            t: {"schema": {"type": "string", "format": "binary"}}
-            for t in ("image/webp", "image/png", "image/jpeg", "image/gif")
-        },
-    }
-}
 
 
 @router.get("/{collection_id}/media/{meme_id}/thumbnail", response_class=Response, responses=THUMBNAIL_RESPONSE)

@@ -104,7 +104,27 @@ def read_meme(
     return meme_dto(session, meme)
 
 
-@router.get("/media/{meme_id}")
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+#: OpenAPI ``responses`` of a route answering a meme's original bytes (its real media type).
+IMAGE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the meme's original bytes",
+        "content": dict.fromkeys(MEDIA_TYPES_BY_EXTENSION.values(), _BINARY),
+    }
+}
+#: OpenAPI ``responses`` of a route answering a meme's thumbnail (:func:`thumbnail_response`).
+THUMBNAIL_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the still WEBP thumbnail or the animated preview (the original until the worker made it)",
+        "content": dict.fromkeys(
+            dict.fromkeys(("image/webp", "image/png", "image/jpeg", "image/gif", *MEDIA_TYPES_BY_EXTENSION.values())),
+            _BINARY,
+        ),
+    }
+}
+
+
+@router.get("/media/{meme_id}", response_class=Response, responses=IMAGE_RESPONSE)
 @router.head("/media/{meme_id}", include_in_schema=False)
 def media(
     meme_id: str,

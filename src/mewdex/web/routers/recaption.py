@@ -4,6 +4,8 @@ stored), all over :mod:`mewdex.pipeline.recaption`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
@@ -79,7 +81,15 @@ async def make_template(meme_id: str, scope: ScopeContext = Depends(current_scop
     return _answer(scope, made)
 
 
-@router.get("/media/{meme_id}/recaption")
+_PREVIEW_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the re-captioned first frame (PNG, or JPEG for a JPEG)",
+        "content": dict.fromkeys(("image/png", "image/jpeg"), {"schema": {"type": "string", "format": "binary"}}),
+    }
+}
+
+
+@router.get("/media/{meme_id}/recaption", response_class=Response, responses=_PREVIEW_RESPONSE)
 async def preview(
     meme_id: str,
     text: str = Query(..., max_length=2000),

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -25,7 +26,7 @@ from mewdex.platform import metering
 from mewdex.search import image_search
 from mewdex.web.deps import current_scope, db_session, streaming_scope
 from mewdex.web.errors import ApiError
-from mewdex.web.routers.memes import get_meme, thumbnail_response
+from mewdex.web.routers.memes import THUMBNAIL_RESPONSE, get_meme, thumbnail_response
 from mewdex.web.routers.search import search_filters
 from mewdex.web.uploads import read_query_image, upload_slot
 
@@ -39,7 +40,7 @@ def _n_results(n: int) -> int:
     return n
 
 
-@router.get("/media/{meme_id}/thumbnail")
+@router.get("/media/{meme_id}/thumbnail", response_class=Response, responses=THUMBNAIL_RESPONSE)
 @router.head("/media/{meme_id}/thumbnail", include_in_schema=False)
 def thumbnail(
     meme_id: str,
