@@ -108,6 +108,9 @@ def test_mewdex_watch_in_the_foreground(mewdex_env, sessions, scope, tmp_path):
         (folder / "fg.png").write_bytes(data)
         wait_until(lambda: memes_with(sessions, data), 60, 0.2, "mewdex watch to import the file")
         assert memes_with(sessions, data)[0].scope_id == scope.scope_id
+        # it says so once the import has committed: Ctrl-C right after the commit could come first
+        said = f"created {folder / 'fg.png'}"
+        wait_until(lambda: said in (tmp_path / "watch.log").read_text(), 30, 0.1, "mewdex watch to say what it created")
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -116,7 +119,6 @@ def test_mewdex_watch_in_the_foreground(mewdex_env, sessions, scope, tmp_path):
             process.kill()
             process.wait()
     assert process.returncode == 0, (tmp_path / "watch.log").read_text()
-    assert f"created {folder / 'fg.png'}" in (tmp_path / "watch.log").read_text()
     bad = subprocess.run(
         [str(MEWDEX_BIN), "watch", str(tmp_path / "nowhere")], env=env, capture_output=True, text=True, timeout=60
     )
