@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -30,7 +29,13 @@ from mewdex.library.listing import meme_brief
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, current_user_id, db_session, parse_id, streaming_scope
 from mewdex.web.errors import ApiError
-from mewdex.web.routers.memes import IMAGE_RESPONSE, THUMBNAIL_RESPONSE, file_response, thumbnail_response
+from mewdex.web.routers.memes import (
+    IMAGE_RESPONSE,
+    THUMBNAIL_RESPONSE,
+    ZIP_RESPONSE,
+    file_response,
+    thumbnail_response,
+)
 from mewdex.web.uploads import upload_slot
 
 router = APIRouter(prefix="/api/v1/collections", tags=["collections"])
@@ -281,14 +286,6 @@ def remove_item(
     """Take a meme out of the collection (the meme stays); 204, or 404 ``not_found``."""
     collections.remove_member(session, scope, parse_id(collection_id, "collection"), parse_id(meme_id))
     return Response(status_code=204)
-
-
-ZIP_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "the ZIP, streamed",
-        "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}},
-    }
-}
 
 
 @router.get("/{collection_id}/export", response_class=StreamingResponse, responses=ZIP_RESPONSE)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -104,24 +105,21 @@ def read_meme(
     return meme_dto(session, meme)
 
 
-_BINARY = {"schema": {"type": "string", "format": "binary"}}
-#: OpenAPI ``responses`` of a route answering a meme's original bytes (its real media type).
-IMAGE_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "the meme's original bytes",
-        "content": dict.fromkeys(MEDIA_TYPES_BY_EXTENSION.values(), _BINARY),
-    }
-}
-#: OpenAPI ``responses`` of a route answering a meme's thumbnail (:func:`thumbnail_response`).
-THUMBNAIL_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "the still WEBP thumbnail or the animated preview (the original until the worker made it)",
-        "content": dict.fromkeys(
-            dict.fromkeys(("image/webp", "image/png", "image/jpeg", "image/gif", *MEDIA_TYPES_BY_EXTENSION.values())),
-            _BINARY,
-        ),
-    }
-}
+def binary_responses(description: str, media_types: Iterable[str]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` of a route whose 200 is bytes of one of ``media_types`` (a file, a ZIP)."""
+    binary = {"schema": {"type": "string", "format": "binary"}}
+    return {200: {"description": description, "content": dict.fromkeys(media_types, binary)}}
+
+
+#: ``responses`` of a route answering a meme's original bytes (its real media type).
+IMAGE_RESPONSE = binary_responses("the meme's original bytes", MEDIA_TYPES_BY_EXTENSION.values())
+#: ``responses`` of a route answering a meme's thumbnail (:func:`thumbnail_response`).
+THUMBNAIL_RESPONSE = binary_responses(
+    "the still WEBP thumbnail or the animated preview (the original until the worker made it)",
+    dict.fromkeys(("image/webp", "image/png", "image/jpeg", "image/gif", *MEDIA_TYPES_BY_EXTENSION.values())),
+)
+#: ``responses`` of a route streaming a ZIP.
+ZIP_RESPONSE = binary_responses("the ZIP, streamed", ("application/zip",))
 
 
 @router.get("/media/{meme_id}", response_class=Response, responses=IMAGE_RESPONSE)
@@ -471,13 +469,7 @@ def known_memes(
 @router.post(
     "/api/v1/memes/zip",
     response_class=StreamingResponse,
-    responses={
-        200: {
-            "description": "the ZIP, streamed",
-            "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}},
-        },
-        **error_responses(404, 409),
-    },
+    responses={**ZIP_RESPONSE, **error_responses(404, 409)},
 )
 def zip_memes(body: MemeZipRequest, scope: ScopeContext = Depends(current_scope)) -> StreamingResponse:
     """Download a selection (the library's bulk "Download ZIP"): body ``{"ids": [...]}`` (1–500 of the

@@ -4,8 +4,6 @@ stored), all over :mod:`mewdex.pipeline.recaption`."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Depends, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
@@ -19,7 +17,7 @@ from mewdex.pipeline import recaption as service
 from mewdex.storage import blob_store
 from mewdex.web.deps import current_scope, parse_id
 from mewdex.web.errors import error_responses
-from mewdex.web.routers.memes import get_meme, meme_dict
+from mewdex.web.routers.memes import binary_responses, get_meme, meme_dict
 
 router = APIRouter(tags=["memes"])
 
@@ -81,12 +79,9 @@ async def make_template(meme_id: str, scope: ScopeContext = Depends(current_scop
     return _answer(scope, made)
 
 
-_PREVIEW_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "the re-captioned first frame (PNG, or JPEG for a JPEG)",
-        "content": dict.fromkeys(("image/png", "image/jpeg"), {"schema": {"type": "string", "format": "binary"}}),
-    }
-}
+_PREVIEW_RESPONSE = binary_responses(
+    "the re-captioned first frame (PNG, or JPEG for a JPEG)", ("image/png", "image/jpeg")
+)
 
 
 @router.get("/media/{meme_id}/recaption", response_class=Response, responses=_PREVIEW_RESPONSE)
