@@ -97,7 +97,7 @@ def test_a_clip_renamed_with_its_extension_downloads_under_that_name_once(page, 
     page.click("[data-action=rename-start]")
     page.fill(".rename-form input[name=display_name]", "dance.webm")
     page.click(".rename-form button[type=submit]")
-    page.wait_for_function("() => document.querySelector('.meme-name').textContent === 'dance.webm'")
+    page.wait_for_function("() => document.querySelector('.meme-name')?.textContent === 'dance.webm'")
     assert page.locator(".detail .actions a[download]").get_attribute("download") == "dance.webm"  # app.js
     page.reload()
     assert page.locator(".detail .actions a[download]").get_attribute("download") == "dance.webm"  # the server

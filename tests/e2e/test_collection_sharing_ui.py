@@ -43,7 +43,7 @@ def test_share_with_an_account_and_by_a_public_link(browser, work_server, friend
         form = box.locator("[data-share-form=member]")
         form.locator("input[name=email]").fill("nobody-" + uuid.uuid4().hex[:6] + "@example.com")
         form.locator("button[type=submit]").click()
-        pg.wait_for_function("() => document.querySelector('[data-share-form=member] .form-error').textContent")
+        pg.wait_for_function("() => document.querySelector('[data-share-form=member] .form-error')?.textContent")
         assert form.locator(".form-error").inner_text() == "No account has that email."
         form.locator("input[name=email]").fill(friend)
         form.locator("select[name=role]").select_option("viewer")

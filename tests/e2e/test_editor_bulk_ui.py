@@ -132,7 +132,7 @@ def test_recaption_editor(browser, work_server, editor_memes, locale, lang):
             pg.goto(f"{work_server.url}/memes/{blank}")
             box.locator("textarea[name=text]").fill("hello")
             error = box.locator(".form-error")
-            pg.wait_for_function("() => document.querySelector('[data-recaption-form] .form-error').textContent")
+            pg.wait_for_function("() => document.querySelector('[data-recaption-form] .form-error')?.textContent")
             assert ("no text" if lang == "en" else "没有识别到文字") in error.inner_text()
             assert box.locator(".recaption-preview").is_hidden() and save.is_disabled()
         finally:

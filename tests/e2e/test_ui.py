@@ -209,7 +209,7 @@ def test_rename_persists_after_reload(page, work_server, sessions, store):
     page.click("[data-action=rename-start]")
     page.fill(".rename-form input", "拒绝 drake")
     page.keyboard.press("Enter")
-    page.wait_for_function("() => document.querySelector('.meme-name').textContent === '拒绝 drake'")
+    page.wait_for_function("() => document.querySelector('.meme-name')?.textContent === '拒绝 drake'")
     page.reload()
     assert page.locator(".detail .meme-name").inner_text() == "拒绝 drake"
     assert page.locator(".detail-media img").get_attribute("alt") == "拒绝 drake"
@@ -222,7 +222,7 @@ def test_collection_create_add_export_delete_reimport(page, work_server, session
     page.fill("#create-collection input[name=name]", "反应图 reactions")
     page.click("#create-collection button[type=submit]")
     page.wait_for_function("""() => document.querySelector(".collection-row[data-name='反应图 reactions']")
-                                  || document.querySelector("#create-collection .form-error").textContent""")
+                                  || document.querySelector("#create-collection .form-error")?.textContent""")
     assert page.locator("#create-collection .form-error").inner_text() == ""
     page.wait_for_selector(".collection-row[data-name='反应图 reactions']")
 
