@@ -224,6 +224,35 @@ def test_the_schedulers_statements_read_an_index_not_every_task(sessions, scope)
             assert "ix_tasks_standalone_dedupe" in plan, plan  # not the scope's every task (scan or index)
 
 
+def test_a_tick_reads_which_due_slots_are_taken_in_one_statement(sessions, scope):
+    """Every process's scheduler is due at the same moment, and all but one find the slots enqueued: a tick
+    learns that from one read for all its due schedules, and enqueues only the slots nobody took."""
+    from sqlalchemy import event
+
+    t0 = 1_000_000_000.0
+    schedules = [Schedule(f"test-{uuid.uuid4().hex[:8]}", "noop", 10, scope.scope_id) for _ in range(3)]
+    with sessions.begin() as session:  # another process enqueued the first schedule's slot already
+        assert enqueue_slot(session, schedules[0], 100_000_001) is not None
+    scheduler = Scheduler(sessions, schedules, started=t0)
+    reads: list[str] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("SELECT TASKS."):
+            reads.append(statement)
+
+    event.listen(sessions.kw["bind"], "before_cursor_execute", capture)
+    try:
+        made = scheduler.tick(t0 + 10)
+    finally:
+        event.remove(sessions.kw["bind"], "before_cursor_execute", capture)
+    assert sorted(t.dedupe_key for t in made) == sorted(s.dedupe_key(100_000_001) for s in schedules[1:])
+    # One read for the three due slots, then each enqueue's own check under its lock (two).
+    assert len(reads) == 3, reads
+    assert scheduler.tick(t0 + 15) == []  # nothing due
+    made = Scheduler(sessions, schedules, started=t0).tick(t0 + 10)  # a second process, same moment: all taken
+    assert made == []
+
+
 def test_a_scheduler_ticks_once_per_interval_after_its_first(sessions, scope):
     schedule = Schedule(f"test-{uuid.uuid4().hex[:8]}", "noop", 10, scope.scope_id)
     t0 = 1_000_000_000.0

@@ -8,7 +8,8 @@ key exists in any status, and enqueues one if not, so N processes never enqueue 
 when the first one's task already finished. A schedule's first slot is due one interval after its
 scheduler started (start-up work runs in ``mewdex.runtime`` instead). Finished tasks of a schedule
 older than ``keep_intervals`` intervals are deleted when a later slot is enqueued (at every
-:func:`prune_every`-th slot). A scheduler reads whether its due slot is taken before it takes the lock.
+:func:`prune_every`-th slot). A scheduler reads in one statement which of its due slots are taken
+(:func:`slots_taken`) before it takes the lock of each other one.
 
 Built-in maintenance schedules live in :mod:`mewdex.runtime.maintenance`; one of them
 (``scheduled_job_dispatch``) dispatches users' cron jobs (:mod:`mewdex.schedules.dispatch`).
@@ -102,6 +103,24 @@ def slot_taken(session: Session, schedule: Schedule, slot: int) -> bool:
     )
 
 
+def slots_taken(session: Session, due: Iterable[tuple[Schedule, int]]) -> dict[tuple[str, str], set[str]]:
+    """Of ``due`` (schedule, slot) pairs, the dedupe keys whose task exists (any status), by (scope id,
+    task type): one statement for them all (through ``ix_tasks_standalone_dedupe``)."""
+    due = list(due)
+    rows = session.execute(
+        select(Task.scope_id, Task.task_type, Task.dedupe_key).where(
+            Task.scope_id.in_({s.scope_id for s, _ in due}),
+            Task.task_type.in_({s.task_type for s, _ in due}),
+            Task.dedupe_key.in_([s.dedupe_key(slot) for s, slot in due]),
+            Task.submission_mode == "standalone",
+        )
+    )
+    taken: dict[tuple[str, str], set[str]] = {}
+    for scope_id, task_type, key in rows:
+        taken.setdefault((scope_id, task_type), set()).add(key)
+    return taken
+
+
 def prune_every(schedule: Schedule) -> int:
     """Prune a schedule's finished tasks at every this many slots (a sixth of what it keeps: a one-second
     schedule keeping 60 prunes every 10 s, not at every tick of every process)."""
@@ -139,20 +158,30 @@ class Scheduler:
         """Enqueue the slot of every schedule that is due at ``now`` (epoch seconds); returns the tasks
         this call enqueued (a slot another process enqueued first is not returned)."""
         now = time.time() if now is None else now
-        out = []
+        due: list[tuple[Schedule, int]] = []
         for schedule in self.schedules:
             if now < self._next_due[schedule.name]:
                 continue
             seconds = schedule.seconds()
             slot = math.floor(now / seconds)
             self._next_due[schedule.name] = (slot + 1) * seconds
+            due.append((schedule, slot))
+        if not due:
+            return []
+        try:
+            # Every process's scheduler is due at the same moment: the ones that come after the slots were
+            # enqueued learn it from one read for all of them, without the lock and its transaction (an idle
+            # server spent most of its CPU on the one-second schedules' ticks, a read per schedule).
+            with self.sessions() as session:
+                taken = slots_taken(session, due)
+        except Exception as exc:
+            log_loop_error(log, f"schedules {', '.join(s.name for s, _ in due)}: could not read their slots", exc)
+            return []
+        out = []
+        for schedule, slot in due:
+            if schedule.dedupe_key(slot) in taken.get((schedule.scope_id, schedule.task_type), ()):
+                continue
             try:
-                # Every process's scheduler is due at the same moment: the ones that come after the slot
-                # was enqueued learn it from one read, without the lock and its transaction (an idle server
-                # with two workers spent most of its CPU on the one-second schedules' ticks).
-                with self.sessions() as session:
-                    if slot_taken(session, schedule, slot):
-                        continue
                 with self.sessions.begin() as session:
                     task = enqueue_slot(session, schedule, slot)
             except Exception as exc:
