@@ -117,7 +117,8 @@ def slots_taken(session: Session, due: Iterable[tuple[Schedule, int]]) -> dict[t
     )
     taken: dict[tuple[str, str], set[str]] = {}
     for scope_id, task_type, key in rows:
-        taken.setdefault((scope_id, task_type), set()).add(key)
+        if key is not None:  # matched by the IN list: never None
+            taken.setdefault((scope_id, task_type), set()).add(key)
     return taken
 
 
