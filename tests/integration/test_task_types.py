@@ -24,7 +24,7 @@ from sqlalchemy import select, text
 from conftest import wait_until
 from mewdex.db.models import Task
 from mewdex.queue import registry
-from mewdex.queue.scheduler import Schedule, Scheduler, enqueue_slot
+from mewdex.queue.scheduler import Schedule, Scheduler, enqueue_slot, slots_taken
 from queue_helpers import exit_code, log_tail, start_workers, status_counts, stop_workers, wait_started
 
 TASK_MODULE = '''
@@ -214,6 +214,10 @@ def test_the_schedulers_statements_read_an_index_not_every_task(sessions, scope)
         event.listen(connection, "before_cursor_execute", capture)
         try:
             assert enqueue_slot(session, schedule, 7) is not None
+            assert slots_taken(session, [(schedule, 7), (schedule, 8)]) == {
+                schedule.dedupe_key(7),
+                schedule.dedupe_key(8),
+            }
         finally:
             event.remove(connection, "before_cursor_execute", capture)
         assert any(s.lstrip().upper().startswith("DELETE") for s, _ in statements)
@@ -261,7 +265,14 @@ def test_a_scheduler_ticks_once_per_interval_after_its_first(sessions, scope):
     made = first.tick(t0 + 10) + second.tick(t0 + 13.5)  # both due in slot 100,000,001: one task
     assert [t.dedupe_key for t in made] == [schedule.dedupe_key(100_000_001)]
     assert first.tick(t0 + 12) == []  # not due again before the next slot
-    assert [t.dedupe_key for t in second.tick(t0 + 20)] == [schedule.dedupe_key(100_000_002)]
+    # No worker took the first slot's task yet: the next slots add no second one beside it.
+    assert second.tick(t0 + 20) == [] and first.tick(t0 + 25) == []
+    with sessions.begin() as session:
+        session.execute(
+            text("UPDATE tasks SET status = 'succeeded', completed_at = now() WHERE scope_id = :s"),
+            {"s": scope.scope_id},
+        )
+    assert [t.dedupe_key for t in second.tick(t0 + 30)] == [schedule.dedupe_key(100_000_003)]
     with sessions.begin() as session:
         lanes = set(session.execute(select(Task.lane).where(Task.scope_id == scope.scope_id)).scalars())
     assert lanes == {registry.get("noop").lane}

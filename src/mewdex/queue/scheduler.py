@@ -9,7 +9,9 @@ when the first one's task already finished. A schedule's first slot is due one i
 scheduler started (start-up work runs in ``mewdex.runtime`` instead). Finished tasks of a schedule
 older than ``keep_intervals`` intervals are deleted when a later slot is enqueued (at every
 :func:`prune_every`-th slot). A scheduler reads in one statement which of its due slots are taken
-(:func:`slots_taken`) before it takes the lock of each other one.
+(:func:`slots_taken`) before it takes the lock of each other one, and skips a slot while a task of an
+earlier slot of its schedule is still queued (one waiting task per schedule, not one per slot, when no
+worker runs).
 
 Built-in maintenance schedules live in :mod:`mewdex.runtime.maintenance`; one of them
 (``scheduled_job_dispatch``) dispatches users' cron jobs (:mod:`mewdex.schedules.dispatch`).
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import and_, delete, func, or_, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from mewdex.db.models.queue import Task
@@ -103,22 +105,33 @@ def slot_taken(session: Session, schedule: Schedule, slot: int) -> bool:
     )
 
 
-def slots_taken(session: Session, due: Iterable[tuple[Schedule, int]]) -> dict[tuple[str, str], set[str]]:
-    """Of ``due`` (schedule, slot) pairs, the dedupe keys whose task exists (any status), by (scope id,
-    task type): one statement for them all (through ``ix_tasks_standalone_dedupe``)."""
+def slots_taken(session: Session, due: Iterable[tuple[Schedule, int]]) -> set[str]:
+    """The dedupe keys of ``due`` (schedule, slot) pairs that need no task: one exists for the slot (any
+    status), or one of the schedule's earlier slots is still queued (no worker took it yet: the one task
+    that will run does the work, so a server whose workers are elsewhere and down does not pile one up per
+    slot). One statement for them all, through ``ix_tasks_standalone_dedupe`` (a schedule's own tasks:
+    the ones it keeps, and at most one queued)."""
     due = list(due)
     rows = session.execute(
-        select(Task.scope_id, Task.task_type, Task.dedupe_key).where(
+        select(Task.scope_id, Task.task_type, Task.dedupe_key, Task.status).where(
             Task.scope_id.in_({s.scope_id for s, _ in due}),
             Task.task_type.in_({s.task_type for s, _ in due}),
-            Task.dedupe_key.in_([s.dedupe_key(slot) for s, slot in due]),
             Task.submission_mode == "standalone",
+            or_(
+                Task.dedupe_key.in_([s.dedupe_key(slot) for s, slot in due]),
+                and_(Task.status == "queued", Task.dedupe_key.like("schedule:%")),
+            ),
         )
-    )
-    taken: dict[tuple[str, str], set[str]] = {}
-    for scope_id, task_type, key in rows:
-        if key is not None:  # matched by the IN list: never None
-            taken.setdefault((scope_id, task_type), set()).add(key)
+    ).all()
+    taken = set()
+    for schedule, slot in due:
+        key, prefix = schedule.dedupe_key(slot), f"schedule:{schedule.name}:"
+        for scope_id, task_type, dedupe_key, status in rows:
+            if (scope_id, task_type) != (schedule.scope_id, schedule.task_type) or dedupe_key is None:
+                continue
+            if dedupe_key == key or (status == "queued" and dedupe_key.startswith(prefix)):
+                taken.add(key)
+                break
     return taken
 
 
@@ -172,7 +185,8 @@ class Scheduler:
         try:
             # Every process's scheduler is due at the same moment: the ones that come after the slots were
             # enqueued learn it from one read for all of them, without the lock and its transaction (an idle
-            # server spent most of its CPU on the one-second schedules' ticks, a read per schedule).
+            # server spent most of its CPU on the one-second schedules' ticks, a read per schedule); a slot
+            # whose schedule still has a task waiting for a worker is not enqueued at all.
             with self.sessions() as session:
                 taken = slots_taken(session, due)
         except Exception as exc:
@@ -180,7 +194,7 @@ class Scheduler:
             return []
         out = []
         for schedule, slot in due:
-            if schedule.dedupe_key(slot) in taken.get((schedule.scope_id, schedule.task_type), ()):
+            if schedule.dedupe_key(slot) in taken:
                 continue
             try:
                 with self.sessions.begin() as session:
