@@ -17,7 +17,7 @@ from starlette.routing import Route
 from mewdex import runtime
 from mewdex.config import get_settings, package_version
 from mewdex.runtime import prepare_database, recover_storage  # noqa: F401 - re-exported (benches, older callers)
-from mewdex.web import capabilities, errors, failures, metrics, security
+from mewdex.web import capabilities, errors, failures, metrics, route_table, security
 from mewdex.web.base_path import BasePath
 from mewdex.web.guards import RequestGuards
 from mewdex.web.hygiene import JsonTextGuard
@@ -53,6 +53,9 @@ from mewdex.web.routers import (
 
 log = logging.getLogger(__name__)
 
+#: What every route may answer besides its own (auth, scope 404s, validation, quotas, rate limits).
+ERROR_RESPONSES = errors.error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
+
 
 def create_app(*, workers: int | None = None, host: str | None = None, web_process: bool = False) -> FastAPI:
     """The app; ``workers`` workers (default ``MEWDEX_WORKERS``, see ``MEWDEX_WORKER_MODE``) run while it is up;
@@ -83,14 +86,13 @@ def create_app(*, workers: int | None = None, host: str | None = None, web_proce
         _app.state.shutting_down = True
         server.stop()
 
-    # Every route may answer these errors (auth, scope 404s, validation, quotas, rate limits).
     app = FastAPI(
         title="mewdex",
         version=package_version(),
         lifespan=lifespan,
         docs_url=None,  # /docs and /redoc come from api_docs (assets served here, CSP-clean)
         redoc_url=None,
-        responses=errors.error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
+        responses=ERROR_RESPONSES,
     )
     app.state.bind_host = host or get_settings().host
     errors.install(app)
@@ -99,40 +101,43 @@ def create_app(*, workers: int | None = None, host: str | None = None, web_proce
     app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
     security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
     app.add_middleware(metrics.HttpMetrics)  # every answer counts, refusals included
-    app.add_middleware(BasePath)  # outermost: MEWDEX_BASE_PATH as the ASGI root_path (web.base_path)
-    for module in (
-        metrics,
-        health,
-        search,
-        search_marks,
-        feedback,
-        memes,
-        tags,
-        trash,
-        recaption,
-        visual,
-        collections,
-        collection_shares,
-        share_pages,
-        tasks,
-        search_pages,
-        meme_pages,
-        library_pages,
-        collection_pages,
-        tag_pages,
-        task_pages,
-        auth,
-        sso,
-        usage,
-        admin,
-        account_pages,
-        pwa,
-    ):
-        app.include_router(module.router)
-    # Each capability package's routes, as declared (web.capabilities): the connectors', the
-    # assistant's, the channel framework's, each channel package's, the schedules'.
-    for capability_router in capabilities.routers():
-        app.include_router(capability_router)
+    app.add_middleware(BasePath)  # MEWDEX_BASE_PATH as the ASGI root_path (web.base_path)
+    app.add_middleware(route_table.ServingApp)  # outermost: the app whose dependency_overrides apply
+    # Every router, ours then each capability package's (web.capabilities: the connectors', the
+    # assistant's, the channel framework's, each channel package's, the schedules'), from the process's
+    # one route table (web.route_table: FastAPI builds their request state once per process, not per app).
+    routers = [
+        module.router
+        for module in (
+            metrics,
+            health,
+            search,
+            search_marks,
+            feedback,
+            memes,
+            tags,
+            trash,
+            recaption,
+            visual,
+            collections,
+            collection_shares,
+            share_pages,
+            tasks,
+            search_pages,
+            meme_pages,
+            library_pages,
+            collection_pages,
+            tag_pages,
+            task_pages,
+            auth,
+            sso,
+            usage,
+            admin,
+            account_pages,
+            pwa,
+        )
+    ]
+    app.router.routes.extend(route_table.table([*routers, *capabilities.routers()], ERROR_RESPONSES).routes)
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token), built at the first
     # request to these paths (web.mcp_mount), serves them.
     for path in mcp_http.PATHS:
