@@ -4,9 +4,10 @@ no database (the web app manifest, an unknown API path, an unknown meme's thumbn
 middleware stack and the error page), called through the ASGI interface (no sockets, no TestClient).
 
 Run: PYTHONPATH=src .venv/bin/python bench/routing.py [--requests 300] [--json]
-(in a fresh temp data dir, no database started; CPU seconds of this process). On 2 cores, quiet, with one
-route table per process (web.route_table): a second app's first request 0.011 s (0.75 s when every app
-included the routers itself); /manifest.webmanifest 0.87 ms a request (1.52).
+(in a fresh temp data dir, no database started; CPU seconds of this process). On 2 cores, quiet: a second
+app's first request 0.006 s with one route table per process (web.route_table), 0.97-1.01 s when every app
+included the routers itself; the CPU per request is the same either way within this bench's spread
+(0.9-1.3 ms for the manifest, run to run).
 """
 
 from __future__ import annotations
