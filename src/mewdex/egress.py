@@ -43,11 +43,11 @@ Imports only the standard library, ``httpx2``/``httpcore2`` and :mod:`mewdex.con
 from __future__ import annotations
 
 import email.utils
-import functools
 import ipaddress
 import logging
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -306,12 +306,19 @@ class _DeadlineBackend(httpcore2.NetworkBackend):
         time.sleep(seconds)
 
 
-@functools.cache
+_thread_tls = threading.local()
+
+
 def tls_context() -> ssl.SSLContext:
-    """The process's one client TLS context (certificate checks on, the default CA roots, no environment
-    settings), shared by every :func:`fetch` and :func:`guarded_client` transport: building one reads the
-    whole CA bundle (20-40 ms of CPU), which each outgoing call used to pay twice."""
-    return httpx2.create_ssl_context(verify=True, trust_env=False)
+    """This thread's client TLS context (certificate checks on, the default CA roots, no environment
+    settings), shared by the :func:`fetch` and :func:`guarded_client` transports the thread builds: building
+    one reads the whole CA bundle (20-40 ms of CPU), which each outgoing call used to pay twice. One per
+    thread, not per process: httpcore sets the context's ALPN protocols at every connect, which OpenSSL
+    does not allow while another thread creates a connection from the same context."""
+    context = getattr(_thread_tls, "context", None)
+    if context is None:
+        context = _thread_tls.context = httpx2.create_ssl_context(verify=True, trust_env=False)
+    return context
 
 
 class _DeadlineTransport(httpx2.HTTPTransport):

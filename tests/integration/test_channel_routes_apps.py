@@ -5,6 +5,7 @@ leaks into the other."""
 
 from __future__ import annotations
 
+from fastapi import Request  # module level: the route's annotation is resolved from these globals
 from fastapi.testclient import TestClient
 
 from conftest import LOCAL_CLIENT, app_for
@@ -51,3 +52,38 @@ def test_two_apps_share_the_routers_but_not_their_state(sessions, scope):
         assert counted.calls == before, "the first app does not use the second's sessionmaker"
         assert b.post(unsigned, content=b"{}").status_code == 401
         assert counted.calls == before + 1, "the second app's route works in its own sessionmaker"
+
+
+def test_a_capability_routers_own_start_up_and_lifespan_run_with_every_app(scope, monkeypatch):
+    """The routers are included once per process into one table (web.route_table); what a router declares
+    for its app's start-up and shut-down (on_startup/on_shutdown handlers, a lifespan with its state) still
+    runs with each app that serves it, as FastAPI's per-app inclusion ran it."""
+    from contextlib import asynccontextmanager
+
+    from fastapi import APIRouter
+
+    from mewdex.web import capabilities
+
+    events: list[str] = []
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        events.append("lifespan in")
+        yield {"plugin_state": "from the lifespan"}
+        events.append("lifespan out")
+
+    extra = APIRouter(lifespan=lifespan, on_startup=[lambda: events.append("startup")])
+    extra.add_event_handler("shutdown", lambda: events.append("shutdown"))
+
+    @extra.get("/plugin-state")
+    def plugin_state(request: Request) -> dict:
+        return {"state": request.state.plugin_state}
+
+    real = capabilities.routers
+    monkeypatch.setattr(capabilities, "routers", lambda: [*real(), extra])
+    for _ in range(2):  # two apps: each runs them
+        events.clear()
+        with TestClient(app_for(scope), **LOCAL_CLIENT) as client:
+            assert sorted(events) == ["lifespan in", "startup"], events
+            assert client.get("/plugin-state").json() == {"state": "from the lifespan"}
+        assert sorted(events) == ["lifespan in", "lifespan out", "shutdown", "startup"], events

@@ -107,7 +107,7 @@ def slot_taken(session: Session, schedule: Schedule, slot: int) -> bool:
 
 def slots_taken(session: Session, due: Iterable[tuple[Schedule, int]]) -> set[str]:
     """The dedupe keys of ``due`` (schedule, slot) pairs that need no task: one exists for the slot (any
-    status), or one of the schedule's earlier slots is still queued (no worker took it yet: the one task
+    status), or one of the schedule's earlier slots is still queued and due (no worker took it yet: the one task
     that will run does the work, so a server whose workers are elsewhere and down does not pile one up per
     slot). One statement for them all, through ``ix_tasks_standalone_dedupe`` (a schedule's own tasks:
     the ones it keeps, and at most one queued)."""
@@ -119,7 +119,8 @@ def slots_taken(session: Session, due: Iterable[tuple[Schedule, int]]) -> set[st
             Task.submission_mode == "standalone",
             or_(
                 Task.dedupe_key.in_([s.dedupe_key(slot) for s, slot in due]),
-                and_(Task.status == "queued", Task.dedupe_key.like("schedule:%")),
+                # Waiting for a worker, not out a retry's back-off (then the next slots come as before).
+                and_(Task.status == "queued", Task.available_at <= func.now(), Task.dedupe_key.like("schedule:%")),
             ),
         )
     ).all()

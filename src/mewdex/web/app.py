@@ -65,44 +65,6 @@ def create_app(*, workers: int | None = None, host: str | None = None, web_proce
     count = get_settings().workers if workers is None else workers
     mcp_http = McpMount(f"http://{host or get_settings().host}:{get_settings().port}")
 
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI):
-        # Requests worked on at once (sync routes run on these threads); the database pool is sized
-        # from the same setting (db.pools.pool_sizes), so a request never waits for its connection.
-        to_thread.current_default_thread_limiter().total_tokens = get_settings().api_concurrency
-        _app.state.shutting_down = False
-        metrics.watch_shutdown(_app)  # /readyz answers 503 from the first signal on
-        if not web_process:
-            runtime.prepare_database()
-        if get_settings().warm_models:
-            threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
-        # The database's supervision (a crashed one is noticed and, embedded, restarted within seconds)
-        # and the workers; periodic maintenance runs as scheduled tasks, which the workers' schedulers
-        # enqueue (without workers, this process's scheduler, for the workers of other processes).
-        server = runtime.join_server() if web_process else runtime.start_server(count)
-        _app.state.worker_pool = server.pool
-        async with mcp_http.running():  # the MCP transport's task group (/mcp, built at its first request)
-            yield
-        _app.state.shutting_down = True
-        server.stop()
-
-    app = FastAPI(
-        title="mewdex",
-        version=package_version(),
-        lifespan=lifespan,
-        docs_url=None,  # /docs and /redoc come from api_docs (assets served here, CSP-clean)
-        redoc_url=None,
-        responses=ERROR_RESPONSES,
-    )
-    app.state.bind_host = host or get_settings().host
-    errors.install(app)
-    failures.install(app)
-    app.add_middleware(RequestGuards)
-    app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
-    security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
-    app.add_middleware(metrics.HttpMetrics)  # every answer counts, refusals included
-    app.add_middleware(BasePath)  # MEWDEX_BASE_PATH as the ASGI root_path (web.base_path)
-    app.add_middleware(route_table.ServingApp)  # outermost: the app whose dependency_overrides apply
     # Every router, ours then each capability package's (web.capabilities: the connectors', the
     # assistant's, the channel framework's, each channel package's, the schedules'), from the process's
     # one route table (web.route_table: FastAPI builds their request state once per process, not per app).
@@ -137,7 +99,50 @@ def create_app(*, workers: int | None = None, host: str | None = None, web_proce
             pwa,
         )
     ]
-    app.router.routes.extend(route_table.table([*routers, *capabilities.routers()], ERROR_RESPONSES).routes)
+    table = route_table.table([*routers, *capabilities.routers()], ERROR_RESPONSES)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        # Requests worked on at once (sync routes run on these threads); the database pool is sized
+        # from the same setting (db.pools.pool_sizes), so a request never waits for its connection.
+        to_thread.current_default_thread_limiter().total_tokens = get_settings().api_concurrency
+        _app.state.shutting_down = False
+        metrics.watch_shutdown(_app)  # /readyz answers 503 from the first signal on
+        if not web_process:
+            runtime.prepare_database()
+        if get_settings().warm_models:
+            threading.Thread(target=runtime.warm_models, name="warm-models", daemon=True).start()
+        # The database's supervision (a crashed one is noticed and, embedded, restarted within seconds)
+        # and the workers; periodic maintenance runs as scheduled tasks, which the workers' schedulers
+        # enqueue (without workers, this process's scheduler, for the workers of other processes).
+        server = runtime.join_server() if web_process else runtime.start_server(count)
+        _app.state.worker_pool = server.pool
+        async with mcp_http.running():  # the MCP transport's task group (/mcp, built at its first request)
+            # The routers' own start-up and shut-down (on_startup/on_shutdown, a lifespan), which FastAPI
+            # merged into the table when it included them: run by every app that serves the table.
+            async with table.lifespan_context(_app) as state:
+                yield state
+        _app.state.shutting_down = True
+        server.stop()
+
+    app = FastAPI(
+        title="mewdex",
+        version=package_version(),
+        lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc come from api_docs (assets served here, CSP-clean)
+        redoc_url=None,
+        responses=ERROR_RESPONSES,
+    )
+    app.state.bind_host = host or get_settings().host
+    errors.install(app)
+    failures.install(app)
+    app.add_middleware(RequestGuards)
+    app.add_middleware(JsonTextGuard)  # 422 invalid_text for NULs and lone surrogates in JSON bodies
+    security.install(app, app.state.bind_host)  # Host allow-list, peer rule, body limits, headers: before the guards
+    app.add_middleware(metrics.HttpMetrics)  # every answer counts, refusals included
+    app.add_middleware(BasePath)  # MEWDEX_BASE_PATH as the ASGI root_path (web.base_path)
+    app.add_middleware(route_table.ServingApp)  # outermost: the app whose dependency_overrides apply
+    app.router.routes.extend(table.routes)
     # MCP over streamable HTTP: the SDK's app (bearer auth by personal API token), built at the first
     # request to these paths (web.mcp_mount), serves them.
     for path in mcp_http.PATHS:
