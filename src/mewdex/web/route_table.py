@@ -2,8 +2,8 @@
 
 FastAPI (≥ 0.137) keeps an included router as a node and builds its routes' request state (response
 fields, dependants) for each app at that app's first requests: 0.75 s of CPU per app for mewdex's
-~300 routes, paid by every server's first request and by every app a test builds, and a walk of the
-nested routers on every request after. :func:`table` includes the routers once per process into one
+~300 routes, paid by every server's first request and by every app a test builds. :func:`table`
+includes the routers once per process into one
 :class:`~fastapi.APIRouter` whose nodes keep what they built; :func:`create_app
 <mewdex.web.app.create_app>` puts that table's nodes in each app's routes.
 
