@@ -1,6 +1,7 @@
 """Vector leg: nearest memes by cosine similarity in the scope's active generation of a leg,
-taking each meme's best field: an exact scan for a scope of at most :data:`EXACT_SCAN_ROWS` vectors,
-pgvector HNSW with iterative scans for a larger one."""
+taking each meme's best field: an exact scan for a scope of at most :data:`EXACT_SCAN_ROWS` vectors
+(in this process without filters, :mod:`mewdex.search.exact_scan`; in PostgreSQL with them), pgvector
+HNSW with iterative scans for a larger one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from mewdex.dto.search import SearchFilters
 from mewdex.library.listing import exists_sql
+from mewdex.search import exact_scan
 from mewdex.search.generations import GenerationRef, current_generation, forget_generation
 from mewdex.search.vector_index import distance_sql, exact_distance_sql
 
@@ -146,8 +148,10 @@ def search_generation(
     """One statement: the ``limit`` memes of ``generation`` nearest to ``query`` (best field per meme,
     from ``limit ×`` :func:`rows_per_meme` nearest rows) and the generation the scope's head for ``leg``
     points at now (the caller's cached ``generation`` is stale when they differ: the process's cached
-    head is then forgotten, :func:`~mewdex.search.generations.forget_generation`). HNSW settings come
-    from the connection (:data:`SEARCH_CONNECTION_OPTIONS`) or :func:`hnsw_settings`."""
+    head is then forgotten, :func:`~mewdex.search.generations.forget_generation`). Without filters a
+    small generation is ranked in this process (:func:`mewdex.search.exact_scan.nearest`: two short
+    statements). HNSW settings come from the connection (:data:`SEARCH_CONNECTION_OPTIONS`) or
+    :func:`hnsw_settings`."""
     dims = generation.dimensions
     if dims != query.shape[0]:
         return [], None
@@ -163,6 +167,13 @@ def search_generation(
         if keeps
         else ""
     )
+    if not keeps:  # a small generation is ranked in this process (mewdex.search.exact_scan)
+        found = exact_scan.nearest(session, scope_id, leg, generation.id, dims, query, limit, EXACT_SCAN_ROWS)
+        if found is not None:
+            ranked, head = found
+            if head != generation.id:
+                forget_generation(scope_id, leg)
+            return [VectorHit(meme_id, 1 - distance, field) for meme_id, field, distance in ranked], head
     # The nearest carrier rows from the HNSW graph, plus the members sharing their texts (NULL
     # embedding, the carrier's distance; see vector_rows.write_vectors): each text's members looked
     # up once, nearest texts first, at most MEMBER_ROWS_PER_MEME × limit member rows (the loop stops

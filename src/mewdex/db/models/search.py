@@ -105,6 +105,11 @@ class MemeEmbedding(Base):
     image_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
     meme_revision: Mapped[int] = mapped_column(BigInteger, nullable=False)
     item_status: Mapped[str] = mapped_column(String(32), nullable=False, default="pending")
+    #: The inserting transaction's 64-bit id (NULL: written before migration 0032); what a process
+    #: holding the generation in memory reads news by (mewdex.search.exact_scan).
+    written_xid: Mapped[int | None] = mapped_column(
+        BigInteger, server_default=text("(pg_current_xact_id())::text::bigint")
+    )
 
     __table_args__ = (
         ForeignKeyConstraint(["scope_id"], ["scopes.id"], ondelete="CASCADE"),
@@ -135,6 +140,12 @@ class MemeEmbedding(Base):
             "field",
             text("left(semantic_document_hash, 16)"),
             postgresql_where=text("embedding IS NULL AND item_status = 'ready'"),
+        ),
+        Index(
+            "ix_meme_embeddings_written",
+            "scope_id",
+            "generation_id",
+            "written_xid",
         ),
     )
 
