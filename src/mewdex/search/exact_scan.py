@@ -15,8 +15,9 @@ generation are always replaced together, in one transaction
 Each row records the inserting transaction (``meme_embeddings.written_xid``, migration 0032). The
 cache remembers the oldest transaction still running when it was last brought up to date (``xmin`` of
 that statement's snapshot): every row it could not see then was written by a transaction at or after
-it. Before each search one index range (:data:`_NEWS`) reads the rows written since: a meme found there
-gets exactly the rows found (its old ones are gone), and ``xmin`` moves on — a transaction that began
+it. Each search's one statement (:data:`_CHECK`) also reads, by an index range, the rows written since:
+a meme found there gets exactly the rows found (its old ones are gone; the search then ranks again),
+and ``xmin`` moves on — a transaction that began
 before the cache was loaded and commits later is still seen. Rows whose id is at or past the
 snapshot's ``xmax`` (impossible but for rows restored from another cluster's backup) are not news: the
 load read them. A meme whose rows were deleted without new ones (purged, or its text became empty)
@@ -76,16 +77,30 @@ _NEWS = text(
     """
 )
 
-#: The places (1-based) of the pairs ``:ids`` / ``:fields`` (comma-separated) whose row is in the
-#: generation (a primary-key probe each); and the scope's head for the leg (place 0).
-_EXISTING = text(
-    """
-    SELECT 0, (SELECT active_generation_id FROM search_heads WHERE scope_id = :scope AND model = :leg)
-    UNION ALL
-    SELECT t.ord, NULL FROM unnest(string_to_array(:ids, ',')::uuid[], string_to_array(:fields, ','))
+#: The pairs ``:ids`` / ``:fields`` (comma-separated; ``t.ord`` their 1-based place) whose row is in
+#: the generation (a primary-key probe each).
+_EXISTING_PAIRS = """
+    FROM unnest(string_to_array(:ids, ',')::uuid[], string_to_array(:fields, ','))
         WITH ORDINALITY AS t(meme_id, field, ord)
     WHERE EXISTS (SELECT 1 FROM meme_embeddings e WHERE e.scope_id = :scope AND e.generation_id = :generation
-                    AND e.meme_id = t.meme_id AND e.field = t.field)
+                    AND e.meme_id = t.meme_id AND e.field = t.field)"""
+_HEAD = "(SELECT active_generation_id FROM search_heads WHERE scope_id = :scope AND model = :leg)"
+
+#: The places of the existing pairs, and the scope's head for the leg (place 0).
+_EXISTING = text(f"SELECT 0, {_HEAD} UNION ALL SELECT t.ord, NULL {_EXISTING_PAIRS}")
+
+#: :data:`_EXISTING` and :data:`_NEWS` in one statement (one snapshot): rows ``(place, head, xmin,
+#: meme, field, digest, vector bytes)`` — place 0 the head and the snapshot's xmin, place > 0 an
+#: existing pair, place NULL a row of the news.
+_CHECK = text(
+    f"""
+    SELECT 0::bigint, {_HEAD}, {_SNAPSHOT}, NULL::uuid, NULL::varchar, NULL::varchar, NULL::bytea
+    UNION ALL
+    SELECT t.ord, NULL, NULL, NULL, NULL, NULL, NULL {_EXISTING_PAIRS}
+    UNION ALL
+    SELECT NULL, NULL, NULL, {_ROW} FROM meme_embeddings
+    WHERE {_OF_GENERATION}
+      AND written_xid >= :xmin AND written_xid < pg_snapshot_xmax(pg_current_snapshot())::text::bigint
     """
 )
 
@@ -113,9 +128,10 @@ class _Generation:
     def nbytes(self) -> int:
         return int(self.matrix.nbytes + 9 * self.row_meme.size + 120 * (len(self.texts) + len(self.row_field)))
 
-    def apply(self, rows: list, replace: bool) -> None:
+    def apply(self, rows: list, replace: bool) -> bool:
         """Take ``rows`` = [(meme, field, digest, vector bytes | None)]; with ``replace`` each meme in
-        them gets exactly those rows (news: its others are gone). Under ``lock``."""
+        them gets exactly those rows (news: its others are gone). Returns whether any meme's rows
+        changed. Under ``lock``."""
         fresh = [(f, d, b) for _m, f, d, b in rows if b is not None and (f, d) not in self.texts]
         if fresh:
             self._add_texts(fresh)
@@ -129,10 +145,12 @@ class _Generation:
             found.setdefault(m, {})
             if t is not None:  # a member of a text no carrier brought is unreachable (as in PostgreSQL)
                 found[m][field] = t
+        changed = False
         for m, fields in found.items():
             held = self.rows.get(m, {})
             if {f: int(self.row_text[i]) for f, i in held.items()} == fields:
                 continue
+            changed = True
             if replace:
                 self.row_alive[list(held.values())] = False
                 held = {}
@@ -141,6 +159,7 @@ class _Generation:
             for field, t in fields.items():
                 held[field] = self._append_row(m, t, field)
             self.rows[m] = held
+        return changed
 
     def _append_row(self, m: int, t: int, field: str) -> int:
         i = len(self.row_field)
@@ -207,9 +226,9 @@ def nearest(
 ) -> tuple[list[tuple[UUID, str, float]], UUID | None] | None:
     """The ``limit`` memes of the generation nearest to ``query`` ((dims,) float32) —
     ``[(meme, best field, cosine distance)]``, nearest first — and the scope's head for ``leg``;
-    None when the generation has more than ``cap`` carrier rows (search it in PostgreSQL). Two
-    statements (the news, then which memes still have their rows); a generation's first search loads
-    it (one statement, ~2 KB per carrier row). Any session."""
+    None when the generation has more than ``cap`` carrier rows (search it in PostgreSQL). One
+    statement (which of the nearest memes still have their rows, and the news); a generation's first
+    search loads it (one statement, ~2 KB per carrier row). Any session."""
     key = (scope_id, generation_id)
     now = time.monotonic()
     with _cache_lock:
@@ -222,22 +241,40 @@ def nearest(
         generation = _load(session, key, dims, cap, stale=generation)
         if generation is None:
             return None
-    else:
-        _read_news(session, key, generation)
-        if len(generation.text_keys) > cap:
-            _too_big(key)
-            return None
+        return _existing(session, scope_id, leg, generation_id, generation.rank(query, limit + SLACK), limit)
+    # One statement checks the ranking and reads the news; only news that changed a meme's rows
+    # (rare but while the scope is being imported) rank again and check again.
     ranked = generation.rank(query, limit + SLACK)
-    rows = session.execute(
-        _EXISTING,
-        {
-            "scope": scope_id,
-            "leg": leg,
-            "generation": generation_id,
-            "ids": ",".join(str(m) for m, _, _ in ranked),
-            "fields": ",".join(f for _, f, _ in ranked),
-        },
-    ).all()
+    rows = session.execute(_CHECK, {**_pairs(scope_id, leg, generation_id, ranked), "xmin": generation.xmin}).all()
+    head_row = next(r for r in rows if r[0] == 0)
+    news = [(r[3], r[4], r[5], _bytes(r[6])) for r in rows if r[0] is None]
+    with generation.lock:
+        changed = generation.apply(news, replace=True) if news else False
+        generation.xmin = max(generation.xmin, int(head_row[2]))
+    if len(generation.text_keys) > cap:
+        _too_big(key)
+        return None
+    if changed:
+        return _existing(session, scope_id, leg, generation_id, generation.rank(query, limit + SLACK), limit)
+    kept = sorted(r[0] for r in rows if r[0])[:limit]
+    return [ranked[place - 1] for place in kept], head_row[1]
+
+
+def _pairs(scope_id: str, leg: str, generation_id: UUID, ranked: list[tuple[UUID, str, float]]) -> dict:
+    return {
+        "scope": scope_id,
+        "leg": leg,
+        "generation": generation_id,
+        "ids": ",".join(str(m) for m, _, _ in ranked),
+        "fields": ",".join(f for _, f, _ in ranked),
+    }
+
+
+def _existing(
+    session: Session, scope_id: str, leg: str, generation_id: UUID, ranked: list[tuple[UUID, str, float]], limit: int
+) -> tuple[list[tuple[UUID, str, float]], UUID | None]:
+    """The first ``limit`` of ``ranked`` whose (meme, field) row is in the generation, and the head."""
+    rows = session.execute(_EXISTING, _pairs(scope_id, leg, generation_id, ranked)).all()
     head = next((h for place, h in rows if place == 0), None)
     kept = sorted(place for place, _ in rows if place)[:limit]
     return [ranked[place - 1] for place in kept], head

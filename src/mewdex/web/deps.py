@@ -59,10 +59,12 @@ def app_sessions(connection: HTTPConnection) -> sessionmaker[Session]:
     return getattr(connection.app.state, "sessions", None) or get_sessionmaker()
 
 
-def db_session(session: Session = Depends(_transaction, scope="function")) -> Session:
+async def db_session(session: Session = Depends(_transaction, scope="function")) -> Session:
     """The request's session; its transaction commits when the route returns, BEFORE the response is
     sent (FastAPI's default for ``yield`` dependencies is after it: a client that got its 2xx could
-    read the old state, and a failed commit would go unreported)."""
+    read the old state, and a failed commit would go unreported). A coroutine, as the other
+    dependencies that only pass a value on: FastAPI runs a plain function dependency in a worker
+    thread (a thread hop each, costly for the event loop under load)."""
     return session
 
 
@@ -128,7 +130,7 @@ def _user_principal(user: User, via: str, session_value: str | None = None) -> P
     return Principal(ScopeContext(user.scope_id), user, via, session_value)
 
 
-def current_scope(principal: Principal = Depends(current_principal)) -> ScopeContext:
+async def current_scope(principal: Principal = Depends(current_principal)) -> ScopeContext:
     """The request's scope: the authenticated principal's (single-user mode: the local scope)."""
     return principal.scope
 
@@ -142,7 +144,7 @@ def streaming_scope(request: Request, _bearer: object = Security(BEARER)) -> Sco
         return current_principal(request, session).scope
 
 
-def current_user_id(request: Request, scope: ScopeContext = Depends(current_scope)) -> UUID | None:
+async def current_user_id(request: Request, scope: ScopeContext = Depends(current_scope)) -> UUID | None:
     """The signed-in account's id beside :func:`current_scope` (what a shared collection is shared
     with); None in single-user mode, for a signed media URL and when no account stands behind the scope."""
     principal = getattr(request.state, "principal", None)
