@@ -123,6 +123,7 @@ class _Generation:
         self.row_text = np.empty(256, np.int32)
         self.row_alive = np.empty(256, bool)
         self.row_field: list[str] = []
+        self._groups: tuple[np.ndarray, np.ndarray, np.ndarray, list[str]] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -151,6 +152,7 @@ class _Generation:
             if {f: int(self.row_text[i]) for f, i in held.items()} == fields:
                 continue
             changed = True
+            self._groups = None
             if replace:
                 self.row_alive[list(held.values())] = False
                 held = {}
@@ -169,6 +171,7 @@ class _Generation:
             )
         self.row_meme[i], self.row_text[i], self.row_alive[i] = m, t, True
         self.row_field.append(field)
+        self._groups = None
         return i
 
     def _add_texts(self, fresh: list[tuple[str, str, bytes]]) -> None:
@@ -185,34 +188,46 @@ class _Generation:
             self.texts[(f, d)] = n + i
         self.text_keys.extend((f, d) for f, d, _b in fresh)
 
+    def _by_meme(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """The live rows grouped by meme: ``(rows, memes, starts, fields)`` — ``rows`` the row indices,
+        meme by meme; ``memes[j]`` the meme of the group starting at ``rows[starts[j]]``. Kept until
+        the rows change. Under ``lock``."""
+        if self._groups is None:
+            n = len(self.row_field)
+            live = np.flatnonzero(self.row_alive[:n])
+            rows = live[np.argsort(self.row_meme[live], kind="stable")]
+            memes = self.row_meme[rows]
+            starts = np.flatnonzero(np.r_[True, memes[1:] != memes[:-1]]) if rows.size else np.empty(0, np.int64)
+            self._groups = (rows, memes[starts], starts, self.row_field)
+        return self._groups
+
     def rank(self, query: np.ndarray, count: int) -> list[tuple[UUID, str, float]]:
         """The ``count`` memes nearest to ``query``: ``[(meme, best field, cosine distance)]``,
-        nearest first, equal distances by meme id (as PostgreSQL orders uuids)."""
+        nearest first, equal distances by meme id (as PostgreSQL orders uuids); a meme's best field
+        is its nearest, equal ones by field name."""
         with self.lock:
-            matrix, n, rows = self.matrix, len(self.text_keys), len(self.row_field)
-            row_meme, row_text, row_alive = self.row_meme[:rows], self.row_text[:rows], self.row_alive[:rows].copy()
-            row_field, meme_ids = self.row_field, self.meme_ids
-        if n == 0 or rows == 0:
+            matrix, n, meme_ids = self.matrix, len(self.text_keys), self.meme_ids
+            rows, memes, starts, row_field = self._by_meme()
+            row_text = self.row_text
+        if n == 0 or rows.size == 0:
             return []
         q = np.asarray(query, dtype=np.float32)
         norm = float(np.linalg.norm(q))
-        distance = 1.0 - matrix[:n] @ (q / norm if norm > 0 else q)
-        row_distance = np.where(row_alive, distance[row_text], np.inf).astype(np.float32)
-        best = np.full(len(meme_ids), np.inf, np.float32)
-        np.minimum.at(best, row_meme, row_distance)
-        k = min(count, int(np.isfinite(best).sum()))
-        if k <= 0:
-            return []
+        distance = (1.0 - matrix[:n] @ (q / norm if norm > 0 else q))[row_text[rows]]
+        best = np.minimum.reduceat(distance, starts)
+        k = min(count, best.size)
         top = np.argpartition(best, k - 1)[:k] if k < best.size else np.arange(best.size)
-        top = top[np.isfinite(best[top])]
-        order = sorted(top.tolist(), key=lambda m: (float(best[m]), meme_ids[m].int))
-        wanted = set(order)
-        fields: dict[int, str] = {}
-        for i in np.flatnonzero(np.isin(row_meme, order)).tolist():
-            m = int(row_meme[i])
-            if m in wanted and row_distance[i] == best[m] and (m not in fields or row_field[i] < fields[m]):
-                fields[m] = row_field[i]
-        return [(meme_ids[m], fields[m], float(best[m])) for m in order]
+        group = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, rows.size]))
+        wanted = np.zeros(starts.size, bool)
+        wanted[top] = True
+        fields: dict[int, int] = {}  # group → its best row (nearest, then field name)
+        for j in np.flatnonzero(wanted[group] & (distance == best[group])).tolist():
+            g = int(group[j])
+            if g not in fields or row_field[rows[j]] < row_field[rows[fields[g]]]:
+                fields[g] = j
+        found = [(meme_ids[memes[g]], row_field[rows[j]], float(distance[j])) for g, j in fields.items()]
+        found.sort(key=lambda hit: (hit[2], hit[0].int))
+        return found
 
 
 _cache: OrderedDict[tuple[str, UUID], _Generation] = OrderedDict()
