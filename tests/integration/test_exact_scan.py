@@ -165,10 +165,14 @@ def test_a_generation_past_the_cap_is_searched_in_postgresql(sessions, scope, mo
     rng = np.random.default_rng(11)
     vectors = _unit(rng, 6)
     with sessions.begin() as session:
-        for i in range(6):
+        first = _meme(session, scope, 0)
+        _write(session, scope, first, [("name", "n0", vectors[0])])
+        for i in range(1, 6):
             _write(session, scope, _meme(session, scope, i), [("name", f"n{i}", vectors[i])])
     monkeypatch.setattr(vector, "EXACT_SCAN_ROWS", 4)
     hits = _search(sessions, scope, vectors[0], 3)
-    assert hits[0].similarity == pytest.approx(1.0, abs=1e-3) and len(hits) == 3  # HNSW, in half precision
+    # PostgreSQL's HNSW path (how many of a tiny scope's rows a graph scan reaches is its own matter:
+    # test_vector_scope.py); its nearest is the meme itself
+    assert hits[0].meme_id == first.id and hits[0].similarity == pytest.approx(1.0, abs=1e-3)
     assert (scope.scope_id, _generation_id(sessions, scope)) not in exact_scan._cache
     assert (scope.scope_id, _generation_id(sessions, scope)) in exact_scan._big
