@@ -176,3 +176,47 @@ def test_a_generation_past_the_cap_is_searched_in_postgresql(sessions, scope, mo
     assert hits[0].meme_id == first.id and hits[0].similarity == pytest.approx(1.0, abs=1e-3)
     assert (scope.scope_id, _generation_id(sessions, scope)) not in exact_scan._cache
     assert (scope.scope_id, _generation_id(sessions, scope)) in exact_scan._big
+
+
+class _NewsReadEarly:
+    """A session whose search statement returns its rows only after ``meanwhile`` ran: another
+    search's whole read and apply of the news fall between this one's read and its apply."""
+
+    def __init__(self, session, meanwhile) -> None:
+        self.session, self.meanwhile = session, meanwhile
+
+    def execute(self, statement, params=None):
+        result = self.session.execute(statement, params)
+        if statement is not exact_scan._CHECK or self.meanwhile is None:
+            return result
+        rows = result.all()
+        self.meanwhile, meanwhile = None, self.meanwhile
+        meanwhile()
+        return SimpleNamespace(all=lambda: rows)
+
+
+def test_news_read_before_another_searchs_newer_news_do_not_undo_them(sessions, scope):
+    """Two searches of one generation: the first reads the news before a re-caption commits, the
+    second after it and applies first. The first one's older rows must not replace the meme's new
+    ones (those are older than the xmin the cache moved to: never news again)."""
+    rng = np.random.default_rng(12)
+    first, second, other = _unit(rng, 3)
+    with sessions.begin() as session:
+        _write(session, scope, _meme(session, scope, 2), [("name", "other", other)])
+    _search(sessions, scope, other)  # loaded
+    with sessions.begin() as session:
+        meme = _meme(session, scope, 1)
+        _write(session, scope, meme, [("name", "first caption", first)])
+
+    def recaptioned_and_searched() -> None:
+        with sessions.begin() as session:
+            _write(session, scope, meme, [("name", "second caption", second)])
+        assert _search(sessions, scope, second)[0].meme_id == meme.id
+
+    with sessions.begin() as session:
+        generation = GenerationRef.of(active_generation(session, scope.scope_id, MODEL, DIMS))
+        early = _NewsReadEarly(session, recaptioned_and_searched)
+        vector.search_generation(early, scope.scope_id, MODEL, generation, first, 10)  # type: ignore[arg-type]
+        assert early.meanwhile is None
+    found = {h.meme_id: h.similarity for h in _search(sessions, scope, second)}
+    assert found[meme.id] == pytest.approx(1.0, abs=1e-5)  # ranked by its second caption

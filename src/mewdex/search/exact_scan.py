@@ -17,7 +17,8 @@ cache remembers the oldest transaction still running when it was last brought up
 that statement's snapshot): every row it could not see then was written by a transaction at or after
 it. Each search's one statement (:data:`_CHECK`) also reads, by an index range, the rows written since:
 a meme found there gets exactly the rows found (its old ones are gone; the search then ranks again),
-and ``xmin`` moves on — a transaction that began
+and ``xmin`` moves on (only if no other search applied news since this one's statement began:
+older rows must never undo newer ones; :meth:`_Generation.take_news`) — a transaction that began
 before the cache was loaded and commits later is still seen. Rows whose id is at or past the
 snapshot's ``xmax`` (impossible but for rows restored from another cluster's backup) are not news: the
 load read them. A meme whose rows were deleted without new ones (purged, or its text became empty)
@@ -113,6 +114,7 @@ class _Generation:
     def __init__(self, dims: int, xmin: int) -> None:
         self.dims, self.xmin, self.loaded = dims, xmin, time.monotonic()
         self.lock = threading.Lock()
+        self.reads = 0  # news reads applied so far (see take_news)
         self.texts: dict[tuple[str, str], int] = {}
         self.text_keys: list[tuple[str, str]] = []
         self.matrix = np.empty((64, dims), np.float32)
@@ -162,6 +164,21 @@ class _Generation:
                 held[field] = self._append_row(m, t, field)
             self.rows[m] = held
         return changed
+
+    def take_news(self, reads: int, news: list, xmin: int) -> bool:
+        """Apply ``news`` read by a statement started when :attr:`reads` was ``reads`` and move
+        :attr:`xmin` to its snapshot's ``xmin``; returns whether a meme's rows changed. When another
+        read was applied since that statement started, its news are dropped and ``xmin`` stays: the
+        other one's snapshot may be newer (a re-caption it saw must not be undone by older rows), and
+        whatever this one saw that it did not comes again at the next read, its transaction being at
+        or after ``xmin``."""
+        with self.lock:
+            if self.reads != reads:
+                return False
+            self.reads += 1
+            changed = self.apply(news, replace=True) if news else False
+            self.xmin = max(self.xmin, xmin)
+            return changed
 
     def _append_row(self, m: int, t: int, field: str) -> int:
         i = len(self.row_field)
@@ -260,12 +277,12 @@ def nearest(
     # One statement checks the ranking and reads the news; only news that changed a meme's rows
     # (rare but while the scope is being imported) rank again and check again.
     ranked = generation.rank(query, limit + SLACK)
-    rows = session.execute(_CHECK, {**_pairs(scope_id, leg, generation_id, ranked), "xmin": generation.xmin}).all()
+    with generation.lock:
+        reads, xmin = generation.reads, generation.xmin
+    rows = session.execute(_CHECK, {**_pairs(scope_id, leg, generation_id, ranked), "xmin": xmin}).all()
     head_row = next(r for r in rows if r[0] == 0)
     news = [(r[3], r[4], r[5], _bytes(r[6])) for r in rows if r[0] is None]
-    with generation.lock:
-        changed = generation.apply(news, replace=True) if news else False
-        generation.xmin = max(generation.xmin, int(head_row[2]))
+    changed = generation.take_news(reads, news, int(head_row[2]))
     if len(generation.text_keys) > cap:
         _too_big(key)
         return None
@@ -346,13 +363,11 @@ def _load(
 
 def _read_news(session: Session, key: tuple[str, UUID], generation: _Generation) -> None:
     """Apply the rows written since ``generation.xmin`` and move it on to this statement's snapshot."""
-    rows = session.execute(_NEWS, {"scope": key[0], "generation": key[1], "xmin": generation.xmin}).all()
-    head = next(r for r in rows if r[0] is None)
-    news = [(r[0], r[1], r[2], _bytes(r[3])) for r in rows if r[0] is not None]
     with generation.lock:
-        if news:
-            generation.apply(news, replace=True)
-        generation.xmin = max(generation.xmin, int(head[4]))
+        reads, xmin = generation.reads, generation.xmin
+    rows = session.execute(_NEWS, {"scope": key[0], "generation": key[1], "xmin": xmin}).all()
+    head = next(r for r in rows if r[0] is None)
+    generation.take_news(reads, [(r[0], r[1], r[2], _bytes(r[3])) for r in rows if r[0] is not None], int(head[4]))
 
 
 def _bytes(value) -> bytes | None:
